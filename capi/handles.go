@@ -1,0 +1,62 @@
+package main
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"runtime/cgo"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// closer is implemented by handle targets that own memory outside the Go heap.
+type closer interface{ Close() error }
+
+// newHandle registers v and returns its handle for Python to hold.
+func newHandle(v any) C.uintptr_t { return C.uintptr_t(cgo.NewHandle(v)) }
+
+// lookup returns the object behind h as a T, or a named error for a zero, freed or mistyped handle.
+func lookup[T any](h C.uintptr_t, what string) (T, error) {
+	var zero T
+	if h == 0 {
+		return zero, errs.Invalidf("%s: null handle", what)
+	}
+	v, ok := handleValue(cgo.Handle(h))
+	if !ok {
+		return zero, errs.Invalidf("%s: handle %d is not live (already freed?)", what, uint64(h))
+	}
+	t, ok := v.(T)
+	if !ok {
+		return zero, errs.Invalidf("%s: handle %d refers to a %T", what, uint64(h), v)
+	}
+	return t, nil
+}
+
+// handleValue is cgo.Handle.Value without its panic on invalid handles.
+func handleValue(h cgo.Handle) (v any, ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return h.Value(), true
+}
+
+// recgo_free releases a handle and, when its object owns memory outside the Go heap, that memory.
+//
+//export recgo_free
+func recgo_free(h C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		v, ok := handleValue(cgo.Handle(h))
+		if !ok || h == 0 {
+			return errs.Invalidf("free: handle %d is not live", uint64(h))
+		}
+		cgo.Handle(h).Delete()
+		if c, ok := v.(closer); ok {
+			return c.Close()
+		}
+		return nil
+	})
+}

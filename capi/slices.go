@@ -1,0 +1,30 @@
+package main
+
+import (
+	"unsafe"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// viewSlice views n elements of type T at ptr (memory owned by the caller, valid for this call
+// only). A nil pointer is accepted only for n == 0.
+func viewSlice[T any](ptr unsafe.Pointer, n int64, name string) ([]T, error) {
+	if n < 0 {
+		return nil, errs.Invalidf("%s: negative length %d", name, n)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if ptr == nil {
+		return nil, errs.Invalidf("%s: null pointer with length %d", name, n)
+	}
+	return unsafe.Slice((*T)(ptr), n), nil
+}
+
+// optionalSlice is viewSlice for an optional argument: a nil pointer means absent (nil slice).
+func optionalSlice[T any](ptr unsafe.Pointer, n int64, name string) ([]T, error) {
+	if ptr == nil {
+		return nil, nil
+	}
+	return viewSlice[T](ptr, n, name)
+}

@@ -1,0 +1,50 @@
+package main
+
+/*
+#include <stddef.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"runtime"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// Version is the library's version; Python checks it against the package's own.
+const Version = "0.1.0"
+
+// recgo_version writes the library version into buf.
+//
+//export recgo_version
+func recgo_version(buf *C.char, buflen C.size_t) C.int {
+	writeMessage(buf, buflen, Version)
+	return 0
+}
+
+// recgo_num_threads returns GOMAXPROCS, the number of goroutines parallel kernels use.
+//
+//export recgo_num_threads
+func recgo_num_threads() C.int { return C.int(runtime.GOMAXPROCS(0)) }
+
+// recgo_debug_fail fails on purpose, for tests of the error path: mode 0 returns an invalid-input
+// error, 1 panics in the calling goroutine, 2 panics in a worker goroutine that the engine joins.
+//
+//export recgo_debug_fail
+func recgo_debug_fail(mode C.int, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		switch mode {
+		case 0:
+			return errs.Invalidf("debug_fail: the argument you asked to be rejected was rejected")
+		case 1:
+			var m map[string]int
+			m["x"] = 1 // nil-map write: a real runtime panic
+			return nil
+		case 2:
+			return panicInWorker()
+		default:
+			return errors.New("debug_fail: unknown mode")
+		}
+	})
+}

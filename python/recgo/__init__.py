@@ -1,0 +1,37 @@
+"""recgo: the sparse front end of recommender training, a Go engine used from PyTorch.
+
+Feature preprocessing, embedding tables, their sharding and tiered placement, and the input
+pipeline run in ``librecgo.so``; this package wraps them as ordinary ``torch.nn`` modules.
+"""
+
+from __future__ import annotations
+
+from ._lib import num_threads, version as library_version
+from .errors import (
+    CapacityError,
+    InternalError,
+    InvalidInputError,
+    LibraryNotFoundError,
+    NotFoundError,
+    RecgoError,
+    RecgoIOError,
+    SolverError,
+)
+from .sparse import KeyedJaggedTensor, KeyedTensor
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CapacityError",
+    "InternalError",
+    "InvalidInputError",
+    "KeyedJaggedTensor",
+    "KeyedTensor",
+    "LibraryNotFoundError",
+    "NotFoundError",
+    "RecgoError",
+    "RecgoIOError",
+    "SolverError",
+    "library_version",
+    "num_threads",
+]

@@ -1,0 +1,50 @@
+"""Argument checks shared by every module before a tensor crosses into Go.
+
+Python checks dtype, device and shape and makes tensors contiguous; Go checks the values.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from .errors import InvalidInputError
+
+
+def check_tensor(
+    t: object,
+    name: str,
+    dtypes: Iterable[torch.dtype],
+    *,
+    ndim: int | None = None,
+    convert_to: torch.dtype | None = None,
+) -> torch.Tensor:
+    """Return ``t`` as a contiguous CPU tensor after checking its type, dtype and rank.
+
+    ``dtypes`` are accepted; with ``convert_to`` the result is cast to it (e.g. int32 lengths to
+    int64). A tensor on another device raises (recgo's engine runs on CPU memory); a
+    non-contiguous tensor is copied.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise InvalidInputError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    allowed = tuple(dtypes)
+    if t.dtype not in allowed:
+        names = ", ".join(str(d).replace("torch.", "") for d in allowed)
+        raise InvalidInputError(f"{name}: dtype {str(t.dtype).replace('torch.', '')} is not supported (expected {names})")
+    if t.device.type != "cpu":
+        raise InvalidInputError(
+            f"{name}: tensor is on {t.device}, but recgo's engine reads CPU memory; move it with .cpu()"
+        )
+    if ndim is not None and t.dim() != ndim:
+        raise InvalidInputError(f"{name}: expected {ndim} dimension(s), got shape {tuple(t.shape)}")
+    if convert_to is not None and t.dtype != convert_to:
+        t = t.to(convert_to)
+    return t.contiguous()
+
+
+def ptr(t: torch.Tensor | None) -> int | None:
+    """data_ptr of a tensor (None for None or an empty tensor), for c_void_p arguments."""
+    if t is None or t.numel() == 0:
+        return None
+    return t.data_ptr()

@@ -1,0 +1,59 @@
+"""The C ABI's contract: the library loads, errors map to exceptions, panics never kill the process."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+import recgo
+from recgo import _lib
+from recgo.errors import InternalError, InvalidInputError
+
+
+def test_version_matches_package() -> None:
+    assert recgo.library_version() == recgo.__version__
+
+
+def test_num_threads_positive() -> None:
+    assert recgo.num_threads() >= 1
+
+
+def _debug_fail(mode: int) -> None:
+    _lib.call(_lib.fn("recgo_debug_fail", [ctypes.c_int]), mode)
+
+
+def test_error_becomes_named_exception() -> None:
+    with pytest.raises(InvalidInputError, match="was rejected"):
+        _debug_fail(0)
+
+
+@pytest.mark.parametrize("mode", [1, 2])
+def test_panic_becomes_exception_and_process_lives(mode: int) -> None:
+    with pytest.raises(InternalError, match="internal error"):
+        _debug_fail(mode)
+    # the library still answers afterwards
+    assert recgo.library_version() == recgo.__version__
+    with pytest.raises(InvalidInputError):
+        _debug_fail(0)
+
+
+def test_freed_handle_is_an_error_not_a_crash() -> None:
+    with pytest.raises(InvalidInputError, match="not live"):
+        _lib.call(_lib.fn("recgo_free", [_lib.H]), 123456789)
+
+
+def test_missing_library_message(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setattr(_lib, "_lib", None)
+    monkeypatch.setenv("RECGO_LIBRARY", str(tmp_path / "nope.so"))
+    with pytest.raises(recgo.LibraryNotFoundError, match="not found"):
+        _lib.lib()
+
+
+def test_wrong_platform_library_message(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    bogus = tmp_path / "librecgo.so"
+    bogus.write_bytes(b"\x7fELF not really a library")
+    monkeypatch.setattr(_lib, "_lib", None)
+    monkeypatch.setenv("RECGO_LIBRARY", str(bogus))
+    with pytest.raises(recgo.LibraryNotFoundError, match="another platform"):
+        _lib.lib()
