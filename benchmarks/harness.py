@@ -1,0 +1,188 @@
+"""Side-by-side benchmark harness: variants timed interleaved in one process, medians, JSON + markdown.
+
+Usage in ``benchmarks/<name>.py``::
+
+    from harness import Bench
+
+    bench = Bench("embedding")                  # parses --quick / --repeats from argv
+    res = bench.compare("zipf26", {"recgo": step_a, "torchrec": step_b}, items=4096)
+    bench.summary(speedup_vs_torchrec=res.ratio("recgo", "torchrec"))
+    bench.write()                               # benchmarks/results/embedding.{json,md}
+
+Variants of one case run round-robin (a, b, c, a, b, c, ...) so a noisy neighbour slows all of them
+alike; each reported time is the median over ``repeats`` rounds after ``warmup`` rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine_info() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    info: dict[str, Any] = {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+    }
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    info["cpu"] = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    try:
+        import torchrec
+
+        info["torchrec"] = getattr(torchrec, "__version__", "?")
+    except Exception:
+        pass
+    try:
+        import recgo
+
+        info["recgo"] = recgo.__version__
+        info["recgo_threads"] = recgo.num_threads()
+    except Exception:
+        pass
+    return info
+
+
+@dataclass
+class CaseResult:
+    """Per-variant timings (seconds per call) of one case."""
+
+    case: str
+    times: dict[str, list[float]]
+    items: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def median(self, variant: str) -> float:
+        """Median seconds per call of a variant."""
+        return statistics.median(self.times[variant])
+
+    def ratio(self, fast: str, slow: str) -> float:
+        """How many times faster ``fast`` ran than ``slow`` (median over median)."""
+        return self.median(slow) / self.median(fast)
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"case": self.case, "items_per_call": self.items, **self.extra, "variants": {}}
+        for v, ts in self.times.items():
+            med = statistics.median(ts)
+            row = {"median_s": med, "min_s": min(ts), "max_s": max(ts), "runs": len(ts)}
+            if self.items:
+                row["items_per_s"] = self.items / med
+            out["variants"][v] = row
+        return out
+
+
+class Bench:
+    """One benchmark run: collects cases, a summary and notes, then writes results/<name>.*."""
+
+    def __init__(self, name: str, argv: list[str] | None = None, description: str = "") -> None:
+        p = argparse.ArgumentParser(description=description or f"recgo benchmark {name}")
+        p.add_argument("--quick", action="store_true", help="smaller inputs, under a minute")
+        p.add_argument("--repeats", type=int, default=None, help="timed rounds per variant")
+        p.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+        self.args, self.rest = p.parse_known_args(argv)
+        self.name = name
+        self.quick: bool = self.args.quick
+        self.repeats: int = self.args.repeats or (3 if self.quick else 7)
+        self.cases: list[CaseResult] = []
+        self._summary: dict[str, Any] = {}
+        self.notes: list[str] = []
+        self.data: dict[str, Any] = {}
+
+    def compare(
+        self,
+        case: str,
+        variants: dict[str, Callable[[], Any]],
+        *,
+        items: int | None = None,
+        warmup: int = 1,
+        repeats: int | None = None,
+        inner: int = 1,
+    ) -> CaseResult:
+        """Time each variant (a zero-argument callable) round-robin; ``inner`` calls per timing."""
+        reps = repeats or self.repeats
+        times: dict[str, list[float]] = {v: [] for v in variants}
+        for r in range(warmup + reps):
+            for v, fn in variants.items():
+                t0 = time.perf_counter()
+                for _ in range(inner):
+                    fn()
+                dt = (time.perf_counter() - t0) / inner
+                if r >= warmup:
+                    times[v].append(dt)
+        res = CaseResult(case, times, items)
+        self.cases.append(res)
+        med = {v: res.median(v) for v in variants}
+        base = max(med.values())
+        print(f"  {case}: " + ", ".join(f"{v} {m * 1e3:.2f} ms ({base / m:.2f}x)" for v, m in med.items()),
+              flush=True)
+        return res
+
+    def summary(self, **figures: Any) -> None:
+        """Headline figures for the JSON ``summary`` (ratios as plain numbers)."""
+        self._summary.update(figures)
+
+    def note(self, text: str) -> None:
+        """A line for the markdown report."""
+        self.notes.append(text)
+
+    def write(self, extra_markdown: str = "") -> Path:
+        """Write results/<name>.json and results/<name>.md; print the markdown table last."""
+        self.args.out.mkdir(parents=True, exist_ok=True)
+        doc = {
+            "benchmark": self.name,
+            "quick": self.quick,
+            "repeats": self.repeats,
+            "summary": self._summary,
+            "machine": machine_info(),
+            "cases": [c.as_dict() for c in self.cases],
+            "data": self.data,
+            "command": "python " + " ".join(sys.argv),
+        }
+        jpath = self.args.out / f"{self.name}.json"
+        jpath.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+        md = self.markdown() + ("\n" + extra_markdown if extra_markdown else "")
+        (self.args.out / f"{self.name}.md").write_text(md)
+        print(md)
+        return jpath
+
+    def markdown(self) -> str:
+        """The comparison table, the summary and notes as markdown."""
+        lines = [f"# {self.name}", "", f"`{'python ' + ' '.join(sys.argv)}` — median of {self.repeats} runs", ""]
+        lines += ["| case | variant | median ms | items/s | vs slowest |", "|---|---|---:|---:|---:|"]
+        for c in self.cases:
+            slowest = max(c.median(v) for v in c.times)
+            for v in c.times:
+                m = c.median(v)
+                ips = f"{c.items / m:,.0f}" if c.items else ""
+                lines.append(f"| {c.case} | {v} | {m * 1e3:.3f} | {ips} | {slowest / m:.2f}x |")
+        if self._summary:
+            lines += ["", "**Summary**", ""]
+            for k, v in self._summary.items():
+                lines.append(f"- `{k}`: {v:.4g}" if isinstance(v, float) else f"- `{k}`: {v}")
+        if self.notes:
+            lines += [""] + [f"- {n}" for n in self.notes]
+        return "\n".join(lines) + "\n"
