@@ -1,0 +1,170 @@
+package highs
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// knapsack: maximize 8a+11b+6c+4d s.t. 5a+7b+4c+3d <= 14, binary; optimum 21 at (0,1,1,1).
+func knapsack() *Model {
+	m := &Model{Sense: Maximize}
+	for _, c := range []float64{8, 11, 6, 4} {
+		m.AddCol(c, 0, 1, true)
+	}
+	m.AddRow(math.Inf(-1), 14, []int32{0, 1, 2, 3}, []float64{5, 7, 4, 3})
+	return m
+}
+
+// multiKnapsack is a random multidimensional 0/1 knapsack (maximize), hard enough that the root
+// node does not close it.
+func multiKnapsack(n, rows int, seed uint64) *Model {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	m := &Model{Sense: Maximize}
+	for j := 0; j < n; j++ {
+		m.AddCol(float64(10+rng.IntN(90)), 0, 1, true)
+	}
+	for i := 0; i < rows; i++ {
+		idx := make([]int32, n)
+		val := make([]float64, n)
+		total := 0.0
+		for j := range idx {
+			idx[j] = int32(j)
+			val[j] = float64(5 + rng.IntN(60))
+			total += val[j]
+		}
+		m.AddRow(math.Inf(-1), math.Floor(total/2), idx, val)
+	}
+	return m
+}
+
+func TestSolveKnownOptimum(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  Options
+		start []float64
+	}{
+		{"cold", Options{}, nil},
+		{"warm-optimal", Options{Threads: 1}, []float64{0, 1, 1, 1}},
+		{"warm-suboptimal", Options{}, []float64{1, 1, 0, 0}},
+		{"no-presolve", Options{NoPresolve: true}, []float64{0, 0, 0, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Solve(knapsack(), tc.opts, tc.start)
+			require.NoError(t, err)
+			assert.Equal(t, StatusOptimal, res.Status)
+			assert.InDelta(t, 21, res.Objective, 1e-9)
+			assert.InDeltaSlice(t, []float64{0, 1, 1, 1}, res.X, 1e-9)
+			assert.InDelta(t, 21, res.DualBound, 1e-6)
+			if tc.start != nil {
+				assert.True(t, res.StartAccepted)
+				assert.InDelta(t, knapsack().Objective(tc.start), res.StartObjective, 1e-12)
+			} else {
+				assert.True(t, math.IsNaN(res.StartObjective))
+			}
+		})
+	}
+}
+
+// With branching and heuristics off, HiGHS stops after the root node: the cold run has no good
+// incumbent there, the warm run ends exactly at the start it was given — proof HiGHS used it.
+func TestWarmStartIsUsedAsIncumbent(t *testing.T) {
+	m := multiKnapsack(60, 5, 7)
+	full, err := Solve(m, Options{TimeLimit: 20}, nil)
+	require.NoError(t, err)
+	require.Equal(t, StatusOptimal, full.Status)
+
+	limited := Options{MaxNodes: -1, NoHeuristics: true, NoPresolve: true}
+	cold, err := Solve(m, limited, nil)
+	if err == nil {
+		assert.Less(t, cold.Objective, full.Objective-0.5, "the root alone should not find the optimum")
+	} else {
+		assert.ErrorIs(t, err, errs.ErrSolver)
+	}
+	warm, err := Solve(m, limited, full.X)
+	require.NoError(t, err)
+	assert.True(t, warm.StartAccepted)
+	assert.InDelta(t, full.Objective, warm.Objective, 1e-6)
+	assert.GreaterOrEqual(t, warm.DualBound, warm.Objective-1e-6) // maximize: bound above incumbent
+}
+
+// A time limit too short to prove optimality still returns the incumbent, its gap and its bound.
+func TestTimeLimitKeepsIncumbent(t *testing.T) {
+	m := multiKnapsack(120, 10, 3)
+	start := make([]float64, m.NumCols()) // all-zero is feasible
+	res, err := Solve(m, Options{TimeLimit: 0.05, Threads: 1}, start)
+	require.NoError(t, err)
+	require.True(t, res.HasSolution)
+	ok, why := m.Feasible(res.X, 1e-6)
+	assert.True(t, ok, why)
+	assert.InDelta(t, m.Objective(res.X), res.Objective, 1e-6)
+	if res.Status == StatusTimeLimit {
+		assert.Greater(t, res.Gap, 0.0)
+		assert.Greater(t, res.DualBound, res.Objective)
+	}
+	assert.True(t, res.StartAccepted)
+}
+
+func TestInfeasibleIsSolverError(t *testing.T) {
+	m := &Model{Sense: Minimize}
+	m.AddCol(1, 0, 1, true)
+	m.AddCol(1, 0, 1, true)
+	m.AddRow(3, math.Inf(1), []int32{0, 1}, []float64{1, 1})
+	_, err := Solve(m, Options{}, nil)
+	assert.ErrorIs(t, err, errs.ErrSolver)
+}
+
+func TestInvalidModels(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(m *Model)
+		start []float64
+	}{
+		{"no columns", func(m *Model) { *m = Model{Sense: Minimize} }, nil},
+		{"bad sense", func(m *Model) { m.Sense = 0 }, nil},
+		{"short upper", func(m *Model) { m.ColUpper = m.ColUpper[:2] }, nil},
+		{"column index", func(m *Model) { m.AIndex[1] = 9 }, nil},
+		{"empty bounds", func(m *Model) { m.ColLower[0] = 2 }, nil},
+		{"nan cost", func(m *Model) { m.ColCost[0] = math.NaN() }, nil},
+		{"astart", func(m *Model) { m.AStart[1] = 2 }, nil},
+		{"start length", func(m *Model) {}, []float64{1}},
+		{"start infeasible", func(m *Model) {}, []float64{1, 1, 1, 1}},
+		{"start fractional", func(m *Model) {}, []float64{0.5, 0, 0, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := knapsack()
+			tc.edit(m)
+			_, err := Solve(m, Options{}, tc.start)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+		})
+	}
+}
+
+func FuzzValidate(f *testing.F) {
+	f.Add(int32(0), int32(4), 14.0, 5.0, true)
+	f.Add(int32(-1), int32(0), -1.0, math.NaN(), false)
+	f.Fuzz(func(t *testing.T, idx, start int32, rhs, coef float64, integer bool) {
+		m := knapsack()
+		m.AIndex[0] = idx
+		m.AStart[1] = start
+		m.RowUpper[0] = rhs
+		m.AValue[1] = coef
+		m.Integer[2] = integer
+		if m.Validate() != nil {
+			return
+		}
+		res, err := Solve(m, Options{TimeLimit: 1}, nil)
+		if err == nil {
+			ok, why := m.Feasible(res.X, 1e-6)
+			if !ok {
+				t.Fatalf("solution infeasible: %s", why)
+			}
+		}
+	})
+}

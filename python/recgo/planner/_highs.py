@@ -1,0 +1,99 @@
+"""HiGHS MILP solves through librecgo.so (the Go binding planner/highs).
+
+Exposed for tests and for users who want HiGHS with a warm start from Python; the planner itself
+builds and solves its MILP entirely in Go.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from .. import _lib
+from ..errors import InvalidInputError
+
+_STATUS = {
+    7: "optimal", 8: "infeasible", 13: "time limit", 14: "iteration limit", 16: "solution limit",
+    11: "objective bound", 12: "objective target", 15: "unknown", 17: "interrupted",
+}
+
+
+@dataclass(frozen=True)
+class MipResult:
+    """Outcome of :func:`solve_mip`: the solution (incumbent at a limit) with its gap and bound."""
+
+    x: list[float]
+    status: str
+    objective: float
+    dual_bound: float
+    gap: float
+    start_accepted: bool
+    start_objective: float
+    seconds: float
+    nodes: int
+
+
+def _f64(values: Sequence[float] | torch.Tensor, n: int, name: str) -> torch.Tensor:
+    t = torch.as_tensor(values, dtype=torch.float64).contiguous()
+    if t.dim() != 1 or t.numel() != n:
+        raise InvalidInputError(f"{name}: expected {n} values, got shape {tuple(t.shape)}")
+    return t
+
+
+def solve_mip(
+    cost: Sequence[float],
+    col_lower: Sequence[float],
+    col_upper: Sequence[float],
+    integer: Sequence[bool],
+    rows: Sequence[tuple[float, float, Sequence[int], Sequence[float]]],
+    *,
+    maximize: bool = False,
+    start: Sequence[float] | None = None,
+    time_limit: float = 0.0,
+    mip_rel_gap: float = 0.0,
+    threads: int = 0,
+) -> MipResult:
+    """Solve a MILP with HiGHS; each row is ``(lower, upper, column_indices, coefficients)``.
+
+    ``start`` is a feasible warm start (one value per column). Bounds may be ``±math.inf``. On a
+    time limit the incumbent is returned with its gap. Raises :class:`recgo.SolverError` when no
+    feasible point was found and :class:`recgo.InvalidInputError` for a malformed model.
+    """
+    n = len(cost)
+    c = _f64(cost, n, "cost")
+    lo, up = _f64(col_lower, n, "col_lower"), _f64(col_upper, n, "col_upper")
+    ints = torch.as_tensor([1 if b else 0 for b in integer], dtype=torch.uint8)
+    if ints.numel() != n:
+        raise InvalidInputError(f"integer: expected {n} flags, got {ints.numel()}")
+    starts, index, value, rlo, rup = [0], [], [], [], []
+    for i, row in enumerate(rows):
+        lower, upper, idx, val = row
+        if len(idx) != len(val):
+            raise InvalidInputError(f"row {i}: {len(idx)} indices but {len(val)} coefficients")
+        index.extend(int(j) for j in idx)
+        value.extend(float(v) for v in val)
+        starts.append(len(index))
+        rlo.append(float(lower))
+        rup.append(float(upper))
+    a_start = torch.tensor(starts, dtype=torch.int32)
+    a_index = torch.tensor(index, dtype=torch.int32)
+    a_value = torch.tensor(value, dtype=torch.float64)
+    row_lo = torch.tensor(rlo, dtype=torch.float64)
+    row_up = torch.tensor(rup, dtype=torch.float64)
+    x0 = None if start is None else _f64(start, n, "start")
+    x = torch.zeros(n, dtype=torch.float64)
+    info = torch.zeros(8, dtype=torch.float64)
+    P, I64, I32, D = _lib.P, _lib.I64, _lib.I32, _lib.D
+    f = _lib.fn("recgo_highs_solve", [I64, I64, I64, I32] + [P] * 10 + [D, D, I32, P, P])
+    ptr = lambda t: None if t is None or t.numel() == 0 else t.data_ptr()  # noqa: E731
+    _lib.call(f, n, len(rlo), len(index), -1 if maximize else 1, ptr(c), ptr(lo), ptr(up), ptr(ints),
+              ptr(row_lo), ptr(row_up), ptr(a_start) if rlo else None, ptr(a_index), ptr(a_value),
+              ptr(x0), float(time_limit), float(mip_rel_gap), int(threads), ptr(x), ptr(info))
+    status, obj, bound, gap, accepted, secs, nodes, start_obj = info.tolist()
+    return MipResult(x=x.tolist(), status=_STATUS.get(int(status), f"status {int(status)}"),
+                     objective=obj, dual_bound=bound, gap=gap, start_accepted=bool(accepted),
+                     start_objective=start_obj if not math.isnan(start_obj) else math.nan,
+                     seconds=secs, nodes=int(nodes))
