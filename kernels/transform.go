@@ -1,0 +1,145 @@
+package kernels
+
+// Element-wise and per-bag feature transforms (RecIS §3.1). Each works on a contiguous slice of one
+// field; the feature engine cuts fields into tiles and calls these on the pieces.
+
+// ModFloor writes dst[i] = src[i] mod n, the floor modulo (result in [0, n), like Python's % and
+// torch.remainder), for n > 0. dst and src may be the same slice.
+func ModFloor(dst, src []int64, n int64) {
+	src = src[:len(dst)]
+	for i, x := range src {
+		r := x % n
+		if r < 0 {
+			r += n
+		}
+		dst[i] = r
+	}
+}
+
+// BucketizeInt64 writes dst[i] = the number of boundaries b with b <= src[i] (bounds strictly
+// increasing), i.e. torch.bucketize(src, bounds, right=True). dst and src may be the same slice.
+func BucketizeInt64(dst, src, bounds []int64) {
+	src = src[:len(dst)]
+	for i, x := range src {
+		lo, hi := 0, len(bounds)
+		for lo < hi {
+			mid := int(uint(lo+hi) >> 1)
+			if bounds[mid] <= x {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		dst[i] = int64(lo)
+	}
+}
+
+// BucketizeFloat64Generic writes dst[i] = the number of boundaries b with b <= src[i] (bounds
+// strictly increasing, compared in float64). It returns the index of the first NaN in src, or -1;
+// NaN elements get bucket 0.
+func BucketizeFloat64Generic(dst []int64, src []float64, bounds []float64) int {
+	src = src[:len(dst)]
+	firstNaN := -1
+	for i, x := range src {
+		if x != x && firstNaN < 0 {
+			firstNaN = i
+		}
+		dst[i] = int64(countLE(bounds, x))
+	}
+	return firstNaN
+}
+
+// BucketizeFloat32Generic is BucketizeFloat64Generic for float32 input (each value widened to
+// float64, exactly, before the comparison).
+func BucketizeFloat32Generic(dst []int64, src []float32, bounds []float64) int {
+	src = src[:len(dst)]
+	firstNaN := -1
+	for i, x := range src {
+		if x != x && firstNaN < 0 {
+			firstNaN = i
+		}
+		dst[i] = int64(countLE(bounds, float64(x)))
+	}
+	return firstNaN
+}
+
+func countLE(bounds []float64, x float64) int {
+	lo, hi := 0, len(bounds)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if bounds[mid] <= x {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// Filter selects the IDs a mask/filter transform keeps: those inside Set (sorted ascending) or
+// inside [Lo, Hi), kept when Keep is true and dropped when it is false.
+type Filter struct {
+	Set     []int64
+	Lo, Hi  int64
+	ByRange bool
+	Keep    bool
+}
+
+// Keeps reports whether x survives the filter.
+func (f *Filter) Keeps(x int64) bool {
+	var in bool
+	if f.ByRange {
+		in = x >= f.Lo && x < f.Hi
+	} else {
+		in = containsSorted(f.Set, x)
+	}
+	return in == f.Keep
+}
+
+func containsSorted(s []int64, x int64) bool {
+	lo, hi := 0, len(s)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if s[mid] < x {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo < len(s) && s[lo] == x
+}
+
+// FilterCount returns how many elements of src the filter keeps.
+func FilterCount(src []int64, f *Filter) int {
+	n := 0
+	for _, x := range src {
+		if f.Keeps(x) {
+			n++
+		}
+	}
+	return n
+}
+
+// FilterCopy copies the kept elements of src, in order, to the front of dst and returns their count.
+func FilterCopy(dst, src []int64, f *Filter) int {
+	n := 0
+	for _, x := range src {
+		if f.Keeps(x) {
+			dst[n] = x
+			n++
+		}
+	}
+	return n
+}
+
+// CrossBag writes the hashed Cartesian product of two bags into dst (len(a)·len(b) entries,
+// a-major): dst[i·len(b)+j] = int64(HashPair(a[i], b[j], seed)).
+func CrossBag(dst, a, b []int64, seed uint64) {
+	k := 0
+	for _, x := range a {
+		for _, y := range b {
+			dst[k] = int64(HashPair(x, y, seed))
+			k++
+		}
+	}
+}
