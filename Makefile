@@ -47,7 +47,7 @@ lint:
 test-go:
 	@$(ENV) go test -count=1 ./...
 	@echo "[test] portable kernels (GOEXPERIMENT unset)"
-	@source scripts/env.sh && GOEXPERIMENT= go test -count=1 $$(go list ./kernels/... 2>/dev/null)
+	@source scripts/env.sh && pkgs=$$(go list ./kernels/... 2>/dev/null); [ -z "$$pkgs" ] || GOEXPERIMENT= go test -count=1 $$pkgs
 
 # Short fuzz runs of every Fuzz* target (each a few seconds); `make fuzz FUZZTIME=2m` for longer.
 FUZZTIME ?= 4s
