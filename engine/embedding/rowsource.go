@@ -1,14 +1,45 @@
 package embedding
 
+import "github.com/recgo/recgo/internal/errs"
+
 // RowSource resolves a table's raw IDs to rows of its storage.
 //
 // A fixed-size table (see [RangeSource]) maps id → row by identity after a range check. A
 // dynamic-ID table (engine/dynamic) maps arbitrary int64 IDs to rows it allocates on demand.
-// The collection calls Resolve once per table per batch, on the table's unique IDs (after
-// deduplication), from one goroutine at a time per table; different tables may be resolved
-// concurrently, so a RowSource shared by several tables must be safe for concurrent use.
+// The collection calls Resolve once per table per forward pass, on the batch's distinct IDs of that
+// table (after deduplication, in first-seen order), from one goroutine at a time per table;
+// different tables may be resolved concurrently, so a RowSource shared by several tables must be
+// safe for concurrent use. Rows returned must be < len(data)/stride of the table's storage; the
+// collection checks this and fails the batch otherwise.
 type RowSource interface {
 	// Resolve writes, for each id, its storage row into rows (len(rows) == len(ids)), or -1 when the id has no
 	// row (an unseen id in eval mode, or one not yet admitted): such an id pools as zeros and gets no update.
 	Resolve(ids []int64, rows []int64, train bool) error
+}
+
+// RangeSource is the RowSource of a fixed-size table: ID i is row i, for 0 ≤ i < Rows.
+type RangeSource struct {
+	Table string // the table's name, for error messages
+	Rows  int64
+}
+
+// Resolve implements RowSource: it copies ids to rows after checking each is in [0, Rows).
+func (s RangeSource) Resolve(ids []int64, rows []int64, train bool) error {
+	if len(rows) != len(ids) {
+		return errs.Invalidf("table %q: %d rows for %d ids", s.Table, len(rows), len(ids))
+	}
+	for i, id := range ids {
+		if err := s.check(id); err != nil {
+			return err
+		}
+		rows[i] = id
+	}
+	return nil
+}
+
+func (s RangeSource) check(id int64) error {
+	if id < 0 || id >= s.Rows {
+		return errs.Invalidf("table %q: id %d out of range [0, %d)", s.Table, id, s.Rows)
+	}
+	return nil
 }

@@ -1,0 +1,115 @@
+package embedding
+
+import (
+	"time"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/kernels"
+)
+
+// updateChunk is the number of distinct rows one backward work item reduces and updates.
+const updateChunk = 128
+
+// grouped is a table's lookups grouped by destination row (RecIS Algorithm 1): the contributions to
+// distinct ID u are entries start[u]..start[u+1] of off (output-gradient offsets) and scale.
+type grouped struct {
+	start []int32
+	off   []int64
+	scale []float32
+}
+
+func group(tc *tableCtx) grouped {
+	u := len(tc.uniq)
+	g := grouped{start: make([]int32, u+1), off: make([]int64, len(tc.inv)), scale: make([]float32, len(tc.inv))}
+	for _, x := range tc.inv {
+		g.start[x+1]++
+	}
+	for i := 0; i < u; i++ {
+		g.start[i+1] += g.start[i]
+	}
+	next := make([]int32, u)
+	copy(next, g.start[:u])
+	for p, x := range tc.inv {
+		k := next[x]
+		next[x]++
+		g.off[k] = tc.gOff[p]
+		g.scale[k] = tc.scale[p]
+	}
+	return g
+}
+
+// Backward merges the output gradient gradOut ([B, Width]) into one gradient per distinct row of
+// each table, then either applies each table's fused optimizer to that row in the same pass
+// (gradRows == nil) or writes the gradients out for a caller's optimizer: for table t in order,
+// Unique(t) row indices into gradRows (-1 for unresolved IDs) and Unique(t)·dim values into gradVals.
+// Each distinct row is written exactly once, so work splits across goroutines without atomics.
+func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64, gradVals []float32) error {
+	if err := c.rlock(); err != nil {
+		return err
+	}
+	defer c.mu.RUnlock()
+	if ctx == nil || len(ctx.tables) != len(c.Tables) {
+		return errs.Invalidf("backward: context does not belong to this collection")
+	}
+	if len(gradOut) != ctx.B*c.width {
+		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), ctx.B*c.width, ctx.B, c.width)
+	}
+	fused := gradRows == nil
+	rowBase, valBase := make([]int, len(c.Tables)), make([]int, len(c.Tables))
+	var nRows, nVals int
+	for i, t := range c.Tables {
+		if fused && t.Opt.Kind == OptNone {
+			return errs.Invalidf("backward: table %q has no fused optimizer; ask for gradients instead", t.Name)
+		}
+		rowBase[i], valBase[i] = nRows, nVals
+		nRows += ctx.Unique(i)
+		nVals += ctx.Unique(i) * t.Dim
+	}
+	if !fused && (len(gradRows) != nRows || len(gradVals) != nVals) {
+		return errs.Invalidf("backward: gradient buffers hold %d rows / %d values, need %d / %d", len(gradRows), len(gradVals), nRows, nVals)
+	}
+
+	t0 := time.Now()
+	groups := make([]grouped, len(c.Tables))
+	parallel.ForEach(len(c.Tables), 1, func(i int) { groups[i] = group(&ctx.tables[i]) })
+	since(StageGroup, t0)
+
+	t0 = time.Now()
+	type item struct{ t, lo, hi int }
+	var items []item
+	updaters := make([]rowUpdater, len(c.Tables))
+	for i, t := range c.Tables {
+		if fused {
+			t.Step[0]++
+			updaters[i] = newRowUpdater(t.Opt, t.Step[0])
+		}
+		for lo := 0; lo < ctx.Unique(i); lo += updateChunk {
+			items = append(items, item{i, lo, min(lo+updateChunk, ctx.Unique(i))})
+		}
+	}
+	parallel.ForEach(len(items), 1, func(j int) {
+		it := items[j]
+		t, tc, g := c.Tables[it.t], &ctx.tables[it.t], &groups[it.t]
+		var buf []float32
+		if fused {
+			buf = make([]float32, t.Dim)
+		}
+		for u := it.lo; u < it.hi; u++ {
+			row := tc.rows[u]
+			if !fused {
+				gradRows[rowBase[it.t]+u] = row
+				dst := gradVals[valBase[it.t]+u*t.Dim:][:t.Dim]
+				kernels.WeightedSum(dst, gradOut, g.off[g.start[u]:g.start[u+1]], g.scale[g.start[u]:g.start[u+1]], 1)
+				continue
+			}
+			if row < 0 {
+				continue
+			}
+			kernels.WeightedSum(buf, gradOut, g.off[g.start[u]:g.start[u+1]], g.scale[g.start[u]:g.start[u+1]], 1)
+			updaters[it.t].apply(t.Row(row), t.StateRow(row), buf)
+		}
+	})
+	since(StageUpdate, t0)
+	return nil
+}

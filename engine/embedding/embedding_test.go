@@ -1,0 +1,380 @@
+package embedding
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// setup is a random collection and batch with a float64 brute-force reference.
+type setup struct {
+	c     *Collection
+	b     Batch
+	B     int
+	seg   [][]int64 // per collection feature f and sample: ids (row f*B+b)
+	segW  [][]float32
+	perm  []int64
+	rng   *rand.Rand
+	fixed bool
+}
+
+func newSetup(t *testing.T, seed uint64, weighted bool, opt OptimizerConfig) *setup {
+	r := rand.New(rand.NewPCG(seed, 99))
+	nt := 1 + r.IntN(3)
+	var tables []*Table
+	for i := 0; i < nt; i++ {
+		dim := []int{4, 16, 64, 19}[r.IntN(4)]
+		tb, err := NewFixedTable(fmt.Sprintf("t%d", i), int64(5+r.IntN(40)), dim, opt)
+		require.NoError(t, err)
+		for j := range tb.Data {
+			tb.Data[j] = float32(r.NormFloat64())
+		}
+		tables = append(tables, tb)
+	}
+	var feats []Feature
+	for f := 0; f < nt+r.IntN(3); f++ {
+		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", f), Table: f % nt, Pooling: Pooling(r.IntN(2))})
+	}
+	c, err := NewCollection(tables, feats)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	s := &setup{c: c, B: 1 + r.IntN(6), rng: r}
+	F := len(feats)
+	s.perm = make([]int64, F)
+	for i, p := range r.Perm(F) {
+		s.perm[i] = int64(p)
+	}
+	s.seg = make([][]int64, F*s.B)
+	s.segW = make([][]float32, F*s.B)
+	for k := 0; k < F; k++ {
+		f := int(s.perm[k])
+		rows := tables[feats[f].Table].Rows()
+		for bi := 0; bi < s.B; bi++ {
+			n := r.IntN(5) // includes empty bags
+			for j := 0; j < n; j++ {
+				id := r.Int64N(min(rows, 6)) // duplicates likely
+				s.seg[f*s.B+bi] = append(s.seg[f*s.B+bi], id)
+				s.b.Values = append(s.b.Values, id)
+				w := float32(r.Float64() + 0.5)
+				s.segW[f*s.B+bi] = append(s.segW[f*s.B+bi], w)
+				s.b.Weights = append(s.b.Weights, w)
+			}
+			s.b.Lengths = append(s.b.Lengths, int64(n))
+		}
+	}
+	if !weighted {
+		s.b.Weights = nil
+		for i := range s.segW {
+			s.segW[i] = nil
+		}
+	}
+	s.b.KeyFeature = s.perm
+	return s
+}
+
+func (s *setup) scale(f, bi, j int) float64 {
+	w := 1.0
+	if s.segW[f*s.B+bi] != nil {
+		w = float64(s.segW[f*s.B+bi][j])
+	}
+	if s.c.Features[f].Pooling == PoolMean {
+		w /= float64(len(s.seg[f*s.B+bi]))
+	}
+	return w
+}
+
+func (s *setup) refForward() []float64 {
+	out := make([]float64, s.B*s.c.Width())
+	for f, ft := range s.c.Features {
+		t := s.c.Tables[ft.Table]
+		for bi := 0; bi < s.B; bi++ {
+			for j, id := range s.seg[f*s.B+bi] {
+				for d, x := range t.Row(id) {
+					out[bi*s.c.Width()+s.c.ColumnOffset(f)+d] += s.scale(f, bi, j) * float64(x)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// refGrads returns, per table, row → gradient.
+func (s *setup) refGrads(gradOut []float32) []map[int64][]float64 {
+	g := make([]map[int64][]float64, len(s.c.Tables))
+	for i := range g {
+		g[i] = map[int64][]float64{}
+	}
+	for f, ft := range s.c.Features {
+		dim := s.c.Tables[ft.Table].Dim
+		for bi := 0; bi < s.B; bi++ {
+			for j, id := range s.seg[f*s.B+bi] {
+				if g[ft.Table][id] == nil {
+					g[ft.Table][id] = make([]float64, dim)
+				}
+				for d := 0; d < dim; d++ {
+					g[ft.Table][id][d] += s.scale(f, bi, j) * float64(gradOut[bi*s.c.Width()+s.c.ColumnOffset(f)+d])
+				}
+			}
+		}
+	}
+	return g
+}
+
+func close32(t *testing.T, want float64, got float32, msg string) {
+	t.Helper()
+	require.InDelta(t, want, float64(got), 1e-5*(1+math.Abs(want)), msg)
+}
+
+func TestForwardBackwardMatchesBruteForce(t *testing.T) {
+	for seed := uint64(0); seed < 40; seed++ {
+		for _, weighted := range []bool{false, true} {
+			t.Run(fmt.Sprintf("seed%d_w%v", seed, weighted), func(t *testing.T) {
+				s := newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone})
+				out := make([]float32, s.B*s.c.Width())
+				ctx, err := s.c.Forward(s.b, out, true, true)
+				require.NoError(t, err)
+				for i, w := range s.refForward() {
+					close32(t, w, out[i], fmt.Sprintf("out[%d]", i))
+				}
+				gradOut := make([]float32, len(out))
+				for i := range gradOut {
+					gradOut[i] = float32(s.rng.NormFloat64())
+				}
+				var nr, nv int
+				for i, tb := range s.c.Tables {
+					nr += ctx.Unique(i)
+					nv += ctx.Unique(i) * tb.Dim
+				}
+				rows, vals := make([]int64, nr), make([]float32, nv)
+				require.NoError(t, s.c.Backward(ctx, gradOut, rows, vals))
+				ref := s.refGrads(gradOut)
+				r, v := 0, 0
+				for i, tb := range s.c.Tables {
+					require.Len(t, ref[i], ctx.Unique(i), "distinct rows of %s", tb.Name)
+					for u := 0; u < ctx.Unique(i); u++ {
+						want := ref[i][rows[r]]
+						require.NotNil(t, want, "row %d of %s", rows[r], tb.Name)
+						for d := range want {
+							close32(t, want[d], vals[v+d], "grad")
+						}
+						r++
+						v += tb.Dim
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestFusedSGDAppliesMergedGradient(t *testing.T) {
+	s := newSetup(t, 7, true, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+	before := make([][]float32, len(s.c.Tables))
+	for i, tb := range s.c.Tables {
+		before[i] = append([]float32(nil), tb.Data...)
+	}
+	out := make([]float32, s.B*s.c.Width())
+	ctx, err := s.c.Forward(s.b, out, true, true)
+	require.NoError(t, err)
+	gradOut := make([]float32, len(out))
+	for i := range gradOut {
+		gradOut[i] = float32(i%7) - 3
+	}
+	require.NoError(t, s.c.Backward(ctx, gradOut, nil, nil))
+	ref := s.refGrads(gradOut)
+	for i, tb := range s.c.Tables {
+		require.Equal(t, int64(1), tb.Step[0])
+		for r := int64(0); r < tb.Rows(); r++ {
+			for d := 0; d < tb.Dim; d++ {
+				want := float64(before[i][r*int64(tb.Stride)+int64(d)])
+				if g := ref[i][r]; g != nil {
+					want -= 0.1 * g[d]
+				}
+				close32(t, want, tb.Row(r)[d], "weight")
+			}
+		}
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	tb, err := NewFixedTable("users", 10, 4, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+	require.NoError(t, err)
+	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "u", Table: 0}})
+	require.NoError(t, err)
+	defer c.Close()
+	cases := []struct {
+		name string
+		b    Batch
+		msg  string
+	}{
+		{"id too large", Batch{KeyFeature: []int64{0}, Values: []int64{3, 10}, Lengths: []int64{2}}, `table "users": id 10 out of range [0, 10)`},
+		{"negative id", Batch{KeyFeature: []int64{0}, Values: []int64{-1}, Lengths: []int64{1}}, "id -1 out of range"},
+		{"lengths short", Batch{KeyFeature: []int64{0}, Values: []int64{1, 2}, Lengths: []int64{1}}, "lengths sum to 1 but there are 2 values"},
+		{"lengths long", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{3}}, "lengths sum past"},
+		{"negative length", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{-1, 2}}, "negative"},
+		{"weights", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{1}, Weights: []float32{1, 2}}, "2 weights for 1 values"},
+		{"key map", Batch{KeyFeature: []int64{3}, Values: nil, Lengths: []int64{0}}, "maps to feature 3"},
+		{"missing key", Batch{KeyFeature: nil}, "0 keys for a collection of 1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			B := max(len(tc.b.Lengths), 1)
+			_, err := c.Forward(tc.b, make([]float32, B*4), true, true)
+			require.ErrorContains(t, err, tc.msg)
+			require.Equal(t, errs.CodeInvalid, errs.Code(err))
+		})
+	}
+	// The dedup scratch is clean after a failed batch: a valid batch still pools correctly.
+	out := make([]float32, 4)
+	_, err = c.Forward(Batch{KeyFeature: []int64{0}, Values: []int64{3}, Lengths: []int64{1}}, out, true, false)
+	require.NoError(t, err)
+	require.Equal(t, tb.Row(3), out)
+	require.NoError(t, c.Close())
+	_, err = c.Forward(Batch{KeyFeature: []int64{0}, Lengths: []int64{0}}, out[:4], true, false)
+	require.ErrorContains(t, err, "after close")
+}
+
+func TestConfigValidation(t *testing.T) {
+	cases := []struct {
+		opt OptimizerConfig
+		ok  bool
+	}{
+		{OptimizerConfig{Kind: OptNone}, true},
+		{OptimizerConfig{Kind: OptSGD, LR: 0.1}, true},
+		{OptimizerConfig{Kind: OptSGD, LR: -1}, false},
+		{OptimizerConfig{Kind: OptSGD, LR: math.NaN()}, false},
+		{OptimizerConfig{Kind: OptAdagrad, LR: 0.1, Eps: 0}, false},
+		{OptimizerConfig{Kind: OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8}, true},
+		{OptimizerConfig{Kind: OptAdam, LR: 0.1, Eps: 1e-8, Beta1: 0.9, Beta2: 1}, false},
+		{OptimizerConfig{Kind: OptAdamW, LR: 0.1, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999, WeightDecay: -1}, false},
+		{OptimizerConfig{Kind: OptAdamW, LR: 0.1, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999, WeightDecay: 0.01}, true},
+		{OptimizerConfig{Kind: 42}, false},
+	}
+	for _, tc := range cases {
+		err := tc.opt.Validate()
+		if tc.ok {
+			require.NoError(t, err, "%+v", tc.opt)
+		} else {
+			require.True(t, errors.Is(err, errs.ErrInvalid), "%+v: %v", tc.opt, err)
+		}
+	}
+	_, err := NewFixedTable("t", 0, 4, OptimizerConfig{})
+	require.ErrorContains(t, err, "num_embeddings 0")
+	_, err = NewFixedTable("t", 4, -1, OptimizerConfig{})
+	require.ErrorContains(t, err, "dim -1")
+	tb, _ := NewFixedTable("t", 4, 2, OptimizerConfig{})
+	_, err = NewCollection([]*Table{tb}, []Feature{{Name: "a", Table: 1}})
+	require.ErrorContains(t, err, "references table 1")
+	_, err = NewCollection([]*Table{tb}, nil)
+	require.ErrorContains(t, err, "has no features")
+	_, err = NewCollection([]*Table{tb}, []Feature{{Name: "a"}, {Name: "a"}})
+	require.ErrorContains(t, err, "duplicate feature")
+	require.NoError(t, tb.Close())
+}
+
+// mapSource resolves only the IDs it knows, like a dynamic table in eval mode.
+type mapSource map[int64]int64
+
+func (m mapSource) Resolve(ids, rows []int64, train bool) error {
+	for i, id := range ids {
+		r, ok := m[id]
+		if !ok {
+			r = -1
+		}
+		rows[i] = r
+	}
+	return nil
+}
+
+func TestCustomRowSourceWithStride(t *testing.T) {
+	data := make([]float32, 3*8) // 3 rows, stride 8, dim 5
+	for i := range data {
+		data[i] = float32(i)
+	}
+	tb, err := NewTable(TableSpec{Name: "dyn", Source: mapSource{1000: 2, 7: 0}, Data: data, Stride: 8, Dim: 5,
+		State: make([]float32, 3), Opt: OptimizerConfig{Kind: OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8}})
+	require.NoError(t, err)
+	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "x", Table: 0, Pooling: PoolSum}})
+	require.NoError(t, err)
+	out := make([]float32, 10)
+	ctx, err := c.Forward(Batch{KeyFeature: []int64{0}, Values: []int64{1000, 5, 7, 1000}, Lengths: []int64{2, 2}}, out, true, true)
+	require.NoError(t, err)
+	require.Equal(t, []float32{16, 17, 18, 19, 20, 16, 18, 20, 22, 24}, out)
+	require.Equal(t, 3, ctx.Unique(0))
+	require.Equal(t, 4, ctx.Lookups(0))
+	require.NoError(t, c.Backward(ctx, make([]float32, 10), nil, nil))
+	require.Equal(t, float32(5), data[5], "padding untouched")
+	require.NoError(t, tb.ResetRows([]int64{2}, func(r int64, w []float32) { w[0] = 1 }))
+	require.Equal(t, []float32{1, 0, 0, 0, 0}, tb.Row(2))
+}
+
+func FuzzValidateBatch(f *testing.F) {
+	f.Add([]byte{2, 0, 1, 3, 1, 2, 0, 5, 9})
+	f.Add([]byte{1, 0, 200, 1, 1})
+	tb, err := NewFixedTable("fz", 16, 3, OptimizerConfig{Kind: OptSGD, LR: 0.5})
+	require.NoError(f, err)
+	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "a", Table: 0}, {Name: "b", Table: 0, Pooling: PoolMean}})
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) < 3 {
+			return
+		}
+		nk, nl := int(data[0]%4), int(data[1]%9)
+		data = data[2:]
+		take := func() int64 {
+			if len(data) == 0 {
+				return 0
+			}
+			v := int64(int8(data[0]))
+			data = data[1:]
+			return v
+		}
+		var b Batch
+		for i := 0; i < nk; i++ {
+			b.KeyFeature = append(b.KeyFeature, take()%3)
+		}
+		for i := 0; i < nl; i++ {
+			b.Lengths = append(b.Lengths, take()%4)
+		}
+		for len(data) > 0 {
+			b.Values = append(b.Values, take()%20)
+		}
+		if len(b.Values)%2 == 1 {
+			b.Weights = make([]float32, len(b.Values))
+		}
+		B, err := ValidateBatch(b, 2)
+		if err != nil {
+			require.True(t, errors.Is(err, errs.ErrInvalid))
+			return
+		}
+		out := make([]float32, B*c.Width())
+		ctx, err := c.Forward(b, out, true, true)
+		if err != nil {
+			require.ErrorContains(t, err, "out of range")
+			return
+		}
+		require.NoError(t, c.Backward(ctx, out, nil, nil))
+	})
+}
+
+func Example() {
+	users, _ := NewFixedTable("users", 100, 4, OptimizerConfig{Kind: OptSGD, LR: 0.5})
+	copy(users.Row(7), []float32{1, 2, 3, 4})
+	c, _ := NewCollection([]*Table{users}, []Feature{{Name: "user_id", Table: 0, Pooling: PoolSum}})
+	defer c.Close()
+	// One feature, batch of two: sample 0 looks up id 7 twice, sample 1 nothing.
+	out := make([]float32, 2*c.Width())
+	ctx, _ := c.Forward(Batch{KeyFeature: []int64{0}, Values: []int64{7, 7}, Lengths: []int64{2, 0}}, out, true, true)
+	fmt.Println(out, ctx.Unique(0))
+	grad := []float32{1, 1, 1, 1, 0, 0, 0, 0}
+	_ = c.Backward(ctx, grad, nil, nil) // fused SGD: row 7 -= 0.5 · (1+1)
+	fmt.Println(users.Row(7))
+	// Output:
+	// [2 4 6 8 0 0 0 0] 1
+	// [0 1 2 3]
+}

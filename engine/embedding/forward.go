@@ -1,0 +1,241 @@
+package embedding
+
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/kernels"
+)
+
+// Stage names the parts of a training step whose time a collection accumulates (see [Collection.StageTimes]).
+type Stage int
+
+// The stages: deduplicate + resolve IDs, pool segments, group duplicate destinations in backward,
+// reduce + apply the optimizer per distinct row.
+const (
+	StageDedup Stage = iota
+	StagePool
+	StageGroup
+	StageUpdate
+	numStages
+)
+
+var stageTimes [numStages]atomic.Int64
+
+// StageTimes returns the nanoseconds spent in each stage since the process started, summed over all
+// collections (for benchmarks' time breakdowns).
+func StageTimes() [numStages]int64 {
+	var out [numStages]int64
+	for i := range out {
+		out[i] = stageTimes[i].Load()
+	}
+	return out
+}
+
+func since(s Stage, t0 time.Time) { stageTimes[s].Add(int64(time.Since(t0))) }
+
+// Context is what backward needs from a forward pass, per table: the batch's distinct IDs, their
+// rows, the inverse map from each lookup to its distinct ID, and where each lookup's output
+// gradient sits. It holds no pointer into caller memory.
+type Context struct {
+	B      int
+	tables []tableCtx
+}
+
+type tableCtx struct {
+	uniq   []int64   // distinct ids, first-seen order
+	rows   []int64   // their storage rows, -1 when unresolved
+	inv    []int32   // per lookup position: index into uniq
+	srcOff []int64   // per position: row·stride, or -1
+	gOff   []int64   // per position: offset of its output segment (b·Width + column)
+	scale  []float32 // per position: weight × 1/len for mean pooling
+}
+
+// Unique returns the number of distinct IDs table t saw in the batch.
+func (x *Context) Unique(t int) int { return len(x.tables[t].uniq) }
+
+// Lookups returns the number of IDs table t looked up in the batch (duplicates included).
+func (x *Context) Lookups(t int) int { return len(x.tables[t].inv) }
+
+// Forward pools the batch into out ([B, Width] row-major, overwritten) and, when keep is true,
+// returns the context backward needs. IDs are deduplicated per table and each distinct ID is
+// resolved once; every output segment (feature, sample) has one writer.
+func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context, error) {
+	if err := c.rlock(); err != nil {
+		return nil, err
+	}
+	defer c.mu.RUnlock()
+	B, err := ValidateBatch(b, len(c.Features))
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != B*c.width {
+		return nil, errs.Invalidf("forward: output has %d values, need %d (batch %d × width %d)", len(out), B*c.width, B, c.width)
+	}
+	F := len(c.Features)
+	featKey := make([]int, F)
+	for k, f := range b.KeyFeature {
+		featKey[f] = k
+	}
+	offsets := make([]int64, len(b.Lengths)+1) // KJT order
+	for i, n := range b.Lengths {
+		offsets[i+1] = offsets[i] + n
+	}
+	// featPos[f]: first position of feature f in its table's lookup list.
+	featPos := make([]int64, F)
+	ctx := &Context{B: B, tables: make([]tableCtx, len(c.Tables))}
+
+	t0 := time.Now()
+	var firstErr atomic.Pointer[error]
+	parallel.ForEach(len(c.Tables), 1, func(ti int) {
+		if err := c.dedupTable(ti, b, B, featKey, offsets, featPos, &ctx.tables[ti], train); err != nil {
+			firstErr.CompareAndSwap(nil, &err)
+		}
+	})
+	since(StageDedup, t0)
+	if p := firstErr.Load(); p != nil {
+		return nil, *p
+	}
+
+	t0 = time.Now()
+	parallel.For(F*B, 256, func(lo, hi int) {
+		for s := lo; s < hi; s++ {
+			f, bi := s/B, s%B
+			ft := c.Features[f]
+			t := c.Tables[ft.Table]
+			tc := &ctx.tables[ft.Table]
+			k := featKey[f]
+			vlo, vhi := offsets[k*B+bi], offsets[k*B+bi+1]
+			plo := featPos[f] + vlo - offsets[k*B]
+			phi := plo + (vhi - vlo)
+			var w []float32
+			if b.Weights != nil {
+				w = b.Weights[vlo:vhi]
+			}
+			scale := float32(1)
+			if ft.Pooling == PoolMean && vhi > vlo {
+				scale = 1 / float32(vhi-vlo)
+			}
+			dst := out[bi*c.width+c.colOff[f]:][:t.Dim]
+			kernels.WeightedSum(dst, t.Data, tc.srcOff[plo:phi], w, scale)
+			if keep {
+				g := int64(bi*c.width + c.colOff[f])
+				for p := plo; p < phi; p++ {
+					tc.gOff[p] = g
+					tc.scale[p] = scale
+					if w != nil {
+						tc.scale[p] = scale * w[p-plo]
+					}
+				}
+			}
+		}
+	})
+	since(StagePool, t0)
+	if !keep {
+		return nil, nil
+	}
+	for i := range ctx.tables {
+		ctx.tables[i].srcOff = nil
+	}
+	return ctx, nil
+}
+
+// dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them,
+// resolves the distinct IDs to rows and fills the per-position source offsets.
+func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets, featPos []int64, tc *tableCtx, train bool) error {
+	t := c.Tables[ti]
+	var n int64
+	for _, f := range c.features[ti] {
+		k := featKey[f]
+		featPos[f] = n
+		n += offsets[(k+1)*B] - offsets[k*B]
+	}
+	tc.inv = make([]int32, n)
+	tc.srcOff = make([]int64, n)
+	tc.gOff = make([]int64, n)
+	tc.scale = make([]float32, n)
+	if fixed, ok := t.Source.(RangeSource); ok && fixed.Rows == t.rows {
+		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
+			return err
+		}
+	} else {
+		dedupMap(c.features[ti], b, B, featKey, offsets, tc)
+	}
+	tc.rows = make([]int64, len(tc.uniq))
+	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
+		return wrapTable(t, err)
+	}
+	stride := int64(t.Stride)
+	for i, r := range tc.rows {
+		if r < -1 || r >= t.rows {
+			return errs.Invalidf("table %q: row source resolved id %d to row %d outside [0, %d)", t.Name, tc.uniq[i], r, t.rows)
+		}
+	}
+	for p, u := range tc.inv {
+		r := tc.rows[u]
+		if r < 0 {
+			tc.srcOff[p] = -1
+		} else {
+			tc.srcOff[p] = r * stride
+		}
+	}
+	return nil
+}
+
+// dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking
+// ranges as it goes; it leaves every slot at -1 again, on success or failure.
+func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource) error {
+	t.dedupMu.Lock()
+	defer t.dedupMu.Unlock()
+	if t.mark == nil {
+		t.mark = make([]int32, t.rows)
+		for i := range t.mark {
+			t.mark[i] = -1
+		}
+	}
+	mark := t.mark
+	defer func() {
+		for _, id := range tc.uniq {
+			mark[id] = -1
+		}
+	}()
+	p := 0
+	for _, f := range feats {
+		k := featKey[f]
+		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
+			if uint64(id) >= uint64(src.Rows) {
+				return src.check(id)
+			}
+			u := mark[id]
+			if u < 0 {
+				u = int32(len(tc.uniq))
+				mark[id] = u
+				tc.uniq = append(tc.uniq, id)
+			}
+			tc.inv[p] = u
+			p++
+		}
+	}
+	return nil
+}
+
+// dedupMap deduplicates arbitrary int64 IDs with a hash map (row sources other than RangeSource).
+func dedupMap(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) {
+	seen := make(map[int64]int32, len(tc.inv)/2+1)
+	p := 0
+	for _, f := range feats {
+		k := featKey[f]
+		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
+			u, ok := seen[id]
+			if !ok {
+				u = int32(len(tc.uniq))
+				seen[id] = u
+				tc.uniq = append(tc.uniq, id)
+			}
+			tc.inv[p] = u
+			p++
+		}
+	}
+}

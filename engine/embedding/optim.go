@@ -1,0 +1,126 @@
+package embedding
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/kernels"
+)
+
+// OptimizerKind selects the update a table applies in backward.
+type OptimizerKind int
+
+// The optimizers. OptNone hands gradients back to the caller (for a torch optimizer) instead of
+// updating rows in the backward pass.
+const (
+	OptNone OptimizerKind = iota
+	OptSGD
+	OptAdagrad
+	OptRowwiseAdagrad
+	OptAdam
+	OptAdamW
+)
+
+var kindNames = [...]string{"none", "sgd", "adagrad", "rowwise_adagrad", "adam", "adamw"}
+
+func (k OptimizerKind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("OptimizerKind(%d)", int(k))
+}
+
+// OptimizerConfig holds a fused optimizer's hyper-parameters (unused fields are ignored; Beta1,
+// Beta2 and WeightDecay matter only to Adam/AdamW).
+type OptimizerConfig struct {
+	Kind        OptimizerKind
+	LR          float64
+	Eps         float64
+	Beta1       float64
+	Beta2       float64
+	WeightDecay float64
+}
+
+// Validate checks the hyper-parameters are in range for the kind.
+func (c OptimizerConfig) Validate() error {
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	switch {
+	case c.Kind < OptNone || c.Kind > OptAdamW:
+		return errs.Invalidf("optimizer: unknown kind %d", int(c.Kind))
+	case c.Kind == OptNone:
+		return nil
+	case !finite(c.LR) || c.LR < 0:
+		return errs.Invalidf("optimizer %s: learning rate %g must be finite and ≥ 0", c.Kind, c.LR)
+	}
+	if c.Kind == OptSGD {
+		return nil
+	}
+	if !finite(c.Eps) || c.Eps <= 0 {
+		return errs.Invalidf("optimizer %s: eps %g must be finite and > 0", c.Kind, c.Eps)
+	}
+	if c.Kind == OptAdam || c.Kind == OptAdamW {
+		for _, b := range []struct {
+			name string
+			v    float64
+		}{{"beta1", c.Beta1}, {"beta2", c.Beta2}} {
+			if !finite(b.v) || b.v < 0 || b.v >= 1 {
+				return errs.Invalidf("optimizer %s: %s %g must be in [0, 1)", c.Kind, b.name, b.v)
+			}
+		}
+		if !finite(c.WeightDecay) || c.WeightDecay < 0 {
+			return errs.Invalidf("optimizer %s: weight decay %g must be finite and ≥ 0", c.Kind, c.WeightDecay)
+		}
+	}
+	return nil
+}
+
+// StateWidth is the number of float32 state values the optimizer keeps per row of a dim-wide
+// table: 0 (none, SGD), 1 (row-wise Adagrad), dim (Adagrad) or 2·dim (Adam/AdamW: m then v).
+func (c OptimizerConfig) StateWidth(dim int) int {
+	switch c.Kind {
+	case OptRowwiseAdagrad:
+		return 1
+	case OptAdagrad:
+		return dim
+	case OptAdam, OptAdamW:
+		return 2 * dim
+	default:
+		return 0
+	}
+}
+
+// rowUpdater applies one step of the optimizer to rows of one table.
+type rowUpdater struct {
+	cfg  OptimizerConfig
+	adam kernels.AdamParams
+}
+
+func newRowUpdater(c OptimizerConfig, step int64) rowUpdater {
+	u := rowUpdater{cfg: c}
+	if c.Kind == OptAdam || c.Kind == OptAdamW {
+		u.adam = kernels.AdamParams{
+			LR: float32(c.LR), Beta1: float32(c.Beta1), Beta2: float32(c.Beta2), Eps: float32(c.Eps),
+			WeightDecay: float32(c.WeightDecay), Decoupled: c.Kind == OptAdamW,
+			BiasCorrection1: float32(1 - math.Pow(c.Beta1, float64(step))),
+			BiasCorrection2: float32(1 - math.Pow(c.Beta2, float64(step))),
+		}
+	}
+	return u
+}
+
+// apply updates weight row w (dim values) with gradient g and the row's state s (StateWidth values).
+func (u *rowUpdater) apply(w, s, g []float32) {
+	lr, eps := float32(u.cfg.LR), float32(u.cfg.Eps)
+	switch u.cfg.Kind {
+	case OptSGD:
+		kernels.SGDRow(w, g, lr)
+	case OptAdagrad:
+		kernels.AdagradRow(w, s, g, lr, eps)
+	case OptRowwiseAdagrad:
+		kernels.RowwiseAdagradRow(w, &s[0], g, lr, eps)
+	case OptAdam, OptAdamW:
+		d := len(w)
+		kernels.AdamRow(w, s[:d], s[d:2*d], g, u.adam)
+	}
+}
