@@ -1,0 +1,301 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"fmt"
+	"strings"
+	"unsafe"
+
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// ebcContext is the handle target of a forward pass's saved context.
+type ebcContext struct {
+	c   *embedding.Collection
+	ctx *embedding.Context
+}
+
+func optConfig(kind C.int32_t, lr, eps, beta1, beta2, wd C.double) embedding.OptimizerConfig {
+	return embedding.OptimizerConfig{Kind: embedding.OptimizerKind(kind), LR: float64(lr), Eps: float64(eps),
+		Beta1: float64(beta1), Beta2: float64(beta2), WeightDecay: float64(wd)}
+}
+
+// recgo_ebc_new builds an embedding-bag collection. Table i has rows[i] rows of dims[i] values and is
+// named by line i of tableNames; when builders is non-null and builders[i] != 0, that handle's
+// embedding.TableBuilder builds table i instead (a dynamic-ID table; rows[i] is then ignored).
+// Feature j (line j of featureNames) looks up table featTable[j] with pooling featPool[j] (0 sum, 1 mean).
+//
+//export recgo_ebc_new
+func recgo_ebc_new(ntables C.int64_t, tableNames *C.char, rowsPtr, dimsPtr, buildersPtr unsafe.Pointer,
+	kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
+	nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer,
+	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		rows, err := viewSlice[int64](rowsPtr, int64(ntables), "rows")
+		if err != nil {
+			return err
+		}
+		dims, err := viewSlice[int64](dimsPtr, int64(ntables), "dims")
+		if err != nil {
+			return err
+		}
+		builders, err := optionalSlice[uintptr](buildersPtr, int64(ntables), "builders")
+		if err != nil {
+			return err
+		}
+		featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
+		if err != nil {
+			return err
+		}
+		featPool, err := viewSlice[int64](featPoolPtr, int64(nfeat), "feature_pooling")
+		if err != nil {
+			return err
+		}
+		tnames, err := splitNames(goString(tableNames), int(ntables), "table names")
+		if err != nil {
+			return err
+		}
+		fnames, err := splitNames(goString(featureNames), int(nfeat), "feature names")
+		if err != nil {
+			return err
+		}
+		opt := optConfig(kind, lr, eps, beta1, beta2, wd)
+		tables := make([]*embedding.Table, 0, ntables)
+		closeAll := func() {
+			for _, t := range tables {
+				_ = t.Close()
+			}
+		}
+		for i := range rows {
+			if dims[i] <= 0 || dims[i] > 1<<20 {
+				closeAll()
+				return errs.Invalidf("table %q: embedding_dim %d must be in [1, 2^20]", tnames[i], dims[i])
+			}
+			var t *embedding.Table
+			if builders != nil && builders[i] != 0 {
+				var b embedding.TableBuilder
+				if b, err = lookup[embedding.TableBuilder](C.uintptr_t(builders[i]), fmt.Sprintf("table %q builder", tnames[i])); err == nil {
+					t, err = b.BuildTable(tnames[i], int(dims[i]), opt)
+				}
+			} else {
+				t, err = embedding.NewFixedTable(tnames[i], rows[i], int(dims[i]), opt)
+			}
+			if err != nil {
+				closeAll()
+				return err
+			}
+			tables = append(tables, t)
+		}
+		feats := make([]embedding.Feature, nfeat)
+		for j := range feats {
+			feats[j] = embedding.Feature{Name: fnames[j], Table: int(featTable[j]), Pooling: embedding.Pooling(featPool[j])}
+			if featTable[j] < 0 || featTable[j] >= int64(ntables) {
+				closeAll()
+				return errs.Invalidf("feature %q: table index %d of %d", fnames[j], featTable[j], ntables)
+			}
+		}
+		c, err := embedding.NewCollection(tables, feats)
+		if err != nil {
+			closeAll()
+			return err
+		}
+		*out = newHandle(c)
+		return nil
+	})
+}
+
+// splitNames splits newline-separated names and checks the count.
+func splitNames(s string, n int, what string) ([]string, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	names := strings.Split(s, "\n")
+	if len(names) != n {
+		return nil, errs.Invalidf("%s: got %d, need %d", what, len(names), n)
+	}
+	return names, nil
+}
+
+// recgo_ebc_table_memory reports where table t's memory lives: which = 0 weights (float32, *n values,
+// *stride per row), 1 optimizer state (float32, *stride = values per row), 2 step counter (one int64).
+//
+//export recgo_ebc_table_memory
+func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.uintptr_t, n, stride *C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*embedding.Collection](h, "embedding collection")
+		if err != nil {
+			return err
+		}
+		if t < 0 || int(t) >= len(c.Tables) {
+			return errs.NotFoundf("table index %d of %d", t, len(c.Tables))
+		}
+		tb := c.Tables[t]
+		var p unsafe.Pointer
+		switch which {
+		case 0:
+			*n, *stride = C.int64_t(len(tb.Data)), C.int64_t(tb.Stride)
+			if len(tb.Data) > 0 {
+				p = unsafe.Pointer(&tb.Data[0])
+			}
+		case 1:
+			*n, *stride = C.int64_t(len(tb.State)), C.int64_t(tb.StateWidth())
+			if len(tb.State) > 0 {
+				p = unsafe.Pointer(&tb.State[0])
+			}
+		case 2:
+			*n, *stride = 1, 1
+			p = unsafe.Pointer(&tb.Step[0])
+		default:
+			return errs.Invalidf("table memory: unknown kind %d", which)
+		}
+		*ptr = C.uintptr_t(uintptr(p))
+		return nil
+	})
+}
+
+// recgo_ebc_forward pools a batch into out ([B, width] float32). With keep != 0 it writes the handle
+// of the context backward needs into ctxOut (free it with recgo_free, or let backward use it).
+//
+//export recgo_ebc_forward
+func recgo_ebc_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,
+	lengthsPtr unsafe.Pointer, nlengths C.int64_t, weightsPtr unsafe.Pointer, nweights C.int64_t,
+	outPtr unsafe.Pointer, nout C.int64_t, train, keep C.int32_t, ctxOut *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*embedding.Collection](h, "embedding collection")
+		if err != nil {
+			return err
+		}
+		var b embedding.Batch
+		if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
+			return err
+		}
+		if b.Values, err = viewSlice[int64](valuesPtr, int64(nvalues), "values"); err != nil {
+			return err
+		}
+		if b.Lengths, err = viewSlice[int64](lengthsPtr, int64(nlengths), "lengths"); err != nil {
+			return err
+		}
+		if b.Weights, err = optionalSlice[float32](weightsPtr, int64(nweights), "weights"); err != nil {
+			return err
+		}
+		if weightsPtr != nil && b.Weights == nil {
+			b.Weights = []float32{} // present but empty batch
+		}
+		out, err := viewSlice[float32](outPtr, int64(nout), "out")
+		if err != nil {
+			return err
+		}
+		ctx, err := c.Forward(b, out, train != 0, keep != 0)
+		if err != nil {
+			return err
+		}
+		if keep != 0 {
+			*ctxOut = newHandle(&ebcContext{c: c, ctx: ctx})
+		}
+		return nil
+	})
+}
+
+// recgo_ebc_context_counts writes, for each table, the number of distinct IDs then the number of
+// lookups of the context's batch into counts (2·tables int64 values).
+//
+//export recgo_ebc_context_counts
+func recgo_ebc_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		x, err := lookup[*ebcContext](ctxh, "forward context")
+		if err != nil {
+			return err
+		}
+		nt := len(x.c.Tables)
+		counts, err := viewSlice[int64](countsPtr, int64(n), "counts")
+		if err != nil {
+			return err
+		}
+		if len(counts) != 2*nt {
+			return errs.Invalidf("counts: %d values, need %d", len(counts), 2*nt)
+		}
+		for t := 0; t < nt; t++ {
+			counts[t] = int64(x.ctx.Unique(t))
+			counts[nt+t] = int64(x.ctx.Lookups(t))
+		}
+		return nil
+	})
+}
+
+// recgo_ebc_backward runs backward for a forward context: with rows == NULL it applies the fused
+// optimizers; otherwise it writes per-table distinct-row gradients into rows/vals (sizes from
+// recgo_ebc_context_counts: Σ unique rows, Σ unique·dim values).
+//
+//export recgo_ebc_backward
+func recgo_ebc_backward(ctxh C.uintptr_t, gradPtr unsafe.Pointer, ngrad C.int64_t, rowsPtr unsafe.Pointer, nrows C.int64_t,
+	valsPtr unsafe.Pointer, nvals C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		x, err := lookup[*ebcContext](ctxh, "forward context")
+		if err != nil {
+			return err
+		}
+		grad, err := viewSlice[float32](gradPtr, int64(ngrad), "grad_output")
+		if err != nil {
+			return err
+		}
+		var rows []int64
+		var vals []float32
+		if rowsPtr != nil || nrows > 0 {
+			if rows, err = viewSlice[int64](rowsPtr, int64(nrows), "grad_rows"); err != nil {
+				return err
+			}
+			if rows == nil {
+				rows = []int64{}
+			}
+			if vals, err = viewSlice[float32](valsPtr, int64(nvals), "grad_values"); err != nil {
+				return err
+			}
+		}
+		return x.c.Backward(x.ctx, grad, rows, vals)
+	})
+}
+
+// recgo_ebc_set_optimizer changes every table's optimizer hyper-parameters (the kind must stay).
+//
+//export recgo_ebc_set_optimizer
+func recgo_ebc_set_optimizer(h C.uintptr_t, kind C.int32_t, lr, eps, beta1, beta2, wd C.double, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*embedding.Collection](h, "embedding collection")
+		if err != nil {
+			return err
+		}
+		opt := optConfig(kind, lr, eps, beta1, beta2, wd)
+		for _, t := range c.Tables {
+			if err := t.SetOptimizer(opt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// recgo_ebc_stage_times writes the nanoseconds spent so far in each embedding stage (dedup, pool,
+// group, update) into out (4 int64 values).
+//
+//export recgo_ebc_stage_times
+func recgo_ebc_stage_times(outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		out, err := viewSlice[int64](outPtr, int64(n), "out")
+		if err != nil {
+			return err
+		}
+		st := embedding.StageTimes()
+		if len(out) != len(st) {
+			return errs.Invalidf("stage times: %d values, need %d", len(out), len(st))
+		}
+		copy(out, st[:])
+		return nil
+	})
+}
