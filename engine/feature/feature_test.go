@@ -1,0 +1,547 @@
+package feature
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/kernels"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// naive applies a spec bag by bag, one feature and one op at a time: the obvious per-field
+// reference the fused engine must equal.
+type naive struct {
+	spec  *Spec
+	batch map[string]Input
+	size  int
+	memo  map[string][][]int64
+}
+
+func bagsOf(in Input, size int) (ints [][]int64, floats [][]float64, strs [][][]byte) {
+	lens := in.Lengths
+	if lens == nil {
+		lens = make([]int64, size)
+		for i := range lens {
+			lens[i] = 1
+		}
+	}
+	pos, bpos := 0, int64(0)
+	for _, l := range lens {
+		var bi []int64
+		var bf []float64
+		var bs [][]byte
+		for range l {
+			switch in.Kind {
+			case KindInt64:
+				bi = append(bi, in.Ints[pos])
+			case KindFloat32:
+				bf = append(bf, float64(in.F32[pos]))
+			case KindFloat64:
+				bf = append(bf, in.F64[pos])
+			case KindBytes:
+				bs = append(bs, in.Bytes[bpos:bpos+in.ByteLens[pos]])
+				bpos += in.ByteLens[pos]
+			}
+			pos++
+		}
+		ints, floats, strs = append(ints, bi), append(floats, bf), append(strs, bs)
+	}
+	return
+}
+
+func (n *naive) feature(name string) [][]int64 {
+	if v, ok := n.memo[name]; ok {
+		return v
+	}
+	var fs FeatureSpec
+	for _, f := range n.spec.Features {
+		if f.Name == name {
+			fs = f
+		}
+	}
+	ops := fs.Ops
+	var bags [][]int64
+	if len(ops) > 0 && ops[0].Op == "cross" {
+		a, b := n.feature(ops[0].Fields[0]), n.feature(ops[0].Fields[1])
+		seed := uint64(0)
+		if ops[0].Seed != nil {
+			seed = *ops[0].Seed
+		}
+		for s := range n.size {
+			var out []int64
+			for _, x := range a[s] {
+				for _, y := range b[s] {
+					var buf [16]byte
+					for k := range 8 {
+						buf[k] = byte(uint64(x) >> (8 * k))
+						buf[8+k] = byte(uint64(y) >> (8 * k))
+					}
+					out = append(out, int64(kernels.XXH64(buf[:], seed)))
+				}
+			}
+			bags = append(bags, out)
+		}
+		ops = ops[1:]
+	} else {
+		input := fs.Input
+		if input == "" {
+			input = fs.Name
+		}
+		ints, floats, strs := bagsOf(n.batch[input], n.size)
+		switch n.batch[input].Kind {
+		case KindInt64:
+			bags = ints
+		case KindBytes:
+			seed := uint64(0)
+			if ops[0].Seed != nil {
+				seed = *ops[0].Seed
+			}
+			for _, bag := range strs {
+				var out []int64
+				for _, s := range bag {
+					out = append(out, int64(kernels.XXH64(s, seed)))
+				}
+				bags = append(bags, out)
+			}
+			ops = ops[1:]
+		default:
+			for _, bag := range floats {
+				var out []int64
+				for _, x := range bag {
+					c := int64(0)
+					for _, b := range ops[0].Boundaries {
+						if b <= x {
+							c++
+						}
+					}
+					out = append(out, c)
+				}
+				bags = append(bags, out)
+			}
+			ops = ops[1:]
+		}
+	}
+	for _, o := range ops {
+		next := make([][]int64, len(bags))
+		for s, bag := range bags {
+			var out []int64
+			switch o.Op {
+			case "hash":
+				for _, x := range bag {
+					var buf [8]byte
+					for k := range 8 {
+						buf[k] = byte(uint64(x) >> (8 * k))
+					}
+					seed := uint64(0)
+					if o.Seed != nil {
+						seed = *o.Seed
+					}
+					out = append(out, int64(kernels.XXH64(buf[:], seed)))
+				}
+			case "mod":
+				for _, x := range bag {
+					out = append(out, ((x%*o.N)+*o.N)%*o.N)
+				}
+			case "bucketize":
+				for _, x := range bag {
+					c := int64(0)
+					for _, b := range o.Boundaries {
+						if int64(b) <= x {
+							c++
+						}
+					}
+					out = append(out, c)
+				}
+			case "truncate":
+				out = bag
+				if int64(len(bag)) > *o.N {
+					if o.Keep != nil && *o.Keep == "last" {
+						out = bag[int64(len(bag))-*o.N:]
+					} else {
+						out = bag[:*o.N]
+					}
+				}
+			case "filter", "mask":
+				for _, x := range bag {
+					in := false
+					if o.Range != nil {
+						in = x >= o.Range[0] && x < o.Range[1]
+					} else {
+						for _, v := range o.Values {
+							in = in || v == x
+						}
+					}
+					keep := o.Mode != nil && *o.Mode == "keep"
+					if in == keep {
+						out = append(out, x)
+					}
+				}
+			case "fill_missing":
+				out = bag
+				if len(bag) == 0 {
+					out = []int64{*o.Default}
+				}
+			}
+			next[s] = append([]int64{}, out...)
+		}
+		bags = next
+	}
+	n.memo[name] = bags
+	return bags
+}
+
+// randomCase builds a random spec (chains of 0–5 ops, float, bytes and cross features) and batch.
+func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) {
+	spec := &Spec{}
+	var batch Batch
+	batch.Size = size
+	named := map[string]Input{}
+	randLens := func() []int64 {
+		if r.IntN(4) == 0 {
+			return nil
+		}
+		l := make([]int64, size)
+		for i := range l {
+			l[i] = int64(r.IntN(6))
+			if r.IntN(20) == 0 {
+				l[i] = int64(r.IntN(40))
+			}
+		}
+		return l
+	}
+	total := func(l []int64) int {
+		if l == nil {
+			return size
+		}
+		t := 0
+		for _, x := range l {
+			t += int(x)
+		}
+		return t
+	}
+	intOps := func() []OpSpec {
+		var ops []OpSpec
+		for range r.IntN(5) {
+			switch r.IntN(7) {
+			case 0:
+				ops = append(ops, OpSpec{Op: "hash", Seed: ptr(r.Uint64())})
+			case 1:
+				ops = append(ops, OpSpec{Op: "mod", N: ptr(int64(1 + r.IntN(50)))})
+			case 2:
+				ops = append(ops, OpSpec{Op: "bucketize", Boundaries: []float64{-3, 0, 5, 17}})
+			case 3:
+				ops = append(ops, OpSpec{Op: "truncate", N: ptr(int64(1 + r.IntN(4))), Keep: ptr([]string{"first", "last"}[r.IntN(2)])})
+			case 4:
+				ops = append(ops, OpSpec{Op: "filter", Values: []int64{0, 3, 7}, Mode: ptr([]string{"drop", "keep"}[r.IntN(2)])})
+			case 5:
+				ops = append(ops, OpSpec{Op: "mask", Range: []int64{-5, 10}})
+			case 6:
+				ops = append(ops, OpSpec{Op: "fill_missing", Default: ptr(int64(-1))})
+			}
+		}
+		return ops
+	}
+	var ints []string
+	for f := range nfeat {
+		name := fmt.Sprintf("f%d", f)
+		fs := FeatureSpec{Name: name}
+		switch k := r.IntN(6); {
+		case k == 0 && len(ints) >= 2:
+			a, b := ints[r.IntN(len(ints))], ints[r.IntN(len(ints))]
+			fs.Ops = append([]OpSpec{{Op: "cross", Fields: []string{a, b}, Seed: ptr(uint64(7))}}, intOps()...)
+			if r.IntN(2) == 0 {
+				fs.Output = ptr(false)
+			}
+		case k == 1:
+			fs.DType = Float
+			lens := randLens()
+			in := Input{Kind: KindFloat64, Lengths: lens}
+			if r.IntN(2) == 0 {
+				in.Kind = KindFloat32
+			}
+			for range total(lens) {
+				v := math.Round(r.NormFloat64()*40) / 4
+				in.F64 = append(in.F64, v)
+				in.F32 = append(in.F32, float32(v))
+			}
+			if in.Kind == KindFloat32 {
+				in.F64 = nil
+			} else {
+				in.F32 = nil
+			}
+			fs.Ops = append([]OpSpec{{Op: "bucketize", Boundaries: []float64{-2.5, 0, 0.25, 4}}}, intOps()...)
+			named[name] = in
+		case k == 2:
+			fs.DType = Bytes
+			lens := randLens()
+			in := Input{Kind: KindBytes, Lengths: lens}
+			for range total(lens) {
+				s := fmt.Sprintf("%x", r.IntN(1<<r.IntN(20)))
+				in.Bytes = append(in.Bytes, s...)
+				in.ByteLens = append(in.ByteLens, int64(len(s)))
+			}
+			fs.Ops = append([]OpSpec{{Op: "hash", Seed: ptr(uint64(r.IntN(3)))}}, intOps()...)
+			named[name] = in
+		default:
+			lens := randLens()
+			in := Input{Kind: KindInt64, Lengths: lens}
+			for range total(lens) {
+				in.Ints = append(in.Ints, int64(r.IntN(30))-10)
+			}
+			fs.Ops = intOps()
+			named[name] = in
+		}
+		if fs.DType != Float && fs.DType != Bytes {
+			ints = append(ints, name)
+		}
+		spec.Features = append(spec.Features, fs)
+	}
+	return spec, batch, named
+}
+
+func TestApplyMatchesNaive(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for trial := range 60 {
+		spec, batch, named := randomCase(r, 1+r.IntN(12), r.IntN(40))
+		eng, err := Compile(spec)
+		require.NoError(t, err, "trial %d", trial)
+		for _, in := range eng.Inputs() {
+			batch.Inputs = append(batch.Inputs, named[in.Name])
+		}
+		res, err := eng.Apply(batch)
+		require.NoError(t, err, "trial %d", trial)
+		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string][][]int64{}}
+		for _, key := range res.Keys() {
+			vals, lens, err := res.Feature(key)
+			require.NoError(t, err)
+			var wantVals, wantLens []int64
+			for _, bag := range ref.feature(key) {
+				wantVals = append(wantVals, bag...)
+				wantLens = append(wantLens, int64(len(bag)))
+			}
+			if wantLens == nil {
+				wantLens = []int64{}
+			}
+			assert.Equal(t, len(wantVals), len(vals), "trial %d feature %s", trial, key)
+			if len(wantVals) > 0 {
+				assert.Equal(t, wantVals, vals, "trial %d feature %s", trial, key)
+			}
+			assert.Equal(t, wantLens, append([]int64{}, lens...), "trial %d feature %s", trial, key)
+		}
+		values := make([]int64, res.NumValues())
+		lengths := make([]int64, len(res.Keys())*res.Size())
+		require.NoError(t, res.CopyTo(values, lengths))
+	}
+}
+
+// TestTilesSpanFields runs groups large enough to be cut into several tiles, with fields of very
+// different lengths, so tiles start and end inside fields.
+func TestTilesSpanFields(t *testing.T) {
+	spec := &Spec{}
+	batch := Batch{Size: 3000}
+	for f, per := range []int{1, 37, 0, 5} {
+		spec.Features = append(spec.Features, FeatureSpec{Name: fmt.Sprint("s", f), Ops: []OpSpec{
+			{Op: "truncate", N: ptr(int64(30)), Keep: ptr("last")}, {Op: "hash"}, {Op: "mod", N: ptr(int64(1000))},
+		}})
+		in := Input{Kind: KindInt64}
+		for b := range batch.Size {
+			l := per * (b % 3)
+			in.Lengths = append(in.Lengths, int64(l))
+			for k := range l {
+				in.Ints = append(in.Ints, int64(b*100+k))
+			}
+		}
+		batch.Inputs = append(batch.Inputs, in)
+	}
+	eng, err := Compile(spec)
+	require.NoError(t, err)
+	assert.Equal(t, 12, eng.Plan().CallsBefore)
+	assert.Equal(t, 3, eng.Plan().CallsAfter)
+	res, err := eng.Apply(batch)
+	require.NoError(t, err)
+	vals, lens, err := res.Feature("s1")
+	require.NoError(t, err)
+	pos := 0
+	for b, l := range lens {
+		full := int64(37 * (b % 3))
+		require.Equal(t, min(full, 30), l)
+		for k := full - l; k < full; k++ {
+			want := int64(kernels.HashID(int64(b*100)+k, 0)) % 1000
+			if want < 0 {
+				want += 1000
+			}
+			require.Equal(t, want, vals[pos])
+			pos++
+		}
+	}
+}
+
+func TestPlanFusesAcrossFields(t *testing.T) {
+	spec := &Spec{Features: []FeatureSpec{
+		{Name: "a", Ops: []OpSpec{{Op: "hash"}, {Op: "mod", N: ptr(int64(10))}}},
+		{Name: "b", Ops: []OpSpec{{Op: "hash"}, {Op: "mod", N: ptr(int64(10))}}},
+		{Name: "c", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(2))}, {Op: "hash"}, {Op: "mod", N: ptr(int64(10))}}},
+		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"a", "c"}}, {Op: "mod", N: ptr(int64(10))}}},
+	}}
+	eng, err := Compile(spec)
+	require.NoError(t, err)
+	p := eng.Plan()
+	assert.Equal(t, 9, p.CallsBefore)
+	var got []string
+	for _, g := range p.Groups {
+		got = append(got, fmt.Sprintf("%s%v", g.Op, g.Features))
+	}
+	// truncate(c) heads the longest remaining path (c -> x), so it runs first and every later
+	// kind fuses across all fields that have it.
+	assert.Equal(t, []string{"truncate[c]", "hash[a b c]", "mod[a b c]", "cross[x]", "mod[x]"}, got)
+	assert.Equal(t, 5, p.CallsAfter)
+	assert.InDelta(t, 1-5.0/9, p.Reduction(), 1e-12)
+	assert.Equal(t, []string{"a", "b", "c", "x"}, eng.OutputKeys())
+}
+
+func TestCompileErrors(t *testing.T) {
+	cases := []struct {
+		name, json, want string
+	}{
+		{"unknown op", `{"features":[{"name":"a","ops":[{"op":"sqrt"}]}]}`, `unknown op "sqrt"`},
+		{"unknown key", `{"features":[{"name":"a","ops":[{"op":"hash","salt":1}]}]}`, `unknown field "salt"`},
+		{"truncate 0", `{"features":[{"name":"a","ops":[{"op":"truncate","n":0}]}]}`, "length n >= 1"},
+		{"unsorted", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"bucketize","boundaries":[1,0]}]}]}`, "strictly increasing"},
+		{"duplicate boundary", `{"features":[{"name":"a","ops":[{"op":"bucketize","boundaries":[1,1]}]}]}`, "strictly increasing"},
+		{"int boundary", `{"features":[{"name":"a","ops":[{"op":"bucketize","boundaries":[0.5]}]}]}`, "not an int64"},
+		{"cycle", `{"features":[{"name":"a","ops":[{"op":"cross","fields":["b","c"]}]},{"name":"b","ops":[{"op":"cross","fields":["a","c"]}]},{"name":"c","ops":[]}]}`, "cycle: a, b"},
+		{"self cross", `{"features":[{"name":"a","ops":[{"op":"cross","fields":["a","a"]}]}]}`, "cycle: a"},
+		{"mod on float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"mod","n":3}]}]}`, "dtype mismatch"},
+		{"hash float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"hash"}]}]}`, "dtype mismatch"},
+		{"truncate bytes", `{"features":[{"name":"a","dtype":"bytes","ops":[{"op":"truncate","n":3}]}]}`, "dtype mismatch"},
+		{"float no ops", `{"features":[{"name":"a","dtype":"float","ops":[]}]}`, "starting with bucketize"},
+		{"mod 0", `{"features":[{"name":"a","ops":[{"op":"mod","n":0}]}]}`, "n > 0"},
+		{"cross late", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"hash"},{"op":"cross","fields":["a","a"]}]}]}`, "first op"},
+		{"cross unknown", `{"features":[{"name":"x","ops":[{"op":"cross","fields":["a","b"]}]}]}`, `"a" is not a feature`},
+		{"cross three", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a","a","a"]}]}]}`, "exactly two"},
+		{"extra param", `{"features":[{"name":"a","ops":[{"op":"hash","n":3}]}]}`, `does not take "n"`},
+		{"duplicate name", `{"features":[{"name":"a","ops":[]},{"name":"a","ops":[]}]}`, "duplicate"},
+		{"keep", `{"features":[{"name":"a","ops":[{"op":"truncate","n":2,"keep":"middle"}]}]}`, "first"},
+		{"filter both", `{"features":[{"name":"a","ops":[{"op":"filter","values":[1],"range":[0,2]}]}]}`, "exactly one"},
+		{"filter range", `{"features":[{"name":"a","ops":[{"op":"filter","range":[3,2]}]}]}`, "lo <= hi"},
+		{"dtype", `{"features":[{"name":"a","dtype":"string","ops":[]}]}`, "unknown dtype"},
+		{"conflicting input", `{"features":[{"name":"a","input":"x","ops":[]},{"name":"b","input":"x","dtype":"bytes","ops":[{"op":"hash"}]}]}`, "declared"},
+		{"empty", `{"features":[]}`, "no features"},
+		{"no output", `{"features":[{"name":"a","output":false,"ops":[]}]}`, "no feature has output"},
+		{"syntax", `{"features":[`, "feature spec"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			spec, err := ParseSpec([]byte(c.json))
+			if err == nil {
+				_, err = Compile(spec)
+			}
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestApplyErrors(t *testing.T) {
+	eng, err := Compile(&Spec{Features: []FeatureSpec{
+		{Name: "i", Ops: []OpSpec{{Op: "hash"}}},
+		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0}}}},
+		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}}},
+	}})
+	require.NoError(t, err)
+	good := func() Batch {
+		return Batch{Size: 2, Inputs: []Input{
+			{Kind: KindInt64, Ints: []int64{1, 2, 3}, Lengths: []int64{1, 2}},
+			{Kind: KindFloat32, F32: []float32{0.5, -1}},
+			{Kind: KindBytes, Bytes: []byte("abc"), ByteLens: []int64{1, 2}, Lengths: []int64{0, 2}},
+		}}
+	}
+	_, err = eng.Apply(good())
+	require.NoError(t, err)
+	cases := []struct {
+		name   string
+		mutate func(b *Batch)
+		want   string
+	}{
+		{"lengths sum", func(b *Batch) { b.Inputs[0].Lengths = []int64{1, 1} }, "lengths sum to 2 but there are 3 values"},
+		{"negative length", func(b *Batch) { b.Inputs[0].Lengths = []int64{4, -1} }, "negative"},
+		{"lengths count", func(b *Batch) { b.Inputs[0].Lengths = []int64{3} }, "1 entries for a batch of 2"},
+		{"kind", func(b *Batch) { b.Inputs[1] = Input{Kind: KindInt64, Ints: []int64{1, 2}} }, "dtype mismatch"},
+		{"dense count", func(b *Batch) { b.Inputs[1].F32 = []float32{1} }, "dense input has 1 values"},
+		{"nan", func(b *Batch) { b.Inputs[1].F32[1] = float32(math.NaN()) }, "value 1 is NaN"},
+		{"byte lens", func(b *Batch) { b.Inputs[2].ByteLens = []int64{1, 1} }, "sum to 2 but there are 3 bytes"},
+		{"inputs", func(b *Batch) { b.Inputs = b.Inputs[:2] }, "2 inputs given"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := good()
+			c.mutate(&b)
+			_, err := eng.Apply(b)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+			assert.Contains(t, err.Error(), c.want)
+		})
+	}
+}
+
+func TestResultDoesNotAliasBatch(t *testing.T) {
+	eng, err := Compile(&Spec{Features: []FeatureSpec{{Name: "a", Ops: nil}}})
+	require.NoError(t, err)
+	in := []int64{5, 6}
+	res, err := eng.Apply(Batch{Size: 2, Inputs: []Input{{Kind: KindInt64, Ints: in}}})
+	require.NoError(t, err)
+	in[0] = 99
+	vals, lens, _ := res.Feature("a")
+	assert.Equal(t, []int64{5, 6}, vals)
+	assert.Equal(t, []int64{1, 1}, lens)
+	_, _, err = res.Feature("nope")
+	assert.ErrorIs(t, err, errs.ErrNotFound)
+}
+
+func FuzzCompile(f *testing.F) {
+	f.Add([]byte(`{"features":[{"name":"a","ops":[{"op":"truncate","n":2},{"op":"hash","seed":3},{"op":"mod","n":7}]},{"name":"x","ops":[{"op":"cross","fields":["a","a"]}]}]}`))
+	f.Add([]byte(`{"features":[{"name":"f","dtype":"float","ops":[{"op":"bucketize","boundaries":[0,1]}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		spec, err := ParseSpec(data)
+		if err != nil {
+			return
+		}
+		eng, err := Compile(spec)
+		if err != nil {
+			require.ErrorIs(t, err, errs.ErrInvalid)
+			return
+		}
+		p := eng.Plan()
+		require.LessOrEqual(t, p.CallsAfter, p.CallsBefore)
+		n := 0
+		for _, g := range p.Groups {
+			n += len(g.members)
+		}
+		require.Equal(t, p.CallsBefore, n)
+		// Apply an empty batch of the right shape: must not panic.
+		b := Batch{Size: 0}
+		for _, in := range eng.Inputs() {
+			k := map[DType]Kind{Int64: KindInt64, Float: KindFloat64, Bytes: KindBytes}[in.DType]
+			b.Inputs = append(b.Inputs, Input{Kind: k, Lengths: []int64{}})
+		}
+		_, err = eng.Apply(b)
+		require.NoError(t, err)
+	})
+}
+
+func TestSpecJSONRoundTrip(t *testing.T) {
+	spec := &Spec{Features: []FeatureSpec{{Name: "a", Input: "raw", Ops: []OpSpec{{Op: "mod", N: ptr(int64(3))}}}}}
+	data, err := json.Marshal(spec)
+	require.NoError(t, err)
+	back, err := ParseSpec(data)
+	require.NoError(t, err)
+	assert.Equal(t, spec, back)
+}
