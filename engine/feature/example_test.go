@@ -27,8 +27,8 @@ func Example() {
 	}
 	res, err := eng.Apply(feature.Batch{Size: 2, Inputs: []feature.Input{
 		{Kind: feature.KindInt64, Ints: []int64{101, 102, 103, 7}, Lengths: []int64{3, 1}}, // hist
-		{Kind: feature.KindInt64, Ints: []int64{5, 6, 250}, Lengths: []int64{2, 1}},         // item
-		{Kind: feature.KindFloat64, F64: []float64{25, 64}},                                 // age (dense)
+		{Kind: feature.KindInt64, Ints: []int64{5, 6, 250}, Lengths: []int64{2, 1}},        // item
+		{Kind: feature.KindFloat64, F64: []float64{25, 64}},                                // age (dense)
 	}})
 	if err != nil {
 		panic(err)
