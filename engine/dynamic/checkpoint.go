@@ -1,0 +1,189 @@
+package dynamic
+
+import (
+	"math"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// Snapshot is a table's complete state, as plain slices (what a checkpoint stores). Rows are listed
+// up to the high water mark; a free row has ID 0, count 0 and last step 0.
+type Snapshot struct {
+	Dim, StateWidth, MaxRows, SketchWidth int // the shape it must be loaded into
+	Step                                  int64
+	IDs                                   []int64   // owner ID per row, len HighWater
+	Counts                                []int64   // batches seen per row (0: free)
+	LastSeen                              []int64   // last training step per row
+	Free                                  []int64   // the free list, bottom to top (next reused last)
+	Weights                               []float32 // HighWater × Dim (padding is not saved)
+	State                                 []float32 // HighWater × StateWidth
+	Sketch                                []uint8   // counters of every shard's sketch (nil when MinCount <= 1)
+	SketchAdds                            []int64   // additions since the last halving, per shard
+	Admitted, Evicted                     int64
+}
+
+// HighWater returns the number of rows the snapshot holds.
+func (s *Snapshot) HighWater() int { return len(s.IDs) }
+
+// Export copies the table's state. Concurrent Resolve calls wait until it is done.
+func (t *Table) Export() (*Snapshot, error) {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return nil, t.closedErr()
+	}
+	t.evictMu.Lock()
+	defer t.evictMu.Unlock()
+	t.lockAll()
+	defer t.unlockAll()
+	t.allocMu.Lock()
+	defer t.allocMu.Unlock()
+	c := &t.cfg
+	hw := t.highWater
+	s := &Snapshot{
+		Dim: c.Dim, StateWidth: c.StateWidth, MaxRows: c.MaxRows, SketchWidth: c.SketchWidth,
+		Step: int64(t.step.Load()), IDs: append([]int64(nil), t.ids[:hw]...),
+		Counts: make([]int64, hw), LastSeen: make([]int64, hw), Free: make([]int64, t.nfree),
+		Weights: make([]float32, hw*c.Dim), State: append([]float32(nil), t.state[:hw*c.StateWidth]...),
+		SketchAdds: make([]int64, numShards), Admitted: t.admitted.Load(), Evicted: t.evicted.Load(),
+	}
+	for r := range hw {
+		s.Counts[r], s.LastSeen[r] = int64(t.counts[r]), int64(t.last[r])
+		copy(s.Weights[r*c.Dim:(r+1)*c.Dim], t.weights[r*c.Stride:])
+	}
+	for i := range s.Free {
+		s.Free[i] = int64(t.free[i])
+	}
+	if c.MinCount > 1 {
+		s.Sketch = make([]uint8, 0, sketchDepth*c.SketchWidth)
+		for i := range t.shards {
+			s.Sketch = append(s.Sketch, t.shards[i].sketch.cells...)
+			s.SketchAdds[i] = int64(t.shards[i].sketch.adds)
+		}
+	}
+	return s, nil
+}
+
+// Validate checks that s is a consistent snapshot for a table of configuration c (defaults filled).
+func (s *Snapshot) validate(c *Config) error {
+	bad := func(format string, args ...any) error {
+		return errs.Invalidf("dynamic table %q: checkpoint: "+format, append([]any{c.Name}, args...)...)
+	}
+	hw := len(s.IDs)
+	switch {
+	case s.Dim != c.Dim || s.StateWidth != c.StateWidth || s.MaxRows != c.MaxRows:
+		return bad("shape dim=%d state_width=%d rows=%d does not match the table's dim=%d state_width=%d rows=%d",
+			s.Dim, s.StateWidth, s.MaxRows, c.Dim, c.StateWidth, c.MaxRows)
+	case hw > c.MaxRows:
+		return bad("%d rows exceed the row bound %d", hw, c.MaxRows)
+	case len(s.Counts) != hw || len(s.LastSeen) != hw:
+		return bad("%d ids but %d counts and %d last-seen steps", hw, len(s.Counts), len(s.LastSeen))
+	case len(s.Weights) != hw*c.Dim || len(s.State) != hw*c.StateWidth:
+		return bad("%d weights and %d state values for %d rows of dim %d and state width %d",
+			len(s.Weights), len(s.State), hw, c.Dim, c.StateWidth)
+	case s.Step < 0 || s.Step > math.MaxUint32:
+		return bad("step %d out of range", s.Step)
+	case len(s.Free) > hw:
+		return bad("free list of %d rows is longer than the %d rows", len(s.Free), hw)
+	case len(s.SketchAdds) != numShards && !(len(s.SketchAdds) == 0 && s.Sketch == nil):
+		return bad("%d sketch addition counters, expected %d", len(s.SketchAdds), numShards)
+	case s.Admitted < 0 || s.Evicted < 0:
+		return bad("negative admitted/evicted totals")
+	}
+	if c.MinCount > 1 {
+		if s.SketchWidth != c.SketchWidth || len(s.Sketch) != sketchDepth*c.SketchWidth {
+			return bad("sketch of width %d (%d counters) does not match the table's width %d (min_count differs?)",
+				s.SketchWidth, len(s.Sketch), c.SketchWidth)
+		}
+		for i, a := range s.SketchAdds {
+			if a < 0 || a >= int64(10*c.SketchWidth/numShards) {
+				return bad("sketch addition counter %d of shard %d out of range", a, i)
+			}
+		}
+	} else if len(s.Sketch) != 0 {
+		return bad("has a min-count sketch but the table admits IDs at once (min_count differs?)")
+	}
+	isFree := make([]bool, hw)
+	for _, r := range s.Free {
+		if r < 0 || r >= int64(hw) || isFree[r] {
+			return bad("free list entry %d is out of range or repeated", r)
+		}
+		isFree[r] = true
+	}
+	seen := make(map[int64]struct{}, hw-len(s.Free))
+	for r := range hw {
+		n, last := s.Counts[r], s.LastSeen[r]
+		if isFree[r] {
+			if n != 0 || last != 0 || s.IDs[r] != 0 {
+				return bad("free row %d has id %d, count %d, last step %d (expected zeros)", r, s.IDs[r], n, last)
+			}
+			continue
+		}
+		if n <= 0 || n > math.MaxUint32 || last < 0 || last > s.Step {
+			return bad("row %d has count %d and last step %d (step is %d)", r, n, last, s.Step)
+		}
+		if _, dup := seen[s.IDs[r]]; dup {
+			return bad("id %d owns more than one row", s.IDs[r])
+		}
+		seen[s.IDs[r]] = struct{}{}
+	}
+	return nil
+}
+
+// Import replaces the table's state with s after checking it; on error the table is unchanged.
+func (t *Table) Import(s *Snapshot) error {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return t.closedErr()
+	}
+	c := &t.cfg
+	if err := s.validate(c); err != nil {
+		return err
+	}
+	t.evictMu.Lock()
+	defer t.evictMu.Unlock()
+	t.lockAll()
+	defer t.unlockAll()
+	t.allocMu.Lock()
+	defer t.allocMu.Unlock()
+
+	hw := len(s.IDs)
+	// Clear the rows handed out so far (those above read as zeros already, untouched), so that rows
+	// above the new high water mark read as fresh.
+	clear(t.weights[:t.highWater*c.Stride])
+	clear(t.state[:t.highWater*c.StateWidth])
+	clear(t.ids[:t.highWater])
+	clear(t.last[:t.highWater])
+	clear(t.counts[:t.highWater])
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.keys, sh.vals, sh.n = nil, nil, 0
+		clear(sh.sketch.cells)
+		sh.sketch.adds = 0
+	}
+	for r := range hw {
+		copy(t.weights[r*c.Stride:r*c.Stride+c.Dim], s.Weights[r*c.Dim:(r+1)*c.Dim])
+		t.ids[r], t.counts[r], t.last[r] = s.IDs[r], uint32(s.Counts[r]), uint32(s.LastSeen[r])
+		if s.Counts[r] != 0 {
+			h := hashID(s.IDs[r], c.Seed)
+			t.shards[shardOf(h)].put(h, s.IDs[r], int32(r))
+		}
+	}
+	copy(t.state, s.State)
+	for i, r := range s.Free {
+		t.free[i] = int32(r)
+	}
+	t.highWater, t.nfree = hw, len(s.Free)
+	if c.MinCount > 1 {
+		w := sketchDepth * c.SketchWidth / numShards
+		for i := range t.shards {
+			copy(t.shards[i].sketch.cells, s.Sketch[i*w:(i+1)*w])
+			t.shards[i].sketch.adds = int(s.SketchAdds[i])
+		}
+	}
+	t.step.Store(uint32(s.Step))
+	t.admitted.Store(s.Admitted)
+	t.evicted.Store(s.Evicted)
+	return nil
+}

@@ -1,0 +1,149 @@
+package dynamic
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// trainSteps resolves random batches and scribbles on the resolved rows' weights and state, as an
+// optimizer would, so that checkpoints have something to carry.
+func trainSteps(t *testing.T, tab *Table, rng *rand.Rand, steps int) {
+	c := tab.Config()
+	for range steps {
+		seen := map[int64]bool{}
+		var ids []int64
+		for range 12 {
+			id := int64(rng.ExpFloat64() * 40)
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+		rows := resolve(t, tab, true, ids...)
+		for _, r := range rows {
+			if r < 0 {
+				continue
+			}
+			for j := range c.Dim {
+				tab.Weights()[int(r)*c.Stride+j] += 0.01 * float32(j+1)
+			}
+			for j := range c.StateWidth {
+				tab.State()[int(r)*c.StateWidth+j] += 1
+			}
+		}
+	}
+}
+
+func TestCheckpointRoundTripResumesIdentically(t *testing.T) {
+	cases := []Config{
+		{Name: "lru-admit", Dim: 3, Stride: 4, StateWidth: 3, MaxRows: 24, MinCount: 2, InitLow: -1, InitHigh: 1},
+		{Name: "lfu-age", Dim: 2, StateWidth: 4, MaxRows: 16, Policy: LFU, MaxAge: 8, InitHigh: 0.5},
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			a := newTable(t, c)
+			trainSteps(t, a, rand.New(rand.NewPCG(3, 4)), 40)
+			snap, err := a.Export()
+			require.NoError(t, err)
+			st, _ := a.Stats()
+			require.Positive(t, st.Evicted, "the run must exercise eviction")
+
+			b := newTable(t, c)
+			trainSteps(t, b, rand.New(rand.NewPCG(5, 6)), 7) // state to overwrite
+			require.NoError(t, b.Import(snap))
+			again, err := b.Export()
+			require.NoError(t, err)
+			assert.Equal(t, snap, again, "export → import → export is bit-exact")
+
+			// Both continue on the same batches and stay identical.
+			trainSteps(t, a, rand.New(rand.NewPCG(7, 8)), 30)
+			trainSteps(t, b, rand.New(rand.NewPCG(7, 8)), 30)
+			sa, err := a.Export()
+			require.NoError(t, err)
+			sb, err := b.Export()
+			require.NoError(t, err)
+			assert.Equal(t, sa, sb, "training resumes identically")
+		})
+	}
+}
+
+func TestImportRejectsBadSnapshots(t *testing.T) {
+	c := Config{Name: "t", Dim: 2, StateWidth: 2, MaxRows: 64, MinCount: 2, MaxAge: 3}
+	src := newTable(t, c)
+	trainSteps(t, src, rand.New(rand.NewPCG(1, 2)), 30)
+	good, err := src.Export()
+	require.NoError(t, err)
+	require.NotEmpty(t, good.Free, "the snapshot has a free list to corrupt")
+	usedRow := -1
+	for r, n := range good.Counts {
+		if n > 0 {
+			usedRow = r
+			break
+		}
+	}
+	require.GreaterOrEqual(t, usedRow, 0)
+	clone := func() *Snapshot {
+		s := *good
+		s.IDs = append([]int64(nil), good.IDs...)
+		s.Counts = append([]int64(nil), good.Counts...)
+		s.LastSeen = append([]int64(nil), good.LastSeen...)
+		s.Free = append([]int64(nil), good.Free...)
+		s.Sketch = append([]uint8(nil), good.Sketch...)
+		s.SketchAdds = append([]int64(nil), good.SketchAdds...)
+		return &s
+	}
+	cases := []struct {
+		name string
+		edit func(s *Snapshot)
+		msg  string
+	}{
+		{"other dim", func(s *Snapshot) { s.Dim = 3 }, "does not match"},
+		{"other bound", func(s *Snapshot) { s.MaxRows = 32 }, "does not match"},
+		{"other state width", func(s *Snapshot) { s.StateWidth = 0 }, "does not match"},
+		{"short counts", func(s *Snapshot) { s.Counts = s.Counts[1:] }, "counts"},
+		{"short weights", func(s *Snapshot) { s.Weights = s.Weights[1:] }, "weights"},
+		{"negative step", func(s *Snapshot) { s.Step = -1 }, "step"},
+		{"free out of range", func(s *Snapshot) { s.Free[0] = 99 }, "free list entry"},
+		{"free repeated", func(s *Snapshot) { s.Free = append(s.Free, s.Free[0]) }, "free list"},
+		{"free row with id", func(s *Snapshot) { s.IDs[s.Free[0]] = 5 }, "free row"},
+		{"zero count in use", func(s *Snapshot) { s.Counts[usedRow] = 0 }, "row"},
+		{"last after step", func(s *Snapshot) { s.LastSeen[usedRow] = s.Step + 1 }, "last step"},
+		{"duplicate id", func(s *Snapshot) {
+			for r := range s.IDs {
+				if r != usedRow && s.Counts[r] > 0 {
+					s.IDs[r] = s.IDs[usedRow]
+					return
+				}
+			}
+		}, "more than one row"},
+		{"sketch shape", func(s *Snapshot) { s.Sketch = s.Sketch[:10] }, "sketch"},
+		{"sketch missing", func(s *Snapshot) { s.Sketch = nil }, "sketch"},
+		{"sketch adds", func(s *Snapshot) { s.SketchAdds[3] = -1 }, "sketch addition"},
+	}
+	dst := newTable(t, c)
+	before, err := dst.Export()
+	require.NoError(t, err)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := clone()
+			tc.edit(s)
+			err := dst.Import(s)
+			require.Error(t, err)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+			assert.Contains(t, err.Error(), tc.msg)
+			after, err := dst.Export()
+			require.NoError(t, err)
+			assert.Equal(t, before, after, "a rejected import leaves the table unchanged")
+		})
+	}
+	require.NoError(t, dst.Import(clone()), "the unedited snapshot loads")
+
+	noSketch := newTable(t, Config{Name: "t", Dim: 2, StateWidth: 2, MaxRows: 64, MaxAge: 3})
+	err = noSketch.Import(clone())
+	assert.ErrorContains(t, err, "min_count differs")
+}

@@ -1,0 +1,148 @@
+package dynamic
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// Policy chooses which rows an eviction pass frees when the table is full.
+type Policy int
+
+const (
+	// LRU evicts the rows seen least recently (stalest first).
+	LRU Policy = iota
+	// LFU evicts the rows seen in the fewest batches (ties: stalest first).
+	LFU
+)
+
+// String returns "lru" or "lfu".
+func (p Policy) String() string {
+	switch p {
+	case LRU:
+		return "lru"
+	case LFU:
+		return "lfu"
+	default:
+		return fmt.Sprintf("Policy(%d)", int(p))
+	}
+}
+
+// ParsePolicy parses "lru" or "lfu".
+func ParsePolicy(s string) (Policy, error) {
+	switch s {
+	case "lru":
+		return LRU, nil
+	case "lfu":
+		return LFU, nil
+	default:
+		return 0, errs.Invalidf("eviction policy %q: expected \"lru\" or \"lfu\"", s)
+	}
+}
+
+// MaxCount is the largest MinCount (the sketch's counters are 8 bits).
+const MaxCount = 255
+
+// MaxRowBound is the largest row bound a table accepts (rows are int32 inside the map).
+const MaxRowBound = math.MaxInt32 - 1
+
+// Config describes a dynamic table. The zero values of the optional fields pick the defaults noted.
+type Config struct {
+	Name       string  // table name, used in error messages
+	Dim        int     // embedding dimension, > 0
+	Stride     int     // floats per weight row, >= Dim (0: Dim)
+	StateWidth int     // optimizer-state floats per row, >= 0 (see embedding.OptimizerConfig)
+	MaxRows    int     // row bound: the most IDs the table holds at once, > 0
+	MinCount   int     // batches an ID must be seen in before it gets a row (0 or 1: at once)
+	Policy     Policy  // which rows a full table evicts
+	MaxAge     int     // evict rows unseen for more than MaxAge steps (0: only when full)
+	EvictFrac  float64 // fraction of MaxRows one eviction pass frees, in (0, 1] (0: 1/32)
+	InitLow    float32 // new rows' weights are uniform in [InitLow, InitHigh)
+	InitHigh   float32
+	Seed       uint64    // seeds the per-ID init generator and the hashes
+	Default    []float32 // eval-mode vector for unseen IDs (nil: they resolve to -1, zeros)
+	ManualStep bool      // the clock moves only with Advance, not with each training Resolve
+	// SketchWidth is the total number of counters per sketch row across shards (0: MaxRows rounded up
+	// to a power of two, at least 4096). Only used when MinCount > 1.
+	SketchWidth int
+}
+
+// withDefaults validates c and fills its defaults.
+func (c Config) withDefaults() (Config, error) {
+	bad := func(format string, args ...any) (Config, error) {
+		return c, errs.Invalidf("dynamic table %q: "+format, append([]any{c.Name}, args...)...)
+	}
+	switch {
+	case c.Dim <= 0:
+		return bad("embedding dim must be positive, got %d", c.Dim)
+	case c.Stride < 0 || (c.Stride != 0 && c.Stride < c.Dim):
+		return bad("stride %d must be at least the dim %d", c.Stride, c.Dim)
+	case c.StateWidth < 0:
+		return bad("optimizer state width must be non-negative, got %d", c.StateWidth)
+	case c.MaxRows <= 0:
+		return bad("row bound (num_embeddings) must be positive, got %d", c.MaxRows)
+	case c.MaxRows > MaxRowBound:
+		return bad("row bound %d exceeds the maximum %d", c.MaxRows, MaxRowBound)
+	case c.MinCount < 0 || c.MinCount > MaxCount:
+		return bad("min_count must be in [0, %d], got %d", MaxCount, c.MinCount)
+	case c.Policy != LRU && c.Policy != LFU:
+		return bad("unknown eviction policy %d", int(c.Policy))
+	case c.MaxAge < 0:
+		return bad("max_age must be non-negative, got %d", c.MaxAge)
+	case math.IsNaN(c.EvictFrac) || c.EvictFrac < 0 || c.EvictFrac > 1:
+		return bad("evict fraction must be in (0, 1], got %v", c.EvictFrac)
+	case c.SketchWidth < 0:
+		return bad("sketch width must be non-negative, got %d", c.SketchWidth)
+	case isBad(c.InitLow) || isBad(c.InitHigh) || c.InitLow > c.InitHigh:
+		return bad("init range [%v, %v) is not a finite, ordered interval", c.InitLow, c.InitHigh)
+	case c.Default != nil && len(c.Default) != c.Dim:
+		return bad("default vector has %d values, expected dim %d", len(c.Default), c.Dim)
+	}
+	for i, v := range c.Default {
+		if isBad(v) {
+			return bad("default vector value %d is %v", i, v)
+		}
+	}
+	if c.Stride == 0 {
+		c.Stride = c.Dim
+	}
+	if c.MinCount == 0 {
+		c.MinCount = 1
+	}
+	if c.EvictFrac == 0 {
+		c.EvictFrac = 1.0 / 32
+	}
+	if c.SketchWidth == 0 {
+		c.SketchWidth = max(4096, nextPow2(c.MaxRows))
+	}
+	c.SketchWidth = max(numShards*minSketchShardWidth, nextPow2(c.SketchWidth))
+	if c.Default != nil {
+		c.Default = append([]float32(nil), c.Default...)
+	}
+	return c, nil
+}
+
+func isBad(v float32) bool { return math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) }
+
+// nextPow2 returns the smallest power of two >= n (1 for n <= 1).
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
+}
+
+// evictBatch is the number of rows one eviction pass tries to free.
+func (c *Config) evictBatch() int {
+	return max(1, int(math.Ceil(c.EvictFrac*float64(c.MaxRows))))
+}
+
+// storageRows is the number of weight rows the storage holds: the bound plus the default row.
+func (c *Config) storageRows() int {
+	if c.Default != nil {
+		return c.MaxRows + 1
+	}
+	return c.MaxRows
+}

@@ -1,0 +1,166 @@
+package dynamic
+
+import (
+	"slices"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// candidate is a row an eviction pass may free, with its sort key (smaller goes first).
+type candidate struct {
+	key uint64
+	row int32
+}
+
+func less(a, b candidate) bool { return a.key < b.key || (a.key == b.key && a.row < b.row) }
+
+// evictionKey orders rows for the table's policy: LRU by last step seen; LFU by count, then staleness.
+func (t *Table) evictionKey(r int) uint64 {
+	if t.cfg.Policy == LFU {
+		return uint64(t.counts[r])<<32 | uint64(t.last[r])
+	}
+	return uint64(t.last[r])
+}
+
+// hasRoom reports whether a row can be taken without evicting.
+func (t *Table) hasRoom() bool {
+	t.allocMu.Lock()
+	defer t.allocMu.Unlock()
+	return t.nfree > 0 || t.highWater < t.cfg.MaxRows
+}
+
+func (t *Table) lockAll() {
+	for i := range t.shards {
+		t.shards[i].mu.Lock()
+	}
+}
+
+func (t *Table) unlockAll() {
+	for i := range t.shards {
+		t.shards[i].mu.Unlock()
+	}
+}
+
+// evictFull frees the EvictFrac of rows first in the policy's order among those not seen in the
+// current step. It runs when an admission finds the table full: one pass costs O(rows) (collection
+// and a linear-time selection) and frees evictBatch rows, so each admission pays O(1/EvictFrac)
+// amortised. It fails with a capacity error only when every row was seen in the current step.
+func (t *Table) evictFull(step uint32) error {
+	t.evictMu.Lock()
+	defer t.evictMu.Unlock()
+	if t.hasRoom() { // another goroutine's pass freed rows while this one waited
+		return nil
+	}
+	t.lockAll()
+	defer t.unlockAll()
+	cands := t.collect(func(r int) bool { return t.last[r] != step })
+	if len(cands) == 0 {
+		return errs.Capacityf("dynamic table %q: all %d rows hold IDs of the current batch; raise the row "+
+			"bound (num_embeddings) above the number of distinct IDs one batch can have", t.cfg.Name, t.cfg.MaxRows)
+	}
+	k := min(t.cfg.evictBatch(), len(cands))
+	selectSmallest(cands, k)
+	t.release(cands[:k])
+	return nil
+}
+
+// evictStale frees every row not seen in the last MaxAge steps.
+func (t *Table) evictStale(step uint32) error {
+	t.evictMu.Lock()
+	defer t.evictMu.Unlock()
+	t.lockAll()
+	defer t.unlockAll()
+	age := uint32(t.cfg.MaxAge)
+	t.release(t.collect(func(r int) bool { return step-t.last[r] > age }))
+	return nil
+}
+
+// collect lists the rows in use that pass keep, in row order (caller holds every shard lock).
+func (t *Table) collect(keep func(r int) bool) []candidate {
+	t.allocMu.Lock()
+	hw := t.highWater
+	t.allocMu.Unlock()
+	if t.scratch == nil {
+		t.scratch = make([]candidate, 0, t.cfg.MaxRows)
+	}
+	cands := t.scratch[:0]
+	for r := range hw {
+		if t.counts[r] != 0 && keep(r) {
+			cands = append(cands, candidate{key: t.evictionKey(r), row: int32(r)})
+		}
+	}
+	return cands
+}
+
+// release frees rows: removes their IDs from the map, resets their weights and state to zero, and
+// pushes them on the free list so that they are reused in ascending row order (caller holds every
+// shard lock).
+func (t *Table) release(victims []candidate) {
+	if len(victims) == 0 {
+		return
+	}
+	slices.SortFunc(victims, func(a, b candidate) int { return int(a.row) - int(b.row) })
+	c := &t.cfg
+	for _, v := range victims {
+		r := int(v.row)
+		id := t.ids[r]
+		h := hashID(id, c.Seed)
+		t.shards[shardOf(h)].del(h, id)
+		clear(t.weights[r*c.Stride : (r+1)*c.Stride])
+		clear(t.state[r*c.StateWidth : (r+1)*c.StateWidth])
+		t.ids[r], t.last[r], t.counts[r] = 0, 0, 0
+	}
+	t.allocMu.Lock()
+	for i := len(victims) - 1; i >= 0; i-- {
+		t.free[t.nfree] = victims[i].row
+		t.nfree++
+	}
+	t.allocMu.Unlock()
+	t.evicted.Add(int64(len(victims)))
+}
+
+// selectSmallest reorders a so that its first k elements are its k smallest (in any order), with
+// Hoare-partition quickselect: expected O(len(a)).
+func selectSmallest(a []candidate, k int) {
+	if k <= 0 || k >= len(a) {
+		return
+	}
+	lo, hi := 0, len(a)-1
+	target := k - 1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		// median of three as pivot
+		if less(a[mid], a[lo]) {
+			a[mid], a[lo] = a[lo], a[mid]
+		}
+		if less(a[hi], a[lo]) {
+			a[hi], a[lo] = a[lo], a[hi]
+		}
+		if less(a[hi], a[mid]) {
+			a[hi], a[mid] = a[mid], a[hi]
+		}
+		p := a[mid]
+		i, j := lo, hi
+		for i <= j {
+			for less(a[i], p) {
+				i++
+			}
+			for less(p, a[j]) {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case target <= j:
+			hi = j
+		case target >= i:
+			lo = i
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,325 @@
+package dynamic
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/offheap"
+	"github.com/recgo/recgo/internal/parallel"
+)
+
+// Marks written into rows during Resolve before the admission pass.
+const (
+	noRow    = -1 // the ID has no row (pools as zeros)
+	toAdmit  = -2 // the ID reached MinCount and gets a row in the second pass
+	parallelMin = 8192
+)
+
+// Table is a dynamic-ID embedding table and its RowSource. All methods are safe for concurrent use.
+type Table struct {
+	cfg Config
+	buf *offheap.Buffer
+
+	weights []float32 // storageRows × Stride
+	state   []float32 // storageRows × StateWidth
+	ids     []int64   // owner ID of each row
+	last    []uint32  // step each row was last seen in training
+	counts  []uint32  // batches each row's ID was seen in; 0 marks a free row
+	free    []int32   // free-list stack of evicted rows (first nfree entries)
+
+	shards [numShards]shard
+
+	allocMu   sync.Mutex // guards highWater, nfree, free
+	highWater int        // rows [0, highWater) have been handed out at least once
+	nfree     int
+
+	evictMu sync.Mutex // one eviction pass at a time; guards scratch
+	scratch []candidate
+
+	step                atomic.Uint32
+	admitted, evicted   atomic.Int64
+	closeMu             sync.RWMutex
+	closed              bool
+	weightOff, stateOff int
+}
+
+// New creates a table with its storage reserved (not committed) up to the row bound.
+func New(cfg Config) (*Table, error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	t := &Table{cfg: c}
+	rows := c.storageRows()
+	var off int
+	section := func(bytes int) int { // page-aligned sections, so each grows from its own first page
+		at := off
+		off += (bytes + offheap.PageSize - 1) / offheap.PageSize * offheap.PageSize
+		return at
+	}
+	wOff := section(rows * c.Stride * 4)
+	sOff := section(rows * c.StateWidth * 4)
+	iOff := section(c.MaxRows * 8)
+	lOff := section(c.MaxRows * 4)
+	cOff := section(c.MaxRows * 4)
+	fOff := section(c.MaxRows * 4)
+	buf, err := offheap.Reserve(off)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic table %q: %w", c.Name, err)
+	}
+	t.buf, t.weightOff, t.stateOff = buf, wOff, sOff
+	t.weights = view[float32](buf, wOff, rows*c.Stride)
+	t.state = view[float32](buf, sOff, rows*c.StateWidth)
+	t.ids = view[int64](buf, iOff, c.MaxRows)
+	t.last = view[uint32](buf, lOff, c.MaxRows)
+	t.counts = view[uint32](buf, cOff, c.MaxRows)
+	t.free = view[int32](buf, fOff, c.MaxRows)
+	for i := range t.shards {
+		t.shards[i].sketch = newSketch(c.SketchWidth/numShards, c.Seed, c.MinCount > 1)
+	}
+	if c.Default != nil {
+		copy(t.weights[c.MaxRows*c.Stride:], c.Default)
+	}
+	return t, nil
+}
+
+// view returns n values of type T at byte offset off of b.
+func view[T any](b *offheap.Buffer, off, n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(&b.Bytes()[off])), n)
+}
+
+// Config returns the table's configuration with defaults filled in.
+func (t *Table) Config() Config { return t.cfg }
+
+// Weights returns the weight storage, StorageRows × Stride floats (address stable until Close).
+func (t *Table) Weights() []float32 { return t.weights }
+
+// State returns the optimizer-state storage, StorageRows × StateWidth floats.
+func (t *Table) State() []float32 { return t.state }
+
+// StorageRows is the number of rows of Weights: the row bound, plus one for the default row.
+func (t *Table) StorageRows() int { return t.cfg.storageRows() }
+
+// DefaultRow returns the row holding the eval-mode default vector, or -1 without one.
+func (t *Table) DefaultRow() int64 {
+	if t.cfg.Default == nil {
+		return noRow
+	}
+	return int64(t.cfg.MaxRows)
+}
+
+// Step returns the table's clock: the number of training steps so far.
+func (t *Table) Step() int64 { return int64(t.step.Load()) }
+
+// Advance moves the clock one step (for ManualStep tables; it also works on the others) and runs the
+// MaxAge sweep when one is due.
+func (t *Table) Advance() error {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return t.closedErr()
+	}
+	return t.tick()
+}
+
+func (t *Table) tick() error {
+	step := t.step.Add(1)
+	if t.cfg.MaxAge > 0 && step%uint32(max(1, t.cfg.MaxAge/4)) == 0 {
+		return t.evictStale(step)
+	}
+	return nil
+}
+
+func (t *Table) closedErr() error { return errs.Invalidf("dynamic table %q is closed", t.cfg.Name) }
+
+// Resolve implements embedding.RowSource. In training mode it counts every ID, gives a row to each ID
+// that has reached MinCount (evicting when the table is full), and stamps the rows with the current
+// step; in eval mode it only looks IDs up: an ID without a row resolves to the default row or -1.
+// IDs are expected to be unique within a call (the collection deduplicates); with duplicates, each
+// occurrence counts as a sighting.
+func (t *Table) Resolve(ids []int64, rows []int64, train bool) error {
+	if len(ids) != len(rows) {
+		return errs.Invalidf("dynamic table %q: %d ids but %d row slots", t.cfg.Name, len(ids), len(rows))
+	}
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return t.closedErr()
+	}
+	if train && !t.cfg.ManualStep {
+		if err := t.tick(); err != nil {
+			return err
+		}
+	}
+	step := t.step.Load()
+	lookup := func(lo, hi int) { t.lookup(ids[lo:hi], rows[lo:hi], train, step) }
+	if len(ids) >= parallelMin {
+		parallel.For(len(ids), parallelMin/4, lookup)
+	} else {
+		lookup(0, len(ids))
+	}
+	if !train {
+		return nil
+	}
+	for i, r := range rows {
+		if r == toAdmit {
+			row, err := t.admit(ids[i], step)
+			if err != nil {
+				return err
+			}
+			rows[i] = int64(row)
+		}
+	}
+	return nil
+}
+
+// lookup is Resolve's first pass: rows of known IDs (stamped and counted in training), sightings of
+// unknown ones, and toAdmit marks for those that reached MinCount.
+func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
+	def := t.DefaultRow()
+	for i, id := range ids {
+		h := hashID(id, t.cfg.Seed)
+		s := &t.shards[shardOf(h)]
+		s.mu.Lock()
+		r := s.get(h, id)
+		switch {
+		case r >= 0:
+			if train {
+				t.touch(r, step)
+			}
+			rows[i] = int64(r)
+		case !train:
+			rows[i] = def
+		case t.cfg.MinCount <= 1 || s.sketch.add(h) >= t.cfg.MinCount:
+			rows[i] = toAdmit
+		default:
+			rows[i] = noRow
+		}
+		s.mu.Unlock()
+	}
+}
+
+// touch records a training sighting of row r (caller holds the owner's shard lock).
+func (t *Table) touch(r int32, step uint32) {
+	t.last[r] = step
+	if t.counts[r] < ^uint32(0) {
+		t.counts[r]++
+	}
+}
+
+// admit gives id a row (or returns the one another goroutine just gave it), evicting if full.
+func (t *Table) admit(id int64, step uint32) (int32, error) {
+	h := hashID(id, t.cfg.Seed)
+	s := &t.shards[shardOf(h)]
+	for {
+		s.mu.Lock()
+		if r := s.get(h, id); r >= 0 {
+			t.touch(r, step)
+			s.mu.Unlock()
+			return r, nil
+		}
+		if r, ok := t.takeRow(); ok {
+			s.put(h, id, r)
+			t.ids[r], t.last[r], t.counts[r] = id, step, 1
+			if t.cfg.MinCount > 1 {
+				t.counts[r] = uint32(s.sketch.estimate(h))
+			}
+			t.initRow(r, id)
+			s.mu.Unlock()
+			t.admitted.Add(1)
+			return r, nil
+		}
+		s.mu.Unlock()
+		if err := t.evictFull(step); err != nil {
+			return noRow, err
+		}
+	}
+}
+
+// takeRow pops a free row or extends the high water mark; false when the table is full.
+func (t *Table) takeRow() (int32, bool) {
+	t.allocMu.Lock()
+	defer t.allocMu.Unlock()
+	if t.nfree > 0 {
+		t.nfree--
+		return t.free[t.nfree], true
+	}
+	if t.highWater < t.cfg.MaxRows {
+		t.highWater++
+		return int32(t.highWater - 1), true
+	}
+	return 0, false
+}
+
+// initRow writes a new row: weights drawn from the per-ID generator, padding and state zero.
+func (t *Table) initRow(r int32, id int64) {
+	c := &t.cfg
+	w := t.weights[int(r)*c.Stride : int(r+1)*c.Stride]
+	InitVector(w[:c.Dim], id, c.Seed, c.InitLow, c.InitHigh)
+	clear(w[c.Dim:])
+	clear(t.state[int(r)*c.StateWidth : int(r+1)*c.StateWidth])
+}
+
+// InitVector fills dst with the initial weights a table seeded with seed gives id: uniform in
+// [low, high) from a splitmix64 stream keyed by (seed, id). Tests and references use it to predict
+// a row's starting point.
+func InitVector(dst []float32, id int64, seed uint64, low, high float32) {
+	x := mix(uint64(id)^mix(seed)) | 1
+	span := high - low
+	for j := range dst {
+		x += 0x9e3779b97f4a7c15
+		u := float32(mix(x)>>40) / (1 << 24) // [0, 1) with 24 random bits
+		dst[j] = low + span*u
+	}
+}
+
+// Close releases the storage. Resolve, Advance and the storage views are invalid afterwards.
+func (t *Table) Close() error {
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
+	if t.closed {
+		return nil
+	}
+	t.closed = true
+	t.weights, t.state, t.ids, t.last, t.counts, t.free = nil, nil, nil, nil, nil, nil
+	return t.buf.Free()
+}
+
+// Stats describes a table's occupancy and history.
+type Stats struct {
+	Rows          int   // IDs holding a row now
+	HighWater     int   // rows ever handed out (the committed part of the storage)
+	MaxRows       int   // the row bound
+	Step          int64 // training steps so far
+	Admitted      int64 // IDs given a row, ever
+	Evicted       int64 // rows freed by eviction, ever
+	ReservedBytes int   // address space reserved for storage and metadata
+	ResidentBytes int   // memory of the storage actually committed (pages touched)
+}
+
+// Stats returns the current statistics.
+func (t *Table) Stats() (Stats, error) {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return Stats{}, t.closedErr()
+	}
+	t.allocMu.Lock()
+	hw, nfree := t.highWater, t.nfree
+	t.allocMu.Unlock()
+	res, err := t.buf.ResidentBytes(0, t.buf.Len())
+	if err != nil {
+		return Stats{}, err
+	}
+	return Stats{
+		Rows: hw - nfree, HighWater: hw, MaxRows: t.cfg.MaxRows, Step: t.Step(),
+		Admitted: t.admitted.Load(), Evicted: t.evicted.Load(),
+		ReservedBytes: t.buf.Len(), ResidentBytes: res,
+	}, nil
+}
