@@ -18,11 +18,15 @@ from .errors import (
     SolverError,
 )
 from .sparse import KeyedJaggedTensor, KeyedTensor
+from . import modules
+from .modules import EmbeddingBagCollection, EmbeddingBagConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CapacityError",
+    "EmbeddingBagCollection",
+    "EmbeddingBagConfig",
     "InternalError",
     "InvalidInputError",
     "KeyedJaggedTensor",
@@ -33,5 +37,6 @@ __all__ = [
     "RecgoIOError",
     "SolverError",
     "library_version",
+    "modules",
     "num_threads",
 ]

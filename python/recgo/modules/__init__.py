@@ -1,0 +1,21 @@
+"""recgo's torch modules (TorchRec's ``torchrec.modules`` layer): embedding collections and their
+fused optimizers."""
+
+from __future__ import annotations
+
+from . import optim
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, save_checkpoint
+from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
+
+__all__ = [
+    "Adagrad",
+    "Adam",
+    "AdamW",
+    "EmbeddingBagCollection",
+    "EmbeddingBagConfig",
+    "FusedOptimizer",
+    "RowWiseAdagrad",
+    "SGD",
+    "optim",
+    "save_checkpoint",
+]
