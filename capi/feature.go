@@ -1,0 +1,184 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime/cgo"
+	"unsafe"
+
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// inputDesc is one row of the descriptor array Python passes per batch (six 8-byte words): the
+// element kind (feature.Kind), the values (or, for byte strings, the bytes) and their count, the
+// per-sample bag lengths (null: dense, one value per sample), and for byte strings the per-string
+// lengths and the string count.
+type inputDesc struct {
+	Kind     int64
+	Data     unsafe.Pointer
+	NData    int64
+	Lengths  unsafe.Pointer
+	ElemLens unsafe.Pointer
+	NElems   int64
+}
+
+// recgo_feature_new compiles a JSON feature spec (feature.Spec) into an engine handle.
+//
+//export recgo_feature_new
+func recgo_feature_new(spec unsafe.Pointer, specLen C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		data, err := viewSlice[byte](spec, int64(specLen), "spec")
+		if err != nil {
+			return err
+		}
+		s, err := feature.ParseSpec(data)
+		if err != nil {
+			return err
+		}
+		eng, err := feature.Compile(s)
+		if err != nil {
+			return err
+		}
+		*out = newHandle(eng)
+		return nil
+	})
+}
+
+// recgo_feature_info writes the engine's inputs, output keys and fused plan as JSON into buf
+// (capacity buflen) and the JSON's length into needed; a short buffer receives nothing and the
+// caller retries with needed bytes.
+//
+//export recgo_feature_info
+func recgo_feature_info(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, needed *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		eng, err := lookup[*feature.Engine](h, "feature engine")
+		if err != nil {
+			return err
+		}
+		doc, err := json.Marshal(map[string]any{"inputs": eng.Inputs(), "outputs": eng.OutputKeys(), "plan": eng.Plan()})
+		if err != nil {
+			return err
+		}
+		*needed = C.int64_t(len(doc))
+		if int64(buflen) >= int64(len(doc)) {
+			dst, err := viewSlice[byte](buf, int64(len(doc)), "buf")
+			if err != nil {
+				return err
+			}
+			copy(dst, doc)
+		}
+		return nil
+	})
+}
+
+// recgo_feature_run transforms one batch of size batch whose ninputs inputs (in the engine's input
+// order) are described by descs (ninputs inputDesc rows). It returns a result handle and the
+// output's total value and length counts; recgo_feature_fetch copies it out and frees it.
+//
+//export recgo_feature_run
+func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int64_t,
+	outResult *C.uintptr_t, outValues, outLengths *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		eng, err := lookup[*feature.Engine](h, "feature engine")
+		if err != nil {
+			return err
+		}
+		rows, err := viewSlice[inputDesc](descs, int64(ninputs), "inputs")
+		if err != nil {
+			return err
+		}
+		names := eng.Inputs()
+		if len(rows) != len(names) {
+			return errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(rows), len(names))
+		}
+		b := feature.Batch{Size: int(batch), Inputs: make([]feature.Input, len(rows))}
+		for i, d := range rows {
+			in, err := viewInput(d, int64(batch))
+			if err != nil {
+				return wrapInput(names[i].Name, err)
+			}
+			b.Inputs[i] = in
+		}
+		res, err := eng.Apply(b)
+		if err != nil {
+			return err
+		}
+		*outValues = C.int64_t(res.NumValues())
+		*outLengths = C.int64_t(len(res.Keys()) * res.Size())
+		*outResult = newHandle(res)
+		return nil
+	})
+}
+
+func wrapInput(name string, err error) error {
+	return fmt.Errorf("input %q: %w", name, err)
+}
+
+// viewInput turns one descriptor into a feature.Input viewing the caller's memory.
+func viewInput(d inputDesc, batch int64) (feature.Input, error) {
+	in := feature.Input{Kind: feature.Kind(d.Kind)}
+	var err error
+	if d.Lengths != nil {
+		if in.Lengths, err = viewSlice[int64](d.Lengths, batch, "lengths"); err != nil {
+			return in, err
+		}
+		if in.Lengths == nil {
+			in.Lengths = []int64{}
+		}
+	}
+	switch in.Kind {
+	case feature.KindInt64:
+		in.Ints, err = viewSlice[int64](d.Data, d.NData, "values")
+	case feature.KindFloat32:
+		in.F32, err = viewSlice[float32](d.Data, d.NData, "values")
+	case feature.KindFloat64:
+		in.F64, err = viewSlice[float64](d.Data, d.NData, "values")
+	case feature.KindBytes:
+		if in.Bytes, err = viewSlice[byte](d.Data, d.NData, "bytes"); err == nil {
+			in.ByteLens, err = viewSlice[int64](d.ElemLens, d.NElems, "string lengths")
+			if in.ByteLens == nil {
+				in.ByteLens = []int64{}
+			}
+		}
+	default:
+		return in, errs.Invalidf("unknown value kind %d", d.Kind)
+	}
+	return in, err
+}
+
+// recgo_feature_fetch copies a result into KeyedJaggedTensor buffers (values: the total count
+// recgo_feature_run reported; lengths: keys·batch) and frees the result handle, also on failure.
+//
+//export recgo_feature_fetch
+func recgo_feature_fetch(rh C.uintptr_t, values unsafe.Pointer, nvalues C.int64_t, lengths unsafe.Pointer, nlengths C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		res, err := lookup[*feature.Result](rh, "feature result")
+		if err != nil {
+			return err
+		}
+		defer cgo.Handle(rh).Delete()
+		v, err := viewSlice[int64](values, int64(nvalues), "values")
+		if err != nil {
+			return err
+		}
+		l, err := viewSlice[int64](lengths, int64(nlengths), "lengths")
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			v = []int64{}
+		}
+		if l == nil {
+			l = []int64{}
+		}
+		return res.CopyTo(v, l)
+	})
+}

@@ -1,0 +1,234 @@
+"""FeatureEngine: raw batch -> KeyedJaggedTensor through the fused Go transforms.
+
+The spec crosses into Go once, as JSON, at construction. Each batch is one ``recgo_feature_run``
+call (a descriptor array holding every input's pointers) plus one ``recgo_feature_fetch`` that
+copies the result into tensors allocated here; no per-field Python loop runs for KJT inputs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .. import _lib
+from .._lib import H, I64, P
+from ..errors import InvalidInputError
+from ..sparse import KeyedJaggedTensor
+from ..tensors import check_tensor
+from .spec import Feature, load_features, spec_json
+
+# Descriptor kinds (engine/feature.Kind).
+KIND_INT64, KIND_FLOAT32, KIND_FLOAT64, KIND_BYTES = 1, 2, 3, 4
+_DESC_WORDS = 6
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    """One fused call: ``op`` applied to ``features`` at once."""
+
+    op: str
+    features: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class FeaturePlan:
+    """The fused plan. ``calls_before`` = Σ d_i (ops over all chains, one call each field by field);
+    ``calls_after`` = |G| (fused groups)."""
+
+    groups: tuple[FusionGroup, ...]
+    calls_before: int
+    calls_after: int
+
+    @property
+    def reduction(self) -> float:
+        """Fraction of invocations removed by fusion, 1 - after/before."""
+        return 1 - self.calls_after / self.calls_before if self.calls_before else 0.0
+
+    def table(self) -> str:
+        """A readable summary: one line per group."""
+        lines = [f"{self.calls_before} calls field by field -> {self.calls_after} fused ({self.reduction:.1%} fewer)"]
+        for i, g in enumerate(self.groups):
+            names = ", ".join(g.features[:6]) + (f", ... (+{len(g.features) - 6})" if len(g.features) > 6 else "")
+            lines.append(f"{i:4d}  {g.op:<12} {len(g.features):5d} fields: {names}")
+        return "\n".join(lines)
+
+
+def encode_strings(bags: Sequence[Sequence[str | bytes]] | Sequence[str | bytes]) -> tuple[torch.Tensor, ...]:
+    """Pack Python strings for a ``bytes`` input: returns ``(data uint8, string_lengths int64)`` for
+    one string per sample, or ``(data, string_lengths, bag_lengths)`` for bags of strings (UTF-8)."""
+    jagged = len(bags) > 0 and not isinstance(bags[0], (str, bytes))
+    flat = [s for bag in bags for s in bag] if jagged else list(bags)
+    enc = [s.encode() if isinstance(s, str) else bytes(s) for s in flat]
+    data = torch.frombuffer(bytearray(b"".join(enc)), dtype=torch.uint8) if any(enc) else torch.empty(0, dtype=torch.uint8)
+    slens = torch.tensor([len(s) for s in enc], dtype=torch.int64)
+    if jagged:
+        return data, slens, torch.tensor([len(b) for b in bags], dtype=torch.int64)
+    return data, slens
+
+
+class FeatureEngine:
+    """Applies a list of :class:`Feature` specs to raw batches, fused across fields in Go.
+
+    ``features`` may be a list of :class:`Feature`, a path to a JSON/YAML config, or a parsed config.
+    Call it with a batch: a :class:`recgo.KeyedJaggedTensor` (or TorchRec's) holding the int64 inputs,
+    and/or a dict ``{input: tensor}`` (dense, one value per sample) or ``{input: (values, lengths)}``
+    (jagged); ``bytes`` inputs take ``(data, string_lengths[, bag_lengths])`` from
+    :func:`encode_strings` or a list of strings. The result is a KeyedJaggedTensor in output key order.
+    """
+
+    def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any]) -> None:
+        if isinstance(features, (str, Path, Mapping)):
+            features = load_features(features)
+        self.features = list(features)
+        spec = spec_json(self.features).encode()
+        buf = ctypes.create_string_buffer(spec, len(spec))
+        self._h = _lib.new_handle("recgo_feature_new", [P, I64], ctypes.addressof(buf), len(spec))
+        info = self._info()
+        self.inputs: list[tuple[str, str]] = [(i["name"], i["dtype"]) for i in info["inputs"]]
+        self.keys: list[str] = list(info["outputs"])
+        p = info["plan"]
+        self._plan = FeaturePlan(
+            tuple(FusionGroup(g["op"], tuple(g["features"])) for g in p["groups"] or []),
+            int(p["calls_before"]), int(p["calls_after"]),
+        )
+        self._input_index = {name: i for i, (name, _) in enumerate(self.inputs)}
+        self._kjt_maps: dict[tuple[str, ...], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
+        self._fetch = _lib.fn("recgo_feature_fetch", [H, P, I64, P, I64])
+
+    def _info(self) -> dict[str, Any]:
+        f = _lib.fn("recgo_feature_info", [H, P, I64, ctypes.POINTER(I64)])
+        need = I64(0)
+        _lib.call(f, self._h.value, None, 0, ctypes.byref(need))
+        buf = ctypes.create_string_buffer(need.value)
+        _lib.call(f, self._h.value, ctypes.addressof(buf), need.value, ctypes.byref(need))
+        return json.loads(buf.raw[: need.value])
+
+    def plan(self) -> FeaturePlan:
+        """The fused groups and the call counts before and after fusion."""
+        return self._plan
+
+    def _kjt_map(self, keys: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(engine input rows, KJT key positions) for the int64 inputs this KJT supplies."""
+        t = tuple(keys)
+        m = self._kjt_maps.get(t)
+        if m is None:
+            pos = {k: i for i, k in enumerate(keys)}
+            rows = [i for i, (name, dt) in enumerate(self.inputs) if name in pos and dt == "int64"]
+            m = (torch.tensor(rows, dtype=torch.int64), torch.tensor([pos[self.inputs[r][0]] for r in rows], dtype=torch.int64))
+            self._kjt_maps[t] = m
+        return m
+
+    def __call__(self, batch: Any = None, dense: Mapping[str, Any] | None = None) -> KeyedJaggedTensor:
+        """Transform one batch (see the class docstring) into a KeyedJaggedTensor."""
+        extra: dict[str, Any] = {}
+        kjt = None
+        if isinstance(batch, Mapping):
+            extra.update(batch)
+        elif batch is not None:
+            kjt = batch if isinstance(batch, KeyedJaggedTensor) else KeyedJaggedTensor.from_torchrec(batch)
+        if dense:
+            extra.update(dense)
+        desc = torch.zeros(len(self.inputs), _DESC_WORDS, dtype=torch.int64)
+        filled = torch.zeros(len(self.inputs), dtype=torch.bool)
+        keep: list[torch.Tensor] = []  # tensors that must outlive the call
+        size: int | None = None
+        if kjt is not None:
+            size = kjt.stride()
+            rows, pos = self._kjt_map(kjt.keys())
+            if rows.numel():
+                vals, lens = kjt.values(), kjt.lengths()
+                nkeys = len(kjt.keys())
+                counts = lens.view(nkeys, size).sum(1) if size else torch.zeros(nkeys, dtype=torch.int64)
+                starts = torch.cumsum(counts, 0) - counts
+                desc[rows, 0] = KIND_INT64
+                desc[rows, 1] = vals.data_ptr() + 8 * starts[pos]
+                desc[rows, 2] = counts[pos]
+                desc[rows, 3] = lens.data_ptr() + 8 * size * pos
+                filled[rows] = True
+                keep += [vals, lens]
+        for name, entry in extra.items():
+            i = self._input_index.get(name)
+            if i is None:
+                continue  # inputs the engine does not read are ignored, as for KJT keys
+            row, n, tensors = _describe(name, self.inputs[i][1], entry)
+            b = n if row[3] == 0 else tensors[-1].numel()
+            if size is None:
+                size = b
+            elif b != size:
+                raise InvalidInputError(f"input {name!r}: batch size {b}, but other inputs have {size}")
+            desc[i] = torch.tensor(row, dtype=torch.int64)
+            filled[i] = True
+            keep += tensors
+        if not bool(filled.all()):
+            missing = [self.inputs[i][0] for i in torch.nonzero(~filled).flatten().tolist()]
+            raise InvalidInputError(f"batch lacks input(s) {missing} (declared by the feature specs)")
+        rh, nv, nl = H(0), I64(0), I64(0)
+        _lib.call(self._run, self._h.value, desc.data_ptr(), len(self.inputs), size or 0,
+                  ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
+        try:
+            values = torch.empty(nv.value, dtype=torch.int64)
+            lengths = torch.empty(nl.value, dtype=torch.int64)
+        except BaseException:
+            _lib.call(_lib.fn("recgo_free", [H]), rh.value)
+            raise
+        _lib.call(self._fetch, rh.value, values.data_ptr() if nv.value else None, nv.value,
+                  lengths.data_ptr() if nl.value else None, nl.value)
+        del keep
+        return KeyedJaggedTensor(self.keys, values, lengths)
+
+    def close(self) -> None:
+        """Free the Go engine now (otherwise when collected)."""
+        self._h.free()
+
+    def __repr__(self) -> str:
+        p = self._plan
+        return f"FeatureEngine({len(self.features)} features, {p.calls_before} -> {p.calls_after} calls)"
+
+
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
+def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[torch.Tensor]]:
+    """One descriptor row for a dict input: (row, value count, tensors to keep alive; lengths last)."""
+    if dtype == "bytes":
+        if isinstance(entry, (list, tuple)) and entry and isinstance(entry[0], (str, bytes, list, tuple)) \
+                and not isinstance(entry[0], torch.Tensor):
+            entry = encode_strings(entry)
+        if not isinstance(entry, tuple) or len(entry) not in (2, 3):
+            raise InvalidInputError(f"input {name!r}: a bytes input takes (data, string_lengths[, bag_lengths]) or a list of strings")
+        data = check_tensor(entry[0], f"{name}.data", (torch.uint8, torch.int8), ndim=1)
+        slens = check_tensor(entry[1], f"{name}.string_lengths", _INTS, ndim=1, convert_to=torch.int64)
+        tensors = [data, slens]
+        lens_ptr = 0
+        if len(entry) == 3:
+            lens = check_tensor(entry[2], f"{name}.lengths", _INTS, ndim=1, convert_to=torch.int64)
+            tensors.append(lens)
+            lens_ptr = lens.data_ptr()
+        return ([KIND_BYTES, data.data_ptr(), data.numel(), lens_ptr, slens.data_ptr(), slens.numel()],
+                slens.numel(), tensors)
+    lens = None
+    if isinstance(entry, tuple):
+        if len(entry) != 2:
+            raise InvalidInputError(f"input {name!r}: expected a tensor or (values, lengths)")
+        entry, lens = entry
+        lens = check_tensor(lens, f"{name}.lengths", _INTS, ndim=1, convert_to=torch.int64)
+    if dtype == "float":
+        vals = check_tensor(entry, f"{name}.values", _FLOATS, ndim=1)
+        if vals.dtype not in (torch.float32, torch.float64):
+            vals = vals.float()
+        kind = KIND_FLOAT32 if vals.dtype == torch.float32 else KIND_FLOAT64
+    else:
+        if isinstance(entry, torch.Tensor) and entry.dtype in _FLOATS:
+            raise InvalidInputError(f"input {name!r}: dtype mismatch, the feature declares int64 IDs but got {entry.dtype}")
+        vals = check_tensor(entry, f"{name}.values", _INTS, ndim=1, convert_to=torch.int64)
+        kind = KIND_INT64
+    tensors = [vals] + ([lens] if lens is not None else [])
+    return ([kind, vals.data_ptr(), vals.numel(), lens.data_ptr() if lens is not None else 0, 0, vals.numel()],
+            vals.numel(), tensors)
