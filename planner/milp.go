@@ -1,0 +1,254 @@
+package planner
+
+import (
+	"cmp"
+	"math"
+	"runtime"
+	"slices"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/highs"
+)
+
+// MILPOptions control the RecShard MILP solve.
+type MILPOptions struct {
+	// TimeLimit in seconds (0: none); MipRelGap the target relative gap (0: HiGHS's 1e-4).
+	TimeLimit float64
+	MipRelGap float64
+	// Threads for HiGHS (0: all of GOMAXPROCS).
+	Threads int
+	// Symmetry orders the GPUs of each node by load (GPUs of a node are interchangeable).
+	Symmetry bool
+	// Start is the warm start; nil means the row-level greedy's placement.
+	Start []cost.Assignment
+}
+
+// MILPResult is the solve's placement with HiGHS's evidence of its quality (in model cost units).
+type MILPResult struct {
+	Assign         []cost.Assignment
+	Status         string
+	Objective      float64
+	DualBound      float64
+	Gap            float64
+	StartObjective float64
+	StartAccepted  bool
+	Seconds        float64
+	Columns, Rows  int
+}
+
+// milp is the model's layout: column of w[t,g,k] is base[t] + g*len(options[t]) + k; z is last.
+type milp struct {
+	m     *cost.Model
+	base  []int
+	z     int
+	scale float64
+}
+
+func (p *milp) col(t, g, k int) int { return p.base[t] + g*len(p.m.Tables[t].Options) + k }
+
+// buildMILP writes RecShard's formulation with binaries w[t,g,k] only (table t on GPU g with split
+// option k; Σ_{g,k} w = 1 per table): minimize z subject to each GPU's cost ≤ z, each GPU's hot
+// bytes ≤ its HBM and each node's cold bytes ≤ its host memory.
+func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
+	G := m.Topo.NumGPUs()
+	p := &milp{m: m, base: make([]int, len(m.Tables))}
+	lb := 0.0
+	n := 0
+	for t, tab := range m.Tables {
+		p.base[t] = n
+		n += G * len(tab.Options)
+		lb += tab.Options[len(tab.Options)-1].Cost
+	}
+	p.scale = max(lb/float64(G), 1e-300)
+	for _, tab := range m.Tables { // costs below 1e-9 of the mean load are noise for the solver
+		for _, o := range tab.Options {
+			p.scale = max(p.scale, o.Cost*1e-9)
+		}
+	}
+	hm := &highs.Model{Sense: highs.Minimize}
+	for t, tab := range m.Tables {
+		for g := 0; g < G; g++ {
+			for range tab.Options {
+				hm.AddCol(0, 0, 1, true)
+			}
+		}
+		_ = t
+	}
+	p.z = int(hm.AddCol(1, 0, highs.Inf, false))
+	for t, tab := range m.Tables { // one placement per table
+		idx := make([]int32, 0, G*len(tab.Options))
+		for g := 0; g < G; g++ {
+			for k := range tab.Options {
+				idx = append(idx, int32(p.col(t, g, k)))
+			}
+		}
+		hm.AddRow(1, 1, idx, ones(len(idx)))
+	}
+	hbm, host := float64(m.Topo.HBMBytes), float64(m.Topo.HostBytes)
+	loadRow := func(g int) ([]int32, []float64) {
+		var idx []int32
+		var val []float64
+		for t, tab := range m.Tables {
+			for k, o := range tab.Options {
+				if o.Cost != 0 {
+					idx = append(idx, int32(p.col(t, g, k)))
+					val = append(val, o.Cost/p.scale)
+				}
+			}
+		}
+		return idx, val
+	}
+	for g := 0; g < G; g++ {
+		idx, val := loadRow(g)
+		hm.AddRow(math.Inf(-1), 0, append(idx, int32(p.z)), append(val, -1))
+		idx, val = idx[:0], val[:0]
+		for t, tab := range m.Tables {
+			for k, o := range tab.Options {
+				if o.HotBytes > 0 {
+					idx = append(idx, int32(p.col(t, g, k)))
+					val = append(val, float64(o.HotBytes)/hbm)
+				}
+			}
+		}
+		if len(idx) > 0 {
+			hm.AddRow(math.Inf(-1), 1, idx, val)
+		}
+	}
+	for node := 0; node < m.Topo.Nodes; node++ {
+		var idx []int32
+		var val []float64
+		for g := node * m.Topo.GPUsPerNode; g < (node+1)*m.Topo.GPUsPerNode; g++ {
+			for t, tab := range m.Tables {
+				for k, o := range tab.Options {
+					if o.ColdBytes > 0 {
+						idx = append(idx, int32(p.col(t, g, k)))
+						val = append(val, float64(o.ColdBytes)/host)
+					}
+				}
+			}
+		}
+		if len(idx) > 0 {
+			hm.AddRow(math.Inf(-1), 1, idx, val)
+		}
+	}
+	if symmetry {
+		for g := 0; g+1 < G; g++ {
+			if m.Topo.Node(g) != m.Topo.Node(g+1) {
+				continue
+			}
+			i1, v1 := loadRow(g)
+			i2, v2 := loadRow(g + 1)
+			for k := range v2 {
+				v2[k] = -v2[k]
+			}
+			hm.AddRow(0, math.Inf(1), append(i1, i2...), append(v1, v2...))
+		}
+	}
+	return hm, p
+}
+
+func ones(n int) []float64 {
+	v := make([]float64, n)
+	for i := range v {
+		v[i] = 1
+	}
+	return v
+}
+
+// canonical relabels the GPUs of each node by decreasing load (what the symmetry rows require).
+func canonical(m *cost.Model, a []cost.Assignment) []cost.Assignment {
+	load := make([]float64, m.Topo.NumGPUs())
+	for i, x := range a {
+		load[x.GPU] += m.Tables[i].Options[optionOf(m.Tables[i], x.Hot)].Cost
+	}
+	relabel := make([]int, len(load))
+	for node := 0; node < m.Topo.Nodes; node++ {
+		lo := node * m.Topo.GPUsPerNode
+		gs := make([]int, m.Topo.GPUsPerNode)
+		for j := range gs {
+			gs[j] = lo + j
+		}
+		slices.SortStableFunc(gs, func(x, y int) int { return cmp.Compare(load[y], load[x]) })
+		for j, g := range gs {
+			relabel[g] = lo + j
+		}
+	}
+	out := make([]cost.Assignment, len(a))
+	for i, x := range a {
+		out[i] = cost.Assignment{GPU: relabel[x.GPU], Hot: x.Hot}
+	}
+	return out
+}
+
+// optionOf finds the option with hot rows h (-1 when none).
+func optionOf(t cost.Table, h int64) int {
+	for k, o := range t.Options {
+		if o.Hot == h {
+			return k
+		}
+	}
+	return -1
+}
+
+// SolveMILP solves RecShard's MILP with HiGHS, warm-started from opts.Start (default: the
+// row-level greedy). On a time limit it returns the best incumbent with its gap and bound.
+func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
+	start := opts.Start
+	if start == nil {
+		var err error
+		if start, err = RowGreedy(m); err != nil {
+			start = nil // HiGHS may still find a placement the greedy could not pack
+		}
+	}
+	hm, p := buildMILP(m, opts.Symmetry)
+	var x0 []float64
+	if start != nil {
+		if len(start) != len(m.Tables) {
+			return nil, errs.Invalidf("milp: warm start has %d assignments for %d tables", len(start), len(m.Tables))
+		}
+		if opts.Symmetry {
+			start = canonical(m, start)
+		}
+		x0 = make([]float64, hm.NumCols())
+		load := make([]float64, m.Topo.NumGPUs())
+		for t, a := range start {
+			k := optionOf(m.Tables[t], a.Hot)
+			if k < 0 || a.GPU < 0 || a.GPU >= m.Topo.NumGPUs() {
+				return nil, errs.Invalidf("milp: warm start for table %q (gpu %d, hot %d) is not one of its options", m.Tables[t].Name, a.GPU, a.Hot)
+			}
+			x0[p.col(t, a.GPU, k)] = 1
+			load[a.GPU] += m.Tables[t].Options[k].Cost / p.scale
+		}
+		x0[p.z] = slices.Max(load) * (1 + 1e-9)
+		if ok, _ := hm.Feasible(x0, 1e-7); !ok {
+			x0 = nil // an over-full start (from a caller) is no start
+		}
+	}
+	threads := opts.Threads
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	res, err := highs.Solve(hm, highs.Options{TimeLimit: opts.TimeLimit, MipRelGap: opts.MipRelGap,
+		Threads: threads}, x0)
+	if err != nil {
+		return nil, err
+	}
+	out := &MILPResult{Status: res.Status.String(), Objective: res.Objective * p.scale,
+		DualBound: res.DualBound * p.scale, Gap: res.Gap, StartObjective: res.StartObjective * p.scale,
+		StartAccepted: res.StartAccepted, Seconds: res.Seconds, Columns: hm.NumCols(), Rows: hm.NumRows(),
+		Assign: make([]cost.Assignment, len(m.Tables))}
+	for t, tab := range m.Tables {
+		best, bv := -1, -1.0
+		for g := 0; g < m.Topo.NumGPUs(); g++ {
+			for k := range tab.Options {
+				if v := res.X[p.col(t, g, k)]; v > bv {
+					best, bv = g*len(tab.Options)+k, v
+				}
+			}
+		}
+		g, k := best/len(tab.Options), best%len(tab.Options)
+		out.Assign[t] = cost.Assignment{GPU: g, Hot: tab.Options[k].Hot}
+	}
+	return out, nil
+}

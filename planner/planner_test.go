@@ -1,0 +1,125 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tinyModel builds n random skewed tables on nodes×gpus GPUs with budgets tight enough that the
+// split and the GPU choice both matter.
+func tinyModel(t testing.TB, seed uint64, n, nodes, gpus, steps int) *cost.Model {
+	rng := rand.New(rand.NewPCG(seed, 9))
+	prof := &profile.Profile{Version: profile.Version, SampleRate: 1}
+	var total int64
+	for i := 0; i < n; i++ {
+		rows := int64(1000 + rng.IntN(9000))
+		total += rows * 64 * 4
+		tab := profile.Zipf(fmt.Sprintf("t%d", i), rows, 64, 4, 0.2+0.8*rng.Float64(),
+			1+9*rng.Float64(), 0.6+0.8*rng.Float64(), rows/2+int64(rng.IntN(int(rows/2))), profile.Levels(steps))
+		prof.Tables = append(prof.Tables, tab)
+	}
+	topo := cost.Topology{Nodes: nodes, GPUsPerNode: gpus, HBMBytes: total / int64(3*nodes*gpus),
+		HostBytes: total * 3 / int64(4*nodes) + total/int64(2*nodes*gpus), HBMBandwidth: 800e9, UVMBandwidth: 20e9, BatchSize: 1024}
+	m, err := cost.New(topo, prof, nil, cost.Full)
+	require.NoError(t, err)
+	return m
+}
+
+// bruteForce enumerates every (GPU, option) per table and returns the least max-GPU cost that fits.
+func bruteForce(m *cost.Model) float64 {
+	G := m.Topo.NumGPUs()
+	s := newState(m)
+	best := math.Inf(1)
+	var rec func(i int)
+	rec = func(i int) {
+		if i == len(m.Tables) {
+			_, top := s.maxLoad()
+			best = min(best, top)
+			return
+		}
+		for g := 0; g < G; g++ {
+			for k := range m.Tables[i].Options {
+				if s.fits(i, k, g) {
+					s.place(i, k, g)
+					rec(i + 1)
+					s.remove(i)
+				}
+			}
+		}
+	}
+	rec(0)
+	return best
+}
+
+func maxSeconds(t testing.TB, m *cost.Model, a []cost.Assignment) float64 {
+	e, err := m.Evaluate(a)
+	require.NoError(t, err)
+	require.Empty(t, e.Violation)
+	return e.MaxSeconds
+}
+
+func TestMILPEqualsBruteForce(t *testing.T) {
+	tests := []struct {
+		seed                  uint64
+		n, nodes, gpus, steps int
+		symmetry              bool
+	}{
+		{1, 3, 1, 2, 2, false}, {2, 4, 1, 2, 2, true}, {3, 3, 2, 1, 3, false},
+		{4, 4, 2, 1, 2, true}, {5, 5, 1, 2, 1, false}, {7, 3, 1, 3, 2, true},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("seed%d", tc.seed), func(t *testing.T) {
+			m := tinyModel(t, tc.seed, tc.n, tc.nodes, tc.gpus, tc.steps)
+			want := bruteForce(m)
+			require.False(t, math.IsInf(want, 1), "instance must be feasible")
+			res, err := SolveMILP(m, MILPOptions{MipRelGap: 1e-9, Symmetry: tc.symmetry})
+			require.NoError(t, err)
+			assert.Equal(t, "optimal", res.Status)
+			assert.InDelta(t, want, res.Objective, 1e-6*want)
+			assert.InDelta(t, want, maxSeconds(t, m, res.Assign), 1e-6*want)
+			// Heuristics are feasible and never beat the optimum.
+			rg, err := RowGreedy(m)
+			require.NoError(t, err)
+			assert.GreaterOrEqual(t, maxSeconds(t, m, rg), want*(1-1e-9))
+		})
+	}
+}
+
+func TestWholeTableGreedyBaselines(t *testing.T) {
+	m := tinyModel(t, 11, 12, 2, 2, 4)
+	for _, key := range []GreedyKey{BySize, ByLookups, BySizeLookups} {
+		a, err := WholeTableGreedy(m, key)
+		require.NoError(t, err, key.String())
+		e, err := m.Evaluate(a)
+		require.NoError(t, err)
+		assert.Empty(t, e.Violation)
+		for i, x := range a { // whole tables only: all rows hot or none
+			assert.True(t, x.Hot == 0 || x.Hot == m.Tables[i].Rows, "%s table %d hot %d", key, i, x.Hot)
+		}
+	}
+}
+
+func TestRowGreedyBeatsWholeTableOnSkew(t *testing.T) {
+	m := tinyModel(t, 12, 40, 2, 4, 8)
+	rg, err := RowGreedy(m)
+	require.NoError(t, err)
+	best := math.Inf(1)
+	for _, key := range []GreedyKey{BySize, ByLookups, BySizeLookups} {
+		a, err := WholeTableGreedy(m, key)
+		require.NoError(t, err)
+		best = min(best, maxSeconds(t, m, a))
+	}
+	assert.Less(t, maxSeconds(t, m, rg), best)
+	res, err := SolveMILP(m, MILPOptions{TimeLimit: 2})
+	require.NoError(t, err)
+	assert.True(t, res.StartAccepted)
+	assert.LessOrEqual(t, maxSeconds(t, m, res.Assign), maxSeconds(t, m, rg)*(1+1e-9))
+	assert.LessOrEqual(t, res.DualBound, res.Objective*(1+1e-9))
+}
