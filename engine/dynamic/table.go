@@ -13,8 +13,8 @@ import (
 
 // Marks written into rows during Resolve before the admission pass.
 const (
-	noRow    = -1 // the ID has no row (pools as zeros)
-	toAdmit  = -2 // the ID reached MinCount and gets a row in the second pass
+	noRow       = -1 // the ID has no row (pools as zeros)
+	toAdmit     = -2 // the ID reached MinCount and gets a row in the second pass
 	parallelMin = 8192
 )
 

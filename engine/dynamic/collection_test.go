@@ -1,0 +1,168 @@
+package dynamic
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// TestTrainingMatchesFixedTable trains a dynamic table through an embedding collection and, beside it,
+// a fixed table fed the same batches with the dynamic table's ID→row mapping applied (rows reset to the
+// same init whenever the dynamic table gives them to a new ID; unadmitted IDs dropped, which sum pooling
+// makes equivalent to pooling zeros). Outputs, weights and optimizer state must agree every step.
+func TestTrainingMatchesFixedTable(t *testing.T) {
+	opts := []embedding.OptimizerConfig{
+		{Kind: embedding.OptSGD, LR: 0.1},
+		{Kind: embedding.OptRowwiseAdagrad, LR: 0.05, Eps: 1e-8},
+		{Kind: embedding.OptAdam, LR: 0.01, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999},
+	}
+	for _, opt := range opts {
+		t.Run(opt.Kind.String(), func(t *testing.T) {
+			const dim, bound = 4, 24
+			cfg := Config{MaxRows: bound, MinCount: 2, EvictFrac: 0.125, InitLow: -0.1, InitHigh: 0.1, Seed: 3}
+			b, err := NewBuilder(cfg)
+			require.NoError(t, err)
+			dt, err := b.BuildTable("d", dim, opt)
+			require.NoError(t, err)
+			ft, err := embedding.NewFixedTable("d", bound, dim, opt)
+			require.NoError(t, err)
+			feats := []embedding.Feature{{Name: "a", Table: 0}, {Name: "b", Table: 0}}
+			dc, err := embedding.NewCollection([]*embedding.Table{dt}, feats)
+			require.NoError(t, err)
+			defer dc.Close()
+			fc, err := embedding.NewCollection([]*embedding.Table{ft}, feats)
+			require.NoError(t, err)
+			defer fc.Close()
+			dyn := Of(dt)
+			require.NotNil(t, dyn)
+			assert.Nil(t, Of(ft))
+
+			owner := map[int64]int64{} // row → id in the reference
+			rng := rand.New(rand.NewPCG(9, 10))
+			const B = 6
+			for step := range 60 {
+				batch := embedding.Batch{KeyFeature: []int64{1, 0}}
+				for range 2 * B {
+					n := rng.IntN(4)
+					batch.Lengths = append(batch.Lengths, int64(n))
+					for range n {
+						batch.Values = append(batch.Values, int64(rng.ExpFloat64()*30)*1_000_003)
+					}
+				}
+				outD := make([]float32, B*2*dim)
+				ctxD, err := dc.Forward(batch, outD, true, true)
+				require.NoError(t, err)
+
+				snap, err := dyn.Export()
+				require.NoError(t, err)
+				rowOf := map[int64]int64{}
+				var fresh []int64
+				for r, id := range snap.IDs {
+					if snap.Counts[r] == 0 {
+						delete(owner, int64(r)) // free: its next owner starts fresh
+						continue
+					}
+					rowOf[id] = int64(r)
+					if prev, ok := owner[int64(r)]; !ok || prev != id {
+						owner[int64(r)] = id
+						fresh = append(fresh, int64(r))
+					}
+				}
+				require.NoError(t, ft.ResetRows(fresh, func(r int64, w []float32) {
+					InitVector(w, owner[r], cfg.Seed, cfg.InitLow, cfg.InitHigh)
+				}))
+				mapped := embedding.Batch{KeyFeature: batch.KeyFeature}
+				pos := 0
+				for _, n := range batch.Lengths {
+					kept := 0
+					for _, id := range batch.Values[pos : pos+int(n)] {
+						if r, ok := rowOf[id]; ok {
+							mapped.Values = append(mapped.Values, r)
+							kept++
+						}
+					}
+					pos += int(n)
+					mapped.Lengths = append(mapped.Lengths, int64(kept))
+				}
+				outF := make([]float32, B*2*dim)
+				ctxF, err := fc.Forward(mapped, outF, true, true)
+				require.NoError(t, err)
+				require.Equal(t, outF, outD, "step %d: pooled output", step)
+
+				grad := make([]float32, len(outD))
+				for i := range grad {
+					grad[i] = float32(rng.NormFloat64())
+				}
+				require.NoError(t, dc.Backward(ctxD, grad, nil, nil))
+				require.NoError(t, fc.Backward(ctxF, grad, nil, nil))
+				for _, r := range rowOf {
+					require.InDeltaSlice(t, ft.Row(r), dt.Row(r), 1e-6, "step %d row %d weights", step, r)
+					require.InDeltaSlice(t, ft.StateRow(r), dt.StateRow(r), 1e-6, "step %d row %d state", step, r)
+				}
+			}
+			st, err := dyn.Stats()
+			require.NoError(t, err)
+			assert.Positive(t, st.Evicted, "the run exercised eviction")
+			assert.Equal(t, ft.Step[0], dt.Step[0])
+		})
+	}
+}
+
+func TestBuilderRejectsBadConfig(t *testing.T) {
+	_, err := NewBuilder(Config{MaxRows: -1})
+	assert.ErrorIs(t, err, errs.ErrInvalid)
+	b, err := NewBuilder(Config{MaxRows: 8, Default: []float32{1, 2}})
+	require.NoError(t, err)
+	_, err = b.BuildTable("x", 3, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1})
+	assert.ErrorContains(t, err, "default vector has 2 values, expected dim 3")
+	_, err = b.BuildTable("x", 2, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: -1})
+	assert.ErrorContains(t, err, "learning rate")
+	tb, err := b.BuildTable("x", 2, embedding.OptimizerConfig{Kind: embedding.OptAdagrad, LR: 1, Eps: 1e-8})
+	require.NoError(t, err)
+	assert.Equal(t, int64(9), tb.Rows(), "bound plus the default row")
+	assert.Equal(t, 2, Of(tb).Config().StateWidth)
+	require.NoError(t, tb.Close())
+}
+
+// TestResidentMemoryStopsGrowing streams ever-new IDs through a table far smaller than the ID space
+// and checks that committed storage grows only until the bound is reached and then stays flat, below
+// the bound's own size.
+func TestResidentMemoryStopsGrowing(t *testing.T) {
+	const dim, bound = 32, 4096
+	tab := newTable(t, Config{Name: "t", Dim: dim, StateWidth: dim, MaxRows: bound, MinCount: 2, EvictFrac: 0.05})
+	rng := rand.New(rand.NewPCG(1, 1))
+	ids, rows := make([]int64, 512), make([]int64, 512)
+	var filled, last int
+	next := int64(0)
+	for step := range 1500 {
+		for i := range ids { // half popular, half brand-new IDs
+			if i%2 == 0 {
+				ids[i] = int64(rng.ExpFloat64() * 2000)
+			} else {
+				next++
+				ids[i] = 1<<40 + next
+			}
+		}
+		require.NoError(t, tab.Resolve(ids, rows, true))
+		st, err := tab.Stats()
+		require.NoError(t, err)
+		require.LessOrEqual(t, st.Rows, bound)
+		if step == 500 {
+			require.Equal(t, bound, st.HighWater, "the table is full by now")
+			filled = st.ResidentBytes
+		}
+		last = st.ResidentBytes
+	}
+	st, err := tab.Stats()
+	require.NoError(t, err)
+	assert.Positive(t, st.Evicted)
+	assert.Equal(t, filled, last, "no growth once full")
+	storage := bound * (dim + dim + 4) * 4 // weights, state, metadata
+	assert.LessOrEqual(t, last, storage+8*4096, "resident storage within the bound (plus page rounding)")
+	assert.Less(t, last, st.ReservedBytes+1)
+}
