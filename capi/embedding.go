@@ -229,12 +229,12 @@ func recgo_ebc_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.in
 	})
 }
 
-// recgo_ebc_backward runs backward for a forward context: with rows == NULL it applies the fused
-// optimizers; otherwise it writes per-table distinct-row gradients into rows/vals (sizes from
+// recgo_ebc_backward runs backward for a forward context: with fused != 0 it applies the fused
+// optimizers (rows and vals are ignored); otherwise it writes per-table distinct-row gradients into rows/vals (sizes from
 // recgo_ebc_context_counts: Σ unique rows, Σ unique·dim values).
 //
 //export recgo_ebc_backward
-func recgo_ebc_backward(ctxh C.uintptr_t, gradPtr unsafe.Pointer, ngrad C.int64_t, rowsPtr unsafe.Pointer, nrows C.int64_t,
+func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t, rowsPtr unsafe.Pointer, nrows C.int64_t,
 	valsPtr unsafe.Pointer, nvals C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		x, err := lookup[*ebcContext](ctxh, "forward context")
@@ -247,7 +247,7 @@ func recgo_ebc_backward(ctxh C.uintptr_t, gradPtr unsafe.Pointer, ngrad C.int64_
 		}
 		var rows []int64
 		var vals []float32
-		if rowsPtr != nil || nrows > 0 {
+		if fused == 0 {
 			if rows, err = viewSlice[int64](rowsPtr, int64(nrows), "grad_rows"); err != nil {
 				return err
 			}
@@ -256,6 +256,9 @@ func recgo_ebc_backward(ctxh C.uintptr_t, gradPtr unsafe.Pointer, ngrad C.int64_
 			}
 			if vals, err = viewSlice[float32](valsPtr, int64(nvals), "grad_values"); err != nil {
 				return err
+			}
+			if vals == nil {
+				vals = []float32{}
 			}
 		}
 		return x.c.Backward(x.ctx, grad, rows, vals)

@@ -84,6 +84,8 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
                 raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
         if not t.name or "\n" in t.name:
             raise InvalidInputError(f"table name {t.name!r} must be non-empty and on one line")
+        if hasattr(nn.ModuleDict, t.name) or "." in t.name:
+            raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")
         if t.name in names:
             raise InvalidInputError(f"duplicate table name {t.name!r}")
         names.add(t.name)
@@ -293,9 +295,9 @@ class EmbeddingBagCollection(nn.Module):
     def _backward(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor | None]:
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
                             ndim=2, convert_to=torch.float32)
-        f = _lib.fn("recgo_ebc_backward", [H, P, I64, P, I64, P, I64])
+        f = _lib.fn("recgo_ebc_backward", [H, I32, P, I64, P, I64, P, I64])
         if self._optimizer is not None:
-            _lib.call(f, handle.value, ptr(grad), grad.numel(), None, 0, None, 0)
+            _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, 0, None, 0)
             handle.free()  # a fused step must not run twice
             return [None] * len(self._configs)
         n = len(self._configs)
@@ -304,7 +306,7 @@ class EmbeddingBagCollection(nn.Module):
         total_rows = sum(uniq)
         rows = torch.empty(total_rows, dtype=torch.int64)
         vals = torch.empty(sum(u * d for u, d in zip(uniq, dims)), dtype=torch.float32)
-        _lib.call(f, handle.value, ptr(grad), grad.numel(), rows.data_ptr() if total_rows else None, total_rows,
+        _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ptr(rows), total_rows,
                   ptr(vals), vals.numel())
         out: list[torch.Tensor | None] = []
         r = v = 0
@@ -315,7 +317,8 @@ class EmbeddingBagCollection(nn.Module):
                 keep = idx >= 0
                 idx, g = idx[keep], g[keep]
             if self._sparse_grad:
-                out.append(torch.sparse_coo_tensor(idx.unsqueeze(0), g, tuple(weight.shape), is_coalesced=True))
+                out.append(torch.sparse_coo_tensor(idx.unsqueeze(0), g, tuple(weight.shape),
+                                                   is_coalesced=True, check_invariants=False))
             else:
                 out.append(torch.zeros(tuple(weight.shape), dtype=torch.float32).index_copy_(0, idx, g))
         return out
