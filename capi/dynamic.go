@@ -1,0 +1,292 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"errors"
+	"math"
+	"unsafe"
+
+	"github.com/recgo/recgo/engine/dynamic"
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// recgo_dynamic_builder_new returns the handle of a dynamic-table builder (an embedding.TableBuilder
+// that recgo_ebc_new accepts in its builders array). policy: 0 LRU, 1 LFU. defaultPtr/ndefault: the
+// eval-mode default vector, or NULL/0 for none.
+//
+//export recgo_dynamic_builder_new
+func recgo_dynamic_builder_new(maxRows, minCount C.int64_t, policy C.int32_t, maxAge C.int64_t, evictFrac,
+	initLow, initHigh C.double, seed C.uint64_t, defaultPtr unsafe.Pointer, ndefault C.int64_t, manualStep C.int32_t,
+	sketchWidth C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		def, err := optionalSlice[float32](defaultPtr, int64(ndefault), "default")
+		if err != nil {
+			return err
+		}
+		ints := []struct {
+			name string
+			v    C.int64_t
+		}{{"num_embeddings", maxRows}, {"min_count", minCount}, {"max_age", maxAge}, {"sketch_width", sketchWidth}}
+		for _, x := range ints {
+			if x.v < math.MinInt32 || x.v > math.MaxInt32 {
+				return errs.Invalidf("dynamic table: %s %d out of range", x.name, int64(x.v))
+			}
+		}
+		lo, hi := float64(initLow), float64(initHigh)
+		if math.Abs(lo) > math.MaxFloat32 || math.Abs(hi) > math.MaxFloat32 {
+			return errs.Invalidf("dynamic table: init range [%g, %g) is not float32", lo, hi)
+		}
+		b, err := dynamic.NewBuilder(dynamic.Config{
+			MaxRows: int(maxRows), MinCount: int(minCount), Policy: dynamic.Policy(policy), MaxAge: int(maxAge),
+			EvictFrac: float64(evictFrac), InitLow: float32(lo), InitHigh: float32(hi), Seed: uint64(seed),
+			Default: append([]float32(nil), def...), ManualStep: manualStep != 0, SketchWidth: int(sketchWidth),
+		})
+		if err != nil {
+			return err
+		}
+		*out = newHandle(b)
+		return nil
+	})
+}
+
+// dynamicTable returns table t of collection h when it is a dynamic table.
+func dynamicTable(h C.uintptr_t, t C.int64_t) (*dynamic.Table, error) {
+	c, err := lookup[*embedding.Collection](h, "embedding collection")
+	if err != nil {
+		return nil, err
+	}
+	if t < 0 || int(t) >= len(c.Tables) {
+		return nil, errs.NotFoundf("table index %d of %d", int64(t), len(c.Tables))
+	}
+	d := dynamic.Of(c.Tables[t])
+	if d == nil {
+		return nil, errs.Invalidf("table %q is not a dynamic-ID table", c.Tables[t].Name)
+	}
+	return d, nil
+}
+
+// recgo_dynamic_stats writes a dynamic table's statistics into out (8 int64): rows in use, high water,
+// row bound, step, admitted, evicted, reserved bytes, resident bytes.
+//
+//export recgo_dynamic_stats
+func recgo_dynamic_stats(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		d, err := dynamicTable(h, t)
+		if err != nil {
+			return err
+		}
+		out, err := viewSlice[int64](outPtr, int64(n), "stats")
+		if err != nil {
+			return err
+		}
+		if len(out) != 8 {
+			return errs.Invalidf("stats: %d values, need 8", len(out))
+		}
+		s, err := d.Stats()
+		if err != nil {
+			return err
+		}
+		copy(out, []int64{int64(s.Rows), int64(s.HighWater), int64(s.MaxRows), s.Step, s.Admitted, s.Evicted,
+			int64(s.ReservedBytes), int64(s.ResidentBytes)})
+		return nil
+	})
+}
+
+// recgo_dynamic_resolve resolves ids to rows like a forward pass does (train != 0 counts, admits and
+// advances the clock); rows gets -1 for IDs without a row.
+//
+//export recgo_dynamic_resolve
+func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Pointer, n C.int64_t, train C.int32_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		d, err := dynamicTable(h, t)
+		if err != nil {
+			return err
+		}
+		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+		if err != nil {
+			return err
+		}
+		rows, err := viewSlice[int64](rowsPtr, int64(n), "rows")
+		if err != nil {
+			return err
+		}
+		return d.Resolve(ids, rows, train != 0)
+	})
+}
+
+// recgo_dynamic_advance moves a dynamic table's clock one step (for manual_step tables).
+//
+//export recgo_dynamic_advance
+func recgo_dynamic_advance(h C.uintptr_t, t C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		d, err := dynamicTable(h, t)
+		if err != nil {
+			return err
+		}
+		return d.Advance()
+	})
+}
+
+// snapshotMeta is the layout of the meta array of recgo_dynamic_snapshot_meta / recgo_dynamic_import.
+const (
+	metaDim = iota
+	metaStateWidth
+	metaMaxRows
+	metaSketchWidth
+	metaStep
+	metaAdmitted
+	metaEvicted
+	metaHighWater
+	metaFree
+	metaSketch
+	metaLen
+)
+
+// recgo_dynamic_snapshot copies a dynamic table's whole state (for a checkpoint) into a snapshot
+// object; read its sizes with recgo_dynamic_snapshot_meta and its arrays with recgo_dynamic_snapshot_read.
+//
+//export recgo_dynamic_snapshot
+func recgo_dynamic_snapshot(h C.uintptr_t, t C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		d, err := dynamicTable(h, t)
+		if err != nil {
+			return err
+		}
+		s, err := d.Export()
+		if err != nil {
+			return err
+		}
+		*out = newHandle(s)
+		return nil
+	})
+}
+
+// recgo_dynamic_snapshot_meta writes a snapshot's metadata (metaLen int64, see snapshotMeta).
+//
+//export recgo_dynamic_snapshot_meta
+func recgo_dynamic_snapshot_meta(sh C.uintptr_t, metaPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*dynamic.Snapshot](sh, "dynamic snapshot")
+		if err != nil {
+			return err
+		}
+		meta, err := viewSlice[int64](metaPtr, int64(n), "meta")
+		if err != nil {
+			return err
+		}
+		if len(meta) != metaLen {
+			return errs.Invalidf("meta: %d values, need %d", len(meta), metaLen)
+		}
+		copy(meta, []int64{int64(s.Dim), int64(s.StateWidth), int64(s.MaxRows), int64(s.SketchWidth), s.Step,
+			s.Admitted, s.Evicted, int64(s.HighWater()), int64(len(s.Free)), int64(len(s.Sketch))})
+		return nil
+	})
+}
+
+// recgo_dynamic_snapshot_read copies a snapshot's arrays into caller buffers sized from its meta: ids,
+// counts, last (HighWater int64 each), free (Free int64), weights (HighWater·Dim float32), state
+// (HighWater·StateWidth float32), sketch (Sketch uint8) and sketchAdds (64 int64, or 0 without a sketch).
+//
+//export recgo_dynamic_snapshot_read
+func recgo_dynamic_snapshot_read(sh C.uintptr_t, idsPtr, countsPtr, lastPtr, freePtr, weightsPtr, statePtr,
+	sketchPtr, addsPtr unsafe.Pointer, nAdds C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*dynamic.Snapshot](sh, "dynamic snapshot")
+		if err != nil {
+			return err
+		}
+		nadds := int64(0)
+		if s.Sketch != nil {
+			nadds = int64(len(s.SketchAdds))
+		}
+		if int64(nAdds) != nadds {
+			return errs.Invalidf("sketch_adds: %d values, need %d", int64(nAdds), nadds)
+		}
+		return errors.Join(fill(idsPtr, s.IDs, "ids"), fill(countsPtr, s.Counts, "counts"),
+			fill(lastPtr, s.LastSeen, "last_seen"), fill(freePtr, s.Free, "free"),
+			fill(weightsPtr, s.Weights, "weights"), fill(statePtr, s.State, "state"),
+			fill(sketchPtr, s.Sketch, "sketch"), fill(addsPtr, s.SketchAdds[:nadds], "sketch_adds"))
+	})
+}
+
+// fill copies src into the caller's buffer at ptr (len(src) values).
+func fill[T any](ptr unsafe.Pointer, src []T, name string) error {
+	dst, err := viewSlice[T](ptr, int64(len(src)), name)
+	if err != nil {
+		return err
+	}
+	copy(dst, src)
+	return nil
+}
+
+// recgo_dynamic_import replaces a dynamic table's state with a checkpoint's: meta as in
+// recgo_dynamic_snapshot_meta, then the arrays with their lengths. The engine checks every value
+// (shapes, ranges, a consistent free list and ID map); on error the table is unchanged.
+//
+//export recgo_dynamic_import
+func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nmeta C.int64_t,
+	idsPtr, countsPtr, lastPtr unsafe.Pointer, nrows C.int64_t, freePtr unsafe.Pointer, nfree C.int64_t,
+	weightsPtr unsafe.Pointer, nweights C.int64_t, statePtr unsafe.Pointer, nstate C.int64_t,
+	sketchPtr unsafe.Pointer, nsketch C.int64_t, addsPtr unsafe.Pointer, nadds C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		d, err := dynamicTable(h, t)
+		if err != nil {
+			return err
+		}
+		meta, err := viewSlice[int64](metaPtr, int64(nmeta), "meta")
+		if err != nil {
+			return err
+		}
+		if len(meta) != metaLen {
+			return errs.Invalidf("checkpoint meta: %d values, need %d", len(meta), metaLen)
+		}
+		for _, i := range []int{metaDim, metaStateWidth, metaMaxRows, metaSketchWidth} {
+			if meta[i] < 0 || meta[i] > math.MaxInt32 {
+				return errs.Invalidf("checkpoint meta[%d] = %d out of range", i, meta[i])
+			}
+		}
+		s := &dynamic.Snapshot{Dim: int(meta[metaDim]), StateWidth: int(meta[metaStateWidth]),
+			MaxRows: int(meta[metaMaxRows]), SketchWidth: int(meta[metaSketchWidth]), Step: meta[metaStep],
+			Admitted: meta[metaAdmitted], Evicted: meta[metaEvicted]}
+		if meta[metaHighWater] != int64(nrows) || meta[metaFree] != int64(nfree) || meta[metaSketch] != int64(nsketch) {
+			return errs.Invalidf("checkpoint: meta says %d rows, %d free, %d sketch counters; arrays have %d, %d, %d",
+				meta[metaHighWater], meta[metaFree], meta[metaSketch], int64(nrows), int64(nfree), int64(nsketch))
+		}
+		if s.IDs, err = viewSlice[int64](idsPtr, int64(nrows), "ids"); err != nil {
+			return err
+		}
+		if s.Counts, err = viewSlice[int64](countsPtr, int64(nrows), "counts"); err != nil {
+			return err
+		}
+		if s.LastSeen, err = viewSlice[int64](lastPtr, int64(nrows), "last_seen"); err != nil {
+			return err
+		}
+		if s.Free, err = viewSlice[int64](freePtr, int64(nfree), "free"); err != nil {
+			return err
+		}
+		if s.Weights, err = viewSlice[float32](weightsPtr, int64(nweights), "weights"); err != nil {
+			return err
+		}
+		if s.State, err = viewSlice[float32](statePtr, int64(nstate), "state"); err != nil {
+			return err
+		}
+		if s.Sketch, err = viewSlice[uint8](sketchPtr, int64(nsketch), "sketch"); err != nil {
+			return err
+		}
+		if s.SketchAdds, err = viewSlice[int64](addsPtr, int64(nadds), "sketch_adds"); err != nil {
+			return err
+		}
+		if s.IDs == nil { // an empty table: keep lengths consistent
+			s.IDs, s.Counts, s.LastSeen = []int64{}, []int64{}, []int64{}
+		}
+		return d.Import(s) // copies out of the caller's memory before returning
+	})
+}
