@@ -40,8 +40,8 @@ func Example() {
 	// Output:
 	// calls before: 7 after: 5
 	// truncate [hist item]
-	// mod [hist item]
 	// bucketize [age]
+	// mod [hist item]
 	// cross [hist_x_age]
 	// mod [hist_x_age]
 	// hist: [2 3 7] [2 1]

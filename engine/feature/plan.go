@@ -36,101 +36,176 @@ func (p Plan) Reduction() float64 {
 }
 
 // buildPlan orders the ops topologically (each feature's chain in order; a cross op after both
-// features it reads are complete) and fuses them greedily, list-scheduling style: at each step the
-// ready ops are bucketed by kind, and the bucket holding the op with the longest remaining path
-// (its own chain plus the chains of the cross features that wait on it) becomes one group; ties go
-// to the larger bucket, then to OpKind order. Running critical ops first lets the ops behind them
-// catch up with the same kinds in other fields. Every op joins exactly one group, so
-// |G| <= Σ d_i (RecIS Eq. 1). A dependency cycle between cross features is an error.
+// features it reads are complete) and fuses them: at each step the ready ops are bucketed by kind
+// and one bucket becomes a group. Which bucket is a shortest-common-supersequence problem over the
+// chains; the planner picks it by rollout (the pilot method): for each candidate kind it completes
+// the schedule with the base rule and keeps the kind whose completion has the fewest groups. The
+// base rule prefers a "safe" kind, one that no unfinished chain holds at a later position (taking
+// it can never force a second group of that kind), then the bucket holding the op with the longest
+// remaining path (its chain plus the chains of cross features waiting on it), then the larger
+// bucket, then OpKind order. Rollout is
+// never worse than the base rule alone. Every op joins exactly one group, so |G| <= Σ d_i (RecIS
+// Eq. 1). A dependency cycle between cross features is an error.
 func buildPlan(feats []compiled) (Plan, error) {
 	n := len(feats)
-	next := make([]int, n)    // index of each feature's next unscheduled op
-	waiting := make([]int, n) // unfinished sources of a cross feature
-	dependents := make([][]int, n)
+	sc := &scheduler{feats: feats, next: make([]int, n), waiting: make([]int, n), dependents: make([][]int, n)}
 	for f, c := range feats {
 		if len(c.ops) > 0 && c.ops[0].kind == OpCross {
 			for _, s := range c.ops[0].srcs {
-				waiting[f]++
-				dependents[s] = append(dependents[s], f)
+				sc.waiting[f]++
+				sc.dependents[s] = append(sc.dependents[s], f)
 			}
 		}
 	}
-	if err := checkCycles(feats, dependents, waiting); err != nil {
+	if err := checkCycles(feats, sc.dependents, sc.waiting); err != nil {
 		return Plan{}, err
 	}
-	height := make([]int, n) // longest op path from a feature's first op to the end of the plan
-	var heightOf func(f int) int
-	heightOf = func(f int) int {
-		if height[f] == 0 {
-			h := 0
-			for _, d := range dependents[f] {
-				h = max(h, heightOf(d))
-			}
-			height[f] = len(feats[f].ops) + h + 1 // +1 keeps 0 as "not computed"
-		}
-		return height[f]
-	}
-	var plan Plan
-	ready := make([]bool, n)
-	var finish func(f int)
-	finish = func(f int) { // f's chain is complete: release the cross features waiting on it
-		for _, d := range dependents[f] {
-			waiting[d]--
-			if waiting[d] == 0 {
-				if len(feats[d].ops) == 0 {
-					finish(d)
-				} else {
-					ready[d] = true
-				}
-			}
-		}
+	sc.height = make([]int, n)
+	for f := range sc.height {
+		sc.height[f] = -1
 	}
 	for f, c := range feats {
-		plan.CallsBefore += len(c.ops)
-		if waiting[f] == 0 {
-			if len(c.ops) == 0 {
-				finish(f)
-			} else {
-				ready[f] = true
-			}
+		sc.heightOf(f)
+		if len(c.ops) == 0 {
+			sc.finish(f) // an input passed through unchanged is complete from the start
 		}
 	}
+	var plan Plan
+	for _, c := range feats {
+		plan.CallsBefore += len(c.ops)
+	}
 	for {
-		var buckets [numOpKinds][]int
-		var crit [numOpKinds]int
-		for f, r := range ready {
-			if r {
-				k := feats[f].ops[next[f]].kind
-				buckets[k] = append(buckets[k], f)
-				crit[k] = max(crit[k], heightOf(f)-next[f])
-			}
-		}
-		best := -1
+		buckets, later := sc.buckets()
+		kind := -1
+		bestLen := 0
 		for k := range buckets {
 			if len(buckets[k]) == 0 {
 				continue
 			}
-			if best < 0 || crit[k] > crit[best] || (crit[k] == crit[best] && len(buckets[k]) > len(buckets[best])) {
+			trial := sc.clone()
+			trial.take(OpKind(k), buckets[k])
+			l := trial.rollout()
+			if kind < 0 || l < bestLen || (l == bestLen && sc.better(k, kind, buckets, later)) {
+				kind, bestLen = k, l
+			}
+		}
+		if kind < 0 {
+			break
+		}
+		plan.Groups = append(plan.Groups, sc.take(OpKind(kind), buckets[kind]))
+	}
+	plan.CallsAfter = len(plan.Groups)
+	return plan, nil
+}
+
+// scheduler is the planner's state: how far each feature's chain has been scheduled.
+type scheduler struct {
+	feats      []compiled
+	next       []int   // index of each feature's next unscheduled op
+	waiting    []int   // unfinished sources of each cross feature
+	dependents [][]int // cross features reading each feature (shared, read-only)
+	height     []int   // longest op path from a feature's first op to the end (shared, read-only)
+}
+
+func (s *scheduler) clone() *scheduler {
+	c := *s
+	c.next, c.waiting = slices.Clone(s.next), slices.Clone(s.waiting)
+	return &c
+}
+
+func (s *scheduler) heightOf(f int) int {
+	if s.height[f] < 0 {
+		h := 0
+		for _, d := range s.dependents[f] {
+			h = max(h, s.heightOf(d))
+		}
+		s.height[f] = len(s.feats[f].ops) + h
+	}
+	return s.height[f]
+}
+
+// ready reports whether feature f has an op whose dependencies are all scheduled.
+func (s *scheduler) ready(f int) bool { return s.waiting[f] == 0 && s.next[f] < len(s.feats[f].ops) }
+
+// buckets groups the ready features by the kind of their next op, and counts the unscheduled ops
+// of each kind behind the ready ones (later in a chain, or in a chain not ready yet).
+func (s *scheduler) buckets() (b [numOpKinds][]int, later [numOpKinds]int) {
+	for f, c := range s.feats {
+		start := s.next[f]
+		if s.ready(f) {
+			k := c.ops[start].kind
+			b[k] = append(b[k], f)
+			start++
+		}
+		for _, o := range c.ops[start:] {
+			later[o.kind]++
+		}
+	}
+	return b, later
+}
+
+// crit is the longest remaining path among a bucket's ops.
+func (s *scheduler) crit(fs []int) int {
+	c := 0
+	for _, f := range fs {
+		c = max(c, s.heightOf(f)-s.next[f])
+	}
+	return c
+}
+
+// better is the base rule's preference of kind a over kind b.
+func (s *scheduler) better(a, b int, buckets [numOpKinds][]int, later [numOpKinds]int) bool {
+	if safeA, safeB := later[a] == 0, later[b] == 0; safeA != safeB {
+		return safeA
+	}
+	ca, cb := s.crit(buckets[a]), s.crit(buckets[b])
+	if ca != cb {
+		return ca > cb
+	}
+	return len(buckets[a]) > len(buckets[b])
+}
+
+// take schedules the next op of each feature in fs (all of kind k) as one group.
+func (s *scheduler) take(k OpKind, fs []int) Group {
+	g := Group{Op: k.String()}
+	for _, f := range fs {
+		g.members = append(g.members, member{feat: f, op: s.next[f]})
+		g.Features = append(g.Features, s.feats[f].name)
+		s.next[f]++
+		if s.next[f] == len(s.feats[f].ops) {
+			s.finish(f)
+		}
+	}
+	return g
+}
+
+// finish releases the cross features waiting on f, whose chain is now fully scheduled.
+func (s *scheduler) finish(f int) {
+	for _, d := range s.dependents[f] {
+		s.waiting[d]--
+		if s.waiting[d] == 0 && len(s.feats[d].ops) == 0 {
+			s.finish(d)
+		}
+	}
+}
+
+// rollout completes the schedule with the base rule and returns the number of groups it took.
+func (s *scheduler) rollout() int {
+	groups := 0
+	for {
+		buckets, later := s.buckets()
+		best := -1
+		for k := range buckets {
+			if len(buckets[k]) > 0 && (best < 0 || s.better(k, best, buckets, later)) {
 				best = k
 			}
 		}
 		if best < 0 {
-			break
+			return groups
 		}
-		g := Group{Op: OpKind(best).String()}
-		for _, f := range buckets[best] {
-			g.members = append(g.members, member{feat: f, op: next[f]})
-			g.Features = append(g.Features, feats[f].name)
-			next[f]++
-			if next[f] == len(feats[f].ops) {
-				ready[f] = false
-				finish(f)
-			}
-		}
-		plan.Groups = append(plan.Groups, g)
+		s.take(OpKind(best), buckets[best])
+		groups++
 	}
-	plan.CallsAfter = len(plan.Groups)
-	return plan, nil
 }
 
 // checkCycles runs Kahn's algorithm over the cross dependencies and names the features on or
