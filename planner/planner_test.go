@@ -26,7 +26,7 @@ func tinyModel(t testing.TB, seed uint64, n, nodes, gpus, steps int) *cost.Model
 		prof.Tables = append(prof.Tables, tab)
 	}
 	topo := cost.Topology{Nodes: nodes, GPUsPerNode: gpus, HBMBytes: total / int64(3*nodes*gpus),
-		HostBytes: total * 3 / int64(4*nodes) + total/int64(2*nodes*gpus), HBMBandwidth: 800e9, UVMBandwidth: 20e9, BatchSize: 1024}
+		HostBytes: total*3/int64(4*nodes) + total/int64(2*nodes*gpus), HBMBandwidth: 800e9, UVMBandwidth: 20e9, BatchSize: 1024}
 	m, err := cost.New(topo, prof, nil, cost.Full)
 	require.NoError(t, err)
 	return m

@@ -1,0 +1,199 @@
+package planner
+
+import (
+	"bytes"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countedProfile profiles random skewed batches over three tables.
+func countedProfile(t testing.TB) *profile.Profile {
+	specs := []profile.Spec{{Name: "a", Rows: 300, Dim: 8, ElemBytes: 4}, {Name: "b", Rows: 2000, Dim: 16, ElemBytes: 4},
+		{Name: "c", Rows: 50, Dim: 8, ElemBytes: 4}}
+	p, err := profile.NewProfiler(specs, 1, 0, 8)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(5, 5))
+	const batch = 256
+	var lengths, values []int64
+	for _, s := range specs {
+		for b := 0; b < batch; b++ {
+			l := int64(rng.IntN(3))
+			lengths = append(lengths, l)
+			for k := int64(0); k < l; k++ {
+				u := rng.Float64()
+				values = append(values, int64(float64(s.Rows)*u*u*u*u))
+			}
+		}
+	}
+	require.NoError(t, p.Add([]int{0, 1, 2}, batch, lengths, values))
+	prof, err := p.Profile()
+	require.NoError(t, err)
+	return prof
+}
+
+func smallTopo() cost.Topology {
+	return cost.Topology{Nodes: 1, GPUsPerNode: 2, HBMBytes: 40000, HostBytes: 1 << 20,
+		HBMBandwidth: 800e9, UVMBandwidth: 20e9, BatchSize: 512}
+}
+
+func TestMakeEveryStrategy(t *testing.T) {
+	prof := countedProfile(t)
+	for _, s := range Strategies {
+		t.Run(s, func(t *testing.T) {
+			p, err := Make(prof, smallTopo(), Options{Strategy: s, MILP: MILPOptions{TimeLimit: 5}})
+			require.NoError(t, err)
+			assert.Equal(t, s, p.Strategy)
+			assert.Empty(t, p.Eval.Violation)
+			assert.Len(t, p.Tables, 3)
+			sum := 0.0
+			for _, tp := range p.Tables {
+				sum += tp.PredictedSeconds
+				assert.LessOrEqual(t, tp.HotRows, tp.Rows)
+			}
+			total := 0.0
+			for _, g := range p.Eval.GPUSeconds {
+				total += g
+			}
+			assert.InDelta(t, total, sum, 1e-15)
+			if s == StrategyMILP {
+				require.NotNil(t, p.Solver)
+				assert.True(t, p.Solver.StartAccepted)
+				assert.LessOrEqual(t, p.Solver.DualBound, p.Eval.MaxSeconds*(1+1e-9))
+			}
+		})
+	}
+}
+
+func TestMakeBadInput(t *testing.T) {
+	prof := countedProfile(t)
+	neg := smallTopo()
+	neg.HBMBytes = -1
+	tiny := smallTopo()
+	tiny.HBMBytes, tiny.HostBytes = 100, 1000
+	tests := []struct {
+		name  string
+		prof  *profile.Profile
+		topo  cost.Topology
+		opts  Options
+		class error
+		match string
+	}{
+		{"negative budget", prof, neg, Options{}, errs.ErrInvalid, "negative budget"},
+		{"too small", prof, tiny, Options{}, errs.ErrCapacity, "GB more needed"},
+		{"missing table", prof, smallTopo(), Options{Tables: []string{"a", "zzz"}}, errs.ErrNotFound, `"zzz" is missing`},
+		{"empty profile", &profile.Profile{Version: 1}, smallTopo(), Options{}, errs.ErrInvalid, "empty profile"},
+		{"unknown strategy", prof, smallTopo(), Options{Strategy: "best"}, errs.ErrInvalid, "unknown strategy"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Make(tc.prof, tc.topo, tc.opts)
+			assert.ErrorIs(t, err, tc.class)
+			assert.ErrorContains(t, err, tc.match)
+		})
+	}
+}
+
+func TestRemapPutsHotRowsFirst(t *testing.T) {
+	prof := countedProfile(t)
+	p, err := Make(prof, smallTopo(), Options{Strategy: StrategyRowGreedy})
+	require.NoError(t, err)
+	r, err := NewRemap(p, prof)
+	require.NoError(t, err)
+	for ti, tp := range p.Tables {
+		pt, err := prof.Table(tp.Name)
+		require.NoError(t, err)
+		ids := make([]int64, tp.Rows)
+		for i := range ids {
+			ids[i] = int64(i)
+		}
+		out := make([]int64, len(ids))
+		require.NoError(t, r.Apply(ti, ids, out))
+		seen := make([]bool, tp.Rows) // a bijection on [0, rows)
+		for _, v := range out {
+			require.True(t, v >= 0 && v < tp.Rows)
+			require.False(t, seen[v])
+			seen[v] = true
+		}
+		for k, id := range pt.Ranked { // profiled rows hottest first
+			assert.Equal(t, int64(k), out[id])
+		}
+		prev := int64(-1) // unseen rows keep their order after the profiled ones
+		for id, v := range out {
+			if v >= pt.Touched {
+				assert.Greater(t, v, prev, "id %d", id)
+				prev = v
+			}
+		}
+	}
+	assert.ErrorIs(t, r.Apply(0, []int64{1 << 40}, make([]int64, 1)), errs.ErrInvalid)
+	_, err = r.Lookup("nope")
+	assert.ErrorIs(t, err, errs.ErrNotFound)
+
+	dir := t.TempDir()
+	require.NoError(t, p.Save(dir, prof))
+	back, err := LoadRemap(filepath.Join(dir, "remap.bin"))
+	require.NoError(t, err)
+	for i := range r.Tables {
+		assert.Equal(t, r.Tables[i].Ranked, back.Tables[i].Ranked)
+		assert.Equal(t, r.Tables[i].Hot, back.Tables[i].Hot)
+	}
+	lp, err := LoadPlan(dir)
+	require.NoError(t, err)
+	assert.Equal(t, p.Tables, lp.Tables)
+	assert.Equal(t, p.Assign, lp.Assign)
+	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(report), "slowest GPU")
+}
+
+func TestParsePlanRejects(t *testing.T) {
+	for name, js := range map[string]string{
+		"syntax":  "{",
+		"version": `{"version": 7}`,
+		"topo":    `{"version": 1, "topology": {"nodes": 0}}`,
+		"rank":    `{"version": 1, "topology": {"nodes":1,"gpus_per_node":1,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":3,"rows":5}]}`,
+	} {
+		_, err := ParsePlan([]byte(js))
+		assert.ErrorIs(t, err, errs.ErrInvalid, name)
+	}
+}
+
+func FuzzReadRemap(f *testing.F) {
+	r := &Remap{Tables: []RemapTable{{Name: "a", Rows: 10, Hot: 2, Ranked: []int64{4, 1, 7}}}}
+	require.NoError(f, r.init())
+	path := filepath.Join(f.TempDir(), "r.bin")
+	require.NoError(f, r.Save(path))
+	data, err := os.ReadFile(path)
+	require.NoError(f, err)
+	f.Add(data)
+	f.Add([]byte(remapMagic))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := ReadRemap(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		for ti, tab := range r.Tables {
+			ids := make([]int64, min(tab.Rows, 64))
+			for i := range ids {
+				ids[i] = int64(i)
+			}
+			out := make([]int64, len(ids))
+			if err := r.Apply(ti, ids, out); err != nil {
+				t.Fatal(err)
+			}
+			for _, v := range out {
+				if v < 0 || v >= tab.Rows {
+					t.Fatalf("remapped id %d outside [0, %d)", v, tab.Rows)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,63 @@
+package planner
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/recgo/recgo/planner/cost"
+)
+
+// Report renders the plan as markdown: topology, predicted figures, per-GPU load and the tables.
+func (p *Plan) Report() string {
+	var b strings.Builder
+	t := p.Topology
+	e := p.Eval
+	fmt.Fprintf(&b, "# Embedding placement plan (%s)\n\n", p.Strategy)
+	fmt.Fprintf(&b, "Topology: %d node(s) × %d GPU(s), %.1f GB HBM per GPU, %.1f GB host per node, HBM %.0f GB/s, UVM %.0f GB/s, batch %d. Cost model: %s.\n\n",
+		t.Nodes, t.GPUsPerNode, float64(t.HBMBytes)/cost.GB, float64(t.HostBytes)/cost.GB,
+		t.HBMBandwidth/cost.GB, t.UVMBandwidth/cost.GB, t.BatchSize, p.CostModel)
+	fmt.Fprintf(&b, "| figure | value |\n|---|---|\n")
+	fmt.Fprintf(&b, "| slowest GPU, modeled (ms/step) | %.4f |\n", e.MaxSeconds*1e3)
+	fmt.Fprintf(&b, "| spread (slowest / mean) | %.3f |\n", e.Spread)
+	fmt.Fprintf(&b, "| lookups served from HBM | %.2f %% |\n", 100*e.HBMAccessShare)
+	fmt.Fprintf(&b, "| rows in host memory (UVM) | %.2f %% |\n", 100*e.UVMRowShare)
+	fmt.Fprintf(&b, "| solve time (s) | %.2f |\n", p.SolveSeconds)
+	if s := p.Solver; s != nil {
+		fmt.Fprintf(&b, "| MILP status | %s |\n| MILP gap | %.4f |\n| MILP dual bound (ms) | %.4f |\n| warm start (ms), accepted | %.4f, %v |\n",
+			s.Status, s.Gap, s.DualBound*1e3, s.StartObjective*1e3, s.StartAccepted)
+	}
+	if p.Warning != "" {
+		fmt.Fprintf(&b, "\n**Warning:** %s\n", p.Warning)
+	}
+	if e.Violation != "" {
+		fmt.Fprintf(&b, "\n**Over capacity:** %s\n", e.Violation)
+	}
+	fmt.Fprintf(&b, "\n## Per GPU\n\n| rank | node | tables | modeled ms | HBM GB | UVM lookups/step |\n|---|---|---|---|---|---|\n")
+	count := make([]int, t.NumGPUs())
+	for _, tp := range p.Tables {
+		count[tp.GPU]++
+	}
+	for g := range e.GPUSeconds {
+		fmt.Fprintf(&b, "| %d | %d | %d | %.4f | %.2f | %.0f |\n", g, t.Node(g), count[g], e.GPUSeconds[g]*1e3,
+			float64(e.GPUHBM[g])/cost.GB, e.UVMAccesses[g])
+	}
+	tables := slices.Clone(p.Tables)
+	slices.SortStableFunc(tables, func(a, b TablePlan) int {
+		switch {
+		case a.PredictedSeconds > b.PredictedSeconds:
+			return -1
+		case a.PredictedSeconds < b.PredictedSeconds:
+			return 1
+		}
+		return 0
+	})
+	const show = 40
+	fmt.Fprintf(&b, "\n## Tables (most expensive first%s)\n\n| table | rank | rows | hot rows | HBM share of lookups | pooling | coverage | modeled ms |\n|---|---|---|---|---|---|---|---|\n",
+		map[bool]string{true: fmt.Sprintf(", first %d of %d", show, len(tables)), false: ""}[len(tables) > show])
+	for _, tp := range tables[:min(show, len(tables))] {
+		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.4f | %.2f | %.3f | %.4f |\n", tp.Name, tp.GPU, tp.Rows, tp.HotRows,
+			tp.HBMAccessShare, tp.Pooling, tp.Coverage, tp.PredictedSeconds*1e3)
+	}
+	return b.String()
+}

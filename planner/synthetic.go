@@ -1,0 +1,60 @@
+package planner
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/planner/profile"
+)
+
+// SyntheticSpec describes a RecShard-style synthetic model: many tables whose sizes, pooling,
+// coverage and skew are spread as the paper describes, with exponents fitted to real samples.
+type SyntheticSpec struct {
+	Tables    int
+	Dim       int
+	ElemBytes int
+	// TotalBytes scales the hash sizes (log-uniform between MinRows and MaxRows before scaling).
+	TotalBytes       float64
+	MinRows, MaxRows float64
+	// Alphas are power-law exponents to draw each table's skew from (e.g. fitted per real column).
+	Alphas []float64
+	// Coverages are per-table coverages to draw from; Poolings pooling factors to draw from.
+	Coverages []float64
+	Poolings  []float64
+	// TouchedMin..1 is the range of the share of rows ever accessed.
+	TouchedMin float64
+	Steps      int
+	Seed       uint64
+}
+
+// Synthetic builds the profile of a synthetic model from spec.
+func Synthetic(spec SyntheticSpec) (*profile.Profile, error) {
+	if spec.Tables <= 0 || spec.Dim <= 0 || spec.ElemBytes <= 0 || !(spec.TotalBytes > 0) ||
+		!(spec.MinRows >= 1) || spec.MaxRows < spec.MinRows || len(spec.Alphas) == 0 ||
+		len(spec.Coverages) == 0 || len(spec.Poolings) == 0 || spec.Steps <= 0 ||
+		!(spec.TouchedMin > 0 && spec.TouchedMin <= 1) {
+		return nil, errs.Invalidf("synthetic: incomplete spec %+v", spec)
+	}
+	rng := rand.New(rand.NewPCG(spec.Seed, 0x5eed))
+	raw := make([]float64, spec.Tables)
+	sum := 0.0
+	for i := range raw {
+		raw[i] = math.Exp(math.Log(spec.MinRows) + rng.Float64()*(math.Log(spec.MaxRows)-math.Log(spec.MinRows)))
+		sum += raw[i]
+	}
+	scale := spec.TotalBytes / (sum * float64(spec.Dim*spec.ElemBytes))
+	levels := profile.Levels(spec.Steps)
+	prof := &profile.Profile{Version: profile.Version, SampleRate: 1}
+	for i := range raw {
+		rows := max(1, int64(raw[i]*scale))
+		alpha := spec.Alphas[rng.IntN(len(spec.Alphas))]
+		cov := spec.Coverages[rng.IntN(len(spec.Coverages))]
+		pool := spec.Poolings[rng.IntN(len(spec.Poolings))]
+		touched := int64(float64(rows) * (spec.TouchedMin + (1-spec.TouchedMin)*rng.Float64()))
+		prof.Tables = append(prof.Tables, profile.Zipf(fmt.Sprintf("t%03d", i), rows, spec.Dim,
+			spec.ElemBytes, cov, pool, alpha, touched, levels))
+	}
+	return prof, prof.Validate()
+}
