@@ -87,7 +87,7 @@ func TestMakeBadInput(t *testing.T) {
 		match string
 	}{
 		{"negative budget", prof, neg, Options{}, errs.ErrInvalid, "negative budget"},
-		{"too small", prof, tiny, Options{}, errs.ErrCapacity, "GB more needed"},
+		{"too small", prof, tiny, Options{}, errs.ErrCapacity, "more needed"},
 		{"missing table", prof, smallTopo(), Options{Tables: []string{"a", "zzz"}}, errs.ErrNotFound, `"zzz" is missing`},
 		{"empty profile", &profile.Profile{Version: 1}, smallTopo(), Options{}, errs.ErrInvalid, "empty profile"},
 		{"unknown strategy", prof, smallTopo(), Options{Strategy: "best"}, errs.ErrInvalid, "unknown strategy"},

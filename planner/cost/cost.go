@@ -17,6 +17,18 @@ import (
 // GB is 10^9 bytes.
 const GB = 1e9
 
+// FormatBytes renders a byte count with a decimal unit (B, kB, MB, GB, TB).
+func FormatBytes(b int64) string {
+	v := float64(b)
+	for _, u := range []string{"B", "kB", "MB", "GB"} {
+		if math.Abs(v) < 1000 {
+			return fmt.Sprintf("%.4g %s", v, u)
+		}
+		v /= 1000
+	}
+	return fmt.Sprintf("%.4g TB", v)
+}
+
 // Topology describes the training cluster the plan is for.
 type Topology struct {
 	Nodes       int `json:"nodes"`
@@ -132,8 +144,8 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 		size := pt.Rows * rb
 		total += size
 		if size > topo.HBMBytes+topo.HostBytes {
-			return nil, errs.Capacityf("cost: table %q needs %.3f GB but one GPU's HBM plus its node's host memory hold %.3f GB: %.3f GB more needed",
-				name, float64(size)/GB, float64(topo.HBMBytes+topo.HostBytes)/GB, float64(size-topo.HBMBytes-topo.HostBytes)/GB)
+			return nil, errs.Capacityf("cost: table %q needs %s but one GPU's HBM plus its node's host memory hold %s: %s more needed",
+				name, FormatBytes(size), FormatBytes(topo.HBMBytes+topo.HostBytes), FormatBytes(size-topo.HBMBytes-topo.HostBytes))
 		}
 		hots := []int64{0}
 		for _, p := range pt.CDF {
@@ -158,8 +170,8 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 	}
 	capTotal := int64(topo.NumGPUs())*topo.HBMBytes + int64(topo.Nodes)*topo.HostBytes
 	if total > capTotal {
-		return nil, errs.Capacityf("cost: tables need %.3f GB but the topology holds %.3f GB (HBM + host): %.3f GB more needed",
-			float64(total)/GB, float64(capTotal)/GB, float64(total-capTotal)/GB)
+		return nil, errs.Capacityf("cost: tables need %s but the topology holds %s (HBM + host): %s more needed",
+			FormatBytes(total), FormatBytes(capTotal), FormatBytes(total-capTotal))
 	}
 	return m, nil
 }
