@@ -24,14 +24,19 @@ func HashIDs(dst, src []int64, seed uint64) {
 	p3 := archsimd.BroadcastUint64x8(xxPrime3)
 	p4 := archsimd.BroadcastUint64x8(xxPrime4)
 	h0 := archsimd.BroadcastUint64x8(seed + xxPrime5 + 8)
+	// Logical right shifts are rotations plus a mask: ShiftAllRight with a variable count measured
+	// 30x slower than the whole hash on this toolchain.
+	m33 := archsimd.BroadcastUint64x8(1<<31 - 1)
+	m29 := archsimd.BroadcastUint64x8(1<<35 - 1)
+	m32 := archsimd.BroadcastUint64x8(1<<32 - 1)
 	i := 0
 	for ; i+8 <= n; i += 8 {
 		x := archsimd.LoadInt64x8Slice(src[i : i+8]).AsUint64x8()
 		k := x.Mul(p2).RotateAllLeft(31).Mul(p1)
 		h := h0.Xor(k).RotateAllLeft(27).Mul(p1).Add(p4)
-		h = h.Xor(h.ShiftAllRight(33)).Mul(p2)
-		h = h.Xor(h.ShiftAllRight(29)).Mul(p3)
-		h = h.Xor(h.ShiftAllRight(32))
+		h = h.Xor(h.RotateAllRight(33).And(m33)).Mul(p2)
+		h = h.Xor(h.RotateAllRight(29).And(m29)).Mul(p3)
+		h = h.Xor(h.RotateAllRight(32).And(m32))
 		h.AsInt64x8().StoreSlice(dst[i : i+8])
 	}
 	HashIDsGeneric(dst[i:], src[i:], seed)
