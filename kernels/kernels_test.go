@@ -119,8 +119,7 @@ func TestOptimizerRows(t *testing.T) {
 					m0, v0 := append([]float32(nil), m...), append([]float32(nil), v...)
 					b1, b2, lr, eps, wd := 0.9, 0.999, 0.01, 1e-8, 0.1
 					bc1, bc2 := 1-math.Pow(b1, 3), 1-math.Pow(b2, 3)
-					p.adam(w, m, v, g, AdamParams{LR: float32(lr), Beta1: float32(b1), Beta2: float32(b2), Eps: float32(eps),
-						WeightDecay: float32(wd), Decoupled: decoupled, BiasCorrection1: float32(bc1), BiasCorrection2: float32(bc2)})
+					p.adam(w, m, v, g, NewAdamParams(lr, b1, b2, eps, wd, decoupled, 3))
 					wantM, wantV := make([]float64, dim), make([]float64, dim)
 					for i := range want {
 						wi, gi := float64(w0[i]), float64(g[i])
@@ -133,9 +132,9 @@ func TestOptimizerRows(t *testing.T) {
 						wantV[i] = b2*float64(v0[i]) + (1-b2)*gi*gi
 						want[i] = wi - lr/bc1*wantM[i]/(math.Sqrt(wantV[i])/math.Sqrt(bc2)+eps)
 					}
-					requireClose(t, wantM, m, 1e-5)
-					requireClose(t, wantV, v, 1e-5)
-					requireClose(t, want, w, 1e-4)
+					requireClose(t, wantM, m, 1e-6)
+					requireClose(t, wantV, v, 1e-6)
+					requireClose(t, want, w, 1e-5)
 				}
 			})
 		}

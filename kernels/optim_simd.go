@@ -2,11 +2,7 @@
 
 package kernels
 
-import (
-	"math"
-
-	"simd/archsimd"
-)
+import "simd/archsimd"
 
 func blk(x []float32, i int) *[16]float32 { return (*[16]float32)(x[i : i+16]) }
 
@@ -55,13 +51,13 @@ func adamRow(w, m, v, g []float32, p AdamParams) {
 	full := n &^ 15
 	b1 := archsimd.BroadcastFloat32x16(p.Beta1)
 	b2 := archsimd.BroadcastFloat32x16(p.Beta2)
-	omb1 := archsimd.BroadcastFloat32x16(1 - p.Beta1)
-	omb2 := archsimd.BroadcastFloat32x16(1 - p.Beta2)
-	step := archsimd.BroadcastFloat32x16(p.LR / p.BiasCorrection1)
-	sqrtBC2 := archsimd.BroadcastFloat32x16(float32(math.Sqrt(float64(p.BiasCorrection2))))
+	omb1 := archsimd.BroadcastFloat32x16(p.OneMinusBeta1)
+	omb2 := archsimd.BroadcastFloat32x16(p.OneMinusBeta2)
+	step := archsimd.BroadcastFloat32x16(p.StepSize)
+	sqrtBC2 := archsimd.BroadcastFloat32x16(p.SqrtBC2)
 	epsv := archsimd.BroadcastFloat32x16(p.Eps)
 	wd := archsimd.BroadcastFloat32x16(p.WeightDecay)
-	decay := archsimd.BroadcastFloat32x16(1 - p.LR*p.WeightDecay)
+	decay := archsimd.BroadcastFloat32x16(p.Decay)
 	for i := 0; i < full; i += 16 {
 		gv := archsimd.LoadFloat32x16(blk(g, i))
 		wv := archsimd.LoadFloat32x16(blk(w, i))

@@ -99,12 +99,7 @@ type rowUpdater struct {
 func newRowUpdater(c OptimizerConfig, step int64) rowUpdater {
 	u := rowUpdater{cfg: c}
 	if c.Kind == OptAdam || c.Kind == OptAdamW {
-		u.adam = kernels.AdamParams{
-			LR: float32(c.LR), Beta1: float32(c.Beta1), Beta2: float32(c.Beta2), Eps: float32(c.Eps),
-			WeightDecay: float32(c.WeightDecay), Decoupled: c.Kind == OptAdamW,
-			BiasCorrection1: float32(1 - math.Pow(c.Beta1, float64(step))),
-			BiasCorrection2: float32(1 - math.Pow(c.Beta2, float64(step))),
-		}
+		u.adam = kernels.NewAdamParams(c.LR, c.Beta1, c.Beta2, c.Eps, c.WeightDecay, c.Kind == OptAdamW, step)
 	}
 	return u
 }

@@ -1,0 +1,276 @@
+"""Fused optimizers (issue 4): parity with float64 PyTorch references over several duplicate-heavy
+steps and with TorchRec's FusedEmbeddingBagCollection; checkpoints; bad hyper-parameters."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+from recgo.errors import InvalidInputError
+from recgo.modules import optim
+
+CFGS = [EmbeddingBagConfig(40, 16, "t0", ["a", "b"]), EmbeddingBagConfig(25, 8, "t1", ["c"], pooling="mean")]
+
+
+def batches(n: int, seed: int, weighted: bool = False) -> list[KeyedJaggedTensor]:
+    """Duplicate-heavy batches (IDs from a small range) over features a, b, c with batch 6."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        lengths = torch.randint(0, 6, (18,), generator=gen)
+        values = torch.randint(0, 6, (int(lengths.sum()),), generator=gen)
+        weights = torch.rand(values.numel(), generator=gen) + 0.5 if weighted else None
+        out.append(KeyedJaggedTensor(["a", "b", "c"], values, lengths, weights))
+    return out
+
+
+def pooled64(leaves: dict[str, torch.Tensor], kjt: KeyedJaggedTensor, cfgs: list[EmbeddingBagConfig]) -> torch.Tensor:
+    feats = kjt.to_dict()
+    cols = []
+    for cfg in cfgs:
+        for f in cfg.feature_names:
+            v, ln = feats[f]
+            offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)[:-1]])
+            cols.append(nn.functional.embedding_bag(v, leaves[cfg.name], offs, mode="sum" if cfg.pooling == "sum" else "mean"))
+    return torch.cat(cols, 1)
+
+
+def touched(kjt: KeyedJaggedTensor, cfg: EmbeddingBagConfig) -> torch.Tensor:
+    feats = kjt.to_dict()
+    return torch.unique(torch.cat([feats[f][0] for f in cfg.feature_names]))
+
+
+class Reference:
+    """Float64 lazy (touched-rows-only) optimizers with torch.optim's formulas."""
+
+    def __init__(self, opt: optim.FusedOptimizer, weights: dict[str, torch.Tensor]) -> None:
+        self.opt, self.step = opt, 0
+        self.w = {k: v.clone() for k, v in weights.items()}
+        self.s1 = {k: torch.zeros_like(v) for k, v in weights.items()}
+        self.s2 = {k: torch.zeros_like(v) for k, v in weights.items()}
+        self.rs = {k: torch.zeros(v.shape[0], dtype=torch.float64) for k, v in weights.items()}
+
+    def update(self, name: str, rows: torch.Tensor, g: torch.Tensor) -> None:
+        o, w = self.opt, self.w[name]
+        if isinstance(o, optim.RowWiseAdagrad):
+            self.rs[name][rows] += (g * g).mean(1)
+            w[rows] -= o.lr * g / (self.rs[name][rows].sqrt() + o.eps).unsqueeze(1)
+        elif isinstance(o, optim.Adagrad):
+            self.s1[name][rows] += g * g
+            w[rows] -= o.lr * g / (self.s1[name][rows].sqrt() + o.eps)
+        elif isinstance(o, optim.Adam):
+            wr = w[rows]
+            if isinstance(o, optim.AdamW):
+                wr = wr * (1 - o.lr * o.weight_decay)
+            else:
+                g = g + o.weight_decay * wr
+            m = self.s1[name][rows] = o.beta1 * self.s1[name][rows] + (1 - o.beta1) * g
+            v = self.s2[name][rows] = o.beta2 * self.s2[name][rows] + (1 - o.beta2) * g * g
+            bc1, bc2 = 1 - o.beta1 ** self.step, 1 - o.beta2 ** self.step
+            w[rows] = wr - o.lr / bc1 * m / (v.sqrt() / math.sqrt(bc2) + o.eps)
+        else:
+            w[rows] -= o.lr * g
+
+    def train_step(self, kjt: KeyedJaggedTensor, grad_out: torch.Tensor) -> None:
+        self.step += 1
+        leaves = {k: v.clone().requires_grad_(True) for k, v in self.w.items()}
+        (pooled64(leaves, kjt, CFGS) * grad_out.double()).sum().backward()
+        for cfg in CFGS:
+            rows = touched(kjt, cfg)
+            self.update(cfg.name, rows, leaves[cfg.name].grad[rows])
+
+
+OPTIMIZERS = [
+    optim.SGD(lr=0.3),
+    optim.Adagrad(lr=0.2, eps=1e-8),
+    optim.RowWiseAdagrad(lr=0.2, eps=1e-8),
+    optim.Adam(lr=0.05),
+    optim.Adam(lr=0.05, weight_decay=0.1),
+    optim.AdamW(lr=0.05, weight_decay=0.1),
+]
+
+
+@pytest.mark.parametrize("opt", OPTIMIZERS, ids=lambda o: f"{type(o).__name__}-wd{o.weight_decay}")
+def test_fused_matches_float64_reference(opt: optim.FusedOptimizer) -> None:
+    ebc = EmbeddingBagCollection(CFGS, optimizer=opt, seed=1)
+    ref = Reference(opt, {c.name: ebc.embedding_bags[c.name].weight.detach().double() for c in CFGS})
+    gen = torch.Generator().manual_seed(2)
+    for kjt in batches(4, seed=3):
+        out = ebc(kjt).values()
+        g = torch.randn(out.shape, generator=gen)
+        torch.testing.assert_close(out.double(), pooled64(ref.w, kjt, CFGS), rtol=1e-5, atol=1e-6)
+        (out * g).sum().backward()
+        ref.train_step(kjt, g)
+    for c in CFGS:
+        torch.testing.assert_close(ebc.embedding_bags[c.name].weight.detach().double(), ref.w[c.name], rtol=1e-5, atol=1e-5)
+        assert int(ebc.embedding_bags[c.name].optimizer_step) == 4
+    if isinstance(opt, optim.Adam):
+        state = ebc.embedding_bags["t0"].optimizer_state.double()
+        torch.testing.assert_close(state[:, :16], ref.s1["t0"], rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(state[:, 16:], ref.s2["t0"], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("opt,torch_opt", [
+    (optim.SGD(lr=0.3), lambda p: torch.optim.SGD(p, lr=0.3)),
+    (optim.Adagrad(lr=0.2, eps=1e-10), lambda p: torch.optim.Adagrad(p, lr=0.2, eps=1e-10)),
+    (optim.Adam(lr=0.05), lambda p: torch.optim.SparseAdam(p, lr=0.05)),
+], ids=["SGD", "Adagrad", "SparseAdam"])
+def test_fused_matches_torch_optimizers(opt, torch_opt) -> None:
+    """The same fused steps against torch.optim on float64 sparse gradients."""
+    ebc = EmbeddingBagCollection(CFGS, optimizer=opt, seed=5)
+    leaves = {c.name: nn.Parameter(ebc.embedding_bags[c.name].weight.detach().double().clone()) for c in CFGS}
+    topt = torch_opt(list(leaves.values()))
+    gen = torch.Generator().manual_seed(6)
+    for kjt in batches(4, seed=7):
+        out = ebc(kjt).values()
+        g = torch.randn(out.shape, generator=gen)
+        (out * g).sum().backward()
+        topt.zero_grad()
+        feats, cols = kjt.to_dict(), []
+        for cfg in CFGS:
+            for f in cfg.feature_names:
+                v, ln = feats[f]
+                offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)[:-1]])
+                cols.append(nn.functional.embedding_bag(v, leaves[cfg.name], offs, sparse=True,
+                                                        mode="sum" if cfg.pooling == "sum" else "mean"))
+        (torch.cat(cols, 1) * g.double()).sum().backward()
+        topt.step()
+    for c in CFGS:
+        torch.testing.assert_close(ebc.embedding_bags[c.name].weight.detach().double(), leaves[c.name].detach(),
+                                   rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["SGD", "Adagrad", "RowWiseAdagrad"])
+def test_fused_matches_torchrec_fused_ebc(name: str) -> None:
+    torchrec = pytest.importorskip("torchrec")
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+    import torchrec.optim as trec_optim
+
+    torch_type = {"SGD": torch.optim.SGD, "Adagrad": torch.optim.Adagrad, "RowWiseAdagrad": trec_optim.RowWiseAdagrad}[name]
+    kwargs = {"lr": 0.2} if name == "SGD" else {"lr": 0.2, "eps": 1e-8}
+    tcfgs = [torchrec.EmbeddingBagConfig(num_embeddings=40, embedding_dim=16, name="t0", feature_names=["a", "b"]),
+             torchrec.EmbeddingBagConfig(num_embeddings=25, embedding_dim=8, name="t1", feature_names=["c"])]
+    ref = FusedEmbeddingBagCollection(tables=tcfgs, optimizer_type=torch_type, optimizer_kwargs=kwargs,
+                                      device=torch.device("cpu"))
+    ebc = EmbeddingBagCollection(tcfgs, optimizer=getattr(optim, name)(**kwargs), seed=8)
+    ref.load_state_dict({k: v for k, v in ebc.state_dict().items() if k.endswith(".weight")})
+    gen = torch.Generator().manual_seed(9)
+    for kjt in batches(4, seed=10):
+        want, got = ref(kjt.to_torchrec()).values(), ebc(kjt).values()
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        g = torch.randn(got.shape, generator=gen)
+        (want * g).sum().backward()
+        (got * g).sum().backward()
+    sd = ref.state_dict()
+    for t in ("t0", "t1"):
+        torch.testing.assert_close(ebc.embedding_bags[t].weight.detach(), sd[f"embedding_bags.{t}.weight"],
+                                   rtol=1e-5, atol=1e-6)
+    if name != "SGD":
+        assert len(ref._emb_modules) == 1  # one FBGEMM module holds both tables (same pooling)
+        states = ref._emb_modules[0]._emb_module.split_optimizer_states()
+        for i, t in enumerate(("t0", "t1")):
+            mine = ebc.embedding_bags[t].optimizer_state
+            torch.testing.assert_close(mine.reshape(states[i][0].shape), states[i][0], rtol=1e-5, atol=1e-7)
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+
+def train(ebc: EmbeddingBagCollection, kjts: list[KeyedJaggedTensor], seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for kjt in kjts:
+        out = ebc(kjt).values()
+        (out * torch.randn(out.shape, generator=gen)).sum().backward()
+
+
+def test_checkpoint_round_trip_is_bit_exact_and_resumes(tmp_path) -> None:
+    opt = optim.Adam(lr=0.05, weight_decay=0.01)
+    first = EmbeddingBagCollection(CFGS, optimizer=opt, seed=11)
+    train(first, batches(2, seed=12), seed=13)
+    path = tmp_path / "ebc.pt"
+    first.save(path)
+    saved = {k: v.clone() for k, v in first.state_dict().items()}
+    assert {"embedding_bags.t0.optimizer_state", "embedding_bags.t0.optimizer_step"} <= set(saved)
+    second = EmbeddingBagCollection(CFGS, optimizer=opt, seed=99)
+    second.load(path)
+    for k, v in second.state_dict().items():
+        assert torch.equal(v, saved[k]), k
+    more = batches(3, seed=14)
+    train(first, more, seed=15)
+    train(second, more, seed=15)
+    for (k, a), b in zip(first.state_dict().items(), second.state_dict().values()):
+        assert torch.equal(a, b), f"{k} diverged after resuming"
+    # plain torch.save of the state_dict works too
+    torch.save(first.state_dict(), tmp_path / "plain.pt")
+    loaded = torch.load(tmp_path / "plain.pt", weights_only=True)
+    assert torch.equal(loaded["embedding_bags.t1.optimizer_state"], first.embedding_bags.t1.optimizer_state)
+
+
+def test_save_is_atomic(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ebc = EmbeddingBagCollection(CFGS, optimizer=optim.SGD(lr=0.1), seed=0)
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(b"previous checkpoint")
+    real_save = torch.save
+
+    def failing_save(obj, f, *a, **kw):
+        f.write(b"half a file")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", failing_save)
+    with pytest.raises(OSError, match="disk full"):
+        ebc.save(path)
+    monkeypatch.setattr(torch, "save", real_save)
+    assert path.read_bytes() == b"previous checkpoint"
+    assert os.listdir(tmp_path) == ["ckpt.pt"], "no temporary file is left behind"
+
+
+def test_load_checkpoint_of_another_shape(tmp_path) -> None:
+    ebc = EmbeddingBagCollection(CFGS, optimizer=optim.Adagrad(lr=0.1), seed=0)
+    other = EmbeddingBagCollection([EmbeddingBagConfig(41, 16, "t0", ["a", "b"]), CFGS[1]],
+                                   optimizer=optim.Adagrad(lr=0.1), seed=0)
+    other.save(tmp_path / "other.pt")
+    with pytest.raises(InvalidInputError, match=r"'embedding_bags.t0.weight' has shape \(41, 16\)"):
+        ebc.load(tmp_path / "other.pt")
+    rowwise = EmbeddingBagCollection(CFGS, optimizer=optim.RowWiseAdagrad(lr=0.1), seed=0)
+    with pytest.raises(InvalidInputError, match="optimizer_state"):
+        rowwise.load_state_dict(ebc.state_dict())
+
+
+# -- bad hyper-parameters and misuse ----------------------------------------------------------------
+
+@pytest.mark.parametrize("opt,msg", [
+    (optim.SGD(lr=-0.1), "learning rate -0.1"),
+    (optim.SGD(lr=float("nan")), "learning rate NaN"),
+    (optim.Adagrad(lr=0.1, eps=0.0), "eps 0 must be"),
+    (optim.RowWiseAdagrad(lr=0.1, eps=-1.0), "eps -1 must be"),
+    (optim.Adam(beta1=1.0), "beta1 1 must be in"),
+    (optim.Adam(beta2=-0.5), "beta2 -0.5 must be in"),
+    (optim.AdamW(weight_decay=-1.0), "weight decay -1"),
+])
+def test_bad_hyper_parameters(opt, msg: str) -> None:
+    with pytest.raises(InvalidInputError, match=msg):
+        EmbeddingBagCollection(CFGS, optimizer=opt)
+
+
+def test_set_fused_optimizer_and_misuse() -> None:
+    ebc = EmbeddingBagCollection(CFGS, optimizer=optim.SGD(lr=0.1), seed=0)
+    w0 = ebc.embedding_bags.t0.weight.detach().clone()
+    ebc.set_fused_optimizer(optim.SGD(lr=0.0))
+    train(ebc, batches(1, seed=1), seed=2)
+    assert torch.equal(ebc.embedding_bags.t0.weight.detach(), w0), "lr 0 leaves weights alone"
+    with pytest.raises(InvalidInputError, match="kind cannot change"):
+        ebc.set_fused_optimizer(optim.Adagrad(lr=0.1))
+    with pytest.raises(InvalidInputError, match="learning rate -1"):
+        ebc.set_fused_optimizer(optim.SGD(lr=-1.0))
+    with pytest.raises(InvalidInputError, match="fused optimizer"):
+        EmbeddingBagCollection(CFGS, optimizer=torch.optim.SGD)  # type: ignore[arg-type]
+
+
+def test_lookup_stats_count_duplicates() -> None:
+    ebc = EmbeddingBagCollection(CFGS, seed=0)
+    kjt = KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 1, 2, 1, 3, 3]), torch.tensor([2, 1, 1, 0, 2, 0]))
+    assert ebc.lookup_stats(kjt) == {"t0": (2, 4), "t1": (1, 2)}
