@@ -226,3 +226,24 @@ func LoadPlan(path string) (*Plan, error) {
 	}
 	return p, nil
 }
+
+// Evaluate prices an external placement (table i of opts.Tables, or of the profile, on gpus[i]
+// with hots[i] hottest rows in HBM) as a plan named opts.Strategy.
+func Evaluate(prof *profile.Profile, topo cost.Topology, opts Options, gpus, hots []int64) (*Plan, error) {
+	m, err := cost.New(topo, prof, opts.Tables, opts.Weights)
+	if err != nil {
+		return nil, err
+	}
+	if len(gpus) != len(m.Tables) || len(hots) != len(m.Tables) {
+		return nil, errs.Invalidf("planner: %d gpus and %d hot counts for %d tables", len(gpus), len(hots), len(m.Tables))
+	}
+	a := make([]cost.Assignment, len(gpus))
+	for i := range a {
+		a[i] = cost.Assignment{GPU: int(gpus[i]), Hot: hots[i]}
+	}
+	name := opts.Strategy
+	if name == "" {
+		name = "external"
+	}
+	return FromAssignments(m, name, a)
+}

@@ -48,7 +48,7 @@ func TestMakeEveryStrategy(t *testing.T) {
 	prof := countedProfile(t)
 	for _, s := range Strategies {
 		t.Run(s, func(t *testing.T) {
-			p, err := Make(prof, smallTopo(), Options{Strategy: s, MILP: MILPOptions{TimeLimit: 5}})
+			p, err := Make(prof, smallTopo(), Options{Strategy: s, MILP: MILPOptions{TimeLimit: 5, Symmetry: true}})
 			require.NoError(t, err)
 			assert.Equal(t, s, p.Strategy)
 			assert.Empty(t, p.Eval.Violation)

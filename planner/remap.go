@@ -210,3 +210,35 @@ func LoadRemap(path string) (*Remap, error) {
 	}
 	return r, err
 }
+
+// ApplyKJT remaps a KJT's values: key i (lengths key-major, batch per key) goes through table
+// tables[i], or is copied unchanged when tables[i] is -1.
+func (r *Remap) ApplyKJT(tables []int64, batch int, lengths, values, out []int64) error {
+	if len(lengths) != len(tables)*batch || len(out) != len(values) {
+		return errs.Invalidf("remap: %d lengths for %d keys x batch %d, %d values into %d", len(lengths),
+			len(tables), batch, len(values), len(out))
+	}
+	off := int64(0)
+	for i, t := range tables {
+		n := int64(0)
+		for _, l := range lengths[i*batch : (i+1)*batch] {
+			if l < 0 {
+				return errs.Invalidf("remap: negative length %d", l)
+			}
+			n += l
+		}
+		if off+n > int64(len(values)) {
+			return errs.Invalidf("remap: lengths sum past the %d values", len(values))
+		}
+		if t == -1 {
+			copy(out[off:off+n], values[off:off+n])
+		} else if err := r.Apply(int(t), values[off:off+n], out[off:off+n]); err != nil {
+			return fmt.Errorf("key %d: %w", i, err)
+		}
+		off += n
+	}
+	if off != int64(len(values)) {
+		return errs.Invalidf("remap: lengths sum to %d but there are %d values", off, len(values))
+	}
+	return nil
+}

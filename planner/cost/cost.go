@@ -274,3 +274,16 @@ func (m *Model) Evaluate(p []Assignment) (Eval, error) {
 	e.UVMRowShare = uvmRows / rows
 	return e, nil
 }
+
+// ParseWeights reads a cost model name ("" or "full", "cdf", "cdf+coverage", "cdf+coverage+pooling").
+func ParseWeights(s string) (Weights, error) {
+	if s == "" {
+		return Full, nil
+	}
+	for w := CDFOnly; w <= Full; w++ {
+		if w.String() == s {
+			return w, nil
+		}
+	}
+	return Full, errs.Invalidf("cost: unknown cost model %q (full, cdf, cdf+coverage, cdf+coverage+pooling)", s)
+}

@@ -12,9 +12,9 @@ import (
 func twoTables() *profile.Profile {
 	return &profile.Profile{Version: 1, SampleRate: 1, Tables: []profile.Table{
 		{Name: "a", Rows: 100, Dim: 4, ElemBytes: 4, Coverage: 0.5, Pooling: 4, Touched: 10,
-			CDF: []profile.Point{{0, 0}, {1, 0.5}, {10, 1}}},
+			CDF: []profile.Point{{Rows: 0, Frac: 0}, {Rows: 1, Frac: 0.5}, {Rows: 10, Frac: 1}}},
 		{Name: "b", Rows: 20, Dim: 2, ElemBytes: 2, Coverage: 1, Pooling: 1, Touched: 20,
-			CDF: []profile.Point{{0, 0}, {20, 1}}},
+			CDF: []profile.Point{{Rows: 0, Frac: 0}, {Rows: 20, Frac: 1}}},
 	}}
 }
 

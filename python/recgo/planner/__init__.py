@@ -1,10 +1,43 @@
 """RecShard-style placement of embedding tables: profile the data, model the cost, solve a MILP.
 
-The solver and the cost model live in Go (planner/); this package wraps them.
+:func:`profile` counts table accesses over KJT batches (sampled), :func:`plan` places every table
+on a GPU with a hot/cold split (strategies: the paper's whole-table greedy baselines, a row-level
+greedy, the MILP with HiGHS), :class:`Plan` saves plan.json, report.md, the remap and plots. The
+profiler, cost model and solvers run in Go (planner/); this package wraps them.
 """
 
 from __future__ import annotations
 
+from ._core import (
+    COST_MODELS,
+    STRATEGIES,
+    Plan,
+    Profile,
+    Profiler,
+    Remap,
+    TableSpec,
+    Topology,
+    evaluate,
+    plan,
+    profile,
+)
 from ._highs import MipResult, solve_mip
+from ._plots import plot_cdfs, plot_gpu_costs
 
-__all__ = ["MipResult", "solve_mip"]
+__all__ = [
+    "COST_MODELS",
+    "STRATEGIES",
+    "MipResult",
+    "Plan",
+    "Profile",
+    "Profiler",
+    "Remap",
+    "TableSpec",
+    "Topology",
+    "evaluate",
+    "plan",
+    "plot_cdfs",
+    "plot_gpu_costs",
+    "profile",
+    "solve_mip",
+]
