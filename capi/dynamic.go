@@ -193,6 +193,7 @@ func recgo_dynamic_snapshot_meta(sh C.uintptr_t, metaPtr unsafe.Pointer, n C.int
 // recgo_dynamic_snapshot_read copies a snapshot's arrays into caller buffers sized from its meta: ids,
 // counts, last (HighWater int64 each), free (Free int64), weights (HighWater·Dim float32), state
 // (HighWater·StateWidth float32), sketch (Sketch uint8) and sketchAdds (64 int64, or 0 without a sketch).
+// weights and state may be NULL when the caller reads the rows from the table's memory instead.
 //
 //export recgo_dynamic_snapshot_read
 func recgo_dynamic_snapshot_read(sh C.uintptr_t, idsPtr, countsPtr, lastPtr, freePtr, weightsPtr, statePtr,
@@ -211,7 +212,7 @@ func recgo_dynamic_snapshot_read(sh C.uintptr_t, idsPtr, countsPtr, lastPtr, fre
 		}
 		return errors.Join(fill(idsPtr, s.IDs, "ids"), fill(countsPtr, s.Counts, "counts"),
 			fill(lastPtr, s.LastSeen, "last_seen"), fill(freePtr, s.Free, "free"),
-			fill(weightsPtr, s.Weights, "weights"), fill(statePtr, s.State, "state"),
+			fillUnlessNull(weightsPtr, s.Weights, "weights"), fillUnlessNull(statePtr, s.State, "state"),
 			fill(sketchPtr, s.Sketch, "sketch"), fill(addsPtr, s.SketchAdds[:nadds], "sketch_adds"))
 	})
 }
@@ -224,6 +225,14 @@ func fill[T any](ptr unsafe.Pointer, src []T, name string) error {
 	}
 	copy(dst, src)
 	return nil
+}
+
+// fillUnlessNull is fill for an output the caller may skip by passing NULL.
+func fillUnlessNull[T any](ptr unsafe.Pointer, src []T, name string) error {
+	if ptr == nil {
+		return nil
+	}
+	return fill(ptr, src, name)
 }
 
 // recgo_dynamic_import replaces a dynamic table's state with a checkpoint's: meta as in

@@ -20,11 +20,14 @@ from .errors import (
 from .sparse import KeyedJaggedTensor, KeyedTensor
 from . import modules
 from .modules import EmbeddingBagCollection, EmbeddingBagConfig
+from . import dynamic
+from .dynamic import DynamicConfig
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CapacityError",
+    "DynamicConfig",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
     "InternalError",
@@ -36,6 +39,7 @@ __all__ = [
     "RecgoError",
     "RecgoIOError",
     "SolverError",
+    "dynamic",
     "library_version",
     "modules",
     "num_threads",

@@ -1,0 +1,281 @@
+"""Dynamic-ID embedding tables: arbitrary int64 IDs mapped to rows on demand, under a row bound.
+
+Declare one like any table, with a :class:`DynamicConfig`::
+
+    ebc = recgo.EmbeddingBagCollection([
+        recgo.EmbeddingBagConfig(name="user", embedding_dim=64, num_embeddings=1_000_000,
+                                 feature_names=["user_id"],
+                                 dynamic=recgo.DynamicConfig(min_count=2, eviction="lru")),
+    ], optimizer=recgo.modules.Adam(lr=1e-3))
+
+In training mode each forward counts the batch's IDs; an ID gets a row once it has been seen in
+``min_count`` batches (until then it pools as zeros and gets no update). When all
+``num_embeddings`` rows are taken, an eviction pass frees the stalest (``"lru"``) or least frequent
+(``"lfu"``) ``evict_fraction`` of them; ``max_age`` also frees rows unseen for that many steps. In
+eval mode unseen IDs pool as zeros (or as ``default``) and nothing is inserted. Storage is reserved
+up to the bound and committed as rows are first used, so memory grows to the bound and stays there.
+
+The collection's ``state_dict()`` carries, beside each dynamic table's weights and optimizer
+state, its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``, ``dynamic_free``,
+the admission sketch and ``dynamic_meta``); ``load_state_dict()`` restores it bit-exactly, so
+training resumes identically. The engine side is ``engine/dynamic`` (Go).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from . import _lib
+from ._lib import D, H, I32, I64, P, U64
+from .errors import InvalidInputError, NotFoundError
+from .tensors import check_tensor, ptr
+
+_POLICIES = {"lru": 0, "lfu": 1}
+_META_LEN = 10  # capi/dynamic.go snapshotMeta
+_M_DIM, _M_STATE, _M_ROWS, _M_SKETCHW, _M_STEP, _M_ADMIT, _M_EVICT, _M_HW, _M_FREE, _M_SKETCH = range(_META_LEN)
+_KEYS = ("dynamic_meta", "dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free",
+         "dynamic_sketch", "dynamic_sketch_adds")
+_SHARDS = 64  # engine/dynamic numShards
+_SKETCH_DEPTH = 4
+
+
+def _int(name: str, v: Any, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise InvalidInputError(f"DynamicConfig.{name} must be an int >= {lo}, got {v!r}")
+    return v
+
+
+@dataclass
+class DynamicConfig:
+    """Makes an :class:`recgo.EmbeddingBagConfig` a dynamic-ID table (pass it as ``dynamic=``).
+
+    Args:
+        min_count: training batches an ID must appear in before it gets a row (1: at once; at most 255).
+        eviction: ``"lru"`` (evict the stalest rows) or ``"lfu"`` (the least frequent, stalest first).
+        max_age: also evict rows unseen for more than this many training steps (0: only when full).
+        evict_fraction: share of the row bound one eviction pass frees, in (0, 1].
+        default: eval-mode vector (``embedding_dim`` values) for IDs without a row; None pools zeros.
+        num_embeddings: the row bound; None takes the table's ``num_embeddings``.
+        init_min, init_max: new rows are uniform in [init_min, init_max); None takes the table's
+            ``weight_init_min``/``weight_init_max``, else ±√(1/num_embeddings) as TorchRec does.
+        seed: seeds the per-ID initial vectors (an ID's first vector depends only on seed and ID).
+        manual_step: advance the table's clock only with :func:`advance` (needed when something
+            other than one forward per batch resolves the table); otherwise each training forward is a step.
+        sketch_width: counters per row of the admission count-min sketch (0: the bound, at least 4096).
+    """
+
+    min_count: int = 1
+    eviction: str = "lru"
+    max_age: int = 0
+    evict_fraction: float = 1.0 / 32
+    default: Sequence[float] | None = None
+    num_embeddings: int | None = None
+    init_min: float | None = None
+    init_max: float | None = None
+    seed: int = 0
+    manual_step: bool = False
+    sketch_width: int = 0
+    _builder: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def _check(self) -> None:
+        _int("min_count", self.min_count, 0)
+        _int("max_age", self.max_age, 0)
+        _int("seed", self.seed, 0)
+        _int("sketch_width", self.sketch_width, 0)
+        if self.eviction not in _POLICIES:
+            raise InvalidInputError(f"DynamicConfig.eviction must be 'lru' or 'lfu', got {self.eviction!r}")
+        if not isinstance(self.evict_fraction, (int, float)) or not 0 < self.evict_fraction <= 1:
+            raise InvalidInputError(f"DynamicConfig.evict_fraction must be in (0, 1], got {self.evict_fraction!r}")
+
+    def handle(self, table: Any = None) -> int:
+        """Engine handle of a builder for this table (called by EmbeddingBagCollection; ``table`` is the
+        EmbeddingBagConfig, which supplies the bound and init range this config leaves unset)."""
+        self._check()
+        bound = self.num_embeddings if self.num_embeddings is not None else getattr(table, "num_embeddings", None)
+        if bound is None:
+            raise InvalidInputError("DynamicConfig: the row bound is unknown; set DynamicConfig(num_embeddings=...)")
+        bound = _int("num_embeddings", bound, 1)
+        scale = math.sqrt(1.0 / bound)
+        lo = self.init_min if self.init_min is not None else getattr(table, "weight_init_min", None)
+        hi = self.init_max if self.init_max is not None else getattr(table, "weight_init_max", None)
+        lo = -scale if lo is None else float(lo)
+        hi = scale if hi is None else float(hi)
+        default = None
+        if self.default is not None:
+            default = torch.as_tensor(self.default, dtype=torch.float32).reshape(-1).contiguous()
+        self._builder = _lib.new_handle(
+            "recgo_dynamic_builder_new", [I64, I64, I32, I64, D, D, D, U64, P, I64, I32, I64],
+            bound, self.min_count, _POLICIES[self.eviction], self.max_age, float(self.evict_fraction), lo, hi,
+            self.seed, ptr(default), 0 if default is None else default.numel(), int(self.manual_step),
+            self.sketch_width)
+        return self._builder.value
+
+    def attach(self, ebc: Any, index: int) -> None:
+        """Hook table ``index`` of ``ebc`` into ``state_dict``/``load_state_dict`` (see :func:`attach`)."""
+        _attach_table(ebc, index)
+
+
+@dataclass(frozen=True)
+class DynamicStats:
+    """Occupancy of a dynamic table (see :func:`stats`)."""
+
+    rows: int            # IDs holding a row now
+    high_water: int      # rows ever handed out
+    num_embeddings: int  # the row bound
+    step: int            # training steps so far
+    admitted: int        # IDs given a row, ever
+    evicted: int         # rows freed by eviction, ever
+    reserved_bytes: int  # address space reserved for the storage
+    resident_bytes: int  # storage memory actually committed
+
+
+def _index(ebc: Any, table: str | int) -> int:
+    cfgs = ebc.embedding_bag_configs()
+    if isinstance(table, int) and not isinstance(table, bool):
+        if not 0 <= table < len(cfgs):
+            raise NotFoundError(f"table index {table} of {len(cfgs)}")
+        i = table
+    else:
+        names = [c.name for c in cfgs]
+        if table not in names:
+            raise NotFoundError(f"table {table!r} is not in this collection (tables: {names})")
+        i = names.index(table)
+    if cfgs[i].dynamic is None:
+        raise InvalidInputError(f"table {cfgs[i].name!r} is not a dynamic-ID table")
+    return i
+
+
+def stats(ebc: Any, table: str | int) -> DynamicStats:
+    """Occupancy and history of dynamic table ``table`` (name or index) of ``ebc``."""
+    out = torch.zeros(8, dtype=torch.int64)
+    _lib.call(_lib.fn("recgo_dynamic_stats", [H, I64, P, I64]), ebc._handle.value, _index(ebc, table), ptr(out), 8)
+    return DynamicStats(*out.tolist())
+
+
+def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -> torch.Tensor:
+    """Rows of ``ids`` in the table's storage (-1 for IDs without one). With ``train=True`` this is a
+    training step: IDs are counted and admitted, like a forward pass does."""
+    ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
+    rows = torch.empty_like(ids)
+    _lib.call(_lib.fn("recgo_dynamic_resolve", [H, I64, P, P, I64, I32]), ebc._handle.value, _index(ebc, table),
+              ptr(ids), ptr(rows), ids.numel(), int(train))
+    return rows
+
+
+def advance(ebc: Any, table: str | int) -> None:
+    """Move the table's clock one step (for ``manual_step`` tables; runs a due ``max_age`` sweep)."""
+    _lib.call(_lib.fn("recgo_dynamic_advance", [H, I64]), ebc._handle.value, _index(ebc, table))
+
+
+def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
+    """The table's ID map and admission state as tensors (the ``dynamic_*`` state_dict entries), with
+    fixed shapes for a given configuration: per-row arrays have ``num_embeddings`` entries, of which
+    the first ``dynamic_meta[7]`` (the high water mark) are used."""
+    i = _index(ebc, table)
+    snap = _lib.new_handle("recgo_dynamic_snapshot", [H, I64], ebc._handle.value, i)
+    try:
+        meta = torch.zeros(_META_LEN, dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_dynamic_snapshot_meta", [H, P, I64]), snap.value, ptr(meta), _META_LEN)
+        m = meta.tolist()
+        rows = m[_M_ROWS]
+        ids, counts, last, free = (torch.zeros(rows, dtype=torch.int64) for _ in range(4))
+        sketch = torch.empty(m[_M_SKETCH], dtype=torch.uint8)
+        adds = torch.zeros(_SHARDS if m[_M_SKETCH] else 0, dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_dynamic_snapshot_read", [H, P, P, P, P, P, P, P, P, I64]), snap.value,
+                  ptr(ids), ptr(counts), ptr(last), ptr(free), None, None, ptr(sketch), ptr(adds),
+                  adds.numel())
+    finally:
+        snap.free()
+    # The weights and optimizer state travel as the table's own state_dict entries.
+    return {"dynamic_meta": meta, "dynamic_ids": ids, "dynamic_counts": counts, "dynamic_last_seen": last,
+            "dynamic_free": free, "dynamic_sketch": sketch, "dynamic_sketch_adds": adds}
+
+
+def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], weight: torch.Tensor,
+                 optimizer_state: torch.Tensor | None) -> None:
+    """Restore a table from :func:`export_state` entries plus its weight rows (``[rows, dim]``, at least
+    the high water mark of them) and optimizer state (``[rows, width]`` or None). The engine checks
+    everything (shape, ranges, a consistent ID map) and leaves the table unchanged on error."""
+    i = _index(ebc, table)
+    name = ebc.embedding_bag_configs()[i].name
+    missing = [k for k in _KEYS if k not in entries]
+    if missing:
+        raise InvalidInputError(f"table {name!r}: the checkpoint lacks the dynamic-table entries {missing} "
+                                "(a checkpoint of a fixed table?)")
+    t = {k: check_tensor(entries[k], f"{name}.{k}", (torch.uint8,) if k == "dynamic_sketch" else (torch.int64,),
+                         ndim=1) for k in _KEYS}
+    meta = t["dynamic_meta"]
+    if meta.numel() != _META_LEN:
+        raise InvalidInputError(f"table {name!r}: dynamic_meta has {meta.numel()} values, expected {_META_LEN}")
+    m = meta.tolist()
+    hw, nfree, dim, width = m[_M_HW], m[_M_FREE], m[_M_DIM], m[_M_STATE]
+    for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free"):
+        if not 0 <= hw <= t[k].numel() or not 0 <= nfree <= t[k].numel():
+            raise InvalidInputError(f"table {name!r}: {k} has {t[k].numel()} entries, fewer than the "
+                                    f"{max(hw, nfree)} its meta declares")
+    weight = check_tensor(weight, f"{name}.weight", (torch.float32,), ndim=2)
+    if weight.shape[1] != dim or weight.shape[0] < hw:
+        raise InvalidInputError(f"table {name!r}: weight of shape {tuple(weight.shape)} cannot hold "
+                                f"{hw} rows of dim {dim}")
+    w = weight[:hw].contiguous().reshape(-1)
+    if width:
+        if optimizer_state is None:
+            raise InvalidInputError(f"table {name!r}: the checkpoint lacks optimizer_state")
+        optimizer_state = check_tensor(optimizer_state, f"{name}.optimizer_state", (torch.float32,))
+        s = optimizer_state.reshape(-1)[:hw * width].contiguous()
+        if s.numel() != hw * width:
+            raise InvalidInputError(f"table {name!r}: optimizer_state has {optimizer_state.numel()} values, "
+                                    f"need {hw * width}")
+    else:
+        s = torch.empty(0, dtype=torch.float32)
+    ids, counts, last = (t[k][:hw].contiguous() for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen"))
+    free, sketch, adds = t["dynamic_free"][:nfree].contiguous(), t["dynamic_sketch"], t["dynamic_sketch_adds"]
+    _lib.call(_lib.fn("recgo_dynamic_import", [H, I64, P, I64, P, P, P, I64, P, I64, P, I64, P, I64, P, I64, P, I64]),
+              ebc._handle.value, i, ptr(meta), meta.numel(), ptr(ids), ptr(counts), ptr(last), hw,
+              ptr(free), nfree, ptr(w), w.numel(), ptr(s), s.numel(), ptr(sketch), sketch.numel(),
+              ptr(adds), adds.numel())
+
+
+def _attach_table(ebc: Any, index: int) -> None:
+    cfg = ebc.embedding_bag_configs()[index]
+    holder = ebc.embedding_bags[cfg.name]
+    if getattr(holder, "_recgo_dynamic_attached", False):
+        return
+    holder._recgo_dynamic_attached = True
+    name = cfg.name
+
+    def save_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
+        for k, v in export_state(ebc, name).items():
+            state_dict[prefix + k] = v
+
+    def load_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
+                  strict: bool, missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
+        entries = {k: state_dict.pop(prefix + k) for k in _KEYS if prefix + k in state_dict}
+        weight = state_dict.get(prefix + "weight")
+        if weight is None:
+            raise InvalidInputError(f"table {name!r}: the checkpoint lacks {prefix}weight")
+        state = state_dict.get(prefix + "optimizer_state")
+        with torch.no_grad():
+            import_state(ebc, name, entries, weight.detach(), None if state is None else state.detach())
+        # The engine now holds the checkpoint's rows: make the module's own copy a no-op (copying the
+        # whole bound would commit every reserved page).
+        state_dict[prefix + "weight"] = module.weight
+        if state is not None and hasattr(module, "optimizer_state"):
+            state_dict[prefix + "optimizer_state"] = module.optimizer_state
+
+    holder.register_state_dict_post_hook(save_hook)
+    holder.register_load_state_dict_pre_hook(load_hook)
+
+
+def attach(ebc: Any) -> Any:
+    """Make ``ebc.state_dict()``/``load_state_dict()`` carry its dynamic tables' ID maps (idempotent;
+    returns ``ebc``). EmbeddingBagCollection calls it for tables with a :class:`DynamicConfig`."""
+    for i, cfg in enumerate(ebc.embedding_bag_configs()):
+        if cfg.dynamic is not None:
+            _attach_table(ebc, i)
+    return ebc

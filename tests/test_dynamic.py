@@ -1,0 +1,379 @@
+"""Dynamic-ID tables (issue 4, RecIS HashTable): admission, eval lookups, eviction, parity of training
+with a float64 torch reference under the ID→row mapping, bit-exact checkpoints that resume
+identically, bounded memory, and named errors for bad configs and checkpoints."""
+
+from __future__ import annotations
+
+import math
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import recgo
+from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, dynamic
+from recgo.dynamic import DynamicConfig
+from recgo.errors import InvalidInputError, NotFoundError
+from recgo.modules import SGD, Adagrad, Adam, AdamW, RowWiseAdagrad
+
+M64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def init_vector(id_: int, seed: int, lo: float, hi: float, dim: int) -> torch.Tensor:
+    """Python re-implementation of engine/dynamic.InitVector (splitmix64 stream keyed by seed and ID)."""
+    x = _mix((id_ & M64) ^ _mix(seed)) | 1
+    lo32, hi32 = torch.tensor(lo, dtype=torch.float32), torch.tensor(hi, dtype=torch.float32)
+    span = hi32 - lo32
+    out = torch.empty(dim, dtype=torch.float32)
+    for j in range(dim):
+        x = (x + 0x9E3779B97F4A7C15) & M64
+        u = torch.tensor((_mix(x) >> 40) / float(1 << 24), dtype=torch.float32)
+        out[j] = lo32 + span * u
+    return out
+
+
+def make(dim: int = 4, bound: int = 16, optimizer=None, features=("f",), pooling: str = "sum",
+         **dyn) -> EmbeddingBagCollection:
+    cfg = EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=bound, feature_names=list(features),
+                             pooling=pooling, dynamic=DynamicConfig(num_embeddings=bound, **dyn))
+    return dynamic.attach(EmbeddingBagCollection([cfg], optimizer=optimizer))
+
+
+def kjt(features: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
+    keys = list(features)
+    values = [i for k in keys for bag in features[k] for i in bag]
+    lengths = [len(bag) for k in keys for bag in features[k]]
+    return KeyedJaggedTensor(keys, torch.tensor(values, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64))
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(min_count=-1), "min_count"),
+    (dict(min_count=300), "min_count"),
+    (dict(eviction="fifo"), "eviction"),
+    (dict(evict_fraction=0.0), "evict_fraction"),
+    (dict(evict_fraction=1.5), "evict_fraction"),
+    (dict(max_age=-3), "max_age"),
+    (dict(num_embeddings=0), "num_embeddings"),
+    (dict(default=[1.0, 2.0]), "default vector has 2 values"),
+    (dict(init_min=1.0, init_max=-1.0), "init range"),
+    (dict(default=[0.0, float("nan"), 0.0, 0.0]), "default vector value 1"),
+])
+def test_bad_config_raises_named_error(kwargs, match) -> None:
+    bound = kwargs.pop("num_embeddings", 8)
+    cfg = EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=8, feature_names=["f"],
+                             dynamic=DynamicConfig(num_embeddings=bound, **kwargs))
+    with pytest.raises(InvalidInputError, match=match):
+        EmbeddingBagCollection([cfg])
+
+
+def test_admission_eval_and_initial_vectors() -> None:
+    ebc = make(dim=3, bound=8, min_count=2, seed=11, init_min=-0.5, init_max=0.5)
+    batch = kjt({"f": [[10, 20], [30]]})
+    assert torch.count_nonzero(ebc(batch).values()) == 0, "first sighting: not admitted, pools zeros"
+    ebc.eval()
+    assert torch.count_nonzero(ebc(batch).values()) == 0
+    assert dynamic.stats(ebc, "t").rows == 0, "eval lookups insert nothing"
+    assert dynamic.lookup(ebc, "t", torch.tensor([10, 30])).tolist() == [-1, -1]
+    ebc.train()
+    out = ebc(kjt({"f": [[10], [99]]})).values()
+    rows = dynamic.lookup(ebc, "t", torch.tensor([10, 20, 30, 99])).tolist()
+    assert rows[0] >= 0 and rows[1:] == [-1, -1, -1], "10 seen in two batches, the others once"
+    torch.testing.assert_close(out[0], init_vector(10, 11, -0.5, 0.5, 3), rtol=0, atol=0)
+    assert torch.count_nonzero(out[1]) == 0
+    weight = ebc.embedding_bags["t"].weight
+    torch.testing.assert_close(weight[rows[0]].detach(), init_vector(10, 11, -0.5, 0.5, 3), rtol=0, atol=0)
+    s = dynamic.stats(ebc, "t")
+    assert (s.rows, s.high_water, s.num_embeddings, s.step, s.admitted, s.evicted) == (1, 1, 8, 2, 1, 0)
+
+
+def test_eval_default_vector() -> None:
+    ebc = make(dim=2, bound=4, default=[0.5, -2.0])
+    ebc(kjt({"f": [[1]]}))  # admits 1
+    ebc.eval()
+    out = ebc(kjt({"f": [[7], [7, 8], [1]]})).values()
+    torch.testing.assert_close(out[0], torch.tensor([0.5, -2.0]))
+    torch.testing.assert_close(out[1], torch.tensor([1.0, -4.0]), msg="two unseen IDs: default twice")
+    assert torch.equal(out[2], ebc.embedding_bags["t"].weight[0].detach())
+    assert dynamic.stats(ebc, "t").rows == 1
+
+
+def test_lookups_of_wrong_tables_raise() -> None:
+    fixed = EmbeddingBagConfig(name="fixed", embedding_dim=2, num_embeddings=4, feature_names=["g"])
+    dyn = EmbeddingBagConfig(name="d", embedding_dim=2, num_embeddings=4, feature_names=["f"],
+                             dynamic=DynamicConfig(num_embeddings=4))
+    ebc = dynamic.attach(EmbeddingBagCollection([fixed, dyn]))
+    with pytest.raises(InvalidInputError, match="not a dynamic-ID table"):
+        dynamic.stats(ebc, "fixed")
+    with pytest.raises(NotFoundError, match="nope"):
+        dynamic.stats(ebc, "nope")
+    with pytest.raises(InvalidInputError, match="ids"):
+        dynamic.lookup(ebc, "d", torch.tensor([[1, 2]]))
+    assert dynamic.stats(ebc, 1).num_embeddings == 4
+
+
+def test_batch_with_more_ids_than_the_bound_is_a_capacity_error() -> None:
+    ebc = make(dim=2, bound=3)
+    with pytest.raises(recgo.CapacityError, match="raise the row bound"):
+        ebc(kjt({"f": [[1, 2], [3, 4]]}))
+
+
+class Float64Reference:
+    """A dynamic table trained in float64 torch: a dict id → weights/state, following the engine's
+    ID→row mapping (rows it gives, keeps or evicts) and A's documented fused optimizer formulas."""
+
+    def __init__(self, ebc: EmbeddingBagCollection, opt, seed: int, lo: float, hi: float) -> None:
+        self.ebc, self.opt, self.seed, self.lo, self.hi = ebc, opt, seed, lo, hi
+        self.dim = ebc.embedding_bag_configs()[0].embedding_dim
+        self.w: dict[int, torch.Tensor] = {}
+        self.s: dict[int, torch.Tensor] = {}
+        self.step = 0
+
+    def sync(self) -> None:
+        """Follow admissions and evictions the last engine forward made."""
+        st_ = dynamic.export_state(self.ebc, "t")
+        hw = int(st_["dynamic_meta"][7])
+        live = {int(i) for i, c in zip(st_["dynamic_ids"][:hw].tolist(), st_["dynamic_counts"][:hw].tolist()) if c}
+        for gone in set(self.w) - live:
+            del self.w[gone], self.s[gone]
+        width = self.opt.state_width(self.dim)
+        for new in live - set(self.w):
+            self.w[new] = init_vector(new, self.seed, self.lo, self.hi, self.dim).double()
+            self.s[new] = torch.zeros(width, dtype=torch.float64)
+
+    def forward(self, bags: dict[str, list[list[int]]], mean: bool) -> torch.Tensor:
+        cols = []
+        for f, fb in bags.items():
+            out = torch.zeros(len(fb), self.dim, dtype=torch.float64)
+            for b, bag in enumerate(fb):
+                for i in bag:
+                    if i in self.w:
+                        out[b] += self.w[i]
+                if mean and bag:
+                    out[b] /= len(bag)
+            cols.append(out)
+        return torch.cat(cols, dim=1)
+
+    def backward(self, bags: dict[str, list[list[int]]], mean: bool, grad: torch.Tensor) -> None:
+        g: dict[int, torch.Tensor] = {}
+        for fi, fb in enumerate(bags.values()):
+            for b, bag in enumerate(fb):
+                for i in bag:
+                    if i in self.w:
+                        scale = 1.0 / len(bag) if mean else 1.0
+                        g[i] = g.get(i, 0) + grad[b, fi * self.dim:(fi + 1) * self.dim].double() * scale
+        self.step += 1
+        o = self.opt
+        for i, gi in g.items():
+            w, s = self.w[i], self.s[i]
+            if isinstance(o, SGD):
+                w -= o.lr * gi
+            elif isinstance(o, RowWiseAdagrad):
+                s += (gi * gi).mean()
+                w -= o.lr * gi / (s.sqrt() + o.eps)
+            elif isinstance(o, Adagrad):
+                s += gi * gi
+                w -= o.lr * gi / (s.sqrt() + o.eps)
+            else:  # Adam, AdamW
+                d = self.dim
+                m, v = s[:d], s[d:]
+                if o.weight_decay:
+                    if isinstance(o, AdamW):
+                        w *= 1 - o.lr * o.weight_decay
+                    else:
+                        gi = gi + o.weight_decay * w
+                m.mul_(o.beta1).add_((1 - o.beta1) * gi)
+                v.mul_(o.beta2).add_((1 - o.beta2) * gi * gi)
+                bc1, bc2 = 1 - o.beta1 ** self.step, 1 - o.beta2 ** self.step
+                w -= (o.lr / bc1) * m / (v.sqrt() / math.sqrt(bc2) + o.eps)
+
+
+@pytest.mark.parametrize("opt, pooling", [
+    (SGD(lr=0.1), "sum"),
+    (Adagrad(lr=0.1), "mean"),
+    (RowWiseAdagrad(lr=0.1), "sum"),
+    (Adam(lr=0.01, weight_decay=0.01), "sum"),
+    (AdamW(lr=0.01), "mean"),
+])
+def test_training_matches_float64_reference(opt, pooling) -> None:
+    """Admission (min_count 2), LRU eviction and the fused optimizers: the engine's outputs, weights and
+    optimizer state track a float64 torch model that follows the engine's ID→row mapping."""
+    dim, bound, seed = 4, 12, 5
+    ebc = make(dim=dim, bound=bound, optimizer=opt, features=("a", "b"), pooling=pooling, min_count=2,
+               evict_fraction=0.25, seed=seed, init_min=-0.2, init_max=0.2)
+    ref = Float64Reference(ebc, opt, seed, -0.2, 0.2)
+    gen = torch.Generator().manual_seed(3)
+    mean = pooling == "mean"
+    for step in range(40):
+        bags = {f: [[int(x) * 7919 - 50 for x in torch.randint(0, 20, (int(n),), generator=gen)]
+                    for n in torch.randint(0, 4, (3,), generator=gen)] for f in ("a", "b")}
+        out = ebc(kjt(bags)).values()
+        ref.sync()
+        torch.testing.assert_close(out.double(), ref.forward(bags, mean), rtol=1e-5, atol=1e-6,
+                                   msg=f"step {step}: pooled output")
+        grad = torch.randn(out.shape, generator=gen)
+        out.backward(grad)
+        ref.backward(bags, mean, grad)
+        if not ref.w:
+            continue
+        ids = torch.tensor(sorted(ref.w), dtype=torch.int64)
+        rows = dynamic.lookup(ebc, "t", ids)
+        assert bool((rows >= 0).all())
+        holder = ebc.embedding_bags["t"]
+        got_w = holder.weight.detach()[rows].double()
+        torch.testing.assert_close(got_w, torch.stack([ref.w[i] for i in ids.tolist()]), rtol=1e-4, atol=1e-5,
+                                   msg=f"step {step}: weights")
+        if opt.state_width(dim):
+            got_s = holder.optimizer_state.detach()[rows].double()
+            torch.testing.assert_close(got_s, torch.stack([ref.s[i] for i in ids.tolist()]), rtol=1e-4,
+                                       atol=1e-6, msg=f"step {step}: optimizer state")
+    s = dynamic.stats(ebc, "t")
+    assert s.evicted > 0 and s.rows == len(ref.w), "the run exercised eviction"
+
+
+def _train(ebc: EmbeddingBagCollection, steps: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    outs = []
+    for _ in range(steps):
+        bags = {"f": [[int(x) for x in torch.randint(0, 40, (int(n),), generator=gen)]
+                      for n in torch.randint(0, 5, (4,), generator=gen)]}
+        out = ebc(kjt(bags)).values()
+        out.backward(torch.randn(out.shape, generator=gen))
+        outs.append(out.detach().clone())
+    return outs
+
+
+def _assert_state_dicts_equal(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+
+
+@pytest.mark.parametrize("dyn", [dict(min_count=2, eviction="lru"), dict(eviction="lfu", max_age=6)])
+def test_checkpoint_round_trip_is_bit_exact_and_training_resumes_identically(tmp_path: Path, dyn) -> None:
+    kw = dict(dim=3, bound=16, optimizer=Adam(lr=0.05), evict_fraction=0.25, seed=2, **dyn)
+    a = make(**kw)
+    _train(a, 30, seed=1)
+    assert dynamic.stats(a, "t").evicted > 0
+    path = tmp_path / "ckpt.pt"
+    a.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"], "atomic save leaves no temporary file"
+
+    b = make(**kw)
+    _train(b, 5, seed=9)  # state to be overwritten
+    b.load(path)
+    _assert_state_dicts_equal(a.state_dict(), b.state_dict())
+    assert dynamic.stats(a, "t") == dynamic.stats(b, "t")
+
+    outs_a, outs_b = _train(a, 15, seed=4), _train(b, 15, seed=4)
+    for x, y in zip(outs_a, outs_b):
+        assert torch.equal(x, y)
+    _assert_state_dicts_equal(a.state_dict(), b.state_dict())
+
+
+def test_loading_another_shape_or_a_bad_id_map_raises_and_keeps_the_table() -> None:
+    a = make(dim=3, bound=16, optimizer=Adagrad(lr=0.1), min_count=2)
+    _train(a, 10, seed=1)
+    sd = a.state_dict()
+    for other in (make(dim=4, bound=16, optimizer=Adagrad(lr=0.1), min_count=2),
+                  make(dim=3, bound=32, optimizer=Adagrad(lr=0.1), min_count=2),
+                  make(dim=3, bound=16, optimizer=Adagrad(lr=0.1))):  # no sketch: other admission shape
+        with pytest.raises(InvalidInputError):
+            other.load_state_dict(sd)
+
+    fixed = EmbeddingBagCollection([EmbeddingBagConfig(name="t", embedding_dim=3, num_embeddings=16,
+                                                       feature_names=["f"])], optimizer=Adagrad(lr=0.1))
+    b = make(dim=3, bound=16, optimizer=Adagrad(lr=0.1), min_count=2)
+    with pytest.raises(InvalidInputError, match="lacks the dynamic-table entries"):
+        b.load_state_dict(fixed.state_dict())
+
+    before = b.state_dict()
+    bad = {k: v.clone() for k, v in sd.items()}
+    hw = int(bad["embedding_bags.t.dynamic_meta"][7])
+    live = [r for r in range(hw) if bad["embedding_bags.t.dynamic_counts"][r] > 0]
+    bad["embedding_bags.t.dynamic_ids"][live[1]] = bad["embedding_bags.t.dynamic_ids"][live[0]]
+    with pytest.raises(InvalidInputError, match="more than one row"):
+        b.load_state_dict(bad)
+    _assert_state_dicts_equal(before, b.state_dict())
+
+
+def test_memory_stops_growing_once_the_bound_is_reached() -> None:
+    """A stream of ever-new IDs through a small bound: committed storage plateaus at the bound."""
+    dim, bound = 16, 2048
+    ebc = make(dim=dim, bound=bound, optimizer=RowWiseAdagrad(lr=0.1), min_count=1, evict_fraction=0.05)
+    gen = torch.Generator().manual_seed(0)
+    resident = []
+    next_id = 1 << 40
+    for step in range(300):
+        hot = torch.randint(0, 1000, (64,), generator=gen)
+        fresh = torch.arange(next_id, next_id + 64)
+        next_id += 64
+        batch = KeyedJaggedTensor(["f"], torch.cat([hot, fresh]), torch.full((32,), 4, dtype=torch.int64))
+        out = ebc(batch).values()
+        out.sum().backward()
+        resident.append(dynamic.stats(ebc, "t").resident_bytes)
+    s = dynamic.stats(ebc, "t")
+    assert s.high_water == bound and s.evicted > 0
+    assert resident[-1] == resident[150], "no growth after the table filled (by step ~40)"
+    per_row = (dim + 1 + 4) * 4  # weights, row-wise state, metadata
+    assert resident[-1] <= bound * per_row + 8 * 4096
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops=st.lists(st.tuples(st.booleans(), st.lists(st.integers(-5, 30), min_size=1, max_size=6, unique=True)),
+                    min_size=1, max_size=25),
+       min_count=st.integers(1, 3), policy=st.sampled_from(["lru", "lfu"]))
+def test_id_map_invariants_and_export_import(ops, min_count, policy) -> None:
+    ebc = make(dim=2, bound=6, min_count=min_count, eviction=policy, evict_fraction=0.5)
+    for train, ids in ops:
+        before = dynamic.stats(ebc, "t")
+        rows = dynamic.lookup(ebc, "t", torch.tensor(ids), train=train).tolist()
+        live = [r for r in rows if r >= 0]
+        assert len(set(live)) == len(live), "distinct IDs get distinct rows"
+        assert all(-1 <= r < 6 for r in rows)
+        if not train:
+            assert dynamic.stats(ebc, "t") == before, "eval lookups change nothing"
+        else:
+            assert rows == dynamic.lookup(ebc, "t", torch.tensor(ids)).tolist()
+    other = make(dim=2, bound=6, min_count=min_count, eviction=policy, evict_fraction=0.5)
+    other.load_state_dict(ebc.state_dict())
+    _assert_state_dicts_equal(ebc.state_dict(), other.state_dict())
+
+
+def test_concurrent_lookups_from_threads() -> None:
+    ebc = make(dim=2, bound=64, min_count=2, evict_fraction=0.1, manual_step=True)
+    errors: list[BaseException] = []
+
+    def worker(seed: int) -> None:
+        gen = torch.Generator().manual_seed(seed)
+        try:
+            for _ in range(100):
+                ids = torch.unique(torch.randint(0, 500, (16,), generator=gen))
+                rows = dynamic.lookup(ebc, "t", ids, train=True)
+                assert bool(((rows >= -1) & (rows < 64)).all())
+                dynamic.advance(ebc, "t")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    sd = ebc.state_dict()
+    hw = int(sd["embedding_bags.t.dynamic_meta"][7])
+    ids = sd["embedding_bags.t.dynamic_ids"][:hw]
+    counts = sd["embedding_bags.t.dynamic_counts"][:hw]
+    live = ids[counts > 0]
+    rows = dynamic.lookup(ebc, "t", live)
+    assert torch.equal(rows, torch.nonzero(counts > 0).flatten()), "ID map and row owners agree"
