@@ -91,23 +91,28 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64,
 	parallel.ForEach(len(items), 1, func(j int) {
 		it := items[j]
 		t, tc, g := c.Tables[it.t], &ctx.tables[it.t], &groups[it.t]
+		d := t.Dim
 		var buf []float32
 		if fused {
-			buf = make([]float32, t.Dim)
+			buf = make([]float32, (it.hi-it.lo)*d)
+		} else {
+			buf = gradVals[valBase[it.t]+it.lo*d : valBase[it.t]+it.hi*d]
+			copy(gradRows[rowBase[it.t]+it.lo:], tc.rows[it.lo:it.hi])
 		}
+		// Phase 1: merge each distinct row's contributions (reads of the output gradient).
 		for u := it.lo; u < it.hi; u++ {
-			row := tc.rows[u]
-			if !fused {
-				gradRows[rowBase[it.t]+u] = row
-				dst := gradVals[valBase[it.t]+u*t.Dim:][:t.Dim]
-				kernels.WeightedSum(dst, gradOut, g.off[g.start[u]:g.start[u+1]], g.scale[g.start[u]:g.start[u+1]], 1)
-				continue
+			lo, hi := g.start[u], g.start[u+1]
+			kernels.WeightedSum(buf[(u-it.lo)*d:][:d], gradOut, g.off[lo:hi], g.scale[lo:hi], 1)
+		}
+		if !fused {
+			return
+		}
+		// Phase 2: one write per distinct row; the rows are independent, so their cache misses overlap.
+		up := &updaters[it.t]
+		for u := it.lo; u < it.hi; u++ {
+			if row := tc.rows[u]; row >= 0 {
+				up.apply(t.Row(row), t.StateRow(row), buf[(u-it.lo)*d:][:d])
 			}
-			if row < 0 {
-				continue
-			}
-			kernels.WeightedSum(buf, gradOut, g.off[g.start[u]:g.start[u+1]], g.scale[g.start[u]:g.start[u+1]], 1)
-			updaters[it.t].apply(t.Row(row), t.StateRow(row), buf)
 		}
 	})
 	since(StageUpdate, t0)

@@ -4,7 +4,7 @@ fused optimizers."""
 from __future__ import annotations
 
 from . import optim
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, save_checkpoint
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, save_checkpoint, stage_times
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 
 __all__ = [
@@ -18,4 +18,5 @@ __all__ = [
     "SGD",
     "optim",
     "save_checkpoint",
+    "stage_times",
 ]

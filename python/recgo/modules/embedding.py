@@ -413,6 +413,19 @@ class EmbeddingBagCollection(nn.Module):
         return f"tables={[c.name for c in self._configs]}, width={self._width}, fused_optimizer={opt}"
 
 
+STAGES = ("dedup", "pool", "group", "update")
+
+
+def stage_times() -> dict[str, float]:
+    """Seconds the engine has spent in each embedding stage since the library loaded (all collections):
+    dedup (deduplicate and resolve IDs), pool (forward segments), group (backward: contributions
+    grouped by row), update (backward: per-row reduction and optimizer). Take differences around a
+    region to see how its time splits."""
+    out = torch.zeros(len(STAGES), dtype=torch.int64)
+    _lib.call(_lib.fn("recgo_ebc_stage_times", [P, I64]), out.data_ptr(), len(STAGES))
+    return {name: ns / 1e9 for name, ns in zip(STAGES, out.tolist())}
+
+
 def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> None:
     """``torch.save(obj, path)`` that never leaves a half-written file: it writes a temporary file in
     the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched."""

@@ -1,0 +1,280 @@
+"""Embedding training step, side by side: recgo vs TorchRec vs plain PyTorch on identical inputs.
+
+One step = forward (pooled lookups) + backward + optimizer update (SGD, lr 0.01) of 26 tables.
+
+Variants (same weights, same batches, one process, round-robin timing):
+  recgo            recgo.EmbeddingBagCollection with the fused SGD (update inside backward)
+  recgo_sparse     recgo's collection handing sparse gradients to torch.optim.SGD
+  torchrec_fused   torchrec FusedEmbeddingBagCollection (FBGEMM's CPU kernels, fused SGD) — the
+                   fastest CPU configuration TorchRec offers
+  torchrec_ebc     torchrec EmbeddingBagCollection + torch.optim.SGD (dense gradients, its default)
+  torch            26 nn.EmbeddingBag(sparse=True) + torch.optim.SGD
+
+Workloads: (a) synthetic, 26 tables, Zipf(α=1.05) IDs scattered over the rows, D=64, B=4096,
+pooling 1–30; (b) the real Criteo sample's 26 categorical ID streams (../shared/data/criteo),
+one ID per feature, vocabularies built from the sample. Also measured: memory bandwidth (a large
+tensor copy) to report the fraction recgo achieves, the dedup hit rate and recgo's stage split.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import Bench  # noqa: E402
+
+import recgo  # noqa: E402
+from recgo import modules  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
+LR = 0.01
+
+
+def zipf_batches(num_tables: int, rows: int, batch: int, nbatches: int, alpha: float,
+                 seed: int) -> list[recgo.KeyedJaggedTensor]:
+    """Batches whose IDs follow Zipf(alpha) over each table's rows (hot rows scattered by a random
+    permutation), pooling factors uniform in 1..30."""
+    gen = torch.Generator().manual_seed(seed)
+    probs = torch.arange(1, rows + 1, dtype=torch.float64).pow(-alpha)
+    perms = [torch.randperm(rows, generator=gen) for _ in range(num_tables)]
+    keys = [f"f{t}" for t in range(num_tables)]
+    out = []
+    for _ in range(nbatches):
+        lengths = torch.randint(1, 31, (num_tables, batch), generator=gen)
+        vals = []
+        for t in range(num_tables):
+            ranks = torch.multinomial(probs, int(lengths[t].sum()), replacement=True, generator=gen)
+            vals.append(perms[t][ranks])
+        out.append(recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths.reshape(-1)))
+    return out
+
+
+def criteo_batches(batch: int, max_rows: int | None) -> tuple[list[recgo.KeyedJaggedTensor], list[int]] | None:
+    """The Criteo train head's 26 categorical columns as ID streams (empty value → empty bag)."""
+    path = DATA / "criteo_dac_train_head10109.txt"
+    if not path.exists():
+        return None
+    lines = path.read_text().splitlines()[:max_rows]
+    vocab: list[dict[str, int]] = [{} for _ in range(26)]
+    cols: list[list[int]] = [[] for _ in range(26)]
+    for line in lines:
+        fields = line.split("\t")[14:40]
+        for c, v in enumerate(fields):
+            cols[c].append(-1 if v == "" else vocab[c].setdefault(v, len(vocab[c])))
+    ids = torch.tensor(cols, dtype=torch.int64)  # [26, N]
+    keys = [f"f{t}" for t in range(26)]
+    out = []
+    for lo in range(0, ids.shape[1] - batch + 1, batch):
+        chunk = ids[:, lo:lo + batch]
+        lengths = (chunk >= 0).to(torch.int64).reshape(-1)
+        out.append(recgo.KeyedJaggedTensor(keys, chunk[chunk >= 0], lengths))
+    return out, [max(1, len(v)) for v in vocab]
+
+
+def measure_bandwidth(mb: int) -> float:
+    """Bytes/s of a large tensor copy (read + write), best of five: the machine's memory bandwidth
+    as seen from this process."""
+    n = mb * (1 << 20) // 4
+    src, dst = torch.rand(n), torch.empty(n)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n * 4 / best
+
+
+class Workload:
+    """The variants' modules over one set of tables and batches (identical initial weights)."""
+
+    def __init__(self, rows: list[int], dim: int, batches: list[recgo.KeyedJaggedTensor],
+                 variants: list[str]) -> None:
+        import torchrec
+        from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+        self.batches, self.i = batches, 0
+        self.tr_batches = [b.to_torchrec() for b in batches]
+        self.cfgs = [torchrec.EmbeddingBagConfig(num_embeddings=r, embedding_dim=dim, name=f"t{t}",
+                                                 feature_names=[f"f{t}"]) for t, r in enumerate(rows)]
+        gen = torch.Generator().manual_seed(0)
+        width = dim * len(rows)
+        self.grads = [torch.randn(b.stride(), width, generator=gen) for b in batches]
+        self.steps = {}
+        if "recgo" in variants:
+            self.recgo = recgo.EmbeddingBagCollection(self.cfgs, optimizer=modules.SGD(lr=LR), seed=1)
+            self.steps["recgo"] = self._recgo_step
+        init = {k: v for k, v in self.recgo.state_dict().items() if k.endswith(".weight")}
+        if "recgo_sparse" in variants:
+            self.recgo_sparse = recgo.EmbeddingBagCollection(self.cfgs, sparse_grad=True, seed=1)
+            self.recgo_sparse_opt = torch.optim.SGD(self.recgo_sparse.parameters(), lr=LR)
+            self.steps["recgo_sparse"] = self._recgo_sparse_step
+        if "torchrec_fused" in variants:
+            self.fused = FusedEmbeddingBagCollection(tables=self.cfgs, optimizer_type=torch.optim.SGD,
+                                                     optimizer_kwargs={"lr": LR}, device=torch.device("cpu"))
+            self.fused.load_state_dict(init)
+            self.steps["torchrec_fused"] = self._fused_step
+        if "torchrec_ebc" in variants:
+            self.tebc = torchrec.EmbeddingBagCollection(tables=self.cfgs, device=torch.device("cpu"))
+            self.tebc.load_state_dict(init)
+            self.tebc_opt = torch.optim.SGD(self.tebc.parameters(), lr=LR)
+            self.steps["torchrec_ebc"] = self._tebc_step
+        if "torch" in variants:
+            self.bags = nn.ModuleList(nn.EmbeddingBag(r, dim, mode="sum", sparse=True) for r in rows)
+            with torch.no_grad():
+                for t, bag in enumerate(self.bags):
+                    bag.weight.copy_(init[f"embedding_bags.t{t}.weight"])
+            self.bags_opt = torch.optim.SGD(self.bags.parameters(), lr=LR)
+            self.feature_slices = []
+            for b in batches:
+                per = []
+                for values, lengths in b.to_dict().values():
+                    offs = torch.zeros(lengths.numel(), dtype=torch.int64)
+                    torch.cumsum(lengths[:-1], 0, out=offs[1:])
+                    per.append((values, offs))
+                self.feature_slices.append(per)
+            self.steps["torch"] = self._torch_step
+
+    def _next(self) -> int:
+        self.i = (self.i + 1) % len(self.batches)
+        return self.i
+
+    def _recgo_step(self) -> None:
+        i = self._next()
+        self.recgo(self.batches[i]).values().backward(self.grads[i])
+
+    def _recgo_sparse_step(self) -> None:
+        i = self._next()
+        self.recgo_sparse_opt.zero_grad(set_to_none=True)
+        self.recgo_sparse(self.batches[i]).values().backward(self.grads[i])
+        self.recgo_sparse_opt.step()
+
+    def _fused_step(self) -> None:
+        i = self._next()
+        self.fused(self.tr_batches[i]).values().backward(self.grads[i])
+
+    def _tebc_step(self) -> None:
+        i = self._next()
+        self.tebc_opt.zero_grad(set_to_none=True)
+        self.tebc(self.tr_batches[i]).values().backward(self.grads[i])
+        self.tebc_opt.step()
+
+    def _torch_step(self) -> None:
+        i = self._next()
+        self.bags_opt.zero_grad(set_to_none=True)
+        out = torch.cat([bag(v, o) for bag, (v, o) in zip(self.bags, self.feature_slices[i])], 1)
+        out.backward(self.grads[i])
+        self.bags_opt.step()
+
+    def check_parity(self) -> float:
+        """Max |difference| of the pooled output between recgo and TorchRec's fused EBC on batch 0,
+        before timing (they start from identical weights)."""
+        with torch.no_grad():
+            a = self.recgo(self.batches[0]).values()
+            b = self.fused(self.tr_batches[0]).values() if hasattr(self, "fused") else a
+        return float((a - b).abs().max())
+
+    def dedup(self) -> tuple[float, int, int]:
+        """Dedup hit rate (1 − distinct/lookups) over the batches, and the totals."""
+        uniq = look = 0
+        for b in self.batches:
+            for u, n in self.recgo.lookup_stats(b).values():
+                uniq, look = uniq + u, look + n
+        return 1 - uniq / max(1, look), uniq, look
+
+
+def run_case(bench: Bench, name: str, wl: Workload, dim: int) -> dict:
+    """Time the variants, attribute recgo's time to stages and compute its achieved bandwidth."""
+    print(f"[{name}] parity max|recgo - torchrec_fused| = {wl.check_parity():.2e}", flush=True)
+    hit, uniq, look = wl.dedup()
+    nb = len(wl.batches)
+    calls = {"n": 0}
+    spent = dict.fromkeys(modules.embedding.STAGES, 0.0)
+    steps = dict(wl.steps)
+    inner = steps["recgo"]
+
+    def counted() -> None:  # the recgo step, with its engine stage times attributed
+        before = modules.stage_times()
+        inner()
+        after = modules.stage_times()
+        calls["n"] += 1
+        for k in spent:
+            spent[k] += after[k] - before[k]
+
+    steps["recgo"] = counted
+    batch = wl.batches[0].stride()
+    res = bench.compare(name, steps, items=batch)
+    stage_s = {k: v / calls["n"] for k, v in spent.items()}
+    step_s = res.median("recgo")
+    stage_s["python_and_other"] = max(0.0, step_s - sum(stage_s.values()))
+    # Bytes a step must move: every lookup reads its row (forward) and its output gradient
+    # (backward), the output is written, each distinct row is read and written once by the update.
+    lookups, distinct = look / nb, uniq / nb
+    width = dim * len(wl.cfgs)
+    step_bytes = 4 * (2 * lookups * dim + 2 * distinct * dim + 2 * batch * width)
+    res.extra.update({"dedup_hit_rate": hit, "lookups_per_step": lookups, "distinct_rows_per_step": distinct,
+                      "recgo_stage_seconds": stage_s, "recgo_bytes_per_step": step_bytes,
+                      "recgo_bytes_per_s": step_bytes / step_s})
+    return res.extra | {"res": res}
+
+
+def main() -> None:
+    bench = Bench("embedding", description=__doc__)
+    quick = bench.quick
+    dim = 64
+    rows_a, batch_a, nb = (20_000, 512, 3) if quick else (200_000, 4096, 4)
+    variants = ["recgo", "recgo_sparse", "torchrec_fused", "torchrec_ebc", "torch"]
+    bw = measure_bandwidth(256 if quick else 1024)
+    print(f"memory bandwidth (copy): {bw / 1e9:.1f} GB/s; torch threads {torch.get_num_threads()}, "
+          f"recgo threads {recgo.num_threads()}", flush=True)
+
+    batches = zipf_batches(26, rows_a, batch_a, nb, 1.05, seed=7)
+    wl = Workload([rows_a] * 26, dim, batches, variants)
+    a = run_case(bench, "zipf26", wl, dim)
+    res_a = a.pop("res")
+    del wl
+
+    summary = {
+        "speedup_vs_torchrec": res_a.ratio("recgo", "torchrec_fused"),
+        "speedup_vs_torch": res_a.ratio("recgo", "torch"),
+        "speedup_vs_torchrec_ebc": res_a.ratio("recgo", "torchrec_ebc"),
+        "bandwidth_fraction": a["recgo_bytes_per_s"] / bw,
+        "memory_bandwidth_gbps": bw / 1e9,
+        "recgo_gbps": a["recgo_bytes_per_s"] / 1e9,
+        "dedup_hit_rate": a["dedup_hit_rate"],
+        "torch_threads": torch.get_num_threads(),
+        "recgo_threads": recgo.num_threads(),
+    }
+    crit = criteo_batches(1024 if quick else 4096, None)
+    if crit is None:
+        bench.note("Criteo sample not found: workload (b) skipped")
+    else:
+        cb, vocab = crit
+        wl = Workload(vocab, dim, cb, variants)
+        b = run_case(bench, "criteo26", wl, dim)
+        res_b = b.pop("res")
+        summary["speedup_vs_torchrec_criteo"] = res_b.ratio("recgo", "torchrec_fused")
+        summary["speedup_vs_torch_criteo"] = res_b.ratio("recgo", "torch")
+        summary["dedup_hit_rate_criteo"] = b["dedup_hit_rate"]
+        bench.data["criteo26"] = b
+    bench.data["zipf26"] = a
+    bench.summary(**summary)
+    for case, d in bench.data.items():
+        st = d["recgo_stage_seconds"]
+        total = sum(st.values())
+        split = ", ".join(f"{k} {v * 1e3:.2f} ms ({v / total:.0%})" for k, v in st.items())
+        bench.note(f"{case}: dedup hit rate {d['dedup_hit_rate']:.1%} ({d['lookups_per_step']:.0f} lookups, "
+                   f"{d['distinct_rows_per_step']:.0f} distinct rows per step); recgo stages per step: {split}; "
+                   f"recgo moves {d['recgo_bytes_per_s'] / 1e9:.2f} GB/s")
+    bench.note(f"memory bandwidth (1 GiB tensor copy, read+write): {bw / 1e9:.1f} GB/s; "
+               f"torch threads {torch.get_num_threads()}, recgo (GOMAXPROCS) threads {recgo.num_threads()}")
+    bench.note("one step = forward + backward + SGD update; items/s = samples/s; see the module docstring for variants")
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()

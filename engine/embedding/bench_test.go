@@ -1,0 +1,70 @@
+package embedding
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+)
+
+// zipfCollection is 26 tables of rows×64 with Zipf(1.05) IDs, batch B, pooling 1..30.
+func zipfCollection(b *testing.B, rows int64, B int) (*Collection, Batch) {
+	r := rand.New(rand.NewPCG(1, 2))
+	z := rand.NewZipf(r, 1.05, 1, uint64(rows-1))
+	var tables []*Table
+	var feats []Feature
+	var batch Batch
+	for t := 0; t < 26; t++ {
+		tb, err := NewFixedTable(fmt.Sprintf("t%d", t), rows, 64, OptimizerConfig{Kind: OptSGD, LR: 0.01})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range tb.Data {
+			tb.Data[i] = 0.01
+		}
+		tables = append(tables, tb)
+		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", t), Table: t})
+		batch.KeyFeature = append(batch.KeyFeature, int64(t))
+		perm := r.Perm(int(rows))
+		for i := 0; i < B; i++ {
+			n := 1 + r.IntN(30)
+			batch.Lengths = append(batch.Lengths, int64(n))
+			for j := 0; j < n; j++ {
+				batch.Values = append(batch.Values, int64(perm[z.Uint64()]))
+			}
+		}
+	}
+	c, err := NewCollection(tables, feats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Close() })
+	return c, batch
+}
+
+func BenchmarkTrainStep(b *testing.B) {
+	c, batch := zipfCollection(b, 100_000, 1024)
+	out := make([]float32, 1024*c.Width())
+	grad := make([]float32, len(out))
+	for i := range grad {
+		grad[i] = float32(math.Sin(float64(i)))
+	}
+	b.Run("forward", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := c.Forward(batch, out, true, false); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("forward_keep_backward", func(b *testing.B) {
+		for b.Loop() {
+			ctx, err := c.Forward(batch, out, true, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := c.Backward(ctx, grad, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
