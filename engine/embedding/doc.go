@@ -1,20 +1,45 @@
-// Package embedding holds recgo's embedding tables and the collection that pools them.
+// Package embedding holds recgo's embedding tables and the collection that pools them: the RecIS
+// embedding engine for one process (per-table deduplication, index-aware segment reduction, fused
+// sparse optimizers).
 //
 // # Tables and storage layout
 //
 // A [Table] is a [RowSource] (raw ID → storage row), a storage region of float32 values, a row
-// stride, an embedding dimension and an optimizer. Row r of the table occupies
+// stride, an embedding dimension, an optimizer and a step counter. Row r of the table occupies
 //
-//	data[r*stride : r*stride+dim]            the embedding weights
-//	data[r*stride+dim : r*stride+stride]     unused padding (stride ≥ dim)
+//	Data[r*Stride : r*Stride+Dim]            the embedding weights
+//	Data[r*Stride+Dim : (r+1)*Stride]        padding, never read or written (Stride ≥ Dim)
 //
-// Optimizer state is kept in a separate region, one state row per storage row, with its own stride
-// given by [OptimizerConfig.StateWidth] (0 for SGD, 1 for row-wise Adagrad, dim for Adagrad, 2·dim
-// for Adam/AdamW: first moment then second moment). Keeping state separate keeps the weight rows
-// dense for the forward gather (the hot path reads only weights) and lets Python expose weights and
-// state as two plain tensors. A fresh or reset row must have its state row set to zero, which is
-// the state every optimizer starts from; [Table.ResetRows] does both (weights to a given init).
+// Optimizer state is kept in a separate region, one state row per storage row, with its own width
+// w = [OptimizerConfig.StateWidth](Dim):
 //
-// Fixed-size tables use [RangeSource] and storage allocated by [NewFixedTable]. Other row sources
-// (dynamic-ID tables) build a [Table] with [NewTable] over storage they own.
+//	State[r*w : (r+1)*w]
+//	  SGD, none:         w = 0 (State is nil)
+//	  row-wise Adagrad:  w = 1     the row's accumulator of mean(g²)
+//	  Adagrad:           w = Dim   per-value accumulators of g²
+//	  Adam, AdamW:       w = 2·Dim first moment (Dim values) then second moment (Dim values)
+//
+// Separate arrays keep the weight rows dense for the forward gather (the hot path reads only
+// weights; interleaving Adam's state would triple the stride and the cache lines a lookup pulls in)
+// and let Python expose weights and state as two plain zero-copy tensors. Step[0] counts fused
+// updates per table (Adam's bias correction uses it). Every optimizer starts a row from zero state,
+// so a fresh or reused row needs its state row zeroed: [Table.ResetRows] does that and sets the
+// weights through a caller-given initializer.
+//
+// Fixed-size tables come from [NewFixedTable] (off-heap storage, a [RangeSource]). Other row sources
+// (dynamic-ID tables in engine/dynamic) build a [Table] with [NewTable] over storage they own, and
+// implement [TableBuilder] so the C ABI can put them into a collection by handle.
+//
+// # Training step
+//
+// [Collection.Forward] validates the batch ([ValidateBatch]), deduplicates each table's IDs (a
+// slot array indexed by ID for fixed tables, a hash map otherwise), calls Resolve once per distinct
+// ID, then pools every (feature, sample) segment with one writer per output (kernels.WeightedSum),
+// in parallel across segments. It returns a [Context] for backward. [Collection.Backward] groups the
+// lookups by destination row (counting sort on the inverse map: RecIS Algorithm 1), reduces each
+// distinct row's contributions once, then applies the table's fused optimizer to that row in the
+// same pass, or hands the per-row gradients back. Work splits across tables and row chunks.
+//
+// Concurrency: Forward and Backward may run concurrently with each other on the same collection
+// only if they touch different rows (as in any Hogwild-style trainer); Close waits for running calls.
 package embedding

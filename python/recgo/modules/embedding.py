@@ -40,7 +40,7 @@ class EmbeddingBagConfig:
 
     ``pooling`` is ``"sum"`` or ``"mean"`` (TorchRec's ``PoolingType`` is accepted too). Weights
     start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings) as in
-    TorchRec. ``dynamic`` is for dynamic-ID tables: an object with a ``handle()`` method returning
+    TorchRec. ``dynamic`` is for dynamic-ID tables: an object with a ``handle(config)`` method returning
     the engine handle (an int) of an ``embedding.TableBuilder``; ``num_embeddings`` is then ignored.
     """
 
@@ -215,7 +215,7 @@ class EmbeddingBagCollection(nn.Module):
         dims = torch.tensor([t.embedding_dim for t in cfgs], dtype=torch.int64)
         builders = None
         if any(t.dynamic is not None for t in cfgs):
-            builders = torch.tensor([int(t.dynamic.handle()) if t.dynamic is not None else 0 for t in cfgs],
+            builders = torch.tensor([int(t.dynamic.handle(t)) if t.dynamic is not None else 0 for t in cfgs],
                                     dtype=torch.int64)
         feat_table = torch.tensor([i for i, t in enumerate(cfgs) for _ in t.feature_names], dtype=torch.int64)
         feat_pool = torch.tensor([t.pooling_code() for t in cfgs for _ in t.feature_names], dtype=torch.int64)
