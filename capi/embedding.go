@@ -21,6 +21,13 @@ type ebcContext struct {
 	ctx *embedding.Context
 }
 
+// Close returns the context's buffers to the collection when its handle is freed.
+func (x *ebcContext) Close() error {
+	x.c.Release(x.ctx)
+	x.ctx = nil
+	return nil
+}
+
 func optConfig(kind C.int32_t, lr, eps, beta1, beta2, wd C.double) embedding.OptimizerConfig {
 	return embedding.OptimizerConfig{Kind: embedding.OptimizerKind(kind), LR: float64(lr), Eps: float64(eps),
 		Beta1: float64(beta1), Beta2: float64(beta2), WeightDecay: float64(wd)}
@@ -240,6 +247,9 @@ func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointe
 		x, err := lookup[*ebcContext](ctxh, "forward context")
 		if err != nil {
 			return err
+		}
+		if x.ctx == nil {
+			return errs.Invalidf("forward context: already released")
 		}
 		grad, err := viewSlice[float32](gradPtr, int64(ngrad), "grad_output")
 		if err != nil {

@@ -17,18 +17,24 @@ type grouped struct {
 	start []int32
 	off   []int64
 	scale []float32
+	next  []int32 // scratch
 }
 
 func group(tc *tableCtx) grouped {
 	u := len(tc.uniq)
-	g := grouped{start: make([]int32, u+1), off: make([]int64, len(tc.inv)), scale: make([]float32, len(tc.inv))}
+	g := &tc.grp
+	g.start = resize(g.start, u+1)
+	clear(g.start)
+	g.off = resize(g.off, len(tc.inv))
+	g.scale = resize(g.scale, len(tc.inv))
+	g.next = resize(g.next, u)
 	for _, x := range tc.inv {
 		g.start[x+1]++
 	}
 	for i := 0; i < u; i++ {
 		g.start[i+1] += g.start[i]
 	}
-	next := make([]int32, u)
+	next := g.next
 	copy(next, g.start[:u])
 	for p, x := range tc.inv {
 		k := next[x]
@@ -36,7 +42,7 @@ func group(tc *tableCtx) grouped {
 		g.off[k] = tc.gOff[p]
 		g.scale[k] = tc.scale[p]
 	}
-	return g
+	return *g
 }
 
 // Backward merges the output gradient gradOut ([B, Width]) into one gradient per distinct row of

@@ -35,8 +35,9 @@ type Collection struct {
 	width    int     // Σ dims
 	features [][]int // per table: its features, in order
 
-	mu     sync.RWMutex // Close excludes Forward/Backward
-	closed bool
+	mu       sync.RWMutex // Close excludes Forward/Backward
+	closed   bool
+	contexts sync.Pool // *Context with buffers to reuse
 }
 
 // NewCollection checks that features reference the tables and returns the collection, which owns the

@@ -135,39 +135,59 @@ func TestForwardBackwardMatchesBruteForce(t *testing.T) {
 	for seed := uint64(0); seed < 40; seed++ {
 		for _, weighted := range []bool{false, true} {
 			t.Run(fmt.Sprintf("seed%d_w%v", seed, weighted), func(t *testing.T) {
-				s := newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone})
-				out := make([]float32, s.B*s.c.Width())
-				ctx, err := s.c.Forward(s.b, out, true, true)
-				require.NoError(t, err)
-				for i, w := range s.refForward() {
-					close32(t, w, out[i], fmt.Sprintf("out[%d]", i))
-				}
-				gradOut := make([]float32, len(out))
-				for i := range gradOut {
-					gradOut[i] = float32(s.rng.NormFloat64())
-				}
-				var nr, nv int
-				for i, tb := range s.c.Tables {
-					nr += ctx.Unique(i)
-					nv += ctx.Unique(i) * tb.Dim
-				}
-				rows, vals := make([]int64, nr), make([]float32, nv)
-				require.NoError(t, s.c.Backward(ctx, gradOut, rows, vals))
-				ref := s.refGrads(gradOut)
-				r, v := 0, 0
-				for i, tb := range s.c.Tables {
-					require.Len(t, ref[i], ctx.Unique(i), "distinct rows of %s", tb.Name)
-					for u := 0; u < ctx.Unique(i); u++ {
-						want := ref[i][rows[r]]
-						require.NotNil(t, want, "row %d of %s", rows[r], tb.Name)
-						for d := range want {
-							close32(t, want[d], vals[v+d], "grad")
-						}
-						r++
-						v += tb.Dim
-					}
-				}
+				checkStep(t, newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone}))
 			})
+		}
+	}
+}
+
+// checkStep runs forward and gradient backward on s and compares both with the brute force.
+func checkStep(t *testing.T, s *setup) *Context {
+	out := make([]float32, s.B*s.c.Width())
+	ctx, err := s.c.Forward(s.b, out, true, true)
+	require.NoError(t, err)
+	for i, w := range s.refForward() {
+		close32(t, w, out[i], fmt.Sprintf("out[%d]", i))
+	}
+	gradOut := make([]float32, len(out))
+	for i := range gradOut {
+		gradOut[i] = float32(s.rng.NormFloat64())
+	}
+	var nr, nv int
+	for i, tb := range s.c.Tables {
+		nr += ctx.Unique(i)
+		nv += ctx.Unique(i) * tb.Dim
+	}
+	rows, vals := make([]int64, nr), make([]float32, nv)
+	require.NoError(t, s.c.Backward(ctx, gradOut, rows, vals))
+	ref := s.refGrads(gradOut)
+	r, v := 0, 0
+	for i, tb := range s.c.Tables {
+		require.Len(t, ref[i], ctx.Unique(i), "distinct rows of %s", tb.Name)
+		for u := 0; u < ctx.Unique(i); u++ {
+			want := ref[i][rows[r]]
+			require.NotNil(t, want, "row %d of %s", rows[r], tb.Name)
+			for d := range want {
+				close32(t, want[d], vals[v+d], "grad")
+			}
+			r++
+			v += tb.Dim
+		}
+	}
+	return ctx
+}
+
+func TestReleasedContextsAreReusedCorrectly(t *testing.T) {
+	for _, seed := range []uint64{3, 4, 5} {
+		a := newSetup(t, seed, true, OptimizerConfig{Kind: OptNone})
+		b := newSetup(t, seed+100, false, OptimizerConfig{Kind: OptNone})
+		for round := 0; round < 3; round++ {
+			for _, x := range []*setup{a, b} {
+				x.c.Release(checkStep(t, x))
+				// a pooled context also serves forwards that keep nothing
+				_, err := x.c.Forward(x.b, make([]float32, x.B*x.c.Width()), false, false)
+				require.NoError(t, err)
+			}
 		}
 	}
 }

@@ -45,12 +45,14 @@ type Context struct {
 }
 
 type tableCtx struct {
-	uniq   []int64   // distinct ids, first-seen order
-	rows   []int64   // their storage rows, -1 when unresolved
-	inv    []int32   // per lookup position: index into uniq
-	srcOff []int64   // per position: row·stride, or -1
-	gOff   []int64   // per position: offset of its output segment (b·Width + column)
-	scale  []float32 // per position: weight × 1/len for mean pooling
+	seen   map[int64]int32 // dedup map for row sources other than RangeSource (reused)
+	grp    grouped         // backward's grouping (reused)
+	uniq   []int64         // distinct ids, first-seen order
+	rows   []int64         // their storage rows, -1 when unresolved
+	inv    []int32         // per lookup position: index into uniq
+	srcOff []int64         // per position: row·stride, or -1
+	gOff   []int64         // per position: offset of its output segment (b·Width + column)
+	scale  []float32       // per position: weight × 1/len for mean pooling
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -85,7 +87,7 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	}
 	// featPos[f]: first position of feature f in its table's lookup list.
 	featPos := make([]int64, F)
-	ctx := &Context{B: B, tables: make([]tableCtx, len(c.Tables))}
+	ctx := c.getContext(B)
 
 	t0 := time.Now()
 	var firstErr atomic.Pointer[error]
@@ -96,6 +98,7 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	})
 	since(StageDedup, t0)
 	if p := firstErr.Load(); p != nil {
+		c.Release(ctx)
 		return nil, *p
 	}
 
@@ -134,12 +137,35 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	})
 	since(StagePool, t0)
 	if !keep {
+		c.Release(ctx)
 		return nil, nil
 	}
-	for i := range ctx.tables {
-		ctx.tables[i].srcOff = nil
-	}
 	return ctx, nil
+}
+
+// getContext returns a context from the collection's pool (its buffers reused) or a new one.
+func (c *Collection) getContext(B int) *Context {
+	if x, ok := c.contexts.Get().(*Context); ok && len(x.tables) == len(c.Tables) {
+		x.B = B
+		return x
+	}
+	return &Context{B: B, tables: make([]tableCtx, len(c.Tables))}
+}
+
+// Release hands a context's buffers back for reuse by later forward passes. The context must not
+// be used afterwards (the C ABI calls this when the context's handle is freed).
+func (c *Collection) Release(x *Context) {
+	if x != nil {
+		c.contexts.Put(x)
+	}
+}
+
+// resize returns s with length n, reusing its array when it is large enough (contents undefined).
+func resize[T any](s []T, n int) []T {
+	if cap(s) >= n {
+		return s[:n]
+	}
+	return make([]T, n, n+n/8)
 }
 
 // dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them,
@@ -152,10 +178,11 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets, 
 		featPos[f] = n
 		n += offsets[(k+1)*B] - offsets[k*B]
 	}
-	tc.inv = make([]int32, n)
-	tc.srcOff = make([]int64, n)
-	tc.gOff = make([]int64, n)
-	tc.scale = make([]float32, n)
+	tc.inv = resize(tc.inv, int(n))
+	tc.srcOff = resize(tc.srcOff, int(n))
+	tc.gOff = resize(tc.gOff, int(n))
+	tc.scale = resize(tc.scale, int(n))
+	tc.uniq = tc.uniq[:0]
 	if fixed, ok := t.Source.(RangeSource); ok && fixed.Rows == t.rows {
 		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
 			return err
@@ -163,7 +190,7 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets, 
 	} else {
 		dedupMap(c.features[ti], b, B, featKey, offsets, tc)
 	}
-	tc.rows = make([]int64, len(tc.uniq))
+	tc.rows = resize(tc.rows, len(tc.uniq))
 	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)
 	}
@@ -223,7 +250,11 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 
 // dedupMap deduplicates arbitrary int64 IDs with a hash map (row sources other than RangeSource).
 func dedupMap(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) {
-	seen := make(map[int64]int32, len(tc.inv)/2+1)
+	if tc.seen == nil {
+		tc.seen = make(map[int64]int32, len(tc.inv)/2+1)
+	}
+	seen := tc.seen
+	defer clear(seen)
 	p := 0
 	for _, f := range feats {
 		k := featKey[f]
