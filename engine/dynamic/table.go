@@ -300,7 +300,10 @@ type Stats struct {
 	Admitted      int64 // IDs given a row, ever
 	Evicted       int64 // rows freed by eviction, ever
 	ReservedBytes int   // address space reserved for storage and metadata
-	ResidentBytes int   // memory of the storage actually committed (pages touched)
+	// ResidentBytes counts the reserved region's pages that are mapped (mincore): the pages rows were
+	// written to, plus any untouched page something merely read (e.g. torch.save of the whole weight
+	// view), which the kernel maps to its shared zero page at no memory cost.
+	ResidentBytes int
 }
 
 // Stats returns the current statistics.
