@@ -222,7 +222,7 @@ def reference(features: Sequence[Feature], batch: Mapping[str, Any], batch_size:
         else:
             raw = batch[f.input or f.name]
             if f.dtype == "bytes":
-                bags = raw if isinstance(raw[0], (list, tuple)) else [[s] for s in raw]
+                bags = raw if raw and isinstance(raw[0], (list, tuple)) else [[s] for s in raw]
                 flat = [s.encode() if isinstance(s, str) else bytes(s) for bag in bags for s in bag]
                 vals, lens = apply_feature(ops, flat, torch.tensor([len(bag) for bag in bags], dtype=torch.int64))
             else:
