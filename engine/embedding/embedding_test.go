@@ -398,3 +398,31 @@ func Example() {
 	// [2 4 6 8 0 0 0 0] 1
 	// [0 1 2 3]
 }
+
+func FuzzOptimizerConfig(f *testing.F) {
+	f.Add(int8(4), 0.01, 1e-8, 0.9, 0.999, 0.0)
+	f.Add(int8(3), -1.0, 0.0, 1.0, 2.0, -1.0)
+	f.Fuzz(func(t *testing.T, kind int8, lr, eps, b1, b2, wd float64) {
+		opt := OptimizerConfig{Kind: OptimizerKind(kind), LR: lr, Eps: eps, Beta1: b1, Beta2: b2, WeightDecay: wd}
+		tb, err := NewFixedTable("fz", 3, 4, opt)
+		if err != nil {
+			require.True(t, errors.Is(err, errs.ErrInvalid), "%v", err)
+			require.Error(t, opt.Validate())
+			return
+		}
+		defer tb.Close()
+		require.NoError(t, opt.Validate())
+		require.Len(t, tb.State, 3*opt.StateWidth(4))
+		c, err := NewCollection([]*Table{tb}, []Feature{{Name: "a", Table: 0}})
+		require.NoError(t, err)
+		out := make([]float32, 4)
+		ctx, err := c.Forward(Batch{KeyFeature: []int64{0}, Values: []int64{1, 1}, Lengths: []int64{2}}, out, true, true)
+		require.NoError(t, err)
+		err = c.Backward(ctx, []float32{1, -1, 0.5, 0}, nil, nil)
+		if opt.Kind == OptNone {
+			require.ErrorContains(t, err, "no fused optimizer")
+		} else {
+			require.NoError(t, err)
+		}
+	})
+}
