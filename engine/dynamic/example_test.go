@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/recgo/recgo/engine/dynamic"
+	"github.com/recgo/recgo/engine/embedding"
 )
 
 // A dynamic table maps arbitrary int64 IDs to rows on demand. With MinCount 2 an ID gets a row in
@@ -31,4 +32,33 @@ func Example() {
 	// [0 1]
 	// [-1 -1]
 	// 2 2
+}
+
+// A Builder plugs dynamic tables into an embedding collection: the collection pools and trains them
+// like fixed tables, while the dynamic table decides which row each raw ID uses.
+func ExampleBuilder() {
+	b, err := dynamic.NewBuilder(dynamic.Config{MaxRows: 100, InitLow: 1, InitHigh: 1}) // all-ones init
+	if err != nil {
+		panic(err)
+	}
+	tab, err := b.BuildTable("item", 2, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.5})
+	if err != nil {
+		panic(err)
+	}
+	c, err := embedding.NewCollection([]*embedding.Table{tab}, []embedding.Feature{{Name: "item_id", Table: 0}})
+	if err != nil {
+		panic(err)
+	}
+	defer c.Close()
+	batch := embedding.Batch{KeyFeature: []int64{0}, Values: []int64{1 << 50, 7, 1 << 50}, Lengths: []int64{2, 1}}
+	out := make([]float32, 2*2)
+	ctx, _ := c.Forward(batch, out, true, true)
+	fmt.Println(out)
+	_ = c.Backward(ctx, []float32{1, 1, 1, 1}, nil, nil) // d(sum)/d(row) = 2 for 1<<50, 1 for 7
+	rows := make([]int64, 2)
+	_ = dynamic.Of(tab).Resolve([]int64{1 << 50, 7}, rows, false)
+	fmt.Println(rows, tab.Row(rows[0]), tab.Row(rows[1]))
+	// Output:
+	// [2 2 1 1]
+	// [0 1] [0 0] [0.5 0.5]
 }

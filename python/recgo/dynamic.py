@@ -25,12 +25,16 @@ The collection's ``state_dict()`` carries, beside each dynamic table's weights a
 state, its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``, ``dynamic_free``,
 the admission sketch and ``dynamic_meta``); ``load_state_dict()`` restores it bit-exactly, so
 training resumes identically. The engine side is ``engine/dynamic`` (Go).
+
+Train dynamic tables with a fused optimizer (``optimizer=`` of the collection): its state lives
+beside the rows and is reset when a row is evicted and given to a new ID. A torch optimizer's own
+state is not, so a reused row would inherit the previous ID's moments; :func:`attach` warns about it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -281,7 +285,12 @@ def _attach_table(ebc: Any, index: int) -> None:
 def attach(ebc: Any) -> Any:
     """Make ``ebc.state_dict()``/``load_state_dict()`` carry its dynamic tables' ID maps (idempotent;
     returns ``ebc``). EmbeddingBagCollection calls it for tables with a :class:`DynamicConfig`."""
-    for i, cfg in enumerate(ebc.embedding_bag_configs()):
-        if cfg.dynamic is not None:
-            _attach_table(ebc, i)
+    dynamic_tables = [i for i, cfg in enumerate(ebc.embedding_bag_configs()) if cfg.dynamic is not None]
+    for i in dynamic_tables:
+        _attach_table(ebc, i)
+    if dynamic_tables and ebc.fused_optimizer is None and not getattr(ebc, "_recgo_dynamic_warned", False):
+        ebc._recgo_dynamic_warned = True
+        warnings.warn("dynamic-ID tables trained by a torch optimizer: its per-row state is not reset when "
+                      "a row is evicted and reused by another ID; pass a fused optimizer (optimizer=) instead",
+                      stacklevel=2)
     return ebc
