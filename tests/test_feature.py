@@ -214,6 +214,9 @@ def test_random_specs_match_reference(case) -> None:
     assert p.calls_before == sum(len(f.ops) for f in feats)
     assert p.calls_after <= p.calls_before
     assert sorted(x for g in p.groups for x in g.features) == sorted(f.name for f in feats for _ in f.ops)
+    unfused = FeatureEngine(feats, fuse=False)
+    assert unfused.plan().calls_after == p.calls_before
+    assert_same(unfused(_engine_batch(batch)), reference(feats, batch, size))
 
 
 def test_long_tailed_batch_spans_tiles() -> None:

@@ -118,7 +118,7 @@ func Compile(spec *Spec) (*Engine, error) {
 	if len(e.outputs) == 0 {
 		return nil, errs.Invalidf("feature spec: no feature has output enabled")
 	}
-	plan, err := buildPlan(e.feats)
+	plan, err := buildPlan(e.feats, spec.Unfused)
 	if err != nil {
 		return nil, err
 	}

@@ -317,6 +317,13 @@ func TestApplyMatchesNaive(t *testing.T) {
 		}
 		res, err := eng.Apply(batch)
 		require.NoError(t, err, "trial %d", trial)
+		spec.Unfused = true
+		unfused, err := Compile(spec)
+		require.NoError(t, err)
+		require.Equal(t, unfused.Plan().CallsBefore, unfused.Plan().CallsAfter)
+		res2, err := unfused.Apply(batch)
+		require.NoError(t, err)
+		require.Equal(t, res.vals, res2.vals, "trial %d: fused and unfused differ", trial)
 		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string][][]int64{}}
 		for _, key := range res.Keys() {
 			vals, lens, err := res.Feature(key)

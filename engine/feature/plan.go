@@ -45,8 +45,9 @@ func (p Plan) Reduction() float64 {
 // remaining path (its chain plus the chains of cross features waiting on it), then the larger
 // bucket, then OpKind order. Rollout is
 // never worse than the base rule alone. Every op joins exactly one group, so |G| <= Σ d_i (RecIS
-// Eq. 1). A dependency cycle between cross features is an error.
-func buildPlan(feats []compiled) (Plan, error) {
+// Eq. 1). A dependency cycle between cross features is an error. With unfused, every op is its own
+// group, feature by feature in dependency order.
+func buildPlan(feats []compiled, unfused bool) (Plan, error) {
 	n := len(feats)
 	sc := &scheduler{feats: feats, next: make([]int, n), waiting: make([]int, n), dependents: make([][]int, n)}
 	for f, c := range feats {
@@ -73,6 +74,22 @@ func buildPlan(feats []compiled) (Plan, error) {
 	var plan Plan
 	for _, c := range feats {
 		plan.CallsBefore += len(c.ops)
+	}
+	for unfused {
+		f := -1
+		for g := range feats {
+			if sc.ready(g) {
+				f = g
+				break
+			}
+		}
+		if f < 0 {
+			plan.CallsAfter = len(plan.Groups)
+			return plan, nil
+		}
+		for sc.ready(f) {
+			plan.Groups = append(plan.Groups, sc.take(feats[f].ops[sc.next[f]].kind, []int{f}))
+		}
 	}
 	for {
 		buckets, later := sc.buckets()

@@ -22,6 +22,9 @@ const (
 // once at construction, and the format of recgo's JSON/YAML feature configs.
 type Spec struct {
 	Features []FeatureSpec `json:"features"`
+	// Unfused, when true, plans one group per op (field by field, each chain in order): the
+	// baseline that fusion is measured against. Results are identical either way.
+	Unfused bool `json:"unfused,omitempty"`
 }
 
 // FeatureSpec declares one output (or intermediate) feature and its transform chain.

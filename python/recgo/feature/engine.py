@@ -79,13 +79,16 @@ class FeatureEngine:
     and/or a dict ``{input: tensor}`` (dense, one value per sample) or ``{input: (values, lengths)}``
     (jagged); ``bytes`` inputs take ``(data, string_lengths[, bag_lengths])`` from
     :func:`encode_strings` or a list of strings. The result is a KeyedJaggedTensor in output key order.
+
+    ``fuse=False`` runs one engine call per op, field by field (the baseline fusion is measured
+    against); outputs are identical.
     """
 
-    def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any]) -> None:
+    def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any], fuse: bool = True) -> None:
         if isinstance(features, (str, Path, Mapping)):
             features = load_features(features)
         self.features = list(features)
-        spec = spec_json(self.features).encode()
+        spec = spec_json(self.features, fuse).encode()
         buf = ctypes.create_string_buffer(spec, len(spec))
         self._h = _lib.new_handle("recgo_feature_new", [P, I64], ctypes.addressof(buf), len(spec))
         info = self._info()

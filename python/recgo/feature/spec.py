@@ -157,6 +157,9 @@ def load_features(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str,
     return [Feature.from_dict(d) for d in source]
 
 
-def spec_json(features: Sequence[Feature]) -> str:
-    """The JSON spec the Go engine compiles."""
-    return json.dumps({"features": [f.to_dict() for f in features]})
+def spec_json(features: Sequence[Feature], fuse: bool = True) -> str:
+    """The JSON spec the Go engine compiles (``fuse=False`` plans one call per op, field by field)."""
+    doc: dict[str, Any] = {"features": [f.to_dict() for f in features]}
+    if not fuse:
+        doc["unfused"] = True
+    return json.dumps(doc)
