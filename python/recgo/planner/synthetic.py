@@ -94,7 +94,8 @@ def fit_real_samples(data_dir: Path = DATA) -> Fitted:
         a = power_law_exponent(items)
         if a is not None:
             f.alphas.append(a)
-        f.poolings.extend(float(min(v, 200)) for v in per_user.values())
+        # Histories truncated to the last 50 events, as recommendation pipelines do.
+        f.poolings.extend(float(min(v, 50)) for v in per_user.values())
         f.sources.append(path.name)
     if not f.alphas:  # no data: the paper-typical spread
         f.alphas = [0.6, 0.8, 0.9, 1.0, 1.1, 1.2]
@@ -110,9 +111,18 @@ def _spread(values: list[float], k: int) -> list[float]:
     return [s[min(len(s) - 1, int((i + 0.5) * len(s) / k))] for i in range(k)]
 
 
-def rm_spec(name: str, fitted: Fitted, tables: int = 397, seed: int = 1, steps: int = 16) -> dict:
-    """The Go ``planner.SyntheticSpec`` of RM1/RM2/RM3 (same tables, hash sizes × 1/2/4)."""
-    scale = RM_SCALE[name]
+def rm_spec(name: str, fitted: Fitted, tables: int = 397, seed: int = 1, steps: int = 16,
+            size_scale: float = 1.0) -> dict:
+    """The Go ``planner.SyntheticSpec`` of RM1/RM2/RM3 (same tables, hash sizes × 1/2/4).
+
+    ``size_scale`` shrinks every model (e.g. tables/397 for a smaller model with the same pressure
+    on a proportionally smaller cluster).
+    """
+    if name not in RM_SCALE:
+        from ..errors import InvalidInputError
+
+        raise InvalidInputError(f"synthetic model {name!r}: expected one of {sorted(RM_SCALE)}")
+    scale = RM_SCALE[name] * size_scale
     # Half the tables one-hot (pooling 1, as Criteo/Avazu columns), half multi-hot (user histories).
     multi = [p for p in fitted.poolings if p > 1] or [1.0]
     poolings = [1.0] * 16 + _spread(multi, 16)
@@ -123,6 +133,7 @@ def rm_spec(name: str, fitted: Fitted, tables: int = 397, seed: int = 1, steps: 
             "Poolings": poolings, "TouchedMin": 0.2, "Steps": steps, "Seed": seed}
 
 
-def rm_profile(name: str, fitted: Fitted | None = None, tables: int = 397, seed: int = 1) -> Profile:
+def rm_profile(name: str, fitted: Fitted | None = None, tables: int = 397, seed: int = 1,
+               size_scale: float = 1.0) -> Profile:
     """The profile of synthetic model ``name`` ("rm1", "rm2" or "rm3")."""
-    return Profile.synthetic(rm_spec(name, fitted or fit_real_samples(), tables, seed))
+    return Profile.synthetic(rm_spec(name, fitted or fit_real_samples(), tables, seed, size_scale=size_scale))

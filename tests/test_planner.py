@@ -1,0 +1,262 @@
+"""recgo.planner end to end: profiling vs direct counts, strategies vs brute force, plan files,
+remap, bad input, TorchRec bridges and the CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import recgo
+from recgo import CapacityError, InvalidInputError, NotFoundError
+from recgo import planner as P
+
+ROOT = Path(__file__).resolve().parents[1]
+TABLES = [P.TableSpec("a", 300, 8), P.TableSpec("b", 2000, 16), P.TableSpec("c", 40, 8)]
+
+
+def _batches(seed: int = 0, n: int = 6, batch: int = 64) -> list[recgo.KeyedJaggedTensor]:
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        vals, lens = [], []
+        for t in TABLES:
+            ln = torch.randint(0, 3, (batch,), generator=g)
+            ids = (torch.rand(int(ln.sum()), generator=g) ** 4 * t.rows).long()
+            vals.append(ids)
+            lens.append(ln)
+        out.append(recgo.KeyedJaggedTensor([t.name for t in TABLES], torch.cat(vals), torch.cat(lens)))
+    return out
+
+
+def _direct(batches: list[recgo.KeyedJaggedTensor]) -> dict[str, dict]:
+    """Coverage, pooling and per-row counts computed in Python."""
+    res = {t.name: {"counts": Counter(), "covered": 0, "lookups": 0, "samples": 0} for t in TABLES}
+    for kjt in batches:
+        b = kjt.stride()
+        lens = kjt.lengths().view(len(kjt.keys()), b)
+        parts = torch.split(kjt.values(), lens.sum(1).tolist())
+        for i, key in enumerate(kjt.keys()):
+            r = res[key]
+            r["samples"] += b
+            r["covered"] += int((lens[i] > 0).sum())
+            r["lookups"] += int(lens[i].sum())
+            r["counts"].update(parts[i].tolist())
+    return res
+
+
+@pytest.fixture(scope="module")
+def prof() -> P.Profile:
+    return P.profile(_batches(), TABLES, sample_rate=1.0, steps=8)
+
+
+def small_topo(**kw) -> P.Topology:
+    base = dict(nodes=1, gpus_per_node=2, hbm_bytes=30_000, host_bytes=1 << 20, batch_size=512)
+    base.update(kw)
+    return P.Topology(**base)
+
+
+def test_profile_matches_direct_counts(prof: P.Profile) -> None:
+    want = _direct(_batches())
+    for t in prof.tables:
+        w = want[t["name"]]
+        assert t["coverage"] == pytest.approx(w["covered"] / w["samples"])
+        assert t["pooling"] == pytest.approx(w["lookups"] / w["covered"])
+        assert t["touched"] == len(w["counts"])
+        counts = sorted(w["counts"].values(), reverse=True)
+        for pt in t["cdf"]:
+            assert pt["frac"] == pytest.approx(sum(counts[: pt["rows"]]) / w["lookups"])
+
+
+def test_torchrec_kjt_and_dict_inputs_profile_the_same() -> None:
+    batches = _batches(seed=3, n=2)
+    a = P.profile(batches, TABLES, sample_rate=1.0)
+    b = P.profile([k.to_torchrec() for k in batches], TABLES, sample_rate=1.0)
+    assert a.to_dict(ranked=True) == b.to_dict(ranked=True)
+    d = P.profile([{"a": torch.tensor([1, 1, 2]), "c": torch.tensor([5, 5, 5])}], TABLES, sample_rate=1.0)
+    assert d.table("a")["touched"] == 2 and d.table("c")["cdf"][-1] == {"rows": 1, "frac": 1}
+    assert d.table("b")["coverage"] == 0  # not fed
+
+
+def test_sampling_rate_keeps_a_share() -> None:
+    p = P.Profiler(TABLES, sample_rate=0.25, seed=7)
+    for kjt in _batches(n=20):
+        p.add(kjt)
+    offered, kept = p.samples()
+    assert offered == 20 * 64
+    assert abs(kept - offered / 4) < 0.06 * offered
+
+
+@pytest.mark.parametrize("bad, err, match", [
+    (dict(sample_rate=0.0), InvalidInputError, r"sample rate"),
+    (dict(steps=0), InvalidInputError, r"steps"),
+])
+def test_profiler_bad_arguments(bad, err, match) -> None:
+    with pytest.raises(err, match=match):
+        P.Profiler(TABLES, **bad)
+
+
+def test_profiler_rejects_out_of_range_ids_and_empty_profile() -> None:
+    p = P.Profiler(TABLES, sample_rate=1.0)
+    with pytest.raises(InvalidInputError, match=r"id 40 outside \[0, 40\)"):
+        p.add({"c": torch.tensor([40])})
+    with pytest.raises(InvalidInputError, match="empty profile"):
+        p.profile()
+
+
+def _brute_force(prof: P.Profile, topo: P.Topology) -> float:
+    """The least slowest-GPU time over every placement of the tables on the CDF-step options."""
+    names = [t["name"] for t in prof.tables]
+    options = []
+    for t in prof.tables:
+        hots = sorted({0, t["rows"], *(p["rows"] for p in t["cdf"])})
+        row_bytes = t["dim"] * t["elem_bytes"]
+        options.append([(g, h) for g in range(topo.num_gpus) for h in hots
+                        if h * row_bytes <= topo.hbm_bytes and (t["rows"] - h) * row_bytes <= topo.host_bytes])
+    best = float("inf")
+    for combo in itertools.product(*options):
+        ev = P.evaluate(prof, topo, dict(zip(names, combo)))
+        if not ev.predicted.get("violation"):
+            best = min(best, ev.predicted["max_seconds"])
+    return best
+
+
+def test_milp_equals_brute_force() -> None:
+    prof = P.profile(_batches(seed=1, n=2), TABLES, sample_rate=1.0, steps=2)
+    topo = small_topo(hbm_bytes=12_000)
+    want = _brute_force(prof, topo)
+    plan = P.plan(prof, topo, "milp", mip_rel_gap=1e-9, time_limit=20)
+    assert plan.solver["status"] == "optimal"
+    assert plan.predicted["max_seconds"] == pytest.approx(want, rel=1e-6)
+    for s in P.STRATEGIES[:-1]:
+        assert P.plan(prof, topo, s).predicted["max_seconds"] >= want * (1 - 1e-9)
+
+
+def test_strategies_and_plan_files(prof: P.Profile, tmp_path: Path) -> None:
+    topo = small_topo()
+    plans = {s: P.plan(prof, topo, s, time_limit=10) for s in P.STRATEGIES}
+    milp = plans["milp"]
+    for s, p in plans.items():
+        assert not p.predicted.get("violation")
+        assert milp.predicted["max_seconds"] <= p.predicted["max_seconds"] * (1 + 1e-9), s
+        assert sum(t["predicted_seconds"] for t in p.tables) == pytest.approx(sum(p.predicted["gpu_seconds"]))
+    for t in plans["greedy_size"].tables:
+        assert t["hot_rows"] in (0, t["rows"])
+    assert milp.solver["start_accepted"]
+    assert milp.solver["dual_bound"] <= milp.predicted["max_seconds"] * (1 + 1e-9)
+    assert set(milp.summary()) >= {"max_ms", "spread", "hbm_access_share", "uvm_row_share", "solve_seconds", "mip_gap"}
+    out = milp.save(tmp_path / "plan")
+    for f in ("plan.json", "report.md", "remap.bin", "gpu_costs.png", "cdfs.png"):
+        assert (out / f).stat().st_size > 0, f
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["version"] == 1 and doc["strategy"] == "milp"
+    back = P.Plan.load(out)
+    assert back.tables == milp.tables
+    assert "slowest GPU" in (out / "report.md").read_text()
+
+
+def test_remap_hot_rows_first(prof: P.Profile, tmp_path: Path) -> None:
+    plan = P.plan(prof, small_topo(), "row_greedy")
+    remap = plan.remap()
+    for t in prof.to_dict(ranked=True)["tables"]:
+        rows = t["rows"]
+        new = remap.apply(t["name"], torch.arange(rows))
+        assert sorted(new.tolist()) == list(range(rows))  # a bijection
+        counts = _direct(_batches())[t["name"]]["counts"]
+        hot = remap.hot_rows(t["name"])
+        assert hot == plan.table(t["name"])["hot_rows"]
+        # every row mapped below the split is at least as hot as every row above it
+        inside = [counts.get(i, 0) for i in range(rows) if new[i] < min(hot, t["touched"])]
+        outside = [counts.get(i, 0) for i in range(rows) if new[i] >= min(hot, t["touched"])]
+        if inside and outside:
+            assert min(inside) >= max(outside)
+    kjt = _batches(seed=9, n=1)[0]
+    mapped = remap.apply_kjt(kjt)
+    parts = torch.split(kjt.values(), kjt.lengths().view(3, -1).sum(1).tolist())
+    want = torch.cat([remap.apply(k, p) for k, p in zip(kjt.keys(), parts)])
+    assert torch.equal(mapped.values(), want) and torch.equal(mapped.lengths(), kjt.lengths())
+    plan.save(tmp_path / "p", plots=False)
+    loaded = P.Remap.load(tmp_path / "p" / "remap.bin")
+    assert torch.equal(loaded.apply("b", torch.arange(2000)), remap.apply("b", torch.arange(2000)))
+    with pytest.raises(InvalidInputError, match="outside"):
+        remap.apply("a", torch.tensor([300]))
+    with pytest.raises(NotFoundError):
+        remap.apply("zz", torch.tensor([1]))
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(0, 29), min_size=1, max_size=60), st.integers(0, 30))
+def test_remap_is_a_bijection_property(ids: list[int], hbm_rows: int) -> None:
+    prof = P.profile([{"x": torch.tensor(ids)}], [P.TableSpec("x", 30, 4)], sample_rate=1.0, steps=4)
+    plan = P.plan(prof, P.Topology(nodes=1, gpus_per_node=1, hbm_bytes=hbm_rows * 16, host_bytes=1000,
+                                   batch_size=8), "row_greedy")
+    new = plan.remap().apply("x", torch.arange(30))
+    assert sorted(new.tolist()) == list(range(30))
+    freq = Counter(ids)
+    ranked = sorted(freq, key=lambda i: (-freq[i], i))
+    assert [int(new[i]) for i in ranked] == list(range(len(ranked)))
+
+
+def test_bad_input_named_errors(prof: P.Profile) -> None:
+    with pytest.raises(CapacityError, match=r"more needed"):
+        P.plan(prof, small_topo(hbm_bytes=10, host_bytes=1000))
+    with pytest.raises(NotFoundError, match="missing from the profile"):
+        P.plan(prof, small_topo(), tables=["a", "nope"])
+    with pytest.raises(InvalidInputError, match="negative budget"):
+        P.plan(prof, small_topo(hbm_bytes=-1))
+    with pytest.raises(InvalidInputError, match="strategy"):
+        P.plan(prof, small_topo(), "fastest")
+    with pytest.raises(InvalidInputError, match="empty profile"):
+        P.Profile.from_dict({"version": 1, "tables": []})
+    with pytest.raises(recgo.RecgoIOError):
+        P.Profile.load("/nonexistent/profile.json")
+
+
+def test_torchrec_bridges(prof: P.Profile) -> None:
+    pytest.importorskip("torchrec")
+    from recgo.planner._torchrec import torchrec_constraints, torchrec_placement, torchrec_sharding_plan
+
+    topo = P.Topology(nodes=1, gpus_per_node=2, hbm_bytes=int(8e9), host_bytes=int(64e9), batch_size=512)
+    placement, kernels = torchrec_placement(prof, topo)
+    assert set(placement) == {"a", "b", "c"} and all(0 <= r < 2 for r, _ in placement.values())
+    assert all(k == "fused" for k in kernels.values())  # tiny tables fit HBM
+    assert all(h == prof.table(n)["rows"] for n, (_, h) in placement.items())
+    plan = P.plan(prof, small_topo(), "milp", time_limit=10)
+    sp = torchrec_sharding_plan(plan)
+    cons = torchrec_constraints(plan)
+    for t in plan.tables:
+        ps = sp[t["name"]]
+        assert ps.sharding_type == "table_wise" and ps.ranks == [t["rank"]]
+        want = "fused" if t["hot_rows"] == t["rows"] else "fused_uvm" if t["hot_rows"] == 0 else "fused_uvm_caching"
+        assert ps.compute_kernel == want and cons[t["name"]].compute_kernels == [want]
+        if want == "fused_uvm_caching":
+            assert ps.cache_params.load_factor == pytest.approx(t["hot_rows"] / t["rows"])
+
+
+def test_cli_profile_and_plan(tmp_path: Path) -> None:
+    data = ROOT.parent / "shared" / "data" / "criteo" / "criteo_dac_train_head10109.txt"
+    if not data.exists():
+        pytest.skip("Criteo sample not present")
+    env_py = sys.executable
+    prof = tmp_path / "p.json"
+    r = subprocess.run([env_py, "-m", "recgo", "profile", "--criteo", str(data), "--rows", "5000",
+                        "--sample-rate", "0.5", "--out", str(prof)], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([env_py, "-m", "recgo", "plan", "--profile", str(prof), "--out", str(tmp_path / "plan"),
+                        "--nodes", "1", "--gpus-per-node", "2", "--hbm-gb", "0.002", "--host-gb", "1",
+                        "--time-limit", "2", "--no-plots"], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert len(doc["tables"]) == 26 and doc["solver"]["start_accepted"]
+    assert (tmp_path / "plan" / "remap.bin").exists()
+    r = subprocess.run([env_py, "-m", "recgo", "plan", "--profile", str(prof), "--out", str(tmp_path / "x"),
+                        "--hbm-gb", "0", "--host-gb", "0.0001", "--nodes", "1", "--gpus-per-node", "1"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 2 and "CapacityError" in r.stderr and "more needed" in r.stderr
