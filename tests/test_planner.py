@@ -260,3 +260,51 @@ def test_cli_profile_and_plan(tmp_path: Path) -> None:
                         "--hbm-gb", "0", "--host-gb", "0.0001", "--nodes", "1", "--gpus-per-node", "1"],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 2 and "CapacityError" in r.stderr and "more needed" in r.stderr
+
+
+def test_planned_ebc_matches_the_original(prof: P.Profile) -> None:
+    from recgo.modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
+
+    cfgs = [EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=t.dim, name=t.name, feature_names=[t.name],
+                               pooling="mean" if t.name == "b" else "sum") for t in TABLES]
+    cfgs.append(EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name="free", feature_names=["free"]))
+    plan = P.plan(prof, small_topo(), "milp", time_limit=10)
+    ref = EmbeddingBagCollection(cfgs, seed=0)
+    planned = P.PlannedEmbeddingBagCollection.from_ebc(ref, plan)
+    for t in TABLES:
+        hot = plan.table(t.name)["hot_rows"]
+        assert planned.hot_region(t.name).shape[0] == hot
+        assert planned.cold_region(t.name).shape[0] == t.rows - hot
+        assert torch.equal(planned.original_weight(t.name), ref.embedding_bags[t.name].weight.detach())
+    # the hottest profiled row of each table is the first row of its hot region
+    for t in prof.tables:
+        counts = _direct(_batches())[t["name"]]["counts"]
+        hottest = min(counts, key=lambda i: (-counts[i], i))
+        assert torch.equal(planned.ebc.embedding_bags[t["name"]].weight[0],
+                           ref.embedding_bags[t["name"]].weight[hottest])
+    kjt = _batches(seed=5, n=1)[0]
+    g = torch.Generator().manual_seed(1)
+    free_len = torch.randint(0, 3, (kjt.stride(),), generator=g)
+    free = recgo.KeyedJaggedTensor(["free"], torch.randint(0, 10, (int(free_len.sum()),), generator=g), free_len)
+    both = recgo.KeyedJaggedTensor(kjt.keys() + ["free"], torch.cat([kjt.values(), free.values()]),
+                                   torch.cat([kjt.lengths(), free.lengths()]))
+    with torch.no_grad():
+        want, got = ref(both), planned(both)
+    assert got.keys() == want.keys()
+    torch.testing.assert_close(got.values(), want.values())
+    with pytest.raises(InvalidInputError, match="rows but the plan has"):
+        P.PlannedEmbeddingBagCollection([EmbeddingBagConfig(num_embeddings=5, embedding_dim=4, name="a",
+                                                            feature_names=["a"])], plan)
+
+
+def test_planned_ebc_from_torchrec_matches_torchrec(prof: P.Profile) -> None:
+    torchrec = pytest.importorskip("torchrec")
+    cfgs = [torchrec.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=t.dim, name=t.name,
+                                        feature_names=[t.name]) for t in TABLES]
+    ref = torchrec.EmbeddingBagCollection(tables=cfgs)
+    planned = P.PlannedEmbeddingBagCollection.from_ebc(ref, P.plan(prof, small_topo(), "row_greedy"))
+    kjt = _batches(seed=8, n=1)[0]
+    with torch.no_grad():
+        want = ref(kjt.to_torchrec()).values()
+        got = planned(kjt.to_torchrec()).values()
+    torch.testing.assert_close(got, want)

@@ -22,6 +22,8 @@ from ._core import (
     profile,
 )
 from ._highs import MipResult, solve_mip
+from ._torchrec import torchrec_constraints, torchrec_placement, torchrec_sharding_plan
+from .ebc import PlannedEmbeddingBagCollection
 from ._plots import plot_cdfs, plot_gpu_costs
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "STRATEGIES",
     "MipResult",
     "Plan",
+    "PlannedEmbeddingBagCollection",
     "Profile",
     "Profiler",
     "Remap",
@@ -40,4 +43,7 @@ __all__ = [
     "plot_gpu_costs",
     "profile",
     "solve_mip",
+    "torchrec_constraints",
+    "torchrec_placement",
+    "torchrec_sharding_plan",
 ]

@@ -1,0 +1,89 @@
+"""An EmbeddingBagCollection laid out by a plan: hot rows first in every table, IDs remapped in Go.
+
+Each table keeps one weight matrix whose rows are renumbered by the plan's remap, so rows
+``[0, hot_rows)`` are the table's hot region (HBM in a GPU deployment) and ``[hot_rows, rows)`` its
+cold region (host memory reached over UVM). Incoming KJTs are remapped in one Go call per batch
+before the lookup, so callers keep feeding the original IDs.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import InvalidInputError
+from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from ..sparse import KeyedTensor, as_kjt
+from ._core import Plan, Profile, Remap
+
+
+class PlannedEmbeddingBagCollection(nn.Module):
+    """``recgo.EmbeddingBagCollection`` with the plan's hot-first row order (see the module docstring).
+
+    Args:
+        tables: the EmbeddingBagConfigs (recgo's or TorchRec's); tables absent from the plan keep
+            their row order.
+        plan: the :class:`Plan`; ``remap`` its :class:`Remap` (default: ``plan.remap(profile)``).
+        ebc_kwargs: passed to :class:`recgo.EmbeddingBagCollection` (optimizer, seed, ...).
+    """
+
+    def __init__(self, tables: Sequence[Any], plan: Plan, remap: Remap | None = None,
+                 profile: Profile | None = None, **ebc_kwargs: Any) -> None:
+        super().__init__()
+        self.remap = remap if remap is not None else plan.remap(profile)
+        self.ebc = EmbeddingBagCollection(tables, **ebc_kwargs)
+        self._configs = self.ebc.embedding_bag_configs()
+        self._f2t = {f: c.name for c in self._configs for f in c.feature_names}
+        planned = {t["name"] for t in self.remap.tables}
+        for c in self._configs:
+            if c.name in planned:
+                rm = self.remap.tables[[t["name"] for t in self.remap.tables].index(c.name)]
+                if rm["rows"] != c.num_embeddings:
+                    raise InvalidInputError(f"table {c.name!r}: {c.num_embeddings} rows but the plan has {rm['rows']}")
+        self._planned = planned
+        self.plan = plan
+
+    @classmethod
+    def from_ebc(cls, ebc: nn.Module, plan: Plan, remap: Remap | None = None,
+                 profile: Profile | None = None, **ebc_kwargs: Any) -> "PlannedEmbeddingBagCollection":
+        """Build from an existing recgo or TorchRec EmbeddingBagCollection, moving its rows hot-first."""
+        cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
+                for c in ebc.embedding_bag_configs()]
+        out = cls(cfgs, plan, remap, profile, **ebc_kwargs)
+        with torch.no_grad():
+            for c in cfgs:
+                src = ebc.embedding_bags[c.name].weight.detach().to(torch.float32)
+                out.ebc.embedding_bags[c.name].weight[out._new_ids(c.name, c.num_embeddings)] = src
+        return out
+
+    def _new_ids(self, table: str, rows: int) -> torch.Tensor:
+        ids = torch.arange(rows, dtype=torch.int64)
+        return self.remap.apply(table, ids) if table in self._planned else ids
+
+    def hot_rows(self, table: str) -> int:
+        """Rows of ``table`` in its hot region (all rows for a table the plan does not cover)."""
+        if table not in self._planned:
+            return next(c.num_embeddings for c in self._configs if c.name == table)
+        return self.remap.hot_rows(table)
+
+    def hot_region(self, table: str) -> torch.Tensor:
+        """The hot rows of ``table`` (a view of the weight)."""
+        return self.ebc.embedding_bags[table].weight[: self.hot_rows(table)]
+
+    def cold_region(self, table: str) -> torch.Tensor:
+        """The cold rows of ``table`` (a view of the weight)."""
+        return self.ebc.embedding_bags[table].weight[self.hot_rows(table):]
+
+    def original_weight(self, table: str) -> torch.Tensor:
+        """The weight in the original row order (a copy)."""
+        w = self.ebc.embedding_bags[table].weight.detach()
+        return w[self._new_ids(table, w.shape[0])]
+
+    def forward(self, features: Any) -> KeyedTensor:
+        """Remap the batch's IDs hot-first (Go) and pool them."""
+        return self.ebc(self.remap.apply_kjt(as_kjt(features), self._f2t))
+
+    def feature_names(self) -> list[str]:
+        return self.ebc.feature_names()
