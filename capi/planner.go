@@ -12,6 +12,7 @@ import (
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner"
+	"github.com/recgo/recgo/planner/gpuinfo"
 	"github.com/recgo/recgo/planner/highs"
 	"github.com/recgo/recgo/planner/profile"
 )
@@ -511,5 +512,23 @@ func recgo_remap_apply_kjt(h C.uintptr_t, tablesPtr unsafe.Pointer, nkeys, batch
 			return err
 		}
 		return r.ApplyKJT(tabs, int(batch), lengths, values, out)
+	})
+}
+
+// recgo_gpu_info writes the local GPUs ([{"name","memory_bytes"}], via NVML loaded at run time) as
+// JSON; without an NVIDIA driver it fails with a not-found error.
+//
+//export recgo_gpu_info
+func recgo_gpu_info(buf unsafe.Pointer, buflen C.int64_t, needed *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		gpus, err := gpuinfo.Detect()
+		if err != nil {
+			return err
+		}
+		doc, err := json.Marshal(gpus)
+		if err != nil {
+			return err
+		}
+		return writeDoc(doc, buf, buflen, needed)
 	})
 }

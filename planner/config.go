@@ -5,6 +5,7 @@ import (
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/gpuinfo"
 )
 
 // Config is the JSON form of a planning request (what Python and the CLI send).
@@ -35,4 +36,28 @@ func ParseConfig(data []byte) (cost.Topology, Options, error) {
 	sym := c.Symmetry == nil || *c.Symmetry
 	return c.Topology, Options{Strategy: c.Strategy, Weights: w, Tables: c.Tables,
 		MILP: MILPOptions{TimeLimit: c.TimeLimit, MipRelGap: c.MipRelGap, Threads: c.Threads, Symmetry: sym}}, nil
+}
+
+// LocalTopology returns base with its GPU facts replaced by this machine's (one node, its GPU count,
+// hbmShare of the smallest GPU's memory as the HBM budget), and the GPUs found. Without a driver it
+// returns base unchanged with the gpuinfo ErrNotFound error, so callers keep the given topology.
+func LocalTopology(base cost.Topology, hbmShare float64) (cost.Topology, []gpuinfo.GPU, error) {
+	if !(hbmShare > 0 && hbmShare <= 1) {
+		return base, nil, errs.Invalidf("planner: hbm share %g outside (0, 1]", hbmShare)
+	}
+	gpus, err := gpuinfo.Detect()
+	if err != nil {
+		return base, nil, err
+	}
+	if len(gpus) == 0 {
+		return base, nil, errs.NotFoundf("planner: NVML reports no GPUs")
+	}
+	smallest := gpus[0].MemoryBytes
+	for _, g := range gpus {
+		smallest = min(smallest, g.MemoryBytes)
+	}
+	t := base
+	t.Nodes, t.GPUsPerNode = 1, len(gpus)
+	t.HBMBytes = int64(float64(smallest) * hbmShare)
+	return t, gpus, nil
 }

@@ -197,3 +197,17 @@ func FuzzReadRemap(f *testing.F) {
 		}
 	})
 }
+
+func TestLocalTopologyFallsBack(t *testing.T) {
+	base := smallTopo()
+	_, _, err := LocalTopology(base, 0)
+	assert.ErrorIs(t, err, errs.ErrInvalid)
+	got, gpus, err := LocalTopology(base, 0.8)
+	if err != nil { // no driver on this machine: the given topology stands
+		assert.ErrorIs(t, err, errs.ErrNotFound)
+		assert.Equal(t, base, got)
+		return
+	}
+	assert.Equal(t, len(gpus), got.GPUsPerNode)
+	assert.Equal(t, 1, got.Nodes)
+}

@@ -308,3 +308,17 @@ def test_planned_ebc_from_torchrec_matches_torchrec(prof: P.Profile) -> None:
         want = ref(kjt.to_torchrec()).values()
         got = planned(kjt.to_torchrec()).values()
     torch.testing.assert_close(got, want)
+
+
+def test_local_topology_without_a_driver_keeps_defaults() -> None:
+    try:
+        gpus = P.local_gpus()
+    except NotFoundError as exc:
+        assert "libnvidia-ml" in str(exc)
+        gpus = []
+    topo = P.Topology.local(batch_size=1024)
+    assert topo.batch_size == 1024
+    if not gpus and not torch.cuda.is_available():
+        assert topo == P.Topology(batch_size=1024)
+    elif gpus:
+        assert topo.gpus_per_node == len(gpus) and topo.nodes == 1

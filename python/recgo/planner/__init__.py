@@ -18,6 +18,7 @@ from ._core import (
     TableSpec,
     Topology,
     evaluate,
+    local_gpus,
     plan,
     profile,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "TableSpec",
     "Topology",
     "evaluate",
+    "local_gpus",
     "plan",
     "plot_cdfs",
     "plot_gpu_costs",

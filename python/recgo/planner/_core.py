@@ -69,18 +69,30 @@ class Topology:
         return asdict(self)
 
     @staticmethod
-    def local(**overrides: Any) -> "Topology":
-        """This machine's GPUs (count and HBM from torch.cuda) with RecShard defaults for the rest.
-
-        Without a GPU the defaults are kept; ``overrides`` set any field explicitly.
-        """
+    def local(hbm_share: float = 0.8, **overrides: Any) -> "Topology":
+        """This machine's GPUs (count and memory from NVML, loaded at run time by librecgo.so, else
+        torch.cuda), one node, ``hbm_share`` of the smallest GPU's memory as the embedding budget,
+        and RecShard defaults for the rest. Without a GPU the defaults stand; ``overrides`` set any
+        field explicitly."""
         facts: dict[str, Any] = {}
-        if torch.cuda.is_available():
-            n = torch.cuda.device_count()
-            facts = {"nodes": 1, "gpus_per_node": n,
-                     "hbm_bytes": int(min(torch.cuda.get_device_properties(i).total_memory for i in range(n)) * 0.8)}
+        try:
+            gpus = local_gpus()
+        except NotFoundError:
+            gpus = []
+            if torch.cuda.is_available():
+                gpus = [{"name": torch.cuda.get_device_name(i),
+                         "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
+                        for i in range(torch.cuda.device_count())]
+        if gpus:
+            facts = {"nodes": 1, "gpus_per_node": len(gpus),
+                     "hbm_bytes": int(min(g["memory_bytes"] for g in gpus) * hbm_share)}
         facts.update(overrides)
         return Topology(**facts)
+
+
+def local_gpus() -> list[dict[str, Any]]:
+    """The local GPUs as ``[{"name", "memory_bytes"}]`` via NVML; NotFoundError without a driver."""
+    return _doc("recgo_gpu_info", [])
 
 
 class Profile:
