@@ -17,166 +17,239 @@ func randVec(r *rand.Rand, n int) []float32 {
 	return x
 }
 
-func requireClose(t *testing.T, want []float64, got []float32, tol float64) {
+func requireClose(t *testing.T, want []float64, got []float32, tol float64, what string) {
 	t.Helper()
 	require.Len(t, got, len(want))
 	for i := range want {
-		require.InDelta(t, want[i], float64(got[i]), tol*(1+math.Abs(want[i])), "index %d", i)
+		require.InDelta(t, want[i], float64(got[i]), tol*(1+math.Abs(want[i])), "%s[%d]", what, i)
 	}
 }
 
-// Each kernel runs through the public (dispatching) name and the portable one.
-var paths = []struct {
-	name string
-	ws   func(dst, src []float32, offs []int64, weights []float32, scale float32)
-	sgd  func(w, g []float32, lr float32)
-	ada  func(w, s, g []float32, lr, eps float32)
-	adam func(w, m, v, g []float32, p AdamParams)
-}{
-	{"dispatch", WeightedSum, SGDRow, AdagradRow, AdamRow},
-	{"generic", WeightedSumGeneric, SGDRowGeneric, AdagradRowGeneric, AdamRowGeneric},
+func f64(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
 }
 
-func TestWeightedSum(t *testing.T) {
+// Each kernel runs through its public (dispatching) name and its portable one.
+var paths = []struct {
+	name string
+	sr   func(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64, weights, scales []float32)
+	sgd  func(w []float32, wStride, dim int, rows []int64, g []float32, lr float32)
+	ada  func(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32)
+	adam func(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p AdamParams)
+}{
+	{"dispatch", SegmentReduce, SGDRows, AdagradRows, AdamRows},
+	{"generic", SegmentReduceGeneric, SGDRowsGeneric, AdagradRowsGeneric, AdamRowsGeneric},
+}
+
+func TestSegmentReduce(t *testing.T) {
 	cases := []struct {
-		dim, n   int
-		weighted bool
-		scale    float32
-		missing  bool
+		dim, segs        int
+		weighted, scaled bool
+		missing          bool
 	}{
-		{64, 10, false, 1, false}, {64, 7, true, 0.5, true}, {64, 0, false, 1, false},
-		{16, 5, true, 1, false}, {48, 9, false, 0.25, true}, {37, 6, true, 1, true}, {3, 4, false, 1, false},
-		{130, 3, true, 2, false},
+		{64, 10, false, false, false}, {64, 7, true, true, true}, {64, 0, false, false, false},
+		{16, 5, true, false, false}, {48, 9, false, true, true}, {37, 6, true, true, true}, {3, 4, false, false, false},
+		{128, 3, true, true, false},
 	}
 	for _, p := range paths {
 		for _, c := range cases {
-			t.Run(fmt.Sprintf("%s/d%d_n%d_w%v", p.name, c.dim, c.n, c.weighted), func(t *testing.T) {
-				r := rand.New(rand.NewPCG(uint64(c.dim), uint64(c.n)))
+			t.Run(fmt.Sprintf("%s/d%d_s%d_w%v_s%v", p.name, c.dim, c.segs, c.weighted, c.scaled), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(c.dim), uint64(c.segs)))
 				rows, stride := 20, c.dim+3
 				src := randVec(r, rows*stride)
-				offs := make([]int64, c.n)
-				var w []float32
-				if c.weighted {
-					w = randVec(r, c.n)
+				bounds := []int64{0}
+				for i := 0; i < c.segs; i++ {
+					bounds = append(bounds, bounds[i]+int64(r.IntN(5))) // includes empty segments
 				}
-				want := make([]float64, c.dim)
+				n := int(bounds[c.segs])
+				offs := make([]int64, n)
 				for j := range offs {
 					offs[j] = int64(r.IntN(rows) * stride)
 					if c.missing && j%3 == 1 {
 						offs[j] = -1
-						continue
-					}
-					wj := 1.0
-					if w != nil {
-						wj = float64(w[j])
-					}
-					for k := range want {
-						want[k] += wj * float64(src[offs[j]+int64(k)])
 					}
 				}
-				for k := range want {
-					want[k] *= float64(c.scale)
+				var w, sc []float32
+				if c.weighted {
+					w = randVec(r, n)
 				}
-				dst := randVec(r, c.dim) // must be overwritten
-				p.ws(dst, src, offs, w, c.scale)
-				requireClose(t, want, dst, 1e-5)
+				if c.scaled {
+					sc = randVec(r, c.segs)
+				}
+				dstStride, dstBase := c.dim+5, 2
+				dst := randVec(r, dstBase+c.segs*dstStride+c.dim) // the segments' slots must be overwritten
+				want := f64(dst)
+				for i := 0; i < c.segs; i++ {
+					out := want[dstBase+i*dstStride:][:c.dim]
+					clear(out)
+					for j := bounds[i]; j < bounds[i+1]; j++ {
+						if offs[j] < 0 {
+							continue
+						}
+						wj := 1.0
+						if w != nil {
+							wj = float64(w[j])
+						}
+						for k := range out {
+							out[k] += wj * float64(src[offs[j]+int64(k)])
+						}
+					}
+					if sc != nil {
+						for k := range out {
+							out[k] *= float64(sc[i])
+						}
+					}
+				}
+				p.sr(dst, dstBase, dstStride, c.dim, src, offs, bounds, w, sc)
+				requireClose(t, want, dst, 1e-5, "dst")
 			})
 		}
 	}
+}
+
+// rowsCase is a batch of distinct rows (one skipped as -1) of a table with padding after each row.
+func rowsCase(r *rand.Rand, dim int) (w []float32, wStride int, rows []int64, g []float32) {
+	wStride = dim + 3
+	w = randVec(r, 10*wStride)
+	rows = []int64{7, 2, -1, 9, 0}
+	g = randVec(r, len(rows)*dim)
+	return
 }
 
 func TestOptimizerRows(t *testing.T) {
 	for _, p := range paths {
-		for _, dim := range []int{64, 16, 40, 5} {
+		for _, dim := range []int{64, 16, 48, 40, 5} {
 			t.Run(fmt.Sprintf("%s/d%d", p.name, dim), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(7, uint64(dim)))
-				w0, g := randVec(r, dim), randVec(r, dim)
-				s0 := randVec(r, dim)
-				for i := range s0 {
-					s0[i] = s0[i] * s0[i]
+				w0, ws, rows, g := rowsCase(r, dim)
+				check := func(name string, got []float32, want []float64, tol float64) {
+					requireClose(t, want, got, tol, name)
 				}
 				// SGD
-				w := append([]float32(nil), w0...)
-				p.sgd(w, g, 0.1)
-				want := make([]float64, dim)
-				for i := range want {
-					want[i] = float64(w0[i]) - 0.1*float64(g[i])
+				w, want := append([]float32(nil), w0...), f64(w0)
+				p.sgd(w, ws, dim, rows, g, 0.1)
+				for k, row := range rows {
+					for i := 0; i < dim && row >= 0; i++ {
+						want[int(row)*ws+i] -= 0.1 * float64(g[k*dim+i])
+					}
 				}
-				requireClose(t, want, w, 1e-6)
-				// Adagrad
+				check("sgd w", w, want, 1e-6)
+				// Adagrad, state stride dim+1
+				ss := dim + 1
+				s0 := randVec(r, 10*ss)
+				for i := range s0 {
+					s0[i] *= s0[i]
+				}
 				w, s := append([]float32(nil), w0...), append([]float32(nil), s0...)
-				p.ada(w, s, g, 0.05, 1e-8)
-				wantS := make([]float64, dim)
-				for i := range want {
-					wantS[i] = float64(s0[i]) + float64(g[i])*float64(g[i])
-					want[i] = float64(w0[i]) - 0.05*float64(g[i])/(math.Sqrt(wantS[i])+1e-8)
+				want, wantS := f64(w0), f64(s0)
+				p.ada(w, ws, s, ss, dim, rows, g, 0.05, 1e-8)
+				for k, row := range rows {
+					for i := 0; i < dim && row >= 0; i++ {
+						gi := float64(g[k*dim+i])
+						wantS[int(row)*ss+i] += gi * gi
+						want[int(row)*ws+i] -= 0.05 * gi / (math.Sqrt(wantS[int(row)*ss+i]) + 1e-8)
+					}
 				}
-				requireClose(t, wantS, s, 1e-6)
-				requireClose(t, want, w, 1e-5)
-				// Adam and AdamW, step 3
+				check("adagrad s", s, wantS, 1e-6)
+				check("adagrad w", w, want, 1e-5)
+				// Adam and AdamW at step 3, state stride 2·dim+2
 				for _, decoupled := range []bool{false, true} {
-					w, m, v := append([]float32(nil), w0...), randVec(r, dim), append([]float32(nil), s0...)
-					m0, v0 := append([]float32(nil), m...), append([]float32(nil), v...)
+					as := 2*dim + 2
+					st0 := randVec(r, 10*as)
+					for i := range st0 {
+						if (i%as) >= dim && (i%as) < 2*dim {
+							st0[i] *= st0[i] // second moments are ≥ 0
+						}
+					}
+					w, st := append([]float32(nil), w0...), append([]float32(nil), st0...)
+					want, wantSt := f64(w0), f64(st0)
 					b1, b2, lr, eps, wd := 0.9, 0.999, 0.01, 1e-8, 0.1
 					bc1, bc2 := 1-math.Pow(b1, 3), 1-math.Pow(b2, 3)
-					p.adam(w, m, v, g, NewAdamParams(lr, b1, b2, eps, wd, decoupled, 3))
-					wantM, wantV := make([]float64, dim), make([]float64, dim)
-					for i := range want {
-						wi, gi := float64(w0[i]), float64(g[i])
-						if decoupled {
-							wi *= 1 - lr*wd
-						} else {
-							gi += wd * wi
+					p.adam(w, ws, st, as, dim, rows, g, NewAdamParams(lr, b1, b2, eps, wd, decoupled, 3))
+					for k, row := range rows {
+						for i := 0; i < dim && row >= 0; i++ {
+							wi, gi := want[int(row)*ws+i], float64(g[k*dim+i])
+							if decoupled {
+								wi *= 1 - lr*wd
+							} else {
+								gi += wd * wi
+							}
+							m, v := &wantSt[int(row)*as+i], &wantSt[int(row)*as+dim+i]
+							*m = b1**m + (1-b1)*gi
+							*v = b2**v + (1-b2)*gi*gi
+							want[int(row)*ws+i] = wi - lr/bc1**m/(math.Sqrt(*v)/math.Sqrt(bc2)+eps)
 						}
-						wantM[i] = b1*float64(m0[i]) + (1-b1)*gi
-						wantV[i] = b2*float64(v0[i]) + (1-b2)*gi*gi
-						want[i] = wi - lr/bc1*wantM[i]/(math.Sqrt(wantV[i])/math.Sqrt(bc2)+eps)
 					}
-					requireClose(t, wantM, m, 1e-6)
-					requireClose(t, wantV, v, 1e-6)
-					requireClose(t, want, w, 1e-5)
+					check("adam state", st, wantSt, 1e-6)
+					check("adam w", w, want, 1e-5)
 				}
 			})
 		}
 	}
 }
 
-func TestRowwiseAdagradRow(t *testing.T) {
-	r := rand.New(rand.NewPCG(1, 2))
-	w0, g := randVec(r, 64), randVec(r, 64)
-	w, s := append([]float32(nil), w0...), float32(0.5)
-	RowwiseAdagradRow(w, &s, g, 0.1, 1e-8)
-	var sq float64
-	for _, x := range g {
-		sq += float64(x) * float64(x)
+func TestRowwiseAdagradRows(t *testing.T) {
+	for _, dim := range []int{64, 7} {
+		r := rand.New(rand.NewPCG(1, uint64(dim)))
+		w0, ws, rows, g := rowsCase(r, dim)
+		w, s := append([]float32(nil), w0...), make([]float32, 20) // state stride 2
+		for i := range s {
+			s[i] = 0.5
+		}
+		RowwiseAdagradRows(w, ws, s, 2, dim, rows, g, 0.1, 1e-8)
+		want := f64(w0)
+		for k, row := range rows {
+			if row < 0 {
+				continue
+			}
+			var sq float64
+			for i := 0; i < dim; i++ {
+				sq += float64(g[k*dim+i]) * float64(g[k*dim+i])
+			}
+			acc := 0.5 + sq/float64(dim)
+			require.InDelta(t, acc, float64(s[row*2]), 1e-5)
+			for i := 0; i < dim; i++ {
+				want[int(row)*ws+i] -= 0.1 / (math.Sqrt(acc) + 1e-8) * float64(g[k*dim+i])
+			}
+		}
+		requireClose(t, want, w, 1e-5, "rowwise w")
+		require.Equal(t, float32(0.5), s[1], "untouched state")
 	}
-	wantS := 0.5 + sq/64
-	require.InDelta(t, wantS, float64(s), 1e-5)
-	want := make([]float64, 64)
-	for i := range want {
-		want[i] = float64(w0[i]) - 0.1/(math.Sqrt(wantS)+1e-8)*float64(g[i])
-	}
-	requireClose(t, want, w, 1e-5)
 }
 
-func ExampleWeightedSum() {
-	// Two rows of a 2-wide table; pool row 1 twice and row 0 once with weights, then halve.
+func ExampleSegmentReduce() {
+	// A 2-wide table with rows [1 2] and [10 20]. Segment 0 pools row 1 twice and row 0 once with
+	// weights and halves the sum; segment 1 is empty.
 	table := []float32{1, 2, 10, 20}
-	out := make([]float32, 2)
-	WeightedSum(out, table, []int64{2, 0, 2}, []float32{1, 3, 1}, 0.5)
+	out := make([]float32, 4)
+	SegmentReduce(out, 0, 2, 2, table, []int64{2, 0, 2}, []int64{0, 3, 3}, []float32{1, 3, 1}, []float32{0.5, 1})
 	fmt.Println(out)
-	// Output: [11.5 23]
+	// Output: [11.5 23 0 0]
 }
 
-func BenchmarkWeightedSum64(b *testing.B) {
+func BenchmarkSegmentReduce64(b *testing.B) {
 	r := rand.New(rand.NewPCG(1, 1))
-	src := randVec(r, 100000*64)
-	offs := make([]int64, 20)
-	for i := range offs {
-		offs[i] = int64(r.IntN(100000) * 64)
-	}
-	dst := make([]float32, 64)
-	for b.Loop() {
-		WeightedSum(dst, src, offs, nil, 1)
+	src := randVec(r, 5000*64)
+	out := make([]float32, 26*1024*64)
+	for _, n := range []int{1, 4, 20} {
+		offs := make([]int64, n*1024)
+		bounds := make([]int64, 1025)
+		for i := range offs {
+			offs[i] = int64(r.IntN(5000) * 64)
+		}
+		for i := range bounds {
+			bounds[i] = int64(i * n)
+		}
+		for _, p := range paths {
+			b.Run(fmt.Sprintf("pool%d/%s", n, p.name), func(b *testing.B) {
+				for b.Loop() {
+					p.sr(out, 0, 26*64, 64, src, offs, bounds, nil, nil)
+				}
+			})
+		}
 	}
 }

@@ -2,6 +2,18 @@
 
 package kernels
 
-func sgdRow(w, g []float32, lr float32)             { SGDRowGeneric(w, g, lr) }
-func adagradRow(w, s, g []float32, lr, eps float32) { AdagradRowGeneric(w, s, g, lr, eps) }
-func adamRow(w, m, v, g []float32, p AdamParams)    { AdamRowGeneric(w, m, v, g, p) }
+func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
+	SGDRowsGeneric(w, wStride, dim, rows, g, lr)
+}
+
+func adagradRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32) {
+	AdagradRowsGeneric(w, wStride, s, sStride, dim, rows, g, lr, eps)
+}
+
+func scaledRows(w []float32, wStride, dim int, rows []int64, g, mult []float32) {
+	ScaledRowsGeneric(w, wStride, dim, rows, g, mult)
+}
+
+func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p AdamParams) {
+	AdamRowsGeneric(w, wStride, s, sStride, dim, rows, g, p)
+}

@@ -4,51 +4,74 @@ package kernels
 
 import "simd/archsimd"
 
-func blk(x []float32, i int) *[16]float32 { return (*[16]float32)(x[i : i+16]) }
+// See segment_reduce_simd.go for why these walk whole row batches and end with ClearAVXUpperBits.
+// Dims that are not a multiple of 16 take the portable path.
 
-func sgdRow(w, g []float32, lr float32) {
-	n := len(w)
-	if !hasAVX512 || n < 16 {
-		SGDRowGeneric(w, g, lr)
+func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
+	if !hasAVX512 || dim%16 != 0 {
+		SGDRowsGeneric(w, wStride, dim, rows, g, lr)
 		return
 	}
-	g = g[:n]
-	full := n &^ 15
 	neg := archsimd.BroadcastFloat32x16(-lr)
-	for i := 0; i < full; i += 16 {
-		gv := archsimd.LoadFloat32x16(blk(g, i))
-		gv.MulAdd(neg, archsimd.LoadFloat32x16(blk(w, i))).Store(blk(w, i))
+	for k, r := range rows {
+		if r < 0 {
+			continue
+		}
+		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
+		for i := 0; i < dim; i += 16 {
+			archsimd.LoadFloat32x16(blk(gr, i)).MulAdd(neg, archsimd.LoadFloat32x16(blk(wr, i))).Store(blk(wr, i))
+		}
 	}
-	SGDRowGeneric(w[full:], g[full:], lr)
+	archsimd.ClearAVXUpperBits()
 }
 
-func adagradRow(w, s, g []float32, lr, eps float32) {
-	n := len(w)
-	if !hasAVX512 || n < 16 {
-		AdagradRowGeneric(w, s, g, lr, eps)
+func scaledRows(w []float32, wStride, dim int, rows []int64, g, mult []float32) {
+	if !hasAVX512 || dim%16 != 0 {
+		ScaledRowsGeneric(w, wStride, dim, rows, g, mult)
 		return
 	}
-	s, g = s[:n], g[:n]
-	full := n &^ 15
+	zero := archsimd.BroadcastFloat32x16(0)
+	for k, r := range rows {
+		if r < 0 {
+			continue
+		}
+		neg := zero.Sub(archsimd.BroadcastFloat32x16(mult[k]))
+		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
+		for i := 0; i < dim; i += 16 {
+			archsimd.LoadFloat32x16(blk(gr, i)).MulAdd(neg, archsimd.LoadFloat32x16(blk(wr, i))).Store(blk(wr, i))
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+func adagradRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32) {
+	if !hasAVX512 || dim%16 != 0 {
+		AdagradRowsGeneric(w, wStride, s, sStride, dim, rows, g, lr, eps)
+		return
+	}
 	lrv, epsv := archsimd.BroadcastFloat32x16(lr), archsimd.BroadcastFloat32x16(eps)
-	for i := 0; i < full; i += 16 {
-		gv := archsimd.LoadFloat32x16(blk(g, i))
-		sv := gv.MulAdd(gv, archsimd.LoadFloat32x16(blk(s, i)))
-		sv.Store(blk(s, i))
-		upd := lrv.Mul(gv).Div(sv.Sqrt().Add(epsv))
-		archsimd.LoadFloat32x16(blk(w, i)).Sub(upd).Store(blk(w, i))
+	for k, r := range rows {
+		if r < 0 {
+			continue
+		}
+		wr, sr, gr := w[r*int64(wStride):][:dim], s[r*int64(sStride):][:dim], g[k*dim:][:dim]
+		for i := 0; i < dim; i += 16 {
+			gv := archsimd.LoadFloat32x16(blk(gr, i))
+			sv := gv.MulAdd(gv, archsimd.LoadFloat32x16(blk(sr, i)))
+			sv.Store(blk(sr, i))
+			upd := lrv.Mul(gv).Div(sv.Sqrt().Add(epsv))
+			archsimd.LoadFloat32x16(blk(wr, i)).Sub(upd).Store(blk(wr, i))
+		}
 	}
-	AdagradRowGeneric(w[full:], s[full:], g[full:], lr, eps)
+	archsimd.ClearAVXUpperBits()
 }
 
-func adamRow(w, m, v, g []float32, p AdamParams) {
-	n := len(w)
-	if !hasAVX512 || n < 16 {
-		AdamRowGeneric(w, m, v, g, p)
+func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p AdamParams) {
+	if !hasAVX512 || dim%16 != 0 {
+		AdamRowsGeneric(w, wStride, s, sStride, dim, rows, g, p)
 		return
 	}
-	m, v, g = m[:n], v[:n], g[:n]
-	full := n &^ 15
+	decayOn, decoupled := p.WeightDecay != 0, p.Decoupled
 	b1 := archsimd.BroadcastFloat32x16(p.Beta1)
 	b2 := archsimd.BroadcastFloat32x16(p.Beta2)
 	omb1 := archsimd.BroadcastFloat32x16(p.OneMinusBeta1)
@@ -58,22 +81,30 @@ func adamRow(w, m, v, g []float32, p AdamParams) {
 	epsv := archsimd.BroadcastFloat32x16(p.Eps)
 	wd := archsimd.BroadcastFloat32x16(p.WeightDecay)
 	decay := archsimd.BroadcastFloat32x16(p.Decay)
-	for i := 0; i < full; i += 16 {
-		gv := archsimd.LoadFloat32x16(blk(g, i))
-		wv := archsimd.LoadFloat32x16(blk(w, i))
-		if p.WeightDecay != 0 {
-			if p.Decoupled {
-				wv = wv.Mul(decay)
-			} else {
-				gv = wd.MulAdd(wv, gv)
-			}
+	for k, r := range rows {
+		if r < 0 {
+			continue
 		}
-		mv := b1.Mul(archsimd.LoadFloat32x16(blk(m, i))).Add(omb1.Mul(gv))
-		vv := b2.Mul(archsimd.LoadFloat32x16(blk(v, i))).Add(omb2.Mul(gv).Mul(gv))
-		mv.Store(blk(m, i))
-		vv.Store(blk(v, i))
-		denom := vv.Sqrt().Div(sqrtBC2).Add(epsv)
-		wv.Sub(step.Mul(mv).Div(denom)).Store(blk(w, i))
+		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
+		st := s[r*int64(sStride):][:2*dim]
+		m, v := st[:dim], st[dim:]
+		for i := 0; i < dim; i += 16 {
+			gv := archsimd.LoadFloat32x16(blk(gr, i))
+			wv := archsimd.LoadFloat32x16(blk(wr, i))
+			if decayOn {
+				if decoupled {
+					wv = wv.Mul(decay)
+				} else {
+					gv = wd.MulAdd(wv, gv)
+				}
+			}
+			mv := b1.Mul(archsimd.LoadFloat32x16(blk(m, i))).Add(omb1.Mul(gv))
+			vv := b2.Mul(archsimd.LoadFloat32x16(blk(v, i))).Add(omb2.Mul(gv).Mul(gv))
+			mv.Store(blk(m, i))
+			vv.Store(blk(v, i))
+			denom := vv.Sqrt().Div(sqrtBC2).Add(epsv)
+			wv.Sub(step.Mul(mv).Div(denom)).Store(blk(wr, i))
+		}
 	}
-	AdamRowGeneric(w[full:], m[full:], v[full:], g[full:], p)
+	archsimd.ClearAVXUpperBits()
 }

@@ -1,39 +1,48 @@
 package kernels
 
-// WeightedSum is the index-aware segment reduction at the heart of embedding pooling and of the
-// duplicate-merging backward (RecIS Algorithm 1): it overwrites dst with
+// SegmentReduce is the index-aware segment reduction at the heart of embedding pooling and of the
+// duplicate-merging backward (RecIS Algorithm 1). For every segment i in [0, len(bounds)-1) it
+// overwrites the dim values at dst[dstBase+i*dstStride:] with
 //
-//	dst = scale · Σ_j w_j · src[offs[j] : offs[j]+len(dst)]
+//	scale_i · Σ_{j ∈ [bounds[i], bounds[i+1])} w_j · src[offs[j] : offs[j]+dim]
 //
-// where w_j = weights[j], or 1 when weights is nil. A negative offset marks a missing source (an
-// unresolved row) and contributes nothing. With no contributions dst becomes zero. The caller owns
-// dst exclusively (one writer per output segment), so no atomics are needed; len(weights) must equal
-// len(offs) when weights is non-nil, and every non-negative offset must leave room for len(dst)
-// values in src (otherwise the function panics with an index error).
-func WeightedSum(dst, src []float32, offs []int64, weights []float32, scale float32) {
-	weightedSum(dst, src, offs, weights, scale)
+// where w_j = weights[j] (1 when weights is nil) and scale_i = scales[i] (1 when scales is nil). A
+// negative offset marks a missing source (an unresolved row) and contributes nothing; a segment
+// with no contributions becomes zero. Each segment has exactly one writer, so callers split
+// segments across goroutines without atomics. Whole CSR walks go through one call: the archsimd
+// path pays a fixed cost per call (see segment_reduce_simd.go), not per segment.
+//
+// Out-of-range bounds or offsets panic with an index error; the caller validates its inputs.
+func SegmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
+	segmentReduce(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
 }
 
-// WeightedSumGeneric is the portable implementation of WeightedSum.
-func WeightedSumGeneric(dst, src []float32, offs []int64, weights []float32, scale float32) {
-	clear(dst)
-	d := len(dst)
-	for j, o := range offs {
-		if o < 0 {
-			continue
+// SegmentReduceGeneric is the portable implementation of SegmentReduce.
+func SegmentReduceGeneric(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
+	for i := 0; i+1 < len(bounds); i++ {
+		out := dst[dstBase+i*dstStride:][:dim]
+		clear(out)
+		for j := bounds[i]; j < bounds[i+1]; j++ {
+			o := offs[j]
+			if o < 0 {
+				continue
+			}
+			w := float32(1)
+			if weights != nil {
+				w = weights[j]
+			}
+			row := src[o : o+int64(dim)]
+			for k := range out {
+				out[k] += w * row[k]
+			}
 		}
-		w := float32(1)
-		if weights != nil {
-			w = weights[j]
-		}
-		row := src[o : o+int64(d)]
-		for k := range dst {
-			dst[k] += w * row[k]
-		}
-	}
-	if scale != 1 {
-		for k := range dst {
-			dst[k] *= scale
+		if scales != nil {
+			s := scales[i]
+			for k := range out {
+				out[k] *= s
+			}
 		}
 	}
 }

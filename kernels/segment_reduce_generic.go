@@ -2,8 +2,9 @@
 
 package kernels
 
-func weightedSum(dst, src []float32, offs []int64, weights []float32, scale float32) {
-	WeightedSumGeneric(dst, src, offs, weights, scale)
+func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
+	SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
 }
 
 // SIMDEnabled reports whether the archsimd fast paths are in use (never, in this build).

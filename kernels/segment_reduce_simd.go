@@ -4,84 +4,90 @@ package kernels
 
 import "simd/archsimd"
 
+// The archsimd kernels walk a whole batch of segments or rows per call, keep scalar float work out
+// of their vector loops (scalars are broadcast straight from memory) and end with VZEROUPPER
+// (archsimd.ClearAVXUpperBits). Go's scalar code is legacy-SSE encoded, and switching between it
+// and dirty 512-bit state costs a transition penalty (golang/go#80835): measured on this machine at
+// ~0.3 µs per switch, i.e. a per-segment kernel call ran 4–20× slower than this batched form.
+
 var hasAVX512 = archsimd.X86.AVX512()
 
 // SIMDEnabled reports whether the archsimd fast paths are in use (built with GOEXPERIMENT=simd on a
 // CPU with AVX-512).
 func SIMDEnabled() bool { return hasAVX512 }
 
-func weightedSum(dst, src []float32, offs []int64, weights []float32, scale float32) {
-	d := len(dst)
+func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
 	switch {
-	case !hasAVX512 || d < 16:
-		WeightedSumGeneric(dst, src, offs, weights, scale)
-	case d == 64:
-		weightedSum64(dst, src, offs, weights, scale)
+	case !hasAVX512 || dim%16 != 0:
+		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
+	case dim == 64:
+		segmentReduce64(dst, dstBase, dstStride, src, offs, bounds, weights, scales)
 	default:
-		weightedSumBlocks(dst, src, offs, weights, scale)
+		segmentReduceBlocks(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
 	}
 }
 
-// weightedSum64 keeps the whole 64-float row in four registers.
-func weightedSum64(dst, src []float32, offs []int64, weights []float32, scale float32) {
-	var a0, a1, a2, a3 archsimd.Float32x16
-	for j, o := range offs {
-		if o < 0 {
-			continue
-		}
-		row := (*[64]float32)(src[o : o+64])
-		r0 := archsimd.LoadFloat32x16((*[16]float32)(row[0:16]))
-		r1 := archsimd.LoadFloat32x16((*[16]float32)(row[16:32]))
-		r2 := archsimd.LoadFloat32x16((*[16]float32)(row[32:48]))
-		r3 := archsimd.LoadFloat32x16((*[16]float32)(row[48:64]))
-		if weights == nil {
-			a0, a1, a2, a3 = a0.Add(r0), a1.Add(r1), a2.Add(r2), a3.Add(r3)
-			continue
-		}
-		w := archsimd.BroadcastFloat32x16(weights[j])
-		a0, a1, a2, a3 = r0.MulAdd(w, a0), r1.MulAdd(w, a1), r2.MulAdd(w, a2), r3.MulAdd(w, a3)
-	}
-	if scale != 1 {
-		s := archsimd.BroadcastFloat32x16(scale)
-		a0, a1, a2, a3 = a0.Mul(s), a1.Mul(s), a2.Mul(s), a3.Mul(s)
-	}
-	out := (*[64]float32)(dst)
-	a0.Store((*[16]float32)(out[0:16]))
-	a1.Store((*[16]float32)(out[16:32]))
-	a2.Store((*[16]float32)(out[32:48]))
-	a3.Store((*[16]float32)(out[48:64]))
-}
+func blk(x []float32, i int) *[16]float32 { return (*[16]float32)(x[i : i+16]) }
 
-// weightedSumBlocks walks 16-column blocks, each accumulated in one register; a tail narrower than
-// 16 columns goes through the portable code.
-func weightedSumBlocks(dst, src []float32, offs []int64, weights []float32, scale float32) {
-	d := len(dst)
-	full := d &^ 15
-	s := archsimd.BroadcastFloat32x16(scale)
-	for c := 0; c < full; c += 16 {
-		var acc archsimd.Float32x16
-		for j, o := range offs {
+// segmentReduce64 keeps a whole 64-float row in four registers.
+func segmentReduce64(dst []float32, dstBase, dstStride int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
+	for i := 0; i+1 < len(bounds); i++ {
+		var a0, a1, a2, a3 archsimd.Float32x16
+		for j := bounds[i]; j < bounds[i+1]; j++ {
+			o := offs[j]
 			if o < 0 {
 				continue
 			}
-			start := o + int64(c)
-			r := archsimd.LoadFloat32x16((*[16]float32)(src[start : start+16]))
+			row := src[o : o+64]
+			r0, r1 := archsimd.LoadFloat32x16(blk(row, 0)), archsimd.LoadFloat32x16(blk(row, 16))
+			r2, r3 := archsimd.LoadFloat32x16(blk(row, 32)), archsimd.LoadFloat32x16(blk(row, 48))
 			if weights == nil {
-				acc = acc.Add(r)
-			} else {
-				acc = r.MulAdd(archsimd.BroadcastFloat32x16(weights[j]), acc)
+				a0, a1, a2, a3 = a0.Add(r0), a1.Add(r1), a2.Add(r2), a3.Add(r3)
+				continue
 			}
+			w := archsimd.BroadcastFloat32x16(weights[j])
+			a0, a1, a2, a3 = r0.MulAdd(w, a0), r1.MulAdd(w, a1), r2.MulAdd(w, a2), r3.MulAdd(w, a3)
 		}
-		acc.Mul(s).Store((*[16]float32)(dst[c : c+16]))
+		if scales != nil {
+			s := archsimd.BroadcastFloat32x16(scales[i])
+			a0, a1, a2, a3 = a0.Mul(s), a1.Mul(s), a2.Mul(s), a3.Mul(s)
+		}
+		out := dst[dstBase+i*dstStride:][:64]
+		a0.Store(blk(out, 0))
+		a1.Store(blk(out, 16))
+		a2.Store(blk(out, 32))
+		a3.Store(blk(out, 48))
 	}
-	if full < d {
-		tail := make([]int64, len(offs))
-		for j, o := range offs {
-			tail[j] = o
-			if o >= 0 {
-				tail[j] = o + int64(full)
+	archsimd.ClearAVXUpperBits()
+}
+
+// segmentReduceBlocks handles any dim that is a multiple of 16, one 16-column block at a time.
+func segmentReduceBlocks(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
+	d := int64(dim)
+	for i := 0; i+1 < len(bounds); i++ {
+		out := dst[dstBase+i*dstStride:][:dim]
+		for c := int64(0); c < d; c += 16 {
+			var acc archsimd.Float32x16
+			for j := bounds[i]; j < bounds[i+1]; j++ {
+				o := offs[j]
+				if o < 0 {
+					continue
+				}
+				r := archsimd.LoadFloat32x16((*[16]float32)(src[o+c : o+c+16]))
+				if weights == nil {
+					acc = acc.Add(r)
+				} else {
+					acc = r.MulAdd(archsimd.BroadcastFloat32x16(weights[j]), acc)
+				}
 			}
+			if scales != nil {
+				acc = acc.Mul(archsimd.BroadcastFloat32x16(scales[i]))
+			}
+			acc.Store((*[16]float32)(out[c : c+16]))
 		}
-		WeightedSumGeneric(dst[full:], src, tail, weights, scale)
 	}
+	archsimd.ClearAVXUpperBits()
 }

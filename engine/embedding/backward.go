@@ -14,7 +14,7 @@ const updateChunk = 128
 // grouped is a table's lookups grouped by destination row (RecIS Algorithm 1): the contributions to
 // distinct ID u are entries start[u]..start[u+1] of off (output-gradient offsets) and scale.
 type grouped struct {
-	start []int32
+	start []int64
 	off   []int64
 	scale []float32
 	next  []int32 // scratch
@@ -35,7 +35,9 @@ func group(tc *tableCtx) grouped {
 		g.start[i+1] += g.start[i]
 	}
 	next := g.next
-	copy(next, g.start[:u])
+	for i := range next {
+		next[i] = int32(g.start[i])
+	}
 	for p, x := range tc.inv {
 		k := next[x]
 		next[x]++
@@ -106,19 +108,10 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64,
 			copy(gradRows[rowBase[it.t]+it.lo:], tc.rows[it.lo:it.hi])
 		}
 		// Phase 1: merge each distinct row's contributions (reads of the output gradient).
-		for u := it.lo; u < it.hi; u++ {
-			lo, hi := g.start[u], g.start[u+1]
-			kernels.WeightedSum(buf[(u-it.lo)*d:][:d], gradOut, g.off[lo:hi], g.scale[lo:hi], 1)
-		}
-		if !fused {
-			return
-		}
-		// Phase 2: one write per distinct row; the rows are independent, so their cache misses overlap.
-		up := &updaters[it.t]
-		for u := it.lo; u < it.hi; u++ {
-			if row := tc.rows[u]; row >= 0 {
-				up.apply(t.Row(row), t.StateRow(row), buf[(u-it.lo)*d:][:d])
-			}
+		kernels.SegmentReduce(buf, 0, d, d, gradOut, g.off, g.start[it.lo:it.hi+1], g.scale, nil)
+		// Phase 2: one write per distinct row.
+		if fused {
+			updaters[it.t].applyRows(t, tc.rows[it.lo:it.hi], buf)
 		}
 	})
 	since(StageUpdate, t0)

@@ -43,8 +43,8 @@ func zipfCollection(b *testing.B, rows int64, B int) (*Collection, Batch) {
 }
 
 func BenchmarkTrainStep(b *testing.B) {
-	c, batch := zipfCollection(b, 100_000, 1024)
-	out := make([]float32, 1024*c.Width())
+	c, batch := zipfCollection(b, 200_000, 4096)
+	out := make([]float32, 4096*c.Width())
 	grad := make([]float32, len(out))
 	for i := range grad {
 		grad[i] = float32(math.Sin(float64(i)))
@@ -67,4 +67,34 @@ func BenchmarkTrainStep(b *testing.B) {
 			}
 		}
 	})
+}
+
+func BenchmarkForwardPooling1(b *testing.B) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var tables []*Table
+	var feats []Feature
+	var batch Batch
+	const B = 1024
+	for t := 0; t < 26; t++ {
+		rows := int64(3 + r.IntN(5000))
+		tb, _ := NewFixedTable(fmt.Sprintf("t%d", t), rows, 64, OptimizerConfig{Kind: OptSGD, LR: 0.01})
+		for i := range tb.Data {
+			tb.Data[i] = 0.01
+		}
+		tables = append(tables, tb)
+		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", t), Table: t})
+		batch.KeyFeature = append(batch.KeyFeature, int64(t))
+		for i := 0; i < B; i++ {
+			batch.Lengths = append(batch.Lengths, 1)
+			batch.Values = append(batch.Values, r.Int64N(rows))
+		}
+	}
+	c, _ := NewCollection(tables, feats)
+	defer c.Close()
+	out := make([]float32, B*c.Width())
+	for b.Loop() {
+		if _, err := c.Forward(batch, out, true, false); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

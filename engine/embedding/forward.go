@@ -42,17 +42,18 @@ func since(s Stage, t0 time.Time) { stageTimes[s].Add(int64(time.Since(t0))) }
 type Context struct {
 	B      int
 	tables []tableCtx
+	srcOff []int64   // per KJT value: row·stride in its table, or -1 (forward scratch)
+	scales []float32 // per KJT segment: 1/len for mean pooling, else 1 (forward scratch)
 }
 
 type tableCtx struct {
-	seen   map[int64]int32 // dedup map for row sources other than RangeSource (reused)
-	grp    grouped         // backward's grouping (reused)
-	uniq   []int64         // distinct ids, first-seen order
-	rows   []int64         // their storage rows, -1 when unresolved
-	inv    []int32         // per lookup position: index into uniq
-	srcOff []int64         // per position: row·stride, or -1
-	gOff   []int64         // per position: offset of its output segment (b·Width + column)
-	scale  []float32       // per position: weight × 1/len for mean pooling
+	seen  map[int64]int32 // dedup map for row sources other than RangeSource (reused)
+	grp   grouped         // backward's grouping (reused)
+	uniq  []int64         // distinct ids, first-seen order
+	rows  []int64         // their storage rows, -1 when unresolved
+	inv   []int32         // per lookup position (the table's features' values in order): index into uniq
+	gOff  []int64         // per position: offset of its output segment (b·Width + column)
+	scale []float32       // per position: weight × 1/len for mean pooling
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -60,6 +61,9 @@ func (x *Context) Unique(t int) int { return len(x.tables[t].uniq) }
 
 // Lookups returns the number of IDs table t looked up in the batch (duplicates included).
 func (x *Context) Lookups(t int) int { return len(x.tables[t].inv) }
+
+// poolChunk is the number of samples of one feature that one forward work item pools.
+const poolChunk = 256
 
 // Forward pools the batch into out ([B, Width] row-major, overwritten) and, when keep is true,
 // returns the context backward needs. IDs are deduplicated per table and each distinct ID is
@@ -85,14 +89,23 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	for i, n := range b.Lengths {
 		offsets[i+1] = offsets[i] + n
 	}
-	// featPos[f]: first position of feature f in its table's lookup list.
-	featPos := make([]int64, F)
 	ctx := c.getContext(B)
+	ctx.srcOff = resize(ctx.srcOff, len(b.Values))
+	ctx.scales = resize(ctx.scales, len(b.Lengths))
+	for k, f := range b.KeyFeature {
+		mean := c.Features[f].Pooling == PoolMean
+		for i, n := range b.Lengths[int(k)*B : (int(k)+1)*B] {
+			ctx.scales[int(k)*B+i] = 1
+			if mean && n > 0 {
+				ctx.scales[int(k)*B+i] = 1 / float32(n)
+			}
+		}
+	}
 
 	t0 := time.Now()
 	var firstErr atomic.Pointer[error]
 	parallel.ForEach(len(c.Tables), 1, func(ti int) {
-		if err := c.dedupTable(ti, b, B, featKey, offsets, featPos, &ctx.tables[ti], train); err != nil {
+		if err := c.dedupTable(ti, b, B, featKey, offsets, ctx, train, keep); err != nil {
 			firstErr.CompareAndSwap(nil, &err)
 		}
 	})
@@ -103,37 +116,14 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	}
 
 	t0 = time.Now()
-	parallel.For(F*B, 256, func(lo, hi int) {
-		for s := lo; s < hi; s++ {
-			f, bi := s/B, s%B
-			ft := c.Features[f]
-			t := c.Tables[ft.Table]
-			tc := &ctx.tables[ft.Table]
-			k := featKey[f]
-			vlo, vhi := offsets[k*B+bi], offsets[k*B+bi+1]
-			plo := featPos[f] + vlo - offsets[k*B]
-			phi := plo + (vhi - vlo)
-			var w []float32
-			if b.Weights != nil {
-				w = b.Weights[vlo:vhi]
-			}
-			scale := float32(1)
-			if ft.Pooling == PoolMean && vhi > vlo {
-				scale = 1 / float32(vhi-vlo)
-			}
-			dst := out[bi*c.width+c.colOff[f]:][:t.Dim]
-			kernels.WeightedSum(dst, t.Data, tc.srcOff[plo:phi], w, scale)
-			if keep {
-				g := int64(bi*c.width + c.colOff[f])
-				for p := plo; p < phi; p++ {
-					tc.gOff[p] = g
-					tc.scale[p] = scale
-					if w != nil {
-						tc.scale[p] = scale * w[p-plo]
-					}
-				}
-			}
-		}
+	chunks := (B + poolChunk - 1) / poolChunk
+	parallel.ForEach(F*chunks, 1, func(item int) {
+		f, b0 := item/chunks, (item%chunks)*poolChunk
+		b1 := min(b0+poolChunk, B)
+		t := c.Tables[c.Features[f].Table]
+		s0 := featKey[f]*B + b0
+		kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, ctx.srcOff,
+			offsets[s0:s0+(b1-b0)+1], b.Weights, ctx.scales[s0:s0+(b1-b0)])
 	})
 	since(StagePool, t0)
 	if !keep {
@@ -169,19 +159,16 @@ func resize[T any](s []T, n int) []T {
 }
 
 // dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them,
-// resolves the distinct IDs to rows and fills the per-position source offsets.
-func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets, featPos []int64, tc *tableCtx, train bool) error {
-	t := c.Tables[ti]
+// resolves the distinct IDs to rows and fills the source offset of each of its KJT values; with
+// keep, it also records where each lookup's output gradient sits and its scale.
+func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
+	t, tc := c.Tables[ti], &ctx.tables[ti]
 	var n int64
 	for _, f := range c.features[ti] {
 		k := featKey[f]
-		featPos[f] = n
 		n += offsets[(k+1)*B] - offsets[k*B]
 	}
 	tc.inv = resize(tc.inv, int(n))
-	tc.srcOff = resize(tc.srcOff, int(n))
-	tc.gOff = resize(tc.gOff, int(n))
-	tc.scale = resize(tc.scale, int(n))
 	tc.uniq = tc.uniq[:0]
 	if fixed, ok := t.Source.(RangeSource); ok && fixed.Rows == t.rows {
 		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
@@ -194,18 +181,42 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets, 
 	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)
 	}
-	stride := int64(t.Stride)
 	for i, r := range tc.rows {
 		if r < -1 || r >= t.rows {
 			return errs.Invalidf("table %q: row source resolved id %d to row %d outside [0, %d)", t.Name, tc.uniq[i], r, t.rows)
 		}
 	}
-	for p, u := range tc.inv {
-		r := tc.rows[u]
-		if r < 0 {
-			tc.srcOff[p] = -1
-		} else {
-			tc.srcOff[p] = r * stride
+	stride := int64(t.Stride)
+	if keep {
+		tc.gOff = resize(tc.gOff, int(n))
+		tc.scale = resize(tc.scale, int(n))
+	}
+	p := 0
+	for _, f := range c.features[ti] {
+		k := featKey[f]
+		for v := offsets[k*B]; v < offsets[(k+1)*B]; v++ {
+			if r := tc.rows[tc.inv[p]]; r < 0 {
+				ctx.srcOff[v] = -1
+			} else {
+				ctx.srcOff[v] = r * stride
+			}
+			p++
+		}
+		if !keep {
+			continue
+		}
+		p0 := p - int(offsets[(k+1)*B]-offsets[k*B])
+		for bi := 0; bi < B; bi++ {
+			seg := k*B + bi
+			g, sc := int64(bi*c.width+c.colOff[f]), ctx.scales[seg]
+			for v := offsets[seg]; v < offsets[seg+1]; v++ {
+				q := p0 + int(v-offsets[k*B])
+				tc.gOff[q] = g
+				tc.scale[q] = sc
+				if b.Weights != nil {
+					tc.scale[q] = sc * b.Weights[v]
+				}
+			}
 		}
 	}
 	return nil

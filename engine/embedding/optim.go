@@ -104,18 +104,19 @@ func newRowUpdater(c OptimizerConfig, step int64) rowUpdater {
 	return u
 }
 
-// apply updates weight row w (dim values) with gradient g and the row's state s (StateWidth values).
-func (u *rowUpdater) apply(w, s, g []float32) {
+// applyRows updates the given distinct rows of t (−1 entries skipped) with their gradients g
+// (len(rows)·Dim values, row-major).
+func (u *rowUpdater) applyRows(t *Table, rows []int64, g []float32) {
 	lr, eps := float32(u.cfg.LR), float32(u.cfg.Eps)
+	w, ws, s, ss, d := t.Data, t.Stride, t.State, t.StateWidth(), t.Dim
 	switch u.cfg.Kind {
 	case OptSGD:
-		kernels.SGDRow(w, g, lr)
+		kernels.SGDRows(w, ws, d, rows, g, lr)
 	case OptAdagrad:
-		kernels.AdagradRow(w, s, g, lr, eps)
+		kernels.AdagradRows(w, ws, s, ss, d, rows, g, lr, eps)
 	case OptRowwiseAdagrad:
-		kernels.RowwiseAdagradRow(w, &s[0], g, lr, eps)
+		kernels.RowwiseAdagradRows(w, ws, s, ss, d, rows, g, lr, eps)
 	case OptAdam, OptAdamW:
-		d := len(w)
-		kernels.AdamRow(w, s[:d], s[d:2*d], g, u.adam)
+		kernels.AdamRows(w, ws, s, ss, d, rows, g, u.adam)
 	}
 }
