@@ -131,9 +131,10 @@ func (s *Snapshot) validate(c *Config) error {
 }
 
 // Import replaces the table's state with s after checking it; on error the table is unchanged.
+// Concurrent Resolve calls wait until it is done (none runs half before and half after it).
 func (t *Table) Import(s *Snapshot) error {
-	t.closeMu.RLock()
-	defer t.closeMu.RUnlock()
+	t.closeMu.Lock()
+	defer t.closeMu.Unlock()
 	if t.closed {
 		return t.closedErr()
 	}

@@ -1,6 +1,7 @@
 package dynamic
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -105,7 +106,9 @@ func (t *Table) release(victims []candidate) {
 		r := int(v.row)
 		id := t.ids[r]
 		h := hashID(id, c.Seed)
-		t.shards[shardOf(h)].del(h, id)
+		if !t.shards[shardOf(h)].del(h, id) {
+			panic(fmt.Sprintf("dynamic table %q: row %d's id %d is missing from the id map", c.Name, r, id))
+		}
 		clear(t.weights[r*c.Stride : (r+1)*c.Stride])
 		clear(t.state[r*c.StateWidth : (r+1)*c.StateWidth])
 		t.ids[r], t.last[r], t.counts[r] = 0, 0, 0

@@ -78,13 +78,21 @@ func (s *shard) grow() {
 	}
 }
 
-// del removes id (which must be present) with backward-shift deletion, so no tombstones build up
-// under constant insert/evict churn and probe sequences stay short.
-func (s *shard) del(h uint64, id int64) {
+// del removes id with backward-shift deletion, so no tombstones build up under constant
+// insert/evict churn and probe sequences stay short. It reports whether id was present.
+func (s *shard) del(h uint64, id int64) bool {
+	if len(s.keys) == 0 {
+		return false
+	}
 	mask := len(s.keys) - 1
 	i := s.slot(h)
-	for s.keys[i] != id || s.vals[i] == 0 {
-		i = (i + 1) & mask
+	for ; s.keys[i] != id; i = (i + 1) & mask {
+		if s.vals[i] == 0 {
+			return false
+		}
+	}
+	if s.vals[i] == 0 {
+		return false
 	}
 	for j := (i + 1) & mask; s.vals[j] != 0; j = (j + 1) & mask {
 		k := s.slot(hashID(s.keys[j], s.seed()))
@@ -97,6 +105,7 @@ func (s *shard) del(h uint64, id int64) {
 	}
 	s.vals[i] = 0
 	s.n--
+	return true
 }
 
 // seed returns the hash seed this shard's table uses (stored in the sketch to keep shards small).

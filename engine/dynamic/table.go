@@ -227,8 +227,8 @@ func (t *Table) admit(id int64, step uint32) (int32, error) {
 		if r, ok := t.takeRow(); ok {
 			s.put(h, id, r)
 			t.ids[r], t.last[r], t.counts[r] = id, step, 1
-			if t.cfg.MinCount > 1 {
-				t.counts[r] = uint32(s.sketch.estimate(h))
+			if t.cfg.MinCount > 1 { // carry the sightings before admission (a halving may have cut them)
+				t.counts[r] = uint32(max(1, s.sketch.estimate(h)))
 			}
 			t.initRow(r, id)
 			s.mu.Unlock()
