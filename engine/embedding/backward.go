@@ -78,6 +78,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64,
 		return errs.Invalidf("backward: gradient buffers hold %d rows / %d values, need %d / %d", len(gradRows), len(gradVals), nRows, nVals)
 	}
 
+	if fused {
+		ctx.grads = resize(ctx.grads, nVals)
+	}
 	t0 := time.Now()
 	groups := make([]grouped, len(c.Tables))
 	parallel.ForEach(len(c.Tables), 1, func(i int) { groups[i] = group(&ctx.tables[i]) })
@@ -102,7 +105,7 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64,
 		d := t.Dim
 		var buf []float32
 		if fused {
-			buf = make([]float32, (it.hi-it.lo)*d)
+			buf = ctx.grads[valBase[it.t]+it.lo*d : valBase[it.t]+it.hi*d]
 		} else {
 			buf = gradVals[valBase[it.t]+it.lo*d : valBase[it.t]+it.hi*d]
 			copy(gradRows[rowBase[it.t]+it.lo:], tc.rows[it.lo:it.hi])

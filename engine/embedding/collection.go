@@ -37,7 +37,8 @@ type Collection struct {
 
 	mu       sync.RWMutex // Close excludes Forward/Backward
 	closed   bool
-	contexts sync.Pool // *Context with buffers to reuse
+	poolMu   sync.Mutex
+	contexts []*Context // released contexts whose buffers the next passes reuse (at most maxPooled)
 }
 
 // NewCollection checks that features reference the tables and returns the collection, which owns the

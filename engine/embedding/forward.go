@@ -44,6 +44,7 @@ type Context struct {
 	tables []tableCtx
 	srcOff []int64   // per KJT value: row·stride in its table, or -1 (forward scratch)
 	scales []float32 // per KJT segment: 1/len for mean pooling, else 1 (forward scratch)
+	grads  []float32 // backward: merged gradients of the distinct rows (fused mode scratch)
 }
 
 type tableCtx struct {
@@ -133,9 +134,17 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	return ctx, nil
 }
 
+// maxPooled bounds the released contexts a collection keeps (a step needs one; gradient
+// accumulation or pipelining a few).
+const maxPooled = 4
+
 // getContext returns a context from the collection's pool (its buffers reused) or a new one.
 func (c *Collection) getContext(B int) *Context {
-	if x, ok := c.contexts.Get().(*Context); ok && len(x.tables) == len(c.Tables) {
+	c.poolMu.Lock()
+	defer c.poolMu.Unlock()
+	if n := len(c.contexts); n > 0 {
+		x := c.contexts[n-1]
+		c.contexts = c.contexts[:n-1]
 		x.B = B
 		return x
 	}
@@ -145,8 +154,13 @@ func (c *Collection) getContext(B int) *Context {
 // Release hands a context's buffers back for reuse by later forward passes. The context must not
 // be used afterwards (the C ABI calls this when the context's handle is freed).
 func (c *Collection) Release(x *Context) {
-	if x != nil {
-		c.contexts.Put(x)
+	if x == nil {
+		return
+	}
+	c.poolMu.Lock()
+	defer c.poolMu.Unlock()
+	if len(c.contexts) < maxPooled {
+		c.contexts = append(c.contexts, x)
 	}
 }
 
