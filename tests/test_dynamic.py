@@ -387,3 +387,45 @@ def test_concurrent_lookups_from_threads() -> None:
     live = ids[counts > 0]
     rows = dynamic.lookup(ebc, "t", live)
     assert torch.equal(rows, torch.nonzero(counts > 0).flatten()), "ID map and row owners agree"
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda sd: sd.__setitem__("embedding_bags.t.dynamic_ids", sd["embedding_bags.t.dynamic_ids"].double()),
+     "dtype float64"),
+    (lambda sd: sd.__setitem__("embedding_bags.t.dynamic_meta", sd["embedding_bags.t.dynamic_meta"][:5]),
+     "dynamic_meta"),
+    (lambda sd: sd["embedding_bags.t.dynamic_meta"].__setitem__(7, 10_000), "fewer than"),
+    (lambda sd: sd["embedding_bags.t.dynamic_meta"].__setitem__(4, -1), "step"),
+    (lambda sd: sd["embedding_bags.t.dynamic_counts"].__setitem__(0, -5), "count"),
+    (lambda sd: (sd["embedding_bags.t.dynamic_meta"].__setitem__(8, 1),
+                 sd["embedding_bags.t.dynamic_free"].__setitem__(0, 0)), "free row 0"),
+])
+def test_malformed_id_map_entries_raise(edit, match) -> None:
+    a = make(dim=2, bound=64, min_count=2)
+    _train(a, 6, seed=2)
+    sd = {k: v.clone() for k, v in a.state_dict().items()}
+    assert sd["embedding_bags.t.dynamic_counts"][0] > 0
+    edit(sd)
+    b = make(dim=2, bound=64, min_count=2)
+    before = b.state_dict()
+    with pytest.raises(InvalidInputError, match=match):
+        b.load_state_dict(sd)
+    _assert_state_dicts_equal(before, b.state_dict())
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ebc = make(dim=2, bound=64)
+    _train(ebc, 3, seed=1)
+    path = tmp_path / "c.pt"
+    ebc.save(path)
+    good = path.read_bytes()
+    _train(ebc, 3, seed=2)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ebc.save(path)
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
