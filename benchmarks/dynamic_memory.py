@@ -59,8 +59,7 @@ class Stream:
 
 
 def make(bound: int, dim: int, eviction: str | None) -> EmbeddingBagCollection:
-    dyn = None if eviction is None else recgo.DynamicConfig(min_count=2, eviction=eviction, evict_fraction=0.05,
-                                                            num_embeddings=bound)
+    dyn = None if eviction is None else recgo.DynamicConfig(min_count=2, eviction=eviction, evict_fraction=0.05)
     cfg = EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=bound, feature_names=["f"], dynamic=dyn)
     return dynamic.attach(EmbeddingBagCollection([cfg], optimizer=Adam(lr=1e-3)))
 

@@ -45,7 +45,7 @@ def init_vector(id_: int, seed: int, lo: float, hi: float, dim: int) -> torch.Te
 def make(dim: int = 4, bound: int = 16, optimizer=SGD(lr=0.1), features=("f",), pooling: str = "sum",
          **dyn) -> EmbeddingBagCollection:
     cfg = EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=bound, feature_names=list(features),
-                             pooling=pooling, dynamic=DynamicConfig(num_embeddings=bound, **dyn))
+                             pooling=pooling, dynamic=DynamicConfig(**dyn))
     return dynamic.attach(EmbeddingBagCollection([cfg], optimizer=optimizer))
 
 
@@ -64,16 +64,33 @@ def kjt(features: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
     (dict(evict_fraction=1.5), "evict_fraction"),
     (dict(max_age=-3), "max_age"),
     (dict(num_embeddings=0), "num_embeddings"),
+    (dict(num_embeddings=-4), "num_embeddings"),
     (dict(default=[1.0, 2.0]), "default vector has 2 values"),
     (dict(init_min=1.0, init_max=-1.0), "init range"),
     (dict(default=[0.0, float("nan"), 0.0, 0.0]), "default vector value 1"),
 ])
 def test_bad_config_raises_named_error(kwargs, match) -> None:
-    bound = kwargs.pop("num_embeddings", 8)
     cfg = EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=8, feature_names=["f"],
-                             dynamic=DynamicConfig(num_embeddings=bound, **kwargs))
+                             dynamic=DynamicConfig(**kwargs))
     with pytest.raises(InvalidInputError, match=match):
         EmbeddingBagCollection([cfg])
+
+
+def test_bound_and_init_range_come_from_the_table_config_unless_overridden() -> None:
+    def build(**dyn) -> EmbeddingBagCollection:
+        cfg = EmbeddingBagConfig(name="t", embedding_dim=3, num_embeddings=100, feature_names=["f"],
+                                 weight_init_min=-0.25, weight_init_max=0.75, dynamic=DynamicConfig(seed=4, **dyn))
+        return dynamic.attach(EmbeddingBagCollection([cfg], optimizer=SGD(lr=0.1)))
+
+    ebc = build()
+    out = ebc(kjt({"f": [[42]]})).values()
+    assert dynamic.stats(ebc, "t").num_embeddings == 100
+    torch.testing.assert_close(out[0], init_vector(42, 4, -0.25, 0.75, 3), rtol=0, atol=0)
+    ebc = build(num_embeddings=7, init_min=0.0, init_max=0.0)
+    out = ebc(kjt({"f": [[42]]})).values()
+    assert dynamic.stats(ebc, "t").num_embeddings == 7
+    assert torch.count_nonzero(out) == 0
+    assert ebc.embedding_bags["t"].weight.shape == (7, 3), "the parameter spans the bound"
 
 
 def test_admission_eval_and_initial_vectors() -> None:
@@ -110,7 +127,7 @@ def test_eval_default_vector() -> None:
 def test_lookups_of_wrong_tables_raise() -> None:
     fixed = EmbeddingBagConfig(name="fixed", embedding_dim=2, num_embeddings=4, feature_names=["g"])
     dyn = EmbeddingBagConfig(name="d", embedding_dim=2, num_embeddings=4, feature_names=["f"],
-                             dynamic=DynamicConfig(num_embeddings=4))
+                             dynamic=DynamicConfig())
     with pytest.warns(UserWarning, match="fused optimizer"):
         ebc = dynamic.attach(EmbeddingBagCollection([fixed, dyn]))
     with pytest.raises(InvalidInputError, match="not a dynamic-ID table"):

@@ -5,14 +5,12 @@ Declare one like any table, with a :class:`DynamicConfig`::
     ebc = recgo.EmbeddingBagCollection([
         recgo.EmbeddingBagConfig(name="user", embedding_dim=64, num_embeddings=1_000_000,
                                  feature_names=["user_id"],
-                                 dynamic=recgo.DynamicConfig(min_count=2, eviction="lru",
-                                                             num_embeddings=1_000_000)),
+                                 dynamic=recgo.DynamicConfig(min_count=2, eviction="lru")),
     ], optimizer=recgo.modules.Adam(lr=1e-3))
     recgo.dynamic.attach(ebc)   # state_dict()/load_state_dict() then carry the ID map
 
-(``DynamicConfig.num_embeddings`` may be left out when the collection passes the table's config to
-:meth:`DynamicConfig.handle`, and :func:`attach` is idempotent, so calling it is harmless once the
-collection calls it itself.)
+``num_embeddings`` is the row bound (the most IDs the table holds at once); the weight parameter
+spans it, and storage is committed only as rows are used. :func:`attach` is idempotent.
 
 In training mode each forward counts the batch's IDs; an ID gets a row once it has been seen in
 ``min_count`` batches (until then it pools as zeros and gets no update). When all
