@@ -446,3 +446,16 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: 
         ebc.save(path)
     assert path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+
+
+def test_attach_is_idempotent_and_callable_per_table() -> None:
+    ebc = make(dim=2, bound=16)
+    cfg = ebc.embedding_bag_configs()[0]
+    cfg.dynamic.attach(ebc, 0)  # what the collection itself may call
+    dynamic.attach(ebc)
+    _train(ebc, 3, seed=5)
+    sd = ebc.state_dict()
+    assert sum(k.endswith("dynamic_meta") for k in sd) == 1
+    other = make(dim=2, bound=16)
+    other.load_state_dict(sd)
+    _assert_state_dicts_equal(sd, other.state_dict())

@@ -256,6 +256,11 @@ def _attach_table(ebc: Any, index: int) -> None:
         return
     holder._recgo_dynamic_attached = True
     name = cfg.name
+    if ebc.fused_optimizer is None and not getattr(ebc, "_recgo_dynamic_warned", False):
+        ebc._recgo_dynamic_warned = True
+        warnings.warn("dynamic-ID tables trained by a torch optimizer: its per-row state is not reset when "
+                      "a row is evicted and reused by another ID; pass a fused optimizer (optimizer=) instead",
+                      stacklevel=3)
 
     def save_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
         for k, v in export_state(ebc, name).items():
@@ -283,12 +288,7 @@ def _attach_table(ebc: Any, index: int) -> None:
 def attach(ebc: Any) -> Any:
     """Make ``ebc.state_dict()``/``load_state_dict()`` carry its dynamic tables' ID maps (idempotent;
     returns ``ebc``). EmbeddingBagCollection calls it for tables with a :class:`DynamicConfig`."""
-    dynamic_tables = [i for i, cfg in enumerate(ebc.embedding_bag_configs()) if cfg.dynamic is not None]
-    for i in dynamic_tables:
-        _attach_table(ebc, i)
-    if dynamic_tables and ebc.fused_optimizer is None and not getattr(ebc, "_recgo_dynamic_warned", False):
-        ebc._recgo_dynamic_warned = True
-        warnings.warn("dynamic-ID tables trained by a torch optimizer: its per-row state is not reset when "
-                      "a row is evicted and reused by another ID; pass a fused optimizer (optimizer=) instead",
-                      stacklevel=2)
+    for i, cfg in enumerate(ebc.embedding_bag_configs()):
+        if cfg.dynamic is not None:
+            _attach_table(ebc, i)
     return ebc
