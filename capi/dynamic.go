@@ -17,11 +17,12 @@ import (
 )
 
 // recgo_dynamic_builder_new returns the handle of a dynamic-table builder (an embedding.TableBuilder
-// that recgo_ebc_new accepts in its builders array). policy: 0 LRU, 1 LFU. defaultPtr/ndefault: the
-// eval-mode default vector, or NULL/0 for none.
+// that recgo_ebc_new accepts in its builders array). maxRows and maxBytes bound the table (either may
+// be 0, not both). policy: 0 LRU, 1 LFU. Init is uniform in [initLow, initHigh), or ±√(1/rows) when
+// both are NaN. defaultPtr/ndefault: the eval-mode default vector, or NULL/0 for none.
 //
 //export recgo_dynamic_builder_new
-func recgo_dynamic_builder_new(maxRows, minCount C.int64_t, policy C.int32_t, maxAge C.int64_t, evictFrac,
+func recgo_dynamic_builder_new(maxRows, maxBytes, minCount C.int64_t, policy C.int32_t, maxAge C.int64_t, evictFrac,
 	initLow, initHigh C.double, seed C.uint64_t, defaultPtr unsafe.Pointer, ndefault C.int64_t, manualStep C.int32_t,
 	sketchWidth C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
@@ -38,12 +39,19 @@ func recgo_dynamic_builder_new(maxRows, minCount C.int64_t, policy C.int32_t, ma
 				return errs.Invalidf("dynamic table: %s %d out of range", x.name, int64(x.v))
 			}
 		}
+		if maxBytes < 0 || int64(maxBytes) > 1<<50 {
+			return errs.Invalidf("dynamic table: memory bound %d bytes out of range", int64(maxBytes))
+		}
 		lo, hi := float64(initLow), float64(initHigh)
+		auto := math.IsNaN(lo) && math.IsNaN(hi)
+		if auto {
+			lo, hi = 0, 0
+		}
 		if math.Abs(lo) > math.MaxFloat32 || math.Abs(hi) > math.MaxFloat32 {
 			return errs.Invalidf("dynamic table: init range [%g, %g) is not float32", lo, hi)
 		}
 		b, err := dynamic.NewBuilder(dynamic.Config{
-			MaxRows: int(maxRows), MinCount: int(minCount), Policy: dynamic.Policy(policy), MaxAge: int(maxAge),
+			MaxRows: int(maxRows), MaxBytes: int(maxBytes), InitAuto: auto, MinCount: int(minCount), Policy: dynamic.Policy(policy), MaxAge: int(maxAge),
 			EvictFrac: float64(evictFrac), InitLow: float32(lo), InitHigh: float32(hi), Seed: uint64(seed),
 			Default: append([]float32(nil), def...), ManualStep: manualStep != 0, SketchWidth: int(sketchWidth),
 		})

@@ -65,6 +65,9 @@ def kjt(features: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
     (dict(max_age=-3), "max_age"),
     (dict(num_embeddings=0), "num_embeddings"),
     (dict(num_embeddings=-4), "num_embeddings"),
+    (dict(memory_bytes=-1), "memory_bytes"),
+    (dict(num_embeddings=None, memory_bytes=100), "holds no row"),
+    (dict(init_min=0.1), "both init_min and init_max"),
     (dict(default=[1.0, 2.0]), "default vector has 2 values"),
     (dict(init_min=1.0, init_max=-1.0), "init range"),
     (dict(default=[0.0, float("nan"), 0.0, 0.0]), "default vector value 1"),
@@ -91,6 +94,20 @@ def test_bound_and_init_range_come_from_the_table_config_unless_overridden() -> 
     assert dynamic.stats(ebc, "t").num_embeddings == 7
     assert torch.count_nonzero(out) == 0
     assert ebc.embedding_bags["t"].weight.shape == (7, 3), "the parameter spans the bound"
+
+
+def test_memory_bound_sets_the_row_bound_and_default_init() -> None:
+    cfg = EmbeddingBagConfig(name="t", embedding_dim=16, num_embeddings=0, feature_names=["f"],
+                             dynamic=DynamicConfig(memory_bytes=1 << 20, seed=3))
+    ebc = dynamic.attach(EmbeddingBagCollection([cfg], optimizer=Adam(lr=0.01)))
+    s = dynamic.stats(ebc, "t")
+    assert s.reserved_bytes <= 1 << 20
+    per_row = (16 + 32) * 4 + 20  # weights, Adam state, metadata
+    assert abs(s.num_embeddings - (1 << 20) // per_row) < 20
+    assert ebc.embedding_bags["t"].weight.shape == (s.num_embeddings, 16)
+    out = ebc(kjt({"f": [[5]]})).values()
+    scale = math.sqrt(1.0 / s.num_embeddings)
+    torch.testing.assert_close(out[0], init_vector(5, 3, -scale, scale, 16), rtol=0, atol=0)
 
 
 def test_admission_eval_and_initial_vectors() -> None:

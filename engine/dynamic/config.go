@@ -5,6 +5,7 @@ import (
 	"math"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/offheap"
 )
 
 // Policy chooses which rows an eviction pass frees when the table is full.
@@ -49,17 +50,21 @@ const MaxRowBound = math.MaxInt32 - 1
 
 // Config describes a dynamic table. The zero values of the optional fields pick the defaults noted.
 type Config struct {
-	Name       string  // table name, used in error messages
-	Dim        int     // embedding dimension, > 0
-	Stride     int     // floats per weight row, >= Dim (0: Dim)
-	StateWidth int     // optimizer-state floats per row, >= 0 (see embedding.OptimizerConfig)
-	MaxRows    int     // row bound: the most IDs the table holds at once, > 0
+	Name       string // table name, used in error messages
+	Dim        int    // embedding dimension, > 0
+	Stride     int    // floats per weight row, >= Dim (0: Dim)
+	StateWidth int    // optimizer-state floats per row, >= 0 (see embedding.OptimizerConfig)
+	MaxRows    int    // row bound: the most IDs the table holds at once, > 0 (or 0 with MaxBytes)
+	// MaxBytes caps the memory the table reserves (weights, optimizer state, per-row metadata): the
+	// row bound becomes the most rows that fit, and at most MaxRows when both are set (0: no cap).
+	MaxBytes   int
 	MinCount   int     // batches an ID must be seen in before it gets a row (0 or 1: at once)
 	Policy     Policy  // which rows a full table evicts
 	MaxAge     int     // evict rows unseen for more than MaxAge steps (0: only when full)
 	EvictFrac  float64 // fraction of MaxRows one eviction pass frees, in (0, 1] (0: 1/32)
 	InitLow    float32 // new rows' weights are uniform in [InitLow, InitHigh)
 	InitHigh   float32
+	InitAuto   bool      // ignore InitLow/InitHigh and use ±√(1/row bound), TorchRec's default
 	Seed       uint64    // seeds the per-ID init generator and the hashes
 	Default    []float32 // eval-mode vector for unseen IDs (nil: they resolve to -1, zeros)
 	ManualStep bool      // the clock moves only with Advance, not with each training Resolve
@@ -80,8 +85,10 @@ func (c Config) withDefaults() (Config, error) {
 		return bad("stride %d must be at least the dim %d", c.Stride, c.Dim)
 	case c.StateWidth < 0:
 		return bad("optimizer state width must be non-negative, got %d", c.StateWidth)
-	case c.MaxRows <= 0:
+	case c.MaxRows < 0 || (c.MaxRows == 0 && c.MaxBytes == 0):
 		return bad("row bound (num_embeddings) must be positive, got %d", c.MaxRows)
+	case c.MaxBytes < 0:
+		return bad("memory bound must be non-negative, got %d bytes", c.MaxBytes)
 	case c.MaxRows > MaxRowBound:
 		return bad("row bound %d exceeds the maximum %d", c.MaxRows, MaxRowBound)
 	case c.MinCount < 0 || c.MinCount > MaxCount:
@@ -106,6 +113,19 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Stride == 0 {
 		c.Stride = c.Dim
+	}
+	if c.MaxBytes > 0 {
+		rows := c.rowsFitting(c.MaxBytes)
+		if rows < 1 {
+			return bad("memory bound of %d bytes holds no row (one row takes %d bytes)", c.MaxBytes, c.withRows(1).layout().total)
+		}
+		if c.MaxRows == 0 || rows < c.MaxRows {
+			c.MaxRows = rows
+		}
+	}
+	if c.InitAuto {
+		scale := float32(math.Sqrt(1 / float64(c.MaxRows)))
+		c.InitLow, c.InitHigh = -scale, scale
 	}
 	if c.MinCount == 0 {
 		c.MinCount = 1
@@ -145,4 +165,48 @@ func (c *Config) storageRows() int {
 		return c.MaxRows + 1
 	}
 	return c.MaxRows
+}
+
+// layout places the table's sections in its reserved region; each starts on a page boundary, so each
+// grows from its own first page.
+type layout struct {
+	weights, state, ids, last, counts, free int // byte offsets
+	total                                   int // bytes reserved
+}
+
+func (c *Config) layout() layout {
+	var l layout
+	section := func(bytes int) int {
+		at := l.total
+		l.total += (bytes + offheap.PageSize - 1) / offheap.PageSize * offheap.PageSize
+		return at
+	}
+	rows := c.storageRows()
+	l.weights = section(rows * c.Stride * 4)
+	l.state = section(rows * c.StateWidth * 4)
+	l.ids = section(c.MaxRows * 8)
+	l.last = section(c.MaxRows * 4)
+	l.counts = section(c.MaxRows * 4)
+	l.free = section(c.MaxRows * 4)
+	return l
+}
+
+// withRows returns a copy of c with row bound rows.
+func (c Config) withRows(rows int) *Config {
+	c.MaxRows = rows
+	return &c
+}
+
+// rowsFitting returns the largest row bound whose layout fits in limit bytes (0 if none does).
+func (c *Config) rowsFitting(limit int) int {
+	lo, hi := 0, MaxRowBound // invariant: lo fits; the answer is in [lo, hi]
+	for lo < hi {
+		mid := lo + (hi-lo+1)/2
+		if mid <= limit && c.withRows(mid).layout().total <= limit {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }

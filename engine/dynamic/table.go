@@ -39,11 +39,10 @@ type Table struct {
 	evictMu sync.Mutex // one eviction pass at a time; guards scratch
 	scratch []candidate
 
-	step                atomic.Uint32
-	admitted, evicted   atomic.Int64
-	closeMu             sync.RWMutex
-	closed              bool
-	weightOff, stateOff int
+	step              atomic.Uint32
+	admitted, evicted atomic.Int64
+	closeMu           sync.RWMutex
+	closed            bool
 }
 
 // New creates a table with its storage reserved (not committed) up to the row bound.
@@ -53,30 +52,19 @@ func New(cfg Config) (*Table, error) {
 		return nil, err
 	}
 	t := &Table{cfg: c}
-	rows := c.storageRows()
-	var off int
-	section := func(bytes int) int { // page-aligned sections, so each grows from its own first page
-		at := off
-		off += (bytes + offheap.PageSize - 1) / offheap.PageSize * offheap.PageSize
-		return at
-	}
-	wOff := section(rows * c.Stride * 4)
-	sOff := section(rows * c.StateWidth * 4)
-	iOff := section(c.MaxRows * 8)
-	lOff := section(c.MaxRows * 4)
-	cOff := section(c.MaxRows * 4)
-	fOff := section(c.MaxRows * 4)
-	buf, err := offheap.Reserve(off)
+	l := c.layout()
+	buf, err := offheap.Reserve(l.total)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic table %q: %w", c.Name, err)
 	}
-	t.buf, t.weightOff, t.stateOff = buf, wOff, sOff
-	t.weights = view[float32](buf, wOff, rows*c.Stride)
-	t.state = view[float32](buf, sOff, rows*c.StateWidth)
-	t.ids = view[int64](buf, iOff, c.MaxRows)
-	t.last = view[uint32](buf, lOff, c.MaxRows)
-	t.counts = view[uint32](buf, cOff, c.MaxRows)
-	t.free = view[int32](buf, fOff, c.MaxRows)
+	rows := c.storageRows()
+	t.buf = buf
+	t.weights = view[float32](buf, l.weights, rows*c.Stride)
+	t.state = view[float32](buf, l.state, rows*c.StateWidth)
+	t.ids = view[int64](buf, l.ids, c.MaxRows)
+	t.last = view[uint32](buf, l.last, c.MaxRows)
+	t.counts = view[uint32](buf, l.counts, c.MaxRows)
+	t.free = view[int32](buf, l.free, c.MaxRows)
 	for i := range t.shards {
 		t.shards[i].sketch = newSketch(c.SketchWidth/numShards, c.Seed, c.MinCount > 1)
 	}

@@ -53,6 +53,8 @@ func TestConfigRejected(t *testing.T) {
 		{"default length", func(c *Config) { c.Default = []float32{1} }, "default vector"},
 		{"default NaN", func(c *Config) { c.Default = []float32{0, 0, float32(math.NaN()), 0} }, "default vector value 2"},
 		{"sketch width", func(c *Config) { c.SketchWidth = -1 }, "sketch width"},
+		{"negative memory", func(c *Config) { c.MaxBytes = -1 }, "memory bound"},
+		{"memory holds no row", func(c *Config) { c.MaxRows, c.MaxBytes = 0, 100 }, "holds no row"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -338,5 +340,34 @@ func TestLargeBatchParallelLookup(t *testing.T) {
 	assert.Equal(t, first, second)
 	for i, r := range first {
 		require.Equal(t, int64(i), r)
+	}
+}
+
+func TestMemoryBoundSetsTheRowBound(t *testing.T) {
+	cases := []struct {
+		name     string
+		rows     int
+		bytes    int
+		wantRows int // 0: derived from bytes
+	}{
+		{"bytes only", 0, 1 << 20, 0},
+		{"bytes tighter than rows", 100_000, 1 << 20, 0},
+		{"rows tighter than bytes", 50, 1 << 20, 50},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := newTable(t, Config{Name: "t", Dim: 64, StateWidth: 128, MaxRows: tc.rows, MaxBytes: tc.bytes})
+			st, err := tab.Stats()
+			require.NoError(t, err)
+			assert.LessOrEqual(t, st.ReservedBytes, tc.bytes, "reservation within the memory bound")
+			if tc.wantRows != 0 {
+				assert.Equal(t, tc.wantRows, st.MaxRows)
+				return
+			}
+			c := tab.Config()
+			assert.Greater(t, c.withRows(st.MaxRows+1).layout().total, tc.bytes, "one more row would not fit")
+			perRow := (64 + 128) * 4
+			assert.InDelta(t, tc.bytes/(perRow+20), st.MaxRows, 20, "about bytes / row size")
+		})
 	}
 }

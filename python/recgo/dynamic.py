@@ -69,8 +69,10 @@ class DynamicConfig:
         evict_fraction: share of the row bound one eviction pass frees, in (0, 1].
         default: eval-mode vector (``embedding_dim`` values) for IDs without a row; None pools zeros.
         num_embeddings: the row bound; None takes the table's ``num_embeddings``.
+        memory_bytes: a memory bound (weights, optimizer state and per-row metadata); the row bound
+            becomes the most rows that fit, and at most ``num_embeddings`` when that is set too.
         init_min, init_max: new rows are uniform in [init_min, init_max); None takes the table's
-            ``weight_init_min``/``weight_init_max``, else ±√(1/num_embeddings) as TorchRec does.
+            ``weight_init_min``/``weight_init_max``, else ±√(1/row bound) as TorchRec does.
         seed: seeds the per-ID initial vectors (an ID's first vector depends only on seed and ID).
         manual_step: advance the table's clock only with :func:`advance` (needed when something
             other than one forward per batch resolves the table); otherwise each training forward is a step.
@@ -83,6 +85,7 @@ class DynamicConfig:
     evict_fraction: float = 1.0 / 32
     default: Sequence[float] | None = None
     num_embeddings: int | None = None
+    memory_bytes: int = 0
     init_min: float | None = None
     init_max: float | None = None
     seed: int = 0
@@ -104,21 +107,26 @@ class DynamicConfig:
         """Engine handle of a builder for this table (called by EmbeddingBagCollection; ``table`` is the
         EmbeddingBagConfig, which supplies the bound and init range this config leaves unset)."""
         self._check()
+        memory = _int("memory_bytes", self.memory_bytes, 0)
         bound = self.num_embeddings if self.num_embeddings is not None else getattr(table, "num_embeddings", None)
-        if bound is None:
-            raise InvalidInputError("DynamicConfig: the row bound is unknown; set DynamicConfig(num_embeddings=...)")
-        bound = _int("num_embeddings", bound, 1)
-        scale = math.sqrt(1.0 / bound)
+        if memory and not bound:  # a memory bound alone
+            bound = 0
+        elif bound is None:
+            raise InvalidInputError("DynamicConfig: the row bound is unknown; set num_embeddings or memory_bytes")
+        else:
+            bound = _int("num_embeddings", bound, 1)
         lo = self.init_min if self.init_min is not None else getattr(table, "weight_init_min", None)
         hi = self.init_max if self.init_max is not None else getattr(table, "weight_init_max", None)
-        lo = -scale if lo is None else float(lo)
-        hi = scale if hi is None else float(hi)
+        if lo is None and hi is None:
+            lo = hi = math.nan  # the engine uses ±√(1/row bound) once it knows the bound
+        elif lo is None or hi is None:
+            raise InvalidInputError("DynamicConfig: set both init_min and init_max (or neither)")
         default = None
         if self.default is not None:
             default = torch.as_tensor(self.default, dtype=torch.float32).reshape(-1).contiguous()
         self._builder = _lib.new_handle(
-            "recgo_dynamic_builder_new", [I64, I64, I32, I64, D, D, D, U64, P, I64, I32, I64],
-            bound, self.min_count, _POLICIES[self.eviction], self.max_age, float(self.evict_fraction), lo, hi,
+            "recgo_dynamic_builder_new", [I64, I64, I64, I32, I64, D, D, D, U64, P, I64, I32, I64],
+            bound, memory, self.min_count, _POLICIES[self.eviction], self.max_age, float(self.evict_fraction), lo, hi,
             self.seed, ptr(default), 0 if default is None else default.numel(), int(self.manual_step),
             self.sketch_width)
         return self._builder.value
