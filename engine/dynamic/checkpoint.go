@@ -18,7 +18,7 @@ type Snapshot struct {
 	Weights                               []float32 // HighWater × Dim (padding is not saved)
 	State                                 []float32 // HighWater × StateWidth
 	Sketch                                []uint8   // counters of every shard's sketch (nil when MinCount <= 1)
-	SketchAdds                            []int64   // additions since the last halving, per shard
+	SketchAdds                            []int64   // additions since the last halving, per shard (nil likewise)
 	Admitted, Evicted                     int64
 }
 
@@ -45,7 +45,7 @@ func (t *Table) Export() (*Snapshot, error) {
 		Step: int64(t.step.Load()), IDs: append([]int64(nil), t.ids[:hw]...),
 		Counts: make([]int64, hw), LastSeen: make([]int64, hw), Free: make([]int64, t.nfree),
 		Weights: make([]float32, hw*c.Dim), State: append([]float32(nil), t.state[:hw*c.StateWidth]...),
-		SketchAdds: make([]int64, numShards), Admitted: t.admitted.Load(), Evicted: t.evicted.Load(),
+		Admitted: t.admitted.Load(), Evicted: t.evicted.Load(),
 	}
 	for r := range hw {
 		s.Counts[r], s.LastSeen[r] = int64(t.counts[r]), int64(t.last[r])
@@ -56,6 +56,7 @@ func (t *Table) Export() (*Snapshot, error) {
 	}
 	if c.MinCount > 1 {
 		s.Sketch = make([]uint8, 0, sketchDepth*c.SketchWidth)
+		s.SketchAdds = make([]int64, numShards)
 		for i := range t.shards {
 			s.Sketch = append(s.Sketch, t.shards[i].sketch.cells...)
 			s.SketchAdds[i] = int64(t.shards[i].sketch.adds)
@@ -64,7 +65,7 @@ func (t *Table) Export() (*Snapshot, error) {
 	return s, nil
 }
 
-// Validate checks that s is a consistent snapshot for a table of configuration c (defaults filled).
+// validate checks that s is a consistent snapshot for a table of configuration c (defaults filled).
 func (s *Snapshot) validate(c *Config) error {
 	bad := func(format string, args ...any) error {
 		return errs.Invalidf("dynamic table %q: checkpoint: "+format, append([]any{c.Name}, args...)...)
