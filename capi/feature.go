@@ -78,12 +78,15 @@ func recgo_feature_info(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, nee
 	})
 }
 
-// recgo_feature_run transforms one batch of size batch whose ninputs inputs (in the engine's input
-// order) are described by descs (ninputs inputDesc rows). It returns a result handle and the
-// output's total value and length counts; recgo_feature_fetch copies it out and frees it.
+// recgo_feature_run transforms one batch of size batch. Its ninputs inputs (in the engine's input
+// order) are described by descs (ninputs inputDesc rows); rows with kind 0 come from a
+// KeyedJaggedTensor instead: kjtValues/kjtLengths (nkeys·batch lengths), whose key k feeds input row
+// keyRows[k] (-1: not read). It returns a result handle and the output's total value and length
+// counts; recgo_feature_fetch copies the result out and frees it.
 //
 //export recgo_feature_run
 func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int64_t,
+	kjtValues unsafe.Pointer, nvalues C.int64_t, kjtLengths unsafe.Pointer, keyRows unsafe.Pointer, nkeys C.int64_t,
 	outResult *C.uintptr_t, outValues, outLengths *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		eng, err := lookup[*feature.Engine](h, "feature engine")
@@ -98,13 +101,29 @@ func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int
 		if len(rows) != len(names) {
 			return errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(rows), len(names))
 		}
+		if batch < 0 || nkeys < 0 || (nkeys > 0 && int64(batch) > (1<<62)/int64(nkeys)) {
+			return errs.Invalidf("feature batch: bad size %d with %d keys", int64(batch), int64(nkeys))
+		}
 		b := feature.Batch{Size: int(batch), Inputs: make([]feature.Input, len(rows))}
+		filled := make([]bool, len(rows))
+		if nkeys > 0 {
+			if err := kjtInputs(&b, filled, kjtValues, int64(nvalues), kjtLengths, keyRows, int64(nkeys)); err != nil {
+				return err
+			}
+		}
 		for i, d := range rows {
+			if d.Kind == 0 {
+				if !filled[i] {
+					return errs.Invalidf("feature batch lacks input %q", names[i].Name)
+				}
+				continue
+			}
 			in, err := viewInput(d, int64(batch))
 			if err != nil {
 				return wrapInput(names[i].Name, err)
 			}
 			b.Inputs[i] = in
+			filled[i] = true
 		}
 		res, err := eng.Apply(b)
 		if err != nil {
@@ -115,6 +134,53 @@ func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int
 		*outResult = newHandle(res)
 		return nil
 	})
+}
+
+// kjtInputs views the keys of a KeyedJaggedTensor (values feature-major, lengths nkeys·B) as the
+// int64 inputs keyRows names.
+func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalues int64, lengthsPtr, keyRowsPtr unsafe.Pointer, nkeys int64) error {
+	values, err := viewSlice[int64](valuesPtr, nvalues, "kjt values")
+	if err != nil {
+		return err
+	}
+	lengths, err := viewSlice[int64](lengthsPtr, nkeys*int64(b.Size), "kjt lengths")
+	if err != nil {
+		return err
+	}
+	keyRows, err := viewSlice[int64](keyRowsPtr, nkeys, "kjt key rows")
+	if err != nil {
+		return err
+	}
+	B := b.Size
+	start := int64(0)
+	for k, row := range keyRows {
+		lens := lengths[k*B : (k+1)*B : (k+1)*B]
+		n := int64(0)
+		for _, l := range lens {
+			if l < 0 {
+				return errs.Invalidf("kjt lengths: negative length %d for key %d", l, k)
+			}
+			n += l
+		}
+		if start+n > int64(len(values)) {
+			return errs.Invalidf("kjt: lengths sum past the %d values", len(values))
+		}
+		if row >= 0 {
+			if row >= int64(len(filled)) {
+				return errs.Invalidf("kjt key %d maps to input %d of %d", k, row, len(filled))
+			}
+			if lens == nil {
+				lens = []int64{}
+			}
+			b.Inputs[row] = feature.Input{Kind: feature.KindInt64, Ints: values[start : start+n : start+n], Lengths: lens}
+			filled[row] = true
+		}
+		start += n
+	}
+	if start != int64(len(values)) {
+		return errs.Invalidf("kjt: lengths sum to %d but there are %d values", start, len(values))
+	}
+	return nil
 }
 
 func wrapInput(name string, err error) error {
@@ -179,6 +245,8 @@ func recgo_feature_fetch(rh C.uintptr_t, values unsafe.Pointer, nvalues C.int64_
 		if l == nil {
 			l = []int64{}
 		}
-		return res.CopyTo(v, l)
+		err = res.CopyTo(v, l)
+		res.Release()
+		return err
 	})
 }

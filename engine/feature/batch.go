@@ -81,7 +81,7 @@ func kindFits(d DType, k Kind) bool {
 
 // validate checks one input against its declared dtype and the batch size and returns the byte
 // strings' offsets (bytes inputs only).
-func validate(info InputInfo, in *Input, size int) ([]int64, error) {
+func validate(info InputInfo, in *Input, size int, alloc func(int) []int64) ([]int64, error) {
 	if !kindFits(info.DType, in.Kind) {
 		return nil, errs.Invalidf("dtype mismatch: the field is declared %s but the batch holds %s", info.DType, in.Kind)
 	}
@@ -108,7 +108,8 @@ func validate(info InputInfo, in *Input, size int) ([]int64, error) {
 	if in.Kind != KindBytes {
 		return nil, nil
 	}
-	offs := make([]int64, n+1)
+	offs := alloc(n + 1)
+	offs[0] = 0
 	for i, l := range in.ByteLens {
 		if l < 0 {
 			return nil, errs.Invalidf("byte string %d has negative length %d", i, l)
@@ -147,11 +148,12 @@ func (s *state) count() int {
 	return len(s.ints)
 }
 
-func (s *state) ensureOffs() {
+func (s *state) ensureOffs(alloc func(int) []int64) {
 	if s.offs != nil {
 		return
 	}
-	s.offs = make([]int64, len(s.lens)+1)
+	s.offs = alloc(len(s.lens) + 1)
+	s.offs[0] = 0
 	for b, l := range s.lens {
 		s.offs[b+1] = s.offs[b] + l
 	}
@@ -164,6 +166,7 @@ type Result struct {
 	keys []string
 	vals [][]int64
 	lens [][]int64
+	bufs [][]int64 // pooled buffers behind vals and lens (see Release)
 }
 
 // Size is the batch size B.

@@ -57,8 +57,22 @@ func BenchmarkApply2000(b *testing.B) {
 	eng, batch := benchCase(2000, 4096)
 	b.ResetTimer()
 	for b.Loop() {
-		if _, err := eng.Apply(batch); err != nil {
+		res, err := eng.Apply(batch)
+		if err != nil {
 			b.Fatal(err)
 		}
+		res.Release()
+	}
+}
+
+func BenchmarkApply26(b *testing.B) {
+	eng, batch := benchCase(26, 4096)
+	b.ResetTimer()
+	for b.Loop() {
+		res, err := eng.Apply(batch)
+		if err != nil {
+			b.Fatal(err)
+		}
+		res.Release()
 	}
 }

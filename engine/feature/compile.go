@@ -42,6 +42,7 @@ type op struct {
 	in       DType // the value type this op reads
 	seed     uint64
 	n        int64
+	mod      kernels.Modulus
 	keepLast bool
 	fbounds  []float64
 	ibounds  []int64
@@ -207,6 +208,7 @@ func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]in
 			return o, errs.Invalidf("mod needs a bucket count n > 0")
 		}
 		o.n = *s.N
+		o.mod = kernels.NewModulus(o.n)
 	case "bucketize":
 		o.kind = OpBucketize
 		if err := s.onlyParams("boundaries"); err != nil {

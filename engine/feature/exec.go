@@ -2,7 +2,6 @@ package feature
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"sync"
 
@@ -24,6 +23,7 @@ type run struct {
 	st   []state
 	mu   sync.Mutex
 	err  error
+	bufs [][]int64 // every pooled buffer this run took
 }
 
 func (r *run) fail(err error) {
@@ -44,10 +44,23 @@ func (e *Engine) Apply(b Batch) (*Result, error) {
 	if len(b.Inputs) != len(e.inputs) {
 		return nil, errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(b.Inputs), len(e.inputs))
 	}
+	r := &run{e: e, size: b.Size, st: make([]state, len(e.feats))}
+	res, err := r.apply(b)
+	if err != nil {
+		for _, buf := range r.bufs {
+			slabs.put(buf)
+		}
+		return nil, err
+	}
+	return res, nil
+}
+
+func (r *run) apply(b Batch) (*Result, error) {
+	e := r.e
 	boffs := make([][]int64, len(b.Inputs))
 	verrs := make([]error, len(b.Inputs))
 	parallel.ForEach(len(b.Inputs), 16, func(i int) {
-		boffs[i], verrs[i] = validate(e.inputs[i], &b.Inputs[i], b.Size)
+		boffs[i], verrs[i] = validate(e.inputs[i], &b.Inputs[i], b.Size, r.alloc)
 	})
 	for i, err := range verrs {
 		if err != nil {
@@ -55,7 +68,6 @@ func (e *Engine) Apply(b Batch) (*Result, error) {
 		}
 	}
 	var ones []int64
-	r := &run{e: e, size: b.Size, st: make([]state, len(e.feats))}
 	for f, c := range e.feats {
 		if c.input < 0 {
 			continue
@@ -64,7 +76,7 @@ func (e *Engine) Apply(b Batch) (*Result, error) {
 		s := state{kind: in.Kind, ints: in.Ints, f32: in.F32, f64: in.F64, data: in.Bytes, boffs: boffs[c.input], lens: in.Lengths}
 		if s.lens == nil {
 			if ones == nil {
-				ones = make([]int64, b.Size)
+				ones = r.alloc(b.Size)
 				for i := range ones {
 					ones[i] = 1
 				}
@@ -73,17 +85,23 @@ func (e *Engine) Apply(b Batch) (*Result, error) {
 		}
 		r.st[f] = s
 	}
-	for gi := range e.plan.Groups {
-		g := &e.plan.Groups[gi]
-		var err error
-		if g.members[0].kind(e).elementwise() {
-			err = r.elementwise(g)
-		} else {
-			err = r.structural(g)
+	groups := e.plan.Groups
+	for gi := 0; gi < len(groups); {
+		if !groups[gi].members[0].kind(e).elementwise() {
+			if err := r.structural(&groups[gi]); err != nil {
+				return nil, err
+			}
+			gi++
+			continue
 		}
-		if err != nil {
+		end := gi + 1
+		for end < len(groups) && groups[end].members[0].kind(e).elementwise() {
+			end++
+		}
+		if err := r.elementwise(groups[gi:end]); err != nil {
 			return nil, err
 		}
+		gi = end
 	}
 	return r.result(), nil
 }
@@ -97,31 +115,54 @@ func (r *run) result() *Result {
 		s := &r.st[r.e.outputs[i]]
 		res.vals[i], res.lens[i] = s.ints, s.lens
 		if !s.owned {
-			res.vals[i] = slices.Clone(s.ints)
+			res.vals[i] = r.alloc(len(s.ints))
+			copy(res.vals[i], s.ints)
 		}
 		if !s.lensOwned {
-			res.lens[i] = slices.Clone(s.lens)
+			res.lens[i] = r.alloc(len(s.lens))
+			copy(res.lens[i], s.lens)
 		}
 	})
+	res.bufs = r.bufs
 	return res
 }
 
-// elementwise runs one group of hash, mod or bucketize ops: the elements of all member features
-// form one index space, cut into equal tiles across goroutines.
-func (r *run) elementwise(g *Group) error {
-	prefix := make([]int, len(g.members)+1)
+// elementwise runs consecutive groups of hash, mod or bucketize ops (a run of element-wise groups
+// in plan order). The elements of all member features form one index space cut into equal tiles
+// across goroutines; each tile goes through every group of the run in order while it is in cache
+// (the groups' calls stay separate kernel invocations per tile, in group order).
+func (r *run) elementwise(groups []Group) error {
+	// segs lists each feature of the run once, with its ops in group order.
+	type seg struct {
+		feat int
+		ops  []int
+	}
+	var segs []seg
+	pos := map[int]int{}
+	for _, g := range groups {
+		for _, m := range g.members {
+			i, ok := pos[m.feat]
+			if !ok {
+				i = len(segs)
+				pos[m.feat] = i
+				segs = append(segs, seg{feat: m.feat})
+			}
+			segs[i].ops = append(segs[i].ops, m.op)
+		}
+	}
+	prefix := make([]int, len(segs)+1)
 	fresh := 0
-	for i, m := range g.members {
-		s := &r.st[m.feat]
+	for i, sg := range segs {
+		s := &r.st[sg.feat]
 		prefix[i+1] = prefix[i] + s.count()
 		if !s.owned {
 			fresh += s.count()
 		}
 	}
-	slab := make([]int64, fresh)
-	dsts := make([][]int64, len(g.members))
-	for i, m := range g.members {
-		s := &r.st[m.feat]
+	slab := r.alloc(fresh)
+	dsts := make([][]int64, len(segs))
+	for i, sg := range segs {
+		s := &r.st[sg.feat]
 		if s.owned {
 			dsts[i] = s.ints
 		} else {
@@ -129,16 +170,18 @@ func (r *run) elementwise(g *Group) error {
 			dsts[i], slab = slab[:n:n], slab[n:]
 		}
 	}
-	parallel.For(prefix[len(g.members)], tile, func(lo, hi int) {
+	parallel.For(prefix[len(segs)], tile, func(lo, hi int) {
 		i := sort.SearchInts(prefix, lo+1) - 1
 		for ; lo < hi; i++ {
 			end := min(hi, prefix[i+1])
 			a, b := lo-prefix[i], end-prefix[i]
 			if a < b {
-				m := g.members[i]
-				if err := r.apply(m, dsts[i], a, b); err != nil {
-					r.fail(err)
-					return
+				sg := segs[i]
+				for k, o := range sg.ops {
+					if err := r.applyOp(sg.feat, o, k > 0, dsts[i], a, b); err != nil {
+						r.fail(err)
+						return
+					}
 				}
 			}
 			lo = end
@@ -147,33 +190,38 @@ func (r *run) elementwise(g *Group) error {
 	if r.err != nil {
 		return r.err
 	}
-	for i, m := range g.members {
-		s := &r.st[m.feat]
+	for i, sg := range segs {
+		s := &r.st[sg.feat]
 		s.kind, s.ints, s.owned = KindInt64, dsts[i], true
 		s.f32, s.f64, s.data, s.boffs = nil, nil, nil, nil
 	}
 	return nil
 }
 
-// apply runs member m's element-wise op on elements [a, b) of its feature, writing dst[a:b].
-func (r *run) apply(m member, dst []int64, a, b int) error {
-	s := &r.st[m.feat]
-	o := &r.e.feats[m.feat].ops[m.op]
+// applyOp runs op oi of feature f on its elements [a, b), writing dst[a:b]. It reads the feature's
+// current values, or dst itself when inDst (an earlier op of the same run already wrote it).
+func (r *run) applyOp(f, oi int, inDst bool, dst []int64, a, b int) error {
+	s := &r.st[f]
+	o := &r.e.feats[f].ops[oi]
 	d := dst[a:b]
+	kind, ints := s.kind, s.ints
+	if inDst {
+		kind, ints = KindInt64, dst
+	}
 	switch o.kind {
 	case OpHash:
-		if s.kind == KindBytes {
+		if kind == KindBytes {
 			kernels.HashBytes(d, s.data, s.boffs[a:b+1], o.seed)
 		} else {
-			kernels.HashIDs(d, s.ints[a:b], o.seed)
+			kernels.HashIDs(d, ints[a:b], o.seed)
 		}
 	case OpMod:
-		kernels.ModFloor(d, s.ints[a:b], o.n)
+		kernels.ModFloorFast(d, ints[a:b], o.mod)
 	case OpBucketize:
 		nan := -1
-		switch s.kind {
+		switch kind {
 		case KindInt64:
-			kernels.BucketizeInt64(d, s.ints[a:b], o.ibounds)
+			kernels.BucketizeInt64(d, ints[a:b], o.ibounds)
 		case KindFloat32:
 			nan = kernels.BucketizeFloat32(d, s.f32[a:b], o.fbounds)
 		case KindFloat64:
@@ -181,7 +229,7 @@ func (r *run) apply(m member, dst []int64, a, b int) error {
 		}
 		if nan >= 0 {
 			return errs.Invalidf("feature %q: value %d is NaN; bucketize needs numbers (drop missing values, leaving an empty bag, and use fill_missing)",
-				r.e.feats[m.feat].name, a+nan)
+				r.e.feats[f].name, a+nan)
 		}
 	default:
 		panic("feature: not an element-wise op: " + o.kind.String())

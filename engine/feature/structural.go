@@ -21,15 +21,16 @@ func (r *run) structural(g *Group) error {
 			}
 		}
 	}
-	parallel.ForEach(len(need), 1, func(i int) { r.st[need[i]].ensureOffs() })
-	newLens := make([]int64, M*B)
+	parallel.ForEach(len(need), 1, func(i int) { r.st[need[i]].ensureOffs(r.alloc) })
+	newLens := r.alloc(M * B)
 	r.eachBag(M, func(i, b0, b1 int) {
 		r.bagLengths(g.members[i], newLens[i*B+b0:i*B+b1], b0)
 	})
-	newOffs := make([]int64, M*(B+1))
+	newOffs := r.alloc(M * (B + 1))
 	starts := make([]int64, M+1)
 	for i := range g.members {
 		offs := newOffs[i*(B+1) : (i+1)*(B+1)]
+		offs[0] = 0
 		for b, l := range newLens[i*B : (i+1)*B] {
 			offs[b+1] = offs[b] + l
 		}
@@ -39,7 +40,7 @@ func (r *run) structural(g *Group) error {
 		}
 		starts[i+1] = starts[i] + offs[B]
 	}
-	slab := make([]int64, starts[M])
+	slab := r.alloc(int(starts[M]))
 	r.eachBag(M, func(i, b0, b1 int) {
 		dst := slab[starts[i]:starts[i+1]]
 		r.bagValues(g.members[i], dst, newOffs[i*(B+1):(i+1)*(B+1)], b0, b1)
@@ -105,30 +106,46 @@ func (r *run) bagLengths(m member, out []int64, b0 int) {
 	}
 }
 
-// bagValues writes the values of bags [b0, b1) of member m into dst at the new offsets.
+// bagValues writes the values of bags [b0, b1) of member m into dst at the new offsets. Bags that
+// keep all their values are contiguous in both source and destination, so runs of them move with
+// one copy.
 func (r *run) bagValues(m member, dst, offs []int64, b0, b1 int) {
 	o := &r.e.feats[m.feat].ops[m.op]
 	s := &r.st[m.feat]
-	for b := b0; b < b1; b++ {
-		out := dst[offs[b]:offs[b+1]]
-		switch o.kind {
-		case OpTruncate:
-			lo, hi := s.offs[b], s.offs[b+1]
+	switch o.kind {
+	case OpTruncate:
+		runSrc, runDst := s.offs[b0], offs[b0]
+		for b := b0; b < b1; b++ {
+			if s.lens[b] <= o.n {
+				continue
+			}
+			copy(dst[runDst:offs[b]], s.ints[runSrc:s.offs[b]])
+			lo := s.offs[b]
 			if o.keepLast {
-				lo = hi - int64(len(out))
+				lo = s.offs[b+1] - o.n
 			}
-			copy(out, s.ints[lo:hi])
-		case OpFillMissing:
-			if s.lens[b] == 0 {
-				out[0] = o.def
-			} else {
-				copy(out, s.ints[s.offs[b]:s.offs[b+1]])
+			copy(dst[offs[b]:offs[b+1]], s.ints[lo:lo+o.n])
+			runSrc, runDst = s.offs[b+1], offs[b+1]
+		}
+		copy(dst[runDst:offs[b1]], s.ints[runSrc:s.offs[b1]])
+	case OpFillMissing:
+		runSrc, runDst := s.offs[b0], offs[b0]
+		for b := b0; b < b1; b++ {
+			if s.lens[b] != 0 {
+				continue
 			}
-		case OpFilter:
-			kernels.FilterCopy(out, s.ints[s.offs[b]:s.offs[b+1]], &o.filter)
-		case OpCross:
-			a, c := &r.st[o.srcs[0]], &r.st[o.srcs[1]]
-			kernels.CrossBag(out, a.ints[a.offs[b]:a.offs[b+1]], c.ints[c.offs[b]:c.offs[b+1]], o.seed)
+			copy(dst[runDst:offs[b]], s.ints[runSrc:s.offs[b]])
+			dst[offs[b]] = o.def
+			runSrc, runDst = s.offs[b+1], offs[b+1]
+		}
+		copy(dst[runDst:offs[b1]], s.ints[runSrc:s.offs[b1]])
+	case OpFilter:
+		// Kept values of consecutive bags are consecutive: one pass over the whole range.
+		kernels.FilterCopy(dst[offs[b0]:offs[b1]], s.ints[s.offs[b0]:s.offs[b1]], &o.filter)
+	case OpCross:
+		a, c := &r.st[o.srcs[0]], &r.st[o.srcs[1]]
+		for b := b0; b < b1; b++ {
+			kernels.CrossBag(dst[offs[b]:offs[b+1]], a.ints[a.offs[b]:a.offs[b+1]], c.ints[c.offs[b]:c.offs[b+1]], o.seed)
 		}
 	}
 }

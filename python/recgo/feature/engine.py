@@ -100,8 +100,9 @@ class FeatureEngine:
             int(p["calls_before"]), int(p["calls_after"]),
         )
         self._input_index = {name: i for i, (name, _) in enumerate(self.inputs)}
-        self._kjt_maps: dict[tuple[str, ...], tuple[torch.Tensor, torch.Tensor]] = {}
-        self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
+        self._kjt_maps: dict[tuple[str, ...], ctypes.Array] = {}
+        self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, P, I64, P, P, I64,
+                                                  ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
         self._fetch = _lib.fn("recgo_feature_fetch", [H, P, I64, P, I64])
 
     def _info(self) -> dict[str, Any]:
@@ -116,14 +117,16 @@ class FeatureEngine:
         """The fused groups and the call counts before and after fusion."""
         return self._plan
 
-    def _kjt_map(self, keys: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(engine input rows, KJT key positions) for the int64 inputs this KJT supplies."""
+    def _kjt_rows(self, keys: list[str]) -> ctypes.Array:
+        """For each KJT key, the engine input row it feeds (-1 if none), cached per key tuple."""
         t = tuple(keys)
         m = self._kjt_maps.get(t)
         if m is None:
-            pos = {k: i for i, k in enumerate(keys)}
-            rows = [i for i, (name, dt) in enumerate(self.inputs) if name in pos and dt == "int64"]
-            m = (torch.tensor(rows, dtype=torch.int64), torch.tensor([pos[self.inputs[r][0]] for r in rows], dtype=torch.int64))
+            rows = []
+            for k in keys:
+                i = self._input_index.get(k)
+                rows.append(i if i is not None and self.inputs[i][1] == "int64" else -1)
+            m = (ctypes.c_int64 * len(keys))(*rows)
             self._kjt_maps[t] = m
         return m
 
@@ -137,24 +140,22 @@ class FeatureEngine:
             kjt = batch if isinstance(batch, KeyedJaggedTensor) else KeyedJaggedTensor.from_torchrec(batch)
         if dense:
             extra.update(dense)
-        desc = torch.zeros(len(self.inputs), _DESC_WORDS, dtype=torch.int64)
-        filled = torch.zeros(len(self.inputs), dtype=torch.bool)
+        desc = (ctypes.c_int64 * (len(self.inputs) * _DESC_WORDS))()
         keep: list[torch.Tensor] = []  # tensors that must outlive the call
         size: int | None = None
+        kjt_args: tuple = (None, 0, None, None, 0)
         if kjt is not None:
             size = kjt.stride()
-            rows, pos = self._kjt_map(kjt.keys())
-            if rows.numel():
-                vals, lens = kjt.values(), kjt.lengths()
-                nkeys = len(kjt.keys())
-                counts = lens.view(nkeys, size).sum(1) if size else torch.zeros(nkeys, dtype=torch.int64)
-                starts = torch.cumsum(counts, 0) - counts
-                desc[rows, 0] = KIND_INT64
-                desc[rows, 1] = vals.data_ptr() + 8 * starts[pos]
-                desc[rows, 2] = counts[pos]
-                desc[rows, 3] = lens.data_ptr() + 8 * size * pos
-                filled[rows] = True
-                keep += [vals, lens]
+            vals, lens = kjt.values(), kjt.lengths()
+            keys = kjt.keys()
+            for k in keys:
+                i = self._input_index.get(k)
+                if i is not None and self.inputs[i][1] != "int64" and k not in extra:
+                    raise InvalidInputError(f"input {k!r}: dtype mismatch, the feature declares {self.inputs[i][1]} "
+                                            "values but the KeyedJaggedTensor holds int64 IDs")
+            kjt_args = (vals.data_ptr() if vals.numel() else None, vals.numel(),
+                        lens.data_ptr() if lens.numel() else None, ctypes.addressof(self._kjt_rows(keys)), len(keys))
+            keep += [vals, lens]
         for name, entry in extra.items():
             i = self._input_index.get(name)
             if i is None:
@@ -165,14 +166,10 @@ class FeatureEngine:
                 size = b
             elif b != size:
                 raise InvalidInputError(f"input {name!r}: batch size {b}, but other inputs have {size}")
-            desc[i] = torch.tensor(row, dtype=torch.int64)
-            filled[i] = True
+            desc[i * _DESC_WORDS:(i + 1) * _DESC_WORDS] = row
             keep += tensors
-        if not bool(filled.all()):
-            missing = [self.inputs[i][0] for i in torch.nonzero(~filled).flatten().tolist()]
-            raise InvalidInputError(f"batch lacks input(s) {missing} (declared by the feature specs)")
         rh, nv, nl = H(0), I64(0), I64(0)
-        _lib.call(self._run, self._h.value, desc.data_ptr(), len(self.inputs), size or 0,
+        _lib.call(self._run, self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0, *kjt_args,
                   ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
         try:
             values = torch.empty(nv.value, dtype=torch.int64)
