@@ -333,6 +333,27 @@ func TestCustomRowSourceWithStride(t *testing.T) {
 	require.Equal(t, []float32{1, 0, 0, 0, 0}, tb.Row(2))
 }
 
+func TestRangeSourceThroughMapDedup(t *testing.T) {
+	// A RangeSource narrower than its storage takes the hash-map dedup path; Resolve still range-checks.
+	data := make([]float32, 10*2)
+	for i := range data {
+		data[i] = float32(i)
+	}
+	tb, err := NewTable(TableSpec{Name: "narrow", Source: RangeSource{Table: "narrow", Rows: 5}, Data: data, Stride: 2, Dim: 2})
+	require.NoError(t, err)
+	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "x", Table: 0, Pooling: PoolMean}})
+	require.NoError(t, err)
+	defer c.Close()
+	out := make([]float32, 4)
+	for round := 0; round < 2; round++ { // the reused map must start empty
+		_, err = c.Forward(Batch{KeyFeature: []int64{0}, Values: []int64{4, 1, 4}, Lengths: []int64{1, 2}}, out, true, false)
+		require.NoError(t, err)
+		require.Equal(t, []float32{8, 9, 5, 6}, out)
+	}
+	_, err = c.Forward(Batch{KeyFeature: []int64{0}, Values: []int64{5}, Lengths: []int64{1, 0}}, out, true, false)
+	require.ErrorContains(t, err, `table "narrow": id 5 out of range [0, 5)`)
+}
+
 func FuzzValidateBatch(f *testing.F) {
 	f.Add([]byte{2, 0, 1, 3, 1, 2, 0, 5, 9})
 	f.Add([]byte{1, 0, 200, 1, 1})

@@ -134,6 +134,10 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	return ctx, nil
 }
 
+// denseDedupMaxRows is the largest fixed table deduplicated with a slot array indexed by ID (4 bytes
+// per row, allocated on first use); larger tables use a hash map.
+const denseDedupMaxRows = 1 << 26
+
 // maxPooled bounds the released contexts a collection keeps (a step needs one; gradient
 // accumulation or pipelining a few).
 const maxPooled = 4
@@ -184,7 +188,7 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
-	if fixed, ok := t.Source.(RangeSource); ok && fixed.Rows == t.rows {
+	if fixed, ok := t.Source.(RangeSource); ok && fixed.Rows == t.rows && t.rows <= denseDedupMaxRows {
 		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
 			return err
 		}

@@ -334,6 +334,8 @@ class EmbeddingBagCollection(nn.Module):
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
+        if weights is not None and weights.requires_grad and torch.is_grad_enabled():
+            raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
         holders = [self.embedding_bags[c.name].weight for c in self._configs]
         wants_grad = torch.is_grad_enabled() and (
             self._optimizer is not None or any(p.requires_grad for p in holders))
