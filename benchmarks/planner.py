@@ -47,18 +47,19 @@ def row(name: str, plan: P.Plan) -> dict:
             "gpu_ms": [x * 1e3 for x in pred["gpu_seconds"]], "violation": pred.get("violation", "")}
 
 
-def run_model(model: str, fitted) -> tuple[dict, dict]:
-    prof = rm_profile(model, fitted, tables=TABLES, size_scale=SCALE)
+def run_model(model: str, fitted, topo: P.Topology | None = None) -> tuple[dict, dict]:
+    topo = topo or TOPO
+    prof = rm_profile(model.split("_")[0], fitted, tables=TABLES, size_scale=SCALE)
     total = sum(t["rows"] * t["dim"] * t["elem_bytes"] for t in prof.tables)
     print(f"== {model}: {len(prof.tables)} tables, {total / 1e9:.0f} GB", flush=True)
     plans: dict[str, P.Plan] = {}
     for s in P.STRATEGIES:
-        plans[s] = P.plan(prof, TOPO, s, time_limit=TIME_LIMIT, mip_rel_gap=GAP)
+        plans[s] = P.plan(prof, topo, s, time_limit=TIME_LIMIT, mip_rel_gap=GAP)
         print(f"  {plans[s]}", flush=True)
     t0 = time.perf_counter()
-    placement, kernels = torchrec_placement(prof, TOPO)
+    placement, kernels = torchrec_placement(prof, topo)
     tr_secs = time.perf_counter() - t0
-    plans["torchrec"] = P.evaluate(prof, TOPO, placement, "torchrec")
+    plans["torchrec"] = P.evaluate(prof, topo, placement, "torchrec")
     print(f"  {plans['torchrec']} (planned in {tr_secs:.1f} s)", flush=True)
     rows = {k: row(k, v) for k, v in plans.items()}
     rows["torchrec"]["solve_seconds"] = tr_secs
@@ -143,16 +144,33 @@ def main() -> None:
         results[model] = rows
         keep[model] = extra
         md += [f"## {model.upper()} ({extra['total_gb']:.0f} GB)", "", table(rows), ""]
+    # The same RM3 with a third of the HBM: the regime where the MILP's bound is weak.
+    tight = P.Topology(**{**TOPO.to_dict(), "hbm_bytes": TOPO.hbm_bytes // 3})
+    rows, extra = run_model("rm3_hbm8", fitted, tight)
+    results["rm3_hbm8"] = rows
+    md += [f"## RM3 with {tight.hbm_bytes / 1e9:.0f} GB HBM per GPU", "", table(rows), ""]
+    # Symmetry rows (GPUs of a node ordered by load) on and off, RM3.
+    nosym = P.plan(keep["rm3"]["profile"], TOPO, "milp", time_limit=TIME_LIMIT, mip_rel_gap=GAP, symmetry=False)
+    bench.data["rm3_milp_without_symmetry"] = row("milp_nosym", nosym)
+    md += ["RM3 MILP without the symmetry rows: "
+           f"{nosym.summary()['max_ms']:.4f} ms, solve {nosym.solve_seconds:.1f} s, gap {nosym.solver['mip_gap']:.4f} "
+           f"(with them: {results['rm3']['milp']['solve_seconds']:.1f} s, gap {results['rm3']['milp']['mip_gap']:.4f}).", ""]
     bench.data["models"] = results
     summary = {}
     for model, rows in results.items():
+        if model not in ("rm1", "rm2", "rm3"):
+            continue
         best = min(rows[s]["max_ms"] for s in ("greedy_size", "greedy_lookups", "greedy_size_lookups"))
         summary[f"milp_vs_best_greedy_{model}"] = best / rows["milp"]["max_ms"]
     r3 = results["rm3"]
     summary.update(milp_vs_torchrec_rm3=r3["torchrec"]["max_ms"] / r3["milp"]["max_ms"],
                    milp_vs_row_greedy_rm3=r3["row_greedy"]["max_ms"] / r3["milp"]["max_ms"],
                    hbm_access_share_rm3=r3["milp"]["hbm_access_share"], uvm_row_share_rm3=r3["milp"]["uvm_row_share"],
-                   solve_seconds_rm3=r3["milp"]["solve_seconds"], mip_gap_rm3=r3["milp"]["mip_gap"])
+                   solve_seconds_rm3=r3["milp"]["solve_seconds"], mip_gap_rm3=r3["milp"]["mip_gap"],
+                   solve_seconds_rm3_without_symmetry=nosym.solve_seconds,
+                   milp_vs_best_greedy_rm3_hbm8=min(results["rm3_hbm8"][s]["max_ms"] for s in (
+                       "greedy_size", "greedy_lookups", "greedy_size_lookups")) / results["rm3_hbm8"]["milp"]["max_ms"],
+                   mip_gap_rm3_hbm8=results["rm3_hbm8"]["milp"]["mip_gap"])
     print("== ablation (RM3)", flush=True)
     abl = ablation(keep["rm3"]["profile"])
     bench.data["ablation_rm3"] = abl

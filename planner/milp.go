@@ -132,6 +132,23 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 			hm.AddRow(math.Inf(-1), 1, idx, val)
 		}
 	}
+	// A table's own cost bounds z (it sits on one GPU): valid, and it lifts the LP bound when one
+	// heavy table, not the balance, sets the slowest GPU.
+	for t, tab := range m.Tables {
+		var idx []int32
+		var val []float64
+		for g := 0; g < G; g++ {
+			for k, o := range tab.Options {
+				if o.Cost != 0 {
+					idx = append(idx, int32(p.col(t, g, k)))
+					val = append(val, o.Cost/p.scale)
+				}
+			}
+		}
+		if len(idx) > 0 {
+			hm.AddRow(math.Inf(-1), 0, append(idx, int32(p.z)), append(val, -1))
+		}
+	}
 	if symmetry {
 		for g := 0; g+1 < G; g++ {
 			if m.Topo.Node(g) != m.Topo.Node(g+1) {

@@ -4,10 +4,14 @@ import (
 	"cmp"
 	"container/heap"
 	"slices"
+	"time"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 )
+
+// rebalanceBudget caps the local search that follows the greedy.
+const rebalanceBudget = 10 * time.Second
 
 // splitSlack keeps this share of the cluster's HBM free while choosing splits, so packing fits.
 const splitSlack = 0.02
@@ -113,6 +117,12 @@ func RowGreedy(m *cost.Model) ([]cost.Assignment, error) {
 		}
 	}
 	improve(s)
+	before := s.assignments()
+	_, top := s.maxLoad()
+	rebalance(s, rebalanceBudget)
+	if _, after := s.maxLoad(); after > top {
+		return before, nil
+	}
 	return s.assignments(), nil
 }
 
