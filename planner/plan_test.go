@@ -211,3 +211,22 @@ func TestLocalTopologyFallsBack(t *testing.T) {
 	assert.Equal(t, len(gpus), got.GPUsPerNode)
 	assert.Equal(t, 1, got.Nodes)
 }
+
+func FuzzParsePlan(f *testing.F) {
+	f.Add([]byte(`{"version": 1, "topology": {"nodes":1,"gpus_per_node":2,"hbm_bytes":10,"host_bytes":10,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":1,"rows":5,"hot_rows":2}]}`))
+	f.Add([]byte(`{"topology": {}, "strategy": "milp", "cost_model": "cdf", "time_limit": -1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if p, err := ParsePlan(data); err == nil {
+			for i, a := range p.Assign {
+				if a.GPU < 0 || a.GPU >= p.Topology.NumGPUs() || a.Hot < 0 || a.Hot > p.Tables[i].Rows {
+					t.Fatalf("accepted an out-of-range assignment %+v", a)
+				}
+			}
+		}
+		if topo, opts, err := ParseConfig(data); err == nil {
+			if opts.MILP.TimeLimit < 0 || opts.MILP.MipRelGap < 0 || opts.Weights < cost.CDFOnly || opts.Weights > cost.Full {
+				t.Fatalf("accepted bad options %+v for %+v", opts, topo)
+			}
+		}
+	})
+}
