@@ -160,7 +160,7 @@ func (t *Table) Import(s *Snapshot) error {
 	clear(t.counts[:t.highWater])
 	for i := range t.shards {
 		sh := &t.shards[i]
-		sh.keys, sh.vals, sh.n = nil, nil, 0
+		sh.presize(c.MaxRows)
 		clear(sh.sketch.cells)
 		sh.sketch.adds = 0
 	}

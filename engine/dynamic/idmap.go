@@ -1,6 +1,9 @@
 package dynamic
 
-import "sync"
+import (
+	"math"
+	"sync"
+)
 
 // numShards is the number of lock-striped shards of the ID map (a power of two).
 const (
@@ -64,6 +67,16 @@ func (s *shard) put(h uint64, id int64, row int32) {
 	}
 	s.keys[i], s.vals[i] = id, uint32(row)+1
 	s.n++
+}
+
+// presize gives an empty shard room for the entries it can expect when the table holds bound IDs
+// spread over numShards shards (mean plus six standard deviations, at most 3/4 full), so a table
+// that fills up does not keep rehashing (and growing its heap) long after. More entries still fit:
+// put grows the table when needed.
+func (s *shard) presize(bound int) {
+	mean := float64(bound) / numShards
+	want := (mean + 6*math.Sqrt(mean) + 8) * 4 / 3
+	s.keys, s.vals, s.n = make([]int64, nextPow2(int(want))), make([]uint32, nextPow2(int(want))), 0
 }
 
 // grow doubles the table (or creates it) and reinserts every entry.

@@ -67,6 +67,7 @@ func New(cfg Config) (*Table, error) {
 	t.free = view[int32](buf, l.free, c.MaxRows)
 	for i := range t.shards {
 		t.shards[i].sketch = newSketch(c.SketchWidth/numShards, c.Seed, c.MinCount > 1)
+		t.shards[i].presize(c.MaxRows)
 	}
 	if c.Default != nil {
 		copy(t.weights[c.MaxRows*c.Stride:], c.Default)
