@@ -82,7 +82,7 @@ func recgo_feature_info(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, nee
 // order) are described by descs (ninputs inputDesc rows); rows with kind 0 come from a
 // KeyedJaggedTensor instead: kjtValues/kjtLengths (nkeys·batch lengths), whose key k feeds input row
 // keyRows[k] (-1: not read). It returns a result handle and the output's total value and length
-// counts; recgo_feature_fetch copies the result out and frees it.
+// counts; recgo_feature_output lays the result out for Python and frees it.
 //
 //export recgo_feature_run
 func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int64_t,
@@ -219,34 +219,30 @@ func viewInput(d inputDesc, batch int64) (feature.Input, error) {
 	return in, err
 }
 
-// recgo_feature_fetch copies a result into KeyedJaggedTensor buffers (values: the total count
-// recgo_feature_run reported; lengths: keys·batch) and frees the result handle, also on failure.
+// recgo_feature_output turns a result into one off-heap KeyedJaggedTensor buffer that Python wraps
+// without copying: it writes the values' and lengths' addresses and the handle that owns them
+// (free it when the tensors are gone), and frees the result handle, also on failure.
 //
-//export recgo_feature_fetch
-func recgo_feature_fetch(rh C.uintptr_t, values unsafe.Pointer, nvalues C.int64_t, lengths unsafe.Pointer, nlengths C.int64_t,
-	errbuf *C.char, errlen C.size_t) C.int {
+//export recgo_feature_output
+func recgo_feature_output(rh C.uintptr_t, outValues, outLengths, outHandle *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		res, err := lookup[*feature.Result](rh, "feature result")
 		if err != nil {
 			return err
 		}
-		defer cgo.Handle(rh).Delete()
-		v, err := viewSlice[int64](values, int64(nvalues), "values")
+		cgo.Handle(rh).Delete()
+		out, err := res.Assemble()
 		if err != nil {
 			return err
 		}
-		l, err := viewSlice[int64](lengths, int64(nlengths), "lengths")
-		if err != nil {
-			return err
+		*outValues, *outLengths = 0, 0
+		if len(out.Values) > 0 {
+			*outValues = C.uintptr_t(uintptr(unsafe.Pointer(&out.Values[0])))
 		}
-		if v == nil {
-			v = []int64{}
+		if len(out.Lengths) > 0 {
+			*outLengths = C.uintptr_t(uintptr(unsafe.Pointer(&out.Lengths[0])))
 		}
-		if l == nil {
-			l = []int64{}
-		}
-		err = res.CopyTo(v, l)
-		res.Release()
-		return err
+		*outHandle = newHandle(out)
+		return nil
 	})
 }

@@ -131,6 +131,24 @@ def test_kjt_inputs_equal_dict_inputs() -> None:
         assert torch.equal(got.values(), want.values()) and torch.equal(got.lengths(), want.lengths())
 
 
+def test_outputs_own_their_memory() -> None:
+    """Outputs wrap engine memory zero-copy; they stay valid after later batches and engine deletion."""
+    import gc
+
+    eng = FeatureEngine([Feature("a").hash().mod(1000), Feature("b").truncate(2)])
+    b1 = {"a": torch.arange(5000), "b": (torch.arange(8999), torch.full((5000,), 1).index_fill_(0, torch.tensor([0]), 4000))}
+    out1 = eng(b1)
+    saved = (out1.values().clone(), out1.lengths().clone())
+    for i in range(5):  # later batches recycle freed buffers, never live ones
+        eng({"a": torch.arange(5000) + i, "b": (torch.arange(5000), torch.ones(5000, dtype=torch.int64))})
+        gc.collect()
+    del eng
+    gc.collect()
+    assert torch.equal(out1.values(), saved[0]) and torch.equal(out1.lengths(), saved[1])
+    out1.values()[0] = -1  # writable like any tensor
+    assert int(out1.values()[0]) == -1
+
+
 # --- random specs and inputs vs the reference ------------------------------------------------------
 
 @st.composite

@@ -10,8 +10,12 @@ import (
 	"github.com/recgo/recgo/kernels"
 )
 
-// tile is the smallest run of elements (or bags) one goroutine takes in a fused call.
+// tile is the run of elements that goes through all ops of an element-wise run while in cache.
 const tile = 8192
+
+// minChunk is the least work (elements, or bags) handed to a goroutine: waking a worker on a busy
+// machine costs more than transforming a few thousand values, so smaller fused calls run inline.
+const minChunk = 1 << 15
 
 // maxFeatureValues caps one feature's values after a transform (cross products can explode).
 const maxFeatureValues = 1 << 32
@@ -170,13 +174,13 @@ func (r *run) elementwise(groups []Group) error {
 			dsts[i], slab = slab[:n:n], slab[n:]
 		}
 	}
-	parallel.For(prefix[len(segs)], tile, func(lo, hi int) {
+	parallel.For(prefix[len(segs)], minChunk, func(lo, hi int) {
 		i := sort.SearchInts(prefix, lo+1) - 1
 		for ; lo < hi; i++ {
 			end := min(hi, prefix[i+1])
-			a, b := lo-prefix[i], end-prefix[i]
-			if a < b {
-				sg := segs[i]
+			sg := segs[i]
+			for a := lo - prefix[i]; a < end-prefix[i]; a += tile {
+				b := min(a+tile, end-prefix[i])
 				for k, o := range sg.ops {
 					if err := r.applyOp(sg.feat, o, k > 0, dsts[i], a, b); err != nil {
 						r.fail(err)

@@ -345,6 +345,14 @@ func TestApplyMatchesNaive(t *testing.T) {
 		values := make([]int64, res.NumValues())
 		lengths := make([]int64, len(res.Keys())*res.Size())
 		require.NoError(t, res.CopyTo(values, lengths))
+		out, err := res.Assemble()
+		require.NoError(t, err)
+		assert.Equal(t, values, out.Values)
+		assert.Equal(t, lengths, out.Lengths)
+		require.NoError(t, out.Close())
+		res = res2
+		res2, err = unfused.Apply(batch)
+		require.NoError(t, err)
 		// Recycle the buffers: later trials run on reused, dirty memory, so a transform that
 		// leaves part of its output unwritten shows up as a mismatch.
 		res.Release()

@@ -1,8 +1,10 @@
 """FeatureEngine: raw batch -> KeyedJaggedTensor through the fused Go transforms.
 
 The spec crosses into Go once, as JSON, at construction. Each batch is one ``recgo_feature_run``
-call (a descriptor array holding every input's pointers) plus one ``recgo_feature_fetch`` that
-copies the result into tensors allocated here; no per-field Python loop runs for KJT inputs.
+call (a descriptor array holding every input's pointers, or a KeyedJaggedTensor's two) plus one
+``recgo_feature_output`` that lays the result out in one off-heap buffer, which the returned tensors
+wrap without a copy (the buffer returns to the engine's pool when they are collected); no per-field
+Python loop runs for KeyedJaggedTensor inputs.
 """
 
 from __future__ import annotations
@@ -103,7 +105,7 @@ class FeatureEngine:
         self._kjt_maps: dict[tuple[str, ...], ctypes.Array] = {}
         self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, P, I64, P, P, I64,
                                                   ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
-        self._fetch = _lib.fn("recgo_feature_fetch", [H, P, I64, P, I64])
+        self._output = _lib.fn("recgo_feature_output", [H, ctypes.POINTER(H), ctypes.POINTER(H), ctypes.POINTER(H)])
 
     def _info(self) -> dict[str, Any]:
         f = _lib.fn("recgo_feature_info", [H, P, I64, ctypes.POINTER(I64)])
@@ -171,16 +173,11 @@ class FeatureEngine:
         rh, nv, nl = H(0), I64(0), I64(0)
         _lib.call(self._run, self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0, *kjt_args,
                   ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
-        try:
-            values = torch.empty(nv.value, dtype=torch.int64)
-            lengths = torch.empty(nl.value, dtype=torch.int64)
-        except BaseException:
-            _lib.call(_lib.fn("recgo_free", [H]), rh.value)
-            raise
-        _lib.call(self._fetch, rh.value, values.data_ptr() if nv.value else None, nv.value,
-                  lengths.data_ptr() if nl.value else None, nl.value)
+        vp, lp, oh = H(0), H(0), H(0)
+        _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(oh))
+        owner = _lib.Handle(oh.value)  # frees the off-heap buffer once both tensors are gone
         del keep
-        return KeyedJaggedTensor(self.keys, values, lengths)
+        return KeyedJaggedTensor(self.keys, _wrap(vp.value, nv.value, owner), _wrap(lp.value, nl.value, owner))
 
     def close(self) -> None:
         """Free the Go engine now (otherwise when collected)."""
@@ -189,6 +186,15 @@ class FeatureEngine:
     def __repr__(self) -> str:
         p = self._plan
         return f"FeatureEngine({len(self.features)} features, {p.calls_before} -> {p.calls_after} calls)"
+
+
+def _wrap(address: int, n: int, owner: _lib.Handle) -> torch.Tensor:
+    """A tensor over n int64 values at address (engine memory), keeping owner alive with it."""
+    if n == 0:
+        return torch.empty(0, dtype=torch.int64)
+    arr = (ctypes.c_int64 * n).from_address(address)
+    arr._recgo_owner = owner  # type: ignore[attr-defined]
+    return torch.frombuffer(arr, dtype=torch.int64)
 
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
