@@ -237,12 +237,13 @@ func recgo_ebc_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.in
 }
 
 // recgo_ebc_backward runs backward for a forward context: with fused != 0 it applies the fused
-// optimizers (rows and vals are ignored); otherwise it writes per-table distinct-row gradients into rows/vals (sizes from
-// recgo_ebc_context_counts: Σ unique rows, Σ unique·dim values).
+// optimizers (the buffer arrays are ignored); otherwise, for each table t, it writes the distinct
+// rows' indices into the int64 buffer rowsPtrs[t] and their gradients into the float32 buffer
+// valsPtrs[t] (sizes from recgo_ebc_context_counts: unique[t] and unique[t]·dim[t] values).
 //
 //export recgo_ebc_backward
-func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t, rowsPtr unsafe.Pointer, nrows C.int64_t,
-	valsPtr unsafe.Pointer, nvals C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t,
+	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		x, err := lookup[*ebcContext](ctxh, "forward context")
 		if err != nil {
@@ -255,20 +256,32 @@ func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointe
 		if err != nil {
 			return err
 		}
-		var rows []int64
-		var vals []float32
-		if fused == 0 {
-			if rows, err = viewSlice[int64](rowsPtr, int64(nrows), "grad_rows"); err != nil {
+		if fused != 0 {
+			return x.c.Backward(x.ctx, grad, nil, nil)
+		}
+		nt := len(x.c.Tables)
+		if int(ntables) != nt {
+			return errs.Invalidf("backward: %d gradient buffers for %d tables", ntables, nt)
+		}
+		rp, err := viewSlice[unsafe.Pointer](rowsPtrs, int64(ntables), "grad_rows")
+		if err != nil {
+			return err
+		}
+		vp, err := viewSlice[unsafe.Pointer](valsPtrs, int64(ntables), "grad_values")
+		if err != nil {
+			return err
+		}
+		rows, vals := make([][]int64, nt), make([][]float32, nt)
+		for t, tb := range x.c.Tables {
+			u := int64(x.ctx.Unique(t))
+			if rows[t], err = viewSlice[int64](rp[t], u, "grad_rows"); err != nil {
 				return err
 			}
-			if rows == nil {
-				rows = []int64{}
-			}
-			if vals, err = viewSlice[float32](valsPtr, int64(nvals), "grad_values"); err != nil {
+			if vals[t], err = viewSlice[float32](vp[t], u*int64(tb.Dim), "grad_values"); err != nil {
 				return err
 			}
-			if vals == nil {
-				vals = []float32{}
+			if rows[t] == nil {
+				rows[t], vals[t] = []int64{}, []float32{}
 			}
 		}
 		return x.c.Backward(x.ctx, grad, rows, vals)

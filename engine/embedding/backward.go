@@ -49,10 +49,10 @@ func group(tc *tableCtx) grouped {
 
 // Backward merges the output gradient gradOut ([B, Width]) into one gradient per distinct row of
 // each table, then either applies each table's fused optimizer to that row in the same pass
-// (gradRows == nil) or writes the gradients out for a caller's optimizer: for table t in order,
-// Unique(t) row indices into gradRows (-1 for unresolved IDs) and Unique(t)·dim values into gradVals.
+// (gradRows == nil) or writes the gradients out for a caller's optimizer: for each table t, its
+// Unique(t) row indices into gradRows[t] (-1 for unresolved IDs) and Unique(t)·dim values into gradVals[t].
 // Each distinct row is written exactly once, so work splits across goroutines without atomics.
-func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64, gradVals []float32) error {
+func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int64, gradVals [][]float32) error {
 	if err := c.rlock(); err != nil {
 		return err
 	}
@@ -64,20 +64,22 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64,
 		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), ctx.B*c.width, ctx.B, c.width)
 	}
 	fused := gradRows == nil
-	rowBase, valBase := make([]int, len(c.Tables)), make([]int, len(c.Tables))
-	var nRows, nVals int
+	valBase := make([]int, len(c.Tables))
+	var nVals int
+	if !fused && (len(gradRows) != len(c.Tables) || len(gradVals) != len(c.Tables)) {
+		return errs.Invalidf("backward: %d/%d gradient buffers for %d tables", len(gradRows), len(gradVals), len(c.Tables))
+	}
 	for i, t := range c.Tables {
 		if fused && t.Opt.Kind == OptNone {
 			return errs.Invalidf("backward: table %q has no fused optimizer; ask for gradients instead", t.Name)
 		}
-		rowBase[i], valBase[i] = nRows, nVals
-		nRows += ctx.Unique(i)
+		valBase[i] = nVals
 		nVals += ctx.Unique(i) * t.Dim
+		if !fused && (len(gradRows[i]) != ctx.Unique(i) || len(gradVals[i]) != ctx.Unique(i)*t.Dim) {
+			return errs.Invalidf("backward: table %q gradient buffers hold %d rows / %d values, need %d / %d",
+				t.Name, len(gradRows[i]), len(gradVals[i]), ctx.Unique(i), ctx.Unique(i)*t.Dim)
+		}
 	}
-	if !fused && (len(gradRows) != nRows || len(gradVals) != nVals) {
-		return errs.Invalidf("backward: gradient buffers hold %d rows / %d values, need %d / %d", len(gradRows), len(gradVals), nRows, nVals)
-	}
-
 	if fused {
 		ctx.grads = resize(ctx.grads, nVals)
 	}
@@ -107,8 +109,8 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows []int64,
 		if fused {
 			buf = ctx.grads[valBase[it.t]+it.lo*d : valBase[it.t]+it.hi*d]
 		} else {
-			buf = gradVals[valBase[it.t]+it.lo*d : valBase[it.t]+it.hi*d]
-			copy(gradRows[rowBase[it.t]+it.lo:], tc.rows[it.lo:it.hi])
+			buf = gradVals[it.t][it.lo*d : it.hi*d]
+			copy(gradRows[it.t][it.lo:], tc.rows[it.lo:it.hi])
 		}
 		// Phase 1: merge each distinct row's contributions (reads of the output gradient).
 		kernels.SegmentReduce(buf, 0, d, d, gradOut, g.off, g.start[it.lo:it.hi+1], g.scale, nil)

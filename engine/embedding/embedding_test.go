@@ -153,25 +153,20 @@ func checkStep(t *testing.T, s *setup) *Context {
 	for i := range gradOut {
 		gradOut[i] = float32(s.rng.NormFloat64())
 	}
-	var nr, nv int
+	rows, vals := make([][]int64, len(s.c.Tables)), make([][]float32, len(s.c.Tables))
 	for i, tb := range s.c.Tables {
-		nr += ctx.Unique(i)
-		nv += ctx.Unique(i) * tb.Dim
+		rows[i], vals[i] = make([]int64, ctx.Unique(i)), make([]float32, ctx.Unique(i)*tb.Dim)
 	}
-	rows, vals := make([]int64, nr), make([]float32, nv)
 	require.NoError(t, s.c.Backward(ctx, gradOut, rows, vals))
 	ref := s.refGrads(gradOut)
-	r, v := 0, 0
 	for i, tb := range s.c.Tables {
 		require.Len(t, ref[i], ctx.Unique(i), "distinct rows of %s", tb.Name)
 		for u := 0; u < ctx.Unique(i); u++ {
-			want := ref[i][rows[r]]
-			require.NotNil(t, want, "row %d of %s", rows[r], tb.Name)
+			want := ref[i][rows[i][u]]
+			require.NotNil(t, want, "row %d of %s", rows[i][u], tb.Name)
 			for d := range want {
-				close32(t, want[d], vals[v+d], "grad")
+				close32(t, want[d], vals[i][u*tb.Dim+d], "grad")
 			}
-			r++
-			v += tb.Dim
 		}
 	}
 	return ctx

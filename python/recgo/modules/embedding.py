@@ -9,6 +9,7 @@ Forward: per table, the batch's IDs are deduplicated, each distinct ID resolved 
 (feature, sample) bag pooled by one writer. Backward: contributions are grouped by destination row
 (RecIS Algorithm 1), summed once per distinct row, and then either handed to a torch optimizer as a
 (sparse or dense) gradient or, with ``optimizer=``, applied by a fused optimizer in the same pass.
+Both directions are ``torch.library`` custom ops (see ``_ops.py``), so ``torch.compile`` traces them.
 """
 
 from __future__ import annotations
@@ -29,7 +30,11 @@ from .._lib import D, H, I32, I64, P, S
 from ..errors import InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
+from . import _ops
 from .optim import FusedOptimizer
+
+# Forward contexts a collection keeps for backwards that have not run yet (older ones are freed).
+_MAX_CONTEXTS = 8
 
 _POOLINGS = {"sum": 0, "mean": 1}
 
@@ -131,28 +136,6 @@ class _Table(nn.Module):
             self.register_buffer("optimizer_step", step)
 
 
-class _LookupFunction(torch.autograd.Function):
-    """Forward and backward through the engine; grads go to the weights or to the fused optimizer."""
-
-    @staticmethod
-    def forward(ctx: Any, ebc: "EmbeddingBagCollection", keep: bool, key_feature: torch.Tensor,
-                values: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None,
-                anchor: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
-        batch = lengths.numel() // max(1, key_feature.numel())
-        out = torch.empty(batch, ebc._width, dtype=torch.float32)
-        handle = ebc._forward(key_feature, values, lengths, weights, out, keep)
-        ctx.ebc, ctx.handle = ebc, handle
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> Any:
-        ebc, handle = ctx.ebc, ctx.handle
-        if handle is None:
-            raise InvalidInputError("recgo backward: this forward ran without grad tracking")
-        grads = ebc._backward(handle, grad)
-        return (None, None, None, None, None, None, None, *grads)
-
-
 class EmbeddingBagCollection(nn.Module):
     """Pooled embedding tables in recgo's engine, with TorchRec's interface.
 
@@ -204,7 +187,9 @@ class EmbeddingBagCollection(nn.Module):
                 step = torch.empty(0, dtype=torch.int64)
             self.embedding_bags[cfg.name] = _Table(weight, optimizer is None, state, step)
         self._anchor = torch.zeros((), requires_grad=True)
-        self._last_ctx: _lib.Handle | None = None
+        self._contexts: dict[int, _lib.Handle] = {}
+        self._next_ctx = 0
+        _ops.register(self, self._handle.value)
 
     # -- engine plumbing -------------------------------------------------------------------------
 
@@ -292,30 +277,57 @@ class EmbeddingBagCollection(nn.Module):
         _lib.call(_lib.fn("recgo_ebc_context_counts", [H, P, I64]), handle.value, ptr(counts), 2 * n)
         return counts
 
-    def _backward(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor | None]:
+    def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                     weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> int:
+        """Forward into ``out``; with ``keep``, stash the context for backward and return its id."""
+        handle = self._forward(key_feature, values, lengths, weights, out, keep)
+        if handle is None:
+            return 0
+        self._next_ctx += 1
+        self._contexts[self._next_ctx] = handle
+        while len(self._contexts) > _MAX_CONTEXTS:  # forwards whose backward never ran
+            self._contexts.pop(next(iter(self._contexts))).free()
+        return self._next_ctx
+
+    def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
+        """Backward of a stashed context (freed afterwards): see ``recgo::ebc_backward``."""
+        handle = self._contexts.pop(ctx_id, None)
+        if handle is None:
+            raise InvalidInputError(
+                "recgo backward: no saved forward for this graph (backward ran twice, the forward ran without "
+                f"grad tracking, or more than {_MAX_CONTEXTS} forwards ran since without a backward)")
+        try:
+            return self._backward_raw(handle, grad)
+        finally:
+            handle.free()
+
+    def _backward_raw(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
                             ndim=2, convert_to=torch.float32)
-        f = _lib.fn("recgo_ebc_backward", [H, I32, P, I64, P, I64, P, I64])
+        f = _lib.fn("recgo_ebc_backward", [H, I32, P, I64, P, P, I64])
         if self._optimizer is not None:
-            _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, 0, None, 0)
-            handle.free()  # a fused step must not run twice
-            return [None] * len(self._configs)
+            _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
+            return [torch.zeros(())]
         n = len(self._configs)
         uniq = self._counts(handle)[:n].tolist()
-        dims = [c.embedding_dim for c in self._configs]
-        total_rows = sum(uniq)
-        rows = torch.empty(total_rows, dtype=torch.int64)
-        vals = torch.empty(sum(u * d for u, d in zip(uniq, dims)), dtype=torch.float32)
-        _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ptr(rows), total_rows,
-                  ptr(vals), vals.numel())
+        out: list[torch.Tensor] = []
+        for u, cfg in zip(uniq, self._configs):
+            out += [torch.empty(u, dtype=torch.int64), torch.empty(u, cfg.embedding_dim, dtype=torch.float32)]
+        rows = (ctypes.c_void_p * n)(*[ptr(t) for t in out[0::2]])
+        vals = (ctypes.c_void_p * n)(*[ptr(t) for t in out[1::2]])
+        _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
+        return out
+
+    def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Per-parameter gradients from ``recgo::ebc_backward``'s result (the anchor's when fused)."""
+        if self._optimizer is not None:
+            return [raw[0]]
         out: list[torch.Tensor | None] = []
-        r = v = 0
-        for (weight, _, _), u, d in zip(self._storage, uniq, dims):
-            idx, g = rows[r:r + u], vals[v:v + u * d].view(u, d)
-            r, v = r + u, v + u * d
-            if self._configs[len(out)].dynamic is not None:
-                keep = idx >= 0
-                idx, g = idx[keep], g[keep]
+        for i, (cfg, (weight, _, _)) in enumerate(zip(self._configs, self._storage)):
+            idx, g = raw[2 * i], raw[2 * i + 1]
+            if cfg.dynamic is not None:
+                valid = idx >= 0
+                idx, g = idx[valid], g[valid]
             if self._sparse_grad:
                 out.append(torch.sparse_coo_tensor(idx.unsqueeze(0), g, tuple(weight.shape),
                                                    is_coalesced=True, check_invariants=False))
@@ -325,30 +337,24 @@ class EmbeddingBagCollection(nn.Module):
 
     # -- public API ------------------------------------------------------------------------------
 
-    @torch.compiler.disable
     def forward(self, features: Any) -> KeyedTensor:
         """Pool ``features`` (recgo or TorchRec KeyedJaggedTensor) into a ``[B, ΣD]`` KeyedTensor."""
         kjt = as_kjt(features)
-        self._sync_storage()
+        if not torch.compiler.is_compiling():
+            self._sync_storage()
         key_feature = self._keys(kjt.keys())
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
         if weights is not None and weights.requires_grad and torch.is_grad_enabled():
             raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
-        holders = [self.embedding_bags[c.name].weight for c in self._configs]
-        wants_grad = torch.is_grad_enabled() and (
-            self._optimizer is not None or any(p.requires_grad for p in holders))
-        if wants_grad and self._optimizer is not None:
-            out = _LookupFunction.apply(self, True, key_feature, kjt.values(), kjt.lengths(), weights,
-                                        self._anchor)
-        elif wants_grad:
-            out = _LookupFunction.apply(self, True, key_feature, kjt.values(), kjt.lengths(), weights,
-                                        self._anchor, *holders)
+        if self._optimizer is not None:
+            params = [self._anchor]
         else:
-            b = kjt.lengths().numel() // max(1, len(self._features))
-            out = torch.empty(b, self._width, dtype=torch.float32)
-            self._forward(key_feature, kjt.values(), kjt.lengths(), weights, out, False)
+            params = [self.embedding_bags[c.name].weight for c in self._configs]
+        keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, kjt.values(), kjt.lengths(), weights,
+                                  params)
         return KeyedTensor(self._features, self._dims, out)
 
     def feature_names(self) -> list[str]:

@@ -1,0 +1,91 @@
+"""The embedding collection's forward and backward as ``torch.library`` custom ops.
+
+``recgo::ebc_forward`` pools a batch through the engine and returns the output and a context id;
+its registered autograd formula calls ``recgo::ebc_backward``, which merges the gradient per distinct
+row and either applies the fused optimizer (returning a zero gradient for the collection's anchor
+tensor, which keeps the op alive in compiled backward graphs) or returns each table's distinct rows
+and their gradients. Both ops have fake implementations, so ``torch.compile`` traces through the
+collection instead of breaking the graph. The ops find their module through a registry keyed by the
+collection's engine handle; the context of a forward pass lives in the module until its backward.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any, Optional
+
+import torch
+
+from ..errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from .embedding import EmbeddingBagCollection
+
+_MODULES: dict[int, "weakref.ref[EmbeddingBagCollection]"] = {}
+
+
+def register(module: "EmbeddingBagCollection", key: int) -> None:
+    """Make ``module`` reachable from the ops under ``key`` (its engine handle)."""
+    _MODULES[key] = weakref.ref(module)
+    weakref.finalize(module, _MODULES.pop, key, None)
+
+
+def module(key: int) -> "EmbeddingBagCollection":
+    """The live module registered under ``key``."""
+    ref = _MODULES.get(key)
+    m = ref() if ref is not None else None
+    if m is None:
+        raise InvalidInputError(f"recgo: the EmbeddingBagCollection behind key {key} no longer exists")
+    return m
+
+
+@torch.library.custom_op("recgo::ebc_forward", mutates_args=())
+def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pooled ``[B, width]`` output and the id of the saved context (0 when ``keep`` is false)."""
+    m = module(key)
+    out = torch.empty(lengths.numel() // max(1, key_feature.numel()), m._width, dtype=torch.float32)
+    ctx_id = m._run_forward(key_feature, values, lengths, weights, out, keep)
+    return out, torch.tensor([ctx_id], dtype=torch.int64)
+
+
+@ebc_forward.register_fake
+def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+      weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    m = module(key)
+    batch = lengths.shape[0] // max(1, key_feature.shape[0])
+    return (lengths.new_empty((batch, m._width), dtype=torch.float32),
+            lengths.new_empty((1,), dtype=torch.int64))
+
+
+@torch.library.custom_op("recgo::ebc_backward", mutates_args=())
+def ebc_backward(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
+    """Fused: applies the optimizer, returns ``[zeros(())]``. Otherwise ``[rows_t, grads_t, ...]`` per table."""
+    return module(key)._run_backward(int(ctx_id.item()), grad)
+
+
+@ebc_backward.register_fake
+def _(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
+    m = module(key)
+    if m._optimizer is not None:
+        return [grad.new_empty(())]
+    ctx = torch.library.get_ctx()
+    out = []
+    for cfg in m._configs:
+        u = ctx.new_dynamic_size()
+        out += [grad.new_empty((u,), dtype=torch.int64), grad.new_empty((u, cfg.embedding_dim))]
+    return out
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
+    ctx.key = inputs[0]
+    ctx.save_for_backward(output[1])
+
+
+def _backward(ctx: Any, grad: torch.Tensor, _grad_ctx: Any) -> tuple[Any, ...]:
+    (ctx_id,) = ctx.saved_tensors
+    raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad)
+    return None, None, None, None, None, None, module(ctx.key)._grads_from(raw)
+
+
+ebc_forward.register_autograd(_backward, setup_context=_setup_context)
