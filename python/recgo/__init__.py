@@ -22,6 +22,7 @@ from . import modules
 from .modules import EmbeddingBagCollection, EmbeddingBagConfig
 from . import dynamic
 from .dynamic import DynamicConfig
+from . import planner
 
 __version__ = "0.1.0"
 
@@ -43,4 +44,5 @@ __all__ = [
     "library_version",
     "modules",
     "num_threads",
+    "planner",
 ]
