@@ -90,6 +90,9 @@ type Plan struct {
 	Assign       []cost.Assignment `json:"-"`
 }
 
+// solveMILP is SolveMILP, replaceable in tests of the fallback.
+var solveMILP = SolveMILP
+
 // Make plans the profiled tables on topo with the chosen strategy. The MILP falls back to the
 // row-level greedy, with a warning in the plan, when HiGHS fails.
 func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error) {
@@ -113,7 +116,7 @@ func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error
 	case StrategyMILP, "":
 		opts.Strategy = StrategyMILP
 		var res *MILPResult
-		res, err = SolveMILP(m, opts.MILP)
+		res, err = solveMILP(m, opts.MILP)
 		if err != nil {
 			warning = fmt.Sprintf("MILP failed (%v); fell back to the row-level greedy", err)
 			a, err = RowGreedy(m)

@@ -123,3 +123,33 @@ func TestRowGreedyBeatsWholeTableOnSkew(t *testing.T) {
 	assert.LessOrEqual(t, maxSeconds(t, m, res.Assign), maxSeconds(t, m, rg)*(1+1e-9))
 	assert.LessOrEqual(t, res.DualBound, res.Objective*(1+1e-9))
 }
+
+func TestMILPTimeLimitKeepsIncumbent(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	start, err := RowGreedy(m)
+	require.NoError(t, err)
+	res, err := SolveMILP(m, MILPOptions{TimeLimit: 0.05, MipRelGap: 1e-9, Threads: 1, Symmetry: true})
+	require.NoError(t, err)
+	assert.True(t, res.StartAccepted)
+	assert.LessOrEqual(t, maxSeconds(t, m, res.Assign), maxSeconds(t, m, start)*(1+1e-9))
+	if res.Status == "time limit" {
+		assert.Greater(t, res.Gap, 0.0)
+		assert.Less(t, res.DualBound, res.Objective)
+	}
+}
+
+func TestMakeFallsBackWhenTheSolverFails(t *testing.T) {
+	defer func(f func(*cost.Model, MILPOptions) (*MILPResult, error)) { solveMILP = f }(solveMILP)
+	solveMILP = func(*cost.Model, MILPOptions) (*MILPResult, error) {
+		return nil, fmt.Errorf("highs: injected failure")
+	}
+	prof := countedProfile(t)
+	p, err := Make(prof, smallTopo(), Options{Strategy: StrategyMILP})
+	require.NoError(t, err)
+	assert.Contains(t, p.Warning, "injected failure")
+	assert.Contains(t, p.Warning, "fell back to the row-level greedy")
+	assert.Nil(t, p.Solver)
+	rg, err := Make(prof, smallTopo(), Options{Strategy: StrategyRowGreedy})
+	require.NoError(t, err)
+	assert.Equal(t, rg.Tables, p.Tables)
+}

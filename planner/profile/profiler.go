@@ -18,8 +18,9 @@ type Spec struct {
 	ElemBytes int
 }
 
-// denseLimit is the largest table counted in a dense array (4 bytes per row); larger ones use a map.
-const denseLimit = 1 << 22
+// denseLimit is the largest table counted in a dense array (4 bytes per row, 1 MB at most); larger
+// ones use a map, whose memory follows the rows actually touched.
+const denseLimit = 1 << 18
 
 type counter struct {
 	dense   []uint32
