@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -184,6 +185,39 @@ func TestReleasedContextsAreReusedCorrectly(t *testing.T) {
 				require.NoError(t, err)
 			}
 		}
+	}
+}
+
+func TestConcurrentForwards(t *testing.T) {
+	s := newSetup(t, 11, true, OptimizerConfig{Kind: OptNone})
+	want := s.refForward()
+	var wg sync.WaitGroup
+	errCh := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				out := make([]float32, s.B*s.c.Width())
+				ctx, err := s.c.Forward(s.b, out, true, i%2 == 0)
+				if err != nil {
+					errCh <- err
+					return
+				}
+				s.c.Release(ctx)
+				for k, w := range want {
+					if math.Abs(w-float64(out[k])) > 1e-5*(1+math.Abs(w)) {
+						errCh <- fmt.Errorf("out[%d] = %g, want %g", k, out[k], w)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errCh)
+	for err := range errCh {
+		require.NoError(t, err)
 	}
 }
 
