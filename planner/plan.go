@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
@@ -122,9 +123,7 @@ func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error
 			a, err = RowGreedy(m)
 		} else {
 			a = res.Assign
-			info = &SolverInfo{Status: res.Status, Gap: res.Gap, DualBound: res.DualBound,
-				Objective: res.Objective, StartObjective: res.StartObjective, StartAccepted: res.StartAccepted,
-				Columns: res.Columns, Rows: res.Rows}
+			info = solverInfo(res)
 		}
 	default:
 		return nil, errs.Invalidf("planner: unknown strategy %q (one of %v)", opts.Strategy, Strategies)
@@ -140,6 +139,27 @@ func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error
 	p.Solver = info
 	p.Warning = warning
 	return p, nil
+}
+
+// solverInfo copies the MILP's evidence into JSON-safe values: a bound HiGHS never proved (stopped
+// before the root LP) becomes the trivial bound 0, hence gap 1; a missing start objective becomes 0.
+func solverInfo(res *MILPResult) *SolverInfo {
+	bound, gap := res.DualBound, res.Gap
+	if math.IsNaN(bound) || math.IsInf(bound, 0) || bound < 0 {
+		bound = 0
+	}
+	if math.IsNaN(gap) || math.IsInf(gap, 0) {
+		gap = 1
+		if res.Objective > 0 {
+			gap = (res.Objective - bound) / res.Objective
+		}
+	}
+	start := res.StartObjective
+	if math.IsNaN(start) || math.IsInf(start, 0) {
+		start = 0
+	}
+	return &SolverInfo{Status: res.Status, Gap: gap, DualBound: bound, Objective: res.Objective,
+		StartObjective: start, StartAccepted: res.StartAccepted, Columns: res.Columns, Rows: res.Rows}
 }
 
 // FromAssignments turns a placement (from any source, e.g. TorchRec's planner) into a Plan priced

@@ -2,6 +2,8 @@ package planner
 
 import (
 	"bytes"
+	"encoding/json"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -229,4 +231,16 @@ func FuzzParsePlan(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestSolverInfoIsJSONSafe(t *testing.T) {
+	info := solverInfo(&MILPResult{Status: "time limit", Objective: 2, DualBound: math.Inf(-1), Gap: math.Inf(1),
+		StartObjective: math.NaN()})
+	assert.Equal(t, 0.0, info.DualBound)
+	assert.Equal(t, 1.0, info.Gap)
+	assert.Equal(t, 0.0, info.StartObjective)
+	_, err := json.Marshal(info)
+	assert.NoError(t, err)
+	kept := solverInfo(&MILPResult{Objective: 2, DualBound: 1.5, Gap: 0.25, StartObjective: 3})
+	assert.Equal(t, SolverInfo{Objective: 2, DualBound: 1.5, Gap: 0.25, StartObjective: 3}, *kept)
 }
