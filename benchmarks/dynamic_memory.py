@@ -171,9 +171,9 @@ def main() -> None:
                f"{fill}; {s.evicted:,} rows evicted and reused.")
     bench.note("RSS is the whole process (torch, Python, the Go runtime); 'table storage committed' counts the "
                "table's reserved region's resident pages (mincore). The few MiB RSS still gained in the first "
-               "thousands of steps after the fill are heap, not table storage: the eviction pass's scratch list "
-               "(16 B per row, allocated at the first pass), the ID map's shards reaching their final size, and "
-               "the Go and torch allocators settling; the second half of the run is flat.")
+               "thousands of steps after the fill are heap, not table storage (the eviction pass's scratch list, "
+               "16 B per row, allocated at the first pass; the Go and torch allocators settling); the ID map's "
+               "shards are sized for the bound up front. The second half of the run is flat.")
     png = bench.args.out / "dynamic_memory.png"
     bench.args.out.mkdir(parents=True, exist_ok=True)
     plot(ser, fill, png)
