@@ -104,6 +104,7 @@ class Profile:
 
     @property
     def handle(self) -> _lib.Handle:
+        """The Go profile's handle."""
         return self._h
 
     def to_dict(self, ranked: bool = False) -> dict[str, Any]:
@@ -282,10 +283,12 @@ class Plan:
 
     @property
     def handle(self) -> _lib.Handle:
+        """The Go plan's handle."""
         return self._h
 
     @property
     def strategy(self) -> str:
+        """The strategy that made the plan (or "torchrec"/"external" for priced outside plans)."""
         return self._doc["strategy"]
 
     @property
@@ -305,14 +308,17 @@ class Plan:
 
     @property
     def warning(self) -> str:
+        """Why the MILP fell back to the row-level greedy ("" when it did not)."""
         return self._doc.get("warning", "")
 
     @property
     def topology(self) -> Topology:
+        """The topology the plan is for."""
         return Topology(**self._doc["topology"])
 
     @property
     def solve_seconds(self) -> float:
+        """Wall time of the strategy (model build and solve)."""
         return float(self._doc["solve_seconds"])
 
     def to_dict(self) -> dict[str, Any]:
@@ -320,6 +326,7 @@ class Plan:
         return self._doc
 
     def table(self, name: str) -> dict[str, Any]:
+        """One table's placement; raises NotFoundError."""
         for t in self.tables:
             if t["name"] == name:
                 return t
@@ -429,6 +436,7 @@ class Remap:
         return self._tables
 
     def hot_rows(self, table: str) -> int:
+        """Rows of ``table`` in HBM: new IDs below this are hot."""
         return int(self._tables[self._position(table)]["hot"])
 
     def _position(self, table: str) -> int:

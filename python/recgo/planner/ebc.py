@@ -86,4 +86,5 @@ class PlannedEmbeddingBagCollection(nn.Module):
         return self.ebc(self.remap.apply_kjt(as_kjt(features), self._f2t))
 
     def feature_names(self) -> list[str]:
+        """Output feature order (as the wrapped EmbeddingBagCollection's)."""
         return self.ebc.feature_names()
