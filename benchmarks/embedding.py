@@ -9,6 +9,8 @@ Variants (same weights, same batches, one process, round-robin timing):
                    fastest CPU configuration TorchRec offers
   torchrec_ebc     torchrec EmbeddingBagCollection + torch.optim.SGD (dense gradients, its default)
   torch            26 nn.EmbeddingBag(sparse=True) + torch.optim.SGD
+Plus zipf26_adam: recgo's fused Adam vs nn.EmbeddingBag + torch.optim.SparseAdam (TorchRec's fused
+CPU path has no Adam), and zipf26_forward_only (inference, no grad).
 
 Workloads: (a) synthetic, 26 tables, Zipf(α=1.05) IDs scattered over the rows, D=64, B=4096,
 pooling 1–30; (b) the real Criteo sample's 26 categorical ID streams (../shared/data/criteo),
@@ -18,6 +20,7 @@ tensor copy) to report the fraction recgo achieves, the dedup hit rate and recgo
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from pathlib import Path
@@ -242,11 +245,52 @@ def run_case(bench: Bench, name: str, wl: Workload, dim: int) -> dict:
     return res.extra | {"res": res}
 
 
+def adam_case(bench: Bench, rows: list[int], dim: int, batches: list[recgo.KeyedJaggedTensor]):
+    """Adam, which TorchRec's fused CPU path lacks: recgo's fused lazy Adam vs nn.EmbeddingBag +
+    torch.optim.SparseAdam (the same lazy, touched-rows-only semantics)."""
+    cfgs = [recgo.EmbeddingBagConfig(num_embeddings=r, embedding_dim=dim, name=f"t{t}", feature_names=[f"f{t}"])
+            for t, r in enumerate(rows)]
+    ebc = recgo.EmbeddingBagCollection(cfgs, optimizer=modules.Adam(lr=1e-3), seed=1)
+    bags = nn.ModuleList(nn.EmbeddingBag(r, dim, mode="sum", sparse=True) for r in rows)
+    with torch.no_grad():
+        for t, bag in enumerate(bags):
+            bag.weight.copy_(ebc.embedding_bags[f"t{t}"].weight)
+    opt = torch.optim.SparseAdam(bags.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(3)
+    grads = [torch.randn(b.stride(), dim * len(rows), generator=gen) for b in batches]
+    slices = []
+    for b in batches:
+        per = []
+        for values, lengths in b.to_dict().values():
+            offs = torch.zeros(lengths.numel(), dtype=torch.int64)
+            torch.cumsum(lengths[:-1], 0, out=offs[1:])
+            per.append((values, offs))
+        slices.append(per)
+    state = {"i": 0}
+
+    def nxt() -> int:
+        state["i"] = (state["i"] + 1) % len(batches)
+        return state["i"]
+
+    def recgo_step() -> None:
+        i = nxt()
+        ebc(batches[i]).values().backward(grads[i])
+
+    def torch_step() -> None:
+        i = nxt()
+        opt.zero_grad(set_to_none=True)
+        torch.cat([bag(v, o) for bag, (v, o) in zip(bags, slices[i])], 1).backward(grads[i])
+        opt.step()
+
+    return bench.compare("zipf26_adam", {"recgo_adam": recgo_step, "torch_sparse_adam": torch_step},
+                         items=batches[0].stride(), warmup=2)
+
+
 def main() -> None:
     bench = Bench("embedding", description=__doc__)
     quick = bench.quick
     dim = 64
-    rows_a, batch_a, nb = (20_000, 512, 3) if quick else (200_000, 4096, 4)
+    rows_a, batch_a, nb = (20_000, 512, 2) if quick else (200_000, 4096, 4)
     variants = ["recgo", "recgo_sparse", "torchrec_fused", "torchrec_ebc", "torch"]
     bw = measure_bandwidth(256 if quick else 1024)
     print(f"memory bandwidth (copy): {bw / 1e9:.1f} GB/s; torch threads {torch.get_num_threads()}, "
@@ -258,12 +302,16 @@ def main() -> None:
     res_a = a.pop("res")
     fwd = bench.compare("zipf26_forward_only", wl.forward_only(), items=batch_a)
     del wl
+    gc.collect()
+    adam = adam_case(bench, [rows_a] * 26, dim, batches)
+    gc.collect()
 
     summary = {
         "speedup_vs_torchrec": res_a.ratio("recgo", "torchrec_fused"),
         "speedup_vs_torch": res_a.ratio("recgo", "torch"),
         "speedup_vs_torchrec_ebc": res_a.ratio("recgo", "torchrec_ebc"),
         "forward_speedup_vs_torchrec": fwd.ratio("recgo", "torchrec_fused"),
+        "adam_speedup_vs_torch_sparse_adam": adam.ratio("recgo_adam", "torch_sparse_adam"),
         "bandwidth_fraction": a["recgo_bytes_per_s"] / bw,
         "memory_bandwidth_gbps": bw / 1e9,
         "recgo_gbps": a["recgo_bytes_per_s"] / 1e9,
