@@ -23,6 +23,8 @@ from .modules import EmbeddingBagCollection, EmbeddingBagConfig
 from . import dynamic
 from .dynamic import DynamicConfig
 from . import planner
+from . import feature
+from .feature import Feature, FeatureEngine, load_features
 
 __version__ = "0.1.0"
 
@@ -31,6 +33,8 @@ __all__ = [
     "DynamicConfig",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
+    "Feature",
+    "FeatureEngine",
     "InternalError",
     "InvalidInputError",
     "KeyedJaggedTensor",
@@ -41,7 +45,9 @@ __all__ = [
     "RecgoIOError",
     "SolverError",
     "dynamic",
+    "feature",
     "library_version",
+    "load_features",
     "modules",
     "num_threads",
     "planner",
