@@ -14,8 +14,8 @@ func (p *Plan) Report() string {
 	t := p.Topology
 	e := p.Eval
 	fmt.Fprintf(&b, "# Embedding placement plan (%s)\n\n", p.Strategy)
-	fmt.Fprintf(&b, "Topology: %d node(s) × %d GPU(s), %.1f GB HBM per GPU, %.1f GB host per node, HBM %.0f GB/s, UVM %.0f GB/s, batch %d. Cost model: %s.\n\n",
-		t.Nodes, t.GPUsPerNode, float64(t.HBMBytes)/cost.GB, float64(t.HostBytes)/cost.GB,
+	fmt.Fprintf(&b, "Topology: %d node(s) × %d GPU(s), %s HBM per GPU, %s host per node, HBM %.0f GB/s, UVM %.0f GB/s, batch %d. Cost model: %s.\n\n",
+		t.Nodes, t.GPUsPerNode, cost.FormatBytes(t.HBMBytes), cost.FormatBytes(t.HostBytes),
 		t.HBMBandwidth/cost.GB, t.UVMBandwidth/cost.GB, t.BatchSize, p.CostModel)
 	fmt.Fprintf(&b, "| figure | value |\n|---|---|\n")
 	fmt.Fprintf(&b, "| slowest GPU, modeled (ms/step) | %.4f |\n", e.MaxSeconds*1e3)
@@ -33,14 +33,14 @@ func (p *Plan) Report() string {
 	if e.Violation != "" {
 		fmt.Fprintf(&b, "\n**Over capacity:** %s\n", e.Violation)
 	}
-	fmt.Fprintf(&b, "\n## Per GPU\n\n| rank | node | tables | modeled ms | HBM GB | UVM lookups/step |\n|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "\n## Per GPU\n\n| rank | node | tables | modeled ms | HBM used | UVM lookups/step |\n|---|---|---|---|---|---|\n")
 	count := make([]int, t.NumGPUs())
 	for _, tp := range p.Tables {
 		count[tp.GPU]++
 	}
 	for g := range e.GPUSeconds {
-		fmt.Fprintf(&b, "| %d | %d | %d | %.4f | %.2f | %.0f |\n", g, t.Node(g), count[g], e.GPUSeconds[g]*1e3,
-			float64(e.GPUHBM[g])/cost.GB, e.UVMAccesses[g])
+		fmt.Fprintf(&b, "| %d | %d | %d | %.4f | %s | %.0f |\n", g, t.Node(g), count[g], e.GPUSeconds[g]*1e3,
+			cost.FormatBytes(e.GPUHBM[g]), e.UVMAccesses[g])
 	}
 	tables := slices.Clone(p.Tables)
 	slices.SortStableFunc(tables, func(a, b TablePlan) int {
