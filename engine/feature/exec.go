@@ -39,8 +39,8 @@ func (r *run) fail(err error) {
 }
 
 // Apply transforms one raw batch: it validates the inputs, runs the fused groups in plan order
-// (one parallel call per group) and returns the output features. The batch is only read, and not
-// referenced after Apply returns.
+// (one call per group, its elements cut into tiles that goroutines claim) and returns the output
+// features. The batch is only read, and not referenced after Apply returns.
 func (e *Engine) Apply(b Batch) (*Result, error) {
 	if b.Size < 0 {
 		return nil, errs.Invalidf("feature batch: negative size %d", b.Size)
@@ -174,7 +174,7 @@ func (r *run) elementwise(groups []Group) error {
 			dsts[i], slab = slab[:n:n], slab[n:]
 		}
 	}
-	parallel.For(prefix[len(segs)], minChunk, func(lo, hi int) {
+	forTiles(prefix[len(segs)], minChunk, func(lo, hi int) {
 		i := sort.SearchInts(prefix, lo+1) - 1
 		for ; lo < hi; i++ {
 			end := min(hi, prefix[i+1])
@@ -232,8 +232,8 @@ func (r *run) applyOp(f, oi int, inDst bool, dst []int64, a, b int) error {
 			nan = kernels.BucketizeFloat64(d, s.f64[a:b], o.fbounds)
 		}
 		if nan >= 0 {
-			return errs.Invalidf("feature %q: value %d is NaN; bucketize needs numbers (drop missing values, leaving an empty bag, and use fill_missing)",
-				r.e.feats[f].name, a+nan)
+			return errs.Invalidf("feature %q: a value of samples [%d, %d) is NaN; bucketize needs numbers (leave missing values out, as empty bags, and use fill_missing)",
+				r.e.feats[f].name, 0, r.size)
 		}
 	default:
 		panic("feature: not an element-wise op: " + o.kind.String())

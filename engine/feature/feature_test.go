@@ -498,7 +498,7 @@ func TestApplyErrors(t *testing.T) {
 		{"lengths count", func(b *Batch) { b.Inputs[0].Lengths = []int64{3} }, "1 entries for a batch of 2"},
 		{"kind", func(b *Batch) { b.Inputs[1] = Input{Kind: KindInt64, Ints: []int64{1, 2}} }, "dtype mismatch"},
 		{"dense count", func(b *Batch) { b.Inputs[1].F32 = []float32{1} }, "dense input has 1 values"},
-		{"nan", func(b *Batch) { b.Inputs[1].F32[1] = float32(math.NaN()) }, "value 1 is NaN"},
+		{"nan", func(b *Batch) { b.Inputs[1].F32[1] = float32(math.NaN()) }, "samples [0, 2) is NaN"},
 		{"byte lens", func(b *Batch) { b.Inputs[2].ByteLens = []int64{1, 1} }, "sum to 2 but there are 3 bytes"},
 		{"inputs", func(b *Batch) { b.Inputs = b.Inputs[:2] }, "2 inputs given"},
 	}

@@ -2,7 +2,6 @@ package feature
 
 import (
 	"github.com/recgo/recgo/internal/errs"
-	"github.com/recgo/recgo/internal/parallel"
 	"github.com/recgo/recgo/kernels"
 )
 
@@ -21,7 +20,9 @@ func (r *run) structural(g *Group) error {
 			}
 		}
 	}
-	parallel.ForEach(len(need), 1, func(i int) { r.st[need[i]].ensureOffs(r.alloc) })
+	for _, f := range need {
+		r.st[f].ensureOffs(r.alloc)
+	}
 	newLens := r.alloc(M * B)
 	r.eachBag(M, func(i, b0, b1 int) {
 		r.bagLengths(g.members[i], newLens[i*B+b0:i*B+b1], b0)
@@ -68,7 +69,7 @@ func (r *run) sources(m member) []int {
 // eachBag calls body(member, b0, b1) over the M·B bags of a group in parallel tiles.
 func (r *run) eachBag(M int, body func(i, b0, b1 int)) {
 	B := r.size
-	parallel.For(M*B, minChunk/8, func(lo, hi int) {
+	forTiles(M*B, minChunk/8, func(lo, hi int) {
 		for lo < hi {
 			i, b0 := lo/B, lo%B
 			b1 := min(B, b0+(hi-lo))
