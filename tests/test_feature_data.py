@@ -112,3 +112,20 @@ def test_taobao_behaviour_sequences() -> None:
         Feature("user_x_cat").cross("user", "recent_cat").mod(10**6),
     ]
     _check(feats, raw, len(users))
+
+
+def test_example_config_equals_the_builder_spec() -> None:
+    """examples/features_criteo.yaml is the spec test_criteo_* builds in Python."""
+    from recgo.feature import load_features
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "features_criteo.yaml"
+    feats = load_features(path)
+    assert len(feats) == 40 and feats[13].dtype == "bytes"
+    bounds = [-1, 0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384, 65536, 1 << 20]
+    eng = FeatureEngine(path)
+    raw = {f"I{i + 1}": (torch.tensor([5, 70000]), torch.tensor([1, 0, 1])) for i in range(13)}
+    raw.update({f"C{i + 1}": [[b"68fd1e64"], [], [b"80e26c9b"]] for i in range(26)})
+    d = eng({k: encode_strings(v) if isinstance(v, list) else v for k, v in raw.items()}).to_dict()
+    assert d["I1"][0].tolist() == [sum(b <= 5 for b in bounds), len(bounds) + 1, sum(b <= 70000 for b in bounds)]
+    assert d["C1"][1].tolist() == [1, 1, 1] and int(d["C1"][0][1]) == 0
+    assert d["C1xC2"][1].tolist() == [1, 1, 1]  # every bag filled before the cross
