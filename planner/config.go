@@ -18,6 +18,8 @@ type Config struct {
 	MipRelGap float64       `json:"mip_rel_gap"`
 	Threads   int           `json:"threads"`
 	Symmetry  *bool         `json:"symmetry"`
+	// WarmStart false solves the MILP cold (default true: warm-started from the row-level greedy).
+	WarmStart *bool `json:"warm_start"`
 }
 
 // ParseConfig reads a Config and turns it into the topology and options for [Make].
@@ -35,7 +37,8 @@ func ParseConfig(data []byte) (cost.Topology, Options, error) {
 	}
 	sym := c.Symmetry == nil || *c.Symmetry
 	return c.Topology, Options{Strategy: c.Strategy, Weights: w, Tables: c.Tables,
-		MILP: MILPOptions{TimeLimit: c.TimeLimit, MipRelGap: c.MipRelGap, Threads: c.Threads, Symmetry: sym}}, nil
+		MILP: MILPOptions{TimeLimit: c.TimeLimit, MipRelGap: c.MipRelGap, Threads: c.Threads, Symmetry: sym,
+			Cold: c.WarmStart != nil && !*c.WarmStart}}, nil
 }
 
 // LocalTopology returns base with its GPU facts replaced by this machine's (one node, its GPU count,

@@ -22,6 +22,8 @@ type MILPOptions struct {
 	Symmetry bool
 	// Start is the warm start; nil means the row-level greedy's placement.
 	Start []cost.Assignment
+	// Cold solves without any warm start (to measure what the start is worth).
+	Cold bool
 }
 
 // MILPResult is the solve's placement with HiGHS's evidence of its quality (in model cost units).
@@ -212,7 +214,7 @@ func optionOf(t cost.Table, h int64) int {
 // row-level greedy). On a time limit it returns the best incumbent with its gap and bound.
 func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 	start := opts.Start
-	if start == nil {
+	if start == nil && !opts.Cold {
 		var err error
 		if start, err = RowGreedy(m); err != nil {
 			start = nil // HiGHS may still find a placement the greedy could not pack

@@ -263,14 +263,15 @@ def profile(batches: Iterable[Any], tables: Sequence[TableSpec | Any], sample_ra
 
 
 def _config(topology: Topology, strategy: str, cost_model: str, tables: Sequence[str] | None,
-            time_limit: float, mip_rel_gap: float, threads: int, symmetry: bool) -> dict[str, Any]:
+            time_limit: float, mip_rel_gap: float, threads: int, symmetry: bool,
+            warm_start: bool = True) -> dict[str, Any]:
     if strategy not in STRATEGIES and strategy != "external" and not strategy.startswith("torchrec"):
         raise InvalidInputError(f"strategy {strategy!r}: expected one of {STRATEGIES}")
     if cost_model not in COST_MODELS:
         raise InvalidInputError(f"cost_model {cost_model!r}: expected one of {COST_MODELS}")
     return {"topology": topology.to_dict(), "strategy": strategy, "cost_model": cost_model,
             "tables": list(tables) if tables is not None else None, "time_limit": time_limit,
-            "mip_rel_gap": mip_rel_gap, "threads": threads, "symmetry": symmetry}
+            "mip_rel_gap": mip_rel_gap, "threads": threads, "symmetry": symmetry, "warm_start": warm_start}
 
 
 class Plan:
@@ -390,15 +391,17 @@ class Plan:
 
 def plan(profile: Profile, topology: Topology | None = None, strategy: str = "milp", *,
          cost_model: str = "full", tables: Sequence[str] | None = None, time_limit: float = 60.0,
-         mip_rel_gap: float = 0.01, threads: int = 0, symmetry: bool = True) -> Plan:
+         mip_rel_gap: float = 0.01, threads: int = 0, symmetry: bool = True, warm_start: bool = True) -> Plan:
     """Place the profiled tables on ``topology`` with ``strategy`` (default: the MILP).
 
     The MILP is warm-started from the row-level greedy and stops at ``time_limit`` seconds or
     ``mip_rel_gap``, returning its incumbent with gap and bound; if HiGHS fails the plan falls back
-    to the row-level greedy and says so in :attr:`Plan.warning`. Raises CapacityError (with the
+    to the row-level greedy and says so in :attr:`Plan.warning` (``warm_start=False`` solves cold,
+    to measure what the start is worth). Raises CapacityError (with the
     shortfall) when the tables cannot fit, NotFoundError for tables missing from the profile.
     """
-    cfg = _config(topology or Topology(), strategy, cost_model, tables, time_limit, mip_rel_gap, threads, symmetry)
+    cfg = _config(topology or Topology(), strategy, cost_model, tables, time_limit, mip_rel_gap, threads, symmetry,
+                  warm_start)
     buf, n = _bytes_arg(cfg)
     h = _lib.new_handle("recgo_plan_make", [_lib.H, _lib.P, _lib.I64], profile.handle.value, buf, n)
     return Plan(h, profile)
