@@ -79,7 +79,7 @@ func TestMILPEqualsBruteForce(t *testing.T) {
 			m := tinyModel(t, tc.seed, tc.n, tc.nodes, tc.gpus, tc.steps)
 			want := bruteForce(m)
 			require.False(t, math.IsInf(want, 1), "instance must be feasible")
-			res, err := SolveMILP(m, MILPOptions{MipRelGap: 1e-9, Symmetry: tc.symmetry})
+			res, err := SolveMILP(m, MILPOptions{MipRelGap: 1e-9, Symmetry: tc.symmetry, Cold: tc.seed%2 == 1})
 			require.NoError(t, err)
 			assert.Equal(t, "optimal", res.Status)
 			assert.InDelta(t, want, res.Objective, 1e-6*want)
