@@ -297,6 +297,11 @@ def test_bad_configs(cfgs, msg) -> None:
         EmbeddingBagCollection(cfgs)
 
 
+def test_table_too_large_is_a_capacity_error() -> None:
+    with pytest.raises(recgo.CapacityError, match="too large"):
+        EmbeddingBagCollection([EmbeddingBagConfig(10**12, 64, "huge", ["a"])])
+
+
 def test_unsupported_device() -> None:
     with pytest.raises(InvalidInputError, match="runs on CPU"):
         EmbeddingBagCollection([EmbeddingBagConfig(5, 4, "t", ["a"])], device="cuda")
