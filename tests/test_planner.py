@@ -322,3 +322,29 @@ def test_local_topology_without_a_driver_keeps_defaults() -> None:
         assert topo == P.Topology(batch_size=1024)
     elif gpus:
         assert topo.gpus_per_node == len(gpus) and topo.nodes == 1
+
+
+@pytest.mark.parametrize("alpha", [0.7, 1.0, 1.3])
+def test_power_law_exponent_recovers_zipf(alpha: float) -> None:
+    from recgo.planner.synthetic import power_law_exponent
+
+    counts = [int(1e6 * (r + 1) ** -alpha) for r in range(2000)]
+    assert power_law_exponent(counts) == pytest.approx(alpha, abs=0.02)
+    assert power_law_exponent([3, 2]) is None
+
+
+def test_rm_models_double_in_size() -> None:
+    from recgo.planner.synthetic import Fitted, rm_profile
+
+    fitted = Fitted(alphas=[0.9, 1.1], coverages=[0.5, 1.0], poolings=[1.0, 8.0])
+    sizes = []
+    for name in ("rm1", "rm2", "rm3"):
+        prof = rm_profile(name, fitted, tables=40)
+        assert len(prof.tables) == 40
+        sizes.append(sum(t["rows"] * t["dim"] * t["elem_bytes"] for t in prof.tables))
+        for t in prof.tables:
+            assert t["dim"] == 64 and 0 < t["touched"] <= t["rows"] and t["cdf"][-1]["frac"] == 1
+    assert sizes[0] == pytest.approx(318e9, rel=1e-3)
+    assert sizes[1] == pytest.approx(2 * sizes[0], rel=1e-3) and sizes[2] == pytest.approx(4 * sizes[0], rel=1e-3)
+    with pytest.raises(InvalidInputError, match="rm9"):
+        rm_profile("rm9", fitted)
