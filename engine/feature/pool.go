@@ -47,6 +47,10 @@ func (r *run) alloc(n int) []int64 {
 // Release returns the result's buffers for reuse by later batches. The result (and every slice
 // Feature returned) must not be used afterwards. Calling it is optional.
 func (r *Result) Release() {
+	for _, p := range r.parts {
+		p.Release()
+	}
+	r.parts = nil
 	for _, b := range r.bufs {
 		slabs.put(b)
 	}
