@@ -69,13 +69,10 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 		}
 	}
 	hm := &highs.Model{Sense: highs.Minimize}
-	for t, tab := range m.Tables {
-		for g := 0; g < G; g++ {
-			for range tab.Options {
-				hm.AddCol(0, 0, 1, true)
-			}
+	for _, tab := range m.Tables {
+		for range G * len(tab.Options) {
+			hm.AddCol(0, 0, 1, true)
 		}
-		_ = t
 	}
 	p.z = int(hm.AddCol(1, 0, highs.Inf, false))
 	for t, tab := range m.Tables { // one placement per table
