@@ -186,6 +186,28 @@ def test_storage_is_zero_copy_and_outlives_module() -> None:
     assert handle() is None, "the engine object is freed once no tensor uses it"
 
 
+def test_output_memory_is_reused_only_when_unreferenced() -> None:
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(50, 8, "t", ["a"])], seed=0)
+    k1 = KeyedJaggedTensor(["a"], torch.tensor([1, 2, 3]), torch.tensor([1, 2]))
+    k2 = KeyedJaggedTensor(["a"], torch.tensor([7, 8, 9]), torch.tensor([2, 1]))
+    kept = ebc(k1).values()
+    expected = kept.clone()
+    other = ebc(k2).values()  # must not overwrite `kept`
+    assert torch.equal(kept, expected)
+    assert other.data_ptr() != kept.data_ptr()
+    # an output saved by autograd (and otherwise dropped) is not overwritten either
+    w = torch.ones(8, requires_grad=True)
+    loss = (ebc(k1).values() * w).sum()
+    ebc(k2)
+    ebc(k2)
+    loss.backward()
+    torch.testing.assert_close(w.grad, expected.sum(0))
+    if recgo.modules.embedding._storage_use_count is not recgo.modules.embedding._no_use_count:
+        del kept, other, loss
+        first = ebc(k1).values().data_ptr()
+        assert ebc(k1).values().data_ptr() == first, "an unreferenced output's memory is reused"
+
+
 def test_assign_load_copies_back_into_engine() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], seed=0)
     new = {"embedding_bags.t.weight": torch.full((10, 4), 2.0)}

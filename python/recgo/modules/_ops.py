@@ -44,7 +44,7 @@ def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.T
                 weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Pooled ``[B, width]`` output and the id of the saved context (0 when ``keep`` is false)."""
     m = module(key)
-    out = torch.empty(lengths.numel() // max(1, key_feature.numel()), m._width, dtype=torch.float32)
+    out = m._output(lengths.numel() // max(1, key_feature.numel()))
     ctx_id = m._run_forward(key_feature, values, lengths, weights, out, keep)
     return out, torch.tensor([ctx_id], dtype=torch.int64)
 
