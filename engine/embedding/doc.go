@@ -33,12 +33,14 @@
 // # Training step
 //
 // [Collection.Forward] validates the batch ([ValidateBatch]), deduplicates each table's IDs (a
-// slot array indexed by ID for fixed tables, a hash map otherwise), calls Resolve once per distinct
-// ID, then pools every (feature, sample) segment with one writer per output (kernels.WeightedSum),
-// in parallel across segments. It returns a [Context] for backward. [Collection.Backward] groups the
-// lookups by destination row (counting sort on the inverse map: RecIS Algorithm 1), reduces each
-// distinct row's contributions once, then applies the table's fused optimizer to that row in the
-// same pass, or hands the per-row gradients back. Work splits across tables and row chunks.
+// slot array indexed by ID for fixed tables up to 2^26 rows, a hash map otherwise), calls Resolve
+// once per distinct ID, then pools every (feature, sample) segment with one writer per output
+// (kernels.SegmentReduce, one call per chunk of samples of a feature), in parallel across chunks.
+// It returns a [Context] for backward. [Collection.Backward] groups the lookups by destination row
+// (counting sort on the inverse map: RecIS Algorithm 1), reduces each distinct row's contributions
+// once, then applies the table's fused optimizer to those rows in the same pass (kernels.SGDRows,
+// AdagradRows, RowwiseAdagradRows, AdamRows), or hands the per-row gradients back. Work splits
+// across tables and chunks of distinct rows. Release returns a context's buffers for reuse.
 //
 // Concurrency: Forward and Backward may run concurrently with each other on the same collection
 // only if they touch different rows (as in any Hogwild-style trainer); Close waits for running calls.
