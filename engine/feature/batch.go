@@ -167,10 +167,6 @@ type Result struct {
 	vals [][]int64
 	lens [][]int64
 	bufs [][]int64 // pooled buffers behind vals and lens (see Release)
-	// parts, when set, are the results of consecutive sample chunks (starting at samples starts);
-	// vals, lens and bufs are then unused.
-	parts  []*Result
-	starts []int
 }
 
 // Size is the batch size B.
@@ -181,13 +177,6 @@ func (r *Result) Keys() []string { return slices.Clone(r.keys) }
 
 // NumValues is the total number of IDs over all output features.
 func (r *Result) NumValues() int {
-	if r.parts != nil {
-		n := 0
-		for _, p := range r.parts {
-			n += p.NumValues()
-		}
-		return n
-	}
 	n := 0
 	for _, v := range r.vals {
 		n += len(v)
@@ -201,14 +190,6 @@ func (r *Result) Feature(name string) (values, lengths []int64, err error) {
 	if i < 0 {
 		return nil, nil, errs.NotFoundf("feature %q is not an output of this engine", name)
 	}
-	if r.parts != nil { // concatenate the chunks (a copy)
-		values, lengths = []int64{}, make([]int64, 0, r.size)
-		for _, p := range r.parts {
-			values = append(values, p.vals[i]...)
-			lengths = append(lengths, p.lens[i]...)
-		}
-		return values, lengths, nil
-	}
 	return r.vals[i], r.lens[i], nil
 }
 
@@ -219,10 +200,6 @@ func (r *Result) CopyTo(values, lengths []int64) error {
 		return errs.Invalidf("result: buffers of %d values and %d lengths, need %d and %d",
 			len(values), len(lengths), r.NumValues(), len(r.keys)*r.size)
 	}
-	if r.parts != nil {
-		r.copyParts(values, lengths)
-		return nil
-	}
 	starts := make([]int, len(r.vals)+1)
 	for i, v := range r.vals {
 		starts[i+1] = starts[i] + len(v)
@@ -232,24 +209,4 @@ func (r *Result) CopyTo(values, lengths []int64) error {
 		copy(lengths[i*r.size:(i+1)*r.size], r.lens[i])
 	})
 	return nil
-}
-
-// copyParts is CopyTo for a chunked result: feature by feature, each chunk's piece in order.
-func (r *Result) copyParts(values, lengths []int64) {
-	nf := len(r.keys)
-	starts := make([]int, nf+1)
-	for i := range nf {
-		n := 0
-		for _, p := range r.parts {
-			n += len(p.vals[i])
-		}
-		starts[i+1] = starts[i] + n
-	}
-	parallel.ForEach(nf, 1, func(i int) {
-		off := starts[i]
-		for c, p := range r.parts {
-			off += copy(values[off:], p.vals[i])
-			copy(lengths[i*r.size+r.starts[c]:], p.lens[i])
-		}
-	})
 }

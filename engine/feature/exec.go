@@ -28,21 +28,6 @@ type run struct {
 	mu   sync.Mutex
 	err  error
 	bufs [][]int64 // every pooled buffer this run took
-	// serial runs every fused call inline (the run is one of several sample chunks in parallel);
-	// first is the chunk's first sample, for messages.
-	serial bool
-	first  int
-}
-
-// tiles is forTiles, or one inline call when the run is serial.
-func (r *run) tiles(n, minTile int, body func(lo, hi int)) {
-	if r.serial {
-		if n > 0 {
-			body(0, n)
-		}
-		return
-	}
-	forTiles(n, minTile, body)
 }
 
 func (r *run) fail(err error) {
@@ -53,13 +38,9 @@ func (r *run) fail(err error) {
 	r.mu.Unlock()
 }
 
-// Apply transforms one raw batch: it validates the inputs, runs the fused groups in plan order and
-// returns the output features. The batch is only read, and not referenced after Apply returns.
-//
-// Every transform is local to a sample, so a large batch is cut into sample chunks (see
-// chunkValues) that each run the whole fused plan, chunks claimed by goroutines, so that the
-// values a group writes are still in cache when the next group reads them. A small batch runs as
-// one chunk whose fused calls are cut into tiles across goroutines instead.
+// Apply transforms one raw batch: it validates the inputs, runs the fused groups in plan order
+// (one call per group, its elements cut into tiles that goroutines claim) and returns the output
+// features. The batch is only read, and not referenced after Apply returns.
 func (e *Engine) Apply(b Batch) (*Result, error) {
 	if b.Size < 0 {
 		return nil, errs.Invalidf("feature batch: negative size %d", b.Size)
@@ -67,46 +48,13 @@ func (e *Engine) Apply(b Batch) (*Result, error) {
 	if len(b.Inputs) != len(e.inputs) {
 		return nil, errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(b.Inputs), len(e.inputs))
 	}
-	if chunks := e.split(b); len(chunks) > 1 {
-		return e.applyChunks(b.Size, chunks)
-	}
-	return e.applyOne(b, false, 0)
-}
-
-func (e *Engine) applyOne(b Batch, serial bool, first int) (*Result, error) {
-	r := &run{e: e, size: b.Size, st: make([]state, len(e.feats)), serial: serial, first: first}
+	r := &run{e: e, size: b.Size, st: make([]state, len(e.feats))}
 	res, err := r.apply(b)
 	if err != nil {
 		for _, buf := range r.bufs {
 			slabs.put(buf)
 		}
 		return nil, err
-	}
-	return res, nil
-}
-
-// applyChunks runs each sample chunk as its own serial run, chunks claimed by goroutines.
-func (e *Engine) applyChunks(size int, chunks []chunk) (*Result, error) {
-	parts := make([]*Result, len(chunks))
-	cerrs := make([]error, len(chunks))
-	forTiles(len(chunks), 1, func(lo, hi int) {
-		for c := lo; c < hi; c++ {
-			parts[c], cerrs[c] = e.applyOne(chunks[c].batch, true, chunks[c].first)
-		}
-	})
-	for _, err := range cerrs {
-		if err != nil {
-			for _, p := range parts {
-				if p != nil {
-					p.Release()
-				}
-			}
-			return nil, err
-		}
-	}
-	res := &Result{size: size, keys: e.OutputKeys(), parts: parts, starts: make([]int, len(chunks))}
-	for c := range chunks {
-		res.starts[c] = chunks[c].first
 	}
 	return res, nil
 }
@@ -226,7 +174,7 @@ func (r *run) elementwise(groups []Group) error {
 			dsts[i], slab = slab[:n:n], slab[n:]
 		}
 	}
-	r.tiles(prefix[len(segs)], minChunk, func(lo, hi int) {
+	forTiles(prefix[len(segs)], minChunk, func(lo, hi int) {
 		i := sort.SearchInts(prefix, lo+1) - 1
 		for ; lo < hi; i++ {
 			end := min(hi, prefix[i+1])
@@ -285,7 +233,7 @@ func (r *run) applyOp(f, oi int, inDst bool, dst []int64, a, b int) error {
 		}
 		if nan >= 0 {
 			return errs.Invalidf("feature %q: a value of samples [%d, %d) is NaN; bucketize needs numbers (leave missing values out, as empty bags, and use fill_missing)",
-				r.e.feats[f].name, r.first, r.first+r.size)
+				r.e.feats[f].name, 0, r.size)
 		}
 	default:
 		panic("feature: not an element-wise op: " + o.kind.String())

@@ -72,42 +72,6 @@ func TestApplyMatchesNaive(t *testing.T) {
 	}
 }
 
-// TestApplyChunkedMatchesNaive runs batches large enough to be cut into sample chunks (every op
-// kind, float, bytes and cross features included) and checks them against the naive reference.
-func TestApplyChunkedMatchesNaive(t *testing.T) {
-	r := rand.New(rand.NewPCG(21, 22))
-	for trial := range 3 {
-		spec, batch, named := randomCase(r, 14, 6000)
-		eng, err := Compile(spec)
-		require.NoError(t, err)
-		for _, in := range eng.Inputs() {
-			batch.Inputs = append(batch.Inputs, named[in.Name])
-		}
-		require.Greater(t, len(eng.split(batch)), 1, "trial %d should be chunked", trial)
-		res, err := eng.Apply(batch)
-		require.NoError(t, err)
-		require.NotNil(t, res.parts)
-		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string][][]int64{}}
-		out, err := res.Assemble()
-		require.NoError(t, err)
-		pos := 0
-		for f, key := range eng.OutputKeys() {
-			var wantVals, wantLens []int64
-			for _, bag := range ref.feature(key) {
-				wantVals = append(wantVals, bag...)
-				wantLens = append(wantLens, int64(len(bag)))
-			}
-			require.Equal(t, wantLens, out.Lengths[f*batch.Size:(f+1)*batch.Size], "trial %d %s", trial, key)
-			if len(wantVals) > 0 {
-				require.Equal(t, wantVals, out.Values[pos:pos+len(wantVals)], "trial %d %s", trial, key)
-			}
-			pos += len(wantVals)
-		}
-		require.Equal(t, len(out.Values), pos)
-		require.NoError(t, out.Close())
-	}
-}
-
 // TestTilesSpanFields runs groups large enough to be cut into several tiles, with fields of very
 // different lengths, so tiles start and end inside fields.
 func TestTilesSpanFields(t *testing.T) {

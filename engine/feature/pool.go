@@ -7,11 +7,24 @@ import (
 
 // slabs recycles the int64 buffers of transform runs across batches. Reuse skips the page faults
 // and zeroing of fresh memory and keeps the garbage collector (whose stop-the-world phases preempt
-// the kernels) mostly idle. Buffers come back unzeroed: every user overwrites all it reads.
-var slabs slabPool
+// the kernels) mostly idle. Unlike a sync.Pool, which a collection empties, the free lists survive
+// garbage collections, so the large buffers of a big batch are still there for the next one.
+// Buffers come back unzeroed: every user overwrites all it reads.
+var slabs = slabPool{}
+
+// slabsPerClass bounds each free list; small classes keep more, since a batch takes many of them.
+func slabsPerClass(k int) int {
+	if k >= 20 { // >= 8 MiB
+		return 6
+	}
+	return 64
+}
 
 // slabPool holds buffers in power-of-two capacity classes: class k holds capacities in [2^k, 2^k+1).
-type slabPool struct{ classes [64]sync.Pool }
+type slabPool struct {
+	mu      sync.Mutex
+	classes [64][][]int64
+}
 
 // get returns a buffer of length n (contents arbitrary).
 func (p *slabPool) get(n int) []int64 {
@@ -19,9 +32,14 @@ func (p *slabPool) get(n int) []int64 {
 		return []int64{}
 	}
 	k := bits.Len(uint(n - 1)) // smallest k with 2^k >= n
-	if v, ok := p.classes[k].Get().(*[]int64); ok {
-		return (*v)[:n]
+	p.mu.Lock()
+	if list := p.classes[k]; len(list) > 0 {
+		s := list[len(list)-1]
+		p.classes[k] = list[:len(list)-1]
+		p.mu.Unlock()
+		return s[:n]
 	}
+	p.mu.Unlock()
 	return make([]int64, n, 1<<k)
 }
 
@@ -31,8 +49,11 @@ func (p *slabPool) put(s []int64) {
 		return
 	}
 	k := bits.Len(uint(cap(s))) - 1 // 2^k <= cap
-	s = s[:0]
-	p.classes[k].Put(&s)
+	p.mu.Lock()
+	if len(p.classes[k]) < slabsPerClass(k) {
+		p.classes[k] = append(p.classes[k], s[:0])
+	}
+	p.mu.Unlock()
 }
 
 // alloc takes a buffer for this run; the run's Result returns it to the pool on Release.
@@ -47,10 +68,6 @@ func (r *run) alloc(n int) []int64 {
 // Release returns the result's buffers for reuse by later batches. The result (and every slice
 // Feature returned) must not be used afterwards. Calling it is optional.
 func (r *Result) Release() {
-	for _, p := range r.parts {
-		p.Release()
-	}
-	r.parts = nil
 	for _, b := range r.bufs {
 		slabs.put(b)
 	}
