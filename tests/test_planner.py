@@ -116,9 +116,8 @@ def _brute_force(prof: P.Profile, topo: P.Topology) -> float:
     names = [t["name"] for t in prof.tables]
     options = []
     for t in prof.tables:
+        hots = sorted({0, t["rows"], *(p["rows"] for p in t["cdf"])})
         row_bytes = t["dim"] * t["elem_bytes"]
-        fill = topo.hbm_bytes // row_bytes  # the split that fills one GPU's HBM (for big tables)
-        hots = sorted({0, t["rows"], *(p["rows"] for p in t["cdf"]), *([fill] if 0 < fill < t["rows"] else [])})
         options.append([(g, h) for g in range(topo.num_gpus) for h in hots
                         if h * row_bytes <= topo.hbm_bytes and (t["rows"] - h) * row_bytes <= topo.host_bytes])
     best = float("inf")

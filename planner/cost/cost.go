@@ -9,7 +9,6 @@ package cost
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/profile"
@@ -156,14 +155,6 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 		}
 		if hots[len(hots)-1] != pt.Rows {
 			hots = append(hots, pt.Rows)
-		}
-		// A table larger than one GPU's HBM also gets the split that fills that HBM exactly (its
-		// share interpolated between CDF steps, which underestimates a concave CDF: conservative).
-		if fill := topo.HBMBytes / rb; fill > 0 && fill < pt.Rows {
-			at, _ := slices.BinarySearch(hots, fill)
-			if at == len(hots) || hots[at] != fill {
-				hots = slices.Insert(hots, at, fill)
-			}
 		}
 		for _, h := range hots {
 			o := m.option(pt, h)

@@ -27,11 +27,9 @@ func TestOptionsAndPrices(t *testing.T) {
 	m, err := New(topo(), twoTables(), nil, Full)
 	require.NoError(t, err)
 	a := m.Tables[0]
-	// hot candidates: 0, 1, 10 (touched), 62 (fills the 1000-byte HBM) and 100 (all rows, 1600
-	// bytes > 1000 HBM: dropped).
-	require.Len(t, a.Options, 4)
-	assert.Equal(t, []int64{0, 1, 10, 62}, []int64{a.Options[0].Hot, a.Options[1].Hot, a.Options[2].Hot, a.Options[3].Hot})
-	assert.Equal(t, int64(992), a.Options[3].HotBytes)
+	// hot candidates: 0, 1, 10 (touched) and 100 (all rows, 1600 bytes > 1000 HBM: dropped).
+	require.Len(t, a.Options, 3)
+	assert.Equal(t, []int64{0, 1, 10}, []int64{a.Options[0].Hot, a.Options[1].Hot, a.Options[2].Hot})
 	bytes := 0.5 * 4 * 8 * 16.0 // coverage × pooling × batch × row bytes
 	assert.InDelta(t, bytes/10, a.Options[0].Cost, 1e-12)
 	assert.InDelta(t, bytes*(0.5/100+0.5/10), a.Options[1].Cost, 1e-12)
