@@ -276,3 +276,36 @@ func TestSpecJSONRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, spec, back)
 }
+
+func TestApplyConcurrent(t *testing.T) {
+	spec, batch, named := randomCase(rand.New(rand.NewPCG(5, 5)), 10, 3000)
+	eng, err := Compile(spec)
+	require.NoError(t, err)
+	for _, in := range eng.Inputs() {
+		batch.Inputs = append(batch.Inputs, named[in.Name])
+	}
+	want, err := eng.Apply(batch)
+	require.NoError(t, err)
+	done := make(chan error, 4)
+	for range 4 {
+		go func() {
+			for range 5 {
+				got, err := eng.Apply(batch)
+				if err == nil && !assert.Equal(t, want.vals, got.vals) {
+					err = fmt.Errorf("concurrent results differ")
+				}
+				if got != nil {
+					got.Release()
+				}
+				if err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		require.NoError(t, <-done)
+	}
+}
