@@ -293,3 +293,11 @@ def test_bad_batches_raise() -> None:
         eng({"a": torch.tensor([1, 2, 3]), "f": f})
     with pytest.raises(recgo.InvalidInputError):
         load_features({"features": [{"name": "a", "ops": [{"mod": 3}], "colour": "red"}]})
+    # A KeyedJaggedTensor whose lengths disagree with its values, or that carries a float field.
+    bad = recgo.KeyedJaggedTensor(["a"], torch.tensor([1, 2, 3]), torch.tensor([1, 1]))
+    with pytest.raises(recgo.InvalidInputError, match="lengths sum to 2 but there are 3 values"):
+        eng(bad, dense={"f": f})
+    with pytest.raises(recgo.InvalidInputError, match="negative"):
+        eng(recgo.KeyedJaggedTensor(["a"], torch.tensor([1]), torch.tensor([2, -1])), dense={"f": f})
+    with pytest.raises(recgo.InvalidInputError, match="dtype mismatch"):
+        eng(recgo.KeyedJaggedTensor(["a", "f"], torch.tensor([1, 2, 3, 4]), torch.tensor([1, 1, 1, 1])))

@@ -309,3 +309,55 @@ func TestApplyConcurrent(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 }
+
+// FuzzApply feeds arbitrary lengths, values and kinds to a fixed engine: every batch either
+// transforms or fails with ErrInvalid, never panics.
+func FuzzApply(f *testing.F) {
+	eng, err := Compile(&Spec{Features: []FeatureSpec{
+		{Name: "i", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(2))}, {Op: "hash"}, {Op: "mod", N: ptr(int64(7))}}},
+		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0, 1}}, {Op: "fill_missing"}}},
+		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: []int64{0, 1 << 62}}}},
+		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s"}}}},
+	}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte{2, 1, 1, 0, 2, 5, 6, 7}, uint8(0))
+	f.Add([]byte{3, 0, 0, 0, 255, 1}, uint8(3))
+	f.Fuzz(func(t *testing.T, data []byte, mode uint8) {
+		if len(data) == 0 {
+			return
+		}
+		size := int(data[0] % 8)
+		data = data[1:]
+		take := func(n int) []int64 {
+			out := make([]int64, 0, n)
+			for len(out) < n && len(data) > 0 {
+				out = append(out, int64(int8(data[0])))
+				data = data[1:]
+			}
+			return out
+		}
+		lens := take(size)
+		ints := take(int(mode % 16))
+		f32 := make([]float32, 0)
+		for _, v := range take(int(mode>>4) + size) {
+			f32 = append(f32, float32(v)/3)
+		}
+		blens := take(len(lens))
+		b := Batch{Size: size, Inputs: []Input{
+			{Kind: KindInt64, Ints: ints, Lengths: lens},
+			{Kind: Kind(1 + mode%4), F32: f32, F64: []float64{1, 2}, Ints: ints, Lengths: take(size)},
+			{Kind: KindBytes, Bytes: data, ByteLens: blens, Lengths: lens},
+		}}
+		res, err := eng.Apply(b)
+		if err != nil {
+			require.ErrorIs(t, err, errs.ErrInvalid)
+			return
+		}
+		out, err := res.Assemble()
+		require.NoError(t, err)
+		require.Len(t, out.Lengths, 4*size)
+		require.NoError(t, out.Close())
+	})
+}
