@@ -76,7 +76,7 @@ func TestApplyMatchesNaive(t *testing.T) {
 // different lengths, so tiles start and end inside fields.
 func TestTilesSpanFields(t *testing.T) {
 	spec := &Spec{}
-	batch := Batch{Size: 3000}
+	batch := Batch{Size: 9000} // 36,000 bags and ~390,000 values: several tiles of each kind
 	for f, per := range []int{1, 37, 0, 5} {
 		spec.Features = append(spec.Features, FeatureSpec{Name: fmt.Sprint("s", f), Ops: []OpSpec{
 			{Op: "truncate", N: ptr(int64(30)), Keep: ptr("last")}, {Op: "hash"}, {Op: "mod", N: ptr(int64(1000))},
