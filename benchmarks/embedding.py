@@ -291,7 +291,7 @@ def main() -> None:
     bench = Bench("embedding", description=__doc__)
     quick = bench.quick
     dim = 64
-    rows_a, batch_a, nb = (20_000, 512, 2) if quick else (200_000, 4096, 4)
+    rows_a, batch_a, nb = (10_000, 256, 2) if quick else (200_000, 4096, 4)
     variants = ["recgo", "recgo_sparse", "torchrec_fused", "torchrec_ebc", "torch"]
     load_start = os.getloadavg()[0]
     bw = measure_bandwidth(256 if quick else 1024)
@@ -321,7 +321,7 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "recgo_threads": recgo.num_threads(),
     }
-    crit = criteo_batches(1024 if quick else 4096, None)
+    crit = criteo_batches(512 if quick else 4096, None)
     if crit is None:
         bench.note("Criteo sample not found: workload (b) skipped")
     else:

@@ -42,9 +42,13 @@ func zipfCollection(b *testing.B, rows int64, B int) (*Collection, Batch) {
 	return c, batch
 }
 
-func BenchmarkTrainStep(b *testing.B) {
-	c, batch := zipfCollection(b, 200_000, 4096)
-	out := make([]float32, 4096*c.Width())
+func BenchmarkTrainStepSmall(b *testing.B) { benchTrainStep(b, 10_000, 256) }
+
+func BenchmarkTrainStep(b *testing.B) { benchTrainStep(b, 200_000, 4096) }
+
+func benchTrainStep(b *testing.B, rows int64, B int) {
+	c, batch := zipfCollection(b, rows, B)
+	out := make([]float32, B*c.Width())
 	grad := make([]float32, len(out))
 	for i := range grad {
 		grad[i] = float32(math.Sin(float64(i)))
@@ -65,6 +69,7 @@ func BenchmarkTrainStep(b *testing.B) {
 			if err := c.Backward(ctx, grad, nil, nil); err != nil {
 				b.Fatal(err)
 			}
+			c.Release(ctx)
 		}
 	})
 }
