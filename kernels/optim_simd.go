@@ -5,7 +5,8 @@ package kernels
 import "simd/archsimd"
 
 // See segment_reduce_simd.go for why these walk whole row batches and end with ClearAVXUpperBits.
-// Dims that are not a multiple of 16 take the portable path.
+// Dims that are not a multiple of 16, and CPUs without AVX-512, take the portable path (the
+// optimizer step is a small share of a training step next to the gathers).
 
 func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
 	if !hasAVX512 || dim%16 != 0 {

@@ -10,7 +10,10 @@ import "simd/archsimd"
 // and dirty 512-bit state costs a transition penalty (golang/go#80835): measured on this machine at
 // ~0.3 µs per switch, i.e. a per-segment kernel call ran 4–20× slower than this batched form.
 
-var hasAVX512 = archsimd.X86.AVX512()
+var (
+	hasAVX512 = archsimd.X86.AVX512()
+	hasAVX2   = archsimd.X86.AVX2() && archsimd.X86.FMA()
+)
 
 // SIMDEnabled reports whether the archsimd fast paths are in use (built with GOEXPERIMENT=simd on a
 // CPU with AVX-512).
@@ -19,13 +22,56 @@ func SIMDEnabled() bool { return hasAVX512 }
 func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
 	weights, scales []float32) {
 	switch {
-	case !hasAVX512 || dim%16 != 0:
-		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
-	case dim == 64:
+	case hasAVX512 && dim == 64:
 		segmentReduce64(dst, dstBase, dstStride, src, offs, bounds, weights, scales)
-	default:
+	case hasAVX512 && dim%16 == 0:
 		segmentReduceBlocks(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
+	case hasAVX2 && dim%8 == 0:
+		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
+	default:
+		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
 	}
+}
+
+// segmentReduceAVX2 is the 256-bit path for CPUs without AVX-512 (dim a multiple of 8): two
+// 8-column blocks per pass keep two accumulators in flight.
+func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
+	weights, scales []float32) {
+	d := int64(dim)
+	for i := 0; i+1 < len(bounds); i++ {
+		out := dst[dstBase+i*dstStride:][:dim]
+		for c := int64(0); c < d; c += 8 {
+			two := c+16 <= d
+			var a0, a1 archsimd.Float32x8
+			for j := bounds[i]; j < bounds[i+1]; j++ {
+				o := offs[j] + c
+				if offs[j] < 0 {
+					continue
+				}
+				r0 := archsimd.LoadFloat32x8((*[8]float32)(src[o : o+8]))
+				var r1 archsimd.Float32x8
+				if two {
+					r1 = archsimd.LoadFloat32x8((*[8]float32)(src[o+8 : o+16]))
+				}
+				if weights == nil {
+					a0, a1 = a0.Add(r0), a1.Add(r1)
+				} else {
+					w := archsimd.BroadcastFloat32x8(weights[j])
+					a0, a1 = r0.MulAdd(w, a0), r1.MulAdd(w, a1)
+				}
+			}
+			if scales != nil {
+				s := archsimd.BroadcastFloat32x8(scales[i])
+				a0, a1 = a0.Mul(s), a1.Mul(s)
+			}
+			a0.Store((*[8]float32)(out[c : c+8]))
+			if two {
+				a1.Store((*[8]float32)(out[c+8 : c+16]))
+				c += 8
+			}
+		}
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
 func blk(x []float32, i int) *[16]float32 { return (*[16]float32)(x[i : i+16]) }
