@@ -31,7 +31,7 @@ bench = Bench("planner", description=__doc__)
 QUICK = bench.quick
 TABLES = 80 if QUICK else 397
 SCALE = TABLES / 397
-TIME_LIMIT = 5.0 if QUICK else 55.0
+TIME_LIMIT = 3.0 if QUICK else 55.0
 GAP = 0.005
 TOPO = P.Topology(hbm_bytes=int(24e9 * SCALE), host_bytes=int(1500e9 * SCALE))
 if QUICK:  # keep TorchRec's per-rank KJT reservation proportional to the smaller model
