@@ -348,3 +348,9 @@ def test_rm_models_double_in_size() -> None:
     assert sizes[1] == pytest.approx(2 * sizes[0], rel=1e-3) and sizes[2] == pytest.approx(4 * sizes[0], rel=1e-3)
     with pytest.raises(InvalidInputError, match="rm9"):
         rm_profile("rm9", fitted)
+
+
+def test_profile_reports_progress(capsys: pytest.CaptureFixture[str]) -> None:
+    P.profile(_batches(n=3), TABLES, sample_rate=1.0, progress=1e-9)
+    err = capsys.readouterr().err
+    assert err.count("[recgo profile]") == 3 and "192 samples" in err
