@@ -476,3 +476,18 @@ def test_attach_is_idempotent_and_callable_per_table() -> None:
     other = make(dim=2, bound=16)
     other.load_state_dict(sd)
     _assert_state_dicts_equal(sd, other.state_dict())
+
+
+def test_collection_attaches_dynamic_tables_itself() -> None:
+    """A plain EmbeddingBagCollection (no explicit dynamic.attach) checkpoints its ID maps."""
+    cfg = EmbeddingBagConfig(name="t", embedding_dim=2, num_embeddings=16, feature_names=["f"],
+                             dynamic=DynamicConfig())
+    ebc = EmbeddingBagCollection([cfg], optimizer=SGD(lr=0.1))
+    _train(ebc, 3, seed=7)
+    sd = ebc.state_dict()
+    assert "embedding_bags.t.dynamic_ids" in sd and "embedding_bags.t.dynamic_meta" in sd
+    other = EmbeddingBagCollection([EmbeddingBagConfig(name="t", embedding_dim=2, num_embeddings=16,
+                                                       feature_names=["f"], dynamic=DynamicConfig())],
+                                   optimizer=SGD(lr=0.1))
+    other.load_state_dict(sd)
+    _assert_state_dicts_equal(sd, other.state_dict())

@@ -195,6 +195,10 @@ class EmbeddingBagCollection(nn.Module):
             if optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
                 step = torch.empty(0, dtype=torch.int64)
             self.embedding_bags[cfg.name] = _Table(weight, optimizer is None, state, step)
+        for i, cfg in enumerate(self._configs):
+            # Dynamic tables hook state_dict/load_state_dict so checkpoints carry their ID maps.
+            if cfg.dynamic is not None and hasattr(cfg.dynamic, "attach"):
+                cfg.dynamic.attach(self, i)
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts: dict[int, _lib.Handle] = {}
         self._out_cache: list[torch.Tensor] = []
