@@ -39,6 +39,7 @@ func HashIDs(dst, src []int64, seed uint64) {
 		h = h.Xor(h.RotateAllRight(32).And(m32))
 		h.AsInt64x8().StoreSlice(dst[i : i+8])
 	}
+	archsimd.ClearAVXUpperBits() // the scalar tail and callers are legacy-SSE encoded (see segment_reduce_simd.go)
 	HashIDsGeneric(dst[i:], src[i:], seed)
 }
 
@@ -58,6 +59,7 @@ func BucketizeFloat64(dst []int64, src []float64, bounds []float64) int {
 		}
 		bucketize8(x, bounds).StoreSlice(dst[i : i+8])
 	}
+	archsimd.ClearAVXUpperBits()
 	if r := BucketizeFloat64Generic(dst[i:], src[i:], bounds); firstNaN < 0 && r >= 0 {
 		firstNaN = i + r
 	}
@@ -85,6 +87,7 @@ func BucketizeFloat32(dst []int64, src []float32, bounds []float64) int {
 		}
 		bucketize8(x, bounds).StoreSlice(dst[i : i+8])
 	}
+	archsimd.ClearAVXUpperBits()
 	if r := BucketizeFloat32Generic(dst[i:], src[i:], bounds); firstNaN < 0 && r >= 0 {
 		firstNaN = i + r
 	}
