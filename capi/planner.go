@@ -12,6 +12,7 @@ import (
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner"
+	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/gpuinfo"
 	"github.com/recgo/recgo/planner/highs"
 	"github.com/recgo/recgo/planner/profile"
@@ -109,8 +110,51 @@ func writeDoc(doc []byte, buf unsafe.Pointer, buflen C.int64_t, needed *C.int64_
 	return nil
 }
 
+// writeJSON marshals v and writes it with writeDoc.
+func writeJSON(v any, buf unsafe.Pointer, buflen C.int64_t, needed *C.int64_t) error {
+	doc, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return writeDoc(doc, buf, buflen, needed)
+}
+
 func bytesArg(ptr unsafe.Pointer, n C.int64_t, name string) ([]byte, error) {
 	return viewSlice[byte](ptr, int64(n), name)
+}
+
+// storeHandle returns err, or stores v as a new handle in *out when err is nil.
+func storeHandle[T any](out *C.uintptr_t, v T, err error) error {
+	if err != nil {
+		return err
+	}
+	*out = newHandle(v)
+	return nil
+}
+
+// parseHandle reads n bytes of JSON at doc, parses them with parse and stores the result as a new
+// handle in *out.
+func parseHandle[T any](doc unsafe.Pointer, n C.int64_t, out *C.uintptr_t, parse func([]byte) (T, error)) error {
+	data, err := bytesArg(doc, n, "json")
+	if err != nil {
+		return err
+	}
+	v, err := parse(data)
+	return storeHandle(out, v, err)
+}
+
+// profileConfig looks up the profile behind profH and parses the planner.Config JSON at cfg.
+func profileConfig(profH C.uintptr_t, cfg unsafe.Pointer, n C.int64_t) (*profile.Profile, cost.Topology, planner.Options, error) {
+	prof, err := lookup[*profile.Profile](profH, "profile")
+	if err != nil {
+		return nil, cost.Topology{}, planner.Options{}, err
+	}
+	data, err := bytesArg(cfg, n, "config")
+	if err != nil {
+		return nil, cost.Topology{}, planner.Options{}, err
+	}
+	topo, opts, err := planner.ParseConfig(data)
+	return prof, topo, opts, err
 }
 
 // recgo_profiler_new starts profiling the tables in specJSON ([{"name","rows","dim","elem_bytes"}]),
@@ -205,11 +249,7 @@ func recgo_profiler_profile(h C.uintptr_t, out *C.uintptr_t, errbuf *C.char, err
 			return err
 		}
 		prof, err := p.Profile()
-		if err != nil {
-			return err
-		}
-		*out = newHandle(prof)
-		return nil
+		return storeHandle(out, prof, err)
 	})
 }
 
@@ -218,16 +258,7 @@ func recgo_profiler_profile(h C.uintptr_t, out *C.uintptr_t, errbuf *C.char, err
 //export recgo_profile_parse
 func recgo_profile_parse(doc unsafe.Pointer, n C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		data, err := bytesArg(doc, n, "json")
-		if err != nil {
-			return err
-		}
-		prof, err := profile.Parse(data)
-		if err != nil {
-			return err
-		}
-		*out = newHandle(prof)
-		return nil
+		return parseHandle(doc, n, out, profile.Parse)
 	})
 }
 
@@ -236,20 +267,13 @@ func recgo_profile_parse(doc unsafe.Pointer, n C.int64_t, out *C.uintptr_t, errb
 //export recgo_profile_synthetic
 func recgo_profile_synthetic(doc unsafe.Pointer, n C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		data, err := bytesArg(doc, n, "json")
-		if err != nil {
-			return err
-		}
-		var spec planner.SyntheticSpec
-		if err := json.Unmarshal(data, &spec); err != nil {
-			return errs.Invalidf("synthetic spec: %v", err)
-		}
-		prof, err := planner.Synthetic(spec)
-		if err != nil {
-			return err
-		}
-		*out = newHandle(prof)
-		return nil
+		return parseHandle(doc, n, out, func(data []byte) (*profile.Profile, error) {
+			var spec planner.SyntheticSpec
+			if err := json.Unmarshal(data, &spec); err != nil {
+				return nil, errs.Invalidf("synthetic spec: %v", err)
+			}
+			return planner.Synthetic(spec)
+		})
 	})
 }
 
@@ -271,11 +295,7 @@ func recgo_profile_json(h C.uintptr_t, ranked C.int32_t, buf unsafe.Pointer, buf
 				view.Tables[i] = t
 			}
 		}
-		doc, err := json.Marshal(&view)
-		if err != nil {
-			return err
-		}
-		return writeDoc(doc, buf, buflen, needed)
+		return writeJSON(&view, buf, buflen, needed)
 	})
 }
 
@@ -284,24 +304,12 @@ func recgo_profile_json(h C.uintptr_t, ranked C.int32_t, buf unsafe.Pointer, buf
 //export recgo_plan_make
 func recgo_plan_make(profH C.uintptr_t, cfg unsafe.Pointer, n C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		prof, err := lookup[*profile.Profile](profH, "profile")
-		if err != nil {
-			return err
-		}
-		data, err := bytesArg(cfg, n, "config")
-		if err != nil {
-			return err
-		}
-		topo, opts, err := planner.ParseConfig(data)
+		prof, topo, opts, err := profileConfig(profH, cfg, n)
 		if err != nil {
 			return err
 		}
 		p, err := planner.Make(prof, topo, opts)
-		if err != nil {
-			return err
-		}
-		*out = newHandle(p)
-		return nil
+		return storeHandle(out, p, err)
 	})
 }
 
@@ -312,15 +320,7 @@ func recgo_plan_make(profH C.uintptr_t, cfg unsafe.Pointer, n C.int64_t, out *C.
 func recgo_plan_evaluate(profH C.uintptr_t, cfg unsafe.Pointer, n C.int64_t, gpusPtr, hotsPtr unsafe.Pointer,
 	ntables C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		prof, err := lookup[*profile.Profile](profH, "profile")
-		if err != nil {
-			return err
-		}
-		data, err := bytesArg(cfg, n, "config")
-		if err != nil {
-			return err
-		}
-		topo, opts, err := planner.ParseConfig(data)
+		prof, topo, opts, err := profileConfig(profH, cfg, n)
 		if err != nil {
 			return err
 		}
@@ -333,11 +333,7 @@ func recgo_plan_evaluate(profH C.uintptr_t, cfg unsafe.Pointer, n C.int64_t, gpu
 			return err
 		}
 		p, err := planner.Evaluate(prof, topo, opts, gpus, hots)
-		if err != nil {
-			return err
-		}
-		*out = newHandle(p)
-		return nil
+		return storeHandle(out, p, err)
 	})
 }
 
@@ -350,11 +346,7 @@ func recgo_plan_json(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, needed
 		if err != nil {
 			return err
 		}
-		doc, err := json.Marshal(p)
-		if err != nil {
-			return err
-		}
-		return writeDoc(doc, buf, buflen, needed)
+		return writeJSON(p, buf, buflen, needed)
 	})
 }
 
@@ -363,16 +355,7 @@ func recgo_plan_json(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, needed
 //export recgo_plan_parse
 func recgo_plan_parse(doc unsafe.Pointer, n C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		data, err := bytesArg(doc, n, "json")
-		if err != nil {
-			return err
-		}
-		p, err := planner.ParsePlan(data)
-		if err != nil {
-			return err
-		}
-		*out = newHandle(p)
-		return nil
+		return parseHandle(doc, n, out, planner.ParsePlan)
 	})
 }
 
@@ -410,11 +393,7 @@ func recgo_remap_new(planH, profH C.uintptr_t, out *C.uintptr_t, errbuf *C.char,
 			return err
 		}
 		r, err := planner.NewRemap(p, prof)
-		if err != nil {
-			return err
-		}
-		*out = newHandle(r)
-		return nil
+		return storeHandle(out, r, err)
 	})
 }
 
@@ -424,11 +403,7 @@ func recgo_remap_new(planH, profH C.uintptr_t, out *C.uintptr_t, errbuf *C.char,
 func recgo_remap_load(path *C.char, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		r, err := planner.LoadRemap(goString(path))
-		if err != nil {
-			return err
-		}
-		*out = newHandle(r)
-		return nil
+		return storeHandle(out, r, err)
 	})
 }
 
@@ -451,11 +426,7 @@ func recgo_remap_tables(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, nee
 		for i, t := range r.Tables {
 			infos[i] = info{t.Name, t.Rows, t.Hot, len(t.Ranked)}
 		}
-		doc, err := json.Marshal(infos)
-		if err != nil {
-			return err
-		}
-		return writeDoc(doc, buf, buflen, needed)
+		return writeJSON(infos, buf, buflen, needed)
 	})
 }
 
@@ -525,10 +496,6 @@ func recgo_gpu_info(buf unsafe.Pointer, buflen C.int64_t, needed *C.int64_t, err
 		if err != nil {
 			return err
 		}
-		doc, err := json.Marshal(gpus)
-		if err != nil {
-			return err
-		}
-		return writeDoc(doc, buf, buflen, needed)
+		return writeJSON(gpus, buf, buflen, needed)
 	})
 }
