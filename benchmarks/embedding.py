@@ -20,6 +20,7 @@ tensor copy) to report the fraction recgo achieves, the dedup hit rate and recgo
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
@@ -111,22 +112,23 @@ class Workload:
         self.steps = {}
         if "recgo" in variants:
             self.recgo = recgo.EmbeddingBagCollection(self.cfgs, optimizer=modules.SGD(lr=LR), seed=1)
-            self.steps["recgo"] = self._recgo_step
+            self.steps["recgo"] = functools.partial(self._train_step, self.recgo, self.batches)
         init = {k: v for k, v in self.recgo.state_dict().items() if k.endswith(".weight")}
         if "recgo_sparse" in variants:
             self.recgo_sparse = recgo.EmbeddingBagCollection(self.cfgs, sparse_grad=True, seed=1)
             self.recgo_sparse_opt = torch.optim.SGD(self.recgo_sparse.parameters(), lr=LR)
-            self.steps["recgo_sparse"] = self._recgo_sparse_step
+            self.steps["recgo_sparse"] = functools.partial(self._train_step, self.recgo_sparse, self.batches,
+                                                         self.recgo_sparse_opt)
         if "torchrec_fused" in variants:
             self.fused = FusedEmbeddingBagCollection(tables=self.cfgs, optimizer_type=torch.optim.SGD,
                                                      optimizer_kwargs={"lr": LR}, device=torch.device("cpu"))
             self.fused.load_state_dict(init)
-            self.steps["torchrec_fused"] = self._fused_step
+            self.steps["torchrec_fused"] = functools.partial(self._train_step, self.fused, self.tr_batches)
         if "torchrec_ebc" in variants:
             self.tebc = torchrec.EmbeddingBagCollection(tables=self.cfgs, device=torch.device("cpu"))
             self.tebc.load_state_dict(init)
             self.tebc_opt = torch.optim.SGD(self.tebc.parameters(), lr=LR)
-            self.steps["torchrec_ebc"] = self._tebc_step
+            self.steps["torchrec_ebc"] = functools.partial(self._train_step, self.tebc, self.tr_batches, self.tebc_opt)
         if "torch" in variants:
             self.bags = nn.ModuleList(nn.EmbeddingBag(r, dim, mode="sum", sparse=True) for r in rows)
             with torch.no_grad():
@@ -147,25 +149,15 @@ class Workload:
         self.i = (self.i + 1) % len(self.batches)
         return self.i
 
-    def _recgo_step(self) -> None:
+    def _train_step(self, model, batches, opt=None) -> None:
+        """Runs model on the next of batches and backward with its fixed gradient; steps opt when
+        given (None: the module updates its weights itself in backward)."""
         i = self._next()
-        self.recgo(self.batches[i]).values().backward(self.grads[i])
-
-    def _recgo_sparse_step(self) -> None:
-        i = self._next()
-        self.recgo_sparse_opt.zero_grad(set_to_none=True)
-        self.recgo_sparse(self.batches[i]).values().backward(self.grads[i])
-        self.recgo_sparse_opt.step()
-
-    def _fused_step(self) -> None:
-        i = self._next()
-        self.fused(self.tr_batches[i]).values().backward(self.grads[i])
-
-    def _tebc_step(self) -> None:
-        i = self._next()
-        self.tebc_opt.zero_grad(set_to_none=True)
-        self.tebc(self.tr_batches[i]).values().backward(self.grads[i])
-        self.tebc_opt.step()
+        if opt is not None:
+            opt.zero_grad(set_to_none=True)
+        model(batches[i]).values().backward(self.grads[i])
+        if opt is not None:
+            opt.step()
 
     def _torch_step(self) -> None:
         i = self._next()
