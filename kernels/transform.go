@@ -21,16 +21,7 @@ func ModFloor(dst, src []int64, n int64) {
 func BucketizeInt64(dst, src, bounds []int64) {
 	src = src[:len(dst)]
 	for i, x := range src {
-		lo, hi := 0, len(bounds)
-		for lo < hi {
-			mid := int(uint(lo+hi) >> 1)
-			if bounds[mid] <= x {
-				lo = mid + 1
-			} else {
-				hi = mid
-			}
-		}
-		dst[i] = int64(lo)
+		dst[i] = int64(countLE(bounds, x))
 	}
 }
 
@@ -63,7 +54,8 @@ func BucketizeFloat32Generic(dst []int64, src []float32, bounds []float64) int {
 	return firstNaN
 }
 
-func countLE(bounds []float64, x float64) int {
+// countLE returns the number of elements of bounds (sorted ascending) that are <= x.
+func countLE[T int64 | float64](bounds []T, x T) int {
 	lo, hi := 0, len(bounds)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
