@@ -32,12 +32,7 @@ func (t *Table) Export() (*Snapshot, error) {
 	if t.closed {
 		return nil, t.closedErr()
 	}
-	t.evictMu.Lock()
-	defer t.evictMu.Unlock()
-	t.lockAll()
-	defer t.unlockAll()
-	t.allocMu.Lock()
-	defer t.allocMu.Unlock()
+	defer t.freeze()()
 	c := &t.cfg
 	hw := t.highWater
 	s := &Snapshot{
@@ -143,12 +138,7 @@ func (t *Table) Import(s *Snapshot) error {
 	if err := s.validate(c); err != nil {
 		return err
 	}
-	t.evictMu.Lock()
-	defer t.evictMu.Unlock()
-	t.lockAll()
-	defer t.unlockAll()
-	t.allocMu.Lock()
-	defer t.allocMu.Unlock()
+	defer t.freeze()()
 
 	hw := len(s.IDs)
 	// Clear the rows handed out so far (those above read as zeros already, untouched), so that rows

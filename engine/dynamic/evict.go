@@ -42,6 +42,19 @@ func (t *Table) unlockAll() {
 	}
 }
 
+// freeze takes the eviction lock, every shard lock and the allocation lock, in that order, so that
+// nothing else reads or changes the table; the returned function releases them in reverse order.
+func (t *Table) freeze() (thaw func()) {
+	t.evictMu.Lock()
+	t.lockAll()
+	t.allocMu.Lock()
+	return func() {
+		t.allocMu.Unlock()
+		t.unlockAll()
+		t.evictMu.Unlock()
+	}
+}
+
 // evictFull frees the EvictFrac of rows first in the policy's order among those not seen in the
 // current step. It runs when an admission finds the table full: one pass costs O(rows) (collection
 // and a linear-time selection) and frees evictBatch rows, so each admission pays O(1/EvictFrac)
