@@ -85,31 +85,27 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 		hm.AddRow(1, 1, idx, ones(len(idx)))
 	}
 	hbm, host := float64(m.Topo.HBMBytes), float64(m.Topo.HostBytes)
-	loadRow := func(g int) ([]int32, []float64) {
-		var idx []int32
-		var val []float64
+	// appendGPU appends the column and coefficient of every option (of every table) on GPU g for
+	// which coef reports one.
+	appendGPU := func(idx []int32, val []float64, g int, coef func(o cost.Option) (float64, bool)) ([]int32, []float64) {
 		for t, tab := range m.Tables {
 			for k, o := range tab.Options {
-				if o.Cost != 0 {
+				if c, ok := coef(o); ok {
 					idx = append(idx, int32(p.col(t, g, k)))
-					val = append(val, o.Cost/p.scale)
+					val = append(val, c)
 				}
 			}
 		}
 		return idx, val
 	}
+	load := func(o cost.Option) (float64, bool) { return o.Cost / p.scale, o.Cost != 0 }
+	hot := func(o cost.Option) (float64, bool) { return float64(o.HotBytes) / hbm, o.HotBytes > 0 }
+	cold := func(o cost.Option) (float64, bool) { return float64(o.ColdBytes) / host, o.ColdBytes > 0 }
+	loadRow := func(g int) ([]int32, []float64) { return appendGPU(nil, nil, g, load) }
 	for g := 0; g < G; g++ {
 		idx, val := loadRow(g)
 		hm.AddRow(math.Inf(-1), 0, append(idx, int32(p.z)), append(val, -1))
-		idx, val = idx[:0], val[:0]
-		for t, tab := range m.Tables {
-			for k, o := range tab.Options {
-				if o.HotBytes > 0 {
-					idx = append(idx, int32(p.col(t, g, k)))
-					val = append(val, float64(o.HotBytes)/hbm)
-				}
-			}
-		}
+		idx, val = appendGPU(idx[:0], val[:0], g, hot)
 		if len(idx) > 0 {
 			hm.AddRow(math.Inf(-1), 1, idx, val)
 		}
@@ -118,14 +114,7 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 		var idx []int32
 		var val []float64
 		for g := node * m.Topo.GPUsPerNode; g < (node+1)*m.Topo.GPUsPerNode; g++ {
-			for t, tab := range m.Tables {
-				for k, o := range tab.Options {
-					if o.ColdBytes > 0 {
-						idx = append(idx, int32(p.col(t, g, k)))
-						val = append(val, float64(o.ColdBytes)/host)
-					}
-				}
-			}
+			idx, val = appendGPU(idx, val, g, cold)
 		}
 		if len(idx) > 0 {
 			hm.AddRow(math.Inf(-1), 1, idx, val)
