@@ -94,6 +94,19 @@ def measure_bandwidth(mb: int) -> float:
     return 2 * n * 4 / best
 
 
+def bag_inputs(batches: list[recgo.KeyedJaggedTensor]) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Per batch, each feature's (values, offsets) as nn.EmbeddingBag takes them."""
+    out = []
+    for b in batches:
+        per = []
+        for values, lengths in b.to_dict().values():
+            offs = torch.zeros(lengths.numel(), dtype=torch.int64)
+            torch.cumsum(lengths[:-1], 0, out=offs[1:])
+            per.append((values, offs))
+        out.append(per)
+    return out
+
+
 class Workload:
     """The variants' modules over one set of tables and batches (identical initial weights)."""
 
@@ -135,14 +148,7 @@ class Workload:
                 for t, bag in enumerate(self.bags):
                     bag.weight.copy_(init[f"embedding_bags.t{t}.weight"])
             self.bags_opt = torch.optim.SGD(self.bags.parameters(), lr=LR)
-            self.feature_slices = []
-            for b in batches:
-                per = []
-                for values, lengths in b.to_dict().values():
-                    offs = torch.zeros(lengths.numel(), dtype=torch.int64)
-                    torch.cumsum(lengths[:-1], 0, out=offs[1:])
-                    per.append((values, offs))
-                self.feature_slices.append(per)
+            self.feature_slices = bag_inputs(batches)
             self.steps["torch"] = self._torch_step
 
     def _next(self) -> int:
@@ -251,14 +257,7 @@ def adam_case(bench: Bench, rows: list[int], dim: int, batches: list[recgo.Keyed
     opt = torch.optim.SparseAdam(bags.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(3)
     grads = [torch.randn(b.stride(), dim * len(rows), generator=gen) for b in batches]
-    slices = []
-    for b in batches:
-        per = []
-        for values, lengths in b.to_dict().values():
-            offs = torch.zeros(lengths.numel(), dtype=torch.int64)
-            torch.cumsum(lengths[:-1], 0, out=offs[1:])
-            per.append((values, offs))
-        slices.append(per)
+    slices = bag_inputs(batches)
     state = {"i": 0}
 
     def nxt() -> int:
