@@ -476,3 +476,32 @@ func FuzzOptimizerConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestForwardWithoutContextMatches: a forward that keeps no context (fixed tables skip
+// deduplication) pools exactly what a keeping forward pools, and rejects the same out-of-range ID.
+func TestForwardWithoutContextMatches(t *testing.T) {
+	for seed := uint64(0); seed < 40; seed++ {
+		s := newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+		want := make([]float32, s.B*s.c.Width())
+		ctx, err := s.c.Forward(s.b, want, true, true)
+		require.NoError(t, err)
+		s.c.Release(ctx)
+		got := make([]float32, len(want))
+		for i := range got {
+			got[i] = float32(math.NaN())
+		}
+		_, err = s.c.Forward(s.b, got, false, false)
+		require.NoError(t, err)
+		require.Equal(t, want, got, "seed %d", seed)
+		if len(s.b.Values) == 0 {
+			continue
+		}
+		bad := s.b
+		bad.Values = append([]int64(nil), s.b.Values...)
+		bad.Values[len(bad.Values)-1] = 1 << 40
+		_, errKeep := s.c.Forward(bad, got, true, true)
+		_, errNoKeep := s.c.Forward(bad, got, true, false)
+		require.Error(t, errKeep)
+		require.Equal(t, errKeep.Error(), errNoKeep.Error(), "seed %d", seed)
+	}
+}

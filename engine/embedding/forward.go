@@ -68,7 +68,8 @@ const poolChunk = 256
 
 // Forward pools the batch into out ([B, Width] row-major, overwritten) and, when keep is true,
 // returns the context backward needs. IDs are deduplicated per table and each distinct ID is
-// resolved once; every output segment (feature, sample) has one writer.
+// resolved once (without keep, fixed tables skip deduplication: ID i is row i); every output
+// segment (feature, sample) has one writer.
 func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context, error) {
 	if err := c.rlock(); err != nil {
 		return nil, err
@@ -178,9 +179,28 @@ func resize[T any](s []T, n int) []T {
 
 // dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them,
 // resolves the distinct IDs to rows and fills the source offset of each of its KJT values; with
-// keep, it also records where each lookup's output gradient sits and its scale.
+// keep, it also records where each lookup's output gradient sits and its scale. Without keep, a
+// fixed table's values map straight to rows (range-checked), with no deduplication.
 func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
 	t, tc := c.Tables[ti], &ctx.tables[ti]
+	fixed, isRange := t.Source.(RangeSource)
+	dense := isRange && fixed.Rows == t.rows
+	if dense && !keep {
+		// Without a context to keep, a fixed table needs no deduplication: ID i is row i, so each
+		// value's source offset follows from its ID after the range check Resolve would make.
+		stride := int64(t.Stride)
+		for _, f := range c.features[ti] {
+			k := featKey[f]
+			v0, v1 := offsets[k*B], offsets[(k+1)*B]
+			for v, id := range b.Values[v0:v1] {
+				if uint64(id) >= uint64(fixed.Rows) {
+					return fixed.check(id)
+				}
+				ctx.srcOff[v0+int64(v)] = id * stride
+			}
+		}
+		return nil
+	}
 	var n int64
 	for _, f := range c.features[ti] {
 		k := featKey[f]
@@ -188,7 +208,7 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
-	if fixed, ok := t.Source.(RangeSource); ok && fixed.Rows == t.rows && t.rows <= denseDedupMaxRows {
+	if dense && t.rows <= denseDedupMaxRows {
 		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
 			return err
 		}
