@@ -20,33 +20,6 @@ type grouped struct {
 	next  []int32 // scratch
 }
 
-func group(tc *tableCtx) grouped {
-	u := len(tc.uniq)
-	g := &tc.grp
-	g.start = resize(g.start, u+1)
-	clear(g.start)
-	g.off = resize(g.off, len(tc.inv))
-	g.scale = resize(g.scale, len(tc.inv))
-	g.next = resize(g.next, u)
-	for _, x := range tc.inv {
-		g.start[x+1]++
-	}
-	for i := 0; i < u; i++ {
-		g.start[i+1] += g.start[i]
-	}
-	next := g.next
-	for i := range next {
-		next[i] = int32(g.start[i])
-	}
-	for p, x := range tc.inv {
-		k := next[x]
-		next[x]++
-		g.off[k] = tc.gOff[p]
-		g.scale[k] = tc.scale[p]
-	}
-	return *g
-}
-
 // Backward merges the output gradient gradOut ([B, Width]) into one gradient per distinct row of
 // each table, then either applies each table's fused optimizer to that row in the same pass
 // (gradRows == nil) or writes the gradients out for a caller's optimizer: for each table t, its
@@ -84,11 +57,6 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 		ctx.grads = resize(ctx.grads, nVals)
 	}
 	t0 := time.Now()
-	groups := make([]grouped, len(c.Tables))
-	parallel.ForEach(len(c.Tables), 1, func(i int) { groups[i] = group(&ctx.tables[i]) })
-	since(StageGroup, t0)
-
-	t0 = time.Now()
 	type item struct{ t, lo, hi int }
 	var items []item
 	updaters := make([]rowUpdater, len(c.Tables))
@@ -103,7 +71,8 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	}
 	parallel.ForEach(len(items), 1, func(j int) {
 		it := items[j]
-		t, tc, g := c.Tables[it.t], &ctx.tables[it.t], &groups[it.t]
+		t, tc := c.Tables[it.t], &ctx.tables[it.t]
+		g := &tc.grp
 		d := t.Dim
 		var buf []float32
 		if fused {

@@ -34,13 +34,13 @@
 //
 // [Collection.Forward] validates the batch ([ValidateBatch]), deduplicates each table's IDs (a
 // slot array indexed by ID for fixed tables up to 2^26 rows, a hash map otherwise), calls Resolve
-// once per distinct ID, then pools every (feature, sample) segment with one writer per output
-// (kernels.SegmentReduce, one call per chunk of samples of a feature), in parallel across chunks.
-// It returns a [Context] for backward. A forward that keeps no context (inference) skips
+// once per distinct ID; when it keeps a [Context] for backward, it groups the lookups by destination
+// row (counting sort on the inverse map: RecIS Algorithm 1, each lookup's output-gradient offset
+// and scale computed from the batch as it is placed). It then pools every (feature, sample)
+// segment with one writer per output (kernels.SegmentReduce, one call per chunk of samples of a
+// feature), in parallel across chunks. A forward that keeps no context (inference) skips
 // deduplication for fixed tables, whose ID is their row: each value's row follows from a range check.
-// [Collection.Backward] groups the lookups by destination row
-// (counting sort on the inverse map: RecIS Algorithm 1), reduces each distinct row's contributions
-// once, then applies the table's fused optimizer to those rows in the same pass (kernels.SGDRows,
+// [Collection.Backward] reduces each distinct row's contributions once, then applies the table's fused optimizer to those rows in the same pass (kernels.SGDRows,
 // AdagradRows, RowwiseAdagradRows, AdamRows), or hands the per-row gradients back. Work splits
 // across tables and chunks of distinct rows. Release returns a context's buffers for reuse.
 //

@@ -12,8 +12,8 @@ import (
 // Stage names the parts of a training step whose time a collection accumulates (see [Collection.StageTimes]).
 type Stage int
 
-// The stages: deduplicate + resolve IDs, pool segments, group duplicate destinations in backward,
-// reduce + apply the optimizer per distinct row.
+// The stages: deduplicate + resolve IDs, group the lookups by destination row for backward (in a
+// forward that keeps its context), pool segments, reduce + apply the optimizer per distinct row.
 const (
 	StageDedup Stage = iota
 	StagePool
@@ -37,8 +37,8 @@ func StageTimes() [numStages]int64 {
 func since(s Stage, t0 time.Time) { stageTimes[s].Add(int64(time.Since(t0))) }
 
 // Context is what backward needs from a forward pass, per table: the batch's distinct IDs, their
-// rows, the inverse map from each lookup to its distinct ID, and where each lookup's output
-// gradient sits. It holds no pointer into caller memory.
+// rows, the inverse map from each lookup to its distinct ID, and the lookups grouped by distinct ID
+// with where each one's output gradient sits. It holds no pointer into caller memory.
 type Context struct {
 	B      int
 	tables []tableCtx
@@ -48,13 +48,11 @@ type Context struct {
 }
 
 type tableCtx struct {
-	seen  map[int64]int32 // dedup map for row sources other than RangeSource (reused)
-	grp   grouped         // backward's grouping (reused)
-	uniq  []int64         // distinct ids, first-seen order
-	rows  []int64         // their storage rows, -1 when unresolved
-	inv   []int32         // per lookup position (the table's features' values in order): index into uniq
-	gOff  []int64         // per position: offset of its output segment (b·Width + column)
-	scale []float32       // per position: weight × 1/len for mean pooling
+	seen map[int64]int32 // dedup map for row sources other than RangeSource (reused)
+	grp  grouped         // the lookups grouped by distinct ID for backward (forward with keep; reused)
+	uniq []int64         // distinct ids, first-seen order
+	rows []int64         // their storage rows, -1 when unresolved
+	inv  []int32         // per lookup position (the table's features' values in order): index into uniq
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -115,6 +113,11 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	if p := firstErr.Load(); p != nil {
 		c.Release(ctx)
 		return nil, *p
+	}
+	if keep {
+		t0 = time.Now()
+		parallel.ForEach(len(c.Tables), 1, func(ti int) { c.groupTable(ti, b, B, featKey, offsets, ctx) })
+		since(StageGroup, t0)
 	}
 
 	t0 = time.Now()
@@ -178,9 +181,8 @@ func resize[T any](s []T, n int) []T {
 }
 
 // dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them,
-// resolves the distinct IDs to rows and fills the source offset of each of its KJT values; with
-// keep, it also records where each lookup's output gradient sits and its scale. Without keep, a
-// fixed table's values map straight to rows (range-checked), with no deduplication.
+// resolves the distinct IDs to rows and fills the source offset of each of its KJT values. Without
+// keep, a fixed table's values map straight to rows (range-checked), with no deduplication.
 func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
 	t, tc := c.Tables[ti], &ctx.tables[ti]
 	fixed, isRange := t.Source.(RangeSource)
@@ -225,10 +227,6 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 		}
 	}
 	stride := int64(t.Stride)
-	if keep {
-		tc.gOff = resize(tc.gOff, int(n))
-		tc.scale = resize(tc.scale, int(n))
-	}
 	p := 0
 	for _, f := range c.features[ti] {
 		k := featKey[f]
@@ -240,24 +238,52 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 			}
 			p++
 		}
-		if !keep {
-			continue
-		}
-		p0 := p - int(offsets[(k+1)*B]-offsets[k*B])
+	}
+	return nil
+}
+
+// groupTable groups table ti's lookups by distinct ID for backward (counting sort on the inverse
+// map: RecIS Algorithm 1): the contributions to distinct ID u become entries start[u]..start[u+1]
+// of the grouping, in lookup order, each with its output-gradient offset (b·Width + column) and
+// scale (weight × 1/len for mean pooling), computed here from the batch rather than stored per lookup.
+func (c *Collection) groupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context) {
+	tc := &ctx.tables[ti]
+	g, u := &tc.grp, len(tc.uniq)
+	g.start = resize(g.start, u+1)
+	clear(g.start)
+	g.off = resize(g.off, len(tc.inv))
+	g.scale = resize(g.scale, len(tc.inv))
+	g.next = resize(g.next, u)
+	for _, x := range tc.inv {
+		g.start[x+1]++
+	}
+	for i := 0; i < u; i++ {
+		g.start[i+1] += g.start[i]
+	}
+	next := g.next
+	for i := range next {
+		next[i] = int32(g.start[i])
+	}
+	p := 0
+	for _, f := range c.features[ti] {
+		k := featKey[f]
 		for bi := 0; bi < B; bi++ {
 			seg := k*B + bi
-			g, sc := int64(bi*c.width+c.colOff[f]), ctx.scales[seg]
+			off, sc := int64(bi*c.width+c.colOff[f]), ctx.scales[seg]
 			for v := offsets[seg]; v < offsets[seg+1]; v++ {
-				q := p0 + int(v-offsets[k*B])
-				tc.gOff[q] = g
-				tc.scale[q] = sc
+				x := tc.inv[p]
+				q := next[x]
+				next[x]++
+				g.off[q] = off
 				if b.Weights != nil {
-					tc.scale[q] = sc * b.Weights[v]
+					g.scale[q] = sc * b.Weights[v]
+				} else {
+					g.scale[q] = sc
 				}
+				p++
 			}
 		}
 	}
-	return nil
 }
 
 // dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking

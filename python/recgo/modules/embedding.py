@@ -6,8 +6,8 @@ Each table's rows sit in memory the engine allocated outside both the Go and the
 real storage, and a tensor taken from the module keeps that memory alive however long it lives.
 
 Forward: per table, the batch's IDs are deduplicated, each distinct ID resolved once, and every
-(feature, sample) bag pooled by one writer. Backward: contributions are grouped by destination row
-(RecIS Algorithm 1), summed once per distinct row, and then either handed to a torch optimizer as a
+(feature, sample) bag pooled by one writer; a forward kept for backward also groups the lookups by
+destination row (RecIS Algorithm 1). Backward: contributions are summed once per distinct row, and then either handed to a torch optimizer as a
 (sparse or dense) gradient or, with ``optimizer=``, applied by a fused optimizer in the same pass.
 Both directions are ``torch.library`` custom ops (see ``_ops.py``), so ``torch.compile`` traces them.
 """
@@ -453,8 +453,8 @@ STAGES = ("dedup", "pool", "group", "update")
 
 def stage_times() -> dict[str, float]:
     """Seconds the engine has spent in each embedding stage since the library loaded (all collections):
-    dedup (deduplicate and resolve IDs), pool (forward segments), group (backward: contributions
-    grouped by row), update (backward: per-row reduction and optimizer). Take differences around a
+    dedup (deduplicate and resolve IDs), pool (forward segments), group (forward kept for
+    backward: contributions grouped by row), update (backward: per-row reduction and optimizer). Take differences around a
     region to see how its time splits."""
     out = torch.zeros(len(STAGES), dtype=torch.int64)
     _lib.call(_lib.fn("recgo_ebc_stage_times", [P, I64]), out.data_ptr(), len(STAGES))
