@@ -9,3 +9,8 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 
 // SIMDEnabled reports whether the archsimd fast paths are in use (never, in this build).
 func SIMDEnabled() bool { return false }
+
+func segmentScatter(dst []float32, dim int, idx []int32, fresh int32, src []float32, srcBase, srcStride int,
+	bounds []int64, weights, scales []float32) int32 {
+	return SegmentScatterGeneric(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
+}

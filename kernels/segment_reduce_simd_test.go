@@ -40,3 +40,26 @@ func TestSegmentReduceAVX2(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentScatterAVX2 runs the 256-bit scatter against the portable one.
+func TestSegmentScatterAVX2(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	for _, dim := range []int{8, 24, 64} {
+		for _, fresh := range []int32{0, -1} {
+			t.Run(fmt.Sprintf("d%d_fresh%d", dim, fresh), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(dim), 9))
+				idx, bounds, rows := scatterCase(r, 8, 2)
+				src := randVec(r, 8*dim)
+				w := randVec(r, len(idx))
+				sc := randVec(r, 8)
+				want := make([]float32, int(rows)*dim)
+				got := make([]float32, len(want))
+				SegmentScatterGeneric(want, dim, idx, fresh, src, 0, dim, bounds, w, sc)
+				segmentScatterBlocks8(got, dim, idx, fresh, src, 0, dim, bounds, w, sc)
+				requireClose(t, f64(want), got, 1e-5, "avx2")
+			})
+		}
+	}
+}

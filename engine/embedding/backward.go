@@ -57,37 +57,144 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 		ctx.grads = resize(ctx.grads, nVals)
 	}
 	t0 := time.Now()
-	type item struct{ t, lo, hi int }
-	var items []item
 	updaters := make([]rowUpdater, len(c.Tables))
-	for i, t := range c.Tables {
-		if fused {
+	if fused {
+		for i, t := range c.Tables {
 			t.Step[0]++
 			updaters[i] = newRowUpdater(t.Opt, t.Step[0])
 		}
+	}
+	// finish hands table t's merged gradients (its distinct rows lo..hi) to the optimizer or the caller.
+	finish := func(t, lo, hi int, g []float32) {
+		if fused {
+			updaters[t].applyRows(c.Tables[t], ctx.tables[t].rows[lo:hi], g)
+		} else {
+			copy(gradRows[t][lo:hi], ctx.tables[t].rows[lo:hi])
+		}
+	}
+	merged := func(t int) []float32 {
+		if fused {
+			return ctx.grads[valBase[t] : valBase[t]+ctx.Unique(t)*c.Tables[t].Dim]
+		}
+		return gradVals[t]
+	}
+	if ctx.scatter != nil {
+		parallel.ForEach(len(ctx.scatter), 1, func(j int) {
+			lo, hi := ctx.scatter[j][0], ctx.scatter[j][1]
+			c.scatterTables(ctx, gradOut, lo, hi, merged)
+			for t := lo; t < hi; t++ {
+				finish(t, 0, ctx.Unique(t), merged(t))
+			}
+		})
+		since(StageUpdate, t0)
+		return nil
+	}
+	type item struct{ t, lo, hi int }
+	var items []item
+	for i := range c.Tables {
 		for lo := 0; lo < ctx.Unique(i); lo += updateChunk {
 			items = append(items, item{i, lo, min(lo+updateChunk, ctx.Unique(i))})
 		}
 	}
 	parallel.ForEach(len(items), 1, func(j int) {
 		it := items[j]
-		t, tc := c.Tables[it.t], &ctx.tables[it.t]
-		g := &tc.grp
-		d := t.Dim
-		var buf []float32
-		if fused {
-			buf = ctx.grads[valBase[it.t]+it.lo*d : valBase[it.t]+it.hi*d]
-		} else {
-			buf = gradVals[it.t][it.lo*d : it.hi*d]
-			copy(gradRows[it.t][it.lo:], tc.rows[it.lo:it.hi])
-		}
-		// Phase 1: merge each distinct row's contributions (reads of the output gradient).
+		d, g := c.Tables[it.t].Dim, &ctx.tables[it.t].grp
+		buf := merged(it.t)[it.lo*d : it.hi*d]
+		// Merge each distinct row's contributions (reads of the output gradient), then one write per row.
 		kernels.SegmentReduce(buf, 0, d, d, gradOut, g.off, g.start[it.lo:it.hi+1], g.scale, nil)
-		// Phase 2: one write per distinct row.
-		if fused {
-			updaters[it.t].applyRows(t, tc.rows[it.lo:it.hi], buf)
-		}
+		finish(it.t, it.lo, it.hi, buf)
 	})
 	since(StageUpdate, t0)
 	return nil
+}
+
+// backwardPath overrides planScatter's choice (tests cover both paths with it).
+var backwardPath = pathAuto
+
+const (
+	pathAuto = iota
+	pathScatter
+	pathGrouped
+)
+
+// scatterChunk is the number of samples the scatter walks per table before moving to the next
+// table of its group (the group's columns of those samples' gradient rows are read once, in order).
+const scatterChunk = 64
+
+// scatterTables merges the output gradient into tables lo..hi's distinct rows in sample order:
+// each (feature, sample) segment of gradOut is read once and added into the merged gradient of
+// each of its lookups' distinct IDs (kernels.SegmentScatter). The tables belong to this caller
+// alone, so no other goroutine writes their merged rows. A table with one feature numbers its
+// distinct IDs in this very order, so its merged rows need no zeroing; others are zeroed first.
+func (c *Collection) scatterTables(ctx *Context, gradOut []float32, lo, hi int, merged func(int) []float32) {
+	B := ctx.B
+	var fresh [maxScatterGroup]int32
+	var featBase [maxScatterGroup][]int64
+	for t := lo; t < hi; t++ {
+		fresh[t-lo] = 0
+		if len(c.features[t]) > 1 {
+			fresh[t-lo] = -1
+			clear(merged(t))
+		}
+		base := int64(0)
+		for _, f := range c.features[t] {
+			k := ctx.featKey[f]
+			// featBase: the table's lookup position of the feature's first value, minus its KJT position.
+			featBase[t-lo] = append(featBase[t-lo], base-ctx.offsets[k*B])
+			base += ctx.offsets[(k+1)*B] - ctx.offsets[k*B]
+		}
+	}
+	for b0 := 0; b0 < B; b0 += scatterChunk {
+		n := min(scatterChunk, B-b0)
+		for t := lo; t < hi; t++ {
+			tc, d, acc := &ctx.tables[t], c.Tables[t].Dim, merged(t)
+			for fi, f := range c.features[t] {
+				s0 := ctx.featKey[f]*B + b0
+				v0, v1 := ctx.offsets[s0], ctx.offsets[s0+n]
+				var w []float32
+				if ctx.weighted {
+					w = ctx.weights[v0:v1]
+				}
+				p0 := v0 + featBase[t-lo][fi]
+				fresh[t-lo] = kernels.SegmentScatter(acc, d, tc.inv[p0:p0+(v1-v0)], fresh[t-lo], gradOut,
+					b0*c.width+c.colOff[f], c.width, ctx.offsets[s0:s0+n+1], w, ctx.scales[s0:s0+n])
+			}
+		}
+	}
+}
+
+// maxScatterGroup bounds the tables of one scatter group.
+const maxScatterGroup = 64
+
+// planScatter decides how backward merges the batch's gradients. The sample-order scatter reads
+// the output gradient once, in address order, but gives each table to one goroutine; it is chosen
+// when the tables split into groups no bigger than a goroutine's share of the work (so no core
+// waits on one huge table). It returns the groups (consecutive tables, several per core for load
+// balance), or nil for the grouped path, which splits every table by distinct rows instead.
+func (c *Collection) planScatter(ctx *Context) [][2]int {
+	if backwardPath == pathGrouped {
+		return nil
+	}
+	P := parallel.Workers()
+	load := make([]int64, len(c.Tables))
+	var total int64
+	for t := range c.Tables {
+		load[t] = int64(len(ctx.tables[t].inv)+ctx.B*len(c.features[t])) + 1
+		total += load[t]
+	}
+	share := total / int64(P)
+	target := max(total/int64(4*P), 1)
+	groups := ctx.scatter[:0]
+	start, acc := 0, int64(0)
+	for t := range c.Tables {
+		if P > 1 && load[t] > share && backwardPath != pathScatter {
+			return nil
+		}
+		acc += load[t]
+		if acc >= target || t-start+1 == maxScatterGroup || t == len(c.Tables)-1 {
+			groups = append(groups, [2]int{start, t + 1})
+			start, acc = t+1, 0
+		}
+	}
+	return groups
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
 )
 
 // setup is a random collection and batch with a float64 brute-force reference.
@@ -132,13 +133,66 @@ func close32(t *testing.T, want float64, got float32, msg string) {
 	require.InDelta(t, want, float64(got), 1e-5*(1+math.Abs(want)), msg)
 }
 
+// bothPaths runs body once with each backward path (sample-order scatter, grouped by row) forced.
+func bothPaths(t *testing.T, body func(t *testing.T)) {
+	for _, p := range []struct {
+		name string
+		path int
+	}{{"scatter", pathScatter}, {"grouped", pathGrouped}} {
+		t.Run(p.name, func(t *testing.T) {
+			backwardPath = p.path
+			defer func() { backwardPath = pathAuto }()
+			body(t)
+		})
+	}
+}
+
 func TestForwardBackwardMatchesBruteForce(t *testing.T) {
-	for seed := uint64(0); seed < 40; seed++ {
-		for _, weighted := range []bool{false, true} {
-			t.Run(fmt.Sprintf("seed%d_w%v", seed, weighted), func(t *testing.T) {
-				checkStep(t, newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone}))
-			})
+	bothPaths(t, func(t *testing.T) {
+		for seed := uint64(0); seed < 40; seed++ {
+			for _, weighted := range []bool{false, true} {
+				t.Run(fmt.Sprintf("seed%d_w%v", seed, weighted), func(t *testing.T) {
+					checkStep(t, newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone}))
+				})
+			}
 		}
+	})
+}
+
+func TestPlanScatterFallsBackForOneDominantTable(t *testing.T) {
+	big, err := NewFixedTable("big", 100, 4, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+	require.NoError(t, err)
+	small, err := NewFixedTable("small", 100, 4, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+	require.NoError(t, err)
+	c, err := NewCollection([]*Table{big, small}, []Feature{{Name: "a", Table: 0}, {Name: "b", Table: 1}})
+	require.NoError(t, err)
+	defer c.Close()
+	batch := func(na, nb int) Batch {
+		b := Batch{KeyFeature: []int64{0, 1}, Lengths: []int64{int64(na), int64(nb)}}
+		for i := 0; i < na+nb; i++ {
+			b.Values = append(b.Values, int64(i%100))
+		}
+		return b
+	}
+	cases := []struct {
+		name        string
+		na, nb      int
+		wantScatter bool
+	}{
+		{"balanced", 50, 50, true},
+		{"one table holds most lookups", 90, 10, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, err := c.Forward(batch(tc.na, tc.nb), make([]float32, c.Width()), true, true)
+			require.NoError(t, err)
+			defer c.Release(ctx)
+			if parallel.Workers() == 1 {
+				require.NotNil(t, ctx.scatter, "one worker always scatters")
+				return
+			}
+			require.Equal(t, tc.wantScatter, ctx.scatter != nil)
+		})
 	}
 }
 
@@ -221,7 +275,9 @@ func TestConcurrentForwards(t *testing.T) {
 	}
 }
 
-func TestFusedSGDAppliesMergedGradient(t *testing.T) {
+func TestFusedSGDAppliesMergedGradient(t *testing.T) { bothPaths(t, testFusedSGD) }
+
+func testFusedSGD(t *testing.T) {
 	s := newSetup(t, 7, true, OptimizerConfig{Kind: OptSGD, LR: 0.1})
 	before := make([][]float32, len(s.c.Tables))
 	for i, tb := range s.c.Tables {

@@ -40,11 +40,16 @@ func since(s Stage, t0 time.Time) { stageTimes[s].Add(int64(time.Since(t0))) }
 // rows, the inverse map from each lookup to its distinct ID, and the lookups grouped by distinct ID
 // with where each one's output gradient sits. It holds no pointer into caller memory.
 type Context struct {
-	B      int
-	tables []tableCtx
-	srcOff []int64   // per KJT value: row·stride in its table, or -1 (forward scratch)
-	scales []float32 // per KJT segment: 1/len for mean pooling, else 1 (forward scratch)
-	grads  []float32 // backward: merged gradients of the distinct rows (fused mode scratch)
+	B        int
+	tables   []tableCtx
+	srcOff   []int64   // per KJT value: row·stride in its table, or -1 (forward scratch)
+	scales   []float32 // per KJT segment: 1/len for mean pooling, else 1
+	offsets  []int64   // KJT value offsets of the segments (len F·B+1)
+	featKey  []int     // per collection feature: its key in the batch
+	weights  []float32 // a copy of the batch's per-ID weights (when weighted)
+	weighted bool
+	scatter  [][2]int  // backward's table groups [lo, hi) for the sample-order scatter; nil: grouped path
+	grads    []float32 // backward: merged gradients of the distinct rows (fused mode scratch)
 }
 
 type tableCtx struct {
@@ -61,8 +66,9 @@ func (x *Context) Unique(t int) int { return len(x.tables[t].uniq) }
 // Lookups returns the number of IDs table t looked up in the batch (duplicates included).
 func (x *Context) Lookups(t int) int { return len(x.tables[t].inv) }
 
-// poolChunk is the number of samples of one feature that one forward work item pools.
-const poolChunk = 256
+// poolChunk is the number of samples one forward work item pools (all features of each, so the
+// output is written in address order: a row crosses pages, a column of rows strides across them).
+const poolChunk = 32
 
 // Forward pools the batch into out ([B, Width] row-major, overwritten) and, when keep is true,
 // returns the context backward needs. IDs are deduplicated per table and each distinct ID is
@@ -81,15 +87,23 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 		return nil, errs.Invalidf("forward: output has %d values, need %d (batch %d × width %d)", len(out), B*c.width, B, c.width)
 	}
 	F := len(c.Features)
-	featKey := make([]int, F)
+	ctx := c.getContext(B)
+	ctx.featKey = resize(ctx.featKey, F)
+	featKey := ctx.featKey
 	for k, f := range b.KeyFeature {
 		featKey[f] = k
 	}
-	offsets := make([]int64, len(b.Lengths)+1) // KJT order
+	ctx.offsets = resize(ctx.offsets, len(b.Lengths)+1) // KJT order
+	offsets := ctx.offsets
+	offsets[0] = 0
 	for i, n := range b.Lengths {
 		offsets[i+1] = offsets[i] + n
 	}
-	ctx := c.getContext(B)
+	ctx.weighted = b.Weights != nil
+	ctx.weights = ctx.weights[:0]
+	if keep && ctx.weighted {
+		ctx.weights = append(ctx.weights, b.Weights...) // backward must not read caller memory
+	}
 	ctx.srcOff = resize(ctx.srcOff, len(b.Values))
 	ctx.scales = resize(ctx.scales, len(b.Lengths))
 	for k, f := range b.KeyFeature {
@@ -115,20 +129,34 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 		return nil, *p
 	}
 	if keep {
-		t0 = time.Now()
-		parallel.ForEach(len(c.Tables), 1, func(ti int) { c.groupTable(ti, b, B, featKey, offsets, ctx) })
-		since(StageGroup, t0)
+		ctx.scatter = c.planScatter(ctx)
+		if ctx.scatter == nil {
+			t0 = time.Now()
+			parallel.ForEach(len(c.Tables), 1, func(ti int) { c.groupTable(ti, b, B, featKey, offsets, ctx) })
+			since(StageGroup, t0)
+		}
 	}
 
 	t0 = time.Now()
 	chunks := (B + poolChunk - 1) / poolChunk
-	parallel.ForEach(F*chunks, 1, func(item int) {
-		f, b0 := item/chunks, (item%chunks)*poolChunk
+	parallel.ForEach(chunks, 1, func(item int) {
+		b0 := item * poolChunk
 		b1 := min(b0+poolChunk, B)
-		t := c.Tables[c.Features[f].Table]
-		s0 := featKey[f]*B + b0
-		kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, ctx.srcOff,
-			offsets[s0:s0+(b1-b0)+1], b.Weights, ctx.scales[s0:s0+(b1-b0)])
+		prefetch := func(f int) {
+			t := c.Tables[c.Features[f].Table]
+			s0 := featKey[f]*B + b0
+			kernels.PrefetchRows(t.Data, ctx.srcOff[offsets[s0]:offsets[s0+(b1-b0)]], 1, t.Dim)
+		}
+		prefetch(0)
+		for f := 0; f < F; f++ {
+			if f+1 < F {
+				prefetch(f + 1) // overlap the next feature's row misses with this feature's sums
+			}
+			t := c.Tables[c.Features[f].Table]
+			s0 := featKey[f]*B + b0
+			kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, ctx.srcOff,
+				offsets[s0:s0+(b1-b0)+1], b.Weights, ctx.scales[s0:s0+(b1-b0)])
+		}
 	})
 	since(StagePool, t0)
 	if !keep {

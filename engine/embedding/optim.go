@@ -107,6 +107,25 @@ func newRowUpdater(c OptimizerConfig, step int64) rowUpdater {
 // applyRows updates the given distinct rows of t (−1 entries skipped) with their gradients g
 // (len(rows)·Dim values, row-major).
 func (u *rowUpdater) applyRows(t *Table, rows []int64, g []float32) {
+	ws, ss, d := t.Stride, t.StateWidth(), t.Dim
+	for lo := 0; lo < len(rows); lo += applyChunk {
+		hi := min(lo+applyChunk, len(rows))
+		if hi < len(rows) {
+			// The rows are scattered over the table: start loading the next chunk's now.
+			next := rows[hi:min(hi+applyChunk, len(rows))]
+			kernels.PrefetchRows(t.Data, next, int64(ws), d)
+			if ss > 0 {
+				kernels.PrefetchRows(t.State, next, int64(ss), ss)
+			}
+		}
+		u.applyChunk(t, rows[lo:hi], g[lo*d:hi*d])
+	}
+}
+
+// applyChunk is the number of rows an update applies between prefetches.
+const applyChunk = 32
+
+func (u *rowUpdater) applyChunk(t *Table, rows []int64, g []float32) {
 	lr, eps := float32(u.cfg.LR), float32(u.cfg.Eps)
 	w, ws, s, ss, d := t.Data, t.Stride, t.State, t.StateWidth(), t.Dim
 	switch u.cfg.Kind {

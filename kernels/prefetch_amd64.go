@@ -1,0 +1,10 @@
+package kernels
+
+import "unsafe"
+
+// prefetchRows issues PREFETCHT0 for lines cache lines at base + offs[k]·scale, k < n (offs[k] < 0
+// skipped); see prefetch_amd64.s. It uses no vector registers, so it is safe to call between
+// archsimd kernels.
+//
+//go:noescape
+func prefetchRows(base unsafe.Pointer, offs *int64, n int, scale int64, lines int)
