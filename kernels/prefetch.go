@@ -15,3 +15,13 @@ func PrefetchRows(src []float32, offs []int64, mult int64, rowLen int) {
 	lines := (rowLen*4 + 63) / 64
 	prefetchRows(unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(offs), len(offs), mult*4, lines)
 }
+
+// PrefetchStrided is PrefetchRows for rows at a fixed stride: src[base+i·stride : +rowLen] for
+// i < n (a block of columns of consecutive rows of a row-major matrix). A hint, like PrefetchRows.
+func PrefetchStrided(src []float32, base, stride, n, rowLen int) {
+	if len(src) == 0 || n <= 0 || rowLen <= 0 || base < 0 {
+		return
+	}
+	lines := (rowLen*4 + 63) / 64
+	prefetchStrided(unsafe.Pointer(unsafe.SliceData(src)), int64(base)*4, int64(stride)*4, n, lines)
+}

@@ -8,3 +8,8 @@ import "unsafe"
 //
 //go:noescape
 func prefetchRows(base unsafe.Pointer, offs *int64, n int, scale int64, lines int)
+
+// prefetchStrided issues PREFETCHT0 for lines cache lines at base + off + i·stride, i < n.
+//
+//go:noescape
+func prefetchStrided(base unsafe.Pointer, off, stride int64, n int, lines int)

@@ -27,3 +27,26 @@ next:
 	JMP loop
 done:
 	RET
+
+// func prefetchStrided(base unsafe.Pointer, off, stride int64, n int, lines int)
+TEXT ·prefetchStrided(SB), NOSPLIT, $0-40
+	MOVQ base+0(FP), AX
+	ADDQ off+8(FP), AX
+	MOVQ stride+16(FP), R9
+	MOVQ n+24(FP), CX
+	MOVQ lines+32(FP), DX
+srow:
+	TESTQ CX, CX
+	JLE sdone
+	MOVQ AX, DI
+	MOVQ DX, R8
+sline:
+	PREFETCHT0 (DI)
+	ADDQ $64, DI
+	DECQ R8
+	JG sline
+	ADDQ R9, AX
+	DECQ CX
+	JMP srow
+sdone:
+	RET

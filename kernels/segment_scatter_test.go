@@ -131,3 +131,14 @@ func TestPrefetchRowsIsOnlyAHint(t *testing.T) {
 	PrefetchRows(src, []int64{0}, 1, 0)
 	require.Equal(t, before, src)
 }
+
+func TestPrefetchStridedIsOnlyAHint(t *testing.T) {
+	src := randVec(rand.New(rand.NewPCG(2, 2)), 512)
+	before := append([]float32(nil), src...)
+	PrefetchStrided(src, 0, 128, 4, 64)
+	PrefetchStrided(src, 1<<30, 128, 4, 64) // past the end: still only a hint
+	PrefetchStrided(src, -1, 128, 4, 64)
+	PrefetchStrided(nil, 0, 128, 4, 64)
+	PrefetchStrided(src, 0, 128, 0, 64)
+	require.Equal(t, before, src)
+}

@@ -144,8 +144,18 @@ func (c *Collection) scatterTables(ctx *Context, gradOut []float32, lo, hi int, 
 			base += ctx.offsets[(k+1)*B] - ctx.offsets[k*B]
 		}
 	}
+	// The group's columns of the gradient rows: the next chunk's are prefetched while this one runs.
+	colLo, colHi := c.width, 0
+	for t := lo; t < hi; t++ {
+		for _, f := range c.features[t] {
+			colLo, colHi = min(colLo, c.colOff[f]), max(colHi, c.colOff[f]+c.Tables[t].Dim)
+		}
+	}
 	for b0 := 0; b0 < B; b0 += scatterChunk {
 		n := min(scatterChunk, B-b0)
+		if next := b0 + scatterChunk; next < B {
+			kernels.PrefetchStrided(gradOut, next*c.width+colLo, c.width, min(scatterChunk, B-next), colHi-colLo)
+		}
 		for t := lo; t < hi; t++ {
 			tc, d, acc := &ctx.tables[t], c.Tables[t].Dim, merged(t)
 			for fi, f := range c.features[t] {
