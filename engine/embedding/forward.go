@@ -146,6 +146,8 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 			t := c.Tables[c.Features[f].Table]
 			s0 := featKey[f]*B + b0
 			kernels.PrefetchRows(t.Data, ctx.srcOff[offsets[s0]:offsets[s0+(b1-b0)]], 1, t.Dim)
+			// and the output lines it will write (stores that miss stall once the store buffer fills)
+			kernels.PrefetchStrided(out, b0*c.width+c.colOff[f], c.width, b1-b0, t.Dim)
 		}
 		prefetch(0)
 		for f := 0; f < F; f++ {
