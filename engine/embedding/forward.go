@@ -241,12 +241,14 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
 	if dense && t.rows <= denseDedupMaxRows {
-		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
+		// ID i is row i: the pass that deduplicates also range-checks and writes the source offsets.
+		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed, ctx.srcOff); err != nil {
 			return err
 		}
-	} else {
-		dedupMap(c.features[ti], b, B, featKey, offsets, tc)
+		tc.rows = append(tc.rows[:0], tc.uniq...)
+		return nil
 	}
+	dedupMap(c.features[ti], b, B, featKey, offsets, tc)
 	tc.rows = resize(tc.rows, len(tc.uniq))
 	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)
@@ -317,8 +319,10 @@ func (c *Collection) groupTable(ti int, b Batch, B int, featKey []int, offsets [
 }
 
 // dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking
-// ranges as it goes; it leaves every slot at -1 again, on success or failure.
-func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource) error {
+// ranges and writing each value's source offset (row = ID) as it goes; it leaves every slot at -1
+// again, on success or failure.
+func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource,
+	srcOff []int64) error {
 	t.dedupMu.Lock()
 	defer t.dedupMu.Unlock()
 	if t.mark == nil {
@@ -333,10 +337,11 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 			mark[id] = -1
 		}
 	}()
-	p := 0
+	p, stride := 0, int64(t.Stride)
 	for _, f := range feats {
 		k := featKey[f]
-		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
+		v0 := offsets[k*B]
+		for v, id := range b.Values[v0:offsets[(k+1)*B]] {
 			if uint64(id) >= uint64(src.Rows) {
 				return src.check(id)
 			}
@@ -347,6 +352,7 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 				tc.uniq = append(tc.uniq, id)
 			}
 			tc.inv[p] = u
+			srcOff[v0+int64(v)] = id * stride
 			p++
 		}
 	}
