@@ -319,22 +319,20 @@ func (c *Collection) groupTable(ti int, b Batch, B int, featKey []int, offsets [
 }
 
 // dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking
-// ranges and writing each value's source offset (row = ID) as it goes; it leaves every slot at -1
-// again, on success or failure.
+// ranges and writing each value's source offset (row = ID) as it goes; it leaves the seen bitmap
+// clear again, on success or failure.
 func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource,
 	srcOff []int64) error {
 	t.dedupMu.Lock()
 	defer t.dedupMu.Unlock()
 	if t.mark == nil {
 		t.mark = make([]int32, t.rows)
-		for i := range t.mark {
-			t.mark[i] = -1
-		}
+		t.seen = make([]uint64, (t.rows+63)/64)
 	}
-	mark := t.mark
+	mark, seen := t.mark, t.seen
 	defer func() {
 		for _, id := range tc.uniq {
-			mark[id] = -1
+			seen[id>>6] = 0
 		}
 	}()
 	p, stride := 0, int64(t.Stride)
@@ -345,11 +343,16 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 			if uint64(id) >= uint64(src.Rows) {
 				return src.check(id)
 			}
-			u := mark[id]
-			if u < 0 {
+			// The bitmap (rows/8 bytes, cache resident) says whether id was seen; only then is its
+			// slot read, so a first sighting costs a store, not a load that misses.
+			var u int32
+			if w, bit := id>>6, uint64(1)<<(id&63); seen[w]&bit == 0 {
+				seen[w] |= bit
 				u = int32(len(tc.uniq))
 				mark[id] = u
 				tc.uniq = append(tc.uniq, id)
+			} else {
+				u = mark[id]
 			}
 			tc.inv[p] = u
 			srcOff[v0+int64(v)] = id * stride

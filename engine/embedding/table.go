@@ -44,7 +44,8 @@ type Table struct {
 	onClose func() error
 
 	dedupMu sync.Mutex
-	mark    []int32 // fixed tables: id → unique slot during dedup, -1 otherwise
+	mark    []int32  // fixed tables: id → unique slot during dedup (valid where seen has the id's bit)
+	seen    []uint64 // fixed tables: bitmap of the ids seen by the running dedup (all clear between passes)
 }
 
 // TableBuilder builds a table for a collection from its name, dimension and optimizer; row sources
