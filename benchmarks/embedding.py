@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -212,8 +213,8 @@ def run_case(bench: Bench, name: str, wl: Workload, dim: int) -> dict:
     hit, uniq, look = wl.dedup()
     nb = len(wl.batches)
     warmup = 2
-    calls = {"n": 0, "wall": 0.0, "warm": 0}
-    spent = dict.fromkeys(modules.embedding.STAGES, 0.0)
+    calls = {"warm": 0}
+    per_step: list[dict[str, float]] = []  # each timed recgo step's stage seconds and the rest
     steps = dict(wl.steps)
     inner = steps["recgo"]
 
@@ -224,20 +225,19 @@ def run_case(bench: Bench, name: str, wl: Workload, dim: int) -> dict:
             return
         before, t0 = modules.stage_times(), time.perf_counter()
         inner()
-        calls["wall"] += time.perf_counter() - t0
+        wall = time.perf_counter() - t0
         after = modules.stage_times()
-        calls["n"] += 1
-        for k in spent:
-            spent[k] += after[k] - before[k]
+        split = {k: after[k] - before[k] for k in modules.embedding.STAGES}
+        # The rest of the step is Python, autograd, the output allocation and the engine's validation.
+        split["python_and_other"] = max(0.0, wall - sum(split.values()))
+        per_step.append(split)
 
     steps["recgo"] = counted
     batch = wl.batches[0].stride()
     res = bench.compare(name, steps, items=batch, warmup=warmup)
-    stage_s = {k: v / calls["n"] for k, v in spent.items()}
+    # Per stage, the median over the timed recgo steps (warm-up excluded), like the step times.
+    stage_s = {k: statistics.median(st[k] for st in per_step) for k in per_step[0]}
     step_s = res.median("recgo")
-    # Stage times are means over the timed recgo calls (warm-up excluded); the rest of the mean step is
-    # Python, autograd, the output allocation (page faults) and the engine's validation.
-    stage_s["python_and_other"] = max(0.0, calls["wall"] / calls["n"] - sum(stage_s.values()))
     # Bytes a step must move: every lookup reads its row (forward) and its output gradient
     # (backward), the output is written, each distinct row is read and written once by the update.
     lookups, distinct = look / nb, uniq / nb
@@ -336,7 +336,7 @@ def main() -> None:
         total = sum(st.values())
         split = ", ".join(f"{k} {v * 1e3:.2f} ms ({v / total:.0%})" for k, v in st.items())
         bench.note(f"{case}: dedup hit rate {d['dedup_hit_rate']:.1%} ({d['lookups_per_step']:.0f} lookups, "
-                   f"{d['distinct_rows_per_step']:.0f} distinct rows per step); recgo stages per step: {split}; "
+                   f"{d['distinct_rows_per_step']:.0f} distinct rows per step); recgo stages per step (medians): {split}; "
                    f"recgo moves {d['recgo_bytes_per_s'] / 1e9:.2f} GB/s")
     bench.note(f"memory bandwidth (1 GiB tensor copy, read+write): {bw / 1e9:.1f} GB/s; "
                f"torch threads {torch.get_num_threads()}, recgo (GOMAXPROCS) threads {recgo.num_threads()}")

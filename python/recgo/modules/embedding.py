@@ -199,6 +199,7 @@ class EmbeddingBagCollection(nn.Module):
             # Dynamic tables hook state_dict/load_state_dict so checkpoints carry their ID maps.
             if cfg.dynamic is not None and hasattr(cfg.dynamic, "attach"):
                 cfg.dynamic.attach(self, i)
+        self._engine_views = self._engine_tensors()
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts: dict[int, _lib.Handle] = {}
         self._out_cache: list[torch.Tensor] = []
@@ -240,23 +241,33 @@ class EmbeddingBagCollection(nn.Module):
             out.append(flat)
         return out[0], out[1], out[2]
 
-    def _sync_storage(self) -> None:
-        """Undo replacement of a parameter or buffer (e.g. ``load_state_dict(assign=True)``) by copying
-        its values back into engine memory and re-pointing it there."""
+    def _engine_tensors(self) -> list[tuple[str, nn.Module, str, torch.Tensor, int]]:
+        """(table, holder module, attribute, engine tensor, its address) of every parameter and buffer
+        that must stay in engine memory."""
+        out = []
         for cfg, (weight, state, step) in zip(self._configs, self._storage):
             holder = self.embedding_bags[cfg.name]
             for name, mine in (("weight", weight), ("optimizer_state", state), ("optimizer_step", step)):
-                cur = getattr(holder, name, None)
-                if cur is None or mine.numel() == 0:
-                    continue
-                if cur.data_ptr() != mine.data_ptr() or cur.shape != mine.shape or cur.dtype != mine.dtype:
-                    if cur.shape != mine.shape:
-                        raise InvalidInputError(
-                            f"table {cfg.name!r}: {name} was replaced by a tensor of shape {tuple(cur.shape)}, "
-                            f"expected {tuple(mine.shape)}")
-                    with torch.no_grad():
-                        mine.copy_(cur.detach())
-                    cur.data = mine
+                if mine.numel() and getattr(holder, name, None) is not None:
+                    out.append((cfg.name, holder, name, mine, mine.data_ptr()))
+        return out
+
+    def _sync_storage(self) -> None:
+        """Undo replacement of a parameter or buffer (e.g. ``load_state_dict(assign=True)``) by copying
+        its values back into engine memory and re-pointing it there. Runs before every forward, so the
+        common case (nothing replaced) is one address comparison per tensor."""
+        for table, holder, name, mine, addr in self._engine_views:
+            cur = getattr(holder, name, None)
+            if cur is None:
+                continue
+            if cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype != mine.dtype:
+                if cur.shape != mine.shape:
+                    raise InvalidInputError(
+                        f"table {table!r}: {name} was replaced by a tensor of shape {tuple(cur.shape)}, "
+                        f"expected {tuple(mine.shape)}")
+                with torch.no_grad():
+                    mine.copy_(cur.detach())
+                cur.data = mine
 
     def _keys(self, keys: list[str]) -> torch.Tensor:
         tk = tuple(keys)
