@@ -98,7 +98,7 @@ class CaseResult:
 class Bench:
     """One benchmark run: collects cases, a summary and notes, then writes results/<name>.*."""
 
-    def __init__(self, name: str, argv: list[str] | None = None, description: str = "") -> None:
+    def __init__(self, name: str, argv: list[str] | None = None, description: str = "", repeats: int = 7) -> None:
         p = argparse.ArgumentParser(description=description or f"recgo benchmark {name}")
         p.add_argument("--quick", action="store_true", help="smaller inputs, under a minute")
         p.add_argument("--repeats", type=int, default=None, help="timed rounds per variant")
@@ -106,7 +106,7 @@ class Bench:
         self.args, self.rest = p.parse_known_args(argv)
         self.name = name
         self.quick: bool = self.args.quick
-        self.repeats: int = self.args.repeats or (3 if self.quick else 7)
+        self.repeats: int = self.args.repeats or (3 if self.quick else repeats)
         self.cases: list[CaseResult] = []
         self._summary: dict[str, Any] = {}
         self.notes: list[str] = []
