@@ -36,7 +36,7 @@ func f64(x []float32) []float64 {
 // Each kernel runs through its public (dispatching) name and its portable one.
 var paths = []struct {
 	name string
-	sr   func(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64, weights, scales []float32)
+	sr   func(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64, bounds []int64, weights, scales []float32)
 	sgd  func(w []float32, wStride, dim int, rows []int64, g []float32, lr float32)
 	ada  func(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32)
 	adam func(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p AdamParams)
@@ -73,6 +73,18 @@ func TestSegmentReduce(t *testing.T) {
 						offs[j] = -1
 					}
 				}
+				// Odd segment counts pass row indices with mult = stride instead of offsets.
+				byRow := c.segs%2 == 1
+				arg, mult := offs, int64(1)
+				if byRow {
+					arg, mult = make([]int64, n), int64(stride)
+					for j, o := range offs {
+						arg[j] = -1
+						if o >= 0 {
+							arg[j] = o / int64(stride)
+						}
+					}
+				}
 				var w, sc []float32
 				if c.weighted {
 					w = randVec(r, n)
@@ -104,7 +116,7 @@ func TestSegmentReduce(t *testing.T) {
 						}
 					}
 				}
-				p.sr(dst, dstBase, dstStride, c.dim, src, offs, bounds, w, sc)
+				p.sr(dst, dstBase, dstStride, c.dim, src, arg, mult, bounds, w, sc)
 				requireClose(t, want, dst, 1e-5, "dst")
 			})
 		}
@@ -226,7 +238,7 @@ func ExampleSegmentReduce() {
 	// weights and halves the sum; segment 1 is empty.
 	table := []float32{1, 2, 10, 20}
 	out := make([]float32, 4)
-	SegmentReduce(out, 0, 2, 2, table, []int64{2, 0, 2}, []int64{0, 3, 3}, []float32{1, 3, 1}, []float32{0.5, 1})
+	SegmentReduce(out, 0, 2, 2, table, []int64{2, 0, 2}, 1, []int64{0, 3, 3}, []float32{1, 3, 1}, []float32{0.5, 1})
 	fmt.Println(out)
 	// Output: [11.5 23 0 0]
 }
@@ -247,7 +259,7 @@ func BenchmarkSegmentReduce64(b *testing.B) {
 		for _, p := range paths {
 			b.Run(fmt.Sprintf("pool%d/%s", n, p.name), func(b *testing.B) {
 				for b.Loop() {
-					p.sr(out, 0, 26*64, 64, src, offs, bounds, nil, nil)
+					p.sr(out, 0, 26*64, 64, src, offs, 1, bounds, nil, nil)
 				}
 			})
 		}

@@ -19,24 +19,24 @@ var (
 // CPU with AVX-512).
 func SIMDEnabled() bool { return hasAVX512 }
 
-func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
-	weights, scales []float32) {
+func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
 	switch {
 	case hasAVX512 && dim == 64:
-		segmentReduce64(dst, dstBase, dstStride, src, offs, bounds, weights, scales)
+		segmentReduce64(dst, dstBase, dstStride, src, offs, mult, bounds, weights, scales)
 	case hasAVX512 && dim%16 == 0:
-		segmentReduceBlocks(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
+		segmentReduceBlocks(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%8 == 0:
-		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
+		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	default:
-		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, bounds, weights, scales)
+		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	}
 }
 
 // segmentReduceAVX2 is the 256-bit path for CPUs without AVX-512 (dim a multiple of 8): two
 // 8-column blocks per pass keep two accumulators in flight.
-func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
-	weights, scales []float32) {
+func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
 	d := int64(dim)
 	for i := 0; i+1 < len(bounds); i++ {
 		out := dst[dstBase+i*dstStride:][:dim]
@@ -44,7 +44,7 @@ func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32
 			two := c+16 <= d
 			var a0, a1 archsimd.Float32x8
 			for j := bounds[i]; j < bounds[i+1]; j++ {
-				o := offs[j] + c
+				o := offs[j]*mult + c
 				if offs[j] < 0 {
 					continue
 				}
@@ -77,12 +77,12 @@ func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32
 func blk(x []float32, i int) *[16]float32 { return (*[16]float32)(x[i : i+16]) }
 
 // segmentReduce64 keeps a whole 64-float row in four registers.
-func segmentReduce64(dst []float32, dstBase, dstStride int, src []float32, offs, bounds []int64,
-	weights, scales []float32) {
+func segmentReduce64(dst []float32, dstBase, dstStride int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
 	for i := 0; i+1 < len(bounds); i++ {
 		var a0, a1, a2, a3 archsimd.Float32x16
 		for j := bounds[i]; j < bounds[i+1]; j++ {
-			o := offs[j]
+			o := offs[j] * mult
 			if o < 0 {
 				continue
 			}
@@ -110,15 +110,15 @@ func segmentReduce64(dst []float32, dstBase, dstStride int, src []float32, offs,
 }
 
 // segmentReduceBlocks handles any dim that is a multiple of 16, one 16-column block at a time.
-func segmentReduceBlocks(dst []float32, dstBase, dstStride, dim int, src []float32, offs, bounds []int64,
-	weights, scales []float32) {
+func segmentReduceBlocks(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
 	d := int64(dim)
 	for i := 0; i+1 < len(bounds); i++ {
 		out := dst[dstBase+i*dstStride:][:dim]
 		for c := int64(0); c < d; c += 16 {
 			var acc archsimd.Float32x16
 			for j := bounds[i]; j < bounds[i+1]; j++ {
-				o := offs[j]
+				o := offs[j] * mult
 				if o < 0 {
 					continue
 				}

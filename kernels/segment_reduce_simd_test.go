@@ -33,8 +33,8 @@ func TestSegmentReduceAVX2(t *testing.T) {
 				sc := randVec(r, 4)
 				want := make([]float32, 4*dim)
 				got := make([]float32, 4*dim)
-				SegmentReduceGeneric(want, 0, dim, dim, src, offs, bounds, w, sc)
-				segmentReduceAVX2(got, 0, dim, dim, src, offs, bounds, w, sc)
+				SegmentReduceGeneric(want, 0, dim, dim, src, offs, 1, bounds, w, sc)
+				segmentReduceAVX2(got, 0, dim, dim, src, offs, 1, bounds, w, sc)
 				requireClose(t, f64(want), got, 1e-5, "avx2")
 			})
 		}

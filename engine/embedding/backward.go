@@ -101,7 +101,7 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 		d, g := c.Tables[it.t].Dim, &ctx.tables[it.t].grp
 		buf := merged(it.t)[it.lo*d : it.hi*d]
 		// Merge each distinct row's contributions (reads of the output gradient), then one write per row.
-		kernels.SegmentReduce(buf, 0, d, d, gradOut, g.off, g.start[it.lo:it.hi+1], g.scale, nil)
+		kernels.SegmentReduce(buf, 0, d, d, gradOut, g.off, 1, g.start[it.lo:it.hi+1], g.scale, nil)
 		finish(it.t, it.lo, it.hi, buf)
 	})
 	since(StageUpdate, t0)

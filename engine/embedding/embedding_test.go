@@ -159,6 +159,26 @@ func TestForwardBackwardMatchesBruteForce(t *testing.T) {
 	})
 }
 
+func TestLargeFixedTablesDedupWithAMap(t *testing.T) {
+	// Fixed tables past the slot-array bound deduplicate with a hash map but still pool straight
+	// from their IDs; the results must not change, and out-of-range IDs must still fail.
+	old := denseDedupMaxRows
+	denseDedupMaxRows = 0
+	defer func() { denseDedupMaxRows = old }()
+	bothPaths(t, func(t *testing.T) {
+		for seed := uint64(0); seed < 10; seed++ {
+			checkStep(t, newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptNone}))
+		}
+	})
+	s := newSetup(t, 1, false, OptimizerConfig{Kind: OptNone})
+	if len(s.b.Values) == 0 {
+		t.Skip("empty batch")
+	}
+	s.b.Values[0] = 1 << 40
+	_, err := s.c.Forward(s.b, make([]float32, s.B*s.c.Width()), true, true)
+	require.ErrorContains(t, err, "out of range")
+}
+
 func TestPlanScatterFallsBackForOneDominantTable(t *testing.T) {
 	big, err := NewFixedTable("big", 100, 4, OptimizerConfig{Kind: OptSGD, LR: 0.1})
 	require.NoError(t, err)

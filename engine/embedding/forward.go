@@ -142,10 +142,19 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	parallel.ForEach(chunks, 1, func(item int) {
 		b0 := item * poolChunk
 		b1 := min(b0+poolChunk, B)
+		// A fixed table pools straight from the batch's IDs (row = ID, validated by dedup); other
+		// tables from the source offsets dedup resolved.
+		source := func(t *Table) ([]int64, int64) {
+			if _, ok := t.fixedRange(); ok {
+				return b.Values, int64(t.Stride)
+			}
+			return ctx.srcOff, 1
+		}
 		prefetch := func(f int) {
 			t := c.Tables[c.Features[f].Table]
 			s0 := featKey[f]*B + b0
-			kernels.PrefetchRows(t.Data, ctx.srcOff[offsets[s0]:offsets[s0+(b1-b0)]], 1, t.Dim)
+			offs, mult := source(t)
+			kernels.PrefetchRows(t.Data, offs[offsets[s0]:offsets[s0+(b1-b0)]], mult, t.Dim)
 			// and the output lines it will write (stores that miss stall once the store buffer fills)
 			kernels.PrefetchStrided(out, b0*c.width+c.colOff[f], c.width, b1-b0, t.Dim)
 		}
@@ -156,7 +165,8 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 			}
 			t := c.Tables[c.Features[f].Table]
 			s0 := featKey[f]*B + b0
-			kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, ctx.srcOff,
+			offs, mult := source(t)
+			kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, offs, mult,
 				offsets[s0:s0+(b1-b0)+1], b.Weights, ctx.scales[s0:s0+(b1-b0)])
 		}
 	})
@@ -169,8 +179,9 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 }
 
 // denseDedupMaxRows is the largest fixed table deduplicated with a slot array indexed by ID (4 bytes
-// per row, allocated on first use); larger tables use a hash map.
-const denseDedupMaxRows = 1 << 26
+// per row, allocated on first use); larger tables use a hash map. A variable so tests can reach the
+// hash-map path with small tables.
+var denseDedupMaxRows int64 = 1 << 26
 
 // maxPooled bounds the released contexts a collection keeps (a step needs one; gradient
 // accumulation or pipelining a few).
@@ -210,25 +221,20 @@ func resize[T any](s []T, n int) []T {
 	return make([]T, n, n+n/8)
 }
 
-// dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them,
-// resolves the distinct IDs to rows and fills the source offset of each of its KJT values. Without
-// keep, a fixed table's values map straight to rows (range-checked), with no deduplication.
+// dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them
+// and resolves the distinct IDs to rows; for tables other than fixed ones it also fills the source
+// offset of each of its KJT values (a fixed table pools straight from the IDs). Without keep, a
+// fixed table's IDs are only range-checked: there is nothing to deduplicate for.
 func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
 	t, tc := c.Tables[ti], &ctx.tables[ti]
-	fixed, isRange := t.Source.(RangeSource)
-	dense := isRange && fixed.Rows == t.rows
+	fixed, dense := t.fixedRange()
 	if dense && !keep {
-		// Without a context to keep, a fixed table needs no deduplication: ID i is row i, so each
-		// value's source offset follows from its ID after the range check Resolve would make.
-		stride := int64(t.Stride)
 		for _, f := range c.features[ti] {
 			k := featKey[f]
-			v0, v1 := offsets[k*B], offsets[(k+1)*B]
-			for v, id := range b.Values[v0:v1] {
+			for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
 				if uint64(id) >= uint64(fixed.Rows) {
 					return fixed.check(id)
 				}
-				ctx.srcOff[v0+int64(v)] = id * stride
 			}
 		}
 		return nil
@@ -241,8 +247,8 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
 	if dense && t.rows <= denseDedupMaxRows {
-		// ID i is row i: the pass that deduplicates also range-checks and writes the source offsets.
-		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed, ctx.srcOff); err != nil {
+		// ID i is row i: the pass that deduplicates also range-checks.
+		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
 			return err
 		}
 		tc.rows = append(tc.rows[:0], tc.uniq...)
@@ -257,6 +263,9 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 		if r < -1 || r >= t.rows {
 			return errs.Invalidf("table %q: row source resolved id %d to row %d outside [0, %d)", t.Name, tc.uniq[i], r, t.rows)
 		}
+	}
+	if dense {
+		return nil // a fixed table past the slot-array size: Resolve checked the IDs, pooling reads them
 	}
 	stride := int64(t.Stride)
 	p := 0
@@ -319,10 +328,8 @@ func (c *Collection) groupTable(ti int, b Batch, B int, featKey []int, offsets [
 }
 
 // dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking
-// ranges and writing each value's source offset (row = ID) as it goes; it leaves the seen bitmap
-// clear again, on success or failure.
-func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource,
-	srcOff []int64) error {
+// ranges as it goes; it leaves the seen bitmap clear again, on success or failure.
+func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource) error {
 	t.dedupMu.Lock()
 	defer t.dedupMu.Unlock()
 	if t.mark == nil {
@@ -335,11 +342,10 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 			seen[id>>6] = 0
 		}
 	}()
-	p, stride := 0, int64(t.Stride)
+	p := 0
 	for _, f := range feats {
 		k := featKey[f]
-		v0 := offsets[k*B]
-		for v, id := range b.Values[v0:offsets[(k+1)*B]] {
+		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
 			if uint64(id) >= uint64(src.Rows) {
 				return src.check(id)
 			}
@@ -355,7 +361,6 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 				u = mark[id]
 			}
 			tc.inv[p] = u
-			srcOff[v0+int64(v)] = id * stride
 			p++
 		}
 	}

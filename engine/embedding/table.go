@@ -185,3 +185,10 @@ func (t *Table) Close() error {
 	}
 	return errors.Join(all...)
 }
+
+// fixedRange reports whether the table maps ID i to row i of all its rows (a fixed table): its
+// lookups then need no resolved offsets, and its RangeSource checks the IDs.
+func (t *Table) fixedRange() (RangeSource, bool) {
+	src, ok := t.Source.(RangeSource)
+	return src, ok && src.Rows == t.rows
+}
