@@ -33,16 +33,32 @@
 // # Training step
 //
 // [Collection.Forward] validates the batch ([ValidateBatch]), deduplicates each table's IDs (a
-// slot array indexed by ID for fixed tables up to 2^26 rows, a hash map otherwise), calls Resolve
-// once per distinct ID; when it keeps a [Context] for backward, it groups the lookups by destination
-// row (counting sort on the inverse map: RecIS Algorithm 1, each lookup's output-gradient offset
-// and scale computed from the batch as it is placed). It then pools every (feature, sample)
-// segment with one writer per output (kernels.SegmentReduce, one call per chunk of samples of a
-// feature), in parallel across chunks. A forward that keeps no context (inference) skips
-// deduplication for fixed tables, whose ID is their row: each value's row follows from a range check.
-// [Collection.Backward] reduces each distinct row's contributions once, then applies the table's fused optimizer to those rows in the same pass (kernels.SGDRows,
-// AdagradRows, RowwiseAdagradRows, AdamRows), or hands the per-row gradients back. Work splits
-// across tables and chunks of distinct rows. Release returns a context's buffers for reuse.
+// slot array indexed by ID, guarded by a seen-bitmap, for fixed tables up to 2^26 rows; a hash map
+// otherwise) and calls Resolve once per distinct ID. It then pools every (feature, sample) segment
+// with one writer per output (kernels.SegmentReduce): work items are chunks of samples over all
+// features, so the [B, Width] output is written in address order, and the next feature's rows and
+// output lines are prefetched (kernels.PrefetchRows, PrefetchStrided) while the current one is
+// summed. Fixed tables pool straight from the batch's IDs (row = ID); other tables from the row
+// offsets dedup resolved. A forward that keeps no context (inference) only range-checks fixed
+// tables' IDs: there is nothing to deduplicate for.
+//
+// [Collection.Backward] merges the output gradient into one gradient per distinct row of each
+// table, then applies the table's fused optimizer to those rows (kernels.SGDRows, AdagradRows,
+// RowwiseAdagradRows, AdamRows; one write per distinct row, RecIS Algorithm 1), or hands the
+// per-row gradients back. The merge takes one of two paths, chosen per batch when the forward
+// keeps its context:
+//
+//   - Sample-order scatter (kernels.SegmentScatter), when the tables split into groups no bigger
+//     than a core's share of the lookups: each goroutine takes a group of tables and walks the
+//     samples in order, reading each (feature, sample) gradient segment once (prefetched a chunk
+//     ahead) and adding it into the merged rows of its lookups' distinct IDs. A single-feature
+//     table numbers its distinct IDs in that same order, so its merged rows need no zeroing.
+//   - Grouped by row, when one table dominates: the forward groups the lookups by destination row
+//     (counting sort on the inverse map, each lookup's output-gradient offset and scale computed as
+//     it is placed) and backward splits every table by chunks of distinct rows, gathering each
+//     row's contributions with kernels.SegmentReduce.
+//
+// Release returns a context's buffers for reuse.
 //
 // Concurrency: Forward and Backward may run concurrently with each other on the same collection
 // only if they touch different rows (as in any Hogwild-style trainer); Close waits for running calls.
