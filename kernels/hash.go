@@ -86,6 +86,17 @@ func XXH64(b []byte, seed uint64) uint64 {
 	return xxAvalanche(h)
 }
 
+// Mix64 is the splitmix64 finalizer: a cheap, well-spread 64-bit mix for hash tables keyed by IDs
+// (which are often sequential or strided). Not a stable hash format, unlike XXH64.
+func Mix64(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
 // HashID returns XXH64(le64(x), seed): the hash of one int64 ID, without building the byte slice.
 func HashID(x int64, seed uint64) uint64 {
 	h := seed + xxPrime5 + 8

@@ -3,6 +3,8 @@ package dynamic
 import (
 	"math"
 	"sync"
+
+	"github.com/recgo/recgo/kernels"
 )
 
 // numShards is the number of lock-striped shards of the ID map (a power of two).
@@ -10,16 +12,6 @@ const (
 	shardBits = 6
 	numShards = 1 << shardBits
 )
-
-// mix is the splitmix64 finalizer: a cheap, well-spread 64-bit hash.
-func mix(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
 
 // shard is one stripe of the ID map: an open-addressing table with linear probing (keys and row+1
 // values, 0 meaning empty) and the count-min sketch of the pending IDs that hash to it. Everything in
@@ -125,6 +117,6 @@ func (s *shard) del(h uint64, id int64) bool {
 func (s *shard) seed() uint64 { return s.sketch.seed }
 
 // hashID hashes an ID with a table's seed. The top shardBits bits pick the shard, the low bits the slot.
-func hashID(id int64, seed uint64) uint64 { return mix(uint64(id) ^ seed) }
+func hashID(id int64, seed uint64) uint64 { return kernels.Mix64(uint64(id) ^ seed) }
 
 func shardOf(h uint64) int { return int(h >> (64 - shardBits)) }

@@ -1,5 +1,7 @@
 package dynamic
 
+import "github.com/recgo/recgo/kernels"
+
 // sketchDepth is the number of hash rows of each count-min sketch.
 const sketchDepth = 4
 
@@ -30,7 +32,7 @@ func (s *sketch) resetEvery() int { return 10 * s.width }
 
 // index returns the counter of hash row d for an ID with table hash h.
 func (s *sketch) index(h uint64, d int) int {
-	g := mix(h ^ 0x9e3779b97f4a7c15)
+	g := kernels.Mix64(h ^ 0x9e3779b97f4a7c15)
 	lo, hi := uint32(g), uint32(g>>32)|1
 	return d*s.width + int((lo+uint32(d)*hi)&uint32(s.width-1))
 }

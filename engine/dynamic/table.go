@@ -9,6 +9,7 @@ import (
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/offheap"
 	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/kernels"
 )
 
 // Marks written into rows during Resolve before the admission pass.
@@ -259,11 +260,11 @@ func (t *Table) initRow(r int32, id int64) {
 // [low, high) from a splitmix64 stream keyed by (seed, id). Tests and references use it to predict
 // a row's starting point.
 func InitVector(dst []float32, id int64, seed uint64, low, high float32) {
-	x := mix(uint64(id)^mix(seed)) | 1
+	x := kernels.Mix64(uint64(id)^kernels.Mix64(seed)) | 1
 	span := high - low
 	for j := range dst {
 		x += 0x9e3779b97f4a7c15
-		u := float32(mix(x)>>40) / (1 << 24) // [0, 1) with 24 random bits
+		u := float32(kernels.Mix64(x)>>40) / (1 << 24) // [0, 1) with 24 random bits
 		dst[j] = low + span*u
 	}
 }

@@ -53,11 +53,11 @@ type Context struct {
 }
 
 type tableCtx struct {
-	seen map[int64]int32 // dedup map for row sources other than RangeSource (reused)
-	grp  grouped         // the lookups grouped by distinct ID for backward (forward with keep; reused)
-	uniq []int64         // distinct ids, first-seen order
-	rows []int64         // their storage rows, -1 when unresolved
-	inv  []int32         // per lookup position (the table's features' values in order): index into uniq
+	index idIndex // dedup hash index for row sources other than RangeSource (reused)
+	grp   grouped // the lookups grouped by distinct ID for backward (forward with keep; reused)
+	uniq  []int64 // distinct ids, first-seen order
+	rows  []int64 // their storage rows, -1 when unresolved
+	inv   []int32 // per lookup position (the table's features' values in order): index into uniq
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -323,69 +323,6 @@ func (c *Collection) groupTable(ti int, b Batch, B int, featKey []int, offsets [
 				}
 				p++
 			}
-		}
-	}
-}
-
-// dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking
-// ranges as it goes; it leaves the seen bitmap clear again, on success or failure.
-func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx, src RangeSource) error {
-	t.dedupMu.Lock()
-	defer t.dedupMu.Unlock()
-	if t.mark == nil {
-		t.mark = make([]int32, t.rows)
-		t.seen = make([]uint64, (t.rows+63)/64)
-	}
-	mark, seen := t.mark, t.seen
-	defer func() {
-		for _, id := range tc.uniq {
-			seen[id>>6] = 0
-		}
-	}()
-	p := 0
-	for _, f := range feats {
-		k := featKey[f]
-		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
-			if uint64(id) >= uint64(src.Rows) {
-				return src.check(id)
-			}
-			// The bitmap (rows/8 bytes, cache resident) says whether id was seen; only then is its
-			// slot read, so a first sighting costs a store, not a load that misses.
-			var u int32
-			if w, bit := id>>6, uint64(1)<<(id&63); seen[w]&bit == 0 {
-				seen[w] |= bit
-				u = int32(len(tc.uniq))
-				mark[id] = u
-				tc.uniq = append(tc.uniq, id)
-			} else {
-				u = mark[id]
-			}
-			tc.inv[p] = u
-			p++
-		}
-	}
-	return nil
-}
-
-// dedupMap deduplicates arbitrary int64 IDs with a hash map (row sources other than RangeSource).
-func dedupMap(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) {
-	if tc.seen == nil {
-		tc.seen = make(map[int64]int32, len(tc.inv)/2+1)
-	}
-	seen := tc.seen
-	defer clear(seen)
-	p := 0
-	for _, f := range feats {
-		k := featKey[f]
-		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
-			u, ok := seen[id]
-			if !ok {
-				u = int32(len(tc.uniq))
-				seen[id] = u
-				tc.uniq = append(tc.uniq, id)
-			}
-			tc.inv[p] = u
-			p++
 		}
 	}
 }
