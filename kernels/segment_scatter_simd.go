@@ -9,8 +9,6 @@ func segmentScatter(dst []float32, dim int, idx []int32, fresh int32, src []floa
 	switch {
 	case hasAVX512 && dim == 64:
 		return segmentScatter64(dst, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
-	case hasAVX512 && dim%16 == 0:
-		return segmentScatterBlocks16(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
 	case hasAVX2 && dim%8 == 0:
 		return segmentScatterBlocks8(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
 	default:
@@ -71,46 +69,8 @@ func segmentScatter64(dst []float32, idx []int32, fresh int32, src []float32, sr
 	return fresh
 }
 
-// segmentScatterBlocks16 handles any dim that is a multiple of 16, one 16-column block at a time.
-func segmentScatterBlocks16(dst []float32, dim int, idx []int32, fresh int32, src []float32, srcBase, srcStride int,
-	bounds []int64, weights, scales []float32) int32 {
-	lo := bounds[0]
-	for i := 0; i+1 < len(bounds); i++ {
-		g := src[srcBase+i*srcStride:][:dim]
-		sv := archsimd.BroadcastFloat32x16(1)
-		if scales != nil {
-			sv = archsimd.BroadcastFloat32x16(scales[i])
-		}
-		for j := bounds[i] - lo; j < bounds[i+1]-lo; j++ {
-			u := idx[j]
-			row := dst[int(u)*dim:][:dim]
-			first := fresh >= 0 && u >= fresh
-			if first {
-				if u != fresh {
-					panic(notFirstTouch(u, fresh))
-				}
-				fresh++
-			}
-			wv := sv // no scalar float math here: see segment_reduce_simd.go
-			if weights != nil {
-				wv = archsimd.BroadcastFloat32x16(weights[j]).Mul(sv)
-			}
-			for c := 0; c < dim; c += 16 {
-				gv := archsimd.LoadFloat32x16((*[16]float32)(g[c : c+16]))
-				out := (*[16]float32)(row[c : c+16])
-				if first {
-					gv.Mul(wv).Store(out)
-				} else {
-					gv.MulAdd(wv, archsimd.LoadFloat32x16(out)).Store(out)
-				}
-			}
-		}
-	}
-	archsimd.ClearAVXUpperBits()
-	return fresh
-}
-
-// segmentScatterBlocks8 is the 256-bit path (dim a multiple of 8) for CPUs without AVX-512.
+// segmentScatterBlocks8 handles the other dims that are a multiple of 8, with 256-bit vectors on
+// every CPU (the scatter is bound by memory, not by vector width, once dim is not 64).
 func segmentScatterBlocks8(dst []float32, dim int, idx []int32, fresh int32, src []float32, srcBase, srcStride int,
 	bounds []int64, weights, scales []float32) int32 {
 	lo := bounds[0]
