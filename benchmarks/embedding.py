@@ -2,7 +2,7 @@
 
 One step = forward (pooled lookups) + backward + optimizer update (SGD, lr 0.01) of 26 tables.
 
-Variants (same weights, same batches, one process, round-robin timing):
+Variants (same weights, same batches, one process, interleaved timing in a shuffled order per round):
   recgo            recgo.EmbeddingBagCollection with the fused SGD (update inside backward)
   recgo_sparse     recgo's collection handing sparse gradients to torch.optim.SGD
   torchrec_fused   torchrec FusedEmbeddingBagCollection (FBGEMM's CPU kernels, fused SGD) — the
@@ -207,8 +207,9 @@ class Workload:
         return 1 - uniq / max(1, look), uniq, look
 
 
-def run_case(bench: Bench, name: str, wl: Workload, dim: int) -> dict:
-    """Time the variants, attribute recgo's time to stages and compute its achieved bandwidth."""
+def run_case(bench: Bench, name: str, wl: Workload, dim: int, repeats: int | None = None) -> dict:
+    """Time the variants (``repeats`` rounds, default the bench's), attribute recgo's time to stages
+    and compute its achieved bandwidth."""
     print(f"[{name}] parity max|recgo - torchrec_fused| = {wl.check_parity():.2e}", flush=True)
     hit, uniq, look = wl.dedup()
     nb = len(wl.batches)
@@ -234,7 +235,7 @@ def run_case(bench: Bench, name: str, wl: Workload, dim: int) -> dict:
 
     steps["recgo"] = counted
     batch = wl.batches[0].stride()
-    res = bench.compare(name, steps, items=batch, warmup=warmup)
+    res = bench.compare(name, steps, items=batch, warmup=warmup, repeats=repeats)
     # Per stage, the median over the timed recgo steps (warm-up excluded), like the step times.
     stage_s = {k: statistics.median(st[k] for st in per_step) for k in per_step[0]}
     step_s = res.median("recgo")
@@ -284,8 +285,8 @@ def adam_case(bench: Bench, rows: list[int], dim: int, batches: list[recgo.Keyed
 
 
 def main() -> None:
-    # 11 rounds: a shared 2-core machine gives single steps ±30%, and the medians should settle.
-    bench = Bench("embedding", description=__doc__, repeats=11)
+    # 21 rounds: a shared 2-core machine moves single steps by ±30%, and the medians should settle.
+    bench = Bench("embedding", description=__doc__, repeats=21)
     quick = bench.quick
     dim = 64
     rows_a, batch_a, nb = (10_000, 256, 2) if quick else (200_000, 4096, 4)
@@ -324,7 +325,9 @@ def main() -> None:
     else:
         cb, vocab = crit
         wl = Workload(vocab, dim, cb, variants)
-        b = run_case(bench, "criteo26", wl, dim)
+        # Steps of ~15 ms: one preemption moves a single timing by a third, so take many more rounds
+        # (they cost a few seconds).
+        b = run_case(bench, "criteo26", wl, dim, repeats=None if quick else 4 * bench.repeats)
         res_b = b.pop("res")
         summary["speedup_vs_torchrec_criteo"] = res_b.ratio("recgo", "torchrec_fused")
         summary["speedup_vs_torch_criteo"] = res_b.ratio("recgo", "torch")

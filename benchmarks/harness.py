@@ -9,16 +9,21 @@ Usage in ``benchmarks/<name>.py``::
     bench.summary(speedup_vs_torchrec=res.ratio("recgo", "torchrec"))
     bench.write()                               # benchmarks/results/embedding.{json,md}
 
-Variants of one case run round-robin (a, b, c, a, b, c, ...) so a noisy neighbour slows all of them
-alike; each reported time is the median over ``repeats`` rounds after ``warmup`` rounds.
+Variants of one case run interleaved, each once per round in a shuffled order (a, c, b, b, a, c, ...),
+so a noisy neighbour slows all of them alike and none always inherits the same predecessor's cache
+state; each reported time is the median over ``repeats`` rounds after ``warmup`` rounds. As in
+``timeit``, Python's cyclic garbage collector is off while a case is timed (it is run before), so a
+collection pass triggered by one variant's allocations is not billed to whichever variant runs next.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -122,17 +127,31 @@ class Bench:
         repeats: int | None = None,
         inner: int = 1,
     ) -> CaseResult:
-        """Time each variant (a zero-argument callable) round-robin; ``inner`` calls per timing."""
+        """Time each variant (a zero-argument callable) interleaved, in a shuffled order per round;
+        ``inner`` calls per timing."""
         reps = repeats or self.repeats
         times: dict[str, list[float]] = {v: [] for v in variants}
-        for r in range(warmup + reps):
-            for v, fn in variants.items():
-                t0 = time.perf_counter()
-                for _ in range(inner):
-                    fn()
-                dt = (time.perf_counter() - t0) / inner
-                if r >= warmup:
-                    times[v].append(dt)
+        gc.collect()
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            order = list(variants.items())
+            rng = random.Random(case)  # reproducible per case
+            for r in range(warmup + reps):
+                # A fresh order each round: no variant always runs right after the same other one
+                # (whose cache churn or spinning worker threads it would otherwise always inherit).
+                rng.shuffle(order)
+                for v, fn in order:
+                    t0 = time.perf_counter()
+                    for _ in range(inner):
+                        fn()
+                    dt = (time.perf_counter() - t0) / inner
+                    if r >= warmup:
+                        times[v].append(dt)
+        finally:
+            if was_enabled:
+                gc.enable()
+            gc.collect()
         res = CaseResult(case, times, items)
         self.cases.append(res)
         med = {v: res.median(v) for v in variants}
@@ -171,14 +190,14 @@ class Bench:
 
     def markdown(self) -> str:
         """The comparison table, the summary and notes as markdown."""
-        lines = [f"# {self.name}", "", f"`{'python ' + ' '.join(sys.argv)}` — median of {self.repeats} runs", ""]
-        lines += ["| case | variant | median ms | items/s | vs slowest |", "|---|---|---:|---:|---:|"]
+        lines = [f"# {self.name}", "", f"`{'python ' + ' '.join(sys.argv)}` — medians over the runs column", ""]
+        lines += ["| case | variant | median ms | items/s | vs slowest | runs |", "|---|---|---:|---:|---:|---:|"]
         for c in self.cases:
             slowest = max(c.median(v) for v in c.times)
             for v in c.times:
                 m = c.median(v)
                 ips = f"{c.items / m:,.0f}" if c.items else ""
-                lines.append(f"| {c.case} | {v} | {m * 1e3:.3f} | {ips} | {slowest / m:.2f}x |")
+                lines.append(f"| {c.case} | {v} | {m * 1e3:.3f} | {ips} | {slowest / m:.2f}x | {len(c.times[v])} |")
         if self._summary:
             lines += ["", "**Summary**", ""]
             for k, v in self._summary.items():
