@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -47,7 +48,8 @@ def mlp(width: int) -> nn.Module:
 class Model:
     """One variant: an embedding collection, the dense tower and their optimizers."""
 
-    def __init__(self, pooled, batches: list, dense: list[torch.Tensor], labels: list[torch.Tensor],
+    def __init__(self, pooled: Callable[[Any], torch.Tensor], batches: list[Any], dense: list[torch.Tensor],
+                 labels: list[torch.Tensor],
                  width: int, sparse_opt: torch.optim.Optimizer | None = None) -> None:
         self.pooled, self.batches, self.dense, self.labels = pooled, batches, dense, labels
         self.tower = mlp(width)
