@@ -58,6 +58,7 @@ class Model:
         self.i = 0
 
     def step(self) -> None:
+        """One training step on the next batch."""
         self.i = (self.i + 1) % len(self.batches)
         self.opt.zero_grad(set_to_none=True)
         if self.sparse_opt is not None:
