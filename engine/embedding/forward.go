@@ -36,13 +36,14 @@ func StageTimes() [numStages]int64 {
 
 func since(s Stage, t0 time.Time) { stageTimes[s].Add(int64(time.Since(t0))) }
 
-// Context is what backward needs from a forward pass, per table: the batch's distinct IDs, their
-// rows, the inverse map from each lookup to its distinct ID, and the lookups grouped by distinct ID
-// with where each one's output gradient sits. It holds no pointer into caller memory.
+// Context is what backward needs from a forward pass: per table, the batch's distinct IDs, their
+// rows and the inverse map from each lookup to its distinct ID; the batch's segment offsets, scales
+// and weights; and how backward merges (the scatter's table groups, or per table the lookups
+// grouped by distinct ID). It holds no pointer into caller memory.
 type Context struct {
 	B        int
 	tables   []tableCtx
-	srcOff   []int64   // per KJT value: row·stride in its table, or -1 (forward scratch)
+	srcOff   []int64   // per KJT value of a non-fixed table: row·stride, or -1 (forward scratch)
 	scales   []float32 // per KJT segment: 1/len for mean pooling, else 1
 	offsets  []int64   // KJT value offsets of the segments (len F·B+1)
 	featKey  []int     // per collection feature: its key in the batch
@@ -54,7 +55,7 @@ type Context struct {
 
 type tableCtx struct {
 	index idIndex // dedup hash index for row sources other than RangeSource (reused)
-	grp   grouped // the lookups grouped by distinct ID for backward (forward with keep; reused)
+	grp   grouped // the lookups grouped by distinct ID (grouped backward path only; reused)
 	uniq  []int64 // distinct ids, first-seen order
 	rows  []int64 // their storage rows, -1 when unresolved
 	inv   []int32 // per lookup position (the table's features' values in order): index into uniq
