@@ -13,51 +13,57 @@ const (
 	numShards = 1 << shardBits
 )
 
-// shard is one stripe of the ID map: an open-addressing table with linear probing (keys and row+1
-// values, 0 meaning empty) and the count-min sketch of the pending IDs that hash to it. Everything in
-// a shard, and the metadata of the rows its IDs own, is guarded by mu.
+// shard is one stripe of the ID map: an open-addressing table with linear probing (each slot an
+// ID beside its row+1, 0 meaning empty, so a probe reads one cache line) and the count-min sketch of
+// the pending IDs that hash to it. Everything in a shard, and the metadata of the rows its IDs own,
+// is guarded by mu.
 type shard struct {
 	mu     sync.Mutex
-	keys   []int64
-	vals   []uint32 // row+1; 0 = empty slot
+	slots  []slot
 	n      int
 	sketch sketch
 	_      [64]byte // keep neighbouring shards' locks off one cache line
 }
 
+// slot is one entry of a shard's table.
+type slot struct {
+	key int64
+	val uint32 // row+1; 0 = empty slot
+}
+
 const minMapCap = 16
 
 // slot returns where the probe for hash h starts.
-func (s *shard) slot(h uint64) int { return int(h & uint64(len(s.keys)-1)) }
+func (s *shard) home(h uint64) int { return int(h & uint64(len(s.slots)-1)) }
 
 // get returns id's row, or -1.
 func (s *shard) get(h uint64, id int64) int32 {
-	if len(s.keys) == 0 {
+	if len(s.slots) == 0 {
 		return -1
 	}
-	mask := len(s.keys) - 1
-	for i := s.slot(h); ; i = (i + 1) & mask {
-		v := s.vals[i]
-		if v == 0 {
+	mask := len(s.slots) - 1
+	for i := s.home(h); ; i = (i + 1) & mask {
+		e := &s.slots[i]
+		if e.val == 0 {
 			return -1
 		}
-		if s.keys[i] == id {
-			return int32(v - 1)
+		if e.key == id {
+			return int32(e.val - 1)
 		}
 	}
 }
 
 // put inserts id → row; id must not be present.
 func (s *shard) put(h uint64, id int64, row int32) {
-	if (s.n+1)*4 > len(s.keys)*3 {
+	if (s.n+1)*4 > len(s.slots)*3 {
 		s.grow()
 	}
-	mask := len(s.keys) - 1
-	i := s.slot(h)
-	for s.vals[i] != 0 {
+	mask := len(s.slots) - 1
+	i := s.home(h)
+	for s.slots[i].val != 0 {
 		i = (i + 1) & mask
 	}
-	s.keys[i], s.vals[i] = id, uint32(row)+1
+	s.slots[i] = slot{id, uint32(row) + 1}
 	s.n++
 }
 
@@ -68,17 +74,16 @@ func (s *shard) put(h uint64, id int64, row int32) {
 func (s *shard) presize(bound int) {
 	mean := float64(bound) / numShards
 	want := (mean + 6*math.Sqrt(mean) + 8) * 4 / 3
-	s.keys, s.vals, s.n = make([]int64, nextPow2(int(want))), make([]uint32, nextPow2(int(want))), 0
+	s.slots, s.n = make([]slot, nextPow2(int(want))), 0
 }
 
 // grow doubles the table (or creates it) and reinserts every entry.
 func (s *shard) grow() {
-	keys, vals := s.keys, s.vals
-	size := max(minMapCap, 2*len(keys))
-	s.keys, s.vals, s.n = make([]int64, size), make([]uint32, size), 0
-	for i, v := range vals {
-		if v != 0 {
-			s.put(hashID(keys[i], s.seed()), keys[i], int32(v-1))
+	old := s.slots
+	s.slots, s.n = make([]slot, max(minMapCap, 2*len(old))), 0
+	for _, e := range old {
+		if e.val != 0 {
+			s.put(hashID(e.key, s.seed()), e.key, int32(e.val-1))
 		}
 	}
 }
@@ -86,29 +91,29 @@ func (s *shard) grow() {
 // del removes id with backward-shift deletion, so no tombstones build up under constant
 // insert/evict churn and probe sequences stay short. It reports whether id was present.
 func (s *shard) del(h uint64, id int64) bool {
-	if len(s.keys) == 0 {
+	if len(s.slots) == 0 {
 		return false
 	}
-	mask := len(s.keys) - 1
-	i := s.slot(h)
-	for ; s.keys[i] != id; i = (i + 1) & mask {
-		if s.vals[i] == 0 {
+	mask := len(s.slots) - 1
+	i := s.home(h)
+	for ; s.slots[i].key != id; i = (i + 1) & mask {
+		if s.slots[i].val == 0 {
 			return false
 		}
 	}
-	if s.vals[i] == 0 {
+	if s.slots[i].val == 0 {
 		return false
 	}
-	for j := (i + 1) & mask; s.vals[j] != 0; j = (j + 1) & mask {
-		k := s.slot(hashID(s.keys[j], s.seed()))
+	for j := (i + 1) & mask; s.slots[j].val != 0; j = (j + 1) & mask {
+		k := s.home(hashID(s.slots[j].key, s.seed()))
 		// The entry at j may move back to i only if its home slot k is not cyclically in (i, j].
 		if (i <= j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
 			continue
 		}
-		s.keys[i], s.vals[i] = s.keys[j], s.vals[j]
+		s.slots[i] = s.slots[j]
 		i = j
 	}
-	s.vals[i] = 0
+	s.slots[i] = slot{}
 	s.n--
 	return true
 }

@@ -58,7 +58,7 @@ func TestShardMatchesGoMap(t *testing.T) {
 			for id, row := range ref {
 				require.Equal(t, row, s.get(hashID(id, 0), id))
 			}
-			assert.LessOrEqual(t, s.n*4, len(s.keys)*3, "load factor kept at most 3/4")
+			assert.LessOrEqual(t, s.n*4, len(s.slots)*3, "load factor kept at most 3/4")
 		})
 	}
 	var empty shard

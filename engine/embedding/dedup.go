@@ -84,7 +84,7 @@ type idSlot struct {
 
 // reset readies the index for a pass of n lookups (all slots are empty between passes).
 func (x *idIndex) reset(n int) {
-	want := nextPow2(max(1024, min(4*x.lastDistinct, 2*n)))
+	want := nextPow2(max(1024, min(2*x.lastDistinct, 2*n)))
 	if len(x.slots) < want || len(x.slots) > 4*want {
 		x.slots = make([]idSlot, want)
 	}
