@@ -177,7 +177,7 @@ func (r *run) elementwise(groups []Group) error {
 			dsts[i], slab = slab[:n:n], slab[n:]
 		}
 	}
-	forTiles(prefix[len(segs)], minChunk, func(lo, hi int) {
+	parallel.For(prefix[len(segs)], minChunk, func(lo, hi int) {
 		i := sort.SearchInts(prefix, lo+1) - 1
 		for ; lo < hi; i++ {
 			end := min(hi, prefix[i+1])

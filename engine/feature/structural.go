@@ -2,6 +2,7 @@ package feature
 
 import (
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
 	"github.com/recgo/recgo/kernels"
 )
 
@@ -69,7 +70,7 @@ func (r *run) sources(m member) []int {
 // eachBag calls body(member, b0, b1) over the M·B bags of a group in parallel tiles.
 func (r *run) eachBag(M int, body func(i, b0, b1 int)) {
 	B := r.size
-	forTiles(M*B, minBagChunk, func(lo, hi int) {
+	parallel.For(M*B, minBagChunk, func(lo, hi int) {
 		for lo < hi {
 			i, b0 := lo/B, lo%B
 			b1 := min(B, b0+(hi-lo))

@@ -6,44 +6,61 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // Workers returns the number of goroutines parallel loops use: GOMAXPROCS.
 func Workers() int { return runtime.GOMAXPROCS(0) }
 
-// For calls body(lo, hi) over [0, n) cut into contiguous chunks of at least minChunk items, at most
-// a few chunks per worker, and waits for all. With one chunk it runs inline. A panic in any chunk is
-// re-raised in the caller's goroutine (so the C ABI's recover sees it) after all chunks end.
+// For calls body(lo, hi) over [0, n) cut into equal contiguous chunks of at least minChunk items (a
+// few per worker) and returns when all are done. The calling goroutine and up to Workers()-1 helpers
+// claim chunks from a shared counter, and the caller waits only for chunks already claimed: on a
+// busy machine (other processes, or torch's OpenMP workers still spinning after their last op) a
+// helper that does not get a CPU in time claims nothing and nobody waits for it, where a fixed split
+// into goroutines would wait for the slowest. With one chunk it runs inline. A panic in any chunk is
+// re-raised in the caller's goroutine (so the C ABI's recover sees it) after all claimed chunks end.
 func For(n, minChunk int, body func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
-	if minChunk < 1 {
-		minChunk = 1
-	}
-	chunks := min(Workers()*4, (n+minChunk-1)/minChunk)
-	if chunks <= 1 {
+	minChunk = max(minChunk, 1)
+	workers := Workers()
+	chunks := min(workers*4, (n+minChunk-1)/minChunk)
+	if chunks <= 1 || workers == 1 {
 		body(0, n)
 		return
 	}
 	size := (n + chunks - 1) / chunks
-	var wg sync.WaitGroup
+	chunks = (n + size - 1) / size
+	var next, left atomic.Int64
+	left.Store(int64(chunks))
+	done := make(chan struct{})
 	var once sync.Once
 	var panicked any
-	for lo := 0; lo < n; lo += size {
-		hi := min(lo+size, n)
-		wg.Add(1)
-		go func(lo, hi int) {
-			defer wg.Done()
-			defer func() {
-				if r := recover(); r != nil {
-					once.Do(func() { panicked = r })
-				}
+	work := func() {
+		for {
+			c := int(next.Add(1) - 1)
+			if c >= chunks {
+				return
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						once.Do(func() { panicked = r })
+					}
+					if left.Add(-1) == 0 {
+						close(done)
+					}
+				}()
+				body(c*size, min(n, (c+1)*size))
 			}()
-			body(lo, hi)
-		}(lo, hi)
+		}
 	}
-	wg.Wait()
+	for range min(workers, chunks) - 1 {
+		go work()
+	}
+	work()
+	<-done
 	if panicked != nil {
 		panic(fmt.Sprintf("parallel worker: %v", panicked))
 	}

@@ -8,7 +8,7 @@ import (
 )
 
 func TestForCoversEveryIndexOnce(t *testing.T) {
-	cases := []struct{ n, minChunk int }{{0, 1}, {1, 1}, {7, 1}, {1000, 3}, {1000, 5000}, {10, 0}}
+	cases := []struct{ n, minChunk int }{{0, 1}, {1, 1}, {7, 1}, {1000, 3}, {1000, 5000}, {10, 0}, {12345, 64}, {100, 100000}}
 	for _, c := range cases {
 		hits := make([]int32, c.n)
 		For(c.n, c.minChunk, func(lo, hi int) {
