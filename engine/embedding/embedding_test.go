@@ -133,15 +133,19 @@ func close32(t *testing.T, want float64, got float32, msg string) {
 	require.InDelta(t, want, float64(got), 1e-5*(1+math.Abs(want)), msg)
 }
 
-// bothPaths runs body once with each backward path (sample-order scatter, grouped by row) forced.
+// bothPaths runs body with each backward path (sample-order scatter, grouped by row) and each
+// pooling order (sample-major, feature-major) forced.
 func bothPaths(t *testing.T, body func(t *testing.T)) {
 	for _, p := range []struct {
-		name string
-		path int
-	}{{"scatter", pathScatter}, {"grouped", pathGrouped}} {
+		name        string
+		path, order int
+	}{
+		{"scatter_by_sample", pathScatter, poolSampleMajor}, {"grouped_by_sample", pathGrouped, poolSampleMajor},
+		{"scatter_by_feature", pathScatter, poolFeatureMajor}, {"grouped_by_feature", pathGrouped, poolFeatureMajor},
+	} {
 		t.Run(p.name, func(t *testing.T) {
-			backwardPath = p.path
-			defer func() { backwardPath = pathAuto }()
+			backwardPath, poolOrder = p.path, p.order
+			defer func() { backwardPath, poolOrder = pathAuto, poolAuto }()
 			body(t)
 		})
 	}
@@ -555,7 +559,9 @@ func FuzzOptimizerConfig(f *testing.F) {
 
 // TestForwardWithoutContextMatches: a forward that keeps no context (fixed tables skip
 // deduplication) pools exactly what a keeping forward pools, and rejects the same out-of-range ID.
-func TestForwardWithoutContextMatches(t *testing.T) {
+func TestForwardWithoutContextMatches(t *testing.T) { bothPaths(t, testForwardWithoutContext) }
+
+func testForwardWithoutContext(t *testing.T) {
 	for seed := uint64(0); seed < 40; seed++ {
 		s := newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptSGD, LR: 0.1})
 		want := make([]float32, s.B*s.c.Width())
