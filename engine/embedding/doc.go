@@ -35,10 +35,12 @@
 // [Collection.Forward] validates the batch ([ValidateBatch]), deduplicates each table's IDs (a
 // slot array indexed by ID, guarded by a seen-bitmap, for fixed tables up to 2^26 rows; a hash map
 // otherwise) and calls Resolve once per distinct ID. It then pools every (feature, sample) segment
-// with one writer per output (kernels.SegmentReduce): work items are chunks of samples over all
-// features, so the [B, Width] output is written in address order, and the next feature's rows and
-// output lines are prefetched (kernels.PrefetchRows, PrefetchStrided) while the current one is
-// summed. Fixed tables pool straight from the batch's IDs (row = ID); other tables from the row
+// with one writer per output (kernels.SegmentReduce), in one of two orders chosen by the batch's
+// mean bag length: with long bags, work items are chunks of samples of one feature (the row reads
+// dominate, and a table's hot rows stay cached across its bags); with about one ID per bag, chunks
+// of samples over all features (the output writes dominate, and go in address order). Either way
+// the rows of the next kernel call are prefetched (kernels.PrefetchRows, and PrefetchStrided for
+// the output lines) while the current one is summed. Fixed tables pool straight from the batch's IDs (row = ID); other tables from the row
 // offsets dedup resolved. A forward that keeps no context (inference) only range-checks fixed
 // tables' IDs: there is nothing to deduplicate for.
 //
