@@ -78,13 +78,10 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 		}
 		return gradVals[t]
 	}
-	if ctx.scatter != nil {
-		parallel.ForEach(len(ctx.scatter), 1, func(j int) {
-			lo, hi := ctx.scatter[j][0], ctx.scatter[j][1]
-			c.scatterTables(ctx, gradOut, lo, hi, merged)
-			for t := lo; t < hi; t++ {
-				finish(t, 0, ctx.Unique(t), merged(t))
-			}
+	if ctx.scatter {
+		parallel.ForEach(len(c.Tables), 1, func(t int) {
+			c.scatterTable(ctx, gradOut, t, merged(t))
+			finish(t, 0, ctx.Unique(t), merged(t))
 		})
 		since(StageUpdate, t0)
 		return nil
@@ -117,94 +114,76 @@ const (
 	pathGrouped
 )
 
-// scatterChunk is the number of samples the scatter walks per table before moving to the next
-// table of its group (the group's columns of those samples' gradient rows are read once, in order).
+// scatterChunk is the number of samples the scatter walks between prefetches of the table's
+// gradient columns.
 const scatterChunk = 64
 
-// scatterTables merges the output gradient into tables lo..hi's distinct rows in sample order:
-// each (feature, sample) segment of gradOut is read once and added into the merged gradient of
-// each of its lookups' distinct IDs (kernels.SegmentScatter). The tables belong to this caller
-// alone, so no other goroutine writes their merged rows. A table with one feature numbers its
+// scatterTable merges the output gradient into table t's distinct rows (acc, Unique(t)·dim values)
+// in sample order: each (feature, sample) segment of gradOut is read once and added into the merged
+// gradient of each of its lookups' distinct IDs (kernels.SegmentScatter). The table belongs to this
+// caller alone, so no other goroutine writes its merged rows. A table with one feature numbers its
 // distinct IDs in this very order, so its merged rows need no zeroing; others are zeroed first.
-func (c *Collection) scatterTables(ctx *Context, gradOut []float32, lo, hi int, merged func(int) []float32) {
-	B := ctx.B
-	var fresh [maxScatterGroup]int32
-	var featBase [maxScatterGroup][]int64
-	for t := lo; t < hi; t++ {
-		fresh[t-lo] = 0
-		if len(c.features[t]) > 1 {
-			fresh[t-lo] = -1
-			clear(merged(t))
-		}
-		base := int64(0)
-		for _, f := range c.features[t] {
-			k := ctx.featKey[f]
-			// featBase: the table's lookup position of the feature's first value, minus its KJT position.
-			featBase[t-lo] = append(featBase[t-lo], base-ctx.offsets[k*B])
-			base += ctx.offsets[(k+1)*B] - ctx.offsets[k*B]
-		}
+func (c *Collection) scatterTable(ctx *Context, gradOut []float32, t int, acc []float32) {
+	B, tc, d, feats := ctx.B, &ctx.tables[t], c.Tables[t].Dim, c.features[t]
+	fresh := int32(0)
+	if len(feats) > 1 {
+		fresh = -1
+		clear(acc)
 	}
-	// The group's columns of the gradient rows: the next chunk's are prefetched while this one runs.
-	colLo, colHi := c.width, 0
-	for t := lo; t < hi; t++ {
-		for _, f := range c.features[t] {
-			colLo, colHi = min(colLo, c.colOff[f]), max(colHi, c.colOff[f]+c.Tables[t].Dim)
-		}
+	// featBase[i]: the table's lookup position of feature i's first value, minus its KJT position.
+	featBase := make([]int64, len(feats))
+	var base int64
+	for i, f := range feats {
+		k := ctx.featKey[f]
+		featBase[i] = base - ctx.offsets[k*B]
+		base += ctx.offsets[(k+1)*B] - ctx.offsets[k*B]
 	}
 	for b0 := 0; b0 < B; b0 += scatterChunk {
 		n := min(scatterChunk, B-b0)
 		if next := b0 + scatterChunk; next < B {
-			kernels.PrefetchStrided(gradOut, next*c.width+colLo, c.width, min(scatterChunk, B-next), colHi-colLo)
-		}
-		for t := lo; t < hi; t++ {
-			tc, d, acc := &ctx.tables[t], c.Tables[t].Dim, merged(t)
-			for fi, f := range c.features[t] {
-				s0 := ctx.featKey[f]*B + b0
-				v0, v1 := ctx.offsets[s0], ctx.offsets[s0+n]
-				var w []float32
-				if ctx.weighted {
-					w = ctx.weights[v0:v1]
-				}
-				p0 := v0 + featBase[t-lo][fi]
-				fresh[t-lo] = kernels.SegmentScatter(acc, d, tc.inv[p0:p0+(v1-v0)], fresh[t-lo], gradOut,
-					b0*c.width+c.colOff[f], c.width, ctx.offsets[s0:s0+n+1], w, ctx.scales[s0:s0+n])
+			for _, f := range feats { // the next chunk's gradient segments, while this one runs
+				kernels.PrefetchStrided(gradOut, next*c.width+c.colOff[f], c.width, min(scatterChunk, B-next), d)
 			}
+		}
+		for i, f := range feats {
+			s0 := ctx.featKey[f]*B + b0
+			v0, v1 := ctx.offsets[s0], ctx.offsets[s0+n]
+			var w []float32
+			if ctx.weighted {
+				w = ctx.weights[v0:v1]
+			}
+			p0 := v0 + featBase[i]
+			fresh = kernels.SegmentScatter(acc, d, tc.inv[p0:p0+(v1-v0)], fresh, gradOut,
+				b0*c.width+c.colOff[f], c.width, ctx.offsets[s0:s0+n+1], w, ctx.scales[s0:s0+n])
 		}
 	}
 }
 
-// maxScatterGroup bounds the tables of one scatter group.
-const maxScatterGroup = 64
-
 // planScatter decides how backward merges the batch's gradients. The sample-order scatter reads
-// the output gradient once, in address order, but gives each table to one goroutine; it is chosen
-// when the tables split into groups no bigger than a goroutine's share of the work (so no core
-// waits on one huge table). It returns the groups (consecutive tables, several per core for load
-// balance), or nil for the grouped path, which splits every table by distinct rows instead.
-func (c *Collection) planScatter(ctx *Context) [][2]int {
-	if backwardPath == pathGrouped {
-		return nil
+// each table's gradient columns once, in order, but gives each table to one goroutine; it is
+// chosen unless one table holds more than a goroutine's share of the work (a core would then wait
+// on it), in which case the grouped path splits every table by distinct rows instead.
+func (c *Collection) planScatter(ctx *Context) bool {
+	switch backwardPath {
+	case pathGrouped:
+		return false
+	case pathScatter:
+		return true
 	}
 	P := parallel.Workers()
+	if P == 1 {
+		return true
+	}
 	load := make([]int64, len(c.Tables))
 	var total int64
 	for t := range c.Tables {
-		load[t] = int64(len(ctx.tables[t].inv)+ctx.B*len(c.features[t])) + 1
+		load[t] = int64(len(ctx.tables[t].inv) + ctx.B*len(c.features[t]))
 		total += load[t]
 	}
-	share := total / int64(P)
-	target := max(total/int64(4*P), 1)
-	groups := ctx.scatter[:0]
-	start, acc := 0, int64(0)
-	for t := range c.Tables {
-		if P > 1 && load[t] > share && backwardPath != pathScatter {
-			return nil
-		}
-		acc += load[t]
-		if acc >= target || t-start+1 == maxScatterGroup || t == len(c.Tables)-1 {
-			groups = append(groups, [2]int{start, t + 1})
-			start, acc = t+1, 0
+	for _, l := range load {
+		if l > total/int64(P) {
+			return false
 		}
 	}
-	return groups
+	return true
 }

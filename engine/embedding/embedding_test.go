@@ -212,10 +212,10 @@ func TestPlanScatterFallsBackForOneDominantTable(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Release(ctx)
 			if parallel.Workers() == 1 {
-				require.NotNil(t, ctx.scatter, "one worker always scatters")
+				require.True(t, ctx.scatter, "one worker always scatters")
 				return
 			}
-			require.Equal(t, tc.wantScatter, ctx.scatter != nil)
+			require.Equal(t, tc.wantScatter, ctx.scatter)
 		})
 	}
 }

@@ -38,8 +38,8 @@ func since(s Stage, t0 time.Time) { stageTimes[s].Add(int64(time.Since(t0))) }
 
 // Context is what backward needs from a forward pass: per table, the batch's distinct IDs, their
 // rows and the inverse map from each lookup to its distinct ID; the batch's segment offsets, scales
-// and weights; and how backward merges (the scatter's table groups, or per table the lookups
-// grouped by distinct ID). It holds no pointer into caller memory.
+// and weights; and how backward merges (by the sample-order scatter, or from the lookups grouped
+// by distinct ID per table). It holds no pointer into caller memory.
 type Context struct {
 	B        int
 	tables   []tableCtx
@@ -49,7 +49,7 @@ type Context struct {
 	featKey  []int     // per collection feature: its key in the batch
 	weights  []float32 // a copy of the batch's per-ID weights (when weighted)
 	weighted bool
-	scatter  [][2]int  // backward's table groups [lo, hi) for the sample-order scatter; nil: grouped path
+	scatter  bool      // backward merges by the sample-order scatter (else grouped by row)
 	grads    []float32 // backward: merged gradients of the distinct rows (fused mode scratch)
 }
 
@@ -132,7 +132,7 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	}
 	if keep {
 		ctx.scatter = c.planScatter(ctx)
-		if ctx.scatter == nil {
+		if !ctx.scatter {
 			t0 = time.Now()
 			parallel.ForEach(len(c.Tables), 1, func(ti int) { c.groupTable(ti, b, B, featKey, offsets, ctx) })
 			since(StageGroup, t0)
