@@ -216,17 +216,22 @@ func (c *Collection) poolBySample(b Batch, out []float32, ctx *Context) {
 	})
 }
 
-// featureChunk is the number of samples of one feature a feature-major work item pools.
+// featureChunk is the number of samples of one feature a feature-major work item pools (halved,
+// down to poolChunk, while there are fewer than four items per worker).
 const featureChunk = 256
 
-// poolByFeature pools work items of featureChunk samples of one feature, poolChunk samples per
-// kernel call, prefetching the next call's rows.
+// poolByFeature pools work items of up to featureChunk samples of one feature, poolChunk samples
+// per kernel call, prefetching the next call's rows.
 func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
-	B, offsets := ctx.B, ctx.offsets
-	chunks := (B + featureChunk - 1) / featureChunk
-	parallel.ForEach(len(c.Features)*chunks, 1, func(item int) {
-		f, c0 := item/chunks, (item%chunks)*featureChunk
-		c1 := min(c0+featureChunk, B)
+	B, F, offsets := ctx.B, len(c.Features), ctx.offsets
+	size := featureChunk // smaller when few features would leave cores idle
+	for size > poolChunk && F*((B+size-1)/size) < 4*parallel.Workers() {
+		size /= 2
+	}
+	chunks := (B + size - 1) / size
+	parallel.ForEach(F*chunks, 1, func(item int) {
+		f, c0 := item/chunks, (item%chunks)*size
+		c1 := min(c0+size, B)
 		t := c.Tables[c.Features[f].Table]
 		offs, mult := c.rowSource(t, b, ctx)
 		base := ctx.featKey[f] * B
