@@ -17,6 +17,7 @@ from .errors import (
     RecgoIOError,
     SolverError,
 )
+from .jagged import JaggedTensor
 from .sparse import KeyedJaggedTensor, KeyedTensor
 from . import modules
 from .modules import EmbeddingBagCollection, EmbeddingBagConfig
@@ -37,6 +38,7 @@ __all__ = [
     "FeatureEngine",
     "InternalError",
     "InvalidInputError",
+    "JaggedTensor",
     "KeyedJaggedTensor",
     "KeyedTensor",
     "LibraryNotFoundError",

@@ -1,0 +1,189 @@
+"""JaggedTensor: one feature's batch of variable-length rows, shaped like TorchRec's.
+
+``values`` holds the rows of all samples back to back (``[N]`` IDs or weights, or ``[N, D]`` embeddings);
+``lengths`` (``[B]``) says how many rows each sample has, ``offsets`` (``[B+1]``) where each starts. Either
+may be given; the other is computed on first use. ``to_padded(L)`` gives the ``[B, L, D]`` view with a
+``key_padding_mask`` that ``nn.MultiheadAttention`` and ``nn.TransformerEncoder`` take directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import torch
+
+from .errors import InvalidInputError
+
+_INTS = (torch.int64, torch.int32)
+
+
+def _int_tensor(t: Any, what: str) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise InvalidInputError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in _INTS or t.dim() != 1:
+        raise InvalidInputError(f"{what}: expected a 1-D int64/int32 tensor, got {t.dtype} with shape {tuple(t.shape)}")
+    return t.to(torch.int64)
+
+
+class JaggedTensor:
+    """Rows of variable length per sample: ``values`` (``[N, ...]``), ``lengths`` (``[B]``) or ``offsets``
+    (``[B+1]``), optional per-row ``weights`` (``[N]``). Argument order matches TorchRec's."""
+
+    def __init__(self, values: torch.Tensor, weights: torch.Tensor | None = None,
+                 lengths: torch.Tensor | None = None, offsets: torch.Tensor | None = None) -> None:
+        if not isinstance(values, torch.Tensor) or values.dim() == 0:
+            raise InvalidInputError("values: expected a tensor with at least one dimension")
+        if lengths is None and offsets is None:
+            raise InvalidInputError("JaggedTensor needs lengths or offsets")
+        self._values = values
+        self._lengths = None if lengths is None else _int_tensor(lengths, "lengths")
+        self._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
+        n = values.shape[0]
+        if self._lengths is not None:
+            if self._lengths.numel() and int(self._lengths.min()) < 0:
+                raise InvalidInputError("lengths: negative entry")
+            if int(self._lengths.sum()) != n:
+                raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
+        if self._offsets is not None:
+            o = self._offsets
+            if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
+                raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} rows of values")
+            if self._lengths is not None and not torch.equal(o[1:] - o[:-1], self._lengths):
+                raise InvalidInputError("lengths and offsets disagree")
+        if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[:1] != values.shape[:1]):
+            raise InvalidInputError("weights: need one weight per row of values")
+        self._weights = weights
+
+    # -- construction ----------------------------------------------------------------------------
+
+    @staticmethod
+    def empty(is_weighted: bool = False, values_dtype: torch.dtype | None = None) -> "JaggedTensor":
+        """A JaggedTensor with no samples."""
+        return JaggedTensor(torch.empty(0, dtype=values_dtype or torch.int64),
+                            torch.empty(0) if is_weighted else None, lengths=torch.empty(0, dtype=torch.int64))
+
+    @staticmethod
+    def from_dense(values: list[torch.Tensor], weights: list[torch.Tensor] | None = None) -> "JaggedTensor":
+        """One tensor per sample (rows along dim 0) → JaggedTensor."""
+        lengths = torch.tensor([v.shape[0] for v in values], dtype=torch.int64)
+        vals = torch.cat(values) if values else torch.empty(0)
+        return JaggedTensor(vals, torch.cat(weights) if weights is not None else None, lengths=lengths)
+
+    @staticmethod
+    def from_dense_lengths(values: torch.Tensor, lengths: torch.Tensor,
+                           weights: torch.Tensor | None = None) -> "JaggedTensor":
+        """The first ``lengths[b]`` entries of each row ``values[b]`` of a ``[B, L, ...]`` tensor."""
+        lengths = _int_tensor(lengths, "lengths")
+        mask = torch.arange(values.shape[1]).expand(values.shape[0], -1) < lengths.unsqueeze(1)
+        return JaggedTensor(values[mask], None if weights is None else weights[mask], lengths=lengths)
+
+    @staticmethod
+    def from_torchrec(jt: Any) -> "JaggedTensor":
+        """Convert a ``torchrec.JaggedTensor`` (no copy)."""
+        return JaggedTensor(jt.values(), jt.weights_or_none(), lengths=jt.lengths())
+
+    def to_torchrec(self) -> Any:
+        """The same rows as a ``torchrec.JaggedTensor``."""
+        from torchrec.sparse.jagged_tensor import JaggedTensor as TorchrecJT
+
+        return TorchrecJT(values=self._values, weights=self._weights, lengths=self.lengths(), offsets=self.offsets())
+
+    # -- accessors -------------------------------------------------------------------------------
+
+    def values(self) -> torch.Tensor:
+        """All rows, sample after sample."""
+        return self._values
+
+    def weights(self) -> torch.Tensor:
+        """Per-row weights; raises if there are none."""
+        if self._weights is None:
+            raise InvalidInputError("this JaggedTensor has no weights")
+        return self._weights
+
+    def weights_or_none(self) -> torch.Tensor | None:
+        """Per-row weights or None."""
+        return self._weights
+
+    def lengths(self) -> torch.Tensor:
+        """Rows per sample (``[B]`` int64)."""
+        if self._lengths is None:
+            assert self._offsets is not None
+            self._lengths = self._offsets[1:] - self._offsets[:-1]
+        return self._lengths
+
+    def lengths_or_none(self) -> torch.Tensor | None:
+        """Lengths if they were given or computed, else None (TorchRec's accessor)."""
+        return self._lengths
+
+    def offsets(self) -> torch.Tensor:
+        """Start of each sample's rows (``[B+1]`` int64, first 0, last N)."""
+        if self._offsets is None:
+            lengths = self.lengths()
+            out = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(lengths, 0, out=out[1:])
+            self._offsets = out
+        return self._offsets
+
+    def offsets_or_none(self) -> torch.Tensor | None:
+        """Offsets if they were given or computed, else None (TorchRec's accessor)."""
+        return self._offsets
+
+    def stride(self) -> int:
+        """Batch size B."""
+        return int(self.lengths().numel())
+
+    def to_dense(self) -> list[torch.Tensor]:
+        """One tensor (view) per sample."""
+        return list(torch.split(self._values, self.lengths().tolist()))
+
+    def to_dense_weights(self) -> list[torch.Tensor] | None:
+        """One weight tensor per sample, or None."""
+        return None if self._weights is None else list(torch.split(self._weights, self.lengths().tolist()))
+
+    # -- padded views ----------------------------------------------------------------------------
+
+    def _gather_index(self, length: int, keep: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(index into values for each of the [B, L] slots, mask True where a slot is padding)."""
+        if keep not in ("first", "last"):
+            raise InvalidInputError(f"keep must be 'first' or 'last', got {keep!r}")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise InvalidInputError(f"length must be a non-negative int, got {length!r}")
+        lengths, starts = self.lengths(), self.offsets()[:-1]
+        pos = torch.arange(length, dtype=torch.int64).unsqueeze(0)  # [1, L]
+        kept = lengths.clamp(max=length).unsqueeze(1)  # [B, 1]
+        pad = pos >= kept
+        # keep="last": slot j holds element (len − kept + j), so the newest events come last.
+        first = starts.unsqueeze(1) + (lengths.unsqueeze(1) - kept if keep == "last" else 0)
+        index = torch.where(pad, torch.zeros((), dtype=torch.int64), first + pos)
+        return index, pad
+
+    def to_padded(self, length: int | None = None, keep: Literal["first", "last"] = "last",
+                  padding_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``([B, L, ...] values, [B, L] bool key_padding_mask)``: each sample's first or last ``L`` rows
+        (``L`` defaults to the longest sample), left-aligned, padding filled with ``padding_value`` and
+        marked ``True`` in the mask (the convention of ``nn.MultiheadAttention``'s ``key_padding_mask``).
+        Differentiable with respect to ``values``."""
+        if length is None:
+            length = int(self.lengths().max()) if self.stride() else 0
+        index, pad = self._gather_index(length, keep)
+        if self._values.shape[0] == 0:
+            out = self._values.new_full((index.shape[0], length, *self._values.shape[1:]), padding_value)
+            return out, pad
+        out = self._values[index.reshape(-1)].reshape(*index.shape, *self._values.shape[1:])
+        fill = pad.reshape(*pad.shape, *([1] * (self._values.dim() - 1)))
+        out = torch.where(fill, torch.full((), padding_value, dtype=out.dtype), out)
+        return out, pad
+
+    def to_padded_dense(self, desired_length: int | None = None, padding_value: float = 0.0) -> torch.Tensor:
+        """TorchRec's ``to_padded_dense``: the first ``desired_length`` rows of each sample, padded."""
+        return self.to_padded(desired_length, keep="first", padding_value=padding_value)[0]
+
+    def to_padded_dense_weights(self, desired_length: int | None = None,
+                                padding_value: float = 0.0) -> torch.Tensor | None:
+        """The weights padded like :meth:`to_padded_dense`, or None."""
+        if self._weights is None:
+            return None
+        return JaggedTensor(self._weights, lengths=self.lengths()).to_padded_dense(desired_length, padding_value)
+
+    def __repr__(self) -> str:
+        return f"JaggedTensor(batch={self.stride()}, values={tuple(self._values.shape)})"
