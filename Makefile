@@ -30,7 +30,7 @@ lib: $(LIB)
 $(LIB): $(GO_SOURCES) .cache/go-mod.stamp .cache/highs/lib/libhighs.a
 	@echo "[build] librecgo.so"
 	@$(ENV) flock .cache/build.lock go build -trimpath -buildmode=c-shared -o $@ ./capi
-	@rm -f python/recgo/librecgo.h
+	@mv -f python/recgo/librecgo.h .cache/librecgo.h  # the cgo header scripts/gen_abi.py reads
 
 demo: setup
 	$(PY) benchmarks/embedding.py

@@ -79,7 +79,10 @@ func dynamicTable(h C.uintptr_t, t C.int64_t) (*dynamic.Table, error) {
 	return d, nil
 }
 
-// recgo_dynamic_stats writes a dynamic table's statistics into out (8 int64): rows in use, high water,
+// dynamicStatsLen is the number of int64 values recgo_dynamic_stats writes.
+const dynamicStatsLen = 8
+
+// recgo_dynamic_stats writes a dynamic table's statistics into out (dynamicStatsLen int64): rows in use, high water,
 // row bound, step, admitted, evicted, reserved bytes, resident bytes.
 //
 //export recgo_dynamic_stats
@@ -93,8 +96,8 @@ func recgo_dynamic_stats(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n C.
 		if err != nil {
 			return err
 		}
-		if len(out) != 8 {
-			return errs.Invalidf("stats: %d values, need 8", len(out))
+		if len(out) != dynamicStatsLen {
+			return errs.Invalidf("stats: %d values, need %d", len(out), dynamicStatsLen)
 		}
 		s, err := d.Stats()
 		if err != nil {

@@ -129,8 +129,15 @@ func splitNames(s string, n int, what string) ([]string, error) {
 	return names, nil
 }
 
-// recgo_ebc_table_memory reports where table t's memory lives: which = 0 weights (float32, *n values,
-// *stride per row), 1 optimizer state (float32, *stride = values per row), 2 step counter (one int64).
+// The memory kinds of recgo_ebc_table_memory.
+const (
+	tableMemWeights = 0 // float32 weights, *n values, *stride per row
+	tableMemState   = 1 // float32 optimizer state, *stride values per row
+	tableMemStep    = 2 // the step counter, one int64
+)
+
+// recgo_ebc_table_memory reports where table t's memory lives: which = tableMemWeights (float32, *n
+// values, *stride per row), tableMemState (float32, *stride = values per row) or tableMemStep (one int64).
 //
 //export recgo_ebc_table_memory
 func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.uintptr_t, n, stride *C.int64_t,
@@ -146,17 +153,17 @@ func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.
 		tb := c.Tables[t]
 		var p unsafe.Pointer
 		switch which {
-		case 0:
+		case tableMemWeights:
 			*n, *stride = C.int64_t(len(tb.Data)), C.int64_t(tb.Stride)
 			if len(tb.Data) > 0 {
 				p = unsafe.Pointer(&tb.Data[0])
 			}
-		case 1:
+		case tableMemState:
 			*n, *stride = C.int64_t(len(tb.State)), C.int64_t(tb.StateWidth())
 			if len(tb.State) > 0 {
 				p = unsafe.Pointer(&tb.State[0])
 			}
-		case 2:
+		case tableMemStep:
 			*n, *stride = 1, 1
 			p = unsafe.Pointer(&tb.Step[0])
 		default:

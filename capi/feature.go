@@ -7,7 +7,6 @@ package main
 import "C"
 
 import (
-	"encoding/json"
 	"fmt"
 	"runtime/cgo"
 	"unsafe"
@@ -62,19 +61,7 @@ func recgo_feature_info(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, nee
 		if err != nil {
 			return err
 		}
-		doc, err := json.Marshal(map[string]any{"inputs": eng.Inputs(), "outputs": eng.OutputKeys(), "plan": eng.Plan()})
-		if err != nil {
-			return err
-		}
-		*needed = C.int64_t(len(doc))
-		if int64(buflen) >= int64(len(doc)) {
-			dst, err := viewSlice[byte](buf, int64(len(doc)), "buf")
-			if err != nil {
-				return err
-			}
-			copy(dst, doc)
-		}
-		return nil
+		return writeJSON(map[string]any{"inputs": eng.Inputs(), "outputs": eng.OutputKeys(), "plan": eng.Plan()}, buf, buflen, needed)
 	})
 }
 

@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"runtime/cgo"
+	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -59,4 +60,27 @@ func recgo_free(h C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 		}
 		return nil
 	})
+}
+
+// storeHandle returns err, or stores v as a new handle in *out when err is nil.
+func storeHandle[T any](out *C.uintptr_t, v T, err error) error {
+	if err != nil {
+		return err
+	}
+	if out == nil {
+		return errs.Invalidf("out: null pointer")
+	}
+	*out = newHandle(v)
+	return nil
+}
+
+// parseHandle reads n bytes of JSON at doc, parses them with parse and stores the result as a new
+// handle in *out.
+func parseHandle[T any](doc unsafe.Pointer, n C.int64_t, out *C.uintptr_t, parse func([]byte) (T, error)) error {
+	data, err := bytesArg(doc, n, "json")
+	if err != nil {
+		return err
+	}
+	v, err := parse(data)
+	return storeHandle(out, v, err)
 }

@@ -1,5 +1,10 @@
 package main
 
+/*
+#include <stdint.h>
+*/
+import "C"
+
 import (
 	"unsafe"
 
@@ -27,4 +32,9 @@ func optionalSlice[T any](ptr unsafe.Pointer, n int64, name string) ([]T, error)
 		return nil, nil
 	}
 	return viewSlice[T](ptr, n, name)
+}
+
+// bytesArg views n bytes at ptr (caller memory, valid for this call only).
+func bytesArg(ptr unsafe.Pointer, n C.int64_t, name string) ([]byte, error) {
+	return viewSlice[byte](ptr, int64(n), name)
 }

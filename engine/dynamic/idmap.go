@@ -13,6 +13,9 @@ const (
 	numShards = 1 << shardBits
 )
 
+// SketchShards is the number of per-shard sketch counters a snapshot carries (Snapshot.SketchAdds).
+const SketchShards = numShards
+
 // shard is one stripe of the ID map: an open-addressing table with linear probing (each slot an
 // ID beside its row+1, 0 meaning empty, so a probe reads one cache line) and the count-min sketch of
 // the pending IDs that hash to it. Everything in a shard, and the metadata of the rows its IDs own,

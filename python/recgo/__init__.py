@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from ._lib import num_threads, version as library_version
 from .errors import (
+    AbiError,
     CapacityError,
+    ForkError,
     InternalError,
     InvalidInputError,
     LibraryNotFoundError,
+    MissingExtraError,
     NotFoundError,
     RecgoError,
     RecgoIOError,
@@ -30,18 +33,21 @@ from .feature import Feature, FeatureEngine, load_features
 __version__ = "0.1.0"
 
 __all__ = [
+    "AbiError",
     "CapacityError",
     "DynamicConfig",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
     "Feature",
     "FeatureEngine",
+    "ForkError",
     "InternalError",
     "InvalidInputError",
     "JaggedTensor",
     "KeyedJaggedTensor",
     "KeyedTensor",
     "LibraryNotFoundError",
+    "MissingExtraError",
     "NotFoundError",
     "RecgoError",
     "RecgoIOError",

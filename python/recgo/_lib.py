@@ -1,30 +1,104 @@
 """Loads librecgo.so once and calls its exports with recgo's error convention.
 
-Every export takes ``(..., errbuf, errlen)`` last and returns a status code; :func:`call` appends the
-buffer and raises the matching :class:`recgo.errors.RecgoError` subclass on failure. Pointers cross
-as ``c_void_p`` integers from ``tensor.data_ptr()`` (cheaper than ndpointer argtypes).
+Most exports take ``(..., errbuf, errlen)`` last and return a status code; :func:`call` appends the
+buffer and raises the matching :class:`recgo.errors.RecgoError` subclass on failure. The signature of
+every export and every constant shared with Go are declared once, in the generated
+:mod:`recgo._abi` (``scripts/gen_abi.py`` writes it from the cgo header and capi/abi.go):
+``fn("recgo_x")`` returns the export with its ctypes signature set from there, and ``const("Name")``
+reads a constant. Pointer parameters are ``c_void_p``, so call sites pass ``tensor.data_ptr()``
+integers, ``None``, ``ctypes.byref(...)`` or ``ctypes.addressof(...)``; ``char*`` parameters take
+``bytes``.
+
+Fork safety: a process that forks after it loaded the library leaves the child a Go runtime without
+its threads. Every call in such a child raises :class:`recgo.errors.ForkError`; a child of a process
+that never loaded the library loads its own and works.
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import platform
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
-from .errors import CODE_TO_ERROR, InternalError, LibraryNotFoundError
+from . import _abi
+from .errors import AbiError, InternalError, LibraryNotFoundError, ForkError, error_for_code
 
 _ERRLEN = 4096
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _tls = threading.local()
+_loaded_pid = 0  # the pid that loaded the library
+_forked = False  # set in a child forked after the library was loaded
 
-# (name, argtypes) of every export; the error buffer pair is appended for those that take one.
+# ctypes aliases the call sites use.
 P, I64, I32, U64, D, S = (ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32, ctypes.c_uint64,
                           ctypes.c_double, ctypes.c_char_p)
 H = ctypes.c_size_t  # uintptr_t on every platform recgo supports
+
+# C types of the cgo header (see scripts/gen_abi.py SCALARS) and their ctypes.
+_SCALARS: dict[str, Any] = {"int": ctypes.c_int, "int32_t": ctypes.c_int32, "int64_t": ctypes.c_int64,
+                            "uint64_t": ctypes.c_uint64, "uintptr_t": H, "size_t": ctypes.c_size_t,
+                            "double": ctypes.c_double}
+_ERRPAIR = (("errbuf", "char*"), ("errlen", "size_t"))
+
+
+def _ctype(t: str) -> Any:
+    """The ctypes argtype for a C type of the header (pointers: c_void_p, strings: c_char_p)."""
+    if t == "char*":
+        return ctypes.c_char_p
+    if t.endswith("*"):
+        return ctypes.c_void_p
+    return _SCALARS[t]
+
+
+def _accepts(t: str, given: Any) -> bool:
+    """Whether a call site's argtype ``given`` agrees with the declared C type ``t``."""
+    if t == "char*":
+        return given is ctypes.c_char_p
+    if t == "void*":
+        return given is ctypes.c_void_p
+    if t.endswith("*"):
+        return given is ctypes.c_void_p or given is ctypes.POINTER(_SCALARS[t[:-1]])
+    return given is _SCALARS[t]
+
+
+def _type_name(t: Any) -> str:
+    return getattr(t, "__name__", repr(t))
+
+
+def declaration(name: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """``(return type, ((param, C type), ...))`` of export ``name`` from :mod:`recgo._abi`."""
+    decl = _abi.EXPORTS.get(name)
+    if decl is None:
+        raise AbiError(f"{name} is not declared in recgo/_abi.py: if it is a new export, regenerate the "
+                       "declarations with `python scripts/gen_abi.py`")
+    return decl
+
+
+def takes_errbuf(name: str) -> bool:
+    """Whether export ``name`` follows the ``(..., errbuf, errlen)`` convention."""
+    return declaration(name)[1][-2:] == _ERRPAIR
+
+
+def check_argtypes(name: str, argtypes: Sequence[Any],
+                   decl: tuple[str, tuple[tuple[str, str], ...]] | None = None) -> None:
+    """Raise :class:`AbiError` when a call site's argtypes (without the error pair) disagree with the
+    declaration of ``name`` (or with ``decl``, for tests)."""
+    ret, params = decl if decl is not None else declaration(name)
+    if params[-2:] == _ERRPAIR:
+        params = params[:-2]
+    given = list(argtypes)
+    if len(given) != len(params):
+        raise AbiError(f"{name}: the call site declares {len(given)} arguments, the export takes {len(params)} "
+                       f"({', '.join(f'{t} {p}' for p, t in params)})")
+    for i, ((p, t), g) in enumerate(zip(params, given)):
+        if not _accepts(t, g):
+            raise AbiError(f"{name}: argument {i} ({p}) is {t} in the C ABI, but the call site declares "
+                           f"{_type_name(g)}")
 
 
 def library_path() -> Path:
@@ -35,9 +109,31 @@ def library_path() -> Path:
     return Path(__file__).with_name("librecgo.so")
 
 
+def _fork_error() -> ForkError:
+    return ForkError(
+        f"recgo cannot run in this process (pid {os.getpid()}): it was forked from pid {_loaded_pid} after that "
+        "process loaded librecgo.so, and a forked child keeps none of the Go runtime's threads. Start workers "
+        "with the 'spawn' or 'forkserver' start method (e.g. DataLoader(..., multiprocessing_context='spawn') "
+        "or multiprocessing.get_context('spawn')), or feed batches with recgo's own readers, which run their "
+        "parallel work inside the library"
+    )
+
+
+def _after_fork_in_child() -> None:
+    global _forked
+    if _lib is not None:
+        _forked = True
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def lib() -> ctypes.CDLL:
-    """The loaded library, loading it on first use."""
-    global _lib
+    """The loaded library, loading it on first use (and checking it against :mod:`recgo._abi`)."""
+    global _lib, _loaded_pid
+    if _forked:
+        raise _fork_error()
     if _lib is not None:
         return _lib
     with _lock:
@@ -55,11 +151,91 @@ def lib() -> ctypes.CDLL:
                     f"cannot load {path} on {platform.system()}/{platform.machine()}: {exc}. "
                     "It was probably built for another platform; rebuild it here with `make lib`."
                 ) from exc
-            loaded.recgo_version.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-            loaded.recgo_version.restype = ctypes.c_int
-            loaded.recgo_num_threads.restype = ctypes.c_int
+            _check_constants(loaded, path)
+            _loaded_pid = os.getpid()
             _lib = loaded
     return _lib
+
+
+def _read_json(f: Any, *args: Any) -> Any:
+    """Call a configured JSON-out export (``..., buf, buflen, needed``), growing the buffer on demand."""
+    needed = I64(0)
+    size = 1 << 12
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        call(f, *args, buf, size, ctypes.byref(needed))
+        if needed.value <= size:
+            return json.loads(buf.raw[: needed.value])
+        size = int(needed.value)
+
+
+def _check_constants(loaded: ctypes.CDLL, path: Path) -> None:
+    """Refuse a library whose constants manifest differs from :data:`recgo._abi.CONSTANTS`."""
+    try:
+        raw = loaded.recgo_abi_constants
+    except AttributeError:
+        raise LibraryNotFoundError(f"{path} predates this recgo package (no recgo_abi_constants); rebuild it with "
+                                   "`make lib`") from None
+    _configure(raw, "recgo_abi_constants")
+    got = {c["name"]: int(c["value"]) for c in _read_json(raw)}
+    if got != _abi.CONSTANTS:
+        diff = sorted(set(got.items()) ^ set(_abi.CONSTANTS.items()))
+        raise LibraryNotFoundError(f"{path} was built from other sources than this recgo package: its constants "
+                                   f"differ in {diff[:6]}; rebuild it with `make lib` (and regenerate "
+                                   "recgo/_abi.py with `python scripts/gen_abi.py` if Go changed)")
+
+
+def _configure(f: Any, name: str) -> Any:
+    ret, params = declaration(name)
+    f.argtypes = [_ctype(t) for _, t in params]
+    f.restype = None if ret == "void" else _ctype(ret)
+    f._recgo_ready = True
+    return f
+
+
+_checked: set[tuple[Any, ...]] = set()
+
+
+def fn(name: str, argtypes: Sequence[Any] | None = None) -> Any:
+    """The export ``name`` with its ctypes signature set from :mod:`recgo._abi`.
+
+    ``argtypes`` (without the error buffer pair) is accepted from call sites written before the
+    declarations were generated, and checked: :class:`AbiError` when it disagrees with the export.
+    """
+    if argtypes is not None:
+        key = (name, *argtypes)
+        if key not in _checked:
+            check_argtypes(name, argtypes)
+            _checked.add(key)
+    f = getattr(lib(), name)
+    if not getattr(f, "_recgo_ready", False):
+        _configure(f, name)
+    return f
+
+
+def call(f: Any, *args: Any) -> None:
+    """Call export ``f`` (from :func:`fn`) and raise the mapped RecgoError on a non-zero status."""
+    if _forked:
+        raise _fork_error()
+    buf = _errbuf()
+    code = f(*args, buf, _ERRLEN)
+    if code != 0:
+        raise error_for_code(code)(buf.value.decode("utf-8", "replace"))
+
+
+def call_json(name: str, *args: Any) -> Any:
+    """Call a JSON-out export ``name(*args, buf, buflen, needed, errbuf, errlen)`` and parse its document,
+    retrying with the size the export reports when the first buffer was short."""
+    return _read_json(fn(name), *args)
+
+
+def const(name: str) -> int:
+    """The value of the C ABI constant ``name`` (see capi/abi.go; no library load needed)."""
+    try:
+        return _abi.CONSTANTS[name]
+    except KeyError:
+        raise AbiError(f"no C ABI constant {name!r} in recgo/_abi.py (add it to capi/abi.go and run "
+                       "`python scripts/gen_abi.py`)") from None
 
 
 def _errbuf() -> ctypes.Array:
@@ -69,34 +245,16 @@ def _errbuf() -> ctypes.Array:
     return buf
 
 
-def fn(name: str, argtypes: list[Any]) -> Any:
-    """The export ``name`` with its argtypes set (error buffer pair appended) and an int restype."""
-    f = getattr(lib(), name)
-    if getattr(f, "_recgo_ready", False) is False:
-        f.argtypes = list(argtypes) + [ctypes.c_char_p, ctypes.c_size_t]
-        f.restype = ctypes.c_int
-        f._recgo_ready = True
-    return f
-
-
-def call(f: Any, *args: Any) -> None:
-    """Call export ``f`` (from :func:`fn`) and raise the mapped RecgoError on a non-zero status."""
-    buf = _errbuf()
-    code = f(*args, buf, _ERRLEN)
-    if code != 0:
-        raise CODE_TO_ERROR.get(code, InternalError)(buf.value.decode("utf-8", "replace"))
-
-
 def version() -> str:
     """Version string of the loaded library."""
     buf = ctypes.create_string_buffer(64)
-    lib().recgo_version(buf, 64)
+    fn("recgo_version")(buf, 64)
     return buf.value.decode()
 
 
 def num_threads() -> int:
     """Number of goroutines recgo's parallel kernels use (GOMAXPROCS, read once at load)."""
-    return int(lib().recgo_num_threads())
+    return int(fn("recgo_num_threads")())
 
 
 class Handle:
@@ -117,10 +275,11 @@ class Handle:
         return self._h
 
     def free(self) -> None:
-        """Release the Go object and its memory now. Safe to call twice."""
+        """Release the Go object and its memory now. Safe to call twice; a no-op in a forked child
+        (the object belongs to the parent's runtime)."""
         h, self._h = self._h, 0
-        if h and _lib is not None:
-            call(fn("recgo_free", [H]), h)
+        if h and _lib is not None and not _forked:
+            call(fn("recgo_free"), h)
 
     def __del__(self) -> None:
         try:
@@ -129,8 +288,17 @@ class Handle:
             pass
 
 
-def new_handle(export: str, argtypes: list[Any], *args: Any) -> Handle:
-    """Call a constructor export whose last argument before the error pair is ``uintptr_t *out``."""
+def new_handle(export: str, *args: Any) -> Handle:
+    """Call a constructor export whose last argument before the error pair is ``uintptr_t *out``.
+
+    The older form ``new_handle(export, argtypes, *args)`` (argtypes without ``out``) is accepted and
+    checked like :func:`fn`'s.
+    """
+    if args and isinstance(args[0], list):
+        f = fn(export, [*args[0], ctypes.POINTER(H)])
+        args = args[1:]
+    else:
+        f = fn(export)
     out = H(0)
-    call(fn(export, list(argtypes) + [ctypes.POINTER(H)]), *args, ctypes.byref(out))
+    call(f, *args, ctypes.byref(out))
     return Handle(out.value)

@@ -7,6 +7,8 @@ The subclasses also derive from the matching built-in exception, so ``except Val
 
 from __future__ import annotations
 
+from . import _abi
+
 
 class RecgoError(Exception):
     """Base class of every error recgo raises."""
@@ -40,15 +42,47 @@ class InternalError(RecgoError, RuntimeError):
 
 
 class LibraryNotFoundError(RecgoError, ImportError):
-    """librecgo.so is missing or cannot be loaded on this platform."""
+    """librecgo.so is missing, cannot be loaded on this platform, or was built from other sources."""
 
 
-# Status codes of internal/errs (Go) mapped to the exception raised for them.
+class AbiError(RecgoError, TypeError):
+    """A call site disagrees with the C ABI declared in recgo/_abi.py (a bug in recgo)."""
+
+
+class ForkError(RecgoError, RuntimeError):
+    """recgo was used in a process forked after its parent loaded the library (use 'spawn' workers)."""
+
+
+class MissingExtraError(RecgoError, ImportError):
+    """An optional dependency is not installed; the message names the ``recgo[extra]`` that provides it."""
+
+
+def _code(name: str) -> int:
+    return _abi.CONSTANTS[name]
+
+
+# Status codes of internal/errs (Go, through recgo/_abi.py) mapped to the exception raised for them.
 CODE_TO_ERROR: dict[int, type[RecgoError]] = {
-    1: InvalidInputError,
-    2: NotFoundError,
-    3: SolverError,
-    4: RecgoIOError,
-    5: CapacityError,
-    99: InternalError,
+    _code("CodeInvalid"): InvalidInputError,
+    _code("CodeNotFound"): NotFoundError,
+    _code("CodeSolver"): SolverError,
+    _code("CodeIO"): RecgoIOError,
+    _code("CodeCapacity"): CapacityError,
+    _code("CodeInternal"): InternalError,
 }
+
+
+def error_for_code(code: int) -> type[RecgoError]:
+    """The exception class for a non-zero status code (InternalError for a code recgo does not know)."""
+    return CODE_TO_ERROR.get(code, InternalError)
+
+
+def require_extra(module: str, extra: str, purpose: str) -> object:
+    """Import optional ``module`` or raise :class:`MissingExtraError` naming ``pip install 'recgo[extra]'``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(f"{purpose} needs {module}, which is not installed: pip install 'recgo[{extra}]'") \
+            from exc
