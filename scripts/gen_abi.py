@@ -32,11 +32,15 @@ SCALARS = ("int", "int32_t", "int64_t", "uint64_t", "uintptr_t", "size_t", "doub
 _EXTERN = re.compile(r"^extern\s+(\w+)\s+(recgo_\w+)\((.*)\);\s*$")
 
 
-def build(cache: Path) -> tuple[Path, Path]:
-    """Build librecgo.so (and its header) from the current sources into cache; return both paths."""
+def build(cache: Path, overlay: Path | None = None) -> tuple[Path, Path]:
+    """Build librecgo.so (and its header) from the current sources into cache; return both paths.
+
+    ``overlay`` is a ``go build -overlay`` file (tests use it to build from deliberately changed sources).
+    """
     cache.mkdir(parents=True, exist_ok=True)
     lib = cache / "librecgo.so"
-    cmd = f"source scripts/env.sh && go build -trimpath -buildmode=c-shared -o '{lib}' ./capi"
+    extra = f" -overlay '{overlay}'" if overlay else ""
+    cmd = f"source scripts/env.sh && go build -trimpath -buildmode=c-shared{extra} -o '{lib}' ./capi"
     subprocess.run(["bash", "-c", cmd], cwd=ROOT, check=True)
     return cache / "librecgo.h", lib
 
@@ -150,10 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--library", type=Path, help="the librecgo.so built with --header")
     ap.add_argument("--cache", type=Path, default=ROOT / ".cache" / "abi", help="build folder")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--overlay", type=Path, help="a `go build -overlay` JSON file (for tests)")
     a = ap.parse_args(argv)
     if (a.header is None) != (a.library is None):
         ap.error("--header and --library go together")
-    header, library = (a.header, a.library) if a.header else build(a.cache)
+    header, library = (a.header, a.library) if a.header else build(a.cache, a.overlay)
     text = generate(header, library)
     if a.check:
         old = a.out.read_text() if a.out.exists() else ""

@@ -4,7 +4,7 @@ Most exports take ``(..., errbuf, errlen)`` last and return a status code; :func
 buffer and raises the matching :class:`recgo.errors.RecgoError` subclass on failure. The signature of
 every export and every constant shared with Go are declared once, in the generated
 :mod:`recgo._abi` (``scripts/gen_abi.py`` writes it from the cgo header and capi/abi.go):
-``fn("recgo_x")`` returns the export with its ctypes signature set from there, and ``const("Name")``
+``fn("recgo_ebc_forward")`` returns the export with its ctypes signature set from there, and ``const("Name")``
 reads a constant. Pointer parameters are ``c_void_p``, so call sites pass ``tensor.data_ptr()``
 integers, ``None``, ``ctypes.byref(...)`` or ``ctypes.addressof(...)``; ``char*`` parameters take
 ``bytes``.
@@ -31,6 +31,7 @@ _ERRLEN = 4096
 _lock = threading.Lock()
 _lib: ctypes.CDLL | None = None
 _tls = threading.local()
+_JSON_FIRST = 1 << 12  # first buffer size of a JSON-out call (grown to the size the export reports)
 _loaded_pid = 0  # the pid that loaded the library
 _forked = False  # set in a child forked after the library was loaded
 
@@ -160,7 +161,7 @@ def lib() -> ctypes.CDLL:
 def _read_json(f: Any, *args: Any) -> Any:
     """Call a configured JSON-out export (``..., buf, buflen, needed``), growing the buffer on demand."""
     needed = I64(0)
-    size = 1 << 12
+    size = _JSON_FIRST
     while True:
         buf = ctypes.create_string_buffer(size)
         call(f, *args, buf, size, ctypes.byref(needed))
