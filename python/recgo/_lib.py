@@ -4,7 +4,7 @@ Most exports take ``(..., errbuf, errlen)`` last and return a status code; :func
 buffer and raises the matching :class:`recgo.errors.RecgoError` subclass on failure. The signature of
 every export and every constant shared with Go are declared once, in the generated
 :mod:`recgo._abi` (``scripts/gen_abi.py`` writes it from the cgo header and capi/abi.go):
-``fn("recgo_ebc_forward")`` returns the export with its ctypes signature set from there, and ``const("Name")``
+``fn("recgo_ebc_forward")`` returns the export with its ctypes signature set from there, and ``const("CodeInvalid")``
 reads a constant. Pointer parameters are ``c_void_p``, so call sites pass ``tensor.data_ptr()``
 integers, ``None``, ``ctypes.byref(...)`` or ``ctypes.addressof(...)``; ``char*`` parameters take
 ``bytes``.
