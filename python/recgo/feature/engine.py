@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .. import _lib
+from .._memory import wrap
 from .._lib import H, I64, P
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor
@@ -177,7 +178,8 @@ class FeatureEngine:
         _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(oh))
         owner = _lib.Handle(oh.value)  # frees the off-heap buffer once both tensors are gone
         del keep
-        return KeyedJaggedTensor(self.keys, _wrap(vp.value, nv.value, owner), _wrap(lp.value, nl.value, owner))
+        return KeyedJaggedTensor(self.keys, wrap(vp.value, nv.value, torch.int64, owner),
+                                 wrap(lp.value, nl.value, torch.int64, owner))
 
     def close(self) -> None:
         """Free the Go engine now (otherwise when collected)."""
@@ -186,15 +188,6 @@ class FeatureEngine:
     def __repr__(self) -> str:
         p = self._plan
         return f"FeatureEngine({len(self.features)} features, {p.calls_before} -> {p.calls_after} calls)"
-
-
-def _wrap(address: int, n: int, owner: _lib.Handle) -> torch.Tensor:
-    """A tensor over n int64 values at address (engine memory), keeping owner alive with it."""
-    if n == 0:
-        return torch.empty(0, dtype=torch.int64)
-    arr = (ctypes.c_int64 * n).from_address(address)
-    arr._recgo_owner = owner  # type: ignore[attr-defined]
-    return torch.frombuffer(arr, dtype=torch.int64)
 
 
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)

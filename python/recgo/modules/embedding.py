@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from .. import _lib
+from .._memory import wrap
 from .._lib import D, H, I32, I64, P, S
 from ..errors import InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, as_kjt
@@ -118,19 +119,6 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
         t.pooling_code()
         out.append(t)
     return out
-
-
-class _OwnedFloats:
-    """Factory of ctypes arrays over engine memory that keep the engine object alive."""
-
-    @staticmethod
-    def wrap(address: int, count: int, ctype: Any, owner: _lib.Handle, dtype: torch.dtype) -> torch.Tensor:
-        if count == 0:
-            return torch.empty(0, dtype=dtype)
-        arr_type = type("EngineMemory", (ctype * count,), {})
-        arr = arr_type.from_address(address)
-        arr.owner = owner  # the tensor → buffer → owner chain keeps the memory mapped
-        return torch.frombuffer(arr, dtype=dtype, count=count)
 
 
 class _Table(nn.Module):
@@ -233,7 +221,7 @@ class EmbeddingBagCollection(nn.Module):
                                     (2, ctypes.c_int64, torch.int64)):
             addr, n, stride = H(0), I64(0), I64(0)
             _lib.call(f, self._handle.value, t, which, ctypes.byref(addr), ctypes.byref(n), ctypes.byref(stride))
-            flat = _OwnedFloats.wrap(addr.value, n.value, ctype, self._handle, dtype)
+            flat = wrap(addr.value, n.value, dtype, self._handle)
             if which == 0:
                 flat = flat.view(-1, stride.value)[:, :dim]
             elif which == 1 and stride.value:
