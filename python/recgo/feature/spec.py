@@ -140,9 +140,9 @@ def load_features(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str,
         except OSError as exc:
             raise RecgoIOError(f"cannot read feature config {path}: {exc}") from exc
         if path.suffix in (".yaml", ".yml"):
-            import yaml
+            from ..errors import require_extra
 
-            source = yaml.safe_load(text)
+            source = require_extra("yaml", "yaml", f"reading the YAML feature config {path}").safe_load(text)
         else:
             try:
                 source = json.loads(text)

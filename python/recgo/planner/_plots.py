@@ -10,7 +10,9 @@ if TYPE_CHECKING:
 
 
 def _pyplot():
-    import matplotlib
+    from ..errors import require_extra
+
+    matplotlib = require_extra("matplotlib", "plots", "drawing plan and profile plots")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import torch
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, require_extra
 from ._core import Plan, Profile, Topology
 
 
@@ -41,6 +41,7 @@ def torchrec_placement(profile: Profile, topology: Topology,
                        tables: list[str] | None = None) -> tuple[dict[str, tuple[int, int]], dict[str, str]]:
     """Run TorchRec's EmbeddingShardingPlanner on meta-device tables (table-wise sharding, with the
     profile's pooling factors) and return ``({table: (rank, hot_rows)}, {table: compute_kernel})``."""
+    require_extra("torchrec", "compare", "torchrec_placement")
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner
@@ -82,6 +83,7 @@ def torchrec_placement(profile: Profile, topology: Topology,
 def torchrec_constraints(plan: Plan) -> dict[str, Any]:
     """The plan as TorchRec ``ParameterConstraints`` (table-wise; kernel and cache load factor from the
     hot-row split), for users who keep TorchRec's planner but want RecShard's tiering."""
+    require_extra("torchrec", "compare", "torchrec_constraints")
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.distributed.types import CacheParams, ShardingType
@@ -108,6 +110,7 @@ def torchrec_sharding_plan(plan: Plan, module: Any = None) -> Any:
     """The plan as a TorchRec ``EmbeddingModuleShardingPlan`` for an EmbeddingBagCollection whose
     tables are named as in the plan (``module`` defaults to a meta-device EBC built from the plan):
     each table table-wise on its rank, kernel and cache load factor from its hot-row split."""
+    require_extra("torchrec", "compare", "torchrec_sharding_plan")
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
     from torchrec.distributed.types import CacheParams
