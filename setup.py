@@ -89,4 +89,5 @@ class Wheel(bdist_wheel):
         return "py3", "none", platform_tag(GoBuild.built)
 
 
-setup(ext_modules=[Extension("recgo.librecgo", sources=[])], cmdclass={"build_ext": GoBuild, "bdist_wheel": Wheel})
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests import its tag logic
+    setup(ext_modules=[Extension("recgo.librecgo", sources=[])], cmdclass={"build_ext": GoBuild, "bdist_wheel": Wheel})
