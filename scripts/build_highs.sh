@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds HiGHS once, from the complete C++ sources inside the pinned PyPI `highspy` sdist, into a
+# Builds HiGHS once, from the complete C++ sources inside the pinned `highspy` sdist, into a
 # static PIC libhighs.a under a per-user cache (shared by every clone on this machine), then prints
 # nothing and exits 0 when it is already there. Debian 12 has no HiGHS package; this is why.
 set -euo pipefail
@@ -13,20 +13,23 @@ PY="${PYTHON:-python3}"
 work="$CACHE/highs-build-$HIGHS_VERSION"
 rm -rf "$work" && mkdir -p "$work"
 echo "[highs] fetching highspy==$HIGHS_VERSION sdist (HiGHS C++ sources)"
-# Fetch the sdist file itself through PyPI's simple index (JSON form) (pip download would build numpy from source
-# just to read the sdist's metadata), and check its sha256 against PyPI's record.
-"$PY" - "$HIGHS_VERSION" "$work" <<'PYEOF'
-import hashlib, json, sys, urllib.request
-version, dest = sys.argv[1], sys.argv[2]
-req = urllib.request.Request("https://pypi.org/simple/highspy/",
-                             headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-files = json.load(urllib.request.urlopen(req, timeout=60))["files"]
-sdist = next(f for f in files if f["filename"] == f"highspy-{version}.tar.gz")
-data = urllib.request.urlopen(sdist["url"], timeout=300).read()
-if hashlib.sha256(data).hexdigest() != sdist["hashes"]["sha256"]:
-    sys.exit("highspy sdist: sha256 mismatch")
-open(f"{dest}/{sdist['filename']}", "wb").write(data)
-PYEOF
+# Through pip and whatever index it is configured with (pip.conf, PIP_INDEX_URL, ...). --no-binary
+# names highspy only, so pip may read the sdist's metadata with wheels of its build dependencies
+# (with :all: it would compile numpy from source for that). The sha256 pin checks the file.
+if [ "$HIGHS_VERSION" = 1.15.1 ]; then
+  printf 'highspy==%s --hash=sha256:%s\n' "$HIGHS_VERSION" \
+    20ed2fbf1cb64bf3044ee6632364b7e2653d93e6901e2b19fd3d5df10702e8c5 >"$work/requirements.txt"
+  pin=(--require-hashes -r "$work/requirements.txt")
+else
+  echo "[highs] no sha256 pin for highspy $HIGHS_VERSION in build_highs.sh; relying on the index's hash" >&2
+  pin=("highspy==$HIGHS_VERSION")
+fi
+"$PY" -m pip download --quiet --no-deps --no-binary highspy --dest "$work" "${pin[@]}"
+ls "$work"/highspy-"$HIGHS_VERSION".tar.gz >/dev/null
+if [ "${HIGHS_FETCH_ONLY:-0}" = 1 ]; then  # fetch and verify only (tests, or preparing an offline build)
+  echo "[highs] fetched $work/highspy-$HIGHS_VERSION.tar.gz"
+  exit 0
+fi
 tar -xzf "$work"/highspy-*.tar.gz -C "$work"
 src="$work/highspy-$HIGHS_VERSION"
 # The sdist ships the library sources but not the pkg-config template nor the app/ folder that the
