@@ -6,7 +6,7 @@ LIB := python/recgo/librecgo.so
 GO_SOURCES := $(shell find capi engine kernels planner internal -name '*.go' ! -name '*_test.go' 2>/dev/null) go.mod go.sum
 ENV := source scripts/env.sh &&
 
-.PHONY: setup demo test test-go test-py fuzz lint lib bench wheel clean
+.PHONY: setup demo test test-go test-race test-py abi fuzz lint lib bench wheel clean
 
 setup: .venv/.recgo-dev $(LIB)
 
@@ -38,7 +38,7 @@ demo: setup
 bench: setup
 	@for b in benchmarks/[a-z]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
-test: setup lint test-go fuzz test-py
+test: setup lint test-go test-race fuzz test-py
 
 lint:
 	@out=$$(gofmt -l $$(find . -name '*.go' -not -path './.cache/*' -not -path './.venv/*')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -48,6 +48,15 @@ test-go:
 	@$(ENV) go test -count=1 ./...
 	@echo "[test] portable kernels (GOEXPERIMENT unset)"
 	@source scripts/env.sh && pkgs=$$(go list ./kernels/... 2>/dev/null); [ -z "$$pkgs" ] || GOEXPERIMENT= go test -count=1 $$pkgs
+
+# The engine, its kernels and internal packages once under the race detector (the concurrency contracts).
+test-race:
+	@echo "[test] engine, kernels and internal packages under -race"
+	@$(ENV) go test -race -count=1 ./engine/... ./kernels/... ./internal/...
+
+# Regenerate python/recgo/_abi.py (the C ABI's Python declarations) from the Go sources.
+abi:
+	@$(PY) scripts/gen_abi.py
 
 # Short fuzz runs of every Fuzz* target. Count-based on purpose: a duration -fuzztime hits Go's coordinator race
 # (golang/go#75804, unfixed in 1.26) and fails with "context deadline exceeded". `make fuzz FUZZTIME=200000x` for longer.
@@ -64,7 +73,7 @@ test-py:
 	@$(PY) -m pytest -q tests
 
 wheel: setup
-	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .
+	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .  # py3-none-manylinux_*: one wheel for every Python
 
 clean:
 	rm -rf build dist $(LIB) .cache/go-mod.stamp

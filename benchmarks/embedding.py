@@ -325,8 +325,8 @@ def main() -> None:
     else:
         cb, vocab = crit
         wl = Workload(vocab, dim, cb, variants)
-        # Steps of ~15 ms: one preemption moves a single timing by a third, so take many more rounds
-        # (they cost a few seconds).
+        # Short steps: one preemption moves a single timing a lot, so take many more rounds (they are
+        # cheap).
         b = run_case(bench, "criteo26", wl, dim, repeats=None if quick else 4 * bench.repeats)
         res_b = b.pop("res")
         summary["speedup_vs_torchrec_criteo"] = res_b.ratio("recgo", "torchrec_fused")

@@ -48,7 +48,7 @@ func writeMessage(errbuf *C.char, errlen C.size_t, msg string) {
 	buf[n] = 0
 }
 
-// goString copies a NUL-terminated C string of at most maxLen bytes.
+// goString copies a NUL-terminated C string (the empty string for NULL).
 func goString(s *C.char) string {
 	if s == nil {
 		return ""

@@ -5,7 +5,7 @@ import "math/bits"
 // Modulus is a positive divisor prepared for division-free remainders (Lemire, Kaser and Kurz,
 // "Faster Remainder by Direct Computation", 2019): with M = floor((2^128-1)/n) + 1, the remainder of
 // any 64-bit a is the high 64 bits of the 192-bit product (M·a mod 2^128)·n. Exact for every a and
-// n. A hardware 64-bit division by a run-time divisor measured 5.1 ns per value here; this, 1.7 ns.
+// n. It is several times faster than a hardware 64-bit division by a run-time divisor.
 type Modulus struct {
 	n        uint64
 	mhi, mlo uint64 // M

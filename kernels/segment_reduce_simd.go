@@ -7,8 +7,8 @@ import "simd/archsimd"
 // The archsimd kernels walk a whole batch of segments or rows per call, keep scalar float work out
 // of their vector loops (scalars are broadcast straight from memory) and end with VZEROUPPER
 // (archsimd.ClearAVXUpperBits). Go's scalar code is legacy-SSE encoded, and switching between it
-// and dirty 512-bit state costs a transition penalty (golang/go#80835): measured on this machine at
-// ~0.3 µs per switch, i.e. a per-segment kernel call ran 4–20× slower than this batched form.
+// and dirty 512-bit state costs a transition penalty (golang/go#80835) large enough that a
+// per-segment kernel call is several times slower than this batched form.
 
 var (
 	hasAVX512 = archsimd.X86.AVX512()

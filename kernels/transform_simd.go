@@ -24,8 +24,8 @@ func HashIDs(dst, src []int64, seed uint64) {
 	p3 := archsimd.BroadcastUint64x8(xxPrime3)
 	p4 := archsimd.BroadcastUint64x8(xxPrime4)
 	h0 := archsimd.BroadcastUint64x8(seed + xxPrime5 + 8)
-	// Logical right shifts are rotations plus a mask: ShiftAllRight with a variable count measured
-	// 30x slower than the whole hash on this toolchain.
+	// Logical right shifts are rotations plus a mask: ShiftAllRight with a variable count is far
+	// slower than the whole hash on this toolchain.
 	m33 := archsimd.BroadcastUint64x8(1<<31 - 1)
 	m29 := archsimd.BroadcastUint64x8(1<<35 - 1)
 	m32 := archsimd.BroadcastUint64x8(1<<32 - 1)

@@ -36,7 +36,7 @@ src="$work/highspy-$HIGHS_VERSION"
 # top-level CMakeLists.txt names; neither is needed for libhighs.a, so stand in minimal ones.
 [ -f "$src/highs.pc.in" ] || printf 'prefix=@CMAKE_INSTALL_PREFIX@\nName: highs\nDescription: HiGHS\nVersion: %s\nLibs: -L${prefix}/lib -lhighs\nCflags: -I${prefix}/include/highs\n' "$HIGHS_VERSION" >"$src/highs.pc.in"
 mkdir -p "$src/app" && touch "$src/app/CMakeLists.txt"
-echo "[highs] building static PIC libhighs.a (first time only, ~5 min on 2 cores)"
+echo "[highs] building static PIC libhighs.a (first time only; several minutes)"
 cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
   -DCMAKE_POSITION_INDEPENDENT_CODE=ON -DFAST_BUILD=ON -DBUILD_TESTING=OFF -DBUILD_EXAMPLES=OFF \
   -DBUILD_CXX_EXE=OFF -DZLIB=OFF -DBUILD_SHARED_EXTRAS_LIB=OFF -DCMAKE_INSTALL_PREFIX="$PREFIX.tmp" >"$work/cmake.log"

@@ -54,7 +54,7 @@
 //     of the lookups: each goroutine takes a table and walks the samples in order, reading each
 //     (feature, sample) gradient segment once (prefetched a chunk ahead) and adding it into the
 //     merged rows of its lookups' distinct IDs (one table at a time keeps its hot merged rows in
-//     cache; groups of tables interleaved by sample chunks measured 4–6 % slower). A single-feature
+//     cache; groups of tables interleaved by sample chunks were slower). A single-feature
 //     table numbers its distinct IDs in that same order, so its merged rows need no zeroing.
 //   - Grouped by row, when one table dominates: the forward groups the lookups by destination row
 //     (counting sort on the inverse map, each lookup's output-gradient offset and scale computed as

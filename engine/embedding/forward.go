@@ -9,7 +9,7 @@ import (
 	"github.com/recgo/recgo/kernels"
 )
 
-// Stage names the parts of a training step whose time a collection accumulates (see [Collection.StageTimes]).
+// Stage names the parts of a training step whose time a collection accumulates (see [StageTimes]).
 type Stage int
 
 // The stages: deduplicate + resolve IDs, group the lookups by destination row for backward (in a
@@ -154,9 +154,9 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 }
 
 // featureMajorMinPooling is the mean bag length from which pooling goes feature by feature: with
-// long bags the row reads dominate and one table's hot rows stay in cache across its bags (zipf26,
-// ~15 IDs per bag: 16.6 vs 22.2 ms); with about one ID per bag the output writes dominate and go in
-// address order sample by sample (Criteo: 2.5 vs 5.2 ms).
+// long bags the row reads dominate and one table's hot rows stay in cache across its bags; with about
+// one ID per bag the output writes dominate and go in address order sample by sample (the
+// end-to-end and embedding benchmarks, benchmarks/results, measure both).
 const featureMajorMinPooling = 4
 
 // poolOrder overrides the choice by bag length (tests cover both orders with it).

@@ -13,11 +13,11 @@ import (
 // tile is the run of elements that goes through all ops of an element-wise run while in cache.
 const tile = 8192
 
-// minChunk is the least number of elements handed to a goroutine (about 0.2 ms of hashing): waking
-// a worker on a busy machine costs tens of microseconds, so smaller fused calls run inline.
+// minChunk is the least number of elements handed to a goroutine: waking a worker on a busy machine
+// costs more than hashing a small chunk, so smaller fused calls run inline.
 const minChunk = 1 << 16
 
-// minBagChunk is the same for the bag loops of structural groups (about 0.2 ms of bags).
+// minBagChunk is the same for the bag loops of structural groups.
 const minBagChunk = 1 << 14
 
 // maxFeatureValues caps one feature's values after a transform (cross products can explode).

@@ -7,10 +7,10 @@ Declare one like any table, with a :class:`DynamicConfig`::
                                  feature_names=["user_id"],
                                  dynamic=recgo.DynamicConfig(min_count=2, eviction="lru")),
     ], optimizer=recgo.modules.Adam(lr=1e-3))
-    recgo.dynamic.attach(ebc)   # state_dict()/load_state_dict() then carry the ID map
+    # state_dict()/load_state_dict() carry the ID map: the collection hooks its dynamic tables itself
 
 ``num_embeddings`` is the row bound (the most IDs the table holds at once); the weight parameter
-spans it, and storage is committed only as rows are used. :func:`attach` is idempotent.
+spans it, and storage is committed only as rows are used.
 
 In training mode each forward counts the batch's IDs; an ID gets a row once it has been seen in
 ``min_count`` batches (until then it pools as zeros and gets no update). When all
@@ -26,7 +26,7 @@ training resumes identically. The engine side is ``engine/dynamic`` (Go).
 
 Train dynamic tables with a fused optimizer (``optimizer=`` of the collection): its state lives
 beside the rows and is reset when a row is evicted and given to a new ID. A torch optimizer's own
-state is not, so a reused row would inherit the previous ID's moments; :func:`attach` warns about it.
+state is not, so a reused row would inherit the previous ID's moments; the collection warns about it.
 """
 
 from __future__ import annotations

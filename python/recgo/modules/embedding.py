@@ -292,7 +292,7 @@ class EmbeddingBagCollection(nn.Module):
 
     def _output(self, batch: int) -> torch.Tensor:
         """A ``[batch, width]`` output tensor. Fresh memory costs a page fault per 4 KiB on first write
-        (~15 ms for a 27 MB output here), so the memory of an earlier output is reused once nothing
+        (milliseconds for a large output), so the memory of an earlier output is reused once nothing
         references it any more: the caller only ever gets views of the cached base tensors, so the
         base's storage use count (2: the base and the probe's temporary) proves every view is gone."""
         for base in self._out_cache:
