@@ -80,10 +80,6 @@ func recgo_ebc_new(ntables C.int64_t, tableNames *C.char, rowsPtr, dimsPtr, buil
 			}
 		}
 		for i := range rows {
-			if dims[i] <= 0 || dims[i] > 1<<20 {
-				closeAll()
-				return errs.Invalidf("table %q: embedding_dim %d must be in [1, 2^20]", tnames[i], dims[i])
-			}
 			var t *embedding.Table
 			if builders != nil && builders[i] != 0 {
 				var b embedding.TableBuilder

@@ -20,7 +20,7 @@ def test_num_threads_positive() -> None:
 
 
 def _debug_fail(mode: int) -> None:
-    _lib.call(_lib.fn("recgo_debug_fail", [ctypes.c_int]), mode)
+    _lib.call(_lib.fn("recgo_debug_fail"), mode)
 
 
 def test_error_becomes_named_exception() -> None:
@@ -40,7 +40,7 @@ def test_panic_becomes_exception_and_process_lives(mode: int) -> None:
 
 def test_freed_handle_is_an_error_not_a_crash() -> None:
     with pytest.raises(InvalidInputError, match="not live"):
-        _lib.call(_lib.fn("recgo_free", [_lib.H]), 123456789)
+        _lib.call(_lib.fn("recgo_free"), 123456789)
 
 
 def test_missing_library_message(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -56,4 +56,29 @@ def test_wrong_platform_library_message(monkeypatch: pytest.MonkeyPatch, tmp_pat
     monkeypatch.setattr(_lib, "_lib", None)
     monkeypatch.setenv("RECGO_LIBRARY", str(bogus))
     with pytest.raises(recgo.LibraryNotFoundError, match="another platform"):
+        _lib.lib()
+
+
+@pytest.mark.parametrize("dim", [0, 2**20 + 1, 2**40])
+def test_embedding_dim_limit_comes_from_the_engine(dim: int) -> None:
+    # Python checks only the type and sign; the range rule is the engine's (embedding.CheckDim).
+    cfg = recgo.EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=2, feature_names=["f"])
+    with pytest.raises(InvalidInputError, match=r"embedding_dim"):
+        recgo.EmbeddingBagCollection(tables=[cfg])
+
+
+@pytest.mark.parametrize("dim", [2**20 + 1, 2**40])
+def test_dynamic_table_dim_limit_is_checked_before_reserving_rows(dim: int) -> None:
+    cfg = recgo.EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=2, feature_names=["f"],
+                                   dynamic=recgo.DynamicConfig())
+    with pytest.raises(InvalidInputError, match=r"table \"t\": embedding_dim \d+ must be in \[1, 1048576\]"):
+        recgo.EmbeddingBagCollection(tables=[cfg])
+
+
+def test_loading_library_of_other_sources_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from recgo import _abi
+
+    monkeypatch.setattr(_abi, "CONSTANTS", dict(_abi.CONSTANTS, CodeInvalid=7))
+    monkeypatch.setattr(_lib, "_lib", None)
+    with pytest.raises(recgo.LibraryNotFoundError, match="other sources.*CodeInvalid"):
         _lib.lib()

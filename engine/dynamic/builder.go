@@ -27,6 +27,9 @@ func NewBuilder(cfg Config) (*Builder, error) {
 
 // BuildTable implements embedding.TableBuilder.
 func (b *Builder) BuildTable(name string, dim int, opt embedding.OptimizerConfig) (*embedding.Table, error) {
+	if err := embedding.CheckDim(name, dim); err != nil { // before New reserves rows of that width
+		return nil, err
+	}
 	if err := opt.Validate(); err != nil {
 		return nil, fmt.Errorf("table %q: %w", name, err)
 	}

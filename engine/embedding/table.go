@@ -54,6 +54,18 @@ type TableBuilder interface {
 	BuildTable(name string, dim int, opt OptimizerConfig) (*Table, error)
 }
 
+// MaxDim is the largest embedding dimension a table accepts.
+const MaxDim = 1 << 20
+
+// CheckDim returns an error naming table name unless dim is in [1, MaxDim]: the one place the
+// dimension rule lives (fixed and dynamic tables, and the C ABI, rely on it).
+func CheckDim(name string, dim int) error {
+	if dim <= 0 || dim > MaxDim {
+		return errs.Invalidf("table %q: embedding_dim %d must be in [1, %d]", name, dim, MaxDim)
+	}
+	return nil
+}
+
 // NewTable checks spec and returns a table over its storage. The caller keeps ownership of Data and
 // State (spec.Close may release them when the table closes).
 func NewTable(spec TableSpec) (*Table, error) {
@@ -61,8 +73,8 @@ func NewTable(spec TableSpec) (*Table, error) {
 	switch {
 	case spec.Source == nil:
 		return nil, errs.Invalidf("table %q: no row source", name)
-	case spec.Dim <= 0:
-		return nil, errs.Invalidf("table %q: embedding dim %d must be > 0", name, spec.Dim)
+	case CheckDim(name, spec.Dim) != nil:
+		return nil, CheckDim(name, spec.Dim)
 	case spec.Stride < spec.Dim:
 		return nil, errs.Invalidf("table %q: row stride %d is smaller than dim %d", name, spec.Stride, spec.Dim)
 	case len(spec.Data)%spec.Stride != 0:
@@ -94,8 +106,8 @@ func NewFixedTable(name string, rows int64, dim int, opt OptimizerConfig) (*Tabl
 	if rows <= 0 {
 		return nil, errs.Invalidf("table %q: num_embeddings %d must be > 0", name, rows)
 	}
-	if dim <= 0 {
-		return nil, errs.Invalidf("table %q: embedding dim %d must be > 0", name, dim)
+	if err := CheckDim(name, dim); err != nil {
+		return nil, err
 	}
 	if err := opt.Validate(); err != nil {
 		return nil, fmt.Errorf("table %q: %w", name, err)
