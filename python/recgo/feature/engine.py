@@ -10,7 +10,6 @@ Python loop runs for KeyedJaggedTensor inputs.
 from __future__ import annotations
 
 import ctypes
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -109,12 +108,7 @@ class FeatureEngine:
         self._output = _lib.fn("recgo_feature_output", [H, ctypes.POINTER(H), ctypes.POINTER(H), ctypes.POINTER(H)])
 
     def _info(self) -> dict[str, Any]:
-        f = _lib.fn("recgo_feature_info", [H, P, I64, ctypes.POINTER(I64)])
-        need = I64(0)
-        _lib.call(f, self._h.value, None, 0, ctypes.byref(need))
-        buf = ctypes.create_string_buffer(need.value)
-        _lib.call(f, self._h.value, ctypes.addressof(buf), need.value, ctypes.byref(need))
-        return json.loads(buf.raw[: need.value])
+        return _lib.call_json("recgo_feature_info", self._h.value)
 
     def plan(self) -> FeaturePlan:
         """The fused groups and the call counts before and after fusion."""
