@@ -73,6 +73,7 @@ func abiConstants() []abiConstant {
 	add("DynamicMetaSketch", metaSketch)
 	add("DynamicMetaLen", metaLen)
 	add("DynamicSketchShards", dynamic.SketchShards)
+	add("DynamicSketchDepth", dynamic.SketchDepth)
 
 	// Feature engine input descriptors (recgo_feature_run): element kinds and row width in words.
 	add("FeatureKindInt64", int64(feature.KindInt64))

@@ -170,3 +170,22 @@ def test_every_export_and_constant_python_names_is_declared() -> None:
     assert names, "the scan found no call sites"
     assert not names - set(_abi.EXPORTS), names - set(_abi.EXPORTS)
     assert not consts - set(_abi.CONSTANTS), consts - set(_abi.CONSTANTS)
+
+
+def test_fn_and_call_are_safe_from_many_threads_at_once() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    def work(i: int) -> str:
+        out = []
+        for _ in range(50):
+            f = _lib.fn("recgo_debug_fail", [ctypes.c_int]) if i % 2 else _lib.fn("recgo_debug_fail")
+            try:
+                _lib.call(f, 0 if i % 3 else 99)
+            except errors.RecgoError as e:
+                out.append(type(e).__name__ + ":" + str(e)[:20])
+        return "|".join(sorted(set(out)))
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(work, range(16)))
+    for i, g in enumerate(got):  # each thread saw only its own error (per-thread error buffers)
+        assert g == ("InvalidInputError:debug_fail: the argu" if i % 3 else "InternalError:debug_fail: unknown "), (i, g)

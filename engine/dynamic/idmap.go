@@ -16,6 +16,10 @@ const (
 // SketchShards is the number of per-shard sketch counters a snapshot carries (Snapshot.SketchAdds).
 const SketchShards = numShards
 
+// SketchDepth is the number of hash rows of the admission sketch (Snapshot.Sketch holds
+// SketchDepth·SketchWidth counters).
+const SketchDepth = sketchDepth
+
 // shard is one stripe of the ID map: an open-addressing table with linear probing (each slot an
 // ID beside its row+1, 0 meaning empty, so a probe reads one cache line) and the count-min sketch of
 // the pending IDs that hash to it. Everything in a shard, and the metadata of the rows its IDs own,

@@ -452,6 +452,7 @@ CONSTANTS: dict[str, int] = {
     'DynamicMetaSketch': 9,
     'DynamicMetaLen': 10,
     'DynamicSketchShards': 64,
+    'DynamicSketchDepth': 4,
     'FeatureKindInt64': 1,
     'FeatureKindFloat32': 2,
     'FeatureKindFloat64': 3,

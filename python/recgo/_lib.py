@@ -9,6 +9,10 @@ reads a constant. Pointer parameters are ``c_void_p``, so call sites pass ``tens
 integers, ``None``, ``ctypes.byref(...)`` or ``ctypes.addressof(...)``; ``char*`` parameters take
 ``bytes``.
 
+Threads: :func:`fn`, :func:`call`, :func:`call_json`, :func:`const` and :func:`new_handle` may be called
+from any number of threads at once (the error buffer is per thread; configuring an export twice sets
+the same signature).
+
 Fork safety: a process that forks after it loaded the library leaves the child a Go runtime without
 its threads. Every call in such a child raises :class:`recgo.errors.ForkError`; a child of a process
 that never loaded the library loads its own and works.
