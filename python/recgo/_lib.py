@@ -136,10 +136,11 @@ if hasattr(os, "register_at_fork"):
 
 def lib() -> ctypes.CDLL:
     """The loaded library, loading it on first use (and checking it against :mod:`recgo._abi`)."""
-    global _lib, _loaded_pid
-    if _forked:
-        raise _fork_error()
+    global _lib, _loaded_pid, _forked
     if _lib is not None:
+        if _forked or _loaded_pid != os.getpid():  # the pid check catches forks that bypass os.fork's hooks
+            _forked = True
+            raise _fork_error()
         return _lib
     with _lock:
         if _lib is None:
