@@ -12,7 +12,7 @@ from recgo.sparse import as_kjt
 def _kjt() -> recgo.KeyedJaggedTensor:
     # two features, batch 3: f0 = [[1, 2], [], [3]], f1 = [[4], [5, 6, 7], []]
     return recgo.KeyedJaggedTensor(
-        ["f0", "f1"], torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.tensor([2, 0, 1, 1, 3, 0], dtype=torch.int32)
+        ["f0", "f1"], torch.tensor([1, 2, 3, 4, 5, 6, 7]), lengths=torch.tensor([2, 0, 1, 1, 3, 0], dtype=torch.int32)
     )
 
 
@@ -24,8 +24,9 @@ def test_layout_accessors() -> None:
     assert kjt.lengths().dtype == torch.int64
     assert kjt.offsets().tolist() == [0, 2, 2, 3, 4, 7, 7]
     d = kjt.to_dict()
-    assert d["f1"][0].tolist() == [4, 5, 6, 7]
-    assert d["f1"][1].tolist() == [1, 3, 0]
+    assert isinstance(d["f1"], recgo.JaggedTensor)
+    assert d["f1"].values().tolist() == [4, 5, 6, 7]
+    assert d["f1"].lengths().tolist() == [1, 3, 0]
     assert kjt.weights_or_none() is None
 
 
@@ -43,7 +44,7 @@ def test_from_offsets_and_jagged_dict_agree() -> None:
 
 def test_non_contiguous_inputs_just_work() -> None:
     vals = torch.arange(14)[::2]  # a strided view
-    kjt = recgo.KeyedJaggedTensor(["f0", "f1"], vals, torch.tensor([2, 0, 1, 1, 3, 0]))
+    kjt = recgo.KeyedJaggedTensor(["f0", "f1"], vals, lengths=torch.tensor([2, 0, 1, 1, 3, 0]))
     assert kjt.values().is_contiguous()
     assert kjt.values().tolist() == [0, 2, 4, 6, 8, 10, 12]
 
@@ -68,7 +69,7 @@ def test_bad_input_is_named(kwargs: dict, match: str) -> None:
 
 def test_meta_device_is_rejected_with_advice() -> None:
     with pytest.raises(recgo.InvalidInputError, match=r"\.cpu\(\)"):
-        recgo.KeyedJaggedTensor(["a"], torch.tensor([1], device="meta"), torch.tensor([1]))
+        recgo.KeyedJaggedTensor(["a"], torch.tensor([1], device="meta"), lengths=torch.tensor([1]))
 
 
 def test_mismatched_batches_in_jagged_dict() -> None:
@@ -82,7 +83,7 @@ def test_mismatched_batches_in_jagged_dict() -> None:
 def test_torchrec_round_trip() -> None:
     torchrec = pytest.importorskip("torchrec")
     w = torch.rand(7)
-    ours = recgo.KeyedJaggedTensor(["f0", "f1"], _kjt().values(), _kjt().lengths(), w)
+    ours = recgo.KeyedJaggedTensor(["f0", "f1"], _kjt().values(), lengths=_kjt().lengths(), weights=w)
     theirs = ours.to_torchrec()
     assert isinstance(theirs, torchrec.KeyedJaggedTensor)
     back = as_kjt(theirs)

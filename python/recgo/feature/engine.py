@@ -177,7 +177,7 @@ class FeatureEngine:
         _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(oh))
         owner = _lib.Handle(oh.value)  # frees the off-heap buffer once both tensors are gone
         del keep
-        return KeyedJaggedTensor(self.keys, _wrap(vp.value, nv.value, owner), _wrap(lp.value, nl.value, owner))
+        return KeyedJaggedTensor(self.keys, _wrap(vp.value, nv.value, owner), lengths=_wrap(lp.value, nl.value, owner))
 
     def close(self) -> None:
         """Free the Go engine now (otherwise when collected)."""
