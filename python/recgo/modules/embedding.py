@@ -213,7 +213,8 @@ def _check_optimizer(optimizer: Any) -> FusedOptimizer | None:
     is_fbgemm = type(optimizer).__name__ == "EmbOptimType"
     name = getattr(optimizer, "name", "") if is_fbgemm else cls.__name__
     ours = (_FBGEMM_TO_RECGO if is_fbgemm else _TORCH_TO_RECGO).get(name)
-    what = f"{cls.__module__}.{cls.__name__}" if not is_fbgemm else f"EmbOptimType.{name}"
+    module = "torch.optim" if cls.__module__.startswith("torch.optim.") else cls.__module__
+    what = f"{module}.{cls.__name__}" if not is_fbgemm else f"EmbOptimType.{name}"
     if ours is not None and hasattr(_optim, ours):
         raise InvalidInputError(
             f"optimizer: {what} is not a recgo fused optimizer; for rows updated inside backward pass "
