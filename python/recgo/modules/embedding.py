@@ -369,7 +369,10 @@ class EmbeddingBagCollection(nn.Module):
         stays the engine's (CPU); moving to another device raises."""
         if self._handle is not None:
             return super()._apply(fn, recurse)
-        target = fn(torch.empty(0, device="meta")).device
+        try:
+            target = fn(torch.empty(0, device="meta")).device
+        except (RuntimeError, AssertionError) as e:  # e.g. to_empty(device="cuda") without CUDA
+            raise InvalidInputError(f"recgo's embedding engine runs on CPU memory; the move failed: {e}") from e
         if target.type == "meta":
             return self
         if target.type != "cpu":
