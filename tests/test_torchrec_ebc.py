@@ -71,9 +71,9 @@ def test_unweighted() -> None:
     assert pooled.values().size() == (3, 7)
     assert pooled.keys() == ["f1", "f2"]
     assert pooled.offset_per_key() == [0, 3, 7]
-    w2 = ebc.embedding_bags["t2"].weight
-    assert float(w2.abs().max()) <= 0.036 and float(w2.std()) > 0  # t2's init_fn ran
-    assert float(ebc.embedding_bags["t1"].weight.abs().max()) > 0.4  # normal(1.5), not ±√(1/10)
+    w2 = ebc.embedding_bags["t2"].weight.detach()
+X
+    assert float(ebc.embedding_bags["t1"].weight.detach().abs().max()) > 0.4  # normal(1.5), not ±√(1/10)
 
 
 def test_shared_tables() -> None:
