@@ -72,7 +72,7 @@ def test_unweighted() -> None:
     assert pooled.keys() == ["f1", "f2"]
     assert pooled.offset_per_key() == [0, 3, 7]
     w2 = ebc.embedding_bags["t2"].weight.detach()
-X
+    assert float(w2.abs().max()) <= 0.036 and float(w2.std()) > 0  # t2's init_fn ran
     assert float(ebc.embedding_bags["t1"].weight.detach().abs().max()) > 0.4  # normal(1.5), not ±√(1/10)
 
 
@@ -215,6 +215,26 @@ def test_meta_construction_then_materialisation() -> None:
     assert not torch.equal(direct.embedding_bags["t"].weight, EmbeddingBagCollection(cfgs, seed=7).embedding_bags["t"].weight)
     with pytest.raises(InvalidInputError, match="runs on CPU"):
         EmbeddingBagCollection(cfgs, device="meta").to_empty(device="cuda")
+
+
+def test_to_empty_on_cpu_then_reset_parameters() -> None:
+    """TorchRec's materialise-in-place flow on a module already on the CPU: to_empty replaces the
+    parameters, reset_parameters puts them back in engine memory and draws the seeded init."""
+    cfgs = [EmbeddingBagConfig(20, 4, "t", ["a"])]
+    ebc, fresh = EmbeddingBagCollection(cfgs, seed=9), EmbeddingBagCollection(cfgs, seed=9)
+    ebc.to_empty(device="cpu")
+    ebc.reset_parameters()
+    assert ebc.embedding_bags["t"].weight.data_ptr() == ebc._storage[0][0].data_ptr()
+    kjt = recgo.KeyedJaggedTensor(["a"], torch.tensor([3, 4, 19]), lengths=torch.tensor([2, 1]))
+    assert torch.equal(ebc(kjt).values(), fresh(kjt).values())
+
+
+def test_variable_batch_torchrec_kjt_is_refused() -> None:
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["f1", "f2"])], seed=0)
+    vbe = TKJT(keys=["f1", "f2"], values=torch.tensor([0, 1, 2, 3, 4, 5, 6, 7]),
+               offsets=torch.tensor([0, 2, 2, 3, 4, 5, 8]), stride_per_key_per_rank=[[2], [4]])
+    with pytest.raises(InvalidInputError, match=r"variable batch size per feature \(\[2, 4\]\)"):
+        ebc(vbe)
 
 
 def test_meta_load_state_dict_materialises() -> None:

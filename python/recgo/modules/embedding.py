@@ -354,6 +354,7 @@ class EmbeddingBagCollection(nn.Module):
         tables initialise their rows as IDs arrive. A no-op on the meta device."""
         if self._handle is None:
             return
+        self._sync_storage()  # parameters replaced (e.g. by to_empty) point at engine memory again
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
         with torch.no_grad():
             for cfg, (weight, _, _) in zip(self._configs, self._storage):
@@ -650,6 +651,8 @@ class EmbeddingBagCollection(nn.Module):
 
     def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
         """Change the fused optimizer's hyper-parameters (learning-rate schedules); the kind must stay."""
+        if self._handle is None:
+            raise InvalidInputError("set_fused_optimizer: the collection is on the meta device; materialise it first")
         if self._optimizer is None or type(optimizer).kind != type(self._optimizer).kind:
             raise InvalidInputError("set_fused_optimizer: the optimizer kind cannot change after construction")
         _lib.call(_lib.fn("recgo_ebc_set_optimizer", [H, I32, D, D, D, D, D]), self._handle.value,
