@@ -106,3 +106,56 @@ def test_keyed_tensor_views_and_torchrec() -> None:
 def test_as_kjt_rejects_other_types() -> None:
     with pytest.raises(recgo.InvalidInputError, match="KeyedJaggedTensor"):
         as_kjt({"a": torch.tensor([1])})
+
+
+# -- KeyedTensor: TorchRec's test_keyed_tensor.py regroup cases, on recgo's type ---------------------
+
+def test_regroup_single_kt() -> None:
+    tensors = [torch.randn(2, 3) for _ in range(5)]
+    keys = [f"dense_{i}" for i in range(5)]
+    kt = recgo.KeyedTensor.from_tensor_list(keys, tensors, 1)
+    g = recgo.KeyedTensor.regroup([kt], [["dense_0", "dense_4"], ["dense_1", "dense_3"], ["dense_2"]])
+    assert torch.equal(g[0], torch.cat([tensors[0], tensors[4]], 1))
+    assert torch.equal(g[1], torch.cat([tensors[1], tensors[3]], 1))
+    assert torch.equal(g[2], tensors[2])
+
+
+def test_regroup_multiple_kt_with_duplicates_and_torchrec_inputs() -> None:
+    t1 = [torch.randn(2, 4), torch.randn(2, 8), torch.randn(2, 2)]
+    t2 = [torch.randn(2, 3), torch.randn(2, 10)]
+    kt1 = recgo.KeyedTensor.from_tensor_list(["dense_0", "dense_1", "dense_2"], t1)
+    kt2 = recgo.KeyedTensor.from_tensor_list(["sparse_0", "sparse_1"], t2)
+    groups = [["dense_0", "sparse_1", "dense_2"], ["dense_1", "sparse_0", "dense_0"]]
+    g = recgo.KeyedTensor.regroup([kt1, kt2], groups)
+    assert torch.equal(g[0], torch.cat([t1[0], t2[1], t1[2]], 1))
+    assert torch.equal(g[1], torch.cat([t1[1], t2[0], t1[0]], 1))
+    d = recgo.KeyedTensor.regroup_as_dict([kt1, kt2], groups, ["x", "y"])
+    assert list(d) == ["x", "y"] and torch.equal(d["y"], g[1])
+    torchrec = pytest.importorskip("torchrec")
+    theirs = torchrec.KeyedTensor.regroup([kt1.to_torchrec(), kt2.to_torchrec()], groups)
+    for a, b in zip(g, theirs):
+        assert torch.equal(a, b)
+    mixed = recgo.KeyedTensor.regroup([kt1.to_torchrec(), kt2], groups)  # TorchRec's KT as input too
+    assert torch.equal(mixed[1], g[1])
+    with pytest.raises(recgo.NotFoundError, match=r"\['nope'\]"):
+        recgo.KeyedTensor.regroup([kt1], [["nope"]])
+
+
+def test_regroup_backward_matches_slicing() -> None:
+    values = torch.randn(3, 7, requires_grad=True)
+    kt = recgo.KeyedTensor(["a", "b"], [3, 4], values)
+    a, b = recgo.KeyedTensor.regroup([kt], [["b", "a"], ["a"]])
+    (a.square().sum() + 2 * b.sum()).backward()
+    want = torch.cat([2 * values[:, :3] + 2, 2 * values[:, 3:]], 1).detach()
+    torch.testing.assert_close(values.grad, want)
+
+
+def test_keyed_tensor_checks_its_layout() -> None:
+    with pytest.raises(recgo.InvalidInputError, match="do not hold the keys' 5 columns"):
+        recgo.KeyedTensor(["a", "b"], [2, 3], torch.zeros(2, 4))
+    with pytest.raises(recgo.InvalidInputError, match="2 keys but 1 lengths"):
+        recgo.KeyedTensor(["a", "b"], [2], torch.zeros(2, 2))
+    kt = recgo.KeyedTensor(["a"], [2], torch.zeros(2, 2))
+    assert kt.key_dim() == 1
+    with pytest.raises(recgo.NotFoundError, match="'z' is not in"):
+        kt["z"]
