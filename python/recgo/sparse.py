@@ -61,8 +61,8 @@ class KeyedJaggedTensor:
         length_per_key: IDs per key, if known (checked against ``lengths``).
         inverse_indices: TorchRec's deduplicated variable-batch input: refused.
 
-    Up to version 0.1 the third positional argument was ``lengths``; an integer tensor there (with no
-    ``lengths``) is still read as lengths, with a ``FutureWarning``. Pass ``lengths=`` by keyword.
+    recgo's first releases took ``lengths`` as the third positional argument; an integer tensor there
+    (with no ``lengths``) is still read as lengths, with a ``FutureWarning``. Pass ``lengths=`` by keyword.
     """
 
     def __init__(
@@ -81,8 +81,8 @@ class KeyedJaggedTensor:
         if (isinstance(weights, torch.Tensor) and not weights.is_floating_point()
                 and (lengths is None or (isinstance(lengths, torch.Tensor) and lengths.is_floating_point()))):
             warnings.warn(
-                "KeyedJaggedTensor(keys, values, lengths, weights) is recgo 0.1's argument order; TorchRec's "
-                "(and recgo's) is (keys, values, weights, lengths, offsets): pass lengths= by keyword",
+                "KeyedJaggedTensor(keys, values, lengths, weights) is recgo's old argument order; TorchRec's "
+                "(and now recgo's) is (keys, values, weights, lengths, offsets): pass lengths= by keyword",
                 FutureWarning, stacklevel=2)
             weights, lengths = lengths, weights
         if isinstance(keys, str) or not isinstance(keys, Sequence):
