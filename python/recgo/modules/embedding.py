@@ -57,7 +57,7 @@ _INT64_MAX = 2**63 - 1
 
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
 # (no torch optimizer stepped the weights) warns once: the tables never train.
-_UNTRAINED_WARN_BACKWARDS = 10
+_UNTRAINED_WARN_BACKWARDS = 32  # above the usual gradient-accumulation lengths
 
 _FP32_NAMES = ("fp32", "float32", "float")
 
