@@ -19,13 +19,18 @@ from recgo.errors import InvalidInputError
 def random_batch(cfgs: list[EmbeddingBagConfig], batch: int, max_len: int, gen: torch.Generator,
                  weighted: bool, key_order: list[str] | None = None) -> KeyedJaggedTensor:
     """A KJT over every feature (in key_order), IDs drawn with many duplicates."""
-    rows = {f: c.num_embeddings for c in cfgs for f in c.feature_names}
-    keys = key_order or list(rows)
+    rows: dict[str, int] = {}
+    for c in cfgs:  # a feature several tables read must fit the smallest
+        for f in c.feature_names:
+            rows[f] = min(rows.get(f, c.num_embeddings), c.num_embeddings)
+    rows["extra"] = 1000  # a key no table reads (ignored, as by TorchRec), when key_order names it
+    keys = key_order or [k for k in rows if k != "extra"]
     vals, lens = [], []
     for k in keys:
         ln = torch.randint(0, max_len + 1, (batch,), generator=gen)
         lens.append(ln)
-        vals.append(torch.randint(0, max(1, min(rows[k], 7)), (int(ln.sum()),), generator=gen))
+        lo = 1000 if k == "extra" else 0  # IDs of the ignored key fit no table
+        vals.append(torch.randint(lo, lo + max(1, min(rows[k], 7)), (int(ln.sum()),), generator=gen))
     values = torch.cat(vals)
     weights = torch.rand(values.numel(), generator=gen) + 0.5 if weighted else None
     return KeyedJaggedTensor(keys, values, lengths=torch.cat(lens), weights=weights)
@@ -74,10 +79,12 @@ def collections(draw: st.DrawFn) -> tuple[list[EmbeddingBagConfig], bool, int, i
     cfgs, fid = [], 0
     for t in range(ntables):
         nfeat = draw(st.integers(1, 2))  # shared tables
+        names = [f"f{fid + i}" for i in range(nfeat)]
+        if t and draw(st.booleans()):  # a feature the previous table reads too (shared feature)
+            names[-1] = cfgs[-1].feature_names[0]
         cfgs.append(EmbeddingBagConfig(
             num_embeddings=draw(st.integers(1, 40)), embedding_dim=draw(st.sampled_from([1, 3, 8, 16, 19, 64])),
-            name=f"t{t}", feature_names=[f"f{fid + i}" for i in range(nfeat)],
-            pooling=draw(st.sampled_from(["sum", "mean"]))))
+            name=f"t{t}", feature_names=names, pooling=draw(st.sampled_from(["sum", "mean"]))))
         fid += nfeat
     return cfgs, draw(st.booleans()), draw(st.integers(1, 6)), draw(st.integers(0, 5)), draw(st.integers(0, 2**31))
 
@@ -88,11 +95,12 @@ def test_matches_embedding_bag_float64(case: tuple) -> None:
     cfgs, weighted, batch, max_len, seed = case
     gen = torch.Generator().manual_seed(seed)
     ebc = EmbeddingBagCollection(cfgs, is_weighted=weighted, seed=seed)
-    feats = [f for c in cfgs for f in c.feature_names]
+    feats = list(dict.fromkeys(f for c in cfgs for f in c.feature_names)) + ["extra"]
     order = [feats[i] for i in torch.randperm(len(feats), generator=gen).tolist()]
     kjt = random_batch(cfgs, batch, max_len, gen, weighted, order)
     out = ebc(kjt)
-    assert out.keys() == feats
+    uses = [f for c in cfgs for f in c.feature_names]
+    assert out.keys() == [f if uses.count(f) == 1 else f"{f}@{c.name}" for c in cfgs for f in c.feature_names]
     grad_out = torch.randn(out.values().shape, generator=gen)
     ref, ref_grads = reference(ebc, kjt, weighted, grad_out)
     torch.testing.assert_close(out.values().double(), ref, rtol=1e-5, atol=1e-6)
