@@ -256,6 +256,10 @@ def test_reset_parameters_redraws_the_seeded_init() -> None:
     assert torch.equal(ebc.embedding_bags["t"].weight, first)
     lo, hi = EmbeddingBagConfig(20, 4).init_bounds()
     assert float(first.min()) >= lo and float(first.max()) <= hi and lo == -hi == -(1 / 20) ** 0.5
+    theirs = tr.EmbeddingBagConfig(num_embeddings=20, embedding_dim=4, name="t", feature_names=["a", "b"])
+    mine = EmbeddingBagConfig(20, 4, "t", ["a", "b"])
+    assert (mine.get_weight_init_min(), mine.get_weight_init_max(), mine.num_features()) == \
+        (theirs.get_weight_init_min(), theirs.get_weight_init_max(), theirs.num_features())
 
 
 def test_init_fn_is_honoured_and_the_default_is_recognised() -> None:

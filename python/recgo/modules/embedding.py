@@ -123,6 +123,18 @@ class EmbeddingBagConfig:
         hi = bound if self.weight_init_max is None else float(self.weight_init_max)
         return lo, hi
 
+    def get_weight_init_min(self) -> float:
+        """TorchRec's accessor: the lower init bound."""
+        return self.init_bounds()[0]
+
+    def get_weight_init_max(self) -> float:
+        """TorchRec's accessor: the upper init bound."""
+        return self.init_bounds()[1]
+
+    def num_features(self) -> int:
+        """TorchRec's accessor: how many features read the table."""
+        return len(self.feature_names)
+
 
 def _is_default_uniform(fn: Any, cfg: Any) -> bool:
     """Whether ``fn`` is TorchRec's default ``init_fn``: ``partial(uniform_, a=min, b=max)`` of the config."""
