@@ -124,7 +124,7 @@ class KeyedJaggedTensor:
                     f"weights: {self._weights.numel()} weights for {self._values.numel()} values"
                 )
         nkeys = len(self._keys)
-        if stride_per_key_per_rank is not None:
+        if stride_per_key_per_rank is not None and nkeys:
             spk = torch.as_tensor(stride_per_key_per_rank, dtype=torch.int64).reshape(nkeys, -1).sum(1).tolist()
             stride = _check_stride(stride, _uniform_stride(spk, "stride_per_key_per_rank"))
         if stride_per_key is not None:
