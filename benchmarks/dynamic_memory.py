@@ -55,7 +55,7 @@ class Stream:
         self.next_new += n_new
         self.step += 1
         ids = torch.cat([hot, new])[torch.randperm(n, generator=self.gen)]
-        return KeyedJaggedTensor(["f"], ids, torch.full((self.b,), self.l, dtype=torch.int64))
+        return KeyedJaggedTensor(["f"], ids, lengths=torch.full((self.b,), self.l, dtype=torch.int64))
 
 
 def make(bound: int, dim: int, eviction: str | None) -> EmbeddingBagCollection:
@@ -140,11 +140,11 @@ def main() -> None:
         ebc, stream = make(tbound, dim, ev), Stream(batch, pooling, seed=1)
         for _ in range(200 if bench.quick else 1000):  # fill the dynamic tables first
             b = stream()
-            train_step(ebc, b if ev else KeyedJaggedTensor(["f"], b.values() % tbound, b.lengths()))
+            train_step(ebc, b if ev else KeyedJaggedTensor(["f"], b.values() % tbound, lengths=b.lengths()))
 
         def step(ebc=ebc, stream=stream, ev=ev) -> None:
             b = stream()
-            train_step(ebc, b if ev else KeyedJaggedTensor(["f"], b.values() % tbound, b.lengths()))
+            train_step(ebc, b if ev else KeyedJaggedTensor(["f"], b.values() % tbound, lengths=b.lengths()))
         variants[name] = step
     res = bench.compare("train_step_full_table", variants, items=batch * pooling, inner=20)
 

@@ -56,7 +56,7 @@ def zipf_batches(num_tables: int, rows: int, batch: int, nbatches: int, alpha: f
         for t in range(num_tables):
             ranks = torch.multinomial(probs, int(lengths[t].sum()), replacement=True, generator=gen)
             vals.append(perms[t][ranks])
-        out.append(recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths.reshape(-1)))
+        out.append(recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=lengths.reshape(-1)))
     return out
 
 
@@ -78,7 +78,7 @@ def criteo_batches(batch: int, max_rows: int | None) -> tuple[list[recgo.KeyedJa
     for lo in range(0, ids.shape[1] - batch + 1, batch):
         chunk = ids[:, lo:lo + batch]
         lengths = (chunk >= 0).to(torch.int64).reshape(-1)
-        out.append(recgo.KeyedJaggedTensor(keys, chunk[chunk >= 0], lengths))
+        out.append(recgo.KeyedJaggedTensor(keys, chunk[chunk >= 0], lengths=lengths))
     return out, [max(1, len(v)) for v in vocab]
 
 
@@ -100,7 +100,8 @@ def bag_inputs(batches: list[recgo.KeyedJaggedTensor]) -> list[list[tuple[torch.
     out = []
     for b in batches:
         per = []
-        for values, lengths in b.to_dict().values():
+        for jt in b.to_dict().values():
+            values, lengths = jt.values(), jt.lengths()
             offs = torch.zeros(lengths.numel(), dtype=torch.int64)
             torch.cumsum(lengths[:-1], 0, out=offs[1:])
             per.append((values, offs))

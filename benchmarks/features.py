@@ -54,7 +54,7 @@ def main() -> None:
         ref = reference(feats, batch, size)
         got = out.to_dict()
         for k, (v, l) in ref.items():
-            assert torch.equal(got[k][0], v) and torch.equal(got[k][1], l), f"{n} fields: {k} differs from the reference"
+            assert torch.equal(got[k].values(), v) and torch.equal(got[k].lengths(), l), f"{n} fields: {k} differs from the reference"
         out2 = unfused(kjt, dense=dense)
         assert torch.equal(out2.values(), out.values()) and torch.equal(out2.lengths(), out.lengths())
         values_in = kjt.values().numel() + sum(v.numel() for v in dense.values())

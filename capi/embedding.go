@@ -170,7 +170,8 @@ func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.
 	})
 }
 
-// recgo_ebc_forward pools a batch into out ([B, width] float32). With keep != 0 it writes the handle
+// recgo_ebc_forward pools a batch into out ([B, width] float32); keyFeature holds, per key, the
+// collection feature it feeds or -1 for a key no feature reads (see embedding.Batch). With keep != 0 it writes the handle
 // of the context backward needs into ctxOut (free it with recgo_free, or let backward use it).
 //
 //export recgo_ebc_forward

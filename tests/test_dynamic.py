@@ -53,7 +53,7 @@ def kjt(features: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
     keys = list(features)
     values = [i for k in keys for bag in features[k] for i in bag]
     lengths = [len(bag) for k in keys for bag in features[k]]
-    return KeyedJaggedTensor(keys, torch.tensor(values, dtype=torch.int64), torch.tensor(lengths, dtype=torch.int64))
+    return KeyedJaggedTensor(keys, torch.tensor(values, dtype=torch.int64), lengths=torch.tensor(lengths, dtype=torch.int64))
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -352,7 +352,7 @@ def test_memory_stops_growing_once_the_bound_is_reached() -> None:
         hot = torch.randint(0, 1000, (64,), generator=gen)
         fresh = torch.arange(next_id, next_id + 64)
         next_id += 64
-        batch = KeyedJaggedTensor(["f"], torch.cat([hot, fresh]), torch.full((32,), 4, dtype=torch.int64))
+        batch = KeyedJaggedTensor(["f"], torch.cat([hot, fresh]), lengths=torch.full((32,), 4, dtype=torch.int64))
         out = ebc(batch).values()
         out.sum().backward()
         resident.append(dynamic.stats(ebc, "t").resident_bytes)

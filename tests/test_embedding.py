@@ -13,22 +13,27 @@ from torch import nn
 
 import recgo
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
-from recgo.errors import InvalidInputError, NotFoundError
+from recgo.errors import InvalidInputError
 
 
 def random_batch(cfgs: list[EmbeddingBagConfig], batch: int, max_len: int, gen: torch.Generator,
                  weighted: bool, key_order: list[str] | None = None) -> KeyedJaggedTensor:
     """A KJT over every feature (in key_order), IDs drawn with many duplicates."""
-    rows = {f: c.num_embeddings for c in cfgs for f in c.feature_names}
-    keys = key_order or list(rows)
+    rows: dict[str, int] = {}
+    for c in cfgs:  # a feature several tables read must fit the smallest
+        for f in c.feature_names:
+            rows[f] = min(rows.get(f, c.num_embeddings), c.num_embeddings)
+    rows["extra"] = 1000  # a key no table reads (ignored, as by TorchRec), when key_order names it
+    keys = key_order or [k for k in rows if k != "extra"]
     vals, lens = [], []
     for k in keys:
         ln = torch.randint(0, max_len + 1, (batch,), generator=gen)
         lens.append(ln)
-        vals.append(torch.randint(0, max(1, min(rows[k], 7)), (int(ln.sum()),), generator=gen))
+        lo = 1000 if k == "extra" else 0  # IDs of the ignored key fit no table
+        vals.append(torch.randint(lo, lo + max(1, min(rows[k], 7)), (int(ln.sum()),), generator=gen))
     values = torch.cat(vals)
     weights = torch.rand(values.numel(), generator=gen) + 0.5 if weighted else None
-    return KeyedJaggedTensor(keys, values, torch.cat(lens), weights)
+    return KeyedJaggedTensor(keys, values, lengths=torch.cat(lens), weights=weights)
 
 
 def reference(ebc: EmbeddingBagCollection, kjt: KeyedJaggedTensor, weighted: bool,
@@ -48,7 +53,7 @@ def reference(ebc: EmbeddingBagCollection, kjt: KeyedJaggedTensor, weighted: boo
     for cfg in ebc.embedding_bag_configs():
         for f in cfg.feature_names:
             mode = "sum" if cfg.pooling_code() == 0 else "mean"
-            values, lengths = per_key[f]
+            values, lengths = per_key[f].values(), per_key[f].lengths()
             psw = None
             if weighted:
                 psw = wts[offsets[f]:offsets[f] + values.numel()].double()
@@ -74,10 +79,12 @@ def collections(draw: st.DrawFn) -> tuple[list[EmbeddingBagConfig], bool, int, i
     cfgs, fid = [], 0
     for t in range(ntables):
         nfeat = draw(st.integers(1, 2))  # shared tables
+        names = [f"f{fid + i}" for i in range(nfeat)]
+        if t and draw(st.booleans()):  # a feature the previous table reads too (shared feature)
+            names[-1] = cfgs[-1].feature_names[0]
         cfgs.append(EmbeddingBagConfig(
             num_embeddings=draw(st.integers(1, 40)), embedding_dim=draw(st.sampled_from([1, 3, 8, 16, 19, 64])),
-            name=f"t{t}", feature_names=[f"f{fid + i}" for i in range(nfeat)],
-            pooling=draw(st.sampled_from(["sum", "mean"]))))
+            name=f"t{t}", feature_names=names, pooling=draw(st.sampled_from(["sum", "mean"]))))
         fid += nfeat
     return cfgs, draw(st.booleans()), draw(st.integers(1, 6)), draw(st.integers(0, 5)), draw(st.integers(0, 2**31))
 
@@ -88,11 +95,12 @@ def test_matches_embedding_bag_float64(case: tuple) -> None:
     cfgs, weighted, batch, max_len, seed = case
     gen = torch.Generator().manual_seed(seed)
     ebc = EmbeddingBagCollection(cfgs, is_weighted=weighted, seed=seed)
-    feats = [f for c in cfgs for f in c.feature_names]
+    feats = list(dict.fromkeys(f for c in cfgs for f in c.feature_names)) + ["extra"]
     order = [feats[i] for i in torch.randperm(len(feats), generator=gen).tolist()]
     kjt = random_batch(cfgs, batch, max_len, gen, weighted, order)
     out = ebc(kjt)
-    assert out.keys() == feats
+    uses = [f for c in cfgs for f in c.feature_names]
+    assert out.keys() == [f if uses.count(f) == 1 else f"{f}@{c.name}" for c in cfgs for f in c.feature_names]
     grad_out = torch.randn(out.values().shape, generator=gen)
     ref, ref_grads = reference(ebc, kjt, weighted, grad_out)
     torch.testing.assert_close(out.values().double(), ref, rtol=1e-5, atol=1e-6)
@@ -104,7 +112,7 @@ def test_matches_embedding_bag_float64(case: tuple) -> None:
 
 def test_empty_bags_pool_to_zero_and_to_dict() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(5, 4, "t", ["a"], pooling="mean")], seed=0)
-    kt = ebc(KeyedJaggedTensor(["a"], torch.tensor([2]), torch.tensor([0, 1, 0])))
+    kt = ebc(KeyedJaggedTensor(["a"], torch.tensor([2]), lengths=torch.tensor([0, 1, 0])))
     v = kt.values()
     assert v.shape == (3, 4)
     assert torch.equal(v[0], torch.zeros(4)) and torch.equal(v[2], torch.zeros(4))
@@ -162,7 +170,7 @@ def test_torch_optimizer_step(sparse: bool) -> None:
         vals, offs = kjt.values(), kjt.offsets()
         pooled = [nn.functional.embedding_bag(v, ref, torch.cat([torch.zeros(1, dtype=torch.int64),
                                                                    ln.cumsum(0)[:-1]]), mode="sum")
-                  for v, ln in kjt.to_dict().values()]
+                  for v, ln in ((jt.values(), jt.lengths()) for jt in kjt.to_dict().values())]
         (torch.cat(pooled, 1) ** 2).sum().backward()
         ropt.step()
     torch.testing.assert_close(ebc.embedding_bags["t"].weight.detach().double(), ref.detach(), rtol=1e-5, atol=1e-6)
@@ -173,7 +181,7 @@ def test_storage_is_zero_copy_and_outlives_module() -> None:
     w = ebc.embedding_bags["t"].weight
     with torch.no_grad():
         w[7] = torch.arange(16.0)
-    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([7]), torch.tensor([1]))).values()
+    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([7]), lengths=torch.tensor([1]))).values()
     assert torch.equal(out[0], torch.arange(16.0))  # the engine read what Python wrote
     handle = weakref.ref(ebc._handle)
     kept = w.detach()
@@ -188,8 +196,8 @@ def test_storage_is_zero_copy_and_outlives_module() -> None:
 
 def test_output_memory_is_reused_only_when_unreferenced() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(50, 8, "t", ["a"])], seed=0)
-    k1 = KeyedJaggedTensor(["a"], torch.tensor([1, 2, 3]), torch.tensor([1, 2]))
-    k2 = KeyedJaggedTensor(["a"], torch.tensor([7, 8, 9]), torch.tensor([2, 1]))
+    k1 = KeyedJaggedTensor(["a"], torch.tensor([1, 2, 3]), lengths=torch.tensor([1, 2]))
+    k2 = KeyedJaggedTensor(["a"], torch.tensor([7, 8, 9]), lengths=torch.tensor([2, 1]))
     kept = ebc(k1).values()
     expected = kept.clone()
     other = ebc(k2).values()  # must not overwrite `kept`
@@ -212,7 +220,7 @@ def test_assign_load_copies_back_into_engine() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], seed=0)
     new = {"embedding_bags.t.weight": torch.full((10, 4), 2.0)}
     ebc.load_state_dict(new, assign=True)
-    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([3]), torch.tensor([1]))).values()
+    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([3]), lengths=torch.tensor([1]))).values()
     assert torch.equal(out, torch.full((1, 4), 2.0))
     assert ebc.embedding_bags["t"].weight.data_ptr() == ebc._storage[0][0].data_ptr()
 
@@ -252,7 +260,7 @@ def test_torch_compile_full_graph(fused: bool) -> None:
 
 def test_backward_twice_is_a_named_error() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], seed=0)
-    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([3]), torch.tensor([1]))).values().sum()
+    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([3]), lengths=torch.tensor([1]))).values().sum()
     out.backward(retain_graph=True)
     with pytest.raises(InvalidInputError, match="no saved forward"):
         out.backward()
@@ -276,31 +284,29 @@ def small() -> EmbeddingBagCollection:
 ])
 def test_bad_batches(small: EmbeddingBagCollection, values, lengths, err, msg) -> None:
     with pytest.raises(err, match=msg):
-        small(KeyedJaggedTensor(["u", "i"], torch.tensor(values), torch.tensor(lengths)))
+        small(KeyedJaggedTensor(["u", "i"], torch.tensor(values), lengths=torch.tensor(lengths)))
     # the collection still works afterwards
-    small(KeyedJaggedTensor(["u", "i"], torch.tensor([1, 2]), torch.tensor([1, 0, 1, 0])))
+    small(KeyedJaggedTensor(["u", "i"], torch.tensor([1, 2]), lengths=torch.tensor([1, 0, 1, 0])))
 
 
 def test_bad_features_dtypes_devices(small: EmbeddingBagCollection) -> None:
-    with pytest.raises(NotFoundError, match="feature 'x' is not in"):
-        small(KeyedJaggedTensor(["u", "x"], torch.tensor([1]), torch.tensor([1, 0])))
     with pytest.raises(InvalidInputError, match=r"lacks features \['i'\]"):
-        small(KeyedJaggedTensor(["u"], torch.tensor([1]), torch.tensor([1])))
+        small(KeyedJaggedTensor(["u"], torch.tensor([1]), lengths=torch.tensor([1])))
     with pytest.raises(InvalidInputError, match="dtype float32 is not supported"):
-        small(KeyedJaggedTensor(["u", "i"], torch.tensor([1.0]), torch.tensor([1, 0])))
+        small(KeyedJaggedTensor(["u", "i"], torch.tensor([1.0]), lengths=torch.tensor([1, 0])))
     with pytest.raises(InvalidInputError, match="is on meta"):
-        small(KeyedJaggedTensor(["u", "i"], torch.tensor([1], device="meta"), torch.tensor([1, 0])))
+        small(KeyedJaggedTensor(["u", "i"], torch.tensor([1], device="meta"), lengths=torch.tensor([1, 0])))
     with pytest.raises(InvalidInputError, match="expected a recgo or torchrec"):
         small({"u": torch.tensor([1])})
     # non-contiguous values just work
     vals = torch.tensor([[1, 9], [2, 9]])[:, 0]
-    out = small(KeyedJaggedTensor(["u", "i"], vals, torch.tensor([1, 0, 1, 0]))).values()
+    out = small(KeyedJaggedTensor(["u", "i"], vals, lengths=torch.tensor([1, 0, 1, 0]))).values()
     assert out.shape == (2, 6)
     weighted = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], is_weighted=True)
     with pytest.raises(InvalidInputError, match="has no weights"):
-        weighted(KeyedJaggedTensor(["a"], torch.tensor([1]), torch.tensor([1])))
+        weighted(KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1])))
     with pytest.raises(InvalidInputError, match="per-ID weights are not supported"):
-        weighted(KeyedJaggedTensor(["a"], torch.tensor([1]), torch.tensor([1]), torch.ones(1, requires_grad=True)))
+        weighted(KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1]), weights=torch.ones(1, requires_grad=True)))
 
 
 @pytest.mark.parametrize("cfgs,msg", [
@@ -308,9 +314,13 @@ def test_bad_features_dtypes_devices(small: EmbeddingBagCollection) -> None:
     ([EmbeddingBagConfig(0, 4, "t", ["a"])], "num_embeddings must be a positive int"),
     ([EmbeddingBagConfig(5, -1, "t", ["a"])], "embedding_dim must be a positive int"),
     ([EmbeddingBagConfig(5, 4, "", ["a"])], "must be non-empty"),
-    ([EmbeddingBagConfig(5, 4, "t", [])], "feature_names is empty"),
+    ([EmbeddingBagConfig(5, 4, "t", ["a", "a"])], "lists a feature twice"),
+    ([EmbeddingBagConfig(5, 4, "t", ["a@b"])], "no '@'"),
     ([EmbeddingBagConfig(5, 4, "t", ["a"]), EmbeddingBagConfig(5, 4, "t", ["b"])], "duplicate table"),
-    ([EmbeddingBagConfig(5, 4, "t", ["a"]), EmbeddingBagConfig(5, 4, "u", ["a"])], "more than one table"),
+    ([EmbeddingBagConfig(2**63, 4, "t", ["a"])], r"num_embeddings=9223372036854775808 does not fit in int64"),
+    ([EmbeddingBagConfig(5, 2**64, "t", ["a"])], "embedding_dim=18446744073709551616 does not fit in int64"),
+    ([EmbeddingBagConfig(5, 4, "t", ["a"], data_type="fp16")], "data_type fp16 is not supported"),
+    ([EmbeddingBagConfig(5, 4, "t", ["a"], init_fn=3)], "init_fn must be callable"),
     ([EmbeddingBagConfig(5, 4, "t", ["a"], pooling="max")], "pooling 'max' is not supported"),
     ([EmbeddingBagConfig(5, 4, "items", ["a"])], "reserved"),
 ])

@@ -25,7 +25,7 @@ def batches(n: int, seed: int, weighted: bool = False) -> list[KeyedJaggedTensor
         lengths = torch.randint(0, 6, (18,), generator=gen)
         values = torch.randint(0, 6, (int(lengths.sum()),), generator=gen)
         weights = torch.rand(values.numel(), generator=gen) + 0.5 if weighted else None
-        out.append(KeyedJaggedTensor(["a", "b", "c"], values, lengths, weights))
+        out.append(KeyedJaggedTensor(["a", "b", "c"], values, lengths=lengths, weights=weights))
     return out
 
 
@@ -34,7 +34,7 @@ def pooled64(leaves: dict[str, torch.Tensor], kjt: KeyedJaggedTensor, cfgs: list
     cols = []
     for cfg in cfgs:
         for f in cfg.feature_names:
-            v, ln = feats[f]
+            v, ln = feats[f].values(), feats[f].lengths()
             offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)[:-1]])
             cols.append(nn.functional.embedding_bag(v, leaves[cfg.name], offs, mode="sum" if cfg.pooling == "sum" else "mean"))
     return torch.cat(cols, 1)
@@ -42,7 +42,7 @@ def pooled64(leaves: dict[str, torch.Tensor], kjt: KeyedJaggedTensor, cfgs: list
 
 def touched(kjt: KeyedJaggedTensor, cfg: EmbeddingBagConfig) -> torch.Tensor:
     feats = kjt.to_dict()
-    return torch.unique(torch.cat([feats[f][0] for f in cfg.feature_names]))
+    return torch.unique(torch.cat([feats[f].values() for f in cfg.feature_names]))
 
 
 class Reference:
@@ -137,7 +137,7 @@ def test_fused_matches_torch_optimizers(opt, torch_opt) -> None:
         feats, cols = kjt.to_dict(), []
         for cfg in CFGS:
             for f in cfg.feature_names:
-                v, ln = feats[f]
+                v, ln = feats[f].values(), feats[f].lengths()
                 offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)[:-1]])
                 cols.append(nn.functional.embedding_bag(v, leaves[cfg.name], offs, sparse=True,
                                                         mode="sum" if cfg.pooling == "sum" else "mean"))
@@ -277,5 +277,5 @@ def test_set_fused_optimizer_and_misuse() -> None:
 
 def test_lookup_stats_count_duplicates() -> None:
     ebc = EmbeddingBagCollection(CFGS, seed=0)
-    kjt = KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 1, 2, 1, 3, 3]), torch.tensor([2, 1, 1, 0, 2, 0]))
+    kjt = KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 1, 2, 1, 3, 3]), lengths=torch.tensor([2, 1, 1, 0, 2, 0]))
     assert ebc.lookup_stats(kjt) == {"t0": (2, 4), "t1": (1, 2)}

@@ -20,8 +20,8 @@ def assert_same(out: recgo.KeyedJaggedTensor, ref: dict[str, tuple[torch.Tensor,
     assert out.keys() == list(ref)
     got = out.to_dict()
     for k, (v, l) in ref.items():
-        assert torch.equal(got[k][1], l.to(torch.int64)), f"{k}: lengths differ"
-        assert torch.equal(got[k][0], v.to(torch.int64)), f"{k}: values differ"
+        assert torch.equal(got[k].lengths(), l.to(torch.int64)), f"{k}: lengths differ"
+        assert torch.equal(got[k].values(), v.to(torch.int64)), f"{k}: values differ"
 
 
 # --- the hash ---------------------------------------------------------------------------------
@@ -77,16 +77,16 @@ def test_transforms_by_hand() -> None:
         "f": torch.tensor([-1.0, 1.5, 99.0], dtype=torch.float64),
     }
     d = eng(batch).to_dict()
-    assert d["hist"][0].tolist() == [3, 4, 3] and d["hist"][1].tolist() == [2, 0, 1]
-    assert d["first"][0].tolist() == [1, 2, 3] and d["first"][1].tolist() == [2, 0, 1]
-    assert d["m"][0].tolist() == [3, 2, 0]
-    assert d["f"][0].tolist() == [0, 2, 3]
-    assert d["keep"][0].tolist() == [2, 3, 3] and d["keep"][1].tolist() == [2, 0, 1]
-    assert d["drop"][0].tolist() == [2, 4, -7, -7] and d["drop"][1].tolist() == [2, 1, 1]
+    assert d["hist"].values().tolist() == [3, 4, 3] and d["hist"].lengths().tolist() == [2, 0, 1]
+    assert d["first"].values().tolist() == [1, 2, 3] and d["first"].lengths().tolist() == [2, 0, 1]
+    assert d["m"].values().tolist() == [3, 2, 0]
+    assert d["f"].values().tolist() == [0, 2, 3]
+    assert d["keep"].values().tolist() == [2, 3, 3] and d["keep"].lengths().tolist() == [2, 0, 1]
+    assert d["drop"].values().tolist() == [2, 4, -7, -7] and d["drop"].lengths().tolist() == [2, 1, 1]
     # cross: sample 0 = [1, 2] x [3] -> two pairs; sample 1 empty; sample 2 = [3] x [0].
-    assert d["x"][1].tolist() == [2, 0, 1]
+    assert d["x"].lengths().tolist() == [2, 0, 1]
     want = [xxh64_bytes(a.to_bytes(8, "little") + b.to_bytes(8, "little"), 9) for a, b in [(1, 3), (2, 3), (3, 0)]]
-    assert [v % 2**64 for v in d["x"][0].tolist()] == want
+    assert [v % 2**64 for v in d["x"].values().tolist()] == want
     assert_same(eng(batch), reference(feats, batch, 3))
 
 
@@ -294,10 +294,10 @@ def test_bad_batches_raise() -> None:
     with pytest.raises(recgo.InvalidInputError):
         load_features({"features": [{"name": "a", "ops": [{"mod": 3}], "colour": "red"}]})
     # A KeyedJaggedTensor whose lengths disagree with its values, or that carries a float field.
-    bad = recgo.KeyedJaggedTensor(["a"], torch.tensor([1, 2, 3]), torch.tensor([1, 1]))
+    bad = recgo.KeyedJaggedTensor(["a"], torch.tensor([1, 2, 3]), lengths=torch.tensor([1, 1]))
     with pytest.raises(recgo.InvalidInputError, match="lengths sum to 2 but there are 3 values"):
         eng(bad, dense={"f": f})
     with pytest.raises(recgo.InvalidInputError, match="negative"):
-        eng(recgo.KeyedJaggedTensor(["a"], torch.tensor([1]), torch.tensor([2, -1])), dense={"f": f})
+        eng(recgo.KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([2, -1])), dense={"f": f})
     with pytest.raises(recgo.InvalidInputError, match="dtype mismatch"):
-        eng(recgo.KeyedJaggedTensor(["a", "f"], torch.tensor([1, 2, 3, 4]), torch.tensor([1, 1, 1, 1])))
+        eng(recgo.KeyedJaggedTensor(["a", "f"], torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([1, 1, 1, 1])))

@@ -34,8 +34,8 @@ def _check(feats: list[Feature], raw: dict, size: int) -> None:
     ref = reference(feats, raw, size)
     assert list(out) == list(ref)
     for k, (v, l) in ref.items():
-        assert torch.equal(out[k][1], l), k
-        assert torch.equal(out[k][0], v), k
+        assert torch.equal(out[k].lengths(), l), k
+        assert torch.equal(out[k].values(), v), k
     p = eng.plan()
     assert p.calls_after < p.calls_before
 
@@ -126,6 +126,6 @@ def test_example_config_equals_the_builder_spec() -> None:
     raw = {f"I{i + 1}": (torch.tensor([5, 70000]), torch.tensor([1, 0, 1])) for i in range(13)}
     raw.update({f"C{i + 1}": [[b"68fd1e64"], [], [b"80e26c9b"]] for i in range(26)})
     d = eng({k: encode_strings(v) if isinstance(v, list) else v for k, v in raw.items()}).to_dict()
-    assert d["I1"][0].tolist() == [sum(b <= 5 for b in bounds), len(bounds) + 1, sum(b <= 70000 for b in bounds)]
-    assert d["C1"][1].tolist() == [1, 1, 1] and int(d["C1"][0][1]) == 0
-    assert d["C1xC2"][1].tolist() == [1, 1, 1]  # every bag filled before the cross
+    assert d["I1"].values().tolist() == [sum(b <= 5 for b in bounds), len(bounds) + 1, sum(b <= 70000 for b in bounds)]
+    assert d["C1"].lengths().tolist() == [1, 1, 1] and int(d["C1"].values()[1]) == 0
+    assert d["C1xC2"].lengths().tolist() == [1, 1, 1]  # every bag filled before the cross

@@ -32,7 +32,7 @@ def _batches(seed: int = 0, n: int = 6, batch: int = 64) -> list[recgo.KeyedJagg
             ids = (torch.rand(int(ln.sum()), generator=g) ** 4 * t.rows).long()
             vals.append(ids)
             lens.append(ln)
-        out.append(recgo.KeyedJaggedTensor([t.name for t in TABLES], torch.cat(vals), torch.cat(lens)))
+        out.append(recgo.KeyedJaggedTensor([t.name for t in TABLES], torch.cat(vals), lengths=torch.cat(lens)))
     return out
 
 
@@ -285,9 +285,9 @@ def test_planned_ebc_matches_the_original(prof: P.Profile) -> None:
     kjt = _batches(seed=5, n=1)[0]
     g = torch.Generator().manual_seed(1)
     free_len = torch.randint(0, 3, (kjt.stride(),), generator=g)
-    free = recgo.KeyedJaggedTensor(["free"], torch.randint(0, 10, (int(free_len.sum()),), generator=g), free_len)
+    free = recgo.KeyedJaggedTensor(["free"], torch.randint(0, 10, (int(free_len.sum()),), generator=g), lengths=free_len)
     both = recgo.KeyedJaggedTensor(kjt.keys() + ["free"], torch.cat([kjt.values(), free.values()]),
-                                   torch.cat([kjt.lengths(), free.lengths()]))
+                                   lengths=torch.cat([kjt.lengths(), free.lengths()]))
     with torch.no_grad():
         want, got = ref(both), planned(both)
     assert got.keys() == want.keys()

@@ -12,7 +12,7 @@ from recgo.sparse import as_kjt
 def _kjt() -> recgo.KeyedJaggedTensor:
     # two features, batch 3: f0 = [[1, 2], [], [3]], f1 = [[4], [5, 6, 7], []]
     return recgo.KeyedJaggedTensor(
-        ["f0", "f1"], torch.tensor([1, 2, 3, 4, 5, 6, 7]), torch.tensor([2, 0, 1, 1, 3, 0], dtype=torch.int32)
+        ["f0", "f1"], torch.tensor([1, 2, 3, 4, 5, 6, 7]), lengths=torch.tensor([2, 0, 1, 1, 3, 0], dtype=torch.int32)
     )
 
 
@@ -24,8 +24,9 @@ def test_layout_accessors() -> None:
     assert kjt.lengths().dtype == torch.int64
     assert kjt.offsets().tolist() == [0, 2, 2, 3, 4, 7, 7]
     d = kjt.to_dict()
-    assert d["f1"][0].tolist() == [4, 5, 6, 7]
-    assert d["f1"][1].tolist() == [1, 3, 0]
+    assert isinstance(d["f1"], recgo.JaggedTensor)
+    assert d["f1"].values().tolist() == [4, 5, 6, 7]
+    assert d["f1"].lengths().tolist() == [1, 3, 0]
     assert kjt.weights_or_none() is None
 
 
@@ -43,7 +44,7 @@ def test_from_offsets_and_jagged_dict_agree() -> None:
 
 def test_non_contiguous_inputs_just_work() -> None:
     vals = torch.arange(14)[::2]  # a strided view
-    kjt = recgo.KeyedJaggedTensor(["f0", "f1"], vals, torch.tensor([2, 0, 1, 1, 3, 0]))
+    kjt = recgo.KeyedJaggedTensor(["f0", "f1"], vals, lengths=torch.tensor([2, 0, 1, 1, 3, 0]))
     assert kjt.values().is_contiguous()
     assert kjt.values().tolist() == [0, 2, 4, 6, 8, 10, 12]
 
@@ -68,7 +69,7 @@ def test_bad_input_is_named(kwargs: dict, match: str) -> None:
 
 def test_meta_device_is_rejected_with_advice() -> None:
     with pytest.raises(recgo.InvalidInputError, match=r"\.cpu\(\)"):
-        recgo.KeyedJaggedTensor(["a"], torch.tensor([1], device="meta"), torch.tensor([1]))
+        recgo.KeyedJaggedTensor(["a"], torch.tensor([1], device="meta"), lengths=torch.tensor([1]))
 
 
 def test_mismatched_batches_in_jagged_dict() -> None:
@@ -82,7 +83,7 @@ def test_mismatched_batches_in_jagged_dict() -> None:
 def test_torchrec_round_trip() -> None:
     torchrec = pytest.importorskip("torchrec")
     w = torch.rand(7)
-    ours = recgo.KeyedJaggedTensor(["f0", "f1"], _kjt().values(), _kjt().lengths(), w)
+    ours = recgo.KeyedJaggedTensor(["f0", "f1"], _kjt().values(), lengths=_kjt().lengths(), weights=w)
     theirs = ours.to_torchrec()
     assert isinstance(theirs, torchrec.KeyedJaggedTensor)
     back = as_kjt(theirs)
@@ -105,3 +106,56 @@ def test_keyed_tensor_views_and_torchrec() -> None:
 def test_as_kjt_rejects_other_types() -> None:
     with pytest.raises(recgo.InvalidInputError, match="KeyedJaggedTensor"):
         as_kjt({"a": torch.tensor([1])})
+
+
+# -- KeyedTensor: TorchRec's test_keyed_tensor.py regroup cases, on recgo's type ---------------------
+
+def test_regroup_single_kt() -> None:
+    tensors = [torch.randn(2, 3) for _ in range(5)]
+    keys = [f"dense_{i}" for i in range(5)]
+    kt = recgo.KeyedTensor.from_tensor_list(keys, tensors, 1)
+    g = recgo.KeyedTensor.regroup([kt], [["dense_0", "dense_4"], ["dense_1", "dense_3"], ["dense_2"]])
+    assert torch.equal(g[0], torch.cat([tensors[0], tensors[4]], 1))
+    assert torch.equal(g[1], torch.cat([tensors[1], tensors[3]], 1))
+    assert torch.equal(g[2], tensors[2])
+
+
+def test_regroup_multiple_kt_with_duplicates_and_torchrec_inputs() -> None:
+    t1 = [torch.randn(2, 4), torch.randn(2, 8), torch.randn(2, 2)]
+    t2 = [torch.randn(2, 3), torch.randn(2, 10)]
+    kt1 = recgo.KeyedTensor.from_tensor_list(["dense_0", "dense_1", "dense_2"], t1)
+    kt2 = recgo.KeyedTensor.from_tensor_list(["sparse_0", "sparse_1"], t2)
+    groups = [["dense_0", "sparse_1", "dense_2"], ["dense_1", "sparse_0", "dense_0"]]
+    g = recgo.KeyedTensor.regroup([kt1, kt2], groups)
+    assert torch.equal(g[0], torch.cat([t1[0], t2[1], t1[2]], 1))
+    assert torch.equal(g[1], torch.cat([t1[1], t2[0], t1[0]], 1))
+    d = recgo.KeyedTensor.regroup_as_dict([kt1, kt2], groups, ["x", "y"])
+    assert list(d) == ["x", "y"] and torch.equal(d["y"], g[1])
+    torchrec = pytest.importorskip("torchrec")
+    theirs = torchrec.KeyedTensor.regroup([kt1.to_torchrec(), kt2.to_torchrec()], groups)
+    for a, b in zip(g, theirs):
+        assert torch.equal(a, b)
+    mixed = recgo.KeyedTensor.regroup([kt1.to_torchrec(), kt2], groups)  # TorchRec's KT as input too
+    assert torch.equal(mixed[1], g[1])
+    with pytest.raises(recgo.NotFoundError, match=r"\['nope'\]"):
+        recgo.KeyedTensor.regroup([kt1], [["nope"]])
+
+
+def test_regroup_backward_matches_slicing() -> None:
+    values = torch.randn(3, 7, requires_grad=True)
+    kt = recgo.KeyedTensor(["a", "b"], [3, 4], values)
+    a, b = recgo.KeyedTensor.regroup([kt], [["b", "a"], ["a"]])
+    (a.square().sum() + 2 * b.sum()).backward()
+    want = torch.cat([2 * values[:, :3] + 2, 2 * values[:, 3:]], 1).detach()
+    torch.testing.assert_close(values.grad, want)
+
+
+def test_keyed_tensor_checks_its_layout() -> None:
+    with pytest.raises(recgo.InvalidInputError, match="do not hold the keys' 5 columns"):
+        recgo.KeyedTensor(["a", "b"], [2, 3], torch.zeros(2, 4))
+    with pytest.raises(recgo.InvalidInputError, match="2 keys but 1 lengths"):
+        recgo.KeyedTensor(["a", "b"], [2], torch.zeros(2, 2))
+    kt = recgo.KeyedTensor(["a"], [2], torch.zeros(2, 2))
+    assert kt.key_dim() == 1
+    with pytest.raises(recgo.NotFoundError, match="'z' is not in"):
+        kt["z"]

@@ -104,24 +104,34 @@ func (c *Collection) Close() error {
 	return errors.Join(all...)
 }
 
-// Batch is a KeyedJaggedTensor as the engine sees it: feature-major values and F·B lengths, in the
-// caller's key order, plus for each key the index of the collection feature it feeds.
+// Batch is a KeyedJaggedTensor as the engine sees it: feature-major values and K·B lengths, in the
+// caller's key order, plus for each key the index of the collection feature it feeds, or -1 for a
+// key no feature reads (its bags are skipped, as TorchRec's EmbeddingBagCollection ignores extra keys).
 type Batch struct {
-	KeyFeature []int64   // len F: a permutation of the collection's features
+	KeyFeature []int64   // len K ≥ features: every feature exactly once, the other keys -1
 	Values     []int64   // all IDs, key-major
-	Lengths    []int64   // F·B; entry k·B+b is sample b of key k
+	Lengths    []int64   // K·B; entry k·B+b is sample b of key k
 	Weights    []float32 // per-ID weights, or nil
 }
 
+// IgnoredKey is the KeyFeature entry of a key that no feature of the collection reads.
+const IgnoredKey = -1
+
 // ValidateBatch checks a batch's structure against a collection with numFeatures features and
-// returns its batch size B. ID ranges are checked later, by each table's RowSource.
+// returns its batch size B. ID ranges are checked later, by each table's RowSource (the IDs of
+// ignored keys are never looked at).
 func ValidateBatch(b Batch, numFeatures int) (int, error) {
-	if len(b.KeyFeature) != numFeatures {
-		return 0, errs.Invalidf("batch: %d keys for a collection of %d features (every feature must be present exactly once)",
-			len(b.KeyFeature), numFeatures)
+	nkeys := len(b.KeyFeature)
+	if nkeys < numFeatures {
+		return 0, errs.Invalidf("batch: %d keys for a collection of %d features (every feature must be present)",
+			nkeys, numFeatures)
 	}
 	seen := make([]bool, numFeatures)
+	found := 0
 	for k, f := range b.KeyFeature {
+		if f == IgnoredKey {
+			continue
+		}
 		if f < 0 || f >= int64(numFeatures) {
 			return 0, errs.Invalidf("batch: key %d maps to feature %d of %d", k, f, numFeatures)
 		}
@@ -129,9 +139,14 @@ func ValidateBatch(b Batch, numFeatures int) (int, error) {
 			return 0, errs.Invalidf("batch: feature %d appears twice among the keys", f)
 		}
 		seen[f] = true
+		found++
 	}
-	if numFeatures == 0 || len(b.Lengths)%numFeatures != 0 {
-		return 0, errs.Invalidf("batch: %d lengths is not a multiple of the %d features (need F·B)", len(b.Lengths), numFeatures)
+	if found != numFeatures {
+		return 0, errs.Invalidf("batch: %d of the collection's %d features are among the keys (every feature must be present)",
+			found, numFeatures)
+	}
+	if nkeys == 0 || len(b.Lengths)%nkeys != 0 {
+		return 0, errs.Invalidf("batch: %d lengths is not a multiple of the %d keys (need K·B)", len(b.Lengths), nkeys)
 	}
 	var total int64
 	nv := int64(len(b.Values))
@@ -150,7 +165,7 @@ func ValidateBatch(b Batch, numFeatures int) (int, error) {
 	if b.Weights != nil && len(b.Weights) != len(b.Values) {
 		return 0, errs.Invalidf("batch: %d weights for %d values", len(b.Weights), len(b.Values))
 	}
-	return len(b.Lengths) / numFeatures, nil
+	return len(b.Lengths) / nkeys, nil
 }
 
 func (c *Collection) rlock() error {

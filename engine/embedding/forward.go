@@ -93,7 +93,9 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	ctx.featKey = resize(ctx.featKey, F)
 	featKey := ctx.featKey
 	for k, f := range b.KeyFeature {
-		featKey[f] = k
+		if f != IgnoredKey {
+			featKey[f] = k
+		}
 	}
 	ctx.offsets = resize(ctx.offsets, len(b.Lengths)+1) // KJT order
 	offsets := ctx.offsets
@@ -109,6 +111,9 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	ctx.srcOff = resize(ctx.srcOff, len(b.Values))
 	ctx.scales = resize(ctx.scales, len(b.Lengths))
 	for k, f := range b.KeyFeature {
+		if f == IgnoredKey {
+			continue
+		}
 		mean := c.Features[f].Pooling == PoolMean
 		for i, n := range b.Lengths[int(k)*B : (int(k)+1)*B] {
 			ctx.scales[int(k)*B+i] = 1

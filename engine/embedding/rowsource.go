@@ -39,7 +39,8 @@ func (s RangeSource) Resolve(ids []int64, rows []int64, train bool) error {
 
 func (s RangeSource) check(id int64) error {
 	if id < 0 || id >= s.Rows {
-		return errs.Invalidf("table %q: id %d out of range [0, %d)", s.Table, id, s.Rows)
+		return errs.Invalidf("table %q: id %d out of range [0, %d) (fold raw IDs into range with the FeatureEngine, "+
+			"e.g. Feature(...).hash().mod(%d), or give the table a larger num_embeddings)", s.Table, id, s.Rows, s.Rows)
 	}
 	return nil
 }

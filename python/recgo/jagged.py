@@ -62,6 +62,13 @@ class JaggedTensor:
         return JaggedTensor(torch.empty(0, dtype=values_dtype or torch.int64),
                             torch.empty(0) if is_weighted else None, lengths=torch.empty(0, dtype=torch.int64))
 
+    @classmethod
+    def _unchecked(cls, values: torch.Tensor, weights: torch.Tensor | None, lengths: torch.Tensor) -> "JaggedTensor":
+        """Views of a KeyedJaggedTensor's feature, whose lengths were validated already (no checks)."""
+        jt = cls.__new__(cls)
+        jt._values, jt._weights, jt._lengths, jt._offsets = values, weights, lengths, None
+        return jt
+
     @staticmethod
     def from_dense(values: list[torch.Tensor], weights: list[torch.Tensor] | None = None) -> "JaggedTensor":
         """One tensor per sample (rows along dim 0) → JaggedTensor."""

@@ -1,80 +1,207 @@
 """recgo's sparse batch types, shaped like TorchRec's.
 
 :class:`KeyedJaggedTensor` holds feature names ``keys`` (F), int64 ``values`` (all IDs, feature-major),
-``lengths`` (F·B; entry f·B+b is sample b of feature f) and optional float32 per-ID ``weights``.
+``lengths`` (F·B; entry f·B+b is sample b of feature f) and optional float32 per-ID ``weights``. Its
+constructor takes TorchRec's argument order ``(keys, values, weights, lengths, offsets, stride, ...)``
+and it has TorchRec's accessors (``to_dict``/``__getitem__`` give :class:`recgo.JaggedTensor`\\ s,
+``permute``, ``split``, ``concat``, ``length_per_key``, ``offset_per_key``, ...). Every feature has
+the same batch size B: TorchRec's variable batch per feature (``stride_per_key_per_rank`` with
+different strides, ``inverse_indices``) is refused with an :class:`InvalidInputError`. Keys are
+unique (TorchRec allows repeats, e.g. from ``permute`` with repeated indices; recgo refuses them).
+
 :class:`KeyedTensor` is the pooled output: one dense ``[B, ΣD]`` tensor with each feature's slice in
-key order. Both convert to and from ``torchrec.sparse.jagged_tensor`` types.
+key order, with TorchRec's ``regroup``. Both convert to and from ``torchrec.sparse.jagged_tensor``
+types without copying.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import warnings
+from typing import Any, Mapping, Sequence
 
 import torch
 
-from .errors import InvalidInputError
+from .errors import InvalidInputError, NotFoundError
+from .jagged import JaggedTensor
 from .tensors import check_tensor
 
 _INTS = (torch.int64, torch.int32)
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _ints(t: Any, name: str) -> torch.Tensor:
+    """A 1-D int64 CPU tensor; an empty tensor of any dtype is accepted (TorchRec's ``torch.tensor([])``)."""
+    if isinstance(t, torch.Tensor) and t.numel() == 0 and t.device.type == "cpu":
+        return torch.empty(0, dtype=torch.int64)
+    return check_tensor(t, name, _INTS, ndim=1, convert_to=torch.int64)
+
+
+def _uniform_stride(per_key: Sequence[int], what: str) -> int:
+    """The common batch size of ``per_key`` or an error naming the variable batch sizes."""
+    if len(set(per_key)) > 1:
+        raise InvalidInputError(
+            f"{what}: variable batch size per feature ({list(per_key)}) is not supported; every feature "
+            "of a recgo KeyedJaggedTensor has the same batch size (give the shorter features empty bags)")
+    return int(per_key[0]) if per_key else 0
 
 
 class KeyedJaggedTensor:
-    """A batch of jagged sparse features: keys, values, lengths (F·B) and optional weights."""
+    """A batch of jagged sparse features, TorchRec's ``KeyedJaggedTensor``.
+
+    Args:
+        keys: feature names (F, unique).
+        values: all IDs, feature-major (int64 or int32; stored as int64).
+        weights: optional per-ID weights (float; stored as float32).
+        lengths: bag lengths, F·B entries (entry f·B+b is sample b of feature f).
+        offsets: or their exclusive prefix sums, F·B+1 entries (both may be given; they must agree).
+        stride: the batch size B (needed only when there are no keys; otherwise checked).
+        stride_per_key_per_rank: TorchRec's variable-batch description; accepted only when every key
+            has the same total batch size (then it is that B), refused otherwise.
+        stride_per_key: the same, per key.
+        length_per_key: IDs per key, if known (checked against ``lengths``).
+        inverse_indices: TorchRec's deduplicated variable-batch input: refused.
+
+    recgo's first releases took ``lengths`` as the third positional argument; an integer tensor there
+    (with no ``lengths``) is still read as lengths, with a ``FutureWarning``. Pass ``lengths=`` by keyword.
+    """
 
     def __init__(
         self,
         keys: Sequence[str],
         values: torch.Tensor,
-        lengths: torch.Tensor | None = None,
         weights: torch.Tensor | None = None,
+        lengths: torch.Tensor | None = None,
         offsets: torch.Tensor | None = None,
+        stride: int | None = None,
+        stride_per_key_per_rank: Any = None,
+        stride_per_key: Sequence[int] | None = None,
+        length_per_key: Sequence[int] | None = None,
+        inverse_indices: Any = None,
     ) -> None:
+        if (isinstance(weights, torch.Tensor) and not weights.is_floating_point()
+                and (lengths is None or (isinstance(lengths, torch.Tensor) and lengths.is_floating_point()))):
+            warnings.warn(
+                "KeyedJaggedTensor(keys, values, lengths, weights) is recgo's old argument order; TorchRec's "
+                "(and now recgo's) is (keys, values, weights, lengths, offsets): pass lengths= by keyword",
+                FutureWarning, stacklevel=2)
+            weights, lengths = lengths, weights
+        if isinstance(keys, str) or not isinstance(keys, Sequence):
+            raise InvalidInputError(f"keys: expected a list of feature names, got {type(keys).__name__}")
         self._keys = [str(k) for k in keys]
         if len(set(self._keys)) != len(self._keys):
-            raise InvalidInputError(f"keys: duplicate feature names in {self._keys}")
+            dup = sorted({k for k in self._keys if self._keys.count(k) > 1})
+            raise InvalidInputError(f"keys: duplicate feature names {dup} in {self._keys}")
+        if inverse_indices is not None:
+            raise InvalidInputError(
+                "inverse_indices: TorchRec's deduplicated variable-batch input is not supported; "
+                "expand it to one bag per sample")
+        if isinstance(values, torch.Tensor) and values.numel() == 0 and values.device.type == "cpu":
+            values = values.reshape(0).to(torch.int64)
         self._values = check_tensor(values, "values", _INTS, ndim=1, convert_to=torch.int64)
-        if lengths is None:
-            if offsets is None:
-                raise InvalidInputError("KeyedJaggedTensor needs lengths or offsets")
-            offsets = check_tensor(offsets, "offsets", _INTS, ndim=1, convert_to=torch.int64)
-            lengths = offsets[1:] - offsets[:-1]
-        self._lengths = check_tensor(lengths, "lengths", _INTS, ndim=1, convert_to=torch.int64)
+        self._offsets: torch.Tensor | None = None
+        if offsets is not None:
+            self._offsets = _ints(offsets, "offsets")
+            o, n = self._offsets, self._values.numel()
+            if o.numel() == 0 and n == 0 and lengths is None:
+                self._offsets = torch.zeros(1, dtype=torch.int64)
+                o = self._offsets
+            if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
+                raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} values")
+            from_offsets = o[1:] - o[:-1]
+            if lengths is not None and not torch.equal(_ints(lengths, "lengths"), from_offsets):
+                raise InvalidInputError("lengths and offsets disagree")
+            lengths = from_offsets
+        elif lengths is None:
+            raise InvalidInputError("KeyedJaggedTensor needs lengths or offsets")
+        self._lengths = _ints(lengths, "lengths")
         self._weights = None
         if weights is not None:
-            self._weights = check_tensor(
-                weights, "weights", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
-                ndim=1, convert_to=torch.float32,
-            )
+            if isinstance(weights, torch.Tensor) and weights.numel() == 0 and weights.device.type == "cpu":
+                weights = weights.reshape(0).to(torch.float32)
+            self._weights = check_tensor(weights, "weights", _FLOATS, ndim=1, convert_to=torch.float32)
             if self._weights.numel() != self._values.numel():
                 raise InvalidInputError(
                     f"weights: {self._weights.numel()} weights for {self._values.numel()} values"
                 )
         nkeys = len(self._keys)
+        if stride_per_key_per_rank is not None and nkeys:
+            spk = torch.as_tensor(stride_per_key_per_rank, dtype=torch.int64).reshape(nkeys, -1).sum(1).tolist()
+            stride = _check_stride(stride, _uniform_stride(spk, "stride_per_key_per_rank"))
+        if stride_per_key is not None:
+            stride = _check_stride(stride, _uniform_stride(list(stride_per_key), "stride_per_key"))
         if nkeys == 0:
             if self._lengths.numel() != 0:
                 raise InvalidInputError("lengths: non-empty but there are no keys")
-        elif self._lengths.numel() % nkeys != 0:
+            self._stride = int(stride or 0)
+        else:
+            if self._lengths.numel() % nkeys != 0:
+                raise InvalidInputError(
+                    f"lengths: {self._lengths.numel()} entries is not a multiple of the {nkeys} keys (need F·B)"
+                )
+            self._stride = _check_stride(stride, self._lengths.numel() // nkeys)
+        self._length_per_key: list[int] | None = None
+        self._offset_per_key: list[int] | None = None
+        self._jt_dict: dict[str, JaggedTensor] | None = None
+        if length_per_key is not None and [int(x) for x in length_per_key] != self.length_per_key():
             raise InvalidInputError(
-                f"lengths: {self._lengths.numel()} entries is not a multiple of the {nkeys} keys (need F·B)"
-            )
+                f"length_per_key {list(length_per_key)} disagrees with the lengths ({self.length_per_key()})")
+
+    # -- construction ----------------------------------------------------------------------------
 
     @staticmethod
-    def from_lengths_sync(
-        keys: Sequence[str], values: torch.Tensor, lengths: torch.Tensor, weights: torch.Tensor | None = None
-    ) -> "KeyedJaggedTensor":
-        """TorchRec-style constructor alias."""
-        return KeyedJaggedTensor(keys, values, lengths, weights)
+    def from_offsets_sync(keys: Sequence[str], values: torch.Tensor, offsets: torch.Tensor,
+                          weights: torch.Tensor | None = None, stride: int | None = None,
+                          stride_per_key_per_rank: Any = None, inverse_indices: Any = None) -> "KeyedJaggedTensor":
+        """Build from offsets (F·B+1 entries), as TorchRec's ``from_offsets_sync``."""
+        return KeyedJaggedTensor(keys, values, weights, offsets=offsets, stride=stride,
+                                 stride_per_key_per_rank=stride_per_key_per_rank,
+                                 inverse_indices=inverse_indices).sync()
+
+    @staticmethod
+    def from_lengths_sync(keys: Sequence[str], values: torch.Tensor, lengths: torch.Tensor,
+                          weights: torch.Tensor | None = None, stride: int | None = None,
+                          stride_per_key_per_rank: Any = None, inverse_indices: Any = None) -> "KeyedJaggedTensor":
+        """Build from lengths (F·B entries), as TorchRec's ``from_lengths_sync``."""
+        return KeyedJaggedTensor(keys, values, weights, lengths=lengths, stride=stride,
+                                 stride_per_key_per_rank=stride_per_key_per_rank,
+                                 inverse_indices=inverse_indices).sync()
+
+    @staticmethod
+    def from_jt_dict(jt_dict: Mapping[str, Any], force_variable_stride: bool = False) -> "KeyedJaggedTensor":
+        """Build from ``{name: JaggedTensor}`` (recgo's or TorchRec's), keys in dict order. Every feature
+        must have the same batch size (TorchRec would build a variable-batch KJT; recgo refuses) and
+        either all or none of them weights."""
+        if force_variable_stride:
+            raise InvalidInputError("from_jt_dict: force_variable_stride=True (variable batch size) is not supported")
+        keys = list(jt_dict)
+        jts = [jt_dict[k] for k in keys]
+        for k, jt in zip(keys, jts):
+            if not all(hasattr(jt, a) for a in ("values", "lengths", "weights_or_none")):
+                raise InvalidInputError(f"from_jt_dict: {k!r} is a {type(jt).__name__}, expected a JaggedTensor")
+        stride = _uniform_stride([int(jt.lengths().numel()) for jt in jts], "from_jt_dict")
+        weights = [jt.weights_or_none() for jt in jts]
+        if any(w is None for w in weights) and not all(w is None for w in weights):
+            missing = [k for k, w in zip(keys, weights) if w is None]
+            raise InvalidInputError(f"from_jt_dict: features {missing} have no weights but others do")
+        return KeyedJaggedTensor(
+            keys, torch.cat([jt.values() for jt in jts]) if jts else torch.empty(0, dtype=torch.int64),
+            torch.cat(weights) if jts and weights[0] is not None else None,  # type: ignore[arg-type]
+            lengths=torch.cat([jt.lengths() for jt in jts]) if jts else torch.empty(0, dtype=torch.int64),
+            stride=stride).sync()
 
     @staticmethod
     def from_jagged_dict(
-        features: dict[str, tuple[torch.Tensor, torch.Tensor]]
-        | dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+        features: Mapping[str, tuple[torch.Tensor, torch.Tensor]]
+        | Mapping[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
     ) -> "KeyedJaggedTensor":
         """Build from ``{name: (values, lengths[, weights])}``; every feature must have the same batch."""
         keys = list(features)
         vals, lens, wts = [], [], []
         for k in keys:
             entry = features[k]
+            if isinstance(entry, torch.Tensor) or not isinstance(entry, (tuple, list)) or len(entry) not in (2, 3):
+                raise InvalidInputError(
+                    f"from_jagged_dict: {k!r} must be a (values, lengths) or (values, lengths, weights) tuple")
             vals.append(entry[0])
             lens.append(entry[1])
             if len(entry) > 2:
@@ -85,23 +212,75 @@ class KeyedJaggedTensor:
         if wts and len(wts) != len(keys):
             raise InvalidInputError("weights given for some features but not all")
         return KeyedJaggedTensor(
-            keys, torch.cat(vals) if vals else torch.empty(0, dtype=torch.int64),
-            torch.cat(lens) if lens else torch.empty(0, dtype=torch.int64),
-            torch.cat(wts) if wts else None,
+            keys, torch.cat(vals) if vals else torch.empty(0, dtype=torch.int64), torch.cat(wts) if wts else None,
+            lengths=torch.cat(lens) if lens else torch.empty(0, dtype=torch.int64),
+            stride=batches.pop() if batches else 0,
         )
 
     @staticmethod
+    def concat(kjt_list: Sequence["KeyedJaggedTensor"]) -> "KeyedJaggedTensor":
+        """Concatenate along the keys (TorchRec's ``concat``): same batch size, all weighted or none."""
+        if len(kjt_list) == 0:
+            raise InvalidInputError("concat: can't concat an empty list of KeyedJaggedTensors")
+        kjts = [as_kjt(k) for k in kjt_list]
+        weighted = kjts[0].weights_or_none() is not None
+        if any((k.weights_or_none() is not None) != weighted for k in kjts):
+            raise InvalidInputError("concat: can't merge weighted and unweighted KeyedJaggedTensors")
+        strides = [k.stride() for k in kjts if k.keys()]
+        stride = _uniform_stride(strides, "concat") if strides else kjts[0].stride()
+        return KeyedJaggedTensor(
+            [key for k in kjts for key in k.keys()], torch.cat([k.values() for k in kjts]),
+            torch.cat([k.weights() for k in kjts]) if weighted else None,
+            lengths=torch.cat([k.lengths() for k in kjts]), stride=stride)
+
+    @staticmethod
+    def empty(is_weighted: bool = False, device: Any = None, values_dtype: torch.dtype | None = None,
+              weights_dtype: torch.dtype | None = None, lengths_dtype: torch.dtype = torch.int64) -> "KeyedJaggedTensor":
+        """A KeyedJaggedTensor with no keys (stride 0)."""
+        if device is not None and torch.device(device).type != "cpu":
+            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
+        return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64),
+                                 torch.empty(0) if is_weighted else None,
+                                 lengths=torch.empty(0, dtype=torch.int64), stride=0)
+
+    @staticmethod
+    def empty_like(kjt: "KeyedJaggedTensor") -> "KeyedJaggedTensor":
+        """No keys, the same batch size and weightedness as ``kjt``."""
+        kjt = as_kjt(kjt)
+        return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64),
+                                 torch.empty(0) if kjt.weights_or_none() is not None else None,
+                                 lengths=torch.empty(0, dtype=torch.int64), stride=kjt.stride())
+
+    @staticmethod
     def from_torchrec(kjt: Any) -> "KeyedJaggedTensor":
-        """Convert a ``torchrec.sparse.jagged_tensor.KeyedJaggedTensor`` (no copy of the IDs)."""
+        """Convert a ``torchrec.sparse.jagged_tensor.KeyedJaggedTensor`` (no copy of int64 IDs)."""
+        if kjt.inverse_indices_or_none() is not None:
+            raise InvalidInputError(
+                "this TorchRec KeyedJaggedTensor has inverse_indices (deduplicated variable batch): not supported")
+        stride = None
         if getattr(kjt, "variable_stride_per_key", lambda: False)():
-            raise InvalidInputError("variable batch size per key is not supported")
-        return KeyedJaggedTensor(kjt.keys(), kjt.values(), kjt.lengths(), kjt.weights_or_none())
+            stride = _uniform_stride([int(s) for s in kjt.stride_per_key()], "TorchRec KeyedJaggedTensor")
+        return KeyedJaggedTensor(kjt.keys(), kjt.values(), kjt.weights_or_none(), lengths=kjt.lengths(),
+                                 stride=stride if stride is not None else kjt.stride())
 
     def to_torchrec(self) -> Any:
-        """Return the same batch as a ``torchrec`` KeyedJaggedTensor."""
+        """Return the same batch as a ``torchrec`` KeyedJaggedTensor (no copy)."""
         from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TorchrecKJT
 
-        return TorchrecKJT(keys=self._keys, values=self._values, lengths=self._lengths, weights=self._weights)
+        return TorchrecKJT(keys=self._keys, values=self._values, weights=self._weights, lengths=self._lengths,
+                           stride=self._stride)
+
+    def sync(self) -> "KeyedJaggedTensor":
+        """Compute ``length_per_key`` and ``offset_per_key`` now (TorchRec's ``sync``); returns self."""
+        self.offset_per_key()
+        return self
+
+    def unsync(self) -> "KeyedJaggedTensor":
+        """Drop the cached per-key lengths and offsets; returns self."""
+        self._length_per_key = self._offset_per_key = None
+        return self
+
+    # -- accessors -------------------------------------------------------------------------------
 
     def keys(self) -> list[str]:
         """Feature names, in order."""
@@ -115,11 +294,21 @@ class KeyedJaggedTensor:
         """Bag lengths, F·B entries (int64)."""
         return self._lengths
 
+    def lengths_or_none(self) -> torch.Tensor:
+        """The lengths (always present in recgo's KeyedJaggedTensor)."""
+        return self._lengths
+
     def offsets(self) -> torch.Tensor:
         """Exclusive prefix sums of lengths, F·B+1 entries."""
-        out = torch.zeros(self._lengths.numel() + 1, dtype=torch.int64)
-        torch.cumsum(self._lengths, 0, out=out[1:])
-        return out
+        if self._offsets is None:
+            out = torch.zeros(self._lengths.numel() + 1, dtype=torch.int64)
+            torch.cumsum(self._lengths, 0, out=out[1:])
+            self._offsets = out
+        return self._offsets
+
+    def offsets_or_none(self) -> torch.Tensor | None:
+        """Offsets if given or computed already, else None."""
+        return self._offsets
 
     def weights(self) -> torch.Tensor:
         """Per-ID weights; raises if the batch has none."""
@@ -131,46 +320,183 @@ class KeyedJaggedTensor:
         """Per-ID weights or None."""
         return self._weights
 
+    def device(self) -> torch.device:
+        """Always CPU: recgo's engine reads CPU memory."""
+        return self._values.device
+
+    def to(self, device: Any, non_blocking: bool = False) -> "KeyedJaggedTensor":
+        """``self`` for the CPU; other devices raise (recgo's engine reads CPU memory)."""
+        if torch.device(device).type != "cpu":
+            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
+        return self
+
     def stride(self) -> int:
         """Batch size B."""
-        return self._lengths.numel() // len(self._keys) if self._keys else 0
+        return self._stride
+
+    def stride_per_key(self) -> list[int]:
+        """B for every key (the batch size is the same for all)."""
+        return [self._stride] * len(self._keys)
+
+    def variable_stride_per_key(self) -> bool:
+        """Always False: every feature has the same batch size."""
+        return False
+
+    def inverse_indices_or_none(self) -> None:
+        """Always None (no deduplicated variable-batch input)."""
+        return None
+
+    def index_per_key(self) -> dict[str, int]:
+        """``{key: position}``."""
+        return {k: i for i, k in enumerate(self._keys)}
 
     def length_per_key(self) -> list[int]:
-        """Number of IDs of each feature."""
-        b = self.stride()
-        return self._lengths.view(len(self._keys), b).sum(1).tolist() if self._keys else []
+        """Number of IDs of each feature (computed once; checks that lengths are ≥ 0 and sum to the values)."""
+        if self._length_per_key is None:
+            if not self._keys:
+                self._length_per_key = []
+            else:
+                if self._lengths.numel() and int(self._lengths.min()) < 0:
+                    raise InvalidInputError("lengths: negative entry")
+                per = self._lengths.view(len(self._keys), self._stride).sum(1).tolist()
+                if sum(per) != self._values.numel():
+                    raise InvalidInputError(f"lengths sum to {sum(per)} but there are {self._values.numel()} values")
+                self._length_per_key = per
+        return list(self._length_per_key)
 
-    def to_dict(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """``{name: (values, lengths)}`` views per feature."""
-        b = self.stride()
-        out, start = {}, 0
-        for i, (k, n) in enumerate(zip(self._keys, self.length_per_key())):
-            out[k] = (self._values[start:start + n], self._lengths[i * b:(i + 1) * b])
-            start += n
+    def length_per_key_or_none(self) -> list[int] | None:
+        """``length_per_key`` if computed already, else None."""
+        return None if self._length_per_key is None else list(self._length_per_key)
+
+    def offset_per_key(self) -> list[int]:
+        """Start of each key's values and the end: F+1 entries, first 0, last len(values)."""
+        if self._offset_per_key is None:
+            out = [0]
+            for n in self.length_per_key():
+                out.append(out[-1] + n)
+            self._offset_per_key = out
+        return list(self._offset_per_key)
+
+    def offset_per_key_or_none(self) -> list[int] | None:
+        """``offset_per_key`` if computed already, else None."""
+        return None if self._offset_per_key is None else list(self._offset_per_key)
+
+    def lengths_offset_per_key(self) -> list[int]:
+        """Start of each key's lengths: F+1 entries, multiples of B."""
+        return [i * self._stride for i in range(len(self._keys) + 1)]
+
+    # -- per-key views ---------------------------------------------------------------------------
+
+    def _jagged(self, i: int) -> JaggedTensor:
+        offs, b = self.offset_per_key(), self._stride
+        v0, v1 = offs[i], offs[i + 1]
+        return JaggedTensor._unchecked(
+            self._values[v0:v1], None if self._weights is None else self._weights[v0:v1],
+            self._lengths[i * b:(i + 1) * b])
+
+    def __getitem__(self, key: str) -> JaggedTensor:
+        """The :class:`recgo.JaggedTensor` of feature ``key`` (views, no copy)."""
+        try:
+            i = self._keys.index(key)
+        except ValueError:
+            raise NotFoundError(f"feature {key!r} is not in this KeyedJaggedTensor (keys: {self._keys})") from None
+        return self._jagged(i)
+
+    def to_dict(self) -> dict[str, JaggedTensor]:
+        """``{name: JaggedTensor}`` views per feature, in key order (cached, like TorchRec's)."""
+        if self._jt_dict is None:
+            self._jt_dict = {k: self._jagged(i) for i, k in enumerate(self._keys)}
+        return dict(self._jt_dict)
+
+    def split(self, segments: Sequence[int]) -> list["KeyedJaggedTensor"]:
+        """Consecutive groups of ``segments[i]`` keys each, as KeyedJaggedTensors sharing memory with
+        this one (TorchRec's ``split``; a 0 segment gives a KJT with no keys and the same stride)."""
+        segs = [int(s) for s in segments]
+        if any(s < 0 for s in segs) or sum(segs) > len(self._keys):
+            raise InvalidInputError(f"split: segments {segs} do not fit the {len(self._keys)} keys")
+        offs, b = self.offset_per_key(), self._stride
+        out, start = [], 0
+        for s in segs:
+            end = start + s
+            v0, v1 = offs[start], offs[end]
+            out.append(KeyedJaggedTensor(
+                self._keys[start:end], self._values[v0:v1],
+                None if self._weights is None else self._weights[v0:v1],
+                lengths=self._lengths[start * b:end * b], stride=b))
+            start = end
         return out
+
+    def permute(self, indices: Sequence[int], indices_tensor: torch.Tensor | None = None) -> "KeyedJaggedTensor":
+        """The keys in the order ``indices`` (a key may be left out; repeats are refused since recgo's
+        keys are unique), values, weights and lengths moved with them (TorchRec's ``permute``)."""
+        idx = [int(i) for i in (indices_tensor.tolist() if indices_tensor is not None else indices)]
+        f = len(self._keys)
+        if any(i < -f or i >= f for i in idx):
+            raise InvalidInputError(f"permute: indices {idx} out of range for {f} keys")
+        idx = [i % f for i in idx] if f else idx
+        offs, b = self.offset_per_key(), self._stride
+
+        def cat(t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([t[offs[i]:offs[i + 1]] for i in idx]) if idx else t[:0]
+
+        lengths = torch.cat([self._lengths[i * b:(i + 1) * b] for i in idx]) if idx else self._lengths[:0]
+        return KeyedJaggedTensor([self._keys[i] for i in idx], cat(self._values),
+                                 None if self._weights is None else cat(self._weights),
+                                 lengths=lengths, stride=b)
 
     def __repr__(self) -> str:
         return f"KeyedJaggedTensor(keys={self._keys}, batch={self.stride()}, values={self._values.numel()})"
+
+
+def _check_stride(given: int | None, actual: int) -> int:
+    if given is not None and int(given) != actual:
+        raise InvalidInputError(f"stride {given} disagrees with the lengths (batch size {actual})")
+    return actual
+
+
+def _is_torchrec_kjt(x: Any) -> bool:
+    return type(x).__name__ == "KeyedJaggedTensor" and type(x).__module__.startswith("torchrec")
 
 
 def as_kjt(features: Any) -> KeyedJaggedTensor:
     """Accept recgo's or TorchRec's KeyedJaggedTensor and return recgo's."""
     if isinstance(features, KeyedJaggedTensor):
         return features
-    if type(features).__name__ == "KeyedJaggedTensor" and hasattr(features, "weights_or_none"):
+    if _is_torchrec_kjt(features) or (type(features).__name__ == "KeyedJaggedTensor"
+                                      and hasattr(features, "weights_or_none")):
         return KeyedJaggedTensor.from_torchrec(features)
+    hint = ""
+    if isinstance(features, Mapping):
+        hint = (" (for a dict of per-feature inputs use KeyedJaggedTensor.from_jagged_dict({name: (values, "
+                "lengths)}) or KeyedJaggedTensor.from_jt_dict({name: JaggedTensor}))")
     raise InvalidInputError(
-        f"features: expected a recgo or torchrec KeyedJaggedTensor, got {type(features).__name__}"
+        f"features: expected a recgo or torchrec KeyedJaggedTensor, got {type(features).__name__}{hint}"
     )
 
 
 class KeyedTensor:
     """Pooled embeddings: a ``[B, ΣD]`` tensor with one column slice per key, in key order."""
 
-    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int], values: torch.Tensor) -> None:
+    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int], values: torch.Tensor,
+                 key_dim: int = 1) -> None:
+        if key_dim != 1:
+            raise InvalidInputError(f"key_dim {key_dim}: recgo's KeyedTensor keeps keys along dim 1")
         self._keys = list(keys)
         self._length_per_key = [int(x) for x in length_per_key]
+        if len(self._keys) != len(self._length_per_key):
+            raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
+        if values.dim() != 2 or values.shape[1] != sum(self._length_per_key):
+            raise InvalidInputError(
+                f"values of shape {tuple(values.shape)} do not hold the keys' {sum(self._length_per_key)} columns")
         self._values = values
+
+    @staticmethod
+    def from_tensor_list(keys: Sequence[str], tensors: Sequence[torch.Tensor], key_dim: int = 1,
+                         cat_dim: int = 1) -> "KeyedTensor":
+        """Concatenate ``[B, D_k]`` tensors along dim 1 (TorchRec's ``from_tensor_list``)."""
+        if key_dim != 1 or cat_dim != 1:
+            raise InvalidInputError("from_tensor_list: recgo's KeyedTensor keeps keys along dim 1")
+        return KeyedTensor(keys, [t.shape[1] for t in tensors], torch.cat(list(tensors), 1))
 
     def keys(self) -> list[str]:
         """Feature names, in column order."""
@@ -179,6 +505,14 @@ class KeyedTensor:
     def values(self) -> torch.Tensor:
         """The dense ``[B, ΣD]`` tensor."""
         return self._values
+
+    def key_dim(self) -> int:
+        """The dimension the keys are laid along (1)."""
+        return 1
+
+    def device(self) -> torch.device:
+        """The values' device."""
+        return self._values.device
 
     def length_per_key(self) -> list[int]:
         """Embedding width of each key."""
@@ -197,10 +531,42 @@ class KeyedTensor:
         return {k: self._values[:, offs[i]:offs[i + 1]] for i, k in enumerate(self._keys)}
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        return self.to_dict()[key]
+        try:
+            i = self._keys.index(key)
+        except ValueError:
+            raise NotFoundError(f"key {key!r} is not in this KeyedTensor (keys: {self._keys})") from None
+        offs = self.offset_per_key()
+        return self._values[:, offs[i]:offs[i + 1]]
+
+    @staticmethod
+    def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
+        """One ``[B, Σ D]`` tensor per group, the groups' keys' columns in group order, taken from the
+        first of ``keyed_tensors`` (recgo's or TorchRec's) that has the key (TorchRec's ``regroup``).
+        Differentiable with respect to every input's values."""
+        where: dict[str, torch.Tensor] = {}
+        for kt in keyed_tensors:
+            offs = kt.offset_per_key()
+            offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
+            for i, k in enumerate(kt.keys()):
+                where.setdefault(k, kt.values()[:, offs[i]:offs[i + 1]])
+        out = []
+        for g in groups:
+            missing = [k for k in g if k not in where]
+            if missing:
+                raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
+            out.append(torch.cat([where[k] for k in g], 1))
+        return out
+
+    @staticmethod
+    def regroup_as_dict(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]],
+                        keys: Sequence[str]) -> dict[str, torch.Tensor]:
+        """:meth:`regroup` with each group's tensor under the matching name of ``keys``."""
+        if len(groups) != len(keys):
+            raise InvalidInputError(f"regroup_as_dict: {len(groups)} groups but {len(keys)} keys")
+        return dict(zip(keys, KeyedTensor.regroup(keyed_tensors, groups)))
 
     def to_torchrec(self) -> Any:
-        """The same result as a ``torchrec.sparse.jagged_tensor.KeyedTensor``."""
+        """The same result as a ``torchrec.sparse.jagged_tensor.KeyedTensor`` (the same values tensor)."""
         from torchrec.sparse.jagged_tensor import KeyedTensor as TorchrecKT
 
         return TorchrecKT(keys=self._keys, length_per_key=self._length_per_key, values=self._values)

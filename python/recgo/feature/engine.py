@@ -173,7 +173,7 @@ class FeatureEngine:
         owner = _lib.Handle(oh.value)  # frees the off-heap buffer once both tensors are gone
         del keep
         return KeyedJaggedTensor(self.keys, wrap(vp.value, nv.value, torch.int64, owner),
-                                 wrap(lp.value, nl.value, torch.int64, owner))
+                                 lengths=wrap(lp.value, nl.value, torch.int64, owner))
 
     def close(self) -> None:
         """Free the Go engine now (otherwise when collected)."""

@@ -15,12 +15,15 @@ Both directions are ``torch.library`` custom ops (see ``_ops.py``), so ``torch.c
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+import functools
 import math
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -29,9 +32,10 @@ from .. import _lib
 from .._memory import wrap
 from .._lib import D, H, I32, I64, P, S
 from ..errors import InvalidInputError, NotFoundError
-from ..sparse import KeyedJaggedTensor, KeyedTensor, as_kjt
+from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _ops
+from . import optim as _optim
 from .optim import FusedOptimizer
 
 def _no_use_count(t: torch.Tensor) -> int:
@@ -49,14 +53,28 @@ _MAX_CONTEXTS = 8
 _POOLINGS = {"sum": 0, "mean": 1}
 
 
+# int64 bounds what crosses the C ABI; memory bounds the rest (the engine raises CapacityError).
+_INT64_MAX = 2**63 - 1
+
+# A backward pass with optimizer=None that leaves every table untouched this many times in a row
+# (no torch optimizer stepped the weights) warns once: the tables never train.
+_UNTRAINED_WARN_BACKWARDS = 32  # above the usual gradient-accumulation lengths
+
+_FP32_NAMES = ("fp32", "float32", "float")
+
+
 @dataclass
 class EmbeddingBagConfig:
     """One table, shaped like ``torchrec.EmbeddingBagConfig``.
 
-    ``pooling`` is ``"sum"`` or ``"mean"`` (TorchRec's ``PoolingType`` is accepted too). Weights
-    start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings) as in
-    TorchRec. ``dynamic`` is for dynamic-ID tables: an object with a ``handle(config)`` method returning
-    the engine handle (an int) of an ``embedding.TableBuilder``; ``num_embeddings`` is then ignored.
+    ``pooling`` is ``"sum"`` or ``"mean"`` (TorchRec's ``PoolingType`` is accepted too). An empty
+    ``feature_names`` means one feature named like the table (as in TorchRec); a feature listed by
+    several tables is looked up in each, its outputs keyed ``"feature@table"``. Weights start uniform
+    in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings) as in TorchRec, or as
+    ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). ``data_type`` must be FP32 (the
+    engine stores float32; TorchRec's ``DataType.FP32`` is accepted, others raise). ``dynamic`` is for
+    dynamic-ID tables: an object with a ``handle(config)`` method returning the engine handle (an
+    int) of an ``embedding.TableBuilder``; ``num_embeddings`` is then ignored.
     """
 
     num_embeddings: int
@@ -67,14 +85,27 @@ class EmbeddingBagConfig:
     weight_init_max: float | None = None
     weight_init_min: float | None = None
     dynamic: Any = None
+    data_type: Any = "fp32"
+    init_fn: Callable[[torch.Tensor], Any] | None = None
 
     @staticmethod
     def from_torchrec(cfg: Any) -> "EmbeddingBagConfig":
-        """Convert a ``torchrec.EmbeddingBagConfig``."""
+        """Convert a ``torchrec.EmbeddingBagConfig``: ``init_fn`` is kept unless it is TorchRec's default
+        (uniform over the same bounds, which recgo draws itself, honouring ``seed``); a virtual table
+        (``use_virtual_table``) raises — recgo's dynamic-ID tables (:class:`recgo.DynamicConfig`) are the
+        equivalent."""
+        if getattr(cfg, "use_virtual_table", False):
+            raise InvalidInputError(
+                f"table {cfg.name!r}: use_virtual_table is not supported; use recgo's dynamic-ID tables "
+                "(EmbeddingBagConfig(dynamic=recgo.DynamicConfig(...)))")
+        init_fn = getattr(cfg, "init_fn", None)
+        if _is_default_uniform(init_fn, cfg):
+            init_fn = None
         return EmbeddingBagConfig(
             num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
             feature_names=list(cfg.feature_names), pooling=cfg.pooling,
             weight_init_max=cfg.weight_init_max, weight_init_min=cfg.weight_init_min,
+            data_type=getattr(cfg, "data_type", "fp32"), init_fn=init_fn,
         )
 
     def pooling_code(self) -> int:
@@ -86,18 +117,58 @@ class EmbeddingBagConfig:
             raise InvalidInputError(f"table {self.name!r}: pooling {p!r} is not supported (use 'sum' or 'mean')")
         return code
 
+    def init_bounds(self) -> tuple[float, float]:
+        """``(weight_init_min, weight_init_max)`` with TorchRec's ±√(1/num_embeddings) defaults."""
+        bound = math.sqrt(1.0 / self.num_embeddings) if self.num_embeddings else 0.0
+        lo = -bound if self.weight_init_min is None else float(self.weight_init_min)
+        hi = bound if self.weight_init_max is None else float(self.weight_init_max)
+        return lo, hi
+
+    def get_weight_init_min(self) -> float:
+        """TorchRec's accessor: the lower init bound."""
+        return self.init_bounds()[0]
+
+    def get_weight_init_max(self) -> float:
+        """TorchRec's accessor: the upper init bound."""
+        return self.init_bounds()[1]
+
+    def num_features(self) -> int:
+        """TorchRec's accessor: how many features read the table."""
+        return len(self.feature_names)
+
+
+def _is_default_uniform(fn: Any, cfg: Any) -> bool:
+    """Whether ``fn`` is TorchRec's default ``init_fn``: ``partial(uniform_, a=min, b=max)`` of the config."""
+    if not isinstance(fn, functools.partial) or fn.func is not torch.nn.init.uniform_ or fn.args:
+        return False
+    try:
+        want = {"a": cfg.get_weight_init_min(), "b": cfg.get_weight_init_max()}
+    except (AttributeError, ZeroDivisionError):
+        return False
+    return dict(fn.keywords) == want
+
+
+def _check_data_type(t: EmbeddingBagConfig) -> None:
+    d = t.data_type
+    name = getattr(d, "name", None) or (str(d).replace("torch.", "") if d is not None else "fp32")
+    if d is not None and d is not torch.float32 and name.lower() not in _FP32_NAMES:
+        raise InvalidInputError(
+            f"table {t.name!r}: data_type {name} is not supported: recgo's tables store float32 "
+            "(use DataType.FP32; the pooled output is float32 either way)")
+
 
 def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
-    if not tables:
-        raise InvalidInputError("EmbeddingBagCollection needs at least one table")
-    out, names, feats = [], set(), set()
+    """Validated copies of ``tables`` (recgo's or TorchRec's configs), empty feature_names filled in."""
+    if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
+        raise InvalidInputError("EmbeddingBagCollection needs at least one table (a list of EmbeddingBagConfig)")
+    out, names = [], set()
     for t in tables:
         if not isinstance(t, EmbeddingBagConfig):
             if hasattr(t, "num_embeddings") and hasattr(t, "feature_names"):
                 t = EmbeddingBagConfig.from_torchrec(t)
             else:
                 raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
-        if not t.name or "\n" in t.name:
+        if not isinstance(t.name, str) or not t.name or "\n" in t.name:
             raise InvalidInputError(f"table name {t.name!r} must be non-empty and on one line")
         if hasattr(nn.ModuleDict, t.name) or "." in t.name:
             raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")
@@ -108,17 +179,63 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 if not (what == "num_embeddings" and t.dynamic is not None):
                     raise InvalidInputError(f"table {t.name!r}: {what} must be a positive int, got {v!r}")
-        if not t.feature_names:
-            raise InvalidInputError(f"table {t.name!r}: feature_names is empty")
-        for f in t.feature_names:
-            if not f or "\n" in f:
-                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r}")
-            if f in feats:
-                raise InvalidInputError(f"feature {f!r} appears in more than one table")
-            feats.add(f)
+            elif v > _INT64_MAX:
+                raise InvalidInputError(
+                    f"table {t.name!r}: {what}={v} does not fit in int64 (at most 2**63-1; memory limits it far sooner)")
+        _check_data_type(t)
+        if t.init_fn is not None and not callable(t.init_fn):
+            raise InvalidInputError(f"table {t.name!r}: init_fn must be callable, got {type(t.init_fn).__name__}")
+        feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
+        for f in feats:
+            if not isinstance(f, str) or not f or "\n" in f or "@" in f:
+                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r} (non-empty, one line, no '@')")
+        if len(set(feats)) != len(feats):
+            raise InvalidInputError(f"table {t.name!r}: feature_names {feats} lists a feature twice")
+        t = dataclasses.replace(t, feature_names=feats)
         t.pooling_code()
         out.append(t)
     return out
+
+
+def _embedding_names(cfgs: Sequence[EmbeddingBagConfig]) -> list[str]:
+    """Output keys in table order: a feature's name, or ``feature@table`` for a feature several tables
+    look up (TorchRec's ``get_embedding_names_by_table``)."""
+    uses: dict[str, int] = {}
+    for c in cfgs:
+        for f in c.feature_names:
+            uses[f] = uses.get(f, 0) + 1
+    return [f if uses[f] == 1 else f"{f}@{c.name}" for c in cfgs for f in c.feature_names]
+
+
+_TORCH_TO_RECGO = {"SGD": "SGD", "Adagrad": "Adagrad", "Adam": "Adam", "AdamW": "AdamW", "SparseAdam": "Adam",
+                   "RowWiseAdagrad": "RowWiseAdagrad"}
+_FBGEMM_TO_RECGO = {"SGD": "SGD", "EXACT_SGD": "SGD", "EXACT_ADAGRAD": "Adagrad", "ADAGRAD": "Adagrad",
+                    "EXACT_ROWWISE_ADAGRAD": "RowWiseAdagrad", "ROWWISE_ADAGRAD": "RowWiseAdagrad", "ADAM": "Adam"}
+
+
+def _check_optimizer(optimizer: Any) -> FusedOptimizer | None:
+    """``optimizer`` if it is a recgo fused optimizer (or None); otherwise an error naming the recgo
+    optimizer that corresponds to what was passed (a torch optimizer class or instance, FBGEMM's
+    ``EmbOptimType``, or a recgo optimizer class instead of an instance)."""
+    if optimizer is None or (isinstance(optimizer, FusedOptimizer) and optimizer.kind != 0):
+        return optimizer
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if isinstance(optimizer, type) and issubclass(optimizer, FusedOptimizer) and optimizer.kind != 0:
+        raise InvalidInputError(
+            f"optimizer: pass an instance, e.g. recgo.modules.optim.{optimizer.__name__}(lr=0.01), not the class")
+    is_fbgemm = type(optimizer).__name__ == "EmbOptimType"
+    name = getattr(optimizer, "name", "") if is_fbgemm else cls.__name__
+    ours = (_FBGEMM_TO_RECGO if is_fbgemm else _TORCH_TO_RECGO).get(name)
+    module = "torch.optim" if cls.__module__.startswith("torch.optim.") else cls.__module__
+    what = f"{module}.{cls.__name__}" if not is_fbgemm else f"EmbOptimType.{name}"
+    if ours is not None and hasattr(_optim, ours):
+        raise InvalidInputError(
+            f"optimizer: {what} is not a recgo fused optimizer; for rows updated inside backward pass "
+            f"recgo.modules.optim.{ours}(lr=...), or leave optimizer=None and give the collection's "
+            "parameters to a torch optimizer")
+    raise InvalidInputError(
+        f"optimizer: expected a recgo fused optimizer (recgo.modules.optim.SGD, Adagrad, RowWiseAdagrad, Adam, "
+        f"AdamW), got {what}")
 
 
 class _Table(nn.Module):
@@ -137,52 +254,83 @@ class EmbeddingBagCollection(nn.Module):
     """Pooled embedding tables in recgo's engine, with TorchRec's interface.
 
     Args:
-        tables: ``EmbeddingBagConfig`` (recgo's or TorchRec's) list; several features may share a table.
+        tables: ``EmbeddingBagConfig`` (recgo's or TorchRec's) list; several features may share a
+            table, and a feature may be looked up in several tables (its outputs are then keyed
+            ``"feature@table"``, as in TorchRec).
         is_weighted: pool ``Σ w·row`` with the batch's per-ID weights (required in every batch).
-        device: only ``None``/``"cpu"`` (the engine reads CPU memory).
+        device: ``None``/``"cpu"`` (the engine reads CPU memory), or ``"meta"``: shapes only, no memory,
+            until ``to_empty(device="cpu")`` (or ``load_state_dict``) materialises the tables and
+            ``reset_parameters()`` initialises them, as for TorchRec modules. ``None`` under
+            ``with torch.device("meta")`` means meta.
         optimizer: a :class:`recgo.modules.optim.FusedOptimizer` to update rows inside backward; with
-            ``None`` the weights get gradients for a torch optimizer instead.
+            ``None`` the weights get gradients for a torch optimizer instead, which the caller must
+            step: a collection whose weights no optimizer updates never trains (it warns once when
+            several backward passes in a row left every table untouched).
         sparse_grad: with ``optimizer=None``, give sparse COO gradients (for ``torch.optim.SGD``,
             ``Adagrad``, ``SparseAdam``) instead of dense ones.
-        seed: seed of the initial weights (default: torch's global generator).
+        seed: seed of the initial weights (default: torch's global generator); ``reset_parameters()``
+            draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
 
-    ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` and returns a
-    :class:`recgo.KeyedTensor` with one column block per feature in table order.
+    ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (keys no table uses are
+    ignored) and returns the pooled ``[B, ΣD]`` embeddings, one column block per feature in table
+    order: a ``torchrec.KeyedTensor`` when the input was TorchRec's (wrapping the same values
+    tensor, so ``KeyedTensor.regroup`` and autograd work as with TorchRec's module), else a
+    :class:`recgo.KeyedTensor`.
     """
 
     def __init__(self, tables: Sequence[Any], is_weighted: bool = False, device: Any = None,
                  optimizer: FusedOptimizer | None = None, sparse_grad: bool = False,
                  seed: int | None = None) -> None:
         super().__init__()
-        if device is not None and torch.device(device).type != "cpu":
+        if device is None and hasattr(torch, "get_default_device"):
+            device = torch.get_default_device()
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        if dev.type not in ("cpu", "meta"):
             raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
-        if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
-            raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
+        self._optimizer = _check_optimizer(optimizer)
         self._configs = _check_configs(tables)
+        if dev.type == "meta" and any(c.dynamic is not None for c in self._configs):
+            raise InvalidInputError("device='meta' is not supported for dynamic-ID tables")
         self._is_weighted = bool(is_weighted)
-        self._optimizer = optimizer
         self._sparse_grad = bool(sparse_grad)
-        self._features: list[str] = [f for t in self._configs for f in t.feature_names]
-        self._feature_index = {f: i for i, f in enumerate(self._features)}
+        self._seed = seed
+        # Engine features, in output order: the KJT key each reads and its output key.
+        self._feature_keys: list[str] = [f for t in self._configs for f in t.feature_names]
+        self._features: list[str] = _embedding_names(self._configs)
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
         self._width = sum(self._dims)
-        self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
-        self._handle = self._create()
+        self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[tuple[int, int]]]] = {}
+        self._untouched = 0  # backward passes in a row that left every table's weight unchanged
+        self._backwards = 0  # non-fused backward passes run
+        self._versions: list[int] | None = None
+        self._warned_untrained = False
         self.embedding_bags = nn.ModuleDict()
+        self._handle: _lib.Handle | None = None
+        if dev.type == "meta":
+            for cfg in self._configs:
+                self.embedding_bags[cfg.name] = _Table(*self._meta_tensors(cfg))
+        else:
+            self._materialise()
+            self.reset_parameters()
+
+    def _meta_tensors(self, cfg: EmbeddingBagConfig) -> tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
+        """Shape-only stand-ins of a table's weight, optimizer state and step (as ``_memory`` gives them)."""
+        opt = self._optimizer
+        w = opt.state_width(cfg.embedding_dim) if opt is not None else 0
+        state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta")
+        step = torch.empty(1 if opt is not None else 0, dtype=torch.int64, device="meta")
+        return torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta"), opt is None, state, step
+
+    def _materialise(self) -> None:
+        """Create the engine collection and point every parameter and buffer at its memory (zeros)."""
+        self._handle = self._create()
         self._storage: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
         for i, cfg in enumerate(self._configs):
             weight, state, step = self._memory(i, cfg.embedding_dim)
             self._storage.append((weight, state, step))
-            if cfg.dynamic is None:
-                bound = math.sqrt(1.0 / cfg.num_embeddings)
-                lo = -bound if cfg.weight_init_min is None else cfg.weight_init_min
-                hi = bound if cfg.weight_init_max is None else cfg.weight_init_max
-                with torch.no_grad():
-                    weight.uniform_(lo, hi, generator=gen)
-            if optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
+            if self._optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
                 step = torch.empty(0, dtype=torch.int64)
-            self.embedding_bags[cfg.name] = _Table(weight, optimizer is None, state, step)
+            self.embedding_bags[cfg.name] = _Table(weight, self._optimizer is None, state, step)
         for i, cfg in enumerate(self._configs):
             # Dynamic tables hook state_dict/load_state_dict so checkpoints carry their ID maps.
             if cfg.dynamic is not None and hasattr(cfg.dynamic, "attach"):
@@ -193,6 +341,45 @@ class EmbeddingBagCollection(nn.Module):
         self._out_cache: list[torch.Tensor] = []
         self._next_ctx = 0
         _ops.register(self, self._handle.value)
+
+    @property
+    def device(self) -> torch.device:
+        """``meta`` until materialised, then ``cpu``."""
+        return torch.device("meta" if self._handle is None else "cpu")
+
+    def reset_parameters(self) -> None:
+        """(Re-)initialise every fixed table's weights: ``init_fn(weight)`` where the config has one,
+        else uniform in its init bounds, drawn from ``seed`` when one was given (so the initial weights
+        come back). Optimizer state is left as it is (like TorchRec's ``reset_parameters``); dynamic-ID
+        tables initialise their rows as IDs arrive. A no-op on the meta device."""
+        if self._handle is None:
+            return
+        self._sync_storage()  # parameters replaced (e.g. by to_empty) point at engine memory again
+        gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
+        with torch.no_grad():
+            for cfg, (weight, _, _) in zip(self._configs, self._storage):
+                if cfg.dynamic is not None:
+                    continue
+                if cfg.init_fn is not None:
+                    cfg.init_fn(weight)
+                else:
+                    weight.uniform_(*cfg.init_bounds(), generator=gen)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingBagCollection":
+        """Materialise on the move off the meta device (``to_empty(device="cpu")``); the tables' memory
+        stays the engine's (CPU); moving to another device raises."""
+        if self._handle is not None:
+            return super()._apply(fn, recurse)
+        try:
+            target = fn(torch.empty(0, device="meta")).device
+        except (RuntimeError, AssertionError) as e:  # e.g. to_empty(device="cuda") without CUDA
+            raise InvalidInputError(f"recgo's embedding engine runs on CPU memory; the move failed: {e}") from e
+        if target.type == "meta":
+            return self
+        if target.type != "cpu":
+            raise InvalidInputError(f"device {target}: recgo's embedding engine runs on CPU memory")
+        self._materialise()
+        return self
 
     # -- engine plumbing -------------------------------------------------------------------------
 
@@ -257,22 +444,42 @@ class EmbeddingBagCollection(nn.Module):
                     mine.copy_(cur.detach())
                 cur.data = mine
 
-    def _keys(self, keys: list[str]) -> torch.Tensor:
+    def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
+        """(per KJT key: the engine feature it feeds or -1 when no table reads it; and for each further
+        feature reading an already-used key, (key index, feature)) — such a key's bags are appended
+        to the batch once more per extra feature (see :meth:`_engine_batch`)."""
         tk = tuple(keys)
         cached = self._key_cache.get(tk)
         if cached is not None:
             return cached
-        idx = []
-        for k in keys:
-            if k not in self._feature_index:
-                raise NotFoundError(f"feature {k!r} is not in this EmbeddingBagCollection (features: {self._features})")
-            idx.append(self._feature_index[k])
-        missing = [f for f in self._features if f not in set(keys)]
+        readers: dict[str, list[int]] = {}
+        for f, k in enumerate(self._feature_keys):
+            readers.setdefault(k, []).append(f)
+        missing = sorted({k for k in self._feature_keys if k not in set(keys)}, key=self._feature_keys.index)
         if missing:
-            raise InvalidInputError(f"the batch lacks features {missing}")
-        t = torch.tensor(idx, dtype=torch.int64)
-        self._key_cache[tk] = t
-        return t
+            raise InvalidInputError(f"the batch lacks features {missing} (its keys: {list(keys)})")
+        idx, extra = [], []
+        for i, k in enumerate(keys):
+            fs = readers.get(k, [])
+            idx.append(fs[0] if fs else -1)
+            extra += [(i, f) for f in fs[1:]]
+        out = (torch.tensor(idx + [f for _, f in extra], dtype=torch.int64), extra)
+        self._key_cache[tk] = out
+        return out
+
+    def _engine_batch(self, kjt: KeyedJaggedTensor, weights: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(key→feature map, values, lengths, weights) for the engine: the batch itself, plus copies of
+        the bags of a key that several tables look up (one per extra table)."""
+        key_feature, extra = self._keys(kjt.keys())
+        values, lengths = kjt.values(), kjt.lengths()
+        if extra:
+            offs, b = kjt.offset_per_key(), kjt.stride()
+            values = torch.cat([values] + [values[offs[k]:offs[k + 1]] for k, _ in extra])
+            lengths = torch.cat([lengths] + [lengths[k * b:(k + 1) * b] for k, _ in extra])
+            if weights is not None:
+                weights = torch.cat([weights] + [weights[offs[k]:offs[k + 1]] for k, _ in extra])
+        return key_feature, values, lengths, weights
 
     def _forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                  weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> _lib.Handle | None:
@@ -334,6 +541,7 @@ class EmbeddingBagCollection(nn.Module):
         if self._optimizer is not None:
             _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
             return [torch.zeros(())]
+        self._backwards += 1  # read by _check_trained
         n = len(self._configs)
         uniq = self._counts(handle)[:n].tolist()
         out: list[torch.Tensor] = []
@@ -363,12 +571,33 @@ class EmbeddingBagCollection(nn.Module):
 
     # -- public API ------------------------------------------------------------------------------
 
-    def forward(self, features: Any) -> KeyedTensor:
-        """Pool ``features`` (recgo or TorchRec KeyedJaggedTensor) into a ``[B, ΣD]`` KeyedTensor."""
-        kjt = as_kjt(features)
+    def forward(self, features: Any) -> Any:
+        """Pool ``features`` (recgo or TorchRec KeyedJaggedTensor) into ``[B, ΣD]`` embeddings: a
+        ``torchrec.KeyedTensor`` for a TorchRec input, else a :class:`recgo.KeyedTensor`."""
+        torchrec_in = _is_torchrec_kjt(features)
+        if self._handle is None:
+            out = self._meta_forward(features)
+        else:
+            out = self._engine_forward(as_kjt(features))
+        if torchrec_in:
+            from torchrec.sparse.jagged_tensor import KeyedTensor as TorchrecKT
+
+            return TorchrecKT(keys=list(self._features), length_per_key=list(self._dims), values=out)
+        return KeyedTensor(self._features, self._dims, out)
+
+    def _meta_forward(self, features: Any) -> torch.Tensor:
+        """The output's shape on the meta device (no lookups): ``[stride, width]``."""
+        if isinstance(features, dict) or not hasattr(features, "stride"):
+            as_kjt(features)  # raises the usual error for what is not a KJT
+        keys = list(features.keys())
+        missing = [k for k in dict.fromkeys(self._feature_keys) if k not in set(keys)]
+        if missing:
+            raise InvalidInputError(f"the batch lacks features {missing} (its keys: {keys})")
+        return torch.empty(features.stride(), self._width, device="meta")
+
+    def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():
             self._sync_storage()
-        key_feature = self._keys(kjt.keys())
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
@@ -379,9 +608,29 @@ class EmbeddingBagCollection(nn.Module):
         else:
             params = [self.embedding_bags[c.name].weight for c in self._configs]
         keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
-        out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, kjt.values(), kjt.lengths(), weights,
-                                  params)
-        return KeyedTensor(self._features, self._dims, out)
+        if keep and self._optimizer is None and not torch.compiler.is_compiling():
+            self._check_trained(params)
+        key_feature, values, lengths, weights = self._engine_batch(kjt, weights)
+        out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params)
+        return out
+
+    def _check_trained(self, params: list[torch.Tensor]) -> None:
+        """Warn once when backward passes keep accumulating gradients into weights nothing updates
+        (``optimizer=None`` and the parameters left out of every torch optimizer)."""
+        versions = [p._version for p in params]
+        if self._versions is not None and self._backwards > 0:
+            if versions == self._versions:
+                self._untouched += self._backwards
+            else:
+                self._untouched = 0
+        self._versions, self._backwards = versions, 0
+        if self._untouched >= _UNTRAINED_WARN_BACKWARDS and not self._warned_untrained:
+            self._warned_untrained = True
+            warnings.warn(
+                f"EmbeddingBagCollection(optimizer=None): {self._untouched} backward passes put gradients on the "
+                "tables' weights but nothing updated them, so the tables do not train. Give the collection's "
+                "parameters to a torch optimizer and step it, or pass a fused optimizer, e.g. "
+                "optimizer=recgo.modules.optim.Adagrad(lr=0.01).", UserWarning, stacklevel=3)
 
     def feature_names(self) -> list[str]:
         """Output feature order (tables in order, each table's features in order)."""
@@ -402,6 +651,8 @@ class EmbeddingBagCollection(nn.Module):
 
     def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
         """Change the fused optimizer's hyper-parameters (learning-rate schedules); the kind must stay."""
+        if self._handle is None:
+            raise InvalidInputError("set_fused_optimizer: the collection is on the meta device; materialise it first")
         if self._optimizer is None or type(optimizer).kind != type(self._optimizer).kind:
             raise InvalidInputError("set_fused_optimizer: the optimizer kind cannot change after construction")
         _lib.call(_lib.fn("recgo_ebc_set_optimizer", [H, I32, D, D, D, D, D]), self._handle.value,
@@ -410,11 +661,12 @@ class EmbeddingBagCollection(nn.Module):
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
         """Per table, (distinct IDs, lookups) of a batch: its dedup hit rate is 1 − distinct/lookups."""
+        if self._handle is None:
+            raise InvalidInputError("lookup_stats: the collection is on the meta device; materialise it first")
         kjt = as_kjt(features)
-        b = kjt.lengths().numel() // max(1, len(self._features))
-        out = torch.empty(b, self._width, dtype=torch.float32)
+        out = torch.empty(kjt.stride(), self._width, dtype=torch.float32)
         weights = kjt.weights_or_none() if self._is_weighted else None
-        h = self._forward(self._keys(kjt.keys()), kjt.values(), kjt.lengths(), weights, out, True)
+        h = self._forward(*self._engine_batch(kjt, weights), out, True)
         assert h is not None
         counts = self._counts(h).tolist()
         h.free()
@@ -423,7 +675,10 @@ class EmbeddingBagCollection(nn.Module):
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` with shape checks that raise ``InvalidInputError``, copying into
-        engine memory (``assign=True`` is honoured by copying back on the next forward)."""
+        engine memory (``assign=True`` is honoured by copying back on the next forward). On the meta
+        device it materialises the tables first."""
+        if self._handle is None:  # meta: materialise, then copy the checkpoint in
+            self._materialise()
         own = self.state_dict(keep_vars=True)
         for k, v in state_dict.items():
             if k in own and isinstance(v, torch.Tensor) and tuple(v.shape) != tuple(own[k].shape):

@@ -205,7 +205,7 @@ class Profiler:
                 raise InvalidInputError(f"per-table id arrays differ in length: {sorted(sizes)}")
             b = sizes.pop() if sizes else 0
             kjt = KeyedJaggedTensor(names, torch.cat(ids) if ids else torch.empty(0, dtype=torch.int64),
-                                    torch.ones(len(names) * b, dtype=torch.int64))
+                                    lengths=torch.ones(len(names) * b, dtype=torch.int64))
         else:
             kjt = as_kjt(batch)
         keys = kjt.keys()
@@ -471,4 +471,4 @@ class Remap:
         _lib.call(f, self._h.value, tables.data_ptr() if tables.numel() else None, len(kjt.keys()), kjt.stride(),
                   lengths.data_ptr() if lengths.numel() else None, values.data_ptr() if values.numel() else None,
                   values.numel(), out.data_ptr() if out.numel() else None)
-        return KeyedJaggedTensor(kjt.keys(), out, lengths, kjt.weights_or_none())
+        return KeyedJaggedTensor(kjt.keys(), out, lengths=lengths, weights=kjt.weights_or_none())

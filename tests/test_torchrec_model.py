@@ -1,0 +1,114 @@
+"""TorchRec model code running with recgo's EmbeddingBagCollection swapped in (issue 10).
+
+``torchrec.models.dlrm.DLRM`` is built on the meta device around a recgo collection, materialised with
+``to_empty`` + ``reset_parameters`` as TorchRec models are, and trained side by side with the same
+model around TorchRec's own collection (loaded with the same weights): predictions and every weight
+agree step after step. A second model regroups two collections' outputs with TorchRec's
+``KeyedTensor.regroup``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import recgo
+
+tr = pytest.importorskip("torchrec")
+from torchrec.models.dlrm import DLRM  # noqa: E402
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT, KeyedTensor as TKT  # noqa: E402
+
+TABLES = [
+    tr.EmbeddingBagConfig(name="t_user", embedding_dim=8, num_embeddings=40, feature_names=["user"]),
+    tr.EmbeddingBagConfig(name="t_item", embedding_dim=8, num_embeddings=60, feature_names=["item", "hist"],
+                          pooling=tr.PoolingType.MEAN),
+    tr.EmbeddingBagConfig(name="t_cat", embedding_dim=8, num_embeddings=10, feature_names=[]),  # feature "t_cat"
+]
+
+
+def _batch(gen: torch.Generator, b: int = 16) -> tuple[torch.Tensor, TKJT, torch.Tensor]:
+    keys, rows = ["hist", "user", "t_cat", "item", "unused"], [60, 40, 10, 60, 1000]
+    lengths = torch.randint(0, 4, (len(keys) * b,), generator=gen)
+    vals = []
+    for i, n in enumerate(rows):
+        vals.append(torch.randint(0, n, (int(lengths[i * b:(i + 1) * b].sum()),), generator=gen))
+    kjt = TKJT.from_lengths_sync(keys=keys, values=torch.cat(vals), lengths=lengths)
+    return torch.randn(b, 5, generator=gen), kjt, torch.randint(0, 2, (b,), generator=gen).float()
+
+
+def _reset(model: nn.Module) -> None:
+    for m in model.modules():
+        if hasattr(m, "reset_parameters") and m is not model:
+            m.reset_parameters()
+
+
+def test_dlrm_meta_construction_and_training_match_torchrec() -> None:
+    with torch.device("meta"):
+        ours = DLRM(embedding_bag_collection=recgo.EmbeddingBagCollection(TABLES, seed=0), dense_in_features=5,
+                    dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
+    assert ours.sparse_arch.embedding_bag_collection.device == torch.device("meta")
+    ours.to_empty(device="cpu")
+    torch.manual_seed(0)
+    _reset(ours)
+    # DLRM's non-persistent index buffer is data, not a parameter: to_empty leaves it uninitialised
+    # (TorchRec's own meta flow recomputes it too).
+    f = ours.inter_arch.F
+    ours.inter_arch.triu_indices = torch.triu_indices(f + 1, f + 1, offset=1)
+    ref = DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=TABLES), dense_in_features=5,
+               dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
+    assert set(ours.state_dict()) == set(ref.state_dict())
+    ref.load_state_dict(ours.state_dict())
+    w0 = ours.sparse_arch.embedding_bag_collection.embedding_bags["t_item"].weight.detach().clone()
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (ours, ref)]
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        dense, kjt, label = _batch(gen)
+        losses = []
+        for model, opt in zip((ours, ref), opts):
+            opt.zero_grad()
+            logits = model(dense, kjt).squeeze(1)
+            loss = nn.functional.binary_cross_entropy_with_logits(logits, label)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    theirs = ref.state_dict()
+    for k, v in ours.state_dict().items():
+        torch.testing.assert_close(v, theirs[k], rtol=1e-4, atol=1e-6, msg=k)
+    assert not torch.equal(ours.sparse_arch.embedding_bag_collection.embedding_bags["t_item"].weight, w0)
+
+
+class _Regrouped(nn.Module):
+    """A model that pools two collections and regroups their outputs with TorchRec's KeyedTensor.regroup."""
+
+    def __init__(self, user: nn.Module, item: nn.Module) -> None:
+        super().__init__()
+        self.user, self.item = user, item
+        self.proj = nn.Linear(12, 8)
+
+    def forward(self, kjt: TKJT) -> torch.Tensor:
+        kts = [self.user(kjt), self.item(kjt)]
+        assert all(isinstance(kt, TKT) for kt in kts)
+        query, cand = TKT.regroup(kts, [["user", "hist"], ["item"]])
+        return (self.proj(query) * cand).sum(1)
+
+
+def test_keyed_tensor_regroup_model_matches_torchrec() -> None:
+    user_t = [tr.EmbeddingBagConfig(name="u", embedding_dim=4, num_embeddings=40, feature_names=["user"])]
+    item_t = [tr.EmbeddingBagConfig(name="i", embedding_dim=8, num_embeddings=60, feature_names=["hist", "item"])]
+    with torch.device("meta"):
+        ours = _Regrouped(recgo.EmbeddingBagCollection(user_t, seed=3), recgo.EmbeddingBagCollection(item_t, seed=4))
+    ours.to_empty(device="cpu")
+    torch.manual_seed(2)
+    _reset(ours)
+    ref = _Regrouped(tr.EmbeddingBagCollection(tables=user_t), tr.EmbeddingBagCollection(tables=item_t))
+    ref.load_state_dict(ours.state_dict())
+    gen = torch.Generator().manual_seed(5)
+    _, kjt, _ = _batch(gen)
+    a, b = ours(kjt), ref(kjt)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    a.square().sum().backward()
+    b.square().sum().backward()
+    for (name, p), (_, q) in zip(ours.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
