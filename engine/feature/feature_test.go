@@ -33,23 +33,26 @@ func TestApplyMatchesNaive(t *testing.T) {
 		res2, err := unfused.Apply(batch)
 		require.NoError(t, err)
 		require.Equal(t, res.vals, res2.vals, "trial %d: fused and unfused differ", trial)
-		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string][][]int64{}}
+		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string]naiveFeature{}}
 		for _, key := range res.Keys() {
 			vals, lens, err := res.Feature(key)
 			require.NoError(t, err)
-			var wantVals, wantLens []int64
-			for _, bag := range ref.feature(key) {
-				wantVals = append(wantVals, bag...)
+			wts, err := res.Weights(key)
+			require.NoError(t, err)
+			want := ref.feature(key)
+			wantVals, wantLens, wantW := []int64{}, []int64{}, []float32{}
+			for _, bag := range want.bags {
+				for _, e := range bag {
+					wantVals = append(wantVals, e.i)
+					wantW = append(wantW, e.w)
+				}
 				wantLens = append(wantLens, int64(len(bag)))
 			}
-			if wantLens == nil {
-				wantLens = []int64{}
-			}
-			assert.Equal(t, len(wantVals), len(vals), "trial %d feature %s", trial, key)
-			if len(wantVals) > 0 {
-				assert.Equal(t, wantVals, vals, "trial %d feature %s", trial, key)
-			}
+			assert.Equal(t, wantVals, append([]int64{}, vals...), "trial %d feature %s", trial, key)
 			assert.Equal(t, wantLens, append([]int64{}, lens...), "trial %d feature %s", trial, key)
+			if assert.Equal(t, want.weighted, wts != nil, "trial %d feature %s: weighted", trial, key) && wts != nil {
+				assert.Equal(t, wantW, append([]float32{}, wts...), "trial %d feature %s: weights", trial, key)
+			}
 		}
 		values := make([]int64, res.NumValues())
 		lengths := make([]int64, len(res.Keys())*res.Size())
@@ -152,11 +155,29 @@ func TestCompileErrors(t *testing.T) {
 		{"mod on float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"mod","n":3}]}]}`, "dtype mismatch"},
 		{"hash float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"hash"}]}]}`, "dtype mismatch"},
 		{"truncate bytes", `{"features":[{"name":"a","dtype":"bytes","ops":[{"op":"truncate","n":3}]}]}`, "dtype mismatch"},
-		{"float no ops", `{"features":[{"name":"a","dtype":"float","ops":[]}]}`, "starting with bucketize"},
+		{"float no ops", `{"features":[{"name":"a","dtype":"float","ops":[]}]}`, "must be bucketized"},
+		{"float filter only", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"filter","range":[0,1.5]}]}]}`, "must be bucketized"},
+		{"float fill", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"fill_missing"}]}]}`, "dtype mismatch"},
+		{"int filter float value", `{"features":[{"name":"a","ops":[{"op":"filter","values":[1.5]}]}]}`, "1.5 is not an int64"},
+		{"filter range of three", `{"features":[{"name":"a","ops":[{"op":"filter","range":[1,2,3]}]}]}`, "got 3 numbers"},
+		{"filter value string", `{"features":[{"name":"a","ops":[{"op":"filter","values":["1"]}]}]}`, `want a number, got "1"`},
+		{"cross nine", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a","a","a","a","a","a","a","a","a"]}]}]}`, "2 to 8 fields, got 9"},
+		{"cross one", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a"]}]}]}`, "2 to 8 fields, got 1"},
+		{"position from", `{"features":[{"name":"a","ops":[{"op":"position","from":"middle"}]}]}`, "first"},
+		{"recency no reference", `{"features":[{"name":"a","ops":[{"op":"recency"}]}]}`, "needs a reference"},
+		{"recency reference not int64", `{"features":[{"name":"a","dtype":"bytes","ops":[{"op":"hash"},{"op":"recency","reference":"t"}]},{"name":"t","dtype":"float","ops":[{"op":"bucketize","boundaries":[0]}]}]}`, `input "t" is declared float here and int64`},
+		{"recency on float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"recency","reference":"t"}]}]}`, "dtype mismatch"},
+		{"output string", `{"features":[{"name":"a","output":"false","ops":[]}]}`, `feature 0 ("a"): field "output": want true or false, got a JSON string`},
+		{"ops string", `{"features":[{"name":"a","ops":"hash"}]}`, `feature 0 ("a"): field "ops": want a list of ops, got a JSON string`},
+		{"ops object", `{"features":[{"name":"a","ops":{"hash":7}}]}`, `field "ops": want a list of ops, got a JSON object`},
+		{"seed string", `{"features":[{"name":"a","ops":[{"op":"hash","seed":"7"}]}]}`, `field "ops.seed": want a non-negative integer, got a JSON string`},
+		{"nul in name", "{\"features\":[{\"name\":\"a\\u0000b\",\"ops\":[]}]}", `feature 0: feature name "a\x00b" contains the control character U+0000`},
+		{"newline in input", "{\"features\":[{\"name\":\"a\",\"input\":\"x\\ny\",\"ops\":[]}]}", `input name "x\ny" contains the control character U+000A`},
+		{"max values", `{"max_values":-1,"features":[{"name":"a","ops":[]}]}`, "max_values -1"},
+		{"top-level key", `{"feature":[{"name":"a","ops":[]}]}`, `unknown field "feature"`},
 		{"mod 0", `{"features":[{"name":"a","ops":[{"op":"mod","n":0}]}]}`, "n > 0"},
 		{"cross late", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"hash"},{"op":"cross","fields":["a","a"]}]}]}`, "first op"},
 		{"cross unknown", `{"features":[{"name":"x","ops":[{"op":"cross","fields":["a","b"]}]}]}`, `"a" is not a feature`},
-		{"cross three", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a","a","a"]}]}]}`, "exactly two"},
 		{"extra param", `{"features":[{"name":"a","ops":[{"op":"hash","n":3}]}]}`, `does not take "n"`},
 		{"duplicate name", `{"features":[{"name":"a","ops":[]},{"name":"a","ops":[]}]}`, "duplicate"},
 		{"keep", `{"features":[{"name":"a","ops":[{"op":"truncate","n":2,"keep":"middle"}]}]}`, "first"},
@@ -316,7 +337,7 @@ func FuzzApply(f *testing.F) {
 	eng, err := Compile(&Spec{Features: []FeatureSpec{
 		{Name: "i", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(2))}, {Op: "hash"}, {Op: "mod", N: ptr(int64(7))}}},
 		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0, 1}}, {Op: "fill_missing"}}},
-		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: []int64{0, 1 << 62}}}},
+		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: IntNumbers(0, 1<<62)}}},
 		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s"}}}},
 	}})
 	if err != nil {
