@@ -176,10 +176,10 @@ func (s *state) ensureOffs(alloc func(int) []int64) {
 // Result is one transformed batch: the output features in key order, each Size bags of int64 IDs.
 // It owns its memory.
 type Result struct {
-	size int
-	keys []string
-	vals [][]int64
-	lens [][]int64
+	size  int
+	keys  []string
+	vals  [][]int64
+	lens  [][]int64
 	wts   [][]float32 // per-value weights of each feature, nil entries for unweighted ones
 	bufs  [][]int64   // pooled buffers behind vals, lens and wts (see Release)
 	limit int64       // the engine's MaxValues, for Assemble
