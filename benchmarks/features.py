@@ -35,7 +35,7 @@ from harness import Bench  # noqa: E402
 import recgo  # noqa: E402
 from recgo.feature import FeatureEngine  # noqa: E402
 from recgo.feature.reference import reference  # noqa: E402
-from recgo.feature.synthetic import synthetic_batch, synthetic_features  # noqa: E402
+from feature_synthetic import synthetic_batch, synthetic_features  # noqa: E402
 
 
 def main() -> None:
