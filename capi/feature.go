@@ -20,7 +20,7 @@ import (
 // element kind (feature.Kind), the values (or, for byte strings, the bytes) and their count, the
 // per-sample bag lengths (null: dense, one value per sample), the per-string lengths and the value
 // count (for byte strings the string count), and the per-value float32 weights (null: unweighted;
-// the value count of them).
+// the value count of them; a non-null pointer with no values still marks the input weighted).
 type inputDesc struct {
 	Kind     int64
 	Data     unsafe.Pointer
@@ -83,7 +83,7 @@ func recgo_feature_info(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, nee
 // recgo_feature_run transforms one batch of size batch. Its ninputs inputs (in the engine's input
 // order) are described by descs (ninputs inputDesc rows); rows with kind 0 come from a
 // KeyedJaggedTensor instead: kjtValues/kjtLengths (nkeys·batch lengths) and kjtWeights (nvalues
-// float32, or null), whose key k feeds input row keyRows[k] (-1: not read). It returns a result
+// float32, or null when unweighted; non-null even when there are no values), whose key k feeds input row keyRows[k] (-1: not read). It returns a result
 // handle and the output's total value and length counts; recgo_feature_output lays the result out
 // for Python and frees it.
 //
@@ -150,6 +150,9 @@ func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalue
 	if weightsPtr != nil {
 		if weights, err = viewSlice[float32](weightsPtr, nvalues, "kjt weights"); err != nil {
 			return err
+		}
+		if weights == nil {
+			weights = []float32{} // weighted, but no values
 		}
 	}
 	lengths, err := viewSlice[int64](lengthsPtr, nkeys*int64(b.Size), "kjt lengths")
@@ -234,6 +237,9 @@ func viewInput(d inputDesc, batch int64) (feature.Input, error) {
 			n = d.NElems
 		}
 		in.Weights, err = viewSlice[float32](d.Weights, n, "weights")
+		if in.Weights == nil {
+			in.Weights = []float32{} // weighted, but no values
+		}
 	}
 	return in, err
 }

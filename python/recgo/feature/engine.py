@@ -174,7 +174,7 @@ class FeatureEngine:
                     raise InvalidInputError(f"input {k!r}: dtype mismatch, the feature declares {self.inputs[i][1]} "
                                             "values but the KeyedJaggedTensor holds int64 IDs")
             kjt_args = (vals.data_ptr() if vals.numel() else None, vals.numel(),
-                        wts.data_ptr() if wts is not None and wts.numel() else None,
+                        None if wts is None else wts.data_ptr() if wts.numel() else ctypes.addressof(_NO_WEIGHTS),
                         lens.data_ptr() if lens.numel() else None, ctypes.addressof(self._kjt_rows(keys)), len(keys))
             keep += [vals, lens]
         for name, entry in extra.items():
@@ -219,6 +219,9 @@ def _wrap(address: int, n: int, owner: _lib.Handle, dtype: torch.dtype = torch.i
     return torch.frombuffer(arr, dtype=dtype)
 
 
+# A non-null address for "weighted, but no values" (Go reads nothing from it).
+_NO_WEIGHTS = ctypes.c_float(0)
+
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
@@ -227,7 +230,7 @@ def _weights(name: str, w: Any, tensors: list[torch.Tensor]) -> int:
     """Check one input's weights, keep them alive, and return their address."""
     w = check_tensor(w, f"{name}.weights", _FLOATS, ndim=1, convert_to=torch.float32)
     tensors.append(w)
-    return w.data_ptr() if w.numel() else 0
+    return w.data_ptr() if w.numel() else ctypes.addressof(_NO_WEIGHTS)
 
 
 def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[torch.Tensor]]:
