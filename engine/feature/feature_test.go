@@ -261,6 +261,9 @@ func TestResultDoesNotAliasBatch(t *testing.T) {
 func FuzzCompile(f *testing.F) {
 	f.Add([]byte(`{"features":[{"name":"a","ops":[{"op":"truncate","n":2},{"op":"hash","seed":3},{"op":"mod","n":7}]},{"name":"x","ops":[{"op":"cross","fields":["a","a"]}]}]}`))
 	f.Add([]byte(`{"features":[{"name":"f","dtype":"float","ops":[{"op":"bucketize","boundaries":[0,1]}]}]}`))
+	f.Add([]byte(`{"max_values":64,"features":[{"name":"f","dtype":"float","ops":[{"op":"filter","range":[0,1.5],"mode":"keep"},{"op":"truncate","n":2},{"op":"bucketize","boundaries":[0,1]}]},` +
+		`{"name":"t","ops":[{"op":"recency","reference":"now"},{"op":"position","from":"last"}]},{"name":"x","ops":[{"op":"cross","fields":["f","t","f"]}]}]}`))
+	f.Add([]byte(`{"features":[{"name":"a","output":"false","ops":{"hash":7}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec, err := ParseSpec(data)
 		if err != nil {
@@ -338,8 +341,10 @@ func FuzzApply(f *testing.F) {
 		{Name: "i", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(2))}, {Op: "hash"}, {Op: "mod", N: ptr(int64(7))}}},
 		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0, 1}}, {Op: "fill_missing"}}},
 		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: IntNumbers(0, 1<<62)}}},
-		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s"}}}},
-	}})
+		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s", "i"}}}},
+		{Name: "r", Input: "i", Ops: []OpSpec{{Op: "recency", Reference: "now"}}},
+		{Name: "g", Input: "f", DType: Float, Ops: []OpSpec{{Op: "filter", Range: FloatNumbers(-1, 0.5)}, {Op: "bucketize", Boundaries: []float64{0}}}},
+	}, MaxValues: 1 << 12})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -366,11 +371,16 @@ func FuzzApply(f *testing.F) {
 			f32 = append(f32, float32(v)/3)
 		}
 		blens := take(len(lens))
+		var w []float32
+		if mode&1 == 1 {
+			w = f32
+		}
 		b := Batch{Size: size, Inputs: []Input{
-			{Kind: KindInt64, Ints: ints, Lengths: lens},
+			{Kind: KindInt64, Ints: ints, Lengths: lens, Weights: w},
 			{Kind: Kind(1 + mode%4), F32: f32, F64: []float64{1, 2}, Ints: ints, Lengths: take(size)},
 			{Kind: KindBytes, Bytes: data, ByteLens: blens, Lengths: lens},
 		}}
+		b.Inputs = append(b.Inputs, Input{Kind: KindInt64, Ints: ints}) // "now", the recency reference
 		res, err := eng.Apply(b)
 		if err != nil {
 			require.ErrorIs(t, err, errs.ErrInvalid)
@@ -378,7 +388,7 @@ func FuzzApply(f *testing.F) {
 		}
 		out, err := res.Assemble()
 		require.NoError(t, err)
-		require.Len(t, out.Lengths, 4*size)
+		require.Len(t, out.Lengths, 6*size)
 		require.NoError(t, out.Close())
 	})
 }
