@@ -110,6 +110,43 @@ def test_long_chain_builds() -> None:
     assert p.calls_before == 10001 and p.calls_after == 10000
 
 
+def test_copies_and_pickles_are_independent_engines() -> None:
+    """Deep copies and pickles (issue 9: copying an engine handle is a use-after-free) rebuild the
+    engine from its spec, with the same limit."""
+    import copy
+    import gc
+    import pickle
+
+    eng = FeatureEngine([Feature("a").hash(3).mod(100)], max_values=1000)
+    ids = torch.arange(10)
+    want = eng({"a": ids}).values()
+    dup, unpickled = copy.deepcopy(eng), pickle.loads(pickle.dumps(eng))
+    assert dup._h.value != eng._h.value
+    eng.close()
+    del eng
+    gc.collect()
+    for e in (dup, unpickled):
+        assert torch.equal(e({"a": ids}).values(), want) and e.max_values == 1000
+
+
+def test_concurrent_calls_equal_serial() -> None:
+    """One engine called from several threads at once (the documented contract) gives each call
+    the serial result."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    feats = [Feature("h").filter([0]).truncate(5, keep="last").hash().mod(997), Feature("x").cross("h", "h").mod(50)]
+    eng = FeatureEngine(feats)
+    g = torch.Generator().manual_seed(0)
+    batches = [{"h": (torch.randint(0, 30, (400,), generator=g), torch.full((100,), 4), torch.rand(400, generator=g))}
+               for _ in range(8)]
+    want = [eng(b) for b in batches]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda i: eng(batches[i % 8]), range(32)))
+    for i, out in enumerate(got):
+        w = want[i % 8]
+        assert torch.equal(out.values(), w.values()) and torch.equal(out.weights(), w.weights())
+
+
 # --- helpful errors (issue 14) ----------------------------------------------------------------------
 
 def test_list_for_int_field_suggests_bytes() -> None:

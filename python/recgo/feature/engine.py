@@ -9,6 +9,7 @@ Python loop runs for KeyedJaggedTensor inputs.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import json
 from dataclasses import dataclass
@@ -91,6 +92,9 @@ class FeatureEngine:
     one fused group of transforms produces, and the output): a batch past it raises
     :class:`recgo.CapacityError` naming the feature and the size before anything is allocated. It
     defaults to 2**28 values, or to a config file's top-level ``max_values``.
+
+    One engine may be called from several threads at once (each call is independent; the Go engine
+    is immutable). Copies and pickles rebuild an independent engine from the spec.
     """
 
     def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any], fuse: bool = True,
@@ -100,6 +104,7 @@ class FeatureEngine:
             if max_values is None:
                 max_values = options.get("max_values")
         self.features = list(features)
+        self._fuse = bool(fuse)
         for f in self.features:
             if not isinstance(f, Feature):
                 raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(f).__name__}")
@@ -203,6 +208,11 @@ class FeatureEngine:
     def close(self) -> None:
         """Free the Go engine now (otherwise when collected)."""
         self._h.free()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles (``copy.deepcopy``, DataLoader workers started with spawn) rebuild an
+        independent engine from the spec; the Go engine handle never travels."""
+        return (FeatureEngine, (copy.deepcopy(self.features), self._fuse, self.max_values))
 
     def __repr__(self) -> str:
         p = self._plan
