@@ -92,7 +92,7 @@ def test_bad_names_and_values_are_caught_by_the_engine() -> None:
         FeatureEngine([Feature("a").filter([1.5])])
     with pytest.raises(recgo.InvalidInputError, match="not JSON-encodable"):
         FeatureEngine([Feature("a", dtype="float").bucketize([float("nan")])])
-    with pytest.raises(recgo.InvalidInputError, match=r"feature spec: feature 0 \(\"a\"\): field \"ops.seed\": want a non-negative integer, got a JSON string"):
+    with pytest.raises(recgo.InvalidInputError, match=r"feature spec: feature 0 \(\"a\"\) op 0: field \"seed\": want a non-negative integer, got a JSON string"):
         FeatureEngine([Feature("a")._add("hash", seed="7")])
     with pytest.raises(recgo.InvalidInputError, match="unknown top-level keys"):
         load_features({"features": [], "fuse": False})

@@ -170,7 +170,7 @@ func TestCompileErrors(t *testing.T) {
 		{"output string", `{"features":[{"name":"a","output":"false","ops":[]}]}`, `feature 0 ("a"): field "output": want true or false, got a JSON string`},
 		{"ops string", `{"features":[{"name":"a","ops":"hash"}]}`, `feature 0 ("a"): field "ops": want a list of ops, got a JSON string`},
 		{"ops object", `{"features":[{"name":"a","ops":{"hash":7}}]}`, `field "ops": want a list of ops, got a JSON object`},
-		{"seed string", `{"features":[{"name":"a","ops":[{"op":"hash","seed":"7"}]}]}`, `field "ops.seed": want a non-negative integer, got a JSON string`},
+		{"seed string", `{"features":[{"name":"a","ops":[{"op":"hash","seed":"7"}]}]}`, `feature 0 ("a") op 0: field "seed": want a non-negative integer, got a JSON string`},
 		{"nul in name", "{\"features\":[{\"name\":\"a\\u0000b\",\"ops\":[]}]}", `feature 0: feature name "a\x00b" contains the control character U+0000`},
 		{"newline in input", "{\"features\":[{\"name\":\"a\",\"input\":\"x\\ny\",\"ops\":[]}]}", `input name "x\ny" contains the control character U+000A`},
 		{"max values", `{"max_values":-1,"features":[{"name":"a","ops":[]}]}`, "max_values -1"},

@@ -161,7 +161,7 @@ func ParseSpec(data []byte) (*Spec, error) {
 	s := &Spec{Unfused: top.Unfused, MaxValues: top.MaxValues, Features: make([]FeatureSpec, len(top.Features))}
 	for i, raw := range top.Features {
 		if err := decodeStrict(raw, &s.Features[i]); err != nil {
-			return nil, errs.Invalidf("feature spec: feature %d%s: %s", i, nameOf(raw), describeJSONError(err))
+			return nil, errs.Invalidf("feature spec: feature %d%s%s: %s", i, nameOf(raw), badOp(raw, &err), describeJSONError(err))
 		}
 	}
 	return s, nil
@@ -177,6 +177,25 @@ func decodeStrict(data []byte, v any) error {
 		return errors.New("trailing data after the JSON value")
 	}
 	return nil
+}
+
+// badOp names the first op of a feature object that fails to decode on its own (" op 2"), and
+// replaces *err with that op's error, whose field path is then relative to the op.
+func badOp(raw json.RawMessage, err *error) string {
+	var f struct {
+		Ops []json.RawMessage `json:"ops"`
+	}
+	if json.Unmarshal(raw, &f) != nil {
+		return ""
+	}
+	for i, o := range f.Ops {
+		var op OpSpec
+		if e := decodeStrict(o, &op); e != nil {
+			*err = e
+			return fmt.Sprintf(" op %d", i)
+		}
+	}
+	return ""
 }
 
 // nameOf is ` ("name")` for a feature object whose name is a string, for error messages.
