@@ -13,7 +13,9 @@ log-normal (long tail, capped at 500), this times side by side in one process:
   default thread count; the speedups use whichever was faster (on a busy 2-core machine one thread
   was many times faster: OpenMP workers spin against other processes).
 
-Outputs are checked equal before timing. The report also gives invocations before/after fusion.
+Outputs are checked equal before timing. The report also gives invocations before/after fusion,
+and the engine's construction time for one chain of 1,000, 3,000 and 10,000 ops (planning used to
+grow cubically with chain length; the planner is now near-linear).
 
     python benchmarks/features.py           # full: B=4096
     python benchmarks/features.py --quick   # B=512, under a minute (torch's default-thread
@@ -23,6 +25,7 @@ Outputs are checked equal before timing. The report also gives invocations befor
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -33,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from harness import Bench  # noqa: E402
 
 import recgo  # noqa: E402
-from recgo.feature import FeatureEngine  # noqa: E402
+from recgo.feature import Feature, FeatureEngine  # noqa: E402
 from recgo.feature.reference import reference  # noqa: E402
-from recgo.feature.synthetic import synthetic_batch, synthetic_features  # noqa: E402
+from feature_synthetic import synthetic_batch, synthetic_features  # noqa: E402
 
 
 def main() -> None:
@@ -89,6 +92,16 @@ def main() -> None:
         summary[f"fusion_speedup_{n}_fields"] = round(res.ratio("recgo_fused", "recgo_unfused"), 3)
         summary[f"call_reduction_{n}_fields"] = round(p.reduction, 4)
         bench.data[f"plan_{n}_fields"] = p.table()
+    for n_ops in (1000, 3000, 10000):
+        f = Feature("chain")
+        for i in range(n_ops // 4):
+            f.hash(i).mod(1 << 40).truncate(3).fill_missing(0)
+        times = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            FeatureEngine([f])
+            times.append(time.perf_counter() - t0)
+        summary[f"build_s_{n_ops}_op_chain"] = round(sorted(times)[1], 4)
     order = ["speedup_26_fields", "speedup_400_fields", "speedup_2000_fields", "call_reduction_2000_fields"]
     bench.summary(**{k: summary[k] for k in order + [k for k in summary if k not in order]})
     bench.note(f"B = {size}; recgo threads = {recgo.num_threads()}, torch threads = {torch.get_num_threads()}; "

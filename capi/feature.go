@@ -15,10 +15,11 @@ import (
 	"github.com/recgo/recgo/internal/errs"
 )
 
-// inputDesc is one row of the descriptor array Python passes per batch (six 8-byte words): the
+// inputDesc is one row of the descriptor array Python passes per batch (seven 8-byte words): the
 // element kind (feature.Kind), the values (or, for byte strings, the bytes) and their count, the
-// per-sample bag lengths (null: dense, one value per sample), and for byte strings the per-string
-// lengths and the string count.
+// per-sample bag lengths (null: dense, one value per sample), the per-string lengths and the value
+// count (for byte strings the string count), and the per-value float32 weights (null: unweighted;
+// the value count of them; a non-null pointer with no values still marks the input weighted).
 type inputDesc struct {
 	Kind     int64
 	Data     unsafe.Pointer
@@ -26,6 +27,7 @@ type inputDesc struct {
 	Lengths  unsafe.Pointer
 	ElemLens unsafe.Pointer
 	NElems   int64
+	Weights  unsafe.Pointer
 }
 
 // recgo_feature_new compiles a JSON feature spec (feature.Spec) into an engine handle.
@@ -61,19 +63,21 @@ func recgo_feature_info(h C.uintptr_t, buf unsafe.Pointer, buflen C.int64_t, nee
 		if err != nil {
 			return err
 		}
-		return writeJSON(map[string]any{"inputs": eng.Inputs(), "outputs": eng.OutputKeys(), "plan": eng.Plan()}, buf, buflen, needed)
+		return writeJSON(map[string]any{"inputs": eng.Inputs(), "outputs": eng.OutputKeys(), "plan": eng.Plan(),
+			"max_values": eng.MaxValues()}, buf, buflen, needed)
 	})
 }
 
 // recgo_feature_run transforms one batch of size batch. Its ninputs inputs (in the engine's input
 // order) are described by descs (ninputs inputDesc rows); rows with kind 0 come from a
-// KeyedJaggedTensor instead: kjtValues/kjtLengths (nkeys·batch lengths), whose key k feeds input row
-// keyRows[k] (-1: not read). It returns a result handle and the output's total value and length
-// counts; recgo_feature_output lays the result out for Python and frees it.
+// KeyedJaggedTensor instead: kjtValues/kjtLengths (nkeys·batch lengths) and kjtWeights (nvalues
+// float32, or null when unweighted; non-null even when there are no values), whose key k feeds input row keyRows[k] (-1: not read). It returns a result
+// handle and the output's total value and length counts; recgo_feature_output lays the result out
+// for Python and frees it.
 //
 //export recgo_feature_run
 func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int64_t,
-	kjtValues unsafe.Pointer, nvalues C.int64_t, kjtLengths unsafe.Pointer, keyRows unsafe.Pointer, nkeys C.int64_t,
+	kjtValues unsafe.Pointer, nvalues C.int64_t, kjtWeights unsafe.Pointer, kjtLengths unsafe.Pointer, keyRows unsafe.Pointer, nkeys C.int64_t,
 	outResult *C.uintptr_t, outValues, outLengths *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		eng, err := lookup[*feature.Engine](h, "feature engine")
@@ -94,7 +98,7 @@ func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int
 		b := feature.Batch{Size: int(batch), Inputs: make([]feature.Input, len(rows))}
 		filled := make([]bool, len(rows))
 		if nkeys > 0 {
-			if err := kjtInputs(&b, filled, kjtValues, int64(nvalues), kjtLengths, keyRows, int64(nkeys)); err != nil {
+			if err := kjtInputs(&b, filled, kjtValues, int64(nvalues), kjtWeights, kjtLengths, keyRows, int64(nkeys)); err != nil {
 				return err
 			}
 		}
@@ -123,12 +127,21 @@ func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int
 	})
 }
 
-// kjtInputs views the keys of a KeyedJaggedTensor (values feature-major, lengths nkeys·B) as the
-// int64 inputs keyRows names.
-func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalues int64, lengthsPtr, keyRowsPtr unsafe.Pointer, nkeys int64) error {
+// kjtInputs views the keys of a KeyedJaggedTensor (values feature-major, optional weights alongside,
+// lengths nkeys·B) as the int64 inputs keyRows names.
+func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalues int64, weightsPtr, lengthsPtr, keyRowsPtr unsafe.Pointer, nkeys int64) error {
 	values, err := viewSlice[int64](valuesPtr, nvalues, "kjt values")
 	if err != nil {
 		return err
+	}
+	var weights []float32
+	if weightsPtr != nil {
+		if weights, err = viewSlice[float32](weightsPtr, nvalues, "kjt weights"); err != nil {
+			return err
+		}
+		if weights == nil {
+			weights = []float32{} // weighted, but no values
+		}
 	}
 	lengths, err := viewSlice[int64](lengthsPtr, nkeys*int64(b.Size), "kjt lengths")
 	if err != nil {
@@ -160,6 +173,9 @@ func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalue
 				lens = []int64{}
 			}
 			b.Inputs[row] = feature.Input{Kind: feature.KindInt64, Ints: values[start : start+n : start+n], Lengths: lens}
+			if weights != nil {
+				b.Inputs[row].Weights = weights[start : start+n : start+n]
+			}
 			filled[row] = true
 		}
 		start += n
@@ -203,15 +219,27 @@ func viewInput(d inputDesc, batch int64) (feature.Input, error) {
 	default:
 		return in, errs.Invalidf("unknown value kind %d", d.Kind)
 	}
+	if err == nil && d.Weights != nil {
+		n := d.NData
+		if in.Kind == feature.KindBytes {
+			n = d.NElems
+		}
+		in.Weights, err = viewSlice[float32](d.Weights, n, "weights")
+		if in.Weights == nil {
+			in.Weights = []float32{} // weighted, but no values
+		}
+	}
 	return in, err
 }
 
 // recgo_feature_output turns a result into one off-heap KeyedJaggedTensor buffer that Python wraps
-// without copying: it writes the values' and lengths' addresses and the handle that owns them
-// (free it when the tensors are gone), and frees the result handle, also on failure.
+// without copying: it writes the values', lengths' and weights' addresses (weights: float32, as
+// many as values, 0 when no output feature is weighted; also 0 when there are no values and
+// *outWeighted tells the two apart) and the handle that owns them (free it when the tensors are
+// gone), and frees the result handle, also on failure.
 //
 //export recgo_feature_output
-func recgo_feature_output(rh C.uintptr_t, outValues, outLengths, outHandle *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_feature_output(rh C.uintptr_t, outValues, outLengths, outWeights *C.uintptr_t, outWeighted *C.int64_t, outHandle *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		res, err := lookup[*feature.Result](rh, "feature result")
 		if err != nil {
@@ -222,7 +250,13 @@ func recgo_feature_output(rh C.uintptr_t, outValues, outLengths, outHandle *C.ui
 		if err != nil {
 			return err
 		}
-		*outValues, *outLengths = 0, 0
+		*outValues, *outLengths, *outWeights, *outWeighted = 0, 0, 0, 0
+		if out.Weights != nil {
+			*outWeighted = 1
+			if len(out.Weights) > 0 {
+				*outWeights = C.uintptr_t(uintptr(unsafe.Pointer(&out.Weights[0])))
+			}
+		}
 		if len(out.Values) > 0 {
 			*outValues = C.uintptr_t(uintptr(unsafe.Pointer(&out.Values[0])))
 		}

@@ -68,17 +68,25 @@ func countLE[T int64 | float64](bounds []T, x T) int {
 	return lo
 }
 
-// Filter selects the IDs a mask/filter transform keeps: those inside Set (sorted ascending) or
-// inside [Lo, Hi), kept when Keep is true and dropped when it is false.
-type Filter struct {
-	Set     []int64
-	Lo, Hi  int64
+// Elem is an element type a filter reads: int64 IDs, or float32/float64 values.
+type Elem interface{ int64 | float32 | float64 }
+
+// Bound is the type a filter compares in: int64 for ID fields, float64 for float fields (float32
+// values widen to float64 exactly before the comparison).
+type Bound interface{ int64 | float64 }
+
+// Filter selects the elements a mask/filter transform keeps: those inside Set (sorted ascending) or
+// inside [Lo, Hi), kept when Keep is true and dropped when it is false. A NaN is inside no set and
+// no range.
+type Filter[T Bound] struct {
+	Set     []T
+	Lo, Hi  T
 	ByRange bool
 	Keep    bool
 }
 
 // Keeps reports whether x survives the filter.
-func (f *Filter) Keeps(x int64) bool {
+func (f *Filter[T]) Keeps(x T) bool {
 	var in bool
 	if f.ByRange {
 		in = x >= f.Lo && x < f.Hi
@@ -88,7 +96,7 @@ func (f *Filter) Keeps(x int64) bool {
 	return in == f.Keep
 }
 
-func containsSorted(s []int64, x int64) bool {
+func containsSorted[T Bound](s []T, x T) bool {
 	lo, hi := 0, len(s)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
@@ -102,36 +110,36 @@ func containsSorted(s []int64, x int64) bool {
 }
 
 // FilterCount returns how many elements of src the filter keeps.
-func FilterCount(src []int64, f *Filter) int {
+func FilterCount[S Elem, T Bound](src []S, f *Filter[T]) int {
 	n := 0
 	for _, x := range src {
-		if f.Keeps(x) {
+		if f.Keeps(T(x)) {
 			n++
 		}
 	}
 	return n
 }
 
-// FilterCopy copies the kept elements of src, in order, to the front of dst and returns their count.
-func FilterCopy(dst, src []int64, f *Filter) int {
+// FilterCopy copies the kept elements of src, in order, to the front of dst and returns their
+// count. When srcW is not nil it holds one weight per element of src, and the kept elements'
+// weights go to the front of dstW alongside.
+func FilterCopy[S Elem, T Bound](dst []S, dstW []float32, src []S, srcW []float32, f *Filter[T]) int {
 	n := 0
-	for _, x := range src {
-		if f.Keeps(x) {
-			dst[n] = x
+	if srcW == nil {
+		for _, x := range src {
+			if f.Keeps(T(x)) {
+				dst[n] = x
+				n++
+			}
+		}
+		return n
+	}
+	srcW = srcW[:len(src)]
+	for i, x := range src {
+		if f.Keeps(T(x)) {
+			dst[n], dstW[n] = x, srcW[i]
 			n++
 		}
 	}
 	return n
-}
-
-// CrossBag writes the hashed Cartesian product of two bags into dst (len(a)·len(b) entries,
-// a-major): dst[i·len(b)+j] = int64(HashPair(a[i], b[j], seed)).
-func CrossBag(dst, a, b []int64, seed uint64) {
-	k := 0
-	for _, x := range a {
-		for _, y := range b {
-			dst[k] = int64(HashPair(x, y, seed))
-			k++
-		}
-	}
 }

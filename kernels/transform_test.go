@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -139,25 +140,93 @@ func TestModFloor(t *testing.T) {
 func TestFilterAndCross(t *testing.T) {
 	cases := []struct {
 		name string
-		f    Filter
+		f    Filter[int64]
 		want []int64
 	}{
-		{"drop set", Filter{Set: []int64{-1, 3}}, []int64{0, 5, 9}},
-		{"keep set", Filter{Set: []int64{-1, 3}, Keep: true}, []int64{3, -1, 3}},
-		{"keep range", Filter{ByRange: true, Lo: 0, Hi: 5, Keep: true}, []int64{3, 0, 3}},
-		{"drop range", Filter{ByRange: true, Lo: 0, Hi: 5}, []int64{-1, 5, 9}},
+		{"drop set", Filter[int64]{Set: []int64{-1, 3}}, []int64{0, 5, 9}},
+		{"keep set", Filter[int64]{Set: []int64{-1, 3}, Keep: true}, []int64{3, -1, 3}},
+		{"keep range", Filter[int64]{ByRange: true, Lo: 0, Hi: 5, Keep: true}, []int64{3, 0, 3}},
+		{"drop range", Filter[int64]{ByRange: true, Lo: 0, Hi: 5}, []int64{-1, 5, 9}},
 	}
 	src := []int64{3, -1, 0, 5, 3, 9}
+	srcW := []float32{0.5, 1, 2, 3, 4, 5}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dst := make([]int64, len(src))
-			n := FilterCopy(dst, src, &c.f)
+			n := FilterCopy(dst, nil, src, nil, &c.f)
 			assert.Equal(t, c.want, dst[:n])
 			assert.Equal(t, n, FilterCount(src, &c.f))
+			dstW := make([]float32, len(src))
+			clear(dst)
+			require.Equal(t, n, FilterCopy(dst, dstW, src, srcW, &c.f))
+			assert.Equal(t, c.want, dst[:n])
+			var wantW []float32 // each kept value keeps its own weight
+			for i, x := range src {
+				if c.f.Keeps(x) {
+					wantW = append(wantW, srcW[i])
+				}
+			}
+			assert.Equal(t, wantW, dstW[:n])
 		})
 	}
 	dst := make([]int64, 6)
 	CrossBag(dst, []int64{1, 2}, []int64{7, 8, 9}, 5)
 	assert.Equal(t, int64(HashPair(2, 8, 5)), dst[4])
 	assert.Equal(t, int64(HashPair(1, 9, 5)), dst[2])
+}
+
+func TestFilterFloat(t *testing.T) {
+	nan := float32(math.NaN())
+	src := []float32{0.5, nan, -1, 2.25, 7}
+	f := Filter[float64]{ByRange: true, Lo: -1, Hi: 2.25, Keep: true}
+	dst := make([]float32, len(src))
+	n := FilterCopy(dst, nil, src, nil, &f)
+	assert.Equal(t, []float32{0.5, -1}, dst[:n], "NaN is inside no range; hi is excluded")
+	drop := Filter[float64]{Set: []float64{0.5, 7}}
+	n = FilterCopy(dst, nil, src, nil, &drop)
+	assert.Equal(t, 3, n)
+	assert.True(t, math.IsNaN(float64(dst[0])), "a NaN is in no set, so drop keeps it")
+	assert.Equal(t, []float32{-1, 2.25}, dst[1:n])
+}
+
+// TestHashTupleIsXXH64OfTheBytes checks the lane hash against the byte-string XXH64 for every
+// tuple length up to past two 32-byte stripes.
+func TestHashTupleIsXXH64OfTheBytes(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for k := range 10 {
+		for range 20 {
+			xs := make([]int64, k)
+			buf := make([]byte, 0, 8*k)
+			for i := range xs {
+				xs[i] = int64(r.Uint64())
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(xs[i]))
+			}
+			seed := r.Uint64()
+			require.Equal(t, XXH64(buf, seed), HashTuple(xs, seed), "k=%d", k)
+		}
+	}
+	assert.Equal(t, HashPair(3, -4, 9), HashTuple([]int64{3, -4}, 9))
+	assert.Equal(t, HashID(-3, 9), HashTuple([]int64{-3}, 9))
+}
+
+func TestCrossBagsOrderAndWeights(t *testing.T) {
+	bags := [][]int64{{1, 2}, {7}, {4, 5, 6}}
+	ws := [][]float32{{0.5, 2}, nil, {1, 3, 10}}
+	dst := make([]int64, 6)
+	dstW := make([]float32, 6)
+	CrossBags(dst, dstW, bags, ws, 11)
+	k := 0
+	for i, x := range bags[0] {
+		for _, y := range bags[1] {
+			for l, z := range bags[2] {
+				assert.Equal(t, int64(HashTuple([]int64{x, y, z}, 11)), dst[k])
+				assert.Equal(t, ws[0][i]*ws[2][l], dstW[k])
+				k++
+			}
+		}
+	}
+	two := make([]int64, 2)
+	CrossBags(two, nil, [][]int64{{1, 2}, {7}}, nil, 5)
+	assert.Equal(t, []int64{int64(HashPair(1, 7, 5)), int64(HashPair(2, 7, 5))}, two)
+	CrossBags(nil, nil, [][]int64{{1}, {}}, nil, 5) // an empty bag: nothing to write
 }

@@ -44,6 +44,9 @@ type Input struct {
 	ByteLens []int64
 	// Lengths holds the bag length of each sample (Size entries). Nil means dense: one value per sample.
 	Lengths []int64
+	// Weights, when not nil, holds one per-value weight (a KeyedJaggedTensor's weights): every
+	// feature reading this input carries them through its chain, aligned with its values.
+	Weights []float32
 }
 
 // Batch is one raw batch: Inputs in the order of [Engine.Inputs], each with Size samples. The engine
@@ -105,6 +108,16 @@ func validate(info InputInfo, in *Input, size int, alloc func(int) []int64) ([]i
 			return nil, errs.Invalidf("lengths sum to %d but there are %d values", sum, n)
 		}
 	}
+	if in.Weights != nil && len(in.Weights) != n {
+		return nil, errs.Invalidf("weights has %d entries for %d values", len(in.Weights), n)
+	}
+	if info.Dense && in.Lengths != nil {
+		for b, l := range in.Lengths {
+			if l != 1 {
+				return nil, errs.Invalidf("a recency reference needs one value per sample, but sample %d has %d", b, l)
+			}
+		}
+	}
 	if in.Kind != KindBytes {
 		return nil, nil
 	}
@@ -131,9 +144,10 @@ type state struct {
 	data  []byte
 	boffs []int64
 	lens  []int64
-	offs  []int64 // len(lens)+1 prefix sums, nil until needed
-	// owned marks ints and lens as engine memory; otherwise they alias the caller's batch.
-	owned, lensOwned bool
+	offs  []int64   // len(lens)+1 prefix sums, nil until needed
+	w     []float32 // per-value weights, nil when unweighted
+	// owned marks ints, lens and w as engine memory; otherwise they alias the caller's batch.
+	owned, lensOwned, wOwned bool
 }
 
 func (s *state) count() int {
@@ -162,11 +176,13 @@ func (s *state) ensureOffs(alloc func(int) []int64) {
 // Result is one transformed batch: the output features in key order, each Size bags of int64 IDs.
 // It owns its memory.
 type Result struct {
-	size int
-	keys []string
-	vals [][]int64
-	lens [][]int64
-	bufs [][]int64 // pooled buffers behind vals and lens (see Release)
+	size  int
+	keys  []string
+	vals  [][]int64
+	lens  [][]int64
+	wts   [][]float32 // per-value weights of each feature, nil entries for unweighted ones
+	bufs  [][]int64   // pooled buffers behind vals, lens and wts (see Release)
+	limit int64       // the engine's MaxValues, for Assemble
 }
 
 // Size is the batch size B.
@@ -191,6 +207,47 @@ func (r *Result) Feature(name string) (values, lengths []int64, err error) {
 		return nil, nil, errs.NotFoundf("feature %q is not an output of this engine", name)
 	}
 	return r.vals[i], r.lens[i], nil
+}
+
+// Weights returns one output feature's per-value weights (a view into the result), or nil when
+// the feature is unweighted (no weighted input reaches it).
+func (r *Result) Weights(name string) ([]float32, error) {
+	i := slices.Index(r.keys, name)
+	if i < 0 {
+		return nil, errs.NotFoundf("feature %q is not an output of this engine", name)
+	}
+	return r.wts[i], nil
+}
+
+// Weighted reports whether any output feature carries weights.
+func (r *Result) Weighted() bool {
+	for _, w := range r.wts {
+		if w != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// CopyWeightsTo writes the weights in KeyedJaggedTensor layout (NumValues entries, feature-major);
+// the values of unweighted features get weight 1.
+func (r *Result) CopyWeightsTo(weights []float32) error {
+	if len(weights) != r.NumValues() {
+		return errs.Invalidf("result: buffer of %d weights, need %d", len(weights), r.NumValues())
+	}
+	pos := 0
+	for i, v := range r.vals {
+		dst := weights[pos : pos+len(v)]
+		if r.wts[i] != nil {
+			copy(dst, r.wts[i])
+		} else {
+			for j := range dst {
+				dst[j] = 1
+			}
+		}
+		pos += len(v)
+	}
+	return nil
 }
 
 // CopyTo writes the result in KeyedJaggedTensor layout: values feature-major (NumValues entries)

@@ -20,10 +20,15 @@ const (
 	OpHash
 	OpBucketize
 	OpMod
+	OpPosition
+	OpRecency
 	numOpKinds
 )
 
-var opNames = [numOpKinds]string{"truncate", "filter", "fill_missing", "cross", "hash", "bucketize", "mod"}
+// opNames are the op names of specs, by kind. This table (with the "mask" alias of filter) is the
+// one list of op kinds; Python's builder (recgo.feature.spec) and reference
+// (recgo.feature.reference) implement the same names.
+var opNames = [numOpKinds]string{"truncate", "filter", "fill_missing", "cross", "hash", "bucketize", "mod", "position", "recency"}
 
 // String is the op's name in specs ("hash", "mod", ...).
 func (k OpKind) String() string {
@@ -34,7 +39,9 @@ func (k OpKind) String() string {
 }
 
 // elementwise reports whether the op maps each value to one value (bags keep their lengths).
-func (k OpKind) elementwise() bool { return k == OpHash || k == OpMod || k == OpBucketize }
+func (k OpKind) elementwise() bool {
+	return k == OpHash || k == OpMod || k == OpBucketize || k == OpPosition || k == OpRecency
+}
 
 // op is one validated transform.
 type op struct {
@@ -43,11 +50,13 @@ type op struct {
 	seed     uint64
 	n        int64
 	mod      kernels.Modulus
-	keepLast bool
+	keepLast bool // truncate: keep the last n; position: count from the last
 	fbounds  []float64
 	ibounds  []int64
-	filter   kernels.Filter
-	srcs     [2]int // cross: feature indices
+	ifilter  kernels.Filter[int64]
+	ffilter  kernels.Filter[float64]
+	srcs     []int // cross: feature indices
+	ref      int   // recency: input index of the reference
 	def      int64
 }
 
@@ -63,15 +72,18 @@ type compiled struct {
 type InputInfo struct {
 	Name  string `json:"name"`
 	DType DType  `json:"dtype"`
+	// Dense marks an input that must hold exactly one value per sample (a recency reference).
+	Dense bool `json:"dense,omitempty"`
 }
 
 // Engine is a compiled, validated feature spec with its fused execution plan. It is immutable and
 // safe for concurrent use.
 type Engine struct {
-	feats   []compiled
-	inputs  []InputInfo
-	outputs []int // feature indices in output key order
-	plan    Plan
+	feats     []compiled
+	inputs    []InputInfo
+	outputs   []int // feature indices in output key order
+	plan      Plan
+	maxValues int64
 }
 
 // Inputs returns the raw fields a batch must supply, in the order [Batch.Inputs] uses.
@@ -89,33 +101,69 @@ func (e *Engine) OutputKeys() []string {
 // Plan returns the fused execution plan.
 func (e *Engine) Plan() Plan { return e.plan }
 
+// MaxValues is the capacity limit in force (see [Spec.MaxValues]).
+func (e *Engine) MaxValues() int64 { return e.maxValues }
+
+// compiler holds the name tables while a spec compiles.
+type compiler struct {
+	index      map[string]int // feature name -> index
+	inputIndex map[string]int // input name -> index into inputs
+	inputs     []InputInfo
+}
+
+// input returns the index of raw input name, declaring it with dtype d on first use.
+func (c *compiler) input(name string, d DType, dense bool, feature string) (int, error) {
+	if err := checkName("input name", name); err != nil {
+		return 0, errs.Invalidf("feature %q: %v", feature, err)
+	}
+	if j, ok := c.inputIndex[name]; ok {
+		if c.inputs[j].DType != d {
+			return 0, errs.Invalidf("feature %q: input %q is declared %s here and %s by another feature", feature, name, d, c.inputs[j].DType)
+		}
+		c.inputs[j].Dense = c.inputs[j].Dense || dense
+		return j, nil
+	}
+	c.inputIndex[name] = len(c.inputs)
+	c.inputs = append(c.inputs, InputInfo{Name: name, DType: d, Dense: dense})
+	return len(c.inputs) - 1, nil
+}
+
 // Compile validates spec and plans its fused execution. Errors name the feature and op at fault.
 func Compile(spec *Spec) (*Engine, error) {
 	if spec == nil || len(spec.Features) == 0 {
 		return nil, errs.Invalidf("feature spec: no features")
 	}
-	e := &Engine{}
-	index := map[string]int{}
+	e := &Engine{maxValues: spec.MaxValues}
+	if e.maxValues == 0 {
+		e.maxValues = DefaultMaxValues
+	}
+	if e.maxValues < 0 || e.maxValues > 1<<40 {
+		return nil, errs.Invalidf("feature spec: max_values %d is outside [1, 2^40]", spec.MaxValues)
+	}
+	c := &compiler{index: map[string]int{}, inputIndex: map[string]int{}}
 	for i, fs := range spec.Features {
 		if fs.Name == "" {
 			return nil, errs.Invalidf("feature spec: feature %d has no name", i)
 		}
-		if _, dup := index[fs.Name]; dup {
+		if err := checkName("feature name", fs.Name); err != nil {
+			return nil, errs.Invalidf("feature spec: feature %d: %v", i, err)
+		}
+		if _, dup := c.index[fs.Name]; dup {
 			return nil, errs.Invalidf("feature spec: duplicate feature name %q", fs.Name)
 		}
-		index[fs.Name] = i
+		c.index[fs.Name] = i
 	}
-	inputIndex := map[string]int{}
 	for _, fs := range spec.Features {
-		c, err := compileFeature(fs, index, inputIndex, &e.inputs)
+		f, err := c.feature(fs)
 		if err != nil {
 			return nil, err
 		}
-		e.feats = append(e.feats, c)
-		if c.output {
+		e.feats = append(e.feats, f)
+		if f.output {
 			e.outputs = append(e.outputs, len(e.feats)-1)
 		}
 	}
+	e.inputs = c.inputs
 	if len(e.outputs) == 0 {
 		return nil, errs.Invalidf("feature spec: no feature has output enabled")
 	}
@@ -127,13 +175,13 @@ func Compile(spec *Spec) (*Engine, error) {
 	return e, nil
 }
 
-func compileFeature(fs FeatureSpec, index, inputIndex map[string]int, inputs *[]InputInfo) (compiled, error) {
-	c := compiled{name: fs.Name, input: -1, output: fs.Output == nil || *fs.Output}
+func (c *compiler) feature(fs FeatureSpec) (compiled, error) {
+	f := compiled{name: fs.Name, input: -1, output: fs.Output == nil || *fs.Output}
 	isCross := len(fs.Ops) > 0 && (fs.Ops[0].Op == "cross")
 	cur := fs.DType
 	if isCross {
 		if fs.Input != "" || fs.DType != "" {
-			return c, errs.Invalidf("feature %q: a cross feature reads the features it crosses, not an input or dtype", fs.Name)
+			return f, errs.Invalidf("feature %q: a cross feature reads the features it crosses, not an input or dtype", fs.Name)
 		}
 		cur = Int64
 	} else {
@@ -141,46 +189,48 @@ func compileFeature(fs FeatureSpec, index, inputIndex map[string]int, inputs *[]
 			cur = Int64
 		}
 		if cur != Int64 && cur != Float && cur != Bytes {
-			return c, errs.Invalidf("feature %q: unknown dtype %q (want int64, float or bytes)", fs.Name, fs.DType)
+			return f, errs.Invalidf("feature %q: unknown dtype %q (want int64, float or bytes)", fs.Name, fs.DType)
 		}
 		name := fs.Input
 		if name == "" {
 			name = fs.Name
 		}
-		if j, ok := inputIndex[name]; ok {
-			if (*inputs)[j].DType != cur {
-				return c, errs.Invalidf("feature %q: input %q is declared %s here and %s by another feature", fs.Name, name, cur, (*inputs)[j].DType)
-			}
-			c.input = j
-		} else {
-			c.input = len(*inputs)
-			inputIndex[name] = c.input
-			*inputs = append(*inputs, InputInfo{Name: name, DType: cur})
+		j, err := c.input(name, cur, false, fs.Name)
+		if err != nil {
+			return f, err
 		}
+		f.input = j
 	}
 	for i := range fs.Ops {
-		o, err := compileOp(&fs.Ops[i], i, cur, fs.Name, index)
+		o, err := c.op(&fs.Ops[i], i, cur, fs.Name)
 		if err != nil {
-			return c, wrapOp(fs.Name, i, fs.Ops[i].Op, err)
+			return f, wrapOp(fs.Name, i, fs.Ops[i].Op, err)
 		}
-		c.ops = append(c.ops, o)
-		cur = Int64
+		f.ops = append(f.ops, o)
+		if o.kind != OpFilter && o.kind != OpTruncate { // those keep a float field's values
+			cur = Int64
+		}
 	}
 	if cur != Int64 {
-		first := "bucketize"
 		if cur == Bytes {
-			first = "hash"
+			return f, errs.Invalidf("feature %q: a bytes field needs a transform chain starting with hash (outputs are int64 IDs)", fs.Name)
 		}
-		return c, errs.Invalidf("feature %q: a %s field needs a transform chain starting with %s (outputs are int64 IDs)", fs.Name, cur, first)
+		return f, errs.Invalidf("feature %q: a float field must be bucketized (after any filter or truncate) to become int64 IDs", fs.Name)
 	}
-	return c, nil
+	return f, nil
 }
 
-func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]int) (op, error) {
+func (c *compiler) op(s *OpSpec, pos int, in DType, feature string) (op, error) {
 	o := op{in: in}
 	needInt := func() error {
 		if in != Int64 {
 			return errs.Invalidf("dtype mismatch: %s needs int64 values but the field holds %s at this point", s.Op, in)
+		}
+		return nil
+	}
+	notBytes := func() error {
+		if in == Bytes {
+			return errs.Invalidf("dtype mismatch: %s takes IDs or numbers, not byte strings (hash them first)", s.Op)
 		}
 		return nil
 	}
@@ -214,8 +264,8 @@ func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]in
 		if err := s.onlyParams("boundaries"); err != nil {
 			return o, err
 		}
-		if in == Bytes {
-			return o, errs.Invalidf("dtype mismatch: bucketize takes numbers, not byte strings")
+		if err := notBytes(); err != nil {
+			return o, err
 		}
 		if err := checkBoundaries(s.Boundaries); err != nil {
 			return o, err
@@ -235,7 +285,7 @@ func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]in
 		if err := s.onlyParams("n", "keep"); err != nil {
 			return o, err
 		}
-		if err := needInt(); err != nil {
+		if err := notBytes(); err != nil {
 			return o, err
 		}
 		if s.N == nil || *s.N <= 0 {
@@ -256,30 +306,11 @@ func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]in
 		if err := s.onlyParams("values", "range", "mode"); err != nil {
 			return o, err
 		}
-		if err := needInt(); err != nil {
+		if err := notBytes(); err != nil {
 			return o, err
 		}
-		if (s.Values != nil) == (s.Range != nil) {
-			return o, errs.Invalidf("%s needs exactly one of values or range", s.Op)
-		}
-		if s.Range != nil {
-			if len(s.Range) != 2 || s.Range[0] > s.Range[1] {
-				return o, errs.Invalidf("%s range must be [lo, hi] with lo <= hi, got %v", s.Op, s.Range)
-			}
-			o.filter = kernels.Filter{ByRange: true, Lo: s.Range[0], Hi: s.Range[1]}
-		} else {
-			set := slices.Clone(s.Values)
-			slices.Sort(set)
-			o.filter = kernels.Filter{Set: slices.Compact(set)}
-		}
-		if s.Mode != nil {
-			switch *s.Mode {
-			case "drop":
-			case "keep":
-				o.filter.Keep = true
-			default:
-				return o, errs.Invalidf("%s mode must be \"drop\" or \"keep\", got %q", s.Op, *s.Mode)
-			}
+		if err := compileFilter(s, &o); err != nil {
+			return o, err
 		}
 	case "cross":
 		o.kind = OpCross
@@ -289,15 +320,15 @@ func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]in
 		if pos != 0 {
 			return o, errs.Invalidf("cross must be the first op of its feature")
 		}
-		if len(s.Fields) != 2 {
-			return o, errs.Invalidf("cross needs exactly two fields, got %d", len(s.Fields))
+		if len(s.Fields) < 2 || len(s.Fields) > kernels.MaxCrossFields {
+			return o, errs.Invalidf("cross needs 2 to %d fields, got %d", kernels.MaxCrossFields, len(s.Fields))
 		}
-		for i, name := range s.Fields {
-			j, ok := index[name]
+		for _, name := range s.Fields {
+			j, ok := c.index[name]
 			if !ok {
 				return o, errs.Invalidf("cross field %q is not a feature of this spec", name)
 			}
-			o.srcs[i] = j
+			o.srcs = append(o.srcs, j)
 		}
 		if s.Seed != nil {
 			o.seed = *s.Seed
@@ -313,12 +344,112 @@ func compileOp(s *OpSpec, pos int, in DType, feature string, index map[string]in
 		if s.Default != nil {
 			o.def = *s.Default
 		}
+	case "position":
+		o.kind = OpPosition
+		if err := s.onlyParams("from"); err != nil {
+			return o, err
+		}
+		if err := notBytes(); err != nil {
+			return o, err
+		}
+		if s.From != nil {
+			switch *s.From {
+			case "first":
+			case "last":
+				o.keepLast = true
+			default:
+				return o, errs.Invalidf("position from must be \"first\" or \"last\", got %q", *s.From)
+			}
+		}
+	case "recency":
+		o.kind = OpRecency
+		if err := s.onlyParams("reference"); err != nil {
+			return o, err
+		}
+		if err := needInt(); err != nil {
+			return o, err
+		}
+		if s.Reference == "" {
+			return o, errs.Invalidf("recency needs a reference: the input holding each sample's reference time")
+		}
+		j, err := c.input(s.Reference, Int64, true, feature)
+		if err != nil {
+			return o, err
+		}
+		o.ref = j
 	case "":
 		return o, errs.Invalidf("op has no \"op\" name")
 	default:
-		return o, errs.Invalidf("unknown op %q (known: hash, mod, bucketize, truncate, filter, mask, cross, fill_missing)", s.Op)
+		return o, errs.Invalidf("unknown op %q (known: hash, mod, bucketize, truncate, filter, mask, cross, fill_missing, position, recency)", s.Op)
 	}
 	return o, nil
+}
+
+// compileFilter reads a filter's values or range in the field's type: int64 for IDs, float64 for
+// float fields.
+func compileFilter(s *OpSpec, o *op) error {
+	if (s.Values != nil) == (s.Range != nil) {
+		return errs.Invalidf("%s needs exactly one of values or range", s.Op)
+	}
+	keep := false
+	if s.Mode != nil {
+		switch *s.Mode {
+		case "drop":
+		case "keep":
+			keep = true
+		default:
+			return errs.Invalidf("%s mode must be \"drop\" or \"keep\", got %q", s.Op, *s.Mode)
+		}
+	}
+	nums := s.Values
+	if s.Range != nil {
+		if len(s.Range) != 2 {
+			return errs.Invalidf("%s range must be [lo, hi], got %d numbers", s.Op, len(s.Range))
+		}
+		nums = s.Range
+	}
+	if o.in == Float {
+		vals, err := readNumbers(nums, Number.float64)
+		if err != nil {
+			return err
+		}
+		f, err := newFilter(s, vals, keep)
+		o.ffilter = f
+		return err
+	}
+	vals, err := readNumbers(nums, Number.int64)
+	if err != nil {
+		return err
+	}
+	f, err := newFilter(s, vals, keep)
+	o.ifilter = f
+	return err
+}
+
+func readNumbers[T kernels.Bound](nums []Number, read func(Number) (T, error)) ([]T, error) {
+	out := make([]T, len(nums))
+	for i, n := range nums {
+		v, err := read(n)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+func newFilter[T kernels.Bound](s *OpSpec, vals []T, keep bool) (kernels.Filter[T], error) {
+	f := kernels.Filter[T]{Keep: keep}
+	if s.Range != nil {
+		if vals[0] > vals[1] {
+			return f, errs.Invalidf("%s range must be [lo, hi] with lo <= hi, got %v", s.Op, vals)
+		}
+		f.ByRange, f.Lo, f.Hi = true, vals[0], vals[1]
+		return f, nil
+	}
+	slices.Sort(vals)
+	f.Set = slices.Compact(vals)
+	return f, nil
 }
 
 func checkBoundaries(b []float64) error {

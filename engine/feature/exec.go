@@ -20,13 +20,11 @@ const minChunk = 1 << 16
 // minBagChunk is the same for the bag loops of structural groups.
 const minBagChunk = 1 << 14
 
-// maxFeatureValues caps one feature's values after a transform (cross products can explode).
-const maxFeatureValues = 1 << 32
-
 // run is the state of one Apply call.
 type run struct {
 	e    *Engine
 	size int
+	in   []Input // the batch's inputs (read only)
 	st   []state
 	mu   sync.Mutex
 	err  error
@@ -51,7 +49,7 @@ func (e *Engine) Apply(b Batch) (*Result, error) {
 	if len(b.Inputs) != len(e.inputs) {
 		return nil, errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(b.Inputs), len(e.inputs))
 	}
-	r := &run{e: e, size: b.Size, st: make([]state, len(e.feats))}
+	r := &run{e: e, size: b.Size, in: b.Inputs, st: make([]state, len(e.feats))}
 	res, err := r.apply(b)
 	if err != nil {
 		for _, buf := range r.bufs {
@@ -80,7 +78,7 @@ func (r *run) apply(b Batch) (*Result, error) {
 			continue
 		}
 		in := &b.Inputs[c.input]
-		s := state{kind: in.Kind, ints: in.Ints, f32: in.F32, f64: in.F64, data: in.Bytes, boffs: boffs[c.input], lens: in.Lengths}
+		s := state{kind: in.Kind, ints: in.Ints, f32: in.F32, f64: in.F64, data: in.Bytes, boffs: boffs[c.input], lens: in.Lengths, w: in.Weights}
 		if s.lens == nil {
 			if ones == nil {
 				ones = r.alloc(b.Size)
@@ -117,10 +115,16 @@ func (m member) kind(e *Engine) OpKind { return e.feats[m.feat].ops[m.op].kind }
 
 // result copies whatever still aliases the caller's batch and collects the output features.
 func (r *run) result() *Result {
-	res := &Result{size: r.size, keys: r.e.OutputKeys(), vals: make([][]int64, len(r.e.outputs)), lens: make([][]int64, len(r.e.outputs))}
-	parallel.ForEach(len(r.e.outputs), 16, func(i int) {
+	nout := len(r.e.outputs)
+	res := &Result{size: r.size, keys: r.e.OutputKeys(), vals: make([][]int64, nout), lens: make([][]int64, nout),
+		wts: make([][]float32, nout), limit: r.e.maxValues}
+	parallel.ForEach(nout, 16, func(i int) {
 		s := &r.st[r.e.outputs[i]]
-		res.vals[i], res.lens[i] = s.ints, s.lens
+		res.vals[i], res.lens[i], res.wts[i] = s.ints, s.lens, s.w
+		if s.w != nil && !s.wOwned {
+			res.wts[i] = allocAs[float32](r, len(s.w))
+			copy(res.wts[i], s.w)
+		}
 		if !s.owned {
 			res.vals[i] = r.alloc(len(s.ints))
 			copy(res.vals[i], s.ints)
@@ -161,6 +165,11 @@ func (r *run) elementwise(groups []Group) error {
 	fresh := 0
 	for i, sg := range segs {
 		s := &r.st[sg.feat]
+		for _, o := range sg.ops {
+			if k := r.e.feats[sg.feat].ops[o].kind; k == OpPosition || k == OpRecency {
+				s.ensureOffs(r.alloc) // these read which bag each element is in
+			}
+		}
 		prefix[i+1] = prefix[i] + s.count()
 		if !s.owned {
 			fresh += s.count()
@@ -237,6 +246,26 @@ func (r *run) applyOp(f, oi int, inDst bool, dst []int64, a, b int) error {
 		if nan >= 0 {
 			return errs.Invalidf("feature %q: a value of samples [%d, %d) is NaN; bucketize needs numbers (leave missing values out, as empty bags, and use fill_missing)",
 				r.e.feats[f].name, 0, r.size)
+		}
+	case OpPosition, OpRecency:
+		offs := s.offs
+		bag := sort.Search(len(offs)-1, func(i int) bool { return offs[i+1] > int64(a) })
+		var ref []int64
+		if o.kind == OpRecency {
+			ref = r.in[o.ref].Ints
+		}
+		for i := a; i < b; i++ {
+			for offs[bag+1] <= int64(i) {
+				bag++
+			}
+			switch {
+			case o.kind == OpRecency:
+				d[i-a] = ref[bag] - ints[i]
+			case o.keepLast:
+				d[i-a] = offs[bag+1] - 1 - int64(i)
+			default:
+				d[i-a] = int64(i) - offs[bag]
+			}
 		}
 	default:
 		panic("feature: not an element-wise op: " + o.kind.String())

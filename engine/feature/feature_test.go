@@ -33,23 +33,26 @@ func TestApplyMatchesNaive(t *testing.T) {
 		res2, err := unfused.Apply(batch)
 		require.NoError(t, err)
 		require.Equal(t, res.vals, res2.vals, "trial %d: fused and unfused differ", trial)
-		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string][][]int64{}}
+		ref := &naive{spec: spec, batch: named, size: batch.Size, memo: map[string]naiveFeature{}}
 		for _, key := range res.Keys() {
 			vals, lens, err := res.Feature(key)
 			require.NoError(t, err)
-			var wantVals, wantLens []int64
-			for _, bag := range ref.feature(key) {
-				wantVals = append(wantVals, bag...)
+			wts, err := res.Weights(key)
+			require.NoError(t, err)
+			want := ref.feature(key)
+			wantVals, wantLens, wantW := []int64{}, []int64{}, []float32{}
+			for _, bag := range want.bags {
+				for _, e := range bag {
+					wantVals = append(wantVals, e.i)
+					wantW = append(wantW, e.w)
+				}
 				wantLens = append(wantLens, int64(len(bag)))
 			}
-			if wantLens == nil {
-				wantLens = []int64{}
-			}
-			assert.Equal(t, len(wantVals), len(vals), "trial %d feature %s", trial, key)
-			if len(wantVals) > 0 {
-				assert.Equal(t, wantVals, vals, "trial %d feature %s", trial, key)
-			}
+			assert.Equal(t, wantVals, append([]int64{}, vals...), "trial %d feature %s", trial, key)
 			assert.Equal(t, wantLens, append([]int64{}, lens...), "trial %d feature %s", trial, key)
+			if assert.Equal(t, want.weighted, wts != nil, "trial %d feature %s: weighted", trial, key) && wts != nil {
+				assert.Equal(t, wantW, append([]float32{}, wts...), "trial %d feature %s: weights", trial, key)
+			}
 		}
 		values := make([]int64, res.NumValues())
 		lengths := make([]int64, len(res.Keys())*res.Size())
@@ -152,11 +155,29 @@ func TestCompileErrors(t *testing.T) {
 		{"mod on float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"mod","n":3}]}]}`, "dtype mismatch"},
 		{"hash float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"hash"}]}]}`, "dtype mismatch"},
 		{"truncate bytes", `{"features":[{"name":"a","dtype":"bytes","ops":[{"op":"truncate","n":3}]}]}`, "dtype mismatch"},
-		{"float no ops", `{"features":[{"name":"a","dtype":"float","ops":[]}]}`, "starting with bucketize"},
+		{"float no ops", `{"features":[{"name":"a","dtype":"float","ops":[]}]}`, "must be bucketized"},
+		{"float filter only", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"filter","range":[0,1.5]}]}]}`, "must be bucketized"},
+		{"float fill", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"fill_missing"}]}]}`, "dtype mismatch"},
+		{"int filter float value", `{"features":[{"name":"a","ops":[{"op":"filter","values":[1.5]}]}]}`, "1.5 is not an int64"},
+		{"filter range of three", `{"features":[{"name":"a","ops":[{"op":"filter","range":[1,2,3]}]}]}`, "got 3 numbers"},
+		{"filter value string", `{"features":[{"name":"a","ops":[{"op":"filter","values":["1"]}]}]}`, `want a number, got "1"`},
+		{"cross nine", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a","a","a","a","a","a","a","a","a"]}]}]}`, "2 to 8 fields, got 9"},
+		{"cross one", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a"]}]}]}`, "2 to 8 fields, got 1"},
+		{"position from", `{"features":[{"name":"a","ops":[{"op":"position","from":"middle"}]}]}`, "first"},
+		{"recency no reference", `{"features":[{"name":"a","ops":[{"op":"recency"}]}]}`, "needs a reference"},
+		{"recency reference not int64", `{"features":[{"name":"a","dtype":"bytes","ops":[{"op":"hash"},{"op":"recency","reference":"t"}]},{"name":"t","dtype":"float","ops":[{"op":"bucketize","boundaries":[0]}]}]}`, `input "t" is declared float here and int64`},
+		{"recency on float", `{"features":[{"name":"a","dtype":"float","ops":[{"op":"recency","reference":"t"}]}]}`, "dtype mismatch"},
+		{"output string", `{"features":[{"name":"a","output":"false","ops":[]}]}`, `feature 0 ("a"): field "output": want true or false, got a JSON string`},
+		{"ops string", `{"features":[{"name":"a","ops":"hash"}]}`, `feature 0 ("a"): field "ops": want a list of ops, got a JSON string`},
+		{"ops object", `{"features":[{"name":"a","ops":{"hash":7}}]}`, `field "ops": want a list of ops, got a JSON object`},
+		{"seed string", `{"features":[{"name":"a","ops":[{"op":"hash","seed":"7"}]}]}`, `feature 0 ("a") op 0: field "seed": want a non-negative integer, got a JSON string`},
+		{"nul in name", "{\"features\":[{\"name\":\"a\\u0000b\",\"ops\":[]}]}", `feature 0: feature name "a\x00b" contains the control character U+0000`},
+		{"newline in input", "{\"features\":[{\"name\":\"a\",\"input\":\"x\\ny\",\"ops\":[]}]}", `input name "x\ny" contains the control character U+000A`},
+		{"max values", `{"max_values":-1,"features":[{"name":"a","ops":[]}]}`, "max_values -1"},
+		{"top-level key", `{"feature":[{"name":"a","ops":[]}]}`, `unknown field "feature"`},
 		{"mod 0", `{"features":[{"name":"a","ops":[{"op":"mod","n":0}]}]}`, "n > 0"},
 		{"cross late", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"hash"},{"op":"cross","fields":["a","a"]}]}]}`, "first op"},
 		{"cross unknown", `{"features":[{"name":"x","ops":[{"op":"cross","fields":["a","b"]}]}]}`, `"a" is not a feature`},
-		{"cross three", `{"features":[{"name":"a","ops":[]},{"name":"x","ops":[{"op":"cross","fields":["a","a","a"]}]}]}`, "exactly two"},
 		{"extra param", `{"features":[{"name":"a","ops":[{"op":"hash","n":3}]}]}`, `does not take "n"`},
 		{"duplicate name", `{"features":[{"name":"a","ops":[]},{"name":"a","ops":[]}]}`, "duplicate"},
 		{"keep", `{"features":[{"name":"a","ops":[{"op":"truncate","n":2,"keep":"middle"}]}]}`, "first"},
@@ -240,6 +261,9 @@ func TestResultDoesNotAliasBatch(t *testing.T) {
 func FuzzCompile(f *testing.F) {
 	f.Add([]byte(`{"features":[{"name":"a","ops":[{"op":"truncate","n":2},{"op":"hash","seed":3},{"op":"mod","n":7}]},{"name":"x","ops":[{"op":"cross","fields":["a","a"]}]}]}`))
 	f.Add([]byte(`{"features":[{"name":"f","dtype":"float","ops":[{"op":"bucketize","boundaries":[0,1]}]}]}`))
+	f.Add([]byte(`{"max_values":64,"features":[{"name":"f","dtype":"float","ops":[{"op":"filter","range":[0,1.5],"mode":"keep"},{"op":"truncate","n":2},{"op":"bucketize","boundaries":[0,1]}]},` +
+		`{"name":"t","ops":[{"op":"recency","reference":"now"},{"op":"position","from":"last"}]},{"name":"x","ops":[{"op":"cross","fields":["f","t","f"]}]}]}`))
+	f.Add([]byte(`{"features":[{"name":"a","output":"false","ops":{"hash":7}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec, err := ParseSpec(data)
 		if err != nil {
@@ -316,9 +340,11 @@ func FuzzApply(f *testing.F) {
 	eng, err := Compile(&Spec{Features: []FeatureSpec{
 		{Name: "i", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(2))}, {Op: "hash"}, {Op: "mod", N: ptr(int64(7))}}},
 		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0, 1}}, {Op: "fill_missing"}}},
-		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: []int64{0, 1 << 62}}}},
-		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s"}}}},
-	}})
+		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: IntNumbers(0, 1<<62)}}},
+		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s", "i"}}}},
+		{Name: "r", Input: "i", Ops: []OpSpec{{Op: "recency", Reference: "now"}}},
+		{Name: "g", Input: "f", DType: Float, Ops: []OpSpec{{Op: "filter", Range: FloatNumbers(-1, 0.5)}, {Op: "bucketize", Boundaries: []float64{0}}}},
+	}, MaxValues: 1 << 12})
 	if err != nil {
 		f.Fatal(err)
 	}
@@ -345,11 +371,16 @@ func FuzzApply(f *testing.F) {
 			f32 = append(f32, float32(v)/3)
 		}
 		blens := take(len(lens))
+		var w []float32
+		if mode&1 == 1 {
+			w = f32
+		}
 		b := Batch{Size: size, Inputs: []Input{
-			{Kind: KindInt64, Ints: ints, Lengths: lens},
+			{Kind: KindInt64, Ints: ints, Lengths: lens, Weights: w},
 			{Kind: Kind(1 + mode%4), F32: f32, F64: []float64{1, 2}, Ints: ints, Lengths: take(size)},
 			{Kind: KindBytes, Bytes: data, ByteLens: blens, Lengths: lens},
 		}}
+		b.Inputs = append(b.Inputs, Input{Kind: KindInt64, Ints: ints}) // "now", the recency reference
 		res, err := eng.Apply(b)
 		if err != nil {
 			require.ErrorIs(t, err, errs.ErrInvalid)
@@ -357,7 +388,7 @@ func FuzzApply(f *testing.F) {
 		}
 		out, err := res.Assemble()
 		require.NoError(t, err)
-		require.Len(t, out.Lengths, 4*size)
+		require.Len(t, out.Lengths, 6*size)
 		require.NoError(t, out.Close())
 	})
 }

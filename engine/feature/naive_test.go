@@ -1,6 +1,7 @@
 package feature
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,15 +10,27 @@ import (
 )
 
 // naive applies a spec bag by bag, one feature and one op at a time: the obvious per-field
-// reference the fused engine must equal.
+// reference the fused engine must equal, weights included.
 type naive struct {
 	spec  *Spec
 	batch map[string]Input
 	size  int
-	memo  map[string][][]int64
+	memo  map[string]naiveFeature
 }
 
-func bagsOf(in Input, size int) (ints [][]int64, floats [][]float64, strs [][][]byte) {
+// elem is one value of a bag: an ID or (float fields before bucketize) a number, with its weight.
+type elem struct {
+	i int64
+	f float64
+	w float32
+}
+
+type naiveFeature struct {
+	bags     [][]elem
+	weighted bool
+}
+
+func bagsOf(in Input, size int) [][]elem {
 	lens := in.Lengths
 	if lens == nil {
 		lens = make([]int64, size)
@@ -25,31 +38,84 @@ func bagsOf(in Input, size int) (ints [][]int64, floats [][]float64, strs [][][]
 			lens[i] = 1
 		}
 	}
-	pos, bpos := 0, int64(0)
+	var bags [][]elem
+	pos := 0
 	for _, l := range lens {
-		var bi []int64
-		var bf []float64
-		var bs [][]byte
+		bag := []elem{}
 		for range l {
+			e := elem{w: 1}
+			if in.Weights != nil {
+				e.w = in.Weights[pos]
+			}
 			switch in.Kind {
 			case KindInt64:
-				bi = append(bi, in.Ints[pos])
+				e.i = in.Ints[pos]
 			case KindFloat32:
-				bf = append(bf, float64(in.F32[pos]))
+				e.f = float64(in.F32[pos])
 			case KindFloat64:
-				bf = append(bf, in.F64[pos])
-			case KindBytes:
-				bs = append(bs, in.Bytes[bpos:bpos+in.ByteLens[pos]])
-				bpos += in.ByteLens[pos]
+				e.f = in.F64[pos]
 			}
+			bag = append(bag, e)
 			pos++
 		}
-		ints, floats, strs = append(ints, bi), append(floats, bf), append(strs, bs)
+		bags = append(bags, bag)
 	}
-	return
+	return bags
 }
 
-func (n *naive) feature(name string) [][]int64 {
+func le64(xs ...int64) []byte {
+	var buf []byte
+	for _, x := range xs {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(x))
+	}
+	return buf
+}
+
+func seedOf(o OpSpec) uint64 {
+	if o.Seed != nil {
+		return *o.Seed
+	}
+	return 0
+}
+
+// cross is the Cartesian product of the sources' bags, first source most significant, each tuple
+// hashed as the XXH64 of its little-endian bytes; weights multiply.
+func (n *naive) cross(o OpSpec) naiveFeature {
+	var srcs []naiveFeature
+	out := naiveFeature{}
+	for _, name := range o.Fields {
+		srcs = append(srcs, n.feature(name))
+		out.weighted = out.weighted || srcs[len(srcs)-1].weighted
+	}
+	for s := range n.size {
+		tuples := [][]elem{{}}
+		for _, src := range srcs {
+			var next [][]elem
+			for _, t := range tuples {
+				for _, e := range src.bags[s] {
+					next = append(next, append(append([]elem{}, t...), e))
+				}
+			}
+			tuples = next
+		}
+		bag := []elem{}
+		for _, t := range tuples {
+			var ids []int64
+			w := float32(1)
+			for j, e := range t {
+				ids = append(ids, e.i)
+				if srcs[j].weighted {
+					w *= e.w
+				}
+			}
+			bag = append(bag, elem{i: int64(kernels.XXH64(le64(ids...), seedOf(o))), w: w})
+		}
+		out.bags = append(out.bags, bag)
+	}
+	return out
+}
+
+func (n *naive) feature(name string) naiveFeature {
 	if v, ok := n.memo[name]; ok {
 		return v
 	}
@@ -60,142 +126,125 @@ func (n *naive) feature(name string) [][]int64 {
 		}
 	}
 	ops := fs.Ops
-	var bags [][]int64
+	var cur naiveFeature
+	isFloat := false
 	if len(ops) > 0 && ops[0].Op == "cross" {
-		a, b := n.feature(ops[0].Fields[0]), n.feature(ops[0].Fields[1])
-		seed := uint64(0)
-		if ops[0].Seed != nil {
-			seed = *ops[0].Seed
-		}
-		for s := range n.size {
-			var out []int64
-			for _, x := range a[s] {
-				for _, y := range b[s] {
-					var buf [16]byte
-					for k := range 8 {
-						buf[k] = byte(uint64(x) >> (8 * k))
-						buf[8+k] = byte(uint64(y) >> (8 * k))
-					}
-					out = append(out, int64(kernels.XXH64(buf[:], seed)))
-				}
-			}
-			bags = append(bags, out)
-		}
+		cur = n.cross(ops[0])
 		ops = ops[1:]
 	} else {
 		input := fs.Input
 		if input == "" {
 			input = fs.Name
 		}
-		ints, floats, strs := bagsOf(n.batch[input], n.size)
-		switch n.batch[input].Kind {
-		case KindInt64:
-			bags = ints
-		case KindBytes:
-			seed := uint64(0)
-			if ops[0].Seed != nil {
-				seed = *ops[0].Seed
-			}
-			for _, bag := range strs {
-				var out []int64
-				for _, s := range bag {
-					out = append(out, int64(kernels.XXH64(s, seed)))
+		in := n.batch[input]
+		cur = naiveFeature{bags: bagsOf(in, n.size), weighted: in.Weights != nil}
+		isFloat = in.Kind == KindFloat32 || in.Kind == KindFloat64
+		if in.Kind == KindBytes { // the first op is a hash of the strings
+			pos, bpos := 0, int64(0)
+			for _, bag := range cur.bags {
+				for j := range bag {
+					bag[j].i = int64(kernels.XXH64(in.Bytes[bpos:bpos+in.ByteLens[pos]], seedOf(ops[0])))
+					bpos += in.ByteLens[pos]
+					pos++
 				}
-				bags = append(bags, out)
-			}
-			ops = ops[1:]
-		default:
-			for _, bag := range floats {
-				var out []int64
-				for _, x := range bag {
-					c := int64(0)
-					for _, b := range ops[0].Boundaries {
-						if b <= x {
-							c++
-						}
-					}
-					out = append(out, c)
-				}
-				bags = append(bags, out)
 			}
 			ops = ops[1:]
 		}
 	}
 	for _, o := range ops {
-		next := make([][]int64, len(bags))
-		for s, bag := range bags {
-			var out []int64
-			switch o.Op {
-			case "hash":
-				for _, x := range bag {
-					var buf [8]byte
-					for k := range 8 {
-						buf[k] = byte(uint64(x) >> (8 * k))
-					}
-					seed := uint64(0)
-					if o.Seed != nil {
-						seed = *o.Seed
-					}
-					out = append(out, int64(kernels.XXH64(buf[:], seed)))
-				}
-			case "mod":
-				for _, x := range bag {
-					out = append(out, ((x%*o.N)+*o.N)%*o.N)
-				}
-			case "bucketize":
-				for _, x := range bag {
+		next := make([][]elem, len(cur.bags))
+		for s, bag := range cur.bags {
+			out := []elem{}
+			for j, e := range bag {
+				switch o.Op {
+				case "hash":
+					e.i = int64(kernels.XXH64(le64(e.i), seedOf(o)))
+				case "mod":
+					e.i = ((e.i % *o.N) + *o.N) % *o.N
+				case "bucketize":
 					c := int64(0)
 					for _, b := range o.Boundaries {
-						if int64(b) <= x {
+						if (isFloat && b <= e.f) || (!isFloat && int64(b) <= e.i) {
 							c++
 						}
 					}
-					out = append(out, c)
+					e.i = c
+				case "position":
+					e.i = int64(j)
+					if o.From != nil && *o.From == "last" {
+						e.i = int64(len(bag) - 1 - j)
+					}
+				case "recency":
+					e.i = n.batch[o.Reference].Ints[s] - e.i
+				case "filter", "mask":
+					if !naiveKeeps(o, e, isFloat) {
+						continue
+					}
 				}
+				out = append(out, e)
+			}
+			switch o.Op {
 			case "truncate":
-				out = bag
 				if int64(len(bag)) > *o.N {
 					if o.Keep != nil && *o.Keep == "last" {
-						out = bag[int64(len(bag))-*o.N:]
+						out = out[int64(len(bag))-*o.N:]
 					} else {
-						out = bag[:*o.N]
-					}
-				}
-			case "filter", "mask":
-				for _, x := range bag {
-					in := false
-					if o.Range != nil {
-						in = x >= o.Range[0] && x < o.Range[1]
-					} else {
-						for _, v := range o.Values {
-							in = in || v == x
-						}
-					}
-					keep := o.Mode != nil && *o.Mode == "keep"
-					if in == keep {
-						out = append(out, x)
+						out = out[:*o.N]
 					}
 				}
 			case "fill_missing":
-				out = bag
 				if len(bag) == 0 {
-					out = []int64{*o.Default}
+					out = []elem{{i: *o.Default, w: 1}}
 				}
 			}
-			next[s] = append([]int64{}, out...)
+			next[s] = out
 		}
-		bags = next
+		cur.bags = next
+		if o.Op == "bucketize" || o.Op == "position" {
+			isFloat = false
+		}
 	}
-	n.memo[name] = bags
-	return bags
+	n.memo[name] = cur
+	return cur
 }
 
-// randomCase builds a random spec (chains of 0–5 ops, float, bytes and cross features) and batch.
+func naiveKeeps(o OpSpec, e elem, isFloat bool) bool {
+	in := false
+	num := func(x Number) (int64, float64) {
+		i, _ := x.int64()
+		f, _ := x.float64()
+		return i, f
+	}
+	if o.Range != nil {
+		loI, loF := num(o.Range[0])
+		hiI, hiF := num(o.Range[1])
+		if isFloat {
+			in = e.f >= loF && e.f < hiF
+		} else {
+			in = e.i >= loI && e.i < hiI
+		}
+	} else {
+		for _, v := range o.Values {
+			vi, vf := num(v)
+			in = in || (isFloat && vf == e.f) || (!isFloat && vi == e.i)
+		}
+	}
+	keep := o.Mode != nil && *o.Mode == "keep"
+	return in == keep
+}
+
+// randomCase builds a random spec (chains of 0–5 ops; float, bytes, weighted and cross features of
+// two to four fields; positions and recencies against a dense "now" input) and batch.
 func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) {
 	spec := &Spec{}
 	var batch Batch
 	batch.Size = size
 	named := map[string]Input{}
+	now := Input{Kind: KindInt64, Ints: make([]int64, size)}
+	for i := range now.Ints {
+		now.Ints[i] = 1000 + int64(r.IntN(50))
+	}
+	named["now"] = now
 	randLens := func() []int64 {
 		if r.IntN(4) == 0 {
 			return nil
@@ -219,10 +268,20 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 		}
 		return t
 	}
+	weights := func(n int) []float32 {
+		if r.IntN(3) != 0 {
+			return nil
+		}
+		w := make([]float32, n)
+		for i := range w {
+			w[i] = float32(r.IntN(16)) / 4
+		}
+		return w
+	}
 	intOps := func() []OpSpec {
 		var ops []OpSpec
 		for range r.IntN(5) {
-			switch r.IntN(7) {
+			switch r.IntN(9) {
 			case 0:
 				ops = append(ops, OpSpec{Op: "hash", Seed: ptr(r.Uint64())})
 			case 1:
@@ -232,11 +291,15 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 			case 3:
 				ops = append(ops, OpSpec{Op: "truncate", N: ptr(int64(1 + r.IntN(4))), Keep: ptr([]string{"first", "last"}[r.IntN(2)])})
 			case 4:
-				ops = append(ops, OpSpec{Op: "filter", Values: []int64{0, 3, 7}, Mode: ptr([]string{"drop", "keep"}[r.IntN(2)])})
+				ops = append(ops, OpSpec{Op: "filter", Values: IntNumbers(0, 3, 7), Mode: ptr([]string{"drop", "keep"}[r.IntN(2)])})
 			case 5:
-				ops = append(ops, OpSpec{Op: "mask", Range: []int64{-5, 10}})
+				ops = append(ops, OpSpec{Op: "mask", Range: IntNumbers(-5, 10)})
 			case 6:
 				ops = append(ops, OpSpec{Op: "fill_missing", Default: ptr(int64(-1))})
+			case 7:
+				ops = append(ops, OpSpec{Op: "position", From: ptr([]string{"first", "last"}[r.IntN(2)])})
+			case 8:
+				ops = append(ops, OpSpec{Op: "recency", Reference: "now"})
 			}
 		}
 		return ops
@@ -247,8 +310,11 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 		fs := FeatureSpec{Name: name}
 		switch k := r.IntN(6); {
 		case k == 0 && len(ints) >= 2:
-			a, b := ints[r.IntN(len(ints))], ints[r.IntN(len(ints))]
-			fs.Ops = append([]OpSpec{{Op: "cross", Fields: []string{a, b}, Seed: ptr(uint64(7))}}, intOps()...)
+			var fields []string
+			for range 2 + r.IntN(3) {
+				fields = append(fields, ints[r.IntN(len(ints))])
+			}
+			fs.Ops = append([]OpSpec{{Op: "cross", Fields: fields, Seed: ptr(uint64(7))}}, intOps()...)
 			if r.IntN(2) == 0 {
 				fs.Output = ptr(false)
 			}
@@ -269,7 +335,17 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 			} else {
 				in.F32 = nil
 			}
-			fs.Ops = append([]OpSpec{{Op: "bucketize", Boundaries: []float64{-2.5, 0, 0.25, 4}}}, intOps()...)
+			in.Weights = weights(total(lens))
+			var pre []OpSpec
+			switch r.IntN(4) {
+			case 0:
+				pre = append(pre, OpSpec{Op: "filter", Range: FloatNumbers(-5.5, 6.25), Mode: ptr("keep")})
+			case 1:
+				pre = append(pre, OpSpec{Op: "filter", Values: FloatNumbers(0, 0.25, -2.5)})
+			case 2:
+				pre = append(pre, OpSpec{Op: "truncate", N: ptr(int64(2)), Keep: ptr("last")})
+			}
+			fs.Ops = append(append(pre, OpSpec{Op: "bucketize", Boundaries: []float64{-2.5, 0, 0.25, 4}}), intOps()...)
 			named[name] = in
 		case k == 2:
 			fs.DType = Bytes
@@ -280,6 +356,7 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 				in.Bytes = append(in.Bytes, s...)
 				in.ByteLens = append(in.ByteLens, int64(len(s)))
 			}
+			in.Weights = weights(total(lens))
 			fs.Ops = append([]OpSpec{{Op: "hash", Seed: ptr(uint64(r.IntN(3)))}}, intOps()...)
 			named[name] = in
 		default:
@@ -288,6 +365,7 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 			for range total(lens) {
 				in.Ints = append(in.Ints, int64(r.IntN(30))-10)
 			}
+			in.Weights = weights(total(lens))
 			fs.Ops = intOps()
 			named[name] = in
 		}

@@ -6,15 +6,18 @@ import (
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/offheap"
+	"unsafe"
 )
 
 // Output is a result in KeyedJaggedTensor layout (Values feature-major, then Lengths with entry
-// f·B+b) in one buffer outside the Go heap, so Python can wrap it as tensors without a copy. Close
-// hands the memory back to a small pool, so the next batch's output reuses already-mapped pages.
+// f·B+b, then Weights when any output feature is weighted) in one buffer outside the Go heap, so
+// Python can wrap it as tensors without a copy. Close hands the memory back to a small pool, so the
+// next batch's output reuses already-mapped pages.
 type Output struct {
 	buf     *offheap.Buffer
 	Values  []int64
 	Lengths []int64
+	Weights []float32 // nil when no output feature is weighted; else NumValues weights
 }
 
 // outputPool keeps a few freed output buffers per power-of-two size class.
@@ -29,6 +32,13 @@ const outputsPerClass = 2
 func (r *Result) Assemble() (*Output, error) {
 	nv, nl := r.NumValues(), len(r.keys)*r.size
 	words := nv + nl
+	weighted := r.Weighted()
+	if weighted {
+		words += (nv + 1) / 2
+	}
+	if r.limit > 0 && int64(words) > r.limit {
+		return nil, errs.Capacityf("feature output: %d values and %d lengths exceed the limit of %d values per buffer; raise max_values or split the batch", nv, nl, r.limit)
+	}
 	k := bits.Len(uint(max(words, 1) - 1))
 	outputPool.Lock()
 	var buf *offheap.Buffer
@@ -48,6 +58,16 @@ func (r *Result) Assemble() (*Output, error) {
 		_ = o.Close()
 		return nil, err
 	}
+	if weighted {
+		o.Weights = []float32{}
+		if nv > 0 {
+			o.Weights = unsafe.Slice((*float32)(unsafe.Pointer(&all[nv+nl])), nv)
+		}
+		if err := r.CopyWeightsTo(o.Weights); err != nil {
+			_ = o.Close()
+			return nil, err
+		}
+	}
 	r.Release()
 	return o, nil
 }
@@ -56,7 +76,7 @@ func (r *Result) Assemble() (*Output, error) {
 // be used afterwards.
 func (o *Output) Close() error {
 	buf := o.buf
-	o.buf, o.Values, o.Lengths = nil, nil, nil
+	o.buf, o.Values, o.Lengths, o.Weights = nil, nil, nil, nil
 	if buf == nil || buf.Len() == 0 {
 		return nil
 	}

@@ -1,6 +1,7 @@
 package feature
 
 import (
+	"container/heap"
 	"slices"
 	"sort"
 	"strings"
@@ -24,6 +25,7 @@ type Plan struct {
 	Groups      []Group `json:"groups"`
 	CallsBefore int     `json:"calls_before"`
 	CallsAfter  int     `json:"calls_after"`
+	work        int     // scheduler steps and op moves spent planning, rollouts included (tests)
 }
 
 // Reduction is the fraction of invocations fusion removes, 1 - CallsAfter/CallsBefore (0 when there
@@ -35,22 +37,37 @@ func (p Plan) Reduction() float64 {
 	return 1 - float64(p.CallsAfter)/float64(p.CallsBefore)
 }
 
-// buildPlan orders the ops topologically (each feature's chain in order; a cross op after both
+// rolloutBudget bounds the work all rollouts of one plan may spend, beyond a share proportional to
+// the spec's size: past it the planner decides by the base rule alone, so planning stays
+// near-linear in the number of ops whatever the spec's shape.
+const rolloutBudget = 1 << 20
+
+// buildPlan orders the ops topologically (each feature's chain in order; a cross op after all the
 // features it reads are complete) and fuses them: at each step the ready ops are bucketed by kind
 // and one bucket becomes a group. Which bucket is a shortest-common-supersequence problem over the
-// chains; the planner picks it by rollout (the pilot method): for each candidate kind it completes
-// the schedule with the base rule and keeps the kind whose completion has the fewest groups. The
-// base rule prefers a "safe" kind, one that no unfinished chain holds at a later position (taking
-// it can never force a second group of that kind), then the bucket holding the op with the longest
-// remaining path (its chain plus the chains of cross features waiting on it), then the larger
-// bucket, then OpKind order. Rollout is
-// never worse than the base rule alone. Every op joins exactly one group, so |G| <= Σ d_i (RecIS
-// Eq. 1). A dependency cycle between cross features is an error. With unfused, every op is its own
-// group, feature by feature in dependency order.
+// chains. A "safe" kind, one that no unfinished chain holds at a later position, is taken at once:
+// an exchange argument shows it is never worse (every remaining op of that kind is ready, so one
+// group now replaces the at-least-one group any schedule needs). Otherwise the planner decides by
+// rollout (the pilot method): for each candidate kind it completes the schedule with the base rule
+// and keeps the kind whose completion has the fewest groups. The base rule prefers a safe kind,
+// then the bucket holding the op with the longest remaining path (its chain plus the chains of
+// cross features waiting on it), then the larger bucket, then OpKind order. Rollout is never
+// worse than the base rule alone; it runs within a work budget proportional to the spec (plus
+// rolloutBudget), after which the base rule decides. Every op joins exactly one group, so
+// |G| <= Σ d_i (RecIS Eq. 1). A dependency cycle between cross features is an error. With unfused,
+// every op is its own group, feature by feature in dependency order.
+//
+// The scheduler keeps the ready features bucketed by kind and updates the buckets as ops are
+// taken, so a step costs the size of the group it takes, not a scan of every chain.
 func buildPlan(feats []compiled, unfused bool) (Plan, error) {
 	n := len(feats)
-	sc := &scheduler{feats: feats, next: make([]int, n), waiting: make([]int, n), dependents: make([][]int, n)}
+	var plan Plan
+	sc := &scheduler{feats: feats, next: make([]int, n), waiting: make([]int, n), dependents: make([][]int, n), work: &plan.work}
 	for f, c := range feats {
+		plan.CallsBefore += len(c.ops)
+		for _, o := range c.ops {
+			sc.rem[o.kind]++
+		}
 		if len(c.ops) > 0 && c.ops[0].kind == OpCross {
 			for _, s := range c.ops[0].srcs {
 				sc.waiting[f]++
@@ -61,72 +78,85 @@ func buildPlan(feats []compiled, unfused bool) (Plan, error) {
 	if err := checkCycles(feats, sc.dependents, sc.waiting); err != nil {
 		return Plan{}, err
 	}
+	if unfused {
+		plan.Groups = unfusedGroups(feats, sc.dependents, slices.Clone(sc.waiting))
+		plan.CallsAfter = len(plan.Groups)
+		return plan, nil
+	}
 	sc.height = make([]int, n)
 	for f := range sc.height {
 		sc.height[f] = -1
 	}
-	for f, c := range feats {
+	for f := range feats {
 		sc.heightOf(f)
-		if len(c.ops) == 0 {
+	}
+	for f, c := range feats {
+		switch {
+		case len(c.ops) == 0:
 			sc.finish(f) // an input passed through unchanged is complete from the start
+		case c.ops[0].kind != OpCross: // cross features are pushed when their sources finish
+			sc.push(f)
 		}
 	}
-	var plan Plan
-	for _, c := range feats {
-		plan.CallsBefore += len(c.ops)
-	}
-	for unfused {
-		f := -1
-		for g := range feats {
-			if sc.ready(g) {
-				f = g
-				break
-			}
-		}
-		if f < 0 {
-			plan.CallsAfter = len(plan.Groups)
-			return plan, nil
-		}
-		for sc.ready(f) {
-			plan.Groups = append(plan.Groups, sc.take(feats[f].ops[sc.next[f]].kind, []int{f}))
-		}
-	}
+	budget := rolloutBudget + 16*(plan.CallsBefore+n)
 	for {
-		buckets, later := sc.buckets()
-		kind := -1
-		bestLen := 0
-		for k := range buckets {
-			if len(buckets[k]) == 0 {
+		kind, cands := -1, 0
+		for k := range sc.bucket {
+			if len(sc.bucket[k]) == 0 {
 				continue
 			}
-			trial := sc.clone()
-			trial.take(OpKind(k), buckets[k])
-			l := trial.rollout()
-			if kind < 0 || l < bestLen || (l == bestLen && sc.better(k, kind, buckets, later)) {
-				kind, bestLen = k, l
+			cands++
+			if kind < 0 || sc.better(k, kind) {
+				kind = k
 			}
 		}
+		plan.work++
 		if kind < 0 {
 			break
 		}
-		plan.Groups = append(plan.Groups, sc.take(OpKind(kind), buckets[kind]))
+		if cands > 1 && !sc.safe(kind) && plan.work < budget {
+			best := -1
+			bestLen := 0
+			for k := range sc.bucket {
+				if len(sc.bucket[k]) == 0 {
+					continue
+				}
+				trial := sc.clone()
+				trial.take(OpKind(k))
+				l := trial.rollout()
+				if best < 0 || l < bestLen || (l == bestLen && sc.better(k, best)) {
+					best, bestLen = k, l
+				}
+			}
+			kind = best
+		}
+		plan.Groups = append(plan.Groups, sc.take(OpKind(kind)))
 	}
 	plan.CallsAfter = len(plan.Groups)
 	return plan, nil
 }
 
-// scheduler is the planner's state: how far each feature's chain has been scheduled.
+// scheduler is the planner's state: how far each feature's chain has been scheduled, and the
+// ready features bucketed by the kind of their next op.
 type scheduler struct {
 	feats      []compiled
 	next       []int   // index of each feature's next unscheduled op
 	waiting    []int   // unfinished sources of each cross feature
 	dependents [][]int // cross features reading each feature (shared, read-only)
 	height     []int   // longest op path from a feature's first op to the end (shared, read-only)
+	bucket     [numOpKinds][]int
+	crit       [numOpKinds]int // longest remaining path among each bucket's ops
+	rem        [numOpKinds]int // unscheduled ops of each kind, the ready ones included
+	work       *int            // shared step counter
 }
 
 func (s *scheduler) clone() *scheduler {
 	c := *s
 	c.next, c.waiting = slices.Clone(s.next), slices.Clone(s.waiting)
+	for k := range c.bucket {
+		c.bucket[k] = slices.Clip(s.bucket[k]) // appends reallocate: s's buckets stay intact
+	}
+	*s.work += len(s.next)
 	return &c
 }
 
@@ -141,56 +171,44 @@ func (s *scheduler) heightOf(f int) int {
 	return s.height[f]
 }
 
-// ready reports whether feature f has an op whose dependencies are all scheduled.
-func (s *scheduler) ready(f int) bool { return s.waiting[f] == 0 && s.next[f] < len(s.feats[f].ops) }
-
-// buckets groups the ready features by the kind of their next op, and counts the unscheduled ops
-// of each kind behind the ready ones (later in a chain, or in a chain not ready yet).
-func (s *scheduler) buckets() (b [numOpKinds][]int, later [numOpKinds]int) {
-	for f, c := range s.feats {
-		start := s.next[f]
-		if s.ready(f) {
-			k := c.ops[start].kind
-			b[k] = append(b[k], f)
-			start++
-		}
-		for _, o := range c.ops[start:] {
-			later[o.kind]++
-		}
-	}
-	return b, later
+// push files ready feature f under the kind of its next op.
+func (s *scheduler) push(f int) {
+	k := s.feats[f].ops[s.next[f]].kind
+	s.bucket[k] = append(s.bucket[k], f)
+	s.crit[k] = max(s.crit[k], s.height[f]-s.next[f])
 }
 
-// crit is the longest remaining path among a bucket's ops.
-func (s *scheduler) crit(fs []int) int {
-	c := 0
-	for _, f := range fs {
-		c = max(c, s.heightOf(f)-s.next[f])
-	}
-	return c
-}
+// safe reports whether no op of kind k waits behind the ready ones.
+func (s *scheduler) safe(k int) bool { return s.rem[k] == len(s.bucket[k]) }
 
-// better is the base rule's preference of kind a over kind b.
-func (s *scheduler) better(a, b int, buckets [numOpKinds][]int, later [numOpKinds]int) bool {
-	if safeA, safeB := later[a] == 0, later[b] == 0; safeA != safeB {
+// better is the base rule's preference of kind a over kind b (both with ready ops).
+func (s *scheduler) better(a, b int) bool {
+	if safeA, safeB := s.safe(a), s.safe(b); safeA != safeB {
 		return safeA
 	}
-	ca, cb := s.crit(buckets[a]), s.crit(buckets[b])
-	if ca != cb {
-		return ca > cb
+	if s.crit[a] != s.crit[b] {
+		return s.crit[a] > s.crit[b]
 	}
-	return len(buckets[a]) > len(buckets[b])
+	return len(s.bucket[a]) > len(s.bucket[b])
 }
 
-// take schedules the next op of each feature in fs (all of kind k) as one group.
-func (s *scheduler) take(k OpKind, fs []int) Group {
-	g := Group{Op: k.String()}
-	for _, f := range fs {
-		g.members = append(g.members, member{feat: f, op: s.next[f]})
-		g.Features = append(g.Features, s.feats[f].name)
+// take schedules the next op of every feature in kind k's bucket as one group (members in
+// feature order).
+func (s *scheduler) take(k OpKind) Group {
+	fs := slices.Clone(s.bucket[k])
+	slices.Sort(fs)
+	s.bucket[k], s.crit[k] = nil, 0
+	s.rem[k] -= len(fs)
+	*s.work += len(fs)
+	g := Group{Op: k.String(), Features: make([]string, len(fs)), members: make([]member, len(fs))}
+	for i, f := range fs {
+		g.members[i] = member{feat: f, op: s.next[f]}
+		g.Features[i] = s.feats[f].name
 		s.next[f]++
 		if s.next[f] == len(s.feats[f].ops) {
 			s.finish(f)
+		} else {
+			s.push(f)
 		}
 	}
 	return g
@@ -200,8 +218,8 @@ func (s *scheduler) take(k OpKind, fs []int) Group {
 func (s *scheduler) finish(f int) {
 	for _, d := range s.dependents[f] {
 		s.waiting[d]--
-		if s.waiting[d] == 0 && len(s.feats[d].ops) == 0 {
-			s.finish(d)
+		if s.waiting[d] == 0 {
+			s.push(d) // a cross feature has at least its cross op
 		}
 	}
 }
@@ -210,19 +228,57 @@ func (s *scheduler) finish(f int) {
 func (s *scheduler) rollout() int {
 	groups := 0
 	for {
-		buckets, later := s.buckets()
+		*s.work++
 		best := -1
-		for k := range buckets {
-			if len(buckets[k]) > 0 && (best < 0 || s.better(k, best, buckets, later)) {
+		for k := range s.bucket {
+			if len(s.bucket[k]) > 0 && (best < 0 || s.better(k, best)) {
 				best = k
 			}
 		}
 		if best < 0 {
 			return groups
 		}
-		s.take(OpKind(best), buckets[best])
+		s.take(OpKind(best))
 		groups++
 	}
+}
+
+// unfusedGroups is one group per op: the ready feature with the lowest index runs its whole chain,
+// then the next (Kahn's algorithm with a min-heap).
+func unfusedGroups(feats []compiled, dependents [][]int, waiting []int) []Group {
+	var groups []Group
+	h := &intHeap{}
+	for f := range feats {
+		if waiting[f] == 0 {
+			heap.Push(h, f)
+		}
+	}
+	for h.Len() > 0 {
+		f := heap.Pop(h).(int)
+		for i, o := range feats[f].ops {
+			groups = append(groups, Group{Op: o.kind.String(), Features: []string{feats[f].name}, members: []member{{feat: f, op: i}}})
+		}
+		for _, d := range dependents[f] {
+			waiting[d]--
+			if waiting[d] == 0 {
+				heap.Push(h, d)
+			}
+		}
+	}
+	return groups
+}
+
+type intHeap []int
+
+func (h intHeap) Len() int           { return len(h) }
+func (h intHeap) Less(i, j int) bool { return h[i] < h[j] }
+func (h intHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *intHeap) Push(x any)        { *h = append(*h, x.(int)) }
+func (h *intHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // checkCycles runs Kahn's algorithm over the cross dependencies and names the features on or

@@ -3,6 +3,7 @@ package feature
 import (
 	"math/bits"
 	"sync"
+	"unsafe"
 )
 
 // slabs recycles the int64 buffers of transform runs across batches. Reuse skips the page faults
@@ -63,6 +64,18 @@ func (r *run) alloc(n int) []int64 {
 	r.bufs = append(r.bufs, s)
 	r.mu.Unlock()
 	return s
+}
+
+// allocAs takes a pooled buffer of n float32 or float64 values (the pool's int64 words viewed as
+// the other type; no pointers live in either).
+func allocAs[T float32 | float64](r *run, n int) []T {
+	var zero T
+	words := (n*int(unsafe.Sizeof(zero)) + 7) / 8
+	s := r.alloc(words)
+	if n == 0 {
+		return []T{}
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(s))), n)
 }
 
 // Release returns the result's buffers for reuse by later batches. The result (and every slice

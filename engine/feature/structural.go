@@ -1,6 +1,8 @@
 package feature
 
 import (
+	"unsafe"
+
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
 	"github.com/recgo/recgo/kernels"
@@ -8,7 +10,9 @@ import (
 
 // structural runs one group of truncate, filter, fill_missing or cross ops, which change bag
 // lengths. The bags of all member features form one index space (member-major) cut into equal
-// tiles: first every new bag length, then per-feature offsets, then the values.
+// tiles: first every new bag length, then per-feature offsets (checked against the engine's
+// MaxValues before anything is allocated for the values), then the values and, for weighted
+// features, their weights alongside.
 func (r *run) structural(g *Group) error {
 	B, M := r.size, len(g.members)
 	var need []int // features whose offsets the group reads, each once
@@ -24,45 +28,149 @@ func (r *run) structural(g *Group) error {
 	for _, f := range need {
 		r.st[f].ensureOffs(r.alloc)
 	}
+	limit := r.e.maxValues
 	newLens := r.alloc(M * B)
 	r.eachBag(M, func(i, b0, b1 int) {
-		r.bagLengths(g.members[i], newLens[i*B+b0:i*B+b1], b0)
+		r.bagLengths(g.members[i], newLens[i*B+b0:i*B+b1], b0, limit+1)
 	})
 	newOffs := r.alloc(M * (B + 1))
-	starts := make([]int64, M+1)
-	for i := range g.members {
+	starts := make([]int64, M+1)  // each member's values in the slab, in int64 words
+	wstarts := make([]int64, M+1) // each member's weights in the weight slab
+	kinds := make([]Kind, M)
+	weighted := make([]bool, M)
+	largest := 0
+	for i, m := range g.members {
 		offs := newOffs[i*(B+1) : (i+1)*(B+1)]
 		offs[0] = 0
 		for b, l := range newLens[i*B : (i+1)*B] {
-			offs[b+1] = offs[b] + l
+			offs[b+1] = offs[b] + l // each l <= limit+1 and offs[b] <= limit: no overflow
+			if offs[b+1] > limit {
+				return r.capacityError(m, g.Op, offs[b+1], b+1)
+			}
 		}
-		if offs[B] > maxFeatureValues {
-			return errs.Capacityf("feature %q: %s would produce %d values (limit %d)",
-				r.e.feats[g.members[i].feat].name, g.Op, offs[B], int64(maxFeatureValues))
+		n := offs[B]
+		kinds[i] = r.outKind(m)
+		words := n
+		if kinds[i] == KindFloat32 {
+			words = (n + 1) / 2
 		}
-		starts[i+1] = starts[i] + offs[B]
+		starts[i+1] = starts[i] + words
+		wstarts[i+1] = wstarts[i]
+		if weighted[i] = r.weighted(m); weighted[i] {
+			wstarts[i+1] += n
+		}
+		if n > newOffs[largest*(B+1)+B] {
+			largest = i
+		}
+		if starts[i+1] > limit || wstarts[i+1] > limit {
+			return errs.Capacityf("fused %s group of %d features: %d values in all by feature %q (the largest, %d values) would exceed the limit of %d values per buffer; raise max_values or split the batch",
+				g.Op, M, max(starts[i+1], wstarts[i+1]), r.e.feats[g.members[largest].feat].name, newOffs[largest*(B+1)+B], limit)
+		}
 	}
 	slab := r.alloc(int(starts[M]))
+	wslab := allocAs[float32](r, int(wstarts[M]))
+	dst := func(i int) memberOut {
+		n := int(newOffs[i*(B+1)+B])
+		words := slab[starts[i]:starts[i+1]:starts[i+1]]
+		out := memberOut{kind: kinds[i], offs: newOffs[i*(B+1) : (i+1)*(B+1) : (i+1)*(B+1)]}
+		switch kinds[i] {
+		case KindFloat32:
+			out.f32 = viewAs[float32](words, n)
+		case KindFloat64:
+			out.f64 = viewAs[float64](words, n)
+		default:
+			out.ints = words
+		}
+		if weighted[i] { // not nil even when empty: the feature stays weighted
+			out.w = wslab[wstarts[i]:wstarts[i+1]:wstarts[i+1]]
+		}
+		return out
+	}
 	r.eachBag(M, func(i, b0, b1 int) {
-		dst := slab[starts[i]:starts[i+1]]
-		r.bagValues(g.members[i], dst, newOffs[i*(B+1):(i+1)*(B+1)], b0, b1)
+		out := dst(i)
+		r.bagValues(g.members[i], &out, b0, b1)
 	})
 	for i, m := range g.members {
+		out := dst(i)
 		s := &r.st[m.feat]
 		*s = state{
-			kind: KindInt64, ints: slab[starts[i]:starts[i+1]:starts[i+1]],
-			lens: newLens[i*B : (i+1)*B : (i+1)*B], offs: newOffs[i*(B+1) : (i+1)*(B+1)],
-			owned: true, lensOwned: true,
+			kind: out.kind, ints: out.ints, f32: out.f32, f64: out.f64, w: out.w,
+			lens: newLens[i*B : (i+1)*B : (i+1)*B], offs: out.offs,
+			owned: out.kind == KindInt64, lensOwned: true, wOwned: true,
 		}
 	}
 	return nil
+}
+
+// capacityError reports that member m's op would give its feature n values (counting samples
+// [0, upTo) so far) in one batch.
+func (r *run) capacityError(m member, op string, n int64, upTo int) error {
+	what := "values"
+	if upTo < r.size {
+		what = "values by sample " + itoa(upTo-1)
+	}
+	return errs.Capacityf("feature %q: %s would produce more than %d %s of the batch of %d (limit %d values per buffer); raise max_values or split the batch",
+		r.e.feats[m.feat].name, op, n-1, what, r.size, r.e.maxValues)
+}
+
+func itoa(v int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// memberOut is where one member of a structural group writes: its new offsets, values of its kind
+// and (weighted features) weights.
+type memberOut struct {
+	kind Kind
+	offs []int64
+	ints []int64
+	f32  []float32
+	f64  []float64
+	w    []float32
+}
+
+// viewAs views n float32 or float64 values in int64 words (no pointers in either type).
+func viewAs[T float32 | float64](words []int64, n int) []T {
+	if n == 0 {
+		return []T{}
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(words))), n)
+}
+
+// outKind is the element kind a member's op leaves: filter and truncate keep a float field's
+// values; everything else makes int64 IDs.
+func (r *run) outKind(m member) Kind {
+	o := &r.e.feats[m.feat].ops[m.op]
+	if o.kind == OpFilter || o.kind == OpTruncate {
+		return r.st[m.feat].kind
+	}
+	return KindInt64
+}
+
+// weighted reports whether a member's output carries weights: its input did, or (cross) any of
+// the crossed features did.
+func (r *run) weighted(m member) bool {
+	for _, f := range r.sources(m) {
+		if r.st[f].w != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // sources are the features whose values member m reads.
 func (r *run) sources(m member) []int {
 	o := &r.e.feats[m.feat].ops[m.op]
 	if o.kind == OpCross {
-		return o.srcs[:]
+		return o.srcs
 	}
 	return []int{m.feat}
 }
@@ -80,8 +188,9 @@ func (r *run) eachBag(M int, body func(i, b0, b1 int)) {
 	})
 }
 
-// bagLengths writes the new lengths of bags [b0, b0+len(out)) of member m.
-func (r *run) bagLengths(m member, out []int64, b0 int) {
+// bagLengths writes the new lengths of bags [b0, b0+len(out)) of member m; a cross product's length
+// saturates at ceiling (beyond any allowed size), so it never overflows.
+func (r *run) bagLengths(m member, out []int64, b0 int, ceiling int64) {
 	o := &r.e.feats[m.feat].ops[m.op]
 	s := &r.st[m.feat]
 	switch o.kind {
@@ -95,59 +204,134 @@ func (r *run) bagLengths(m member, out []int64, b0 int) {
 		}
 	case OpFilter:
 		for j := range out {
-			b := b0 + j
-			out[j] = int64(kernels.FilterCount(s.ints[s.offs[b]:s.offs[b+1]], &o.filter))
+			lo, hi := s.offs[b0+j], s.offs[b0+j+1]
+			switch s.kind {
+			case KindFloat32:
+				out[j] = int64(kernels.FilterCount(s.f32[lo:hi], &o.ffilter))
+			case KindFloat64:
+				out[j] = int64(kernels.FilterCount(s.f64[lo:hi], &o.ffilter))
+			default:
+				out[j] = int64(kernels.FilterCount(s.ints[lo:hi], &o.ifilter))
+			}
 		}
 	case OpCross:
-		a, c := &r.st[o.srcs[0]], &r.st[o.srcs[1]]
 		for j := range out {
-			out[j] = a.lens[b0+j] * c.lens[b0+j]
+			p := int64(1)
+			for _, src := range o.srcs {
+				l := r.st[src].lens[b0+j]
+				if l == 0 {
+					p = 0
+					break
+				}
+				if p > ceiling/l {
+					p = ceiling
+				} else {
+					p *= l
+				}
+			}
+			out[j] = min(p, ceiling)
 		}
 	default:
 		panic("feature: not a structural op: " + o.kind.String())
 	}
 }
 
-// bagValues writes the values of bags [b0, b1) of member m into dst at the new offsets. Bags that
-// keep all their values are contiguous in both source and destination, so runs of them move with
-// one copy.
-func (r *run) bagValues(m member, dst, offs []int64, b0, b1 int) {
+// bagValues writes the values (and weights) of bags [b0, b1) of member m into out.
+func (r *run) bagValues(m member, out *memberOut, b0, b1 int) {
 	o := &r.e.feats[m.feat].ops[m.op]
 	s := &r.st[m.feat]
+	offs := out.offs
 	switch o.kind {
 	case OpTruncate:
-		runSrc, runDst := s.offs[b0], offs[b0]
-		for b := b0; b < b1; b++ {
-			if s.lens[b] <= o.n {
-				continue
-			}
-			copy(dst[runDst:offs[b]], s.ints[runSrc:s.offs[b]])
-			lo := s.offs[b]
-			if o.keepLast {
-				lo = s.offs[b+1] - o.n
-			}
-			copy(dst[offs[b]:offs[b+1]], s.ints[lo:lo+o.n])
-			runSrc, runDst = s.offs[b+1], offs[b+1]
+		switch s.kind {
+		case KindFloat32:
+			truncateBags(out.f32, s.f32, s.offs, offs, s.lens, o, b0, b1)
+		case KindFloat64:
+			truncateBags(out.f64, s.f64, s.offs, offs, s.lens, o, b0, b1)
+		default:
+			truncateBags(out.ints, s.ints, s.offs, offs, s.lens, o, b0, b1)
 		}
-		copy(dst[runDst:offs[b1]], s.ints[runSrc:s.offs[b1]])
+		if out.w != nil {
+			truncateBags(out.w, s.w, s.offs, offs, s.lens, o, b0, b1)
+		}
 	case OpFillMissing:
-		runSrc, runDst := s.offs[b0], offs[b0]
-		for b := b0; b < b1; b++ {
-			if s.lens[b] != 0 {
-				continue
-			}
-			copy(dst[runDst:offs[b]], s.ints[runSrc:s.offs[b]])
-			dst[offs[b]] = o.def
-			runSrc, runDst = s.offs[b+1], offs[b+1]
+		fillBags(out.ints, s.ints, s.offs, offs, s.lens, o.def, b0, b1)
+		if out.w != nil {
+			fillBags(out.w, s.w, s.offs, offs, s.lens, 1, b0, b1)
 		}
-		copy(dst[runDst:offs[b1]], s.ints[runSrc:s.offs[b1]])
 	case OpFilter:
 		// Kept values of consecutive bags are consecutive: one pass over the whole range.
-		kernels.FilterCopy(dst[offs[b0]:offs[b1]], s.ints[s.offs[b0]:s.offs[b1]], &o.filter)
+		lo, hi := s.offs[b0], s.offs[b1]
+		var sw, dw []float32
+		if out.w != nil {
+			sw, dw = s.w[lo:hi], out.w[offs[b0]:offs[b1]]
+		}
+		switch s.kind {
+		case KindFloat32:
+			kernels.FilterCopy(out.f32[offs[b0]:offs[b1]], dw, s.f32[lo:hi], sw, &o.ffilter)
+		case KindFloat64:
+			kernels.FilterCopy(out.f64[offs[b0]:offs[b1]], dw, s.f64[lo:hi], sw, &o.ffilter)
+		default:
+			kernels.FilterCopy(out.ints[offs[b0]:offs[b1]], dw, s.ints[lo:hi], sw, &o.ifilter)
+		}
 	case OpCross:
-		a, c := &r.st[o.srcs[0]], &r.st[o.srcs[1]]
+		var bagsArr [kernels.MaxCrossFields][]int64
+		var wsArr [kernels.MaxCrossFields][]float32
+		bags := bagsArr[:len(o.srcs)]
+		var ws [][]float32
+		if out.w != nil {
+			ws = wsArr[:len(o.srcs)]
+		}
 		for b := b0; b < b1; b++ {
-			kernels.CrossBag(dst[offs[b]:offs[b+1]], a.ints[a.offs[b]:a.offs[b+1]], c.ints[c.offs[b]:c.offs[b+1]], o.seed)
+			for j, src := range o.srcs {
+				a := &r.st[src]
+				bags[j] = a.ints[a.offs[b]:a.offs[b+1]]
+				if ws != nil {
+					ws[j] = nil
+					if a.w != nil {
+						ws[j] = a.w[a.offs[b]:a.offs[b+1]]
+					}
+				}
+			}
+			var dw []float32
+			if out.w != nil {
+				dw = out.w[offs[b]:offs[b+1]]
+			}
+			kernels.CrossBags(out.ints[offs[b]:offs[b+1]], dw, bags, ws, o.seed)
 		}
 	}
+}
+
+// truncateBags copies bags [b0, b1) of src (offsets soffs, lengths lens) into dst (offsets doffs),
+// each cut to its first or last o.n elements. Bags that keep all their elements are contiguous in
+// both source and destination, so runs of them move with one copy.
+func truncateBags[T any](dst, src []T, soffs, doffs, lens []int64, o *op, b0, b1 int) {
+	runSrc, runDst := soffs[b0], doffs[b0]
+	for b := b0; b < b1; b++ {
+		if lens[b] <= o.n {
+			continue
+		}
+		copy(dst[runDst:doffs[b]], src[runSrc:soffs[b]])
+		lo := soffs[b]
+		if o.keepLast {
+			lo = soffs[b+1] - o.n
+		}
+		copy(dst[doffs[b]:doffs[b+1]], src[lo:lo+o.n])
+		runSrc, runDst = soffs[b+1], doffs[b+1]
+	}
+	copy(dst[runDst:doffs[b1]], src[runSrc:soffs[b1]])
+}
+
+// fillBags copies bags [b0, b1) of src into dst, an empty bag becoming the one-element bag [def].
+func fillBags[T any](dst, src []T, soffs, doffs, lens []int64, def T, b0, b1 int) {
+	runSrc, runDst := soffs[b0], doffs[b0]
+	for b := b0; b < b1; b++ {
+		if lens[b] != 0 {
+			continue
+		}
+		copy(dst[runDst:doffs[b]], src[runSrc:soffs[b]])
+		dst[doffs[b]] = def
+		runSrc, runDst = soffs[b+1], doffs[b+1]
+	}
+	copy(dst[runDst:doffs[b1]], src[runSrc:soffs[b1]])
 }

@@ -11,6 +11,6 @@ transforms with torch ops (used by the tests and the benchmark).
 """
 
 from .engine import FeatureEngine, FeaturePlan, FusionGroup, encode_strings
-from .spec import Feature, load_features
+from .spec import Feature, load_config, load_features
 
-__all__ = ["Feature", "FeatureEngine", "FeaturePlan", "FusionGroup", "encode_strings", "load_features"]
+__all__ = ["Feature", "FeatureEngine", "FeaturePlan", "FusionGroup", "encode_strings", "load_config", "load_features"]

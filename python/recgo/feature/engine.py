@@ -9,6 +9,7 @@ Python loop runs for KeyedJaggedTensor inputs.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,11 +23,12 @@ from .._lib import H, I64, P
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor
 from ..tensors import check_tensor
-from .spec import Feature, load_features, spec_json
+from .spec import Feature, load_config, spec_json
 
-# Descriptor kinds (engine/feature.Kind).
+# Descriptor kinds (engine/feature.Kind) and the words of one descriptor row (capi/feature.go's
+# inputDesc: kind, data, count, lengths, string lengths, string count, weights).
 KIND_INT64, KIND_FLOAT32, KIND_FLOAT64, KIND_BYTES = 1, 2, 3, 4
-_DESC_WORDS = 6
+_DESC_WORDS = 7
 
 
 @dataclass(frozen=True)
@@ -78,24 +80,41 @@ class FeatureEngine:
 
     ``features`` may be a list of :class:`Feature`, a path to a JSON/YAML config, or a parsed config.
     Call it with a batch: a :class:`recgo.KeyedJaggedTensor` (or TorchRec's) holding the int64 inputs,
-    and/or a dict ``{input: tensor}`` (dense, one value per sample) or ``{input: (values, lengths)}``
-    (jagged); ``bytes`` inputs take ``(data, string_lengths[, bag_lengths])`` from
-    :func:`encode_strings` or a list of strings. The result is a KeyedJaggedTensor in output key order.
+    and/or a dict ``{input: tensor}`` (dense, one value per sample), ``{input: (values, lengths)}``
+    (jagged) or ``{input: (values, lengths, weights)}``; ``bytes`` inputs take
+    ``(data, string_lengths[, bag_lengths[, weights]])`` from :func:`encode_strings` or a list of
+    strings. The result is a KeyedJaggedTensor in output key order. Per-ID weights (a KJT's, or a
+    dict entry's) travel with their values through every transform; the result then has float32
+    weights (1 for the values of unweighted features).
 
     ``fuse=False`` runs one engine call per op, field by field (the baseline fusion is measured
-    against); outputs are identical.
+    against); outputs are identical. ``max_values`` bounds every buffer a batch needs (the values
+    one fused group of transforms produces, and the output): a batch past it raises
+    :class:`recgo.CapacityError` naming the feature and the size before anything is allocated. It
+    defaults to 2**28 values, or to a config file's top-level ``max_values``.
+
+    One engine may be called from several threads at once (each call is independent; the Go engine
+    is immutable). Copies and pickles rebuild an independent engine from the spec.
     """
 
-    def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any], fuse: bool = True) -> None:
+    def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any], fuse: bool = True,
+                 max_values: int | None = None) -> None:
         if isinstance(features, (str, Path, Mapping)):
-            features = load_features(features)
+            features, options = load_config(features)
+            if max_values is None:
+                max_values = options.get("max_values")
         self.features = list(features)
-        spec = spec_json(self.features, fuse).encode()
+        self._fuse = bool(fuse)
+        for f in self.features:
+            if not isinstance(f, Feature):
+                raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(f).__name__}")
+        spec = spec_json(self.features, fuse, max_values).encode()
         buf = ctypes.create_string_buffer(spec, len(spec))
         self._h = _lib.new_handle("recgo_feature_new", [P, I64], ctypes.addressof(buf), len(spec))
         info = self._info()
         self.inputs: list[tuple[str, str]] = [(i["name"], i["dtype"]) for i in info["inputs"]]
         self.keys: list[str] = list(info["outputs"])
+        self.max_values: int = int(info["max_values"])
         p = info["plan"]
         self._plan = FeaturePlan(
             tuple(FusionGroup(g["op"], tuple(g["features"])) for g in p["groups"] or []),
@@ -103,9 +122,10 @@ class FeatureEngine:
         )
         self._input_index = {name: i for i, (name, _) in enumerate(self.inputs)}
         self._kjt_maps: dict[tuple[str, ...], ctypes.Array] = {}
-        self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, P, I64, P, P, I64,
+        self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, P, I64, P, P, P, I64,
                                                   ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
-        self._output = _lib.fn("recgo_feature_output", [H, ctypes.POINTER(H), ctypes.POINTER(H), ctypes.POINTER(H)])
+        self._output = _lib.fn("recgo_feature_output", [H, ctypes.POINTER(H), ctypes.POINTER(H), ctypes.POINTER(H),
+                                                        ctypes.POINTER(I64), ctypes.POINTER(H)])
 
     def _info(self) -> dict[str, Any]:
         return _lib.call_json("recgo_feature_info", self._h.value)
@@ -140,10 +160,13 @@ class FeatureEngine:
         desc = (ctypes.c_int64 * (len(self.inputs) * _DESC_WORDS))()
         keep: list[torch.Tensor] = []  # tensors that must outlive the call
         size: int | None = None
-        kjt_args: tuple = (None, 0, None, None, 0)
+        kjt_args: tuple = (None, 0, None, None, None, 0)
         if kjt is not None:
             size = kjt.stride()
-            vals, lens = kjt.values(), kjt.lengths()
+            vals, lens, wts = kjt.values(), kjt.lengths(), kjt.weights_or_none()
+            if wts is not None:
+                wts = check_tensor(wts, "weights", _FLOATS, ndim=1, convert_to=torch.float32)
+                keep.append(wts)
             keys = kjt.keys()
             for k in keys:
                 i = self._input_index.get(k)
@@ -151,6 +174,7 @@ class FeatureEngine:
                     raise InvalidInputError(f"input {k!r}: dtype mismatch, the feature declares {self.inputs[i][1]} "
                                             "values but the KeyedJaggedTensor holds int64 IDs")
             kjt_args = (vals.data_ptr() if vals.numel() else None, vals.numel(),
+                        None if wts is None else wts.data_ptr() if wts.numel() else ctypes.addressof(_NO_WEIGHTS),
                         lens.data_ptr() if lens.numel() else None, ctypes.addressof(self._kjt_rows(keys)), len(keys))
             keep += [vals, lens]
         for name, entry in extra.items():
@@ -158,7 +182,7 @@ class FeatureEngine:
             if i is None:
                 continue  # inputs the engine does not read are ignored, as for KJT keys
             row, n, tensors = _describe(name, self.inputs[i][1], entry)
-            b = n if row[3] == 0 else tensors[-1].numel()
+            b = n if row[3] == 0 else tensors[-1].numel()  # tensors[-1]: the bag lengths when jagged
             if size is None:
                 size = b
             elif b != size:
@@ -168,49 +192,79 @@ class FeatureEngine:
         rh, nv, nl = H(0), I64(0), I64(0)
         _lib.call(self._run, self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0, *kjt_args,
                   ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
-        vp, lp, oh = H(0), H(0), H(0)
-        _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(oh))
-        owner = _lib.Handle(oh.value)  # frees the off-heap buffer once both tensors are gone
+        vp, lp, wp, weighted, oh = H(0), H(0), H(0), I64(0), H(0)
+        _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(wp),
+                  ctypes.byref(weighted), ctypes.byref(oh))
+        owner = _lib.Handle(oh.value)  # frees the off-heap buffer once every tensor is gone
         del keep
+        weights = wrap(wp.value, nv.value, torch.float32, owner) if weighted.value else None
         return KeyedJaggedTensor(self.keys, wrap(vp.value, nv.value, torch.int64, owner),
-                                 lengths=wrap(lp.value, nl.value, torch.int64, owner))
+                                 lengths=wrap(lp.value, nl.value, torch.int64, owner), weights=weights)
 
     def close(self) -> None:
         """Free the Go engine now (otherwise when collected)."""
         self._h.free()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Copies and pickles (``copy.deepcopy``, DataLoader workers started with spawn) rebuild an
+        independent engine from the spec; the Go engine handle never travels."""
+        return (FeatureEngine, (copy.deepcopy(self.features), self._fuse, self.max_values))
 
     def __repr__(self) -> str:
         p = self._plan
         return f"FeatureEngine({len(self.features)} features, {p.calls_before} -> {p.calls_after} calls)"
 
 
+# A non-null address for "weighted, but no values" (Go reads nothing from it).
+_NO_WEIGHTS = ctypes.c_float(0)
+
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
+def _weights(name: str, w: Any, tensors: list[torch.Tensor]) -> int:
+    """Check one input's weights, keep them alive, and return their address."""
+    w = check_tensor(w, f"{name}.weights", _FLOATS, ndim=1, convert_to=torch.float32)
+    tensors.append(w)
+    return w.data_ptr() if w.numel() else ctypes.addressof(_NO_WEIGHTS)
+
+
 def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[torch.Tensor]]:
-    """One descriptor row for a dict input: (row, value count, tensors to keep alive; lengths last)."""
+    """One descriptor row for a dict input: (row, value count, tensors to keep alive; the bag
+    lengths last when the input is jagged)."""
     if dtype == "bytes":
         if isinstance(entry, (list, tuple)) and entry and isinstance(entry[0], (str, bytes, list, tuple)) \
                 and not isinstance(entry[0], torch.Tensor):
             entry = encode_strings(entry)
-        if not isinstance(entry, tuple) or len(entry) not in (2, 3):
-            raise InvalidInputError(f"input {name!r}: a bytes input takes (data, string_lengths[, bag_lengths]) or a list of strings")
+        if not isinstance(entry, tuple) or len(entry) not in (2, 3, 4):
+            raise InvalidInputError(f"input {name!r}: a bytes input takes (data, string_lengths[, bag_lengths[, weights]]) "
+                                    "or a list of strings")
         data = check_tensor(entry[0], f"{name}.data", (torch.uint8, torch.int8), ndim=1)
         slens = check_tensor(entry[1], f"{name}.string_lengths", _INTS, ndim=1, convert_to=torch.int64)
         tensors = [data, slens]
+        wptr = _weights(name, entry[3], tensors) if len(entry) == 4 else 0
         lens_ptr = 0
-        if len(entry) == 3:
+        if len(entry) >= 3 and entry[2] is not None:
             lens = check_tensor(entry[2], f"{name}.lengths", _INTS, ndim=1, convert_to=torch.int64)
             tensors.append(lens)
             lens_ptr = lens.data_ptr()
-        return ([KIND_BYTES, data.data_ptr(), data.numel(), lens_ptr, slens.data_ptr(), slens.numel()],
+        return ([KIND_BYTES, data.data_ptr(), data.numel(), lens_ptr, slens.data_ptr(), slens.numel(), wptr],
                 slens.numel(), tensors)
+    if isinstance(entry, list):
+        if entry and all(isinstance(x, (str, bytes)) for x in entry[:8]):
+            raise InvalidInputError(f"input {name!r}: got a list of strings for an {dtype} field; declare the "
+                                    f"feature with dtype=\"bytes\" (Feature({name!r}, dtype=\"bytes\").hash()...) to hash strings")
+        raise InvalidInputError(f"input {name!r}: got a Python list for an {dtype} field; pass a tensor "
+                                "(torch.tensor(values)) or (values, lengths), or declare dtype=\"bytes\" for strings")
     lens = None
+    tensors: list[torch.Tensor] = []
+    wptr = 0
     if isinstance(entry, tuple):
-        if len(entry) != 2:
-            raise InvalidInputError(f"input {name!r}: expected a tensor or (values, lengths)")
-        entry, lens = entry
+        if len(entry) not in (2, 3):
+            raise InvalidInputError(f"input {name!r}: expected a tensor, (values, lengths) or (values, lengths, weights)")
+        if len(entry) == 3:
+            wptr = _weights(name, entry[2], tensors)
+        entry, lens = entry[0], entry[1]
         lens = check_tensor(lens, f"{name}.lengths", _INTS, ndim=1, convert_to=torch.int64)
     if dtype == "float":
         vals = check_tensor(entry, f"{name}.values", _FLOATS, ndim=1)
@@ -222,6 +276,6 @@ def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[t
             raise InvalidInputError(f"input {name!r}: dtype mismatch, the feature declares int64 IDs but got {entry.dtype}")
         vals = check_tensor(entry, f"{name}.values", _INTS, ndim=1, convert_to=torch.int64)
         kind = KIND_INT64
-    tensors = [vals] + ([lens] if lens is not None else [])
-    return ([kind, vals.data_ptr(), vals.numel(), lens.data_ptr() if lens is not None else 0, 0, vals.numel()],
+    tensors = [vals] + tensors + ([lens] if lens is not None else [])
+    return ([kind, vals.data_ptr(), vals.numel(), lens.data_ptr() if lens is not None else 0, 0, vals.numel(), wptr],
             vals.numel(), tensors)

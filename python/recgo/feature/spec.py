@@ -9,23 +9,40 @@ order. The canonical form, which the Go engine validates, is::
              {"op": "mod", "n": 1000000}]}
 
 Configs may also write each op compactly: ``"hash"``, ``{"mod": 1000000}``,
-``{"truncate": {"n": 50, "keep": "last"}}`` (a scalar is the op's main parameter).
+``{"truncate": {"n": 50, "keep": "last"}}`` (a scalar is the op's main parameter). ``ops`` is always a
+list, even of one op. A config file's top level holds ``features`` and optionally ``max_values`` (see
+:class:`recgo.feature.FeatureEngine`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import InvalidInputError, RecgoIOError
 
-# The parameter a scalar in the compact op form stands for.
+# The op names (engine/feature's opNames, plus the "mask" alias) and the parameter a scalar in the
+# compact op form stands for.
 _MAIN_PARAM = {
     "hash": "seed", "mod": "n", "bucketize": "boundaries", "truncate": "n", "filter": "values",
-    "mask": "values", "cross": "fields", "fill_missing": "default",
+    "mask": "values", "cross": "fields", "fill_missing": "default", "position": "from",
+    "recency": "reference",
 }
+DTYPES = ("int64", "float", "bytes")
+_TOP_KEYS = {"features", "max_values"}
+
+
+def _number(v: Any) -> int | float:
+    """An integer stays an exact int (IDs need all 64 bits); anything else becomes a float."""
+    if isinstance(v, bool):
+        raise InvalidInputError(f"expected a number, got {v!r}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        return float(v)
 
 
 class Feature:
@@ -42,10 +59,16 @@ class Feature:
     def __init__(self, name: str, input: str | None = None, dtype: str = "int64", output: bool = True) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"Feature name must be a non-empty string, got {name!r}")
+        if input is not None and not isinstance(input, str):
+            raise InvalidInputError(f"feature {name!r}: input must be a string, got {type(input).__name__} {input!r}")
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise InvalidInputError(f"feature {name!r}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if not isinstance(output, bool):
+            raise InvalidInputError(f"feature {name!r}: output must be true or false, got {type(output).__name__} {output!r}")
         self.name = name
         self.input = input
         self.dtype = dtype
-        self.output = bool(output)
+        self.output = output
         self.ops: list[dict[str, Any]] = []
 
     def _add(self, op: str, **params: Any) -> "Feature":
@@ -68,18 +91,39 @@ class Feature:
         """Keep the first (``keep="first"``) or last (``keep="last"``) ``n`` values of each bag."""
         return self._add("truncate", n=int(n), keep=keep)
 
-    def filter(self, values: Iterable[int] | None = None, *, range: tuple[int, int] | None = None,
+    def filter(self, values: Iterable[float] | None = None, *, range: tuple[float, float] | None = None,
                mode: str = "drop") -> "Feature":
-        """Drop (``mode="drop"``) or keep (``mode="keep"``) the IDs in ``values`` or in ``[lo, hi)``."""
-        return self._add("filter", values=None if values is None else [int(v) for v in values],
-                         range=None if range is None else [int(range[0]), int(range[1])], mode=mode)
+        """Drop (``mode="drop"``) or keep (``mode="keep"``) the values in ``values`` or in
+        ``[lo, hi)``: IDs compare exactly as int64, a float field's values (before ``bucketize``) in
+        float64; a NaN is in no set and no range. Per-ID weights stay with their values."""
+        return self._add("filter", values=None if values is None else [_number(v) for v in values],
+                         range=None if range is None else [_number(range[0]), _number(range[1])], mode=mode)
 
     mask = filter
 
-    def cross(self, a: str, b: str, seed: int = 0) -> "Feature":
-        """Per sample, the Cartesian product of features ``a`` and ``b`` (a-major), each pair hashed
-        as XXH64(le64(x) || le64(y), seed). Must be the first op; the feature then has no input."""
-        return self._add("cross", fields=[a, b], seed=int(seed))
+    def cross(self, *fields: str, seed: int = 0) -> "Feature":
+        """Per sample, the Cartesian product of two to eight features (the first most significant),
+        each tuple hashed as XXH64(le64(x1) || le64(x2) || ..., seed); a tuple's weight is the
+        product of its weighted fields' weights. Must be the first op; the feature then has no
+        input. (``cross(a, b, seed)`` with a positional seed is accepted too.)"""
+        names = list(fields)
+        if len(names) >= 3 and not isinstance(names[-1], str) and seed == 0:
+            seed = names.pop()
+        for f in names:
+            if not isinstance(f, str):
+                raise InvalidInputError(f"feature {self.name!r}: cross fields are feature names, got {f!r}")
+        return self._add("cross", fields=names, seed=int(seed))
+
+    def position(self, start: str = "first") -> "Feature":
+        """Each value's index in its bag, counted from the first (``start="first"``: 0, 1, ...) or
+        from the last (``start="last"``: the latest event is 0) — a sequence's position feature."""
+        return self._add("position", **{"from": start})
+
+    def recency(self, reference: str) -> "Feature":
+        """``reference[sample] - value`` for each value: the time since each event, given a
+        timestamp sequence and the raw input ``reference`` holding one reference time per sample
+        (e.g. the request time). Follow it with ``bucketize`` to get recency buckets."""
+        return self._add("recency", reference=reference)
 
     def fill_missing(self, default: int = 0) -> "Feature":
         """Turn each empty bag into the one-value bag ``[default]``."""
@@ -104,8 +148,15 @@ class Feature:
         if unknown:
             raise InvalidInputError(f"feature {d['name']!r}: unknown keys {sorted(unknown)}")
         f = Feature(d["name"], d.get("input"), d.get("dtype", "int64"), d.get("output", True))
-        for op in d.get("ops") or []:
-            f.ops.append(_canonical_op(d["name"], op))
+        ops = d.get("ops")
+        if ops is None:
+            ops = []
+        if isinstance(ops, (str, bytes, Mapping)) or not isinstance(ops, Sequence):
+            hint = f"[{ops}]" if isinstance(ops, str) else f"[{dict(ops)!r}]" if isinstance(ops, Mapping) else "[...]"
+            raise InvalidInputError(f"feature {d['name']!r}: field 'ops' must be a list of ops, got a "
+                                    f"{type(ops).__name__} {ops!r} (for one op write ops: {hint})")
+        for i, op in enumerate(ops):
+            f.ops.append(_canonical_op(d["name"], i, op))
         return f
 
     def __repr__(self) -> str:
@@ -113,26 +164,36 @@ class Feature:
         return f"Feature({self.name!r}){chain}"
 
 
-def _canonical_op(feature: str, op: Any) -> dict[str, Any]:
+def _canonical_op(feature: str, index: int, op: Any) -> dict[str, Any]:
+    where = f"feature {feature!r} op {index}"
     if isinstance(op, str):
         return {"op": op}
     if isinstance(op, Mapping) and "op" in op:
+        if not isinstance(op["op"], str):
+            raise InvalidInputError(f"{where}: field 'op' must be an op name, got {op['op']!r}")
         return dict(op)
     if isinstance(op, Mapping) and len(op) == 1:
         (name, params), = op.items()
+        if not isinstance(name, str) or name not in _MAIN_PARAM:
+            raise InvalidInputError(f"{where}: unknown op {name!r} (known: {', '.join(_MAIN_PARAM)})")
         if isinstance(params, Mapping):
+            if "op" in params:
+                raise InvalidInputError(f"{where}: {name!r} parameters cannot hold another 'op'")
             return {"op": name, **params}
         if params is None:
             return {"op": name}
-        if name not in _MAIN_PARAM:
-            raise InvalidInputError(f"feature {feature!r}: unknown op {name!r}")
         return {"op": name, _MAIN_PARAM[name]: params}
-    raise InvalidInputError(f"feature {feature!r}: cannot read op {op!r}")
+    raise InvalidInputError(f"{where}: cannot read op {op!r} (write a name, {{name: parameter}} or {{op: name, ...}})")
 
 
 def load_features(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Feature]:
     """Read features from a JSON or YAML file (by suffix), a parsed ``{"features": [...]}`` mapping,
     or a list of entries."""
+    return load_config(source)[0]
+
+
+def load_config(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> tuple[list[Feature], dict[str, Any]]:
+    """:func:`load_features`, plus the config's engine options (``{"max_values": ...}`` when given)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         try:
@@ -148,18 +209,32 @@ def load_features(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str,
                 source = json.loads(text)
             except json.JSONDecodeError as exc:
                 raise InvalidInputError(f"{path}: invalid JSON: {exc}") from exc
+    options: dict[str, Any] = {}
     if isinstance(source, Mapping):
         if "features" not in source:
             raise InvalidInputError("feature config needs a top-level 'features' list")
+        unknown = set(source) - _TOP_KEYS
+        if unknown:
+            raise InvalidInputError(f"feature config: unknown top-level keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
+        if "max_values" in source:
+            options["max_values"] = source["max_values"]
         source = source["features"]
-    if not isinstance(source, Sequence):
+    if isinstance(source, (str, bytes)) or not isinstance(source, Sequence):
         raise InvalidInputError(f"feature config: expected a list of features, got {type(source).__name__}")
-    return [Feature.from_dict(d) for d in source]
+    return [Feature.from_dict(d) for d in source], options
 
 
-def spec_json(features: Sequence[Feature], fuse: bool = True) -> str:
-    """The JSON spec the Go engine compiles (``fuse=False`` plans one call per op, field by field)."""
+def spec_json(features: Sequence[Feature], fuse: bool = True, max_values: int | None = None) -> str:
+    """The JSON spec the Go engine compiles (``fuse=False`` plans one call per op, field by field;
+    ``max_values`` bounds every buffer a batch needs, see :class:`recgo.feature.FeatureEngine`)."""
     doc: dict[str, Any] = {"features": [f.to_dict() for f in features]}
     if not fuse:
         doc["unfused"] = True
-    return json.dumps(doc)
+    if max_values is not None:
+        if isinstance(max_values, bool) or not isinstance(max_values, int) or max_values <= 0:
+            raise InvalidInputError(f"max_values must be a positive integer, got {max_values!r}")
+        doc["max_values"] = max_values
+    try:
+        return json.dumps(doc, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"feature spec: a parameter is not JSON-encodable: {exc}") from exc

@@ -1,6 +1,7 @@
 """Synthetic feature configs and batches shaped like a production ranking model's inputs.
 
-Used by the fusion report (Table-2 style), the tests and ``benchmarks/features.py``. A config of
+Used by the fusion report (Table-2 style), ``tests/test_feature.py`` and ``benchmarks/features.py``;
+it lives beside the benchmarks, outside the installed package. A config of
 ``n`` fields mixes, in fixed proportions, single-valued categorical IDs (hash, mod), behaviour
 sequences with long-tailed lengths (truncate, hash, mod; some filter first), multi-hot bags (filter,
 fill_missing, hash, mod), dense floats (bucketize, hash, mod) and crosses of two categorical fields
@@ -14,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .spec import Feature
+from recgo.feature import Feature
 
 
 def synthetic_features(n: int, seed: int = 0) -> list[Feature]:
