@@ -107,7 +107,7 @@ func recgo_dynamic_stats(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n C.
 }
 
 // recgo_dynamic_resolve resolves ids to rows like a forward pass does (train != 0 counts, admits and
-// advances the clock); rows gets -1 for IDs without a row.
+// advances the clock); rows gets -1 for IDs without a row (also in eval mode with a default vector).
 //
 //export recgo_dynamic_resolve
 func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Pointer, n C.int64_t, train C.int32_t,
@@ -125,7 +125,7 @@ func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Po
 		if err != nil {
 			return err
 		}
-		return d.Resolve(ids, rows, train != 0)
+		return d.Lookup(ids, rows, train != 0)
 	})
 }
 
