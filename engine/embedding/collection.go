@@ -35,7 +35,7 @@ type Collection struct {
 	width    int     // Σ dims
 	features [][]int // per table: its features, in order
 
-	opts     Options
+	opts           Options
 	exclusiveTrain bool // a training forward changes some table's row source (dynamic tables)
 
 	// mu orders the passes (see the package doc's concurrency contract): forwards and gradient-only
@@ -66,9 +66,9 @@ type PoolOrder int
 
 // The pooling orders.
 const (
-	PoolAuto          PoolOrder = iota // feature-major for long bags, sample-major otherwise
-	PoolSampleMajor                    // all features of a chunk of samples at a time
-	PoolFeatureMajor                   // one feature's chunk of samples at a time
+	PoolAuto         PoolOrder = iota // feature-major for long bags, sample-major otherwise
+	PoolSampleMajor                   // all features of a chunk of samples at a time
+	PoolFeatureMajor                  // one feature's chunk of samples at a time
 )
 
 // BackwardPath is how backward merges the output gradient into distinct rows.

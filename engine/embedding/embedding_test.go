@@ -562,7 +562,9 @@ func FuzzOptimizerConfig(f *testing.F) {
 
 // TestForwardWithoutContextMatches: a forward that keeps no context (fixed tables skip
 // deduplication) pools exactly what a keeping forward pools, and rejects the same out-of-range ID.
-func TestForwardWithoutContextMatches(t *testing.T) { bothPaths(t, Options{}, testForwardWithoutContext) }
+func TestForwardWithoutContextMatches(t *testing.T) {
+	bothPaths(t, Options{}, testForwardWithoutContext)
+}
 
 func testForwardWithoutContext(t *testing.T, o Options) {
 	for seed := uint64(0); seed < 40; seed++ {

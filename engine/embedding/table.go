@@ -44,8 +44,8 @@ type Table struct {
 
 	rows      int64
 	trainable int64 // rows [trainable, rows) never take a gradient
-	buffers []*offheap.Buffer
-	onClose func() error
+	buffers   []*offheap.Buffer
+	onClose   func() error
 
 	dedupMu sync.Mutex
 	mark    []int32  // fixed tables: id → unique slot during dedup (valid where seen has the id's bit)
