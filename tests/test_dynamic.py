@@ -432,7 +432,7 @@ def test_concurrent_lookups_from_threads() -> None:
     (lambda sd: sd["embedding_bags.t.dynamic_meta"].__setitem__(4, -1), "step"),
     (lambda sd: sd["embedding_bags.t.dynamic_counts"].__setitem__(0, -5), "count"),
     (lambda sd: (sd["embedding_bags.t.dynamic_meta"].__setitem__(8, 1),
-                 sd["embedding_bags.t.dynamic_free"].__setitem__(0, 0)), "free row 0"),
+                 sd.__setitem__("embedding_bags.t.dynamic_free", torch.tensor([0]))), "free row 0"),
 ])
 def test_malformed_id_map_entries_raise(edit, match) -> None:
     a = make(dim=2, bound=64, min_count=2)
