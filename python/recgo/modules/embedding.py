@@ -642,7 +642,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
                                "(the file is corrupted)")
         if _tensor_crc(v) != crc:
             raise RecgoIOError(f"{path}: checksum mismatch in checkpoint entry {key!r} (the file is corrupted)")
-    return state
+    return {k: v.detach() for k, v in state.items()}  # values only (a pickled requires_grad flag is not state)
 
 
 def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
