@@ -129,3 +129,29 @@ def test_dynamic_checkpoint_holds_only_the_rows_in_use(tmp_path: Path) -> None:
     for m in (a, b):
         m.eval()
     assert torch.equal(a(batch).values(), b(batch).values())
+
+
+def test_dynamic_table_file_round_trip_and_every_bit_flip(tmp_path: Path) -> None:
+    """recgo.dynamic.save/load: the engine's checksummed per-table file."""
+    a = small("dynamic")
+    path = tmp_path / "t.dyn"
+    recgo.dynamic.save(a, "t", path)
+    want = flat(a.state_dict())
+    b = small("dynamic")
+    b(KeyedJaggedTensor(["f"], torch.tensor([123]), torch.tensor([1, 0]))).values().sum().backward()
+    recgo.dynamic.load(b, "t", path)
+    assert flat(b.state_dict()) == want
+    data = path.read_bytes()
+    bad = tmp_path / "bad.dyn"
+    # Every byte, one bit each (rotating); the Go tests flip every bit of such files.
+    for pos in range(len(data)):
+        flipped = bytearray(data)
+        flipped[pos] ^= 1 << (pos % 8)
+        bad.write_bytes(bytes(flipped))
+        with pytest.raises(RecgoIOError, match="bad.dyn"):
+            recgo.dynamic.load(b, "t", bad)
+    assert flat(b.state_dict()) == want, "failed loads left the table unchanged"
+    for n in (0, 10, len(data) // 2, len(data) - 1):
+        bad.write_bytes(data[:n])
+        with pytest.raises(RecgoIOError, match="bad.dyn"):
+            recgo.dynamic.load(b, "t", bad)

@@ -170,6 +170,17 @@ func (c *Collection) SetOptimizer(opt OptimizerConfig) error {
 	return nil
 }
 
+// Exclusive runs fn while no pass runs on the collection (for work that rewrites tables outside the
+// passes, such as loading a checkpoint into them).
+func (c *Collection) Exclusive(fn func() error) error {
+	unlock, err := c.lock(true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return fn()
+}
+
 // Width is the number of output columns, the sum of the features' dims.
 func (c *Collection) Width() int { return c.width }
 

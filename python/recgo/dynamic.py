@@ -35,6 +35,7 @@ state is not, so a reused row would inherit the previous ID's moments; :func:`at
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -42,7 +43,7 @@ from typing import Any, Sequence
 import torch
 
 from . import _lib
-from ._lib import D, H, I32, I64, P, U64
+from ._lib import D, H, I32, I64, P, S, U64
 from .errors import InvalidInputError, NotFoundError
 from .tensors import check_tensor, ptr
 
@@ -199,6 +200,23 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
 def advance(ebc: Any, table: str | int) -> None:
     """Move the table's clock one step (for ``manual_step`` tables; runs a due ``max_age`` sweep)."""
     _lib.call(_lib.fn("recgo_dynamic_advance", [H, I64]), ebc._handle.value, _index(ebc, table))
+
+
+def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
+    """Write one dynamic table's checkpoint file: its rows in use (weights, optimizer state), ID map,
+    admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
+    file renamed over ``path``). Its size follows the rows in use, not the bound."""
+    _lib.call(_lib.fn("recgo_dynamic_save", [H, I64, S]), ebc._handle.value, _index(ebc, table),
+              os.fsencode(path))
+
+
+def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
+    """Restore one dynamic table from a file written by :func:`save` (bit-exact). The engine verifies
+    every checksum and size and the ID map's consistency; a damaged, truncated or foreign file
+    raises ``RecgoIOError`` naming the file and the part, a checkpoint of another configuration
+    ``InvalidInputError``, and the table is then unchanged."""
+    _lib.call(_lib.fn("recgo_dynamic_load", [H, I64, S]), ebc._handle.value, _index(ebc, table),
+              os.fsencode(path))
 
 
 def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
