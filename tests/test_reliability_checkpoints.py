@@ -41,10 +41,10 @@ def test_every_single_bit_flip_is_detected_or_loads_identically(tmp_path: Path, 
     assert flat(load_checkpoint(path)) == want
     bad = tmp_path / "bad.pt"
     detected = identical = 0
-    # Bytes spread evenly over the whole file (every one for files up to 1,200 bytes), each with one bit
-    # flipped, the bit rotating with the position: a bounded sweep (about 1,200 loads) that reaches
+    # Bytes spread evenly over the whole file (every one for files up to 600 bytes), each with one bit
+    # flipped, the bit rotating with the position: a bounded sweep (about 600 loads) that reaches
     # every record, zip header and the pickled metadata.
-    stride = -(-len(data) // 1200)
+    stride = -(-len(data) // 600)
     for pos in range(0, len(data), stride):
         flipped = bytearray(data)
         flipped[pos] ^= 1 << ((pos // stride) % 8)
