@@ -189,3 +189,29 @@ def test_stress_separate_collections_equal_serial() -> None:
         a, b = state(mine[i]), state(twin)
         for k in a:
             assert torch.equal(a[k], b[k]), (i, k)
+
+
+def test_compiled_gradient_accumulation_keeps_every_context() -> None:
+    """Under torch.compile(fullgraph=True, aot_eager) the ticket is a saved tensor of the compiled
+    graph: 12 compiled micro-batches pending before one backward all update, as in eager."""
+    compiled_ebc = EmbeddingBagCollection(TABLES, optimizer=optim.SGD(lr=0.1), seed=8)
+    eager_ebc = EmbeddingBagCollection(TABLES, optimizer=optim.SGD(lr=0.1), seed=8)
+
+    def loss(ebc: EmbeddingBagCollection, kjt: KeyedJaggedTensor, g: torch.Tensor) -> torch.Tensor:
+        return (ebc(kjt).values() * g).sum()
+
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True)
+    total_c, total_e = torch.zeros(()), torch.zeros(())
+    for s in range(12):  # one batch shape: one compilation
+        ids = torch.randint(0, 300, (24,), generator=torch.Generator().manual_seed(s))
+        b = KeyedJaggedTensor(["a", "b", "c"], ids, torch.full((12,), 2))
+        g = grad_for(s, torch.Size([4, 40]))
+        total_c = total_c + compiled(compiled_ebc, b, g)
+        total_e = total_e + loss(eager_ebc, b, g)
+    assert len(compiled_ebc._contexts) == 12
+    total_c.backward()
+    total_e.backward()
+    for c in TABLES:
+        torch.testing.assert_close(compiled_ebc.embedding_bags[c.name].weight, eager_ebc.embedding_bags[c.name].weight)
+    assert int(compiled_ebc.embedding_bags.t0.optimizer_step) == 12
+    assert len(compiled_ebc._contexts) == 0
