@@ -110,7 +110,7 @@ func recgo_dynamic_stats(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n C.
 }
 
 // recgo_dynamic_resolve resolves ids to rows like a forward pass does (train != 0 counts, admits and
-// advances the clock); rows gets -1 for IDs without a row.
+// advances the clock); rows gets -1 for IDs without a row (also in eval mode with a default vector).
 //
 //export recgo_dynamic_resolve
 func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Pointer, n C.int64_t, train C.int32_t,
@@ -128,7 +128,7 @@ func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Po
 		if err != nil {
 			return err
 		}
-		return d.Resolve(ids, rows, train != 0)
+		return d.Lookup(ids, rows, train != 0)
 	})
 }
 
@@ -309,4 +309,48 @@ func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nm
 		}
 		return d.Import(s) // copies out of the caller's memory before returning
 	})
+}
+
+// recgo_dynamic_save writes dynamic table t's checkpoint file (the rows in use, the ID map and the
+// table's optimizer step, with checksums; see engine/dynamic's checkpoint file) to path atomically.
+//
+//export recgo_dynamic_save
+func recgo_dynamic_save(h C.uintptr_t, t C.int64_t, path *C.char, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, d, err := dynamicTableOf(h, t)
+		if err != nil {
+			return err
+		}
+		return c.Exclusive(func() error { return d.Save(goString(path), c.Tables[t].Step[0]) })
+	})
+}
+
+// recgo_dynamic_load reads a checkpoint file written by recgo_dynamic_save into dynamic table t
+// (and its optimizer step), after verifying it; on error the table is unchanged.
+//
+//export recgo_dynamic_load
+func recgo_dynamic_load(h C.uintptr_t, t C.int64_t, path *C.char, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, d, err := dynamicTableOf(h, t)
+		if err != nil {
+			return err
+		}
+		return c.Exclusive(func() error {
+			step, err := d.Load(goString(path))
+			if err == nil {
+				c.Tables[t].Step[0] = step
+			}
+			return err
+		})
+	})
+}
+
+// dynamicTableOf is dynamicTable that also returns the collection.
+func dynamicTableOf(h C.uintptr_t, t C.int64_t) (*embedding.Collection, *dynamic.Table, error) {
+	d, err := dynamicTable(h, t)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := lookup[*embedding.Collection](h, "embedding collection")
+	return c, d, err
 }

@@ -133,7 +133,7 @@ const (
 )
 
 // recgo_ebc_table_memory reports where table t's memory lives: which = tableMemWeights (float32, *n
-// values, *stride per row), tableMemState (float32, *stride = values per row) or tableMemStep (one int64).
+// values, *stride per row; the trainable rows, without a dynamic table's default row), tableMemState (float32, *stride = values per row) or tableMemStep (one int64).
 //
 //export recgo_ebc_table_memory
 func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.uintptr_t, n, stride *C.int64_t,
@@ -149,13 +149,13 @@ func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.
 		tb := c.Tables[t]
 		var p unsafe.Pointer
 		switch which {
-		case tableMemWeights:
-			*n, *stride = C.int64_t(len(tb.Data)), C.int64_t(tb.Stride)
+		case tableMemWeights: // the trainable rows only: a dynamic table's default row is not part of the parameter
+			*n, *stride = C.int64_t(tb.TrainableRows()*int64(tb.Stride)), C.int64_t(tb.Stride)
 			if len(tb.Data) > 0 {
 				p = unsafe.Pointer(&tb.Data[0])
 			}
 		case tableMemState:
-			*n, *stride = C.int64_t(len(tb.State)), C.int64_t(tb.StateWidth())
+			*n, *stride = C.int64_t(tb.TrainableRows()*int64(tb.StateWidth())), C.int64_t(tb.StateWidth())
 			if len(tb.State) > 0 {
 				p = unsafe.Pointer(&tb.State[0])
 			}
@@ -301,13 +301,7 @@ func recgo_ebc_set_optimizer(h C.uintptr_t, kind C.int32_t, lr, eps, beta1, beta
 		if err != nil {
 			return err
 		}
-		opt := optConfig(kind, lr, eps, beta1, beta2, wd)
-		for _, t := range c.Tables {
-			if err := t.SetOptimizer(opt); err != nil {
-				return err
-			}
-		}
-		return nil
+		return c.SetOptimizer(optConfig(kind, lr, eps, beta1, beta2, wd))
 	})
 }
 

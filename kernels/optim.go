@@ -29,6 +29,20 @@ func NewAdamParams(lr, beta1, beta2, eps, weightDecay float64, decoupled bool, t
 	}
 }
 
+// AddWeightDecay adds the L2 term of torch.optim's weight_decay to each row's gradient:
+// g ← g + wd·w (before the optimizer's own formula, as SGD, Adagrad and Adam do in torch).
+func AddWeightDecay(g, w []float32, wStride, dim int, rows []int64, wd float32) {
+	for k, r := range rows {
+		if r < 0 {
+			continue
+		}
+		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
+		for i := range gr {
+			gr[i] += wd * wr[i]
+		}
+	}
+}
+
 // SGDRows applies w ← w − lr·g to each row.
 func SGDRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
 	sgdRows(w, wStride, dim, rows, g, lr)

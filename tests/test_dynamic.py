@@ -141,6 +141,32 @@ def test_eval_default_vector() -> None:
     assert dynamic.stats(ebc, "t").rows == 1
 
 
+@pytest.mark.filterwarnings("ignore:dynamic-ID tables trained by a torch optimizer")
+@pytest.mark.parametrize("optimizer", [SGD(lr=0.5), Adam(lr=0.1), None], ids=["SGD", "Adam", "torch"])
+def test_default_row_is_never_trained_and_not_a_parameter_row(optimizer) -> None:
+    """Eval mode with grad enabled: unseen IDs pool the default vector, and backward leaves it alone."""
+    ebc = make(dim=2, bound=4, default=[0.5, -2.0], optimizer=optimizer)
+    assert ebc.embedding_bags["t"].weight.shape == (4, 2), "the weight has num_embeddings rows, default apart"
+    if isinstance(optimizer, Adam):
+        assert ebc.embedding_bags["t"].optimizer_state.shape == (4, 4)
+    ebc(kjt({"f": [[1]]}))  # admits 1
+    ebc.eval()
+    assert dynamic.lookup(ebc, "t", torch.tensor([1, 7])).tolist() == [0, -1], "unseen IDs read -1"
+    for _ in range(3):
+        out = ebc(kjt({"f": [[7], [7, 8], [1]]})).values()
+        torch.testing.assert_close(out[0], torch.tensor([0.5, -2.0]), rtol=0, atol=0)
+        if optimizer is None:
+            grads = torch.autograd.grad(out.sum(), [ebc.embedding_bags["t"].weight])
+            assert grads[0].shape == (4, 2) and torch.count_nonzero(grads[0][1:]) == 0
+            assert torch.equal(grads[0][0], torch.ones(2)), "only the admitted row has a gradient"
+        else:
+            out.sum().backward()
+    out = ebc(kjt({"f": [[9]]})).values()
+    torch.testing.assert_close(out[0], torch.tensor([0.5, -2.0]), rtol=0, atol=0,
+                               msg="the default vector drifted: backward trained it")
+    assert dynamic.stats(ebc, "t").rows == 1
+
+
 def test_lookups_of_wrong_tables_raise() -> None:
     fixed = EmbeddingBagConfig(name="fixed", embedding_dim=2, num_embeddings=4, feature_names=["g"])
     dyn = EmbeddingBagConfig(name="d", embedding_dim=2, num_embeddings=4, feature_names=["f"],
@@ -432,7 +458,7 @@ def test_concurrent_lookups_from_threads() -> None:
     (lambda sd: sd["embedding_bags.t.dynamic_meta"].__setitem__(4, -1), "step"),
     (lambda sd: sd["embedding_bags.t.dynamic_counts"].__setitem__(0, -5), "count"),
     (lambda sd: (sd["embedding_bags.t.dynamic_meta"].__setitem__(8, 1),
-                 sd["embedding_bags.t.dynamic_free"].__setitem__(0, 0)), "free row 0"),
+                 sd.__setitem__("embedding_bags.t.dynamic_free", torch.tensor([0]))), "free row 0"),
 ])
 def test_malformed_id_map_entries_raise(edit, match) -> None:
     a = make(dim=2, bound=64, min_count=2)

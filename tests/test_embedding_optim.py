@@ -279,3 +279,104 @@ def test_lookup_stats_count_duplicates() -> None:
     ebc = EmbeddingBagCollection(CFGS, seed=0)
     kjt = KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 1, 2, 1, 3, 3]), lengths=torch.tensor([2, 1, 1, 0, 2, 0]))
     assert ebc.lookup_stats(kjt) == {"t0": (2, 4), "t1": (1, 2)}
+
+
+# -- weight decay and parameters an optimizer does not take (issue 9) --------------------------------
+
+def covering_batches(n: int, seed: int) -> list[KeyedJaggedTensor]:
+    """Batches in which every row of every table is looked up (so a lazy optimizer, which updates the
+    touched rows, and torch.optim on dense gradients, which updates all, must agree)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        feats = {"a": [torch.randperm(40, generator=gen)], "b": [], "c": [torch.randperm(25, generator=gen)]}
+        for f, rows in (("a", 40), ("b", 40), ("c", 25)):
+            feats[f] += [torch.randint(0, rows, (int(torch.randint(0, 4, (1,), generator=gen)),), generator=gen)
+                         for _ in range(6 - len(feats[f]))]
+        lengths = torch.tensor([len(v) for f in "abc" for v in feats[f]])
+        values = torch.cat([v for f in "abc" for v in feats[f]])
+        out.append(KeyedJaggedTensor(["a", "b", "c"], values, lengths))
+    return out
+
+
+def rowwise_adagrad64(params: list[torch.Tensor], lr: float, eps: float, wd: float) -> "torch.optim.Optimizer":
+    """Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD) with torch's L2 weight decay, in float64."""
+
+    class RowWise(torch.optim.Optimizer):
+        def step(self) -> None:  # type: ignore[override]
+            for p in self.param_groups[0]["params"]:
+                g = p.grad + wd * p.detach()
+                s = self.state[p].setdefault("sum", torch.zeros(p.shape[0], dtype=p.dtype))
+                s += (g * g).mean(1)
+                with torch.no_grad():
+                    p -= lr * g / (s.sqrt() + eps).unsqueeze(1)
+
+    return RowWise(params, {})
+
+
+@pytest.mark.parametrize("opt,torch_opt", [
+    (optim.SGD(lr=0.3, weight_decay=0.2), lambda p: torch.optim.SGD(p, lr=0.3, weight_decay=0.2)),
+    (optim.Adagrad(lr=0.2, eps=1e-10, weight_decay=0.3),
+     lambda p: torch.optim.Adagrad(p, lr=0.2, eps=1e-10, weight_decay=0.3)),
+    (optim.RowWiseAdagrad(lr=0.2, eps=1e-8, weight_decay=0.3), lambda p: rowwise_adagrad64(p, 0.2, 1e-8, 0.3)),
+    (optim.Adam(lr=0.05, weight_decay=0.1), lambda p: torch.optim.Adam(p, lr=0.05, weight_decay=0.1)),
+], ids=["SGD", "Adagrad", "RowWiseAdagrad", "Adam"])
+def test_weight_decay_matches_torch_optimizers(opt, torch_opt) -> None:
+    """weight_decay is torch's L2 term (g + wd·w) on every fused optimizer, over several steps."""
+    ebc = EmbeddingBagCollection(CFGS, optimizer=opt, seed=21)
+    leaves = {c.name: nn.Parameter(ebc.embedding_bags[c.name].weight.detach().double().clone()) for c in CFGS}
+    topt = torch_opt(list(leaves.values()))
+    no_decay = EmbeddingBagCollection(CFGS, optimizer=type(opt)(lr=opt.lr), seed=21)
+    gen = torch.Generator().manual_seed(22)
+    for kjt in covering_batches(5, seed=23):
+        g = torch.randn(kjt.lengths().numel() // 3, 40, generator=gen)
+        for m in (ebc, no_decay):
+            (m(kjt).values() * g).sum().backward()
+        topt.zero_grad()
+        (pooled64(leaves, kjt, CFGS) * g.double()).sum().backward()
+        topt.step()
+    for c in CFGS:
+        torch.testing.assert_close(ebc.embedding_bags[c.name].weight.detach().double(), leaves[c.name].detach(),
+                                   rtol=1e-5, atol=1e-5)
+    assert not torch.allclose(ebc.embedding_bags.t0.weight, no_decay.embedding_bags.t0.weight, atol=1e-4), \
+        "weight decay changed nothing"
+
+
+@pytest.mark.parametrize("opt,msg", [
+    (optim.SGD(lr=0.1, eps=1e-8), "eps=1e-08 has no meaning for sgd"),
+    (optim.SGD(lr=0.1, beta1=0.9), "beta1=0.9 has no meaning for sgd"),
+    (optim.Adagrad(lr=0.1, beta2=0.99), "beta2=0.99 has no meaning for adagrad"),
+    (optim.RowWiseAdagrad(lr=0.1, beta1=0.5), "beta1=0.5 has no meaning for rowwise_adagrad"),
+    (optim.SGD(lr=0.1, weight_decay=-0.1), "weight decay -0.1"),
+    (optim.Adagrad(lr=0.1, weight_decay=float("inf")), "weight decay"),
+])
+def test_parameters_an_optimizer_does_not_take_are_refused(opt, msg: str) -> None:
+    with pytest.raises(InvalidInputError, match=msg):
+        EmbeddingBagCollection(CFGS, optimizer=opt)
+    ebc = EmbeddingBagCollection(CFGS, optimizer=type(opt)(lr=0.1), seed=0)
+    with pytest.raises(InvalidInputError, match=msg):
+        ebc.set_fused_optimizer(opt)
+
+
+@pytest.mark.parametrize("step", [-1, -(2**62), 2**53, 2**63 - 1])
+def test_absurd_optimizer_step_is_refused_on_load(tmp_path, step: int) -> None:
+    ebc = EmbeddingBagCollection(CFGS, optimizer=optim.Adam(lr=0.05), seed=0)
+    train(ebc, batches(1, seed=1), seed=2)
+    sd = {k: v.clone() for k, v in ebc.state_dict().items()}
+    sd["embedding_bags.t0.optimizer_step"] = torch.tensor([step])
+    other = EmbeddingBagCollection(CFGS, optimizer=optim.Adam(lr=0.05), seed=0)
+    before = {k: v.clone() for k, v in other.state_dict().items()}
+    with pytest.raises(InvalidInputError, match="optimizer_step"):
+        other.load_state_dict(sd)
+    from recgo.modules import save_checkpoint
+    save_checkpoint(sd, tmp_path / "bad.pt")
+    with pytest.raises(InvalidInputError, match="optimizer_step"):
+        other.load(tmp_path / "bad.pt")
+    for k, v in other.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    # A counter written past the check (in place) is refused by the engine at the next step, not NaN.
+    with torch.no_grad():
+        other.embedding_bags.t0.optimizer_step.fill_(step)
+    with pytest.raises(InvalidInputError, match="optimizer step"):
+        train(other, batches(1, seed=3), seed=4)
+    assert torch.isfinite(other.embedding_bags.t0.weight).all()

@@ -43,7 +43,8 @@ func (b *Builder) BuildTable(name string, dim int, opt embedding.OptimizerConfig
 		return nil, err
 	}
 	et, err := embedding.NewTable(embedding.TableSpec{Name: name, Source: t, Data: t.Weights(),
-		Stride: t.cfg.Stride, Dim: dim, State: t.State(), Opt: opt, Close: t.Close})
+		Stride: t.cfg.Stride, Dim: dim, State: t.State(), Opt: opt, Close: t.Close,
+		Trainable: int64(t.cfg.MaxRows)}) // the default row (if any) pools but is never trained
 	if err != nil {
 		_ = t.Close()
 		return nil, err

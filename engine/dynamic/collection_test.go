@@ -166,3 +166,32 @@ func TestResidentMemoryStopsGrowing(t *testing.T) {
 	assert.LessOrEqual(t, last, storage+8*4096, "resident storage within the bound (plus page rounding)")
 	assert.Less(t, last, st.ReservedBytes+1)
 }
+
+// TestDefaultRowPoolsButIsNeverTrained: in eval mode an unseen ID pools the default vector; a fused
+// backward of that pass updates the IDs' own rows but never the shared default row, and Lookup
+// reports -1 for the unseen ID.
+func TestDefaultRowPoolsButIsNeverTrained(t *testing.T) {
+	b, err := NewBuilder(Config{MaxRows: 4, Default: []float32{0.5, -2}, InitLow: 1, InitHigh: 1})
+	require.NoError(t, err)
+	tb, err := b.BuildTable("d", 2, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1})
+	require.NoError(t, err)
+	require.Equal(t, int64(4), tb.TrainableRows())
+	c, err := embedding.NewCollection([]*embedding.Table{tb}, []embedding.Feature{{Name: "a", Table: 0}})
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Forward(embedding.Batch{KeyFeature: []int64{0}, Values: []int64{7}, Lengths: []int64{1}}, make([]float32, 2), true, false)
+	require.NoError(t, err) // admits 7
+	for range 3 {
+		out := make([]float32, 4)
+		ctx, err := c.Forward(embedding.Batch{KeyFeature: []int64{0}, Values: []int64{7, 9}, Lengths: []int64{1, 1}}, out, false, true)
+		require.NoError(t, err)
+		require.Equal(t, []float32{0.5, -2}, out[2:], "unseen 9 pools the default")
+		require.NoError(t, c.Backward(ctx, []float32{1, 1, 1, 1}, nil, nil))
+	}
+	d := Of(tb)
+	require.Equal(t, []float32{0.5, -2}, d.Weights()[4*2:5*2], "the default row is unchanged")
+	require.Equal(t, []float32{-2, -2}, tb.Row(0), "7's row took three steps")
+	rows := make([]int64, 2)
+	require.NoError(t, d.Lookup([]int64{7, 9}, rows, false))
+	require.Equal(t, []int64{0, -1}, rows)
+}

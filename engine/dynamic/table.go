@@ -169,6 +169,23 @@ func (t *Table) Resolve(ids []int64, rows []int64, train bool) error {
 	return nil
 }
 
+// Lookup is Resolve for callers outside a forward pass: the same rows, except that an ID without a
+// row reads -1 even in eval mode when the table has a default row (Resolve hands out the default
+// row there, so that it pools).
+func (t *Table) Lookup(ids []int64, rows []int64, train bool) error {
+	if err := t.Resolve(ids, rows, train); err != nil {
+		return err
+	}
+	if def := t.DefaultRow(); def >= 0 {
+		for i, r := range rows {
+			if r == def {
+				rows[i] = noRow
+			}
+		}
+	}
+	return nil
+}
+
 // lookup is Resolve's first pass: rows of known IDs (stamped and counted in training), sightings of
 // unknown ones, and toAdmit marks for those that reached MinCount.
 func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {

@@ -26,17 +26,18 @@ type grouped struct {
 // Unique(t) row indices into gradRows[t] (-1 for unresolved IDs) and Unique(t)·dim values into gradVals[t].
 // Each distinct row is written exactly once, so work splits across goroutines without atomics.
 func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int64, gradVals [][]float32) error {
-	if err := c.rlock(); err != nil {
+	fused := gradRows == nil
+	unlock, err := c.lock(fused) // a fused update writes rows: one at a time, and no forward meanwhile
+	if err != nil {
 		return err
 	}
-	defer c.mu.RUnlock()
+	defer unlock()
 	if ctx == nil || len(ctx.tables) != len(c.Tables) {
 		return errs.Invalidf("backward: context does not belong to this collection")
 	}
 	if len(gradOut) != ctx.B*c.width {
 		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), ctx.B*c.width, ctx.B, c.width)
 	}
-	fused := gradRows == nil
 	valBase := make([]int, len(c.Tables))
 	var nVals int
 	if !fused && (len(gradRows) != len(c.Tables) || len(gradVals) != len(c.Tables)) {
@@ -45,6 +46,10 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	for i, t := range c.Tables {
 		if fused && t.Opt.Kind == OptNone {
 			return errs.Invalidf("backward: table %q has no fused optimizer; ask for gradients instead", t.Name)
+		}
+		if fused && (t.Step[0] < 0 || t.Step[0] >= MaxStep) {
+			return errs.Invalidf("backward: table %q: optimizer step %d is outside [0, %d) (a corrupted checkpoint?)",
+				t.Name, t.Step[0], int64(MaxStep))
 		}
 		valBase[i] = nVals
 		nVals += ctx.Unique(i) * t.Dim
@@ -105,14 +110,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	return nil
 }
 
-// backwardPath overrides planScatter's choice (tests cover both paths with it).
-var backwardPath = pathAuto
-
-const (
-	pathAuto = iota
-	pathScatter
-	pathGrouped
-)
+// MaxStep bounds a table's optimizer step counter: a loaded counter outside [0, MaxStep) is refused
+// (Adam's bias correction β^t needs a sane t; 2^53 steps is far past any training run).
+const MaxStep = 1 << 53
 
 // scatterChunk is the number of samples the scatter walks between prefetches of the table's
 // gradient columns.
@@ -164,10 +164,10 @@ func (c *Collection) scatterTable(ctx *Context, gradOut []float32, t int, acc []
 // chosen unless one table holds more than a goroutine's share of the work (a core would then wait
 // on it), in which case the grouped path splits every table by distinct rows instead.
 func (c *Collection) planScatter(ctx *Context) bool {
-	switch backwardPath {
-	case pathGrouped:
+	switch c.opts.BackwardPath {
+	case BackwardGrouped:
 		return false
-	case pathScatter:
+	case BackwardScatter:
 		return true
 	}
 	P := parallel.Workers()

@@ -35,20 +35,82 @@ type Collection struct {
 	width    int     // Σ dims
 	features [][]int // per table: its features, in order
 
-	mu       sync.RWMutex // Close excludes Forward/Backward
+	opts           Options
+	exclusiveTrain bool // a training forward changes some table's row source (dynamic tables)
+
+	// mu orders the passes (see the package doc's concurrency contract): forwards and gradient-only
+	// backwards hold it shared; fused updates, training forwards of collections whose row sources
+	// change in training, optimizer changes and Close hold it exclusively.
+	mu       sync.RWMutex
 	closed   bool
 	poolMu   sync.Mutex
 	contexts []*Context // released contexts whose buffers the next passes reuse (at most maxPooled)
 }
 
+// Options tune how a collection computes; the zero value chooses everything automatically. Results
+// do not depend on them (up to float rounding of the summation order): they let tests and
+// benchmarks force each path.
+type Options struct {
+	// PoolOrder forces the forward's pooling order (default: by mean bag length).
+	PoolOrder PoolOrder
+	// BackwardPath forces how backward merges gradients (default: chosen per batch by planScatter).
+	BackwardPath BackwardPath
+	// DenseDedupMaxRows is the largest fixed table deduplicated with a slot array indexed by ID (4
+	// bytes per row, allocated on first use); larger tables use a hash map. 0 means the default
+	// (1<<26 rows); a negative value sends every table to the hash map.
+	DenseDedupMaxRows int64
+}
+
+// PoolOrder is the order a forward pools in.
+type PoolOrder int
+
+// The pooling orders.
+const (
+	PoolAuto         PoolOrder = iota // feature-major for long bags, sample-major otherwise
+	PoolSampleMajor                   // all features of a chunk of samples at a time
+	PoolFeatureMajor                  // one feature's chunk of samples at a time
+)
+
+// BackwardPath is how backward merges the output gradient into distinct rows.
+type BackwardPath int
+
+// The backward paths.
+const (
+	BackwardAuto    BackwardPath = iota // chosen per batch by the load balance (planScatter)
+	BackwardScatter                     // sample-order scatter, one goroutine per table
+	BackwardGrouped                     // lookups grouped by distinct row, split across goroutines
+)
+
+// defaultDenseDedupMaxRows is Options.DenseDedupMaxRows's default.
+const defaultDenseDedupMaxRows int64 = 1 << 26
+
+func (o Options) denseDedupMaxRows() int64 {
+	switch {
+	case o.DenseDedupMaxRows == 0:
+		return defaultDenseDedupMaxRows
+	case o.DenseDedupMaxRows < 0:
+		return -1
+	default:
+		return o.DenseDedupMaxRows
+	}
+}
+
 // NewCollection checks that features reference the tables and returns the collection, which owns the
-// tables from then on (Close closes them).
+// tables from then on (Close closes them). It uses the default Options.
 func NewCollection(tables []*Table, features []Feature) (*Collection, error) {
+	return NewCollectionWithOptions(tables, features, Options{})
+}
+
+// NewCollectionWithOptions is NewCollection with explicit Options.
+func NewCollectionWithOptions(tables []*Table, features []Feature, opts Options) (*Collection, error) {
 	if len(tables) == 0 {
 		return nil, errs.Invalidf("collection: no tables")
 	}
+	if opts.PoolOrder < PoolAuto || opts.PoolOrder > PoolFeatureMajor || opts.BackwardPath < BackwardAuto || opts.BackwardPath > BackwardGrouped {
+		return nil, errs.Invalidf("collection: unknown pool order %d or backward path %d", opts.PoolOrder, opts.BackwardPath)
+	}
 	c := &Collection{Tables: tables, Features: features, colOff: make([]int, len(features)),
-		features: make([][]int, len(tables))}
+		features: make([][]int, len(tables)), opts: opts}
 	names := map[string]bool{}
 	for i, t := range tables {
 		if t == nil {
@@ -58,6 +120,9 @@ func NewCollection(tables []*Table, features []Feature) (*Collection, error) {
 			return nil, errs.Invalidf("collection: duplicate table name %q", t.Name)
 		}
 		names[t.Name] = true
+		if _, fixed := t.fixedRange(); !fixed {
+			c.exclusiveTrain = true
+		}
 	}
 	seen := map[string]bool{}
 	for f, ft := range features {
@@ -81,6 +146,39 @@ func NewCollection(tables []*Table, features []Feature) (*Collection, error) {
 		}
 	}
 	return c, nil
+}
+
+// Options returns the collection's options.
+func (c *Collection) Options() Options { return c.opts }
+
+// SetOptimizer changes every table's optimizer hyper-parameters (the kind must stay), waiting for
+// running passes; on error no table changes.
+func (c *Collection) SetOptimizer(opt OptimizerConfig) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errs.Invalidf("collection: used after close")
+	}
+	for _, t := range c.Tables {
+		if err := t.checkOptimizer(opt); err != nil {
+			return err
+		}
+	}
+	for _, t := range c.Tables {
+		t.Opt = opt
+	}
+	return nil
+}
+
+// Exclusive runs fn while no pass runs on the collection (for work that rewrites tables outside the
+// passes, such as loading a checkpoint into them).
+func (c *Collection) Exclusive(fn func() error) error {
+	unlock, err := c.lock(true)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return fn()
 }
 
 // Width is the number of output columns, the sum of the features' dims.
@@ -175,6 +273,22 @@ func (c *Collection) rlock() error {
 		return errs.Invalidf("collection: used after close")
 	}
 	return nil
+}
+
+// lock takes mu shared or, with exclusive, exclusively, and returns its unlock.
+func (c *Collection) lock(exclusive bool) (func(), error) {
+	if !exclusive {
+		if err := c.rlock(); err != nil {
+			return nil, err
+		}
+		return c.mu.RUnlock, nil
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, errs.Invalidf("collection: used after close")
+	}
+	return c.mu.Unlock, nil
 }
 
 func wrapTable(t *Table, err error) error {

@@ -26,7 +26,7 @@ type setup struct {
 	fixed bool
 }
 
-func newSetup(t *testing.T, seed uint64, weighted bool, opt OptimizerConfig) *setup {
+func newSetup(t *testing.T, seed uint64, weighted bool, opt OptimizerConfig, o ...Options) *setup {
 	r := rand.New(rand.NewPCG(seed, 99))
 	nt := 1 + r.IntN(3)
 	var tables []*Table
@@ -43,7 +43,11 @@ func newSetup(t *testing.T, seed uint64, weighted bool, opt OptimizerConfig) *se
 	for f := 0; f < nt+r.IntN(3); f++ {
 		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", f), Table: f % nt, Pooling: Pooling(r.IntN(2))})
 	}
-	c, err := NewCollection(tables, feats)
+	var opts Options
+	if len(o) > 0 {
+		opts = o[0]
+	}
+	c, err := NewCollectionWithOptions(tables, feats, opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, c.Close()) })
 	s := &setup{c: c, B: 1 + r.IntN(6), rng: r}
@@ -133,30 +137,31 @@ func close32(t *testing.T, want float64, got float32, msg string) {
 	require.InDelta(t, want, float64(got), 1e-5*(1+math.Abs(want)), msg)
 }
 
-// bothPaths runs body with each backward path (sample-order scatter, grouped by row) and each
-// pooling order (sample-major, feature-major) forced.
-func bothPaths(t *testing.T, body func(t *testing.T)) {
+// bothPaths runs body with the collection options that force each backward path (sample-order
+// scatter, grouped by row) and each pooling order (sample-major, feature-major), on top of base.
+func bothPaths(t *testing.T, base Options, body func(t *testing.T, o Options)) {
 	for _, p := range []struct {
-		name        string
-		path, order int
+		name  string
+		path  BackwardPath
+		order PoolOrder
 	}{
-		{"scatter_by_sample", pathScatter, poolSampleMajor}, {"grouped_by_sample", pathGrouped, poolSampleMajor},
-		{"scatter_by_feature", pathScatter, poolFeatureMajor}, {"grouped_by_feature", pathGrouped, poolFeatureMajor},
+		{"scatter_by_sample", BackwardScatter, PoolSampleMajor}, {"grouped_by_sample", BackwardGrouped, PoolSampleMajor},
+		{"scatter_by_feature", BackwardScatter, PoolFeatureMajor}, {"grouped_by_feature", BackwardGrouped, PoolFeatureMajor},
 	} {
 		t.Run(p.name, func(t *testing.T) {
-			backwardPath, poolOrder = p.path, p.order
-			defer func() { backwardPath, poolOrder = pathAuto, poolAuto }()
-			body(t)
+			o := base
+			o.BackwardPath, o.PoolOrder = p.path, p.order
+			body(t, o)
 		})
 	}
 }
 
 func TestForwardBackwardMatchesBruteForce(t *testing.T) {
-	bothPaths(t, func(t *testing.T) {
+	bothPaths(t, Options{}, func(t *testing.T, o Options) {
 		for seed := uint64(0); seed < 40; seed++ {
 			for _, weighted := range []bool{false, true} {
 				t.Run(fmt.Sprintf("seed%d_w%v", seed, weighted), func(t *testing.T) {
-					checkStep(t, newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone}))
+					checkStep(t, newSetup(t, seed, weighted, OptimizerConfig{Kind: OptNone}, o))
 				})
 			}
 		}
@@ -166,15 +171,13 @@ func TestForwardBackwardMatchesBruteForce(t *testing.T) {
 func TestLargeFixedTablesDedupWithAMap(t *testing.T) {
 	// Fixed tables past the slot-array bound deduplicate with a hash map but still pool straight
 	// from their IDs; the results must not change, and out-of-range IDs must still fail.
-	old := denseDedupMaxRows
-	denseDedupMaxRows = 0
-	defer func() { denseDedupMaxRows = old }()
-	bothPaths(t, func(t *testing.T) {
+	mapOnly := Options{DenseDedupMaxRows: -1}
+	bothPaths(t, mapOnly, func(t *testing.T, o Options) {
 		for seed := uint64(0); seed < 10; seed++ {
-			checkStep(t, newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptNone}))
+			checkStep(t, newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptNone}, o))
 		}
 	})
-	s := newSetup(t, 1, false, OptimizerConfig{Kind: OptNone})
+	s := newSetup(t, 1, false, OptimizerConfig{Kind: OptNone}, mapOnly)
 	if len(s.b.Values) == 0 {
 		t.Skip("empty batch")
 	}
@@ -299,10 +302,10 @@ func TestConcurrentForwards(t *testing.T) {
 	}
 }
 
-func TestFusedSGDAppliesMergedGradient(t *testing.T) { bothPaths(t, testFusedSGD) }
+func TestFusedSGDAppliesMergedGradient(t *testing.T) { bothPaths(t, Options{}, testFusedSGD) }
 
-func testFusedSGD(t *testing.T) {
-	s := newSetup(t, 7, true, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+func testFusedSGD(t *testing.T, o Options) {
+	s := newSetup(t, 7, true, OptimizerConfig{Kind: OptSGD, LR: 0.1}, o)
 	before := make([][]float32, len(s.c.Tables))
 	for i, tb := range s.c.Tables {
 		before[i] = append([]float32(nil), tb.Data...)
@@ -559,11 +562,13 @@ func FuzzOptimizerConfig(f *testing.F) {
 
 // TestForwardWithoutContextMatches: a forward that keeps no context (fixed tables skip
 // deduplication) pools exactly what a keeping forward pools, and rejects the same out-of-range ID.
-func TestForwardWithoutContextMatches(t *testing.T) { bothPaths(t, testForwardWithoutContext) }
+func TestForwardWithoutContextMatches(t *testing.T) {
+	bothPaths(t, Options{}, testForwardWithoutContext)
+}
 
-func testForwardWithoutContext(t *testing.T) {
+func testForwardWithoutContext(t *testing.T, o Options) {
 	for seed := uint64(0); seed < 40; seed++ {
-		s := newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptSGD, LR: 0.1})
+		s := newSetup(t, seed, seed%2 == 0, OptimizerConfig{Kind: OptSGD, LR: 0.1}, o)
 		want := make([]float32, s.B*s.c.Width())
 		ctx, err := s.c.Forward(s.b, want, true, true)
 		require.NoError(t, err)

@@ -77,10 +77,11 @@ const poolChunk = 32
 // resolved once (without keep, fixed tables skip deduplication: ID i is row i); every output
 // segment (feature, sample) has one writer.
 func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context, error) {
-	if err := c.rlock(); err != nil {
+	unlock, err := c.lock(train && c.exclusiveTrain)
+	if err != nil {
 		return nil, err
 	}
-	defer c.mu.RUnlock()
+	defer unlock()
 	B, err := ValidateBatch(b, len(c.Features))
 	if err != nil {
 		return nil, err
@@ -145,7 +146,7 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 	}
 
 	t0 = time.Now()
-	if poolsByFeature(b) {
+	if c.poolsByFeature(b) {
 		c.poolByFeature(b, out, ctx)
 	} else {
 		c.poolBySample(b, out, ctx)
@@ -164,19 +165,11 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 // end-to-end and embedding benchmarks, benchmarks/results, measure both).
 const featureMajorMinPooling = 4
 
-// poolOrder overrides the choice by bag length (tests cover both orders with it).
-var poolOrder = poolAuto
-
-const (
-	poolAuto = iota
-	poolSampleMajor
-	poolFeatureMajor
-)
-
-// poolsByFeature reports whether a batch pools feature by feature (long bags) or sample by sample.
-func poolsByFeature(b Batch) bool {
-	if poolOrder != poolAuto {
-		return poolOrder == poolFeatureMajor
+// poolsByFeature reports whether a batch pools feature by feature (long bags) or sample by sample
+// (Options.PoolOrder overrides the choice).
+func (c *Collection) poolsByFeature(b Batch) bool {
+	if c.opts.PoolOrder != PoolAuto {
+		return c.opts.PoolOrder == PoolFeatureMajor
 	}
 	return int64(len(b.Values)) >= featureMajorMinPooling*int64(len(b.Lengths))
 }
@@ -251,11 +244,6 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 	})
 }
 
-// denseDedupMaxRows is the largest fixed table deduplicated with a slot array indexed by ID (4 bytes
-// per row, allocated on first use); larger tables use a hash map. A variable so tests can reach the
-// hash-map path with small tables.
-var denseDedupMaxRows int64 = 1 << 26
-
 // maxPooled bounds the released contexts a collection keeps (a step needs one; gradient
 // accumulation or pipelining a few).
 const maxPooled = 4
@@ -319,7 +307,7 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
-	if dense && t.rows <= denseDedupMaxRows {
+	if dense && t.rows <= c.opts.denseDedupMaxRows() {
 		// ID i is row i: the pass that deduplicates also range-checks.
 		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
 			return err
@@ -351,6 +339,13 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 				ctx.srcOff[v] = r * stride
 			}
 			p++
+		}
+	}
+	if keep && t.trainable < t.rows {
+		for i, r := range tc.rows { // read-only rows (a default row) pool but take no gradient
+			if r >= t.trainable {
+				tc.rows[i] = -1
+			}
 		}
 	}
 	return nil

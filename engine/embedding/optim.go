@@ -31,8 +31,10 @@ func (k OptimizerKind) String() string {
 	return fmt.Sprintf("OptimizerKind(%d)", int(k))
 }
 
-// OptimizerConfig holds a fused optimizer's hyper-parameters (unused fields are ignored; Beta1,
-// Beta2 and WeightDecay matter only to Adam/AdamW).
+// OptimizerConfig holds a fused optimizer's hyper-parameters. Every optimizer takes LR and
+// WeightDecay (an L2 term added to the gradient, as torch.optim does; AdamW decays the weights
+// instead); Adagrad, row-wise Adagrad and Adam take Eps; Adam and AdamW take Beta1 and Beta2. A
+// parameter an optimizer does not take must be zero (Validate refuses it: it would be ignored).
 type OptimizerConfig struct {
 	Kind        OptimizerKind
 	LR          float64
@@ -42,7 +44,8 @@ type OptimizerConfig struct {
 	WeightDecay float64
 }
 
-// Validate checks the hyper-parameters are in range for the kind.
+// Validate checks the hyper-parameters are in range for the kind, and that those it does not take
+// are zero.
 func (c OptimizerConfig) Validate() error {
 	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
 	switch {
@@ -52,24 +55,34 @@ func (c OptimizerConfig) Validate() error {
 		return nil
 	case !finite(c.LR) || c.LR < 0:
 		return errs.Invalidf("optimizer %s: learning rate %g must be finite and ≥ 0", c.Kind, c.LR)
+	case !finite(c.WeightDecay) || c.WeightDecay < 0:
+		return errs.Invalidf("optimizer %s: weight decay %g must be finite and ≥ 0", c.Kind, c.WeightDecay)
 	}
-	if c.Kind == OptSGD {
+	adam := c.Kind == OptAdam || c.Kind == OptAdamW
+	unused := func(name string, v float64) error {
+		if v != 0 {
+			return errs.Invalidf("optimizer %s: %s=%g has no meaning for %s and would be ignored; leave it unset",
+				c.Kind, name, v, c.Kind)
+		}
 		return nil
 	}
-	if !finite(c.Eps) || c.Eps <= 0 {
+	if c.Kind == OptSGD {
+		if err := unused("eps", c.Eps); err != nil {
+			return err
+		}
+	} else if !finite(c.Eps) || c.Eps <= 0 {
 		return errs.Invalidf("optimizer %s: eps %g must be finite and > 0", c.Kind, c.Eps)
 	}
-	if c.Kind == OptAdam || c.Kind == OptAdamW {
-		for _, b := range []struct {
-			name string
-			v    float64
-		}{{"beta1", c.Beta1}, {"beta2", c.Beta2}} {
-			if !finite(b.v) || b.v < 0 || b.v >= 1 {
-				return errs.Invalidf("optimizer %s: %s %g must be in [0, 1)", c.Kind, b.name, b.v)
+	for _, b := range []struct {
+		name string
+		v    float64
+	}{{"beta1", c.Beta1}, {"beta2", c.Beta2}} {
+		if !adam {
+			if err := unused(b.name, b.v); err != nil {
+				return err
 			}
-		}
-		if !finite(c.WeightDecay) || c.WeightDecay < 0 {
-			return errs.Invalidf("optimizer %s: weight decay %g must be finite and ≥ 0", c.Kind, c.WeightDecay)
+		} else if !finite(b.v) || b.v < 0 || b.v >= 1 {
+			return errs.Invalidf("optimizer %s: %s %g must be in [0, 1)", c.Kind, b.name, b.v)
 		}
 	}
 	return nil
@@ -128,6 +141,9 @@ const applyChunk = 32
 func (u *rowUpdater) applyChunk(t *Table, rows []int64, g []float32) {
 	lr, eps := float32(u.cfg.LR), float32(u.cfg.Eps)
 	w, ws, s, ss, d := t.Data, t.Stride, t.State, t.StateWidth(), t.Dim
+	if wd := float32(u.cfg.WeightDecay); wd != 0 && u.cfg.Kind != OptAdam && u.cfg.Kind != OptAdamW {
+		kernels.AddWeightDecay(g, w, ws, d, rows, wd) // g ← g + wd·w, torch.optim's L2 term (Adam does its own)
+	}
 	switch u.cfg.Kind {
 	case OptSGD:
 		kernels.SGDRows(w, ws, d, rows, g, lr)

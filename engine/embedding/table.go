@@ -22,6 +22,9 @@ type TableSpec struct {
 	// It must have exactly rows·w values (nil when w == 0), zero for rows that were never updated.
 	State []float32
 	Opt   OptimizerConfig
+	// Trainable is the number of leading rows backward may update (0: all). Rows at or above it
+	// are read-only (a dynamic table's eval-mode default row): they pool but take no gradient.
+	Trainable int64
 	// Close, when set, runs when the table closes (after the table's own buffers are freed), e.g.
 	// to release storage the row source owns.
 	Close func() error
@@ -39,9 +42,10 @@ type Table struct {
 	// checkpointed with the weights. It counts fused updates (Adam's bias correction uses it).
 	Step []int64
 
-	rows    int64
-	buffers []*offheap.Buffer
-	onClose func() error
+	rows      int64
+	trainable int64 // rows [trainable, rows) never take a gradient
+	buffers   []*offheap.Buffer
+	onClose   func() error
 
 	dedupMu sync.Mutex
 	mark    []int32  // fixed tables: id → unique slot during dedup (valid where seen has the id's bit)
@@ -79,6 +83,8 @@ func NewTable(spec TableSpec) (*Table, error) {
 		return nil, errs.Invalidf("table %q: row stride %d is smaller than dim %d", name, spec.Stride, spec.Dim)
 	case len(spec.Data)%spec.Stride != 0:
 		return nil, errs.Invalidf("table %q: %d storage values is not a multiple of the stride %d", name, len(spec.Data), spec.Stride)
+	case spec.Trainable < 0 || spec.Trainable > int64(len(spec.Data)/spec.Stride):
+		return nil, errs.Invalidf("table %q: %d trainable rows of %d", name, spec.Trainable, len(spec.Data)/spec.Stride)
 	}
 	if err := spec.Opt.Validate(); err != nil {
 		return nil, fmt.Errorf("table %q: %w", name, err)
@@ -88,6 +94,10 @@ func NewTable(spec TableSpec) (*Table, error) {
 		return nil, errs.Invalidf("table %q: optimizer %s needs %d state values (%d rows × %d), got %d",
 			name, spec.Opt.Kind, rows*w, rows, w, len(spec.State))
 	}
+	trainable := spec.Trainable
+	if trainable == 0 {
+		trainable = rows
+	}
 	stepBuf, err := offheap.Alloc(8)
 	if err != nil {
 		return nil, fmt.Errorf("table %q: %w", name, err)
@@ -95,7 +105,7 @@ func NewTable(spec TableSpec) (*Table, error) {
 	return &Table{
 		Name: name, Source: spec.Source, Data: spec.Data, Stride: spec.Stride, Dim: spec.Dim,
 		State: spec.State, Opt: spec.Opt, Step: offheap.AsInt64s(stepBuf),
-		rows: rows, buffers: []*offheap.Buffer{stepBuf}, onClose: spec.Close,
+		rows: rows, trainable: trainable, buffers: []*offheap.Buffer{stepBuf}, onClose: spec.Close,
 	}, nil
 }
 
@@ -139,6 +149,10 @@ func NewFixedTable(name string, rows int64, dim int, opt OptimizerConfig) (*Tabl
 // Rows is the table's row capacity, len(Data)/Stride.
 func (t *Table) Rows() int64 { return t.rows }
 
+// TrainableRows is the number of leading rows backward may update (see TableSpec.Trainable): the
+// rows a caller's optimizer sees as the table's parameter.
+func (t *Table) TrainableRows() int64 { return t.trainable }
+
 // StateWidth is the number of optimizer state values per row.
 func (t *Table) StateWidth() int { return t.Opt.StateWidth(t.Dim) }
 
@@ -171,15 +185,23 @@ func (t *Table) ResetRows(rows []int64, init func(row int64, w []float32)) error
 	return nil
 }
 
-// SetOptimizer changes the hyper-parameters (not the kind: the state layout depends on it).
+// SetOptimizer changes the hyper-parameters (not the kind: the state layout depends on it). It must
+// not run during a pass over the table; [Collection.SetOptimizer] waits for them.
 func (t *Table) SetOptimizer(opt OptimizerConfig) error {
+	if err := t.checkOptimizer(opt); err != nil {
+		return err
+	}
+	t.Opt = opt
+	return nil
+}
+
+func (t *Table) checkOptimizer(opt OptimizerConfig) error {
 	if opt.Kind != t.Opt.Kind {
 		return errs.Invalidf("table %q: cannot change optimizer %s to %s (state layout differs)", t.Name, t.Opt.Kind, opt.Kind)
 	}
 	if err := opt.Validate(); err != nil {
 		return fmt.Errorf("table %q: %w", t.Name, err)
 	}
-	t.Opt = opt
 	return nil
 }
 

@@ -287,6 +287,12 @@ class Handle:
         if h and _lib is not None and not _forked:
             call(fn("recgo_free"), h)
 
+    def __reduce__(self) -> Any:
+        # A handle number is meaningful only in this process, for this one object: a copy would share
+        # (and double-free) it, an unpickled one could name an unrelated object.
+        raise TypeError("a recgo engine handle cannot be copied or pickled; copy the module that owns it "
+                        "(recgo modules rebuild their engine state)")
+
     def __del__(self) -> None:
         try:
             self.free()

@@ -10,7 +10,8 @@ Declare one like any table, with a :class:`DynamicConfig`::
     # state_dict()/load_state_dict() carry the ID map: the collection hooks its dynamic tables itself
 
 ``num_embeddings`` is the row bound (the most IDs the table holds at once); the weight parameter
-spans it, and storage is committed only as rows are used.
+has exactly that many rows (the ``default`` vector is kept apart: it pools, and is never trained),
+and storage is committed only as rows are used.
 
 In training mode each forward counts the batch's IDs; an ID gets a row once it has been seen in
 ``min_count`` batches (until then it pools as zeros and gets no update). When all
@@ -19,10 +20,12 @@ In training mode each forward counts the batch's IDs; an ID gets a row once it h
 eval mode unseen IDs pool as zeros (or as ``default``) and nothing is inserted. Storage is reserved
 up to the bound and committed as rows are first used, so memory grows to the bound and stays there.
 
-The collection's ``state_dict()`` carries, beside each dynamic table's weights and optimizer
-state, its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``, ``dynamic_free``,
-the admission sketch and ``dynamic_meta``); ``load_state_dict()`` restores it bit-exactly, so
-training resumes identically. The engine side is ``engine/dynamic`` (Go).
+The collection's ``state_dict()`` carries, for each dynamic table, only the rows in use: its
+``weight`` and ``optimizer_state`` entries hold the first high-water-mark rows (copies, taken in one
+consistent snapshot), beside its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``,
+``dynamic_free``, the admission sketch and ``dynamic_meta``), so a checkpoint's size follows the
+rows used, not the bound; ``load_state_dict()`` restores it bit-exactly, so training resumes
+identically. The engine side is ``engine/dynamic`` (Go).
 
 Train dynamic tables with a fused optimizer (``optimizer=`` of the collection): its state lives
 beside the rows and is reset when a row is evicted and given to a new ID. A torch optimizer's own
@@ -32,6 +35,7 @@ state is not, so a reused row would inherit the previous ID's moments; the colle
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -39,7 +43,7 @@ from typing import Any, Sequence
 import torch
 
 from . import _lib
-from ._lib import D, H, I32, I64, P, U64
+from ._lib import D, H, I32, I64, P, S, U64
 from .errors import InvalidInputError, NotFoundError
 from .tensors import check_tensor, ptr
 
@@ -92,6 +96,15 @@ class DynamicConfig:
     manual_step: bool = False
     sketch_width: int = 0
     _builder: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The builder handle belongs to the collection built from it; copies and pickles leave it out.
+        state = dict(self.__dict__)
+        state["_builder"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
     def _check(self) -> None:
         _int("min_count", self.min_count, 0)
@@ -174,8 +187,9 @@ def stats(ebc: Any, table: str | int) -> DynamicStats:
 
 
 def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -> torch.Tensor:
-    """Rows of ``ids`` in the table's storage (-1 for IDs without one). With ``train=True`` this is a
-    training step: IDs are counted and admitted, like a forward pass does."""
+    """Rows of ``ids`` in the table's weight (-1 for IDs without one, also in eval mode when the table
+    has a ``default`` vector). With ``train=True`` this is a training step: IDs are counted and
+    admitted, like a forward pass does."""
     ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
     rows = torch.empty_like(ids)
     _lib.call(_lib.fn("recgo_dynamic_resolve", [H, I64, P, P, I64, I32]), ebc._handle.value, _index(ebc, table),
@@ -188,28 +202,58 @@ def advance(ebc: Any, table: str | int) -> None:
     _lib.call(_lib.fn("recgo_dynamic_advance", [H, I64]), ebc._handle.value, _index(ebc, table))
 
 
+def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
+    """Write one dynamic table's checkpoint file: its rows in use (weights, optimizer state), ID map,
+    admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
+    file renamed over ``path``). Its size follows the rows in use, not the bound."""
+    _lib.call(_lib.fn("recgo_dynamic_save", [H, I64, S]), ebc._handle.value, _index(ebc, table),
+              os.fsencode(path))
+
+
+def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
+    """Restore one dynamic table from a file written by :func:`save` (bit-exact). The engine verifies
+    every checksum and size and the ID map's consistency; a damaged, truncated or foreign file
+    raises ``RecgoIOError`` naming the file and the part, a checkpoint of another configuration
+    ``InvalidInputError``, and the table is then unchanged."""
+    _lib.call(_lib.fn("recgo_dynamic_load", [H, I64, S]), ebc._handle.value, _index(ebc, table),
+              os.fsencode(path))
+
+
 def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
-    """The table's ID map and admission state as tensors (the ``dynamic_*`` state_dict entries), with
-    fixed shapes for a given configuration: per-row arrays have ``num_embeddings`` entries, of which
-    the first ``dynamic_meta[7]`` (the high water mark) are used."""
+    """The table's ID map and admission state as tensors (the ``dynamic_*`` state_dict entries):
+    per-row arrays have ``dynamic_meta[7]`` entries (the high water mark: the rows handed out so
+    far), the free list ``dynamic_meta[8]``."""
+    return _export(ebc, table, rows=False)
+
+
+def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
+    """export_state, plus with ``rows`` the used rows' ``weight`` ``[hw, dim]`` and ``optimizer_state``
+    ``[hw, width]`` (when the optimizer keeps state), from the same snapshot."""
     i = _index(ebc, table)
     snap = _lib.new_handle("recgo_dynamic_snapshot", [H, I64], ebc._handle.value, i)
     try:
         meta = torch.zeros(_META_LEN, dtype=torch.int64)
         _lib.call(_lib.fn("recgo_dynamic_snapshot_meta", [H, P, I64]), snap.value, ptr(meta), _META_LEN)
         m = meta.tolist()
-        rows = m[_M_ROWS]
-        ids, counts, last, free = (torch.zeros(rows, dtype=torch.int64) for _ in range(4))
+        hw, dim, width = m[_M_HW], m[_M_DIM], m[_M_STATE]
+        ids, counts, last = (torch.zeros(hw, dtype=torch.int64) for _ in range(3))
+        free = torch.zeros(m[_M_FREE], dtype=torch.int64)
         sketch = torch.empty(m[_M_SKETCH], dtype=torch.uint8)
         adds = torch.zeros(_SHARDS if m[_M_SKETCH] else 0, dtype=torch.int64)
+        weight = torch.empty(hw, dim, dtype=torch.float32) if rows else None
+        state = torch.empty(hw, width, dtype=torch.float32) if rows and width else None
         _lib.call(_lib.fn("recgo_dynamic_snapshot_read", [H, P, P, P, P, P, P, P, P, I64]), snap.value,
-                  ptr(ids), ptr(counts), ptr(last), ptr(free), None, None, ptr(sketch), ptr(adds),
-                  adds.numel())
+                  ptr(ids), ptr(counts), ptr(last), ptr(free), None if weight is None else ptr(weight),
+                  None if state is None else ptr(state), ptr(sketch), ptr(adds), adds.numel())
     finally:
         snap.free()
-    # The weights and optimizer state travel as the table's own state_dict entries.
-    return {"dynamic_meta": meta, "dynamic_ids": ids, "dynamic_counts": counts, "dynamic_last_seen": last,
-            "dynamic_free": free, "dynamic_sketch": sketch, "dynamic_sketch_adds": adds}
+    out = {"dynamic_meta": meta, "dynamic_ids": ids, "dynamic_counts": counts, "dynamic_last_seen": last,
+           "dynamic_free": free, "dynamic_sketch": sketch, "dynamic_sketch_adds": adds}
+    if weight is not None:
+        out["weight"] = weight
+    if state is not None:
+        out["optimizer_state"] = state
+    return out
 
 
 def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], weight: torch.Tensor,
@@ -231,9 +275,10 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
     m = meta.tolist()
     hw, nfree, dim, width = m[_M_HW], m[_M_FREE], m[_M_DIM], m[_M_STATE]
     for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free"):
-        if not 0 <= hw <= t[k].numel() or not 0 <= nfree <= t[k].numel():
+        need = nfree if k == "dynamic_free" else hw
+        if not 0 <= need <= t[k].numel():
             raise InvalidInputError(f"table {name!r}: {k} has {t[k].numel()} entries, fewer than the "
-                                    f"{max(hw, nfree)} its meta declares")
+                                    f"{need} its meta declares")
     weight = check_tensor(weight, f"{name}.weight", (torch.float32,), ndim=2)
     if weight.shape[1] != dim or weight.shape[0] < hw:
         raise InvalidInputError(f"table {name!r}: weight of shape {tuple(weight.shape)} cannot hold "
@@ -271,7 +316,10 @@ def _attach_table(ebc: Any, index: int) -> None:
                       stacklevel=3)
 
     def save_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
-        for k, v in export_state(ebc, name).items():
+        # Only the rows in use (weight, optimizer_state) travel, with the ID map, from one snapshot.
+        for k, v in _export(ebc, name, rows=True).items():
+            if k in ("weight", "optimizer_state") and prefix + k not in state_dict:
+                continue
             state_dict[prefix + k] = v
 
     def load_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any,

@@ -4,7 +4,7 @@ fused optimizers."""
 from __future__ import annotations
 
 from . import optim
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, save_checkpoint, stage_times
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, load_checkpoint, save_checkpoint, stage_times
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "FusedOptimizer",
     "RowWiseAdagrad",
     "SGD",
+    "load_checkpoint",
     "optim",
     "save_checkpoint",
     "stage_times",

@@ -6,7 +6,8 @@ row and either applies the fused optimizer (returning a zero gradient for the co
 tensor, which keeps the op alive in compiled backward graphs) or returns each table's distinct rows
 and their gradients. Both ops have fake implementations, so ``torch.compile`` traces through the
 collection instead of breaking the graph. The ops find their module through a registry keyed by the
-collection's engine handle; the context of a forward pass lives in the module until its backward.
+collection's engine handle; the context of a forward pass is owned by the context-id output (a
+ticket, see ``_contexts.py``), which the autograd formula saves: it lives as long as the graph.
 """
 
 from __future__ import annotations
@@ -42,11 +43,10 @@ def module(key: int) -> "EmbeddingBagCollection":
 @torch.library.custom_op("recgo::ebc_forward", mutates_args=())
 def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pooled ``[B, width]`` output and the id of the saved context (0 when ``keep`` is false)."""
+    """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false)."""
     m = module(key)
     out = m._output(lengths.numel() // max(1, key_feature.numel()))
-    ctx_id = m._run_forward(key_feature, values, lengths, weights, out, keep)
-    return out, torch.tensor([ctx_id], dtype=torch.int64)
+    return out, m._run_forward(key_feature, values, lengths, weights, out, keep)
 
 
 @ebc_forward.register_fake

@@ -10,19 +10,50 @@ Forward: per table, the batch's IDs are deduplicated, each distinct ID resolved 
 destination row (RecIS Algorithm 1). Backward: contributions are summed once per distinct row, and then either handed to a torch optimizer as a
 (sparse or dense) gradient or, with ``optimizer=``, applied by a fused optimizer in the same pass.
 Both directions are ``torch.library`` custom ops (see ``_ops.py``), so ``torch.compile`` traces them.
+
+Concurrency contract (enforced by the engine's per-collection lock and tested in
+``tests/test_reliability_threads.py``):
+
+* Separate collections share nothing: any operations on them may run concurrently, and each gives
+  exactly what it gives alone.
+* On one collection, forwards (training or eval, with or without grad) may run concurrently from any
+  number of threads, and backwards that hand gradients to a torch optimizer too (they only read the
+  forward's saved context); each returns exactly what it would alone.
+* A fused optimizer step (the backward of a collection with ``optimizer=``) is atomic: steps on one
+  collection run one at a time and no forward runs during one, so a forward sees the weights before
+  or after each step, never half of one. Concurrent training on one collection therefore equals
+  some serial order of its steps (exactly a serial run when the threads' batches touch disjoint rows
+  and the optimizer keeps no per-table state: SGD, Adagrad, RowWiseAdagrad; Adam's bias correction
+  counts steps per table). Training forwards of a collection with dynamic-ID tables are exclusive too
+  (they admit and evict IDs). ``set_fused_optimizer`` waits for running passes.
+* Forward contexts belong to their autograd graph (freed with it): any number of forwards may await
+  their backward (threads, gradient accumulation); a graph's backward runs once.
+* Not synchronized by recgo, so not to be run concurrently with passes on the same collection:
+  writes to its parameters and buffers from Python (a torch optimizer's ``step()``,
+  ``load_state_dict``, ``load``, in-place edits). Run them between steps.
+
+Copies: ``copy.deepcopy`` (and what uses it: ``torch.optim.swa_utils.AveragedModel``, EMA helpers),
+pickling and ``torch.save(module)`` build a new, independent collection with its own engine storage
+holding the same weights, optimizer state and step, and dynamic-ID maps; unpickling (in any process)
+rebuilds the engine state from those tensors. Engine handles themselves are never copied.
+
+Checkpoints: :meth:`EmbeddingBagCollection.save` writes the state dict with a CRC-32 of every tensor
+and of the metadata; :meth:`EmbeddingBagCollection.load` verifies them and raises
+:class:`recgo.errors.RecgoIOError` naming the file and the damaged part (truncated and unreadable
+files too).
 """
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import dataclasses
 import functools
 import math
 import os
-import tempfile
+import threading
 import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
@@ -31,11 +62,13 @@ from torch import nn
 from .. import _lib
 from .._memory import wrap
 from .._lib import D, H, I32, I64, P, S
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _ops
 from . import optim as _optim
+from ._checkpoint import load_checkpoint, save_checkpoint
+from ._contexts import ContextStore
 from .optim import FusedOptimizer
 
 def _no_use_count(t: torch.Tensor) -> int:
@@ -47,8 +80,8 @@ _storage_use_count = (
     if hasattr(torch._C, "_storage_Use_Count") else _no_use_count
 )
 
-# Forward contexts a collection keeps for backwards that have not run yet (older ones are freed).
-_MAX_CONTEXTS = 8
+# A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
+_MAX_STEP = 1 << 53
 
 _POOLINGS = {"sum": 0, "mean": 1}
 
@@ -337,10 +370,11 @@ class EmbeddingBagCollection(nn.Module):
                 cfg.dynamic.attach(self, i)
         self._engine_views = self._engine_tensors()
         self._anchor = torch.zeros((), requires_grad=True)
-        self._contexts: dict[int, _lib.Handle] = {}
+        self._contexts = ContextStore()
         self._out_cache: list[torch.Tensor] = []
-        self._next_ctx = 0
+        self._out_lock = threading.Lock()
         _ops.register(self, self._handle.value)
+        self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
 
     @property
     def device(self) -> torch.device:
@@ -502,33 +536,31 @@ class EmbeddingBagCollection(nn.Module):
         (milliseconds for a large output), so the memory of an earlier output is reused once nothing
         references it any more: the caller only ever gets views of the cached base tensors, so the
         base's storage use count (2: the base and the probe's temporary) proves every view is gone."""
-        for base in self._out_cache:
-            if base.shape[0] == batch and _storage_use_count(base) == 2:
-                return base.view(base.shape)
-        base = torch.empty(batch, self._width, dtype=torch.float32)
-        if _storage_use_count is not _no_use_count:
-            self._out_cache = [base] + self._out_cache[:1]
-        return base.view(base.shape)
+        with self._out_lock:  # the check and the hand-out are one step: two threads never share a base
+            for base in self._out_cache:
+                if base.shape[0] == batch and _storage_use_count(base) == 2:
+                    return base.view(base.shape)
+            base = torch.empty(batch, self._width, dtype=torch.float32)
+            if _storage_use_count is not _no_use_count:
+                self._out_cache = [base] + self._out_cache[:1]
+            return base.view(base.shape)
 
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                     weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> int:
-        """Forward into ``out``; with ``keep``, stash the context for backward and return its id."""
+                     weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> torch.Tensor:
+        """Forward into ``out``; with ``keep``, return the ticket that owns the saved context (see
+        ``_contexts.py``), else a ticket of id 0."""
         handle = self._forward(key_feature, values, lengths, weights, out, keep)
         if handle is None:
-            return 0
-        self._next_ctx += 1
-        self._contexts[self._next_ctx] = handle
-        while len(self._contexts) > _MAX_CONTEXTS:  # forwards whose backward never ran
-            self._contexts.pop(next(iter(self._contexts))).free()
-        return self._next_ctx
+            return torch.zeros(1, dtype=torch.int64)
+        return self._contexts.keep(handle)
 
     def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
-        """Backward of a stashed context (freed afterwards): see ``recgo::ebc_backward``."""
-        handle = self._contexts.pop(ctx_id, None)
+        """Backward of a saved context (freed afterwards): see ``recgo::ebc_backward``."""
+        handle = self._contexts.take(ctx_id)
         if handle is None:
             raise InvalidInputError(
-                "recgo backward: no saved forward for this graph (backward ran twice, the forward ran without "
-                f"grad tracking, or more than {_MAX_CONTEXTS} forwards ran since without a backward)")
+                "recgo backward: no saved forward for this graph (backward ran twice on it, or the forward "
+                "ran without grad tracking)")
         try:
             return self._backward_raw(handle, grad)
         finally:
@@ -676,12 +708,23 @@ class EmbeddingBagCollection(nn.Module):
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` with shape checks that raise ``InvalidInputError``, copying into
         engine memory (``assign=True`` is honoured by copying back on the next forward). On the meta
-        device it materialises the tables first."""
+        device it materialises the tables first. Optimizer step counters outside ``[0, 2^53)`` are
+        refused. Dynamic-ID tables' entries (their rows in use and ID map) are checked by the engine,
+        which leaves the table unchanged on error."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
-        own = self.state_dict(keep_vars=True)
+        dynamic = {f"embedding_bags.{c.name}." for c in self._configs if c.dynamic is not None}
+        own = {f"embedding_bags.{table}.{name}": mine for table, _, name, mine, _ in self._engine_views}
         for k, v in state_dict.items():
-            if k in own and isinstance(v, torch.Tensor) and tuple(v.shape) != tuple(own[k].shape):
+            if not isinstance(v, torch.Tensor):
+                continue
+            if k.endswith(".optimizer_step") and k in own:
+                step = v.reshape(-1)
+                if step.numel() != 1 or step.dtype != torch.int64 or not 0 <= int(step[0]) < _MAX_STEP:
+                    raise InvalidInputError(
+                        f"checkpoint entry {k!r} = {step.tolist()} ({step.dtype}) is not an optimizer step in "
+                        "[0, 2^53): a corrupted or foreign checkpoint")
+            if k in own and k.rpartition(".")[0] + "." not in dynamic and tuple(v.shape) != tuple(own[k].shape):
                 raise InvalidInputError(
                     f"checkpoint entry {k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
                     " (a checkpoint of another configuration?)")
@@ -690,16 +733,76 @@ class EmbeddingBagCollection(nn.Module):
         return res
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write ``state_dict()`` to ``path`` with ``torch.save``, atomically (see :func:`save_checkpoint`)."""
+        """Write ``state_dict()`` to ``path`` atomically, with a CRC-32 of every tensor and of the
+        metadata (see :func:`save_checkpoint`)."""
         save_checkpoint(self.state_dict(), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Load a checkpoint written by :meth:`save` (weights and optimizer state, bit-exact)."""
-        self.load_state_dict(torch.load(path, weights_only=True))
+        """Load a checkpoint written by :meth:`save` (weights and optimizer state, bit-exact) after
+        verifying its checksums; a damaged, truncated or foreign file raises ``RecgoIOError``."""
+        self.load_state_dict(load_checkpoint(path))
+
+    # -- copies ----------------------------------------------------------------------------------
+
+    def _spec(self) -> dict[str, Any]:
+        """Constructor arguments of an equivalent empty collection (configs without engine handles)."""
+        return {"tables": [copy.deepcopy(c) for c in self._configs], "is_weighted": self._is_weighted,
+                "optimizer": self._optimizer, "sparse_grad": self._sparse_grad}
+
+    def _portable_flags(self) -> dict[str, Any]:
+        """Per parameter ``requires_grad`` and per module ``training``, by qualified name."""
+        return {"requires_grad": {n: p.requires_grad for n, p in self.named_parameters()},
+                "training": {n: m.training for n, m in self.named_modules()}}
+
+    def _extra_attributes(self) -> dict[str, Any]:
+        """Attributes set after construction (by users), which copies carry along."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._init_keys}
+
+    def _portable_state(self) -> dict[str, Any]:
+        """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
+        with torch.no_grad():
+            tensors = {k: v.detach().clone() for k, v in self.state_dict().items()}
+        return {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes()}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "EmbeddingBagCollection":
+        """An independent collection with its own engine storage and the same state (see the module doc)."""
+        new = EmbeddingBagCollection(**self._spec(), seed=0)
+        memo[id(self)] = new
+        with torch.no_grad():
+            new.load_state_dict(self.state_dict())  # engine memory to engine memory, no extra copy
+        _apply_portable_state(new, {**self._portable_flags(),
+                                    "extra": copy.deepcopy(self._extra_attributes(), memo)})
+        return new
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        """Pickle (and ``torch.save(module)``) as constructor arguments plus tensors: unpickling builds
+        a new collection, in any process, and loads the state into its own engine storage."""
+        return (_rebuild_collection, (self._spec(), self._portable_state()))
 
     def extra_repr(self) -> str:
         opt = type(self._optimizer).__name__ if self._optimizer is not None else "none (torch optimizer)"
         return f"tables={[c.name for c in self._configs]}, width={self._width}, fused_optimizer={opt}"
+
+
+def _rebuild_collection(spec: dict[str, Any], state: dict[str, Any]) -> EmbeddingBagCollection:
+    """Unpickling target: a new collection from ``spec`` with ``state`` loaded (see ``__reduce_ex__``)."""
+    new = EmbeddingBagCollection(**spec, seed=0)  # seeded: copying must not draw from torch's global RNG
+    if state["state_dict"]:
+        with torch.no_grad():
+            new.load_state_dict(state["state_dict"])
+    _apply_portable_state(new, state)
+    return new
+
+
+def _apply_portable_state(new: EmbeddingBagCollection, state: dict[str, Any]) -> None:
+    params, mods = dict(new.named_parameters()), dict(new.named_modules())
+    for n, flag in state.get("requires_grad", {}).items():
+        if n in params:
+            params[n].requires_grad_(flag)
+    for n, flag in state.get("training", {}).items():
+        if n in mods:
+            mods[n].training = flag
+    new.__dict__.update(state.get("extra", {}))
 
 
 STAGES = ("dedup", "pool", "group", "update")
@@ -713,22 +816,3 @@ def stage_times() -> dict[str, float]:
     out = torch.zeros(len(STAGES), dtype=torch.int64)
     _lib.call(_lib.fn("recgo_ebc_stage_times", [P, I64]), out.data_ptr(), len(STAGES))
     return {name: ns / 1e9 for name, ns in zip(STAGES, out.tolist())}
-
-
-def save_checkpoint(obj: Any, path: str | os.PathLike[str]) -> None:
-    """``torch.save(obj, path)`` that never leaves a half-written file: it writes a temporary file in
-    the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise

@@ -3,7 +3,10 @@
 Pass one to :class:`recgo.EmbeddingBagCollection` as ``optimizer=``; the engine then merges each
 batch's gradient per distinct row and updates that row (and its optimizer state, kept beside the
 table outside the Python heap) in the same pass, like TorchRec's fused EmbeddingBagCollection.
-Hyper-parameters are checked by the engine (out-of-range values raise ``InvalidInputError``).
+Hyper-parameters are checked by the engine: out-of-range values, and parameters an optimizer does not
+take (``eps`` for SGD, ``beta1``/``beta2`` outside Adam/AdamW: they would be ignored), raise
+``InvalidInputError``. ``weight_decay`` is torch.optim's L2 term on every optimizer but AdamW: the
+gradient becomes g + wd·w before the update (applied, like the update, to the rows a batch touches).
 """
 
 from __future__ import annotations
@@ -35,14 +38,15 @@ class FusedOptimizer:
 
 @dataclass(frozen=True)
 class SGD(FusedOptimizer):
-    """Plain SGD: w ← w − lr·g."""
+    """Plain SGD (torch.optim.SGD without momentum): w ← w − lr·(g + wd·w)."""
 
     kind = 1
 
 
 @dataclass(frozen=True)
 class Adagrad(FusedOptimizer):
-    """Adagrad (torch.optim.Adagrad, FBGEMM EXACT_ADAGRAD): s ← s + g², w ← w − lr·g/(√s + eps)."""
+    """Adagrad (torch.optim.Adagrad, FBGEMM EXACT_ADAGRAD): g ← g + wd·w, s ← s + g²,
+    w ← w − lr·g/(√s + eps)."""
 
     eps: float = 1e-10
     kind = 2
@@ -53,7 +57,8 @@ class Adagrad(FusedOptimizer):
 
 @dataclass(frozen=True)
 class RowWiseAdagrad(FusedOptimizer):
-    """Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD): one accumulator per row, s ← s + mean(g²)."""
+    """Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD): one accumulator per row, g ← g + wd·w,
+    s ← s + mean(g²), w ← w − lr·g/(√s + eps)."""
 
     eps: float = 1e-8
     kind = 3

@@ -1,0 +1,236 @@
+package dynamic
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"os"
+	"path/filepath"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// The checkpoint file of one dynamic table (written by [Table.Save], read by [Table.Load]) holds the
+// rows in use only, so its size follows the table's high water mark, not its bound. Layout, all
+// little-endian:
+//
+//	magic "RGDYNCK1"
+//	header: version (uint32), then 12 int64: dim, state width, row bound, sketch width, step,
+//	        admitted, evicted, high water, free-list length, sketch length, sketch-adds length,
+//	        optimizer step
+//	CRC-32C of magic and header (uint32)
+//	sections, each followed by its CRC-32C (uint32): ids, counts, last seen, free (int64 each);
+//	        weights, state (float32); sketch (uint8); sketch adds (int64)
+//
+// Reading checks the magic, version, every checksum and every size against the file's length before
+// allocating, then [Snapshot.validate] checks the contents against the table.
+const (
+	fileMagic      = "RGDYNCK1"
+	fileVersion    = 1
+	headerInts     = 12
+	headerBytes    = len(fileMagic) + 4 + 8*headerInts
+	sectionCount   = 8
+	maxFileDim     = 1 << 20
+	maxStateFactor = 2 // Adam keeps 2·dim state values per row
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// sectionNames name the file's sections in errors.
+var sectionNames = [sectionCount]string{"ids", "counts", "last_seen", "free", "weights", "state", "sketch", "sketch_adds"}
+
+// Checkpoint is what a dynamic-table checkpoint file holds: the table's snapshot and the collection's
+// optimizer step counter for the table (Adam's bias correction).
+type Checkpoint struct {
+	Snapshot      *Snapshot
+	OptimizerStep int64
+}
+
+// Encode returns the checkpoint's file contents.
+func (c *Checkpoint) Encode() []byte {
+	s := c.Snapshot
+	hdr := []int64{int64(s.Dim), int64(s.StateWidth), int64(s.MaxRows), int64(s.SketchWidth), s.Step,
+		s.Admitted, s.Evicted, int64(len(s.IDs)), int64(len(s.Free)), int64(len(s.Sketch)), int64(len(s.SketchAdds)),
+		c.OptimizerStep}
+	size := headerBytes + 4 + 4*sectionCount + 8*(3*len(s.IDs)+len(s.Free)+len(s.SketchAdds)) +
+		4*(len(s.Weights)+len(s.State)) + len(s.Sketch)
+	b := make([]byte, 0, size)
+	b = append(b, fileMagic...)
+	b = binary.LittleEndian.AppendUint32(b, fileVersion)
+	for _, v := range hdr {
+		b = binary.LittleEndian.AppendUint64(b, uint64(v))
+	}
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	section := func(appendValues func([]byte) []byte) {
+		start := len(b)
+		b = appendValues(b)
+		b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+	}
+	ints := func(v []int64) func([]byte) []byte {
+		return func(b []byte) []byte {
+			for _, x := range v {
+				b = binary.LittleEndian.AppendUint64(b, uint64(x))
+			}
+			return b
+		}
+	}
+	floats := func(v []float32) func([]byte) []byte {
+		return func(b []byte) []byte {
+			for _, x := range v {
+				b = binary.LittleEndian.AppendUint32(b, math.Float32bits(x))
+			}
+			return b
+		}
+	}
+	section(ints(s.IDs))
+	section(ints(s.Counts))
+	section(ints(s.LastSeen))
+	section(ints(s.Free))
+	section(floats(s.Weights))
+	section(floats(s.State))
+	section(func(b []byte) []byte { return append(b, s.Sketch...) })
+	section(ints(s.SketchAdds))
+	return b
+}
+
+// DecodeCheckpoint parses file contents written by [Checkpoint.Encode]. It checks structure and
+// checksums (naming the damaged part), not whether the snapshot fits a table: [Table.Import] does.
+func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
+	bad := func(format string, args ...any) error { return errs.IOf("dynamic checkpoint: "+format, args...) }
+	if len(b) < headerBytes+4 {
+		return nil, bad("truncated: %d bytes, shorter than the %d-byte header", len(b), headerBytes+4)
+	}
+	if string(b[:len(fileMagic)]) != fileMagic {
+		return nil, bad("not a recgo dynamic-table checkpoint (bad magic %q)", b[:len(fileMagic)])
+	}
+	if got := binary.LittleEndian.Uint32(b[headerBytes:]); got != crc32.Checksum(b[:headerBytes], castagnoli) {
+		return nil, bad("header checksum mismatch (the file is corrupted)")
+	}
+	if v := binary.LittleEndian.Uint32(b[len(fileMagic):]); v != fileVersion {
+		return nil, bad("format version %d, this recgo reads %d", v, fileVersion)
+	}
+	var h [headerInts]int64
+	for i := range h {
+		h[i] = int64(binary.LittleEndian.Uint64(b[len(fileMagic)+4+8*i:]))
+	}
+	dim, width, maxRows, sketchWidth := h[0], h[1], h[2], h[3]
+	hw, nfree, nsketch, nadds := h[7], h[8], h[9], h[10]
+	switch {
+	case dim <= 0 || dim > maxFileDim:
+		return nil, bad("header: dim %d out of range", dim)
+	case width < 0 || width > maxStateFactor*dim:
+		return nil, bad("header: state width %d out of range for dim %d", width, dim)
+	case maxRows <= 0 || maxRows > MaxRowBound:
+		return nil, bad("header: row bound %d out of range", maxRows)
+	case sketchWidth < 0 || sketchWidth > math.MaxInt32:
+		return nil, bad("header: sketch width %d out of range", sketchWidth)
+	case hw < 0 || hw > maxRows || nfree < 0 || nfree > hw:
+		return nil, bad("header: %d rows and %d free rows for a bound of %d", hw, nfree, maxRows)
+	case nsketch < 0 || nsketch > sketchDepth*sketchWidth || (nadds != 0 && nadds != numShards):
+		return nil, bad("header: %d sketch counters and %d sketch totals", nsketch, nadds)
+	}
+	// Every size is now bounded (rows < 2^31, dim ≤ 2^20): the expected length cannot overflow.
+	lens := [sectionCount]int64{hw * 8, hw * 8, hw * 8, nfree * 8, hw * dim * 4, hw * width * 4, nsketch, nadds * 8}
+	want := int64(headerBytes + 4)
+	for _, n := range lens {
+		want += n + 4
+	}
+	if int64(len(b)) != want {
+		return nil, bad("%d bytes where the header declares %d (truncated or corrupted)", len(b), want)
+	}
+	var sec [sectionCount][]byte
+	off := int64(headerBytes + 4)
+	for i, n := range lens {
+		sec[i] = b[off : off+n]
+		if got := binary.LittleEndian.Uint32(b[off+n:]); got != crc32.Checksum(sec[i], castagnoli) {
+			return nil, bad("checksum mismatch in section %s (the file is corrupted)", sectionNames[i])
+		}
+		off += n + 4
+	}
+	ints := func(p []byte) []int64 {
+		out := make([]int64, len(p)/8)
+		for i := range out {
+			out[i] = int64(binary.LittleEndian.Uint64(p[8*i:]))
+		}
+		return out
+	}
+	floats := func(p []byte) []float32 {
+		out := make([]float32, len(p)/4)
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:]))
+		}
+		return out
+	}
+	s := &Snapshot{Dim: int(dim), StateWidth: int(width), MaxRows: int(maxRows), SketchWidth: int(sketchWidth),
+		Step: h[4], Admitted: h[5], Evicted: h[6], IDs: ints(sec[0]), Counts: ints(sec[1]), LastSeen: ints(sec[2]),
+		Free: ints(sec[3]), Weights: floats(sec[4]), State: floats(sec[5]), SketchAdds: ints(sec[7])}
+	if nsketch > 0 {
+		s.Sketch = append([]uint8(nil), sec[6]...)
+	}
+	if nadds == 0 {
+		s.SketchAdds = nil
+	}
+	return &Checkpoint{Snapshot: s, OptimizerStep: h[11]}, nil
+}
+
+// maxFileBytes bounds the checkpoint files Load reads (checked against the file's size first).
+const maxFileBytes = 1 << 40
+
+// Save writes the table's checkpoint (with optimizerStep, the collection's step counter for it) to
+// path atomically: a temporary file in the same folder, fsynced and renamed over path.
+func (t *Table) Save(path string, optimizerStep int64) error {
+	s, err := t.Export()
+	if err != nil {
+		return err
+	}
+	data := (&Checkpoint{Snapshot: s, OptimizerStep: optimizerStep}).Encode()
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return errs.IOf("dynamic table %q: save %s: %v", t.cfg.Name, path, err)
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, path)
+	}
+	if werr != nil {
+		_ = os.Remove(tmp)
+		return errs.IOf("dynamic table %q: save %s: %v", t.cfg.Name, path, werr)
+	}
+	return nil
+}
+
+// Load reads a checkpoint file written by [Table.Save], verifies it and imports it; it returns the
+// optimizer step counter the file holds. On any error (naming the file and the damaged part) the
+// table is unchanged.
+func (t *Table) Load(path string) (int64, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return 0, errs.IOf("dynamic table %q: load %s: %v", t.cfg.Name, path, err)
+	}
+	if st.Size() > maxFileBytes {
+		return 0, errs.IOf("dynamic table %q: load %s: %d bytes is past the %d-byte limit", t.cfg.Name, path, st.Size(), int64(maxFileBytes))
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, errs.IOf("dynamic table %q: load %s: %v", t.cfg.Name, path, err)
+	}
+	c, err := DecodeCheckpoint(data)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	if c.OptimizerStep < 0 || c.OptimizerStep >= 1<<53 {
+		return 0, errs.IOf("%s: dynamic checkpoint: optimizer step %d out of range", path, c.OptimizerStep)
+	}
+	if err := t.Import(c.Snapshot); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	return c.OptimizerStep, nil
+}

@@ -1,0 +1,106 @@
+"""Checksummed checkpoints of state dicts (``EmbeddingBagCollection.save``/``load``).
+
+The file is a ``torch.save`` of an envelope: format name and version, per entry its key, dtype,
+shape and the CRC-32 of its bytes, a CRC-32 of that metadata, and the state dict itself.
+:func:`load_checkpoint` verifies all of it, so a damaged file is refused (``RecgoIOError`` naming the
+file and the part) instead of loading different values; CRC-32 detects every single-bit error.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import tempfile
+import zlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..errors import InvalidInputError, RecgoIOError
+
+_FORMAT = "recgo-checkpoint"
+_VERSION = 1
+
+
+def _tensor_crc(t: torch.Tensor) -> int:
+    """CRC-32 of a tensor's bytes (C order)."""
+    t = t.detach().contiguous()
+    n = t.numel() * t.element_size()
+    if n == 0:
+        return 0
+    return zlib.crc32((ctypes.c_char * n).from_address(t.data_ptr()))
+
+
+def _describe(state: dict[str, torch.Tensor]) -> list[list[Any]]:
+    """Per entry: key, dtype, shape and CRC-32 of its bytes (the checkpoint's metadata)."""
+    return [[k, str(v.dtype), list(v.shape), _tensor_crc(v)] for k, v in state.items()]
+
+
+def _meta_crc(entries: Any) -> int:
+    return zlib.crc32(json.dumps([_FORMAT, _VERSION, entries], separators=(",", ":")).encode())
+
+
+def save_checkpoint(state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> None:
+    """Write a state dict (str → tensor) to ``path`` with per-tensor and metadata CRC-32s (read it
+    back with :func:`load_checkpoint`). The file is written with ``torch.save`` to a temporary file in
+    the same folder, fsynced and renamed over ``path``: ``path`` is never half-written."""
+    for k, v in state.items():
+        if not isinstance(k, str) or not isinstance(v, torch.Tensor):
+            raise InvalidInputError(f"save_checkpoint: entry {k!r} is not a str → tensor pair")
+    entries = _describe(state)
+    _save_atomic({"format": _FORMAT, "version": _VERSION, "entries": entries, "meta_crc": _meta_crc(entries),
+                  "state_dict": dict(state)}, path)
+
+
+def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
+    """The state dict of a checkpoint written by :func:`save_checkpoint`, after checking its format,
+    metadata checksum and every tensor's checksum, dtype and shape. Raises ``RecgoIOError`` naming
+    the file and the damaged part for a missing, truncated, corrupted or foreign file."""
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as exc:  # torch raises EOFError, RuntimeError, UnpicklingError, UnicodeDecodeError, ...
+        raise RecgoIOError(f"{path}: cannot read the checkpoint (truncated or corrupted?): "
+                           f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
+        raise RecgoIOError(f"{path}: not a recgo checkpoint (no checksummed envelope); a plain torch.save of "
+                           "a state dict loads with ebc.load_state_dict(torch.load(path))")
+    if obj.get("version") != _VERSION:
+        raise RecgoIOError(f"{path}: checkpoint format version {obj.get('version')!r}, this recgo reads {_VERSION}")
+    entries, state = obj.get("entries"), obj.get("state_dict")
+    try:
+        meta_ok = obj.get("meta_crc") == _meta_crc(entries)
+    except (TypeError, ValueError):
+        meta_ok = False
+    if not meta_ok or not isinstance(state, dict):
+        raise RecgoIOError(f"{path}: checkpoint metadata checksum mismatch (the file is corrupted)")
+    if [e[0] for e in entries] != list(state):
+        raise RecgoIOError(f"{path}: checkpoint entries {list(state)} differ from its metadata (the file is corrupted)")
+    for key, dtype, shape, crc in entries:
+        v = state[key]
+        if not isinstance(v, torch.Tensor) or str(v.dtype) != dtype or list(v.shape) != shape:
+            raise RecgoIOError(f"{path}: checkpoint entry {key!r} is not a {dtype} tensor of shape {shape} "
+                               "(the file is corrupted)")
+        if _tensor_crc(v) != crc:
+            raise RecgoIOError(f"{path}: checksum mismatch in checkpoint entry {key!r} (the file is corrupted)")
+    return {k: v.detach() for k, v in state.items()}  # values only (a pickled requires_grad flag is not state)
+
+
+def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
+    """``torch.save(obj, path)`` that never leaves a half-written file: it writes a temporary file in
+    the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

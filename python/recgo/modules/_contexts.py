@@ -1,0 +1,55 @@
+"""Engine forward contexts owned by the autograd graph that needs them.
+
+A module whose forward keeps an engine context for its backward (the embedding collections) hands
+:meth:`ContextStore.keep` the context's handle and gets back a one-element int64 tensor, the *ticket*.
+The ticket's memory is a small buffer that holds the handle, so the handle lives exactly as long as
+the ticket's storage: the module's custom op returns the ticket as an output and its autograd
+formula saves it for backward, so the context is freed when the graph is (after its backward, or
+when the graph is dropped without one), with no limit on how many graphs are pending (many threads,
+gradient accumulation over any number of micro-batches). :meth:`ContextStore.take` hands the handle
+to the backward exactly once; a second backward of the same graph finds nothing.
+
+This works the same under ``torch.compile``: the compiled graph saves the ticket like any other
+tensor. The store is safe for concurrent use (its dict operations are atomic under the GIL; a handle
+may be collected on any thread).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import itertools
+import weakref
+
+import torch
+
+from .._lib import Handle
+
+_ids = itertools.count(1)
+
+
+class _Cell(ctypes.c_int64 * 1):
+    """The ticket's memory; it owns the handle (attribute ``handle``) while any view of it lives."""
+
+
+class ContextStore:
+    """Handles of engine contexts, each owned by the storage of the ticket tensor :meth:`keep` returns."""
+
+    def __init__(self) -> None:
+        self._live: "weakref.WeakValueDictionary[int, Handle]" = weakref.WeakValueDictionary()
+
+    def keep(self, handle: Handle) -> torch.Tensor:
+        """A ticket (int64 tensor of one element, its id) that owns ``handle`` until it is collected."""
+        ident = next(_ids)
+        cell = _Cell(ident)
+        cell.handle = handle  # type: ignore[attr-defined]  # the storage → buffer → cell chain owns it
+        self._live[ident] = handle
+        return torch.frombuffer(cell, dtype=torch.int64, count=1)
+
+    def take(self, ticket: int) -> Handle | None:
+        """The handle behind ``ticket`` (its id), once; None when it was taken or its graph is gone.
+        The caller frees the handle when done (freeing early is safe: the ticket only drops it)."""
+        return self._live.pop(int(ticket), None)
+
+    def __len__(self) -> int:
+        """Contexts still pending (kept, neither taken nor collected)."""
+        return len(self._live)

@@ -1,0 +1,172 @@
+"""Copies of collections (issue 9): deepcopy, AveragedModel, pickle and torch.save(module) give
+independent collections with their own engine storage, in this process and in a new one."""
+
+from __future__ import annotations
+
+import copy
+import gc
+import io
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import recgo
+from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
+from recgo.modules import optim
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def kjt(seed: int, n: int = 8) -> KeyedJaggedTensor:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 4, (3 * n,), generator=gen)
+    values = torch.randint(0, 12, (int(lengths.sum()),), generator=gen)
+    return KeyedJaggedTensor(["a", "b", "c"], values, lengths)
+
+
+def make(kind: str, opt: optim.FusedOptimizer | None = optim.Adam(lr=0.05)) -> EmbeddingBagCollection:
+    if kind == "fixed":
+        tables = [EmbeddingBagConfig(20, 4, "t0", ["a", "b"]), EmbeddingBagConfig(12, 8, "t1", ["c"], pooling="mean")]
+    else:
+        tables = [EmbeddingBagConfig(20, 4, "t0", ["a", "b"],
+                                     dynamic=recgo.DynamicConfig(min_count=2, default=[0.5] * 4)),
+                  EmbeddingBagConfig(12, 8, "t1", ["c"], pooling="mean")]
+    return EmbeddingBagCollection(tables, optimizer=opt, seed=3)
+
+
+def train(ebc: EmbeddingBagCollection, seeds: range) -> None:
+    for s in seeds:
+        out = ebc(kjt(s)).values()
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(s))).sum().backward()
+
+
+def same_state(a: EmbeddingBagCollection, b: EmbeddingBagCollection) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+KINDS = ["fixed", "dynamic"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_deepcopy_is_independent_and_survives_the_original(kind: str) -> None:
+    a = make(kind)
+    train(a, range(3))
+    b = copy.deepcopy(a)
+    assert b._handle.value != a._handle.value
+    assert same_state(a, b), "the copy starts from the original's weights, optimizer state, step and ID map"
+    w = a.embedding_bags.t1.weight
+    assert b.embedding_bags.t1.weight.data_ptr() != w.data_ptr(), "own engine storage"
+    before = {k: v.clone() for k, v in a.state_dict().items()}
+    train(b, range(3, 6))
+    for k, v in a.state_dict().items():
+        assert torch.equal(v, before[k]), f"training the copy moved the original's {k}"
+    # The copy trains exactly as the original would have.
+    train(a, range(3, 6))
+    assert same_state(a, b)
+    del a, w
+    gc.collect()
+    out = b(kjt(9)).values()  # the original's memory is gone; the copy's is its own
+    assert torch.isfinite(out).all()
+
+
+def test_averaged_model_tracks_the_average() -> None:
+    base = make("fixed", opt=None)
+    swa = torch.optim.swa_utils.AveragedModel(base)
+    topt = torch.optim.SGD(base.parameters(), lr=0.5)
+    weights = [base.embedding_bags.t0.weight.detach().clone()]
+    for s in range(3):
+        topt.zero_grad()
+        base(kjt(s)).values().sum().backward()
+        topt.step()
+        weights.append(base.embedding_bags.t0.weight.detach().clone())
+        swa.update_parameters(base)
+    avg = swa.module.embedding_bags.t0.weight.detach()
+    # AveragedModel copies at construction (weights[0]), then averages the updates it is shown.
+    torch.testing.assert_close(avg, torch.stack(weights[1:]).mean(0), rtol=1e-6, atol=1e-6)
+    assert not torch.equal(avg, base.embedding_bags.t0.weight.detach())
+    # The averaged copy pools its own (averaged) rows: check against torch's embedding_bag on them.
+    batch = kjt(5)
+    feats, cols = batch.to_dict(), []
+    for name, feat, mode in (("t0", "a", "sum"), ("t0", "b", "sum"), ("t1", "c", "mean")):
+        v, ln = feats[feat]
+        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)[:-1]])
+        cols.append(torch.nn.functional.embedding_bag(v, swa.module.embedding_bags[name].weight.detach(), offs,
+                                                      mode=mode))
+    torch.testing.assert_close(swa(batch).values().detach(), torch.cat(cols, 1), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(swa.module.embedding_bags.t0.weight.detach(), avg, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_pickle_round_trip_in_process(kind: str) -> None:
+    a = make(kind)
+    train(a, range(2))
+    a.eval()
+    a.note = "user attribute"
+    b = pickle.loads(pickle.dumps(a))
+    assert b._handle.value != a._handle.value and same_state(a, b)
+    assert not b.training and b.note == "user attribute"
+    torch.testing.assert_close(a(kjt(4)).values(), b(kjt(4)).values(), rtol=0, atol=0)
+
+
+def test_engine_handles_refuse_copies() -> None:
+    a = make("fixed")
+    with pytest.raises(TypeError, match="cannot be copied"):
+        copy.copy(a._handle)
+    with pytest.raises(TypeError, match="cannot be copied"):
+        pickle.dumps(a._handle)
+
+
+def test_torch_save_module_loads_in_a_new_process(tmp_path: Path) -> None:
+    for kind in KINDS:  # one child process checks both kinds (starting one costs seconds)
+        a = make(kind)
+        train(a, range(3))
+        torch.save(a, tmp_path / f"{kind}.pt")
+        state = {k: v.clone() for k, v in a.state_dict().items()}
+        a.eval()  # an eval forward leaves the dynamic clock and ID map alone
+        torch.save({"want": a(kjt(7)).values().detach(), "state": state}, tmp_path / f"{kind}-want.pt")
+    # In a fresh process handle numbers start over: an unpickled handle would name another object.
+    script = textwrap.dedent(f"""
+        import torch, recgo
+        from recgo import KeyedJaggedTensor
+        decoy = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(5, 4, "x", ["a"])])
+        for kind in {KINDS!r}:
+            m = torch.load({str(tmp_path)!r} + f"/{{kind}}.pt", weights_only=False)
+            ref = torch.load({str(tmp_path)!r} + f"/{{kind}}-want.pt")
+            sd = m.state_dict()
+            assert list(sd) == list(ref["state"]), (list(sd), list(ref["state"]))
+            for k, v in ref["state"].items():
+                assert torch.equal(sd[k], v), k
+            gen = torch.Generator().manual_seed(7)
+            lengths = torch.randint(0, 4, (24,), generator=gen)
+            values = torch.randint(0, 12, (int(lengths.sum()),), generator=gen)
+            batch = KeyedJaggedTensor(["a", "b", "c"], values, lengths)
+            assert m.training
+            m.eval()
+            assert torch.equal(m(batch).values().detach(), ref["want"])
+            m.train()
+            m(batch).values().sum().backward()  # trains its own storage
+            assert int(m.embedding_bags.t1.optimizer_step) == 4
+        print("OK")
+    """)
+    env = {"PYTHONPATH": str(ROOT / "python"), "PATH": "/usr/bin:/bin"}
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert res.returncode == 0 and "OK" in res.stdout, res.stderr[-3000:]
+
+
+def test_deepcopy_in_a_parent_module_and_buffer_io() -> None:
+    parent = torch.nn.ModuleDict({"emb": make("fixed")})
+    train(parent["emb"], range(2))
+    twin = copy.deepcopy(parent)
+    assert twin["emb"]._handle.value != parent["emb"]._handle.value
+    assert same_state(parent["emb"], twin["emb"])
+    buf = io.BytesIO()
+    torch.save(parent, buf)
+    buf.seek(0)
+    again = torch.load(buf, weights_only=False)
+    assert same_state(parent["emb"], again["emb"])
