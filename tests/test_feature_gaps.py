@@ -24,8 +24,8 @@ def assert_same_weighted(out: recgo.KeyedJaggedTensor, ref: dict) -> None:
     got = out.to_dict()
     pos = 0
     for k, (v, l, w) in ref.items():
-        assert torch.equal(got[k][1], l.to(torch.int64)), f"{k}: lengths differ"
-        assert torch.equal(got[k][0], v.to(torch.int64)), f"{k}: values differ"
+        assert torch.equal(got[k].lengths(), l.to(torch.int64)), f"{k}: lengths differ"
+        assert torch.equal(got[k].values(), v.to(torch.int64)), f"{k}: values differ"
         if weighted:
             gw = out.weights()[pos:pos + v.numel()]
             want = w if w is not None else torch.ones(v.numel())
@@ -178,7 +178,7 @@ def test_weights_travel_through_truncate_and_filter() -> None:
 def test_cross_of_three_fields_by_hand() -> None:
     feats = [Feature("a"), Feature("b"), Feature("c"), Feature("abc").cross("a", "b", "c", seed=5)]
     batch = {"a": (torch.tensor([1, 2]), torch.tensor([2])), "b": torch.tensor([7]), "c": (torch.tensor([4, 5, 6]), torch.tensor([3]))}
-    got = FeatureEngine(feats)(batch).to_dict()["abc"][0].tolist()
+    got = FeatureEngine(feats)(batch).to_dict()["abc"].values().tolist()
     le = lambda *xs: b"".join(x.to_bytes(8, "little", signed=True) for x in xs)  # noqa: E731
     want = [xxh64_bytes(le(x, 7, z), 5) for x in (1, 2) for z in (4, 5, 6)]
     assert [v % 2**64 for v in got] == want
@@ -202,8 +202,8 @@ def test_filter_on_float_fields() -> None:
         batch = {"p": (vals, torch.tensor([3, 3]), torch.arange(6, dtype=torch.float32))}
         out = FeatureEngine(feats)(batch)
         d = out.to_dict()
-        assert d["p"][0].tolist() == [0, 1, 1] and d["p"][1].tolist() == [1, 2]  # NaN, -1 and 100.5 dropped
-        assert d["q"][0].tolist() == [0, 1]  # bag 0: [-1, NaN] cut to [-1]; bag 1: [100.5, 3.25] cut to [100.5]
+        assert d["p"].values().tolist() == [0, 1, 1] and d["p"].lengths().tolist() == [1, 2]  # NaN, -1 and 100.5 dropped
+        assert d["q"].values().tolist() == [0, 1]  # bag 0: [-1, NaN] cut to [-1]; bag 1: [100.5, 3.25] cut to [100.5]
         assert_same_weighted(out, reference_weighted(feats, batch, 2))
     with pytest.raises(recgo.InvalidInputError, match="NaN"):  # a NaN that reaches bucketize is refused
         FeatureEngine([Feature("p", dtype="float").truncate(3).bucketize([0])])(batch)
@@ -225,8 +225,8 @@ def test_position_and_recency_for_sequences() -> None:
     eng = FeatureEngine(feats)
     assert ("req_ts", "int64") in eng.inputs
     d = eng(batch).to_dict()
-    assert d["hist_age"][0].tolist() == [3, 1, 0, 1]  # ages 95000, 1000, 10 and 90 seconds
-    assert d["hist_pos"][0].tolist() == [2, 1, 0, 0]
+    assert d["hist_age"].values().tolist() == [3, 1, 0, 1]  # ages 95000, 1000, 10 and 90 seconds
+    assert d["hist_pos"].values().tolist() == [2, 1, 0, 0]
     assert_same_weighted(eng(batch), reference_weighted(feats, batch, 3))
     with pytest.raises(recgo.InvalidInputError, match="one value per sample"):
         eng({**batch, "req_ts": (torch.tensor([1, 2, 3]), torch.tensor([2, 0, 1]))})

@@ -94,7 +94,7 @@ def test_averaged_model_tracks_the_average() -> None:
     batch = kjt(5)
     feats, cols = batch.to_dict(), []
     for name, feat, mode in (("t0", "a", "sum"), ("t0", "b", "sum"), ("t1", "c", "mean")):
-        v, ln = feats[feat]
+        v, ln = feats[feat].values(), feats[feat].lengths()
         offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)[:-1]])
         cols.append(torch.nn.functional.embedding_bag(v, swa.module.embedding_bags[name].weight.detach(), offs,
                                                       mode=mode))

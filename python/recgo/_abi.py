@@ -67,6 +67,13 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_dynamic_load': ('int', (
+        ('h', 'uintptr_t'),
+        ('t', 'int64_t'),
+        ('path', 'char*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_dynamic_resolve': ('int', (
         ('h', 'uintptr_t'),
         ('t', 'int64_t'),
@@ -74,6 +81,13 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('rowsPtr', 'void*'),
         ('n', 'int64_t'),
         ('train', 'int32_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
+    'recgo_dynamic_save': ('int', (
+        ('h', 'uintptr_t'),
+        ('t', 'int64_t'),
+        ('path', 'char*'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
