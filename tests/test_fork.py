@@ -120,17 +120,3 @@ if __name__ == "__main__":
     assert res.returncode == 0, res.stderr
     assert "spawned 2" in res.stdout, res.stdout + res.stderr
 
-
-def test_pid_check_catches_a_fork_that_bypassed_the_hooks(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A fork from C code runs no os.register_at_fork hook; lib() also compares the pid that loaded it.
-    import recgo
-    from recgo import _lib
-
-    _lib.lib()
-    monkeypatch.setattr(_lib, "_forked", False)
-    monkeypatch.setattr(_lib, "_loaded_pid", os.getpid() + 1)
-    with pytest.raises(recgo.ForkError, match="spawn"):
-        _lib.fn("recgo_debug_fail")
-    assert _lib._forked  # from now on every call refuses, before touching the export
-    with pytest.raises(recgo.ForkError):
-        _lib.call(None)

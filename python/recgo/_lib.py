@@ -136,11 +136,10 @@ if hasattr(os, "register_at_fork"):
 
 def lib() -> ctypes.CDLL:
     """The loaded library, loading it on first use (and checking it against :mod:`recgo._abi`)."""
-    global _lib, _loaded_pid, _forked
+    global _lib, _loaded_pid
+    if _forked:
+        raise _fork_error()
     if _lib is not None:
-        if _forked or _loaded_pid != os.getpid():  # the pid check catches forks that bypass os.fork's hooks
-            _forked = True
-            raise _fork_error()
         return _lib
     with _lock:
         if _lib is None:
@@ -195,11 +194,11 @@ def _configure(f: Any, name: str) -> Any:
     ret, params = declaration(name)
     f.argtypes = [_ctype(t) for _, t in params]
     f.restype = None if ret == "void" else _ctype(ret)
-    f._recgo_ready = True
     return f
 
 
-_checked: set[tuple[Any, ...]] = set()
+_ready: dict[str, Any] = {}  # export name -> its configured ctypes function
+_accepted: dict[str, list[list[Any]]] = {}  # export name -> call-site argtypes lists already checked
 
 
 def fn(name: str, argtypes: Sequence[Any] | None = None) -> Any:
@@ -208,14 +207,17 @@ def fn(name: str, argtypes: Sequence[Any] | None = None) -> Any:
     ``argtypes`` (without the error buffer pair) is accepted from call sites written before the
     declarations were generated, and checked: :class:`AbiError` when it disagrees with the export.
     """
+    if _forked:
+        raise _fork_error()
     if argtypes is not None:
-        key = (name, *argtypes)
-        if key not in _checked:
+        seen = _accepted.get(name)
+        if seen is None or argtypes not in seen:  # list equality: a cheap re-check of a known call site
             check_argtypes(name, argtypes)
-            _checked.add(key)
-    f = getattr(lib(), name)
-    if not getattr(f, "_recgo_ready", False):
-        _configure(f, name)
+            _accepted.setdefault(name, []).append(list(argtypes))
+    f = _ready.get(name)
+    if f is None:
+        declaration(name)  # a clear AbiError for an undeclared export, before the library lookup
+        f = _ready[name] = _configure(getattr(lib(), name), name)
     return f
 
 
