@@ -21,10 +21,9 @@ import (
 // merges each row's gradient and applies the fused optimizer once per distinct row
 // ([Collection.Backward]'s grouped path).
 //
-// Output layout: the batch's keys in KJT order, key k's n_k rows of its table's dim D_k back to
-// back (n_k·D_k values starting at the sum of the earlier keys' n·D). The buffer holds
-// [SequenceCollection.OutputRows] rows of Width values (the last one zero-padded), which is also
-// the shape of the gradient backward takes.
+// Output layout: per key of the batch (KJT order) one buffer of its n_k rows of its table's dim
+// D_k. The gradient backward takes is those buffers back to back, in one buffer of
+// [SequenceCollection.GradRows] rows of Width values (the last one zero-padded).
 //
 // Concurrency: as [Collection]; its calls may run concurrently with the owner's. The owner must
 // outlive it: after the owner is closed, calls fail.
@@ -86,33 +85,40 @@ func (s *SequenceCollection) NumFeatures() int { return len(s.view.Features) }
 // Width is the sum of the features' dims: the row width of the output and gradient buffers.
 func (s *SequenceCollection) Width() int { return s.view.width }
 
+// TableDim is the embedding dim of the i-th table of Tables().
+func (s *SequenceCollection) TableDim(i int) int { return s.view.Tables[i].Dim }
+
 // Dim is the embedding dim of feature f.
 func (s *SequenceCollection) Dim(f int) int { return s.view.Tables[s.view.Features[f].Table].Dim }
 
-// OutputRows is the number of Width-wide rows a batch's output spans: ⌈Σ_k n_k·D_k / Width⌉.
-func (s *SequenceCollection) OutputRows(b Batch) (int, error) {
+// OutputSizes validates a batch and returns the number of output values of each key, n_k·D_k.
+func (s *SequenceCollection) OutputSizes(b Batch) ([]int64, error) {
 	B, err := ValidateBatch(b, len(s.view.Features))
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	total := s.outputValues(b, B, nil)
-	return int((total + int64(s.view.width) - 1) / int64(s.view.width)), nil
-}
-
-// outputValues returns Σ_k n_k·D_k and, when base is non-nil, fills base[k] with key k's first value.
-func (s *SequenceCollection) outputValues(b Batch, B int, base []int64) int64 {
-	var total int64
+	sizes := make([]int64, len(b.KeyFeature))
 	for k, f := range b.KeyFeature {
 		var n int64
 		for _, l := range b.Lengths[k*B : (k+1)*B] {
 			n += l
 		}
-		if base != nil {
-			base[k] = total
-		}
-		total += n * int64(s.Dim(int(f)))
+		sizes[k] = n * int64(s.Dim(int(f)))
 	}
-	return total
+	return sizes, nil
+}
+
+// GradRows is the number of Width-wide rows of a batch's gradient buffer: ⌈Σ_k n_k·D_k / Width⌉.
+func (s *SequenceCollection) GradRows(b Batch) (int, error) {
+	sizes, err := s.OutputSizes(b)
+	if err != nil {
+		return 0, err
+	}
+	var total int64
+	for _, n := range sizes {
+		total += n
+	}
+	return int((total + int64(s.view.width) - 1) / int64(s.view.width)), nil
 }
 
 // Close makes the collection unusable (later calls fail). The tables stay open: the owner closes them.
@@ -157,10 +163,10 @@ func iota64(n int) []int64 {
 	return s[:n]
 }
 
-// Forward gathers one row per ID of the batch (weights must be nil) into out, laid out as the type
-// doc says (OutputRows(b)·Width values, overwritten), and, when keep is true, returns the context
+// Forward gathers one row per ID of the batch (weights must be nil) into outs (one buffer per key,
+// OutputSizes(b) values each, overwritten) and, when keep is true, returns the context
 // [SequenceCollection.Backward] needs. Unresolved IDs (dynamic tables) give zero rows.
-func (s *SequenceCollection) Forward(b Batch, out []float32, train, keep bool) (*Context, error) {
+func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool) (*Context, error) {
 	unlock, err := s.lock()
 	if err != nil {
 		return nil, err
@@ -170,20 +176,24 @@ func (s *SequenceCollection) Forward(b Batch, out []float32, train, keep bool) (
 	if b.Weights != nil {
 		return nil, errs.Invalidf("sequence forward: per-ID weights are not supported (an unpooled lookup has nothing to weight)")
 	}
-	B, err := ValidateBatch(b, len(c.Features))
+	sizes, err := s.OutputSizes(b)
 	if err != nil {
 		return nil, err
 	}
-	F := len(c.Features)
-	base := make([]int64, F+1)
-	total := s.outputValues(b, B, base)
-	rows := int((total + int64(c.width) - 1) / int64(c.width))
-	if int64(len(out)) != int64(rows)*int64(c.width) {
-		return nil, errs.Invalidf("sequence forward: output has %d values, need %d (%d rows × width %d)",
-			len(out), rows*c.width, rows, c.width)
+	F, B := len(c.Features), len(b.Lengths)/len(c.Features)
+	if len(outs) != F {
+		return nil, errs.Invalidf("sequence forward: %d output buffers for %d keys", len(outs), F)
 	}
-	base[F] = total
-	clear(out[total:])
+	base := make([]int64, F) // key k's first value in the gradient buffer
+	var total int64
+	for k, n := range sizes {
+		if int64(len(outs[k])) != n {
+			return nil, errs.Invalidf("sequence forward: output %d has %d values, need %d", k, len(outs[k]), n)
+		}
+		base[k] = total
+		total += n
+	}
+	rows := int((total + int64(c.width) - 1) / int64(c.width))
 	ctx := c.getContext(rows) // B: the output's rows of Width, the gradient shape Backward checks
 	ctx.featKey = resize(ctx.featKey, F)
 	for k, f := range b.KeyFeature {
@@ -217,7 +227,7 @@ func (s *SequenceCollection) Forward(b Batch, out []float32, train, keep bool) (
 		since(StageGroup, t0)
 	}
 	t0 = time.Now()
-	s.gather(b, B, base, out, ctx)
+	s.gather(b, B, outs, ctx)
 	since(StagePool, t0)
 	if !keep {
 		c.Release(ctx)
@@ -226,9 +236,9 @@ func (s *SequenceCollection) Forward(b Batch, out []float32, train, keep bool) (
 	return ctx, nil
 }
 
-// gather copies each ID's row to its output slot: work items of up to gatherItem IDs of one key,
+// gather copies each ID's row to its slot of its key's output: work items of up to gatherItem IDs of one key,
 // gatherChunk IDs per kernel call, the next call's rows prefetched.
-func (s *SequenceCollection) gather(b Batch, B int, base []int64, out []float32, ctx *Context) {
+func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context) {
 	c := s.view
 	type item struct {
 		k      int
@@ -251,46 +261,23 @@ func (s *SequenceCollection) gather(b Batch, B int, base []int64, out []float32,
 			if v1 < it.v1 {
 				kernels.PrefetchRows(t.Data, offs[v1:min(v1+gatherChunk, it.v1)], mult, d)
 			}
-			kernels.SegmentReduce(out, int(base[it.k]+(v0-k0)*int64(d)), d, d, t.Data, offs, mult,
+			kernels.SegmentReduce(outs[it.k], int((v0-k0)*int64(d)), d, d, t.Data, offs, mult,
 				bounds[v0:v1+1], nil, nil)
 		}
 	})
 }
 
-// Backward merges the gradient of the output (laid out as Forward's: OutputRows·Width values) into
+// Backward merges the gradient of the outputs (back to back, zero-padded to GradRows·Width values) into
 // one gradient per distinct row of each table and applies the tables' fused optimizer once per
 // row (gradRows == nil), or writes the merged gradients out: for the i-th table of Tables(), its
-// Unique(i) rows (-1 for unresolved IDs) at gradRows[Σ_{j<i} Unique(j):] and their values at
-// gradVals[Σ_{j<i} Unique(j)·dim_j:]. The fused update steps each used table's counter once.
-func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows []int64, gradVals []float32) error {
+// Unique(i) rows into gradRows[i] (-1 for unresolved IDs) and their values into gradVals[i]
+// (see [Collection.Backward]). The fused update steps each used table's counter once.
+func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	if err := s.owner.rlock(); err != nil { // view.Backward takes the view's lock itself
 		return err
 	}
 	defer s.owner.mu.RUnlock()
-	c := s.view
-	if ctx == nil || len(ctx.tables) != len(c.Tables) {
-		return errs.Invalidf("sequence backward: context does not belong to this collection")
-	}
-	if gradRows == nil {
-		return c.Backward(ctx, grad, nil, nil)
-	}
-	var nr, nv int
-	for i, t := range c.Tables {
-		nr += ctx.Unique(i)
-		nv += ctx.Unique(i) * t.Dim
-	}
-	if len(gradRows) != nr || len(gradVals) != nv {
-		return errs.Invalidf("sequence backward: gradient buffers hold %d rows / %d values, need %d / %d",
-			len(gradRows), len(gradVals), nr, nv)
-	}
-	rows, vals := make([][]int64, len(c.Tables)), make([][]float32, len(c.Tables))
-	nr, nv = 0, 0
-	for i, t := range c.Tables {
-		u := ctx.Unique(i)
-		rows[i], vals[i] = gradRows[nr:nr+u], gradVals[nv:nv+u*t.Dim]
-		nr, nv = nr+u, nv+u*t.Dim
-	}
-	return c.Backward(ctx, grad, rows, vals)
+	return s.view.Backward(ctx, grad, gradRows, gradVals)
 }
 
 // Release hands a context's buffers back for reuse.

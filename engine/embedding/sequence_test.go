@@ -73,10 +73,25 @@ func (x *seqSetup) ref() (out []float64, table []int, off []int) {
 	return out, table, off
 }
 
-func (x *seqSetup) buffer(t *testing.T) []float32 {
-	rows, err := x.s.OutputRows(x.b)
+// buffers returns one output buffer per key and the gradient buffer's size.
+func (x *seqSetup) buffers(t *testing.T) ([][]float32, int) {
+	sizes, err := x.s.OutputSizes(x.b)
 	require.NoError(t, err)
-	return make([]float32, rows*x.s.Width())
+	outs := make([][]float32, len(sizes))
+	for k, n := range sizes {
+		outs[k] = make([]float32, n)
+	}
+	rows, err := x.s.GradRows(x.b)
+	require.NoError(t, err)
+	return outs, rows * x.s.Width()
+}
+
+func flatten(outs [][]float32) []float32 {
+	var all []float32
+	for _, o := range outs {
+		all = append(all, o...)
+	}
+	return all
 }
 
 func TestSequenceForwardBackwardMatchesBruteForce(t *testing.T) {
@@ -84,25 +99,26 @@ func TestSequenceForwardBackwardMatchesBruteForce(t *testing.T) {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			x := newSeqSetup(t, seed, OptimizerConfig{Kind: OptNone})
 			want, table, off := x.ref()
-			out := x.buffer(t)
-			for i := range out {
-				out[i] = 7 // overwritten, padding included
+			outs, ng := x.buffers(t)
+			for _, o := range outs {
+				for i := range o {
+					o[i] = 7 // overwritten
+				}
 			}
-			ctx, err := x.s.Forward(x.b, out, true, true)
+			ctx, err := x.s.Forward(x.b, outs, true, true)
 			require.NoError(t, err)
+			out := flatten(outs)
+			require.Len(t, out, len(want))
 			for i, w := range want {
 				close32(t, w, out[i], fmt.Sprintf("out[%d]", i))
 			}
-			for _, v := range out[len(want):] {
-				require.Zero(t, v, "padding")
-			}
 			// no-context forward gives the same rows
-			out2 := x.buffer(t)
-			_, err = x.s.Forward(x.b, out2, false, false)
+			outs2, _ := x.buffers(t)
+			_, err = x.s.Forward(x.b, outs2, false, false)
 			require.NoError(t, err)
-			require.Equal(t, out, out2)
+			require.Equal(t, out, flatten(outs2))
 
-			grad := make([]float32, len(out))
+			grad := make([]float32, ng)
 			for i := range grad {
 				grad[i] = float32(x.owner.rng.NormFloat64())
 			}
@@ -117,26 +133,24 @@ func TestSequenceForwardBackwardMatchesBruteForce(t *testing.T) {
 					refG[key][j] += float64(grad[off[v]+j])
 				}
 			}
-			var nr, nv int
-			for i, tb := range x.s.Tables() {
-				nr += ctx.Unique(i)
-				nv += ctx.Unique(i) * x.owner.c.Tables[tb].Dim
+			tabs := x.s.Tables()
+			rows, vals := make([][]int64, len(tabs)), make([][]float32, len(tabs))
+			for i, tb := range tabs {
+				rows[i] = make([]int64, ctx.Unique(i))
+				vals[i] = make([]float32, ctx.Unique(i)*x.owner.c.Tables[tb].Dim)
 			}
-			rows, vals := make([]int64, nr), make([]float32, nv)
 			require.NoError(t, x.s.Backward(ctx, grad, rows, vals))
 			seen := 0
-			r0, v0 := 0, 0
-			for i, tb := range x.s.Tables() {
+			for i, tb := range tabs {
 				d := x.owner.c.Tables[tb].Dim
 				for u := 0; u < ctx.Unique(i); u++ {
-					g, ok := refG[[2]int64{int64(tb), rows[r0+u]}]
-					require.True(t, ok, "row %d of table %d has no lookups", rows[r0+u], tb)
+					g, ok := refG[[2]int64{int64(tb), rows[i][u]}]
+					require.True(t, ok, "row %d of table %d has no lookups", rows[i][u], tb)
 					for j := 0; j < d; j++ {
-						close32(t, g[j], vals[v0+u*d+j], "grad")
+						close32(t, g[j], vals[i][u*d+j], "grad")
 					}
 					seen++
 				}
-				r0, v0 = r0+ctx.Unique(i), v0+ctx.Unique(i)*d
 			}
 			require.Equal(t, len(refG), seen, "one gradient per distinct row")
 			x.s.Release(ctx)
@@ -155,10 +169,10 @@ func TestSequenceFusedSGDSharesTheOwnersRows(t *testing.T) {
 		for k := range before {
 			before[k] = toF64(x.owner.c.Tables[k[0]].Row(k[1]))
 		}
-		out := x.buffer(t)
-		ctx, err := x.s.Forward(x.b, out, true, true)
+		outs, ng := x.buffers(t)
+		ctx, err := x.s.Forward(x.b, outs, true, true)
 		require.NoError(t, err)
-		grad := make([]float32, len(out))
+		grad := make([]float32, ng)
 		for i := range grad {
 			grad[i] = float32(i%5) - 2
 		}
@@ -213,16 +227,17 @@ func TestSequenceDynamicRows(t *testing.T) {
 	require.NoError(t, err)
 	b := Batch{KeyFeature: []int64{0}, Values: []int64{1000, 5, 7}, Lengths: []int64{2, 1}}
 	out := make([]float32, 15)
-	ctx, err := s.Forward(b, out, true, true)
+	ctx, err := s.Forward(b, [][]float32{out}, true, true)
 	require.NoError(t, err)
 	require.Equal(t, []float32{16, 17, 18, 19, 20, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4}, out, "unresolved id 5 gives zeros")
 	rows, vals := make([]int64, 3), make([]float32, 15)
 	grad := make([]float32, 15)
 	for i := range grad {
-		grad[i] = 1
+		grad[i] = float32(i)
 	}
-	require.NoError(t, s.Backward(ctx, grad, rows, vals))
+	require.NoError(t, s.Backward(ctx, grad, [][]int64{rows}, [][]float32{vals}))
 	require.Equal(t, []int64{2, -1, 0}, rows)
+	require.Equal(t, []float32{0, 1, 2, 3, 4}, vals[:5])
 }
 
 func TestSequenceBadInput(t *testing.T) {
@@ -247,22 +262,24 @@ func TestSequenceBadInput(t *testing.T) {
 	}{
 		{"out of range", Batch{KeyFeature: []int64{0}, Values: []int64{1, 20}, Lengths: []int64{2}}, 8, "out of range"},
 		{"weights", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{1}, Weights: []float32{1}}, 4, "weights"},
-		{"short output", good, 8, "need 12"},
+		{"short output", good, 8, "output 0 has 8 values, need 12"},
 		{"lengths", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{2}}, 4, "lengths"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Forward(tc.b, make([]float32, tc.out), true, true)
+			_, err := s.Forward(tc.b, [][]float32{make([]float32, tc.out)}, true, true)
 			require.ErrorContains(t, err, tc.msg)
 			require.True(t, errors.Is(err, errs.ErrInvalid))
 		})
 	}
-	ctx, err := s.Forward(good, make([]float32, 12), true, true)
+	_, err = s.Forward(good, [][]float32{make([]float32, 8), make([]float32, 4)}, true, true)
+	require.ErrorContains(t, err, "2 output buffers for 1 keys")
+	ctx, err := s.Forward(good, [][]float32{make([]float32, 12)}, true, true)
 	require.NoError(t, err)
 	require.ErrorContains(t, s.Backward(ctx, make([]float32, 11), nil, nil), "gradient has 11 values")
-	require.ErrorContains(t, s.Backward(ctx, make([]float32, 12), make([]int64, 1), make([]float32, 4)), "need 3 / 12")
+	require.ErrorContains(t, s.Backward(ctx, make([]float32, 12), [][]int64{make([]int64, 1)}, [][]float32{make([]float32, 4)}), "need 3 / 12")
 	require.NoError(t, s.Backward(ctx, make([]float32, 12), nil, nil))
 	require.NoError(t, c.Close())
-	_, err = s.Forward(good, make([]float32, 12), true, true)
+	_, err = s.Forward(good, [][]float32{make([]float32, 12)}, true, true)
 	require.ErrorContains(t, err, "after close", "the owner's close ends the sequence collection too")
 }
 
@@ -287,12 +304,18 @@ func FuzzSequenceForward(f *testing.F) {
 		for _, x := range data[half:] {
 			b.Values = append(b.Values, int64(int8(x))%10)
 		}
-		rows, err := s.OutputRows(b)
+		rows, err := s.GradRows(b)
 		if err != nil {
 			require.True(t, errors.Is(err, errs.ErrInvalid), err.Error())
 			return
 		}
-		ctx, err := s.Forward(b, make([]float32, rows*s.Width()+int(extra%2)), true, true)
+		sizes, err := s.OutputSizes(b)
+		require.NoError(t, err)
+		outs := make([][]float32, len(sizes))
+		for k, n := range sizes {
+			outs[k] = make([]float32, int(n)+int(extra%2)*k)
+		}
+		ctx, err := s.Forward(b, outs, true, true)
 		if err != nil {
 			require.True(t, errors.Is(err, errs.ErrInvalid), err.Error())
 			return
