@@ -100,7 +100,8 @@ class EmbeddingCollection(nn.Module):
         sparse_grad: with ``optimizer=None``, sparse COO gradients instead of dense ones.
         seed: seed of the initial weights.
         share: an :class:`EmbeddingBagCollection` whose tables this collection looks up (see the
-            module docstring). It keeps the rows, the optimizer state, the step counters and the
+            module docstring), or a :class:`recgo.planner.PlannedEmbeddingBagCollection`: its tables,
+            with each batch's IDs remapped hot-first by the plan's remap as its pooled lookups are. It keeps the rows, the optimizer state, the step counters and the
             hyper-parameters; this collection's ``embeddings.<table>`` are the same modules as its
             ``embedding_bags.<table>``.
 
@@ -117,11 +118,15 @@ class EmbeddingCollection(nn.Module):
 
     def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
                  sparse_grad: bool = False, seed: int | None = None,
-                 share: EmbeddingBagCollection | None = None) -> None:
+                 share: Any = None) -> None:
         super().__init__()
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
         cfgs = [_as_config(t) for t in tables]
+        self._remap = None
+        if share is not None and not isinstance(share, EmbeddingBagCollection) and hasattr(share, "remap") \
+                and isinstance(getattr(share, "ebc", None), EmbeddingBagCollection):
+            self._remap, share = share.remap, share.ebc  # a PlannedEmbeddingBagCollection
         if share is None:
             owner = EmbeddingBagCollection([c.bag_config() for c in cfgs], device=device, optimizer=optimizer,
                                            sparse_grad=sparse_grad, seed=seed)
@@ -139,6 +144,7 @@ class EmbeddingCollection(nn.Module):
         if len(set(self._features)) != len(self._features):
             raise InvalidInputError(f"a feature appears in more than one table: {self._features}")
         self._feature_index = {f: i for i, f in enumerate(self._features)}
+        self._f2t = {f: c.name for c in cfgs for f in c.feature_names}
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         feat_table = torch.tensor([names.index(c.name) for c in cfgs for _ in c.feature_names], dtype=torch.int64)
         self._handle = _lib.new_handle("recgo_ec_new", [H, I64, S, P], owner._handle.value, len(self._features),
@@ -310,6 +316,8 @@ class EmbeddingCollection(nn.Module):
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""
         torchrec_in = not isinstance(features, KeyedJaggedTensor)
         kjt = as_kjt(features)
+        if self._remap is not None:
+            kjt = self._remap.apply_kjt(kjt, self._f2t)
         if not torch.compiler.is_compiling():
             self._owner._sync_storage()
         keys = kjt.keys()
