@@ -17,9 +17,8 @@ import (
 //
 // It runs the pooled collection's engine path: per table the batch's IDs are deduplicated and each
 // distinct ID resolved once (the owner's dedup and row sources), rows are gathered with
-// kernels.SegmentReduce over one-ID segments, and backward groups the lookups by destination row,
-// merges each row's gradient and applies the fused optimizer once per distinct row
-// ([Collection.Backward]'s grouped path).
+// kernels.SegmentReduce over one-ID segments, and backward merges each distinct row's gradient
+// (kernels.SegmentScatter, in lookup order) before the fused optimizer updates that row once.
 //
 // Output layout: per key of the batch (KJT order) one buffer of its n_k rows of its table's dim
 // D_k. The gradient backward takes is those buffers back to back, in one buffer of
@@ -184,13 +183,11 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	if len(outs) != F {
 		return nil, errs.Invalidf("sequence forward: %d output buffers for %d keys", len(outs), F)
 	}
-	base := make([]int64, F) // key k's first value in the gradient buffer
 	var total int64
 	for k, n := range sizes {
 		if int64(len(outs[k])) != n {
 			return nil, errs.Invalidf("sequence forward: output %d has %d values, need %d", k, len(outs[k]), n)
 		}
-		base[k] = total
 		total += n
 	}
 	rows := int((total + int64(c.width) - 1) / int64(c.width))
@@ -220,11 +217,6 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	if p := firstErr.Load(); p != nil {
 		c.Release(ctx)
 		return nil, *p
-	}
-	if keep {
-		t0 = time.Now()
-		parallel.ForEach(len(c.Tables), 1, func(ti int) { s.groupSequence(ti, B, base, ctx) })
-		since(StageGroup, t0)
 	}
 	t0 = time.Now()
 	s.gather(b, B, outs, ctx)
@@ -265,19 +257,6 @@ func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Conte
 				bounds[v0:v1+1], nil, nil)
 		}
 	})
-}
-
-// Backward merges the gradient of the outputs (back to back, zero-padded to GradRows·Width values) into
-// one gradient per distinct row of each table and applies the tables' fused optimizer once per
-// row (gradRows == nil), or writes the merged gradients out: for the i-th table of Tables(), its
-// Unique(i) rows into gradRows[i] (-1 for unresolved IDs) and their values into gradVals[i]
-// (see [Collection.Backward]). The fused update steps each used table's counter once.
-func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
-	if err := s.owner.rlock(); err != nil { // view.Backward takes the view's lock itself
-		return err
-	}
-	defer s.owner.mu.RUnlock()
-	return s.view.Backward(ctx, grad, gradRows, gradVals)
 }
 
 // Release hands a context's buffers back for reuse.
