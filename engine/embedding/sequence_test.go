@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -365,5 +367,67 @@ func BenchmarkSequenceStep(b *testing.B) {
 			b.Fatal(err)
 		}
 		s.Release(ctx)
+	}
+}
+
+// TestSequenceConcurrentWithOwner runs sequence forwards/backwards and the owner's pooled forwards
+// on the same tables from several goroutines (no fused update, so the rows stay fixed): every
+// result equals the serial one.
+func TestSequenceConcurrentWithOwner(t *testing.T) {
+	x := newSeqSetup(t, 3, OptimizerConfig{Kind: OptNone})
+	for len(x.b.Values) == 0 {
+		x = newSeqSetup(t, uint64(len(x.b.Lengths))+100, OptimizerConfig{Kind: OptNone})
+	}
+	want, _ := x.buffers(t)
+	_, err := x.s.Forward(x.b, want, false, false)
+	require.NoError(t, err)
+	pooledWant := make([]float32, x.owner.B*x.owner.c.Width())
+	_, err = x.owner.c.Forward(x.owner.b, pooledWant, true, false)
+	require.NoError(t, err)
+	sizes, err := x.s.OutputSizes(x.b)
+	require.NoError(t, err)
+	_, ng := x.buffers(t)
+	var wg sync.WaitGroup
+	errc := make(chan error, 16)
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 20; i++ {
+				if g%2 == 0 {
+					out := make([]float32, len(pooledWant))
+					if _, err := x.owner.c.Forward(x.owner.b, out, true, false); err != nil || !slices.Equal(out, pooledWant) {
+						errc <- fmt.Errorf("pooled forward differs (err %v)", err)
+						return
+					}
+					continue
+				}
+				outs := make([][]float32, len(sizes))
+				for k, n := range sizes {
+					outs[k] = make([]float32, n)
+				}
+				ctx, err := x.s.Forward(x.b, outs, true, true)
+				if err != nil || !slices.Equal(flatten(outs), flatten(want)) {
+					errc <- fmt.Errorf("sequence forward differs (err %v)", err)
+					return
+				}
+				tabs := x.s.Tables()
+				rows, vals := make([][]int64, len(tabs)), make([][]float32, len(tabs))
+				for j, tb := range tabs {
+					rows[j] = make([]int64, ctx.Unique(j))
+					vals[j] = make([]float32, ctx.Unique(j)*x.owner.c.Tables[tb].Dim)
+				}
+				if err := x.s.Backward(ctx, make([]float32, ng), rows, vals); err != nil {
+					errc <- err
+					return
+				}
+				x.s.Release(ctx)
+			}
+		}(g)
+	}
+	wg.Wait()
+	close(errc)
+	for err := range errc {
+		require.NoError(t, err)
 	}
 }
