@@ -1,6 +1,7 @@
 package embedding
 
 import (
+	"sync"
 	"time"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -14,11 +15,13 @@ import (
 // merged gradients out: for the i-th table of Tables(), its Unique(i) rows into gradRows[i] (-1
 // for unresolved IDs) and their Unique(i)·dim values into gradVals[i].
 //
-// The merge walks each table's lookups in order (kernels.SegmentScatter over one-ID segments): the
-// gradient is read once, front to back, and added into the merged row of each lookup's distinct
-// ID; a table with one feature numbers its distinct IDs in that order, so its merged rows need no
-// zeroing. Tables merge concurrently; the update then splits every table by chunks of distinct
-// rows, each row written once, so no atomics are needed.
+// The merge walks each table's lookups in the order dedup numbered its distinct IDs
+// (kernels.SegmentScatter over one-ID segments): the gradient is read front to back and added into
+// the merged row of each lookup's distinct ID, the first contribution overwriting it (no zeroing
+// pass). A table with most of the batch's lookups is split into ranges of distinct IDs of about
+// equal lookup counts, one goroutine each: it merges the lookups of its range (the others are empty
+// segments, their gradient rows not read) and then updates its rows, each row written once by
+// one goroutine, so no atomics are needed.
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -62,7 +65,6 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	}
 	t0 := time.Now()
 	base := s.keyBases(ctx)
-	parallel.ForEach(len(c.Tables), 1, func(t int) { s.scatterSequence(ctx, grad, base, t, merged(t)) })
 	updaters := make([]rowUpdater, len(c.Tables))
 	if fused {
 		for i, t := range c.Tables {
@@ -70,21 +72,17 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 			updaters[i] = newRowUpdater(t.Opt, t.Step[0])
 		}
 	}
-	type item struct{ t, lo, hi int }
-	var items []item
-	for i := range c.Tables {
-		for lo := 0; lo < ctx.Unique(i); lo += updateChunk {
-			items = append(items, item{i, lo, min(lo+updateChunk, ctx.Unique(i))})
-		}
-	}
-	parallel.ForEach(len(items), 1, func(j int) {
-		it := items[j]
-		rows := ctx.tables[it.t].rows[it.lo:it.hi]
+	parts := s.partition(ctx)
+	parallel.ForEach(len(parts), 1, func(j int) {
+		pt := parts[j]
+		d := c.Tables[pt.t].Dim
+		acc := merged(pt.t)[int(pt.lo)*d : int(pt.hi)*d]
+		s.scatterSequence(ctx, grad, base, pt, acc)
+		rows := ctx.tables[pt.t].rows[pt.lo:pt.hi]
 		if fused {
-			d := c.Tables[it.t].Dim
-			updaters[it.t].applyRows(c.Tables[it.t], rows, merged(it.t)[it.lo*d:it.hi*d])
+			updaters[pt.t].applyRows(c.Tables[pt.t], rows, acc)
 		} else {
-			copy(gradRows[it.t][it.lo:it.hi], rows)
+			copy(gradRows[pt.t][pt.lo:pt.hi], rows)
 		}
 	})
 	since(StageUpdate, t0)
@@ -110,24 +108,102 @@ func (s *SequenceCollection) keyBases(ctx *Context) []int64 {
 	return base
 }
 
-// scatterSequence merges the gradient rows of table t's lookups (its features in order, each
-// feature's lookups contiguous in grad) into acc, Unique(t)·dim values, in lookup order.
-func (s *SequenceCollection) scatterSequence(ctx *Context, grad []float32, base []int64, t int, acc []float32) {
+// seqWorkers and seqPartMin override the number of parts a table may split into (0: the worker
+// count) and the fewest distinct IDs a part holds; tests reach the split merge on small batches.
+var (
+	seqWorkers = 0
+	seqPartMin = updateChunk
+)
+
+// seqPart is a range [lo, hi) of table t's distinct IDs that one goroutine merges and updates.
+type seqPart struct {
+	t      int
+	lo, hi int32
+}
+
+// partition splits every table's distinct IDs into contiguous ranges of about equal lookup counts,
+// as many per table as its share of the batch's lookups gives it of the workers (at least one).
+func (s *SequenceCollection) partition(ctx *Context) []seqPart {
 	c := s.view
-	tc, d, feats := &ctx.tables[t], c.Tables[t].Dim, c.features[t]
-	B := (len(ctx.offsets) - 1) / len(c.Features)
-	fresh := int32(0)
-	if len(feats) > 1 {
-		fresh = -1
-		clear(acc)
+	P := parallel.Workers()
+	if seqWorkers > 0 {
+		P = seqWorkers
 	}
+	var total int
+	for t := range c.Tables {
+		total += ctx.Lookups(t)
+	}
+	var parts []seqPart
+	for t := range c.Tables {
+		u, n := ctx.Unique(t), ctx.Lookups(t)
+		k := 1
+		if total > 0 {
+			k = min(max(1, (P*n+total-1)/total), max(1, u/seqPartMin))
+		}
+		if k == 1 {
+			parts = append(parts, seqPart{t, 0, int32(u)})
+			continue
+		}
+		counts := make([]int32, u)
+		for _, x := range ctx.tables[t].inv {
+			counts[x]++
+		}
+		lo, acc, next := 0, 0, 1
+		for x, cnt := range counts {
+			acc += int(cnt)
+			if next < k && acc*k >= next*n && x+1 < u {
+				parts = append(parts, seqPart{t, int32(lo), int32(x + 1)})
+				lo, next = x+1, next+1
+			}
+		}
+		parts = append(parts, seqPart{t, int32(lo), int32(u)})
+	}
+	return parts
+}
+
+// scratch holds a merge's one-ID segment bounds and row indices (reused across calls).
+type scratch struct {
+	bounds []int64
+	idx    []int32
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
+
+// scatterSequence merges the gradient rows of the lookups of part pt's distinct IDs into acc (its
+// (hi−lo)·dim values), walking table t's lookups in the order dedup numbered them (its features in
+// order, each feature's lookups contiguous in grad): a lookup of another part is an empty segment,
+// whose gradient row is not read. Distinct IDs are first seen in increasing order along that walk,
+// so the first contribution to a merged row overwrites it and acc needs no zeroing.
+func (s *SequenceCollection) scatterSequence(ctx *Context, grad []float32, base []int64, pt seqPart, acc []float32) {
+	c := s.view
+	tc, d, feats := &ctx.tables[pt.t], c.Tables[pt.t].Dim, c.features[pt.t]
+	B := (len(ctx.offsets) - 1) / len(c.Features)
+	whole := pt.lo == 0 && int(pt.hi) == len(tc.uniq)
+	sc := scratchPool.Get().(*scratch)
+	defer scratchPool.Put(sc)
+	fresh := int32(0)
 	p := 0
 	for _, f := range feats {
 		k := ctx.featKey[f]
 		n := int(ctx.offsets[(k+1)*B] - ctx.offsets[k*B])
-		if n > 0 {
-			fresh = kernels.SegmentScatter(acc, d, tc.inv[p:p+n], fresh, grad, int(base[k]), d, iota64(n+1), nil, nil)
+		if n == 0 {
+			continue
 		}
+		inv := tc.inv[p : p+n]
 		p += n
+		if whole {
+			fresh = kernels.SegmentScatter(acc, d, inv, fresh, grad, int(base[k]), d, iota64(n+1), nil, nil)
+			continue
+		}
+		sc.bounds = resize(sc.bounds, n+1)
+		sc.idx = sc.idx[:0]
+		sc.bounds[0] = 0
+		for i, x := range inv {
+			if x >= pt.lo && x < pt.hi {
+				sc.idx = append(sc.idx, x-pt.lo)
+			}
+			sc.bounds[i+1] = int64(len(sc.idx))
+		}
+		fresh = kernels.SegmentScatter(acc, d, sc.idx, fresh, grad, int(base[k]), d, sc.bounds, nil, nil)
 	}
 }
