@@ -25,7 +25,7 @@ from torch import nn
 
 from .. import _lib
 from .._lib import H, I32, I64, P, S
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -105,6 +105,9 @@ class EmbeddingCollection(nn.Module):
             hyper-parameters; this collection's ``embeddings.<table>`` are the same modules as its
             ``embedding_bags.<table>``.
 
+    Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
+    also with the shared collection's, as long as concurrent fused updates touch different rows).
+
     ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (per-ID weights are
     ignored, as TorchRec does) and returns ``{feature: JaggedTensor}`` for the collection's features,
     recgo's :class:`recgo.JaggedTensor` or, for a TorchRec input, TorchRec's.
@@ -152,7 +155,8 @@ class EmbeddingCollection(nn.Module):
         used = sorted(set(feat_table.tolist()))
         got = torch.empty(len(used), dtype=torch.int64)
         _lib.call(_lib.fn("recgo_ec_tables", [H, P, I64]), self._handle.value, ptr(got), len(used))
-        assert got.tolist() == used
+        if got.tolist() != used:
+            raise InternalError(f"EmbeddingCollection: engine tables {got.tolist()}, expected {used}")
         self._tables = used  # owner table index of each engine table, in engine order
         owner_cfgs = owner.embedding_bag_configs()
         self._table_dims = [owner_cfgs[i].embedding_dim for i in used]
