@@ -6,9 +6,15 @@ import "simd/archsimd"
 
 // See segment_reduce_simd.go for why these walk whole row batches and end with ClearAVXUpperBits.
 // Dims that are not a multiple of 16, and CPUs without AVX-512, take the portable path (the
-// optimizer step is a small share of a training step next to the gathers).
+// optimizer step is a small share of a training step next to the gathers), except SGD and
+// row-wise Adagrad's row scaling, which have a 256-bit path for dims that are a multiple of 8 (a
+// sequence step updates tens of thousands of distinct rows).
 
 func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
+	if hasAVX2 && !hasAVX512 && dim%8 == 0 {
+		scaledRowsAVX2(w, wStride, dim, rows, g, nil, lr)
+		return
+	}
 	if !hasAVX512 || dim%16 != 0 {
 		SGDRowsGeneric(w, wStride, dim, rows, g, lr)
 		return
@@ -27,6 +33,10 @@ func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float3
 }
 
 func scaledRows(w []float32, wStride, dim int, rows []int64, g, mult []float32) {
+	if hasAVX2 && !hasAVX512 && dim%8 == 0 {
+		scaledRowsAVX2(w, wStride, dim, rows, g, mult, 0)
+		return
+	}
 	if !hasAVX512 || dim%16 != 0 {
 		ScaledRowsGeneric(w, wStride, dim, rows, g, mult)
 		return
@@ -40,6 +50,27 @@ func scaledRows(w []float32, wStride, dim int, rows []int64, g, mult []float32) 
 		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
 		for i := 0; i < dim; i += 16 {
 			archsimd.LoadFloat32x16(blk(gr, i)).MulAdd(neg, archsimd.LoadFloat32x16(blk(wr, i))).Store(blk(wr, i))
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// scaledRowsAVX2 is the 256-bit w ← w − m_k·g for CPUs without AVX-512: m_k = mult[k], or lr for
+// every row when mult is nil (SGD).
+func scaledRowsAVX2(w []float32, wStride, dim int, rows []int64, g, mult []float32, lr float32) {
+	zero := archsimd.BroadcastFloat32x8(0)
+	neg := archsimd.BroadcastFloat32x8(-lr)
+	for k, r := range rows {
+		if r < 0 {
+			continue
+		}
+		if mult != nil {
+			neg = zero.Sub(archsimd.BroadcastFloat32x8(mult[k]))
+		}
+		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
+		for i := 0; i < dim; i += 8 {
+			out := (*[8]float32)(wr[i : i+8])
+			archsimd.LoadFloat32x8((*[8]float32)(gr[i:i+8])).MulAdd(neg, archsimd.LoadFloat32x8(out)).Store(out)
 		}
 	}
 	archsimd.ClearAVXUpperBits()

@@ -23,7 +23,7 @@ from .errors import (
 from .jagged import JaggedTensor
 from .sparse import KeyedJaggedTensor, KeyedTensor
 from . import modules
-from .modules import EmbeddingBagCollection, EmbeddingBagConfig
+from .modules import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig
 from . import dynamic
 from .dynamic import DynamicConfig
 from . import planner
@@ -38,6 +38,8 @@ __all__ = [
     "DynamicConfig",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
+    "EmbeddingCollection",
+    "EmbeddingConfig",
     "Feature",
     "FeatureEngine",
     "ForkError",

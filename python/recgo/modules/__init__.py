@@ -1,10 +1,12 @@
-"""recgo's torch modules (TorchRec's ``torchrec.modules`` layer): embedding collections and their
+"""recgo's torch modules (TorchRec's ``torchrec.modules`` layer): embedding collections (pooled and
+sequence) and their
 fused optimizers."""
 
 from __future__ import annotations
 
 from . import optim
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, load_checkpoint, save_checkpoint, stage_times
+from .sequence import EmbeddingCollection, EmbeddingConfig
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 
 __all__ = [
@@ -13,6 +15,8 @@ __all__ = [
     "AdamW",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
+    "EmbeddingCollection",
+    "EmbeddingConfig",
     "FusedOptimizer",
     "RowWiseAdagrad",
     "SGD",

@@ -1,0 +1,220 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// ecContext is the handle target of a sequence forward pass's saved context.
+type ecContext struct {
+	s   *embedding.SequenceCollection
+	ctx *embedding.Context
+}
+
+// Close returns the context's buffers to the collection when its handle is freed.
+func (x *ecContext) Close() error {
+	x.s.Release(x.ctx)
+	x.ctx = nil
+	return nil
+}
+
+// recgo_ec_new builds a sequence (unpooled) collection over the tables of the embedding-bag
+// collection ebc: feature j (line j of featureNames) looks up ebc's table featTable[j]. The
+// tables' rows, optimizer state and step counters are shared with ebc, which must outlive it.
+//
+//export recgo_ec_new
+func recgo_ec_new(ebc C.uintptr_t, nfeat C.int64_t, featureNames *C.char, featTablePtr unsafe.Pointer,
+	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*embedding.Collection](ebc, "embedding collection")
+		if err != nil {
+			return err
+		}
+		featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
+		if err != nil {
+			return err
+		}
+		names, err := splitNames(goString(featureNames), int(nfeat), "feature names")
+		if err != nil {
+			return err
+		}
+		feats := make([]embedding.Feature, len(featTable))
+		for j := range feats {
+			feats[j] = embedding.Feature{Name: names[j], Table: int(featTable[j])}
+		}
+		s, err := embedding.NewSequenceCollection(c, feats)
+		if err != nil {
+			return err
+		}
+		*out = newHandle(s)
+		return nil
+	})
+}
+
+// recgo_ec_tables writes the ebc table index of each table the sequence collection uses, in the
+// order of its counts and gradients, into out (n int64 values; n must equal their number).
+//
+//export recgo_ec_tables
+func recgo_ec_tables(h C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*embedding.SequenceCollection](h, "sequence collection")
+		if err != nil {
+			return err
+		}
+		tables := s.Tables()
+		out, err := viewSlice[int64](outPtr, int64(n), "out")
+		if err != nil {
+			return err
+		}
+		if len(out) != len(tables) {
+			return errs.Invalidf("sequence tables: %d values, need %d", len(out), len(tables))
+		}
+		for i, t := range tables {
+			out[i] = int64(t)
+		}
+		return nil
+	})
+}
+
+// recgo_ec_forward gathers one row per ID of a KJT batch (keys mapped to features by keyFeature,
+// F·B lengths) into one float32 buffer per key: outPtrs[k] holds outLens[k] values, which must be
+// key k's IDs times its dim (n_k·dim_k, KJT order). With keep != 0 it writes the handle of the
+// context backward needs into ctxOut.
+//
+//export recgo_ec_forward
+func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,
+	lengthsPtr unsafe.Pointer, nlengths C.int64_t, outPtrs, outLensPtr unsafe.Pointer, nouts C.int64_t, train, keep C.int32_t,
+	ctxOut *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*embedding.SequenceCollection](h, "sequence collection")
+		if err != nil {
+			return err
+		}
+		var b embedding.Batch
+		if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
+			return err
+		}
+		if b.Values, err = viewSlice[int64](valuesPtr, int64(nvalues), "values"); err != nil {
+			return err
+		}
+		if b.Lengths, err = viewSlice[int64](lengthsPtr, int64(nlengths), "lengths"); err != nil {
+			return err
+		}
+		ptrs, err := viewSlice[unsafe.Pointer](outPtrs, int64(nouts), "outputs")
+		if err != nil {
+			return err
+		}
+		lens, err := viewSlice[int64](outLensPtr, int64(nouts), "output lengths")
+		if err != nil {
+			return err
+		}
+		outs := make([][]float32, len(ptrs))
+		for k := range outs {
+			if outs[k], err = viewSlice[float32](ptrs[k], lens[k], "output"); err != nil {
+				return err
+			}
+		}
+		ctx, err := s.Forward(b, outs, train != 0, keep != 0)
+		if err != nil {
+			return err
+		}
+		if keep != 0 {
+			*ctxOut = newHandle(&ecContext{s: s, ctx: ctx})
+		}
+		return nil
+	})
+}
+
+// recgo_ec_context_counts writes, for each table of the sequence collection (recgo_ec_tables
+// order), the number of distinct IDs then the number of lookups of the context's batch into counts
+// (2·tables int64 values).
+//
+//export recgo_ec_context_counts
+func recgo_ec_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		x, err := lookup[*ecContext](ctxh, "sequence forward context")
+		if err != nil {
+			return err
+		}
+		if x.ctx == nil {
+			return errs.Invalidf("sequence forward context: already released")
+		}
+		nt := len(x.s.Tables())
+		counts, err := viewSlice[int64](countsPtr, int64(n), "counts")
+		if err != nil {
+			return err
+		}
+		if len(counts) != 2*nt {
+			return errs.Invalidf("counts: %d values, need %d", len(counts), 2*nt)
+		}
+		for t := 0; t < nt; t++ {
+			counts[t] = int64(x.ctx.Unique(t))
+			counts[nt+t] = int64(x.ctx.Lookups(t))
+		}
+		return nil
+	})
+}
+
+// recgo_ec_backward runs backward for a sequence forward context: with fused != 0 it applies the
+// fused optimizer of each used table (the buffer arrays are ignored); otherwise, for each table t
+// in recgo_ec_tables order, it writes the distinct rows' indices into the int64 buffer rowsPtrs[t]
+// and their merged gradients into the float32 buffer valsPtrs[t] (sizes from
+// recgo_ec_context_counts: unique[t] and unique[t]·dim[t] values).
+//
+//export recgo_ec_backward
+func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t,
+	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		x, err := lookup[*ecContext](ctxh, "sequence forward context")
+		if err != nil {
+			return err
+		}
+		if x.ctx == nil {
+			return errs.Invalidf("sequence forward context: already released")
+		}
+		grad, err := viewSlice[float32](gradPtr, int64(ngrad), "grad_output")
+		if err != nil {
+			return err
+		}
+		if grad == nil {
+			grad = []float32{}
+		}
+		if fused != 0 {
+			return x.s.Backward(x.ctx, grad, nil, nil)
+		}
+		tables := x.s.Tables()
+		if int(ntables) != len(tables) {
+			return errs.Invalidf("sequence backward: %d gradient buffers for %d tables", ntables, len(tables))
+		}
+		rp, err := viewSlice[unsafe.Pointer](rowsPtrs, int64(ntables), "grad_rows")
+		if err != nil {
+			return err
+		}
+		vp, err := viewSlice[unsafe.Pointer](valsPtrs, int64(ntables), "grad_values")
+		if err != nil {
+			return err
+		}
+		rows, vals := make([][]int64, len(tables)), make([][]float32, len(tables))
+		for i := range tables {
+			u := int64(x.ctx.Unique(i))
+			if rows[i], err = viewSlice[int64](rp[i], u, "grad_rows"); err != nil {
+				return err
+			}
+			if vals[i], err = viewSlice[float32](vp[i], u*int64(x.s.TableDim(i)), "grad_values"); err != nil {
+				return err
+			}
+			if rows[i] == nil {
+				rows[i], vals[i] = []int64{}, []float32{}
+			}
+		}
+		return x.s.Backward(x.ctx, grad, rows, vals)
+	})
+}

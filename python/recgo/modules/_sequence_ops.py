@@ -1,0 +1,82 @@
+"""The sequence (unpooled) collection's forward and backward as ``torch.library`` custom ops.
+
+``recgo::ec_forward`` gathers one row per ID through the engine and returns one ``[n_k, D_k]``
+tensor per KJT key plus a context id; its autograd formula calls ``recgo::ec_backward``, which
+merges the gradient per distinct row and either applies the fused optimizer (returning a zero
+gradient for the collection's anchor tensor, which keeps the op alive in compiled backward graphs)
+or returns each used table's distinct rows and their gradients. Both have fake implementations, so
+``torch.compile`` traces through the collection: a single-key collection's output has the batch's
+value count as its length; with several keys each key's count is a data-dependent size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ._ops import module as _module
+
+if TYPE_CHECKING:
+    from .sequence import EmbeddingCollection
+
+
+def module(key: int) -> "EmbeddingCollection":
+    """The live EmbeddingCollection registered under ``key`` (its engine handle; the registry of
+    ``_ops``, whose keys are unique engine handles across both collection types)."""
+    return _module(key)  # type: ignore[return-value]
+
+
+@torch.library.custom_op("recgo::ec_forward", mutates_args=())
+def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+               dims: list[int], params: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Per key (KJT order, ``dims[k]`` its embedding dim) its ``[n_k, D_k]`` rows, and the ticket owning
+    the saved context (id 0 without ``keep``; see ``_contexts.py``)."""
+    return module(key)._run_forward(key_feature, values, lengths, keep)
+
+
+@ec_forward.register_fake
+def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+      dims: list[int], params: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    if len(dims) == 1:
+        sizes: list[Any] = [values.shape[0]]
+    else:
+        ctx = torch.library.get_ctx()
+        sizes = [ctx.new_dynamic_size() for _ in dims]
+    outs = [values.new_empty((n, d), dtype=torch.float32) for n, d in zip(sizes, dims)]
+    return outs, values.new_empty((1,), dtype=torch.int64)
+
+
+@torch.library.custom_op("recgo::ec_backward", mutates_args=())
+def ec_backward(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Fused: applies the optimizer, returns ``[zeros(())]``. Otherwise ``[rows_t, grads_t, ...]`` per used table."""
+    return module(key)._run_backward(int(ctx_id.item()), grads)
+
+
+@ec_backward.register_fake
+def _(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    m = module(key)
+    if m._fused:
+        return [ctx_id.new_empty((), dtype=torch.float32)]
+    ctx = torch.library.get_ctx()
+    out = []
+    for d in m._table_dims:
+        u = ctx.new_dynamic_size()
+        out += [ctx_id.new_empty((u,), dtype=torch.int64), ctx_id.new_empty((u, d), dtype=torch.float32)]
+    return out
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[list[torch.Tensor], torch.Tensor]) -> None:
+    ctx.key = inputs[0]
+    ctx.dims = [o.shape for o in output[0]]
+    ctx.save_for_backward(output[1])
+
+
+def _backward(ctx: Any, grads: list[torch.Tensor | None], _grad_ctx: Any) -> tuple[Any, ...]:
+    (ctx_id,) = ctx.saved_tensors
+    filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.dims)]
+    raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled)
+    return None, None, None, None, None, None, module(ctx.key)._grads_from(raw)
+
+
+ec_forward.register_autograd(_backward, setup_context=_setup_context)

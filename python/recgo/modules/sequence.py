@@ -1,0 +1,386 @@
+"""EmbeddingCollection: unpooled (sequence) embedding lookups, one row per ID, in recgo's engine.
+
+The sequence counterpart of :class:`recgo.EmbeddingBagCollection`, shaped like TorchRec's
+``EmbeddingCollection``: ``forward(kjt)`` returns ``{feature: JaggedTensor}`` whose values are
+``[n, D]`` (one embedding per ID) with the KJT's lengths, and ``JaggedTensor.to_padded(L)`` gives
+the ``[B, L, D]`` view and ``key_padding_mask`` a Transformer layer takes.
+
+Engine path: the tables are those of an :class:`EmbeddingBagCollection`, either a private one
+built from the configs or, with ``share=``, an existing one whose tables then serve pooled and
+sequence features at once (item_id pooled for the candidate, hist_item_ids as a sequence): one
+set of rows, one optimizer state. Per table the batch's IDs are deduplicated and each distinct ID
+resolved once; backward merges each distinct row's gradient and applies the fused optimizer once
+per row, or hands the merged gradients to a torch optimizer. Both directions are ``torch.library``
+custom ops (``_sequence_ops.py``), so ``torch.compile`` traces them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from .. import _lib
+from .._lib import H, I32, I64, P, S
+from ..errors import InternalError, InvalidInputError, NotFoundError
+from ..jagged import JaggedTensor
+from ..sparse import KeyedJaggedTensor, as_kjt
+from ..tensors import check_tensor, ptr
+from . import _ops, _sequence_ops
+from ._contexts import ContextStore
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, _storage_use_count
+from .optim import FusedOptimizer
+
+
+@dataclass
+class EmbeddingConfig:
+    """One table of unpooled lookups, shaped like ``torchrec.EmbeddingConfig``.
+
+    Weights start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings)
+    as in TorchRec. ``dynamic`` makes it a dynamic-ID table (a :class:`recgo.DynamicConfig`; see
+    :class:`recgo.EmbeddingBagConfig`).
+    """
+
+    num_embeddings: int
+    embedding_dim: int
+    name: str = ""
+    feature_names: list[str] = field(default_factory=list)
+    weight_init_max: float | None = None
+    weight_init_min: float | None = None
+    dynamic: Any = None
+
+    @staticmethod
+    def from_torchrec(cfg: Any) -> "EmbeddingConfig":
+        """Convert a ``torchrec.EmbeddingConfig``."""
+        return EmbeddingConfig(
+            num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
+            feature_names=list(cfg.feature_names), weight_init_max=cfg.weight_init_max,
+            weight_init_min=cfg.weight_init_min,
+        )
+
+    def bag_config(self) -> EmbeddingBagConfig:
+        """The same table as an EmbeddingBagConfig (sum pooling) for the collection that owns the rows."""
+        return EmbeddingBagConfig(
+            num_embeddings=self.num_embeddings, embedding_dim=self.embedding_dim, name=self.name,
+            feature_names=list(self.feature_names), pooling="sum", weight_init_max=self.weight_init_max,
+            weight_init_min=self.weight_init_min, dynamic=self.dynamic,
+        )
+
+
+def _as_config(t: Any) -> EmbeddingConfig:
+    if isinstance(t, EmbeddingConfig):
+        return t
+    if hasattr(t, "num_embeddings") and hasattr(t, "feature_names") and hasattr(t, "embedding_dim"):
+        if getattr(t, "need_pos", False):
+            raise InvalidInputError(f"table {getattr(t, 'name', '')!r}: need_pos is not supported")
+        return EmbeddingConfig.from_torchrec(t)
+    raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
+
+
+def _jagged(values: torch.Tensor, lengths: torch.Tensor) -> JaggedTensor:
+    """A JaggedTensor whose lengths are known to match (the engine produced the values): skips the
+    checks that read tensor values, so the result stays traceable under ``torch.compile``."""
+    jt = JaggedTensor.__new__(JaggedTensor)
+    jt._values, jt._weights, jt._lengths, jt._offsets = values, None, lengths, None
+    return jt
+
+
+class EmbeddingCollection(nn.Module):
+    """Unpooled embedding tables in recgo's engine, with TorchRec's ``EmbeddingCollection`` interface.
+
+    Args:
+        tables: ``EmbeddingConfig`` list (recgo's or TorchRec's); several features may share a table.
+            With ``share``, each names a table of that collection (same ``embedding_dim``) and its
+            ``feature_names`` are this collection's sequence features.
+        device: only ``None``/``"cpu"``.
+        optimizer: a :class:`recgo.modules.optim.FusedOptimizer` applied inside backward; ``None``
+            gives the weights gradients for a torch optimizer. Taken from ``share`` when sharing.
+        sparse_grad: with ``optimizer=None``, sparse COO gradients instead of dense ones.
+        seed: seed of the initial weights.
+        share: an :class:`EmbeddingBagCollection` whose tables this collection looks up (see the
+            module docstring), or a :class:`recgo.planner.PlannedEmbeddingBagCollection`: its tables,
+            with each batch's IDs remapped hot-first by the plan's remap as its pooled lookups are. It keeps the rows, the optimizer state, the step counters and the
+            hyper-parameters; this collection's ``embeddings.<table>`` are the same modules as its
+            ``embedding_bags.<table>``.
+
+    Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
+    also with the shared collection's, as long as concurrent fused updates touch different rows).
+
+    ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (per-ID weights are
+    ignored, as TorchRec does) and returns ``{feature: JaggedTensor}`` for the collection's features,
+    recgo's :class:`recgo.JaggedTensor` or, for a TorchRec input, TorchRec's.
+
+    With ``share`` and a fused optimizer, a step that uses a table both pooled and as a sequence
+    updates it twice, once per collection's backward (each update merges that collection's duplicate
+    rows first), and steps its counter twice; for SGD that equals one merged update. With
+    ``optimizer=None`` both collections' gradients accumulate into the one ``weight`` parameter, so a
+    torch optimizer takes one merged step.
+    """
+
+    def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
+                 sparse_grad: bool = False, seed: int | None = None,
+                 share: Any = None) -> None:
+        super().__init__()
+        if not tables:
+            raise InvalidInputError("EmbeddingCollection needs at least one table")
+        cfgs = [_as_config(t) for t in tables]
+        self._remap = None
+        if share is not None and not isinstance(share, EmbeddingBagCollection) and hasattr(share, "remap") \
+                and isinstance(getattr(share, "ebc", None), EmbeddingBagCollection):
+            self._remap, share = share.remap, share.ebc  # a PlannedEmbeddingBagCollection
+        if share is None:
+            owner = EmbeddingBagCollection([c.bag_config() for c in cfgs], device=device, optimizer=optimizer,
+                                           sparse_grad=sparse_grad, seed=seed)
+        else:
+            if not isinstance(share, EmbeddingBagCollection):
+                raise InvalidInputError(f"share: expected a recgo EmbeddingBagCollection, got {type(share).__name__}")
+            if optimizer is not None or sparse_grad or seed is not None:
+                raise InvalidInputError("share: optimizer, sparse_grad and seed come from the shared collection")
+            owner = share
+            self._check_shared(cfgs, owner)
+        self._configs = cfgs
+        self.__dict__["_owner"] = owner  # not a submodule: state_dict keys are embeddings.<table>.*
+        names = [c.name for c in owner.embedding_bag_configs()]
+        self._features = [f for c in cfgs for f in c.feature_names]
+        if len(set(self._features)) != len(self._features):
+            raise InvalidInputError(f"a feature appears in more than one table: {self._features}")
+        self._feature_index = {f: i for i, f in enumerate(self._features)}
+        self._f2t = {f: c.name for c in cfgs for f in c.feature_names}
+        self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
+        feat_table = torch.tensor([names.index(c.name) for c in cfgs for _ in c.feature_names], dtype=torch.int64)
+        self._handle = _lib.new_handle("recgo_ec_new", [H, I64, S, P], owner._handle.value, len(self._features),
+                                       "\n".join(self._features).encode(), ptr(feat_table))
+        used = sorted(set(feat_table.tolist()))
+        got = torch.empty(len(used), dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_ec_tables", [H, P, I64]), self._handle.value, ptr(got), len(used))
+        if got.tolist() != used:
+            raise InternalError(f"EmbeddingCollection: engine tables {got.tolist()}, expected {used}")
+        self._tables = used  # owner table index of each engine table, in engine order
+        owner_cfgs = owner.embedding_bag_configs()
+        self._table_dims = [owner_cfgs[i].embedding_dim for i in used]
+        self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in cfgs})
+        self._fused = owner.fused_optimizer is not None
+        self._anchor = torch.zeros((), requires_grad=True)
+        self._contexts = ContextStore()  # forward contexts, owned by their autograd graphs
+        self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        self._key_dims_cache: dict[tuple[str, ...], list[int]] = {}
+        self._out_cache: list[torch.Tensor] = []
+        self._out_lock = threading.Lock()  # concurrent forwards must not be handed the same buffer
+        _ops.register(self, self._handle.value)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _check_shared(cfgs: list[EmbeddingConfig], owner: EmbeddingBagCollection) -> None:
+        by_name = {c.name: c for c in owner.embedding_bag_configs()}
+        seen = set()
+        for c in cfgs:
+            o = by_name.get(c.name)
+            if o is None:
+                raise NotFoundError(f"table {c.name!r} is not in the shared collection (tables: {list(by_name)})")
+            if c.name in seen:
+                raise InvalidInputError(f"duplicate table name {c.name!r}")
+            seen.add(c.name)
+            if c.embedding_dim != o.embedding_dim:
+                raise InvalidInputError(f"table {c.name!r}: embedding_dim {c.embedding_dim} but the shared table's is "
+                                        f"{o.embedding_dim}")
+            if o.dynamic is None and c.num_embeddings != o.num_embeddings:
+                raise InvalidInputError(f"table {c.name!r}: num_embeddings {c.num_embeddings} but the shared table "
+                                        f"has {o.num_embeddings}")
+            if not c.feature_names:
+                raise InvalidInputError(f"table {c.name!r}: feature_names is empty")
+
+    # -- engine plumbing -------------------------------------------------------------------------
+
+    def _keys(self, keys: list[str]) -> torch.Tensor:
+        tk = tuple(keys)
+        cached = self._key_cache.get(tk)
+        if cached is not None:
+            return cached
+        for k in keys:
+            if k not in self._feature_index:
+                raise NotFoundError(f"feature {k!r} is not in this EmbeddingCollection (features: {self._features})")
+        missing = [f for f in self._features if f not in set(keys)]
+        if missing:
+            raise InvalidInputError(f"the batch lacks features {missing}")
+        t = torch.tensor([self._feature_index[k] for k in keys], dtype=torch.int64)
+        self._key_cache[tk] = t
+        return t
+
+    def _out_buffers(self, sizes: list[int]) -> list[torch.Tensor]:
+        """Flat float32 buffers of the given sizes. The memory of an earlier output is reused once
+        nothing references it (its storage use count proves every view is gone; fresh memory costs a
+        page fault per 4 KiB on first write), sized with headroom as sequence batches vary in length."""
+        with self._out_lock:
+            out, taken = [], set()
+            for n in sizes:
+                for i, base in enumerate(self._out_cache):
+                    if i not in taken and base.numel() >= n and _storage_use_count(base) == 2:
+                        taken.add(i)
+                        out.append(base[:n])
+                        break
+                else:
+                    base = torch.empty(n + n // 4, dtype=torch.float32)
+                    self._out_cache.append(base)
+                    taken.add(len(self._out_cache) - 1)
+                    out.append(base[:n])
+            del self._out_cache[2 * max(1, len(sizes)):]
+            return out
+
+    def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                     keep: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """Gather into per-key ``[n_k, D_k]`` views of one engine buffer; with ``keep``, stash the context."""
+        F = key_feature.numel()
+        B = lengths.numel() // max(1, F)
+        dims = [self._feature_dims[i] for i in key_feature.tolist()]
+        counts = lengths.view(F, B).sum(1).tolist() if F else []
+        flats = self._out_buffers([n * d for n, d in zip(counts, dims)])
+        f = _lib.fn("recgo_ec_forward", [H, P, I64, P, I64, P, I64, P, P, I64, I32, I32, ctypes.POINTER(H)])
+        ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in flats])
+        lens = torch.tensor([t.numel() for t in flats], dtype=torch.int64)
+        ctx = H(0)
+        _lib.call(f, self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
+                  lengths.numel(), ctypes.addressof(ptrs), ptr(lens), F, int(self.training), int(keep),
+                  ctypes.byref(ctx))
+        outs = [t.view(n, d) for t, n, d in zip(flats, counts, dims)]
+        if not keep:
+            return outs, torch.zeros(1, dtype=torch.int64)
+        return outs, self._contexts.keep(_lib.Handle(ctx.value))
+
+    def _counts(self, handle: _lib.Handle) -> list[int]:
+        n = len(self._tables)
+        counts = torch.empty(2 * n, dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_ec_context_counts", [H, P, I64]), handle.value, ptr(counts), 2 * n)
+        return counts.tolist()
+
+    def _run_backward(self, ctx_id: int, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Backward of a stashed context (freed afterwards): see ``recgo::ec_backward``."""
+        handle = self._contexts.take(ctx_id)
+        if handle is None:
+            raise InvalidInputError(
+                "recgo backward: no saved forward for this graph (backward ran twice on it, or the forward ran "
+                "without grad tracking)")
+        try:
+            parts = [check_tensor(g, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
+                                  ndim=2, convert_to=torch.float32).reshape(-1) for g in grads]
+            width = sum(self._feature_dims)
+            total = sum(p.numel() for p in parts)
+            pad = -(-total // width) * width - total
+            if pad:
+                parts.append(torch.zeros(pad, dtype=torch.float32))
+            grad = parts[0] if len(parts) == 1 else (torch.cat(parts) if parts else torch.empty(0))
+            f = _lib.fn("recgo_ec_backward", [H, I32, P, I64, P, P, I64])
+            if self._fused:
+                _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
+                return [torch.zeros(())]
+            n = len(self._tables)
+            uniq = self._counts(handle)[:n]
+            out: list[torch.Tensor] = []
+            for u, d in zip(uniq, self._table_dims):
+                out += [torch.empty(u, dtype=torch.int64), torch.empty(u, d, dtype=torch.float32)]
+            rows = (ctypes.c_void_p * n)(*[ptr(t) for t in out[0::2]])
+            vals = (ctypes.c_void_p * n)(*[ptr(t) for t in out[1::2]])
+            _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
+            return out
+        finally:
+            handle.free()
+
+    def _params(self) -> list[torch.Tensor]:
+        if self._fused:
+            return [self._anchor]
+        cfgs = self._owner.embedding_bag_configs()
+        return [self._owner.embedding_bags[cfgs[i].name].weight for i in self._tables]
+
+    def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """Per-parameter gradients from ``recgo::ec_backward``'s result (the anchor's when fused)."""
+        if self._fused:
+            return [raw[0]]
+        cfgs = self._owner.embedding_bag_configs()
+        out: list[torch.Tensor | None] = []
+        for j, i in enumerate(self._tables):
+            weight = self._owner.embedding_bags[cfgs[i].name].weight
+            idx, g = raw[2 * j], raw[2 * j + 1]
+            if cfgs[i].dynamic is not None:
+                valid = idx >= 0
+                idx, g = idx[valid], g[valid]
+            if self._owner._sparse_grad:
+                out.append(torch.sparse_coo_tensor(idx.unsqueeze(0), g, tuple(weight.shape),
+                                                   is_coalesced=True, check_invariants=False))
+            else:
+                out.append(torch.zeros(tuple(weight.shape), dtype=torch.float32).index_copy_(0, idx, g))
+        return out
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def forward(self, features: Any) -> dict[str, Any]:
+        """Look up every ID of ``features`` (recgo or TorchRec KJT): ``{feature: JaggedTensor}`` with
+        ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""
+        torchrec_in = not isinstance(features, KeyedJaggedTensor)
+        kjt = as_kjt(features)
+        if self._remap is not None:
+            kjt = self._remap.apply_kjt(kjt, self._f2t)
+        if not torch.compiler.is_compiling():
+            self._owner._sync_storage()
+        keys = kjt.keys()
+        key_feature = self._keys(keys)
+        params = self._params()
+        dims = self._key_dims_cache.get(tuple(keys))
+        if dims is None:
+            dims = self._key_dims_cache[tuple(keys)] = [self._feature_dims[self._feature_index[k]] for k in keys]
+        keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        lengths = kjt.lengths()
+        outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, kjt.values(), lengths, dims,
+                                                params)
+        B = lengths.shape[0] // max(1, len(keys))
+        res = {k: _jagged(o, lengths[i * B:(i + 1) * B]) for i, (k, o) in enumerate(zip(keys, outs))}
+        if torchrec_in:
+            return {k: v.to_torchrec() for k, v in res.items()}
+        return res
+
+    def embedding_configs(self) -> list[EmbeddingConfig]:
+        """The tables' configs (TorchRec's accessor name)."""
+        return list(self._configs)
+
+    def feature_names(self) -> list[str]:
+        """The sequence features, tables in order, each table's features in order."""
+        return list(self._features)
+
+    def embedding_dim(self) -> int:
+        """The tables' common embedding dim (TorchRec's accessor; raises when dims differ)."""
+        dims = set(self._feature_dims)
+        if len(dims) != 1:
+            raise InvalidInputError(f"the tables have different embedding dims {sorted(dims)}")
+        return dims.pop()
+
+    @property
+    def ebc(self) -> EmbeddingBagCollection:
+        """The EmbeddingBagCollection that owns the rows (the shared one, or a private one): pass it
+        to ``recgo.dynamic.stats`` and friends."""
+        return self._owner
+
+    @property
+    def fused_optimizer(self) -> FusedOptimizer | None:
+        """The fused optimizer (the owning collection's), or None for a torch optimizer."""
+        return self._owner.fused_optimizer
+
+    def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
+        """Change the fused optimizer's hyper-parameters (those of the owning collection's tables)."""
+        self._owner.set_fused_optimizer(optimizer)
+
+    def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
+        """Per used table, (distinct IDs, lookups) of a batch."""
+        kjt = as_kjt(features)
+        key_feature = self._keys(kjt.keys())
+        _, ticket = self._run_forward(key_feature, kjt.values(), kjt.lengths(), True)
+        handle = self._contexts.take(int(ticket))
+        counts = self._counts(handle)
+        handle.free()
+        n = len(self._tables)
+        cfgs = self._owner.embedding_bag_configs()
+        return {cfgs[t].name: (counts[j], counts[n + j]) for j, t in enumerate(self._tables)}
+
+    def extra_repr(self) -> str:
+        opt = type(self.fused_optimizer).__name__ if self._fused else "none (torch optimizer)"
+        return f"tables={[c.name for c in self._configs]}, features={self._features}, fused_optimizer={opt}"
