@@ -29,12 +29,12 @@ def seq_batch(feats: dict[str, int], B: int, max_len: int, gen: torch.Generator,
         hi = feats[k] if id_range is None else min(feats[k], id_range)
         vals.append(torch.randint(0, hi, (int(ln.sum()),), generator=gen))
         lens.append(ln)
-    return KeyedJaggedTensor(keys, torch.cat(vals), torch.cat(lens))
+    return KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens))
 
 
 def ref_lookup(weights: dict[str, torch.Tensor], kjt: KeyedJaggedTensor, f2t: dict[str, str]) -> dict[str, torch.Tensor]:
     """float64 nn.functional.embedding per feature."""
-    return {k: nn.functional.embedding(v, weights[f2t[k]]) for k, (v, _) in kjt.to_dict().items()}
+    return {k: nn.functional.embedding(v, weights[f2t[k]]) for k, v in ((k, jt.values()) for k, jt in kjt.to_dict().items())}
 
 
 CFGS = [EmbeddingConfig(30, 8, "t0", ["a", "b"]), EmbeddingConfig(20, 4, "t1", ["c"])]
@@ -57,7 +57,7 @@ def test_matches_float64_embedding(seed: int, B: int, max_len: int, id_range: in
     loss, ref_loss = torch.zeros((), dtype=F64), torch.zeros((), dtype=F64)
     for k in keys:
         jt = out[k]
-        assert torch.equal(jt.lengths(), kjt.to_dict()[k][1])
+        assert torch.equal(jt.lengths(), kjt.to_dict()[k].lengths())
         torch.testing.assert_close(jt.values().double(), ref[k], rtol=0, atol=0)
         g = torch.randn(jt.values().shape, generator=gen, dtype=F64)
         loss = loss + (jt.values().double() * g).sum()
@@ -96,7 +96,7 @@ def test_fused_matches_float64_reference(opt: optim.FusedOptimizer) -> None:
         loss.backward()
         ref_loss.backward()
         for c in CFGS:
-            rows = torch.unique(torch.cat([kjt.to_dict()[f][0] for f in c.feature_names]))
+            rows = torch.unique(torch.cat([kjt.to_dict()[f].values() for f in c.feature_names]))
             ref.update(c.name, rows, leaves[c.name].grad[rows])
     for c in CFGS:
         torch.testing.assert_close(ec.embeddings[c.name].weight.detach().double(), ref.w[c.name], rtol=1e-5, atol=1e-5)
