@@ -266,3 +266,17 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 func (c *Collection) String() string {
 	return fmt.Sprintf("sharded collection: %d tables, rank %d of %d (%d×%d), %s", len(c.Layouts), c.Rank, c.Topo.World(), c.Topo.Nodes, c.Topo.PerNode, c.Mode)
 }
+
+// OwnerGradients returns table t's rows that this rank owns and the step touched, their merged
+// gradients and the table's dim (after a non-fused backward exchange ran).
+func (s *Step) OwnerGradients(t int) ([]int64, []float32, int, error) {
+	if t < 0 || t >= len(s.c.Layouts) {
+		return nil, nil, 0, errs.NotFoundf("table index %d of %d", t, len(s.c.Layouts))
+	}
+	x := s.X
+	if x.grads == nil || x.grads[len(x.legs)] == nil || len(x.stages) > 0 || x.cur != nil {
+		return nil, nil, 0, errs.Invalidf("owner gradients: the backward exchange has not finished")
+	}
+	rows, g := x.OwnerGradients(t)
+	return rows, g, s.c.Layouts[t].Dim, nil
+}

@@ -525,3 +525,6 @@ func splitByTable[E any](buf []E, cnt []int64, size, T int, dims []int) [][]E {
 	}
 	return out
 }
+
+// Pending returns the op Next returned that has not been fed yet (nil when none).
+func (x *Exchange) Pending() *Op { return x.curOp }

@@ -91,3 +91,28 @@ func Simulate(topo Topology, batch [][][]int64, owner func(t int, id int64) int)
 	}
 	return tr, nil
 }
+
+// SplitCounts cuts values (rank-major, then table) into [rank][table] lists by counts
+// ([ranks × tables]), checking that the counts are non-negative and cover values exactly.
+func SplitCounts(values, counts []int64, ranks, tables int) ([][][]int64, error) {
+	if len(counts) != ranks*tables {
+		return nil, errs.Invalidf("simulate: %d counts for %d ranks × %d tables", len(counts), ranks, tables)
+	}
+	out := make([][][]int64, ranks)
+	var p int64
+	for r := range out {
+		out[r] = make([][]int64, tables)
+		for t := range out[r] {
+			n := counts[r*tables+t]
+			if n < 0 || n > int64(len(values))-p {
+				return nil, errs.Invalidf("simulate: count %d of rank %d table %d runs past the %d values", n, r, t, len(values))
+			}
+			out[r][t] = values[p : p+n]
+			p += n
+		}
+	}
+	if p != int64(len(values)) {
+		return nil, errs.Invalidf("simulate: counts cover %d of the %d values", p, len(values))
+	}
+	return out, nil
+}
