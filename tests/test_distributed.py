@@ -66,6 +66,7 @@ def close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
 
 
 def _entry(rank: int, fn_name: str, world: int, store: str, out: str, args: tuple) -> None:
+    os.environ["RECGO_TEST_OUT"] = out
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         res = globals()[fn_name](rank, world, *args)
@@ -78,18 +79,25 @@ def _entry(rank: int, fn_name: str, world: int, store: str, out: str, args: tupl
         pass
 
 
-def spawn(fn: Callable, world: int, tmp: Path, *args: Any, wait: float = 240.0) -> list[dict]:
-    """Run fn(rank, world, *args) on a fresh gloo world of spawned processes; return each rank's result."""
+def spawn(fn: Callable, world: int, tmp: Path, *args: Any, wait: float = 240.0,
+          expect: list[int] | None = None) -> list[dict]:
+    """Run fn(rank, world, *args) on a fresh gloo world of spawned processes; return each rank's result
+    (once the ranks in ``expect``, default all, have reported, the others are killed)."""
     out = tmp / f"out-{fn.__name__}-{world}"
     out.mkdir()
     ctx = mp.start_processes(_entry, args=(fn.__name__, world, str(tmp / f"store-{fn.__name__}-{world}"), str(out), args),
                              nprocs=world, start_method="spawn", join=False)
     deadline = time.monotonic() + wait
-    for p in ctx.processes:
-        p.join(max(1.0, deadline - time.monotonic()))
+    want = list(range(world)) if expect is None else expect
+    while time.monotonic() < deadline and not all((out / f"{r}.pt").exists() for r in want):
+        if not any(p.is_alive() for p in ctx.processes):
+            break
+        time.sleep(0.2)
+    time.sleep(0.5)  # let a finished rank close its file
     for p in ctx.processes:
         if p.is_alive():
             p.kill()
+        p.join()
     return [torch.load(out / f"{r}.pt", weights_only=False) if (out / f"{r}.pt").exists() else {"error": "no result"}
             for r in range(world)]
 
@@ -123,6 +131,19 @@ def _eq3_rhs(sh: Any, kjt: recgo.KeyedJaggedTensor, world: int) -> int:
 
 
 def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
+    """Every case of the equality and Eq. 3 tests and the checkpoint save; then the silent-rank phase
+    (the cases' outcome is saved first, since the last rank is killed once the others report)."""
+    try:
+        res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt)}
+    except BaseException as exc:
+        res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
+    torch.save(res, os.path.join(os.environ["RECGO_TEST_OUT"], f"cases-{rank}.pt"))
+    if "error" in res:
+        return res
+    return {"hang": _fail_phase(rank, world, "hang")}
+
+
+def _world4_cases(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.planner import Plan
 
@@ -169,7 +190,7 @@ def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
                     (mode, *[sum(g[i] for g in gathered) for i in range(3)], _eq3_rhs(sh, kjt, world)))
             if mode == "flat" and isinstance(opt, optim.Adam) and not isinstance(opt, optim.AdamW):
                 _checkpoint_run(sh, ref, ckpt, rank, world)
-    return {"inter": inter}
+    return inter
 
 
 RESHARD_SAVE, RESHARD_MORE = STEPS, 2
@@ -192,8 +213,16 @@ def step_grad(kjt: recgo.KeyedJaggedTensor, step: int, rank: int, world: int, lo
     return R[rank * local:(rank + 1) * local]
 
 
-def _reshard(rank: int, world: int, ckpt: str) -> dict:
-    """Load the world-4 checkpoint here, train the remaining steps on the same global batches."""
+def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
+    """Load the world-4 checkpoint here and train the remaining steps on the same global batches;
+    then, with more than one rank, the last rank is killed in the middle of a step."""
+    torch.save(_reshard_run(rank, world, ckpt), os.path.join(out, f"reshard-{rank}.pt"))
+    if world == 1:
+        return {}
+    return {"kill": _fail_phase(rank, world, "kill")}
+
+
+def _reshard_run(rank: int, world: int, ckpt: str) -> dict:
     from recgo.distributed import ShardedEmbeddingBagCollection
 
     local = WORLD * B_LOCAL // world
@@ -238,8 +267,12 @@ def world4(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
                                    batch_size=WORLD * B_LOCAL), strategy="greedy_size")
     plan_dir = plan.save(tmp / "plan", plots=False)
     ckpt = tmp / "ckpt"
-    res = spawn(_world4, WORLD, tmp, str(plan_dir), str(ckpt))
-    return res, ckpt
+    res = spawn(_world4, WORLD, tmp, str(plan_dir), str(ckpt), expect=list(range(WORLD - 1)))
+    out = tmp / f"out-_world4-{WORLD}"
+    cases = [torch.load(out / f"cases-{r}.pt", weights_only=False) if (out / f"cases-{r}.pt").exists()
+             else {"error": "no result"} for r in range(WORLD)]
+    # the last rank never reports its own result: it is killed while it plays the silent rank
+    return [{**c, **h} if r < WORLD - 1 else c for r, (c, h) in enumerate(zip(cases, res))], ckpt
 
 
 def test_world4_matches_single_process_collection(world4: tuple[list[dict], Path]) -> None:
@@ -265,14 +298,84 @@ def test_eq3_holds_exactly_on_the_counters(world4: tuple[list[dict], Path]) -> N
     assert saw_reduction, "the batches never shared IDs within a node: the test would not see a difference"
 
 
+@pytest.fixture(scope="module")
+def world2(world4: tuple[list[dict], Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
+    tmp = tmp_path_factory.mktemp("dist2")
+    res = spawn(_reshard, 2, tmp, str(world4[1]), str(tmp), expect=[0], wait=180)
+    return res, tmp
+
+
+def _in_process_world1(ckpt: Path, out: Path) -> None:
+    """World 1 needs no other process: this pytest process joins a one-rank gloo group."""
+    dist.init_process_group("gloo", init_method=f"file://{out / 'store1'}", rank=0, world_size=1)
+    try:
+        _reshard(0, 1, str(ckpt), str(out))
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("world", [2, 1])
-def test_reshard_checkpoint_continues_identically(world4: tuple[list[dict], Path], world: int, tmp_path: Path) -> None:
+def test_reshard_checkpoint_continues_identically(world4: tuple[list[dict], Path], world2: tuple[list[dict], Path],
+                                                  world: int, tmp_path: Path) -> None:
+    """Saved on world 4, loaded on 2 and on 1, trained on: the tables equal the uninterrupted run's."""
     _ok(world4[0])
     ckpt = world4[1]
-    res = spawn(_reshard, world, tmp_path, str(ckpt))
-    _ok(res)
+    if world == 2:
+        out = world2[1]
+    else:
+        out = tmp_path
+        _in_process_world1(ckpt, out)
+    if world == 2:
+        assert "error" not in world2[0][0], world2[0][0].get("error")
+    res = [torch.load(out / f"reshard-{r}.pt", weights_only=False) for r in range(world)]
     got = _assemble(res)
     want = _assemble([torch.load(ckpt / f"final-{r}.pt", weights_only=False) for r in range(WORLD)])
     for name in got:
         assert not torch.isnan(got[name]).any() and not torch.isnan(want[name]).any()
         close(got[name], want[name], f"resharded to world {world}: table {name}")
+
+
+# -- failures ----------------------------------------------------------------------------------------
+
+FAIL_TIMEOUT = 6.0
+
+
+def _fail_phase(rank: int, world: int, how: str) -> dict:
+    """The last rank dies (os._exit) or stops answering (sleeps) while the others run a step, which
+    must raise PeerFailureError within the configured timeout."""
+    from recgo.distributed import PeerFailureError, ShardedEmbeddingBagCollection
+
+    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
+                                       timeout=FAIL_TIMEOUT)
+    kjt = local_batch(global_batch(0, world), rank)
+    sh(kjt).values().sum().backward()  # a good step first
+    if rank == world - 1:
+        if how == "kill":
+            os._exit(3)
+        time.sleep(10 * FAIL_TIMEOUT)
+        return {}
+    t0 = time.monotonic()
+    try:
+        sh(kjt).values().sum().backward()
+    except PeerFailureError as exc:
+        return {"error_type": type(exc).__name__, "seconds": time.monotonic() - t0, "message": str(exc)}
+    return {"error_type": None}
+
+
+def _check_failure(got: dict, rank: int, how: str) -> None:
+    assert got["error_type"] == "PeerFailureError", got
+    assert got["seconds"] < FAIL_TIMEOUT + 5, got
+    assert f"rank {rank}" in got["message"] and "group" in got["message"]
+    if how == "hang":
+        assert got["seconds"] >= FAIL_TIMEOUT * 0.9, got  # it waited for the configured timeout, no longer
+
+
+def test_a_killed_rank_makes_the_survivor_raise_within_the_timeout(world2: tuple[list[dict], Path]) -> None:
+    assert "error" not in world2[0][0], world2[0][0].get("error")
+    _check_failure(world2[0][0]["kill"], 0, "kill")
+
+
+def test_a_silent_rank_makes_the_others_raise_at_the_timeout(world4: tuple[list[dict], Path]) -> None:
+    for r in range(WORLD - 1):
+        assert "error" not in world4[0][r], world4[0][r].get("error")
+        _check_failure(world4[0][r]["hang"], r, "hang")
