@@ -482,3 +482,27 @@ func recgo_shard_owners(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.i
 		return nil
 	})
 }
+
+// recgo_shard_hash_owners writes the hash-sharding owner rank of each of n IDs in a world of the
+// given size into ranks.
+//
+//export recgo_shard_hash_owners
+func recgo_shard_hash_owners(idsPtr unsafe.Pointer, n, world C.int64_t, ranksPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		if world <= 0 || world > 1<<20 {
+			return errs.Invalidf("hash owners: world size %d must be in [1, 2^20]", world)
+		}
+		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+		if err != nil {
+			return err
+		}
+		ranks, err := viewSlice[int64](ranksPtr, int64(n), "ranks")
+		if err != nil {
+			return err
+		}
+		for i, id := range ids {
+			ranks[i] = int64(shard.HashOwner(id, int(world)))
+		}
+		return nil
+	})
+}
