@@ -142,9 +142,13 @@ func randBatch(rng *rand.Rand, F, B int, rows []int64) (embedding.Batch, [][]int
 	return embedding.Batch{}, lens, vals
 }
 
-// sliceBatch builds the KJT of samples [b0, b1) from per-feature lengths and values.
-func sliceBatch(lens, vals [][]int64, b0, b1 int) embedding.Batch {
+// sliceBatch builds the KJT of samples [b0, b1) from per-feature lengths and values (weighted:
+// per-ID weights derived from the ID and position, the same for every slicing).
+func sliceBatch(lens, vals [][]int64, b0, b1 int, weighted ...bool) embedding.Batch {
 	var b embedding.Batch
+	if len(weighted) > 0 && weighted[0] {
+		b.Weights = []float32{}
+	}
 	for f := range lens {
 		b.KeyFeature = append(b.KeyFeature, int64(f))
 		var skip int64
@@ -157,6 +161,11 @@ func sliceBatch(lens, vals [][]int64, b0, b1 int) embedding.Batch {
 		}
 		b.Lengths = append(b.Lengths, lens[f][b0:b1]...)
 		b.Values = append(b.Values, vals[f][skip:skip+take]...)
+		if b.Weights != nil {
+			for j := skip; j < skip+take; j++ {
+				b.Weights = append(b.Weights, 0.5+float32((vals[f][j]*7+j)%5)/4)
+			}
+		}
 	}
 	return b
 }
@@ -171,8 +180,9 @@ func TestShardedStepsMatchOneCollection(t *testing.T) {
 	rows := []int64{50, 30, 41, 7}
 	dims := []int{4, 8, 3, 5}
 	for _, mode := range []Mode{Flat, Hierarchical} {
-		for _, opt := range opts {
-			t.Run(fmt.Sprintf("%s/%s", mode, opt.Kind), func(t *testing.T) {
+		for oi, opt := range opts {
+			weighted := oi == 1 // one optimizer runs weighted bags
+			t.Run(fmt.Sprintf("%s/%s/weighted=%v", mode, opt.Kind, weighted), func(t *testing.T) {
 				w := newTestWorld(t, 2, 2, mode, kinds, rows, dims, opt)
 				rng := rand.New(rand.NewPCG(1, 2))
 				W, Bl := 4, 6
@@ -180,12 +190,12 @@ func TestShardedStepsMatchOneCollection(t *testing.T) {
 					_, lens, vals := randBatch(rng, len(kinds), W*Bl, rows)
 					width := w.ref.Width()
 					refOut := make([]float32, W*Bl*width)
-					ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl), refOut, true, true)
+					ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl, weighted), refOut, true, true)
 					require.NoError(t, err)
 					steps := make([]*Step, W)
 					xs := make([]*Exchange, W)
 					for r := range w.ranks {
-						steps[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl))
+						steps[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted))
 						require.NoError(t, err)
 						xs[r] = steps[r].X
 					}
