@@ -27,6 +27,8 @@ type Collection struct {
 	width    int
 	features [][]int // per table: its features
 
+	pools pools // buffers recycled between steps
+
 	mu     sync.RWMutex
 	closed bool
 }
@@ -192,6 +194,7 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 		return nil, err
 	}
 	s.X = NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
+	s.X.pools = &c.pools
 	if err := s.X.Forward(s.uniq); err != nil {
 		return nil, err
 	}
@@ -220,6 +223,8 @@ func (s *Step) Pool(out []float32) error {
 			s.offsets[k*B:(k+1)*B+1], s.weights, s.scales[k*B:(k+1)*B])
 	})
 	s.pooled = true
+	s.X.release(s.X.vecs) // backward needs the routes, not the rows
+	s.X.vecs = [][][]float32{nil}
 	return nil
 }
 
@@ -245,7 +250,8 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 	grads := make([][]float32, T)
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
-		acc := make([]float32, len(s.uniq[t])*d)
+		acc := s.X.pools.floats().get(len(s.uniq[t]) * d)
+		clear(acc)
 		for _, f := range c.features[t] {
 			k := s.featKey[f]
 			v0, v1 := s.offsets[k*B], s.offsets[(k+1)*B]

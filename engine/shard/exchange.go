@@ -17,6 +17,8 @@ type Op struct {
 	SendF      []float32
 	SendSplits []int64
 	RecvSplits []int64
+
+	recycle bool // the send buffer came from the collection's free lists
 }
 
 // RecvLen is the number of elements the op receives.
@@ -68,6 +70,7 @@ type Exchange struct {
 	stages   []stage
 	cur      *stage
 	curOp    *Op
+	pools    *pools // nil: allocate every buffer
 	Counters Counters
 }
 
@@ -173,6 +176,7 @@ func (x *Exchange) Next() (*Op, error) {
 				x.stages = nil
 				return nil, err
 			}
+			x.recycle(op)
 			continue
 		}
 		x.cur = &s
@@ -201,7 +205,24 @@ func (x *Exchange) Feed(recvI []int64, recvF []float32) error {
 		x.stages = nil
 		return err
 	}
+	x.recycle(op)
 	return nil
+}
+
+// recycle returns a fed op's send buffer to the free lists.
+func (x *Exchange) recycle(op *Op) {
+	if op.recycle {
+		x.pools.ints().put(op.SendI)
+		x.pools.floats().put(op.SendF)
+		op.SendI, op.SendF = nil, nil
+	}
+}
+
+// release returns row buffers to the free lists.
+func (x *Exchange) release(levels [][][]float32) {
+	for _, lv := range levels {
+		x.pools.floats().put(lv...)
+	}
 }
 
 // selfOnly reports whether the op runs on a group of one rank (the caller's own).
@@ -256,7 +277,7 @@ func (x *Exchange) idStage(h int) stage {
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			send := make([]int64, 0, sum(lg.sendCnt))
+			send := x.pools.ints().get(int(sum(lg.sendCnt)))[:0]
 			pos := make([]int, T) // per table: next perm entry
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
@@ -271,11 +292,11 @@ func (x *Exchange) idStage(h int) stage {
 				}
 			}
 			return &Op{Group: lg.group, SendI: send, SendSplits: rowSums(lg.sendCnt, lg.size, T, nil),
-				RecvSplits: rowSums(lg.recvCnt, lg.size, T, nil)}, nil
+				RecvSplits: rowSums(lg.recvCnt, lg.size, T, nil), recycle: true}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32) error {
 			lg := &x.legs[h]
-			lg.recv = splitByTable(recv, lg.recvCnt, lg.size, T, nil)
+			lg.recv = splitByTable(recv, lg.recvCnt, lg.size, T, nil, nil)
 			lg.inv = make([][]int32, T)
 			next := make([][]int64, T)
 			parallel.ForEach(T, 1, func(t int) {
@@ -316,7 +337,7 @@ func (x *Exchange) lookup() error {
 			rows[i] = r
 		}
 		x.ownerRows[t] = rows
-		top[t] = make([]float32, len(rows)*x.dims[t])
+		top[t] = x.pools.floats().get(len(rows) * x.dims[t])
 		if err := x.store.Lookup(t, rows, top[t]); err != nil {
 			return err
 		}
@@ -334,7 +355,7 @@ func (x *Exchange) vecStage(h int) stage {
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
 			src := x.vecs[h+1]
-			send := make([]float32, 0, rowSum(lg.recvCnt, x.dims))
+			send := x.pools.floats().get(rowSum(lg.recvCnt, x.dims))[:0]
 			base := make([]int, T)
 			for s := 0; s < lg.size; s++ {
 				for t := 0; t < T; t++ {
@@ -349,13 +370,13 @@ func (x *Exchange) vecStage(h int) stage {
 				}
 			}
 			return &Op{Group: lg.group, Float: true, SendF: send, SendSplits: rowSums(lg.recvCnt, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.sendCnt, lg.size, T, x.dims)}, nil
+				RecvSplits: rowSums(lg.sendCnt, lg.size, T, x.dims), recycle: true}, nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32) error {
 			lg := &x.legs[h]
 			out := make([][]float32, T)
 			for t := range out {
-				out[t] = make([]float32, len(lg.items[t])*x.dims[t])
+				out[t] = x.pools.floats().get(len(lg.items[t]) * x.dims[t])
 			}
 			pos, p := make([]int, T), 0
 			for d := 0; d < lg.size; d++ {
@@ -382,7 +403,7 @@ func (x *Exchange) gradStage(h int) stage {
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
 			g := x.grads[h]
-			send := make([]float32, 0, rowSum(lg.sendCnt, x.dims))
+			send := x.pools.floats().get(rowSum(lg.sendCnt, x.dims))[:0]
 			pos := make([]int, T)
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
@@ -397,11 +418,11 @@ func (x *Exchange) gradStage(h int) stage {
 				}
 			}
 			return &Op{Group: lg.group, Float: true, SendF: send, SendSplits: rowSums(lg.sendCnt, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.recvCnt, lg.size, T, x.dims)}, nil
+				RecvSplits: rowSums(lg.recvCnt, lg.size, T, x.dims), recycle: true}, nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32) error {
 			lg := &x.legs[h]
-			in := splitByTable(recv, lg.recvCnt, lg.size, T, x.dims)
+			in := splitByTable(recv, lg.recvCnt, lg.size, T, x.dims, x.pools.floats())
 			nextN := func(t int) int {
 				if h+1 < len(x.legs) {
 					return len(x.legs[h+1].items[t])
@@ -409,10 +430,12 @@ func (x *Exchange) gradStage(h int) stage {
 				return len(x.owner[t])
 			}
 			out := make([][]float32, T)
-			parallel.ForEach(T, 1, func(t int) {
-				out[t] = make([]float32, nextN(t)*x.dims[t])
-				MergeRows(out[t], in[t], lg.inv[t], x.dims[t])
-			})
+			for t := range out {
+				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
+			}
+			parallel.ForEach(T, 1, func(t int) { MergeRows(out[t], in[t], lg.inv[t], x.dims[t]) })
+			x.release([][][]float32{in, x.grads[h]})
+			x.grads[h] = nil
 			x.grads[h+1] = out
 			return nil
 		},
@@ -430,6 +453,8 @@ func (x *Exchange) apply() error {
 			return err
 		}
 	}
+	x.release([][][]float32{top})
+	x.grads[len(x.legs)] = make([][]float32, len(x.layouts)) // applied: nothing left to hand out
 	return nil
 }
 
@@ -499,8 +524,9 @@ func rowSum(cnt []int64, dims []int) int {
 }
 
 // splitByTable regroups a source-major buffer ([source][table] blocks of cnt entries of dims[t]
-// elements each; dims nil: 1) into one contiguous slice per table, sources in order.
-func splitByTable[E any](buf []E, cnt []int64, size, T int, dims []int) [][]E {
+// elements each; dims nil: 1) into one contiguous slice per table, sources in order (the slices
+// from free, which may be nil).
+func splitByTable[E any](buf []E, cnt []int64, size, T int, dims []int, free *freeList[E]) [][]E {
 	w := func(t int) int64 {
 		if dims == nil {
 			return 1
@@ -513,7 +539,7 @@ func splitByTable[E any](buf []E, cnt []int64, size, T int, dims []int) [][]E {
 		for s := 0; s < size; s++ {
 			n += cnt[s*T+t]
 		}
-		out[t] = make([]E, 0, n*w(t))
+		out[t] = free.get(int(n * w(t)))[:0]
 	}
 	var p int64
 	for s := 0; s < size; s++ {

@@ -47,6 +47,7 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
 			}
 			return out
 		}
+		recvIs, recvFs := make([][]int64, W), make([][]float32, W)
 		for r, op := range ops {
 			m := members(r, op.Group)
 			var recvI []int64
@@ -73,7 +74,10 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
 			if op.Float && recvF == nil {
 				recvF = []float32{}
 			}
-			require.NoError(t, xs[r].Feed(recvI, recvF), "rank %d", r)
+			recvIs[r], recvFs[r] = recvI, recvF
+		}
+		for r := range ops { // feeding recycles the send buffers: only once every rank has received
+			require.NoError(t, xs[r].Feed(recvIs[r], recvFs[r]), "rank %d", r)
 		}
 	}
 }

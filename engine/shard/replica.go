@@ -65,7 +65,7 @@ func (x *Exchange) replicaStages() []stage {
 			return &Op{Group: GroupWorld, SendI: send, SendSplits: rowSums(sendCnt, W, T, nil), RecvSplits: rowSums(recvCnt, W, T, nil)}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32) error {
-			recvIDs = splitByTable(recv, recvCnt, W, T, nil)
+			recvIDs = splitByTable(recv, recvCnt, W, T, nil, nil)
 			return nil
 		},
 	}
@@ -86,7 +86,7 @@ func (x *Exchange) replicaStages() []stage {
 				RecvSplits: rowSums(recvCnt, W, T, x.dims)}, nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32) error {
-			in := splitByTable(recv, recvCnt, W, T, x.dims)
+			in := splitByTable(recv, recvCnt, W, T, x.dims, nil)
 			for t, l := range x.layouts {
 				if l.Kind != DataParallel {
 					continue
