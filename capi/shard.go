@@ -1,0 +1,508 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/engine/shard"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// recgo_shard_new builds rank's part of a sharded embedding-bag collection over a world of
+// nodes × perNode ranks exchanging in mode (0 flat, 1 hierarchical). Table i (line i of tableNames)
+// has rows[i] × dims[i] values and sharding kinds[i] (0 hash, 1 table-wise on rank ranks[i],
+// 2 row-wise, 3 data-parallel); features as in recgo_ebc_new.
+//
+//export recgo_shard_new
+func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, tableNames *C.char,
+	rowsPtr, dimsPtr, kindsPtr, ranksPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
+	nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer,
+	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		var cols [4][]int64
+		for i, p := range []unsafe.Pointer{rowsPtr, dimsPtr, kindsPtr, ranksPtr} {
+			v, err := viewSlice[int64](p, int64(ntables), "table arrays")
+			if err != nil {
+				return err
+			}
+			cols[i] = v
+		}
+		featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
+		if err != nil {
+			return err
+		}
+		featPool, err := viewSlice[int64](featPoolPtr, int64(nfeat), "feature_pooling")
+		if err != nil {
+			return err
+		}
+		tnames, err := splitNames(goString(tableNames), int(ntables), "table names")
+		if err != nil {
+			return err
+		}
+		fnames, err := splitNames(goString(featureNames), int(nfeat), "feature names")
+		if err != nil {
+			return err
+		}
+		if nodes <= 0 || perNode <= 0 || nodes > 1<<16 || perNode > 1<<16 {
+			return errs.Invalidf("topology: %d nodes × %d ranks per node", nodes, perNode)
+		}
+		world := int(nodes * perNode)
+		topo, err := shard.NewTopology(int(nodes), int(perNode), world)
+		if err != nil {
+			return err
+		}
+		layouts := make([]*shard.Layout, ntables)
+		for i := range layouts {
+			if layouts[i], err = shard.NewLayout(tnames[i], cols[0][i], int(cols[1][i]), shard.Kind(cols[2][i]), int(cols[3][i]), world); err != nil {
+				return err
+			}
+		}
+		feats := make([]embedding.Feature, nfeat)
+		for j := range feats {
+			feats[j] = embedding.Feature{Name: fnames[j], Table: int(featTable[j]), Pooling: embedding.Pooling(featPool[j])}
+		}
+		c, err := shard.NewCollection(layouts, topo, int(rank), shard.Mode(mode), optConfig(kind, lr, eps, beta1, beta2, wd), feats)
+		if err != nil {
+			return err
+		}
+		*out = newHandle(c)
+		return nil
+	})
+}
+
+func shardTable(h C.uintptr_t, t C.int64_t) (*shard.Collection, int, error) {
+	c, err := lookup[*shard.Collection](h, "sharded collection")
+	if err != nil {
+		return nil, 0, err
+	}
+	if t < 0 || int(t) >= len(c.Layouts) {
+		return nil, 0, errs.NotFoundf("table index %d of %d", t, len(c.Layouts))
+	}
+	return c, int(t), nil
+}
+
+// recgo_shard_table_memory reports where this rank's shard of table t lives, as
+// recgo_ebc_table_memory does; *localRows is the number of the shard's rows that hold IDs.
+//
+//export recgo_shard_table_memory
+func recgo_shard_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.uintptr_t, n, stride, localRows *C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, ti, err := shardTable(h, t)
+		if err != nil {
+			return err
+		}
+		tb := c.Shards[ti]
+		*localRows = C.int64_t(c.Layouts[ti].LocalRows(c.Rank))
+		var p unsafe.Pointer
+		switch which {
+		case 0:
+			*n, *stride, p = C.int64_t(len(tb.Data)), C.int64_t(tb.Stride), unsafe.Pointer(&tb.Data[0])
+		case 1:
+			*n, *stride = C.int64_t(len(tb.State)), C.int64_t(tb.StateWidth())
+			if len(tb.State) > 0 {
+				p = unsafe.Pointer(&tb.State[0])
+			}
+		case 2:
+			*n, *stride, p = 1, 1, unsafe.Pointer(&tb.Step[0])
+		default:
+			return errs.Invalidf("table memory: unknown kind %d", which)
+		}
+		*ptr = C.uintptr_t(uintptr(p))
+		return nil
+	})
+}
+
+// recgo_shard_local_ids writes the IDs of this rank's shard rows of table t, in row order, into out
+// (n must be the shard's local row count).
+//
+//export recgo_shard_local_ids
+func recgo_shard_local_ids(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, ti, err := shardTable(h, t)
+		if err != nil {
+			return err
+		}
+		ids := c.Layouts[ti].LocalIDs(c.Rank)
+		if int64(n) != int64(len(ids)) {
+			return errs.Invalidf("local ids: buffer of %d for %d rows", n, len(ids))
+		}
+		out, err := viewSlice[int64](outPtr, int64(n), "out")
+		if err != nil {
+			return err
+		}
+		copy(out, ids)
+		return nil
+	})
+}
+
+// recgo_shard_locate writes, for each of n IDs of table t, its row in this rank's shard or -1 when
+// another rank holds it (checkpoint loading onto any world size).
+//
+//export recgo_shard_locate
+func recgo_shard_locate(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, rowsPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, ti, err := shardTable(h, t)
+		if err != nil {
+			return err
+		}
+		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+		if err != nil {
+			return err
+		}
+		rows, err := viewSlice[int64](rowsPtr, int64(n), "rows")
+		if err != nil {
+			return err
+		}
+		return c.Layouts[ti].Locate(c.Rank, ids, rows)
+	})
+}
+
+// recgo_shard_begin starts a step on this rank's batch (a KJT as in recgo_ebc_forward) and writes
+// the step's handle into stepOut; run its exchange with recgo_shard_next / _op / _feed.
+//
+//export recgo_shard_begin
+func recgo_shard_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,
+	lengthsPtr unsafe.Pointer, nlengths C.int64_t, weightsPtr unsafe.Pointer, nweights C.int64_t,
+	stepOut *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*shard.Collection](h, "sharded collection")
+		if err != nil {
+			return err
+		}
+		var b embedding.Batch
+		if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
+			return err
+		}
+		if b.Values, err = viewSlice[int64](valuesPtr, int64(nvalues), "values"); err != nil {
+			return err
+		}
+		if b.Lengths, err = viewSlice[int64](lengthsPtr, int64(nlengths), "lengths"); err != nil {
+			return err
+		}
+		if b.Weights, err = optionalSlice[float32](weightsPtr, int64(nweights), "weights"); err != nil {
+			return err
+		}
+		if weightsPtr != nil && b.Weights == nil {
+			b.Weights = []float32{}
+		}
+		s, err := c.Begin(b)
+		if err != nil {
+			return err
+		}
+		*stepOut = newHandle(s)
+		return nil
+	})
+}
+
+// recgo_shard_next asks a step for its next all-to-all: *done = 1 when there is none; otherwise the
+// op's group (0 world, 1 node, 2 rail), element type (*isFloat: 1 float32, 0 int64), send length
+// and number of splits (the group's size). Fetch its buffers with recgo_shard_op.
+//
+//export recgo_shard_next
+func recgo_shard_next(sh C.uintptr_t, group, isFloat, nsend, nsplits, done *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		op, err := s.X.Next()
+		if err != nil {
+			return err
+		}
+		if op == nil {
+			*done = 1
+			return nil
+		}
+		*done, *group, *nsplits = 0, C.int64_t(op.Group), C.int64_t(len(op.SendSplits))
+		*isFloat, *nsend = 0, C.int64_t(len(op.SendI))
+		if op.Float {
+			*isFloat, *nsend = 1, C.int64_t(len(op.SendF))
+		}
+		return nil
+	})
+}
+
+// recgo_shard_op copies the pending op's send buffer (nsend elements of its type) and its send and
+// receive splits (nsplits int64 each) into the caller's buffers.
+//
+//export recgo_shard_op
+func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sendSplitsPtr, recvSplitsPtr unsafe.Pointer, nsplits C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		op := s.X.Pending()
+		if op == nil {
+			return errs.Invalidf("shard step: no pending op")
+		}
+		if int(nsplits) != len(op.SendSplits) {
+			return errs.Invalidf("shard op: %d splits, the op has %d", nsplits, len(op.SendSplits))
+		}
+		ss, err := viewSlice[int64](sendSplitsPtr, int64(nsplits), "send_splits")
+		if err != nil {
+			return err
+		}
+		rs, err := viewSlice[int64](recvSplitsPtr, int64(nsplits), "recv_splits")
+		if err != nil {
+			return err
+		}
+		copy(ss, op.SendSplits)
+		copy(rs, op.RecvSplits)
+		if op.Float {
+			if int(nsend) != len(op.SendF) {
+				return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, len(op.SendF))
+			}
+			dst, err := viewSlice[float32](sendPtr, int64(nsend), "send")
+			if err != nil {
+				return err
+			}
+			copy(dst, op.SendF)
+			return nil
+		}
+		if int(nsend) != len(op.SendI) {
+			return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, len(op.SendI))
+		}
+		dst, err := viewSlice[int64](sendPtr, int64(nsend), "send")
+		if err != nil {
+			return err
+		}
+		copy(dst, op.SendI)
+		return nil
+	})
+}
+
+// recgo_shard_feed hands the pending op the n elements it received (of the op's type).
+//
+//export recgo_shard_feed
+func recgo_shard_feed(sh C.uintptr_t, recvPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		op := s.X.Pending()
+		if op == nil {
+			return errs.Invalidf("shard step: no pending op")
+		}
+		if op.Float {
+			v, err := viewSlice[float32](recvPtr, int64(n), "recv")
+			if err != nil {
+				return err
+			}
+			if v == nil {
+				v = []float32{}
+			}
+			return s.X.Feed(nil, v)
+		}
+		v, err := viewSlice[int64](recvPtr, int64(n), "recv")
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			v = []int64{}
+		}
+		return s.X.Feed(v, nil)
+	})
+}
+
+// recgo_shard_pool writes the step's pooled output ([B, width] float32) once its forward exchange ran.
+//
+//export recgo_shard_pool
+func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		out, err := viewSlice[float32](outPtr, int64(n), "out")
+		if err != nil {
+			return err
+		}
+		return s.Pool(out)
+	})
+}
+
+// recgo_shard_backward merges the step's output gradient ([B, width] float32) per distinct ID and
+// queues the backward exchange (fused != 0: the owners apply their optimizers at its end).
+//
+//export recgo_shard_backward
+func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		g, err := viewSlice[float32](gradPtr, int64(n), "grad_output")
+		if err != nil {
+			return err
+		}
+		return s.Backward(g, fused != 0)
+	})
+}
+
+// recgo_shard_owner_grads copies, for table t, the shard rows this rank owns that the step touched
+// and their merged gradients (after a non-fused backward exchange ran). With null buffers it only
+// writes the row count into *n.
+//
+//export recgo_shard_owner_grads
+func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsafe.Pointer, n *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		rows, vals, dim, err := s.OwnerGradients(int(t))
+		if err != nil {
+			return err
+		}
+		if rowsPtr == nil {
+			*n = C.int64_t(len(rows))
+			return nil
+		}
+		if int(*n) != len(rows) {
+			return errs.Invalidf("owner gradients: buffers for %d rows, the step has %d", *n, len(rows))
+		}
+		r, err := viewSlice[int64](rowsPtr, int64(len(rows)), "rows")
+		if err != nil {
+			return err
+		}
+		v, err := viewSlice[float32](valsPtr, int64(len(rows)*dim), "values")
+		if err != nil {
+			return err
+		}
+		copy(r, rows)
+		copy(v, vals)
+		return nil
+	})
+}
+
+// recgo_shard_counters writes the step's traffic counters into out (shard.NumCounterFields × tables
+// int64 values, field-major in the order of shard.Counters.Fields).
+//
+//export recgo_shard_counters
+func recgo_shard_counters(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, err := lookup[*shard.Step](sh, "shard step")
+		if err != nil {
+			return err
+		}
+		fields := s.X.Counters.Fields()
+		T := len(fields[0])
+		out, err := viewSlice[int64](outPtr, int64(n), "out")
+		if err != nil {
+			return err
+		}
+		if len(out) != len(fields)*T {
+			return errs.Invalidf("counters: %d values, need %d", len(out), len(fields)*T)
+		}
+		for i, f := range fields {
+			copy(out[i*T:], f)
+		}
+		return nil
+	})
+}
+
+// recgo_shard_simulate computes both exchange modes' exact traffic for one step of a nodes ×
+// perNode cluster under hash sharding: counts ([world × tables] int64) gives how many of the
+// values (rank-major, then table) each rank looks up in each table. out receives 6 int64 values:
+// lookups, requested, flat intra, flat inter, hierarchical intra, hierarchical inter.
+//
+//export recgo_shard_simulate
+func recgo_shard_simulate(nodes, perNode, ntables C.int64_t, countsPtr unsafe.Pointer, valuesPtr unsafe.Pointer, nvalues C.int64_t,
+	outPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		if nodes <= 0 || perNode <= 0 || nodes*perNode > 1<<20 || ntables <= 0 || ntables > 1<<16 {
+			return errs.Invalidf("simulate: %d nodes × %d ranks, %d tables", nodes, perNode, ntables)
+		}
+		topo, err := shard.NewTopology(int(nodes), int(perNode), int(nodes*perNode))
+		if err != nil {
+			return err
+		}
+		W, T := topo.World(), int(ntables)
+		counts, err := viewSlice[int64](countsPtr, int64(W*T), "counts")
+		if err != nil {
+			return err
+		}
+		values, err := viewSlice[int64](valuesPtr, int64(nvalues), "values")
+		if err != nil {
+			return err
+		}
+		out, err := viewSlice[int64](outPtr, 6, "out")
+		if err != nil {
+			return err
+		}
+		batch, err := shard.SplitCounts(values, counts, W, T)
+		if err != nil {
+			return err
+		}
+		tr, err := shard.Simulate(topo, batch, func(_ int, id int64) int { return shard.HashOwner(id, W) })
+		if err != nil {
+			return err
+		}
+		copy(out, []int64{tr.Lookups, tr.Requested, tr.FlatIntra, tr.FlatInter, tr.HierIntra, tr.HierInter})
+		return nil
+	})
+}
+
+// recgo_shard_owners writes the owning rank of each of n IDs of table t into ranks (this rank for a
+// data-parallel table).
+//
+//export recgo_shard_owners
+func recgo_shard_owners(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, ranksPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, ti, err := shardTable(h, t)
+		if err != nil {
+			return err
+		}
+		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+		if err != nil {
+			return err
+		}
+		ranks, err := viewSlice[int64](ranksPtr, int64(n), "ranks")
+		if err != nil {
+			return err
+		}
+		l := c.Layouts[ti]
+		for i, id := range ids {
+			if err := l.Check(id); err != nil {
+				return err
+			}
+			o, _ := l.Owner(id, c.Rank)
+			ranks[i] = int64(o)
+		}
+		return nil
+	})
+}
+
+// recgo_shard_hash_owners writes the hash-sharding owner rank of each of n IDs in a world of the
+// given size into ranks.
+//
+//export recgo_shard_hash_owners
+func recgo_shard_hash_owners(idsPtr unsafe.Pointer, n, world C.int64_t, ranksPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		if world <= 0 || world > 1<<20 {
+			return errs.Invalidf("hash owners: world size %d must be in [1, 2^20]", world)
+		}
+		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+		if err != nil {
+			return err
+		}
+		ranks, err := viewSlice[int64](ranksPtr, int64(n), "ranks")
+		if err != nil {
+			return err
+		}
+		for i, id := range ids {
+			ranks[i] = int64(shard.HashOwner(id, int(world)))
+		}
+		return nil
+	})
+}

@@ -1,0 +1,288 @@
+package shard
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/kernels"
+)
+
+// Collection is one rank's part of a sharded embedding-bag collection: the layouts of every table,
+// this rank's shard of each (a fixed engine table of its local rows, with the fused optimizer's
+// state), and the features that look the tables up. Its pooled output has the columns of
+// embedding.Collection ([B, Width], feature f at ColumnOffset(f)), for the rank's own samples.
+type Collection struct {
+	Layouts  []*Layout
+	Shards   []*embedding.Table
+	Features []embedding.Feature
+	Topo     Topology
+	Rank     int
+	Mode     Mode
+
+	colOff   []int
+	width    int
+	features [][]int // per table: its features
+
+	pools pools // buffers recycled between steps
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// NewCollection checks the arguments and allocates this rank's shards (zero weights and state).
+func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt embedding.OptimizerConfig, features []embedding.Feature) (*Collection, error) {
+	if len(layouts) == 0 {
+		return nil, errs.Invalidf("sharded collection: no tables")
+	}
+	if rank < 0 || rank >= topo.World() {
+		return nil, errs.Invalidf("sharded collection: rank %d outside the world of %d", rank, topo.World())
+	}
+	if mode != Flat && mode != Hierarchical {
+		return nil, errs.Invalidf("sharded collection: unknown exchange mode %d", int(mode))
+	}
+	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode,
+		colOff: make([]int, len(features)), features: make([][]int, len(layouts))}
+	for i, l := range layouts {
+		if l.World != topo.World() {
+			return nil, errs.Invalidf("table %q: laid out for %d ranks, the world has %d", l.Name, l.World, topo.World())
+		}
+		for j := 0; j < i; j++ {
+			if layouts[j].Name == l.Name {
+				return nil, errs.Invalidf("sharded collection: duplicate table name %q", l.Name)
+			}
+		}
+	}
+	names := map[string]bool{}
+	for f, ft := range features {
+		switch {
+		case names[ft.Name]:
+			return nil, errs.Invalidf("sharded collection: duplicate feature name %q", ft.Name)
+		case ft.Table < 0 || ft.Table >= len(layouts):
+			return nil, errs.Invalidf("sharded collection: feature %q references table %d of %d", ft.Name, ft.Table, len(layouts))
+		case ft.Pooling != embedding.PoolSum && ft.Pooling != embedding.PoolMean:
+			return nil, errs.Invalidf("sharded collection: feature %q has unknown pooling %d", ft.Name, int(ft.Pooling))
+		}
+		names[ft.Name] = true
+		c.colOff[f] = c.width
+		c.width += layouts[ft.Table].Dim
+		c.features[ft.Table] = append(c.features[ft.Table], f)
+	}
+	for t, fs := range c.features {
+		if len(fs) == 0 {
+			return nil, errs.Invalidf("sharded collection: table %q has no features", layouts[t].Name)
+		}
+	}
+	for _, l := range layouts {
+		// A rank that holds none of a table's rows keeps a one-row shard, so every rank has the
+		// table's step counter and optimizer config.
+		s, err := embedding.NewFixedTable(l.Name, max(1, l.LocalRows(rank)), l.Dim, opt)
+		if err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c.Shards = append(c.Shards, s)
+	}
+	return c, nil
+}
+
+// Width is the number of output columns.
+func (c *Collection) Width() int { return c.width }
+
+// Close frees the shards; a second Close is a no-op.
+func (c *Collection) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	var all []error
+	for _, s := range c.Shards {
+		all = append(all, s.Close())
+	}
+	return errors.Join(all...)
+}
+
+// Lookup implements Store.
+func (c *Collection) Lookup(t int, rows []int64, dst []float32) error {
+	return c.Shards[t].GatherRows(rows, dst)
+}
+
+// Apply implements Store.
+func (c *Collection) Apply(t int, rows []int64, grads []float32) error {
+	return c.Shards[t].ApplyRows(rows, grads)
+}
+
+// Step is one training step of a rank: its batch's local dedup, the exchange that brings the
+// rows, the pooling, and later the backward exchange. Steps of one collection may coexist (each
+// owns its buffers); every rank must run the exchanges of its steps in the same order.
+type Step struct {
+	c       *Collection
+	X       *Exchange
+	B       int
+	uniq    [][]int64 // per table: distinct IDs, first-seen order over the table's features
+	valInv  []int32   // per KJT value: index of its ID in its table's uniq
+	featKey []int
+	offsets []int64
+	scales  []float32
+	weights []float32
+	pooled  bool
+}
+
+// Begin validates the rank's batch, deduplicates each table's IDs and queues the forward exchange
+// (run its ops with s.X.Next / Feed, then call Pool).
+func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, errs.Invalidf("sharded collection: used after close")
+	}
+	B, err := embedding.ValidateBatch(b, len(c.Features))
+	if err != nil {
+		return nil, err
+	}
+	F, T := len(c.Features), len(c.Layouts)
+	s := &Step{c: c, B: B, featKey: make([]int, F), offsets: make([]int64, len(b.Lengths)+1),
+		scales: make([]float32, len(b.Lengths)), valInv: make([]int32, len(b.Values)), uniq: make([][]int64, T)}
+	for k, f := range b.KeyFeature {
+		s.featKey[f] = k
+	}
+	for i, n := range b.Lengths {
+		s.offsets[i+1] = s.offsets[i] + n
+	}
+	for k, f := range b.KeyFeature {
+		mean := c.Features[f].Pooling == embedding.PoolMean
+		for i, n := range b.Lengths[int(k)*B : (int(k)+1)*B] {
+			s.scales[int(k)*B+i] = 1
+			if mean && n > 0 {
+				s.scales[int(k)*B+i] = 1 / float32(n)
+			}
+		}
+	}
+	if b.Weights != nil {
+		s.weights = append([]float32{}, b.Weights...)
+	}
+	errsT := make([]error, T)
+	parallel.ForEach(T, 1, func(t int) {
+		var ids []int64
+		for _, f := range c.features[t] {
+			k := s.featKey[f]
+			ids = append(ids, b.Values[s.offsets[k*B]:s.offsets[(k+1)*B]]...)
+		}
+		for _, id := range ids {
+			if err := c.Layouts[t].Check(id); err != nil {
+				errsT[t] = err
+				return
+			}
+		}
+		inv := make([]int32, len(ids))
+		var d embedding.Deduper
+		s.uniq[t] = d.Dedup(ids, nil, inv)
+		p := 0
+		for _, f := range c.features[t] {
+			k := s.featKey[f]
+			n := int(s.offsets[(k+1)*B] - s.offsets[k*B])
+			copy(s.valInv[s.offsets[k*B]:], inv[p:p+n])
+			p += n
+		}
+	})
+	if err := errors.Join(errsT...); err != nil {
+		return nil, err
+	}
+	s.X = NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
+	s.X.pools = &c.pools
+	if err := s.X.Forward(s.uniq); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Pool writes the rank's pooled output ([B, Width], overwritten) from the rows the exchange
+// brought: each (feature, sample) bag has one writer, through the engine's segment reduction.
+func (s *Step) Pool(out []float32) error {
+	c := s.c
+	if len(out) != s.B*c.width {
+		return errs.Invalidf("forward: output has %d values, need %d (batch %d × width %d)", len(out), s.B*c.width, s.B, c.width)
+	}
+	if s.X.vecs == nil || s.X.vecs[0] == nil || len(s.X.stages) > 0 || s.X.cur != nil {
+		return errs.Invalidf("forward: the exchange has not finished")
+	}
+	offs := make([]int64, len(s.valInv))
+	for i, u := range s.valInv {
+		offs[i] = int64(u)
+	}
+	B := s.B
+	parallel.ForEach(len(c.Features), 1, func(f int) {
+		t := c.Features[f].Table
+		k := s.featKey[f]
+		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.Rows(t), offs, int64(c.Layouts[t].Dim),
+			s.offsets[k*B:(k+1)*B+1], s.weights, s.scales[k*B:(k+1)*B])
+	})
+	s.pooled = true
+	s.X.release(s.X.vecs) // backward needs the routes, not the rows
+	s.X.vecs = [][][]float32{nil}
+	return nil
+}
+
+// Backward merges the output gradient ([B, Width]) into one gradient per distinct ID of each
+// table (the transpose of Pool) and queues the backward exchange; with fused, the owners apply
+// their optimizers at its end, otherwise the owners' merged gradients are left in s.X.
+func (s *Step) Backward(gradOut []float32, fused bool) error {
+	c := s.c
+	if !s.pooled {
+		return errs.Invalidf("backward: the step's forward did not finish")
+	}
+	if len(gradOut) != s.B*c.width {
+		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), s.B*c.width, s.B, c.width)
+	}
+	if fused {
+		for _, sh := range c.Shards {
+			if sh.Opt.Kind == embedding.OptNone {
+				return errs.Invalidf("backward: table %q has no fused optimizer; ask for gradients instead", sh.Name)
+			}
+		}
+	}
+	B, T := s.B, len(c.Layouts)
+	grads := make([][]float32, T)
+	parallel.ForEach(T, 1, func(t int) {
+		d := c.Layouts[t].Dim
+		acc := s.X.pools.floats().get(len(s.uniq[t]) * d)
+		clear(acc)
+		for _, f := range c.features[t] {
+			k := s.featKey[f]
+			v0, v1 := s.offsets[k*B], s.offsets[(k+1)*B]
+			var w []float32
+			if s.weights != nil {
+				w = s.weights[v0:v1]
+			}
+			kernels.SegmentScatter(acc, d, s.valInv[v0:v1], -1, gradOut, c.colOff[f], c.width,
+				s.offsets[k*B:(k+1)*B+1], w, s.scales[k*B:(k+1)*B])
+		}
+		grads[t] = acc
+	})
+	s.pooled = false
+	return s.X.Backward(grads, fused)
+}
+
+// String describes the collection (tables, kinds, rank, mode).
+func (c *Collection) String() string {
+	return fmt.Sprintf("sharded collection: %d tables, rank %d of %d (%d×%d), %s", len(c.Layouts), c.Rank, c.Topo.World(), c.Topo.Nodes, c.Topo.PerNode, c.Mode)
+}
+
+// OwnerGradients returns table t's rows that this rank owns and the step touched, their merged
+// gradients and the table's dim (after a non-fused backward exchange ran).
+func (s *Step) OwnerGradients(t int) ([]int64, []float32, int, error) {
+	if t < 0 || t >= len(s.c.Layouts) {
+		return nil, nil, 0, errs.NotFoundf("table index %d of %d", t, len(s.c.Layouts))
+	}
+	x := s.X
+	if x.grads == nil || x.grads[len(x.legs)] == nil || len(x.stages) > 0 || x.cur != nil {
+		return nil, nil, 0, errs.Invalidf("owner gradients: the backward exchange has not finished")
+	}
+	rows, g := x.OwnerGradients(t)
+	return rows, g, s.c.Layouts[t].Dim, nil
+}

@@ -1,0 +1,26 @@
+// Package shard spreads embedding tables over the ranks of a distributed job and routes each
+// step's lookups to their owners (RecIS §3.2). Go decides, the caller's collective library moves:
+// nothing here opens a socket. The Python side (recgo.distributed) hands every [Op] to
+// torch.distributed's all_to_all_single on the named group and feeds the result back.
+//
+// Ownership ([Layout]): hash sharding maps an ID to one of [VirtualBuckets] buckets and buckets to
+// ranks in contiguous ranges, so a checkpoint re-distributes by moving whole buckets; table-wise
+// (also a RecShard plan's table → rank), row-wise (contiguous ranges) and data-parallel (a replica
+// per rank) layouts complete the set.
+//
+// A step ([Collection.Begin], [Exchange]): each rank deduplicates its batch per table, sends the
+// distinct IDs along a route of all-to-all legs — one leg over the world (flat) or the two legs of
+// the hierarchical exchange (hierarchical.go) — merging duplicates at every stop; the owner looks
+// each distinct row up once ([embedding.Table.GatherRows]); rows return along the inverse maps and
+// the requester pools them with one writer per bag (kernels.SegmentReduce). Backward mirrors it:
+// gradients merged per distinct row at the requester (kernels.SegmentScatter), sent along the
+// same route, merged at every stop ([MergeRows]) and applied by the owner's fused optimizer
+// ([embedding.Table.ApplyRows]). Data-parallel tables exchange only their gradients (replica.go).
+//
+// [Counters] record each rank's IDs, returned rows and gradients within and across nodes;
+// [Simulate] computes the same counts for a whole cluster from its batches, without any rank.
+//
+// Concurrency: an Exchange (and its Step) is used by one goroutine at a time; steps of one
+// Collection may coexist, and every rank must run its steps' ops in the same order. Close excludes
+// Begin.
+package shard

@@ -1,0 +1,58 @@
+package shard
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func int64s(b []byte) []int64 {
+	out := make([]int64, len(b)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+// FuzzSplitCounts: arbitrary counts either cut the values exactly or are refused, never panic.
+func FuzzSplitCounts(f *testing.F) {
+	f.Add([]byte{2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0}, uint8(2), uint8(1), uint8(3))
+	f.Fuzz(func(t *testing.T, raw []byte, ranks, tables, nvals uint8) {
+		counts := int64s(raw)
+		values := make([]int64, nvals)
+		out, err := SplitCounts(values, counts, int(ranks%5), int(tables%5))
+		if err != nil {
+			return
+		}
+		n := 0
+		for _, r := range out {
+			for _, ids := range r {
+				n += len(ids)
+			}
+		}
+		require.Equal(t, int(nvals), n)
+	})
+}
+
+// FuzzExchangeFeed: a peer's announced counts and IDs are checked, never trusted into a panic.
+func FuzzExchangeFeed(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0}, []byte{5, 0, 0, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, rawCounts, rawIDs []byte) {
+		topo, _ := NewTopology(1, 2, 2)
+		l, _ := NewLayout("t", 20, 2, Hash, 0, 2)
+		x := NewExchange([]*Layout{l}, topo, 0, Flat, nopStore{})
+		require.NoError(t, x.Forward([][]int64{{1, 2, 3}}))
+		op, err := x.Next()
+		require.NoError(t, err)
+		counts := int64s(rawCounts)
+		if err := x.Feed(counts, nil); err != nil {
+			return
+		}
+		if op, err = x.Next(); err != nil || op == nil {
+			return
+		}
+		ids := int64s(rawIDs)
+		_ = x.Feed(ids, nil) // wrong sizes or out-of-range IDs are errors
+	})
+}

@@ -1,0 +1,174 @@
+package shard
+
+import (
+	"fmt"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/kernels"
+)
+
+// Kind is how a table's rows are spread over the ranks.
+type Kind int
+
+// The shardings. Hash is RecIS's: an ID's owner is the rank its virtual bucket maps to, so a
+// checkpoint moves whole buckets when the world size changes. TableWise puts the whole table on one
+// rank (a RecShard plan's table → rank placement is a TableWise layout with the plan's rank).
+// RowWise gives each rank a contiguous range of rows. DataParallel keeps a replica on every rank:
+// lookups stay local and the merged gradients are exchanged so every replica takes the same step.
+const (
+	Hash Kind = iota
+	TableWise
+	RowWise
+	DataParallel
+)
+
+var kindNames = [...]string{"hash", "table_wise", "row_wise", "data_parallel"}
+
+func (k Kind) String() string {
+	if k >= 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// VirtualBuckets is the number of hash buckets IDs fall into before buckets are mapped to ranks.
+const VirtualBuckets = 1 << 16
+
+// bucketSeed seeds the ID hash of hash sharding (any fixed value; it is part of the checkpoint format).
+const bucketSeed = 0x5eed_5a4d
+
+// Bucket is the virtual bucket of id under hash sharding.
+func Bucket(id int64) int { return int(kernels.HashID(id, bucketSeed) & (VirtualBuckets - 1)) }
+
+// BucketRank is the rank that owns bucket b in a world of the given size: buckets are split into
+// contiguous ranges, one per rank.
+func BucketRank(b, world int) int { return b * world / VirtualBuckets }
+
+// HashOwner is the rank owning id under hash sharding in a world of the given size.
+func HashOwner(id int64, world int) int { return BucketRank(Bucket(id), world) }
+
+// Layout is one table's placement over a world of ranks: which rank owns each ID and at which row
+// of that rank's shard. IDs are the table's rows 0..Rows-1.
+type Layout struct {
+	Name  string
+	Rows  int64
+	Dim   int
+	Kind  Kind
+	Rank  int // TableWise: the owning rank
+	World int
+
+	block int64   // RowWise: rows per rank (the last ranks may hold fewer, or none)
+	local []int32 // Hash: id → row on its owner
+	count []int64 // rows each rank holds
+}
+
+// maxHashRows bounds hash-sharded tables (their id → local row map is int32).
+const maxHashRows = 1 << 31
+
+// NewLayout checks the arguments and returns the table's layout (a hash layout computes every ID's
+// owner row once, O(rows)).
+func NewLayout(name string, rows int64, dim int, kind Kind, rank, world int) (*Layout, error) {
+	switch {
+	case world <= 0:
+		return nil, errs.Invalidf("table %q: world size %d must be > 0", name, world)
+	case rows <= 0:
+		return nil, errs.Invalidf("table %q: num_embeddings %d must be > 0", name, rows)
+	case dim <= 0 || dim > 1<<20:
+		return nil, errs.Invalidf("table %q: embedding_dim %d must be in [1, 2^20]", name, dim)
+	case kind < Hash || kind > DataParallel:
+		return nil, errs.Invalidf("table %q: unknown sharding kind %d", name, int(kind))
+	case kind == TableWise && (rank < 0 || rank >= world):
+		return nil, errs.Invalidf("table %q: table-wise rank %d is outside the world of %d ranks", name, rank, world)
+	case kind == Hash && rows >= maxHashRows:
+		return nil, errs.Capacityf("table %q: %d rows is too many for hash sharding (limit 2^31)", name, rows)
+	}
+	l := &Layout{Name: name, Rows: rows, Dim: dim, Kind: kind, Rank: rank, World: world, count: make([]int64, world)}
+	switch kind {
+	case Hash:
+		l.local = make([]int32, rows)
+		for id := int64(0); id < rows; id++ {
+			r := HashOwner(id, world)
+			l.local[id] = int32(l.count[r])
+			l.count[r]++
+		}
+	case TableWise:
+		l.count[rank] = rows
+	case RowWise:
+		l.block = (rows + int64(world) - 1) / int64(world)
+		for r := range l.count {
+			l.count[r] = max(0, min(rows, int64(r+1)*l.block)-int64(r)*l.block)
+		}
+	case DataParallel:
+		for r := range l.count {
+			l.count[r] = rows
+		}
+	}
+	return l, nil
+}
+
+// Check returns an error naming the table when id is not one of its rows.
+func (l *Layout) Check(id int64) error {
+	if id < 0 || id >= l.Rows {
+		return errs.Invalidf("table %q: id %d out of range [0, %d)", l.Name, id, l.Rows)
+	}
+	return nil
+}
+
+// Owner returns the rank that owns id and its row there, as seen from rank self (a data-parallel
+// table is owned by every rank, so by self). id must be valid (see Check).
+func (l *Layout) Owner(id int64, self int) (rank int, row int64) {
+	switch l.Kind {
+	case Hash:
+		return HashOwner(id, l.World), int64(l.local[id])
+	case TableWise:
+		return l.Rank, id
+	case RowWise:
+		return int(id / l.block), id % l.block
+	default:
+		return self, id
+	}
+}
+
+// LocalRows is the number of rows rank holds.
+func (l *Layout) LocalRows(rank int) int64 { return l.count[rank] }
+
+// LocalIDs returns the IDs rank holds, in the order of its shard's rows.
+func (l *Layout) LocalIDs(rank int) []int64 {
+	out := make([]int64, 0, l.count[rank])
+	switch l.Kind {
+	case Hash:
+		for id := int64(0); id < l.Rows; id++ {
+			if HashOwner(id, l.World) == rank {
+				out = append(out, id)
+			}
+		}
+	case RowWise:
+		for id := int64(rank) * l.block; id < min(l.Rows, int64(rank+1)*l.block); id++ {
+			out = append(out, id)
+		}
+	default:
+		for id := int64(0); id < l.count[rank]; id++ {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// Locate writes into rows, for each id, its row on rank when rank holds it and −1 otherwise
+// (checkpoint loading: which rows of a saved shard land here). Out-of-range IDs are an error.
+func (l *Layout) Locate(rank int, ids, rows []int64) error {
+	if len(rows) != len(ids) {
+		return errs.Invalidf("table %q: %d rows for %d ids", l.Name, len(rows), len(ids))
+	}
+	for i, id := range ids {
+		if err := l.Check(id); err != nil {
+			return err
+		}
+		r, row := l.Owner(id, rank)
+		if r != rank {
+			row = -1
+		}
+		rows[i] = row
+	}
+	return nil
+}

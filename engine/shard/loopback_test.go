@@ -1,0 +1,232 @@
+package shard
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/stretchr/testify/require"
+)
+
+// runLockstep drives the exchanges of every rank of topo together, moving each op's buffers as
+// all_to_all_single would on the op's group (the ranks emit the same op sequence).
+func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
+	t.Helper()
+	W := topo.World()
+	for {
+		ops := make([]*Op, W)
+		done := 0
+		for r, x := range xs {
+			op, err := x.Next()
+			require.NoError(t, err)
+			ops[r] = op
+			if op == nil {
+				done++
+			}
+		}
+		if done == W {
+			return
+		}
+		require.Zero(t, done, "ranks disagree on the op sequence")
+		members := func(r int, g Group) []int {
+			var out []int
+			for q := 0; q < W; q++ {
+				switch g {
+				case GroupWorld:
+					out = append(out, q)
+				case GroupNode:
+					if topo.Node(q) == topo.Node(r) {
+						out = append(out, q)
+					}
+				case GroupRail:
+					if topo.Local(q) == topo.Local(r) {
+						out = append(out, q)
+					}
+				}
+			}
+			return out
+		}
+		recvIs, recvFs := make([][]int64, W), make([][]float32, W)
+		for r, op := range ops {
+			m := members(r, op.Group)
+			var recvI []int64
+			var recvF []float32
+			for _, q := range m { // what q sends to r: q's block at r's index in the group
+				var idx int
+				for i, v := range members(q, op.Group) {
+					if v == r {
+						idx = i
+					}
+				}
+				qo := ops[q]
+				var lo int64
+				for i := 0; i < idx; i++ {
+					lo += qo.SendSplits[i]
+				}
+				hi := lo + qo.SendSplits[idx]
+				if op.Float {
+					recvF = append(recvF, qo.SendF[lo:hi]...)
+				} else {
+					recvI = append(recvI, qo.SendI[lo:hi]...)
+				}
+			}
+			if op.Float && recvF == nil {
+				recvF = []float32{}
+			}
+			recvIs[r], recvFs[r] = recvI, recvF
+		}
+		for r := range ops { // feeding recycles the send buffers: only once every rank has received
+			require.NoError(t, xs[r].Feed(recvIs[r], recvFs[r]), "rank %d", r)
+		}
+	}
+}
+
+type testWorld struct {
+	topo  Topology
+	ranks []*Collection
+	ref   *embedding.Collection
+}
+
+func newTestWorld(t *testing.T, nodes, per int, mode Mode, kinds []Kind, rows []int64, dims []int, opt embedding.OptimizerConfig) *testWorld {
+	topo, err := NewTopology(nodes, per, nodes*per)
+	require.NoError(t, err)
+	var feats []embedding.Feature
+	var refTables []*embedding.Table
+	for i := range kinds {
+		feats = append(feats, embedding.Feature{Name: fmt.Sprintf("f%d", i), Table: i, Pooling: embedding.Pooling(i % 2)})
+		tb, err := embedding.NewFixedTable(fmt.Sprintf("t%d", i), rows[i], dims[i], opt)
+		require.NoError(t, err)
+		rng := rand.New(rand.NewPCG(uint64(i), 7))
+		for j := range tb.Data {
+			tb.Data[j] = rng.Float32() - 0.5
+		}
+		refTables = append(refTables, tb)
+	}
+	ref, err := embedding.NewCollection(refTables, feats)
+	require.NoError(t, err)
+	w := &testWorld{topo: topo, ref: ref}
+	for r := 0; r < topo.World(); r++ {
+		var ls []*Layout
+		for i, k := range kinds {
+			l, err := NewLayout(fmt.Sprintf("t%d", i), rows[i], dims[i], k, i%topo.World(), topo.World())
+			require.NoError(t, err)
+			ls = append(ls, l)
+		}
+		c, err := NewCollection(ls, topo, r, mode, opt, feats)
+		require.NoError(t, err)
+		for i, l := range ls {
+			for j, id := range l.LocalIDs(r) {
+				copy(c.Shards[i].Row(int64(j)), refTables[i].Row(id))
+			}
+		}
+		w.ranks = append(w.ranks, c)
+	}
+	return w
+}
+
+// globalRow reads table i's row id from whichever rank owns it (rank 0 for replicas).
+func (w *testWorld) globalRow(i int, id int64) []float32 {
+	o, r := w.ranks[0].Layouts[i].Owner(id, 0)
+	return w.ranks[o].Shards[i].Row(r)
+}
+
+func randBatch(rng *rand.Rand, F, B int, rows []int64) (embedding.Batch, [][]int64, [][]int64) {
+	lens := make([][]int64, F)
+	vals := make([][]int64, F)
+	for f := 0; f < F; f++ {
+		for b := 0; b < B; b++ {
+			n := rng.IntN(4)
+			lens[f] = append(lens[f], int64(n))
+			for j := 0; j < n; j++ {
+				vals[f] = append(vals[f], rng.Int64N(rows[f]))
+			}
+		}
+	}
+	return embedding.Batch{}, lens, vals
+}
+
+// sliceBatch builds the KJT of samples [b0, b1) from per-feature lengths and values (weighted:
+// per-ID weights derived from the ID and position, the same for every slicing).
+func sliceBatch(lens, vals [][]int64, b0, b1 int, weighted ...bool) embedding.Batch {
+	var b embedding.Batch
+	if len(weighted) > 0 && weighted[0] {
+		b.Weights = []float32{}
+	}
+	for f := range lens {
+		b.KeyFeature = append(b.KeyFeature, int64(f))
+		var skip int64
+		for _, n := range lens[f][:b0] {
+			skip += n
+		}
+		var take int64
+		for _, n := range lens[f][b0:b1] {
+			take += n
+		}
+		b.Lengths = append(b.Lengths, lens[f][b0:b1]...)
+		b.Values = append(b.Values, vals[f][skip:skip+take]...)
+		if b.Weights != nil {
+			for j := skip; j < skip+take; j++ {
+				b.Weights = append(b.Weights, 0.5+float32((vals[f][j]*7+j)%5)/4)
+			}
+		}
+	}
+	return b
+}
+
+func TestShardedStepsMatchOneCollection(t *testing.T) {
+	opts := []embedding.OptimizerConfig{
+		{Kind: embedding.OptSGD, LR: 0.1},
+		{Kind: embedding.OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8},
+		{Kind: embedding.OptAdam, LR: 0.01, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999},
+	}
+	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
+	rows := []int64{50, 30, 41, 7}
+	dims := []int{4, 8, 3, 5}
+	for _, mode := range []Mode{Flat, Hierarchical} {
+		for oi, opt := range opts {
+			weighted := oi == 1 // one optimizer runs weighted bags
+			t.Run(fmt.Sprintf("%s/%s/weighted=%v", mode, opt.Kind, weighted), func(t *testing.T) {
+				w := newTestWorld(t, 2, 2, mode, kinds, rows, dims, opt)
+				rng := rand.New(rand.NewPCG(1, 2))
+				W, Bl := 4, 6
+				for step := 0; step < 3; step++ {
+					_, lens, vals := randBatch(rng, len(kinds), W*Bl, rows)
+					width := w.ref.Width()
+					refOut := make([]float32, W*Bl*width)
+					ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl, weighted), refOut, true, true)
+					require.NoError(t, err)
+					steps := make([]*Step, W)
+					xs := make([]*Exchange, W)
+					for r := range w.ranks {
+						steps[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted))
+						require.NoError(t, err)
+						xs[r] = steps[r].X
+					}
+					runLockstep(t, w.topo, xs)
+					gradOut := make([]float32, len(refOut))
+					for i := range gradOut {
+						gradOut[i] = rng.Float32() - 0.5
+					}
+					for r, s := range steps {
+						out := make([]float32, Bl*width)
+						require.NoError(t, s.Pool(out))
+						require.InDeltaSlice(t, refOut[r*Bl*width:(r+1)*Bl*width], out, 1e-6, "pooled, rank %d step %d", r, step)
+						require.NoError(t, s.Backward(gradOut[r*Bl*width:(r+1)*Bl*width], true))
+					}
+					runLockstep(t, w.topo, xs)
+					require.NoError(t, w.ref.Backward(ctx, gradOut, nil, nil))
+					for i := range kinds {
+						for id := int64(0); id < rows[i]; id++ {
+							require.InDeltaSlice(t, w.ref.Tables[i].Row(id), w.globalRow(i, id), 1e-5, "table %d row %d", i, id)
+						}
+					}
+				}
+				// replicas stay identical
+				for r := 1; r < W; r++ {
+					require.Equal(t, w.ranks[0].Shards[3].Data, w.ranks[r].Shards[3].Data)
+				}
+			})
+		}
+	}
+}

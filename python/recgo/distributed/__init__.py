@@ -1,0 +1,15 @@
+"""recgo's embedding tables sharded across the ranks of ``torch.distributed`` (RecIS §3.2).
+
+Go decides, torch.distributed moves: the engine computes each ID's owner (hash → virtual bucket →
+rank, contiguous row ranges, table → rank, or a RecShard plan), deduplicates, writes the
+per-destination buffers with their splits and inverse maps, merges at the owner, looks rows up and
+merges gradients; this package hands the buffers to ``dist.all_to_all_single`` on the world, node
+or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection`.
+"""
+
+from ._collection import COUNTERS, MODES, SHARDING_TYPES, ShardedEmbeddingBagCollection
+from ._exchange import Groups, PeerFailureError, make_groups
+from ._simulate import eq3_reduction, hash_owners, simulate_traffic
+
+__all__ = ["COUNTERS", "MODES", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
+           "eq3_reduction", "hash_owners", "make_groups", "simulate_traffic"]

@@ -1,0 +1,421 @@
+"""ShardedEmbeddingBagCollection: recgo's pooled tables spread over the ranks of torch.distributed."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import os
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .. import _lib
+from .._lib import D, H, I32, I64, P, S
+from ..errors import InvalidInputError, NotFoundError, RecgoIOError
+from ..modules.embedding import EmbeddingBagCollection, _check_configs, _OwnedFloats, save_checkpoint
+from ..modules.optim import FusedOptimizer
+from ..sparse import KeyedTensor, as_kjt
+from ..tensors import check_tensor, ptr
+from ._exchange import Groups, check_peers, drive, make_groups
+
+SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
+MODES = {"flat": 0, "hierarchical": 1}
+COUNTERS = ("ids_intra", "ids_inter", "vecs_intra", "vecs_inter", "grads_intra", "grads_inter",
+            "requested", "lookups", "replica_rows")
+
+
+class _Shard(nn.Module):
+    """One table's local shard: ``weight`` [local rows, dim] (and the fused optimizer's state)."""
+
+    def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor | None, step: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=requires_grad)
+        if state is not None:
+            self.register_buffer("optimizer_state", state)
+        self.register_buffer("optimizer_step", step)
+
+
+class _Step:
+    """A step's engine handle and the bytes its exchanges sent, per group."""
+
+    __slots__ = ("handle", "traffic")
+
+    def __init__(self, handle: _lib.Handle) -> None:
+        self.handle = handle
+        self.traffic: dict[str, int] = {}
+
+
+class _Lookup(torch.autograd.Function):
+    """Pooled output of a step whose exchange already ran; backward runs the gradient exchange."""
+
+    @staticmethod
+    def forward(ctx: Any, module: "ShardedEmbeddingBagCollection", step: _Step, batch: int,
+                anchor: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        ctx.module, ctx.step = module, step
+        return module._pool(step, batch)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        grads = ctx.module._backward(ctx.step, grad)
+        ctx.step = None
+        return (None, None, None, *grads)
+
+
+class ShardedEmbeddingBagCollection(nn.Module):
+    """Pooled embedding tables sharded over the ranks of a ``torch.distributed`` world.
+
+    Every rank builds it with the same arguments and feeds it its own samples (a KeyedJaggedTensor
+    with every feature); the output holds that rank's pooled rows ([local B, ΣD], TorchRec's
+    KeyedTensor layout). Forward deduplicates each table's IDs, sends them to their owners with
+    ``all_to_all_single``, the owners deduplicate again and look each distinct row up once, and the
+    rows come back along the inverse maps to be pooled with one writer per bag. Backward merges the
+    gradient per distinct row, sends it the same way and the owner's fused optimizer applies it.
+
+    Args:
+        tables: ``EmbeddingBagConfig`` list (recgo's or TorchRec's).
+        sharding: one of ``"hash"`` (RecIS: ID → 2^16 virtual buckets → rank), ``"table_wise"``,
+            ``"row_wise"`` (contiguous ranges), ``"data_parallel"`` (a replica per rank), ``"plan"``
+            (table → rank from ``plan``, a :class:`recgo.planner.Plan`), or a mapping table → kind.
+        mode: ``"flat"`` (one all-to-all over the world) or ``"hierarchical"`` (RecIS Fig. 3b:
+            intra-node shuffle and merge, then the same-rail inter-node shuffle).
+        nodes, ranks_per_node: the topology (default one node holding every rank); rank r is on node
+            r // ranks_per_node.
+        optimizer: a fused optimizer (:mod:`recgo.modules.optim`), or ``None`` to give each shard's
+            ``weight`` a dense gradient for a torch optimizer.
+        table_ranks: for ``table_wise``, table → rank (default: table index mod world size).
+        seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them.
+        timeout: seconds (or a timedelta) any exchange may wait for a peer before raising
+            :class:`PeerFailureError`.
+
+    Every rank must run the same sequence of forwards and backwards (as with DDP).
+    """
+
+    def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *, mode: str = "flat",
+                 nodes: int | None = None, ranks_per_node: int | None = None,
+                 optimizer: FusedOptimizer | None = None, plan: Any = None,
+                 table_ranks: Mapping[str, int] | None = None, is_weighted: bool = False,
+                 seed: int | None = None, timeout: float | timedelta | None = None,
+                 _init: bool = True) -> None:
+        super().__init__()
+        if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
+            raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
+        if mode not in MODES:
+            raise InvalidInputError(f"mode {mode!r}: expected one of {sorted(MODES)}")
+        self._configs = _check_configs(tables)
+        self._mode = mode
+        self._optimizer = optimizer
+        self._is_weighted = bool(is_weighted)
+        self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
+        g = self._groups
+        self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
+        self._features = [f for t in self._configs for f in t.feature_names]
+        self._feature_index = {f: i for i, f in enumerate(self._features)}
+        self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
+        self._width = sum(self._dims)
+        self._handle = self._create()
+        self.embedding_bags = nn.ModuleDict()
+        self._local_rows: list[int] = []
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        for i, cfg in enumerate(self._configs):
+            weight, state, step, local = self._memory(i, cfg.embedding_dim)
+            self._local_rows.append(local)
+            has_state = optimizer is not None and optimizer.state_width(cfg.embedding_dim) > 0
+            self.embedding_bags[cfg.name] = _Shard(weight, optimizer is None, state if has_state else None, step)
+            if _init:
+                bound = math.sqrt(1.0 / cfg.num_embeddings)
+                lo = -bound if cfg.weight_init_min is None else cfg.weight_init_min
+                hi = bound if cfg.weight_init_max is None else cfg.weight_init_max
+                full = torch.empty(cfg.num_embeddings, cfg.embedding_dim).uniform_(lo, hi, generator=gen)
+                with torch.no_grad():
+                    weight.copy_(full[self.local_ids(cfg.name)])
+        self._anchor = torch.zeros((), requires_grad=True)
+        self.last_traffic: dict[str, Any] = {}
+        self.total_traffic: dict[str, Any] = {}
+
+    # -- construction -----------------------------------------------------------------------------
+
+    @classmethod
+    def from_ebc(cls, ebc: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> "ShardedEmbeddingBagCollection":
+        """Shard an existing recgo (or TorchRec) EmbeddingBagCollection: every rank takes its rows (and,
+        from a recgo collection with the same fused optimizer, their state and step) from ``ebc``."""
+        cfgs = ebc.embedding_bag_configs()
+        if "optimizer" not in kwargs and isinstance(ebc, EmbeddingBagCollection):
+            kwargs["optimizer"] = ebc.fused_optimizer
+        out = cls(cfgs, sharding, _init=False, **kwargs)
+        src = ebc.state_dict()
+        with torch.no_grad():
+            for cfg in out._configs:
+                ids = out.local_ids(cfg.name)
+                shard = out.embedding_bags[cfg.name]
+                shard.weight.copy_(src[f"embedding_bags.{cfg.name}.weight"].to(torch.float32)[ids])
+                st = src.get(f"embedding_bags.{cfg.name}.optimizer_state")
+                if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
+                    shard.optimizer_state[: len(ids)].copy_(st[ids])
+                step = src.get(f"embedding_bags.{cfg.name}.optimizer_step")
+                if step is not None:
+                    shard.optimizer_step.copy_(step)
+        return out
+
+    def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None) -> list[tuple[int, int]]:
+        names = [c.name for c in self._configs]
+        per = dict(sharding) if isinstance(sharding, Mapping) else {n: sharding for n in names}
+        for n in per:
+            if n not in names:
+                raise NotFoundError(f"sharding names table {n!r}, which is not among {names}")
+        out = []
+        W = self._groups.world_size
+        for i, n in enumerate(names):
+            kind = per.get(n, "hash")
+            if kind not in SHARDING_TYPES:
+                raise InvalidInputError(f"table {n!r}: sharding {kind!r} is not one of {sorted(SHARDING_TYPES)}")
+            rank = i % W
+            if kind == "plan":
+                if plan is None:
+                    raise InvalidInputError(f"table {n!r}: sharding 'plan' needs plan=")
+                rank = int(plan.table(n)["rank"])
+                if not 0 <= rank < W:
+                    raise InvalidInputError(f"table {n!r}: the plan puts it on rank {rank}, the world has {W} ranks")
+            elif table_ranks and n in table_ranks:
+                rank = int(table_ranks[n])
+            out.append((SHARDING_TYPES[kind], rank))
+        self._sharding_names = [per.get(n, "hash") for n in names]
+        return out
+
+    def _create(self) -> _lib.Handle:
+        cfgs, g = self._configs, self._groups
+        col = lambda xs: torch.tensor(xs, dtype=torch.int64)  # noqa: E731
+        rows = col([c.num_embeddings for c in cfgs])
+        dims = col([c.embedding_dim for c in cfgs])
+        kinds = col([k for k, _ in self._kinds])
+        ranks = col([r for _, r in self._kinds])
+        feat_table = col([i for i, t in enumerate(cfgs) for _ in t.feature_names])
+        feat_pool = col([t.pooling_code() for t in cfgs for _ in t.feature_names])
+        opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        self._keep = (rows, dims, kinds, ranks, feat_table, feat_pool)
+        return _lib.new_handle(
+            "recgo_shard_new", [I64, I64, I64, I64, I64, S, P, P, P, P, I32, D, D, D, D, D, I64, S, P, P],
+            g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
+            ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), *opt,
+            len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
+
+    def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        f = _lib.fn("recgo_shard_table_memory", [H, I64, I32, ctypes.POINTER(H)] + [ctypes.POINTER(I64)] * 3)
+        out = []
+        local = 0
+        for which, ctype, dtype in ((0, ctypes.c_float, torch.float32), (1, ctypes.c_float, torch.float32),
+                                    (2, ctypes.c_int64, torch.int64)):
+            addr, n, stride, lr = H(0), I64(0), I64(0), I64(0)
+            _lib.call(f, self._handle.value, t, which, ctypes.byref(addr), ctypes.byref(n), ctypes.byref(stride),
+                      ctypes.byref(lr))
+            local = lr.value
+            flat = _OwnedFloats.wrap(addr.value, n.value, ctype, self._handle, dtype)
+            if which == 0:
+                flat = flat.view(-1, stride.value)[:local, :dim]
+            elif which == 1 and stride.value:
+                flat = flat.view(-1, stride.value)[:local]
+            elif which == 1:
+                flat = torch.empty(0, 0)
+            out.append(flat)
+        return out[0], out[1], out[2], local
+
+    # -- layout queries ---------------------------------------------------------------------------
+
+    def _table(self, name: str) -> int:
+        for i, c in enumerate(self._configs):
+            if c.name == name:
+                return i
+        raise NotFoundError(f"no table {name!r} (tables: {[c.name for c in self._configs]})")
+
+    def local_ids(self, table: str) -> torch.Tensor:
+        """The IDs of ``table`` this rank holds, in the order of its shard's rows."""
+        t = self._table(table)
+        out = torch.empty(self._local_rows[t], dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_shard_local_ids", [H, I64, P, I64]), self._handle.value, t, ptr(out), out.numel())
+        return out
+
+    def owners(self, table: str, ids: torch.Tensor) -> torch.Tensor:
+        """The rank owning each ID of ``table`` (this rank for data-parallel tables)."""
+        t = self._table(table)
+        ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
+        out = torch.empty_like(ids)
+        _lib.call(_lib.fn("recgo_shard_owners", [H, I64, P, I64, P]), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
+        return out
+
+    def locate(self, table: str, ids: torch.Tensor) -> torch.Tensor:
+        """Each ID's row in this rank's shard of ``table``, or −1 where another rank holds it."""
+        t = self._table(table)
+        ids = check_tensor(ids, "ids", (torch.int64,), ndim=1)
+        out = torch.empty_like(ids)
+        _lib.call(_lib.fn("recgo_shard_locate", [H, I64, P, I64, P]), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
+        return out
+
+    @property
+    def groups(self) -> Groups:
+        """The rank's world, node and rail process groups and topology."""
+        return self._groups
+
+    def sharding_types(self) -> dict[str, str]:
+        """Table → sharding kind."""
+        return {c.name: k for c, k in zip(self._configs, self._sharding_names)}
+
+    def feature_names(self) -> list[str]:
+        """Output feature order."""
+        return list(self._features)
+
+    def embedding_bag_configs(self) -> list[Any]:
+        """The tables' configs."""
+        return list(self._configs)
+
+    # -- forward / backward -----------------------------------------------------------------------
+
+    def _keys(self, keys: list[str]) -> torch.Tensor:
+        idx = []
+        for k in keys:
+            if k not in self._feature_index:
+                raise NotFoundError(f"feature {k!r} is not in this collection (features: {self._features})")
+            idx.append(self._feature_index[k])
+        if len(set(keys)) != len(self._features):
+            raise InvalidInputError(f"the batch lacks features {[f for f in self._features if f not in keys]}")
+        return torch.tensor(idx, dtype=torch.int64)
+
+    def forward(self, features: Any) -> KeyedTensor:
+        """Pool this rank's batch (recgo or TorchRec KJT with every feature) across the world."""
+        kjt = as_kjt(features)
+        key_feature = self._keys(kjt.keys())
+        values, lengths = kjt.values(), kjt.lengths()
+        weights = kjt.weights_or_none() if self._is_weighted else None
+        if self._is_weighted and weights is None:
+            raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
+        if weights is not None:
+            weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
+        step = _lib.H(0)
+        _lib.call(_lib.fn("recgo_shard_begin", [H, P, I64, P, I64, P, I64, P, I64, ctypes.POINTER(H)]),
+                  self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
+                  ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
+                  0 if weights is None else weights.numel(), ctypes.byref(step))
+        handle = _Step(_lib.Handle(step.value))
+        drive(handle.handle, self._groups, handle.traffic)
+        batch = lengths.numel() // max(1, len(self._features))
+        params = [self._anchor] if self._optimizer is not None else [s.weight for s in self.embedding_bags.values()]
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            out = _Lookup.apply(self, handle, batch, self._anchor, *[s.weight for s in self.embedding_bags.values()])
+        else:
+            out = self._pool(handle, batch)
+            self._record(handle)
+        return KeyedTensor(self._features, self._dims, out)
+
+    def _pool(self, step: "_Step", batch: int) -> torch.Tensor:
+        out = torch.empty(batch, self._width, dtype=torch.float32)
+        _lib.call(_lib.fn("recgo_shard_pool", [H, P, I64]), step.handle.value, ptr(out), out.numel())
+        return out
+
+    def _backward(self, step: "_Step", grad: torch.Tensor) -> list[torch.Tensor | None]:
+        handle = step.handle
+        grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
+        fused = self._optimizer is not None
+        _lib.call(_lib.fn("recgo_shard_backward", [H, P, I64, I32]), handle.value, ptr(grad), grad.numel(), int(fused))
+        drive(handle, self._groups, step.traffic)
+        self._record(step)
+        if fused:
+            return [torch.zeros(())] + [None] * len(self._configs)
+        f = _lib.fn("recgo_shard_owner_grads", [H, I64, P, P, ctypes.POINTER(I64)])
+        out: list[torch.Tensor | None] = [None]
+        for t, (cfg, shard) in enumerate(zip(self._configs, self.embedding_bags.values())):
+            n = I64(0)
+            _lib.call(f, handle.value, t, None, None, ctypes.byref(n))
+            rows = torch.empty(n.value, dtype=torch.int64)
+            vals = torch.empty(n.value, cfg.embedding_dim, dtype=torch.float32)
+            _lib.call(f, handle.value, t, ptr(rows), ptr(vals), ctypes.byref(n))
+            out.append(torch.zeros(tuple(shard.weight.shape)).index_copy_(0, rows, vals))
+        return out
+
+    def _record(self, step: "_Step") -> None:
+        handle = step.handle
+        n = len(self._configs)
+        raw = torch.empty(len(COUNTERS) * n, dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_shard_counters", [H, P, I64]), handle.value, ptr(raw), raw.numel())
+        raw = raw.view(len(COUNTERS), n)
+        per_table = {c.name: {k: int(raw[i, t]) for i, k in enumerate(COUNTERS)} for t, c in enumerate(self._configs)}
+        last = {"tables": per_table, "bytes": dict(step.traffic)}
+        self.last_traffic = last
+        tot = self.total_traffic
+        for name, cs in per_table.items():
+            acc = tot.setdefault("tables", {}).setdefault(name, dict.fromkeys(COUNTERS, 0))
+            for k, v in cs.items():
+                acc[k] += v
+        for g, b in last["bytes"].items():
+            tot.setdefault("bytes", {}).setdefault(g, 0)
+            tot["bytes"][g] += b
+
+    def traffic(self, total: bool = False) -> dict[str, int]:
+        """This rank's counters summed over tables (the last step's, or since construction with
+        ``total``): IDs and vectors sent within and across nodes, gradients, bytes per group."""
+        src = self.total_traffic if total else self.last_traffic
+        out = dict.fromkeys(COUNTERS, 0)
+        for cs in src.get("tables", {}).values():
+            for k, v in cs.items():
+                out[k] += v
+        out["bytes"] = sum(src.get("bytes", {}).values())
+        return out
+
+    def check_peers(self, timeout: float | None = None) -> None:
+        """Raise :class:`PeerFailureError` unless every rank reaches this barrier within ``timeout``."""
+        check_peers(self._groups, timeout)
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write this rank's shards (IDs, weights, optimizer state, step) to
+        ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        g = self._groups
+        doc: dict[str, Any] = {"world": g.world_size, "rank": g.rank, "tables": {}}
+        for cfg, shard in zip(self._configs, self.embedding_bags.values()):
+            entry = {"ids": self.local_ids(cfg.name), "weight": shard.weight.detach().clone(),
+                     "step": shard.optimizer_step.clone(), "rows": cfg.num_embeddings, "dim": cfg.embedding_dim}
+            if hasattr(shard, "optimizer_state"):
+                entry["state"] = shard.optimizer_state.clone()
+            doc["tables"][cfg.name] = entry
+        path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
+        save_checkpoint(doc, path)
+        return path
+
+    def load(self, directory: str | os.PathLike[str]) -> None:
+        """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
+        keeps the rows its layout gives it (the engine decides), so tables re-distribute."""
+        d = Path(directory)
+        files = sorted(d.glob("shard-*-of-*.pt"))
+        if not files:
+            raise RecgoIOError(f"{d}: no shard-*-of-*.pt checkpoint files")
+        worlds = {int(f.stem.split("-of-")[1]) for f in files}
+        if len(worlds) != 1 or len(files) != next(iter(worlds)):
+            raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
+        covered = [torch.zeros(n, dtype=torch.bool) for n in self._local_rows]
+        with torch.no_grad():
+            for f in files:
+                doc = torch.load(f, weights_only=True)
+                for t, (cfg, shard) in enumerate(zip(self._configs, self.embedding_bags.values())):
+                    e = doc["tables"].get(cfg.name)
+                    if e is None or e["rows"] != cfg.num_embeddings or e["dim"] != cfg.embedding_dim:
+                        raise RecgoIOError(f"{f.name}: table {cfg.name!r} is missing or has another shape")
+                    rows = self.locate(cfg.name, e["ids"])
+                    mine = rows >= 0
+                    shard.weight[rows[mine]] = e["weight"][mine]
+                    if hasattr(shard, "optimizer_state"):
+                        if "state" not in e or e["state"].shape[1:] != shard.optimizer_state.shape[1:]:
+                            raise RecgoIOError(f"{f.name}: table {cfg.name!r} has no matching optimizer state")
+                        shard.optimizer_state[rows[mine]] = e["state"][mine]
+                    shard.optimizer_step.copy_(e["step"])
+                    covered[t][rows[mine]] = True
+        for cfg, c in zip(self._configs, covered):
+            if not bool(c.all()):
+                raise RecgoIOError(f"{d}: table {cfg.name!r}: {int((~c).sum())} of this rank's rows are in no shard file")
+
+    def extra_repr(self) -> str:
+        g = self._groups
+        return (f"tables={self.sharding_types()}, mode={self._mode}, rank={g.rank}/{g.world_size} "
+                f"({g.nodes}×{g.ranks_per_node}), width={self._width}")

@@ -1,0 +1,124 @@
+"""Moves the engine's exchange buffers with ``torch.distributed`` all-to-alls.
+
+The Go engine decides every step's routing (owners, dedup, per-destination buffers, splits, inverse
+maps, merges); :func:`drive` only asks it for the next all-to-all, runs ``all_to_all_single`` on
+the named group and hands the received buffer back, until the engine has nothing left to send.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .. import _lib
+from .._lib import H, I64, P
+from ..errors import InvalidInputError, RecgoError
+from ..tensors import ptr
+
+GROUP_NAMES = ("world", "node", "rail")
+
+
+class PeerFailureError(RecgoError, RuntimeError):
+    """Another rank died, raised or stopped answering during an exchange (or the configured timeout
+    passed). The message names the rank, the group and the underlying torch.distributed error."""
+
+
+@dataclass
+class Groups:
+    """The process groups of one rank: the world (or the given group), its node, its rail."""
+
+    world: Any
+    node: Any
+    rail: Any
+    rank: int
+    world_size: int
+    nodes: int
+    ranks_per_node: int
+    timeout: timedelta
+
+    def get(self, code: int) -> Any:
+        return (self.world, self.node, self.rail)[code]
+
+    def index(self, code: int) -> int:
+        """This rank's index in group ``code``."""
+        return (self.rank, self.rank % self.ranks_per_node, self.rank // self.ranks_per_node)[code]
+
+
+def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | timedelta | None,
+                hierarchical: bool) -> Groups:
+    """Create the world, node and rail groups (every rank must call this in the same order)."""
+    if not dist.is_available() or not dist.is_initialized():
+        raise InvalidInputError("recgo.distributed: call torch.distributed.init_process_group first")
+    world, rank = dist.get_world_size(), dist.get_rank()
+    if nodes is None and ranks_per_node is None:
+        nodes, ranks_per_node = 1, world
+    elif nodes is None:
+        nodes = world // max(1, int(ranks_per_node))  # type: ignore[arg-type]
+    elif ranks_per_node is None:
+        ranks_per_node = world // max(1, int(nodes))
+    nodes, ranks_per_node = int(nodes), int(ranks_per_node)  # type: ignore[arg-type]
+    if nodes <= 0 or ranks_per_node <= 0 or nodes * ranks_per_node != world:
+        raise InvalidInputError(f"topology: {nodes} nodes × {ranks_per_node} ranks per node does not match the "
+                                f"world of {world} ranks")
+    if timeout is None:
+        timeout = timedelta(seconds=60)
+    elif not isinstance(timeout, timedelta):
+        timeout = timedelta(seconds=float(timeout))
+    wg = dist.new_group(list(range(world)), timeout=timeout)
+    node_g = rail_g = None
+    if hierarchical:
+        for n in range(nodes):
+            g = dist.new_group([n * ranks_per_node + l for l in range(ranks_per_node)], timeout=timeout)
+            if n == rank // ranks_per_node:
+                node_g = g
+        for l in range(ranks_per_node):
+            g = dist.new_group([n * ranks_per_node + l for n in range(nodes)], timeout=timeout)
+            if l == rank % ranks_per_node:
+                rail_g = g
+    return Groups(wg, node_g, rail_g, rank, world, nodes, ranks_per_node, timeout)
+
+
+_DTYPES = (torch.int64, torch.float32)
+
+
+def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
+    """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``."""
+    nxt = _lib.fn("recgo_shard_next", [H] + [ctypes.POINTER(I64)] * 5)
+    op = _lib.fn("recgo_shard_op", [H, P, I64, P, P, I64])
+    feed = _lib.fn("recgo_shard_feed", [H, P, I64])
+    g, f, nsend, nsplits, done = I64(0), I64(0), I64(0), I64(0), I64(0)
+    while True:
+        _lib.call(nxt, step.value, *(ctypes.byref(v) for v in (g, f, nsend, nsplits, done)))
+        if done.value:
+            return
+        dtype = _DTYPES[f.value]
+        send = torch.empty(nsend.value, dtype=dtype)
+        splits = torch.empty(2, nsplits.value, dtype=torch.int64)
+        _lib.call(op, step.value, ptr(send), nsend.value, splits[0].data_ptr(), splits[1].data_ptr(), nsplits.value)
+        ss, rs = splits.tolist()
+        recv = torch.empty(sum(rs), dtype=dtype)
+        name = GROUP_NAMES[g.value]
+        me = groups.index(g.value)
+        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * send.element_size()
+        try:
+            dist.all_to_all_single(recv, send, rs, ss, group=groups.get(g.value))
+        except Exception as exc:  # gloo raises RuntimeError / DistBackendError subclasses
+            raise PeerFailureError(
+                f"rank {groups.rank}: the all-to-all on the {name} group failed (a peer died, raised or "
+                f"exceeded the {groups.timeout.total_seconds():g} s timeout): {exc}") from exc
+        _lib.call(feed, step.value, ptr(recv), recv.numel())
+
+
+def check_peers(groups: Groups, timeout: float | timedelta | None = None) -> None:
+    """``monitored_barrier`` over the world group: raises :class:`PeerFailureError` naming the ranks
+    that did not arrive within ``timeout`` (default: the groups' timeout). gloo only."""
+    t = groups.timeout if timeout is None else (timeout if isinstance(timeout, timedelta) else timedelta(seconds=timeout))
+    try:
+        dist.monitored_barrier(group=groups.world, timeout=t, wait_all_ranks=True)
+    except Exception as exc:
+        raise PeerFailureError(f"rank {groups.rank}: peers missing at the monitored barrier: {exc}") from exc

@@ -1,0 +1,117 @@
+"""The at-scale traffic simulation (issue 13) and argument checks that need no spawned world."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import recgo
+from recgo.distributed import (PeerFailureError, ShardedEmbeddingBagCollection, eq3_reduction, hash_owners,
+                               simulate_traffic)
+from recgo.errors import InvalidInputError, NotFoundError, RecgoError
+
+
+def zipf_batches(world: int, tables: int, n: int, rows: int, seed: int) -> list[list[torch.Tensor]]:
+    g = torch.Generator().manual_seed(seed)
+    probs = torch.arange(1, rows + 1, dtype=torch.float64).pow(-1.1)
+    return [[torch.multinomial(probs, n, replacement=True, generator=g) for _ in range(tables)] for _ in range(world)]
+
+
+def brute_force(batches: list[list[torch.Tensor]], nodes: int, per: int) -> dict[str, int]:
+    """Both modes' intra/inter-node IDs from the definitions, in Python loops."""
+    world = nodes * per
+    out = dict.fromkeys(("flat_intra", "flat_inter", "hier_intra", "hier_inter"), 0)
+    for t in range(len(batches[0])):
+        gathered: dict[int, set[int]] = {}
+        for r in range(world):
+            uniq = torch.unique(batches[r][t])
+            owners = hash_owners(uniq, world).tolist()
+            for x, o in zip(uniq.tolist(), owners):
+                if o != r:
+                    out["flat_intra" if o // per == r // per else "flat_inter"] += 1
+                if o % per != r % per:
+                    out["hier_intra"] += 1
+                gathered.setdefault((r // per) * per + o % per, set()).add(x)
+        for m, xs in gathered.items():
+            owners = hash_owners(torch.tensor(sorted(xs)), world).tolist()
+            out["hier_inter"] += sum(1 for o in owners if o // per != m // per)
+    return out
+
+
+@pytest.mark.parametrize("nodes,per", [(2, 2), (4, 3), (16, 8), (3, 1), (1, 4)])
+def test_simulation_matches_brute_force_and_eq3(nodes: int, per: int) -> None:
+    b = zipf_batches(nodes * per, 2, 30, 500, seed=nodes * 10 + per)
+    sim = simulate_traffic(b, nodes, per)
+    want = brute_force(b, nodes, per)
+    assert {k: sim[k] for k in want} == want
+    assert sim["lookups"] == sum(x.numel() for r in b for x in r)
+    assert sim["flat_inter"] - sim["hier_inter"] == eq3_reduction(b, nodes, per)
+    if nodes > 1 and per > 1:
+        assert 0 < sim["retained"] < 1
+
+
+def test_hash_owners_spread_and_bad_input() -> None:
+    owners = hash_owners(torch.arange(100_000), 8)
+    counts = torch.bincount(owners, minlength=8)
+    assert counts.min() > 11_000 and counts.max() < 14_000  # ~12.5k each
+    with pytest.raises(InvalidInputError, match="world size"):
+        hash_owners(torch.arange(3), 0)
+    with pytest.raises(InvalidInputError, match="counts cover|runs past"):
+        from recgo import _lib
+        from recgo._lib import I64, P
+        counts = torch.tensor([[5]], dtype=torch.int64)
+        vals = torch.arange(3)
+        out = torch.zeros(6, dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_shard_simulate", [I64, I64, I64, P, P, I64, P]), 1, 1, 1, counts.data_ptr(),
+                  vals.data_ptr(), 3, out.data_ptr())
+
+
+@pytest.fixture()
+def world1(tmp_path: Path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+CFGS = [recgo.EmbeddingBagConfig(20, 4, "a", ["fa"]), recgo.EmbeddingBagConfig(10, 2, "b", ["fb"])]
+
+
+def test_bad_arguments_raise_named_errors(world1: None) -> None:
+    with pytest.raises(InvalidInputError, match="sharding 'columns'"):
+        ShardedEmbeddingBagCollection(CFGS, "columns")
+    with pytest.raises(NotFoundError, match="'zz'"):
+        ShardedEmbeddingBagCollection(CFGS, {"zz": "hash"})
+    with pytest.raises(InvalidInputError, match="does not match the world"):
+        ShardedEmbeddingBagCollection(CFGS, nodes=2, ranks_per_node=2)
+    with pytest.raises(InvalidInputError, match="needs plan="):
+        ShardedEmbeddingBagCollection(CFGS, "plan")
+    with pytest.raises(InvalidInputError, match="mode"):
+        ShardedEmbeddingBagCollection(CFGS, mode="ring")
+    sh = ShardedEmbeddingBagCollection(CFGS, {"a": "row_wise", "b": "data_parallel"}, seed=3)
+    kjt = recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 25]), torch.tensor([1, 1]))
+    with pytest.raises(InvalidInputError, match=r'table "b": id 25 out of range \[0, 10\)'):
+        sh(kjt)
+    with pytest.raises(InvalidInputError, match="lacks features"):
+        sh(recgo.KeyedJaggedTensor(["fa"], torch.tensor([1]), torch.tensor([1])))
+    with pytest.raises(RecgoError, match="no shard"):
+        sh.load(Path("/nonexistent-recgo-ckpt"))
+    assert issubclass(PeerFailureError, RuntimeError) and issubclass(PeerFailureError, RecgoError)
+
+
+def test_world1_is_the_single_process_collection(world1: None) -> None:
+    """A one-rank world: the same pooled output and torch-optimizer gradients as EmbeddingBagCollection."""
+    ref = recgo.EmbeddingBagCollection(CFGS, seed=3)
+    sh = ShardedEmbeddingBagCollection(CFGS, {"a": "hash", "b": "table_wise"}, seed=3)
+    kjt = recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 2, 1, 7, 7]), torch.tensor([2, 1, 1, 1]))
+    a, b = sh(kjt).values(), ref(kjt).values()
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    a.sum().backward()
+    b.sum().backward()
+    for c in CFGS:
+        ids = sh.local_ids(c.name)
+        torch.testing.assert_close(sh.embedding_bags[c.name].weight.grad, ref.embedding_bags[c.name].weight.grad[ids])
+    t = sh.traffic()
+    assert t["requested"] == 3 and t["lookups"] == 3 and t["ids_inter"] == 0 and t["bytes"] == 0
