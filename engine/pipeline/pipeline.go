@@ -318,10 +318,10 @@ func (p *Pipeline) Next() (*Prepared, error) {
 	)
 	if p.cfg.Depth == 0 {
 		eof, err = p.read(&p.serial)
+		pos = p.src.Position()
 		if err != nil {
 			err = &StageError{Step: p.step, Stage: StageRead, Err: err}
 		} else if !eof {
-			pos = p.src.Position()
 			out, err = p.prepare(p.step, &p.serial, pos)
 		}
 	} else {

@@ -33,11 +33,13 @@ def _paths(paths: PathLike | Sequence[PathLike]) -> list[str]:
 def _json_call(export: str, argtypes: list[Any], *args: Any) -> Any:
     """Call an export that writes JSON with the (buf, buflen, needed) convention."""
     f = _lib.fn(export, list(argtypes) + [P, I64, ctypes.POINTER(I64)])
-    need = I64(0)
-    _lib.call(f, *args, None, 0, ctypes.byref(need))
-    buf = ctypes.create_string_buffer(max(1, need.value))
-    _lib.call(f, *args, ctypes.addressof(buf), need.value, ctypes.byref(need))
-    return json.loads(buf.raw[: need.value])
+    need, size = I64(0), 4096
+    while True:  # documents with live counters may grow between calls: retry until one fits
+        buf = ctypes.create_string_buffer(size)
+        _lib.call(f, *args, ctypes.addressof(buf), size, ctypes.byref(need))
+        if need.value <= size:
+            return json.loads(buf.raw[: need.value])
+        size = 2 * need.value
 
 
 @dataclass(frozen=True)
