@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/parquet-go/parquet-go"
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/engine/reader"
@@ -444,4 +447,104 @@ func TestForwardWithPreparedDedup(t *testing.T) {
 	}
 	_, err = a.MatchDedup(nil)
 	assert.ErrorContains(t, err, "did not deduplicate table \"t_ui\"")
+}
+
+type pqRow struct {
+	Label float32 `parquet:"label"`
+	U     int64   `parquet:"u"`
+	H     []int64 `parquet:"h,list"`
+	I     *int64  `parquet:"i,optional"`
+	D     float64 `parquet:"d"`
+}
+
+// Generated Parquet, CSV and gzip-CSV files of the same samples give the serial batches at every
+// depth and worker count.
+func TestGeneratedFilesMatchSerial(t *testing.T) {
+	dir := t.TempDir()
+	syn, _ := reader.NewSynthetic(synthCfg(1500), reader.Options{})
+	var rows []pqRow
+	var csvText strings.Builder
+	csvText.WriteString("label,u,h,i,d\n")
+	for {
+		var b reader.Batch
+		_, err := syn.Read(&b, 500)
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		at := make([]int64, 3)
+		for s := 0; s < b.Size; s++ {
+			r := pqRow{Label: b.Labels[s], D: float64(b.Dense[2*s])}
+			r.U = b.Inputs[0].Ints[at[0]]
+			at[0]++
+			var hs []string
+			for k := int64(0); k < b.Inputs[1].Lengths[s]; k++ {
+				r.H = append(r.H, b.Inputs[1].Ints[at[1]])
+				hs = append(hs, fmt.Sprint(b.Inputs[1].Ints[at[1]]))
+				at[1]++
+			}
+			is := ""
+			if b.Inputs[2].Lengths[s] > 0 {
+				v := b.Inputs[2].Ints[at[2]]
+				r.I = &v
+				is = fmt.Sprint(v)
+				at[2]++
+			}
+			rows = append(rows, r)
+			fmt.Fprintf(&csvText, "%g,%d,%s,%s,%g\n", r.Label, r.U, strings.Join(hs, "|"), is, r.D)
+		}
+	}
+	pq := filepath.Join(dir, "x.parquet")
+	f, err := os.Create(pq)
+	require.NoError(t, err)
+	w := parquet.NewGenericWriter[pqRow](f)
+	_, err = w.Write(rows)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, f.Close())
+	csvPath := filepath.Join(dir, "x.csv")
+	require.NoError(t, os.WriteFile(csvPath, []byte(csvText.String()), 0o644))
+	gzPath := filepath.Join(dir, "x.csv.gz")
+	var gzBuf bytes.Buffer
+	gw := gzip.NewWriter(&gzBuf)
+	_, _ = gw.Write([]byte(csvText.String()))
+	require.NoError(t, gw.Close())
+	require.NoError(t, os.WriteFile(gzPath, gzBuf.Bytes(), 0o644))
+	cols := []reader.Column{{Name: "label", Role: reader.RoleLabel}, {Name: "u", Role: reader.RoleSparse},
+		{Name: "h", Role: reader.RoleSequence}, {Name: "i", Role: reader.RoleSparse}, {Name: "d", Role: reader.RoleDense}}
+	opens := map[string]func() (reader.Source, error){
+		"parquet": func() (reader.Source, error) {
+			return reader.NewParquet([]string{pq}, reader.ParquetOptions{Columns: cols})
+		},
+		"csv": func() (reader.Source, error) {
+			return reader.NewCSV([]string{csvPath}, reader.CSVOptions{Columns: cols, Header: true})
+		},
+		"gzip": func() (reader.Source, error) {
+			return reader.NewCSV([]string{gzPath}, reader.CSVOptions{Columns: cols, Header: true})
+		},
+	}
+	eng := synthEngine(t)
+	var first []serialBatch
+	for name, open := range opens {
+		src, err := open()
+		require.NoError(t, err)
+		want := serialRun(t, src, eng, 128)
+		if first == nil {
+			first = want
+		}
+		for i := range want { // every format reads the same samples
+			require.Equal(t, first[i].values, want[i].values, name)
+			require.Equal(t, first[i].labels, want[i].labels, name)
+		}
+		for _, depth := range []int{0, 2, 4} {
+			for _, workers := range []int{1, 3} {
+				src, err := open()
+				require.NoError(t, err)
+				p, err := New(context.Background(), src, eng, Config{BatchSize: 128, Depth: depth, Workers: workers, Tables: synthTables})
+				require.NoError(t, err)
+				require.Equal(t, want, drain(t, p, synthTables), "%s depth %d workers %d", name, depth, workers)
+				require.NoError(t, p.Close())
+			}
+		}
+	}
 }
