@@ -180,7 +180,9 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 		if g%int64(s.opt.WorldSize) != int64(s.opt.Rank) {
 			continue
 		}
-		b.mark(&s.m)
+		if s.opt.SkipBad { // only a skipped row needs rolling back
+			b.mark(&s.m)
+		}
 		if err := s.parse(row, r, b); err != nil {
 			if s.opt.SkipBad {
 				b.rollback(&s.m)

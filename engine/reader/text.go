@@ -239,7 +239,9 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 		if !mine {
 			continue
 		}
-		b.mark(&s.m)
+		if s.l.opt.SkipBad { // only a skipped row needs rolling back
+			b.mark(&s.m)
+		}
 		if err := s.parse(line, no, b); err != nil {
 			if s.l.opt.SkipBad {
 				b.rollback(&s.m)
