@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -230,8 +231,10 @@ func (p *Pipeline) prepare(step int64, raw *reader.Batch, pos reader.Position) (
 	for i, f := range p.inputMap {
 		b.Inputs[i] = raw.Inputs[f]
 	}
+	runtime.Gosched() // between stages, let a trainer thread waiting for a P in (see reader's yieldEvery)
 	res, err := p.eng.Apply(b)
 	p.stats.transform.Add(int64(time.Since(t0)))
+	runtime.Gosched()
 	if err != nil {
 		return nil, &StageError{Step: step, Stage: StageTransform, Err: err}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/parquet-go/parquet-go"
@@ -179,6 +180,9 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 		s.pos.Row++
 		if g%int64(s.opt.WorldSize) != int64(s.opt.Rank) {
 			continue
+		}
+		if b.Size%yieldEvery == yieldEvery-1 {
+			runtime.Gosched()
 		}
 		if s.opt.SkipBad { // only a skipped row needs rolling back
 			b.mark(&s.m)

@@ -3,6 +3,7 @@ package reader
 import (
 	"io"
 	"math"
+	"runtime"
 
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
@@ -234,6 +235,9 @@ func (s *Synthetic) Read(b *Batch, n int) (int, error) {
 		s.next++
 		if g%W != R {
 			continue
+		}
+		if b.Size%yieldEvery == yieldEvery-1 {
+			runtime.Gosched()
 		}
 		var u, logit float64
 		s.ids, u, logit = s.sample(g, s.ids[:0], lens, dense)
