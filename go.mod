@@ -2,7 +2,10 @@ module github.com/recgo/recgo
 
 go 1.26
 
-require github.com/stretchr/testify v1.12.1
+require (
+	github.com/parquet-go/parquet-go v0.32.0
+	github.com/stretchr/testify v1.12.1
+)
 
 require (
 	github.com/andybalholm/brotli v1.1.1 // indirect
@@ -10,7 +13,6 @@ require (
 	github.com/klauspost/compress v1.17.9 // indirect
 	github.com/parquet-go/bitpack v1.0.0 // indirect
 	github.com/parquet-go/jsonlite v1.0.0 // indirect
-	github.com/parquet-go/parquet-go v0.32.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.21 // indirect
 	github.com/twpayne/go-geom v1.6.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
