@@ -210,6 +210,9 @@ type Batch struct {
 	Values     []int64   // all IDs, key-major
 	Lengths    []int64   // K·B; entry k·B+b is sample b of key k
 	Weights    []float32 // per-ID weights, or nil
+	// Dedup, when set, is the batch's per-table dedup prepared by the input pipeline (checked
+	// against the batch, then used instead of deduplicating again).
+	Dedup *PreparedDedup
 }
 
 // IgnoredKey is the KeyFeature entry of a key that no feature of the collection reads.
