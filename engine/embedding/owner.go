@@ -55,29 +55,3 @@ func (t *Table) ApplyRows(rows []int64, grads []float32) error {
 	u.applyRows(t, rows, grads)
 	return nil
 }
-
-// Deduper deduplicates lists of int64 IDs with the engine's dedup index (the hash index a
-// collection uses for tables other than fixed ones). It keeps its slots between calls, sized by
-// the last call's distinct count; a Deduper is not safe for concurrent use.
-type Deduper struct{ x idIndex }
-
-// Dedup appends the distinct IDs of ids, in first-seen order, to uniq[:0] and returns it; inv[i]
-// becomes the index in that list of ids[i] (len(inv) must equal len(ids)).
-func (d *Deduper) Dedup(ids []int64, uniq []int64, inv []int32) []int64 {
-	x := &d.x
-	x.reset(len(ids))
-	defer x.clear()
-	uniq = uniq[:0]
-	for i, id := range ids {
-		u, fresh := x.find(id, int32(len(uniq)))
-		if fresh {
-			uniq = append(uniq, id)
-			if 2*len(uniq) > len(x.slots) {
-				x.grow(uniq)
-			}
-		}
-		inv[i] = u
-	}
-	x.lastDistinct = len(uniq)
-	return uniq
-}
