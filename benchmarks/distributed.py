@@ -51,7 +51,7 @@ def zipf_batches(batch: int, n: int, seed: int, max_len: int) -> list[Any]:
         lengths = torch.randint(1, max_len + 1, (TABLES, batch), generator=gen)
         vals = [perms[t][torch.multinomial(probs, int(lengths[t].sum()), replacement=True, generator=gen)]
                 for t in range(TABLES)]
-        out.append(recgo.KeyedJaggedTensor([f"f{t}" for t in range(TABLES)], torch.cat(vals), lengths.reshape(-1)))
+        out.append(recgo.KeyedJaggedTensor([f"f{t}" for t in range(TABLES)], torch.cat(vals), lengths=lengths.reshape(-1)))
     return out
 
 

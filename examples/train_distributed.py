@@ -38,7 +38,7 @@ def batch(step: int, rank: int, size: int, tables: list[recgo.EmbeddingBagConfig
             vals.append((torch.rand(int(ln.sum()), generator=g) ** 4 * t.num_embeddings).long())
             lens.append(ln)
     labels = torch.randint(0, 2, (size,), generator=g).float()
-    return recgo.KeyedJaggedTensor(keys, torch.cat(vals), torch.cat(lens)), labels
+    return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens)), labels
 
 
 def main() -> None:

@@ -43,7 +43,7 @@ def global_batch(step: int, world: int, local: int = B_LOCAL) -> recgo.KeyedJagg
             keys.append(f)
             vals.append(ids)
             lens.append(ln)
-    return recgo.KeyedJaggedTensor(keys, torch.cat(vals), torch.cat(lens))
+    return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens))
 
 
 def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
@@ -51,12 +51,12 @@ def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -
     feats = kjt.to_dict()
     vals, lens = [], []
     for k in kjt.keys():
-        v, ln = feats[k]
+        v, ln = feats[k].values(), feats[k].lengths()
         offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
         lo, hi = int(offs[rank * local]), int(offs[(rank + 1) * local])
         vals.append(v[lo:hi])
         lens.append(ln[rank * local:(rank + 1) * local])
-    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), torch.cat(lens))
+    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens))
 
 
 def close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
@@ -116,7 +116,7 @@ def _eq3_rhs(sh: Any, kjt: recgo.KeyedJaggedTensor, world: int) -> int:
         per_rank = []
         for r in range(world):
             d = local_batch(kjt, r).to_dict()
-            per_rank.append(torch.unique(torch.cat([d[f][0] for f in cfg.feature_names])))
+            per_rank.append(torch.unique(torch.cat([d[f].values() for f in cfg.feature_names])))
         for n in range(NODES):
             ids = [per_rank[n * PER_NODE + l] for l in range(PER_NODE)]
             allx = torch.cat(ids)
@@ -260,8 +260,8 @@ def world4(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
     for b in batches:  # the profiler reads one feature per table: drop the second feature of "th"
         d = b.to_dict()
         renamed.append(recgo.KeyedJaggedTensor([f2t[k] for k in b.keys() if k != "h2"],
-                                               torch.cat([d[k][0] for k in b.keys() if k != "h2"]),
-                                               torch.cat([d[k][1] for k in b.keys() if k != "h2"])))
+                                               torch.cat([d[k].values() for k in b.keys() if k != "h2"]),
+                                               lengths=torch.cat([d[k].lengths() for k in b.keys() if k != "h2"])))
     prof = P.profile(renamed, specs, sample_rate=1.0)
     plan = P.plan(prof, P.Topology(nodes=NODES, gpus_per_node=PER_NODE, hbm_bytes=2000, host_bytes=1 << 20,
                                    batch_size=WORLD * B_LOCAL), strategy="greedy_size")

@@ -15,7 +15,8 @@ from torch import nn
 from .. import _lib
 from .._lib import D, H, I32, I64, P, S
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
-from ..modules.embedding import EmbeddingBagCollection, _check_configs, _OwnedFloats, save_checkpoint
+from .._memory import wrap
+from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -211,7 +212,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             _lib.call(f, self._handle.value, t, which, ctypes.byref(addr), ctypes.byref(n), ctypes.byref(stride),
                       ctypes.byref(lr))
             local = lr.value
-            flat = _OwnedFloats.wrap(addr.value, n.value, ctype, self._handle, dtype)
+            flat = wrap(addr.value, n.value, dtype, self._handle)
             if which == 0:
                 flat = flat.view(-1, stride.value)[:local, :dim]
             elif which == 1 and stride.value:
@@ -373,13 +374,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         g = self._groups
-        doc: dict[str, Any] = {"world": g.world_size, "rank": g.rank, "tables": {}}
+        # Flat name → tensor entries, so the file carries recgo's per-tensor checksums.
+        doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank)}
         for cfg, shard in zip(self._configs, self.embedding_bags.values()):
-            entry = {"ids": self.local_ids(cfg.name), "weight": shard.weight.detach().clone(),
-                     "step": shard.optimizer_step.clone(), "rows": cfg.num_embeddings, "dim": cfg.embedding_dim}
+            p = f"tables.{cfg.name}."
+            doc |= {p + "ids": self.local_ids(cfg.name), p + "weight": shard.weight.detach().clone(),
+                    p + "step": shard.optimizer_step.clone(), p + "rows": torch.tensor(cfg.num_embeddings),
+                    p + "dim": torch.tensor(cfg.embedding_dim)}
             if hasattr(shard, "optimizer_state"):
-                entry["state"] = shard.optimizer_state.clone()
-            doc["tables"][cfg.name] = entry
+                doc[p + "state"] = shard.optimizer_state.clone()
         path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
         save_checkpoint(doc, path)
         return path
@@ -397,10 +400,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         covered = [torch.zeros(n, dtype=torch.bool) for n in self._local_rows]
         with torch.no_grad():
             for f in files:
-                doc = torch.load(f, weights_only=True)
+                doc = load_checkpoint(f)
                 for t, (cfg, shard) in enumerate(zip(self._configs, self.embedding_bags.values())):
-                    e = doc["tables"].get(cfg.name)
-                    if e is None or e["rows"] != cfg.num_embeddings or e["dim"] != cfg.embedding_dim:
+                    p = f"tables.{cfg.name}."
+                    e = {k[len(p):]: v for k, v in doc.items() if k.startswith(p)}
+                    if not e or int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
                         raise RecgoIOError(f"{f.name}: table {cfg.name!r} is missing or has another shape")
                     rows = self.locate(cfg.name, e["ids"])
                     mine = rows >= 0
