@@ -155,3 +155,29 @@ def test_dynamic_table_file_round_trip_and_every_bit_flip(tmp_path: Path) -> Non
         bad.write_bytes(data[:n])
         with pytest.raises(RecgoIOError, match="bad.dyn"):
             recgo.dynamic.load(b, "t", bad)
+
+
+def test_nested_training_state_round_trips_and_detects_damage(tmp_path: Path) -> None:
+    from recgo.modules import load_state, save_state
+
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 3)).sum().backward()
+    opt.step()
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "position": {"row": 7, "file": 0},
+             "betas": (0.9, 0.99), "none": None, "name": "x"}
+    save_state(state, tmp_path / "s.pt")
+    back = load_state(tmp_path / "s.pt")
+    assert back["position"] == {"row": 7, "file": 0} and back["betas"] == (0.9, 0.99) and back["none"] is None
+    assert set(back["optimizer"]["state"]) == {0, 1}  # int keys survive
+    fresh = torch.optim.Adam(torch.nn.Linear(3, 2).parameters())
+    fresh.load_state_dict(back["optimizer"])
+    assert torch.equal(back["model"]["weight"], model.weight.detach())
+    raw = bytearray((tmp_path / "s.pt").read_bytes())
+    raw[len(raw) // 2] ^= 0x10
+    (tmp_path / "bad.pt").write_bytes(bytes(raw))
+    try:
+        again = load_state(tmp_path / "bad.pt")
+    except recgo.RecgoIOError:
+        return
+    assert torch.equal(again["model"]["weight"], model.weight.detach())  # a flip in padding changes nothing

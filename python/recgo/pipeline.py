@@ -273,14 +273,16 @@ class TrainPipeline:
         self.steps = int(state.get("steps", 0))
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` atomically with ``torch.save``."""
-        from .modules.embedding import save_checkpoint
+        """Write :meth:`state_dict` atomically, with recgo's checksums (``recgo.modules.save_state``)."""
+        from .modules._checkpoint import save_state
 
-        save_checkpoint(self.state_dict(), path)
+        save_state(self.state_dict(), path)
 
     def load(self, path: str | Path) -> None:
-        """Resume from a checkpoint written by :meth:`save`."""
-        self.load_state_dict(torch.load(path, weights_only=False))
+        """Resume from a checkpoint written by :meth:`save` (checksums verified first)."""
+        from .modules._checkpoint import load_state
+
+        self.load_state_dict(load_state(path))
 
     def close(self) -> None:
         """Stop the input pipeline."""

@@ -5,7 +5,7 @@ fused optimizers."""
 from __future__ import annotations
 
 from . import optim
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, load_checkpoint, save_checkpoint, stage_times
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, load_checkpoint, load_state, save_checkpoint, save_state, stage_times
 from .sequence import EmbeddingCollection, EmbeddingConfig
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 
@@ -21,7 +21,9 @@ __all__ = [
     "RowWiseAdagrad",
     "SGD",
     "load_checkpoint",
+    "load_state",
     "optim",
     "save_checkpoint",
+    "save_state",
     "stage_times",
 ]

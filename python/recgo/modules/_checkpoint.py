@@ -104,3 +104,56 @@ def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
         except OSError:
             pass
         raise
+
+
+_SKELETON = "__structure__"
+
+
+def _flatten(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    """A JSON-able skeleton of ``obj`` with every tensor replaced by a reference into ``tensors``.
+    Dict keys keep their type (optimizer state dicts are keyed by int), tuples stay tuples."""
+    if isinstance(obj, torch.Tensor):
+        key = f"t{len(tensors)}"
+        tensors[key] = obj.detach()
+        return {"t": key}
+    if isinstance(obj, dict):
+        return {"d": [[_flatten(k, tensors), _flatten(v, tensors)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        return {"l" if isinstance(obj, list) else "u": [_flatten(v, tensors) for v in obj]}
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    raise InvalidInputError(f"save_state: cannot store a {type(obj).__name__} (only tensors, dicts, lists, tuples, "
+                            "numbers, strings and None)")
+
+
+def _unflatten(node: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(node, dict):
+        if "t" in node:
+            return tensors[node["t"]]
+        if "d" in node:
+            return {_unflatten(k, tensors): _unflatten(v, tensors) for k, v in node["d"]}
+        items = [_unflatten(v, tensors) for v in node.get("l", node.get("u", []))]
+        return items if "l" in node else tuple(items)
+    return node
+
+
+def save_state(obj: Any, path: str | os.PathLike[str]) -> None:
+    """Write a nested training state (dicts, lists, tuples of tensors, numbers and strings: a model's
+    and an optimizer's state dicts, a reader position) with the same checksums and atomic write as
+    :func:`save_checkpoint`; read it back with :func:`load_state`."""
+    tensors: dict[str, torch.Tensor] = {}
+    skeleton = json.dumps(_flatten(obj, tensors), separators=(",", ":")).encode()
+    tensors[_SKELETON] = torch.frombuffer(bytearray(skeleton), dtype=torch.uint8) if skeleton else torch.empty(0)
+    save_checkpoint(tensors, path)
+
+
+def load_state(path: str | os.PathLike[str]) -> Any:
+    """The object :func:`save_state` wrote, after verifying every checksum (``RecgoIOError`` otherwise)."""
+    tensors = load_checkpoint(path)
+    raw = tensors.pop(_SKELETON, None)
+    if raw is None:
+        raise RecgoIOError(f"{path}: not a training-state checkpoint (no structure entry)")
+    try:
+        return _unflatten(json.loads(bytes(raw.numpy())), tensors)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise RecgoIOError(f"{path}: the training-state structure does not decode ({exc})") from exc

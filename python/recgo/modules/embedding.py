@@ -68,7 +68,7 @@ from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _ops
 from . import optim as _optim
-from ._checkpoint import load_checkpoint, save_checkpoint
+from ._checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
 from ._contexts import ContextStore
 from .optim import FusedOptimizer
 
