@@ -141,7 +141,7 @@ func TestRemapPutsHotRowsFirst(t *testing.T) {
 
 	dir := t.TempDir()
 	require.NoError(t, p.Save(dir, prof))
-	back, err := LoadRemap(filepath.Join(dir, "remap.bin"))
+	back, err := LoadRemap(filepath.Join(dir, "remap.bin"), 0)
 	require.NoError(t, err)
 	for i := range r.Tables {
 		assert.Equal(t, r.Tables[i].Ranked, back.Tables[i].Ranked)
@@ -178,7 +178,7 @@ func FuzzReadRemap(f *testing.F) {
 	f.Add(data)
 	f.Add([]byte(remapMagic))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := ReadRemap(bytes.NewReader(data))
+		r, err := ReadRemap(bytes.NewReader(data), int64(len(data)), 1<<20)
 		if err != nil {
 			return
 		}

@@ -1,0 +1,85 @@
+package planner
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/recgo/recgo/planner/cost"
+)
+
+// lowerBound is a bound on the slowest GPU's cost that every placement obeys: each table costs at
+// least its cheapest option (the most rows in HBM it may hold), so the slowest GPU carries at least
+// the costliest table and at least the mean of the tables' cheapest costs.
+func lowerBound(m *cost.Model) float64 {
+	top, sum := 0.0, 0.0
+	for _, t := range m.Tables {
+		c := t.Options[len(t.Options)-1].Cost
+		top = max(top, c)
+		sum += c
+	}
+	return max(top, sum/float64(m.Topo.NumGPUs()))
+}
+
+// cheapestPacking places every table with its cheapest option, largest cost first onto the
+// least-loaded GPU with room (LPT). It returns nil when some table finds no room. When the fast
+// tier holds everything this is the placement [lowerBound] proves optimal or nearly so.
+func cheapestPacking(m *cost.Model) []cost.Assignment {
+	order := make([]int, len(m.Tables))
+	for i := range order {
+		order[i] = i
+	}
+	last := func(i int) int { return len(m.Tables[i].Options) - 1 }
+	slices.SortStableFunc(order, func(a, b int) int {
+		return cmp.Compare(m.Tables[b].Options[last(b)].Cost, m.Tables[a].Options[last(a)].Cost)
+	})
+	s := newState(m)
+	for _, i := range order {
+		best := -1
+		for g := range s.load {
+			if s.fits(i, last(i), g) && (best < 0 || s.load[g] < s.load[best]) {
+				best = g
+			}
+		}
+		if best < 0 {
+			return nil
+		}
+		s.place(i, last(i), best)
+	}
+	return s.assignments()
+}
+
+// modelCost is the slowest GPU's cost of a under the model's weights.
+func modelCost(m *cost.Model, a []cost.Assignment) float64 {
+	load := make([]float64, m.Topo.NumGPUs())
+	for i, x := range a {
+		load[x.GPU] += m.Tables[i].Options[optionOf(m.Tables[i], x.Hot)].Cost
+	}
+	return slices.Max(load)
+}
+
+// withinGap reports whether objective is within the relative gap of bound.
+func withinGap(objective, bound, gap float64) bool {
+	return objective-bound <= gap*objective
+}
+
+// fastTierModel returns m with every table restricted to its cheapest option when that loses
+// nothing: the cheapest options of all tables together fit one GPU's HBM and one node's host
+// memory, so every placement of them is feasible, and any other option only adds cost. It
+// returns nil otherwise. The MILP of the result is a pure load balance, T×G columns.
+func fastTierModel(m *cost.Model) *cost.Model {
+	var hot, cold int64
+	for _, t := range m.Tables {
+		o := t.Options[len(t.Options)-1]
+		hot += o.HotBytes
+		cold += o.ColdBytes
+		if hot > m.Topo.HBMBytes || cold > m.Topo.HostBytes {
+			return nil
+		}
+	}
+	r := *m
+	r.Tables = make([]cost.Table, len(m.Tables))
+	for i, t := range m.Tables {
+		r.Tables[i] = cost.Table{Table: t.Table, Options: t.Options[len(t.Options)-1:]}
+	}
+	return &r
+}
