@@ -72,7 +72,7 @@ func checkMILP(m *cost.Model, limit int64) error {
 // fmtCount renders n compactly inside format's %s (1.2e+06 for large counts, digits otherwise).
 func fmtCount(format string, n float64) string {
 	s := strconv.FormatFloat(n, 'g', 3, 64)
-	if n < 1e6 {
+	if n < 1e12 {
 		s = strconv.FormatInt(int64(n), 10)
 	}
 	return fmt.Sprintf(format, s)
