@@ -239,3 +239,20 @@ func TestMakeFallsBackWhenTheSolverFails(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, rg.Tables, p.Tables)
 }
+
+// A Job is waited on in slices and interrupted with Cancel, returning the incumbent.
+func TestJobWaitAndCancel(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	j := Start(profileOf(m), m.Topo, Options{MILP: MILPOptions{MipRelGap: 1e-12, Threads: 1, Symmetry: true}})
+	p, done, err := j.Wait(time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, done, "a 1e-12 gap does not close in a millisecond")
+	assert.Nil(t, p)
+	j.Cancel()
+	p, done, err = j.Wait(time.Minute)
+	require.NoError(t, err)
+	require.True(t, done)
+	assert.Equal(t, "interrupted", p.Solver.Status)
+	assert.Empty(t, p.Eval.Violation)
+	require.NoError(t, j.Close())
+}
