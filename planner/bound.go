@@ -7,17 +7,29 @@ import (
 	"github.com/recgo/recgo/planner/cost"
 )
 
-// lowerBound is a bound on the slowest GPU's cost that every placement obeys: each table costs at
-// least its cheapest option (the most rows in HBM it may hold), so the slowest GPU carries at least
-// the costliest table and at least the mean of the tables' cheapest costs.
+// lowerBound is a bound on the slowest GPU's cost that every placement obeys. Each table costs at
+// least its cheapest option (the most rows in HBM it may hold), so with those costs c sorted
+// descending the slowest GPU carries at least the mean load, and, for every k with kG < T, among
+// the kG+1 costliest tables some GPU holds k+1 (pigeonhole), hence at least the k+1 smallest of
+// them: c[kG-k] + … + c[kG] (k = 0 is the costliest table alone).
 func lowerBound(m *cost.Model) float64 {
-	top, sum := 0.0, 0.0
-	for _, t := range m.Tables {
-		c := t.Options[len(t.Options)-1].Cost
-		top = max(top, c)
-		sum += c
+	c := make([]float64, len(m.Tables))
+	sum := 0.0
+	for i, t := range m.Tables {
+		c[i] = t.Options[len(t.Options)-1].Cost
+		sum += c[i]
 	}
-	return max(top, sum/float64(m.Topo.NumGPUs()))
+	slices.SortFunc(c, func(a, b float64) int { return cmp.Compare(b, a) })
+	G := m.Topo.NumGPUs()
+	lb := sum / float64(G)
+	for k := 0; k*G < len(c); k++ {
+		s := 0.0
+		for _, v := range c[k*G-k : k*G+1] {
+			s += v
+		}
+		lb = max(lb, s)
+	}
+	return lb
 }
 
 // cheapestPacking places every table with its cheapest option, largest cost first onto the

@@ -219,9 +219,18 @@ func profileOf(m *cost.Model) *profile.Profile {
 // lowerBound never exceeds the optimum (brute force on small models).
 func TestLowerBoundIsValid(t *testing.T) {
 	for seed := uint64(1); seed <= 6; seed++ {
-		m := tinyModel(t, seed, 4, 1, 2, 2)
-		assert.LessOrEqual(t, lowerBound(m), bruteForce(m)*(1+1e-12), "seed %d", seed)
+		for n := 2; n <= 5; n++ { // k = 0, 1 and 2 of the pigeonhole bound on 2 GPUs
+			m := tinyModel(t, seed, n, 1, 2, 2)
+			assert.LessOrEqual(t, lowerBound(m), bruteForce(m)*(1+1e-12), "seed %d, %d tables", seed, n)
+		}
 	}
+	// Equal costs, T = G+1: two tables share a GPU, and the bound says so.
+	m := tinyModel(t, 1, 3, 1, 2, 2)
+	for i := range m.Tables {
+		m.Tables[i] = m.Tables[0]
+	}
+	c := m.Tables[0].Options[len(m.Tables[0].Options)-1].Cost
+	assert.InDelta(t, 2*c, lowerBound(m), 1e-12*c)
 }
 
 func TestMakeFallsBackWhenTheSolverFails(t *testing.T) {

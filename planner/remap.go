@@ -249,8 +249,11 @@ func ReadRemap(rd io.Reader, size, memoryLimit int64) (*Remap, error) {
 		hot := int64(binary.LittleEndian.Uint64(hdr[8:]))
 		nr := int64(binary.LittleEndian.Uint64(hdr[16:]))
 		part = fmt.Sprintf("table %q ranked rows", name)
-		if nr < 0 || nr > rows || (rr.left >= 0 && nr > rr.left/8) {
-			return nil, errs.IOf("remap: %s: count %d for %d rows in a file of %d bytes", part, nr, rows, size)
+		if nr < 0 || nr > rows {
+			return nil, errs.IOf("remap: %s: count %d for %d rows (corrupted file)", part, nr, rows)
+		}
+		if rr.left >= 0 && nr > rr.left/8 {
+			return nil, errs.IOf("remap: truncated file (%s: %d rows need %d bytes, %d remain)", part, nr, 8*nr, rr.left)
 		}
 		ranked += float64(nr)
 		if err := checkBytes(fmt.Sprintf("remap of %.0f ranked rows", ranked), ranked*bytesPerRankedRow, memoryLimit); err != nil {
