@@ -34,7 +34,7 @@ def plot_gpu_costs(plans: Mapping[str, "Plan"], path: str | os.PathLike[str], ti
     names = list(plans)
     ngpu = max(len(p.predicted["gpu_seconds"]) for p in plans.values())
     width = 0.8 / max(1, len(names))
-    fig, ax = plt.subplots(figsize=(min(20, max(6, ngpu * 0.45 * max(1, len(names)) ** 0.5 + 3)), 4.2))
+    fig, ax = plt.subplots(figsize=(min(16, max(7, 0.55 * ngpu + 3)), 4.2))
     for j, name in enumerate(names):
         secs = plans[name].predicted["gpu_seconds"]
         ax.bar([g + j * width for g in range(len(secs))], [s * 1e3 for s in secs], width, label=name)
