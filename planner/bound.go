@@ -2,6 +2,7 @@ package planner
 
 import (
 	"cmp"
+	"context"
 	"slices"
 
 	"github.com/recgo/recgo/planner/cost"
@@ -33,9 +34,10 @@ func lowerBound(m *cost.Model) float64 {
 }
 
 // cheapestPacking places every table with its cheapest option, largest cost first onto the
-// least-loaded GPU with room (LPT). It returns nil when some table finds no room. When the fast
-// tier holds everything this is the placement [lowerBound] proves optimal or nearly so.
-func cheapestPacking(m *cost.Model) []cost.Assignment {
+// least-loaded GPU with room (LPT). It returns nil when some table finds no room or ctx ends
+// first. When the fast tier holds everything this is the placement [lowerBound] proves optimal or
+// nearly so.
+func cheapestPacking(ctx context.Context, m *cost.Model) []cost.Assignment {
 	order := make([]int, len(m.Tables))
 	for i := range order {
 		order[i] = i
@@ -45,17 +47,14 @@ func cheapestPacking(m *cost.Model) []cost.Assignment {
 		return cmp.Compare(m.Tables[b].Options[last(b)].Cost, m.Tables[a].Options[last(a)].Cost)
 	})
 	s := newState(m)
-	for _, i := range order {
-		best := -1
-		for g := range s.load {
-			if s.fits(i, last(i), g) && (best < 0 || s.load[g] < s.load[best]) {
-				best = g
-			}
-		}
-		if best < 0 {
+	h := newLoadHeap(s)
+	for n, i := range order {
+		if n%64 == 0 && ctx.Err() != nil {
 			return nil
 		}
-		s.place(i, last(i), best)
+		if !h.place(i, last(i)) {
+			return nil
+		}
 	}
 	return s.assignments()
 }

@@ -282,7 +282,7 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 	if r := fastTierModel(m); r != nil {
 		m = r // everything fits the fast tier: only the balance is left to decide
 		if start != nil || opts.Start != nil {
-			start = cheapestPacking(m)
+			start = cheapestPacking(ctx, m)
 		}
 	}
 	if err := checkMILP(m, opts.MemoryLimit); err != nil {
@@ -373,7 +373,7 @@ func warmStart(ctx context.Context, m *cost.Model) []cost.Assignment {
 		start = nil // HiGHS may still find a placement the greedy could not pack
 	}
 	// On a tie the packing wins: it holds whole tables in HBM, the greedy may leave untouched rows out.
-	if cp := cheapestPacking(m); cp != nil && (start == nil || modelCost(m, cp) <= modelCost(m, start)*(1+1e-12)) {
+	if cp := cheapestPacking(ctx, m); cp != nil && (start == nil || modelCost(m, cp) <= modelCost(m, start)*(1+1e-12)) {
 		start = cp
 	}
 	return start

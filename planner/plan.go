@@ -163,7 +163,7 @@ func MakeContext(ctx context.Context, prof *profile.Profile, topo cost.Topology,
 		}
 		if err != nil {
 			warning = fmt.Sprintf("MILP failed (%v); fell back to the row-level greedy", err)
-			a, err = RowGreedy(m)
+			a, err = rowGreedy(ctx, m)
 		} else {
 			a = res.Assign
 			info = solverInfo(res)

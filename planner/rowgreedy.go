@@ -93,6 +93,9 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 		return cmp.Compare(m.Tables[b].Options[opt[b]].Cost, m.Tables[a].Options[opt[a]].Cost)
 	})
 	s := newState(m)
+	lh := newLoadHeap(s)
+	// The packing always completes (a placement to return, even when ctx has ended); only the
+	// improvement phases below stop with ctx.
 	for _, i := range order {
 		placed := false
 		// The chosen split first, then smaller ones (less HBM), then larger ones (less host memory).
@@ -104,18 +107,8 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 			tries = append(tries, k)
 		}
 		for _, k := range tries {
-			if placed {
+			if placed = lh.place(i, k); placed {
 				break
-			}
-			best := -1
-			for g := 0; g < G; g++ {
-				if s.fits(i, k, g) && (best < 0 || s.load[g] < s.load[best]) {
-					best = g
-				}
-			}
-			if best >= 0 {
-				s.place(i, k, best)
-				placed = true
 			}
 		}
 		if !placed {

@@ -141,11 +141,17 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 		}
 	}
 	var total float64
+	index := make(map[string]int, len(prof.Tables))
+	for i := range prof.Tables {
+		index[prof.Tables[i].Name] = i
+	}
 	for _, name := range names {
-		pt, err := prof.Table(name)
-		if err != nil {
-			return nil, fmt.Errorf("cost: table %q is missing from the profile: %w", name, err)
+		ti, ok := index[name]
+		if !ok {
+			return nil, fmt.Errorf("cost: table %q is missing from the profile: %w", name,
+				errs.NotFoundf("profile: no table %q", name))
 		}
+		pt := &prof.Tables[ti]
 		t := Table{Table: pt}
 		rb := pt.RowBytes()
 		size := pt.Rows * rb
