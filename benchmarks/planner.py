@@ -25,7 +25,9 @@ from harness import RESULTS, Bench  # noqa: E402
 from recgo import planner as P  # noqa: E402
 from recgo.planner._torchrec import torchrec_placement  # noqa: E402
 from recgo.planner.criteo import criteo_batches, criteo_tables  # noqa: E402
-from recgo.planner.synthetic import DATA, fit_real_samples, rm_profile  # noqa: E402
+from recgo.planner.synthetic import fit_real_samples, rm_profile  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 bench = Bench("planner", description=__doc__)
 QUICK = bench.quick
@@ -132,7 +134,7 @@ def table(rows: dict[str, dict]) -> str:
 
 
 def main() -> None:
-    fitted = fit_real_samples()
+    fitted = fit_real_samples(DATA)
     bench.data["fitted_from"] = fitted.sources
     bench.data["topology"] = TOPO.to_dict()
     md = [f"Topology: {TOPO.nodes}×{TOPO.gpus_per_node} GPUs, {TOPO.hbm_bytes / 1e9:.1f} GB HBM each, "

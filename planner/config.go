@@ -2,6 +2,7 @@ package planner
 
 import (
 	"encoding/json"
+	"math"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
@@ -13,13 +14,19 @@ type Config struct {
 	Topology  cost.Topology `json:"topology"`
 	Strategy  string        `json:"strategy"`
 	CostModel string        `json:"cost_model"`
-	Tables    []string      `json:"tables"`
-	TimeLimit float64       `json:"time_limit"`
-	MipRelGap float64       `json:"mip_rel_gap"`
-	Threads   int           `json:"threads"`
-	Symmetry  *bool         `json:"symmetry"`
+	// Tables restricts the plan to these profiled tables; absent or null means all, an empty list
+	// is refused.
+	Tables *[]string `json:"tables"`
+	// TimeLimit bounds the whole call in seconds (model building included); null means no limit,
+	// zero or a negative value is refused.
+	TimeLimit *float64 `json:"time_limit"`
+	MipRelGap float64  `json:"mip_rel_gap"`
+	Threads   int      `json:"threads"`
+	Symmetry  *bool    `json:"symmetry"`
 	// WarmStart false solves the MILP cold (default true: warm-started from the row-level greedy).
 	WarmStart *bool `json:"warm_start"`
+	// MemoryLimit caps the bytes one plan may allocate for its model (0 or absent: DefaultMemoryLimit).
+	MemoryLimit int64 `json:"memory_limit"`
 }
 
 // ParseConfig reads a Config and turns it into the topology and options for [Make].
@@ -32,12 +39,39 @@ func ParseConfig(data []byte) (cost.Topology, Options, error) {
 	if err != nil {
 		return cost.Topology{}, Options{}, err
 	}
-	if c.TimeLimit < 0 || c.MipRelGap < 0 || c.Threads < 0 {
-		return cost.Topology{}, Options{}, errs.Invalidf("planner config: negative time_limit, mip_rel_gap or threads")
+	limit := 0.0
+	if c.TimeLimit != nil {
+		limit = *c.TimeLimit
+		if !(limit > 0) || math.IsInf(limit, 0) {
+			return cost.Topology{}, Options{}, errs.Invalidf(
+				"planner config: time_limit %g must be a positive number of seconds (null for no limit)", limit)
+		}
+	}
+	if !(c.MipRelGap >= 0 && c.MipRelGap < 1) {
+		return cost.Topology{}, Options{}, errs.Invalidf("planner config: mip_rel_gap %g outside [0, 1)", c.MipRelGap)
+	}
+	if c.Threads < 0 || c.MemoryLimit < 0 {
+		return cost.Topology{}, Options{}, errs.Invalidf("planner config: negative threads (%d) or memory_limit (%d)",
+			c.Threads, c.MemoryLimit)
+	}
+	var tables []string
+	if c.Tables != nil {
+		tables = *c.Tables
+		if len(tables) == 0 {
+			return cost.Topology{}, Options{}, errs.Invalidf("planner config: tables is an empty list (null plans every profiled table)")
+		}
+		seen := make(map[string]bool, len(tables))
+		for _, t := range tables {
+			if seen[t] {
+				return cost.Topology{}, Options{}, errs.Invalidf("planner config: table %q is listed twice", t)
+			}
+			seen[t] = true
+		}
 	}
 	sym := c.Symmetry == nil || *c.Symmetry
-	return c.Topology, Options{Strategy: c.Strategy, Weights: w, Tables: c.Tables,
-		MILP: MILPOptions{TimeLimit: c.TimeLimit, MipRelGap: c.MipRelGap, Threads: c.Threads, Symmetry: sym,
+	return c.Topology, Options{Strategy: c.Strategy, Weights: w, Tables: tables, MemoryLimit: c.MemoryLimit,
+		TimeLimit: limit,
+		MILP: MILPOptions{MipRelGap: c.MipRelGap, Threads: c.Threads, Symmetry: sym,
 			Cold: c.WarmStart != nil && !*c.WarmStart}}, nil
 }
 

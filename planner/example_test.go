@@ -22,5 +22,5 @@ func ExampleMake() {
 		panic(err)
 	}
 	fmt.Printf("%s: %.1f%% of lookups from HBM, %.0f%% of rows in host memory\n", p.Solver.Status, 100*p.Eval.HBMAccessShare, 100*p.Eval.UVMRowShare)
-	// Output: optimal: 88.9% of lookups from HBM, 73% of rows in host memory
+	// Output: optimal: 88.9% of lookups from HBM, 69% of rows in host memory
 }

@@ -2,6 +2,7 @@ package planner
 
 import (
 	"container/heap"
+	"context"
 	"time"
 )
 
@@ -96,14 +97,15 @@ func restore(s *state, saved []struct{ i, g, k int }) {
 // rebalance moves tables off the slowest GPU, re-choosing the splits of both GPUs involved
 // (reoptGPU) after each tentative move, and keeps the move that lowers the pair's larger load the
 // most; it stops when no move helps or the budget runs out.
-func rebalance(s *state, budget time.Duration) {
+func rebalance(ctx context.Context, s *state, budget time.Duration) {
 	m := s.m
 	G := m.Topo.NumGPUs()
-	for g := 0; g < G; g++ {
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	for g := 0; g < G && ctx.Err() == nil; g++ {
 		reoptGPU(s, g)
 	}
-	deadline := time.Now().Add(budget)
-	for time.Now().Before(deadline) {
+	for ctx.Err() == nil {
 		g, top := s.maxLoad()
 		var tabs []int
 		for i, c := range s.choice {
@@ -113,7 +115,7 @@ func rebalance(s *state, budget time.Duration) {
 		}
 		bestI, bestG, bestVal := -1, -1, top*(1-1e-9)
 		for _, i := range tabs {
-			for g2 := 0; g2 < G; g2++ {
+			for g2 := 0; g2 < G && ctx.Err() == nil; g2++ {
 				if g2 == g || s.load[g2] >= bestVal {
 					continue
 				}

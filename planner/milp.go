@@ -2,20 +2,33 @@ package planner
 
 import (
 	"cmp"
+	"context"
+	"errors"
 	"math"
 	"runtime"
 	"slices"
+	"time"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/highs"
 )
 
+// defaultGap is the target relative gap when MILPOptions.MipRelGap is 0 (HiGHS's default).
+const defaultGap = 1e-4
+
 // MILPOptions control the RecShard MILP solve.
 type MILPOptions struct {
-	// TimeLimit in seconds (0: none); MipRelGap the target relative gap (0: HiGHS's 1e-4).
+	// TimeLimit bounds the whole solve in seconds, warm start and model building included (0: no
+	// limit besides the context's deadline). MipRelGap is the target relative gap (0: 1e-4): the
+	// solve stops once the incumbent is within it of the best bound, HiGHS's or [lowerBound].
 	TimeLimit float64
 	MipRelGap float64
+	// MaxNodes caps HiGHS's branch-and-bound nodes (0: none; negative: the root only), a limit
+	// that, unlike TimeLimit, stops at the same point on every machine.
+	MaxNodes int
+	// MemoryLimit caps the MILP's estimated memory (0: DefaultMemoryLimit).
+	MemoryLimit int64
 	// Threads for HiGHS (0: all of GOMAXPROCS).
 	Threads int
 	// Symmetry orders the GPUs of each node by load (GPUs of a node are interchangeable).
@@ -35,8 +48,11 @@ type MILPResult struct {
 	Gap            float64
 	StartObjective float64
 	StartAccepted  bool
-	Seconds        float64
-	Columns, Rows  int
+	// Proof names what proved the gap: "highs" (its dual bound) or "bound" ([lowerBound], which
+	// settles the trivial case, everything in the fast tier, without building the MILP).
+	Proof         string
+	Seconds       float64
+	Columns, Rows int
 }
 
 // milp is the model's layout: column of w[t,g,k] is base[t] + g*len(options[t]) + k; z is last.
@@ -52,7 +68,8 @@ func (p *milp) col(t, g, k int) int { return p.base[t] + g*len(p.m.Tables[t].Opt
 // buildMILP writes RecShard's formulation with binaries w[t,g,k] only (table t on GPU g with split
 // option k; Σ_{g,k} w = 1 per table): minimize z subject to each GPU's cost ≤ z, each GPU's hot
 // bytes ≤ its HBM and each node's cold bytes ≤ its host memory.
-func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
+// It stops with ctx's error when ctx ends first (checked every few dozen rows).
+func buildMILP(ctx context.Context, m *cost.Model, symmetry bool) (*highs.Model, *milp, error) {
 	G := m.Topo.NumGPUs()
 	p := &milp{m: m, base: make([]int, len(m.Tables))}
 	lb := 0.0
@@ -76,6 +93,9 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 	}
 	p.z = int(hm.AddCol(1, 0, highs.Inf, false))
 	for t, tab := range m.Tables { // one placement per table
+		if t%64 == 0 && ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
 		idx := make([]int32, 0, G*len(tab.Options))
 		for g := 0; g < G; g++ {
 			for k := range tab.Options {
@@ -103,6 +123,9 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 	cold := func(o cost.Option) (float64, bool) { return float64(o.ColdBytes) / host, o.ColdBytes > 0 }
 	loadRow := func(g int) ([]int32, []float64) { return appendGPU(nil, nil, g, load) }
 	for g := 0; g < G; g++ {
+		if g%16 == 0 && ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
 		idx, val := loadRow(g)
 		hm.AddRow(math.Inf(-1), 0, append(idx, int32(p.z)), append(val, -1))
 		idx, val = appendGPU(idx[:0], val[:0], g, hot)
@@ -139,6 +162,9 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 	}
 	if symmetry {
 		for g := 0; g+1 < G; g++ {
+			if g%16 == 0 && ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
 			if m.Topo.Node(g) != m.Topo.Node(g+1) {
 				continue
 			}
@@ -150,7 +176,7 @@ func buildMILP(m *cost.Model, symmetry bool) (*highs.Model, *milp) {
 			hm.AddRow(0, math.Inf(1), append(i1, i2...), append(v1, v2...))
 		}
 	}
-	return hm, p
+	return hm, p, ctx.Err()
 }
 
 func ones(n int) []float64 {
@@ -196,22 +222,78 @@ func optionOf(t cost.Table, h int64) int {
 	return -1
 }
 
-// SolveMILP solves RecShard's MILP with HiGHS, warm-started from opts.Start (default: the
-// row-level greedy). On a time limit it returns the best incumbent with its gap and bound.
+// SolveMILP is [SolveMILPContext] without a context.
 func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
+	return SolveMILPContext(context.Background(), m, opts)
+}
+
+// SolveMILPContext solves RecShard's MILP with HiGHS, warm-started from opts.Start (default: the
+// better of the row-level greedy and [cheapestPacking]). When the start is already within the
+// target gap of [lowerBound] it returns the start without building the MILP (Proof "bound").
+// opts.TimeLimit and ctx's deadline bound the whole call; when either ends it, or ctx is
+// cancelled (an interrupt), it returns the best incumbent so far with status "time limit" or
+// "interrupted", its gap and bound.
+func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MILPResult, error) {
+	t0 := time.Now()
+	if opts.TimeLimit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.TimeLimit*float64(time.Second)))
+		defer cancel()
+	}
+	gap := opts.MipRelGap
+	if gap <= 0 {
+		gap = defaultGap
+	}
 	start := opts.Start
+	if start != nil && len(start) != len(m.Tables) {
+		return nil, errs.Invalidf("milp: warm start has %d assignments for %d tables", len(start), len(m.Tables))
+	}
 	if start == nil && !opts.Cold {
-		var err error
-		if start, err = RowGreedy(m); err != nil {
-			start = nil // HiGHS may still find a placement the greedy could not pack
+		start = warmStart(ctx, m)
+	}
+	for t, a := range start {
+		if optionOf(m.Tables[t], a.Hot) < 0 || a.GPU < 0 || a.GPU >= m.Topo.NumGPUs() {
+			return nil, errs.Invalidf("milp: warm start for table %q (gpu %d, hot %d) is not one of its options", m.Tables[t].Name, a.GPU, a.Hot)
 		}
 	}
-	hm, p := buildMILP(m, opts.Symmetry)
+	lb := lowerBound(m)
+	result := func(a []cost.Assignment, status, proof string, bound float64) *MILPResult {
+		obj := modelCost(m, a)
+		bound = min(bound, obj)
+		g := 0.0
+		if obj > 0 {
+			g = (obj - bound) / obj
+		}
+		return &MILPResult{Assign: a, Status: status, Objective: obj, DualBound: bound, Gap: g, StartObjective: obj,
+			StartAccepted: true, Proof: proof, Seconds: time.Since(t0).Seconds()}
+	}
+	stopped := func(a []cost.Assignment, err error) (*MILPResult, error) {
+		if a == nil {
+			return nil, errs.Solverf("milp: %s before any placement was found", stopReason(err))
+		}
+		return result(a, stopReason(err), "bound", lb), nil
+	}
+	if start != nil && withinGap(modelCost(m, start), lb, gap) {
+		return result(start, highs.StatusOptimal.String(), "bound", lb), nil
+	}
+	if ctx.Err() != nil {
+		return stopped(start, ctx.Err())
+	}
+	if r := fastTierModel(m); r != nil {
+		m = r // everything fits the fast tier: only the balance is left to decide
+		if start != nil || opts.Start != nil {
+			start = cheapestPacking(ctx, m)
+		}
+	}
+	if err := checkMILP(m, opts.MemoryLimit); err != nil {
+		return nil, err
+	}
+	hm, p, err := buildMILP(ctx, m, opts.Symmetry)
+	if err != nil {
+		return stopped(start, err)
+	}
 	var x0 []float64
 	if start != nil {
-		if len(start) != len(m.Tables) {
-			return nil, errs.Invalidf("milp: warm start has %d assignments for %d tables", len(start), len(m.Tables))
-		}
 		if opts.Symmetry {
 			start = canonical(m, start)
 		}
@@ -219,9 +301,6 @@ func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 		load := make([]float64, m.Topo.NumGPUs())
 		for t, a := range start {
 			k := optionOf(m.Tables[t], a.Hot)
-			if k < 0 || a.GPU < 0 || a.GPU >= m.Topo.NumGPUs() {
-				return nil, errs.Invalidf("milp: warm start for table %q (gpu %d, hot %d) is not one of its options", m.Tables[t].Name, a.GPU, a.Hot)
-			}
 			x0[p.col(t, a.GPU, k)] = 1
 			load[a.GPU] += m.Tables[t].Options[k].Cost / p.scale
 		}
@@ -234,15 +313,37 @@ func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	res, err := highs.Solve(hm, highs.Options{TimeLimit: opts.TimeLimit, MipRelGap: opts.MipRelGap,
-		Threads: threads}, x0)
+	ho := highs.Options{MipRelGap: opts.MipRelGap, Threads: threads, MaxNodes: opts.MaxNodes, Done: ctx.Done(),
+		StopBound: lb / p.scale, StopGap: gap}
+	if dl, ok := ctx.Deadline(); ok {
+		ho.TimeLimit = max(time.Until(dl).Seconds(), 1e-3)
+	}
+	res, err := highs.Solve(hm, ho, x0)
 	if err != nil {
+		if ctx.Err() != nil {
+			return stopped(start, ctx.Err())
+		}
 		return nil, err
 	}
 	out := &MILPResult{Status: res.Status.String(), Objective: res.Objective * p.scale,
 		DualBound: res.DualBound * p.scale, Gap: res.Gap, StartObjective: res.StartObjective * p.scale,
-		StartAccepted: res.StartAccepted, Seconds: res.Seconds, Columns: hm.NumCols(), Rows: hm.NumRows(),
-		Assign: make([]cost.Assignment, len(m.Tables))}
+		StartAccepted: res.StartAccepted, Proof: "highs", Seconds: time.Since(t0).Seconds(), Columns: hm.NumCols(),
+		Rows: hm.NumRows(), Assign: make([]cost.Assignment, len(m.Tables))}
+	switch {
+	case res.StoppedAtBound:
+		out.Status, out.Proof = highs.StatusOptimal.String(), "bound"
+	case res.Status == highs.StatusInterrupt || res.Status == highs.StatusTimeLimit:
+		out.Status = stopReason(ctx.Err())
+	}
+	if !(out.DualBound >= lb) { // also when HiGHS proved nothing (NaN, -Inf)
+		out.DualBound = lb
+		if out.Proof == "highs" && out.Status != highs.StatusOptimal.String() {
+			out.Proof = "bound"
+		}
+	}
+	if out.Objective > 0 && (out.Status != highs.StatusOptimal.String() || res.StoppedAtBound) {
+		out.Gap = max(0, (out.Objective-out.DualBound)/out.Objective)
+	}
 	for t, tab := range m.Tables {
 		best, bv := -1, -1.0
 		for g := 0; g < m.Topo.NumGPUs(); g++ {
@@ -256,4 +357,35 @@ func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 		out.Assign[t] = cost.Assignment{GPU: g, Hot: tab.Options[k].Hot}
 	}
 	return out, nil
+}
+
+// warmStart is the better of the row-level greedy and cheapestPacking (nil when neither packs).
+// The greedy's local search gets at most a quarter of ctx's remaining time.
+func warmStart(ctx context.Context, m *cost.Model) []cost.Assignment {
+	gctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		gctx, cancel = context.WithTimeout(ctx, time.Until(dl)/4)
+		defer cancel()
+	}
+	start, err := rowGreedy(gctx, m)
+	if err != nil {
+		start = nil // HiGHS may still find a placement the greedy could not pack
+	}
+	// On a tie the packing wins: it holds whole tables in HBM, the greedy may leave untouched rows out.
+	if cp := cheapestPacking(ctx, m); cp != nil && (start == nil || modelCost(m, cp) <= modelCost(m, start)*(1+1e-12)) {
+		start = cp
+	}
+	return start
+}
+
+// stopReason names why a solve stopped early: "time limit" for a deadline, "interrupted" otherwise.
+func stopReason(err error) string {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return highs.StatusTimeLimit.String()
+	}
+	if err == nil {
+		return highs.StatusTimeLimit.String() // HiGHS's own time limit ended the run
+	}
+	return highs.StatusInterrupt.String()
 }

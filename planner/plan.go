@@ -8,12 +8,10 @@
 package planner
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -21,8 +19,8 @@ import (
 	"github.com/recgo/recgo/planner/profile"
 )
 
-// PlanVersion is the plan.json format version.
-const PlanVersion = 1
+// PlanVersion is the plan.json format version (2: with a checksum trailer).
+const PlanVersion = 2
 
 // Strategy names.
 const (
@@ -43,9 +41,13 @@ type Options struct {
 	// Weights is the cost model the strategy optimizes (Full normally; others for the ablation).
 	// Plans are always evaluated with the full model.
 	Weights cost.Weights
-	// Tables restricts the plan to these profiled tables (nil: all).
+	// Tables restricts the plan to these profiled tables (nil: all; names must be distinct).
 	Tables []string
-	MILP   MILPOptions
+	// TimeLimit bounds the whole [MakeContext] call in seconds, model building included (0: none).
+	TimeLimit float64
+	// MemoryLimit caps the memory the plan's model may take (0: DefaultMemoryLimit).
+	MemoryLimit int64
+	MILP        MILPOptions
 }
 
 // TablePlan is one table's placement and its predicted cost.
@@ -73,35 +75,71 @@ type SolverInfo struct {
 	Objective      float64 `json:"objective"`
 	StartObjective float64 `json:"start_objective"`
 	StartAccepted  bool    `json:"start_accepted"`
-	Columns        int     `json:"columns"`
-	Rows           int     `json:"rows"`
+	// Proof is what proved the gap: "highs" (its dual bound) or "bound" (the planner's own bound).
+	Proof   string `json:"proof"`
+	Columns int    `json:"columns"`
+	Rows    int    `json:"rows"`
 }
 
 // Plan is a placement of every table with its predicted costs.
 type Plan struct {
-	Version      int               `json:"version"`
-	Strategy     string            `json:"strategy"`
-	CostModel    string            `json:"cost_model"`
-	Topology     cost.Topology     `json:"topology"`
-	Tables       []TablePlan       `json:"tables"`
-	Eval         cost.Eval         `json:"predicted"`
-	SolveSeconds float64           `json:"solve_seconds"`
-	Solver       *SolverInfo       `json:"solver,omitempty"`
-	Warning      string            `json:"warning,omitempty"`
-	Assign       []cost.Assignment `json:"-"`
+	Version      int           `json:"version"`
+	Strategy     string        `json:"strategy"`
+	CostModel    string        `json:"cost_model"`
+	Topology     cost.Topology `json:"topology"`
+	Tables       []TablePlan   `json:"tables"`
+	Eval         cost.Eval     `json:"predicted"`
+	SolveSeconds float64       `json:"solve_seconds"`
+	Solver       *SolverInfo   `json:"solver,omitempty"`
+	Warning      string        `json:"warning,omitempty"`
+	// Checksum is set by [LoadPlan] from the file's trailer (see planfile.go); not part of the body.
+	Checksum string            `json:"checksum,omitempty"`
+	Assign   []cost.Assignment `json:"-"`
 }
 
-// solveMILP is SolveMILP, replaceable in tests of the fallback.
-var solveMILP = SolveMILP
+// solveMILP is SolveMILPContext, replaceable in tests of the fallback.
+var solveMILP = SolveMILPContext
 
-// Make plans the profiled tables on topo with the chosen strategy. The MILP falls back to the
-// row-level greedy, with a warning in the plan, when HiGHS fails.
+// Make is [MakeContext] without a context.
 func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error) {
+	return MakeContext(context.Background(), prof, topo, opts)
+}
+
+// MakeContext plans the profiled tables on topo with the chosen strategy. opts.TimeLimit and ctx
+// bound the whole call; cancelling ctx interrupts the MILP, which then returns its incumbent
+// (status "interrupted"). The MILP falls back to the row-level greedy, with a warning in the
+// plan, when HiGHS fails. Sizes that follow from the input are checked against opts.MemoryLimit
+// before anything is allocated (ErrCapacity).
+func MakeContext(ctx context.Context, prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error) {
+	t0 := time.Now()
+	if opts.TimeLimit < 0 || math.IsNaN(opts.TimeLimit) {
+		return nil, errs.Invalidf("planner: time limit %g is negative", opts.TimeLimit)
+	}
+	if opts.TimeLimit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.TimeLimit*float64(time.Second)))
+		defer cancel()
+	}
+	if err := topo.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTopology(topo, opts.MemoryLimit); err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(opts.Tables))
+	for _, name := range opts.Tables {
+		if seen[name] {
+			return nil, errs.Invalidf("planner: table %q is listed twice", name)
+		}
+		seen[name] = true
+	}
+	if opts.Tables != nil && len(opts.Tables) == 0 {
+		return nil, errs.Invalidf("planner: an empty table list (nil plans every profiled table)")
+	}
 	m, err := cost.New(topo, prof, opts.Tables, opts.Weights)
 	if err != nil {
 		return nil, err
 	}
-	t0 := time.Now()
 	var a []cost.Assignment
 	var info *SolverInfo
 	warning := ""
@@ -113,14 +151,19 @@ func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error
 	case StrategyGreedySizeLookups:
 		a, err = WholeTableGreedy(m, BySizeLookups)
 	case StrategyRowGreedy:
-		a, err = RowGreedy(m)
+		a, err = rowGreedy(ctx, m)
 	case StrategyMILP, "":
 		opts.Strategy = StrategyMILP
 		var res *MILPResult
-		res, err = solveMILP(m, opts.MILP)
+		mo := opts.MILP
+		mo.MemoryLimit = opts.MemoryLimit
+		res, err = solveMILP(ctx, m, mo)
+		if errors.Is(err, errs.ErrCapacity) {
+			return nil, err // a model too large to build is the caller's to shrink, not a solver failure
+		}
 		if err != nil {
 			warning = fmt.Sprintf("MILP failed (%v); fell back to the row-level greedy", err)
-			a, err = RowGreedy(m)
+			a, err = rowGreedy(ctx, m)
 		} else {
 			a = res.Assign
 			info = solverInfo(res)
@@ -159,7 +202,7 @@ func solverInfo(res *MILPResult) *SolverInfo {
 		start = 0
 	}
 	return &SolverInfo{Status: res.Status, Gap: gap, DualBound: bound, Objective: res.Objective,
-		StartObjective: start, StartAccepted: res.StartAccepted, Columns: res.Columns, Rows: res.Rows}
+		StartObjective: start, StartAccepted: res.StartAccepted, Proof: res.Proof, Columns: res.Columns, Rows: res.Rows}
 }
 
 // FromAssignments turns a placement (from any source, e.g. TorchRec's planner) into a Plan priced
@@ -180,79 +223,15 @@ func FromAssignments(m *cost.Model, strategy string, a []cost.Assignment) (*Plan
 	return p, nil
 }
 
-// Save writes dir/plan.json and dir/report.md, and dir/remap.bin when prof has ranked rows for
-// every table (profiles counted from data; synthetic ones have none).
-func (p *Plan) Save(dir string, prof *profile.Profile) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return errs.IOf("plan: %v", err)
-	}
-	data, err := json.MarshalIndent(p, "", " ")
-	if err != nil {
-		return errs.Invalidf("plan: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), data, 0o644); err != nil {
-		return errs.IOf("plan: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(p.Report()), 0o644); err != nil {
-		return errs.IOf("plan: %v", err)
-	}
-	if prof != nil {
-		r, err := NewRemap(p, prof)
-		if err == nil {
-			return r.Save(filepath.Join(dir, "remap.bin"))
-		}
-		if !errors.Is(err, errNoRanks) {
-			return err
-		}
-	}
-	return nil
-}
-
-// ParsePlan reads and checks a plan.json.
-func ParsePlan(data []byte) (*Plan, error) {
-	var p Plan
-	if err := json.Unmarshal(data, &p); err != nil {
-		return nil, errs.Invalidf("plan: %v", err)
-	}
-	if p.Version != PlanVersion {
-		return nil, errs.Invalidf("plan: version %d, this recgo reads version %d", p.Version, PlanVersion)
-	}
-	if err := p.Topology.Validate(); err != nil {
-		return nil, err
-	}
-	if len(p.Tables) == 0 {
-		return nil, errs.Invalidf("plan: no tables")
-	}
-	p.Assign = make([]cost.Assignment, len(p.Tables))
-	for i, t := range p.Tables {
-		if t.GPU < 0 || t.GPU >= p.Topology.NumGPUs() || t.HotRows < 0 || t.HotRows > t.Rows || t.Rows <= 0 {
-			return nil, errs.Invalidf("plan: table %q: rank %d of %d, hot rows %d of %d", t.Name, t.GPU,
-				p.Topology.NumGPUs(), t.HotRows, t.Rows)
-		}
-		p.Assign[i] = cost.Assignment{GPU: t.GPU, Hot: t.HotRows}
-	}
-	return &p, nil
-}
-
-// LoadPlan reads dir/plan.json (or the file itself when path names one).
-func LoadPlan(path string) (*Plan, error) {
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		path = filepath.Join(path, "plan.json")
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, errs.IOf("plan: %v", err)
-	}
-	p, err := ParsePlan(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return p, nil
-}
-
 // Evaluate prices an external placement (table i of opts.Tables, or of the profile, on gpus[i]
 // with hots[i] hottest rows in HBM) as a plan named opts.Strategy.
 func Evaluate(prof *profile.Profile, topo cost.Topology, opts Options, gpus, hots []int64) (*Plan, error) {
+	if err := topo.Validate(); err != nil {
+		return nil, err
+	}
+	if err := checkTopology(topo, opts.MemoryLimit); err != nil {
+		return nil, err
+	}
 	m, err := cost.New(topo, prof, opts.Tables, opts.Weights)
 	if err != nil {
 		return nil, err

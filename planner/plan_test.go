@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -93,6 +94,12 @@ func TestMakeBadInput(t *testing.T) {
 		{"missing table", prof, smallTopo(), Options{Tables: []string{"a", "zzz"}}, errs.ErrNotFound, `"zzz" is missing`},
 		{"empty profile", &profile.Profile{Version: 1}, smallTopo(), Options{}, errs.ErrInvalid, "empty profile"},
 		{"unknown strategy", prof, smallTopo(), Options{Strategy: "best"}, errs.ErrInvalid, "unknown strategy"},
+		{"empty table list", prof, smallTopo(), Options{Tables: []string{}}, errs.ErrInvalid, "empty table list"},
+		{"duplicate table", prof, smallTopo(), Options{Tables: []string{"a", "b", "a"}}, errs.ErrInvalid, `"a" is listed twice`},
+		{"past MaxGPUs", prof, func() cost.Topology { t := smallTopo(); t.Nodes = 1 << 30; return t }(),
+			Options{Strategy: StrategyGreedySize}, errs.ErrCapacity, "past the planner's"},
+		{"memory limit", prof, smallTopo(), Options{MemoryLimit: 100}, errs.ErrCapacity, "topology of 2 GPUs needs about 768 B, over the planner's memory limit of 100 B"},
+		{"huge table", hugeTable(prof), smallTopo(), Options{}, errs.ErrCapacity, "table size"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -101,6 +108,78 @@ func TestMakeBadInput(t *testing.T) {
 			assert.ErrorContains(t, err, tc.match)
 		})
 	}
+}
+
+// A MILP past the memory limit is refused before it is built, naming its size; 10^6 GPUs with
+// room for every table are settled by the bound without a MILP at all.
+func TestMILPMemoryLimit(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	_, err := SolveMILP(m, MILPOptions{MemoryLimit: 1 << 20, Symmetry: true})
+	assert.ErrorIs(t, err, errs.ErrCapacity)
+	assert.ErrorContains(t, err, "the MILP (")
+	assert.ErrorContains(t, err, "columns for 60 tables on 8 GPUs) needs about")
+	p, err := Make(profileOf(m), m.Topo, Options{MemoryLimit: 1 << 20, MILP: MILPOptions{Symmetry: true}})
+	assert.ErrorIs(t, err, errs.ErrCapacity, "not swallowed by the fallback")
+	assert.Nil(t, p)
+	big := smallTopo()
+	big.Nodes, big.GPUsPerNode = 125000, 8
+	p, err = Make(countedProfile(t), big, Options{})
+	require.NoError(t, err)
+	assert.Equal(t, "bound", p.Solver.Proof)
+	assert.Zero(t, p.Solver.Columns)
+	_, err = Make(countedProfile(t), big, Options{MemoryLimit: 100 << 20})
+	assert.ErrorIs(t, err, errs.ErrCapacity)
+	assert.ErrorContains(t, err, "topology of 1000000 GPUs needs about")
+}
+
+// hugeTable is prof with its first table grown past the planner's table size.
+func hugeTable(prof *profile.Profile) *profile.Profile {
+	p := *prof
+	p.Tables = append([]profile.Table(nil), prof.Tables...)
+	p.Tables[0].Rows = 1 << 60
+	p.Tables[0].Ranked = nil
+	return &p
+}
+
+func TestParseConfigRejects(t *testing.T) {
+	for js, match := range map[string]string{
+		`{"time_limit": 0}`:                "time_limit 0 must be a positive",
+		`{"time_limit": -2}`:               "time_limit -2 must be a positive",
+		`{"tables": []}`:                   "tables is an empty list",
+		`{"tables": ["a", "a"]}`:           `table "a" is listed twice`,
+		`{"mip_rel_gap": 1.5}`:             "mip_rel_gap 1.5 outside",
+		`{"threads": -1}`:                  "negative threads",
+		`{"time_limit": NaN}`:              "invalid character",
+		`{"cost_model": "x"}`:              "unknown cost model",
+		`{"memory_limit": -5}`:             "memory_limit",
+		`{"time_limit": 1e400}`:            "cannot unmarshal",
+		`{"topology": {"nodes": "two"}}`:   "cannot unmarshal",
+		`{"tables": null, "time_limit": 3`: "unexpected end",
+	} {
+		_, _, err := ParseConfig([]byte(js))
+		assert.ErrorIs(t, err, errs.ErrInvalid, js)
+		assert.ErrorContains(t, err, match, js)
+	}
+	_, opts, err := ParseConfig([]byte(`{"time_limit": null, "tables": null}`))
+	require.NoError(t, err)
+	assert.Zero(t, opts.TimeLimit) // null: no limit
+	assert.Nil(t, opts.Tables)     // null: every table
+	_, opts, err = ParseConfig([]byte(`{"time_limit": 2.5, "memory_limit": 1024}`))
+	require.NoError(t, err)
+	assert.Equal(t, 2.5, opts.TimeLimit)
+	assert.Equal(t, int64(1024), opts.MemoryLimit)
+}
+
+// The time limit bounds the whole call: with a limit far shorter than building the model of many
+// GPUs takes, Make still returns the warm start as a plan ("time limit"), not after the build.
+func TestMakeTimeLimitCoversModelBuilding(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	p, err := Make(profileOf(m), m.Topo, Options{Strategy: StrategyMILP, TimeLimit: 1e-9, MILP: MILPOptions{Symmetry: true}})
+	require.NoError(t, err)
+	require.NotNil(t, p.Solver)
+	assert.Equal(t, "time limit", p.Solver.Status)
+	assert.Zero(t, p.Solver.Columns)
+	assert.Empty(t, p.Eval.Violation)
 }
 
 func TestRemapPutsHotRowsFirst(t *testing.T) {
@@ -141,7 +220,7 @@ func TestRemapPutsHotRowsFirst(t *testing.T) {
 
 	dir := t.TempDir()
 	require.NoError(t, p.Save(dir, prof))
-	back, err := LoadRemap(filepath.Join(dir, "remap.bin"))
+	back, err := LoadRemap(filepath.Join(dir, "remap.bin"), 0)
 	require.NoError(t, err)
 	for i := range r.Tables {
 		assert.Equal(t, r.Tables[i].Ranked, back.Tables[i].Ranked)
@@ -154,14 +233,19 @@ func TestRemapPutsHotRowsFirst(t *testing.T) {
 	report, err := os.ReadFile(filepath.Join(dir, "report.md"))
 	require.NoError(t, err)
 	assert.Contains(t, string(report), "slowest GPU")
+	i := strings.Index(string(report), "## Next steps")
+	require.Greater(t, i, 0, "report.md ends with what to do next")
+	assert.NotContains(t, string(report[i+1:]), "\n## ", "Next steps is the last section")
+	assert.Contains(t, string(report[i:]), "PlannedEmbeddingBagCollection")
 }
 
 func TestParsePlanRejects(t *testing.T) {
 	for name, js := range map[string]string{
-		"syntax":  "{",
-		"version": `{"version": 7}`,
-		"topo":    `{"version": 1, "topology": {"nodes": 0}}`,
-		"rank":    `{"version": 1, "topology": {"nodes":1,"gpus_per_node":1,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":3,"rows":5}]}`,
+		"syntax":    "{",
+		"version":   `{"version": 7}`,
+		"topo":      `{"version": 2, "topology": {"nodes": 0}}`,
+		"rank":      `{"version": 2, "topology": {"nodes":1,"gpus_per_node":1,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":3,"rows":5}]}`,
+		"duplicate": `{"version": 2, "topology": {"nodes":1,"gpus_per_node":1,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":0,"rows":5},{"name":"a","rank":0,"rows":5}]}`,
 	} {
 		_, err := ParsePlan([]byte(js))
 		assert.ErrorIs(t, err, errs.ErrInvalid, name)
@@ -169,16 +253,11 @@ func TestParsePlanRejects(t *testing.T) {
 }
 
 func FuzzReadRemap(f *testing.F) {
-	r := &Remap{Tables: []RemapTable{{Name: "a", Rows: 10, Hot: 2, Ranked: []int64{4, 1, 7}}}}
-	require.NoError(f, r.init())
-	path := filepath.Join(f.TempDir(), "r.bin")
-	require.NoError(f, r.Save(path))
-	data, err := os.ReadFile(path)
-	require.NoError(f, err)
+	_, data := smallRemapFile(f)
 	f.Add(data)
 	f.Add([]byte(remapMagic))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := ReadRemap(bytes.NewReader(data))
+		r, err := ReadRemap(bytes.NewReader(data), int64(len(data)), 1<<20)
 		if err != nil {
 			return
 		}
@@ -215,7 +294,7 @@ func TestLocalTopologyFallsBack(t *testing.T) {
 }
 
 func FuzzParsePlan(f *testing.F) {
-	f.Add([]byte(`{"version": 1, "topology": {"nodes":1,"gpus_per_node":2,"hbm_bytes":10,"host_bytes":10,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":1,"rows":5,"hot_rows":2}]}`))
+	f.Add([]byte(`{"version": 2, "topology": {"nodes":1,"gpus_per_node":2,"hbm_bytes":10,"host_bytes":10,"hbm_bandwidth":1,"uvm_bandwidth":1,"batch_size":1}, "tables":[{"name":"a","rank":1,"rows":5,"hot_rows":2}]}`))
 	f.Add([]byte(`{"topology": {}, "strategy": "milp", "cost_model": "cdf", "time_limit": -1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if p, err := ParsePlan(data); err == nil {

@@ -1,11 +1,14 @@
 package planner
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 
+	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/profile"
 	"github.com/stretchr/testify/assert"
@@ -124,23 +127,115 @@ func TestRowGreedyBeatsWholeTableOnSkew(t *testing.T) {
 	assert.LessOrEqual(t, res.DualBound, res.Objective*(1+1e-9))
 }
 
-func TestMILPTimeLimitKeepsIncumbent(t *testing.T) {
+// A node limit stops HiGHS at the same point on every machine (a time limit would not), so the
+// limit branch runs every time: status "solution limit", the incumbent no worse than the start.
+func TestMILPNodeLimitKeepsIncumbent(t *testing.T) {
 	m := tinyModel(t, 21, 60, 2, 4, 10)
 	start, err := RowGreedy(m)
 	require.NoError(t, err)
-	res, err := SolveMILP(m, MILPOptions{TimeLimit: 0.05, MipRelGap: 1e-9, Threads: 1, Symmetry: true})
+	res, err := SolveMILP(m, MILPOptions{MaxNodes: -1, MipRelGap: 1e-9, Threads: 1, Symmetry: true})
 	require.NoError(t, err)
+	assert.Equal(t, "solution limit", res.Status)
 	assert.True(t, res.StartAccepted)
 	assert.LessOrEqual(t, maxSeconds(t, m, res.Assign), maxSeconds(t, m, start)*(1+1e-9))
-	if res.Status == "time limit" {
-		assert.Greater(t, res.Gap, 0.0)
-		assert.Less(t, res.DualBound, res.Objective)
+	assert.Greater(t, res.Gap, 0.0)
+	assert.Less(t, res.DualBound, res.Objective)
+	assert.GreaterOrEqual(t, res.DualBound, lowerBound(m)*(1-1e-12))
+}
+
+// An expired deadline or a cancelled context ends the call before HiGHS (or the model) is built:
+// the warm start comes back as the incumbent, named by why the solve stopped.
+func TestMILPStopsBeforeBuildingWhenTheContextEnds(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	past, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancel()
+	res, err := SolveMILPContext(past, m, MILPOptions{MipRelGap: 1e-9, Symmetry: true})
+	require.NoError(t, err)
+	assert.Equal(t, "time limit", res.Status)
+	assert.Zero(t, res.Columns)
+	maxSeconds(t, m, res.Assign) // a valid placement
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	res, err = SolveMILPContext(done, m, MILPOptions{MipRelGap: 1e-9, Symmetry: true})
+	require.NoError(t, err)
+	assert.Equal(t, "interrupted", res.Status)
+	_, _, err = buildMILP(done, m, true)
+	assert.ErrorIs(t, err, context.Canceled)
+	_, err = SolveMILPContext(done, m, MILPOptions{Cold: true})
+	assert.ErrorIs(t, err, errs.ErrSolver) // no start, no time: nothing to return
+}
+
+// Cancelling during the solve interrupts HiGHS through its callback; it returns its incumbent.
+func TestMILPInterruptDuringTheSolve(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(200 * time.Millisecond); cancel() }()
+	res, err := SolveMILPContext(ctx, m, MILPOptions{MipRelGap: 1e-12, Threads: 1, Symmetry: true})
+	require.NoError(t, err)
+	assert.Equal(t, "interrupted", res.Status)
+	assert.True(t, res.StartAccepted)
+	maxSeconds(t, m, res.Assign)
+}
+
+// When the fast tier holds every table: with few tables the bound proves the cheapest packing
+// optimal at once (no MILP); with many, the MILP is the load balance alone (T×G columns), and no
+// table is split into host memory either way.
+func TestFastTierCase(t *testing.T) {
+	for _, tc := range []struct {
+		n, gpus int
+		proof   string
+	}{{3, 4, "bound"}, {12, 4, "highs"}} {
+		m := tinyModel(t, 5, tc.n, 1, tc.gpus, 6)
+		m.Topo.HBMBytes = 1 << 40 // every table fits one GPU's HBM many times over
+		m, err := cost.New(m.Topo, profileOf(m), nil, cost.Full)
+		require.NoError(t, err)
+		res, err := SolveMILP(m, MILPOptions{MipRelGap: 1e-6, Symmetry: true})
+		require.NoError(t, err)
+		assert.Equal(t, "optimal", res.Status)
+		assert.Equal(t, tc.proof, res.Proof)
+		if tc.proof == "bound" {
+			assert.Zero(t, res.Columns, "no MILP was built")
+		} else {
+			assert.Equal(t, tc.n*tc.gpus+1, res.Columns, "one column per (table, GPU) and z")
+		}
+		for i, a := range res.Assign {
+			assert.Equal(t, m.Tables[i].Rows, a.Hot, "table %d entirely in HBM", i)
+		}
+		if tc.n <= 4 {
+			assert.InDelta(t, bruteForce(m), res.Objective, 1e-6*res.Objective)
+		}
 	}
 }
 
+// profileOf is the profile behind a model's tables.
+func profileOf(m *cost.Model) *profile.Profile {
+	p := &profile.Profile{Version: profile.Version, SampleRate: 1}
+	for _, t := range m.Tables {
+		p.Tables = append(p.Tables, *t.Table)
+	}
+	return p
+}
+
+// lowerBound never exceeds the optimum (brute force on small models).
+func TestLowerBoundIsValid(t *testing.T) {
+	for seed := uint64(1); seed <= 6; seed++ {
+		for n := 2; n <= 5; n++ { // k = 0, 1 and 2 of the pigeonhole bound on 2 GPUs
+			m := tinyModel(t, seed, n, 1, 2, 2)
+			assert.LessOrEqual(t, lowerBound(m), bruteForce(m)*(1+1e-12), "seed %d, %d tables", seed, n)
+		}
+	}
+	// Equal costs, T = G+1: two tables share a GPU, and the bound says so.
+	m := tinyModel(t, 1, 3, 1, 2, 2)
+	for i := range m.Tables {
+		m.Tables[i] = m.Tables[0]
+	}
+	c := m.Tables[0].Options[len(m.Tables[0].Options)-1].Cost
+	assert.InDelta(t, 2*c, lowerBound(m), 1e-12*c)
+}
+
 func TestMakeFallsBackWhenTheSolverFails(t *testing.T) {
-	defer func(f func(*cost.Model, MILPOptions) (*MILPResult, error)) { solveMILP = f }(solveMILP)
-	solveMILP = func(*cost.Model, MILPOptions) (*MILPResult, error) {
+	defer func(f func(context.Context, *cost.Model, MILPOptions) (*MILPResult, error)) { solveMILP = f }(solveMILP)
+	solveMILP = func(context.Context, *cost.Model, MILPOptions) (*MILPResult, error) {
 		return nil, fmt.Errorf("highs: injected failure")
 	}
 	prof := countedProfile(t)
@@ -152,4 +247,21 @@ func TestMakeFallsBackWhenTheSolverFails(t *testing.T) {
 	rg, err := Make(prof, smallTopo(), Options{Strategy: StrategyRowGreedy})
 	require.NoError(t, err)
 	assert.Equal(t, rg.Tables, p.Tables)
+}
+
+// A Job is waited on in slices and interrupted with Cancel, returning the incumbent.
+func TestJobWaitAndCancel(t *testing.T) {
+	m := tinyModel(t, 21, 60, 2, 4, 10)
+	j := Start(profileOf(m), m.Topo, Options{MILP: MILPOptions{MipRelGap: 1e-12, Threads: 1, Symmetry: true}})
+	p, done, err := j.Wait(time.Millisecond)
+	require.NoError(t, err)
+	require.False(t, done, "a 1e-12 gap does not close in a millisecond")
+	assert.Nil(t, p)
+	j.Cancel()
+	p, done, err = j.Wait(time.Minute)
+	require.NoError(t, err)
+	require.True(t, done)
+	assert.Equal(t, "interrupted", p.Solver.Status)
+	assert.Empty(t, p.Eval.Violation)
+	require.NoError(t, j.Close())
 }

@@ -3,8 +3,9 @@ package planner
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"hash"
+	"hash/crc32"
 	"io"
 	"os"
 	"slices"
@@ -124,24 +125,31 @@ func (r *Remap) Apply(ti int, ids, out []int64) error {
 	return nil
 }
 
-const remapMagic = "RGREMAP1"
+const remapMagic = "RGREMAP2"
 
-// Save writes the remap: magic, table count, then per table its name, rows, hot rows and ranked rows
-// (little-endian).
+// Save writes the remap (little-endian), each part followed by the CRC-32C of its bytes: magic and
+// table count; then per table its header (name length, name, rows, hot rows, ranked count) and its
+// ranked rows.
 func (r *Remap) Save(path string) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return errs.IOf("remap: %v", err)
 	}
 	w := bufio.NewWriter(f)
-	put := func(v any) { _ = binary.Write(w, binary.LittleEndian, v) }
-	w.WriteString(remapMagic)
+	crc := crc32.New(castagnoli)
+	mw := io.MultiWriter(w, crc)
+	put := func(v any) { _ = binary.Write(mw, binary.LittleEndian, v) }
+	seal := func() { _ = binary.Write(w, binary.LittleEndian, crc.Sum32()); crc.Reset() }
+	_, _ = io.WriteString(mw, remapMagic)
 	put(uint32(len(r.Tables)))
+	seal()
 	for _, t := range r.Tables {
 		put(uint32(len(t.Name)))
-		w.WriteString(t.Name)
+		_, _ = io.WriteString(mw, t.Name)
 		put([]int64{t.Rows, t.Hot, int64(len(t.Ranked))})
+		seal()
 		put(t.Ranked)
+		seal()
 	}
 	if err := w.Flush(); err != nil {
 		f.Close()
@@ -153,62 +161,146 @@ func (r *Remap) Save(path string) error {
 	return nil
 }
 
-// ReadRemap parses a remap written by Save.
-func ReadRemap(rd io.Reader) (*Remap, error) {
-	br := bufio.NewReader(rd)
-	bad := func(what string) error { return errs.Invalidf("remap: corrupt file (%s)", what) }
-	magic := make([]byte, len(remapMagic))
-	if _, err := io.ReadFull(br, magic); err != nil || string(magic) != remapMagic {
-		return nil, bad("magic")
+// remapReader reads the parts of a remap file, checking each part's CRC-32C.
+type remapReader struct {
+	br   *bufio.Reader
+	crc  hash.Hash32
+	left int64 // bytes left when the size is known, else -1
+}
+
+func (rr *remapReader) read(buf []byte, part string) error {
+	if rr.left >= 0 && int64(len(buf)) > rr.left {
+		return errs.IOf("remap: truncated file (%s)", part)
 	}
-	var n uint32
-	if binary.Read(br, binary.LittleEndian, &n) != nil || n > 1<<20 {
-		return nil, bad("table count")
+	if _, err := io.ReadFull(rr.br, buf); err != nil {
+		return errs.IOf("remap: truncated file (%s)", part)
+	}
+	if rr.left >= 0 {
+		rr.left -= int64(len(buf))
+	}
+	rr.crc.Write(buf)
+	return nil
+}
+
+func (rr *remapReader) check(part string) error {
+	want := rr.crc.Sum32()
+	var buf [4]byte
+	if _, err := io.ReadFull(rr.br, buf[:]); err != nil || (rr.left >= 0 && rr.left < 4) {
+		return errs.IOf("remap: truncated file (checksum of %s)", part)
+	}
+	if rr.left >= 0 {
+		rr.left -= 4
+	}
+	rr.crc.Reset()
+	if binary.LittleEndian.Uint32(buf[:]) != want {
+		return errs.IOf("remap: %s does not match its checksum: the file is corrupted", part)
+	}
+	return nil
+}
+
+// ReadRemap parses a remap written by Save from rd, whose size is size bytes (-1: unknown). Every
+// part's checksum is verified (ErrIO naming the part); the rows it would hold are checked against
+// memoryLimit (0: DefaultMemoryLimit) before they are read (ErrCapacity).
+func ReadRemap(rd io.Reader, size, memoryLimit int64) (*Remap, error) {
+	rr := &remapReader{br: bufio.NewReader(rd), crc: crc32.New(castagnoli), left: size}
+	if size < 0 {
+		rr.left = -1
+	}
+	var b8 [8]byte
+	if err := rr.read(b8[:], "magic"); err != nil {
+		return nil, err
+	}
+	if string(b8[:]) != remapMagic {
+		if string(b8[:6]) == remapMagic[:6] {
+			return nil, errs.IOf("remap: format %q, this recgo reads %q (re-run the planner)", b8[:], remapMagic)
+		}
+		return nil, errs.IOf("remap: not a remap file (magic %q)", b8[:])
+	}
+	if err := rr.read(b8[:4], "header"); err != nil {
+		return nil, err
+	}
+	n := binary.LittleEndian.Uint32(b8[:4])
+	if err := rr.check("header"); err != nil {
+		return nil, err
 	}
 	r := &Remap{}
+	ranked := 0.0
 	for i := uint32(0); i < n; i++ {
-		var nl uint32
-		if binary.Read(br, binary.LittleEndian, &nl) != nil || nl > 1<<12 {
-			return nil, bad("name length")
+		part := fmt.Sprintf("table %d header", i)
+		if err := rr.read(b8[:4], part); err != nil {
+			return nil, err
+		}
+		nl := binary.LittleEndian.Uint32(b8[:4])
+		if nl > 1<<12 {
+			return nil, errs.IOf("remap: %s: name length %d (corrupted file)", part, nl)
 		}
 		name := make([]byte, nl)
-		if _, err := io.ReadFull(br, name); err != nil {
-			return nil, bad("name")
+		hdr := make([]byte, 24)
+		if err := rr.read(name, part); err != nil {
+			return nil, err
 		}
-		hdr := make([]int64, 3)
-		if binary.Read(br, binary.LittleEndian, hdr) != nil || hdr[2] < 0 || hdr[2] > hdr[0] || hdr[2] > 1<<34 {
-			return nil, bad("table header")
+		if err := rr.read(hdr, part); err != nil {
+			return nil, err
 		}
-		ranked := make([]int64, 0, min(hdr[2], 1<<16))
-		buf := make([]int64, 4096)
-		for left := hdr[2]; left > 0; {
-			k := min(left, int64(len(buf)))
-			if binary.Read(br, binary.LittleEndian, buf[:k]) != nil {
-				return nil, bad("ranked rows")
+		if err := rr.check(part); err != nil {
+			return nil, err
+		}
+		rows := int64(binary.LittleEndian.Uint64(hdr))
+		hot := int64(binary.LittleEndian.Uint64(hdr[8:]))
+		nr := int64(binary.LittleEndian.Uint64(hdr[16:]))
+		part = fmt.Sprintf("table %q ranked rows", name)
+		if nr < 0 || nr > rows {
+			return nil, errs.IOf("remap: %s: count %d for %d rows (corrupted file)", part, nr, rows)
+		}
+		if rr.left >= 0 && nr > rr.left/8 {
+			return nil, errs.IOf("remap: truncated file (%s: %d rows need %d bytes, %d remain)", part, nr, 8*nr, rr.left)
+		}
+		ranked += float64(nr)
+		if err := checkBytes(fmt.Sprintf("remap of %.0f ranked rows", ranked), ranked*bytesPerRankedRow, memoryLimit); err != nil {
+			return nil, err
+		}
+		ids := make([]int64, 0, min(nr, 1<<16))
+		buf := make([]byte, 8*4096)
+		for left := nr; left > 0; {
+			k := min(left, 4096)
+			if err := rr.read(buf[:8*k], part); err != nil {
+				return nil, err
 			}
-			ranked = append(ranked, buf[:k]...)
+			for j := int64(0); j < k; j++ {
+				ids = append(ids, int64(binary.LittleEndian.Uint64(buf[8*j:])))
+			}
 			left -= k
 		}
-		r.Tables = append(r.Tables, RemapTable{Name: string(name), Rows: hdr[0], Hot: hdr[1], Ranked: ranked})
+		if err := rr.check(part); err != nil {
+			return nil, err
+		}
+		r.Tables = append(r.Tables, RemapTable{Name: string(name), Rows: rows, Hot: hot, Ranked: ids})
+	}
+	if _, err := rr.br.ReadByte(); err == nil {
+		return nil, errs.IOf("remap: trailing bytes after the last table (corrupted file)")
 	}
 	if err := r.init(); err != nil {
-		return nil, err
+		return nil, errs.IOf("remap: checksums match but the content is invalid: %v", err)
 	}
 	return r, nil
 }
 
-// LoadRemap reads a remap file.
-func LoadRemap(path string) (*Remap, error) {
+// LoadRemap reads and verifies a remap file; memoryLimit as for [ReadRemap].
+func LoadRemap(path string, memoryLimit int64) (*Remap, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, errs.IOf("remap: %v", err)
 	}
 	defer f.Close()
-	r, err := ReadRemap(f)
-	if err != nil && !errors.Is(err, errs.ErrIO) {
+	size := int64(-1)
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	r, err := ReadRemap(f, size, memoryLimit)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return r, err
+	return r, nil
 }
 
 // ApplyKJT remaps a KJT's values: key i (lengths key-major, batch per key) goes through table

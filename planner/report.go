@@ -59,5 +59,28 @@ func (p *Plan) Report() string {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.4f | %.2f | %.3f | %.4f |\n", tp.Name, tp.GPU, tp.Rows, tp.HotRows,
 			tp.HBMAccessShare, tp.Pooling, tp.Coverage, tp.PredictedSeconds*1e3)
 	}
+	b.WriteString(p.nextSteps())
+	return b.String()
+}
+
+// nextSteps is the report's closing section: what to do with the plan, and what to try when its
+// evidence is weak (a solver gap, a fallback, a breach).
+func (p *Plan) nextSteps() string {
+	var b strings.Builder
+	b.WriteString("\n## Next steps\n\n")
+	if p.Eval.Violation != "" {
+		b.WriteString("- The placement breaches a budget: give the planner more HBM or host memory (`--hbm-gb`, `--host-gb`, more GPUs), or plan fewer tables.\n")
+	}
+	if p.Warning != "" {
+		b.WriteString("- The MILP did not run to the end (see the warning): re-run with a longer `--time-limit`, or use the row-level greedy's plan as it is.\n")
+	}
+	if s := p.Solver; s != nil && s.Gap > 0.01 {
+		fmt.Fprintf(&b, "- The MILP stopped %.1f %% above its proven bound (%s): a longer `--time-limit` or a looser `--gap` may settle it.\n",
+			100*s.Gap, s.Status)
+	}
+	b.WriteString("- Check the topology above against your cluster; the plan is only as good as these budgets and bandwidths.\n")
+	b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir))` puts each table's hot rows first, and `Remap.load(dir + \"/remap.bin\").apply_kjt(batch)` renumbers IDs in a data loader.\n")
+	b.WriteString("- Keep TorchRec's sharding: `recgo.planner.torchrec_sharding_plan(plan)` or `torchrec_constraints(plan)` carry the ranks and hot-row splits.\n")
+	b.WriteString("- Re-profile when the data drifts (`python -m recgo profile`), then re-plan.\n")
 	return b.String()
 }

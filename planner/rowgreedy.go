@@ -3,6 +3,7 @@ package planner
 import (
 	"cmp"
 	"container/heap"
+	"context"
 	"slices"
 	"time"
 
@@ -52,6 +53,11 @@ func nextUpgrade(t cost.Table, i, k int) (upgrade, bool) {
 // the cluster's total HBM, pack tables onto the least-loaded GPU that fits (largest cost first,
 // shrinking a split when nothing fits), then improve the slowest GPU by upgrades and moves.
 func RowGreedy(m *cost.Model) ([]cost.Assignment, error) {
+	return rowGreedy(context.Background(), m)
+}
+
+// rowGreedy is RowGreedy whose improvement phases stop when ctx ends (the placement stays valid).
+func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 	n, G := len(m.Tables), m.Topo.NumGPUs()
 	// Phase 1: splits against the pooled HBM budget.
 	opt := make([]int, n)
@@ -87,6 +93,9 @@ func RowGreedy(m *cost.Model) ([]cost.Assignment, error) {
 		return cmp.Compare(m.Tables[b].Options[opt[b]].Cost, m.Tables[a].Options[opt[a]].Cost)
 	})
 	s := newState(m)
+	lh := newLoadHeap(s)
+	// The packing always completes (a placement to return, even when ctx has ended); only the
+	// improvement phases below stop with ctx.
 	for _, i := range order {
 		placed := false
 		// The chosen split first, then smaller ones (less HBM), then larger ones (less host memory).
@@ -98,28 +107,18 @@ func RowGreedy(m *cost.Model) ([]cost.Assignment, error) {
 			tries = append(tries, k)
 		}
 		for _, k := range tries {
-			if placed {
+			if placed = lh.place(i, k); placed {
 				break
-			}
-			best := -1
-			for g := 0; g < G; g++ {
-				if s.fits(i, k, g) && (best < 0 || s.load[g] < s.load[best]) {
-					best = g
-				}
-			}
-			if best >= 0 {
-				s.place(i, k, best)
-				placed = true
 			}
 		}
 		if !placed {
 			return nil, errs.Capacityf("row greedy: table %q does not fit any GPU's remaining memory", m.Tables[i].Name)
 		}
 	}
-	improve(s)
+	improve(ctx, s)
 	before := s.assignments()
 	_, top := s.maxLoad()
-	rebalance(s, rebalanceBudget)
+	rebalance(ctx, s, rebalanceBudget)
 	if _, after := s.maxLoad(); after > top {
 		return before, nil
 	}
@@ -128,10 +127,10 @@ func RowGreedy(m *cost.Model) ([]cost.Assignment, error) {
 
 // improve lowers the slowest GPU's load by upgrading one of its tables into free HBM or moving a
 // table to another GPU, until neither helps; then spends every GPU's leftover HBM on upgrades.
-func improve(s *state) {
+func improve(ctx context.Context, s *state) {
 	m := s.m
 	G := m.Topo.NumGPUs()
-	for iter := 0; iter < 20*len(m.Tables)+100; iter++ {
+	for iter := 0; iter < 20*len(m.Tables)+100 && ctx.Err() == nil; iter++ {
 		g, top := s.maxLoad()
 		eps := 1e-12 * top
 		// Largest saving that fits g's free HBM.
@@ -186,7 +185,7 @@ func improve(s *state) {
 		s.place(mi, mk, mg)
 	}
 	// Leftover HBM: upgrades never raise a load, so take the best-ratio ones everywhere.
-	for {
+	for ctx.Err() == nil {
 		bi, bk, br := -1, -1, 0.0
 		for i, c := range s.choice {
 			t := m.Tables[i]

@@ -1,6 +1,8 @@
 package planner
 
 import (
+	"container/heap"
+
 	"github.com/recgo/recgo/planner/cost"
 )
 
@@ -75,4 +77,55 @@ func allHot(t cost.Table) int {
 		return k
 	}
 	return -1
+}
+
+// loadHeap orders GPUs by load (lowest first, then by rank) for packing: [loadHeap.leastFitting]
+// finds the least-loaded GPU with room in O(log G) when the first GPUs fit, instead of a scan.
+type loadHeap struct {
+	s *state
+	g []int
+}
+
+func newLoadHeap(s *state) *loadHeap {
+	h := &loadHeap{s: s, g: make([]int, len(s.load))}
+	for i := range h.g {
+		h.g[i] = i
+	}
+	heap.Init(h)
+	return h
+}
+
+func (h *loadHeap) Len() int { return len(h.g) }
+func (h *loadHeap) Less(i, j int) bool {
+	a, b := h.g[i], h.g[j]
+	return h.s.load[a] < h.s.load[b] || (h.s.load[a] == h.s.load[b] && a < b)
+}
+func (h *loadHeap) Swap(i, j int) { h.g[i], h.g[j] = h.g[j], h.g[i] }
+func (h *loadHeap) Push(x any)    { h.g = append(h.g, x.(int)) }
+func (h *loadHeap) Pop() any {
+	x := h.g[len(h.g)-1]
+	h.g = h.g[:len(h.g)-1]
+	return x
+}
+
+// place puts option k of table i on the least-loaded GPU with room and reports whether one had it.
+func (h *loadHeap) place(i, k int) bool {
+	var skipped []int
+	best := -1
+	for h.Len() > 0 {
+		g := heap.Pop(h).(int)
+		if h.s.fits(i, k, g) {
+			best = g
+			break
+		}
+		skipped = append(skipped, g)
+	}
+	if best >= 0 {
+		h.s.place(i, k, best)
+		heap.Push(h, best)
+	}
+	for _, g := range skipped {
+		heap.Push(h, g)
+	}
+	return best >= 0
 }

@@ -12,21 +12,22 @@ import (
 // SyntheticSpec describes a RecShard-style synthetic model: many tables whose sizes, pooling,
 // coverage and skew are spread as the paper describes, with exponents fitted to real samples.
 type SyntheticSpec struct {
-	Tables    int
-	Dim       int
-	ElemBytes int
+	Tables    int `json:"tables"`
+	Dim       int `json:"dim"`
+	ElemBytes int `json:"elem_bytes"`
 	// TotalBytes scales the hash sizes (log-uniform between MinRows and MaxRows before scaling).
-	TotalBytes       float64
-	MinRows, MaxRows float64
+	TotalBytes float64 `json:"total_bytes"`
+	MinRows    float64 `json:"min_rows"`
+	MaxRows    float64 `json:"max_rows"`
 	// Alphas are power-law exponents to draw each table's skew from (e.g. fitted per real column).
-	Alphas []float64
+	Alphas []float64 `json:"alphas"`
 	// Coverages are per-table coverages to draw from; Poolings pooling factors to draw from.
-	Coverages []float64
-	Poolings  []float64
+	Coverages []float64 `json:"coverages"`
+	Poolings  []float64 `json:"poolings"`
 	// TouchedMin..1 is the range of the share of rows ever accessed.
-	TouchedMin float64
-	Steps      int
-	Seed       uint64
+	TouchedMin float64 `json:"touched_min"`
+	Steps      int     `json:"steps"`
+	Seed       uint64  `json:"seed"`
 }
 
 // Synthetic builds the profile of a synthetic model from spec.
@@ -36,6 +37,10 @@ func Synthetic(spec SyntheticSpec) (*profile.Profile, error) {
 		len(spec.Coverages) == 0 || len(spec.Poolings) == 0 || spec.Steps <= 0 ||
 		!(spec.TouchedMin > 0 && spec.TouchedMin <= 1) {
 		return nil, errs.Invalidf("synthetic: incomplete spec %+v", spec)
+	}
+	if spec.Tables > 1<<16 || spec.MaxRows > 1<<50 {
+		return nil, errs.Capacityf("synthetic: %d tables of up to %g rows is past the generator's bounds (%d tables, 2^50 rows)",
+			spec.Tables, spec.MaxRows, 1<<16)
 	}
 	rng := rand.New(rand.NewPCG(spec.Seed, 0x5eed))
 	raw := make([]float64, spec.Tables)

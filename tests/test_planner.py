@@ -156,7 +156,7 @@ def test_strategies_and_plan_files(prof: P.Profile, tmp_path: Path) -> None:
     for f in ("plan.json", "report.md", "remap.bin", "gpu_costs.png", "cdfs.png"):
         assert (out / f).stat().st_size > 0, f
     doc = json.loads((out / "plan.json").read_text())
-    assert doc["version"] == 1 and doc["strategy"] == "milp"
+    assert doc["version"] == 2 and doc["strategy"] == "milp"
     back = P.Plan.load(out)
     assert back.tables == milp.tables
     assert "slowest GPU" in (out / "report.md").read_text()
@@ -292,9 +292,10 @@ def test_planned_ebc_matches_the_original(prof: P.Profile) -> None:
         want, got = ref(both), planned(both)
     assert got.keys() == want.keys()
     torch.testing.assert_close(got.values(), want.values())
+    wrong = [EmbeddingBagConfig(num_embeddings=5 if t.name == "a" else t.rows, embedding_dim=4, name=t.name,
+                                feature_names=[t.name]) for t in TABLES]
     with pytest.raises(InvalidInputError, match="rows but the plan has"):
-        P.PlannedEmbeddingBagCollection([EmbeddingBagConfig(num_embeddings=5, embedding_dim=4, name="a",
-                                                            feature_names=["a"])], plan)
+        P.PlannedEmbeddingBagCollection(wrong, plan)
 
 
 def test_planned_ebc_from_torchrec_matches_torchrec(prof: P.Profile) -> None:

@@ -50,6 +50,9 @@ func DefaultTopology() Topology {
 		HBMBandwidth: 850 * GB, UVMBandwidth: 22 * GB, BatchSize: 16384}
 }
 
+// MaxGPUs bounds Nodes × GPUsPerNode, so GPU counts and per-GPU sums stay far inside int.
+const MaxGPUs = 1 << 24
+
 // NumGPUs is Nodes × GPUsPerNode.
 func (t Topology) NumGPUs() int { return t.Nodes * t.GPUsPerNode }
 
@@ -67,6 +70,10 @@ func (t Topology) Validate() error {
 		return errs.Invalidf("topology: bandwidths must be positive (hbm %g, uvm %g)", t.HBMBandwidth, t.UVMBandwidth)
 	case t.BatchSize <= 0:
 		return errs.Invalidf("topology: batch_size %d must be positive", t.BatchSize)
+	case t.Nodes > MaxGPUs || t.GPUsPerNode > MaxGPUs || t.Nodes*t.GPUsPerNode > MaxGPUs:
+		return errs.Capacityf("topology: %d nodes × %d GPUs is past the planner's %d GPUs", t.Nodes, t.GPUsPerNode, MaxGPUs)
+	case t.HBMBytes > 1<<56 || t.HostBytes > 1<<56:
+		return errs.Capacityf("topology: budgets (hbm_bytes %d, host_bytes %d) past 2^56 bytes", t.HBMBytes, t.HostBytes)
 	}
 	return nil
 }
@@ -133,16 +140,22 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 			names = append(names, prof.Tables[i].Name)
 		}
 	}
-	var total int64
+	var total float64
+	index := make(map[string]int, len(prof.Tables))
+	for i := range prof.Tables {
+		index[prof.Tables[i].Name] = i
+	}
 	for _, name := range names {
-		pt, err := prof.Table(name)
-		if err != nil {
-			return nil, fmt.Errorf("cost: table %q is missing from the profile: %w", name, err)
+		ti, ok := index[name]
+		if !ok {
+			return nil, fmt.Errorf("cost: table %q is missing from the profile: %w", name,
+				errs.NotFoundf("profile: no table %q", name))
 		}
+		pt := &prof.Tables[ti]
 		t := Table{Table: pt}
 		rb := pt.RowBytes()
 		size := pt.Rows * rb
-		total += size
+		total += float64(size)
 		if size > topo.HBMBytes+topo.HostBytes {
 			return nil, errs.Capacityf("cost: table %q needs %s but one GPU's HBM plus its node's host memory hold %s: %s more needed",
 				name, FormatBytes(size), FormatBytes(topo.HBMBytes+topo.HostBytes), FormatBytes(size-topo.HBMBytes-topo.HostBytes))
@@ -168,10 +181,10 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 		}
 		m.Tables = append(m.Tables, t)
 	}
-	capTotal := int64(topo.NumGPUs())*topo.HBMBytes + int64(topo.Nodes)*topo.HostBytes
+	capTotal := float64(topo.NumGPUs())*float64(topo.HBMBytes) + float64(topo.Nodes)*float64(topo.HostBytes)
 	if total > capTotal {
 		return nil, errs.Capacityf("cost: tables need %s but the topology holds %s (HBM + host): %s more needed",
-			FormatBytes(total), FormatBytes(capTotal), FormatBytes(total-capTotal))
+			FormatBytes(int64(min(total, math.MaxInt64/2))), FormatBytes(int64(capTotal)), FormatBytes(int64(min(total-capTotal, math.MaxInt64/2))))
 	}
 	return m, nil
 }

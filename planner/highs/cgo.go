@@ -5,13 +5,61 @@ package highs
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../.cache/highs/include/highs
 #cgo LDFLAGS: -L${SRCDIR}/../../.cache/highs/lib -lhighs -lhighs_extras -lstdc++ -lm
+#include <math.h>
 #include <stdlib.h>
 #include "interfaces/highs_c_api.h"
+
+// recgo_cb is the state HiGHS's interrupt callbacks read: a flag Go sets to interrupt the run, and
+// a bound the caller proved, with the relative gap at which an incumbent is good enough.
+typedef struct {
+	int interrupt;
+	int stopped_at_bound;
+	int minimize;
+	double bound;
+	double gap;
+} recgo_cb;
+
+// recgo_cb_type mirrors kHighsCallbackMipInterrupt (static const in the header).
+enum { recgo_cb_mip_interrupt = 6 };
+
+static void recgo_highs_callback(int type, const char* message, const HighsCallbackDataOut* out,
+                                 HighsCallbackDataIn* in, void* data) {
+	(void)message;
+	recgo_cb* d = (recgo_cb*)data;
+	if (in == NULL || d == NULL) {
+		return;
+	}
+	if (__atomic_load_n(&d->interrupt, __ATOMIC_RELAXED)) {
+		in->user_interrupt = 1;
+		return;
+	}
+	if (type == recgo_cb_mip_interrupt && d->gap > 0 && out != NULL) {
+		double p = out->mip_primal_bound;
+		if (isfinite(p) && fabs(p) < 1e30) {
+			double diff = d->minimize ? p - d->bound : d->bound - p;
+			if (diff <= d->gap * fabs(p)) {
+				__atomic_store_n(&d->stopped_at_bound, 1, __ATOMIC_RELAXED);
+				in->user_interrupt = 1;
+			}
+		}
+	}
+}
+
+static HighsInt recgo_set_callback(void* highs, recgo_cb* d) {
+	return Highs_setCallback(highs, recgo_highs_callback, d);
+}
+
+static void recgo_cb_interrupt(recgo_cb* d) { __atomic_store_n(&d->interrupt, 1, __ATOMIC_RELAXED); }
+
+static int recgo_cb_stopped_at_bound(recgo_cb* d) {
+	return __atomic_load_n(&d->stopped_at_bound, __ATOMIC_RELAXED);
+}
 */
 import "C"
 
 import (
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -25,6 +73,10 @@ const (
 	cVarTypeContinuous    = 0
 	cVarTypeInteger       = 1
 	highsInfinityFallback = 1e30
+	// kHighsCallbackSimplexInterrupt, kHighsCallbackIpmInterrupt, kHighsCallbackMipInterrupt.
+	cCallbackSimplexInterrupt = 1
+	cCallbackIpmInterrupt     = 2
+	cCallbackMipInterrupt     = 6
 )
 
 type instance struct{ p unsafe.Pointer }
@@ -132,6 +184,11 @@ func (h instance) options(o Options) error {
 			return err
 		}
 	}
+	if o.MaxIterations != 0 {
+		if err := h.setInt("simplex_iteration_limit", max(o.MaxIterations, 0)); err != nil {
+			return err
+		}
+	}
 	if o.Seed != 0 {
 		if err := h.setInt("random_seed", o.Seed); err != nil {
 			return err
@@ -206,6 +263,43 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 	if st == cStatusError {
 		return nil, errs.Solverf("highs: passMip rejected the model (%d cols, %d rows)", n, r)
 	}
+	// The interrupt callbacks: o.Done interrupts, o.StopGap stops at the caller's bound.
+	cb := (*C.recgo_cb)(C.calloc(1, C.sizeof_recgo_cb))
+	if cb == nil {
+		return nil, errs.Capacityf("highs: cannot allocate the callback state")
+	}
+	defer C.free(unsafe.Pointer(cb))
+	if o.StopGap > 0 {
+		cb.gap, cb.bound = C.double(o.StopGap), C.double(o.StopBound)
+		if m.Sense == Minimize {
+			cb.minimize = 1
+		}
+	}
+	if o.Done != nil || o.StopGap > 0 {
+		if C.recgo_set_callback(p, cb) == cStatusError {
+			return nil, errs.Solverf("highs: setCallback failed")
+		}
+		for _, t := range []C.HighsInt{cCallbackSimplexInterrupt, cCallbackIpmInterrupt, cCallbackMipInterrupt} {
+			if C.Highs_startCallback(p, t) == cStatusError {
+				return nil, errs.Solverf("highs: startCallback(%d) failed", t)
+			}
+		}
+	}
+	if o.Done != nil {
+		finished := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-o.Done:
+				C.recgo_cb_interrupt(cb)
+			case <-finished:
+			}
+		}()
+		defer wg.Wait() // before cb is freed (defers run last-in first-out)
+		defer close(finished)
+	}
 	if start != nil {
 		cs := make([]C.double, n)
 		for j, v := range start {
@@ -229,6 +323,7 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 		Nodes:     h.int64Info("mip_node_count"),
 		Seconds:   float64(C.Highs_getRunTime(p)),
 	}
+	res.StoppedAtBound = C.recgo_cb_stopped_at_bound(cb) != 0
 	if h.intInfo("primal_solution_status") == cSolutionFeasible {
 		// Highs_getSolution orders (col_value, col_dual, row_value, row_dual).
 		x := make([]C.double, n)

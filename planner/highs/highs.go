@@ -222,6 +222,15 @@ type Options struct {
 	Seed int
 	// NoHeuristics sets mip_heuristic_effort to 0 (primal heuristics off).
 	NoHeuristics bool
+	// MaxIterations caps simplex iterations (0: no cap; negative: none at all), a deterministic
+	// limit where TimeLimit depends on the machine.
+	MaxIterations int
+	// Done, when closed, interrupts the run: HiGHS returns its incumbent with status Interrupt.
+	Done <-chan struct{}
+	// StopGap > 0 stops the run as soon as the incumbent is within StopGap (relative) of
+	// StopBound, a bound the caller proved (a lower bound when minimizing): Result.StoppedAtBound.
+	StopBound float64
+	StopGap   float64
 }
 
 // Result is what a solve produced.
@@ -239,8 +248,11 @@ type Result struct {
 	// StartAccepted reports that HiGHS took the warm start as its first incumbent: the solve ended
 	// with an incumbent at least as good as the start.
 	StartAccepted bool
-	Nodes         int64
-	Seconds       float64
+	// StoppedAtBound reports that Options.StopGap ended the run (the incumbent is within the gap
+	// of Options.StopBound; Status is then Interrupt).
+	StoppedAtBound bool
+	Nodes          int64
+	Seconds        float64
 }
 
 // Solve runs HiGHS on m with opts, warm-started from start when it is non-nil (one value per
@@ -250,6 +262,11 @@ type Result struct {
 func Solve(m *Model, opts Options, start []float64) (*Result, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
+	}
+	if opts.StopGap < 0 || math.IsNaN(opts.StopGap) || math.IsNaN(opts.StopBound) || opts.TimeLimit < 0 ||
+		math.IsNaN(opts.TimeLimit) || opts.MipRelGap < 0 || math.IsNaN(opts.MipRelGap) {
+		return nil, errs.Invalidf("highs: negative or NaN limit (time %g, gap %g, stop gap %g)", opts.TimeLimit,
+			opts.MipRelGap, opts.StopGap)
 	}
 	startObj := math.NaN()
 	if start != nil {

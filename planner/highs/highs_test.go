@@ -93,21 +93,46 @@ func TestWarmStartIsUsedAsIncumbent(t *testing.T) {
 	assert.GreaterOrEqual(t, warm.DualBound, warm.Objective-1e-6) // maximize: bound above incumbent
 }
 
-// A time limit too short to prove optimality still returns the incumbent, its gap and its bound.
-func TestTimeLimitKeepsIncumbent(t *testing.T) {
+// A node limit (root only; deterministic, unlike a time limit) still returns the incumbent, its
+// gap and its bound: the limit branch runs on every machine.
+func TestNodeLimitKeepsIncumbent(t *testing.T) {
 	m := multiKnapsack(120, 10, 3)
 	start := make([]float64, m.NumCols()) // all-zero is feasible
-	res, err := Solve(m, Options{TimeLimit: 0.05, Threads: 1}, start)
+	res, err := Solve(m, Options{MaxNodes: -1, MipRelGap: 1e-9, Threads: 1}, start)
 	require.NoError(t, err)
 	require.True(t, res.HasSolution)
+	assert.Equal(t, StatusSolutionLimit, res.Status)
 	ok, why := m.Feasible(res.X, 1e-6)
 	assert.True(t, ok, why)
 	assert.InDelta(t, m.Objective(res.X), res.Objective, 1e-6)
-	if res.Status == StatusTimeLimit {
-		assert.Greater(t, res.Gap, 0.0)
-		assert.Greater(t, res.DualBound, res.Objective)
-	}
+	assert.Greater(t, res.Gap, 0.0)
+	assert.Greater(t, res.DualBound, res.Objective)
 	assert.True(t, res.StartAccepted)
+}
+
+// A closed Done channel interrupts the run through HiGHS's callback; the start is the incumbent.
+func TestDoneInterrupts(t *testing.T) {
+	m := multiKnapsack(120, 10, 3)
+	done := make(chan struct{})
+	close(done)
+	res, err := Solve(m, Options{MipRelGap: 1e-12, Threads: 1, Done: done}, make([]float64, m.NumCols()))
+	require.NoError(t, err)
+	assert.Equal(t, StatusInterrupt, res.Status)
+	assert.True(t, res.StartAccepted)
+	assert.False(t, res.StoppedAtBound)
+}
+
+// StopGap ends the run once the incumbent is within the gap of the caller's bound.
+func TestStopAtCallersBound(t *testing.T) {
+	m := multiKnapsack(120, 10, 3)
+	full, err := Solve(m, Options{MaxNodes: -1, Threads: 1}, make([]float64, m.NumCols()))
+	require.NoError(t, err)
+	// A "bound" far above any solution stops nothing; one at the root incumbent stops at once.
+	res, err := Solve(m, Options{Threads: 1, StopBound: full.Objective, StopGap: 1e-9, MaxNodes: 50},
+		make([]float64, m.NumCols()))
+	require.NoError(t, err)
+	assert.True(t, res.StoppedAtBound)
+	assert.GreaterOrEqual(t, res.Objective, full.Objective*(1-1e-9))
 }
 
 func TestInfeasibleIsSolverError(t *testing.T) {

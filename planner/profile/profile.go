@@ -21,6 +21,14 @@ import (
 // Version is the profile file format version.
 const Version = 1
 
+// Bounds on a table's shape: byte counts of whole tables and of sums over a few thousand tables
+// stay far inside int64.
+const (
+	MaxDim        = 1 << 20
+	MaxElemBytes  = 64
+	MaxTableBytes = 1 << 50
+)
+
 // Point is one step of a table's access CDF: the hottest Rows rows receive Frac of all accesses.
 type Point struct {
 	Rows int64   `json:"rows"`
@@ -91,8 +99,12 @@ func (t *Table) Validate() error {
 		return errs.Invalidf("profile: table with an empty name")
 	case t.Rows <= 0:
 		return errs.Invalidf("profile: table %q: rows %d must be positive", t.Name, t.Rows)
-	case t.Dim <= 0 || t.ElemBytes <= 0:
-		return errs.Invalidf("profile: table %q: dim %d and elem_bytes %d must be positive", t.Name, t.Dim, t.ElemBytes)
+	case t.Dim <= 0 || t.ElemBytes <= 0 || t.Dim > MaxDim || t.ElemBytes > MaxElemBytes:
+		return errs.Invalidf("profile: table %q: dim %d and elem_bytes %d must be in [1, %d] and [1, %d]", t.Name,
+			t.Dim, t.ElemBytes, MaxDim, MaxElemBytes)
+	case t.Rows > MaxTableBytes/t.RowBytes():
+		return errs.Capacityf("profile: table %q: %d rows of %d bytes is past the planner's %d-byte table size",
+			t.Name, t.Rows, t.RowBytes(), int64(MaxTableBytes))
 	case !(t.Coverage >= 0 && t.Coverage <= 1):
 		return errs.Invalidf("profile: table %q: coverage %g outside [0, 1]", t.Name, t.Coverage)
 	case !(t.Pooling >= 0) || math.IsInf(t.Pooling, 0):

@@ -1,68 +1,60 @@
-"""recgo's command line: ``python -m recgo plan ...`` and ``python -m recgo profile ...``.
+"""recgo's command line: ``python -m recgo profile ...`` and ``python -m recgo plan ...``.
 
     python -m recgo profile --criteo train.txt --rows 100000 --sample-rate 0.01 --out profile.json
-    python -m recgo profile --synthetic rm3 --out rm3.json
+    python -m recgo profile --synthetic rm3 [--fit-data DIR] --out rm3.json
     python -m recgo plan --profile profile.json --out plan/ [--strategy milp] [--nodes 2 --gpus-per-node 8
         --hbm-gb 24 --host-gb 1500 --hbm-bw-gbs 850 --uvm-bw-gbs 22 --batch-size 16384] [--time-limit 60]
+
+Each subcommand is one ``_add_<name>`` function (its arguments) and one ``_<name>`` function (its
+work). Errors print as one line and exit with status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
-from typing import Sequence
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
-from .errors import RecgoError
+from .errors import RecgoError, RecgoIOError
 
-
-def _profile(args: argparse.Namespace) -> int:
-    from . import planner as P
-
-    if args.criteo:
-        from .planner.criteo import criteo_batches, criteo_tables
-
-        prof = P.profile(criteo_batches(args.criteo, args.rows, args.batch_size), criteo_tables(args.rows, args.dim),
-                         sample_rate=args.sample_rate, seed=args.seed, steps=args.steps, progress=True)
-    else:
-        from .planner.synthetic import rm_profile
-
-        prof = rm_profile(args.synthetic, tables=args.tables, seed=args.seed)
-    prof.save(args.out)
-    tabs = prof.tables
-    print(f"profiled {len(tabs)} tables -> {args.out}")
-    return 0
+#: Defaults of the plan topology flags (RecShard's cluster: 2 nodes × 8 GPUs × 24 GB).
+TOPOLOGY_FLAGS: dict[str, tuple[str, float, str]] = {
+    "nodes": ("nodes", 2, "nodes"),
+    "gpus_per_node": ("gpus_per_node", 8, "GPUs per node"),
+    "hbm_gb": ("hbm_bytes", 24.0, "HBM budget per GPU (GB)"),
+    "host_gb": ("host_bytes", 1500.0, "host memory budget per node (GB)"),
+    "hbm_bw_gbs": ("hbm_bandwidth", 850.0, "HBM row-read bandwidth (GB/s)"),
+    "uvm_bw_gbs": ("uvm_bandwidth", 22.0, "UVM row-read bandwidth (GB/s)"),
+    "batch_size": ("batch_size", 16384, "global batch size"),
+}
 
 
-def _plan(args: argparse.Namespace) -> int:
-    from . import planner as P
-
-    prof = P.Profile.load(args.profile)
-    topo = P.Topology(nodes=args.nodes, gpus_per_node=args.gpus_per_node, hbm_bytes=int(args.hbm_gb * 1e9),
-                      host_bytes=int(args.host_gb * 1e9), hbm_bandwidth=args.hbm_bw_gbs * 1e9,
-                      uvm_bandwidth=args.uvm_bw_gbs * 1e9, batch_size=args.batch_size)
-    strategies = P.STRATEGIES if args.strategy == "all" else (args.strategy,)
-    plans = {}
-    for s in strategies:
-        plans[s] = P.plan(prof, topo, s, cost_model=args.cost_model, time_limit=args.time_limit,
-                          mip_rel_gap=args.gap, threads=args.threads)
-        print(plans[s])
-        if plans[s].warning:
-            print(f"warning: {plans[s].warning}", file=sys.stderr)
-    main = plans[strategies[-1]]
-    out = main.save(args.out, plots=not args.no_plots)
-    if len(plans) > 1 and not args.no_plots:
-        P.plot_gpu_costs(plans, out / "gpu_costs.png")
-    print(json.dumps(main.summary(), indent=1))
-    print(f"wrote {out}/plan.json, report.md" + (", remap.bin" if (out / "remap.bin").exists() else ""))
-    return 0
+def _writable_dir(path: str) -> Path:
+    """Create ``path`` (a folder) and check it can be written, before any long work."""
+    d = Path(path)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RecgoIOError(f"--out {path}: cannot create the folder: {exc.strerror or exc}") from exc
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise RecgoIOError(f"--out {path}: the folder is not writable")
+    return d
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``python -m recgo``."""
-    ap = argparse.ArgumentParser(prog="python -m recgo", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="command", required=True)
+def _writable_file(path: str) -> Path:
+    """Check that file ``path`` can be created, before any long work."""
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise RecgoIOError(f"--out {path}: cannot write there (missing or read-only folder, or read-only file)")
+    return p
+
+
+def _add_profile(sub: Any) -> None:
     pp = sub.add_parser("profile", help="profile table accesses of a data sample")
     src = pp.add_mutually_exclusive_group(required=True)
     src.add_argument("--criteo", help="Criteo DAC TSV file (C1..C26 become tables)")
@@ -71,38 +63,134 @@ def build_parser() -> argparse.ArgumentParser:
     pp.add_argument("--rows", type=int, default=100_000, help="hash buckets per Criteo table")
     pp.add_argument("--dim", type=int, default=64)
     pp.add_argument("--tables", type=int, default=397, help="tables of a synthetic model")
+    pp.add_argument("--fit-data", help="folder of real samples to fit a synthetic model's skew, coverage and "
+                                       "pooling to (default: the paper's typical spread)")
     pp.add_argument("--sample-rate", type=float, default=0.01)
+    pp.add_argument("--min-lookups", type=int, default=1000,
+                    help="warn for tables whose profile rests on fewer sampled lookups")
     pp.add_argument("--batch-size", type=int, default=1024)
     pp.add_argument("--steps", type=int, default=16, help="CDF quantile steps")
     pp.add_argument("--seed", type=int, default=0)
     pp.set_defaults(func=_profile)
+
+
+def _profile(args: argparse.Namespace) -> int:
+    from . import planner as P
+
+    out = _writable_file(args.out)
+    if args.criteo:
+        from .planner.criteo import criteo_batches, criteo_tables
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", P.ThinProfileWarning)
+            prof = P.profile(criteo_batches(args.criteo, args.rows, args.batch_size),
+                             criteo_tables(args.rows, args.dim), sample_rate=args.sample_rate, seed=args.seed,
+                             steps=args.steps, progress=True, min_lookups=args.min_lookups)
+        offered, kept = prof.sampled or (0, 0)
+        print(f"sampled {kept:,} of {offered:,} rows ({100 * args.sample_rate:g} % sample rate)")
+        for w in caught:
+            print(f"warning: {w.message}", file=sys.stderr)
+    else:
+        from .planner.synthetic import PAPER_DEFAULTS, fit_real_samples, rm_profile
+
+        fitted = fit_real_samples(args.fit_data) if args.fit_data else PAPER_DEFAULTS
+        prof = rm_profile(args.synthetic, fitted, tables=args.tables, seed=args.seed)
+        print(f"synthetic {args.synthetic}: facts from {', '.join(fitted.sources)}")
+    prof.save(out)
+    print(f"profiled {len(prof.tables)} tables -> {out}")
+    return 0
+
+
+def _add_plan(sub: Any) -> None:
     pl = sub.add_parser("plan", help="place profiled tables on a cluster")
     pl.add_argument("--profile", required=True, help="profile JSON (python -m recgo profile)")
     pl.add_argument("--out", required=True, help="output folder for plan.json, report.md, remap.bin, plots")
     pl.add_argument("--strategy", default="milp",
                     choices=["all", "greedy_size", "greedy_lookups", "greedy_size_lookups", "row_greedy", "milp"])
     pl.add_argument("--cost-model", default="full", choices=["cdf", "cdf+coverage", "cdf+coverage+pooling", "full"])
-    pl.add_argument("--nodes", type=int, default=2)
-    pl.add_argument("--gpus-per-node", type=int, default=8)
-    pl.add_argument("--hbm-gb", type=float, default=24.0, help="HBM budget per GPU (GB)")
-    pl.add_argument("--host-gb", type=float, default=1500.0, help="host memory budget per node (GB)")
-    pl.add_argument("--hbm-bw-gbs", type=float, default=850.0)
-    pl.add_argument("--uvm-bw-gbs", type=float, default=22.0)
-    pl.add_argument("--batch-size", type=int, default=16384, help="global batch size")
-    pl.add_argument("--time-limit", type=float, default=60.0, help="MILP time limit (s)")
+    for flag, (_, default, text) in TOPOLOGY_FLAGS.items():
+        pl.add_argument("--" + flag.replace("_", "-"), type=type(default), default=None,
+                        help=f"{text} (default {default:g})")
+    pl.add_argument("--time-limit", type=float, default=60.0, help="bound on each planning call (s, > 0)")
     pl.add_argument("--gap", type=float, default=0.01, help="MILP target relative gap")
     pl.add_argument("--threads", type=int, default=0)
+    pl.add_argument("--memory-limit-gb", type=float, default=None, help="cap on the planner's model (GB; default 8 GiB)")
     pl.add_argument("--no-plots", action="store_true")
     pl.set_defaults(func=_plan)
+
+
+def _topology(args: argparse.Namespace) -> tuple[Any, list[str]]:
+    """The topology from the flags, and the names of the flags left at their defaults."""
+    from . import planner as P
+
+    facts: dict[str, Any] = {}
+    defaulted = []
+    for flag, (field, default, _) in TOPOLOGY_FLAGS.items():
+        value = getattr(args, flag)
+        if value is None:
+            value = default
+            defaulted.append("--" + flag.replace("_", "-"))
+        facts[field] = value * 1e9 if flag.endswith(("_gb", "_gbs")) else value
+    for k in ("hbm_bytes", "host_bytes"):
+        facts[k] = int(facts[k])
+    return P.Topology(**facts), defaulted
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from . import planner as P
+    from .planner._plots import require_matplotlib
+
+    if not args.no_plots:
+        require_matplotlib()
+    out = _writable_dir(args.out)
+    prof = P.Profile.load(args.profile)
+    topo, defaulted = _topology(args)
+    note = ""
+    if defaulted:
+        note = f" [defaults: {', '.join(defaulted)}; set them for your cluster]"
+    print(f"topology: {topo.describe()}{note}", flush=True)
+    limit = int(args.memory_limit_gb * 1e9) if args.memory_limit_gb else None
+    strategies = P.STRATEGIES if args.strategy == "all" else (args.strategy,)
+    plans = {}
+    for s in strategies:
+        plans[s] = P.plan(prof, topo, s, cost_model=args.cost_model, time_limit=args.time_limit,
+                          mip_rel_gap=args.gap, threads=args.threads, memory_limit=limit)
+        print(plans[s])
+        if plans[s].warning:
+            print(f"warning: {plans[s].warning}", file=sys.stderr)
+    main = plans[strategies[-1]]
+    main.save(out, plots=not args.no_plots)
+    if len(plans) > 1 and not args.no_plots:
+        P.plot_gpu_costs(plans, out / "gpu_costs.png")
+    print(json.dumps(main.summary(), indent=1))
+    print(f"wrote {out}/plan.json, report.md" + (", remap.bin" if (out / "remap.bin").exists() else "")
+          + ("" if args.no_plots else ", gpu_costs.png"))
+    return 0
+
+
+#: Subcommands: name → the function adding its parser (a later ``train`` adds one line here).
+SUBCOMMANDS: dict[str, Callable[[Any], None]] = {"profile": _add_profile, "plan": _add_plan}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``python -m recgo``."""
+    ap = argparse.ArgumentParser(prog="python -m recgo", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS.values():
+        add(sub)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; recgo errors print as one line and exit with status 2."""
+    """Run the CLI; recgo errors and file errors print as one line and exit with status 2."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
     except RecgoError as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 

@@ -116,9 +116,7 @@ class DataPipeline:
         self.dense_width: int = int(info["dense_width"])
 
     def _info(self) -> dict[str, Any]:
-        from .data.sources import _json_call
-
-        return _json_call("recgo_pipeline_info", [H], self._handle())
+        return _lib.call_json("recgo_pipeline_info", self._handle())
 
     def _handle(self) -> int:
         if self._h is None:

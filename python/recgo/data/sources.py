@@ -30,18 +30,6 @@ def _paths(paths: PathLike | Sequence[PathLike]) -> list[str]:
     return out
 
 
-def _json_call(export: str, argtypes: list[Any], *args: Any) -> Any:
-    """Call an export that writes JSON with the (buf, buflen, needed) convention."""
-    f = _lib.fn(export, list(argtypes) + [P, I64, ctypes.POINTER(I64)])
-    need, size = I64(0), 4096
-    while True:  # documents with live counters may grow between calls: retry until one fits
-        buf = ctypes.create_string_buffer(size)
-        _lib.call(f, *args, ctypes.addressof(buf), size, ctypes.byref(need))
-        if need.value <= size:
-            return json.loads(buf.raw[: need.value])
-        size = 2 * need.value
-
-
 @dataclass(frozen=True)
 class Schema:
     """What a source's batches hold: sparse ``fields`` ``(name, kind)``, ``dense`` column names, and
@@ -77,7 +65,7 @@ class Source:
     def schema(self) -> Schema:
         """Open the source in Go (validating it: files, header, columns) and return its schema."""
         buf, n = self._spec_buf()
-        info = _json_call("recgo_source_info", [P, I64], ctypes.addressof(buf), n)
+        info = _lib.call_json("recgo_source_info", ctypes.addressof(buf), n)
         return Schema(tuple((f["name"], f["kind"]) for f in info["fields"]), tuple(info["dense"] or ()),
                       bool(info["has_label"]))
 
@@ -86,7 +74,7 @@ class Source:
         mean bag length, power-law exponent), measured on its first ``max_rows`` samples, and a
         planted label model; ``samples`` sets its length (default: the rows measured)."""
         buf, n = self._spec_buf()
-        cfg = _json_call("recgo_source_fit", [P, I64, I64], ctypes.addressof(buf), n, int(max_rows))
+        cfg = _lib.call_json("recgo_source_fit", ctypes.addressof(buf), n, int(max_rows))
         fields = [SyntheticField(**f) for f in cfg["fields"]]
         label = cfg.get("label")
         return SyntheticSource(samples or cfg["samples"], fields, dense=cfg["dense"], seed=seed,

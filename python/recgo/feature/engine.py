@@ -147,16 +147,29 @@ class FeatureEngine:
             self._kjt_maps[t] = m
         return m
 
-    def __call__(self, batch: Any = None, dense: Mapping[str, Any] | None = None) -> KeyedJaggedTensor:
-        """Transform one batch (see the class docstring) into a KeyedJaggedTensor."""
+    def __call__(self, batch: Any = None, inputs: Mapping[str, Any] | None = None, *,
+                 dense: Mapping[str, Any] | None = None) -> KeyedJaggedTensor:
+        """Transform one batch (see the class docstring) into a KeyedJaggedTensor.
+
+        ``inputs`` maps input names to their raw values besides a KJT ``batch``: dense tensors, jagged
+        ``(values, lengths)`` pairs and ``bytes`` inputs (strings). ``dense=`` is its former name,
+        kept with a DeprecationWarning."""
+        if dense is not None:
+            import warnings
+
+            warnings.warn("FeatureEngine(..., dense=) is deprecated: pass the named raw inputs (dense, jagged "
+                          "or byte strings) as inputs=", DeprecationWarning, stacklevel=2)
+            if inputs is not None:
+                raise InvalidInputError("pass the raw inputs once: inputs= (dense= is its deprecated name)")
+            inputs = dense
         extra: dict[str, Any] = {}
         kjt = None
         if isinstance(batch, Mapping):
             extra.update(batch)
         elif batch is not None:
             kjt = batch if isinstance(batch, KeyedJaggedTensor) else KeyedJaggedTensor.from_torchrec(batch)
-        if dense:
-            extra.update(dense)
+        if inputs:
+            extra.update(inputs)
         desc = (ctypes.c_int64 * (len(self.inputs) * _DESC_WORDS))()
         keep: list[torch.Tensor] = []  # tensors that must outlive the call
         size: int | None = None

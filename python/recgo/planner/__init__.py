@@ -8,20 +8,10 @@ profiler, cost model and solvers run in Go (planner/); this package wraps them.
 
 from __future__ import annotations
 
-from ._core import (
-    COST_MODELS,
-    STRATEGIES,
-    Plan,
-    Profile,
-    Profiler,
-    Remap,
-    TableSpec,
-    Topology,
-    evaluate,
-    local_gpus,
-    plan,
-    profile,
-)
+from ._plan import COST_MODELS, STRATEGIES, Plan, evaluate, plan
+from ._profile import Profile, Profiler, TableSpec, ThinProfileWarning, profile
+from ._remap import Remap
+from ._topology import Topology, local_gpus
 from ._highs import MipResult, solve_mip
 from ._torchrec import torchrec_constraints, torchrec_placement, torchrec_sharding_plan
 from .ebc import PlannedEmbeddingBagCollection
@@ -37,6 +27,7 @@ __all__ = [
     "Profiler",
     "Remap",
     "TableSpec",
+    "ThinProfileWarning",
     "Topology",
     "evaluate",
     "local_gpus",

@@ -55,11 +55,13 @@ def solve_mip(
     time_limit: float = 0.0,
     mip_rel_gap: float = 0.0,
     threads: int = 0,
+    max_nodes: int = 0,
 ) -> MipResult:
     """Solve a MILP with HiGHS; each row is ``(lower, upper, column_indices, coefficients)``.
 
     ``start`` is a feasible warm start (one value per column). Bounds may be ``±math.inf``. On a
-    time limit the incumbent is returned with its gap. Raises :class:`recgo.SolverError` when no
+    time limit, or after ``max_nodes`` branch-and-bound nodes (negative: the root only; a limit that
+    stops at the same point on every machine), the incumbent is returned with its gap. Raises :class:`recgo.SolverError` when no
     feasible point was found and :class:`recgo.InvalidInputError` for a malformed model.
     """
     n = len(cost)
@@ -87,11 +89,11 @@ def solve_mip(
     x = torch.zeros(n, dtype=torch.float64)
     info = torch.zeros(8, dtype=torch.float64)
     P, I64, I32, D = _lib.P, _lib.I64, _lib.I32, _lib.D
-    f = _lib.fn("recgo_highs_solve", [I64, I64, I64, I32] + [P] * 10 + [D, D, I32, P, P])
+    f = _lib.fn("recgo_highs_solve", [I64, I64, I64, I32] + [P] * 10 + [D, D, I32, I64, P, P])
     ptr = lambda t: None if t is None or t.numel() == 0 else t.data_ptr()  # noqa: E731
     _lib.call(f, n, len(rlo), len(index), -1 if maximize else 1, ptr(c), ptr(lo), ptr(up), ptr(ints),
               ptr(row_lo), ptr(row_up), ptr(a_start) if rlo else None, ptr(a_index), ptr(a_value),
-              ptr(x0), float(time_limit), float(mip_rel_gap), int(threads), ptr(x), ptr(info))
+              ptr(x0), float(time_limit), float(mip_rel_gap), int(threads), int(max_nodes), ptr(x), ptr(info))
     status, obj, bound, gap, accepted, secs, nodes, start_obj = info.tolist()
     return MipResult(x=x.tolist(), status=_STATUS.get(int(status), f"status {int(status)}"),
                      objective=obj, dual_bound=bound, gap=gap, start_accepted=bool(accepted),

@@ -16,7 +16,9 @@ from typing import Any, Mapping
 import torch
 
 from ..errors import InvalidInputError, require_extra
-from ._core import Plan, Profile, Topology
+from ._plan import Plan
+from ._profile import Profile
+from ._topology import Topology
 
 
 def _torchrec_topology(topo: Topology) -> Any:

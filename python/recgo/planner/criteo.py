@@ -13,7 +13,7 @@ from typing import Iterator
 
 from ..errors import RecgoIOError
 from ..sparse import KeyedJaggedTensor
-from ._core import TableSpec
+from ._profile import TableSpec
 
 COLUMNS = [f"C{i}" for i in range(1, 27)]
 

@@ -16,7 +16,9 @@ from torch import nn
 from ..errors import InvalidInputError
 from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from ..sparse import KeyedTensor, as_kjt
-from ._core import Plan, Profile, Remap
+from ._plan import Plan
+from ._profile import Profile
+from ._remap import Remap
 
 
 class PlannedEmbeddingBagCollection(nn.Module):
@@ -24,7 +26,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
 
     Args:
         tables: the EmbeddingBagConfigs (recgo's or TorchRec's); tables absent from the plan keep
-            their row order.
+            their row order, but every planned table must be among them (InvalidInputError naming
+            both sets otherwise: a plan made for other tables would do nothing).
         plan: the :class:`Plan`; ``remap`` its :class:`Remap` (default: ``plan.remap(profile)``).
         ebc_kwargs: passed to :class:`recgo.EmbeddingBagCollection` (optimizer, seed, ...).
     """
@@ -37,6 +40,12 @@ class PlannedEmbeddingBagCollection(nn.Module):
         self._configs = self.ebc.embedding_bag_configs()
         self._f2t = {f: c.name for c in self._configs for f in c.feature_names}
         planned = {t["name"] for t in self.remap.tables}
+        names = {c.name for c in self._configs}
+        if not planned <= names:
+            raise InvalidInputError(
+                f"plan and collection disagree on table names: the plan has {sorted(planned)}, the collection "
+                f"{sorted(names)} ({sorted(planned - names)} not in the collection); plan the collection's "
+                "tables (their EmbeddingBagConfig names)")
         for c in self._configs:
             if c.name in planned:
                 rm = self.remap.tables[[t["name"] for t in self.remap.tables].index(c.name)]

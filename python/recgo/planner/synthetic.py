@@ -2,9 +2,11 @@
 
 The paper's models have ~400 tables of dim 64 whose hash sizes double from RM1 to RM3; pooling,
 coverage and power-law skew vary widely per table. :func:`fit_real_samples` measures those three
-facts on the real samples in ``../shared/data`` (Criteo and Avazu columns for skew and coverage,
-MovieLens and Taobao per-user histories for multi-hot pooling); :func:`rm_profile` draws each
-table's facts from them and builds the profile analytically in Go (``planner.Synthetic``).
+facts on real samples in a directory the caller names (Criteo and Avazu columns for skew and
+coverage, MovieLens and Taobao per-user histories for multi-hot pooling; the benchmarks pass the
+repository's ``../shared/data``); :func:`rm_profile` draws each table's facts from them, or from
+:data:`PAPER_DEFAULTS` without samples, and builds the profile analytically in Go
+(``planner.Synthetic``). Nothing here resolves paths relative to the installed package.
 """
 
 from __future__ import annotations
@@ -15,9 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ._core import Profile
-
-DATA = Path(__file__).resolve().parents[3].parent / "shared" / "data"
+from ._profile import Profile
 
 #: Bytes of embeddings of RM1; RM2 and RM3 double the hash sizes each (≈ 318, 636, 1272 GB).
 RM1_BYTES = 318e9
@@ -47,8 +47,15 @@ class Fitted:
     sources: list[str] = field(default_factory=list)
 
 
-def fit_real_samples(data_dir: Path = DATA) -> Fitted:
-    """Measure skew, coverage and pooling on whatever real samples exist under ``data_dir``."""
+#: The paper-typical spread of skew, coverage and pooling, for models drawn without real samples.
+PAPER_DEFAULTS = Fitted(alphas=[0.6, 0.8, 0.9, 1.0, 1.1, 1.2], coverages=[0.05, 0.2, 0.5, 0.9, 1.0],
+                        poolings=[1, 1, 2, 5, 10, 20, 50], sources=["defaults (no samples)"])
+
+
+def fit_real_samples(data_dir: str | Path) -> Fitted:
+    """Measure skew, coverage and pooling on whatever real samples exist under ``data_dir``
+    (:data:`PAPER_DEFAULTS` when there are none)."""
+    data_dir = Path(data_dir)
     f = Fitted()
     criteo = data_dir / "criteo" / "criteo_dac_train_head10109.txt"
     if criteo.exists():
@@ -98,10 +105,8 @@ def fit_real_samples(data_dir: Path = DATA) -> Fitted:
         f.poolings.extend(float(min(v, 50)) for v in per_user.values())
         f.sources.append(path.name)
     if not f.alphas:  # no data: the paper-typical spread
-        f.alphas = [0.6, 0.8, 0.9, 1.0, 1.1, 1.2]
-        f.coverages = [0.05, 0.2, 0.5, 0.9, 1.0]
-        f.poolings = [1, 1, 2, 5, 10, 20, 50]
-        f.sources.append("defaults (no samples found)")
+        return Fitted(list(PAPER_DEFAULTS.alphas), list(PAPER_DEFAULTS.coverages), list(PAPER_DEFAULTS.poolings),
+                      [f"defaults (no samples under {data_dir})"])
     return f
 
 
@@ -128,12 +133,13 @@ def rm_spec(name: str, fitted: Fitted, tables: int = 397, seed: int = 1, steps: 
     poolings = [1.0] * 16 + _spread(multi, 16)
     # Coverage: the measured columns plus the paper's long tail of rarely present features.
     coverages = _spread(fitted.coverages, 16) + [0.01, 0.02, 0.05, 0.1, 0.2, 0.3]
-    return {"Tables": tables, "Dim": 64, "ElemBytes": 4, "TotalBytes": RM1_BYTES * scale,
-            "MinRows": 1e3, "MaxRows": 1e8, "Alphas": _spread(fitted.alphas, 16), "Coverages": coverages,
-            "Poolings": poolings, "TouchedMin": 0.2, "Steps": steps, "Seed": seed}
+    return {"tables": tables, "dim": 64, "elem_bytes": 4, "total_bytes": RM1_BYTES * scale,
+            "min_rows": 1e3, "max_rows": 1e8, "alphas": _spread(fitted.alphas, 16), "coverages": coverages,
+            "poolings": poolings, "touched_min": 0.2, "steps": steps, "seed": seed}
 
 
 def rm_profile(name: str, fitted: Fitted | None = None, tables: int = 397, seed: int = 1,
                size_scale: float = 1.0) -> Profile:
-    """The profile of synthetic model ``name`` ("rm1", "rm2" or "rm3")."""
-    return Profile.synthetic(rm_spec(name, fitted or fit_real_samples(), tables, seed, size_scale=size_scale))
+    """The profile of synthetic model ``name`` ("rm1", "rm2" or "rm3"), its tables' facts drawn from
+    ``fitted`` (default :data:`PAPER_DEFAULTS`; see :func:`fit_real_samples`)."""
+    return Profile.synthetic(rm_spec(name, fitted or PAPER_DEFAULTS, tables, seed, size_scale=size_scale))

@@ -1,0 +1,185 @@
+package planner
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"testing"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/gpuinfo"
+	"github.com/recgo/recgo/planner/profile"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// smallPlanFile is a two-table plan and its plan.json bytes.
+func smallPlanFile(t testing.TB) (*Plan, []byte) {
+	prof := countedProfile(t)
+	p, err := Make(prof, smallTopo(), Options{Strategy: StrategyRowGreedy, Tables: []string{"a", "c"}})
+	require.NoError(t, err)
+	data, err := p.MarshalFile()
+	require.NoError(t, err)
+	return p, data
+}
+
+// smallRemapFile is a two-table remap and its remap.bin bytes.
+func smallRemapFile(t testing.TB) (*Remap, []byte) {
+	r := &Remap{Tables: []RemapTable{{Name: "ab", Rows: 10, Hot: 2, Ranked: []int64{4, 1, 7}},
+		{Name: "c", Rows: 6, Hot: 6, Ranked: []int64{5}}}}
+	require.NoError(t, r.init())
+	path := filepath.Join(t.TempDir(), "remap.bin")
+	require.NoError(t, r.Save(path))
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return r, data
+}
+
+func TestPlanFileRoundTripAndTruncation(t *testing.T) {
+	p, data := smallPlanFile(t)
+	back, err := ParsePlanFile(data)
+	require.NoError(t, err)
+	assert.Equal(t, p.Tables, back.Tables)
+	assert.Equal(t, p.Assign, back.Assign)
+	for n := 0; n < len(data); n++ {
+		_, err := ParsePlanFile(data[:n])
+		require.Error(t, err, "truncated to %d bytes", n)
+		assert.ErrorIs(t, err, errs.ErrIO, "truncated to %d bytes", n)
+	}
+	_, err = ParsePlanFile(bytes.Replace(data, []byte(`"rank": 0`), []byte(`"rank": 1`), 1))
+	assert.ErrorContains(t, err, "the body does not match its checksum")
+}
+
+// Every single-bit flip of a small plan.json is refused (an ErrIO error) or, where a flip could
+// leave the meaning intact, loads a plan equal to the original. With the trailer covering every
+// byte, no flip loads at all.
+func TestPlanFileEverySingleBitFlip(t *testing.T) {
+	p, data := smallPlanFile(t)
+	loaded := 0
+	for i := range data {
+		for bit := 0; bit < 8; bit++ {
+			c := bytes.Clone(data)
+			c[i] ^= 1 << bit
+			got, err := ParsePlanFile(c)
+			if err != nil {
+				require.ErrorIs(t, err, errs.ErrIO, "byte %d bit %d: %v", i, bit, err)
+				continue
+			}
+			loaded++
+			require.Equal(t, p.Tables, got.Tables, "byte %d bit %d loaded a different plan", i, bit)
+		}
+	}
+	assert.Zero(t, loaded, "flips that loaded")
+}
+
+func TestRemapEverySingleBitFlipAndTruncation(t *testing.T) {
+	r, data := smallRemapFile(t)
+	back, err := ReadRemap(bytes.NewReader(data), int64(len(data)), 0)
+	require.NoError(t, err)
+	assert.Equal(t, r.Tables[0].Ranked, back.Tables[0].Ranked)
+	for n := 0; n < len(data); n++ {
+		for _, size := range []int64{int64(n), -1} {
+			_, err := ReadRemap(bytes.NewReader(data[:n]), size, 0)
+			require.ErrorIs(t, err, errs.ErrIO, "truncated to %d bytes", n)
+		}
+	}
+	_, err = ReadRemap(bytes.NewReader(append(bytes.Clone(data), 0)), -1, 0)
+	assert.ErrorContains(t, err, "trailing bytes")
+	for i := range data {
+		for bit := 0; bit < 8; bit++ {
+			c := bytes.Clone(data)
+			c[i] ^= 1 << bit
+			got, err := ReadRemap(bytes.NewReader(c), int64(len(c)), 0)
+			if err != nil {
+				require.ErrorIs(t, err, errs.ErrIO, "byte %d bit %d: %v", i, bit, err)
+				continue
+			}
+			for k := range r.Tables { // provably identical: same names, sizes and mapping
+				require.Equal(t, r.Tables[k].Name, got.Tables[k].Name)
+				require.Equal(t, r.Tables[k].Ranked, got.Tables[k].Ranked)
+				require.Equal(t, r.Tables[k].Rows, got.Tables[k].Rows)
+				require.Equal(t, r.Tables[k].Hot, got.Tables[k].Hot)
+			}
+		}
+	}
+	c := bytes.Clone(data)
+	c[len(c)-9] ^= 1 // inside table "c"'s ranked rows
+	_, err = ReadRemap(bytes.NewReader(c), int64(len(c)), 0)
+	assert.ErrorContains(t, err, `table "c" ranked rows does not match its checksum`)
+	_, err = ReadRemap(bytes.NewReader(data), int64(len(data)), 10)
+	assert.ErrorIs(t, err, errs.ErrCapacity)
+	old := bytes.Clone(data)
+	copy(old, "RGREMAP1")
+	_, err = ReadRemap(bytes.NewReader(old), int64(len(old)), 0)
+	assert.ErrorContains(t, err, "re-run the planner")
+}
+
+func TestLoadNamesTheFile(t *testing.T) {
+	_, data := smallPlanFile(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plan.json")
+	data[10] ^= 4
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	_, err := LoadPlan(dir)
+	assert.ErrorIs(t, err, errs.ErrIO)
+	assert.ErrorContains(t, err, path+": plan: ")
+	_, rdata := smallRemapFile(t)
+	rpath := filepath.Join(dir, "remap.bin")
+	require.NoError(t, os.WriteFile(rpath, rdata[:len(rdata)-3], 0o644))
+	_, err = LoadRemap(rpath, 0)
+	assert.ErrorIs(t, err, errs.ErrIO)
+	assert.ErrorContains(t, err, rpath+": remap: truncated file (checksum of table \"c\" ranked rows)")
+}
+
+func FuzzParsePlanFile(f *testing.F) {
+	_, data := smallPlanFile(f)
+	f.Add(data)
+	f.Add(data[:len(data)/2])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParsePlanFile(data)
+		if err != nil {
+			if !errors.Is(err, errs.ErrIO) && !errors.Is(err, errs.ErrInvalid) && !errors.Is(err, errs.ErrCapacity) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			return
+		}
+		for i, a := range p.Assign {
+			if a.GPU < 0 || a.GPU >= p.Topology.NumGPUs() || a.Hot < 0 || a.Hot > p.Tables[i].Rows {
+				t.Fatalf("accepted an out-of-range assignment %+v", a)
+			}
+		}
+	})
+}
+
+var snakeCase = regexp.MustCompile(`^[a-z][a-z0-9]*(_[a-z0-9]+)*$`)
+
+// Every JSON contract between Go and Python (and every file format) names its fields in snake_case.
+func TestJSONContractsAreSnakeCase(t *testing.T) {
+	for _, v := range []any{Config{}, Plan{}, TablePlan{}, SolverInfo{}, SyntheticSpec{}, cost.Topology{}, cost.Eval{},
+		cost.Option{}, cost.Assignment{}, profile.Profile{}, profile.Table{}, profile.Point{}, gpuinfo.GPU{}} {
+		typ := reflect.TypeOf(v)
+		for i := 0; i < typ.NumField(); i++ {
+			f := typ.Field(i)
+			if !f.IsExported() {
+				continue
+			}
+			tag, ok := f.Tag.Lookup("json")
+			require.True(t, ok, "%s.%s has no json tag", typ.Name(), f.Name)
+			name := regexp.MustCompile(`,.*`).ReplaceAllString(tag, "")
+			if name == "-" {
+				continue
+			}
+			assert.Regexp(t, snakeCase, name, "%s.%s", typ.Name(), f.Name)
+		}
+	}
+	var spec map[string]any
+	data, err := json.Marshal(SyntheticSpec{Tables: 1})
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &spec))
+	assert.Contains(t, spec, "elem_bytes")
+}

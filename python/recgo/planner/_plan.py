@@ -1,0 +1,210 @@
+"""Plans: solve a placement in Go (interruptible with Ctrl-C), price outside ones, save and load plan files."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .. import _lib
+from ..errors import InvalidInputError, NotFoundError
+from ._json import bytes_arg
+from ._profile import Profile
+from ._remap import Remap
+from ._topology import Topology
+
+#: Strategies :func:`plan` accepts, the paper's whole-table baselines first.
+STRATEGIES = ("greedy_size", "greedy_lookups", "greedy_size_lookups", "row_greedy", "milp")
+#: Cost models, from the CDF alone to the full model (the paper's ablation).
+COST_MODELS = ("cdf", "cdf+coverage", "cdf+coverage+pooling", "full")
+
+#: Seconds of each wait for the Go planner: Ctrl-C is seen between waits.
+_WAIT_SLICE = 0.1
+
+
+class Plan:
+    """A placement of every table: its GPU rank and hot-row count, with predicted costs."""
+
+    def __init__(self, handle: _lib.Handle, profile: Profile | None = None) -> None:
+        self._h = handle
+        self._profile = profile
+        self._doc: dict[str, Any] = _lib.call_json("recgo_plan_json", handle.value)
+
+    @property
+    def handle(self) -> _lib.Handle:
+        """The Go plan's handle."""
+        return self._h
+
+    @property
+    def strategy(self) -> str:
+        """The strategy that made the plan (or "torchrec"/"external" for priced outside plans)."""
+        return self._doc["strategy"]
+
+    @property
+    def tables(self) -> list[dict[str, Any]]:
+        """Per table: name, rank, node, rows, hot_rows, hot/cold bytes, hbm_access_share, predicted_seconds."""
+        return self._doc["tables"]
+
+    @property
+    def predicted(self) -> dict[str, Any]:
+        """The full model's figures: gpu_seconds, max_seconds, spread, hbm_access_share, uvm_row_share, ..."""
+        return self._doc["predicted"]
+
+    @property
+    def solver(self) -> dict[str, Any] | None:
+        """MILP status, gap, dual bound, proof ("highs" or "bound") and warm start (None for heuristics)."""
+        return self._doc.get("solver")
+
+    @property
+    def warning(self) -> str:
+        """Why the MILP fell back to the row-level greedy ("" when it did not)."""
+        return self._doc.get("warning", "")
+
+    @property
+    def topology(self) -> Topology:
+        """The topology the plan is for."""
+        return Topology.from_dict(self._doc["topology"])
+
+    @property
+    def solve_seconds(self) -> float:
+        """Wall time of the whole planning call (model build and solve)."""
+        return float(self._doc["solve_seconds"])
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan.json document."""
+        return self._doc
+
+    def table(self, name: str) -> dict[str, Any]:
+        """One table's placement; raises NotFoundError."""
+        for t in self.tables:
+            if t["name"] == name:
+                return t
+        raise NotFoundError(f"plan: no table {name!r}")
+
+    def summary(self) -> dict[str, float]:
+        """Headline figures: slowest GPU (ms), spread, HBM access share, UVM row share, solve s, gap."""
+        p = self.predicted
+        out = {"max_ms": p["max_seconds"] * 1e3, "spread": p["spread"], "hbm_access_share": p["hbm_access_share"],
+               "uvm_row_share": p["uvm_row_share"], "solve_seconds": self.solve_seconds}
+        if self.solver:
+            out["mip_gap"] = self.solver["mip_gap"]
+        return out
+
+    def save(self, directory: str | os.PathLike[str], plots: bool = True) -> Path:
+        """Write plan.json (with its checksum), report.md, remap.bin (when the profile has ranked rows)
+        and PNG plots. With ``plots`` a missing matplotlib fails before anything is written."""
+        from ._plots import plot_cdfs, plot_gpu_costs, require_matplotlib
+
+        if plots:
+            require_matplotlib()
+        d = Path(directory)
+        f = _lib.fn("recgo_plan_save", [_lib.H, _lib.H, _lib.S])
+        _lib.call(f, self._h.value, self._profile.handle.value if self._profile else 0, str(d).encode())
+        if plots:
+            plot_gpu_costs({self.strategy: self}, d / "gpu_costs.png")
+            if self._profile is not None:
+                plot_cdfs(self._profile, d / "cdfs.png")
+        return d
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> "Plan":
+        """Read and verify a plan.json (or a directory holding one); a corrupted or truncated file
+        raises RecgoIOError naming the file and the part that does not match."""
+        return Plan(_lib.new_handle("recgo_plan_load", [_lib.S], os.fsencode(path)))
+
+    def remap(self, profile: Profile | None = None) -> Remap:
+        """The hot-rows-first remap (needs a profile counted from data, not a synthetic one)."""
+        prof = profile or self._profile
+        if prof is None:
+            raise InvalidInputError("remap: this plan has no profile; pass the one it was made from")
+        return Remap(_lib.new_handle("recgo_remap_new", [_lib.H, _lib.H], self._h.value, prof.handle.value))
+
+    def plot(self, path: str | os.PathLike[str]) -> None:
+        """Bar chart of the predicted per-GPU time."""
+        from ._plots import plot_gpu_costs
+
+        plot_gpu_costs({self.strategy: self}, path)
+
+    def __repr__(self) -> str:
+        s = self.summary()
+        return (f"Plan({self.strategy}: slowest GPU {s['max_ms']:.4f} ms, {100 * s['hbm_access_share']:.2f}% "
+                f"lookups in HBM, {100 * s['uvm_row_share']:.1f}% rows in UVM)")
+
+
+def _config(topology: Topology, strategy: str, cost_model: str, tables: Sequence[str] | None,
+            time_limit: float | None, mip_rel_gap: float, threads: int, symmetry: bool,
+            warm_start: bool = True, memory_limit: int | None = None) -> tuple[ctypes.Array, int]:
+    if strategy not in STRATEGIES and strategy != "external" and not strategy.startswith("torchrec"):
+        raise InvalidInputError(f"strategy {strategy!r}: expected one of {STRATEGIES}")
+    if cost_model not in COST_MODELS:
+        raise InvalidInputError(f"cost_model {cost_model!r}: expected one of {COST_MODELS}")
+    if isinstance(tables, str):
+        raise InvalidInputError(f"tables: expected a list of table names, got the string {tables!r}")
+    cfg = {"topology": topology.to_dict(), "strategy": strategy, "cost_model": cost_model,
+           "tables": list(tables) if tables is not None else None, "time_limit": time_limit,
+           "mip_rel_gap": mip_rel_gap, "threads": threads, "symmetry": symmetry, "warm_start": warm_start,
+           "memory_limit": memory_limit or 0}
+    return bytes_arg(cfg, "planner config")
+
+
+def _wait(job: _lib.Handle) -> _lib.Handle:
+    """Wait for a plan job in short slices (so Ctrl-C reaches Python between them)."""
+    f = _lib.fn("recgo_plan_wait", [_lib.H, _lib.D, ctypes.POINTER(_lib.I32), ctypes.POINTER(_lib.H)])
+    done, out = _lib.I32(0), _lib.H(0)
+    while True:
+        _lib.call(f, job.value, _WAIT_SLICE, ctypes.byref(done), ctypes.byref(out))
+        if done.value:
+            return _lib.Handle(out.value)
+
+
+def plan(profile: Profile, topology: Topology | None = None, strategy: str = "milp", *,
+         cost_model: str = "full", tables: Sequence[str] | None = None, time_limit: float | None = 60.0,
+         mip_rel_gap: float = 0.01, threads: int = 0, symmetry: bool = True, warm_start: bool = True,
+         memory_limit: int | None = None) -> Plan:
+    """Place the profiled tables on ``topology`` (default: RecShard's 2 × 8 GPUs with 24 GB each)
+    with ``strategy`` (default: the MILP).
+
+    ``time_limit`` (seconds, > 0; ``None`` for no limit) bounds the whole call, model building
+    included. The MILP is warm-started from the row-level greedy and stops at the time limit, or
+    when its incumbent is within ``mip_rel_gap`` of the best bound (HiGHS's, or the planner's own,
+    which settles the case where everything fits in HBM without a MILP), returning its incumbent
+    with gap and bound. Ctrl-C interrupts the solve within a fraction of a second and returns the
+    incumbent (``plan.solver["status"] == "interrupted"``, with a RuntimeWarning). If HiGHS fails
+    the plan falls back to the row-level greedy and says so in :attr:`Plan.warning`
+    (``warm_start=False`` solves cold, to measure what the start is worth).
+
+    ``memory_limit`` (bytes; default 8 GiB) caps the model the planner may build. Raises
+    CapacityError (naming the size) when the tables cannot fit or the model would pass the limit,
+    NotFoundError for tables missing from the profile, InvalidInputError for an empty or repeated
+    table list, a non-positive time limit or a NaN/infinite argument.
+    """
+    buf, n = _config(topology or Topology(), strategy, cost_model, tables, time_limit, mip_rel_gap, threads,
+                     symmetry, warm_start, memory_limit)
+    job = _lib.new_handle("recgo_plan_start", [_lib.H, _lib.P, _lib.I64], profile.handle.value, buf, n)
+    try:
+        try:
+            return Plan(_wait(job), profile)
+        except KeyboardInterrupt:
+            _lib.call(_lib.fn("recgo_plan_cancel", [_lib.H]), job.value)
+            p = Plan(_wait(job), profile)
+            warnings.warn("plan: interrupted (Ctrl-C); returning the best placement found so far "
+                          f"(status {p.solver['status'] if p.solver else 'heuristic'})", RuntimeWarning, stacklevel=2)
+            return p
+    finally:
+        job.free()
+
+
+def evaluate(profile: Profile, topology: Topology, placement: Mapping[str, tuple[int, int]],
+             name: str = "external") -> Plan:
+    """Price an outside placement ``{table: (rank, hot_rows)}`` with recgo's full cost model."""
+    names = list(placement)
+    buf, n = _config(topology, name, "full", names, None, 0, 0, True)
+    gpus = torch.tensor([int(placement[k][0]) for k in names], dtype=torch.int64)
+    hots = torch.tensor([int(placement[k][1]) for k in names], dtype=torch.int64)
+    h = _lib.new_handle("recgo_plan_evaluate", [_lib.H, _lib.P, _lib.I64, _lib.P, _lib.P, _lib.I64],
+                        profile.handle.value, buf, n, gpus.data_ptr(), hots.data_ptr(), len(names))
+    return Plan(h, profile)

@@ -1,0 +1,221 @@
+"""Access profiles of a data sample: counted in Go from KJT batches, or synthetic."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import torch
+
+from .. import _lib
+from ..errors import InvalidInputError, NotFoundError, RecgoIOError
+from ..sparse import KeyedJaggedTensor, as_kjt
+from ._json import bytes_arg
+
+#: A table whose profile rests on fewer sampled lookups than this draws a warning.
+MIN_LOOKUPS = 1000
+
+
+class ThinProfileWarning(UserWarning):
+    """A table's profile rests on too few sampled lookups to trust its access CDF."""
+
+
+class Profile:
+    """Per-table access profile of a data sample (held in Go; see :func:`profile`)."""
+
+    def __init__(self, handle: _lib.Handle, sampled: tuple[int, int] | None = None) -> None:
+        self._h = handle
+        self._summary: dict[str, Any] | None = None
+        self._sampled = sampled
+
+    @property
+    def handle(self) -> _lib.Handle:
+        """The Go profile's handle."""
+        return self._h
+
+    @property
+    def sampled(self) -> tuple[int, int] | None:
+        """(rows offered, rows kept by sampling) when the profile was counted here, else None."""
+        return self._sampled
+
+    def to_dict(self, ranked: bool = False) -> dict[str, Any]:
+        """The profile as JSON data (``ranked`` includes the base64 ranked rows)."""
+        if not ranked and self._summary is not None:
+            return self._summary
+        d = _lib.call_json("recgo_profile_json", self._h.value, 1 if ranked else 0)
+        if not ranked:
+            self._summary = d
+        return d
+
+    @property
+    def tables(self) -> list[dict[str, Any]]:
+        """Per-table facts: name, rows, dim, samples, lookups, coverage, pooling, touched, cdf, ..."""
+        return self.to_dict()["tables"]
+
+    def table(self, name: str) -> dict[str, Any]:
+        """One table's facts; raises NotFoundError."""
+        for t in self.tables:
+            if t["name"] == name:
+                return t
+        raise NotFoundError(f"profile: no table {name!r}")
+
+    def thin_tables(self, min_lookups: int = MIN_LOOKUPS) -> dict[str, int]:
+        """Tables whose profile rests on fewer than ``min_lookups`` sampled lookups: ``{name: lookups}``.
+
+        A synthetic profile (built analytically, ``lookups`` 0 everywhere) has none."""
+        tabs = self.tables
+        if all(t.get("lookups", 0) == 0 for t in tabs):
+            return {}
+        return {t["name"]: int(t["lookups"]) for t in tabs if t["lookups"] < min_lookups}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the profile (with ranked rows) as JSON; RecgoIOError when the file cannot be written."""
+        try:
+            Path(path).write_text(json.dumps(self.to_dict(ranked=True)))
+        except OSError as exc:
+            raise RecgoIOError(f"profile: cannot write {path}: {exc.strerror or exc}") from exc
+
+    @staticmethod
+    def load(path: str | os.PathLike[str]) -> "Profile":
+        """Read a profile written by :meth:`save` (or by ``python -m recgo profile``)."""
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise RecgoIOError(f"profile: {exc}") from exc
+        buf = ctypes.create_string_buffer(data, len(data))
+        return Profile(_lib.new_handle("recgo_profile_parse", [_lib.P, _lib.I64], buf, len(data)))
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "Profile":
+        """Build from JSON data (the format of :meth:`to_dict`)."""
+        buf, n = bytes_arg(d, "profile")
+        return Profile(_lib.new_handle("recgo_profile_parse", [_lib.P, _lib.I64], buf, n))
+
+    @staticmethod
+    def synthetic(spec: Mapping[str, Any]) -> "Profile":
+        """A synthetic RecShard-style profile from a Go ``planner.SyntheticSpec`` (snake_case fields:
+        tables, dim, elem_bytes, total_bytes, min_rows, max_rows, alphas, coverages, poolings,
+        touched_min, steps, seed)."""
+        buf, n = bytes_arg(spec, "synthetic spec")
+        return Profile(_lib.new_handle("recgo_profile_synthetic", [_lib.P, _lib.I64], buf, n))
+
+    def __repr__(self) -> str:
+        return f"Profile({len(self.tables)} tables)"
+
+
+@dataclass
+class TableSpec:
+    """A table to profile: its name, row count, dim and bytes per element."""
+
+    name: str
+    rows: int
+    dim: int = 64
+    elem_bytes: int = 4
+
+
+class Profiler:
+    """Counts table accesses from KJT batches (recgo's or TorchRec's) in Go, one call per batch.
+
+    ``feature_to_table`` maps KJT keys to table names (default: a key feeds the table of the same
+    name); keys mapping to no profiled table are skipped.
+    """
+
+    def __init__(self, tables: Sequence[TableSpec | Any], sample_rate: float = 0.01, seed: int = 0,
+                 steps: int = 16, feature_to_table: Mapping[str, str] | None = None) -> None:
+        specs = [_spec(t) for t in tables]
+        buf, n = bytes_arg([asdict(s) for s in specs], "profiler tables")
+        self._h = _lib.new_handle("recgo_profiler_new", [_lib.P, _lib.I64, _lib.D, _lib.U64, _lib.I64],
+                                  buf, n, float(sample_rate), int(seed), int(steps))
+        self._index = {s.name: i for i, s in enumerate(specs)}
+        self._f2t = dict(feature_to_table or {})
+        self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
+
+    def _tables_for(self, keys: list[str]) -> torch.Tensor:
+        k = tuple(keys)
+        t = self._key_cache.get(k)
+        if t is None:
+            t = torch.tensor([self._index.get(self._f2t.get(key, key), -1) for key in keys], dtype=torch.int64)
+            self._key_cache[k] = t
+        return t
+
+    def add(self, batch: Any) -> None:
+        """Count one batch: a KeyedJaggedTensor, or ``{table: ids}`` with one ID per sample."""
+        if isinstance(batch, Mapping):
+            names = list(batch)
+            ids = [torch.as_tensor(batch[n], dtype=torch.int64).reshape(-1) for n in names]
+            sizes = {x.numel() for x in ids}
+            if len(sizes) > 1:
+                raise InvalidInputError(f"per-table id arrays differ in length: {sorted(sizes)}")
+            b = sizes.pop() if sizes else 0
+            kjt = KeyedJaggedTensor(names, torch.cat(ids) if ids else torch.empty(0, dtype=torch.int64),
+                                    lengths=torch.ones(len(names) * b, dtype=torch.int64))
+        else:
+            kjt = as_kjt(batch)
+        keys = kjt.keys()
+        tables = self._tables_for(keys)
+        values, lengths = kjt.values(), kjt.lengths()
+        f = _lib.fn("recgo_profiler_add", [_lib.H, _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I64])
+        _lib.call(f, self._h.value, tables.data_ptr(), len(keys), kjt.stride(),
+                  lengths.data_ptr() if lengths.numel() else None, lengths.numel(),
+                  values.data_ptr() if values.numel() else None, values.numel())
+
+    def samples(self) -> tuple[int, int]:
+        """(samples offered, samples kept by sampling)."""
+        out = torch.zeros(2, dtype=torch.int64)
+        _lib.call(_lib.fn("recgo_profiler_samples", [_lib.H, _lib.P]), self._h.value, out.data_ptr())
+        return int(out[0]), int(out[1])
+
+    def profile(self) -> Profile:
+        """Freeze the counts into a :class:`Profile` (raises InvalidInputError when nothing was kept)."""
+        return Profile(_lib.new_handle("recgo_profiler_profile", [_lib.H], self._h.value), self.samples())
+
+
+def _spec(t: Any) -> TableSpec:
+    if isinstance(t, TableSpec):
+        return t
+    if hasattr(t, "num_embeddings") and hasattr(t, "embedding_dim"):  # recgo/TorchRec EmbeddingBagConfig
+        return TableSpec(str(t.name), int(t.num_embeddings), int(t.embedding_dim), 4)
+    if isinstance(t, Mapping):
+        return TableSpec(**t)
+    raise InvalidInputError(f"tables: expected TableSpec, EmbeddingBagConfig or dict, got {type(t).__name__}")
+
+
+def profile(batches: Iterable[Any], tables: Sequence[TableSpec | Any], sample_rate: float = 0.01, seed: int = 0,
+            steps: int = 16, feature_to_table: Mapping[str, str] | None = None,
+            progress: bool | float = False, min_lookups: int = MIN_LOOKUPS) -> Profile:
+    """Profile ``tables`` over ``batches`` (KJTs from any source, e.g. ``recgo.FeatureEngine``).
+
+    ``sample_rate`` keeps that share of samples (RecShard profiles ~1 %; :attr:`Profile.sampled`
+    says how many were kept). Tables whose profile rests on fewer than ``min_lookups`` sampled
+    lookups draw one :class:`ThinProfileWarning` naming them. With ``progress`` (or a number of
+    seconds between reports) a line per interval reports batches and samples per second on stderr.
+    """
+    p = Profiler(tables, sample_rate, seed, steps, feature_to_table)
+    every = 5.0 if progress is True else float(progress or 0)
+    t0 = last = time.perf_counter()
+    nb = 0
+    for batch in batches:
+        p.add(batch)
+        nb += 1
+        now = time.perf_counter()
+        if every and now - last >= every:
+            offered, kept = p.samples()
+            print(f"[recgo profile] {nb} batches, {offered} samples ({offered / (now - t0):,.0f}/s), {kept} kept",
+                  file=sys.stderr, flush=True)
+            last = now
+    prof = p.profile()
+    thin = prof.thin_tables(min_lookups)
+    if thin:
+        offered, kept = prof.sampled or (0, 0)
+        shown = ", ".join(f"{k} ({v})" for k, v in list(thin.items())[:8]) + (", ..." if len(thin) > 8 else "")
+        warnings.warn(f"profile: {len(thin)} of {len(prof.tables)} tables rest on fewer than {min_lookups} sampled "
+                      f"lookups: {shown}; {kept} of {offered} rows were kept at sample rate {sample_rate:g}: raise "
+                      "the sample rate or profile more data", ThinProfileWarning, stacklevel=2)
+    return prof

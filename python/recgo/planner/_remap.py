@@ -1,0 +1,69 @@
+"""The hot-rows-first renumbering of a plan's tables, applied to IDs in Go."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import torch
+
+from .. import _lib
+from ..errors import NotFoundError
+from ..sparse import KeyedJaggedTensor, as_kjt
+
+
+class Remap:
+    """Per-table renumbering with the hot rows first; apply it to incoming IDs in the data loader."""
+
+    def __init__(self, handle: _lib.Handle) -> None:
+        self._h = handle
+        self._tables: list[dict[str, Any]] = _lib.call_json("recgo_remap_tables", handle.value)
+        self._index = {t["name"]: i for i, t in enumerate(self._tables)}
+
+    @staticmethod
+    def load(path: str | os.PathLike[str], memory_limit: int | None = None) -> "Remap":
+        """Read and verify a remap.bin written with a plan: a corrupted or truncated file raises
+        RecgoIOError naming the file and the part; one whose rows would take more than
+        ``memory_limit`` bytes (default 8 GiB) raises CapacityError before they are read."""
+        return Remap(_lib.new_handle("recgo_remap_load", [_lib.S, _lib.I64], os.fsencode(path),
+                                     int(memory_limit or 0)))
+
+    @property
+    def tables(self) -> list[dict[str, Any]]:
+        """Per table: name, rows, hot (rows in HBM, new IDs below it), ranked (profiled rows)."""
+        return self._tables
+
+    def hot_rows(self, table: str) -> int:
+        """Rows of ``table`` in HBM: new IDs below this are hot."""
+        return int(self._tables[self._position(table)]["hot"])
+
+    def _position(self, table: str) -> int:
+        try:
+            return self._index[table]
+        except KeyError:
+            raise NotFoundError(f"remap: no table {table!r} in the plan") from None
+
+    def apply(self, table: str, ids: torch.Tensor) -> torch.Tensor:
+        """New IDs of ``ids`` (int64) in ``table``; out-of-range IDs raise InvalidInputError."""
+        from ..tensors import check_tensor
+
+        ids = check_tensor(ids, "ids", (torch.int64, torch.int32), convert_to=torch.int64)
+        flat = ids.reshape(-1)
+        out = torch.empty_like(flat)
+        f = _lib.fn("recgo_remap_apply", [_lib.H, _lib.I64, _lib.P, _lib.I64, _lib.P])
+        _lib.call(f, self._h.value, self._position(table), flat.data_ptr() if flat.numel() else None, flat.numel(),
+                  out.data_ptr() if out.numel() else None)
+        return out.reshape(ids.shape)
+
+    def apply_kjt(self, features: Any, feature_to_table: Mapping[str, str] | None = None) -> KeyedJaggedTensor:
+        """Remap a whole KJT in one Go call; keys of no planned table pass through unchanged."""
+        kjt = as_kjt(features)
+        f2t = feature_to_table or {}
+        tables = torch.tensor([self._index.get(f2t.get(k, k), -1) for k in kjt.keys()], dtype=torch.int64)
+        values, lengths = kjt.values(), kjt.lengths()
+        out = torch.empty_like(values)
+        f = _lib.fn("recgo_remap_apply_kjt", [_lib.H, _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.I64, _lib.P])
+        _lib.call(f, self._h.value, tables.data_ptr() if tables.numel() else None, len(kjt.keys()), kjt.stride(),
+                  lengths.data_ptr() if lengths.numel() else None, values.data_ptr() if values.numel() else None,
+                  values.numel(), out.data_ptr() if out.numel() else None)
+        return KeyedJaggedTensor(kjt.keys(), out, kjt.weights_or_none(), lengths=lengths)

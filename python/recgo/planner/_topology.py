@@ -1,0 +1,83 @@
+"""The cluster a plan is for, and this machine's GPUs."""
+
+from __future__ import annotations
+
+from .. import _lib
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import torch
+
+from ..errors import NotFoundError
+
+GB = 1e9
+
+
+@dataclass
+class Topology:
+    """The cluster a plan is for. Budgets in bytes, bandwidths in bytes per second.
+
+    ``hbm_bytes`` is each GPU's HBM budget for embeddings, ``host_bytes`` each node's host-memory
+    budget for the rows reached over UVM; ``batch_size`` is the global batch. The defaults are
+    RecShard's evaluation cluster: 2 nodes × 8 GPUs with 24 GB HBM each.
+    """
+
+    nodes: int = 2
+    gpus_per_node: int = 8
+    hbm_bytes: int = int(24 * GB)
+    host_bytes: int = int(1500 * GB)
+    hbm_bandwidth: float = 850 * GB
+    uvm_bandwidth: float = 22 * GB
+    batch_size: int = 16384
+
+    @property
+    def num_gpus(self) -> int:
+        """Nodes × GPUs per node."""
+        return self.nodes * self.gpus_per_node
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form the Go planner reads."""
+        return asdict(self)
+
+    def is_default(self) -> bool:
+        """Whether every field has its default (RecShard's cluster, not necessarily yours)."""
+        return self == Topology()
+
+    def describe(self) -> str:
+        """One line: nodes × GPUs, HBM per GPU, host memory per node, bandwidths, batch."""
+        return (f"{self.nodes} node(s) × {self.gpus_per_node} GPU(s), {self.hbm_bytes / GB:g} GB HBM per GPU, "
+                f"{self.host_bytes / GB:g} GB host per node, HBM {self.hbm_bandwidth / GB:g} GB/s, "
+                f"UVM {self.uvm_bandwidth / GB:g} GB/s, batch {self.batch_size}")
+
+    @staticmethod
+    def local(hbm_share: float = 0.8, **overrides: Any) -> "Topology":
+        """This machine's GPUs (count and memory from NVML, loaded at run time by librecgo.so, else
+        torch.cuda), one node, ``hbm_share`` of the smallest GPU's memory as the embedding budget,
+        and RecShard defaults for the rest. Without a GPU the defaults stand; ``overrides`` set any
+        field explicitly."""
+        facts: dict[str, Any] = {}
+        try:
+            gpus = local_gpus()
+        except NotFoundError:
+            gpus = []
+            if torch.cuda.is_available():
+                gpus = [{"name": torch.cuda.get_device_name(i),
+                         "memory_bytes": torch.cuda.get_device_properties(i).total_memory}
+                        for i in range(torch.cuda.device_count())]
+        if gpus:
+            facts = {"nodes": 1, "gpus_per_node": len(gpus),
+                     "hbm_bytes": int(min(g["memory_bytes"] for g in gpus) * hbm_share)}
+        facts.update(overrides)
+        return Topology(**facts)
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Topology":
+        """From the JSON form (unknown keys are ignored)."""
+        names = {f.name for f in fields(Topology)}
+        return Topology(**{k: v for k, v in d.items() if k in names})
+
+
+def local_gpus() -> list[dict[str, Any]]:
+    """The local GPUs as ``[{"name", "memory_bytes"}]`` via NVML; NotFoundError without a driver."""
+    return _lib.call_json("recgo_gpu_info")

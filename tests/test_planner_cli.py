@@ -1,0 +1,130 @@
+"""The planner CLI as a user meets it: what it says about sampling and defaults, one-line errors
+(rc 2) for unwritable outputs and missing extras before any long work, readable outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT / "python")}
+
+
+def _run(*args: str, code: str | None = None) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", code, *args] if code else [sys.executable, "-m", "recgo", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=ENV, timeout=300)
+
+
+def _criteo_like(path: Path, rows: int) -> None:
+    """A Criteo-format TSV (label, 13 integers, 26 hex categoricals) with skewed values."""
+    rng = random.Random(0)
+    with path.open("w") as fh:
+        for _ in range(rows):
+            cats = [f"{int(rng.paretovariate(1.2)) % 500:08x}" if rng.random() < 0.9 else "" for _ in range(26)]
+            fh.write("\t".join(["1"] + [str(rng.randint(0, 9)) for _ in range(13)] + cats) + "\n")
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    d = tmp_path_factory.mktemp("cli")
+    _criteo_like(d / "train.txt", 2000)
+    r = _run("profile", "--criteo", str(d / "train.txt"), "--rows", "1000", "--sample-rate", "0.05",
+             "--out", str(d / "p.json"))
+    return r, d
+
+
+def test_profile_says_how_many_rows_it_sampled_and_warns_when_thin(profiled) -> None:
+    r, d = profiled
+    assert r.returncode == 0, r.stderr
+    line = next(x for x in r.stdout.splitlines() if x.startswith("sampled "))
+    kept = int(line.split()[1].replace(",", ""))
+    assert line.startswith(f"sampled {kept:,} of 2,000 rows (5 % sample rate)") and 50 < kept < 150
+    assert "warning: profile: 26 of 26 tables rest on fewer than 1000 sampled lookups" in r.stderr
+    assert "raise the sample rate" in r.stderr
+    assert json.loads((d / "p.json").read_text())["tables"][0]["samples"] == kept
+
+
+def test_plan_prints_the_default_topology_and_report_ends_with_next_steps(profiled) -> None:
+    _, d = profiled
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(d / "plan"), "--no-plots", "--time-limit", "20")
+    assert r.returncode == 0, r.stderr
+    top = r.stdout.splitlines()[0]
+    assert top.startswith("topology: 2 node(s) × 8 GPU(s), 24 GB HBM per GPU, 1500 GB host per node")
+    assert "[defaults: --nodes, --gpus-per-node, --hbm-gb" in top and "set them for your cluster" in top
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(d / "plan2"), "--no-plots", "--nodes", "1",
+             "--gpus-per-node", "2", "--hbm-gb", "1", "--host-gb", "10", "--hbm-bw-gbs", "900", "--uvm-bw-gbs", "20",
+             "--batch-size", "512")
+    assert r.returncode == 0, r.stderr
+    assert "defaults" not in r.stdout.splitlines()[0]
+    report = (d / "plan2" / "report.md").read_text()
+    assert report.rstrip().splitlines()[-1].startswith("- ") and "## Next steps" in report
+    assert report.index("## Next steps") > report.index("## Tables")
+
+
+def test_unwritable_out_is_a_one_line_error_before_any_work(profiled, tmp_path: Path) -> None:
+    _, d = profiled
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(blocker / "plan"), "--no-plots")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "RecgoIOError: --out" in r.stderr
+    assert "topology:" not in r.stdout  # refused before loading or solving
+    r = _run("profile", "--synthetic", "rm1", "--tables", "4", "--out", str(tmp_path / "missing" / "p.json"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "RecgoIOError: --out" in r.stderr
+
+
+_HIDDEN = """
+import sys
+sys.modules["matplotlib"] = None  # as if recgo[plots] were not installed
+from recgo.__main__ import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_missing_matplotlib_names_the_extra_before_solving(profiled, tmp_path: Path) -> None:
+    _, d = profiled
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(tmp_path / "plan"), code=_HIDDEN)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.strip() == ("error: MissingExtraError: plotting a plan (pass --no-plots / plots=False to skip) "
+                                "needs matplotlib, which is not installed: pip install 'recgo[plots]'")
+    assert "topology:" not in r.stdout and not (tmp_path / "plan" / "plan.json").exists()
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(tmp_path / "plan"), "--no-plots", code=_HIDDEN)
+    assert r.returncode == 0, r.stderr  # without plots matplotlib is not needed
+
+
+def test_gpu_costs_plot_is_linear_with_the_legend_outside(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    from matplotlib import pyplot as plt
+
+    from recgo import planner as P
+    from recgo.planner import _plots
+    from recgo.planner.synthetic import PAPER_DEFAULTS, rm_profile
+
+    prof = rm_profile("rm1", PAPER_DEFAULTS, tables=40, size_scale=40 / 397)
+    topo = P.Topology(hbm_bytes=int(24e9 * 40 / 397), host_bytes=int(1500e9 * 40 / 397))
+    plans = {s: P.plan(prof, topo, s, time_limit=5) for s in ("greedy_size", "row_greedy", "milp")}
+    figs = []
+    real = plt.subplots
+
+    def spy(*a, **k):
+        figs.append(real(*a, **k))
+        return figs[-1]
+
+    plt.subplots = spy
+    try:
+        _plots.plot_gpu_costs(plans, tmp_path / "g.png")
+    finally:
+        plt.subplots = real
+    fig, ax = figs[0]
+    assert ax.get_yscale() == "linear" and ax.get_ylim()[0] == 0
+    fig.canvas.draw()
+    legend = ax.get_legend().get_window_extent()
+    axes = ax.get_window_extent()
+    assert legend.x0 >= axes.x1  # beside the bars, never over them
+    assert (tmp_path / "g.png").stat().st_size > 0
