@@ -102,7 +102,7 @@ def test_a_wrong_call_site_declaration_raises() -> None:
     with pytest.raises(AbiError, match="is void\\*"):
         _lib.check_argtypes("recgo_ebc_context_counts", [H, ctypes.c_char_p, I64])
     with pytest.raises(AbiError, match="is char\\*"):
-        _lib.check_argtypes("recgo_remap_load", [P, ctypes.POINTER(H)])
+        _lib.check_argtypes("recgo_remap_load", [P, I64, ctypes.POINTER(H)])
     # Through fn(): the old form is checked before the export is touched.
     with pytest.raises(AbiError):
         _lib.fn("recgo_free", [I32])

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -554,14 +553,13 @@ func TestGeneratedFilesMatchSerial(t *testing.T) {
 
 // remapOf builds a planner remap of one table (ranked rows hottest first) through its file format.
 func remapOf(t *testing.T, name string, rows int64, ranked []int64) *planner.Remap {
-	var buf bytes.Buffer
-	buf.WriteString("RGREMAP1")
-	require.NoError(t, binary.Write(&buf, binary.LittleEndian, uint32(1)))
-	require.NoError(t, binary.Write(&buf, binary.LittleEndian, uint32(len(name))))
-	buf.WriteString(name)
-	require.NoError(t, binary.Write(&buf, binary.LittleEndian, []int64{rows, int64(len(ranked)), int64(len(ranked))}))
-	require.NoError(t, binary.Write(&buf, binary.LittleEndian, ranked))
-	r, err := planner.ReadRemap(&buf)
+	path := filepath.Join(t.TempDir(), "remap.bin")
+	src := &planner.Remap{Tables: []planner.RemapTable{{Name: name, Rows: rows, Hot: int64(len(ranked)), Ranked: ranked}}}
+	require.NoError(t, src.Save(path))
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	r, err := planner.ReadRemap(f, -1, 0)
 	require.NoError(t, err)
 	return r
 }
