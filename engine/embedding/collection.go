@@ -111,6 +111,9 @@ type Batch struct {
 	Values     []int64   // all IDs, key-major
 	Lengths    []int64   // F·B; entry k·B+b is sample b of key k
 	Weights    []float32 // per-ID weights, or nil
+	// Dedup, when set, is the batch's per-table dedup prepared by the input pipeline (checked
+	// against the batch, then used instead of deduplicating again).
+	Dedup *PreparedDedup
 }
 
 // ValidateBatch checks a batch's structure against a collection with numFeatures features and

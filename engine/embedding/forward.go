@@ -314,15 +314,26 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
+	prepared, err := c.usePrepared(ti, b, B, featKey, offsets, tc)
+	if err != nil {
+		return err
+	}
 	if dense && t.rows <= denseDedupMaxRows {
 		// ID i is row i: the pass that deduplicates also range-checks.
-		if err := t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed); err != nil {
+		if prepared {
+			err = fixed.checkAll(tc.uniq)
+		} else {
+			err = t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed)
+		}
+		if err != nil {
 			return err
 		}
 		tc.rows = append(tc.rows[:0], tc.uniq...)
 		return nil
 	}
-	dedupMap(c.features[ti], b, B, featKey, offsets, tc)
+	if !prepared {
+		dedupMap(c.features[ti], b, B, featKey, offsets, tc)
+	}
 	tc.rows = resize(tc.rows, len(tc.uniq))
 	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)

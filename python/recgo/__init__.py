@@ -26,11 +26,14 @@ from .dynamic import DynamicConfig
 from . import planner
 from . import feature
 from .feature import Feature, FeatureEngine, load_features
+from . import data
+from .pipeline import DataPipeline, TrainPipeline
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CapacityError",
+    "DataPipeline",
     "DynamicConfig",
     "EmbeddingBagCollection",
     "EmbeddingBagConfig",
@@ -46,6 +49,8 @@ __all__ = [
     "RecgoError",
     "RecgoIOError",
     "SolverError",
+    "TrainPipeline",
+    "data",
     "dynamic",
     "feature",
     "library_version",

@@ -27,6 +27,7 @@ from torch import nn
 
 from .. import _lib
 from .._lib import D, H, I32, I64, P, S
+from ..data import _prepared
 from ..errors import InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -288,8 +289,14 @@ class EmbeddingBagCollection(nn.Module):
 
     def _forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                  weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> _lib.Handle | None:
-        f = _lib.fn("recgo_ebc_forward", [H, P, I64, P, I64, P, I64, P, I64, P, I64, I32, I32, ctypes.POINTER(H)])
         ctx = H(0)
+        prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
+        if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
+            f = _lib.fn("recgo_ebc_forward_prepared", [H, H, P, I64, P, I64, P, I64, P, I64, I32, I32, ctypes.POINTER(H)])
+            _lib.call(f, self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
+                      ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(self.training), int(keep), ctypes.byref(ctx))
+            return _lib.Handle(ctx.value) if keep else None
+        f = _lib.fn("recgo_ebc_forward", [H, P, I64, P, I64, P, I64, P, I64, P, I64, I32, I32, ctypes.POINTER(H)])
         _lib.call(f, self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                   0 if weights is None else weights.numel(), ptr(out), out.numel(), int(self.training), int(keep),

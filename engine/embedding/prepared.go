@@ -1,0 +1,117 @@
+package embedding
+
+import (
+	"slices"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// TableDedup is one table's lookups deduplicated ahead of the forward, by the input pipeline's
+// FORMAT stage: over the values of Features (in that order, each feature's values in batch order),
+// Uniq holds the distinct IDs in first-seen order and Inv, per lookup, its index into Uniq — what
+// [Collection.Forward] would compute itself.
+type TableDedup struct {
+	Table    string
+	Features []string
+	Uniq     []int64
+	Inv      []int32
+}
+
+// Deduper deduplicates ID lists in first-seen order with the collection's hash index, reusing its
+// memory across calls. It is not safe for concurrent use.
+type Deduper struct{ x idIndex }
+
+// Dedup appends the distinct IDs of ids (first-seen order) to uniq and writes each ID's index into
+// uniq to inv (len(ids)); it returns uniq.
+func (d *Deduper) Dedup(ids []int64, uniq []int64, inv []int32) []int64 {
+	x := &d.x
+	x.reset(len(ids))
+	defer x.clear()
+	base := len(uniq)
+	for p, id := range ids {
+		u, fresh := x.find(id, int32(len(uniq)-base))
+		if fresh {
+			uniq = append(uniq, id)
+			if 2*(len(uniq)-base) > len(x.slots) {
+				x.grow(uniq[base:])
+			}
+		}
+		inv[p] = u
+	}
+	x.lastDistinct = len(uniq) - base
+	return uniq
+}
+
+// PreparedDedup is a batch's dedup for every table of a collection, in table order (see
+// [Collection.MatchDedup]); a [Batch] that carries one skips the forward's own deduplication.
+type PreparedDedup struct {
+	tables []*TableDedup
+}
+
+// MatchDedup orders a pipeline's per-table dedup results by this collection's tables, checking
+// that each table's features are the same in the same order. Any table it cannot match is an error.
+func (c *Collection) MatchDedup(ds []TableDedup) (*PreparedDedup, error) {
+	p := &PreparedDedup{tables: make([]*TableDedup, len(c.Tables))}
+	for ti, t := range c.Tables {
+		var names []string
+		for _, f := range c.features[ti] {
+			names = append(names, c.Features[f].Name)
+		}
+		for i := range ds {
+			if ds[i].Table == t.Name {
+				if !slices.Equal(ds[i].Features, names) {
+					return nil, errs.Invalidf("prepared dedup: table %q has features %v here, the pipeline deduplicated %v",
+						t.Name, names, ds[i].Features)
+				}
+				p.tables[ti] = &ds[i]
+			}
+		}
+		if p.tables[ti] == nil {
+			return nil, errs.Invalidf("prepared dedup: the pipeline did not deduplicate table %q", t.Name)
+		}
+	}
+	return p, nil
+}
+
+// usePrepared fills table ti's context from the batch's prepared dedup after checking it against
+// the batch (every lookup's distinct ID equals the batch's value at that position, in first-seen
+// order); it reports false when the batch carries none.
+func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) (bool, error) {
+	if b.Dedup == nil {
+		return false, nil
+	}
+	d := b.Dedup.tables[ti]
+	if len(d.Inv) != len(tc.inv) {
+		return false, errs.Invalidf("prepared dedup: table %q has %d lookups in the batch, %d prepared", d.Table, len(tc.inv), len(d.Inv))
+	}
+	p, next := 0, int32(0)
+	for _, f := range c.features[ti] {
+		k := featKey[f]
+		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
+			u := d.Inv[p]
+			if u < 0 || u > next || int(u) >= len(d.Uniq) || d.Uniq[u] != id {
+				return false, errs.Invalidf("prepared dedup: table %q lookup %d does not match the batch (was it modified?)", d.Table, p)
+			}
+			if u == next {
+				next++
+			}
+			p++
+		}
+	}
+	if int(next) != len(d.Uniq) {
+		return false, errs.Invalidf("prepared dedup: table %q lists %d distinct IDs, the batch has %d", d.Table, len(d.Uniq), next)
+	}
+	copy(tc.inv, d.Inv)
+	tc.uniq = append(tc.uniq[:0], d.Uniq...)
+	return true, nil
+}
+
+// checkAll range-checks distinct IDs.
+func (s RangeSource) checkAll(ids []int64) error {
+	for _, id := range ids {
+		if uint64(id) >= uint64(s.Rows) {
+			return s.check(id)
+		}
+	}
+	return nil
+}

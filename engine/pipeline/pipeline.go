@@ -1,0 +1,407 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/engine/reader"
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/planner"
+)
+
+// Stage names a pipeline stage.
+type Stage int
+
+// The stages, in order.
+const (
+	StageRead Stage = iota
+	StageTransform
+	StageFormat
+)
+
+func (s Stage) String() string {
+	return [...]string{"read", "transform", "format"}[s]
+}
+
+// StageError is a failure of one stage for one step.
+type StageError struct {
+	Step  int64
+	Stage Stage
+	Err   error
+}
+
+func (e *StageError) Error() string {
+	return fmt.Sprintf("input pipeline step %d, %s stage: %v", e.Step, e.Stage, e.Err)
+}
+
+func (e *StageError) Unwrap() error { return e.Err }
+
+// Table groups output features that look up one embedding table: the FORMAT stage deduplicates
+// their IDs together (features in this order) and, when the plan's remap has a table of this
+// Name, renumbers them through it.
+type Table struct {
+	Name string   `json:"name"`
+	Keys []string `json:"keys"`
+}
+
+// Config configures a [Pipeline].
+type Config struct {
+	// BatchSize is the number of samples per batch.
+	BatchSize int `json:"batch_size"`
+	// Depth is how many future batches are prepared while the consumer works (0: serial).
+	Depth int `json:"depth"`
+	// Workers is the number of goroutines running TRANSFORM and FORMAT (default 1).
+	Workers int `json:"workers"`
+	// DropLast drops a final batch smaller than BatchSize.
+	DropLast bool `json:"drop_last"`
+	// Tables are the dedup groups (nil: no dedup).
+	Tables []Table `json:"tables"`
+	// Remap renumbers the IDs of the tables it names (nil: none).
+	Remap *planner.Remap `json:"-"`
+}
+
+// maxDepth bounds Depth and Workers.
+const maxDepth = 64
+
+// Stats are the pipeline's counters: nanoseconds spent in each stage (summed over goroutines),
+// nanoseconds the consumer waited in Next for a batch, and batches and samples handed out.
+type Stats struct {
+	ReadNs      int64 `json:"read_ns"`
+	TransformNs int64 `json:"transform_ns"`
+	FormatNs    int64 `json:"format_ns"`
+	WaitNs      int64 `json:"wait_ns"`
+	Batches     int64 `json:"batches"`
+	Samples     int64 `json:"samples"`
+	Skipped     int64 `json:"skipped"`
+}
+
+type counters struct{ read, transform, format, wait, batches, samples atomic.Int64 }
+
+// job is one step on its way through the stages.
+type job struct {
+	step int64
+	raw  *reader.Batch
+	pos  reader.Position
+	eof  bool
+	done chan struct{}
+	out  *Prepared
+	err  error
+}
+
+// Pipeline prepares batches from a source ahead of the consumer (see the package doc).
+type Pipeline struct {
+	cfg      Config
+	src      reader.Source
+	eng      *feature.Engine
+	keys     []string
+	inputMap []int   // engine input i -> source field
+	tables   [][]int // per Table: its key indices
+	remapIdx []int   // per Table: index in cfg.Remap, or -1
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	ahead  chan struct{}
+	order  chan *job
+	work   chan *job
+	raws   chan *reader.Batch
+	pool   *bufPool
+	stats  counters
+
+	step   int64           // the next step Next hands out
+	pos    reader.Position // source position after the last batch handed out
+	final  error           // io.EOF or the error that ended the stream
+	closed bool
+	serial reader.Batch
+}
+
+// New builds a pipeline over src (which it owns and closes) and eng. The engine's inputs must be
+// fields of the source with matching types. With Depth > 0 its goroutines start at once.
+func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config) (*Pipeline, error) {
+	if src == nil || eng == nil {
+		return nil, errs.Invalidf("pipeline: a source and a feature engine are required")
+	}
+	if cfg.BatchSize <= 0 || cfg.BatchSize > 1<<24 {
+		return nil, errs.Invalidf("pipeline: batch size %d outside [1, %d]", cfg.BatchSize, 1<<24)
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 1
+	}
+	if cfg.Depth < 0 || cfg.Depth > maxDepth || cfg.Workers < 0 || cfg.Workers > maxDepth {
+		return nil, errs.Invalidf("pipeline: depth %d and workers %d must lie in [0, %d] and [1, %d]", cfg.Depth, cfg.Workers, maxDepth, maxDepth)
+	}
+	p := &Pipeline{cfg: cfg, src: src, eng: eng, keys: eng.OutputKeys(), pos: src.Position()}
+	schema := src.Schema()
+	for _, in := range eng.Inputs() {
+		i := schema.FieldIndex(in.Name)
+		if i < 0 {
+			names := make([]string, len(schema.Fields))
+			for j, f := range schema.Fields {
+				names[j] = f.Name
+			}
+			return nil, errs.Invalidf("pipeline: feature input %q is not a field of the source (fields: %v)", in.Name, names)
+		}
+		if !kindFits(in.DType, schema.Fields[i].Kind) {
+			return nil, errs.Invalidf("pipeline: feature input %q is declared %s but the source reads %s", in.Name, in.DType, schema.Fields[i].Kind)
+		}
+		p.inputMap = append(p.inputMap, i)
+	}
+	seen := map[string]string{}
+	for _, t := range cfg.Tables {
+		var idx []int
+		for _, k := range t.Keys {
+			ki := slices.Index(p.keys, k)
+			if ki < 0 {
+				return nil, errs.Invalidf("pipeline: table %q: %q is not an output feature (outputs: %v)", t.Name, k, p.keys)
+			}
+			if other, dup := seen[k]; dup {
+				return nil, errs.Invalidf("pipeline: feature %q is in tables %q and %q", k, other, t.Name)
+			}
+			seen[k] = t.Name
+			idx = append(idx, ki)
+		}
+		p.tables = append(p.tables, idx)
+		ri := -1
+		if cfg.Remap != nil {
+			if j, err := cfg.Remap.Lookup(t.Name); err == nil {
+				ri = j
+			}
+		}
+		p.remapIdx = append(p.remapIdx, ri)
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	p.ctx, p.cancel = context.WithCancel(ctx)
+	p.pool = &bufPool{max: cfg.Depth + cfg.Workers + 2}
+	if cfg.Depth > 0 {
+		p.ahead = make(chan struct{}, cfg.Depth)
+		p.order = make(chan *job, cfg.Depth)
+		p.work = make(chan *job, cfg.Depth)
+		p.raws = make(chan *reader.Batch, cfg.Depth+cfg.Workers+1)
+		p.wg.Add(1 + cfg.Workers)
+		go p.readLoop()
+		for range cfg.Workers {
+			go p.workLoop()
+		}
+	}
+	return p, nil
+}
+
+func kindFits(d feature.DType, k feature.Kind) bool {
+	switch d {
+	case feature.Int64:
+		return k == feature.KindInt64
+	case feature.Float:
+		return k == feature.KindFloat32 || k == feature.KindFloat64
+	case feature.Bytes:
+		return k == feature.KindBytes
+	}
+	return false
+}
+
+// Keys are the output features in KeyedJaggedTensor key order.
+func (p *Pipeline) Keys() []string { return slices.Clone(p.keys) }
+
+// DenseWidth is the number of dense columns per sample.
+func (p *Pipeline) DenseWidth() int { return len(p.src.Schema().Dense) }
+
+// read runs the READ stage for one step into raw; eof reports the end of the stream.
+func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
+	t0 := time.Now()
+	n, err := p.src.Read(raw, p.cfg.BatchSize)
+	p.stats.read.Add(int64(time.Since(t0)))
+	if err == io.EOF || (err == nil && p.cfg.DropLast && n < p.cfg.BatchSize) {
+		return true, nil
+	}
+	return false, err
+}
+
+// prepare runs TRANSFORM and FORMAT for one step.
+func (p *Pipeline) prepare(step int64, raw *reader.Batch, pos reader.Position) (*Prepared, error) {
+	t0 := time.Now()
+	b := feature.Batch{Size: raw.Size, Inputs: make([]feature.Input, len(p.inputMap))}
+	for i, f := range p.inputMap {
+		b.Inputs[i] = raw.Inputs[f]
+	}
+	res, err := p.eng.Apply(b)
+	p.stats.transform.Add(int64(time.Since(t0)))
+	if err != nil {
+		return nil, &StageError{Step: step, Stage: StageTransform, Err: err}
+	}
+	t0 = time.Now()
+	out, err := p.format(step, raw, res, pos)
+	p.stats.format.Add(int64(time.Since(t0)))
+	if err != nil {
+		return nil, &StageError{Step: step, Stage: StageFormat, Err: err}
+	}
+	return out, nil
+}
+
+func (p *Pipeline) readLoop() {
+	defer p.wg.Done()
+	running.Add(1)
+	defer running.Add(-1)
+	for step := int64(0); ; step++ {
+		select {
+		case p.ahead <- struct{}{}:
+		case <-p.ctx.Done():
+			return
+		}
+		j := &job{step: step, done: make(chan struct{})}
+		var raw *reader.Batch
+		select {
+		case raw = <-p.raws:
+		default:
+			raw = &reader.Batch{}
+		}
+		eof, err := p.read(raw)
+		j.pos = p.src.Position()
+		last := eof || err != nil
+		if last {
+			j.eof = eof
+			if err != nil {
+				j.err = &StageError{Step: step, Stage: StageRead, Err: err}
+			}
+			close(j.done)
+		} else {
+			j.raw = raw
+		}
+		p.order <- j // never blocks: at most Depth jobs are outstanding (the ahead semaphore)
+		if last {
+			return
+		}
+		p.work <- j
+	}
+}
+
+func (p *Pipeline) workLoop() {
+	defer p.wg.Done()
+	running.Add(1)
+	defer running.Add(-1)
+	for {
+		select {
+		case j := <-p.work:
+			j.out, j.err = p.prepare(j.step, j.raw, j.pos)
+			select {
+			case p.raws <- j.raw:
+			default:
+			}
+			j.raw = nil
+			close(j.done)
+		case <-p.ctx.Done():
+			return
+		}
+	}
+}
+
+// Next returns the next prepared batch, io.EOF after the last one, or the error of the first step
+// that failed (and then that error again). The caller closes each batch when done with it.
+func (p *Pipeline) Next() (*Prepared, error) {
+	if p.closed {
+		return nil, errs.Invalidf("pipeline: closed")
+	}
+	if p.final != nil {
+		return nil, p.final
+	}
+	var (
+		out *Prepared
+		err error
+		pos reader.Position
+		eof bool
+	)
+	if p.cfg.Depth == 0 {
+		eof, err = p.read(&p.serial)
+		pos = p.src.Position()
+		if err != nil {
+			err = &StageError{Step: p.step, Stage: StageRead, Err: err}
+		} else if !eof {
+			out, err = p.prepare(p.step, &p.serial, pos)
+		}
+	} else {
+		t0 := time.Now()
+		var j *job
+		select {
+		case j = <-p.order:
+		case <-p.ctx.Done():
+			return nil, p.cancelled()
+		}
+		select {
+		case <-j.done:
+		case <-p.ctx.Done():
+			return nil, p.cancelled()
+		}
+		p.stats.wait.Add(int64(time.Since(t0)))
+		<-p.ahead
+		out, err, pos, eof = j.out, j.err, j.pos, j.eof
+	}
+	if err != nil || eof {
+		p.final = err
+		if eof {
+			p.final = io.EOF
+			p.pos = pos
+		}
+		return nil, p.final
+	}
+	p.step++
+	p.pos = pos
+	p.stats.batches.Add(1)
+	p.stats.samples.Add(int64(out.Size))
+	return out, nil
+}
+
+func (p *Pipeline) cancelled() error {
+	p.final = errs.Invalidf("pipeline: cancelled (%v)", context.Cause(p.ctx))
+	return p.final
+}
+
+// Position is the source position after the last batch Next returned: a source sought to it
+// continues with the next step.
+func (p *Pipeline) Position() reader.Position { return p.pos }
+
+// Step is the number of batches handed out.
+func (p *Pipeline) Step() int64 { return p.step }
+
+// Stats returns the counters so far.
+func (p *Pipeline) Stats() Stats {
+	return Stats{ReadNs: p.stats.read.Load(), TransformNs: p.stats.transform.Load(), FormatNs: p.stats.format.Load(),
+		WaitNs: p.stats.wait.Load(), Batches: p.stats.batches.Load(), Samples: p.stats.samples.Load(), Skipped: p.pos.Skipped}
+}
+
+// Close stops the goroutines, waits for them, frees the batches prepared but not handed out and
+// closes the source. Batches the consumer still holds stay valid until their own Close.
+func (p *Pipeline) Close() error {
+	if p.closed {
+		return nil
+	}
+	p.closed = true
+	p.cancel()
+	p.wg.Wait()
+	if p.order != nil {
+		for {
+			select {
+			case j := <-p.order:
+				if j.out != nil {
+					_ = j.out.Close()
+				}
+				continue
+			default:
+			}
+			break
+		}
+	}
+	p.pool.close()
+	return p.src.Close()
+}
+
+// Running is how many pipeline goroutines run now, over all pipelines of the process (tests and
+// the C ABI's leak check use it: it returns to its earlier value once a pipeline is closed).
+func Running() int64 { return running.Load() }
+
+var running atomic.Int64

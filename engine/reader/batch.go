@@ -1,0 +1,177 @@
+package reader
+
+import (
+	"fmt"
+
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// Field is one sparse input a source produces: a jagged field of Kind values per sample (an empty
+// bag is a missing value). Its Name is what a feature spec's input refers to.
+type Field struct {
+	Name string
+	Kind feature.Kind
+}
+
+// Schema describes the batches of a source: the sparse fields (in [Batch.Inputs] order), the dense
+// columns (in [Batch.Dense] column order), and whether a label column exists (labels are 0 if not).
+type Schema struct {
+	Fields   []Field
+	Dense    []string
+	HasLabel bool
+}
+
+// FieldIndex returns the index of the named field, or -1.
+func (s Schema) FieldIndex(name string) int {
+	for i, f := range s.Fields {
+		if f.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Batch is a batch of raw samples: Size labels, a Size × len(Schema.Dense) row-major dense matrix
+// and one jagged [feature.Input] per sparse field (Lengths always set). A source reuses the memory
+// of the batch it is given.
+type Batch struct {
+	Size   int
+	Labels []float32
+	Dense  []float32
+	Inputs []feature.Input
+}
+
+// Reset empties b for a source with schema s, keeping its memory.
+func (b *Batch) Reset(s Schema) {
+	b.Size = 0
+	b.Labels = b.Labels[:0]
+	b.Dense = b.Dense[:0]
+	if len(b.Inputs) != len(s.Fields) {
+		b.Inputs = make([]feature.Input, len(s.Fields))
+	}
+	for i, f := range s.Fields {
+		in := &b.Inputs[i]
+		in.Kind = f.Kind
+		in.Ints, in.F32, in.F64 = in.Ints[:0], in.F32[:0], in.F64[:0]
+		in.Bytes, in.ByteLens = in.Bytes[:0], in.ByteLens[:0]
+		if in.Lengths == nil {
+			in.Lengths = make([]int64, 0, 64)
+		}
+		in.Lengths = in.Lengths[:0]
+	}
+}
+
+// mark records the lengths of every slice so a half-parsed row can be rolled back.
+type mark struct {
+	size, labels, dense int
+	inputs              []inputMark
+}
+
+type inputMark struct{ ints, f64, bytes, byteLens, lengths int }
+
+func (b *Batch) mark(m *mark) {
+	m.size, m.labels, m.dense = b.Size, len(b.Labels), len(b.Dense)
+	if len(m.inputs) != len(b.Inputs) {
+		m.inputs = make([]inputMark, len(b.Inputs))
+	}
+	for i := range b.Inputs {
+		in := &b.Inputs[i]
+		m.inputs[i] = inputMark{len(in.Ints), len(in.F64), len(in.Bytes), len(in.ByteLens), len(in.Lengths)}
+	}
+}
+
+func (b *Batch) rollback(m *mark) {
+	b.Size, b.Labels, b.Dense = m.size, b.Labels[:m.labels], b.Dense[:m.dense]
+	for i := range b.Inputs {
+		in, im := &b.Inputs[i], m.inputs[i]
+		in.Ints, in.F64, in.Bytes = in.Ints[:im.ints], in.F64[:im.f64], in.Bytes[:im.bytes]
+		in.ByteLens, in.Lengths = in.ByteLens[:im.byteLens], in.Lengths[:im.lengths]
+	}
+}
+
+// Position is where a source stands: enough to continue from there after a restart.
+type Position struct {
+	// File is the index of the file being read (its path list order).
+	File int `json:"file"`
+	// Row is the number of physical rows (lines after any header, or records) consumed in File.
+	Row int64 `json:"row"`
+	// Offset is the byte offset after those rows in an uncompressed text file, or -1.
+	Offset int64 `json:"offset"`
+	// Global is the number of physical rows consumed over all files: the sharding counter.
+	Global int64 `json:"global"`
+	// Skipped counts the malformed rows of this rank dropped so far (Options.SkipBad).
+	Skipped int64 `json:"skipped"`
+}
+
+// Source is a stream of samples. It is not safe for concurrent use.
+type Source interface {
+	// Schema describes the batches Read produces.
+	Schema() Schema
+	// Read resets b and fills it with up to n of this rank's next samples, returning how many;
+	// it returns 0 and io.EOF when the source is exhausted. After any other error the source
+	// stands after the failing row and the batch must be discarded.
+	Read(b *Batch, n int) (int, error)
+	// Position reports where the source stands (after the last sample Read returned).
+	Position() Position
+	// Seek continues from a position an equal source reported.
+	Seek(p Position) error
+	// Close releases the open file; further calls fail.
+	Close() error
+}
+
+// Options are the settings every source shares.
+type Options struct {
+	// Rank and WorldSize shard the rows: row g is read when g mod WorldSize == Rank.
+	Rank, WorldSize int
+	// SkipBad drops malformed rows (counted in Position.Skipped) instead of failing.
+	SkipBad bool
+}
+
+func (o *Options) check() error {
+	if o.WorldSize == 0 {
+		o.WorldSize = 1
+	}
+	if o.WorldSize < 0 || o.Rank < 0 || o.Rank >= o.WorldSize {
+		return errs.Invalidf("reader: rank %d outside a world of %d", o.Rank, o.WorldSize)
+	}
+	return nil
+}
+
+// ParseError is a malformed row: the file, the 1-based line (text) or 0-based row (Parquet), the
+// 1-based column and its name where known.
+type ParseError struct {
+	File   string
+	Line   int64 // 1-based line number, or -1
+	Row    int64 // 0-based record index (Parquet), or -1
+	Column int   // 1-based, 0 when the whole row is at fault
+	Name   string
+	Msg    string
+	// Truncated marks a file that ends inside a record or a compressed stream (an errs.ErrIO).
+	Truncated bool
+}
+
+func (e *ParseError) Error() string {
+	where := e.File
+	if e.Line >= 0 {
+		where += fmt.Sprintf(" line %d", e.Line)
+	}
+	if e.Row >= 0 {
+		where += fmt.Sprintf(" row %d", e.Row)
+	}
+	if e.Column > 0 {
+		where += fmt.Sprintf(" column %d", e.Column)
+		if e.Name != "" {
+			where += fmt.Sprintf(" (%s)", e.Name)
+		}
+	}
+	return where + ": " + e.Msg
+}
+
+// Is makes a ParseError an errs.ErrInvalid, or an errs.ErrIO when the file is truncated.
+func (e *ParseError) Is(target error) bool {
+	if e.Truncated {
+		return target == errs.ErrIO
+	}
+	return target == errs.ErrInvalid
+}

@@ -1,0 +1,299 @@
+package reader
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// Role is what a declared column becomes in a batch.
+type Role string
+
+// The column roles.
+const (
+	RoleLabel    Role = "label"    // the label (a number; one column at most)
+	RoleDense    Role = "dense"    // a dense float column (empty: 0)
+	RoleSparse   Role = "sparse"   // a sparse field of one value (empty: an empty bag)
+	RoleSequence Role = "sequence" // a sparse field of Sep-separated values (empty: an empty bag)
+	RoleSkip     Role = "skip"     // not read
+)
+
+// Column declares one column of a CSV or Parquet source.
+type Column struct {
+	// Name is the column's name (matched against the header or the Parquet schema) and the field's
+	// name in the batch.
+	Name string `json:"name"`
+	Role Role   `json:"role"`
+	// Type is the value type of sparse and sequence columns: "int" (decimal, the default), "hex",
+	// "string" (byte strings, for the hash transform) or "float".
+	Type string `json:"type,omitempty"`
+	// Sep separates a sequence column's values in CSV (default "|").
+	Sep string `json:"sep,omitempty"`
+}
+
+func (c Column) kind() (feature.Kind, error) {
+	switch c.Type {
+	case "", "int", "hex":
+		return feature.KindInt64, nil
+	case "string":
+		return feature.KindBytes, nil
+	case "float":
+		return feature.KindFloat64, nil
+	}
+	return 0, errs.Invalidf("column %q: unknown type %q (int, hex, string, float)", c.Name, c.Type)
+}
+
+// columnPlan is a validated column list: the schema and, per column, its slot in the batch.
+type columnPlan struct {
+	cols   []Column
+	slot   []int // sparse/sequence: field index; dense: dense column; label/skip: -1
+	schema Schema
+}
+
+func planColumns(cols []Column) (*columnPlan, error) {
+	if len(cols) == 0 {
+		return nil, errs.Invalidf("reader: no columns declared")
+	}
+	p := &columnPlan{cols: cols, slot: make([]int, len(cols))}
+	names := map[string]bool{}
+	for i, c := range cols {
+		if c.Name == "" {
+			return nil, errs.Invalidf("reader: column %d has no name", i+1)
+		}
+		if names[c.Name] && c.Role != RoleSkip {
+			return nil, errs.Invalidf("reader: column %q declared twice", c.Name)
+		}
+		names[c.Name] = true
+		p.slot[i] = -1
+		switch c.Role {
+		case RoleLabel:
+			if p.schema.HasLabel {
+				return nil, errs.Invalidf("reader: two label columns (%q)", c.Name)
+			}
+			p.schema.HasLabel = true
+		case RoleDense:
+			p.slot[i] = len(p.schema.Dense)
+			p.schema.Dense = append(p.schema.Dense, c.Name)
+		case RoleSparse, RoleSequence:
+			k, err := c.kind()
+			if err != nil {
+				return nil, err
+			}
+			if c.Role == RoleSequence && c.Sep == "" {
+				cols[i].Sep = "|"
+			}
+			p.slot[i] = len(p.schema.Fields)
+			p.schema.Fields = append(p.schema.Fields, Field{Name: c.Name, Kind: k})
+		case RoleSkip:
+		default:
+			return nil, errs.Invalidf("reader: column %q has unknown role %q (label, dense, sparse, sequence, skip)", c.Name, c.Role)
+		}
+	}
+	return p, nil
+}
+
+// appendValue appends one typed value of column c to in; ok is false when it does not parse.
+func appendValue(c *Column, in *feature.Input, v []byte) bool {
+	switch in.Kind {
+	case feature.KindBytes:
+		in.Bytes = append(in.Bytes, v...)
+		in.ByteLens = append(in.ByteLens, int64(len(v)))
+	case feature.KindFloat64:
+		x, ok := parseFloat(v)
+		if !ok {
+			return false
+		}
+		in.F64 = append(in.F64, x)
+	default:
+		var x int64
+		var ok bool
+		if c.Type == "hex" {
+			x, ok = parseHex(v)
+		} else {
+			x, ok = parseInt(v)
+		}
+		if !ok {
+			return false
+		}
+		in.Ints = append(in.Ints, x)
+	}
+	return true
+}
+
+// CSVOptions configure [NewCSV].
+type CSVOptions struct {
+	Options
+	// Columns declares the columns: with Header, those read (by name, in any order; others are
+	// skipped); without, every column of the file in order.
+	Columns []Column
+	// Header says the first line of each file names the columns.
+	Header bool
+	// Delimiter separates fields (default ','). Quoted fields are not supported.
+	Delimiter byte
+}
+
+// NewCSV opens delimited text files (plain or gzip) with a declared schema as one source.
+func NewCSV(paths []string, opt CSVOptions) (Source, error) {
+	plan, err := planColumns(opt.Columns)
+	if err != nil {
+		return nil, err
+	}
+	if opt.Delimiter == 0 {
+		opt.Delimiter = ','
+	}
+	p := &csvParser{plan: plan, delim: opt.Delimiter}
+	if !opt.Header {
+		p.index = make([]int, len(plan.cols))
+		for i := range p.index {
+			p.index[i] = i
+		}
+		p.width = len(plan.cols)
+	}
+	var onOpen func(string, []byte) error
+	if opt.Header {
+		onOpen = p.header
+	}
+	l, err := newLines(paths, opt.Options, opt.Header, onOpen)
+	if err != nil {
+		return nil, err
+	}
+	p.file = l.name
+	s := &textSource{l: l, schema: plan.schema, parse: p.parse}
+	return s, nil
+}
+
+type csvParser struct {
+	plan   *columnPlan
+	delim  byte
+	index  []int // per declared column: its field index in the line
+	width  int   // fields per line
+	names  []string
+	fields [][]byte
+	file   func() string
+}
+
+// header maps the declared columns to a file's header fields.
+func (p *csvParser) header(file string, line []byte) error {
+	p.names = p.names[:0]
+	for _, f := range bytes.Split(line, []byte{p.delim}) {
+		p.names = append(p.names, string(f))
+	}
+	p.width = len(p.names)
+	p.index = make([]int, len(p.plan.cols))
+	for i, c := range p.plan.cols {
+		p.index[i] = -1
+		for j, n := range p.names {
+			if n == c.Name {
+				p.index[i] = j
+				break
+			}
+		}
+		if p.index[i] < 0 && c.Role != RoleSkip {
+			return &ParseError{File: file, Line: 1, Row: -1, Name: c.Name,
+				Msg: fmt.Sprintf("missing column %q (the header has %s)", c.Name, strings.Join(p.names, ", "))}
+		}
+	}
+	return nil
+}
+
+func (p *csvParser) name(field int) string {
+	if field < len(p.names) {
+		return p.names[field]
+	}
+	for i, j := range p.index {
+		if j == field {
+			return p.plan.cols[i].Name
+		}
+	}
+	return ""
+}
+
+func (p *csvParser) fail(line int64, field int, format string, args ...any) error {
+	e := &ParseError{File: p.file(), Line: line, Row: -1, Msg: fmt.Sprintf(format, args...)}
+	if field >= 0 {
+		e.Column, e.Name = field+1, p.name(field)
+	}
+	return e
+}
+
+// parse appends one delimited line to b.
+func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
+	p.fields = p.fields[:0]
+	for rest := line; ; {
+		i := bytes.IndexByte(rest, p.delim)
+		if i < 0 {
+			p.fields = append(p.fields, rest)
+			break
+		}
+		p.fields = append(p.fields, rest[:i])
+		rest = rest[i+1:]
+	}
+	if len(p.fields) != p.width {
+		kind := "short"
+		if len(p.fields) > p.width {
+			kind = "long"
+		}
+		return p.fail(lineNo, -1, "%s line: %d fields, expected %d", kind, len(p.fields), p.width)
+	}
+	label := float32(0)
+	for i := range p.plan.cols {
+		c := &p.plan.cols[i]
+		j := p.index[i]
+		if j < 0 || c.Role == RoleSkip {
+			continue
+		}
+		v := p.fields[j]
+		switch c.Role {
+		case RoleLabel:
+			x, ok := parseFloat(v)
+			if !ok {
+				return p.fail(lineNo, j, "label %q is not a number", v)
+			}
+			label = float32(x)
+		case RoleDense:
+			x := 0.0
+			if len(v) > 0 {
+				var ok bool
+				if x, ok = parseFloat(v); !ok {
+					return p.fail(lineNo, j, "%q is not a number", v)
+				}
+			}
+			b.Dense = append(b.Dense, float32(x))
+		case RoleSparse:
+			in := &b.Inputs[p.plan.slot[i]]
+			if len(v) == 0 {
+				in.Lengths = append(in.Lengths, 0)
+				continue
+			}
+			if !appendValue(c, in, v) {
+				return p.fail(lineNo, j, "%q is not a valid %s value", v, typeName(c))
+			}
+			in.Lengths = append(in.Lengths, 1)
+		case RoleSequence:
+			in := &b.Inputs[p.plan.slot[i]]
+			n := int64(0)
+			if len(v) > 0 {
+				for _, e := range bytes.Split(v, []byte(c.Sep)) {
+					if !appendValue(c, in, e) {
+						return p.fail(lineNo, j, "sequence element %d %q is not a valid %s value", n+1, e, typeName(c))
+					}
+					n++
+				}
+			}
+			in.Lengths = append(in.Lengths, n)
+		}
+	}
+	b.Labels = append(b.Labels, label)
+	b.Size++
+	return nil
+}
+
+func typeName(c *Column) string {
+	if c.Type == "" {
+		return "int"
+	}
+	return c.Type
+}

@@ -1,0 +1,344 @@
+package reader
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+
+	"github.com/parquet-go/parquet-go"
+
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// ParquetOptions configure [NewParquet].
+type ParquetOptions struct {
+	Options
+	// Columns declares the columns read, by name (others are skipped). A sequence column is a
+	// repeated (LIST) leaf; a null value is missing (an empty bag, or 0 for dense).
+	Columns []Column
+}
+
+// NewParquet opens Parquet files as one source, with columns mapped like [NewCSV]'s.
+func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
+	if len(paths) == 0 {
+		return nil, errs.Invalidf("reader: no files given")
+	}
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	plan, err := planColumns(opt.Columns)
+	if err != nil {
+		return nil, err
+	}
+	s := &parquetSource{paths: paths, opt: opt.Options, plan: plan}
+	if err := s.openFile(0); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type parquetSource struct {
+	paths  []string
+	opt    Options
+	plan   *columnPlan
+	f      *os.File
+	r      *parquet.Reader
+	colOf  map[int]int // leaf column index -> declared column
+	rows   []parquet.Row
+	at, n  int // buffered rows: rows[at:n] not yet consumed
+	pos    Position
+	open   bool
+	closed bool
+	m      mark
+	count  []int64 // per declared column: values in the current row
+	null   []bool
+	denseV []float32
+}
+
+func (s *parquetSource) Schema() Schema { return s.plan.schema }
+
+func (s *parquetSource) name() string { return s.paths[s.pos.File] }
+
+func (s *parquetSource) closeFile() {
+	if s.r != nil {
+		_ = s.r.Close()
+		s.r = nil
+	}
+	if s.f != nil {
+		_ = s.f.Close()
+		s.f = nil
+	}
+	s.open, s.at, s.n = false, 0, 0
+}
+
+// openFile opens file i and maps the declared columns to its leaf columns.
+func (s *parquetSource) openFile(i int) (err error) {
+	s.closeFile()
+	s.pos.File, s.pos.Row, s.pos.Offset = i, 0, -1
+	path := s.paths[i]
+	defer func() {
+		if r := recover(); r != nil {
+			s.closeFile()
+			err = &ParseError{File: path, Line: -1, Row: -1, Msg: fmt.Sprintf("corrupt Parquet file: %v", r), Truncated: true}
+		}
+	}()
+	f, err := os.Open(path)
+	if err != nil {
+		return errs.IOf("reader: %v", err)
+	}
+	s.f = f
+	st, err := f.Stat()
+	if err != nil {
+		return errs.IOf("reader: %v", err)
+	}
+	pf, err := parquet.OpenFile(f, st.Size())
+	if err != nil {
+		return &ParseError{File: path, Line: -1, Row: -1, Msg: "not a readable Parquet file (truncated?): " + err.Error(), Truncated: true}
+	}
+	schema := pf.Schema()
+	s.colOf = map[int]int{}
+	for ci, c := range s.plan.cols {
+		if c.Role == RoleSkip {
+			continue
+		}
+		leaf, ok := schema.Lookup(c.Name)
+		if !ok {
+			for _, p := range schema.Columns() {
+				if len(p) > 0 && p[0] == c.Name {
+					leaf, ok = schema.Lookup(p...)
+					break
+				}
+			}
+		}
+		if !ok {
+			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name, Msg: fmt.Sprintf("missing column %q", c.Name)}
+		}
+		if leaf.MaxRepetitionLevel > 0 && c.Role != RoleSequence {
+			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name,
+				Msg: fmt.Sprintf("column %q is repeated; declare it as a sequence", c.Name)}
+		}
+		s.colOf[leaf.ColumnIndex] = ci
+	}
+	s.r = parquet.NewReader(pf)
+	if s.rows == nil {
+		s.rows = make([]parquet.Row, 256)
+	}
+	s.open = true
+	return nil
+}
+
+// fill buffers the next rows of the open file; io.EOF at its end.
+func (s *parquetSource) fill() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: fmt.Sprintf("corrupt Parquet data: %v", r), Truncated: true}
+		}
+	}()
+	for i := range s.rows {
+		s.rows[i] = s.rows[i][:0]
+	}
+	n, err := s.r.ReadRows(s.rows)
+	s.at, s.n = 0, n
+	if n > 0 {
+		return nil
+	}
+	if err == io.EOF || err == nil {
+		return io.EOF
+	}
+	return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: "cannot read rows (truncated?): " + err.Error(), Truncated: true}
+}
+
+func (s *parquetSource) Read(b *Batch, n int) (int, error) {
+	if s.closed {
+		return 0, errs.Invalidf("reader: source is closed")
+	}
+	b.Reset(s.plan.schema)
+	for b.Size < n {
+		if s.at == s.n {
+			if !s.open {
+				if s.pos.File+1 >= len(s.paths) {
+					break
+				}
+				if err := s.openFile(s.pos.File + 1); err != nil {
+					return 0, err
+				}
+			}
+			if err := s.fill(); err == io.EOF {
+				s.closeFile()
+				continue
+			} else if err != nil {
+				return 0, err
+			}
+		}
+		row := s.rows[s.at]
+		s.at++
+		g, r := s.pos.Global, s.pos.Row
+		s.pos.Global++
+		s.pos.Row++
+		if g%int64(s.opt.WorldSize) != int64(s.opt.Rank) {
+			continue
+		}
+		b.mark(&s.m)
+		if err := s.parse(row, r, b); err != nil {
+			if s.opt.SkipBad {
+				b.rollback(&s.m)
+				s.pos.Skipped++
+				continue
+			}
+			return 0, err
+		}
+	}
+	if b.Size == 0 {
+		return 0, io.EOF
+	}
+	return b.Size, nil
+}
+
+func (s *parquetSource) fail(row int64, ci int, format string, args ...any) error {
+	return &ParseError{File: s.name(), Line: -1, Row: row, Column: ci + 1, Name: s.plan.cols[ci].Name, Msg: fmt.Sprintf(format, args...)}
+}
+
+// parse appends one record to b.
+func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
+	cols := s.plan.cols
+	if s.count == nil {
+		s.count, s.null = make([]int64, len(cols)), make([]bool, len(cols))
+		s.denseV = make([]float32, len(cols))
+	}
+	clear(s.count)
+	clear(s.null)
+	clear(s.denseV)
+	label, hasLabel := float32(0), false
+	for _, v := range row {
+		ci, ok := s.colOf[v.Column()]
+		if !ok {
+			continue
+		}
+		c := &cols[ci]
+		if v.IsNull() {
+			s.null[ci] = true
+			continue
+		}
+		switch c.Role {
+		case RoleLabel, RoleDense:
+			x, ok := parquetFloat(v)
+			if !ok {
+				return s.fail(r, ci, "%s value %v is not a number", v.Kind(), v)
+			}
+			if c.Role == RoleLabel {
+				label, hasLabel = float32(x), true
+			} else {
+				s.denseV[ci] = float32(x)
+			}
+		default:
+			in := &b.Inputs[s.plan.slot[ci]]
+			if !parquetAppend(c, in, v) {
+				return s.fail(r, ci, "%s value %v is not a valid %s value", v.Kind(), v, typeName(c))
+			}
+			s.count[ci]++
+		}
+	}
+	for ci := range cols {
+		c := &cols[ci]
+		switch c.Role {
+		case RoleLabel:
+			if !hasLabel {
+				return s.fail(r, ci, "the label is missing")
+			}
+		case RoleDense:
+			b.Dense = append(b.Dense, s.denseV[ci])
+		case RoleSparse, RoleSequence:
+			in := &b.Inputs[s.plan.slot[ci]]
+			in.Lengths = append(in.Lengths, s.count[ci])
+		}
+	}
+	b.Labels = append(b.Labels, label)
+	b.Size++
+	return nil
+}
+
+func parquetFloat(v parquet.Value) (float64, bool) {
+	switch v.Kind() {
+	case parquet.Int32:
+		return float64(v.Int32()), true
+	case parquet.Int64:
+		return float64(v.Int64()), true
+	case parquet.Float:
+		return float64(v.Float()), true
+	case parquet.Double:
+		return v.Double(), true
+	case parquet.Boolean:
+		if v.Boolean() {
+			return 1, true
+		}
+		return 0, true
+	case parquet.ByteArray, parquet.FixedLenByteArray:
+		return parseFloat(v.ByteArray())
+	}
+	return 0, false
+}
+
+func parquetAppend(c *Column, in *feature.Input, v parquet.Value) bool {
+	switch v.Kind() {
+	case parquet.ByteArray, parquet.FixedLenByteArray:
+		return appendValue(c, in, v.ByteArray())
+	}
+	switch in.Kind {
+	case feature.KindBytes:
+		return appendValue(c, in, []byte(v.String()))
+	case feature.KindFloat64:
+		x, ok := parquetFloat(v)
+		if ok {
+			in.F64 = append(in.F64, x)
+		}
+		return ok
+	}
+	switch v.Kind() {
+	case parquet.Int32:
+		in.Ints = append(in.Ints, int64(v.Int32()))
+	case parquet.Int64:
+		in.Ints = append(in.Ints, v.Int64())
+	case parquet.Boolean:
+		x := int64(0)
+		if v.Boolean() {
+			x = 1
+		}
+		in.Ints = append(in.Ints, x)
+	default:
+		return appendValue(c, in, []byte(strconv.FormatFloat(v.Double(), 'g', -1, 64)))
+	}
+	return true
+}
+
+func (s *parquetSource) Position() Position { return s.pos }
+
+func (s *parquetSource) Seek(p Position) (err error) {
+	if s.closed {
+		return errs.Invalidf("reader: source is closed")
+	}
+	if p.File < 0 || p.File >= len(s.paths) || p.Row < 0 || p.Global < p.Row {
+		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(s.paths))
+	}
+	if err := s.openFile(p.File); err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, r)
+		}
+	}()
+	if err := s.r.SeekToRow(p.Row); err != nil {
+		return errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, err)
+	}
+	s.pos = p
+	s.pos.Offset = -1
+	return nil
+}
+
+func (s *parquetSource) Close() error {
+	s.closeFile()
+	s.closed = true
+	return nil
+}

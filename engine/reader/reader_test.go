@@ -1,0 +1,285 @@
+package reader
+
+import (
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// sharedData is ../shared/data seen from the repository root (tests skip when it is absent).
+func sharedData(t *testing.T, rel string) string {
+	t.Helper()
+	p := filepath.Join("..", "..", "..", "..", "shared", "data", rel)
+	if _, err := os.Stat(p); err != nil {
+		p = filepath.Join("/work/shared/data", rel)
+		if _, err := os.Stat(p); err != nil {
+			t.Skipf("sample %s not present", rel)
+		}
+	}
+	return p
+}
+
+// readAll drains src in batches of n.
+func readAll(t *testing.T, src Source, n int) []Batch {
+	t.Helper()
+	var out []Batch
+	for {
+		var b Batch
+		_, err := src.Read(&b, n)
+		if err == io.EOF {
+			return out
+		}
+		require.NoError(t, err)
+		out = append(out, b)
+	}
+}
+
+// refCriteo parses Criteo lines with strings.Split/strconv: the independent reference.
+type refRow struct {
+	label float32
+	ints  [13]*int64
+	cats  [26]*int64
+}
+
+func refCriteo(t *testing.T, text string) []refRow {
+	var rows []refRow
+	for _, line := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		f := strings.Split(line, "\t")
+		require.Len(t, f, 40)
+		var r refRow
+		l, err := strconv.ParseFloat(f[0], 64)
+		require.NoError(t, err)
+		r.label = float32(l)
+		for i := 0; i < 13; i++ {
+			if f[1+i] != "" {
+				v, err := strconv.ParseInt(f[1+i], 10, 64)
+				require.NoError(t, err)
+				r.ints[i] = &v
+			}
+		}
+		for i := 0; i < 26; i++ {
+			if f[14+i] != "" {
+				v, err := strconv.ParseUint(f[14+i], 16, 64)
+				require.NoError(t, err)
+				x := int64(v)
+				r.cats[i] = &x
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// flatten turns batches into per-sample rows to compare with the reference.
+func flatten(bs []Batch) []refRow {
+	var rows []refRow
+	for _, b := range bs {
+		at := make([]int64, len(b.Inputs))
+		for s := 0; s < b.Size; s++ {
+			var r refRow
+			r.label = b.Labels[s]
+			for f := range b.Inputs {
+				in := &b.Inputs[f]
+				if in.Lengths[s] == 1 {
+					v := in.Ints[at[f]]
+					if f < 13 {
+						r.ints[f] = &v
+					} else {
+						r.cats[f-13] = &v
+					}
+				}
+				at[f] += in.Lengths[s]
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+func criteoSample(t *testing.T) (string, string) {
+	p := sharedData(t, "criteo/criteo_dac_train_head10109.txt")
+	data, err := os.ReadFile(p)
+	require.NoError(t, err)
+	return p, string(data)
+}
+
+func TestCriteoMatchesReference(t *testing.T) {
+	p, text := criteoSample(t)
+	src, err := NewCriteo([]string{p}, CriteoOptions{})
+	require.NoError(t, err)
+	defer src.Close()
+	got := flatten(readAll(t, src, 1000))
+	want := refCriteo(t, text)
+	require.Equal(t, len(want), len(got))
+	assert.Equal(t, want, got)
+}
+
+func TestCriteoDenseTransform(t *testing.T) {
+	dir := t.TempDir()
+	line := "1\t" + strings.Repeat("\t", 12) + "7" + "\t" + strings.Repeat("a\t", 25) + "ff\n"
+	line = strings.Replace(line, "1\t\t", "1\t-3\t", 1)
+	path := filepath.Join(dir, "x.txt")
+	require.NoError(t, os.WriteFile(path, []byte(line), 0o644))
+	for _, raw := range []bool{false, true} {
+		src, err := NewCriteo([]string{path}, CriteoOptions{RawDense: raw})
+		require.NoError(t, err)
+		bs := readAll(t, src, 4)
+		require.Len(t, bs, 1)
+		d := bs[0].Dense
+		if raw {
+			assert.Equal(t, float32(-3), d[0])
+			assert.Equal(t, float32(7), d[12])
+		} else {
+			assert.Equal(t, float32(0), d[0]) // log1p(max(-3, 0))
+			assert.InDelta(t, 2.0794415, d[12], 1e-6)
+		}
+		assert.Equal(t, float32(0), d[5]) // missing
+		assert.Equal(t, []int64{0}, bs[0].Inputs[5].Lengths)
+		assert.Equal(t, []int64{255}, bs[0].Inputs[38].Ints)
+	}
+}
+
+func gzipFile(t *testing.T, path string, data []byte) {
+	var buf bytes.Buffer
+	w := gzip.NewWriter(&buf)
+	_, err := w.Write(data)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, os.WriteFile(path, buf.Bytes(), 0o644))
+}
+
+func TestShardingAndResume(t *testing.T) {
+	p, text := criteoSample(t)
+	gz := filepath.Join(t.TempDir(), "c.txt.gz")
+	gzipFile(t, gz, []byte(text))
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	half := filepath.Join(t.TempDir(), "half.txt")
+	require.NoError(t, os.WriteFile(half, []byte(strings.Join(lines[:3001], "\n")+"\n"), 0o644))
+	rest := filepath.Join(t.TempDir(), "rest.txt.gz")
+	gzipFile(t, rest, []byte(strings.Join(lines[3001:], "\n")+"\n"))
+	for name, paths := range map[string][]string{"plain": {p}, "gzip": {gz}, "two files": {half, rest}} {
+		t.Run(name, func(t *testing.T) {
+			all, err := NewCriteo(paths, CriteoOptions{})
+			require.NoError(t, err)
+			want := flatten(readAll(t, all, 777))
+			require.Len(t, want, len(lines))
+			// Ranks partition the rows: row g is rank g mod 3's.
+			for r := 0; r < 3; r++ {
+				src, err := NewCriteo(paths, CriteoOptions{Options: Options{Rank: r, WorldSize: 3}})
+				require.NoError(t, err)
+				got := flatten(readAll(t, src, 500))
+				var exp []refRow
+				for g := r; g < len(want); g += 3 {
+					exp = append(exp, want[g])
+				}
+				require.Equal(t, exp, got, "rank %d", r)
+			}
+			// Stop after some batches, resume from the position in a new source.
+			src, err := NewCriteo(paths, CriteoOptions{Options: Options{Rank: 1, WorldSize: 2}})
+			require.NoError(t, err)
+			var first []Batch
+			for range 3 {
+				var b Batch
+				_, err := src.Read(&b, 700)
+				require.NoError(t, err)
+				first = append(first, b)
+			}
+			pos := src.Position()
+			require.NoError(t, src.Close())
+			again, err := NewCriteo(paths, CriteoOptions{Options: Options{Rank: 1, WorldSize: 2}})
+			require.NoError(t, err)
+			require.NoError(t, again.Seek(pos))
+			got := append(flatten(first), flatten(readAll(t, again, 700))...)
+			var exp []refRow
+			for g := 1; g < len(want); g += 2 {
+				exp = append(exp, want[g])
+			}
+			require.Equal(t, exp, got)
+		})
+	}
+}
+
+const goodLine = "0\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t" +
+	"a\tb\tc\td\te\tf\t1\t2\t3\t4\t5\t6\t7\t8\t9\t10\t11\t12\t13\t14\t15\t16\t17\t18\t19\t1a"
+
+func TestCriteoMalformed(t *testing.T) {
+	bad := map[string]struct {
+		line string
+		want string
+	}{
+		"short line":    {"1\t2\t3", "line 2: short line: 3 fields, expected 40"},
+		"bad integer":   {strings.Replace(goodLine, "\t5\t", "\t5x\t", 1), "line 2 column 6 (I5): \"5x\" is not an integer"},
+		"bad hex":       {strings.Replace(goodLine, "\te\t", "\tzz\t", 1), "line 2 column 19 (C5): \"zz\" is not a hex"},
+		"bad label":     {"x" + goodLine[1:], "line 2 column 1 (label): label \"x\" is not a number"},
+		"long line":     {goodLine + "\t1", "line 2: long line: more than 40 fields"},
+		"int overflow":  {strings.Replace(goodLine, "\t5\t", "\t99999999999999999999\t", 1), "column 6 (I5)"},
+		"hex too long":  {strings.Replace(goodLine, "\te\t", "\t11112222333344445\t", 1), "column 19 (C5)"},
+		"empty line":    {"", "line 2 column 1 (label)"},
+		"spaces in int": {strings.Replace(goodLine, "\t5\t", "\t 5\t", 1), "column 6 (I5)"},
+	}
+	for name, c := range bad {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "bad.txt")
+			require.NoError(t, os.WriteFile(path, []byte(goodLine+"\n"+c.line+"\n"+goodLine+"\n"), 0o644))
+			src, err := NewCriteo([]string{path}, CriteoOptions{})
+			require.NoError(t, err)
+			var b Batch
+			_, err = src.Read(&b, 10)
+			var pe *ParseError
+			require.ErrorAs(t, err, &pe)
+			assert.True(t, errors.Is(err, errs.ErrInvalid))
+			assert.Contains(t, err.Error(), path)
+			assert.Contains(t, err.Error(), c.want)
+			// Skipped and counted on request.
+			src, err = NewCriteo([]string{path}, CriteoOptions{Options: Options{SkipBad: true}})
+			require.NoError(t, err)
+			bs := readAll(t, src, 10)
+			require.Len(t, bs, 1)
+			assert.Equal(t, 2, bs[0].Size)
+			assert.Equal(t, int64(1), src.Position().Skipped)
+			assert.Equal(t, []int64{1, 1}, bs[0].Inputs[0].Ints)
+		})
+	}
+}
+
+func TestTruncatedGzip(t *testing.T) {
+	var text strings.Builder
+	for i := 0; i < 3000; i++ {
+		fmt.Fprintln(&text, strings.Replace(goodLine, "\t1\t", "\t"+strconv.Itoa(i)+"\t", 1))
+	}
+	path := filepath.Join(t.TempDir(), "t.gz")
+	gzipFile(t, path, []byte(text.String()))
+	data, _ := os.ReadFile(path)
+	require.NoError(t, os.WriteFile(path, data[:len(data)/2], 0o644))
+	src, err := NewCriteo([]string{path}, CriteoOptions{})
+	require.NoError(t, err)
+	var b Batch
+	for err == nil {
+		_, err = src.Read(&b, 256)
+	}
+	var pe *ParseError
+	require.ErrorAs(t, err, &pe)
+	assert.True(t, errors.Is(err, errs.ErrIO))
+	assert.Contains(t, err.Error(), path+" line ")
+	assert.Contains(t, err.Error(), "truncated or corrupt gzip stream")
+}
+
+func TestBadOptions(t *testing.T) {
+	_, err := NewCriteo([]string{"/nonexistent/x"}, CriteoOptions{})
+	assert.True(t, errors.Is(err, errs.ErrIO))
+	_, err = NewCriteo(nil, CriteoOptions{})
+	assert.True(t, errors.Is(err, errs.ErrInvalid))
+	_, err = NewCriteo([]string{"x"}, CriteoOptions{Options: Options{Rank: 2, WorldSize: 2}})
+	assert.ErrorContains(t, err, "rank 2 outside a world of 2")
+}

@@ -1,0 +1,260 @@
+package reader
+
+import (
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"io"
+	"os"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// maxLine bounds one text line; longer lines are an error rather than an unbounded buffer.
+const maxLine = 4 << 20
+
+// lines reads the lines of a list of text files in order, each plain or gzip-compressed (detected
+// by its magic bytes), tracking the position and this rank's share of the rows.
+type lines struct {
+	paths  []string
+	opt    Options
+	header bool                                   // the first line of each file is a header
+	onOpen func(file string, header []byte) error // called with each file's header (nil: none)
+
+	f          *os.File
+	gz         *gzip.Reader
+	br         *bufio.Reader
+	compressed bool
+	lineNo     int64 // 1-based number of the last line read in the open file
+	pos        Position
+	open       bool // a file is open (pos.File is being read)
+	closed     bool
+}
+
+func newLines(paths []string, opt Options, header bool, onOpen func(string, []byte) error) (*lines, error) {
+	if len(paths) == 0 {
+		return nil, errs.Invalidf("reader: no files given")
+	}
+	if err := opt.check(); err != nil {
+		return nil, err
+	}
+	l := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen}
+	l.pos.Offset = 0
+	if err := l.openFile(0); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+func (l *lines) name() string { return l.paths[l.pos.File] }
+
+func (l *lines) closeFile() {
+	if l.gz != nil {
+		_ = l.gz.Close()
+		l.gz = nil
+	}
+	if l.f != nil {
+		_ = l.f.Close()
+		l.f = nil
+	}
+	l.open = false
+}
+
+// openFile opens file i, reads its header (when the format has one) and stands after it.
+func (l *lines) openFile(i int) error {
+	l.closeFile()
+	l.pos.File, l.pos.Row, l.lineNo = i, 0, 0
+	f, err := os.Open(l.paths[i])
+	if err != nil {
+		return errs.IOf("reader: %v", err)
+	}
+	l.f = f
+	magic := make([]byte, 2)
+	n, _ := io.ReadFull(f, magic)
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return errs.IOf("reader: %s: %v", l.paths[i], err)
+	}
+	l.compressed = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b
+	var r io.Reader = f
+	if l.compressed {
+		if l.gz, err = gzip.NewReader(f); err != nil {
+			return &ParseError{File: l.paths[i], Line: 1, Row: -1, Msg: "bad gzip header: " + err.Error(), Truncated: true}
+		}
+		r = l.gz
+	}
+	if l.br == nil {
+		l.br = bufio.NewReaderSize(r, 1<<20)
+	} else {
+		l.br.Reset(r)
+	}
+	l.pos.Offset = 0
+	if l.compressed {
+		l.pos.Offset = -1
+	}
+	l.open = true
+	if l.header {
+		line, err := l.raw()
+		if err == io.EOF {
+			return &ParseError{File: l.paths[i], Line: 1, Row: -1, Msg: "empty file: the header line is missing"}
+		}
+		if err != nil {
+			return err
+		}
+		if l.onOpen != nil {
+			if err := l.onOpen(l.paths[i], line); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// raw returns the next line of the open file without its line ending; io.EOF at its end.
+func (l *lines) raw() ([]byte, error) {
+	line, err := l.br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		for errors.Is(err, bufio.ErrBufferFull) && len(line) < maxLine {
+			var more []byte
+			more, err = l.br.ReadSlice('\n')
+			line = append(append([]byte(nil), line...), more...)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) || len(line) >= maxLine {
+			return nil, &ParseError{File: l.name(), Line: l.lineNo + 1, Row: -1, Msg: "line longer than 4 MiB"}
+		}
+	}
+	if err != nil && err != io.EOF {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) {
+			return nil, &ParseError{File: l.name(), Line: l.lineNo + 1, Row: -1,
+				Msg: "truncated or corrupt gzip stream: " + err.Error(), Truncated: true}
+		}
+		return nil, errs.IOf("reader: %s line %d: %v", l.name(), l.lineNo+1, err)
+	}
+	if len(line) == 0 && err == io.EOF {
+		return nil, io.EOF
+	}
+	l.lineNo++
+	if l.pos.Offset >= 0 {
+		l.pos.Offset += int64(len(line))
+	}
+	line = bytes.TrimSuffix(line, []byte{'\n'})
+	line = bytes.TrimSuffix(line, []byte{'\r'})
+	return line, nil
+}
+
+// next returns the next data line over all files, its 1-based line number, and whether it is this
+// rank's; io.EOF after the last file.
+func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
+	if l.closed {
+		return nil, 0, false, errs.Invalidf("reader: source is closed")
+	}
+	for {
+		if !l.open {
+			if l.pos.File+1 >= len(l.paths) {
+				return nil, 0, false, io.EOF
+			}
+			if err := l.openFile(l.pos.File + 1); err != nil {
+				return nil, 0, false, err
+			}
+		}
+		line, err = l.raw()
+		if err == io.EOF {
+			l.closeFile()
+			continue
+		}
+		if err != nil {
+			return nil, 0, false, err
+		}
+		g := l.pos.Global
+		l.pos.Row++
+		l.pos.Global++
+		return line, l.lineNo, g%int64(l.opt.WorldSize) == int64(l.opt.Rank), nil
+	}
+}
+
+// seek continues from p: by byte offset in a plain file, by re-reading to the row in a gzip file.
+func (l *lines) seek(p Position) error {
+	if l.closed {
+		return errs.Invalidf("reader: source is closed")
+	}
+	if p.File < 0 || p.File >= len(l.paths) || p.Row < 0 || p.Global < p.Row {
+		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(l.paths))
+	}
+	if err := l.openFile(p.File); err != nil {
+		return err
+	}
+	if !l.compressed && p.Offset >= 0 {
+		if _, err := l.f.Seek(p.Offset, io.SeekStart); err != nil {
+			return errs.IOf("reader: %s: %v", l.name(), err)
+		}
+		l.br.Reset(l.f)
+		l.lineNo = p.Row
+		if l.header {
+			l.lineNo++
+		}
+		l.pos = p
+		return nil
+	}
+	for l.pos.Row < p.Row {
+		if _, err := l.raw(); err != nil {
+			if err == io.EOF {
+				return errs.Invalidf("reader: %s has fewer than %d rows", l.name(), p.Row)
+			}
+			return err
+		}
+		l.pos.Row++
+	}
+	off := l.pos.Offset
+	l.pos = p
+	l.pos.Offset = off
+	return nil
+}
+
+func (l *lines) close() error {
+	l.closeFile()
+	l.closed = true
+	return nil
+}
+
+// textSource is a Source over lines with a per-line parser.
+type textSource struct {
+	l      *lines
+	schema Schema
+	parse  func(line []byte, lineNo int64, b *Batch) error
+	m      mark
+}
+
+func (s *textSource) Schema() Schema { return s.schema }
+
+func (s *textSource) Read(b *Batch, n int) (int, error) {
+	b.Reset(s.schema)
+	for b.Size < n {
+		line, no, mine, err := s.l.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+		if !mine {
+			continue
+		}
+		b.mark(&s.m)
+		if err := s.parse(line, no, b); err != nil {
+			if s.l.opt.SkipBad {
+				b.rollback(&s.m)
+				s.l.pos.Skipped++
+				continue
+			}
+			return 0, err
+		}
+	}
+	if b.Size == 0 {
+		return 0, io.EOF
+	}
+	return b.Size, nil
+}
+
+func (s *textSource) Position() Position    { return s.l.pos }
+func (s *textSource) Seek(p Position) error { return s.l.seek(p) }
+func (s *textSource) Close() error          { return s.l.close() }

@@ -1,0 +1,290 @@
+"""The multistage input pipeline (RecIS §3.3) from Python: DataPipeline and TrainPipeline.
+
+:class:`DataPipeline` starts the Go pipeline over a :mod:`recgo.data` source and a
+:class:`recgo.FeatureEngine`: while the trainer runs step t, Go goroutines read, transform and
+format steps t+1..t+depth (``depth=0`` is the serial schedule, everything inside ``next()``). Each
+:class:`Batch` is ``(sparse KeyedJaggedTensor, dense [B, D] float32, labels [B] float32)`` wrapping
+the batch's off-heap memory without a copy; the memory returns to the pipeline's pool when the
+tensors are gone. The batch also carries each table's deduplicated IDs, which an
+:class:`recgo.EmbeddingBagCollection` uses instead of deduplicating again. No embedding value is
+read ahead: lookups and updates stay in the step, in order.
+
+:class:`TrainPipeline` runs the whole step (forward, loss, backward, optimizer) on those batches,
+in the spirit of TorchRec's ``TrainPipeline.progress``. Neither relies on DataLoader worker
+processes: the Go runtime does not survive ``fork()``, and the pipeline's own goroutines do the work.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
+
+import torch
+
+from . import _lib
+from ._lib import H, I64, P
+from .data import Source
+from .data import _prepared
+from .errors import InvalidInputError
+from .feature import Feature, FeatureEngine
+from .sparse import KeyedJaggedTensor
+
+_INFO_WORDS = 10
+
+
+class Batch(NamedTuple):
+    """One prepared batch: the sparse features, the dense columns and the labels."""
+
+    sparse: KeyedJaggedTensor
+    dense: torch.Tensor
+    labels: torch.Tensor
+
+
+def _world(rank: int | None, world_size: int | None) -> tuple[int, int]:
+    """``rank``/``world_size`` as given, else from the default process group (torchrun), else 0/1."""
+    if rank is None or world_size is None:
+        dist = torch.distributed
+        if dist.is_available() and dist.is_initialized():
+            rank = dist.get_rank() if rank is None else rank
+            world_size = dist.get_world_size() if world_size is None else world_size
+    return int(rank or 0), int(world_size or 1)
+
+
+def _wrap(address: int, n: int, ctype: Any, dtype: torch.dtype, owner: _lib.Handle) -> torch.Tensor:
+    if n == 0:
+        return torch.empty(0, dtype=dtype)
+    arr = (ctype * n).from_address(address)
+    arr._recgo_owner = owner  # type: ignore[attr-defined]
+    return torch.frombuffer(arr, dtype=dtype)
+
+
+def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
+    """The dedup groups of the first :class:`recgo.EmbeddingBagCollection` in ``model``: one per
+    table, its features in the collection's order (what its forward deduplicates together)."""
+    from .modules import EmbeddingBagCollection
+
+    for m in model.modules():
+        if isinstance(m, EmbeddingBagCollection):
+            return [{"name": c.name, "keys": list(c.feature_names)} for c in m.embedding_bag_configs()]
+    return []
+
+
+class DataPipeline:
+    """Prepared batches from ``source`` through ``features``, ``depth`` steps ahead.
+
+    ``features`` is a :class:`FeatureEngine` or what one accepts (a list of :class:`Feature`, a
+    config path). ``threads`` goroutines run TRANSFORM and FORMAT (READ is one goroutine).
+    ``tables`` (``[{"name": table, "keys": [features...]}]``, or :func:`tables_of` a model) makes
+    FORMAT deduplicate each table's IDs for the collection; ``remap`` (a planner remap handle owner
+    with ``._h``) renumbers the planned tables' IDs. ``rank``/``world_size`` shard the source
+    (default: the process group's, under torchrun). ``position`` resumes from
+    :meth:`state_dict`'s position. Iterate it; each :class:`Batch` is valid as long as you keep it.
+    """
+
+    def __init__(self, source: Source, features: FeatureEngine | Sequence[Feature] | str | Path,
+                 batch_size: int, depth: int = 2, threads: int = 1, *, tables: Sequence[dict[str, Any]] | None = None,
+                 remap: Any = None, drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
+                 position: dict[str, Any] | None = None) -> None:
+        if not isinstance(source, Source):
+            raise InvalidInputError(f"source must be a recgo.data source, got {type(source).__name__}")
+        self.engine = features if isinstance(features, FeatureEngine) else FeatureEngine(features)
+        self.source = source
+        self.batch_size, self.depth, self.threads, self.drop_last = int(batch_size), int(depth), int(threads), drop_last
+        self.rank, self.world_size = _world(rank, world_size)
+        self.tables = [dict(t) for t in tables] if tables else []
+        self._remap = remap
+        self._h: _lib.Handle | None = None
+        self._next = _lib.fn("recgo_pipeline_next", [H, P])
+        self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
+        self._start(position)
+
+    def _start(self, position: dict[str, Any] | None) -> None:
+        spec = {"source": self.source.spec(self.rank, self.world_size), "batch_size": self.batch_size,
+                "depth": self.depth, "workers": self.threads, "drop_last": bool(self.drop_last), "tables": self.tables}
+        if position is not None:
+            spec["position"] = position
+        data = json.dumps(spec).encode()
+        buf = ctypes.create_string_buffer(data, len(data))
+        remap_h = self._remap._h.value if self._remap is not None else 0
+        self._h = _lib.new_handle("recgo_pipeline_new", [H, H, P, I64], self.engine._h.value, remap_h,
+                                  ctypes.addressof(buf), len(data))
+        info = self._info()
+        self.keys: list[str] = list(info["keys"])
+        self.dense_width: int = int(info["dense_width"])
+
+    def _info(self) -> dict[str, Any]:
+        from .data.sources import _json_call
+
+        return _json_call("recgo_pipeline_info", [H], self._handle())
+
+    def _handle(self) -> int:
+        if self._h is None:
+            raise InvalidInputError("the pipeline is closed")
+        return self._h.value
+
+    def __iter__(self) -> "DataPipeline":
+        return self
+
+    def __next__(self) -> Batch:
+        info = self._info_buf
+        _lib.call(self._next, self._handle(), ctypes.addressof(info))
+        h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
+        if h == 0:
+            raise StopIteration
+        owner = _lib.Handle(h)
+        values = _wrap(vp, nv, ctypes.c_int64, torch.int64, owner)
+        lengths = _wrap(lp, nl, ctypes.c_int64, torch.int64, owner)
+        labels = _wrap(labp, size, ctypes.c_float, torch.float32, owner)
+        dense = _wrap(dp, size * width, ctypes.c_float, torch.float32, owner).view(size, width)
+        if self.tables:
+            _prepared.register(vp, nv, lp, owner)
+        return Batch(KeyedJaggedTensor(self.keys, values, lengths), dense, labels)
+
+    def position(self) -> dict[str, Any]:
+        """The source position after the last batch handed out (resume from it with ``position=``)."""
+        return dict(self._info()["position"])
+
+    @property
+    def step(self) -> int:
+        """Batches handed out so far (since the start or the resumed position)."""
+        return int(self._info()["step"])
+
+    def stats(self) -> dict[str, float]:
+        """Seconds spent in each stage (summed over goroutines), seconds ``next()`` waited, and the
+        batches, samples and skipped malformed rows so far."""
+        s = self._info()["stats"]
+        return {"read_s": s["read_ns"] / 1e9, "transform_s": s["transform_ns"] / 1e9,
+                "format_s": s["format_ns"] / 1e9, "wait_s": s["wait_ns"] / 1e9, "batches": s["batches"],
+                "samples": s["samples"], "skipped": s["skipped"]}
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"position": ...}``: what a checkpoint needs to resume the batch stream."""
+        return {"position": self.position()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restart from a :meth:`state_dict` (batches prepared ahead are dropped)."""
+        self.close()
+        self._start(state["position"])
+
+    def close(self) -> None:
+        """Stop the goroutines (waiting for them) and close the source. Batches still held stay valid."""
+        if self._h is not None:
+            self._h.free()
+            self._h = None
+
+    def __enter__(self) -> "DataPipeline":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def goroutines() -> tuple[int, int]:
+    """(goroutines in the process, goroutines of running pipelines): for leak checks."""
+    out = (ctypes.c_int64 * 2)()
+    _lib.call(_lib.fn("recgo_pipeline_goroutines", [P]), ctypes.addressof(out))
+    return int(out[0]), int(out[1])
+
+
+def bce_loss(output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """The default loss: binary cross-entropy on logits ``[B]`` or ``[B, 1]``."""
+    return torch.nn.functional.binary_cross_entropy_with_logits(output.reshape(-1), labels)
+
+
+class TrainPipeline:
+    """Trains ``model`` on prepared batches: ``model(sparse, dense)`` gives logits, ``loss_fn(out,
+    labels)`` the loss (default :func:`bce_loss`), then backward and ``optimizer.step()`` (``None``
+    when the collection's fused optimizer is the only one). The batch of step t+1..t+depth is
+    prepared while step t runs. The collection's dedup groups come from the model (:func:`tables_of`)
+    unless ``tables`` is given. Other arguments are :class:`DataPipeline`'s.
+
+    :meth:`progress` runs one step and returns its loss (``StopIteration`` at the end of the data),
+    :meth:`run` runs many with a progress bar (samples/s); :meth:`state_dict`/:meth:`save` checkpoint
+    the model, the optimizer and the reader position, :meth:`load` resumes exactly.
+    """
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, source: Source,
+                 features: FeatureEngine | Sequence[Feature] | str | Path, batch_size: int, depth: int = 2,
+                 threads: int = 1, *, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = bce_loss,
+                 tables: Sequence[dict[str, Any]] | None = None, **kwargs: Any) -> None:
+        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.data = DataPipeline(source, features, batch_size, depth, threads,
+                                 tables=tables if tables is not None else tables_of(model), **kwargs)
+        self.steps = 0
+
+    def progress(self, iterator: Iterator[Batch] | None = None) -> torch.Tensor:
+        """Run one training step on the next batch (of ``iterator`` if given) and return the loss."""
+        batch = next(iterator if iterator is not None else self.data)
+        self.model.train()
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        loss = self.loss_fn(self.model(batch.sparse, batch.dense), batch.labels)
+        loss.backward()
+        if self.optimizer is not None:
+            self.optimizer.step()
+        self.steps += 1
+        return loss.detach()
+
+    def run(self, steps: int | None = None, progress: bool = True) -> list[float]:
+        """Run ``steps`` steps (default: to the end of the data) and return the losses; with
+        ``progress`` a tqdm bar shows the loss and samples/s."""
+        from tqdm import tqdm
+
+        losses: list[float] = []
+        bar = tqdm(total=steps, disable=not progress, unit="step", dynamic_ncols=True)
+        t0, samples = time.perf_counter(), 0
+        try:
+            while steps is None or len(losses) < steps:
+                try:
+                    loss = self.progress()
+                except StopIteration:
+                    break
+                losses.append(float(loss))
+                samples += self.data.batch_size
+                bar.update(1)
+                if len(losses) % 10 == 0 or len(losses) == steps:
+                    rate = samples / max(time.perf_counter() - t0, 1e-9)
+                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_per_s=f"{rate:,.0f}")
+        finally:
+            bar.close()
+        return losses
+
+    def state_dict(self) -> dict[str, Any]:
+        """The model's and optimizer's state and the reader position after the last step."""
+        return {"model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+                "pipeline": self.data.state_dict(), "steps": self.steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict`: weights, optimizer state, and the batch stream's position."""
+        self.model.load_state_dict(state["model"])
+        if self.optimizer is not None and state.get("optimizer") is not None:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.data.load_state_dict(state["pipeline"])
+        self.steps = int(state.get("steps", 0))
+
+    def save(self, path: str | Path) -> None:
+        """Write :meth:`state_dict` atomically with ``torch.save``."""
+        from .modules.embedding import save_checkpoint
+
+        save_checkpoint(self.state_dict(), path)
+
+    def load(self, path: str | Path) -> None:
+        """Resume from a checkpoint written by :meth:`save`."""
+        self.load_state_dict(torch.load(path, weights_only=False))
+
+    def close(self) -> None:
+        """Stop the input pipeline."""
+        self.data.close()
+
+
+__all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "tables_of"]

@@ -1,0 +1,163 @@
+"""TrainPipeline / DataPipeline: the pipelined schedule trains exactly like the serial one, the
+collection uses the batch's prepared dedup, rank/world size come from the process group, and a
+checkpoint (model + reader position) resumes to the same batch stream and the same final weights."""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import recgo
+from recgo.data import SyntheticField, SyntheticSource
+from recgo.data import _prepared
+from recgo.feature import Feature
+
+SOURCE = SyntheticSource(2400, [SyntheticField("u", 300, 1.1), SyntheticField("h", 800, 0.9, 0.8, 4.0),
+                                SyntheticField("i", 500, 1.0, 0.9)], dense=3, seed=5)
+FEATURES = [Feature("u").hash().mod(200), Feature("h").truncate(6, keep="last").mod(400),
+            Feature("i").fill_missing(0).mod(300)]
+
+
+class Model(nn.Module):
+    """A small DLRM-like model: pooled embeddings + bottom MLP on dense, concatenated, top MLP."""
+
+    def __init__(self, fused: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.ebc = recgo.EmbeddingBagCollection([
+            recgo.EmbeddingBagConfig(name="t_ui", embedding_dim=8, num_embeddings=300, feature_names=["u", "i"]),
+            recgo.EmbeddingBagConfig(name="t_h", embedding_dim=8, num_embeddings=400, feature_names=["h"], pooling="mean"),
+        ], optimizer=recgo.modules.optim.RowWiseAdagrad(lr=0.05) if fused else None)
+        self.bottom = nn.Linear(3, 8)
+        self.top = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 1))
+
+    def forward(self, sparse: recgo.KeyedJaggedTensor, dense: torch.Tensor) -> torch.Tensor:
+        pooled = self.ebc(sparse).values()
+        return self.top(torch.cat([pooled, self.bottom(dense)], dim=1))
+
+
+def trainer(depth: int, fused: bool = True, tables=None, **kw) -> recgo.TrainPipeline:
+    model = Model(fused)
+    params = [p for n, p in model.named_parameters() if not n.startswith("ebc")] if fused else list(model.parameters())
+    opt = torch.optim.SGD(params, lr=0.05)
+    return recgo.TrainPipeline(model, opt, SOURCE, FEATURES, 100, depth=depth, tables=tables, **kw)
+
+
+def weights(tp: recgo.TrainPipeline) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in tp.model.state_dict().items()}
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_pipelined_training_equals_serial(fused: bool) -> None:
+    serial = trainer(0, fused)
+    losses0 = serial.run(progress=False)
+    assert len(losses0) == 24
+    for depth, threads in ((1, 1), (3, 2)):
+        tp = trainer(depth, fused, threads=threads)
+        assert tp.run(progress=False) == losses0
+        for k, v in weights(serial).items():
+            assert torch.equal(v, weights(tp)[k]), (depth, k)
+    # The same model without the prepared dedup (the collection deduplicates itself) ends equal.
+    plain = trainer(2, fused, tables=[])
+    assert plain.data.tables == []
+    assert plain.run(progress=False) == losses0
+    for k, v in weights(serial).items():
+        assert torch.equal(v, weights(plain)[k])
+    assert losses0[-1] < losses0[0]
+
+
+def test_collection_uses_prepared_dedup() -> None:
+    tp = trainer(2)
+    assert [t["name"] for t in tp.data.tables] == ["t_ui", "t_h"]
+    batch = next(tp.data)
+    kjt = batch.sparse
+    assert _prepared.prepared_handle(kjt.values(), kjt.lengths()) is not None
+    out = tp.model(kjt, batch.dense)
+    assert out.shape == (100, 1)
+    # Changing an ID in place makes the prepared dedup stale: the engine refuses instead of pooling it.
+    kjt.values()[0] += 1
+    with pytest.raises(recgo.InvalidInputError, match="prepared dedup"):
+        tp.model(kjt, batch.dense).sum().backward()
+    # A copy of the batch is not the prepared memory: the ordinary forward runs.
+    copy = recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), kjt.lengths().clone())
+    assert _prepared.prepared_handle(copy.values(), copy.lengths()) is None
+    tp.model(copy, batch.dense)
+    tp.close()
+
+
+@pytest.mark.parametrize("depth", [0, 2])
+def test_resume_equals_uninterrupted(tmp_path: Path, depth: int) -> None:
+    full = trainer(depth, fused=True)
+    stream = []
+    for b in recgo.DataPipeline(SOURCE, FEATURES, 100, depth=depth):
+        stream.append(b.sparse.values().clone())
+    full.run(progress=False)
+    first = trainer(depth, fused=True)
+    first.run(steps=9, progress=False)
+    ckpt = tmp_path / "ckpt.pt"
+    first.save(ckpt)
+    first.close()
+    again = trainer(depth, fused=True)
+    again.load(ckpt)
+    assert again.steps == 9
+    seen = []
+    orig_next = again.data.__next__
+
+    def spy():
+        b = orig_next()
+        seen.append(b.sparse.values().clone())
+        return b
+
+    losses = []
+    while True:
+        try:
+            losses.append(float(again.progress(iter(spy, None))))
+        except StopIteration:
+            break
+    assert len(seen) == 15
+    for a, b in zip(seen, stream[9:]):
+        assert torch.equal(a, b)
+    for k, v in weights(full).items():
+        assert torch.equal(v, weights(again)[k]), k
+
+
+def test_rank_from_process_group(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialized")
+    store = dist.FileStore(str(tmp_path / "store"), 1)
+    dist.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        pipe = recgo.DataPipeline(SOURCE, FEATURES, 100, depth=1)
+        assert (pipe.rank, pipe.world_size) == (0, 1)
+        pipe.close()
+        pipe = recgo.DataPipeline(SOURCE, FEATURES, 100, depth=1, rank=1, world_size=2)
+        assert sum(b.labels.numel() for b in pipe) == 1200
+    finally:
+        dist.destroy_process_group()
+
+
+def test_progress_bar_shows_rate(capsys: pytest.CaptureFixture[str]) -> None:
+    tp = trainer(2)
+    losses = tp.run(steps=12, progress=True)
+    assert len(losses) == 12
+    err = capsys.readouterr().err
+    assert "samples_per_s" in err and "12/12" in err
+    tp.close()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(recgo.InvalidInputError, match="batch size 0"):
+        recgo.DataPipeline(SOURCE, FEATURES, 0)
+    with pytest.raises(recgo.InvalidInputError, match="is not an output feature"):
+        recgo.DataPipeline(SOURCE, FEATURES, 10, tables=[{"name": "x", "keys": ["nope"]}])
+    with pytest.raises(recgo.InvalidInputError, match="not a field of the source"):
+        recgo.DataPipeline(SOURCE, [Feature("zzz").mod(3)], 10)
+    with pytest.raises(recgo.InvalidInputError, match="must be a recgo.data source"):
+        recgo.DataPipeline("file.txt", FEATURES, 10)  # type: ignore[arg-type]
