@@ -37,7 +37,9 @@ def throughput(bench: Bench, case: str, cfg: TrainConfig, names: list[str]) -> d
     """Interleaved training steps of every backend on the same few batches; returns recgo's speedups."""
     source = make_source(cfg)
     trainers = {b: Trainer(cfg, source, b) for b in names}
-    batches = [source.train_batch(i) for i in range(4)]
+    stream = source.stream(depth=0)
+    batches = [next(stream) for _ in range(4)]
+    stream.close()
     state = {b: 0 for b in names}
 
     def stepper(b: str):

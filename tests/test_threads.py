@@ -23,7 +23,7 @@ def _train(steps: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
     for _ in range(steps):
         lengths = torch.randint(0, 20, (4 * 512,), generator=g)
         values = torch.randint(0, 5000, (int(lengths.sum()),), generator=g)
-        kjt = recgo.KeyedJaggedTensor([f"f{i}" for i in range(4)], values, lengths)
+        kjt = recgo.KeyedJaggedTensor([f"f{i}" for i in range(4)], values, lengths=lengths)
         out = ebc(kjt).values()
         (out * torch.arange(out.shape[1])).sum().backward()
     return out.detach().clone(), ebc.state_dict()["embedding_bags.t2.weight"].clone()

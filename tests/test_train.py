@@ -52,13 +52,28 @@ def _small(model: str = "dlrm", **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
-def test_synthetic_source_is_deterministic_and_learnable() -> None:
-    s = SyntheticCriteo(batch_size=128, max_rows=1000, seed=5)
-    a, b = s.train_batch(7), s.train_batch(7)
-    assert torch.equal(a.sparse.values(), b.sparse.values()) and torch.equal(a.labels, b.labels)
-    assert not torch.equal(s.train_batch(8).labels, a.labels)
-    s.validation()
-    assert 0.6 < s.oracle_auc < 1.0  # the planted model separates the classes, short of perfectly
+def test_synthetic_stream_is_deterministic_resumable_and_held_out() -> None:
+    s = SyntheticCriteo(batch_size=128, max_rows=1000, seed=5, samples=128 * 6, validation_samples=256)
+    first = s.stream(depth=2)
+    a = [next(first) for _ in range(4)]
+    state = first.state_dict()
+    rest = [next(first) for _ in range(4)]  # crosses the epoch end (6 batches) into the next epoch
+    first.close()
+    again = s.stream(depth=0)
+    b = [next(again) for _ in range(8)]
+    again.close()
+    resumed = s.stream(state, depth=1)
+    c = [next(resumed) for _ in range(4)]
+    resumed.close()
+    for x, y in zip(a + rest, b):
+        assert torch.equal(x.sparse.values(), y.sparse.values()) and torch.equal(x.labels, y.labels)
+    for x, y in zip(rest, c):
+        assert torch.equal(x.sparse.values(), y.sparse.values()) and torch.equal(x.dense, y.dense)
+    assert torch.equal(b[6].labels, b[0].labels)  # epoch 2 repeats epoch 1
+    val = s.validation()
+    assert sum(v.size for v in val) == 256
+    train_vals = torch.cat([x.dense for x in b[:6]])
+    assert not any(torch.equal(v.dense[0], row) for v in val for row in train_vals)  # held out
 
 
 @pytest.mark.parametrize("sparse_optimizer", ["sgd", "adagrad"])
@@ -77,7 +92,10 @@ def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
         got_auc, got_loss, got_w = results[backend]
         assert got_auc == pytest.approx(ref_auc, abs=1e-3)
         assert got_loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
-        torch.testing.assert_close(got_w, ref_w, rtol=1e-4, atol=1e-5)
+        # Adagrad's first step on a row moves it by lr·g/(|g| + eps): for a gradient near zero that ratio
+        # amplifies float rounding, so a handful of elements may differ by up to lr.
+        diff = (got_w - ref_w).abs()
+        assert float((diff > 1e-5).float().mean()) < 1e-3 and float(diff.max()) <= cfg.sparse_lr
 
 
 def test_resume_equals_uninterrupted(tmp_path: Path) -> None:

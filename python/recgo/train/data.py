@@ -1,39 +1,37 @@
-"""Training data for the main job: deterministic, indexable batches of (dense, sparse KJT, labels).
+"""Training data for the main job: streams of (dense, sparse KJT, labels) batches.
 
-Three sources, all returning :class:`Batch` for a batch index, so a run can stop and resume at any
-step and every backend sees the same batches in the same order:
-
-* :class:`SyntheticCriteo` — the default (no files needed): 13 dense and 26 categorical features
-  shaped like Criteo's (per-column cardinality, power-law ID popularity, missing values), with labels
-  drawn from a *planted* model (hidden per-ID effects, a dense linear term and one pairwise
-  interaction, through a sigmoid), so the loss falls and the AUC means something; its Bayes AUC is
-  known (:attr:`SyntheticCriteo.oracle_auc`).
-* :class:`CriteoFile` — a Criteo display-advertising TSV (label, I1..I13, C1..C26), categorical values
-  hashed and reduced modulo the table size by recgo's FeatureEngine; a fixed train/validation split.
+* :class:`SyntheticCriteo` — the default (no files needed): recgo's Go synthetic source shaped like
+  Criteo (26 power-law categorical fields with varied cardinality and coverage, 13 dense columns) with
+  a *planted* label model (hidden per-ID weights and dense weights through a sigmoid), so the loss
+  falls and the AUC means something. Validation samples come from the same generator after the
+  training range.
+* :class:`CriteoFile` — a Criteo display-advertising TSV (label, I1..I13, C1..C26) read by recgo's
+  Go reader; categorical values hashed and reduced modulo the table size by the FeatureEngine; the
+  last ``validation_fraction`` of the lines is held out.
 * :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp):
   for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
   target and a uniformly sampled item as a negative; each user's last event is held out.
+
+The first two run through :class:`recgo.DataPipeline` (READ → TRANSFORM → FORMAT in Go, ``depth``
+batches ahead of the training step); every backend gets the same batches in the same order, and a
+stream's position goes into checkpoints so a resumed run continues where it stopped.
 """
 
 from __future__ import annotations
 
 import csv
-import math
+import hashlib
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
 import torch
 
 from ..errors import InvalidInputError, RecgoIOError
 from ..sparse import KeyedJaggedTensor
 
-# Per-column cardinalities of the Criteo Kaggle (DAC) training set, as published with DLRM.
-CRITEO_CARDINALITIES = (1460, 583, 10131227, 2202608, 305, 24, 12517, 633, 3, 93145, 5683, 8351593, 3194, 27,
-                        14992, 5461306, 10, 5652, 2173, 4, 7046547, 18, 15, 286181, 105, 142572)
-# Fraction of samples in which each categorical column is empty (measured on the DAC sample).
-CRITEO_MISSING = (0.0, 0.0, 0.03, 0.03, 0.0, 0.12, 0.0, 0.0, 0.0, 0.03, 0.0, 0.03, 0.0, 0.0, 0.0, 0.03, 0.0, 0.0,
-                  0.44, 0.44, 0.03, 0.76, 0.0, 0.03, 0.44, 0.44)
 SPARSE_KEYS = tuple(f"C{i}" for i in range(1, 27))
 
 
@@ -51,9 +49,25 @@ class Batch:
         return int(self.labels.numel())
 
 
+class Stream:
+    """An endless iterator of training batches (epoch after epoch) whose position can be saved."""
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> Batch:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the stream's resources (goroutines, files)."""
+
+
 class Source:
-    """Indexable training data: ``train_batch(i)`` for step i (cycling over epochs) and a fixed
-    validation set ``validation()``; ``tables`` names each sparse key's table and size."""
+    """Training data: :meth:`stream` gives the training batches, :meth:`validation` a fixed held-out
+    set; ``keys``/``feature_table``/``table_rows`` describe the sparse features and their tables."""
 
     batch_size: int
     dense_in: int
@@ -61,158 +75,186 @@ class Source:
     table_rows: dict[str, int]
     feature_table: dict[str, str]
 
-    def train_batch(self, i: int) -> Batch:  # pragma: no cover - interface
+    def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
+               tables: list[dict[str, Any]] | None = None) -> Stream:  # pragma: no cover - interface
+        """Training batches from the start, or from a :meth:`Stream.state_dict`. ``tables`` (the
+        collection's dedup groups) lets the pipeline deduplicate for a recgo collection."""
         raise NotImplementedError
 
     def validation(self) -> list[Batch]:  # pragma: no cover - interface
         raise NotImplementedError
 
     def batches_per_epoch(self) -> int:
-        """Steps in one pass over the training split (large for the endless synthetic source)."""
-        return 1 << 62
+        """Steps in one pass over the training split."""
+        raise NotImplementedError
 
 
-def _power_law(n: int, rows: int, alpha: float, gen: torch.Generator) -> torch.Tensor:
-    """``n`` IDs in [0, rows) with P(id) ∝ (id+1)^-alpha (approximately; inverse-CDF of the continuous law)."""
-    u = torch.rand(n, generator=gen, dtype=torch.float64)
-    if abs(alpha - 1.0) < 1e-9:
-        x = torch.exp(u * math.log(rows + 1.0))
-    else:
-        a = 1.0 - alpha
-        x = (1.0 + u * ((rows + 1.0) ** a - 1.0)) ** (1.0 / a)
-    return (x.floor().to(torch.int64) - 1).clamp(0, rows - 1)
+class _PipelineStream(Stream):
+    """Epochs of a :class:`recgo.DataPipeline` over one source."""
+
+    def __init__(self, make: Any, state: dict[str, Any] | None) -> None:
+        self._make = make
+        self.epoch = int(state["epoch"]) if state else 0
+        self._pipe = make(state["position"] if state else None)
+
+    def __next__(self) -> Batch:
+        for _ in range(2):
+            try:
+                b = next(self._pipe)
+                return Batch(b.dense, b.sparse, b.labels)
+            except StopIteration:
+                self._pipe.close()
+                self.epoch += 1
+                self._pipe = self._make(None)
+        raise InvalidInputError("the training data holds less than one batch")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self._pipe.position()}
+
+    def close(self) -> None:
+        self._pipe.close()
 
 
-class SyntheticCriteo(Source):
-    """Criteo-shaped synthetic data with a planted logistic model (see the module docstring).
+def _collect(pipe: Any) -> list[Batch]:
+    """Every batch of a finite pipeline, copied out of its pooled memory."""
+    out = [Batch(b.dense.clone(), KeyedJaggedTensor(b.sparse.keys(), b.sparse.values().clone(),
+                                                    lengths=b.sparse.lengths().clone()), b.labels.clone())
+           for b in pipe]
+    pipe.close()
+    return out
 
-    ``max_rows`` caps each table (Criteo's largest columns have 10M values); ``alpha`` is the power-law
-    exponent of ID popularity; ``effect`` the standard deviation of the hidden per-ID effects.
-    """
 
-    def __init__(self, batch_size: int = 1024, max_rows: int = 100_000, alpha: float = 1.05, effect: float = 0.6,
-                 seed: int = 0, validation_batches: int = 8) -> None:
-        if batch_size <= 0 or max_rows <= 0:
-            raise InvalidInputError("SyntheticCriteo: batch_size and max_rows must be positive")
-        self.batch_size, self.seed, self.alpha = batch_size, seed, alpha
-        self.dense_in = 13
-        self.keys = SPARSE_KEYS
-        self.rows = [min(c, max_rows) for c in CRITEO_CARDINALITIES]
-        self.table_rows = {k: r for k, r in zip(self.keys, self.rows)}
-        self.feature_table = {k: k for k in self.keys}
-        gen = torch.Generator().manual_seed(seed)
-        # Hidden model: per-ID effects, a dense linear term, one interaction of two columns' effects.
-        self._effects = [torch.randn(r, generator=gen) * effect for r in self.rows]
-        self._dense_w = torch.randn(self.dense_in, generator=gen) * 0.3
-        self._bias = -1.2
-        self._validation_batches = validation_batches
+class _PipelineSource(Source):
+    """A source read through recgo's Go pipeline (shared by the synthetic and Criteo sources)."""
+
+    def __init__(self, batch_size: int, features: list[Any]) -> None:
+        from ..feature import FeatureEngine
+
+        self.batch_size = batch_size
+        self._engine = FeatureEngine(features)
         self._val: list[Batch] | None = None
-        self.oracle_auc = float("nan")
 
-    def _make(self, stream: int, i: int) -> tuple[Batch, torch.Tensor]:
-        gen = torch.Generator().manual_seed((self.seed * 1_000_003 + stream) * 1_000_033 + i)
-        b = self.batch_size
-        dense_raw = torch.exp(torch.randn(b, self.dense_in, generator=gen) * 1.5)
-        dense = torch.log1p(dense_raw)
-        vals, lens = [], []
-        logit = torch.full((b,), self._bias) + (dense - dense.mean(0)) @ self._dense_w
-        picked: list[torch.Tensor] = []
-        for t, rows in enumerate(self.rows):
-            present = torch.rand(b, generator=gen) >= CRITEO_MISSING[t]
-            ids = _power_law(b, rows, self.alpha, gen)
-            eff = torch.where(present, self._effects[t][ids], torch.zeros(()))
-            logit += eff
-            picked.append(eff)
-            vals.append(ids[present])
-            lens.append(present.to(torch.int64))
-        logit += picked[0] * picked[1] * 2.0
-        labels = torch.bernoulli(torch.sigmoid(logit), generator=gen)
-        kjt = KeyedJaggedTensor(list(self.keys), torch.cat(vals), torch.cat(lens))
-        return Batch(dense.to(torch.float32), kjt, labels.to(torch.float32)), logit
+    def _train_source(self) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
 
-    def train_batch(self, i: int) -> Batch:
-        """Batch ``i`` of the endless training stream (a pure function of the seed and i)."""
-        return self._make(0, i)[0]
+    def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None) -> Any:
+        from ..pipeline import DataPipeline
+
+        return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=True,
+                            rank=0, world_size=1, position=position)
+
+    def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
+               tables: list[dict[str, Any]] | None = None) -> Stream:
+        return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables), state)
+
+
+class SyntheticCriteo(_PipelineSource):
+    """Criteo-shaped synthetic data with a planted label model (see the module docstring). ``samples``
+    training samples, then ``validation_samples`` held out; ``max_rows`` caps each table."""
+
+    def __init__(self, batch_size: int = 1024, max_rows: int = 100_000, seed: int = 0, samples: int = 1 << 20,
+                 validation_samples: int = 8192) -> None:
+        from ..data import default_criteo_like
+        from ..feature import Feature
+
+        if batch_size <= 0 or max_rows <= 0 or samples < batch_size:
+            raise InvalidInputError("SyntheticCriteo: batch_size and max_rows must be positive, samples ≥ batch_size")
+        template = default_criteo_like(samples + validation_samples, seed=seed)
+        for f in template.fields:
+            f.rows = min(f.rows, max_rows)
+        self._template, self._samples, self._n_val = template, samples, validation_samples
+        self.dense_in, self.keys = template.dense, tuple(f.name for f in template.fields)
+        self.table_rows = {f.name: f.rows for f in template.fields}
+        self.feature_table = {k: k for k in self.keys}
+        super().__init__(batch_size, [Feature(f.name).mod(f.rows) for f in template.fields])
+
+    def _train_source(self) -> Any:
+        from dataclasses import replace
+
+        return replace(self._template, samples=self._samples)
+
+    def batches_per_epoch(self) -> int:
+        return self._samples // self.batch_size
 
     def validation(self) -> list[Batch]:
-        """The held-out batches (a separate stream); also sets :attr:`oracle_auc`, the AUC of the planted
-        model's own logits on them (the best any model can reach)."""
         if self._val is None:
-            from .metrics import auc
-
-            made = [self._make(1, i) for i in range(self._validation_batches)]
-            self._val = [m[0] for m in made]
-            self.oracle_auc = auc(torch.cat([m[1] for m in made]), torch.cat([m[0].labels for m in made]))
+            n = self._samples
+            start = {"file": 0, "row": n, "offset": -1, "global": n, "skipped": 0}
+            self._val = _collect(self._pipeline(self._template, start))
         return self._val
 
 
-def _read_lines(path: Path) -> list[str]:
+def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
+    """The file's first (1 − fraction) and last ``fraction`` of lines as two cached files (keyed by the
+    file's size, mtime and the fraction), and the training line count."""
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fraction}".encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"recgo-split-{key}"
+    train, val = folder / "train.txt", folder / "validation.txt"
     try:
-        with path.open("r", encoding="ascii", errors="strict") as fh:
-            return fh.read().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except OSError as exc:
         raise RecgoIOError(f"{path}: {exc}") from exc
+    n_val = max(1, int(len(lines) * fraction))
+    if not (train.exists() and val.exists()):
+        folder.mkdir(parents=True, exist_ok=True)
+        for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(b"".join(part))
+            os.replace(tmp, target)
+    return train, val, len(lines) - n_val
 
 
-class CriteoFile(Source):
-    """A labelled Criteo TSV file, split by line order: the last ``validation_fraction`` is held out.
-
-    Dense ``I1..I13``: empty → 0, negative → 0, then log(1 + x) (DLRM's preprocessing). Categorical
-    ``C1..C26``: hashed and reduced modulo ``rows`` by the FeatureEngine; an empty value is an empty bag.
-    Batches of an epoch come in file order; a short last batch is dropped so every step has B samples.
-    """
+class CriteoFile(_PipelineSource):
+    """A labelled Criteo TSV file; the last ``validation_fraction`` of its lines is held out. Dense
+    ``I1..I13`` as log(1 + max(x, 0)) (0 when missing); ``C1..C26`` hashed, reduced modulo ``rows``;
+    an empty value is an empty bag. A short last batch of each epoch is dropped."""
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 1024, rows: int = 100_000,
                  validation_fraction: float = 0.1) -> None:
-        from ..feature import Feature, FeatureEngine, encode_strings
+        from ..feature import Feature
 
         self.path = Path(path)
-        self.batch_size, self.dense_in, self.keys = batch_size, 13, SPARSE_KEYS
+        self._train, self._valpath, n_train = _split_file(self.path, validation_fraction)
+        if n_train < batch_size:
+            raise InvalidInputError(f"{self.path}: {n_train} training lines, fewer than one batch of {batch_size}")
+        self._n_train = n_train
+        self.dense_in, self.keys = 13, SPARSE_KEYS
         self.table_rows = {k: rows for k in self.keys}
         self.feature_table = {k: k for k in self.keys}
-        lines = _read_lines(self.path)
-        labels, dense, cats = [], [], [[] for _ in self.keys]
-        for n, line in enumerate(lines, 1):
-            f = line.split("\t")
-            if len(f) != 40:
-                raise RecgoIOError(f"{self.path}:{n}: {len(f)} tab-separated fields, a labelled Criteo line has 40")
-            try:
-                labels.append(float(int(f[0])))
-                dense.append([max(0, int(x)) if x else 0 for x in f[1:14]])
-            except ValueError as exc:
-                raise RecgoIOError(f"{self.path}:{n}: {exc}") from exc
-            for j, v in enumerate(f[14:40]):
-                cats[j].append([v] if v else [])
-        engine = FeatureEngine([Feature(k, dtype="bytes").hash().mod(rows) for k in self.keys])
-        self._sparse = engine({k: encode_strings(bags) for k, bags in zip(self.keys, cats)})
-        self._dense = torch.log1p(torch.tensor(dense, dtype=torch.float32))
-        self._labels = torch.tensor(labels, dtype=torch.float32)
-        total = len(labels)
-        self._n_val = max(1, int(total * validation_fraction))
-        self._n_train = total - self._n_val
-        if self._n_train < batch_size:
-            raise InvalidInputError(f"{self.path}: {self._n_train} training lines, fewer than one batch of {batch_size}")
-        self._offsets = self._sparse.offsets()
+        super().__init__(batch_size, [Feature(k).hash().mod(rows) for k in self.keys])
 
-    def _slice(self, lo: int, hi: int) -> Batch:
-        n = self._labels.numel()
-        lengths = self._sparse.lengths().view(len(self.keys), n)
-        off = self._offsets.view(-1)[:-1].view(len(self.keys), n)
-        vals = [self._sparse.values()[int(off[k, lo]):int(off[k, lo]) + int(lengths[k, lo:hi].sum())]
-                for k in range(len(self.keys))]
-        kjt = KeyedJaggedTensor(list(self.keys), torch.cat(vals), lengths[:, lo:hi].reshape(-1).clone())
-        return Batch(self._dense[lo:hi], kjt, self._labels[lo:hi])
+    def _train_source(self) -> Any:
+        from ..data import CriteoSource
+
+        return CriteoSource(self._train)
 
     def batches_per_epoch(self) -> int:
         return self._n_train // self.batch_size
 
-    def train_batch(self, i: int) -> Batch:
-        lo = (i % self.batches_per_epoch()) * self.batch_size
-        return self._slice(lo, lo + self.batch_size)
-
     def validation(self) -> list[Batch]:
-        start, total = self._n_train, self._labels.numel()
-        return [self._slice(lo, min(lo + self.batch_size, total)) for lo in range(start, total, self.batch_size)]
+        if self._val is None:
+            from ..data import CriteoSource
+            from ..pipeline import DataPipeline
+
+            pipe = DataPipeline(CriteoSource(self._valpath), self._engine, self.batch_size, depth=0, rank=0,
+                                world_size=1)
+            self._val = _collect(pipe)
+        return self._val
+
+
+class _IndexStream(Stream):
+    """Batches ``i, i+1, ...`` of an indexable source (``batch(i)`` cycles over epochs)."""
+
+    def __init__(self, batch: Any, state: dict[str, Any] | None) -> None:
+        self._batch, self.index = batch, int(state["index"]) if state else 0
+
+    def __next__(self) -> Batch:
+        self.index += 1
+        return self._batch(self.index - 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self.index}
 
 
 SEQUENCE_KEYS = ("hist_item", "hist_cat", "target_item", "target_cat", "user_id")
@@ -284,10 +326,14 @@ class TaobaoSequences(Source):
         ones = torch.ones(b, dtype=torch.int64)
         values = torch.cat([d["items"][hist_idx], d["cats"][hist_idx], tgt, d["item_cat"][tgt], d["users"][ev]])
         lengths = torch.cat([hist_len, hist_len, ones, ones, ones])
-        return Batch(torch.zeros(b, 0), KeyedJaggedTensor(list(self.keys), values, lengths), lab.to(torch.float32))
+        return Batch(torch.zeros(b, 0), KeyedJaggedTensor(list(self.keys), values, lengths=lengths), lab.to(torch.float32))
 
     def batches_per_epoch(self) -> int:
         return self._train.shape[0] // self.batch_size
+
+    def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
+               tables: list[dict[str, Any]] | None = None) -> Stream:
+        return _IndexStream(self.train_batch, state)
 
     def train_batch(self, i: int) -> Batch:
         lo = (i % self.batches_per_epoch()) * self.batch_size

@@ -46,6 +46,7 @@ class TrainConfig:
     seed: int = 0
     checkpoint: str | None = None
     checkpoint_every: int = 0
+    depth: int = 2  # batches the input pipeline prepares ahead (0: serial)
 
     def validate(self) -> None:
         """Raise InvalidInputError naming the first bad field."""
@@ -138,6 +139,22 @@ class Trainer:
         self.history = History(backend)
         self.step = 0
         self._val = source.validation()
+        self._stream: Any = None
+        self._stream_state: dict[str, Any] | None = None
+
+    def _tables(self) -> list[dict[str, Any]] | None:
+        """The recgo collection's dedup groups, so the pipeline deduplicates for it (recgo backend)."""
+        if self.backend != "recgo" or self.model.kind == "bst":
+            return None
+        from ..pipeline import tables_of
+
+        return tables_of(self.model) or None
+
+    def close(self) -> None:
+        """Stop the input stream."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
 
     # -- one step --------------------------------------------------------------------------------
 
@@ -183,9 +200,11 @@ class Trainer:
     def run(self, steps: int | None = None, progress: Any = None, warmup: int = 3) -> History:
         """Train until ``steps`` (default: the config's) steps are done, evaluating every ``eval_every``."""
         end = self.cfg.steps if steps is None else steps
+        if self._stream is None:
+            self._stream = self.source.stream(self._stream_state, depth=self.cfg.depth, tables=self._tables())
         while self.step < end:
             batch_t0 = time.perf_counter()
-            batch = self.source.train_batch(self.step)
+            batch = next(self._stream)
             prep_extra = time.perf_counter() - batch_t0
             timed = self.step >= warmup
             loss = self.train_step(batch, timed=timed)
@@ -206,7 +225,8 @@ class Trainer:
 
     def state(self) -> dict[str, Any]:
         """Everything a resumed run needs: model, both optimizers, the data position and the history."""
-        return {"step": self.step, "backend": self.backend, "config": asdict(self.cfg),
+        stream = self._stream.state_dict() if self._stream is not None else self._stream_state
+        return {"step": self.step, "backend": self.backend, "config": asdict(self.cfg), "data": stream,
                 "model": self.model.state_dict(), "dense_optimizer": self.opt.state_dict(),
                 "sparse_optimizer": self.model.sparse.optimizer_state(), "history": asdict(self.history)}
 
@@ -226,7 +246,7 @@ class Trainer:
             raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
         mine = asdict(self.cfg)
         theirs = dict(state["config"])
-        for k in ("steps", "checkpoint", "checkpoint_every", "eval_every"):
+        for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth"):
             theirs.pop(k, None)
             mine.pop(k, None)
         if mine != theirs:
@@ -236,5 +256,7 @@ class Trainer:
         self.opt.load_state_dict(state["dense_optimizer"])
         self.model.sparse.load_optimizer_state(state["sparse_optimizer"])
         self.step = int(state["step"])
+        self.close()
+        self._stream_state = state.get("data")
         h = state["history"]
         self.history = History(**{k: copy.deepcopy(v) for k, v in h.items()})

@@ -46,13 +46,10 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
             bar.close()
         if per_backend.checkpoint:
             trainer.save(per_backend.checkpoint)
+        trainer.close()
         del trainer
         gc.collect()
-    extra = {}
-    oracle = getattr(source, "oracle_auc", None)
-    if oracle is not None:
-        extra["oracle_auc"] = oracle
-    report = summarize(cfg, runs, extra)
+    report = summarize(cfg, runs)
     if out is not None:
         write(out, report)
     return report
