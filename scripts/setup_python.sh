@@ -12,7 +12,7 @@ PINS=(
   "fbgemm-gpu-cpu==1.9.0"
   # torchrec's own runtime needs, minus the CUDA fbgemm-gpu it names (fbgemm-gpu-cpu provides it)
   "tensordict" "torchmetrics==1.0.3" "tqdm" "pyre-extensions" "numpy"
-  "pytest" "hypothesis" "matplotlib" "pyyaml" "setuptools" "wheel" "pip"
+  "pytest" "hypothesis" "scikit-learn" "matplotlib" "pyyaml" "setuptools" "wheel" "pip"
 )
 TORCHREC="torchrec==1.9.2"
 stamp_want=$(printf '%s\n' "$UV_VERSION" "${PINS[@]}" "$TORCHREC" | sha256sum | cut -c1-16)

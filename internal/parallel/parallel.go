@@ -56,14 +56,32 @@ func For(n, minChunk int, body func(lo, hi int)) {
 			}()
 		}
 	}
-	for range min(workers, chunks) - 1 {
-		go work()
-	}
-	work()
+	team(min(workers, chunks), work)
 	<-done
 	if panicked != nil {
 		panic(fmt.Sprintf("parallel worker: %v", panicked))
 	}
+}
+
+// team runs work on n threads of the current scheduling (see SetTeam): by default the caller and n-1
+// new goroutines.
+var team = goroutineTeam
+
+func goroutineTeam(n int, work func()) {
+	for range n - 1 {
+		go work()
+	}
+	work()
+}
+
+// SetTeam replaces how For starts its helpers: run(n, work) must call work from n threads (the
+// caller's included) and may return before they finish; nil restores goroutines. Not safe to call
+// while loops run.
+func SetTeam(run func(n int, work func())) {
+	if run == nil {
+		run = goroutineTeam
+	}
+	team = run
 }
 
 // ForEach calls body(i) for each i in [0, n) with the chunking of For.

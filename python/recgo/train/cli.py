@@ -1,0 +1,80 @@
+"""``python -m recgo train``: flags, an optional YAML file for the rest, and the printed summary."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from .backends import BACKENDS
+from .loop import MODELS, TrainConfig
+
+
+def add_parser(sub: Any) -> argparse.ArgumentParser:
+    """Register the ``train`` subcommand on an ``argparse`` subparsers object."""
+    p = sub.add_parser("train", help="train a ranking model with recgo (and TorchRec / torch side by side)",
+                       description="Train DLRM, DCNv2 (Criteo-format or synthetic data) or BST (Taobao sequences) "
+                                   "on one or more embedding backends and write a side-by-side report.")
+    p.add_argument("--model", choices=MODELS, default=None, help="model (default dlrm)")
+    p.add_argument("--data", default=None, help="Criteo TSV (dlrm, dcnv2) or Taobao UserBehavior CSV (bst); "
+                                                "default: synthetic Criteo-shaped data with a planted model")
+    p.add_argument("--steps", type=int, default=None, help="training steps (default 300)")
+    p.add_argument("--epochs", type=float, default=None, help="passes over a data file (instead of --steps)")
+    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("--backend", default="recgo", help=f"one of {', '.join(BACKENDS)} or 'all' (comma-separated list ok)")
+    p.add_argument("--nproc", type=int, default=1, help="processes (ranks); only 1 is supported in this version")
+    p.add_argument("--config", default=None, help="YAML file with any TrainConfig field (flags win)")
+    p.add_argument("--out", default="train-report", help="folder for report.json, report.md and plots")
+    p.add_argument("--checkpoint", default=None, help="checkpoint path prefix (one file per backend)")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
+    p.add_argument("--resume", action="store_true", help="continue each backend from its checkpoint")
+    p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_cli)
+    return p
+
+
+def _config(args: argparse.Namespace) -> TrainConfig:
+    from ..errors import InvalidInputError
+
+    fields: dict[str, Any] = {}
+    if args.config:
+        try:
+            import yaml
+        except ImportError as exc:
+            raise InvalidInputError("--config needs PyYAML: pip install 'recgo[yaml]'") from exc
+        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise InvalidInputError(f"{args.config}: expected a mapping of TrainConfig fields")
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        bad = sorted(set(loaded) - known)
+        if bad:
+            raise InvalidInputError(f"{args.config}: unknown fields {bad} (known: {sorted(known)})")
+        fields.update(loaded)
+    for name in ("model", "data", "steps", "batch_size", "checkpoint", "checkpoint_every", "eval_every", "seed"):
+        v = getattr(args, name)
+        if v is not None:
+            fields[name] = v
+    cfg = TrainConfig(**fields)
+    if args.epochs is not None:
+        from .loop import make_source
+
+        cfg.steps = max(1, int(args.epochs * make_source(cfg).batches_per_epoch()))
+    cfg.eval_every = min(cfg.eval_every, cfg.steps)
+    return cfg
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    """Run the subcommand; returns the exit status."""
+    from ..errors import InvalidInputError
+    from .run import train
+
+    if args.nproc != 1:
+        raise InvalidInputError("--nproc > 1 is not supported by this version of the training job")
+    backends = list(BACKENDS) if args.backend == "all" else [b.strip() for b in args.backend.split(",") if b.strip()]
+    cfg = _config(args)
+    report = train(cfg, backends, out=args.out, resume=args.resume, progress=not args.no_progress)
+    print((Path(args.out) / "report.md").read_text())
+    return 0

@@ -1,0 +1,343 @@
+"""Training data for the main job: streams of (dense, sparse KJT, labels) batches.
+
+* :class:`SyntheticCriteo` — the default (no files needed): recgo's Go synthetic source shaped like
+  Criteo (26 power-law categorical fields with varied cardinality and coverage, 13 dense columns) with
+  a *planted* label model (hidden per-ID weights and dense weights through a sigmoid), so the loss
+  falls and the AUC means something. Validation samples come from the same generator after the
+  training range.
+* :class:`CriteoFile` — a Criteo display-advertising TSV (label, I1..I13, C1..C26) read by recgo's
+  Go reader; categorical values hashed and reduced modulo the table size by the FeatureEngine; the
+  last ``validation_fraction`` of the lines is held out.
+* :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp):
+  for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
+  target and a uniformly sampled item as a negative; each user's last event is held out.
+
+The first two run through :class:`recgo.DataPipeline` (READ → TRANSFORM → FORMAT in Go, ``depth``
+batches ahead of the training step); every backend gets the same batches in the same order, and a
+stream's position goes into checkpoints so a resumed run continues where it stopped.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from ..errors import InvalidInputError, RecgoIOError
+from ..sparse import KeyedJaggedTensor
+
+SPARSE_KEYS = tuple(f"C{i}" for i in range(1, 27))
+
+
+@dataclass
+class Batch:
+    """One step's input: ``dense`` ``[B, n_dense]`` float32, ``sparse`` KJT, ``labels`` ``[B]`` float32."""
+
+    dense: torch.Tensor
+    sparse: KeyedJaggedTensor
+    labels: torch.Tensor
+
+    @property
+    def size(self) -> int:
+        """Batch size B."""
+        return int(self.labels.numel())
+
+
+class Stream:
+    """An endless iterator of training batches (epoch after epoch) whose position can be saved."""
+
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> Batch:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the stream's resources (goroutines, files)."""
+
+
+class Source:
+    """Training data: :meth:`stream` gives the training batches, :meth:`validation` a fixed held-out
+    set; ``keys``/``feature_table``/``table_rows`` describe the sparse features and their tables."""
+
+    batch_size: int
+    dense_in: int
+    keys: tuple[str, ...]
+    table_rows: dict[str, int]
+    feature_table: dict[str, str]
+
+    def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
+               tables: list[dict[str, Any]] | None = None) -> Stream:  # pragma: no cover - interface
+        """Training batches from the start, or from a :meth:`Stream.state_dict`. ``tables`` (the
+        collection's dedup groups) lets the pipeline deduplicate for a recgo collection."""
+        raise NotImplementedError
+
+    def validation(self) -> list[Batch]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def batches_per_epoch(self) -> int:
+        """Steps in one pass over the training split."""
+        raise NotImplementedError
+
+
+class _PipelineStream(Stream):
+    """Epochs of a :class:`recgo.DataPipeline` over one source."""
+
+    def __init__(self, make: Any, state: dict[str, Any] | None) -> None:
+        self._make = make
+        self.epoch = int(state["epoch"]) if state else 0
+        self._pipe = make(state["position"] if state else None)
+
+    def __next__(self) -> Batch:
+        for _ in range(2):
+            try:
+                b = next(self._pipe)
+                return Batch(b.dense, b.sparse, b.labels)
+            except StopIteration:
+                self._pipe.close()
+                self.epoch += 1
+                self._pipe = self._make(None)
+        raise InvalidInputError("the training data holds less than one batch")
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "position": self._pipe.position()}
+
+    def close(self) -> None:
+        self._pipe.close()
+
+
+def _collect(pipe: Any) -> list[Batch]:
+    """Every batch of a finite pipeline, copied out of its pooled memory."""
+    out = [Batch(b.dense.clone(), KeyedJaggedTensor(b.sparse.keys(), b.sparse.values().clone(),
+                                                    lengths=b.sparse.lengths().clone()), b.labels.clone())
+           for b in pipe]
+    pipe.close()
+    return out
+
+
+class _PipelineSource(Source):
+    """A source read through recgo's Go pipeline (shared by the synthetic and Criteo sources)."""
+
+    def __init__(self, batch_size: int, features: list[Any]) -> None:
+        from ..feature import FeatureEngine
+
+        self.batch_size = batch_size
+        self._engine = FeatureEngine(features)
+        self._val: list[Batch] | None = None
+
+    def _train_source(self) -> Any:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None) -> Any:
+        from ..pipeline import DataPipeline
+
+        return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=True,
+                            rank=0, world_size=1, position=position)
+
+    def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
+               tables: list[dict[str, Any]] | None = None) -> Stream:
+        return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables), state)
+
+
+class SyntheticCriteo(_PipelineSource):
+    """Criteo-shaped synthetic data with a planted label model (see the module docstring). ``samples``
+    training samples, then ``validation_samples`` held out; ``max_rows`` caps each table."""
+
+    def __init__(self, batch_size: int = 1024, max_rows: int = 100_000, seed: int = 0, samples: int = 1 << 20,
+                 validation_samples: int = 8192) -> None:
+        from ..data import default_criteo_like
+        from ..feature import Feature
+
+        if batch_size <= 0 or max_rows <= 0 or samples < batch_size:
+            raise InvalidInputError("SyntheticCriteo: batch_size and max_rows must be positive, samples ≥ batch_size")
+        template = default_criteo_like(samples + validation_samples, seed=seed)
+        for f in template.fields:
+            f.rows = min(f.rows, max_rows)
+        self._template, self._samples, self._n_val = template, samples, validation_samples
+        self.dense_in, self.keys = template.dense, tuple(f.name for f in template.fields)
+        self.table_rows = {f.name: f.rows for f in template.fields}
+        self.feature_table = {k: k for k in self.keys}
+        super().__init__(batch_size, [Feature(f.name).mod(f.rows) for f in template.fields])
+
+    def _train_source(self) -> Any:
+        from dataclasses import replace
+
+        return replace(self._template, samples=self._samples)
+
+    def batches_per_epoch(self) -> int:
+        return self._samples // self.batch_size
+
+    def validation(self) -> list[Batch]:
+        if self._val is None:
+            n = self._samples
+            start = {"file": 0, "row": n, "offset": -1, "global": n, "skipped": 0}
+            self._val = _collect(self._pipeline(self._template, start))
+        return self._val
+
+
+def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
+    """The file's first (1 − fraction) and last ``fraction`` of lines as two cached files (keyed by the
+    file's size, mtime and the fraction), and the training line count."""
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fraction}".encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"recgo-split-{key}"
+    train, val = folder / "train.txt", folder / "validation.txt"
+    try:
+        lines = path.read_bytes().splitlines(keepends=True)
+    except OSError as exc:
+        raise RecgoIOError(f"{path}: {exc}") from exc
+    n_val = max(1, int(len(lines) * fraction))
+    if not (train.exists() and val.exists()):
+        folder.mkdir(parents=True, exist_ok=True)
+        for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
+            tmp = target.with_suffix(".tmp")
+            tmp.write_bytes(b"".join(part))
+            os.replace(tmp, target)
+    return train, val, len(lines) - n_val
+
+
+class CriteoFile(_PipelineSource):
+    """A labelled Criteo TSV file; the last ``validation_fraction`` of its lines is held out. Dense
+    ``I1..I13`` as log(1 + max(x, 0)) (0 when missing); ``C1..C26`` hashed, reduced modulo ``rows``;
+    an empty value is an empty bag. A short last batch of each epoch is dropped."""
+
+    def __init__(self, path: str | os.PathLike[str], batch_size: int = 1024, rows: int = 100_000,
+                 validation_fraction: float = 0.1) -> None:
+        from ..feature import Feature
+
+        self.path = Path(path)
+        self._train, self._valpath, n_train = _split_file(self.path, validation_fraction)
+        if n_train < batch_size:
+            raise InvalidInputError(f"{self.path}: {n_train} training lines, fewer than one batch of {batch_size}")
+        self._n_train = n_train
+        self.dense_in, self.keys = 13, SPARSE_KEYS
+        self.table_rows = {k: rows for k in self.keys}
+        self.feature_table = {k: k for k in self.keys}
+        super().__init__(batch_size, [Feature(k).hash().mod(rows) for k in self.keys])
+
+    def _train_source(self) -> Any:
+        from ..data import CriteoSource
+
+        return CriteoSource(self._train)
+
+    def batches_per_epoch(self) -> int:
+        return self._n_train // self.batch_size
+
+    def validation(self) -> list[Batch]:
+        if self._val is None:
+            from ..data import CriteoSource
+            from ..pipeline import DataPipeline
+
+            pipe = DataPipeline(CriteoSource(self._valpath), self._engine, self.batch_size, depth=0, rank=0,
+                                world_size=1)
+            self._val = _collect(pipe)
+        return self._val
+
+
+class _IndexStream(Stream):
+    """Batches ``i, i+1, ...`` of an indexable source (``batch(i)`` cycles over epochs)."""
+
+    def __init__(self, batch: Any, state: dict[str, Any] | None) -> None:
+        self._batch, self.index = batch, int(state["index"]) if state else 0
+
+    def __next__(self) -> Batch:
+        self.index += 1
+        return self._batch(self.index - 1)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"index": self.index}
+
+
+SEQUENCE_KEYS = ("hist_item", "hist_cat", "target_item", "target_cat", "user_id")
+
+
+class TaobaoSequences(Source):
+    """Next-interaction prediction on Taobao UserBehavior rows (see the module docstring).
+
+    Sparse keys: ``hist_item``/``hist_cat`` (the last ``max_len`` earlier events, oldest first) and
+    ``target_item``/``target_cat``/``user_id`` (one ID each). Items share the ``item`` table between the
+    history and the target, categories the ``cat`` table. IDs are renumbered densely from 0 in order of
+    first appearance. Training samples are shuffled once with ``seed``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], batch_size: int = 256, max_len: int = 50, seed: int = 0) -> None:
+        self.path = Path(path)
+        self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
+        users, items, cats = [], [], []
+        try:
+            with self.path.open(newline="") as fh:
+                for row in csv.reader(fh):
+                    if len(row) < 5:
+                        continue  # the sample's last line is cut short
+                    users.append(int(row[0]))
+                    items.append(int(row[1]))
+                    cats.append(int(row[2]))
+        except (OSError, ValueError) as exc:
+            raise RecgoIOError(f"{self.path}: {exc}") from exc
+        if not users:
+            raise RecgoIOError(f"{self.path}: no complete rows")
+        u, it, ct = (torch.unique(torch.tensor(x), return_inverse=True)[1] for x in (users, items, cats))
+        n_items, n_cats, n_users = int(it.max()) + 1, int(ct.max()) + 1, int(u.max()) + 1
+        self.table_rows = {"item": n_items, "cat": n_cats, "user": n_users}
+        self.feature_table = {"hist_item": "item", "target_item": "item", "hist_cat": "cat", "target_cat": "cat",
+                              "user_id": "user"}
+        item_cat = torch.zeros(n_items, dtype=torch.int64)
+        item_cat[it] = ct
+        # Events with at least one earlier event of the same user become samples.
+        n = u.numel()
+        idx = torch.arange(n)
+        block_start = torch.ones(n, dtype=torch.bool)
+        block_start[1:] = u[1:] != u[:-1]
+        starts = torch.cummax(torch.where(block_start, idx, torch.zeros_like(idx)), 0)[0]
+        is_last = torch.ones(n, dtype=torch.bool)
+        is_last[:-1] = block_start[1:]
+        events = idx[idx > starts]
+        gen = torch.Generator().manual_seed(seed)
+        neg_items = torch.randint(0, n_items, (events.numel(),), generator=gen)
+        self._data = dict(items=it, cats=ct, users=u, starts=starts, item_cat=item_cat)
+        # Each event is two samples: (event, its item, label 1) and (event, a random item, label 0).
+        pos = torch.stack([events, it[events], torch.ones_like(events)], 1)
+        neg = torch.stack([events, neg_items, torch.zeros_like(events)], 1)
+        samples = torch.cat([pos, neg])
+        held = is_last[samples[:, 0]]
+        train, val = samples[~held], samples[held]
+        self._train = train[torch.randperm(train.shape[0], generator=gen)]
+        self._val = val
+        if self._train.shape[0] < batch_size:
+            raise InvalidInputError(f"{self.path}: {self._train.shape[0]} training samples, fewer than a batch")
+
+    def _batch(self, s: torch.Tensor) -> Batch:
+        d = self._data
+        ev, tgt, lab = s[:, 0], s[:, 1], s[:, 2]
+        first = torch.maximum(d["starts"][ev], ev - self.max_len)
+        hist_len = ev - first
+        hist_idx = torch.repeat_interleave(first, hist_len) + (
+            torch.arange(int(hist_len.sum())) - torch.repeat_interleave(torch.cumsum(hist_len, 0) - hist_len, hist_len))
+        b = ev.numel()
+        ones = torch.ones(b, dtype=torch.int64)
+        values = torch.cat([d["items"][hist_idx], d["cats"][hist_idx], tgt, d["item_cat"][tgt], d["users"][ev]])
+        lengths = torch.cat([hist_len, hist_len, ones, ones, ones])
+        return Batch(torch.zeros(b, 0), KeyedJaggedTensor(list(self.keys), values, lengths=lengths), lab.to(torch.float32))
+
+    def batches_per_epoch(self) -> int:
+        return self._train.shape[0] // self.batch_size
+
+    def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
+               tables: list[dict[str, Any]] | None = None) -> Stream:
+        return _IndexStream(self.train_batch, state)
+
+    def train_batch(self, i: int) -> Batch:
+        lo = (i % self.batches_per_epoch()) * self.batch_size
+        return self._batch(self._train[lo:lo + self.batch_size])
+
+    def validation(self) -> list[Batch]:
+        return [self._batch(self._val[lo:lo + self.batch_size]) for lo in range(0, self._val.shape[0], self.batch_size)]

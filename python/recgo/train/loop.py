@@ -1,0 +1,262 @@
+"""The training loop: one backend, one model, evaluation every N steps, checkpoint and resume.
+
+A step is timed in four parts: ``prep`` (building the batch and converting it to the backend's input
+type), ``sparse`` (embedding forward), ``dense`` (dense forward, loss and the whole backward — fused
+embedding updates of recgo and TorchRec run inside it) and ``update`` (the dense optimizer, plus the
+sparse optimizer of the plain-torch backend).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ..errors import InvalidInputError, RecgoIOError
+from .backends import SparseArch, SparseOptim, TableSpec, initial_weights
+from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
+from .metrics import auc, log_loss
+from .models import BST, DCNv2, DLRM
+
+MODELS = ("dlrm", "dcnv2", "bst")
+STAGES = ("prep", "sparse", "dense", "update")
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; the CLI fills it from flags and a YAML file."""
+
+    model: str = "dlrm"
+    data: str | None = None  # None: synthetic Criteo-shaped data; else a Criteo TSV or Taobao CSV path
+    steps: int = 300
+    batch_size: int = 1024
+    dim: int = 16
+    max_rows: int = 100_000
+    max_len: int = 50
+    sparse_optimizer: str = "adagrad"
+    sparse_lr: float = 0.05
+    dense_lr: float = 1e-3
+    eval_every: int = 100
+    seed: int = 0
+    checkpoint: str | None = None
+    checkpoint_every: int = 0
+    depth: int = 2  # batches the input pipeline prepares ahead (0: serial)
+
+    def validate(self) -> None:
+        """Raise InvalidInputError naming the first bad field."""
+        if self.model not in MODELS:
+            raise InvalidInputError(f"model {self.model!r}: choose one of {MODELS}")
+        for name in ("steps", "batch_size", "dim", "max_rows", "max_len", "eval_every"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+        if self.data is not None and not Path(self.data).is_file():
+            raise InvalidInputError(f"data: {self.data} is not a file")
+
+
+def make_source(cfg: TrainConfig) -> Source:
+    """The data source the config names (the model decides the format of a file)."""
+    if cfg.model == "bst":
+        if cfg.data is None:
+            raise InvalidInputError("model bst needs --data: a Taobao UserBehavior CSV (user,item,category,behavior,ts)")
+        return TaobaoSequences(cfg.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed)
+    if cfg.data is None:
+        return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
+    return CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows)
+
+
+def _tables(source: Source) -> list[TableSpec]:
+    by_table: dict[str, list[str]] = {}
+    for k in source.keys:
+        by_table.setdefault(source.feature_table[k], []).append(k)
+    return [TableSpec(t, source.table_rows[t], tuple(fs)) for t, fs in by_table.items()]
+
+
+class RankingModel(nn.Module):
+    """Sparse half (one backend) + dense half (plain torch) → one logit per sample."""
+
+    def __init__(self, cfg: TrainConfig, source: Source, backend: str) -> None:
+        super().__init__()
+        tables = _tables(source)
+        weights = initial_weights(tables, cfg.dim, cfg.seed)
+        self.kind = cfg.model
+        optim = SparseOptim(cfg.sparse_optimizer, cfg.sparse_lr)
+        self.sparse = SparseArch(backend, tables, cfg.dim, optim, weights, pooled=cfg.model != "bst")
+        torch.manual_seed(cfg.seed)  # the same dense initial weights on every backend
+        if cfg.model == "dlrm":
+            self.dense: nn.Module = DLRM(source.dense_in, len(source.keys), cfg.dim)
+        elif cfg.model == "dcnv2":
+            self.dense = DCNv2(source.dense_in, len(source.keys), cfg.dim)
+        else:
+            self.dense = BST(cfg.dim, cfg.max_len, user_width=cfg.dim)
+        self.max_len = cfg.max_len
+
+    def forward_sparse(self, prepared: Any) -> Any:
+        """Embedding lookups of a prepared batch."""
+        return self.sparse.pooled(prepared) if self.kind != "bst" else self.sparse.sequences(prepared)
+
+    def forward_dense(self, dense: torch.Tensor, emb: Any) -> torch.Tensor:
+        """Logits from the dense features and the lookups."""
+        if self.kind != "bst":
+            return self.dense(dense, emb)
+        hist, mask = emb["hist_item"].to_padded(self.max_len, keep="last")
+        hist_cat, _ = emb["hist_cat"].to_padded(self.max_len, keep="last")
+        target = emb["target_item"].values() + emb["target_cat"].values()
+        return self.dense(hist + hist_cat, mask, target, emb["user_id"].values())
+
+
+@dataclass
+class History:
+    """What a run measured: per-step losses, evaluations and per-stage seconds."""
+
+    backend: str
+    train_loss: list[float] = field(default_factory=list)
+    evals: list[dict[str, float]] = field(default_factory=list)
+    stage_seconds: dict[str, float] = field(default_factory=lambda: {s: 0.0 for s in STAGES})
+    timed_steps: int = 0
+    samples: int = 0
+
+    def samples_per_second(self) -> float:
+        """Training throughput over the timed steps."""
+        total = sum(self.stage_seconds.values())
+        return self.samples / total if total > 0 else float("nan")
+
+
+class Trainer:
+    """Trains one backend's model on a source; ``run()`` returns its :class:`History`."""
+
+    def __init__(self, cfg: TrainConfig, source: Source, backend: str) -> None:
+        cfg.validate()
+        self.cfg, self.source, self.backend = cfg, source, backend
+        self.model = RankingModel(cfg, source, backend)
+        self.opt = torch.optim.Adam(self.model.dense.parameters(), lr=cfg.dense_lr)
+        self.history = History(backend)
+        self.step = 0
+        self._val = source.validation()
+        self._stream: Any = None
+        self._stream_state: dict[str, Any] | None = None
+
+    def _tables(self) -> list[dict[str, Any]] | None:
+        """The recgo collection's dedup groups, so the pipeline deduplicates for it (recgo backend)."""
+        if self.backend != "recgo" or self.model.kind == "bst":
+            return None
+        from ..pipeline import tables_of
+
+        return tables_of(self.model) or None
+
+    def close(self) -> None:
+        """Stop the input stream."""
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+    # -- one step --------------------------------------------------------------------------------
+
+    def train_step(self, batch: Batch, timed: bool = True) -> float:
+        """Forward, backward and update on one batch; returns the loss."""
+        t0 = time.perf_counter()
+        prepared = self.model.sparse.prepare(batch.sparse)
+        t1 = time.perf_counter()
+        self.opt.zero_grad(set_to_none=True)
+        self.model.sparse.zero_grad_sparse()
+        emb = self.model.forward_sparse(prepared)
+        t2 = time.perf_counter()
+        logits = self.model.forward_dense(batch.dense, emb)
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+        loss.backward()
+        t3 = time.perf_counter()
+        self.opt.step()
+        self.model.sparse.step()
+        t4 = time.perf_counter()
+        if timed:
+            h = self.history
+            for s, dt in zip(STAGES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                h.stage_seconds[s] += dt
+            h.timed_steps += 1
+            h.samples += batch.size
+        return float(loss)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """AUC and log loss on the validation split."""
+        self.model.eval()
+        logits, labels = [], []
+        for b in self._val:
+            emb = self.model.forward_sparse(self.model.sparse.prepare(b.sparse))
+            logits.append(self.model.forward_dense(b.dense, emb))
+            labels.append(b.labels)
+        self.model.train()
+        lg, lb = torch.cat(logits), torch.cat(labels)
+        return {"step": self.step, "auc": auc(lg, lb), "log_loss": log_loss(lg, lb)}
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self, steps: int | None = None, progress: Any = None, warmup: int = 3) -> History:
+        """Train until ``steps`` (default: the config's) steps are done, evaluating every ``eval_every``."""
+        end = self.cfg.steps if steps is None else steps
+        if self._stream is None:
+            self._stream = self.source.stream(self._stream_state, depth=self.cfg.depth, tables=self._tables())
+        while self.step < end:
+            batch_t0 = time.perf_counter()
+            batch = next(self._stream)
+            prep_extra = time.perf_counter() - batch_t0
+            timed = self.step >= warmup
+            loss = self.train_step(batch, timed=timed)
+            if timed:
+                self.history.stage_seconds["prep"] += prep_extra
+            self.history.train_loss.append(loss)
+            self.step += 1
+            if progress is not None:
+                progress.update(1)
+                progress.set_postfix(backend=self.backend, loss=f"{loss:.4f}")
+            if self.step % self.cfg.eval_every == 0 or self.step == end:
+                self.history.evals.append(self.evaluate())
+            if self.cfg.checkpoint and self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
+                self.save(self.cfg.checkpoint)
+        return self.history
+
+    # -- checkpoints -----------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """Everything a resumed run needs: model, both optimizers, the data position and the history."""
+        stream = self._stream.state_dict() if self._stream is not None else self._stream_state
+        return {"step": self.step, "backend": self.backend, "config": asdict(self.cfg), "data": stream,
+                "model": self.model.state_dict(), "dense_optimizer": self.opt.state_dict(),
+                "sparse_optimizer": self.model.sparse.optimizer_state(), "history": asdict(self.history)}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`state` atomically."""
+        from ..modules.embedding import save_checkpoint
+
+        save_checkpoint(self.state(), path)
+
+    def load(self, path: str | os.PathLike[str]) -> None:
+        """Resume from a checkpoint written by :meth:`save` for the same backend and config."""
+        try:
+            state = torch.load(path, weights_only=False)
+        except (OSError, EOFError, RuntimeError) as exc:
+            raise RecgoIOError(f"{path}: cannot read the training checkpoint ({exc})") from exc
+        if state.get("backend") != self.backend:
+            raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
+        mine = asdict(self.cfg)
+        theirs = dict(state["config"])
+        for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth"):
+            theirs.pop(k, None)
+            mine.pop(k, None)
+        if mine != theirs:
+            diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+            raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["dense_optimizer"])
+        self.model.sparse.load_optimizer_state(state["sparse_optimizer"])
+        self.step = int(state["step"])
+        self.close()
+        self._stream_state = state.get("data")
+        h = state["history"]
+        self.history = History(**{k: copy.deepcopy(v) for k, v in h.items()})

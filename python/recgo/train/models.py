@@ -1,0 +1,96 @@
+"""The dense halves of the ranking models the training job trains, in plain PyTorch.
+
+Every model takes the sparse half's output as ordinary tensors, so the same module (and the same
+initial weights) serves every backend: ``pooled`` is ``[B, F, D]`` (one pooled embedding per sparse
+feature, in the order of the model's feature list), ``dense`` is ``[B, dense_in]``, and the sequence
+model also gets ``[B, L, D]`` padded sequences with their ``key_padding_mask`` (True = padding).
+
+* :class:`DLRM` (Naumov et al. 2019): bottom MLP on the dense features, pairwise dot products of all
+  feature vectors, top MLP.
+* :class:`DCNv2` (Wang et al. 2021): full-rank cross layers ``x_{l+1} = x0 ⊙ (W x_l + b) + x_l`` over
+  the concatenated input, then a deep MLP (the "stacked" form).
+* :class:`BST` (Chen et al. 2019, Behaviour Sequence Transformer): item and category embeddings of
+  the history plus the target item as the last token, a learned position embedding, an
+  ``nn.TransformerEncoder``, and an MLP over the target token's output and the pooled user features.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+def mlp(sizes: list[int], last_activation: bool = False) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them (and after the last, if asked)."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2 or last_activation:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class DLRM(nn.Module):
+    """DLRM's dense half: bottom MLP → dot interaction with the F pooled embeddings → top MLP → logit."""
+
+    def __init__(self, dense_in: int, num_sparse: int, dim: int, bottom: tuple[int, ...] = (256, 128),
+                 top: tuple[int, ...] = (256, 128)) -> None:
+        super().__init__()
+        self.bottom = mlp([dense_in, *bottom, dim], last_activation=True)
+        n = num_sparse + 1
+        self._pairs = torch.triu_indices(n, n, offset=1)
+        self.top = mlp([dim + n * (n - 1) // 2, *top, 1])
+
+    def forward(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B]`` logits from ``dense`` ``[B, dense_in]`` and ``pooled`` ``[B, F, D]``."""
+        d = self.bottom(dense)
+        feats = torch.cat([d.unsqueeze(1), pooled], 1)
+        inter = torch.bmm(feats, feats.transpose(1, 2))[:, self._pairs[0], self._pairs[1]]
+        return self.top(torch.cat([d, inter], 1)).squeeze(1)
+
+
+class DCNv2(nn.Module):
+    """DCNv2's dense half: ``layers`` full-rank cross layers over [dense, pooled...], then an MLP → logit."""
+
+    def __init__(self, dense_in: int, num_sparse: int, dim: int, layers: int = 3,
+                 deep: tuple[int, ...] = (256, 128)) -> None:
+        super().__init__()
+        width = dense_in + num_sparse * dim
+        self.cross = nn.ModuleList(nn.Linear(width, width) for _ in range(layers))
+        self.deep = mlp([width, *deep, 1])
+
+    def forward(self, dense: torch.Tensor, pooled: torch.Tensor) -> torch.Tensor:
+        """``[B]`` logits."""
+        x0 = torch.cat([dense, pooled.flatten(1)], 1)
+        x = x0
+        for layer in self.cross:
+            x = x0 * layer(x) + x
+        return self.deep(x).squeeze(1)
+
+
+class BST(nn.Module):
+    """Behaviour Sequence Transformer's dense half.
+
+    Inputs: ``hist`` ``[B, L, D]`` (item + category embedding of each past event, summed), its
+    ``mask`` ``[B, L]`` (True = padding), ``target`` ``[B, D]`` (the candidate's item + category
+    embedding) and ``user`` ``[B, U]`` (pooled user features, flattened).
+    """
+
+    def __init__(self, dim: int, max_len: int, user_width: int, heads: int = 2, layers: int = 1,
+                 top: tuple[int, ...] = (128, 64)) -> None:
+        super().__init__()
+        self.position = nn.Embedding(max_len + 1, dim)
+        block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True)
+        self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
+        self.top = mlp([2 * dim + user_width, *top, 1])
+
+    def forward(self, hist: torch.Tensor, mask: torch.Tensor, target: torch.Tensor,
+                user: torch.Tensor) -> torch.Tensor:
+        """``[B]`` logits."""
+        tokens = torch.cat([hist, target.unsqueeze(1)], 1)
+        tokens = tokens + self.position.weight[: tokens.shape[1]].unsqueeze(0)
+        pad = torch.cat([mask, torch.zeros_like(mask[:, :1])], 1)
+        out = self.encoder(tokens, src_key_padding_mask=pad)
+        valid = (~pad).unsqueeze(2).to(out.dtype)
+        pooled_hist = (out * valid).sum(1) / valid.sum(1).clamp(min=1)
+        return self.top(torch.cat([out[:, -1], pooled_hist, user], 1)).squeeze(1)

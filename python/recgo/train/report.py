@@ -1,0 +1,99 @@
+"""The run report: ``report.json`` (all numbers), ``report.md`` (the table a reader wants) and PNG plots
+(loss and validation AUC over steps per backend; throughput per backend)."""
+
+from __future__ import annotations
+
+import json
+import platform
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .loop import STAGES, History, TrainConfig
+
+
+def _smooth(xs: list[float], k: int = 20) -> list[float]:
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= k:
+            acc -= xs[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def summarize(cfg: TrainConfig, runs: dict[str, History], extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report's JSON object: config, machine, per-backend results and a ``summary`` of headline ratios."""
+    per: dict[str, Any] = {}
+    for name, h in runs.items():
+        last = h.evals[-1] if h.evals else {}
+        steps = max(h.timed_steps, 1)
+        per[name] = {
+            "samples_per_second": h.samples_per_second(),
+            "step_ms": {s: 1e3 * h.stage_seconds[s] / steps for s in STAGES},
+            "final_auc": last.get("auc"), "final_log_loss": last.get("log_loss"),
+            "evals": h.evals, "train_loss": h.train_loss,
+        }
+    summary: dict[str, Any] = {}
+    if "recgo" in per:
+        for other in ("torchrec", "torch"):
+            if other in per:
+                summary[f"throughput_vs_{other}"] = per["recgo"]["samples_per_second"] / per[other]["samples_per_second"]
+                a, b = per["recgo"]["final_auc"], per[other]["final_auc"]
+                if a is not None and b is not None:
+                    summary[f"auc_gap_vs_{other}"] = abs(a - b)
+    for name, p in per.items():
+        summary[f"auc_{name}"] = p["final_auc"]
+    if extra:
+        summary.update(extra)
+    return {"config": asdict(cfg), "summary": summary, "backends": per,
+            "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads(),
+                        "torch": torch.__version__}}
+
+
+def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
+    """Write report.json, report.md and the plots (when matplotlib is installed) into ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    cfg, per = report["config"], report["backends"]
+    lines = [f"# recgo train: {cfg['model']} on {cfg['data'] or 'synthetic Criteo-shaped data'}", "",
+             f"{cfg['steps']} steps of batch {cfg['batch_size']}, embedding dim {cfg['dim']}, sparse optimizer "
+             f"{cfg['sparse_optimizer']} (lr {cfg['sparse_lr']}), dense Adam (lr {cfg['dense_lr']}), seed {cfg['seed']}; "
+             "every backend starts from the same weights and sees the same batches.", "",
+             "| backend | samples/s | prep ms | sparse ms | dense+backward ms | update ms | val AUC | val log loss |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for name, p in per.items():
+        ms = p["step_ms"]
+        auc_s = "n/a" if p["final_auc"] is None else f"{p['final_auc']:.4f}"
+        ll_s = "n/a" if p["final_log_loss"] is None else f"{p['final_log_loss']:.4f}"
+        lines.append(f"| {name} | {p['samples_per_second']:.0f} | {ms['prep']:.1f} | {ms['sparse']:.1f} | "
+                     f"{ms['dense']:.1f} | {ms['update']:.1f} | {auc_s} | {ll_s} |")
+    lines += ["", "Summary: " + ", ".join(f"`{k}` = {v:.4g}" if isinstance(v, float) else f"`{k}` = {v}"
+                                          for k, v in report["summary"].items() if v is not None), ""]
+    (out / "report.md").write_text("\n".join(lines))
+    written = [out / "report.json", out / "report.md"]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return written
+    fig, (ax1, ax2, ax3) = plt.subplots(1, 3, figsize=(15, 4))
+    for name, p in per.items():
+        ax1.plot(_smooth(p["train_loss"]), label=name, alpha=0.8)
+        ax2.plot([e["step"] for e in p["evals"]], [e["auc"] for e in p["evals"]], marker="o", label=name, alpha=0.8)
+    ax1.set(title="training loss (moving mean of 20 steps)", xlabel="step")
+    ax2.set(title="validation AUC", xlabel="step")
+    names = list(per)
+    ax3.bar(names, [per[n]["samples_per_second"] for n in names], color=["C0", "C1", "C2"][: len(names)])
+    ax3.set(title="throughput", ylabel="samples / s")
+    for ax in (ax1, ax2):
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "curves.png", dpi=90)
+    plt.close(fig)
+    return written + [out / "curves.png"]

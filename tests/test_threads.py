@@ -1,0 +1,56 @@
+"""recgo's parallel loops on torch's OpenMP team: same results as on Go's threads, from any thread."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import torch
+
+import recgo
+from recgo import _threads
+from recgo.modules import optim
+
+
+def _train(steps: int = 3) -> tuple[torch.Tensor, torch.Tensor]:
+    cfgs = [recgo.EmbeddingBagConfig(num_embeddings=5000, embedding_dim=32, name=f"t{i}", feature_names=[f"f{i}"])
+            for i in range(4)]
+    ebc = recgo.EmbeddingBagCollection(cfgs, optimizer=optim.Adagrad(lr=0.1), seed=3)
+    g = torch.Generator().manual_seed(0)
+    out = None
+    for _ in range(steps):
+        lengths = torch.randint(0, 20, (4 * 512,), generator=g)
+        values = torch.randint(0, 5000, (int(lengths.sum()),), generator=g)
+        kjt = recgo.KeyedJaggedTensor([f"f{i}" for i in range(4)], values, lengths=lengths)
+        out = ebc(kjt).values()
+        (out * torch.arange(out.shape[1])).sum().backward()
+    return out.detach().clone(), ebc.state_dict()["embedding_bags.t2.weight"].clone()
+
+
+def test_openmp_team_gives_the_same_results_as_go_threads() -> None:
+    torch.ones(1 << 16).add_(1)  # make sure torch's OpenMP runtime is loaded
+    assert _threads.openmp_runtime() is not None
+    assert _threads.use_openmp(True)
+    try:
+        on = _train()
+        results: list[tuple[torch.Tensor, torch.Tensor]] = []
+        t = threading.Thread(target=lambda: results.append(_train()))  # off the main thread: Go's threads
+        t.start()
+        t.join()
+    finally:
+        _threads.use_openmp(False)
+    off = _train()
+    for a, b, c in zip(on, off, results[0]):
+        assert torch.equal(a, b) and torch.equal(a, c)
+
+
+def test_environment_switch_turns_it_off() -> None:
+    code = ("import torch, recgo._threads as t; torch.ones(4).add_(1); "
+            "print(t.configure_default())")
+    for value, want in (("0", "False"), ("1", "True")):
+        env = os.environ | {"RECGO_OPENMP": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == want

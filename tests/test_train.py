@@ -1,0 +1,156 @@
+"""The training job: exact AUC, backend parity from the same weights, resume, the sequence model."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source
+from recgo.train.data import SyntheticCriteo, TaobaoSequences
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+TAOBAO = DATA / "taobao" / "taobao_UserBehavior_head.csv"
+CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"
+
+
+def _brute_auc(s: list[float], y: list[int]) -> float:
+    pos = [a for a, l in zip(s, y) if l]
+    neg = [a for a, l in zip(s, y) if not l]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(-3, 3), st.integers(0, 1)), min_size=2, max_size=40))
+def test_auc_matches_pair_counting(pairs: list[tuple[int, int]]) -> None:
+    s = [float(a) for a, _ in pairs]  # few distinct values: many ties
+    y = [b for _, b in pairs]
+    got = auc(torch.tensor(s), torch.tensor(y))
+    if 0 < sum(y) < len(y):
+        assert got == pytest.approx(_brute_auc(s, y), abs=1e-12)
+    else:
+        assert math.isnan(got)
+
+
+def test_auc_and_log_loss_match_sklearn() -> None:
+    sklearn = pytest.importorskip("sklearn.metrics")
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(5000, generator=g).round(decimals=1)
+    labels = (torch.rand(5000, generator=g) < torch.sigmoid(logits)).float()
+    assert auc(logits, labels) == pytest.approx(sklearn.roc_auc_score(labels.numpy(), logits.numpy()), abs=1e-12)
+    p = torch.sigmoid(logits.double())
+    assert log_loss(logits, labels) == pytest.approx(sklearn.log_loss(labels.numpy(), p.numpy()), rel=1e-9)
+
+
+def _small(model: str = "dlrm", **kw) -> TrainConfig:
+    base = dict(model=model, steps=12, batch_size=256, dim=8, max_rows=2000, eval_every=6, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_synthetic_stream_is_deterministic_resumable_and_held_out() -> None:
+    s = SyntheticCriteo(batch_size=128, max_rows=1000, seed=5, samples=128 * 6, validation_samples=256)
+    first = s.stream(depth=2)
+    a = [next(first) for _ in range(4)]
+    state = first.state_dict()
+    rest = [next(first) for _ in range(4)]  # crosses the epoch end (6 batches) into the next epoch
+    first.close()
+    again = s.stream(depth=0)
+    b = [next(again) for _ in range(8)]
+    again.close()
+    resumed = s.stream(state, depth=1)
+    c = [next(resumed) for _ in range(4)]
+    resumed.close()
+    for x, y in zip(a + rest, b):
+        assert torch.equal(x.sparse.values(), y.sparse.values()) and torch.equal(x.labels, y.labels)
+    for x, y in zip(rest, c):
+        assert torch.equal(x.sparse.values(), y.sparse.values()) and torch.equal(x.dense, y.dense)
+    assert torch.equal(b[6].labels, b[0].labels)  # epoch 2 repeats epoch 1
+    val = s.validation()
+    assert sum(v.size for v in val) == 256
+    train_vals = torch.cat([x.dense for x in b[:6]])
+    assert not any(torch.equal(v.dense[0], row) for v in val for row in train_vals)  # held out
+
+
+@pytest.mark.parametrize("sparse_optimizer", ["sgd", "adagrad"])
+def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
+    cfg = _small(sparse_optimizer=sparse_optimizer)
+    source = make_source(cfg)
+    results = {}
+    for backend in ("recgo", "torch", "torchrec"):
+        tr = Trainer(cfg, source, backend)
+        tr.run()
+        weight = tr.model.sparse.module.state_dict()
+        key = "C3.weight" if backend == "torch" else "embedding_bags.C3.weight"
+        results[backend] = (tr.history.evals[-1]["auc"], tr.history.train_loss, weight[key].clone())
+    ref_auc, ref_loss, ref_w = results["torch"]
+    for backend in ("recgo", "torchrec"):
+        got_auc, got_loss, got_w = results[backend]
+        assert got_auc == pytest.approx(ref_auc, abs=1e-3)
+        assert got_loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
+        # Adagrad's first step on a row moves it by lr·g/(|g| + eps): for a gradient near zero that ratio
+        # amplifies float rounding, so a handful of elements may differ by up to lr.
+        diff = (got_w - ref_w).abs()
+        assert float((diff > 1e-5).float().mean()) < 1e-3 and float(diff.max()) <= cfg.sparse_lr
+
+
+def test_resume_equals_uninterrupted(tmp_path: Path) -> None:
+    cfg = _small(checkpoint=str(tmp_path / "ck"))
+    source = make_source(cfg)
+    whole = Trainer(cfg, source, "recgo")
+    whole.run()
+    first = Trainer(cfg, source, "recgo")
+    first.run(steps=5)
+    first.save(tmp_path / "ck")
+    second = Trainer(cfg, source, "recgo")
+    second.load(tmp_path / "ck")
+    assert second.step == 5
+    second.run()
+    for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):
+        assert torch.equal(a, b), k
+    assert whole.history.evals[-1] == second.history.evals[-1]
+
+
+def test_resume_refuses_other_settings(tmp_path: Path) -> None:
+    cfg = _small()
+    tr = Trainer(cfg, make_source(cfg), "torch")
+    tr.run(steps=2)
+    tr.save(tmp_path / "ck")
+    other = _small(dim=4)
+    with pytest.raises(ValueError, match="dim"):
+        Trainer(other, make_source(other), "torch").load(tmp_path / "ck")
+
+
+@pytest.mark.skipif(not CRITEO.exists(), reason="Criteo sample not present")
+def test_criteo_file_split_and_dcn() -> None:
+    cfg = _small("dcnv2", data=str(CRITEO), batch_size=512, steps=4, eval_every=4)
+    tr = Trainer(cfg, make_source(cfg), "recgo")
+    h = tr.run()
+    assert 0.4 < h.evals[-1]["auc"] < 1.0
+    assert sum(b.size for b in tr.source.validation()) == 1010
+
+
+@pytest.mark.skipif(not TAOBAO.exists(), reason="Taobao sample not present")
+def test_taobao_sequences_hold_out_each_users_last_event() -> None:
+    s = TaobaoSequences(TAOBAO, batch_size=64, max_len=5, seed=0)
+    b = s.train_batch(0)
+    lens = b.sparse.lengths().view(5, 64)
+    assert torch.equal(lens[0], lens[1]) and int(lens[0].max()) <= 5 and bool((lens[2:] == 1).all())
+    assert sum(v.size for v in s.validation()) == 2 * 815  # one positive and one negative per user
+
+
+@pytest.mark.skipif(not TAOBAO.exists(), reason="Taobao sample not present")
+@pytest.mark.parametrize("backend", ["torch", "torchrec", "recgo"])
+def test_bst_trains_on_every_backend(backend: str) -> None:
+    if backend == "recgo":
+        import recgo
+
+        if not hasattr(recgo, "EmbeddingCollection"):
+            pytest.skip("recgo.EmbeddingCollection not available")
+    cfg = _small("bst", data=str(TAOBAO), batch_size=64, max_len=10, steps=4, eval_every=4)
+    h = Trainer(cfg, make_source(cfg), backend).run()
+    assert all(math.isfinite(x) for x in h.train_loss) and 0.0 <= h.evals[-1]["auc"] <= 1.0
