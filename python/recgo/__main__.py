@@ -1,4 +1,7 @@
-"""recgo's command line: ``python -m recgo profile ...`` and ``python -m recgo plan ...``.
+"""recgo's command line: ``python -m recgo train ...``, ``profile ...`` and ``plan ...``.
+
+    python -m recgo train [--model dlrm|dcnv2|bst] [--data FILE] [--backend recgo|torchrec|torch|all]
+        [--steps N | --epochs E] [--batch-size B] [--config train.yaml] [--out train-report/]
 
     python -m recgo profile --criteo train.txt --rows 100000 --sample-rate 0.01 --out profile.json
     python -m recgo profile --synthetic rm3 [--fit-data DIR] --out rm3.json
@@ -169,7 +172,13 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 #: Subcommands: name → the function adding its parser (a later ``train`` adds one line here).
-SUBCOMMANDS: dict[str, Callable[[Any], None]] = {"profile": _add_profile, "plan": _add_plan}
+def _add_train(sub: Any) -> None:
+    from .train.cli import add_parser
+
+    add_parser(sub)
+
+
+SUBCOMMANDS: dict[str, Callable[[Any], None]] = {"train": _add_train, "profile": _add_profile, "plan": _add_plan}
 
 
 def build_parser() -> argparse.ArgumentParser:

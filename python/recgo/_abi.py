@@ -719,6 +719,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_use_openmp': ('int', (
+        ('path', 'char*'),
+        ('enable', 'int32_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_version': ('int', (
         ('buf', 'char*'),
         ('buflen', 'size_t'),

@@ -141,8 +141,10 @@ def lib() -> ctypes.CDLL:
         raise _fork_error()
     if _lib is not None:
         return _lib
+    first = False
     with _lock:
         if _lib is None:
+            first = True
             path = library_path()
             if not path.exists():
                 raise LibraryNotFoundError(
@@ -159,6 +161,10 @@ def lib() -> ctypes.CDLL:
             _check_constants(loaded, path)
             _loaded_pid = os.getpid()
             _lib = loaded
+    if first:  # parallel loops on torch's OpenMP team unless RECGO_OPENMP=0 (see recgo._threads)
+        from . import _threads
+
+        _threads.configure_default()
     return _lib
 
 

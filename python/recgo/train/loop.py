@@ -231,17 +231,16 @@ class Trainer:
                 "sparse_optimizer": self.model.sparse.optimizer_state(), "history": asdict(self.history)}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`state` atomically."""
-        from ..modules.embedding import save_checkpoint
+        """Write :meth:`state` atomically, with recgo's checksums."""
+        from ..modules import save_state
 
-        save_checkpoint(self.state(), path)
+        save_state(self.state(), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Resume from a checkpoint written by :meth:`save` for the same backend and config."""
-        try:
-            state = torch.load(path, weights_only=False)
-        except (OSError, EOFError, RuntimeError) as exc:
-            raise RecgoIOError(f"{path}: cannot read the training checkpoint ({exc})") from exc
+        from ..modules import load_state
+
+        state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
         if state.get("backend") != self.backend:
             raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
         mine = asdict(self.cfg)
