@@ -33,7 +33,7 @@ $(LIB): $(GO_SOURCES) .cache/go-mod.stamp .cache/highs/lib/libhighs.a
 	@mv -f python/recgo/librecgo.h .cache/librecgo.h  # the cgo header scripts/gen_abi.py reads
 
 demo: setup
-	$(PY) benchmarks/embedding.py
+	$(PY) -m recgo train --backend all --steps 300 --out train-report
 
 bench: setup
 	@for b in benchmarks/[a-z]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
