@@ -189,3 +189,14 @@ def test_fn_and_call_are_safe_from_many_threads_at_once() -> None:
         got = list(pool.map(work, range(16)))
     for i, g in enumerate(got):  # each thread saw only its own error (per-thread error buffers)
         assert g == ("InvalidInputError:debug_fail: the argu" if i % 3 else "InternalError:debug_fail: unknown "), (i, g)
+
+
+def test_no_call_site_writes_its_own_argtypes() -> None:
+    """Signatures live in _abi.py only: no module passes argtypes to fn()/new_handle()."""
+    import re
+    from pathlib import Path
+
+    root = Path(_lib.__file__).parent
+    pattern = re.compile(r'\b(?:fn|new_handle)\(\s*"recgo_\w+"\s*,\s*\[')
+    offenders = [str(p.relative_to(root)) for p in root.rglob("*.py") if pattern.search(p.read_text())]
+    assert offenders == []

@@ -12,7 +12,6 @@ compete for a core. Calls from other threads and recgo's own pipeline goroutines
 
 from __future__ import annotations
 
-import ctypes
 import os
 
 from . import _lib
@@ -37,7 +36,7 @@ def use_openmp(enable: bool = True) -> bool:
     path = openmp_runtime() if enable else None
     if enable and path is None:
         return False
-    f = _lib.fn("recgo_use_openmp", [ctypes.c_char_p, ctypes.c_int32])
+    f = _lib.fn("recgo_use_openmp")
     _lib.call(f, (path or "").encode(), 1 if enable else 0)
     return enable
 

@@ -43,17 +43,18 @@ from typing import Any, Sequence
 import torch
 
 from . import _lib
-from ._lib import D, H, I32, I64, P, S, U64
 from .errors import InvalidInputError, NotFoundError
 from .tensors import check_tensor, ptr
 
-_POLICIES = {"lru": 0, "lfu": 1}
-_META_LEN = 10  # capi/dynamic.go snapshotMeta
-_M_DIM, _M_STATE, _M_ROWS, _M_SKETCHW, _M_STEP, _M_ADMIT, _M_EVICT, _M_HW, _M_FREE, _M_SKETCH = range(_META_LEN)
+_POLICIES = {"lru": _lib.const("PolicyLRU"), "lfu": _lib.const("PolicyLFU")}
+_META_LEN = _lib.const("DynamicMetaLen")  # the snapshot meta words (capi/dynamic.go)
+_M_DIM, _M_STATE, _M_ROWS, _M_SKETCHW, _M_STEP, _M_ADMIT, _M_EVICT, _M_HW, _M_FREE, _M_SKETCH = (
+    _lib.const(f"DynamicMeta{n}") for n in ("Dim", "StateWidth", "MaxRows", "SketchWidth", "Step", "Admitted",
+                                             "Evicted", "HighWater", "Free", "Sketch"))
 _KEYS = ("dynamic_meta", "dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free",
          "dynamic_sketch", "dynamic_sketch_adds")
-_SHARDS = 64  # engine/dynamic numShards
-_SKETCH_DEPTH = 4
+_SHARDS = _lib.const("DynamicSketchShards")
+_SKETCH_DEPTH = _lib.const("DynamicSketchDepth")
 
 
 def _int(name: str, v: Any, lo: int) -> int:
@@ -138,7 +139,7 @@ class DynamicConfig:
         if self.default is not None:
             default = torch.as_tensor(self.default, dtype=torch.float32).reshape(-1).contiguous()
         self._builder = _lib.new_handle(
-            "recgo_dynamic_builder_new", [I64, I64, I64, I32, I64, D, D, D, U64, P, I64, I32, I64],
+            "recgo_dynamic_builder_new",
             bound, memory, self.min_count, _POLICIES[self.eviction], self.max_age, float(self.evict_fraction), lo, hi,
             self.seed, ptr(default), 0 if default is None else default.numel(), int(self.manual_step),
             self.sketch_width)
@@ -181,8 +182,9 @@ def _index(ebc: Any, table: str | int) -> int:
 
 def stats(ebc: Any, table: str | int) -> DynamicStats:
     """Occupancy and history of dynamic table ``table`` (name or index) of ``ebc``."""
-    out = torch.zeros(8, dtype=torch.int64)
-    _lib.call(_lib.fn("recgo_dynamic_stats", [H, I64, P, I64]), ebc._handle.value, _index(ebc, table), ptr(out), 8)
+    n = _lib.const("DynamicStatsLen")
+    out = torch.zeros(n, dtype=torch.int64)
+    _lib.call(_lib.fn("recgo_dynamic_stats"), ebc._handle.value, _index(ebc, table), ptr(out), n)
     return DynamicStats(*out.tolist())
 
 
@@ -192,21 +194,21 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
     admitted, like a forward pass does."""
     ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
     rows = torch.empty_like(ids)
-    _lib.call(_lib.fn("recgo_dynamic_resolve", [H, I64, P, P, I64, I32]), ebc._handle.value, _index(ebc, table),
+    _lib.call(_lib.fn("recgo_dynamic_resolve"), ebc._handle.value, _index(ebc, table),
               ptr(ids), ptr(rows), ids.numel(), int(train))
     return rows
 
 
 def advance(ebc: Any, table: str | int) -> None:
     """Move the table's clock one step (for ``manual_step`` tables; runs a due ``max_age`` sweep)."""
-    _lib.call(_lib.fn("recgo_dynamic_advance", [H, I64]), ebc._handle.value, _index(ebc, table))
+    _lib.call(_lib.fn("recgo_dynamic_advance"), ebc._handle.value, _index(ebc, table))
 
 
 def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     """Write one dynamic table's checkpoint file: its rows in use (weights, optimizer state), ID map,
     admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
     file renamed over ``path``). Its size follows the rows in use, not the bound."""
-    _lib.call(_lib.fn("recgo_dynamic_save", [H, I64, S]), ebc._handle.value, _index(ebc, table),
+    _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 
 
@@ -215,7 +217,7 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     every checksum and size and the ID map's consistency; a damaged, truncated or foreign file
     raises ``RecgoIOError`` naming the file and the part, a checkpoint of another configuration
     ``InvalidInputError``, and the table is then unchanged."""
-    _lib.call(_lib.fn("recgo_dynamic_load", [H, I64, S]), ebc._handle.value, _index(ebc, table),
+    _lib.call(_lib.fn("recgo_dynamic_load"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 
 
@@ -230,10 +232,10 @@ def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
     """export_state, plus with ``rows`` the used rows' ``weight`` ``[hw, dim]`` and ``optimizer_state``
     ``[hw, width]`` (when the optimizer keeps state), from the same snapshot."""
     i = _index(ebc, table)
-    snap = _lib.new_handle("recgo_dynamic_snapshot", [H, I64], ebc._handle.value, i)
+    snap = _lib.new_handle("recgo_dynamic_snapshot", ebc._handle.value, i)
     try:
         meta = torch.zeros(_META_LEN, dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_dynamic_snapshot_meta", [H, P, I64]), snap.value, ptr(meta), _META_LEN)
+        _lib.call(_lib.fn("recgo_dynamic_snapshot_meta"), snap.value, ptr(meta), _META_LEN)
         m = meta.tolist()
         hw, dim, width = m[_M_HW], m[_M_DIM], m[_M_STATE]
         ids, counts, last = (torch.zeros(hw, dtype=torch.int64) for _ in range(3))
@@ -242,7 +244,7 @@ def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
         adds = torch.zeros(_SHARDS if m[_M_SKETCH] else 0, dtype=torch.int64)
         weight = torch.empty(hw, dim, dtype=torch.float32) if rows else None
         state = torch.empty(hw, width, dtype=torch.float32) if rows and width else None
-        _lib.call(_lib.fn("recgo_dynamic_snapshot_read", [H, P, P, P, P, P, P, P, P, I64]), snap.value,
+        _lib.call(_lib.fn("recgo_dynamic_snapshot_read"), snap.value,
                   ptr(ids), ptr(counts), ptr(last), ptr(free), None if weight is None else ptr(weight),
                   None if state is None else ptr(state), ptr(sketch), ptr(adds), adds.numel())
     finally:
@@ -296,7 +298,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
         s = torch.empty(0, dtype=torch.float32)
     ids, counts, last = (t[k][:hw].contiguous() for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen"))
     free, sketch, adds = t["dynamic_free"][:nfree].contiguous(), t["dynamic_sketch"], t["dynamic_sketch_adds"]
-    _lib.call(_lib.fn("recgo_dynamic_import", [H, I64, P, I64, P, P, P, I64, P, I64, P, I64, P, I64, P, I64, P, I64]),
+    _lib.call(_lib.fn("recgo_dynamic_import"),
               ebc._handle.value, i, ptr(meta), meta.numel(), ptr(ids), ptr(counts), ptr(last), hw,
               ptr(free), nfree, ptr(w), w.numel(), ptr(s), s.numel(), ptr(sketch), sketch.numel(),
               ptr(adds), adds.numel())

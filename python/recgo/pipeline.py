@@ -25,7 +25,6 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 import torch
 
 from . import _lib
-from ._lib import H, I64, P
 from .data import Source
 from .data import _prepared
 from .errors import InvalidInputError
@@ -97,7 +96,7 @@ class DataPipeline:
         self.tables = [dict(t) for t in tables] if tables else []
         self._remap = remap
         self._h: _lib.Handle | None = None
-        self._next = _lib.fn("recgo_pipeline_next", [H, P])
+        self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
         self._start(position)
 
@@ -109,7 +108,7 @@ class DataPipeline:
         data = json.dumps(spec).encode()
         buf = ctypes.create_string_buffer(data, len(data))
         remap_h = self._remap._h.value if self._remap is not None else 0
-        self._h = _lib.new_handle("recgo_pipeline_new", [H, H, P, I64], self.engine._h.value, remap_h,
+        self._h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h,
                                   ctypes.addressof(buf), len(data))
         info = self._info()
         self.keys: list[str] = list(info["keys"])
@@ -189,7 +188,7 @@ class DataPipeline:
 def goroutines() -> tuple[int, int]:
     """(goroutines in the process, goroutines of running pipelines): for leak checks."""
     out = (ctypes.c_int64 * 2)()
-    _lib.call(_lib.fn("recgo_pipeline_goroutines", [P]), ctypes.addressof(out))
+    _lib.call(_lib.fn("recgo_pipeline_goroutines"), ctypes.addressof(out))
     return int(out[0]), int(out[1])
 
 

@@ -11,11 +11,10 @@ import ctypes
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Sequence
 
 from .. import _lib
-from .._lib import I64, P, S
+from .._lib import I64
 from ..errors import InvalidInputError
 
 PathLike = str | os.PathLike[str]
@@ -85,7 +84,7 @@ class Source:
         have int64 fields I1..I13 and C1..C26, e.g. one fitted to a Criteo file); returns the count."""
         buf, n = self._spec_buf()
         written = I64(0)
-        _lib.call(_lib.fn("recgo_source_write_criteo", [P, I64, S, I64, ctypes.POINTER(I64)]),
+        _lib.call(_lib.fn("recgo_source_write_criteo"),
                   ctypes.addressof(buf), n, os.fspath(path).encode(), int(samples), ctypes.byref(written))
         return written.value
 

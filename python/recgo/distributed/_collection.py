@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from .. import _lib
-from .._lib import D, H, I32, I64, P, S
+from .._lib import H, I64
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from .._memory import wrap
 from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
@@ -110,7 +110,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._optimizer = optimizer
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
-        g = self._groups
         self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
@@ -197,13 +196,13 @@ class ShardedEmbeddingBagCollection(nn.Module):
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self._keep = (rows, dims, kinds, ranks, feat_table, feat_pool)
         return _lib.new_handle(
-            "recgo_shard_new", [I64, I64, I64, I64, I64, S, P, P, P, P, I32, D, D, D, D, D, I64, S, P, P],
+            "recgo_shard_new",
             g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
             ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), *opt,
             len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
 
     def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        f = _lib.fn("recgo_shard_table_memory", [H, I64, I32, ctypes.POINTER(H)] + [ctypes.POINTER(I64)] * 3)
+        f = _lib.fn("recgo_shard_table_memory")
         out = []
         local = 0
         for which, ctype, dtype in ((0, ctypes.c_float, torch.float32), (1, ctypes.c_float, torch.float32),
@@ -234,7 +233,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """The IDs of ``table`` this rank holds, in the order of its shard's rows."""
         t = self._table(table)
         out = torch.empty(self._local_rows[t], dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_shard_local_ids", [H, I64, P, I64]), self._handle.value, t, ptr(out), out.numel())
+        _lib.call(_lib.fn("recgo_shard_local_ids"), self._handle.value, t, ptr(out), out.numel())
         return out
 
     def owners(self, table: str, ids: torch.Tensor) -> torch.Tensor:
@@ -242,7 +241,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         t = self._table(table)
         ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
         out = torch.empty_like(ids)
-        _lib.call(_lib.fn("recgo_shard_owners", [H, I64, P, I64, P]), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
+        _lib.call(_lib.fn("recgo_shard_owners"), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
         return out
 
     def locate(self, table: str, ids: torch.Tensor) -> torch.Tensor:
@@ -250,7 +249,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         t = self._table(table)
         ids = check_tensor(ids, "ids", (torch.int64,), ndim=1)
         out = torch.empty_like(ids)
-        _lib.call(_lib.fn("recgo_shard_locate", [H, I64, P, I64, P]), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
+        _lib.call(_lib.fn("recgo_shard_locate"), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
         return out
 
     @property
@@ -293,7 +292,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if weights is not None:
             weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
         step = _lib.H(0)
-        _lib.call(_lib.fn("recgo_shard_begin", [H, P, I64, P, I64, P, I64, P, I64, ctypes.POINTER(H)]),
+        _lib.call(_lib.fn("recgo_shard_begin"),
                   self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                   0 if weights is None else weights.numel(), ctypes.byref(step))
@@ -310,19 +309,19 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def _pool(self, step: "_Step", batch: int) -> torch.Tensor:
         out = torch.empty(batch, self._width, dtype=torch.float32)
-        _lib.call(_lib.fn("recgo_shard_pool", [H, P, I64]), step.handle.value, ptr(out), out.numel())
+        _lib.call(_lib.fn("recgo_shard_pool"), step.handle.value, ptr(out), out.numel())
         return out
 
     def _backward(self, step: "_Step", grad: torch.Tensor) -> list[torch.Tensor | None]:
         handle = step.handle
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
         fused = self._optimizer is not None
-        _lib.call(_lib.fn("recgo_shard_backward", [H, P, I64, I32]), handle.value, ptr(grad), grad.numel(), int(fused))
+        _lib.call(_lib.fn("recgo_shard_backward"), handle.value, ptr(grad), grad.numel(), int(fused))
         drive(handle, self._groups, step.traffic)
         self._record(step)
         if fused:
             return [torch.zeros(())] + [None] * len(self._configs)
-        f = _lib.fn("recgo_shard_owner_grads", [H, I64, P, P, ctypes.POINTER(I64)])
+        f = _lib.fn("recgo_shard_owner_grads")
         out: list[torch.Tensor | None] = [None]
         for t, (cfg, shard) in enumerate(zip(self._configs, self.embedding_bags.values())):
             n = I64(0)
@@ -337,7 +336,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         handle = step.handle
         n = len(self._configs)
         raw = torch.empty(len(COUNTERS) * n, dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_shard_counters", [H, P, I64]), handle.value, ptr(raw), raw.numel())
+        _lib.call(_lib.fn("recgo_shard_counters"), handle.value, ptr(raw), raw.numel())
         raw = raw.view(len(COUNTERS), n)
         per_table = {c.name: {k: int(raw[i, t]) for i, k in enumerate(COUNTERS)} for t, c in enumerate(self._configs)}
         last = {"tables": per_table, "bytes": dict(step.traffic)}

@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _lib
-from .._lib import H, I64, P
+from .._lib import I64
 from ..errors import InvalidInputError, RecgoError
 from ..tensors import ptr
 
@@ -88,9 +88,9 @@ _DTYPES = (torch.int64, torch.float32)
 
 def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
     """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``."""
-    nxt = _lib.fn("recgo_shard_next", [H] + [ctypes.POINTER(I64)] * 5)
-    op = _lib.fn("recgo_shard_op", [H, P, I64, P, P, I64])
-    feed = _lib.fn("recgo_shard_feed", [H, P, I64])
+    nxt = _lib.fn("recgo_shard_next")
+    op = _lib.fn("recgo_shard_op")
+    feed = _lib.fn("recgo_shard_feed")
     g, f, nsend, nsplits, done = I64(0), I64(0), I64(0), I64(0), I64(0)
     while True:
         _lib.call(nxt, step.value, *(ctypes.byref(v) for v in (g, f, nsend, nsplits, done)))

@@ -7,7 +7,6 @@ from typing import Sequence
 import torch
 
 from .. import _lib
-from .._lib import I64, P
 from ..tensors import ptr
 
 
@@ -26,7 +25,7 @@ def simulate_traffic(batches: Sequence[Sequence[torch.Tensor]], nodes: int, rank
     counts = torch.tensor([[int(b.numel()) for b in rank] for rank in batches], dtype=torch.int64)
     values = torch.cat([b.reshape(-1).to(torch.int64) for rank in batches for b in rank]) if tables else torch.empty(0, dtype=torch.int64)
     out = torch.zeros(6, dtype=torch.int64)
-    _lib.call(_lib.fn("recgo_shard_simulate", [I64, I64, I64, P, P, I64, P]), nodes, ranks_per_node, tables,
+    _lib.call(_lib.fn("recgo_shard_simulate"), nodes, ranks_per_node, tables,
               ptr(counts.contiguous()), ptr(values), values.numel(), ptr(out))
     keys = ("lookups", "requested", "flat_intra", "flat_inter", "hier_intra", "hier_inter")
     res: dict[str, float] = dict(zip(keys, (int(v) for v in out.tolist())))
@@ -42,7 +41,7 @@ def hash_owners(ids: torch.Tensor, world: int) -> torch.Tensor:
 
     ids = check_tensor(ids, "ids", (torch.int64,), ndim=1)
     out = torch.empty_like(ids)
-    _lib.call(_lib.fn("recgo_shard_hash_owners", [P, I64, I64, P]), ptr(ids), ids.numel(), world, ptr(out))
+    _lib.call(_lib.fn("recgo_shard_hash_owners"), ptr(ids), ids.numel(), world, ptr(out))
     return out
 
 

@@ -19,7 +19,7 @@ import torch
 
 from .. import _lib
 from .._memory import wrap
-from .._lib import H, I64, P
+from .._lib import H, I64
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor
 from ..tensors import check_tensor
@@ -27,8 +27,8 @@ from .spec import Feature, load_config, spec_json
 
 # Descriptor kinds (engine/feature.Kind) and the words of one descriptor row (capi/feature.go's
 # inputDesc: kind, data, count, lengths, string lengths, string count, weights).
-KIND_INT64, KIND_FLOAT32, KIND_FLOAT64, KIND_BYTES = 1, 2, 3, 4
-_DESC_WORDS = 7
+KIND_INT64, KIND_FLOAT32, KIND_FLOAT64, KIND_BYTES = (_lib.const(f"FeatureKind{k}") for k in ("Int64", "Float32", "Float64", "Bytes"))
+_DESC_WORDS = _lib.const("FeatureDescWords")
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class FeatureEngine:
                 raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(f).__name__}")
         spec = spec_json(self.features, fuse, max_values).encode()
         buf = ctypes.create_string_buffer(spec, len(spec))
-        self._h = _lib.new_handle("recgo_feature_new", [P, I64], ctypes.addressof(buf), len(spec))
+        self._h = _lib.new_handle("recgo_feature_new", ctypes.addressof(buf), len(spec))
         info = self._info()
         self.inputs: list[tuple[str, str]] = [(i["name"], i["dtype"]) for i in info["inputs"]]
         self.keys: list[str] = list(info["outputs"])
@@ -122,10 +122,8 @@ class FeatureEngine:
         )
         self._input_index = {name: i for i, (name, _) in enumerate(self.inputs)}
         self._kjt_maps: dict[tuple[str, ...], ctypes.Array] = {}
-        self._run = _lib.fn("recgo_feature_run", [H, P, I64, I64, P, I64, P, P, P, I64,
-                                                  ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
-        self._output = _lib.fn("recgo_feature_output", [H, ctypes.POINTER(H), ctypes.POINTER(H), ctypes.POINTER(H),
-                                                        ctypes.POINTER(I64), ctypes.POINTER(H)])
+        self._run = _lib.fn("recgo_feature_run")
+        self._output = _lib.fn("recgo_feature_output")
 
     def _info(self) -> dict[str, Any]:
         return _lib.call_json("recgo_feature_info", self._h.value)

@@ -5,7 +5,8 @@ fused optimizers."""
 from __future__ import annotations
 
 from . import optim
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, load_checkpoint, load_state, save_checkpoint, save_state, stage_times
+from ._checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, stage_times
 from .sequence import EmbeddingCollection, EmbeddingConfig
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 

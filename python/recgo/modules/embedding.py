@@ -47,29 +47,25 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import dataclasses
-import functools
-import math
 import os
 import threading
 import warnings
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 
 from .. import _lib
 from .._memory import wrap
-from .._lib import D, H, I32, I64, P, S
+from .._lib import H, I64
 from ..data import _prepared
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _ops
-from . import optim as _optim
-from ._checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
+from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
+from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
 
 def _no_use_count(t: torch.Tensor) -> int:
@@ -84,193 +80,9 @@ _storage_use_count = (
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
 _MAX_STEP = 1 << 53
 
-_POOLINGS = {"sum": 0, "mean": 1}
-
-
-# int64 bounds what crosses the C ABI; memory bounds the rest (the engine raises CapacityError).
-_INT64_MAX = 2**63 - 1
-
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
 # (no torch optimizer stepped the weights) warns once: the tables never train.
 _UNTRAINED_WARN_BACKWARDS = 32  # above the usual gradient-accumulation lengths
-
-_FP32_NAMES = ("fp32", "float32", "float")
-
-
-@dataclass
-class EmbeddingBagConfig:
-    """One table, shaped like ``torchrec.EmbeddingBagConfig``.
-
-    ``pooling`` is ``"sum"`` or ``"mean"`` (TorchRec's ``PoolingType`` is accepted too). An empty
-    ``feature_names`` means one feature named like the table (as in TorchRec); a feature listed by
-    several tables is looked up in each, its outputs keyed ``"feature@table"``. Weights start uniform
-    in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings) as in TorchRec, or as
-    ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). ``data_type`` must be FP32 (the
-    engine stores float32; TorchRec's ``DataType.FP32`` is accepted, others raise). ``dynamic`` is for
-    dynamic-ID tables: an object with a ``handle(config)`` method returning the engine handle (an
-    int) of an ``embedding.TableBuilder``; ``num_embeddings`` is then ignored.
-    """
-
-    num_embeddings: int
-    embedding_dim: int
-    name: str = ""
-    feature_names: list[str] = field(default_factory=list)
-    pooling: Any = "sum"
-    weight_init_max: float | None = None
-    weight_init_min: float | None = None
-    dynamic: Any = None
-    data_type: Any = "fp32"
-    init_fn: Callable[[torch.Tensor], Any] | None = None
-
-    @staticmethod
-    def from_torchrec(cfg: Any) -> "EmbeddingBagConfig":
-        """Convert a ``torchrec.EmbeddingBagConfig``: ``init_fn`` is kept unless it is TorchRec's default
-        (uniform over the same bounds, which recgo draws itself, honouring ``seed``); a virtual table
-        (``use_virtual_table``) raises — recgo's dynamic-ID tables (:class:`recgo.DynamicConfig`) are the
-        equivalent."""
-        if getattr(cfg, "use_virtual_table", False):
-            raise InvalidInputError(
-                f"table {cfg.name!r}: use_virtual_table is not supported; use recgo's dynamic-ID tables "
-                "(EmbeddingBagConfig(dynamic=recgo.DynamicConfig(...)))")
-        init_fn = getattr(cfg, "init_fn", None)
-        if _is_default_uniform(init_fn, cfg):
-            init_fn = None
-        return EmbeddingBagConfig(
-            num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
-            feature_names=list(cfg.feature_names), pooling=cfg.pooling,
-            weight_init_max=cfg.weight_init_max, weight_init_min=cfg.weight_init_min,
-            data_type=getattr(cfg, "data_type", "fp32"), init_fn=init_fn,
-        )
-
-    def pooling_code(self) -> int:
-        """0 for sum, 1 for mean; raises for anything else."""
-        p = self.pooling
-        name = getattr(p, "name", p)
-        code = _POOLINGS.get(str(name).lower())
-        if code is None:
-            raise InvalidInputError(f"table {self.name!r}: pooling {p!r} is not supported (use 'sum' or 'mean')")
-        return code
-
-    def init_bounds(self) -> tuple[float, float]:
-        """``(weight_init_min, weight_init_max)`` with TorchRec's ±√(1/num_embeddings) defaults."""
-        bound = math.sqrt(1.0 / self.num_embeddings) if self.num_embeddings else 0.0
-        lo = -bound if self.weight_init_min is None else float(self.weight_init_min)
-        hi = bound if self.weight_init_max is None else float(self.weight_init_max)
-        return lo, hi
-
-    def get_weight_init_min(self) -> float:
-        """TorchRec's accessor: the lower init bound."""
-        return self.init_bounds()[0]
-
-    def get_weight_init_max(self) -> float:
-        """TorchRec's accessor: the upper init bound."""
-        return self.init_bounds()[1]
-
-    def num_features(self) -> int:
-        """TorchRec's accessor: how many features read the table."""
-        return len(self.feature_names)
-
-
-def _is_default_uniform(fn: Any, cfg: Any) -> bool:
-    """Whether ``fn`` is TorchRec's default ``init_fn``: ``partial(uniform_, a=min, b=max)`` of the config."""
-    if not isinstance(fn, functools.partial) or fn.func is not torch.nn.init.uniform_ or fn.args:
-        return False
-    try:
-        want = {"a": cfg.get_weight_init_min(), "b": cfg.get_weight_init_max()}
-    except (AttributeError, ZeroDivisionError):
-        return False
-    return dict(fn.keywords) == want
-
-
-def _check_data_type(t: EmbeddingBagConfig) -> None:
-    d = t.data_type
-    name = getattr(d, "name", None) or (str(d).replace("torch.", "") if d is not None else "fp32")
-    if d is not None and d is not torch.float32 and name.lower() not in _FP32_NAMES:
-        raise InvalidInputError(
-            f"table {t.name!r}: data_type {name} is not supported: recgo's tables store float32 "
-            "(use DataType.FP32; the pooled output is float32 either way)")
-
-
-def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
-    """Validated copies of ``tables`` (recgo's or TorchRec's configs), empty feature_names filled in."""
-    if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
-        raise InvalidInputError("EmbeddingBagCollection needs at least one table (a list of EmbeddingBagConfig)")
-    out, names = [], set()
-    for t in tables:
-        if not isinstance(t, EmbeddingBagConfig):
-            if hasattr(t, "num_embeddings") and hasattr(t, "feature_names"):
-                t = EmbeddingBagConfig.from_torchrec(t)
-            else:
-                raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
-        if not isinstance(t.name, str) or not t.name or "\n" in t.name:
-            raise InvalidInputError(f"table name {t.name!r} must be non-empty and on one line")
-        if hasattr(nn.ModuleDict, t.name) or "." in t.name:
-            raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")
-        if t.name in names:
-            raise InvalidInputError(f"duplicate table name {t.name!r}")
-        names.add(t.name)
-        for what, v in (("num_embeddings", t.num_embeddings), ("embedding_dim", t.embedding_dim)):
-            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
-                if not (what == "num_embeddings" and t.dynamic is not None):
-                    raise InvalidInputError(f"table {t.name!r}: {what} must be a positive int, got {v!r}")
-            elif v > _INT64_MAX:
-                raise InvalidInputError(
-                    f"table {t.name!r}: {what}={v} does not fit in int64 (at most 2**63-1; memory limits it far sooner)")
-        _check_data_type(t)
-        if t.init_fn is not None and not callable(t.init_fn):
-            raise InvalidInputError(f"table {t.name!r}: init_fn must be callable, got {type(t.init_fn).__name__}")
-        feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
-        for f in feats:
-            if not isinstance(f, str) or not f or "\n" in f or "@" in f:
-                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r} (non-empty, one line, no '@')")
-        if len(set(feats)) != len(feats):
-            raise InvalidInputError(f"table {t.name!r}: feature_names {feats} lists a feature twice")
-        t = dataclasses.replace(t, feature_names=feats)
-        t.pooling_code()
-        out.append(t)
-    return out
-
-
-def _embedding_names(cfgs: Sequence[EmbeddingBagConfig]) -> list[str]:
-    """Output keys in table order: a feature's name, or ``feature@table`` for a feature several tables
-    look up (TorchRec's ``get_embedding_names_by_table``)."""
-    uses: dict[str, int] = {}
-    for c in cfgs:
-        for f in c.feature_names:
-            uses[f] = uses.get(f, 0) + 1
-    return [f if uses[f] == 1 else f"{f}@{c.name}" for c in cfgs for f in c.feature_names]
-
-
-_TORCH_TO_RECGO = {"SGD": "SGD", "Adagrad": "Adagrad", "Adam": "Adam", "AdamW": "AdamW", "SparseAdam": "Adam",
-                   "RowWiseAdagrad": "RowWiseAdagrad"}
-_FBGEMM_TO_RECGO = {"SGD": "SGD", "EXACT_SGD": "SGD", "EXACT_ADAGRAD": "Adagrad", "ADAGRAD": "Adagrad",
-                    "EXACT_ROWWISE_ADAGRAD": "RowWiseAdagrad", "ROWWISE_ADAGRAD": "RowWiseAdagrad", "ADAM": "Adam"}
-
-
-def _check_optimizer(optimizer: Any) -> FusedOptimizer | None:
-    """``optimizer`` if it is a recgo fused optimizer (or None); otherwise an error naming the recgo
-    optimizer that corresponds to what was passed (a torch optimizer class or instance, FBGEMM's
-    ``EmbOptimType``, or a recgo optimizer class instead of an instance)."""
-    if optimizer is None or (isinstance(optimizer, FusedOptimizer) and optimizer.kind != 0):
-        return optimizer
-    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
-    if isinstance(optimizer, type) and issubclass(optimizer, FusedOptimizer) and optimizer.kind != 0:
-        raise InvalidInputError(
-            f"optimizer: pass an instance, e.g. recgo.modules.optim.{optimizer.__name__}(lr=0.01), not the class")
-    is_fbgemm = type(optimizer).__name__ == "EmbOptimType"
-    name = getattr(optimizer, "name", "") if is_fbgemm else cls.__name__
-    ours = (_FBGEMM_TO_RECGO if is_fbgemm else _TORCH_TO_RECGO).get(name)
-    module = "torch.optim" if cls.__module__.startswith("torch.optim.") else cls.__module__
-    what = f"{module}.{cls.__name__}" if not is_fbgemm else f"EmbOptimType.{name}"
-    if ours is not None and hasattr(_optim, ours):
-        raise InvalidInputError(
-            f"optimizer: {what} is not a recgo fused optimizer; for rows updated inside backward pass "
-            f"recgo.modules.optim.{ours}(lr=...), or leave optimizer=None and give the collection's "
-            "parameters to a torch optimizer")
-    raise InvalidInputError(
-        f"optimizer: expected a recgo fused optimizer (recgo.modules.optim.SGD, Adagrad, RowWiseAdagrad, Adam, "
-        f"AdamW), got {what}")
-
 
 class _Table(nn.Module):
     """Holds one table's parameter and buffers, so state_dict keys read ``embedding_bags.<name>.weight``."""
@@ -431,22 +243,22 @@ class EmbeddingBagCollection(nn.Module):
         feat_pool = torch.tensor([t.pooling_code() for t in cfgs for _ in t.feature_names], dtype=torch.int64)
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
         return _lib.new_handle(
-            "recgo_ebc_new", [I64, S, P, P, P, I32, D, D, D, D, D, I64, S, P, P],
+            "recgo_ebc_new",
             n, "\n".join(t.name for t in cfgs).encode(), ptr(rows), ptr(dims), ptr(builders), *opt,
             len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool),
         )
 
     def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        f = _lib.fn("recgo_ebc_table_memory", [H, I64, I32, ctypes.POINTER(H), ctypes.POINTER(I64), ctypes.POINTER(I64)])
+        f = _lib.fn("recgo_ebc_table_memory")
         out = []
-        for which, ctype, dtype in ((0, ctypes.c_float, torch.float32), (1, ctypes.c_float, torch.float32),
-                                    (2, ctypes.c_int64, torch.int64)):
+        weights, state = _lib.const("TableMemWeights"), _lib.const("TableMemState")
+        for which, dtype in ((weights, torch.float32), (state, torch.float32), (_lib.const("TableMemStep"), torch.int64)):
             addr, n, stride = H(0), I64(0), I64(0)
             _lib.call(f, self._handle.value, t, which, ctypes.byref(addr), ctypes.byref(n), ctypes.byref(stride))
             flat = wrap(addr.value, n.value, dtype, self._handle)
-            if which == 0:
+            if which == weights:
                 flat = flat.view(-1, stride.value)[:, :dim]
-            elif which == 1 and stride.value:
+            elif which == state and stride.value:
                 flat = flat.view(-1, stride.value)
             out.append(flat)
         return out[0], out[1], out[2]
@@ -521,11 +333,11 @@ class EmbeddingBagCollection(nn.Module):
         ctx = H(0)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
-            f = _lib.fn("recgo_ebc_forward_prepared", [H, H, P, I64, P, I64, P, I64, P, I64, I32, I32, ctypes.POINTER(H)])
+            f = _lib.fn("recgo_ebc_forward_prepared")
             _lib.call(f, self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                       ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(self.training), int(keep), ctypes.byref(ctx))
             return _lib.Handle(ctx.value) if keep else None
-        f = _lib.fn("recgo_ebc_forward", [H, P, I64, P, I64, P, I64, P, I64, P, I64, I32, I32, ctypes.POINTER(H)])
+        f = _lib.fn("recgo_ebc_forward")
         _lib.call(f, self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                   0 if weights is None else weights.numel(), ptr(out), out.numel(), int(self.training), int(keep),
@@ -535,7 +347,7 @@ class EmbeddingBagCollection(nn.Module):
     def _counts(self, handle: _lib.Handle) -> torch.Tensor:
         n = len(self._configs)
         counts = torch.empty(2 * n, dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_ebc_context_counts", [H, P, I64]), handle.value, ptr(counts), 2 * n)
+        _lib.call(_lib.fn("recgo_ebc_context_counts"), handle.value, ptr(counts), 2 * n)
         return counts
 
     def _output(self, batch: int) -> torch.Tensor:
@@ -576,7 +388,7 @@ class EmbeddingBagCollection(nn.Module):
     def _backward_raw(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
                             ndim=2, convert_to=torch.float32)
-        f = _lib.fn("recgo_ebc_backward", [H, I32, P, I64, P, P, I64])
+        f = _lib.fn("recgo_ebc_backward")
         if self._optimizer is not None:
             _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
             return [torch.zeros(())]
@@ -694,7 +506,7 @@ class EmbeddingBagCollection(nn.Module):
             raise InvalidInputError("set_fused_optimizer: the collection is on the meta device; materialise it first")
         if self._optimizer is None or type(optimizer).kind != type(self._optimizer).kind:
             raise InvalidInputError("set_fused_optimizer: the optimizer kind cannot change after construction")
-        _lib.call(_lib.fn("recgo_ebc_set_optimizer", [H, I32, D, D, D, D, D]), self._handle.value,
+        _lib.call(_lib.fn("recgo_ebc_set_optimizer"), self._handle.value,
                   *optimizer.params())
         self._optimizer = optimizer
 
@@ -821,5 +633,5 @@ def stage_times() -> dict[str, float]:
     backward: contributions grouped by row), update (backward: per-row reduction and optimizer). Take differences around a
     region to see how its time splits."""
     out = torch.zeros(len(STAGES), dtype=torch.int64)
-    _lib.call(_lib.fn("recgo_ebc_stage_times", [P, I64]), out.data_ptr(), len(STAGES))
+    _lib.call(_lib.fn("recgo_ebc_stage_times"), out.data_ptr(), len(STAGES))
     return {name: ns / 1e9 for name, ns in zip(STAGES, out.tolist())}

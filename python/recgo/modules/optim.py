@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import _lib
+
 
 @dataclass(frozen=True)
 class FusedOptimizer:
@@ -24,7 +26,7 @@ class FusedOptimizer:
     beta2: float = 0.0
     weight_decay: float = 0.0
 
-    kind = 0
+    kind = _lib.const("OptNone")
 
     def state_width(self, dim: int) -> int:
         """Number of float32 state values each row keeps."""
@@ -40,7 +42,7 @@ class FusedOptimizer:
 class SGD(FusedOptimizer):
     """Plain SGD (torch.optim.SGD without momentum): w ← w − lr·(g + wd·w)."""
 
-    kind = 1
+    kind = _lib.const("OptSGD")
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Adagrad(FusedOptimizer):
     w ← w − lr·g/(√s + eps)."""
 
     eps: float = 1e-10
-    kind = 2
+    kind = _lib.const("OptAdagrad")
 
     def state_width(self, dim: int) -> int:
         return dim
@@ -61,7 +63,7 @@ class RowWiseAdagrad(FusedOptimizer):
     s ← s + mean(g²), w ← w − lr·g/(√s + eps)."""
 
     eps: float = 1e-8
-    kind = 3
+    kind = _lib.const("OptRowwiseAdagrad")
 
     def state_width(self, dim: int) -> int:
         return 1
@@ -79,7 +81,7 @@ class Adam(FusedOptimizer):
     eps: float = 1e-8
     beta1: float = 0.9
     beta2: float = 0.999
-    kind = 4
+    kind = _lib.const("OptAdam")
 
     def state_width(self, dim: int) -> int:
         return 2 * dim
@@ -90,4 +92,4 @@ class AdamW(Adam):
     """AdamW: Adam with decoupled weight decay (w ← w·(1 − lr·wd)) on the touched rows."""
 
     weight_decay: float = 1e-2
-    kind = 5
+    kind = _lib.const("OptAdamW")

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from .. import _lib
-from .._lib import H, I32, I64, P, S
+from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor, as_kjt
@@ -152,11 +152,11 @@ class EmbeddingCollection(nn.Module):
         self._f2t = {f: c.name for c in cfgs for f in c.feature_names}
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         feat_table = torch.tensor([names.index(c.name) for c in cfgs for _ in c.feature_names], dtype=torch.int64)
-        self._handle = _lib.new_handle("recgo_ec_new", [H, I64, S, P], owner._handle.value, len(self._features),
+        self._handle = _lib.new_handle("recgo_ec_new", owner._handle.value, len(self._features),
                                        "\n".join(self._features).encode(), ptr(feat_table))
         used = sorted(set(feat_table.tolist()))
         got = torch.empty(len(used), dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_ec_tables", [H, P, I64]), self._handle.value, ptr(got), len(used))
+        _lib.call(_lib.fn("recgo_ec_tables"), self._handle.value, ptr(got), len(used))
         if got.tolist() != used:
             raise InternalError(f"EmbeddingCollection: engine tables {got.tolist()}, expected {used}")
         self._tables = used  # owner table index of each engine table, in engine order
@@ -237,7 +237,7 @@ class EmbeddingCollection(nn.Module):
         dims = [self._feature_dims[i] for i in key_feature.tolist()]
         counts = lengths.view(F, B).sum(1).tolist() if F else []
         flats = self._out_buffers([n * d for n, d in zip(counts, dims)])
-        f = _lib.fn("recgo_ec_forward", [H, P, I64, P, I64, P, I64, P, P, I64, I32, I32, ctypes.POINTER(H)])
+        f = _lib.fn("recgo_ec_forward")
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in flats])
         lens = torch.tensor([t.numel() for t in flats], dtype=torch.int64)
         ctx = H(0)
@@ -252,7 +252,7 @@ class EmbeddingCollection(nn.Module):
     def _counts(self, handle: _lib.Handle) -> list[int]:
         n = len(self._tables)
         counts = torch.empty(2 * n, dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_ec_context_counts", [H, P, I64]), handle.value, ptr(counts), 2 * n)
+        _lib.call(_lib.fn("recgo_ec_context_counts"), handle.value, ptr(counts), 2 * n)
         return counts.tolist()
 
     def _run_backward(self, ctx_id: int, grads: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -271,7 +271,7 @@ class EmbeddingCollection(nn.Module):
             if pad:
                 parts.append(torch.zeros(pad, dtype=torch.float32))
             grad = parts[0] if len(parts) == 1 else (torch.cat(parts) if parts else torch.empty(0))
-            f = _lib.fn("recgo_ec_backward", [H, I32, P, I64, P, P, I64])
+            f = _lib.fn("recgo_ec_backward")
             if self._fused:
                 _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
                 return [torch.zeros(())]

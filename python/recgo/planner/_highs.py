@@ -15,10 +15,10 @@ import torch
 from .. import _lib
 from ..errors import InvalidInputError
 
-_STATUS = {
-    7: "optimal", 8: "infeasible", 13: "time limit", 14: "iteration limit", 16: "solution limit",
-    11: "objective bound", 12: "objective target", 15: "unknown", 17: "interrupted",
-}
+_STATUS = {_lib.const(f"HighsStatus{k}"): v for k, v in (
+    ("Optimal", "optimal"), ("Infeasible", "infeasible"), ("TimeLimit", "time limit"),
+    ("IterationLimit", "iteration limit"), ("SolutionLimit", "solution limit"), ("ObjectiveBound", "objective bound"),
+    ("ObjectiveTarget", "objective target"), ("Unknown", "unknown"), ("Interrupted", "interrupted"))}
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,7 @@ def solve_mip(
     x0 = None if start is None else _f64(start, n, "start")
     x = torch.zeros(n, dtype=torch.float64)
     info = torch.zeros(8, dtype=torch.float64)
-    P, I64, I32, D = _lib.P, _lib.I64, _lib.I32, _lib.D
-    f = _lib.fn("recgo_highs_solve", [I64, I64, I64, I32] + [P] * 10 + [D, D, I32, I64, P, P])
+    f = _lib.fn("recgo_highs_solve")
     ptr = lambda t: None if t is None or t.numel() == 0 else t.data_ptr()  # noqa: E731
     _lib.call(f, n, len(rlo), len(index), -1 if maximize else 1, ptr(c), ptr(lo), ptr(up), ptr(ints),
               ptr(row_lo), ptr(row_up), ptr(a_start) if rlo else None, ptr(a_index), ptr(a_value),

@@ -7,7 +7,6 @@ import json
 import math
 from typing import Any
 
-from .. import _lib
 from ..errors import InvalidInputError
 
 

@@ -102,7 +102,7 @@ class Plan:
         if plots:
             require_matplotlib()
         d = Path(directory)
-        f = _lib.fn("recgo_plan_save", [_lib.H, _lib.H, _lib.S])
+        f = _lib.fn("recgo_plan_save")
         _lib.call(f, self._h.value, self._profile.handle.value if self._profile else 0, str(d).encode())
         if plots:
             plot_gpu_costs({self.strategy: self}, d / "gpu_costs.png")
@@ -114,14 +114,14 @@ class Plan:
     def load(path: str | os.PathLike[str]) -> "Plan":
         """Read and verify a plan.json (or a directory holding one); a corrupted or truncated file
         raises RecgoIOError naming the file and the part that does not match."""
-        return Plan(_lib.new_handle("recgo_plan_load", [_lib.S], os.fsencode(path)))
+        return Plan(_lib.new_handle("recgo_plan_load", os.fsencode(path)))
 
     def remap(self, profile: Profile | None = None) -> Remap:
         """The hot-rows-first remap (needs a profile counted from data, not a synthetic one)."""
         prof = profile or self._profile
         if prof is None:
             raise InvalidInputError("remap: this plan has no profile; pass the one it was made from")
-        return Remap(_lib.new_handle("recgo_remap_new", [_lib.H, _lib.H], self._h.value, prof.handle.value))
+        return Remap(_lib.new_handle("recgo_remap_new", self._h.value, prof.handle.value))
 
     def plot(self, path: str | os.PathLike[str]) -> None:
         """Bar chart of the predicted per-GPU time."""
@@ -153,7 +153,7 @@ def _config(topology: Topology, strategy: str, cost_model: str, tables: Sequence
 
 def _wait(job: _lib.Handle) -> _lib.Handle:
     """Wait for a plan job in short slices (so Ctrl-C reaches Python between them)."""
-    f = _lib.fn("recgo_plan_wait", [_lib.H, _lib.D, ctypes.POINTER(_lib.I32), ctypes.POINTER(_lib.H)])
+    f = _lib.fn("recgo_plan_wait")
     done, out = _lib.I32(0), _lib.H(0)
     while True:
         _lib.call(f, job.value, _WAIT_SLICE, ctypes.byref(done), ctypes.byref(out))
@@ -184,12 +184,12 @@ def plan(profile: Profile, topology: Topology | None = None, strategy: str = "mi
     """
     buf, n = _config(topology or Topology(), strategy, cost_model, tables, time_limit, mip_rel_gap, threads,
                      symmetry, warm_start, memory_limit)
-    job = _lib.new_handle("recgo_plan_start", [_lib.H, _lib.P, _lib.I64], profile.handle.value, buf, n)
+    job = _lib.new_handle("recgo_plan_start", profile.handle.value, buf, n)
     try:
         try:
             return Plan(_wait(job), profile)
         except KeyboardInterrupt:
-            _lib.call(_lib.fn("recgo_plan_cancel", [_lib.H]), job.value)
+            _lib.call(_lib.fn("recgo_plan_cancel"), job.value)
             p = Plan(_wait(job), profile)
             warnings.warn("plan: interrupted (Ctrl-C); returning the best placement found so far "
                           f"(status {p.solver['status'] if p.solver else 'heuristic'})", RuntimeWarning, stacklevel=2)
@@ -205,6 +205,6 @@ def evaluate(profile: Profile, topology: Topology, placement: Mapping[str, tuple
     buf, n = _config(topology, name, "full", names, None, 0, 0, True)
     gpus = torch.tensor([int(placement[k][0]) for k in names], dtype=torch.int64)
     hots = torch.tensor([int(placement[k][1]) for k in names], dtype=torch.int64)
-    h = _lib.new_handle("recgo_plan_evaluate", [_lib.H, _lib.P, _lib.I64, _lib.P, _lib.P, _lib.I64],
+    h = _lib.new_handle("recgo_plan_evaluate",
                         profile.handle.value, buf, n, gpus.data_ptr(), hots.data_ptr(), len(names))
     return Plan(h, profile)

@@ -90,13 +90,13 @@ class Profile:
         except OSError as exc:
             raise RecgoIOError(f"profile: {exc}") from exc
         buf = ctypes.create_string_buffer(data, len(data))
-        return Profile(_lib.new_handle("recgo_profile_parse", [_lib.P, _lib.I64], buf, len(data)))
+        return Profile(_lib.new_handle("recgo_profile_parse", buf, len(data)))
 
     @staticmethod
     def from_dict(d: Mapping[str, Any]) -> "Profile":
         """Build from JSON data (the format of :meth:`to_dict`)."""
         buf, n = bytes_arg(d, "profile")
-        return Profile(_lib.new_handle("recgo_profile_parse", [_lib.P, _lib.I64], buf, n))
+        return Profile(_lib.new_handle("recgo_profile_parse", buf, n))
 
     @staticmethod
     def synthetic(spec: Mapping[str, Any]) -> "Profile":
@@ -104,7 +104,7 @@ class Profile:
         tables, dim, elem_bytes, total_bytes, min_rows, max_rows, alphas, coverages, poolings,
         touched_min, steps, seed)."""
         buf, n = bytes_arg(spec, "synthetic spec")
-        return Profile(_lib.new_handle("recgo_profile_synthetic", [_lib.P, _lib.I64], buf, n))
+        return Profile(_lib.new_handle("recgo_profile_synthetic", buf, n))
 
     def __repr__(self) -> str:
         return f"Profile({len(self.tables)} tables)"
@@ -131,7 +131,7 @@ class Profiler:
                  steps: int = 16, feature_to_table: Mapping[str, str] | None = None) -> None:
         specs = [_spec(t) for t in tables]
         buf, n = bytes_arg([asdict(s) for s in specs], "profiler tables")
-        self._h = _lib.new_handle("recgo_profiler_new", [_lib.P, _lib.I64, _lib.D, _lib.U64, _lib.I64],
+        self._h = _lib.new_handle("recgo_profiler_new",
                                   buf, n, float(sample_rate), int(seed), int(steps))
         self._index = {s.name: i for i, s in enumerate(specs)}
         self._f2t = dict(feature_to_table or {})
@@ -161,7 +161,7 @@ class Profiler:
         keys = kjt.keys()
         tables = self._tables_for(keys)
         values, lengths = kjt.values(), kjt.lengths()
-        f = _lib.fn("recgo_profiler_add", [_lib.H, _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.I64, _lib.P, _lib.I64])
+        f = _lib.fn("recgo_profiler_add")
         _lib.call(f, self._h.value, tables.data_ptr(), len(keys), kjt.stride(),
                   lengths.data_ptr() if lengths.numel() else None, lengths.numel(),
                   values.data_ptr() if values.numel() else None, values.numel())
@@ -169,12 +169,12 @@ class Profiler:
     def samples(self) -> tuple[int, int]:
         """(samples offered, samples kept by sampling)."""
         out = torch.zeros(2, dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_profiler_samples", [_lib.H, _lib.P]), self._h.value, out.data_ptr())
+        _lib.call(_lib.fn("recgo_profiler_samples"), self._h.value, out.data_ptr())
         return int(out[0]), int(out[1])
 
     def profile(self) -> Profile:
         """Freeze the counts into a :class:`Profile` (raises InvalidInputError when nothing was kept)."""
-        return Profile(_lib.new_handle("recgo_profiler_profile", [_lib.H], self._h.value), self.samples())
+        return Profile(_lib.new_handle("recgo_profiler_profile", self._h.value), self.samples())
 
 
 def _spec(t: Any) -> TableSpec:

@@ -25,7 +25,7 @@ class Remap:
         """Read and verify a remap.bin written with a plan: a corrupted or truncated file raises
         RecgoIOError naming the file and the part; one whose rows would take more than
         ``memory_limit`` bytes (default 8 GiB) raises CapacityError before they are read."""
-        return Remap(_lib.new_handle("recgo_remap_load", [_lib.S, _lib.I64], os.fsencode(path),
+        return Remap(_lib.new_handle("recgo_remap_load", os.fsencode(path),
                                      int(memory_limit or 0)))
 
     @property
@@ -50,7 +50,7 @@ class Remap:
         ids = check_tensor(ids, "ids", (torch.int64, torch.int32), convert_to=torch.int64)
         flat = ids.reshape(-1)
         out = torch.empty_like(flat)
-        f = _lib.fn("recgo_remap_apply", [_lib.H, _lib.I64, _lib.P, _lib.I64, _lib.P])
+        f = _lib.fn("recgo_remap_apply")
         _lib.call(f, self._h.value, self._position(table), flat.data_ptr() if flat.numel() else None, flat.numel(),
                   out.data_ptr() if out.numel() else None)
         return out.reshape(ids.shape)
@@ -62,7 +62,7 @@ class Remap:
         tables = torch.tensor([self._index.get(f2t.get(k, k), -1) for k in kjt.keys()], dtype=torch.int64)
         values, lengths = kjt.values(), kjt.lengths()
         out = torch.empty_like(values)
-        f = _lib.fn("recgo_remap_apply_kjt", [_lib.H, _lib.P, _lib.I64, _lib.I64, _lib.P, _lib.P, _lib.I64, _lib.P])
+        f = _lib.fn("recgo_remap_apply_kjt")
         _lib.call(f, self._h.value, tables.data_ptr() if tables.numel() else None, len(kjt.keys()), kjt.stride(),
                   lengths.data_ptr() if lengths.numel() else None, values.data_ptr() if values.numel() else None,
                   values.numel(), out.data_ptr() if out.numel() else None)

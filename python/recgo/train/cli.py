@@ -75,6 +75,6 @@ def run_cli(args: argparse.Namespace) -> int:
         raise InvalidInputError("--nproc > 1 is not supported by this version of the training job")
     backends = list(BACKENDS) if args.backend == "all" else [b.strip() for b in args.backend.split(",") if b.strip()]
     cfg = _config(args)
-    report = train(cfg, backends, out=args.out, resume=args.resume, progress=not args.no_progress)
+    train(cfg, backends, out=args.out, resume=args.resume, progress=not args.no_progress)
     print((Path(args.out) / "report.md").read_text())
     return 0

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError, RecgoIOError
+from ..errors import InvalidInputError
 from .backends import SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss

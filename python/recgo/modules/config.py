@@ -1,0 +1,206 @@
+"""Embedding table configs shaped like TorchRec's, and the checks every collection applies to them.
+
+:class:`EmbeddingBagConfig` mirrors ``torchrec.EmbeddingBagConfig``; :func:`_check_configs` accepts
+recgo's or TorchRec's configs and refuses what recgo cannot honour (with the reason);
+:func:`_check_optimizer` names the recgo optimizer matching a torch/FBGEMM one passed by mistake.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from .. import _lib
+from ..errors import InvalidInputError
+from . import optim as _optim
+from .optim import FusedOptimizer
+
+# Pooling names → the engine's codes (declared once in capi/abi.go).
+_POOLINGS = {"sum": _lib.const("PoolSum"), "mean": _lib.const("PoolMean")}
+
+
+# int64 bounds what crosses the C ABI; memory bounds the rest (the engine raises CapacityError).
+_INT64_MAX = 2**63 - 1
+
+_FP32_NAMES = ("fp32", "float32", "float")
+
+
+@dataclass
+class EmbeddingBagConfig:
+    """One table, shaped like ``torchrec.EmbeddingBagConfig``.
+
+    ``pooling`` is ``"sum"`` or ``"mean"`` (TorchRec's ``PoolingType`` is accepted too). An empty
+    ``feature_names`` means one feature named like the table (as in TorchRec); a feature listed by
+    several tables is looked up in each, its outputs keyed ``"feature@table"``. Weights start uniform
+    in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings) as in TorchRec, or as
+    ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). ``data_type`` must be FP32 (the
+    engine stores float32; TorchRec's ``DataType.FP32`` is accepted, others raise). ``dynamic`` is for
+    dynamic-ID tables: an object with a ``handle(config)`` method returning the engine handle (an
+    int) of an ``embedding.TableBuilder``; ``num_embeddings`` is then ignored.
+    """
+
+    num_embeddings: int
+    embedding_dim: int
+    name: str = ""
+    feature_names: list[str] = field(default_factory=list)
+    pooling: Any = "sum"
+    weight_init_max: float | None = None
+    weight_init_min: float | None = None
+    dynamic: Any = None
+    data_type: Any = "fp32"
+    init_fn: Callable[[torch.Tensor], Any] | None = None
+
+    @staticmethod
+    def from_torchrec(cfg: Any) -> "EmbeddingBagConfig":
+        """Convert a ``torchrec.EmbeddingBagConfig``: ``init_fn`` is kept unless it is TorchRec's default
+        (uniform over the same bounds, which recgo draws itself, honouring ``seed``); a virtual table
+        (``use_virtual_table``) raises — recgo's dynamic-ID tables (:class:`recgo.DynamicConfig`) are the
+        equivalent."""
+        if getattr(cfg, "use_virtual_table", False):
+            raise InvalidInputError(
+                f"table {cfg.name!r}: use_virtual_table is not supported; use recgo's dynamic-ID tables "
+                "(EmbeddingBagConfig(dynamic=recgo.DynamicConfig(...)))")
+        init_fn = getattr(cfg, "init_fn", None)
+        if _is_default_uniform(init_fn, cfg):
+            init_fn = None
+        return EmbeddingBagConfig(
+            num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
+            feature_names=list(cfg.feature_names), pooling=cfg.pooling,
+            weight_init_max=cfg.weight_init_max, weight_init_min=cfg.weight_init_min,
+            data_type=getattr(cfg, "data_type", "fp32"), init_fn=init_fn,
+        )
+
+    def pooling_code(self) -> int:
+        """0 for sum, 1 for mean; raises for anything else."""
+        p = self.pooling
+        name = getattr(p, "name", p)
+        code = _POOLINGS.get(str(name).lower())
+        if code is None:
+            raise InvalidInputError(f"table {self.name!r}: pooling {p!r} is not supported (use 'sum' or 'mean')")
+        return code
+
+    def init_bounds(self) -> tuple[float, float]:
+        """``(weight_init_min, weight_init_max)`` with TorchRec's ±√(1/num_embeddings) defaults."""
+        bound = math.sqrt(1.0 / self.num_embeddings) if self.num_embeddings else 0.0
+        lo = -bound if self.weight_init_min is None else float(self.weight_init_min)
+        hi = bound if self.weight_init_max is None else float(self.weight_init_max)
+        return lo, hi
+
+    def get_weight_init_min(self) -> float:
+        """TorchRec's accessor: the lower init bound."""
+        return self.init_bounds()[0]
+
+    def get_weight_init_max(self) -> float:
+        """TorchRec's accessor: the upper init bound."""
+        return self.init_bounds()[1]
+
+    def num_features(self) -> int:
+        """TorchRec's accessor: how many features read the table."""
+        return len(self.feature_names)
+
+
+def _is_default_uniform(fn: Any, cfg: Any) -> bool:
+    """Whether ``fn`` is TorchRec's default ``init_fn``: ``partial(uniform_, a=min, b=max)`` of the config."""
+    if not isinstance(fn, functools.partial) or fn.func is not torch.nn.init.uniform_ or fn.args:
+        return False
+    try:
+        want = {"a": cfg.get_weight_init_min(), "b": cfg.get_weight_init_max()}
+    except (AttributeError, ZeroDivisionError):
+        return False
+    return dict(fn.keywords) == want
+
+
+def _check_data_type(t: EmbeddingBagConfig) -> None:
+    d = t.data_type
+    name = getattr(d, "name", None) or (str(d).replace("torch.", "") if d is not None else "fp32")
+    if d is not None and d is not torch.float32 and name.lower() not in _FP32_NAMES:
+        raise InvalidInputError(
+            f"table {t.name!r}: data_type {name} is not supported: recgo's tables store float32 "
+            "(use DataType.FP32; the pooled output is float32 either way)")
+
+
+def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
+    """Validated copies of ``tables`` (recgo's or TorchRec's configs), empty feature_names filled in."""
+    if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
+        raise InvalidInputError("EmbeddingBagCollection needs at least one table (a list of EmbeddingBagConfig)")
+    out, names = [], set()
+    for t in tables:
+        if not isinstance(t, EmbeddingBagConfig):
+            if hasattr(t, "num_embeddings") and hasattr(t, "feature_names"):
+                t = EmbeddingBagConfig.from_torchrec(t)
+            else:
+                raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
+        if not isinstance(t.name, str) or not t.name or "\n" in t.name:
+            raise InvalidInputError(f"table name {t.name!r} must be non-empty and on one line")
+        if hasattr(nn.ModuleDict, t.name) or "." in t.name:
+            raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")
+        if t.name in names:
+            raise InvalidInputError(f"duplicate table name {t.name!r}")
+        names.add(t.name)
+        for what, v in (("num_embeddings", t.num_embeddings), ("embedding_dim", t.embedding_dim)):
+            if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+                if not (what == "num_embeddings" and t.dynamic is not None):
+                    raise InvalidInputError(f"table {t.name!r}: {what} must be a positive int, got {v!r}")
+            elif v > _INT64_MAX:
+                raise InvalidInputError(
+                    f"table {t.name!r}: {what}={v} does not fit in int64 (at most 2**63-1; memory limits it far sooner)")
+        _check_data_type(t)
+        if t.init_fn is not None and not callable(t.init_fn):
+            raise InvalidInputError(f"table {t.name!r}: init_fn must be callable, got {type(t.init_fn).__name__}")
+        feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
+        for f in feats:
+            if not isinstance(f, str) or not f or "\n" in f or "@" in f:
+                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r} (non-empty, one line, no '@')")
+        if len(set(feats)) != len(feats):
+            raise InvalidInputError(f"table {t.name!r}: feature_names {feats} lists a feature twice")
+        t = dataclasses.replace(t, feature_names=feats)
+        t.pooling_code()
+        out.append(t)
+    return out
+
+
+def _embedding_names(cfgs: Sequence[EmbeddingBagConfig]) -> list[str]:
+    """Output keys in table order: a feature's name, or ``feature@table`` for a feature several tables
+    look up (TorchRec's ``get_embedding_names_by_table``)."""
+    uses: dict[str, int] = {}
+    for c in cfgs:
+        for f in c.feature_names:
+            uses[f] = uses.get(f, 0) + 1
+    return [f if uses[f] == 1 else f"{f}@{c.name}" for c in cfgs for f in c.feature_names]
+
+
+_TORCH_TO_RECGO = {"SGD": "SGD", "Adagrad": "Adagrad", "Adam": "Adam", "AdamW": "AdamW", "SparseAdam": "Adam",
+                   "RowWiseAdagrad": "RowWiseAdagrad"}
+_FBGEMM_TO_RECGO = {"SGD": "SGD", "EXACT_SGD": "SGD", "EXACT_ADAGRAD": "Adagrad", "ADAGRAD": "Adagrad",
+                    "EXACT_ROWWISE_ADAGRAD": "RowWiseAdagrad", "ROWWISE_ADAGRAD": "RowWiseAdagrad", "ADAM": "Adam"}
+
+
+def _check_optimizer(optimizer: Any) -> FusedOptimizer | None:
+    """``optimizer`` if it is a recgo fused optimizer (or None); otherwise an error naming the recgo
+    optimizer that corresponds to what was passed (a torch optimizer class or instance, FBGEMM's
+    ``EmbOptimType``, or a recgo optimizer class instead of an instance)."""
+    if optimizer is None or (isinstance(optimizer, FusedOptimizer) and optimizer.kind != 0):
+        return optimizer
+    cls = optimizer if isinstance(optimizer, type) else type(optimizer)
+    if isinstance(optimizer, type) and issubclass(optimizer, FusedOptimizer) and optimizer.kind != 0:
+        raise InvalidInputError(
+            f"optimizer: pass an instance, e.g. recgo.modules.optim.{optimizer.__name__}(lr=0.01), not the class")
+    is_fbgemm = type(optimizer).__name__ == "EmbOptimType"
+    name = getattr(optimizer, "name", "") if is_fbgemm else cls.__name__
+    ours = (_FBGEMM_TO_RECGO if is_fbgemm else _TORCH_TO_RECGO).get(name)
+    module = "torch.optim" if cls.__module__.startswith("torch.optim.") else cls.__module__
+    what = f"{module}.{cls.__name__}" if not is_fbgemm else f"EmbOptimType.{name}"
+    if ours is not None and hasattr(_optim, ours):
+        raise InvalidInputError(
+            f"optimizer: {what} is not a recgo fused optimizer; for rows updated inside backward pass "
+            f"recgo.modules.optim.{ours}(lr=...), or leave optimizer=None and give the collection's "
+            "parameters to a torch optimizer")
+    raise InvalidInputError(
+        f"optimizer: expected a recgo fused optimizer (recgo.modules.optim.SGD, Adagrad, RowWiseAdagrad, Adam, "
+        f"AdamW), got {what}")
