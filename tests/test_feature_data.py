@@ -115,10 +115,12 @@ def test_taobao_behaviour_sequences() -> None:
 
 
 def test_example_config_equals_the_builder_spec() -> None:
-    """examples/features_criteo.yaml is the spec test_criteo_* builds in Python."""
+    """The shipped example config (recgo.feature.example_config("criteo")) is the spec test_criteo_* builds in Python."""
     from recgo.feature import load_features
 
-    path = Path(__file__).resolve().parents[1] / "examples" / "features_criteo.yaml"
+    from recgo.feature import example_config
+
+    path = example_config("criteo")
     feats = load_features(path)
     assert len(feats) == 40 and feats[13].dtype == "bytes"
     bounds = [-1, 0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096, 16384, 65536, 1 << 20]

@@ -397,3 +397,10 @@ def test_out_of_range_ids_suggest_mod_or_more_rows() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(5, 4, "t", ["a"])], seed=0)
     with pytest.raises(InvalidInputError, match=r"id 7 out of range \[0, 5\).*\.mod\(5\).*larger num_embeddings"):
         ebc(recgo.KeyedJaggedTensor(["a"], torch.tensor([7]), lengths=torch.tensor([1])))
+
+
+@pytest.mark.parametrize("table, feature", [("t", "a\x00b"), ("t", "a\tb"), ("t\x00", "a"), ("t\n", "a")])
+def test_control_characters_in_names_are_refused(table: str, feature: str) -> None:
+    with pytest.raises(recgo.InvalidInputError, match="control characters"):
+        recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(num_embeddings=4, embedding_dim=2, name=table,
+                                                               feature_names=[feature])])

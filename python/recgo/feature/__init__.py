@@ -10,7 +10,8 @@
 transforms with torch ops (used by the tests and the benchmark).
 """
 
+from .configs import example_config
 from .engine import FeatureEngine, FeaturePlan, FusionGroup, encode_strings
 from .spec import Feature, load_config, load_features
 
-__all__ = ["Feature", "FeatureEngine", "FeaturePlan", "FusionGroup", "encode_strings", "load_config", "load_features"]
+__all__ = ["Feature", "FeatureEngine", "example_config", "FeaturePlan", "FusionGroup", "encode_strings", "load_config", "load_features"]

@@ -125,6 +125,12 @@ def _check_data_type(t: EmbeddingBagConfig) -> None:
             "(use DataType.FP32; the pooled output is float32 either way)")
 
 
+def _has_control(name: str) -> bool:
+    """Whether ``name`` holds a control character: names cross the C ABI as newline-joined C strings,
+    where a NUL would cut the list short and a newline would split a name."""
+    return any(ord(c) < 32 or ord(c) == 127 for c in name)
+
+
 def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
     """Validated copies of ``tables`` (recgo's or TorchRec's configs), empty feature_names filled in."""
     if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
@@ -136,8 +142,9 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
                 t = EmbeddingBagConfig.from_torchrec(t)
             else:
                 raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
-        if not isinstance(t.name, str) or not t.name or "\n" in t.name:
-            raise InvalidInputError(f"table name {t.name!r} must be non-empty and on one line")
+        if not isinstance(t.name, str) or not t.name or _has_control(t.name):
+            raise InvalidInputError(f"table name {t.name!r} must be non-empty, on one line, without control "
+                                    "characters (NUL, tab, newline)")
         if hasattr(nn.ModuleDict, t.name) or "." in t.name:
             raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")
         if t.name in names:
@@ -155,8 +162,9 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
             raise InvalidInputError(f"table {t.name!r}: init_fn must be callable, got {type(t.init_fn).__name__}")
         feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
         for f in feats:
-            if not isinstance(f, str) or not f or "\n" in f or "@" in f:
-                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r} (non-empty, one line, no '@')")
+            if not isinstance(f, str) or not f or _has_control(f) or "@" in f:
+                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r} (non-empty, no '@', no control "
+                                        "characters such as NUL or newline)")
         if len(set(feats)) != len(feats):
             raise InvalidInputError(f"table {t.name!r}: feature_names {feats} lists a feature twice")
         t = dataclasses.replace(t, feature_names=feats)

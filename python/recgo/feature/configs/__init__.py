@@ -1,0 +1,18 @@
+"""Example FeatureEngine configs that ship with recgo: ``example_config("criteo")`` is the path of
+``criteo.yaml`` (Criteo's 26 hashed categorical fields and 13 bucketized integer fields)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...errors import NotFoundError
+
+
+def example_config(name: str) -> Path:
+    """Path of the shipped example config ``name`` (without ``.yaml``)."""
+    here = Path(__file__).parent
+    path = here / f"{name}.yaml"
+    if not path.is_file():
+        known = sorted(p.stem for p in here.glob("*.yaml"))
+        raise NotFoundError(f"no example FeatureEngine config {name!r}; shipped: {known}")
+    return path
