@@ -98,7 +98,7 @@ func (c Config) withDefaults() (Config, error) {
 	case c.MaxAge < 0:
 		return bad("max_age must be non-negative, got %d", c.MaxAge)
 	case math.IsNaN(c.EvictFrac) || c.EvictFrac < 0 || c.EvictFrac > 1:
-		return bad("evict fraction must be in (0, 1], got %v", c.EvictFrac)
+		return bad("evict_fraction must be in (0, 1] (0: the default 1/32), got %v", c.EvictFrac)
 	case c.SketchWidth < 0:
 		return bad("sketch width must be non-negative, got %d", c.SketchWidth)
 	case isBad(c.InitLow) || isBad(c.InitHigh) || c.InitLow > c.InitHigh:

@@ -114,8 +114,9 @@ class DynamicConfig:
         _int("sketch_width", self.sketch_width, 0)
         if self.eviction not in _POLICIES:
             raise InvalidInputError(f"DynamicConfig.eviction must be 'lru' or 'lfu', got {self.eviction!r}")
-        if not isinstance(self.evict_fraction, (int, float)) or not 0 < self.evict_fraction <= 1:
-            raise InvalidInputError(f"DynamicConfig.evict_fraction must be in (0, 1], got {self.evict_fraction!r}")
+        if isinstance(self.evict_fraction, bool) or not isinstance(self.evict_fraction, (int, float)):
+            raise InvalidInputError(f"DynamicConfig.evict_fraction must be a number, got {self.evict_fraction!r}")
+        # Its range is the engine's rule (engine/dynamic/config.go), checked once there.
 
     def handle(self, table: Any = None) -> int:
         """Engine handle of a builder for this table (called by EmbeddingBagCollection; ``table`` is the
