@@ -224,19 +224,7 @@ func recgo_ebc_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.in
 		if err != nil {
 			return err
 		}
-		nt := len(x.c.Tables)
-		counts, err := viewSlice[int64](countsPtr, int64(n), "counts")
-		if err != nil {
-			return err
-		}
-		if len(counts) != 2*nt {
-			return errs.Invalidf("counts: %d values, need %d", len(counts), 2*nt)
-		}
-		for t := 0; t < nt; t++ {
-			counts[t] = int64(x.ctx.Unique(t))
-			counts[nt+t] = int64(x.ctx.Lookups(t))
-		}
-		return nil
+		return writeCounts(x.ctx, len(x.c.Tables), countsPtr, n)
 	})
 }
 
@@ -263,30 +251,13 @@ func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointe
 		if fused != 0 {
 			return x.c.Backward(x.ctx, grad, nil, nil)
 		}
-		nt := len(x.c.Tables)
-		if int(ntables) != nt {
-			return errs.Invalidf("backward: %d gradient buffers for %d tables", ntables, nt)
-		}
-		rp, err := viewSlice[unsafe.Pointer](rowsPtrs, int64(ntables), "grad_rows")
-		if err != nil {
-			return err
-		}
-		vp, err := viewSlice[unsafe.Pointer](valsPtrs, int64(ntables), "grad_values")
-		if err != nil {
-			return err
-		}
-		rows, vals := make([][]int64, nt), make([][]float32, nt)
+		dims := make([]int, len(x.c.Tables))
 		for t, tb := range x.c.Tables {
-			u := int64(x.ctx.Unique(t))
-			if rows[t], err = viewSlice[int64](rp[t], u, "grad_rows"); err != nil {
-				return err
-			}
-			if vals[t], err = viewSlice[float32](vp[t], u*int64(tb.Dim), "grad_values"); err != nil {
-				return err
-			}
-			if rows[t] == nil {
-				rows[t], vals[t] = []int64{}, []float32{}
-			}
+			dims[t] = tb.Dim
+		}
+		rows, vals, err := gradBuffers(x.ctx, dims, rowsPtrs, valsPtrs, ntables)
+		if err != nil {
+			return err
 		}
 		return x.c.Backward(x.ctx, grad, rows, vals)
 	})

@@ -147,19 +147,7 @@ func recgo_ec_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.int
 		if x.ctx == nil {
 			return errs.Invalidf("sequence forward context: already released")
 		}
-		nt := len(x.s.Tables())
-		counts, err := viewSlice[int64](countsPtr, int64(n), "counts")
-		if err != nil {
-			return err
-		}
-		if len(counts) != 2*nt {
-			return errs.Invalidf("counts: %d values, need %d", len(counts), 2*nt)
-		}
-		for t := 0; t < nt; t++ {
-			counts[t] = int64(x.ctx.Unique(t))
-			counts[nt+t] = int64(x.ctx.Lookups(t))
-		}
-		return nil
+		return writeCounts(x.ctx, len(x.s.Tables()), countsPtr, n)
 	})
 }
 
@@ -190,30 +178,13 @@ func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer
 		if fused != 0 {
 			return x.s.Backward(x.ctx, grad, nil, nil)
 		}
-		tables := x.s.Tables()
-		if int(ntables) != len(tables) {
-			return errs.Invalidf("sequence backward: %d gradient buffers for %d tables", ntables, len(tables))
+		dims := make([]int, len(x.s.Tables()))
+		for i := range dims {
+			dims[i] = x.s.TableDim(i)
 		}
-		rp, err := viewSlice[unsafe.Pointer](rowsPtrs, int64(ntables), "grad_rows")
+		rows, vals, err := gradBuffers(x.ctx, dims, rowsPtrs, valsPtrs, ntables)
 		if err != nil {
 			return err
-		}
-		vp, err := viewSlice[unsafe.Pointer](valsPtrs, int64(ntables), "grad_values")
-		if err != nil {
-			return err
-		}
-		rows, vals := make([][]int64, len(tables)), make([][]float32, len(tables))
-		for i := range tables {
-			u := int64(x.ctx.Unique(i))
-			if rows[i], err = viewSlice[int64](rp[i], u, "grad_rows"); err != nil {
-				return err
-			}
-			if vals[i], err = viewSlice[float32](vp[i], u*int64(x.s.TableDim(i)), "grad_values"); err != nil {
-				return err
-			}
-			if rows[i] == nil {
-				rows[i], vals[i] = []int64{}, []float32{}
-			}
 		}
 		return x.s.Backward(x.ctx, grad, rows, vals)
 	})

@@ -1,0 +1,67 @@
+package main
+
+/*
+#include <stddef.h>
+#include <stdint.h>
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// dedupCounts is what a forward context (pooled or sequence) reports per table.
+type dedupCounts interface {
+	Unique(t int) int
+	Lookups(t int) int
+}
+
+// writeCounts writes, for each of nt tables, the distinct IDs then the lookups of ctx into the
+// caller's 2·nt int64 values at countsPtr.
+func writeCounts(ctx dedupCounts, nt int, countsPtr unsafe.Pointer, n C.int64_t) error {
+	counts, err := viewSlice[int64](countsPtr, int64(n), "counts")
+	if err != nil {
+		return err
+	}
+	if len(counts) != 2*nt {
+		return errs.Invalidf("counts: %d values, need %d", len(counts), 2*nt)
+	}
+	for t := 0; t < nt; t++ {
+		counts[t] = int64(ctx.Unique(t))
+		counts[nt+t] = int64(ctx.Lookups(t))
+	}
+	return nil
+}
+
+// gradBuffers views the caller's per-table buffers of a non-fused backward: rowsPtrs[t] (unique[t]
+// int64 row indices) and valsPtrs[t] (unique[t]·dims[t] float32 gradients), ntables of each.
+func gradBuffers(ctx dedupCounts, dims []int, rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t) ([][]int64, [][]float32, error) {
+	nt := len(dims)
+	if int(ntables) != nt {
+		return nil, nil, errs.Invalidf("backward: %d gradient buffers for %d tables", ntables, nt)
+	}
+	rp, err := viewSlice[unsafe.Pointer](rowsPtrs, int64(ntables), "grad_rows")
+	if err != nil {
+		return nil, nil, err
+	}
+	vp, err := viewSlice[unsafe.Pointer](valsPtrs, int64(ntables), "grad_values")
+	if err != nil {
+		return nil, nil, err
+	}
+	rows, vals := make([][]int64, nt), make([][]float32, nt)
+	for t, dim := range dims {
+		u := int64(ctx.Unique(t))
+		if rows[t], err = viewSlice[int64](rp[t], u, "grad_rows"); err != nil {
+			return nil, nil, err
+		}
+		if vals[t], err = viewSlice[float32](vp[t], u*int64(dim), "grad_values"); err != nil {
+			return nil, nil, err
+		}
+		if rows[t] == nil {
+			rows[t], vals[t] = []int64{}, []float32{}
+		}
+	}
+	return rows, vals, nil
+}
