@@ -138,7 +138,7 @@ class DataPipeline:
         dense = _wrap(dp, size * width, ctypes.c_float, torch.float32, owner).view(size, width)
         if self.tables:
             _prepared.register(vp, nv, lp, owner)
-        return Batch(KeyedJaggedTensor(self.keys, values, lengths), dense, labels)
+        return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
 
     def position(self) -> dict[str, Any]:
         """The source position after the last batch handed out (resume from it with ``position=``)."""

@@ -180,7 +180,7 @@ class Trainer:
                 h.stage_seconds[s] += dt
             h.timed_steps += 1
             h.samples += batch.size
-        return float(loss)
+        return loss.item()
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
