@@ -12,6 +12,7 @@ import (
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/highs"
 )
 
@@ -76,6 +77,16 @@ func abiConstants() []abiConstant {
 	add("DynamicSketchDepth", dynamic.SketchDepth)
 
 	// Feature engine input descriptors (recgo_feature_run): element kinds and row width in words.
+	// The planner's default cluster (RecShard's), so Python's Topology defaults are Go's.
+	def := cost.DefaultTopology()
+	add("TopologyNodes", int64(def.Nodes))
+	add("TopologyGPUsPerNode", int64(def.GPUsPerNode))
+	add("TopologyHBMBytes", int64(def.HBMBytes))
+	add("TopologyHostBytes", int64(def.HostBytes))
+	add("TopologyHBMBandwidth", int64(def.HBMBandwidth))
+	add("TopologyUVMBandwidth", int64(def.UVMBandwidth))
+	add("TopologyBatchSize", int64(def.BatchSize))
+
 	add("FeatureKindInt64", int64(feature.KindInt64))
 	add("FeatureKindFloat32", int64(feature.KindFloat32))
 	add("FeatureKindFloat64", int64(feature.KindFloat64))

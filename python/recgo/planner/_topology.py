@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from .. import _lib
-
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import torch
 
+from .. import _lib
 from ..errors import NotFoundError
 
 GB = 1e9
@@ -20,16 +19,17 @@ class Topology:
 
     ``hbm_bytes`` is each GPU's HBM budget for embeddings, ``host_bytes`` each node's host-memory
     budget for the rows reached over UVM; ``batch_size`` is the global batch. The defaults are
-    RecShard's evaluation cluster: 2 nodes × 8 GPUs with 24 GB HBM each.
+    RecShard's evaluation cluster: 2 nodes × 8 GPUs with 24 GB HBM each (declared once, in Go's
+    ``cost.DefaultTopology``; they reach Python through the C ABI's constants).
     """
 
-    nodes: int = 2
-    gpus_per_node: int = 8
-    hbm_bytes: int = int(24 * GB)
-    host_bytes: int = int(1500 * GB)
-    hbm_bandwidth: float = 850 * GB
-    uvm_bandwidth: float = 22 * GB
-    batch_size: int = 16384
+    nodes: int = _lib.const("TopologyNodes")
+    gpus_per_node: int = _lib.const("TopologyGPUsPerNode")
+    hbm_bytes: int = _lib.const("TopologyHBMBytes")
+    host_bytes: int = _lib.const("TopologyHostBytes")
+    hbm_bandwidth: float = float(_lib.const("TopologyHBMBandwidth"))
+    uvm_bandwidth: float = float(_lib.const("TopologyUVMBandwidth"))
+    batch_size: int = _lib.const("TopologyBatchSize")
 
     @property
     def num_gpus(self) -> int:
