@@ -154,3 +154,19 @@ def test_bst_trains_on_every_backend(backend: str) -> None:
     cfg = _small("bst", data=str(TAOBAO), batch_size=64, max_len=10, steps=4, eval_every=4)
     h = Trainer(cfg, make_source(cfg), backend).run()
     assert all(math.isfinite(x) for x in h.train_loss) and 0.0 <= h.evals[-1]["auc"] <= 1.0
+
+
+@pytest.mark.skipif(not TAOBAO.exists(), reason="Taobao sample not present")
+def test_bst_backends_agree_from_the_same_weights() -> None:
+    """The sequence model's shared item/category tables (history and target) train alike on every backend."""
+    cfg = _small("bst", data=str(TAOBAO), batch_size=64, dim=8, max_len=10, steps=8, eval_every=8, sparse_optimizer="sgd")
+    source = make_source(cfg)
+    out = {}
+    for backend in ("torch", "torchrec", "recgo"):
+        tr = Trainer(cfg, source, backend)
+        tr.run()
+        sd = tr.model.sparse.module.state_dict()
+        out[backend] = (next(v for k, v in sd.items() if k.endswith("item.weight")).clone(), tr.history.train_loss)
+    for backend in ("torchrec", "recgo"):
+        torch.testing.assert_close(out[backend][0], out["torch"][0], rtol=1e-5, atol=1e-7)
+        assert out[backend][1] == pytest.approx(out["torch"][1], rel=1e-5)
