@@ -9,6 +9,7 @@ import "C"
 import (
 	"unsafe"
 
+	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
 )
 
@@ -64,4 +65,29 @@ func gradBuffers(ctx dedupCounts, dims []int, rowsPtrs, valsPtrs unsafe.Pointer,
 		}
 	}
 	return rows, vals, nil
+}
+
+// batchArgs views a KeyedJaggedTensor batch passed as pointer/count pairs (key→feature map, values,
+// lengths, optional weights) as an embedding.Batch; a non-null weights pointer with no values is an
+// empty weighted batch.
+func batchArgs(keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,
+	lengthsPtr unsafe.Pointer, nlengths C.int64_t, weightsPtr unsafe.Pointer, nweights C.int64_t) (embedding.Batch, error) {
+	var b embedding.Batch
+	var err error
+	if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
+		return b, err
+	}
+	if b.Values, err = viewSlice[int64](valuesPtr, int64(nvalues), "values"); err != nil {
+		return b, err
+	}
+	if b.Lengths, err = viewSlice[int64](lengthsPtr, int64(nlengths), "lengths"); err != nil {
+		return b, err
+	}
+	if b.Weights, err = optionalSlice[float32](weightsPtr, int64(nweights), "weights"); err != nil {
+		return b, err
+	}
+	if weightsPtr != nil && b.Weights == nil {
+		b.Weights = []float32{}
+	}
+	return b, nil
 }

@@ -98,14 +98,8 @@ func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64
 		if err != nil {
 			return err
 		}
-		var b embedding.Batch
-		if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
-			return err
-		}
-		if b.Values, err = viewSlice[int64](valuesPtr, int64(nvalues), "values"); err != nil {
-			return err
-		}
-		if b.Lengths, err = viewSlice[int64](lengthsPtr, int64(nlengths), "lengths"); err != nil {
+		b, err := batchArgs(keyFeaturePtr, nkeys, valuesPtr, nvalues, lengthsPtr, nlengths, nil, 0)
+		if err != nil {
 			return err
 		}
 		ptrs, err := viewSlice[unsafe.Pointer](outPtrs, int64(nouts), "outputs")

@@ -176,21 +176,9 @@ func recgo_shard_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int6
 		if err != nil {
 			return err
 		}
-		var b embedding.Batch
-		if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
+		b, err := batchArgs(keyFeaturePtr, nkeys, valuesPtr, nvalues, lengthsPtr, nlengths, weightsPtr, nweights)
+		if err != nil {
 			return err
-		}
-		if b.Values, err = viewSlice[int64](valuesPtr, int64(nvalues), "values"); err != nil {
-			return err
-		}
-		if b.Lengths, err = viewSlice[int64](lengthsPtr, int64(nlengths), "lengths"); err != nil {
-			return err
-		}
-		if b.Weights, err = optionalSlice[float32](weightsPtr, int64(nweights), "weights"); err != nil {
-			return err
-		}
-		if weightsPtr != nil && b.Weights == nil {
-			b.Weights = []float32{}
 		}
 		s, err := c.Begin(b)
 		if err != nil {
