@@ -8,8 +8,9 @@
    CPU second used (the process's and its workers' user+system time), as
    ``reader_speedup_per_core_vs_dataloader``.
 2. A training step (recgo EmbeddingBagCollection + an MLP sized so its time matches preparation)
-   with preparation and dense compute each given one core (``GOMAXPROCS=1`` for the Go side,
-   ``torch.set_num_threads(1)``), run in a subprocess: step time at depth 0..4 against the serial
+   with preparation and dense compute each given one core (the pipeline's thread budget
+   ``threads=1`` for its Go work; ``torch.set_num_threads(1)`` for the step, whose recgo kernels
+   then run on the one thread of torch's OpenMP team too), run in a subprocess: step time at depth 0..4 against the serial
    stage times (``pipelined_over_max_stage`` = best pipelined step ÷ max(prep, dense),
    ``pipelined_speedup_vs_serial``), with the ``depth_sweep`` table and a PNG.
 """
@@ -176,7 +177,7 @@ def throughput(bench: Bench, path: Path, lines: int, batch: int) -> dict[str, An
     return out
 
 
-# -- the training-step sweep (run in a subprocess with GOMAXPROCS=1) ----------------------------
+# -- the training-step sweep (run in a subprocess: pipeline threads=1, torch 1 thread) ------------
 
 def make_model(hidden: int, layers: int) -> torch.nn.Module:
     import recgo
@@ -327,9 +328,10 @@ def main() -> None:
         tput = throughput(bench, path, lines, 4096)
         bench.data["throughput"] = tput
         speed = tput["recgo_1core"]["samples_per_cpu_s"] / tput["dataloader"]["samples_per_cpu_s"]
-        print("training-step sweep (subprocess, GOMAXPROCS=1, torch 1 thread):")
+        print("training-step sweep (subprocess, pipeline threads=1, torch 1 thread):")
         steps, rounds = (12, 1) if bench.quick else (30, 3)
-        env = dict(os.environ, GOMAXPROCS="1", OMP_NUM_THREADS="1")
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        env.pop("GOMAXPROCS", None)  # Go keeps a P per core: the budgets, not the scheduler, split the cores
         res = subprocess.run([sys.executable, __file__, "--train-sweep", str(path), "2048", str(steps), str(rounds)],
                              env=env, capture_output=True, text=True, check=False)
         if res.returncode != 0:
@@ -370,8 +372,10 @@ def main() -> None:
                "warm epoch), vs DataLoader(2 spawn workers, Python parsing, "
                "vectorized torch hash/bucketize: a multiplicative hash, cheaper than recgo's XXH64), whole file per run, "
                "CPU time from /proc (process + workers).")
-    bench.note("Training sweep in a subprocess with GOMAXPROCS=1 (all Go work: pipeline stages and the embedding "
-               "lookups share one core) and torch.set_num_threads(1).")
+    bench.note("Training sweep in a subprocess: the pipeline's thread budget is 1 (DataPipeline threads=1: READ, "
+               "TRANSFORM and FORMAT share one token, so at most one core prepares), torch.set_num_threads(1) (the "
+               "MLP and, through torch's OpenMP team, recgo's embedding kernels of the step run on the main thread "
+               "alone); GOMAXPROCS is left at the core count.")
     bench.note("Machine shared with other jobs (2 cores): absolute times are noisy; ratios are side by side.")
     bench.write("\n".join(table))
 

@@ -54,3 +54,19 @@ def test_environment_switch_turns_it_off() -> None:
         out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip().splitlines()[-1] == want
+
+
+def test_one_torch_thread_gives_a_one_thread_team_and_the_same_results() -> None:
+    """torch.set_num_threads(1) caps the team recgo borrows: the kernels run on the main thread alone."""
+    torch.ones(1 << 16).add_(1)
+    assert _threads.use_openmp(True)
+    before = torch.get_num_threads()
+    try:
+        wide = _train()
+        torch.set_num_threads(1)
+        narrow = _train()
+    finally:
+        torch.set_num_threads(before)
+        _threads.use_openmp(False)
+    for a, b in zip(wide, narrow):
+        assert torch.equal(a, b)

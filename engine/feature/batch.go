@@ -176,13 +176,14 @@ func (s *state) ensureOffs(alloc func(int) []int64) {
 // Result is one transformed batch: the output features in key order, each Size bags of int64 IDs.
 // It owns its memory.
 type Result struct {
-	size  int
-	keys  []string
-	vals  [][]int64
-	lens  [][]int64
-	wts   [][]float32 // per-value weights of each feature, nil entries for unweighted ones
-	bufs  [][]int64   // pooled buffers behind vals, lens and wts (see Release)
-	limit int64       // the engine's MaxValues, for Assemble
+	size    int
+	keys    []string
+	vals    [][]int64
+	lens    [][]int64
+	wts     [][]float32 // per-value weights of each feature, nil entries for unweighted ones
+	bufs    [][]int64   // pooled buffers behind vals, lens and wts (see Release)
+	limit   int64       // the engine's MaxValues, for Assemble
+	workers int         // the thread budget of the Apply that made it (see ApplyN)
 }
 
 // Size is the batch size B.
@@ -261,7 +262,7 @@ func (r *Result) CopyTo(values, lengths []int64) error {
 	for i, v := range r.vals {
 		starts[i+1] = starts[i] + len(v)
 	}
-	parallel.ForEach(len(r.vals), 1, func(i int) {
+	parallel.ForEachN(r.workers, len(r.vals), 1, func(i int) {
 		copy(values[starts[i]:starts[i+1]], r.vals[i])
 		copy(lengths[i*r.size:(i+1)*r.size], r.lens[i])
 	})

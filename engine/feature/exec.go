@@ -22,13 +22,14 @@ const minBagChunk = 1 << 14
 
 // run is the state of one Apply call.
 type run struct {
-	e    *Engine
-	size int
-	in   []Input // the batch's inputs (read only)
-	st   []state
-	mu   sync.Mutex
-	err  error
-	bufs [][]int64 // every pooled buffer this run took
+	e       *Engine
+	size    int
+	workers int     // the parallel loops' thread budget (0: parallel.Workers())
+	in      []Input // the batch's inputs (read only)
+	st      []state
+	mu      sync.Mutex
+	err     error
+	bufs    [][]int64 // every pooled buffer this run took
 }
 
 func (r *run) fail(err error) {
@@ -42,14 +43,19 @@ func (r *run) fail(err error) {
 // Apply transforms one raw batch: it validates the inputs, runs the fused groups in plan order
 // (one call per group, its elements cut into tiles that goroutines claim) and returns the output
 // features. The batch is only read, and not referenced after Apply returns.
-func (e *Engine) Apply(b Batch) (*Result, error) {
+func (e *Engine) Apply(b Batch) (*Result, error) { return e.ApplyN(b, 0) }
+
+// ApplyN is Apply with its parallel loops (and the returned Result's copies) on at most workers
+// threads (workers <= 0: parallel.Workers()). An input pipeline passes its own thread budget, so
+// preparing a batch leaves the other cores to the training step.
+func (e *Engine) ApplyN(b Batch, workers int) (*Result, error) {
 	if b.Size < 0 {
 		return nil, errs.Invalidf("feature batch: negative size %d", b.Size)
 	}
 	if len(b.Inputs) != len(e.inputs) {
 		return nil, errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(b.Inputs), len(e.inputs))
 	}
-	r := &run{e: e, size: b.Size, in: b.Inputs, st: make([]state, len(e.feats))}
+	r := &run{e: e, size: b.Size, workers: workers, in: b.Inputs, st: make([]state, len(e.feats))}
 	res, err := r.apply(b)
 	if err != nil {
 		for _, buf := range r.bufs {
@@ -64,7 +70,7 @@ func (r *run) apply(b Batch) (*Result, error) {
 	e := r.e
 	boffs := make([][]int64, len(b.Inputs))
 	verrs := make([]error, len(b.Inputs))
-	parallel.ForEach(len(b.Inputs), 16, func(i int) {
+	parallel.ForEachN(r.workers, len(b.Inputs), 16, func(i int) {
 		boffs[i], verrs[i] = validate(e.inputs[i], &b.Inputs[i], b.Size, r.alloc)
 	})
 	for i, err := range verrs {
@@ -117,8 +123,8 @@ func (m member) kind(e *Engine) OpKind { return e.feats[m.feat].ops[m.op].kind }
 func (r *run) result() *Result {
 	nout := len(r.e.outputs)
 	res := &Result{size: r.size, keys: r.e.OutputKeys(), vals: make([][]int64, nout), lens: make([][]int64, nout),
-		wts: make([][]float32, nout), limit: r.e.maxValues}
-	parallel.ForEach(nout, 16, func(i int) {
+		wts: make([][]float32, nout), limit: r.e.maxValues, workers: r.workers}
+	parallel.ForEachN(r.workers, nout, 16, func(i int) {
 		s := &r.st[r.e.outputs[i]]
 		res.vals[i], res.lens[i], res.wts[i] = s.ints, s.lens, s.w
 		if s.w != nil && !s.wOwned {
@@ -186,7 +192,7 @@ func (r *run) elementwise(groups []Group) error {
 			dsts[i], slab = slab[:n:n], slab[n:]
 		}
 	}
-	parallel.For(prefix[len(segs)], minChunk, func(lo, hi int) {
+	parallel.ForN(r.workers, prefix[len(segs)], minChunk, func(lo, hi int) {
 		i := sort.SearchInts(prefix, lo+1) - 1
 		for ; lo < hi; i++ {
 			end := min(hi, prefix[i+1])

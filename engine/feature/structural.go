@@ -178,7 +178,7 @@ func (r *run) sources(m member) []int {
 // eachBag calls body(member, b0, b1) over the M·B bags of a group in parallel tiles.
 func (r *run) eachBag(M int, body func(i, b0, b1 int)) {
 	B := r.size
-	parallel.For(M*B, minBagChunk, func(lo, hi int) {
+	parallel.ForN(r.workers, M*B, minBagChunk, func(lo, hi int) {
 		for lo < hi {
 			i, b0 := lo/B, lo%B
 			b1 := min(B, b0+(hi-lo))

@@ -57,7 +57,10 @@ type Config struct {
 	BatchSize int `json:"batch_size"`
 	// Depth is how many future batches are prepared while the consumer works (0: serial).
 	Depth int `json:"depth"`
-	// Workers is the number of goroutines running TRANSFORM and FORMAT (default 1).
+	// Workers is the pipeline's thread budget (default 1): the number of goroutines running
+	// TRANSFORM and FORMAT, and the most stage work (READ included) that runs at once, so the
+	// pipeline never takes more than Workers cores from the training step. At Depth 0 it is the
+	// parallelism of the serial schedule's TRANSFORM.
 	Workers int `json:"workers"`
 	// DropLast drops a final batch smaller than BatchSize.
 	DropLast bool `json:"drop_last"`
@@ -109,6 +112,7 @@ type Pipeline struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	ahead  chan struct{}
+	cpu    chan struct{} // Workers tokens: stage work holds one (the thread budget)
 	order  chan *job
 	work   chan *job
 	raws   chan *reader.Batch
@@ -183,6 +187,7 @@ func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config
 	p.pool = &bufPool{max: cfg.Depth + cfg.Workers + 2}
 	if cfg.Depth > 0 {
 		p.ahead = make(chan struct{}, cfg.Depth)
+		p.cpu = make(chan struct{}, cfg.Workers)
 		p.order = make(chan *job, cfg.Depth)
 		p.work = make(chan *job, cfg.Depth)
 		p.raws = make(chan *reader.Batch, cfg.Depth+cfg.Workers+1)
@@ -213,8 +218,32 @@ func (p *Pipeline) Keys() []string { return slices.Clone(p.keys) }
 // DenseWidth is the number of dense columns per sample.
 func (p *Pipeline) DenseWidth() int { return len(p.src.Schema().Dense) }
 
+// acquire takes a thread-budget token for a stage's work (false: the pipeline is closing); release
+// gives it back. The serial schedule (Depth 0) runs in the consumer's call and takes none.
+func (p *Pipeline) acquire() bool {
+	if p.cpu == nil {
+		return true
+	}
+	select {
+	case p.cpu <- struct{}{}:
+		return true
+	case <-p.ctx.Done():
+		return false
+	}
+}
+
+func (p *Pipeline) release() {
+	if p.cpu != nil {
+		<-p.cpu
+	}
+}
+
 // read runs the READ stage for one step into raw; eof reports the end of the stream.
 func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
+	if !p.acquire() {
+		return false, context.Cause(p.ctx)
+	}
+	defer p.release()
 	t0 := time.Now()
 	n, err := p.src.Read(raw, p.cfg.BatchSize)
 	p.stats.read.Add(int64(time.Since(t0)))
@@ -224,15 +253,24 @@ func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 	return false, err
 }
 
-// prepare runs TRANSFORM and FORMAT for one step.
+// prepare runs TRANSFORM and FORMAT for one step: on one thread in a worker goroutine (the budget
+// is spent by running Workers of them), on Workers threads in the serial schedule.
 func (p *Pipeline) prepare(step int64, raw *reader.Batch, pos reader.Position) (*Prepared, error) {
+	workers := 1
+	if p.cpu == nil {
+		workers = p.cfg.Workers
+	} else if !p.acquire() {
+		return nil, &StageError{Step: step, Stage: StageTransform, Err: context.Cause(p.ctx)}
+	} else {
+		defer p.release()
+	}
 	t0 := time.Now()
 	b := feature.Batch{Size: raw.Size, Inputs: make([]feature.Input, len(p.inputMap))}
 	for i, f := range p.inputMap {
 		b.Inputs[i] = raw.Inputs[f]
 	}
 	runtime.Gosched() // between stages, let a trainer thread waiting for a P in (see reader's yieldEvery)
-	res, err := p.eng.Apply(b)
+	res, err := p.eng.ApplyN(b, workers)
 	p.stats.transform.Add(int64(time.Since(t0)))
 	runtime.Gosched()
 	if err != nil {
@@ -265,6 +303,9 @@ func (p *Pipeline) readLoop() {
 			raw = &reader.Batch{}
 		}
 		eof, err := p.read(raw)
+		if p.ctx.Err() != nil { // closing: the read may have been cut short, and nobody waits for it
+			return
+		}
 		j.pos = p.src.Position()
 		last := eof || err != nil
 		if last {

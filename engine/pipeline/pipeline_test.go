@@ -605,3 +605,30 @@ func TestFormatAppliesRemap(t *testing.T) {
 	assert.Equal(t, int64(0), remap.Tables[0].Map(7))
 	assert.Equal(t, int64(3), remap.Tables[0].Map(0))
 }
+
+// The thread budget: with Workers 1 the stages never run at once (READ holds the budget while it
+// parses), so their summed times fit in the wall time of the whole run.
+func TestOneWorkerRunsOneStageAtATime(t *testing.T) {
+	cfg := synthCfg(40_000)
+	cfg.Fields[1].Pooling = 30
+	src, err := reader.NewSynthetic(cfg, reader.Options{})
+	require.NoError(t, err)
+	t0 := time.Now()
+	p, err := New(context.Background(), src, synthEngine(t), Config{BatchSize: 2000, Depth: 4, Workers: 1})
+	require.NoError(t, err)
+	for {
+		b, err := p.Next()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+	}
+	wall := time.Since(t0)
+	st := p.Stats()
+	require.NoError(t, p.Close())
+	busy := time.Duration(st.ReadNs + st.TransformNs + st.FormatNs)
+	assert.Greater(t, st.ReadNs, int64(0))
+	assert.Greater(t, st.TransformNs, int64(0))
+	assert.LessOrEqual(t, busy, wall, "stage time %v over wall %v: stages overlapped", busy, wall)
+}

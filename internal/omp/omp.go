@@ -22,7 +22,9 @@ package omp
 #include <sys/syscall.h>
 
 typedef void (*gomp_parallel_fn)(void (*)(void *), void *, unsigned, unsigned);
+typedef int (*omp_max_fn)(void);
 static gomp_parallel_fn gomp_parallel;
+static omp_max_fn omp_max;
 
 extern void recgoOMPWork(uintptr_t);
 
@@ -32,15 +34,24 @@ static int recgo_omp_open(const char *path) {
 	void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
 	if (h == NULL) return 1;
 	gomp_parallel = (gomp_parallel_fn)dlsym(h, "GOMP_parallel");
-	return gomp_parallel == NULL ? 2 : 0;
+	omp_max = (omp_max_fn)dlsym(h, "omp_get_max_threads");
+	return gomp_parallel == NULL || omp_max == NULL ? 2 : 0;
 }
 
 // Only the process's main thread (where torch runs its intra-op parallel ops) uses the team: Go's own
 // threads (pipeline stages) and other C threads keep Go's scheduling, so no thread grows a second pool.
-static int recgo_omp_team(uintptr_t work, unsigned n) {
+// The team has at most omp_get_max_threads() threads: what torch.set_num_threads set on this thread.
+// Returns the team size used (1: the caller runs work alone), or 0 off the main thread.
+static unsigned recgo_omp_team(uintptr_t work, unsigned n) {
 	if (syscall(SYS_gettid) != getpid()) return 0;
+	int m = omp_max();
+	if (m >= 1 && (unsigned)m < n) n = (unsigned)m;
+	if (n <= 1) {
+		recgo_omp_body((void *)work);
+		return 1;
+	}
 	gomp_parallel(recgo_omp_body, (void *)work, n, 0);
-	return 1;
+	return n;
 }
 */
 import "C"
@@ -54,8 +65,8 @@ import (
 
 var enabled atomic.Bool
 
-// Open resolves GOMP_parallel in the already-loaded OpenMP runtime at path. It fails when that
-// library is not loaded in this process (RTLD_NOLOAD) or has no GOMP_parallel.
+// Open resolves GOMP_parallel and omp_get_max_threads in the already-loaded OpenMP runtime at path.
+// It fails when that library is not loaded in this process (RTLD_NOLOAD) or lacks either.
 func Open(path string) error {
 	cs := C.CString(path)
 	defer C.free(unsafe.Pointer(cs))
@@ -66,7 +77,7 @@ func Open(path string) error {
 	case 1:
 		return fmt.Errorf("openmp: %s is not loaded in this process", path)
 	default:
-		return fmt.Errorf("openmp: %s has no GOMP_parallel", path)
+		return fmt.Errorf("openmp: %s has no GOMP_parallel or omp_get_max_threads", path)
 	}
 }
 
@@ -76,9 +87,11 @@ func Enabled() bool { return enabled.Load() }
 // Disable makes Team fall back to the caller's own scheduling (Enabled reports false).
 func Disable() { enabled.Store(false) }
 
-// Team runs work on n OpenMP threads (the caller's thread is thread 0) and returns when all return,
-// when called on the process's main thread; elsewhere it runs work on the caller and n-1 goroutines
-// and returns at once (For waits for the chunks). work must not panic; it is called concurrently.
+// Team runs work on n OpenMP threads and returns when all return, when called on the process's main
+// thread (the caller is thread 0; the team is smaller when torch's intra-op thread count,
+// omp_get_max_threads, is, so torch.set_num_threads(1) makes recgo's loops there serial too).
+// Elsewhere it runs work on the caller and n-1 goroutines and returns at once (For waits for the
+// chunks). work must not panic; it is called concurrently.
 func Team(n int, work func()) {
 	if enabled.Load() {
 		h := cgo.NewHandle(work)

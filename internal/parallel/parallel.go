@@ -19,12 +19,19 @@ func Workers() int { return runtime.GOMAXPROCS(0) }
 // helper that does not get a CPU in time claims nothing and nobody waits for it, where a fixed split
 // into goroutines would wait for the slowest. With one chunk it runs inline. A panic in any chunk is
 // re-raised in the caller's goroutine (so the C ABI's recover sees it) after all claimed chunks end.
-func For(n, minChunk int, body func(lo, hi int)) {
+func For(n, minChunk int, body func(lo, hi int)) { ForN(0, n, minChunk, body) }
+
+// ForN is For with at most workers threads (the caller's included; workers <= 0 means Workers()).
+// A caller with a CPU budget of its own, such as an input pipeline stage that must leave the other
+// cores to the training step, passes that budget here.
+func ForN(workers, n, minChunk int, body func(lo, hi int)) {
 	if n <= 0 {
 		return
 	}
 	minChunk = max(minChunk, 1)
-	workers := Workers()
+	if workers <= 0 {
+		workers = Workers()
+	}
 	chunks := min(workers*4, (n+minChunk-1)/minChunk)
 	if chunks <= 1 || workers == 1 {
 		body(0, n)
@@ -85,8 +92,11 @@ func SetTeam(run func(n int, work func())) {
 }
 
 // ForEach calls body(i) for each i in [0, n) with the chunking of For.
-func ForEach(n, minChunk int, body func(i int)) {
-	For(n, minChunk, func(lo, hi int) {
+func ForEach(n, minChunk int, body func(i int)) { ForEachN(0, n, minChunk, body) }
+
+// ForEachN is ForEach with at most workers threads (see ForN).
+func ForEachN(workers, n, minChunk int, body func(i int)) {
+	ForN(workers, n, minChunk, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			body(i)
 		}

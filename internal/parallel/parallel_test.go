@@ -3,6 +3,7 @@ package parallel
 import (
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -30,4 +31,30 @@ func TestForRepanicsInCaller(t *testing.T) {
 			}
 		})
 	})
+}
+
+func TestForNKeepsToItsBudget(t *testing.T) {
+	cases := []struct{ workers, n int }{{1, 1000}, {2, 1000}, {3, 5000}}
+	for _, c := range cases {
+		var inFlight, peak, calls atomic.Int32
+		hits := make([]int32, c.n)
+		ForN(c.workers, c.n, 1, func(lo, hi int) {
+			calls.Add(1)
+			now := inFlight.Add(1)
+			for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+			}
+			for i := lo; i < hi; i++ {
+				atomic.AddInt32(&hits[i], 1)
+			}
+			time.Sleep(time.Millisecond)
+			inFlight.Add(-1)
+		})
+		assert.LessOrEqual(t, int(peak.Load()), c.workers, "workers=%d", c.workers)
+		for i, h := range hits {
+			assert.EqualValues(t, 1, h, "workers=%d index %d", c.workers, i)
+		}
+		if c.workers == 1 {
+			assert.EqualValues(t, 1, calls.Load(), "one worker runs the whole range inline")
+		}
+	}
 }

@@ -75,7 +75,10 @@ class DataPipeline:
     """Prepared batches from ``source`` through ``features``, ``depth`` steps ahead.
 
     ``features`` is a :class:`FeatureEngine` or what one accepts (a list of :class:`Feature`, a
-    config path). ``threads`` goroutines run TRANSFORM and FORMAT (READ is one goroutine).
+    config path). ``threads`` is the pipeline's thread budget: that many goroutines run TRANSFORM and
+    FORMAT, and at most that many stages (READ included) work at once, so preparation never takes
+    more than ``threads`` cores from the training step (give a source that waits on slow storage
+    ``threads=2``, since a READ waiting on I/O holds its share of the budget).
     ``tables`` (``[{"name": table, "keys": [features...]}]``, or :func:`tables_of` a model) makes
     FORMAT deduplicate each table's IDs for the collection; ``remap`` (a planner remap handle owner
     with ``._h``) renumbers the planned tables' IDs. ``rank``/``world_size`` shard the source
