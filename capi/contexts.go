@@ -91,3 +91,20 @@ func batchArgs(keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.P
 	}
 	return b, nil
 }
+
+// forwardInto runs the pooled forward of b into the caller's out buffer (nout floats) and, with
+// keep, hands back the context backward needs as a handle in *ctxOut.
+func forwardInto(c *embedding.Collection, b embedding.Batch, outPtr unsafe.Pointer, nout C.int64_t, train, keep C.int32_t, ctxOut *C.uintptr_t) error {
+	out, err := viewSlice[float32](outPtr, int64(nout), "out")
+	if err != nil {
+		return err
+	}
+	ctx, err := c.Forward(b, out, train != 0, keep != 0)
+	if err != nil {
+		return err
+	}
+	if keep != 0 {
+		*ctxOut = newHandle(&ebcContext{c: c, ctx: ctx})
+	}
+	return nil
+}

@@ -187,18 +187,7 @@ func recgo_ebc_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int6
 		if err != nil {
 			return err
 		}
-		out, err := viewSlice[float32](outPtr, int64(nout), "out")
-		if err != nil {
-			return err
-		}
-		ctx, err := c.Forward(b, out, train != 0, keep != 0)
-		if err != nil {
-			return err
-		}
-		if keep != 0 {
-			*ctxOut = newHandle(&ebcContext{c: c, ctx: ctx})
-		}
-		return nil
+		return forwardInto(c, b, outPtr, nout, train, keep, ctxOut)
 	})
 }
 

@@ -30,6 +30,15 @@ func xxRound(acc, input uint64) uint64 {
 	return acc * xxPrime1
 }
 
+// xxConverge folds XXH64's four lane accumulators into one (the step after the 32-byte stripes).
+func xxConverge(v1, v2, v3, v4 uint64) uint64 {
+	h := bits.RotateLeft64(v1, 1) + bits.RotateLeft64(v2, 7) + bits.RotateLeft64(v3, 12) + bits.RotateLeft64(v4, 18)
+	h = xxMergeRound(h, v1)
+	h = xxMergeRound(h, v2)
+	h = xxMergeRound(h, v3)
+	return xxMergeRound(h, v4)
+}
+
 func xxMergeRound(acc, val uint64) uint64 {
 	acc ^= xxRound(0, val)
 	return acc*xxPrime1 + xxPrime4
@@ -60,11 +69,7 @@ func XXH64(b []byte, seed uint64) uint64 {
 			v4 = xxRound(v4, binary.LittleEndian.Uint64(b[24:32]))
 			b = b[32:]
 		}
-		h = bits.RotateLeft64(v1, 1) + bits.RotateLeft64(v2, 7) + bits.RotateLeft64(v3, 12) + bits.RotateLeft64(v4, 18)
-		h = xxMergeRound(h, v1)
-		h = xxMergeRound(h, v2)
-		h = xxMergeRound(h, v3)
-		h = xxMergeRound(h, v4)
+		h = xxConverge(v1, v2, v3, v4)
 	} else {
 		h = seed + xxPrime5
 	}

@@ -22,11 +22,7 @@ func HashTuple(xs []int64, seed uint64) uint64 {
 			v3 = xxRound(v3, uint64(xs[i+2]))
 			v4 = xxRound(v4, uint64(xs[i+3]))
 		}
-		h = bits.RotateLeft64(v1, 1) + bits.RotateLeft64(v2, 7) + bits.RotateLeft64(v3, 12) + bits.RotateLeft64(v4, 18)
-		h = xxMergeRound(h, v1)
-		h = xxMergeRound(h, v2)
-		h = xxMergeRound(h, v3)
-		h = xxMergeRound(h, v4)
+		h = xxConverge(v1, v2, v3, v4)
 	} else {
 		h = seed + xxPrime5
 	}

@@ -18,22 +18,13 @@ import recgo
 from recgo import CapacityError, InvalidInputError, NotFoundError
 from recgo import planner as P
 
+from planner_data import TABLES, batches
+
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = [P.TableSpec("a", 300, 8), P.TableSpec("b", 2000, 16), P.TableSpec("c", 40, 8)]
 
 
 def _batches(seed: int = 0, n: int = 6, batch: int = 64) -> list[recgo.KeyedJaggedTensor]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        vals, lens = [], []
-        for t in TABLES:
-            ln = torch.randint(0, 3, (batch,), generator=g)
-            ids = (torch.rand(int(ln.sum()), generator=g) ** 4 * t.rows).long()
-            vals.append(ids)
-            lens.append(ln)
-        out.append(recgo.KeyedJaggedTensor([t.name for t in TABLES], torch.cat(vals), lengths=torch.cat(lens)))
-    return out
+    return batches(seed, n, batch)
 
 
 def _direct(batches: list[recgo.KeyedJaggedTensor]) -> dict[str, dict]:
@@ -306,9 +297,12 @@ def test_planned_ebc_from_torchrec_matches_torchrec(prof: P.Profile) -> None:
     planned = P.PlannedEmbeddingBagCollection.from_ebc(ref, P.plan(prof, small_topo(), "row_greedy"))
     kjt = _batches(seed=8, n=1)[0]
     with torch.no_grad():
-        want = ref(kjt.to_torchrec()).values()
-        got = planned(kjt.to_torchrec()).values()
-    torch.testing.assert_close(got, want)
+        want = ref(kjt.to_torchrec())
+        got = planned(kjt.to_torchrec())
+    assert type(got) is type(want)  # a torchrec.KeyedTensor for TorchRec input, like TorchRec's module
+    assert got.keys() == want.keys() and got.length_per_key() == want.length_per_key()
+    torch.testing.assert_close(got.values(), want.values())
+    assert isinstance(planned(kjt), recgo.KeyedTensor)
 
 
 def test_local_topology_without_a_driver_keeps_defaults() -> None:

@@ -20,21 +20,13 @@ import recgo
 from recgo import CapacityError, InvalidInputError, RecgoIOError
 from recgo import planner as P
 
+from planner_data import TABLES, batches
+
 ROOT = Path(__file__).resolve().parents[1]
-TABLES = [P.TableSpec("a", 300, 8), P.TableSpec("b", 2000, 16), P.TableSpec("c", 40, 8)]
 
 
 def _batches(seed: int = 0, n: int = 4, batch: int = 64) -> list[recgo.KeyedJaggedTensor]:
-    g = torch.Generator().manual_seed(seed)
-    out = []
-    for _ in range(n):
-        vals, lens = [], []
-        for t in TABLES:
-            ln = torch.randint(0, 3, (batch,), generator=g)
-            vals.append((torch.rand(int(ln.sum()), generator=g) ** 4 * t.rows).long())
-            lens.append(ln)
-        out.append(recgo.KeyedJaggedTensor([t.name for t in TABLES], torch.cat(vals), torch.cat(lens)))
-    return out
+    return batches(seed, n, batch)
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ from torch import nn
 
 from ..errors import InvalidInputError
 from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
-from ..sparse import KeyedTensor, as_kjt
+from ..sparse import KeyedTensor, _is_torchrec_kjt, as_kjt
 from ._plan import Plan
 from ._profile import Profile
 from ._remap import Remap
@@ -90,9 +90,11 @@ class PlannedEmbeddingBagCollection(nn.Module):
         w = self.ebc.embedding_bags[table].weight.detach()
         return w[self._new_ids(table, w.shape[0])]
 
-    def forward(self, features: Any) -> KeyedTensor:
-        """Remap the batch's IDs hot-first (Go) and pool them."""
-        return self.ebc(self.remap.apply_kjt(as_kjt(features), self._f2t))
+    def forward(self, features: Any) -> Any:
+        """Remap the batch's IDs hot-first (Go) and pool them: a ``torchrec.KeyedTensor`` for a TorchRec
+        input (as :class:`recgo.EmbeddingBagCollection` gives), else a :class:`recgo.KeyedTensor`."""
+        out: KeyedTensor = self.ebc(self.remap.apply_kjt(as_kjt(features), self._f2t))
+        return out.to_torchrec() if _is_torchrec_kjt(features) else out
 
     def feature_names(self) -> list[str]:
         """Output feature order (as the wrapped EmbeddingBagCollection's)."""
