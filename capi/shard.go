@@ -16,17 +16,18 @@ import (
 
 // recgo_shard_new builds rank's part of a sharded embedding-bag collection over a world of
 // nodes × perNode ranks exchanging in mode (0 flat, 1 hierarchical). Table i (line i of tableNames)
-// has rows[i] × dims[i] values and sharding kinds[i] (0 hash, 1 table-wise on rank ranks[i],
-// 2 row-wise, 3 data-parallel); features as in recgo_ebc_new.
+// has rows[i] × dims[i] values, sharding kinds[i] (0 hash, 1 table-wise on rank ranks[i],
+// 2 row-wise, 3 data-parallel) and owner-pooling return returns[i] (0 auto, 1 rows, 2 pooled);
+// features as in recgo_ebc_new.
 //
 //export recgo_shard_new
 func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, tableNames *C.char,
-	rowsPtr, dimsPtr, kindsPtr, ranksPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
+	rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
 	nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer,
 	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		var cols [4][]int64
-		for i, p := range []unsafe.Pointer{rowsPtr, dimsPtr, kindsPtr, ranksPtr} {
+		var cols [5][]int64
+		for i, p := range []unsafe.Pointer{rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr} {
 			v, err := viewSlice[int64](p, int64(ntables), "table arrays")
 			if err != nil {
 				return err
@@ -69,6 +70,14 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 		}
 		c, err := shard.NewCollection(layouts, topo, int(rank), shard.Mode(mode), optConfig(kind, lr, eps, beta1, beta2, wd), feats)
 		if err != nil {
+			return err
+		}
+		returns := make([]shard.Return, ntables)
+		for i, r := range cols[4] {
+			returns[i] = shard.Return(r)
+		}
+		if err := c.SetReturns(returns); err != nil {
+			_ = c.Close()
 			return err
 		}
 		*out = newHandle(c)
@@ -190,11 +199,11 @@ func recgo_shard_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int6
 }
 
 // recgo_shard_next asks a step for its next all-to-all: *done = 1 when there is none; otherwise the
-// op's group (0 world, 1 node, 2 rail), element type (*isFloat: 1 float32, 0 int64), send length
-// and number of splits (the group's size). Fetch its buffers with recgo_shard_op.
+// op's group (0 world, 1 node, 2 rail), element type (*elem: 0 int64, 1 float32, 2 uint8), send
+// length and number of splits (the group's size). Fetch its buffers with recgo_shard_op.
 //
 //export recgo_shard_next
-func recgo_shard_next(sh C.uintptr_t, group, isFloat, nsend, nsplits, done *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_shard_next(sh C.uintptr_t, group, elem, nsend, nsplits, done *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		s, err := lookup[*shard.Step](sh, "shard step")
 		if err != nil {
@@ -209,10 +218,7 @@ func recgo_shard_next(sh C.uintptr_t, group, isFloat, nsend, nsplits, done *C.in
 			return nil
 		}
 		*done, *group, *nsplits = 0, C.int64_t(op.Group), C.int64_t(len(op.SendSplits))
-		*isFloat, *nsend = 0, C.int64_t(len(op.SendI))
-		if op.Float {
-			*isFloat, *nsend = 1, C.int64_t(len(op.SendF))
-		}
+		*elem, *nsend = C.int64_t(op.Elem), C.int64_t(op.SendLen())
 		return nil
 	})
 }
@@ -245,27 +251,36 @@ func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sen
 		}
 		copy(ss, op.SendSplits)
 		copy(rs, op.RecvSplits)
-		if op.Float {
-			if int(nsend) != len(op.SendF) {
-				return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, len(op.SendF))
-			}
-			dst, err := viewSlice[float32](sendPtr, int64(nsend), "send")
-			if err != nil {
-				return err
-			}
-			copy(dst, op.SendF)
-			return nil
+		if int(nsend) != op.SendLen() {
+			return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, op.SendLen())
 		}
-		if int(nsend) != len(op.SendI) {
-			return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, len(op.SendI))
+		switch op.Elem {
+		case shard.ElemFloat32:
+			return copyOut(sendPtr, op.SendF)
+		case shard.ElemByte:
+			return copyOut(sendPtr, op.SendB)
 		}
-		dst, err := viewSlice[int64](sendPtr, int64(nsend), "send")
-		if err != nil {
-			return err
-		}
-		copy(dst, op.SendI)
-		return nil
+		return copyOut(sendPtr, op.SendI)
 	})
+}
+
+// copyOut copies src into the caller's buffer of len(src) elements at p.
+func copyOut[E any](p unsafe.Pointer, src []E) error {
+	dst, err := viewSlice[E](p, int64(len(src)), "send")
+	if err != nil {
+		return err
+	}
+	copy(dst, src)
+	return nil
+}
+
+// recvView views the caller's n received elements at p (an empty, non-nil slice for n = 0).
+func recvView[E any](p unsafe.Pointer, n C.int64_t) ([]E, error) {
+	v, err := viewSlice[E](p, int64(n), "recv")
+	if v == nil && err == nil {
+		v = []E{}
+	}
+	return v, err
 }
 
 // recgo_shard_feed hands the pending op the n elements it received (of the op's type).
@@ -281,24 +296,25 @@ func recgo_shard_feed(sh C.uintptr_t, recvPtr unsafe.Pointer, n C.int64_t, errbu
 		if op == nil {
 			return errs.Invalidf("shard step: no pending op")
 		}
-		if op.Float {
-			v, err := viewSlice[float32](recvPtr, int64(n), "recv")
+		switch op.Elem {
+		case shard.ElemFloat32:
+			v, err := recvView[float32](recvPtr, n)
 			if err != nil {
 				return err
 			}
-			if v == nil {
-				v = []float32{}
+			return s.X.Feed(nil, v, nil)
+		case shard.ElemByte:
+			v, err := recvView[byte](recvPtr, n)
+			if err != nil {
+				return err
 			}
-			return s.X.Feed(nil, v)
+			return s.X.Feed(nil, nil, v)
 		}
-		v, err := viewSlice[int64](recvPtr, int64(n), "recv")
+		v, err := recvView[int64](recvPtr, n)
 		if err != nil {
 			return err
 		}
-		if v == nil {
-			v = []int64{}
-		}
-		return s.X.Feed(v, nil)
+		return s.X.Feed(v, nil, nil)
 	})
 }
 

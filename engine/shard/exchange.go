@@ -7,18 +7,41 @@ import (
 	"github.com/recgo/recgo/kernels"
 )
 
+// Elem is the element type of an op's buffers.
+type Elem int
+
+// The element types: int64 (counts), float32 (rows, partial sums, gradients), bytes (IDs and bag
+// structure packed in the narrowest integer widths, see ownerpool.go).
+const (
+	ElemInt64 Elem = iota
+	ElemFloat32
+	ElemByte
+)
+
 // Op is one all-to-all the caller must run on Group (torch.distributed's all_to_all_single): send
 // SendSplits[i] elements of the send buffer to group index i and receive RecvSplits[i] elements
-// from it, in group order. The send buffer is SendI (int64) or, when Float, SendF (float32).
+// from it, in group order. The send buffer is SendI (int64), SendF (float32) or SendB (bytes), by Elem.
 type Op struct {
 	Group      Group
-	Float      bool
+	Elem       Elem
 	SendI      []int64
 	SendF      []float32
+	SendB      []byte
 	SendSplits []int64
 	RecvSplits []int64
 
 	recycle bool // the send buffer came from the collection's free lists
+}
+
+// SendLen is the number of elements the op sends.
+func (o *Op) SendLen() int {
+	switch o.Elem {
+	case ElemFloat32:
+		return len(o.SendF)
+	case ElemByte:
+		return len(o.SendB)
+	}
+	return len(o.SendI)
 }
 
 // RecvLen is the number of elements the op receives.
@@ -41,12 +64,16 @@ type Store interface {
 // leg is the state of one hop of a step's route at this rank.
 type leg struct {
 	hop
-	items   [][]int64 // per table: the distinct IDs at the leg's start (L_h)
-	perm    [][]int32 // per table: the item of each send entry, in send order (destination-major)
-	sendCnt []int64   // [size × tables]: IDs sent to each group index, per table
-	recvCnt []int64   // [size × tables]: IDs received from each group index, per table
-	recv    [][]int64 // per table: the IDs received, source-major (R_h)
-	inv     [][]int32 // per table: R_h → the next leg's items
+	items    [][]int64 // per table: the distinct IDs at the leg's start (L_h)
+	perm     [][]int32 // per table: the item of each send entry, in send order (destination-major)
+	sendCnt  []int64   // [size × tables]: IDs sent to each group index, per table
+	recvCnt  []int64   // [size × tables]: IDs received from each group index, per table
+	sendMeta []int64   // [size × tables × metaFields]: what each block sent carries (ownerpool.go)
+	recvMeta []int64   // the same for each block received
+	sendVec  []int64   // [size × tables]: vectors coming back for each block sent (rows or partials)
+	recvVec  []int64   // [size × tables]: vectors returned for each block received
+	recv     [][]int64 // per table: the IDs received, source-major (R_h)
+	inv      [][]int32 // per table: R_h → the next leg's items
 }
 
 // Exchange is one step's routing state at one rank: it turns the rank's distinct IDs into the
@@ -63,9 +90,14 @@ type Exchange struct {
 
 	owner     [][]int64     // per table: the distinct IDs this rank serves (after the last leg)
 	ownerRows [][]int64     // their shard rows
-	vecs      [][][]float32 // [leg or owner][table]: rows of that level's items
-	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items
+	vecs      [][][]float32 // [leg or owner][table]: rows of that level's items (level 0: then partials)
+	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	fused     bool
+
+	bags    []Bags      // requester: per table, the bags over its distinct IDs (nil: rows only)
+	returns []Return    // per table: how owners return vectors (ReturnAuto when nil)
+	plans   []poolPlan  // requester: per table, the pooling entries over rows and partials
+	segs    []ownerSegs // owner: per table, the bag segments requesters asked it to pool
 
 	stages   []stage
 	cur      *stage
@@ -76,7 +108,7 @@ type Exchange struct {
 
 type stage struct {
 	op   func() (*Op, error)
-	feed func(op *Op, recvI []int64, recvF []float32) error
+	feed func(op *Op, recvI []int64, recvF []float32, recvB []byte) error
 }
 
 // NewExchange starts a step for rank self of topology topo, routing tables laid out by layouts
@@ -120,7 +152,8 @@ func (x *Exchange) Forward(uniq [][]int64) error {
 }
 
 // Rows returns table t's rows of the distinct IDs Forward was given, in that order (after the
-// forward ops ran).
+// forward ops ran); after ForwardBags, the owners' partial sums follow them (see Plan), and the
+// rows of IDs whose owner pooled them are undefined.
 func (x *Exchange) Rows(t int) []float32 { return x.vecs[0][t] }
 
 // Backward queues the backward exchange: grads[t] holds the requester's merged gradient of each of
@@ -131,8 +164,8 @@ func (x *Exchange) Backward(grads [][]float32, fused bool) error {
 		return errs.Invalidf("exchange: backward before forward")
 	}
 	for t, g := range grads {
-		if len(g) != len(x.legs[0].items[t])*x.dims[t] {
-			return errs.Invalidf("exchange: table %q: %d gradient values for %d IDs", x.layouts[t].Name, len(g), len(x.legs[0].items[t]))
+		if n := len(x.legs[0].items[t]) + x.partials(t); len(g) != n*x.dims[t] {
+			return errs.Invalidf("exchange: table %q: %d gradient values for %d IDs and partial sums", x.layouts[t].Name, len(g), n)
 		}
 	}
 	x.fused = fused
@@ -172,7 +205,7 @@ func (x *Exchange) Next() (*Op, error) {
 			continue
 		}
 		if op.selfOnly() {
-			if err := s.feed(op, op.SendI, op.SendF); err != nil {
+			if err := s.feed(op, op.SendI, op.SendF, op.SendB); err != nil {
 				x.stages = nil
 				return nil, err
 			}
@@ -186,22 +219,26 @@ func (x *Exchange) Next() (*Op, error) {
 	return nil, nil
 }
 
-// Feed hands Next's op its received buffer (recvI or recvF, by the op's type; RecvLen elements).
-func (x *Exchange) Feed(recvI []int64, recvF []float32) error {
+// Feed hands Next's op its received buffer (recvI, recvF or recvB, by the op's Elem; RecvLen
+// elements).
+func (x *Exchange) Feed(recvI []int64, recvF []float32, recvB []byte) error {
 	s, op := x.cur, x.curOp
 	if s == nil {
 		return errs.Invalidf("exchange: Feed without a pending op")
 	}
 	x.cur, x.curOp = nil, nil
 	n := int64(len(recvI))
-	if op.Float {
+	switch op.Elem {
+	case ElemFloat32:
 		n = int64(len(recvF))
+	case ElemByte:
+		n = int64(len(recvB))
 	}
 	if n != op.RecvLen() {
 		x.stages = nil
 		return errs.Invalidf("exchange: received %d elements, the op expects %d", n, op.RecvLen())
 	}
-	if err := s.feed(op, recvI, recvF); err != nil {
+	if err := s.feed(op, recvI, recvF, recvB); err != nil {
 		x.stages = nil
 		return err
 	}
@@ -214,7 +251,8 @@ func (x *Exchange) recycle(op *Op) {
 	if op.recycle {
 		x.pools.ints().put(op.SendI)
 		x.pools.floats().put(op.SendF)
-		op.SendI, op.SendF = nil, nil
+		x.pools.bytes().put(op.SendB)
+		op.SendI, op.SendF, op.SendB = nil, nil, nil
 	}
 }
 
@@ -228,7 +266,8 @@ func (x *Exchange) release(levels [][][]float32) {
 // selfOnly reports whether the op runs on a group of one rank (the caller's own).
 func (o *Op) selfOnly() bool { return len(o.SendSplits) == 1 }
 
-// countStage exchanges leg h's [size × tables] ID counts.
+// countStage exchanges leg h's block metadata ([size × tables × metaFields] int64: the IDs of
+// each block, and on the flat route whether its owner pools bags for it, see ownerpool.go).
 func (x *Exchange) countStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
@@ -236,6 +275,7 @@ func (x *Exchange) countStage(h int) stage {
 			lg := &x.legs[h]
 			lg.sendCnt = make([]int64, lg.size*T)
 			lg.perm = make([][]int32, T)
+			dests := make([][]int32, T)
 			for t, ids := range lg.items {
 				dest := make([]int32, len(ids))
 				for i, id := range ids {
@@ -255,48 +295,74 @@ func (x *Exchange) countStage(h int) stage {
 					start[d]++
 				}
 				lg.perm[t] = perm
+				dests[t] = dest
 			}
-			return &Op{Group: lg.group, SendI: lg.sendCnt, SendSplits: fill(lg.size, int64(T)), RecvSplits: fill(lg.size, int64(T))}, nil
+			lg.sendMeta = make([]int64, lg.size*T*metaFields)
+			lg.sendVec = append([]int64(nil), lg.sendCnt...)
+			for i, n := range lg.sendCnt {
+				lg.sendMeta[i*metaFields+metaIDs] = n
+			}
+			if h == 0 && x.bags != nil {
+				x.planReturns(lg, dests)
+			}
+			return &Op{Group: lg.group, SendI: lg.sendMeta, SendSplits: fill(lg.size, int64(T*metaFields)),
+				RecvSplits: fill(lg.size, int64(T*metaFields))}, nil
 		},
-		feed: func(_ *Op, recv []int64, _ []float32) error {
+		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			lg := &x.legs[h]
-			for _, c := range recv {
-				if c < 0 || c > 1<<40 {
-					return errs.Invalidf("exchange: a peer announced %d IDs", c)
+			lg.recvCnt = make([]int64, lg.size*T)
+			for i := range lg.recvCnt {
+				if err := checkMeta(recv[i*metaFields:(i+1)*metaFields], h == 0 && len(x.legs) == 1); err != nil {
+					return err
 				}
+				lg.recvCnt[i] = recv[i*metaFields+metaIDs]
 			}
-			lg.recvCnt = append([]int64(nil), recv...)
+			lg.recvMeta = append([]int64(nil), recv...)
 			return nil
 		},
 	}
 }
 
-// idStage sends leg h's IDs and merges the received ones (the next leg's items, or the owner's).
+// idStage sends leg h's IDs (with the bag structure of the blocks pooled at their owner) and
+// merges the received ones (the next leg's items, or the owner's).
 func (x *Exchange) idStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			send := x.pools.ints().get(int(sum(lg.sendCnt)))[:0]
-			pos := make([]int, T) // per table: next perm entry
+			splits := make([]int64, lg.size)
+			for i := range lg.sendCnt {
+				splits[i/T] += x.blockBytes(lg.sendMeta[i*metaFields:], i%T)
+			}
+			send := x.pools.bytes().get(int(sum(splits)))
+			pos, p := make([]int, T), 0 // per table: next perm entry; write position
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
-					n := int(lg.sendCnt[d*T+t])
+					n, w := int(lg.sendCnt[d*T+t]), x.idWidth(t)
 					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						send = append(send, lg.items[t][i])
+						putUint(send[p:], w, uint64(lg.items[t][i]))
+						p += w
 					}
 					pos[t] += n
+					if h == 0 && x.plans != nil {
+						p += x.plans[t].encode(send[p:], d, lg.sendMeta[(d*T+t)*metaFields:])
+					}
 					if d != lg.self {
 						x.Counters.addIDs(t, x.sameNode(lg.rank(d)), int64(n))
 					}
 				}
 			}
-			return &Op{Group: lg.group, SendI: send, SendSplits: rowSums(lg.sendCnt, lg.size, T, nil),
-				RecvSplits: rowSums(lg.recvCnt, lg.size, T, nil), recycle: true}, nil
+			recvSplits := make([]int64, lg.size)
+			for i := range lg.recvCnt {
+				recvSplits[i/T] += x.blockBytes(lg.recvMeta[i*metaFields:], i%T)
+			}
+			return &Op{Group: lg.group, Elem: ElemByte, SendB: send, SendSplits: splits, RecvSplits: recvSplits, recycle: true}, nil
 		},
-		feed: func(_ *Op, recv []int64, _ []float32) error {
+		feed: func(_ *Op, _ []int64, _ []float32, recv []byte) error {
 			lg := &x.legs[h]
-			lg.recv = splitByTable(recv, lg.recvCnt, lg.size, T, nil, nil)
+			if err := x.decodeBlocks(lg, recv, h == 0 && len(x.legs) == 1); err != nil {
+				return err
+			}
 			lg.inv = make([][]int32, T)
 			next := make([][]int64, T)
 			parallel.ForEach(T, 1, func(t int) {
@@ -310,6 +376,9 @@ func (x *Exchange) idStage(h int) stage {
 						return err
 					}
 				}
+			}
+			for t := range x.segs {
+				x.segs[t].resolve(lg.inv[t])
 			}
 			if h+1 < len(x.legs) {
 				x.legs[h+1].items = next
@@ -347,44 +416,57 @@ func (x *Exchange) lookup() error {
 	return nil
 }
 
-// vecStage sends leg h's rows back: every received ID gets its row (expanded along the inverse
-// map), and the rows that arrive fill this leg's items.
+// vecStage sends leg h's vectors back: every received ID gets its row (expanded along the inverse
+// map), or, for a block whose bags this rank pools, every non-empty bag segment gets its partial
+// sum; the vectors that arrive fill this leg's items (and level 0's partial slots).
 func (x *Exchange) vecStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
 			src := x.vecs[h+1]
-			send := x.pools.floats().get(rowSum(lg.recvCnt, x.dims))[:0]
-			base := make([]int, T)
+			send := x.pools.floats().get(rowSum(lg.recvVec, x.dims))[:0]
+			base, seg := make([]int, T), make([]int, T) // per table: received-ID and segment cursors
 			for s := 0; s < lg.size; s++ {
 				for t := 0; t < T; t++ {
-					n, d := int(lg.recvCnt[s*T+t]), x.dims[t]
-					for _, u := range lg.inv[t][base[t] : base[t]+n] {
-						send = append(send, src[t][int(u)*d:int(u+1)*d]...)
+					n, d, nv := int(lg.recvCnt[s*T+t]), x.dims[t], int(lg.recvVec[s*T+t])
+					if lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+						send = x.segs[t].pool(send, seg[t], nv, src[t], d)
+						seg[t] += nv
+						x.Counters.PooledVecs[t] += int64(nv) * boolInt(s != lg.self)
+					} else {
+						for _, u := range lg.inv[t][base[t] : base[t]+n] {
+							send = append(send, src[t][int(u)*d:int(u+1)*d]...)
+						}
 					}
 					base[t] += n
 					if s != lg.self {
-						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), int64(n))
+						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), int64(nv))
 					}
 				}
 			}
-			return &Op{Group: lg.group, Float: true, SendF: send, SendSplits: rowSums(lg.recvCnt, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.sendCnt, lg.size, T, x.dims), recycle: true}, nil
+			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: rowSums(lg.recvVec, lg.size, T, x.dims),
+				RecvSplits: rowSums(lg.sendVec, lg.size, T, x.dims), recycle: true}, nil
 		},
-		feed: func(_ *Op, _ []int64, recv []float32) error {
+		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
 			out := make([][]float32, T)
 			for t := range out {
-				out[t] = x.pools.floats().get(len(lg.items[t]) * x.dims[t])
+				out[t] = x.pools.floats().get((len(lg.items[t]) + x.levelPartials(h, t)) * x.dims[t])
 			}
 			pos, p := make([]int, T), 0
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
-					n, dim := int(lg.sendCnt[d*T+t]), x.dims[t]
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						copy(out[t][int(i)*dim:int(i+1)*dim], recv[p:p+dim])
-						p += dim
+					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
+					if lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
+						copy(out[t][at:at+nv*dim], recv[p:p+nv*dim])
+						p += nv * dim
+					} else {
+						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
+							copy(out[t][int(i)*dim:int(i+1)*dim], recv[p:p+dim])
+							p += dim
+						}
 					}
 					pos[t] += n
 				}
@@ -395,34 +477,40 @@ func (x *Exchange) vecStage(h int) stage {
 	}
 }
 
-// gradStage sends leg h's merged gradients along the IDs' path and merges what arrives per
-// distinct ID of the next level.
+// gradStage sends leg h's merged gradients along the IDs' path (a pooled block's: one per bag
+// segment) and merges what arrives per distinct ID of the next level.
 func (x *Exchange) gradStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
 			g := x.grads[h]
-			send := x.pools.floats().get(rowSum(lg.sendCnt, x.dims))[:0]
+			send := x.pools.floats().get(rowSum(lg.sendVec, x.dims))[:0]
 			pos := make([]int, T)
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
-					n, dim := int(lg.sendCnt[d*T+t]), x.dims[t]
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
+					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
+					if lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
+						send = append(send, g[t][at:at+nv*dim]...)
+						x.Counters.PooledGrads[t] += int64(nv) * boolInt(d != lg.self)
+					} else {
+						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
+							send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
+						}
 					}
 					pos[t] += n
 					if d != lg.self {
-						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), int64(n))
+						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), int64(nv))
 					}
 				}
 			}
-			return &Op{Group: lg.group, Float: true, SendF: send, SendSplits: rowSums(lg.sendCnt, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.recvCnt, lg.size, T, x.dims), recycle: true}, nil
+			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: rowSums(lg.sendVec, lg.size, T, x.dims),
+				RecvSplits: rowSums(lg.recvVec, lg.size, T, x.dims), recycle: true}, nil
 		},
-		feed: func(_ *Op, _ []int64, recv []float32) error {
+		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
-			in := splitByTable(recv, lg.recvCnt, lg.size, T, x.dims, x.pools.floats())
+			in := splitByTable(recv, lg.recvVec, lg.size, T, x.dims, x.pools.floats())
 			nextN := func(t int) int {
 				if h+1 < len(x.legs) {
 					return len(x.legs[h+1].items[t])
@@ -433,7 +521,13 @@ func (x *Exchange) gradStage(h int) stage {
 			for t := range out {
 				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
 			}
-			parallel.ForEach(T, 1, func(t int) { MergeRows(out[t], in[t], lg.inv[t], x.dims[t]) })
+			parallel.ForEach(T, 1, func(t int) {
+				if x.segs != nil && x.segs[t].any() {
+					x.segs[t].expand(out[t], in[t], lg, t, T, x.dims[t])
+					return
+				}
+				MergeRows(out[t], in[t], lg.inv[t], x.dims[t])
+			})
 			x.release([][][]float32{in, x.grads[h]})
 			x.grads[h] = nil
 			x.grads[h+1] = out

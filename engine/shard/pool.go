@@ -67,6 +67,7 @@ func (l *freeList[T]) put(bs ...[]T) {
 type pools struct {
 	f32 freeList[float32]
 	i64 freeList[int64]
+	u8  freeList[byte]
 }
 
 func (p *pools) floats() *freeList[float32] {
@@ -81,4 +82,11 @@ func (p *pools) ints() *freeList[int64] {
 		return nil
 	}
 	return &p.i64
+}
+
+func (p *pools) bytes() *freeList[byte] {
+	if p == nil {
+		return nil
+	}
+	return &p.u8
 }

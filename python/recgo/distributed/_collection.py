@@ -24,8 +24,9 @@ from ._exchange import Groups, check_peers, drive, make_groups
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
+RETURNS = {"auto": 0, "rows": 1, "pooled": 2}
 COUNTERS = ("ids_intra", "ids_inter", "vecs_intra", "vecs_inter", "grads_intra", "grads_inter",
-            "requested", "lookups", "replica_rows")
+            "requested", "lookups", "replica_rows", "pooled_vecs", "pooled_grads")
 
 
 class _Shard(nn.Module):
@@ -90,6 +91,13 @@ class ShardedEmbeddingBagCollection(nn.Module):
         seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them.
         timeout: seconds (or a timedelta) any exchange may wait for a peer before raising
             :class:`PeerFailureError`.
+        owner_pooling: how owners return a table's vectors on the flat exchange — ``"auto"``
+            (default: per table, destination and step, whichever of the two moves fewer bytes, from
+            counts the requester knows), ``"rows"`` (one row per distinct ID, pooled by the
+            requester) or ``"pooled"`` (the owner sums each bag's rows it holds, weights included, and
+            returns one partial per (bag, table); the requester adds the partials and then divides a
+            MEAN bag by its total length) — or a mapping table → one of them. A rank's own IDs, the
+            hierarchical exchange and data-parallel tables always use rows.
 
     Every rank must run the same sequence of forwards and backwards (as with DDP).
     """
@@ -99,7 +107,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
                  optimizer: FusedOptimizer | None = None, plan: Any = None,
                  table_ranks: Mapping[str, int] | None = None, is_weighted: bool = False,
                  seed: int | None = None, timeout: float | timedelta | None = None,
-                 _init: bool = True) -> None:
+                 owner_pooling: str | Mapping[str, str] = "auto", _init: bool = True) -> None:
         super().__init__()
         if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
             raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
@@ -111,6 +119,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
         self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
+        self._returns = self._resolve_returns(owner_pooling)
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
@@ -184,6 +193,16 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._sharding_names = [per.get(n, "hash") for n in names]
         return out
 
+    def _resolve_returns(self, owner_pooling: str | Mapping[str, str]) -> list[int]:
+        names = [c.name for c in self._configs]
+        per = dict(owner_pooling) if isinstance(owner_pooling, Mapping) else {n: owner_pooling for n in names}
+        for n, r in per.items():
+            if n not in names:
+                raise NotFoundError(f"owner_pooling names table {n!r}, which is not among {names}")
+            if r not in RETURNS:
+                raise InvalidInputError(f"table {n!r}: owner_pooling {r!r} is not one of {sorted(RETURNS)}")
+        return [RETURNS[per.get(n, "auto")] for n in names]
+
     def _create(self) -> _lib.Handle:
         cfgs, g = self._configs, self._groups
         col = lambda xs: torch.tensor(xs, dtype=torch.int64)  # noqa: E731
@@ -191,14 +210,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         dims = col([c.embedding_dim for c in cfgs])
         kinds = col([k for k, _ in self._kinds])
         ranks = col([r for _, r in self._kinds])
+        returns = col(self._returns)
         feat_table = col([i for i, t in enumerate(cfgs) for _ in t.feature_names])
         feat_pool = col([t.pooling_code() for t in cfgs for _ in t.feature_names])
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        self._keep = (rows, dims, kinds, ranks, feat_table, feat_pool)
+        self._keep = (rows, dims, kinds, ranks, returns, feat_table, feat_pool)
         return _lib.new_handle(
             "recgo_shard_new",
             g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
-            ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), *opt,
+            ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), ptr(returns), *opt,
             len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
 
     def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -260,6 +280,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def sharding_types(self) -> dict[str, str]:
         """Table → sharding kind."""
         return {c.name: k for c, k in zip(self._configs, self._sharding_names)}
+
+    def owner_pooling(self) -> dict[str, str]:
+        """Table → owner-pooling return policy (``"auto"``, ``"rows"`` or ``"pooled"``)."""
+        names = {v: k for k, v in RETURNS.items()}
+        return {c.name: names[r] for c, r in zip(self._configs, self._returns)}
 
     def feature_names(self) -> list[str]:
         """Output feature order."""
@@ -352,7 +377,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def traffic(self, total: bool = False) -> dict[str, int]:
         """This rank's counters summed over tables (the last step's, or since construction with
-        ``total``): IDs and vectors sent within and across nodes, gradients, bytes per group."""
+        ``total``): IDs and vectors sent within and across nodes, gradients, bytes per group.
+
+        ``ids_*`` count distinct IDs sent (the same whatever the return); ``vecs_*`` count the
+        vectors this rank returned as an owner — rows, or per (bag, table) partial sums where it
+        pooled, of which there are ``pooled_vecs`` — and ``grads_*`` the gradients it sent, one per
+        row or per pooled segment (``pooled_grads``)."""
         src = self.total_traffic if total else self.last_traffic
         out = dict.fromkeys(COUNTERS, 0)
         for cs in src.get("tables", {}).values():
@@ -420,5 +450,5 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def extra_repr(self) -> str:
         g = self._groups
-        return (f"tables={self.sharding_types()}, mode={self._mode}, rank={g.rank}/{g.world_size} "
+        return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, rank={g.rank}/{g.world_size} "
                 f"({g.nodes}×{g.ranks_per_node}), width={self._width}")

@@ -83,7 +83,7 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     return Groups(wg, node_g, rail_g, rank, world, nodes, ranks_per_node, timeout)
 
 
-_DTYPES = (torch.int64, torch.float32)
+_DTYPES = (torch.int64, torch.float32, torch.uint8)
 
 
 def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
