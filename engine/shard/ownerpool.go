@@ -61,11 +61,11 @@ type Bags struct {
 
 // Block metadata: metaFields int64 per (group index, table), in countStage's message.
 const (
-	metaIDs    = iota // distinct IDs in the block
-	metaFlags         // flagPooled | flagWeighted
-	metaBags          // pooled: the requester's bags of the table (segment lengths sent)
-	metaVals          // pooled: values (indices sent)
-	metaLenW          // pooled: bytes per segment length
+	metaIDs   = iota // distinct IDs in the block
+	metaFlags        // flagPooled | flagWeighted
+	metaBags         // pooled: the requester's bags of the table (segment lengths sent)
+	metaVals         // pooled: values (indices sent)
+	metaLenW         // pooled: bytes per segment length
 	metaFields
 )
 
