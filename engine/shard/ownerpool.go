@@ -526,9 +526,17 @@ func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 // segment's values, times the value's weight. Contributions are added in arrival order (source,
 // then segment and value), so the sums are the same on every run.
 func (s *ownerSegs) expand(out, in []float32, lg *leg, t, T, dim int) {
-	var dst []int32
-	var src []int64
+	total := len(s.rows)
+	for q := 0; q < lg.size; q++ {
+		if lg.recvMeta[(q*T+t)*metaFields+metaFlags]&flagPooled == 0 {
+			total += int(lg.recvCnt[q*T+t])
+		}
+	}
+	dst, src := make([]int32, 0, total), make([]int64, 0, total)
 	var w []float32
+	if s.w != nil {
+		w = make([]float32, 0, total)
+	}
 	base, seg, vec := 0, 0, 0
 	for q := 0; q < lg.size; q++ {
 		n, nv := int(lg.recvCnt[q*T+t]), int(lg.recvVec[q*T+t])
