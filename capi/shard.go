@@ -7,9 +7,9 @@ package main
 import "C"
 
 import (
+	"errors"
 	"unsafe"
 
-	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -34,19 +34,11 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 			}
 			cols[i] = v
 		}
-		featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
-		if err != nil {
-			return err
-		}
-		featPool, err := viewSlice[int64](featPoolPtr, int64(nfeat), "feature_pooling")
+		feats, err := featureArgs(nfeat, featureNames, featTablePtr, featPoolPtr)
 		if err != nil {
 			return err
 		}
 		tnames, err := splitNames(goString(tableNames), int(ntables), "table names")
-		if err != nil {
-			return err
-		}
-		fnames, err := splitNames(goString(featureNames), int(nfeat), "feature names")
 		if err != nil {
 			return err
 		}
@@ -63,10 +55,6 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 			if layouts[i], err = shard.NewLayout(tnames[i], cols[0][i], int(cols[1][i]), shard.Kind(cols[2][i]), int(cols[3][i]), world); err != nil {
 				return err
 			}
-		}
-		feats := make([]embedding.Feature, nfeat)
-		for j := range feats {
-			feats[j] = embedding.Feature{Name: fnames[j], Table: int(featTable[j]), Pooling: embedding.Pooling(featPool[j])}
 		}
 		c, err := shard.NewCollection(layouts, topo, int(rank), shard.Mode(mode), optConfig(kind, lr, eps, beta1, beta2, wd), feats)
 		if err != nil {
@@ -94,6 +82,22 @@ func shardTable(h C.uintptr_t, t C.int64_t) (*shard.Collection, int, error) {
 		return nil, 0, errs.NotFoundf("table index %d of %d", t, len(c.Layouts))
 	}
 	return c, int(t), nil
+}
+
+// shardTableIDs is shardTable plus views of the caller's n IDs at idsPtr and n int64 results at
+// outPtr (named outName).
+func shardTableIDs(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, outPtr unsafe.Pointer, outName string) (
+	*shard.Collection, *shard.Layout, []int64, []int64, error) {
+	c, ti, err := shardTable(h, t)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	out, err := viewSlice[int64](outPtr, int64(n), outName)
+	return c, c.Layouts[ti], ids, out, err
 }
 
 // recgo_shard_table_memory reports where this rank's shard of table t lives, as
@@ -142,12 +146,7 @@ func recgo_shard_local_ids(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n 
 		if int64(n) != int64(len(ids)) {
 			return errs.Invalidf("local ids: buffer of %d for %d rows", n, len(ids))
 		}
-		out, err := viewSlice[int64](outPtr, int64(n), "out")
-		if err != nil {
-			return err
-		}
-		copy(out, ids)
-		return nil
+		return fill(outPtr, ids, "out")
 	})
 }
 
@@ -157,19 +156,11 @@ func recgo_shard_local_ids(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n 
 //export recgo_shard_locate
 func recgo_shard_locate(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, rowsPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		c, ti, err := shardTable(h, t)
+		c, l, ids, rows, err := shardTableIDs(h, t, idsPtr, n, rowsPtr, "rows")
 		if err != nil {
 			return err
 		}
-		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
-		if err != nil {
-			return err
-		}
-		rows, err := viewSlice[int64](rowsPtr, int64(n), "rows")
-		if err != nil {
-			return err
-		}
-		return c.Layouts[ti].Locate(c.Rank, ids, rows)
+		return l.Locate(c.Rank, ids, rows)
 	})
 }
 
@@ -223,6 +214,19 @@ func recgo_shard_next(sh C.uintptr_t, group, elem, nsend, nsplits, done *C.int64
 	})
 }
 
+// pendingOp resolves a step handle and the op its last recgo_shard_next returned.
+func pendingOp(sh C.uintptr_t) (*shard.Step, *shard.Op, error) {
+	s, err := lookup[*shard.Step](sh, "shard step")
+	if err != nil {
+		return nil, nil, err
+	}
+	op := s.X.Pending()
+	if op == nil {
+		return nil, nil, errs.Invalidf("shard step: no pending op")
+	}
+	return s, op, nil
+}
+
 // recgo_shard_op copies the pending op's send buffer (nsend elements of its type) and its send and
 // receive splits (nsplits int64 each) into the caller's buffers.
 //
@@ -230,13 +234,9 @@ func recgo_shard_next(sh C.uintptr_t, group, elem, nsend, nsplits, done *C.int64
 func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sendSplitsPtr, recvSplitsPtr unsafe.Pointer, nsplits C.int64_t,
 	errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
+		_, op, err := pendingOp(sh)
 		if err != nil {
 			return err
-		}
-		op := s.X.Pending()
-		if op == nil {
-			return errs.Invalidf("shard step: no pending op")
 		}
 		if int(nsplits) != len(op.SendSplits) {
 			return errs.Invalidf("shard op: %d splits, the op has %d", nsplits, len(op.SendSplits))
@@ -256,22 +256,12 @@ func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sen
 		}
 		switch op.Elem {
 		case shard.ElemFloat32:
-			return copyOut(sendPtr, op.SendF)
+			return fill(sendPtr, op.SendF, "send")
 		case shard.ElemByte:
-			return copyOut(sendPtr, op.SendB)
+			return fill(sendPtr, op.SendB, "send")
 		}
-		return copyOut(sendPtr, op.SendI)
+		return fill(sendPtr, op.SendI, "send")
 	})
-}
-
-// copyOut copies src into the caller's buffer of len(src) elements at p.
-func copyOut[E any](p unsafe.Pointer, src []E) error {
-	dst, err := viewSlice[E](p, int64(len(src)), "send")
-	if err != nil {
-		return err
-	}
-	copy(dst, src)
-	return nil
 }
 
 // recvView views the caller's n received elements at p (an empty, non-nil slice for n = 0).
@@ -288,13 +278,9 @@ func recvView[E any](p unsafe.Pointer, n C.int64_t) ([]E, error) {
 //export recgo_shard_feed
 func recgo_shard_feed(sh C.uintptr_t, recvPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
+		s, op, err := pendingOp(sh)
 		if err != nil {
 			return err
-		}
-		op := s.X.Pending()
-		if op == nil {
-			return errs.Invalidf("shard step: no pending op")
 		}
 		switch op.Elem {
 		case shard.ElemFloat32:
@@ -323,11 +309,7 @@ func recgo_shard_feed(sh C.uintptr_t, recvPtr unsafe.Pointer, n C.int64_t, errbu
 //export recgo_shard_pool
 func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
-		if err != nil {
-			return err
-		}
-		out, err := viewSlice[float32](outPtr, int64(n), "out")
+		s, out, err := lookupView[*shard.Step, float32](sh, "shard step", outPtr, n, "out")
 		if err != nil {
 			return err
 		}
@@ -341,11 +323,7 @@ func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf
 //export recgo_shard_backward
 func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
-		if err != nil {
-			return err
-		}
-		g, err := viewSlice[float32](gradPtr, int64(n), "grad_output")
+		s, g, err := lookupView[*shard.Step, float32](sh, "shard step", gradPtr, n, "grad_output")
 		if err != nil {
 			return err
 		}
@@ -364,7 +342,7 @@ func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsaf
 		if err != nil {
 			return err
 		}
-		rows, vals, dim, err := s.OwnerGradients(int(t))
+		rows, vals, _, err := s.OwnerGradients(int(t))
 		if err != nil {
 			return err
 		}
@@ -375,17 +353,7 @@ func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsaf
 		if int(*n) != len(rows) {
 			return errs.Invalidf("owner gradients: buffers for %d rows, the step has %d", *n, len(rows))
 		}
-		r, err := viewSlice[int64](rowsPtr, int64(len(rows)), "rows")
-		if err != nil {
-			return err
-		}
-		v, err := viewSlice[float32](valsPtr, int64(len(rows)*dim), "values")
-		if err != nil {
-			return err
-		}
-		copy(r, rows)
-		copy(v, vals)
-		return nil
+		return errors.Join(fill(rowsPtr, rows, "rows"), fill(valsPtr, vals, "values"))
 	})
 }
 
@@ -395,16 +363,12 @@ func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsaf
 //export recgo_shard_counters
 func recgo_shard_counters(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
+		s, out, err := lookupView[*shard.Step, int64](sh, "shard step", outPtr, n, "out")
 		if err != nil {
 			return err
 		}
 		fields := s.X.Counters.Fields()
 		T := len(fields[0])
-		out, err := viewSlice[int64](outPtr, int64(n), "out")
-		if err != nil {
-			return err
-		}
 		if len(out) != len(fields)*T {
 			return errs.Invalidf("counters: %d values, need %d", len(out), len(fields)*T)
 		}
@@ -463,19 +427,10 @@ func recgo_shard_simulate(nodes, perNode, ntables C.int64_t, countsPtr unsafe.Po
 //export recgo_shard_owners
 func recgo_shard_owners(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, ranksPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		c, ti, err := shardTable(h, t)
+		c, l, ids, ranks, err := shardTableIDs(h, t, idsPtr, n, ranksPtr, "ranks")
 		if err != nil {
 			return err
 		}
-		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
-		if err != nil {
-			return err
-		}
-		ranks, err := viewSlice[int64](ranksPtr, int64(n), "ranks")
-		if err != nil {
-			return err
-		}
-		l := c.Layouts[ti]
 		for i, id := range ids {
 			if err := l.Check(id); err != nil {
 				return err

@@ -49,8 +49,8 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	if mode != Flat && mode != Hierarchical {
 		return nil, errs.Invalidf("sharded collection: unknown exchange mode %d", int(mode))
 	}
-	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode,
-		colOff: make([]int, len(features)), featPos: make([]int, len(features)), features: make([][]int, len(layouts))}
+	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode, featPos: make([]int, len(features))}
+	dims, names := make([]int, len(layouts)), make([]string, len(layouts))
 	for i, l := range layouts {
 		if l.World != topo.World() {
 			return nil, errs.Invalidf("table %q: laid out for %d ranks, the world has %d", l.Name, l.World, topo.World())
@@ -60,26 +60,16 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 				return nil, errs.Invalidf("sharded collection: duplicate table name %q", l.Name)
 			}
 		}
+		dims[i], names[i] = l.Dim, l.Name
 	}
-	names := map[string]bool{}
-	for f, ft := range features {
-		switch {
-		case names[ft.Name]:
-			return nil, errs.Invalidf("sharded collection: duplicate feature name %q", ft.Name)
-		case ft.Table < 0 || ft.Table >= len(layouts):
-			return nil, errs.Invalidf("sharded collection: feature %q references table %d of %d", ft.Name, ft.Table, len(layouts))
-		case ft.Pooling != embedding.PoolSum && ft.Pooling != embedding.PoolMean:
-			return nil, errs.Invalidf("sharded collection: feature %q has unknown pooling %d", ft.Name, int(ft.Pooling))
-		}
-		names[ft.Name] = true
-		c.colOff[f] = c.width
-		c.width += layouts[ft.Table].Dim
-		c.featPos[f] = len(c.features[ft.Table])
-		c.features[ft.Table] = append(c.features[ft.Table], f)
+	lay, err := embedding.LayOutFeatures("sharded collection", features, dims, names)
+	if err != nil {
+		return nil, err
 	}
-	for t, fs := range c.features {
-		if len(fs) == 0 {
-			return nil, errs.Invalidf("sharded collection: table %q has no features", layouts[t].Name)
+	c.colOff, c.width, c.features = lay.ColOff, lay.Width, lay.PerTable
+	for _, fs := range c.features {
+		for q, f := range fs {
+			c.featPos[f] = q
 		}
 	}
 	for _, l := range layouts {
@@ -120,11 +110,7 @@ func (c *Collection) Close() error {
 		return nil
 	}
 	c.closed = true
-	var all []error
-	for _, s := range c.Shards {
-		all = append(all, s.Close())
-	}
-	return errors.Join(all...)
+	return embedding.CloseTables(c.Shards)
 }
 
 // Lookup implements Store.

@@ -4,7 +4,6 @@ import (
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
-	"github.com/recgo/recgo/kernels"
 )
 
 // Elem is the element type of an op's buffers.
@@ -559,21 +558,7 @@ func (x *Exchange) sameNode(peer int) bool { return x.topo.Node(peer) == x.topo.
 // the order makes the sums identical wherever the same inputs are merged). dst rows no entry
 // names become zero.
 func MergeRows(dst, src []float32, inv []int32, dim int) {
-	n := len(dst) / dim
-	bounds := make([]int64, n+1)
-	for _, u := range inv {
-		bounds[u+1]++
-	}
-	for u := 0; u < n; u++ {
-		bounds[u+1] += bounds[u]
-	}
-	next := append([]int64(nil), bounds[:n]...)
-	offs := make([]int64, len(inv))
-	for i, u := range inv {
-		offs[next[u]] = int64(i)
-		next[u]++
-	}
-	kernels.SegmentReduce(dst, 0, dim, dim, src, offs, int64(dim), bounds, nil, nil)
+	mergeWeighted(dst, src, inv, nil, nil, dim)
 }
 
 func fill(n int, v int64) []int64 {

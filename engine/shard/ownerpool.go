@@ -567,7 +567,7 @@ func (s *ownerSegs) expand(out, in []float32, lg *leg, t, T, dim int) {
 }
 
 // mergeWeighted sets out row u to Σ w[i] · in row src[i] over the contributions i with dst[i] == u,
-// added in increasing i (w nil: all 1); rows no contribution names become zero.
+// added in increasing i (src nil: in row i; w nil: all 1); rows no contribution names become zero.
 func mergeWeighted(out, in []float32, dst []int32, src []int64, w []float32, dim int) {
 	n := len(out) / dim
 	bounds := make([]int64, n+1)
@@ -584,7 +584,10 @@ func mergeWeighted(out, in []float32, dst []int32, src []int64, w []float32, dim
 		ws = make([]float32, len(dst))
 	}
 	for i, u := range dst {
-		offs[next[u]] = src[i]
+		offs[next[u]] = int64(i)
+		if src != nil {
+			offs[next[u]] = src[i]
+		}
 		if w != nil {
 			ws[next[u]] = w[i]
 		}
