@@ -73,6 +73,8 @@ type leg struct {
 	recvVec  []int64   // [size × tables]: vectors returned for each block received
 	recv     [][]int64 // per table: the IDs received, source-major (R_h)
 	inv      [][]int32 // per table: R_h → the next leg's items
+	selfBase []int     // per table: where the rank's own block starts in recv
+	selfPerm []int     // per table: where it starts in perm
 }
 
 // Exchange is one step's routing state at one rank: it turns the rank's distinct IDs into the
@@ -417,7 +419,8 @@ func (x *Exchange) lookup() error {
 
 // vecStage sends leg h's vectors back: every received ID gets its row (expanded along the inverse
 // map), or, for a block whose bags this rank pools, every non-empty bag segment gets its partial
-// sum; the vectors that arrive fill this leg's items (and level 0's partial slots).
+// sum; the vectors that arrive fill this leg's items (and level 0's partial slots). The rank's own
+// block (always rows) does not go through the all-to-all: the feed copies it from the rows directly.
 func (x *Exchange) vecStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
@@ -429,11 +432,13 @@ func (x *Exchange) vecStage(h int) stage {
 			for s := 0; s < lg.size; s++ {
 				for t := 0; t < T; t++ {
 					n, d, nv := int(lg.recvCnt[s*T+t]), x.dims[t], int(lg.recvVec[s*T+t])
-					if lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+					switch {
+					case s == lg.self:
+					case lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0:
 						send = x.segs[t].pool(send, seg[t], nv, src[t], d)
 						seg[t] += nv
-						x.Counters.PooledVecs[t] += int64(nv) * boolInt(s != lg.self)
-					} else {
+						x.Counters.PooledVecs[t] += int64(nv)
+					default:
 						for _, u := range lg.inv[t][base[t] : base[t]+n] {
 							send = append(send, src[t][int(u)*d:int(u+1)*d]...)
 						}
@@ -444,11 +449,12 @@ func (x *Exchange) vecStage(h int) stage {
 					}
 				}
 			}
-			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: rowSums(lg.recvVec, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.sendVec, lg.size, T, x.dims), recycle: true}, nil
+			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: x.vecSplits(lg, lg.recvVec),
+				RecvSplits: x.vecSplits(lg, lg.sendVec), recycle: true}, nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
+			src := x.vecs[h+1]
 			out := make([][]float32, T)
 			for t := range out {
 				out[t] = x.pools.floats().get((len(lg.items[t]) + x.levelPartials(h, t)) * x.dims[t])
@@ -457,11 +463,18 @@ func (x *Exchange) vecStage(h int) stage {
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
 					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
-					if lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+					switch {
+					case d == lg.self: // this rank's own IDs: their rows straight from the level above
+						b := lg.selfBase[t]
+						for k, i := range lg.perm[t][pos[t] : pos[t]+n] {
+							u := int(lg.inv[t][b+k])
+							copy(out[t][int(i)*dim:int(i+1)*dim], src[t][u*dim:(u+1)*dim])
+						}
+					case lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0:
 						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
 						copy(out[t][at:at+nv*dim], recv[p:p+nv*dim])
 						p += nv * dim
-					} else {
+					default:
 						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
 							copy(out[t][int(i)*dim:int(i+1)*dim], recv[p:p+dim])
 							p += dim
@@ -476,8 +489,17 @@ func (x *Exchange) vecStage(h int) stage {
 	}
 }
 
+// vecSplits is rowSums of a leg's per-block vector counts, without the rank's own block (which
+// never travels).
+func (x *Exchange) vecSplits(lg *leg, cnt []int64) []int64 {
+	out := rowSums(cnt, lg.size, len(x.layouts), x.dims)
+	out[lg.self] = 0
+	return out
+}
+
 // gradStage sends leg h's merged gradients along the IDs' path (a pooled block's: one per bag
-// segment) and merges what arrives per distinct ID of the next level.
+// segment) and merges what arrives per distinct ID of the next level; the rank's own block is
+// taken from its gradients directly.
 func (x *Exchange) gradStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
@@ -489,11 +511,13 @@ func (x *Exchange) gradStage(h int) stage {
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
 					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
-					if lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+					switch {
+					case d == lg.self:
+					case lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0:
 						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
 						send = append(send, g[t][at:at+nv*dim]...)
-						x.Counters.PooledGrads[t] += int64(nv) * boolInt(d != lg.self)
-					} else {
+						x.Counters.PooledGrads[t] += int64(nv)
+					default:
 						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
 							send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
 						}
@@ -504,12 +528,12 @@ func (x *Exchange) gradStage(h int) stage {
 					}
 				}
 			}
-			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: rowSums(lg.sendVec, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.recvVec, lg.size, T, x.dims), recycle: true}, nil
+			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: x.vecSplits(lg, lg.sendVec),
+				RecvSplits: x.vecSplits(lg, lg.recvVec), recycle: true}, nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
-			in := splitByTable(recv, lg.recvVec, lg.size, T, x.dims, x.pools.floats())
+			in := x.gatherGrads(lg, h, recv)
 			nextN := func(t int) int {
 				if h+1 < len(x.legs) {
 					return len(x.legs[h+1].items[t])
@@ -533,6 +557,35 @@ func (x *Exchange) gradStage(h int) stage {
 			return nil
 		},
 	}
+}
+
+// gatherGrads regroups the gradients a leg received (source-major blocks) into one slice per table,
+// sources in order, with the rank's own block taken from its level-h gradients in send order.
+func (x *Exchange) gatherGrads(lg *leg, h int, recv []float32) [][]float32 {
+	T := len(x.layouts)
+	out := make([][]float32, T)
+	for t := range out {
+		var n int64
+		for s := 0; s < lg.size; s++ {
+			n += lg.recvVec[s*T+t]
+		}
+		out[t] = x.pools.floats().get(int(n) * x.dims[t])[:0]
+	}
+	var p int
+	for s := 0; s < lg.size; s++ {
+		for t := 0; t < T; t++ {
+			n, dim := int(lg.recvVec[s*T+t]), x.dims[t]
+			if s != lg.self {
+				out[t] = append(out[t], recv[p:p+n*dim]...)
+				p += n * dim
+				continue
+			}
+			for _, i := range lg.perm[t][lg.selfPerm[t] : lg.selfPerm[t]+n] {
+				out[t] = append(out[t], x.grads[h][t][int(i)*dim:int(i+1)*dim]...)
+			}
+		}
+	}
+	return out
 }
 
 // apply hands the owner's merged gradients to the store's optimizers (fused mode).

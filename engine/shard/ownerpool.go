@@ -432,6 +432,13 @@ func (s *ownerSegs) pool(send []float32, seg0, n int, rows []float32, dim int) [
 func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 	T, S := len(x.layouts), lg.size
 	lg.recvVec = append([]int64(nil), lg.recvCnt...)
+	lg.selfBase, lg.selfPerm = make([]int, T), make([]int, T)
+	for t := 0; t < T; t++ {
+		for s := 0; s < lg.self; s++ {
+			lg.selfBase[t] += int(lg.recvCnt[s*T+t])
+			lg.selfPerm[t] += int(lg.sendCnt[s*T+t])
+		}
+	}
 	lg.recv = make([][]int64, T)
 	for t := range lg.recv {
 		var n int64

@@ -8,6 +8,7 @@ the named group and hands the received buffer back, until the engine has nothing
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -84,6 +85,20 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
 
 
 _DTYPES = (torch.int64, torch.float32, torch.uint8)
+_scratch = threading.local()
+
+
+def _buffer(role: str, dtype: torch.dtype, n: int) -> torch.Tensor:
+    """A reusable 1-D buffer of n elements for this thread's exchanges (send or receive side): the
+    engine copies every received buffer before Feed returns and gloo's all_to_all_single finishes
+    before it returns, so the next op may reuse it; fresh large tensors cost page faults each time."""
+    cache = getattr(_scratch, "bufs", None)
+    if cache is None:
+        cache = _scratch.bufs = {}
+    t = cache.get((role, dtype))
+    if t is None or t.numel() < n:
+        t = cache[(role, dtype)] = torch.empty(max(n, n + n // 4, 1024), dtype=dtype)
+    return t[:n]
 
 
 def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
@@ -97,11 +112,11 @@ def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
         if done.value:
             return
         dtype = _DTYPES[f.value]
-        send = torch.empty(nsend.value, dtype=dtype)
+        send = _buffer("send", dtype, nsend.value)
         splits = torch.empty(2, nsplits.value, dtype=torch.int64)
         _lib.call(op, step.value, ptr(send), nsend.value, splits[0].data_ptr(), splits[1].data_ptr(), nsplits.value)
         ss, rs = splits.tolist()
-        recv = torch.empty(sum(rs), dtype=dtype)
+        recv = _buffer("recv", dtype, sum(rs))
         name = GROUP_NAMES[g.value]
         me = groups.index(g.value)
         traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * send.element_size()
