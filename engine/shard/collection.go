@@ -195,8 +195,7 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 			}
 		}
 		bg.Inv = make([]int32, len(ids))
-		var d embedding.Deduper
-		s.uniq[t] = d.Dedup(ids, nil, bg.Inv)
+		s.uniq[t] = c.pools.dedup(ids, bg.Inv)
 	})
 	if err := errors.Join(errsT...); err != nil {
 		return nil, err

@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
 )
@@ -367,9 +366,8 @@ func (x *Exchange) idStage(h int) stage {
 			lg.inv = make([][]int32, T)
 			next := make([][]int64, T)
 			parallel.ForEach(T, 1, func(t int) {
-				var d embedding.Deduper
 				lg.inv[t] = make([]int32, len(lg.recv[t]))
-				next[t] = d.Dedup(lg.recv[t], nil, lg.inv[t])
+				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
 			})
 			for t, ids := range next {
 				for _, id := range ids {
