@@ -20,7 +20,7 @@ from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_che
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._exchange import Groups, check_peers, drive, make_groups
+from ._exchange import WIRE_DTYPES, Groups, check_peers, drive, make_groups
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
@@ -98,6 +98,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
             returns one partial per (bag, table); the requester adds the partials and then divides a
             MEAN bag by its total length) — or a mapping table → one of them. A rank's own IDs, the
             hierarchical exchange and data-parallel tables always use rows.
+        wire_dtype: ``"fp32"`` (default: exact) or ``"fp16"`` — an opt-in, LOSSY exchange that
+            moves rows, partial sums and gradients as float16 (half the vector bytes; every vector
+            is rounded to 11 significant bits in each direction, so results no longer equal the
+            single-process collection's, and values beyond float16's range overflow).
 
     Every rank must run the same sequence of forwards and backwards (as with DDP).
     """
@@ -107,7 +111,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
                  optimizer: FusedOptimizer | None = None, plan: Any = None,
                  table_ranks: Mapping[str, int] | None = None, is_weighted: bool = False,
                  seed: int | None = None, timeout: float | timedelta | None = None,
-                 owner_pooling: str | Mapping[str, str] = "auto", _init: bool = True) -> None:
+                 owner_pooling: str | Mapping[str, str] = "auto", wire_dtype: str = "fp32",
+                 _init: bool = True) -> None:
         super().__init__()
         if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
             raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
@@ -120,6 +125,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
         self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
         self._returns = self._resolve_returns(owner_pooling)
+        if wire_dtype not in WIRE_DTYPES:
+            raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
+        self._wire = WIRE_DTYPES[wire_dtype]
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
@@ -322,7 +330,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                   0 if weights is None else weights.numel(), ctypes.byref(step))
         handle = _Step(_lib.Handle(step.value))
-        drive(handle.handle, self._groups, handle.traffic)
+        drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(self._features))
         params = [self._anchor] if self._optimizer is not None else [s.weight for s in self.embedding_bags.values()]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
@@ -342,7 +350,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
         fused = self._optimizer is not None
         _lib.call(_lib.fn("recgo_shard_backward"), handle.value, ptr(grad), grad.numel(), int(fused))
-        drive(handle, self._groups, step.traffic)
+        drive(handle, self._groups, step.traffic, self._wire)
         self._record(step)
         if fused:
             return [torch.zeros(())] + [None] * len(self._configs)

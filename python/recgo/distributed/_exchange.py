@@ -101,8 +101,14 @@ def _buffer(role: str, dtype: torch.dtype, n: int) -> torch.Tensor:
     return t[:n]
 
 
-def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
-    """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``."""
+WIRE_DTYPES = {"fp32": None, "fp16": torch.float16}
+
+
+def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: torch.dtype | None = None) -> None:
+    """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``.
+
+    ``wire`` (opt-in, lossy): move the float32 buffers (rows, partial sums, gradients) as this dtype,
+    rounding them on the way out and widening them back on arrival."""
     nxt = _lib.fn("recgo_shard_next")
     op = _lib.fn("recgo_shard_op")
     feed = _lib.fn("recgo_shard_feed")
@@ -119,9 +125,13 @@ def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
         recv = _buffer("recv", dtype, sum(rs))
         name = GROUP_NAMES[g.value]
         me = groups.index(g.value)
-        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * send.element_size()
+        narrow = wire is not None and dtype == torch.float32
+        wsend, wrecv = (send.to(wire), torch.empty(recv.numel(), dtype=wire)) if narrow else (send, recv)
+        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * wsend.element_size()
         try:
-            dist.all_to_all_single(recv, send, rs, ss, group=groups.get(g.value))
+            dist.all_to_all_single(wrecv, wsend, rs, ss, group=groups.get(g.value))
+            if narrow:
+                recv.copy_(wrecv)
         except Exception as exc:  # gloo raises RuntimeError / DistBackendError subclasses
             raise PeerFailureError(
                 f"rank {groups.rank}: the all-to-all on the {name} group failed (a peer died, raised or "
