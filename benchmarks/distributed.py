@@ -159,7 +159,7 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    torch.set_num_threads(1)
+    torch.set_num_threads(threads_per_rank())
     import recgo
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.modules import optim
@@ -170,17 +170,19 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     theirs, plan_types, plan_ranks = _torchrec_model(LR)
     table_ranks = {f"t{t}": plan_ranks.get(f"t{t}", t % WORLD) for t in range(TABLES)}
 
-    def sharded(sharding: str, pooling: str) -> Any:
+    def sharded(sharding: str, pooling: str, wire: str = "fp32") -> Any:
         return ShardedEmbeddingBagCollection(cfgs, sharding, mode="flat", optimizer=optim.SGD(lr=LR), seed=0, timeout=300,
-                                             table_ranks=table_ranks, owner_pooling=pooling)
+                                             table_ranks=table_ranks, owner_pooling=pooling, wire_dtype=wire)
 
     ours = {"recgo_table_wise": sharded("table_wise", "auto"), "recgo_hash": sharded("hash", "auto")}
+    lossy = {"recgo_table_wise_fp16_LOSSY": sharded("table_wise", "auto", "fp16")}
     rows_only = {"recgo_table_wise": sharded("table_wise", "rows"), "recgo_hash": sharded("hash", "rows")}
     owners = {"recgo_table_wise": lambda t, ids: torch.full_like(ids, table_ranks[f"t{t}"]),
               "recgo_hash": lambda t, ids: ours["recgo_hash"].owners(f"t{t}", ids)}
     bench = Bench("distributed", ["--quick"] if quick else [], repeats=9)
     B = 512
-    res: dict[str, Any] = {"torchrec_plan": plan_types, "recgo_table_ranks": table_ranks, "cases": [], "bytes": {}}
+    res: dict[str, Any] = {"torchrec_plan": plan_types, "recgo_table_ranks": table_ranks, "cases": [], "bytes": {},
+                           "threads_per_rank": {"torch": torch.get_num_threads(), "recgo": recgo.num_threads()}}
     for case, max_len in (("zipf", 30), ("zipf_onehot", 1)):
         batches = zipf_batches(B, 4, seed=100 * rank + max_len, max_len=max_len)
         tbatches = [TKJT.from_lengths_sync(b.keys(), b.values(), b.lengths()) for b in batches]
@@ -205,6 +207,9 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
             got[name + "_rows_only"] = statistics.median(counter.measure(step_of(name + "_rows", rows_only[name]))
                                                          for _ in range(3))
             got[name + "_floor"] = statistics.median(byte_floor(b, owners[name]) for b in batches)
+        for name, m in lossy.items():
+            steps[name] = step_of(name, m)
+            got[name] = statistics.median(counter.measure(steps[name]) for _ in range(3))
         got["torchrec"] = statistics.median(counter.measure(torchrec_step) for _ in range(3))
         dist.barrier()
         c = bench.compare(case, {**steps, "torchrec_dmp": torchrec_step}, items=B * WORLD, warmup=1)
@@ -216,8 +221,17 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     dist.destroy_process_group()
 
 
+def threads_per_rank() -> int:
+    """Each rank's share of the cores, for torch (TorchRec's kernels) and recgo's Go runtime alike."""
+    return max(1, (os.cpu_count() or 1) // WORLD)
+
+
 def world2(quick: bool) -> dict[str, Any]:
     import torch.multiprocessing as mp
+
+    # The Go runtime in recgo's library reads GOMAXPROCS from the environment its process started
+    # with, so the ranks inherit it from here.
+    os.environ["GOMAXPROCS"] = str(threads_per_rank())
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_worker, args=(os.path.join(tmp, "store"), quick, tmp), nprocs=WORLD, start_method="spawn")
@@ -294,6 +308,7 @@ def main() -> None:
     b = w2["bytes"]
     sims = {name: simulate(name) for name in ("criteo", "avazu", "taobao")}
     bench.data = {"world2_bytes_per_step_rank0": b, "torchrec_plan": w2["torchrec_plan"],
+                  "threads_per_rank": w2["threads_per_rank"],
                   "recgo_table_ranks": w2["recgo_table_ranks"], "simulated_16x8": sims}
     summary: dict[str, Any] = {}
     for case, suffix in (("zipf", ""), ("zipf_onehot", "_onehot")):
@@ -301,6 +316,9 @@ def main() -> None:
         for name, tag in (("recgo_table_wise", ""), ("recgo_hash", "_hash")):
             summary[f"speedup_vs_torchrec_dmp{suffix}{tag}"] = main_case[case].ratio(name, "torchrec_dmp")
             summary[f"exchange_bytes_vs_torchrec{suffix}{tag}"] = v[name] / tr
+        summary[f"exchange_bytes_vs_torchrec{suffix}_fp16_LOSSY"] = v["recgo_table_wise_fp16_LOSSY"] / tr
+        summary[f"speedup_vs_torchrec_dmp{suffix}_fp16_LOSSY"] = main_case[case].ratio("recgo_table_wise_fp16_LOSSY",
+                                                                                        "torchrec_dmp")
         if case == "zipf":
             summary["exchange_bytes_floor_vs_torchrec"] = v["recgo_table_wise_floor"] / tr
             summary["exchange_bytes_floor_vs_torchrec_hash"] = v["recgo_hash_floor"] / tr
@@ -319,7 +337,9 @@ def main() -> None:
         bench.note(f"{case}: bytes sent to the other rank per step (rank 0): TorchRec {tr:,.0f}; "
                    + "; ".join(f"{n} {v[n]:,.0f} ({v[n] / tr:.2f}× TorchRec; owner pooling off: {v[n + '_rows_only']:,.0f}; "
                                f"exact floor {v[n + '_floor']:,.0f} = {v[n + '_floor'] / tr:.2f}× TorchRec)"
-                               for n in ("recgo_table_wise", "recgo_hash")))
+                               for n in ("recgo_table_wise", "recgo_hash"))
+                   + f"; recgo_table_wise_fp16_LOSSY {v['recgo_table_wise_fp16_LOSSY']:,.0f} "
+                   f"({v['recgo_table_wise_fp16_LOSSY'] / tr:.2f}× TorchRec, float16 vectors on the wire: NOT exact)")
     lines = ["## Simulated 16 nodes × 8 ranks (one step, hash sharding)", "",
              "| data | tables | samples/rank | lookups | distinct per rank | flat inter-node IDs | hierarchical inter-node IDs | retained | reduction | Eq. 3 exact |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -329,7 +349,8 @@ def main() -> None:
                          f"{s['flat_inter']:,} | {s['hier_inter']:,} | {s['retained']:.3f} | {s['inter_node_reduction']:.3f} | {s['eq3_exact']} |")
         else:
             lines.append(f"| {name} | data absent | | | | | | | | |")
-    bench.note("The machine has 2 cores shared with other jobs; both ranks and both variants share them.")
+    bench.note(f"The machine has {os.cpu_count()} cores shared with other jobs; both ranks and every variant share them "
+               f"(threads per rank: {w2['threads_per_rank']}).")
     bench.write("\n".join(lines) + "\n")
 
 

@@ -2,8 +2,12 @@
 
 Run on one machine with two processes (gloo on CPU):
 
-    torchrun --nproc-per-node 2 examples/train_distributed.py
-    torchrun --nproc-per-node 4 examples/train_distributed.py --nodes 2 --mode hierarchical
+    GOMAXPROCS=1 torchrun --nproc-per-node 2 examples/train_distributed.py
+    GOMAXPROCS=1 torchrun --nproc-per-node 4 examples/train_distributed.py --nodes 2 --mode hierarchical
+
+Give each rank its share of the cores: recgo's Go runtime reads GOMAXPROCS from the environment the
+process started with (setting it from Python is too late), as OpenMP reads OMP_NUM_THREADS — with
+several ranks per machine, GOMAXPROCS = cores ÷ ranks per machine avoids oversubscription.
 
 Each rank feeds its own samples; the embedding tables are hash-sharded (the "small" table is
 replicated), the dense MLP is replicated with its gradients averaged by DDP. A checkpoint of the
