@@ -40,6 +40,7 @@ from harness import Bench, CaseResult  # noqa: E402
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TABLES, ROWS, DIM, LR = 8, 100_000, 64, 0.05
 WORLD = 2
+B_LOCAL = 512
 
 
 def zipf_batches(batch: int, n: int, seed: int, max_len: int) -> list[Any]:
@@ -180,7 +181,7 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     owners = {"recgo_table_wise": lambda t, ids: torch.full_like(ids, table_ranks[f"t{t}"]),
               "recgo_hash": lambda t, ids: ours["recgo_hash"].owners(f"t{t}", ids)}
     bench = Bench("distributed", ["--quick"] if quick else [], repeats=9)
-    B = 512
+    B = B_LOCAL
     res: dict[str, Any] = {"torchrec_plan": plan_types, "recgo_table_ranks": table_ranks, "cases": [], "bytes": {},
                            "threads_per_rank": {"torch": torch.get_num_threads(), "recgo": recgo.num_threads()}}
     for case, max_len in (("zipf", 30), ("zipf_onehot", 1)):
@@ -340,6 +341,22 @@ def main() -> None:
                                for n in ("recgo_table_wise", "recgo_hash"))
                    + f"; recgo_table_wise_fp16_LOSSY {v['recgo_table_wise_fp16_LOSSY']:,.0f} "
                    f"({v['recgo_table_wise_fp16_LOSSY'] / tr:.2f}× TorchRec, float16 vectors on the wire: NOT exact)")
+    z = b["zipf"]
+    tr, tw, floor = z["torchrec"], z["recgo_table_wise"], z["recgo_table_wise_floor"]
+    bench.note(
+        f"Byte floor (zipf, exact fp32): a model-parallel step must return one pooled vector ({DIM} × 4 B) for every "
+        f"(bag, table) whose rows live on the other rank and send its gradient back. On TorchRec's table-wise plan each "
+        f"rank requests its {B_LOCAL} bags × {TABLES // WORLD} remote tables and serves as many for its peer: "
+        f"{floor:,.0f} B per rank per step, which TorchRec pays too. That is {floor / tr:.2f}× TorchRec's measured "
+        f"{tr:,.0f} B, so exchange_bytes_vs_torchrec ≤ 0.5 cannot be reached exactly on this workload by any system: "
+        f"TorchRec's bytes above the floor are its IDs and lengths ({tr - floor:,.0f} B), recgo's ({tw - floor:,.0f} B) its "
+        f"distinct IDs (in the narrowest width the table's size allows), one index per value into them and the "
+        f"per-bag segment lengths (each in the narrowest width that fits). With hash sharding nearly every bag has IDs "
+        f"on both ranks, so the floor is {z['recgo_hash_floor']:,.0f} B ({z['recgo_hash_floor'] / tr:.2f}×). Only a lossy "
+        f"wire goes below 0.5: recgo_table_wise_fp16_LOSSY (opt-in wire_dtype='fp16', vectors rounded to float16) sent "
+        f"{z['recgo_table_wise_fp16_LOSSY']:,.0f} B ({z['recgo_table_wise_fp16_LOSSY'] / tr:.2f}×). With one ID per bag "
+        f"(zipf_onehot) the rows of distinct IDs cost less than pooled vectors (IDs repeat across bags), which "
+        f"owner_pooling='auto' picks, so recgo ends below that case's pooled floor.")
     lines = ["## Simulated 16 nodes × 8 ranks (one step, hash sharding)", "",
              "| data | tables | samples/rank | lookups | distinct per rank | flat inter-node IDs | hierarchical inter-node IDs | retained | reduction | Eq. 3 exact |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
