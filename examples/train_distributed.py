@@ -78,7 +78,8 @@ def main() -> None:
         if rank == 0 and (step % 5 == 0 or step == args.steps - 1):
             t = ebc.traffic()
             print(f"step {step}: loss {loss.item():.4f}; this rank sent {t['ids_intra'] + t['ids_inter']} IDs, "
-                  f"returned {t['vecs_intra'] + t['vecs_inter']} rows ({t['bytes']} bytes)", flush=True)
+                  f"returned {t['vecs_intra'] + t['vecs_inter']} vectors ({t['pooled_vecs']} of them pooled partials; "
+                  f"{t['bytes']} bytes)", flush=True)
     if rank == 0:
         print(f"{args.steps} steps in {time.perf_counter() - t0:.2f} s on {world} ranks ({args.mode})")
     ckpt = os.environ.get("RECGO_EXAMPLE_CKPT") or os.path.join(tempfile.gettempdir(), "recgo-train-distributed")
