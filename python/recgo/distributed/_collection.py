@@ -458,5 +458,5 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def extra_repr(self) -> str:
         g = self._groups
-        return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, rank={g.rank}/{g.world_size} "
-                f"({g.nodes}×{g.ranks_per_node}), width={self._width}")
+        return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, "
+                f"rank={g.rank}/{g.world_size} ({g.nodes}×{g.ranks_per_node}), width={self._width}")
