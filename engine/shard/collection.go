@@ -24,7 +24,7 @@ type Collection struct {
 	Mode     Mode
 
 	// Returns is each table's return policy for owner pooling (nil: all ReturnAuto); set it with
-	// SetReturns before the first step.
+	// SetReturns.
 	Returns []Return
 
 	colOff   []int
@@ -85,7 +85,9 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	return c, nil
 }
 
-// SetReturns sets each table's return policy (one per table; see ownerpool.go).
+// SetReturns sets each table's return policy (one per table; see ownerpool.go). It waits for
+// running Begin calls; steps already begun keep the policy they started with. Ranks may choose
+// differently: each requester's choice travels with its blocks.
 func (c *Collection) SetReturns(r []Return) error {
 	if len(r) != len(c.Layouts) {
 		return errs.Invalidf("sharded collection: %d return policies for %d tables", len(r), len(c.Layouts))
@@ -95,6 +97,8 @@ func (c *Collection) SetReturns(r []Return) error {
 			return errs.Invalidf("table %q: unknown return policy %d (0 auto, 1 rows, 2 pooled)", c.Layouts[t].Name, int(v))
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	c.Returns = append([]Return(nil), r...)
 	return nil
 }

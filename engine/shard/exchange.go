@@ -96,7 +96,7 @@ type Exchange struct {
 
 	bags    []Bags      // requester: per table, the bags over its distinct IDs (nil: rows only)
 	returns []Return    // per table: how owners return vectors (ReturnAuto when nil)
-	plans   []poolPlan  // requester: per table, the pooling entries over rows and partials
+	plans   []PoolPlan  // requester: per table, the pooling entries over rows and partials
 	segs    []ownerSegs // owner: per table, the bag segments requesters asked it to pool
 
 	stages   []stage

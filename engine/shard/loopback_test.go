@@ -318,3 +318,19 @@ func TestAutoReturnPicksTheCheaper(t *testing.T) {
 	_, asPooled := step(ReturnPooled, 1, 5)
 	require.Less(t, auto, asPooled)
 }
+
+// TestReturnsMayDifferPerRankAndTable: each requester announces its own returns, so ranks and
+// tables with different policies still train like the single collection; bad policies are refused.
+func TestReturnsMayDifferPerRankAndTable(t *testing.T) {
+	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
+	rows := []int64{50, 30, 41, 7}
+	dims := []int{4, 8, 3, 5}
+	w := newTestWorld(t, 2, 2, Flat, kinds, rows, dims, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+	all := []Return{ReturnAuto, ReturnRows, ReturnPooled}
+	for r, c := range w.ranks {
+		require.NoError(t, c.SetReturns([]Return{all[r%3], all[(r+1)%3], all[(r+2)%3], ReturnPooled}))
+	}
+	require.Positive(t, checkSteps(t, w, kinds, rows, true))
+	require.ErrorContains(t, w.ranks[0].SetReturns([]Return{ReturnAuto}), "4 tables")
+	require.ErrorContains(t, w.ranks[0].SetReturns([]Return{0, 1, 2, 3}), "unknown return policy")
+}

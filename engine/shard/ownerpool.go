@@ -206,10 +206,10 @@ func (b *Bags) check(n int) error {
 	return nil
 }
 
-// poolPlan is a requester's pooling of one table: entries over slots — slot u < len(uniq) is the
+// PoolPlan is a requester's pooling of one table: entries over slots — slot u < len(uniq) is the
 // row of distinct ID u, slot len(uniq)+p the p-th partial sum returned (destination-major, then bag
 // order) — with one entry per value returned as a row and one per pooled segment.
-type poolPlan struct {
+type PoolPlan struct {
 	Slots   []int32   // per entry: its slot
 	Offs    []int64   // the same, for SegmentReduce
 	Weights []float32 // per entry (nil: all 1)
@@ -225,7 +225,7 @@ type poolPlan struct {
 // Plan returns table t's pooling entries (after ForwardBags): bag b of the table is
 // Σ_{e in [Bounds[b], Bounds[b+1])} Weights[e] · Rows(t)[Slots[e]], to be scaled by the bag's mean
 // factor; Backward takes the gradient of every slot.
-func (x *Exchange) Plan(t int) *poolPlan { return &x.plans[t] }
+func (x *Exchange) Plan(t int) *PoolPlan { return &x.plans[t] }
 
 // partials is the number of partial sums table t's level-0 buffers hold after its own rows.
 func (x *Exchange) partials(t int) int {
@@ -246,7 +246,7 @@ func (x *Exchange) levelPartials(h, t int) int {
 // pooling entries and pooled blocks' payloads; dests[t][i] is item i's destination.
 func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 	T, S := len(x.layouts), lg.size
-	x.plans = make([]poolPlan, T)
+	x.plans = make([]PoolPlan, T)
 	poolable := len(x.legs) == 1
 	for t := range x.layouts {
 		bg, dest, dim := x.bags[t], dests[t], int64(x.dims[t])
@@ -381,7 +381,7 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 
 // encode writes destination d's pooled payload (segment lengths, value indices, weights) of this
 // table after its IDs, and returns the bytes written (0 for a block returned as rows).
-func (p *poolPlan) encode(dst []byte, d int, m []int64) int {
+func (p *PoolPlan) encode(dst []byte, d int, m []int64) int {
 	if m[metaFlags]&flagPooled == 0 {
 		return 0
 	}
@@ -484,7 +484,7 @@ func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 			for b := int64(0); b < m[metaBags]; b++ {
 				l := int64(getUint(recv[p:], lw))
 				p += lw
-				if l > nv-total {
+				if l < 0 || l > nv-total {
 					return errs.Invalidf("exchange: a peer's segment lengths exceed its %d values", nv)
 				}
 				if l > 0 {
@@ -499,7 +499,7 @@ func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 			for k := int64(0); k < nv; k++ {
 				i := int64(getUint(recv[p:], iw))
 				p += iw
-				if i >= n {
+				if i < 0 || i >= n {
 					return errs.Invalidf("exchange: a peer's value index %d is outside its %d IDs", i, n)
 				}
 				sg.rows = append(sg.rows, base+i)
