@@ -312,7 +312,7 @@ func (x *Exchange) countStage(h int) stage {
 			lg := &x.legs[h]
 			lg.recvCnt = make([]int64, lg.size*T)
 			for i := range lg.recvCnt {
-				if err := checkMeta(recv[i*metaFields:(i+1)*metaFields], h == 0 && len(x.legs) == 1); err != nil {
+				if err := checkMeta(recv[i*metaFields:(i+1)*metaFields], h == 0); err != nil {
 					return err
 				}
 				lg.recvCnt[i] = recv[i*metaFields+metaIDs]
@@ -360,7 +360,7 @@ func (x *Exchange) idStage(h int) stage {
 		},
 		feed: func(_ *Op, _ []int64, _ []float32, recv []byte) error {
 			lg := &x.legs[h]
-			if err := x.decodeBlocks(lg, recv, h == 0 && len(x.legs) == 1); err != nil {
+			if err := x.decodeBlocks(lg, recv, h == 0); err != nil {
 				return err
 			}
 			lg.inv = make([][]int32, T)
@@ -377,7 +377,9 @@ func (x *Exchange) idStage(h int) stage {
 				}
 			}
 			for t := range x.segs {
-				x.segs[t].resolve(lg.inv[t])
+				if h == 0 { // pooled segments exist on the first leg only
+					x.segs[t].resolve(lg.inv[t])
+				}
 			}
 			if h+1 < len(x.legs) {
 				x.legs[h+1].items = next
@@ -543,7 +545,7 @@ func (x *Exchange) gradStage(h int) stage {
 				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
 			}
 			parallel.ForEach(T, 1, func(t int) {
-				if x.segs != nil && x.segs[t].any() {
+				if h == 0 && x.segs != nil && x.segs[t].any() {
 					x.segs[t].expand(out[t], in[t], lg, t, T, x.dims[t])
 					return
 				}

@@ -8,8 +8,9 @@ import (
 	"github.com/recgo/recgo/kernels"
 )
 
-// Owner-side pooling. On the flat route a requester may ask an owner to pool, rather than return
-// rows: with long bags a table's distinct IDs at one rank far outnumber its bags, so one partial sum
+// Owner-side pooling. On its route's first leg a requester may ask the rank it sends to (the owner
+// on the flat route; on the hierarchical route the rank of its node holding the owner's local
+// index, which gets the rows from the owner over the rail) to pool, rather than return rows: with long bags a table's distinct IDs at one rank far outnumber its bags, so one partial sum
 // per (bag, table) segment costs less than one row per distinct ID. The requester still sends each
 // distinct ID once, and with it a per-bag segment length and a per-value index into those IDs (and
 // the per-sample weights), each in the narrowest unsigned width that holds its values. The owner
@@ -25,7 +26,9 @@ import (
 // buffer without another exchange: [ReturnAuto] compares the bytes of the two (rows: IDs·dim
 // floats forward and back; pooled: segments·dim floats forward and back plus the lengths, indices
 // and weights); [ReturnRows] and [ReturnPooled] force one. A rank's own IDs always come back as rows
-// (nothing travels), the hierarchical route always returns rows, and so do data-parallel tables.
+// (nothing travels), and so do data-parallel tables. On the hierarchical route the inter-node leg
+// still carries rows merged per node, so its IDs, vectors and gradients keep Eq. 3 whatever the
+// returns; pooling saves the intra-node leg's vectors.
 //
 // Counters: IDs count distinct IDs sent in either return (so Eq. 3 holds for IDs whatever the
 // returns); Vecs* count the vectors returned (rows and partials), Grads* the gradients sent (per
@@ -94,7 +97,7 @@ func checkMeta(m []int64, poolable bool) error {
 	}
 	switch {
 	case !poolable:
-		return errs.Invalidf("exchange: a peer asked for owner pooling on a route that returns rows")
+		return errs.Invalidf("exchange: a peer asked for pooling past its route's first leg")
 	case m[metaIDs] == 0 || m[metaVals] == 0:
 		return errs.Invalidf("exchange: a peer asked to pool a block of %d IDs and %d values", m[metaIDs], m[metaVals])
 	case m[metaLenW] != 1 && m[metaLenW] != 2 && m[metaLenW] != 4 && m[metaLenW] != 8:
@@ -247,7 +250,6 @@ func (x *Exchange) levelPartials(h, t int) int {
 func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 	T, S := len(x.layouts), lg.size
 	x.plans = make([]PoolPlan, T)
-	poolable := len(x.legs) == 1
 	for t := range x.layouts {
 		bg, dest, dim := x.bags[t], dests[t], int64(x.dims[t])
 		nU, nb := len(lg.items[t]), len(bg.Bounds)-1
@@ -257,7 +259,7 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 		}
 		nVals, nSegs, maxLen := make([]int64, S), make([]int64, S), make([]int64, S)
 		pooled := make([]bool, S)
-		if poolable && pol != ReturnRows {
+		if pol != ReturnRows {
 			cur, last := make([]int64, S), make([]int, S)
 			for d := range last {
 				last[d] = -1
@@ -470,7 +472,7 @@ func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 				continue
 			}
 			if !poolable {
-				return errs.Invalidf("exchange: a peer asked for owner pooling on a route that returns rows")
+				return errs.Invalidf("exchange: a peer asked for pooling past its route's first leg")
 			}
 			if x.segs == nil {
 				x.segs = make([]ownerSegs, T)

@@ -91,13 +91,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them.
         timeout: seconds (or a timedelta) any exchange may wait for a peer before raising
             :class:`PeerFailureError`.
-        owner_pooling: how owners return a table's vectors on the flat exchange — ``"auto"``
+        owner_pooling: how a table's vectors come back over the first leg (from the owner on the flat
+            exchange; on the hierarchical one from the rank of the node that fetched the rows
+            over the rail, the inter-node leg always moving rows merged per node) — ``"auto"``
             (default: per table, destination and step, whichever of the two moves fewer bytes, from
             counts the requester knows), ``"rows"`` (one row per distinct ID, pooled by the
             requester) or ``"pooled"`` (the owner sums each bag's rows it holds, weights included, and
             returns one partial per (bag, table); the requester adds the partials and then divides a
-            MEAN bag by its total length) — or a mapping table → one of them. A rank's own IDs, the
-            hierarchical exchange and data-parallel tables always use rows.
+            MEAN bag by its total length) — or a mapping table → one of them. A rank's own IDs and
+            data-parallel tables always use rows.
         wire_dtype: ``"fp32"`` (default: exact) or ``"fp16"`` — an opt-in, LOSSY exchange that
             moves rows, partial sums and gradients as float16 (half the vector bytes; every vector
             is rounded to 11 significant bits in each direction, so results no longer equal the
