@@ -8,7 +8,7 @@ import (
 type Elem int
 
 // The element types: int64 (counts), float32 (rows, partial sums, gradients), bytes (IDs and bag
-// structure packed in the narrowest integer widths, see ownerpool.go).
+// structure packed in the narrowest integer widths, see wire.go).
 const (
 	ElemInt64 Elem = iota
 	ElemFloat32
