@@ -184,11 +184,7 @@ func recgo_dynamic_snapshot(h C.uintptr_t, t C.int64_t, out *C.uintptr_t, errbuf
 //export recgo_dynamic_snapshot_meta
 func recgo_dynamic_snapshot_meta(sh C.uintptr_t, metaPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*dynamic.Snapshot](sh, "dynamic snapshot")
-		if err != nil {
-			return err
-		}
-		meta, err := viewSlice[int64](metaPtr, int64(n), "meta")
+		s, meta, err := lookupView[*dynamic.Snapshot, int64](sh, "dynamic snapshot", metaPtr, n, "meta")
 		if err != nil {
 			return err
 		}

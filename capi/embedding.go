@@ -33,6 +33,28 @@ func optConfig(kind C.int32_t, lr, eps, beta1, beta2, wd C.double) embedding.Opt
 		Beta1: float64(beta1), Beta2: float64(beta2), WeightDecay: float64(wd)}
 }
 
+// featureArgs reads nfeat features: names (lines of featureNames), table indices and pooling codes
+// (int64 arrays); the engine validates them against its tables.
+func featureArgs(nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer) ([]embedding.Feature, error) {
+	featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
+	if err != nil {
+		return nil, err
+	}
+	featPool, err := viewSlice[int64](featPoolPtr, int64(nfeat), "feature_pooling")
+	if err != nil {
+		return nil, err
+	}
+	fnames, err := splitNames(goString(featureNames), int(nfeat), "feature names")
+	if err != nil {
+		return nil, err
+	}
+	feats := make([]embedding.Feature, nfeat)
+	for j := range feats {
+		feats[j] = embedding.Feature{Name: fnames[j], Table: int(featTable[j]), Pooling: embedding.Pooling(featPool[j])}
+	}
+	return feats, nil
+}
+
 // recgo_ebc_new builds an embedding-bag collection. Table i has rows[i] rows of dims[i] values and is
 // named by line i of tableNames; when builders is non-null and builders[i] != 0, that handle's
 // embedding.TableBuilder builds table i instead (a dynamic-ID table; rows[i] is then ignored).
@@ -56,19 +78,11 @@ func recgo_ebc_new(ntables C.int64_t, tableNames *C.char, rowsPtr, dimsPtr, buil
 		if err != nil {
 			return err
 		}
-		featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
-		if err != nil {
-			return err
-		}
-		featPool, err := viewSlice[int64](featPoolPtr, int64(nfeat), "feature_pooling")
+		feats, err := featureArgs(nfeat, featureNames, featTablePtr, featPoolPtr)
 		if err != nil {
 			return err
 		}
 		tnames, err := splitNames(goString(tableNames), int(ntables), "table names")
-		if err != nil {
-			return err
-		}
-		fnames, err := splitNames(goString(featureNames), int(nfeat), "feature names")
 		if err != nil {
 			return err
 		}
@@ -95,12 +109,10 @@ func recgo_ebc_new(ntables C.int64_t, tableNames *C.char, rowsPtr, dimsPtr, buil
 			}
 			tables = append(tables, t)
 		}
-		feats := make([]embedding.Feature, nfeat)
-		for j := range feats {
-			feats[j] = embedding.Feature{Name: fnames[j], Table: int(featTable[j]), Pooling: embedding.Pooling(featPool[j])}
-			if featTable[j] < 0 || featTable[j] >= int64(ntables) {
+		for _, f := range feats {
+			if f.Table < 0 || f.Table >= int(ntables) {
 				closeAll()
-				return errs.Invalidf("feature %q: table index %d of %d", fnames[j], featTable[j], ntables)
+				return errs.Invalidf("feature %q: table index %d of %d", f.Name, f.Table, ntables)
 			}
 		}
 		c, err := embedding.NewCollection(tables, feats)

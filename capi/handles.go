@@ -36,6 +36,17 @@ func lookup[T any](h C.uintptr_t, what string) (T, error) {
 }
 
 // handleValue is cgo.Handle.Value without its panic on invalid handles.
+// lookupView is lookup of handle h followed by viewSlice of the caller's n elements at p: the
+// marshalling of an export that works on one handle and one buffer.
+func lookupView[T, E any](h C.uintptr_t, what string, p unsafe.Pointer, n C.int64_t, name string) (T, []E, error) {
+	v, err := lookup[T](h, what)
+	if err != nil {
+		return v, nil, err
+	}
+	buf, err := viewSlice[E](p, int64(n), name)
+	return v, buf, err
+}
+
 func handleValue(h cgo.Handle) (v any, ok bool) {
 	defer func() {
 		if recover() != nil {

@@ -7,45 +7,38 @@ package main
 import "C"
 
 import (
+	"errors"
 	"unsafe"
 
-	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 )
 
 // recgo_shard_new builds rank's part of a sharded embedding-bag collection over a world of
 // nodes × perNode ranks exchanging in mode (0 flat, 1 hierarchical). Table i (line i of tableNames)
-// has rows[i] × dims[i] values and sharding kinds[i] (0 hash, 1 table-wise on rank ranks[i],
-// 2 row-wise, 3 data-parallel); features as in recgo_ebc_new.
+// has rows[i] × dims[i] values, sharding kinds[i] (0 hash, 1 table-wise on rank ranks[i],
+// 2 row-wise, 3 data-parallel) and owner-pooling return returns[i] (0 auto, 1 rows, 2 pooled);
+// features as in recgo_ebc_new.
 //
 //export recgo_shard_new
 func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, tableNames *C.char,
-	rowsPtr, dimsPtr, kindsPtr, ranksPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
+	rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
 	nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer,
 	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		var cols [4][]int64
-		for i, p := range []unsafe.Pointer{rowsPtr, dimsPtr, kindsPtr, ranksPtr} {
+		var cols [5][]int64
+		for i, p := range []unsafe.Pointer{rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr} {
 			v, err := viewSlice[int64](p, int64(ntables), "table arrays")
 			if err != nil {
 				return err
 			}
 			cols[i] = v
 		}
-		featTable, err := viewSlice[int64](featTablePtr, int64(nfeat), "feature_tables")
-		if err != nil {
-			return err
-		}
-		featPool, err := viewSlice[int64](featPoolPtr, int64(nfeat), "feature_pooling")
+		feats, err := featureArgs(nfeat, featureNames, featTablePtr, featPoolPtr)
 		if err != nil {
 			return err
 		}
 		tnames, err := splitNames(goString(tableNames), int(ntables), "table names")
-		if err != nil {
-			return err
-		}
-		fnames, err := splitNames(goString(featureNames), int(nfeat), "feature names")
 		if err != nil {
 			return err
 		}
@@ -63,12 +56,16 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 				return err
 			}
 		}
-		feats := make([]embedding.Feature, nfeat)
-		for j := range feats {
-			feats[j] = embedding.Feature{Name: fnames[j], Table: int(featTable[j]), Pooling: embedding.Pooling(featPool[j])}
-		}
 		c, err := shard.NewCollection(layouts, topo, int(rank), shard.Mode(mode), optConfig(kind, lr, eps, beta1, beta2, wd), feats)
 		if err != nil {
+			return err
+		}
+		returns := make([]shard.Return, ntables)
+		for i, r := range cols[4] {
+			returns[i] = shard.Return(r)
+		}
+		if err := c.SetReturns(returns); err != nil {
+			_ = c.Close()
 			return err
 		}
 		*out = newHandle(c)
@@ -85,6 +82,22 @@ func shardTable(h C.uintptr_t, t C.int64_t) (*shard.Collection, int, error) {
 		return nil, 0, errs.NotFoundf("table index %d of %d", t, len(c.Layouts))
 	}
 	return c, int(t), nil
+}
+
+// shardTableIDs is shardTable plus views of the caller's n IDs at idsPtr and n int64 results at
+// outPtr (named outName).
+func shardTableIDs(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, outPtr unsafe.Pointer, outName string) (
+	*shard.Collection, *shard.Layout, []int64, []int64, error) {
+	c, ti, err := shardTable(h, t)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	out, err := viewSlice[int64](outPtr, int64(n), outName)
+	return c, c.Layouts[ti], ids, out, err
 }
 
 // recgo_shard_table_memory reports where this rank's shard of table t lives, as
@@ -133,12 +146,7 @@ func recgo_shard_local_ids(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n 
 		if int64(n) != int64(len(ids)) {
 			return errs.Invalidf("local ids: buffer of %d for %d rows", n, len(ids))
 		}
-		out, err := viewSlice[int64](outPtr, int64(n), "out")
-		if err != nil {
-			return err
-		}
-		copy(out, ids)
-		return nil
+		return fill(outPtr, ids, "out")
 	})
 }
 
@@ -148,19 +156,11 @@ func recgo_shard_local_ids(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n 
 //export recgo_shard_locate
 func recgo_shard_locate(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, rowsPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		c, ti, err := shardTable(h, t)
+		c, l, ids, rows, err := shardTableIDs(h, t, idsPtr, n, rowsPtr, "rows")
 		if err != nil {
 			return err
 		}
-		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
-		if err != nil {
-			return err
-		}
-		rows, err := viewSlice[int64](rowsPtr, int64(n), "rows")
-		if err != nil {
-			return err
-		}
-		return c.Layouts[ti].Locate(c.Rank, ids, rows)
+		return l.Locate(c.Rank, ids, rows)
 	})
 }
 
@@ -190,11 +190,11 @@ func recgo_shard_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int6
 }
 
 // recgo_shard_next asks a step for its next all-to-all: *done = 1 when there is none; otherwise the
-// op's group (0 world, 1 node, 2 rail), element type (*isFloat: 1 float32, 0 int64), send length
-// and number of splits (the group's size). Fetch its buffers with recgo_shard_op.
+// op's group (0 world, 1 node, 2 rail), element type (*elem: 0 int64, 1 float32, 2 uint8), send
+// length and number of splits (the group's size). Fetch its buffers with recgo_shard_op.
 //
 //export recgo_shard_next
-func recgo_shard_next(sh C.uintptr_t, group, isFloat, nsend, nsplits, done *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_shard_next(sh C.uintptr_t, group, elem, nsend, nsplits, done *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		s, err := lookup[*shard.Step](sh, "shard step")
 		if err != nil {
@@ -209,12 +209,22 @@ func recgo_shard_next(sh C.uintptr_t, group, isFloat, nsend, nsplits, done *C.in
 			return nil
 		}
 		*done, *group, *nsplits = 0, C.int64_t(op.Group), C.int64_t(len(op.SendSplits))
-		*isFloat, *nsend = 0, C.int64_t(len(op.SendI))
-		if op.Float {
-			*isFloat, *nsend = 1, C.int64_t(len(op.SendF))
-		}
+		*elem, *nsend = C.int64_t(op.Elem), C.int64_t(op.SendLen())
 		return nil
 	})
+}
+
+// pendingOp resolves a step handle and the op its last recgo_shard_next returned.
+func pendingOp(sh C.uintptr_t) (*shard.Step, *shard.Op, error) {
+	s, err := lookup[*shard.Step](sh, "shard step")
+	if err != nil {
+		return nil, nil, err
+	}
+	op := s.X.Pending()
+	if op == nil {
+		return nil, nil, errs.Invalidf("shard step: no pending op")
+	}
+	return s, op, nil
 }
 
 // recgo_shard_op copies the pending op's send buffer (nsend elements of its type) and its send and
@@ -224,13 +234,9 @@ func recgo_shard_next(sh C.uintptr_t, group, isFloat, nsend, nsplits, done *C.in
 func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sendSplitsPtr, recvSplitsPtr unsafe.Pointer, nsplits C.int64_t,
 	errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
+		_, op, err := pendingOp(sh)
 		if err != nil {
 			return err
-		}
-		op := s.X.Pending()
-		if op == nil {
-			return errs.Invalidf("shard step: no pending op")
 		}
 		if int(nsplits) != len(op.SendSplits) {
 			return errs.Invalidf("shard op: %d splits, the op has %d", nsplits, len(op.SendSplits))
@@ -245,27 +251,26 @@ func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sen
 		}
 		copy(ss, op.SendSplits)
 		copy(rs, op.RecvSplits)
-		if op.Float {
-			if int(nsend) != len(op.SendF) {
-				return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, len(op.SendF))
-			}
-			dst, err := viewSlice[float32](sendPtr, int64(nsend), "send")
-			if err != nil {
-				return err
-			}
-			copy(dst, op.SendF)
-			return nil
+		if int(nsend) != op.SendLen() {
+			return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, op.SendLen())
 		}
-		if int(nsend) != len(op.SendI) {
-			return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, len(op.SendI))
+		switch op.Elem {
+		case shard.ElemFloat32:
+			return fill(sendPtr, op.SendF, "send")
+		case shard.ElemByte:
+			return fill(sendPtr, op.SendB, "send")
 		}
-		dst, err := viewSlice[int64](sendPtr, int64(nsend), "send")
-		if err != nil {
-			return err
-		}
-		copy(dst, op.SendI)
-		return nil
+		return fill(sendPtr, op.SendI, "send")
 	})
+}
+
+// recvView views the caller's n received elements at p (an empty, non-nil slice for n = 0).
+func recvView[E any](p unsafe.Pointer, n C.int64_t) ([]E, error) {
+	v, err := viewSlice[E](p, int64(n), "recv")
+	if v == nil && err == nil {
+		v = []E{}
+	}
+	return v, err
 }
 
 // recgo_shard_feed hands the pending op the n elements it received (of the op's type).
@@ -273,32 +278,29 @@ func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sen
 //export recgo_shard_feed
 func recgo_shard_feed(sh C.uintptr_t, recvPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
+		s, op, err := pendingOp(sh)
 		if err != nil {
 			return err
 		}
-		op := s.X.Pending()
-		if op == nil {
-			return errs.Invalidf("shard step: no pending op")
-		}
-		if op.Float {
-			v, err := viewSlice[float32](recvPtr, int64(n), "recv")
+		switch op.Elem {
+		case shard.ElemFloat32:
+			v, err := recvView[float32](recvPtr, n)
 			if err != nil {
 				return err
 			}
-			if v == nil {
-				v = []float32{}
+			return s.X.Feed(nil, v, nil)
+		case shard.ElemByte:
+			v, err := recvView[byte](recvPtr, n)
+			if err != nil {
+				return err
 			}
-			return s.X.Feed(nil, v)
+			return s.X.Feed(nil, nil, v)
 		}
-		v, err := viewSlice[int64](recvPtr, int64(n), "recv")
+		v, err := recvView[int64](recvPtr, n)
 		if err != nil {
 			return err
 		}
-		if v == nil {
-			v = []int64{}
-		}
-		return s.X.Feed(v, nil)
+		return s.X.Feed(v, nil, nil)
 	})
 }
 
@@ -307,11 +309,7 @@ func recgo_shard_feed(sh C.uintptr_t, recvPtr unsafe.Pointer, n C.int64_t, errbu
 //export recgo_shard_pool
 func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
-		if err != nil {
-			return err
-		}
-		out, err := viewSlice[float32](outPtr, int64(n), "out")
+		s, out, err := lookupView[*shard.Step, float32](sh, "shard step", outPtr, n, "out")
 		if err != nil {
 			return err
 		}
@@ -325,11 +323,7 @@ func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf
 //export recgo_shard_backward
 func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
-		if err != nil {
-			return err
-		}
-		g, err := viewSlice[float32](gradPtr, int64(n), "grad_output")
+		s, g, err := lookupView[*shard.Step, float32](sh, "shard step", gradPtr, n, "grad_output")
 		if err != nil {
 			return err
 		}
@@ -348,7 +342,7 @@ func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsaf
 		if err != nil {
 			return err
 		}
-		rows, vals, dim, err := s.OwnerGradients(int(t))
+		rows, vals, _, err := s.OwnerGradients(int(t))
 		if err != nil {
 			return err
 		}
@@ -359,17 +353,7 @@ func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsaf
 		if int(*n) != len(rows) {
 			return errs.Invalidf("owner gradients: buffers for %d rows, the step has %d", *n, len(rows))
 		}
-		r, err := viewSlice[int64](rowsPtr, int64(len(rows)), "rows")
-		if err != nil {
-			return err
-		}
-		v, err := viewSlice[float32](valsPtr, int64(len(rows)*dim), "values")
-		if err != nil {
-			return err
-		}
-		copy(r, rows)
-		copy(v, vals)
-		return nil
+		return errors.Join(fill(rowsPtr, rows, "rows"), fill(valsPtr, vals, "values"))
 	})
 }
 
@@ -379,16 +363,12 @@ func recgo_shard_owner_grads(sh C.uintptr_t, t C.int64_t, rowsPtr, valsPtr unsaf
 //export recgo_shard_counters
 func recgo_shard_counters(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		s, err := lookup[*shard.Step](sh, "shard step")
+		s, out, err := lookupView[*shard.Step, int64](sh, "shard step", outPtr, n, "out")
 		if err != nil {
 			return err
 		}
 		fields := s.X.Counters.Fields()
 		T := len(fields[0])
-		out, err := viewSlice[int64](outPtr, int64(n), "out")
-		if err != nil {
-			return err
-		}
 		if len(out) != len(fields)*T {
 			return errs.Invalidf("counters: %d values, need %d", len(out), len(fields)*T)
 		}
@@ -447,19 +427,10 @@ func recgo_shard_simulate(nodes, perNode, ntables C.int64_t, countsPtr unsafe.Po
 //export recgo_shard_owners
 func recgo_shard_owners(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_t, ranksPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		c, ti, err := shardTable(h, t)
+		c, l, ids, ranks, err := shardTableIDs(h, t, idsPtr, n, ranksPtr, "ranks")
 		if err != nil {
 			return err
 		}
-		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
-		if err != nil {
-			return err
-		}
-		ranks, err := viewSlice[int64](ranksPtr, int64(n), "ranks")
-		if err != nil {
-			return err
-		}
-		l := c.Layouts[ti]
 		for i, id := range ids {
 			if err := l.Check(id); err != nil {
 				return err

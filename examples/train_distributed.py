@@ -2,8 +2,12 @@
 
 Run on one machine with two processes (gloo on CPU):
 
-    torchrun --nproc-per-node 2 examples/train_distributed.py
-    torchrun --nproc-per-node 4 examples/train_distributed.py --nodes 2 --mode hierarchical
+    GOMAXPROCS=1 torchrun --nproc-per-node 2 examples/train_distributed.py
+    GOMAXPROCS=1 torchrun --nproc-per-node 4 examples/train_distributed.py --nodes 2 --mode hierarchical
+
+Give each rank its share of the cores: recgo's Go runtime reads GOMAXPROCS from the environment the
+process started with (setting it from Python is too late), as OpenMP reads OMP_NUM_THREADS — with
+several ranks per machine, GOMAXPROCS = cores ÷ ranks per machine avoids oversubscription.
 
 Each rank feeds its own samples; the embedding tables are hash-sharded (the "small" table is
 replicated), the dense MLP is replicated with its gradients averaged by DDP. A checkpoint of the
@@ -74,7 +78,8 @@ def main() -> None:
         if rank == 0 and (step % 5 == 0 or step == args.steps - 1):
             t = ebc.traffic()
             print(f"step {step}: loss {loss.item():.4f}; this rank sent {t['ids_intra'] + t['ids_inter']} IDs, "
-                  f"returned {t['vecs_intra'] + t['vecs_inter']} rows ({t['bytes']} bytes)", flush=True)
+                  f"returned {t['vecs_intra'] + t['vecs_inter']} vectors ({t['pooled_vecs']} of them pooled partials; "
+                  f"{t['bytes']} bytes)", flush=True)
     if rank == 0:
         print(f"{args.steps} steps in {time.perf_counter() - t0:.2f} s on {world} ranks ({args.mode})")
     ckpt = os.environ.get("RECGO_EXAMPLE_CKPT") or os.path.join(tempfile.gettempdir(), "recgo-train-distributed")

@@ -31,32 +31,39 @@ def configs() -> list[recgo.EmbeddingBagConfig]:
             C(12, 5, "td", ["d1"]), C(30, 4, "tp", ["p1"], pooling="mean")]
 
 
-def global_batch(step: int, world: int, local: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
-    """A duplicate-heavy global batch of world × local samples (skewed IDs, empty bags included)."""
+def global_batch(step: int, world: int, local: int = B_LOCAL, weighted: bool = False,
+                 max_len: int = 5) -> recgo.KeyedJaggedTensor:
+    """A duplicate-heavy global batch of world × local samples (skewed IDs, empty bags included;
+    weighted: per-ID weights in [0.25, 1.75))."""
     g = torch.Generator().manual_seed(1000 + step)
     keys, vals, lens = [], [], []
     B = world * local
     for cfg in configs():
         for f in cfg.feature_names:
-            ln = torch.randint(0, 5, (B,), generator=g)
+            ln = torch.randint(0, max_len, (B,), generator=g)
             ids = (torch.rand(int(ln.sum()), generator=g) ** 3 * cfg.num_embeddings).long()
             keys.append(f)
             vals.append(ids)
             lens.append(ln)
-    return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens))
+    values = torch.cat(vals)
+    weights = 0.25 + 1.5 * torch.rand(values.numel(), generator=g) if weighted else None
+    return recgo.KeyedJaggedTensor(keys, values, lengths=torch.cat(lens), weights=weights)
 
 
 def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
-    """Samples [rank·local, (rank+1)·local) of every feature."""
+    """Samples [rank·local, (rank+1)·local) of every feature (weights too, when it has them)."""
     feats = kjt.to_dict()
-    vals, lens = [], []
+    vals, lens, wts = [], [], []
     for k in kjt.keys():
         v, ln = feats[k].values(), feats[k].lengths()
         offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
         lo, hi = int(offs[rank * local]), int(offs[(rank + 1) * local])
         vals.append(v[lo:hi])
         lens.append(ln[rank * local:(rank + 1) * local])
-    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens))
+        if kjt.weights_or_none() is not None:
+            wts.append(feats[k].weights()[lo:hi])
+    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens),
+                                   weights=torch.cat(wts) if wts else None)
 
 
 def close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
@@ -134,7 +141,7 @@ def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     """Every case of the equality and Eq. 3 tests and the checkpoint save; then the silent-rank phase
     (the cases' outcome is saved first, since the last rank is killed once the others report)."""
     try:
-        res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt)}
+        res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt), "pooled": _pooled_cases(rank, world)}
     except BaseException as exc:
         res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     torch.save(res, os.path.join(os.environ["RECGO_TEST_OUT"], f"cases-{rank}.pt"))
@@ -150,11 +157,18 @@ def _world4_cases(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     plan = Plan.load(plan_path)
     cfgs = configs()
     inter: dict[str, list] = {}
-    for mode in ("flat", "hierarchical"):
+    # "flat" returns rows; "hierarchical" forces pooling at its intra-node stop (the inter-node leg
+    # still moves rows merged per node, so Eq. 3 holds for its vectors too); "flat-pooled" has owners
+    # pool wherever they may (auto for the row-wise table), and must give the same IDs and results.
+    for mode in ("flat", "hierarchical", "flat-pooled"):
         for oi, opt in enumerate(OPTS):
+            if mode == "flat-pooled" and oi not in POOLED_OPTS:
+                continue
             ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=7)
-            sh = ShardedEmbeddingBagCollection(cfgs, SHARDING, mode=mode, nodes=NODES, ranks_per_node=PER_NODE,
-                                               optimizer=opt, plan=plan, seed=7, timeout=60)
+            returns = {"flat": "rows", "hierarchical": "pooled", "flat-pooled": POOLED_RETURNS}[mode]
+            sh = ShardedEmbeddingBagCollection(cfgs, SHARDING, mode=mode.split("-")[0], nodes=NODES,
+                                               ranks_per_node=PER_NODE, optimizer=opt, plan=plan, seed=7, timeout=60,
+                                               owner_pooling=returns)
             assert sh.sharding_types()["tp"] == "plan"
             ids = {c.name: sh.local_ids(c.name) for c in cfgs}
             for c in cfgs:  # the same initial weights as the single-process collection's
@@ -185,12 +199,93 @@ def _world4_cases(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
                         assert int(mine.optimizer_step) == int(theirs.optimizer_step)
                 t = sh.traffic()
                 gathered: list[Any] = [None] * world
-                dist.all_gather_object(gathered, (t["ids_inter"], t["vecs_inter"], t["grads_inter"]))
+                dist.all_gather_object(gathered, (t["ids_inter"], t["vecs_inter"], t["grads_inter"],
+                                                  t["pooled_vecs"], t["pooled_grads"]))
                 inter.setdefault(f"{oi}-{step}", []).append(
-                    (mode, *[sum(g[i] for g in gathered) for i in range(3)], _eq3_rhs(sh, kjt, world)))
+                    (mode, *[sum(g[i] for g in gathered) for i in range(5)], _eq3_rhs(sh, kjt, world)))
             if mode == "flat" and isinstance(opt, optim.Adam) and not isinstance(opt, optim.AdamW):
                 _checkpoint_run(sh, ref, ckpt, rank, world)
     return inter
+
+
+POOLED_OPTS = (0, 1, 4)  # the torch optimizer (owner gradients), SGD, Adam
+POOLED_RETURNS = {"th": "pooled", "tt": "pooled", "tr": "auto", "td": "pooled", "tp": "pooled"}
+
+
+def _pooled_cases(rank: int, world: int) -> list[int]:
+    """Owner pooling on weighted bags (mixed SUM/MEAN, empty bags, bags up to 9 long) on this world,
+    forced and auto, against the single-process weighted collection; returns the partial sums the
+    world returned per case (so the caller can check that owners did pool)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    cfgs, local = configs(), WORLD * B_LOCAL // world
+    out = []
+    for returns, opt in (("pooled", optim.Adagrad(lr=0.2)), ("auto", optim.SGD(lr=0.3)), ("pooled", None)):
+        ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=3, is_weighted=True)
+        sh = ShardedEmbeddingBagCollection(cfgs, {**SHARDING, "tp": "table_wise"}, optimizer=opt, seed=3, timeout=60,
+                                           is_weighted=True, owner_pooling=returns)
+        ids = {c.name: sh.local_ids(c.name) for c in cfgs}
+        torch_opts = None
+        if opt is None:
+            torch_opts = (torch.optim.SGD(ref.parameters(), lr=0.3), torch.optim.SGD(sh.parameters(), lr=0.3))
+        pooled = 0
+        for step in range(STEPS):
+            kjt = global_batch(step, WORLD, weighted=True, max_len=10)
+            pooled_ref = ref(kjt).values()
+            got = sh(local_batch(kjt, rank, local)).values()
+            what = f"world {world} owner_pooling={returns} {opt} step {step}"
+            close(got, pooled_ref[rank * local:(rank + 1) * local].detach(), f"{what} pooled")
+            R = step_grad(kjt, step, 0, 1, WORLD * B_LOCAL)
+            (pooled_ref * R).sum().backward()
+            (got * R[rank * local:(rank + 1) * local]).sum().backward()
+            if torch_opts is not None:
+                for c in cfgs:
+                    close(sh.embedding_bags[c.name].weight.grad, ref.embedding_bags[c.name].weight.grad[ids[c.name]],
+                          f"{what} grad {c.name}")
+                for o in torch_opts:
+                    o.step()
+                    o.zero_grad()
+            for c in cfgs:
+                close(sh.embedding_bags[c.name].weight.detach(), ref.embedding_bags[c.name].weight.detach()[ids[c.name]],
+                      f"{what} weights {c.name}")
+            t = sh.traffic()
+            gathered: list[Any] = [None] * world
+            dist.all_gather_object(gathered, (t["pooled_vecs"], t["pooled_grads"]))
+            assert sum(g[0] for g in gathered) == sum(g[1] for g in gathered), f"{what}: {gathered}"
+            pooled += sum(g[0] for g in gathered)
+        out.append(pooled)
+    return out
+
+
+def _fp16_case(rank: int, world: int) -> dict:
+    """The opt-in lossy float16 wire next to the exact one on the same steps: the bytes both sent
+    and how far the fp16 run's outputs and weights drifted from the single-process collection's."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    cfgs, local = configs(), WORLD * B_LOCAL // world
+    ref = recgo.EmbeddingBagCollection(cfgs, optimizer=optim.SGD(lr=0.3), seed=5)
+    runs = {w: ShardedEmbeddingBagCollection(cfgs, {**SHARDING, "tp": "table_wise"}, optimizer=optim.SGD(lr=0.3),
+                                             seed=5, timeout=60, wire_dtype=w) for w in ("fp32", "fp16")}
+    out: dict = {"bytes": dict.fromkeys(runs, 0), "err": 0.0}
+    for step in range(STEPS):
+        kjt = global_batch(step, WORLD, max_len=10)
+        pooled_ref = ref(kjt).values()
+        R = step_grad(kjt, step, 0, 1, WORLD * B_LOCAL)
+        (pooled_ref * R).sum().backward()
+        for w, sh in runs.items():
+            got = sh(local_batch(kjt, rank, local)).values()
+            (got * R[rank * local:(rank + 1) * local]).sum().backward()
+            out["bytes"][w] += sh.traffic()["bytes"]
+            if w == "fp16":
+                want = pooled_ref[rank * local:(rank + 1) * local].detach()
+                out["err"] = max(out["err"], float((got.detach() - want).abs().max() / want.abs().max()))
+    for c in cfgs:
+        want = ref.embedding_bags[c.name].weight.detach()[runs["fp16"].local_ids(c.name)]
+        got = runs["fp16"].embedding_bags[c.name].weight.detach()
+        if got.numel() == 0:  # a table-wise table on the other rank
+            continue
+        out["err"] = max(out["err"], float((got - want).abs().max() / want.abs().max()))
+    return out
 
 
 RESHARD_SAVE, RESHARD_MORE = STEPS, 2
@@ -219,7 +314,11 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
     torch.save(_reshard_run(rank, world, ckpt), os.path.join(out, f"reshard-{rank}.pt"))
     if world == 1:
         return {}
-    return {"kill": _fail_phase(rank, world, "kill")}
+    try:
+        pooled: dict = {"pooled": _pooled_cases(rank, world), "fp16": _fp16_case(rank, world)}
+    except BaseException as exc:
+        pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
+    return {**pooled, "kill": _fail_phase(rank, world, "kill")}
 
 
 def _reshard_run(rank: int, world: int, ckpt: str) -> dict:
@@ -276,10 +375,22 @@ def world4(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
 
 
 def test_world4_matches_single_process_collection(world4: tuple[list[dict], Path]) -> None:
-    """Both modes × every sharding type × every optimizer: pooled outputs, gradients (torch
-    optimizer), weights and optimizer state equal the single-process collection's (asserted in the
-    ranks; any failure comes back with its traceback)."""
+    """Both modes × every sharding type × every optimizer (hierarchical with pooling forced at its
+    intra-node stop), and the flat exchange with owner pooling for three of them: pooled outputs, gradients (torch optimizer), weights and optimizer state
+    equal the single-process collection's (asserted in the ranks; any failure comes back with its
+    traceback)."""
     _ok(world4[0])
+
+
+@pytest.mark.parametrize("world", [4, 2])
+def test_owner_pooling_matches_single_process_weighted(world4: tuple[list[dict], Path],
+                                                       world2: tuple[list[dict], Path], world: int) -> None:
+    """Owner pooling on weighted, mixed SUM/MEAN bags with empty ones, forced and auto, on worlds 4
+    and 2: outputs, gradients and weights equal the weighted single-process collection's, and the
+    owners did return partial sums in every case."""
+    res = world4[0][0] if world == 4 else world2[0][0]
+    assert "error" not in res and "pooled_error" not in res, res.get("error") or res.get("pooled_error")
+    assert len(res["pooled"]) == 3 and all(p > 0 for p in res["pooled"]), res["pooled"]
 
 
 def test_eq3_holds_exactly_on_the_counters(world4: tuple[list[dict], Path]) -> None:
@@ -288,14 +399,23 @@ def test_eq3_holds_exactly_on_the_counters(world4: tuple[list[dict], Path]) -> N
     inter = res[0]["inter"]
     assert len(inter) == len(OPTS) * STEPS
     saw_reduction = False
-    for key, (flat, hier) in inter.items():
+    for key, (flat, hier, *pooled) in inter.items():
         assert flat[0] == "flat" and hier[0] == "hierarchical"
-        assert flat[4] == hier[4]  # the right-hand side depends on the batch and layout only
-        assert flat[1] - hier[1] == flat[4], f"IDs, case {key}: {flat} vs {hier}"
-        assert flat[2] - hier[2] == flat[4], f"vectors, case {key}: {flat} vs {hier}"
-        assert flat[3] - hier[3] == flat[4], f"gradients, case {key}: {flat} vs {hier}"
-        saw_reduction |= flat[4] > 0
+        rhs = flat[6]
+        assert rhs == hier[6]  # the right-hand side depends on the batch and layout only
+        assert flat[1] - hier[1] == rhs, f"IDs, case {key}: {flat} vs {hier}"
+        assert flat[2] - hier[2] == rhs, f"vectors, case {key}: {flat} vs {hier}"
+        assert flat[3] - hier[3] == rhs, f"gradients, case {key}: {flat} vs {hier}"
+        assert flat[4] == flat[5] == 0, f"rows were asked for, case {key}"
+        # the hierarchical run forces pooling: its intra-node stop pools, the inter-node leg keeps rows
+        assert hier[4] > 0 and hier[4] == hier[5], f"no pooling at the intra-node stop, case {key}: {hier}"
+        for p in pooled:  # owner pooling changes what comes back, not which IDs travel
+            assert p[0] == "flat-pooled" and p[6] == rhs
+            assert p[1] - hier[1] == rhs, f"IDs with owner pooling, case {key}: {p} vs {hier}"
+            assert p[4] > 0 and p[4] == p[5], f"owners did not pool, case {key}: {p}"
+        saw_reduction |= rhs > 0
     assert saw_reduction, "the batches never shared IDs within a node: the test would not see a difference"
+    assert sum(len(v) == 3 for v in inter.values()) == len(POOLED_OPTS) * STEPS
 
 
 @pytest.fixture(scope="module")
@@ -333,6 +453,16 @@ def test_reshard_checkpoint_continues_identically(world4: tuple[list[dict], Path
     for name in got:
         assert not torch.isnan(got[name]).any() and not torch.isnan(want[name]).any()
         close(got[name], want[name], f"resharded to world {world}: table {name}")
+
+
+def test_fp16_wire_is_opt_in_lossy_and_smaller(world2: tuple[list[dict], Path]) -> None:
+    """wire_dtype="fp16" sends fewer bytes than the exact wire and stays near (not equal to) the
+    single-process collection: float16 keeps 11 significant bits of every vector it moves."""
+    res = world2[0][0]
+    assert "pooled_error" not in res, res.get("pooled_error")
+    fp16 = res["fp16"]
+    assert fp16["bytes"]["fp16"] < 0.8 * fp16["bytes"]["fp32"], fp16
+    assert 0 < fp16["err"] < 5e-3, fp16
 
 
 # -- failures ----------------------------------------------------------------------------------------

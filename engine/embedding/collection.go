@@ -109,8 +109,7 @@ func NewCollectionWithOptions(tables []*Table, features []Feature, opts Options)
 	if opts.PoolOrder < PoolAuto || opts.PoolOrder > PoolFeatureMajor || opts.BackwardPath < BackwardAuto || opts.BackwardPath > BackwardGrouped {
 		return nil, errs.Invalidf("collection: unknown pool order %d or backward path %d", opts.PoolOrder, opts.BackwardPath)
 	}
-	c := &Collection{Tables: tables, Features: features, colOff: make([]int, len(features)),
-		features: make([][]int, len(tables)), opts: opts}
+	c := &Collection{Tables: tables, Features: features, opts: opts}
 	names := map[string]bool{}
 	for i, t := range tables {
 		if t == nil {
@@ -124,28 +123,62 @@ func NewCollectionWithOptions(tables []*Table, features []Feature, opts Options)
 			c.exclusiveTrain = true
 		}
 	}
+	dims, tnames := make([]int, len(tables)), make([]string, len(tables))
+	for i, t := range tables {
+		dims[i], tnames[i] = t.Dim, t.Name
+	}
+	lay, err := LayOutFeatures("collection", features, dims, tnames)
+	if err != nil {
+		return nil, err
+	}
+	c.colOff, c.width, c.features = lay.ColOff, lay.Width, lay.PerTable
+	return c, nil
+}
+
+// FeatureLayout is where a collection's features land: feature f's output columns start at
+// ColOff[f], Width is the sum of the features' dims and PerTable[t] lists table t's features.
+type FeatureLayout struct {
+	ColOff   []int
+	Width    int
+	PerTable [][]int
+}
+
+// LayOutFeatures checks features against tables of the given dims and names (distinct feature
+// names, valid table indices and poolings, every table read by a feature) and lays out their
+// output columns; what names the collection in the errors.
+func LayOutFeatures(what string, features []Feature, dims []int, tableNames []string) (FeatureLayout, error) {
+	lay := FeatureLayout{ColOff: make([]int, len(features)), PerTable: make([][]int, len(dims))}
 	seen := map[string]bool{}
 	for f, ft := range features {
 		if seen[ft.Name] {
-			return nil, errs.Invalidf("collection: duplicate feature name %q", ft.Name)
+			return lay, errs.Invalidf("%s: duplicate feature name %q", what, ft.Name)
 		}
 		seen[ft.Name] = true
-		if ft.Table < 0 || ft.Table >= len(tables) {
-			return nil, errs.Invalidf("collection: feature %q references table %d of %d", ft.Name, ft.Table, len(tables))
+		if ft.Table < 0 || ft.Table >= len(dims) {
+			return lay, errs.Invalidf("%s: feature %q references table %d of %d", what, ft.Name, ft.Table, len(dims))
 		}
 		if ft.Pooling != PoolSum && ft.Pooling != PoolMean {
-			return nil, errs.Invalidf("collection: feature %q has unknown pooling %d", ft.Name, int(ft.Pooling))
+			return lay, errs.Invalidf("%s: feature %q has unknown pooling %d", what, ft.Name, int(ft.Pooling))
 		}
-		c.colOff[f] = c.width
-		c.width += tables[ft.Table].Dim
-		c.features[ft.Table] = append(c.features[ft.Table], f)
+		lay.ColOff[f] = lay.Width
+		lay.Width += dims[ft.Table]
+		lay.PerTable[ft.Table] = append(lay.PerTable[ft.Table], f)
 	}
-	for i, fs := range c.features {
+	for i, fs := range lay.PerTable {
 		if len(fs) == 0 {
-			return nil, errs.Invalidf("collection: table %q has no features", tables[i].Name)
+			return lay, errs.Invalidf("%s: table %q has no features", what, tableNames[i])
 		}
 	}
-	return c, nil
+	return lay, nil
+}
+
+// CloseTables closes every table and joins their errors.
+func CloseTables(tables []*Table) error {
+	var all []error
+	for _, t := range tables {
+		all = append(all, t.Close())
+	}
+	return errors.Join(all...)
 }
 
 // Options returns the collection's options.
@@ -195,11 +228,7 @@ func (c *Collection) Close() error {
 		return nil
 	}
 	c.closed = true
-	var all []error
-	for _, t := range c.Tables {
-		all = append(all, t.Close())
-	}
-	return errors.Join(all...)
+	return CloseTables(c.Tables)
 }
 
 // Batch is a KeyedJaggedTensor as the engine sees it: feature-major values and K·B lengths, in the

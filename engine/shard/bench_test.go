@@ -10,8 +10,15 @@ import (
 
 // BenchmarkStepWorld2 is one training step (forward exchange, pooling, backward exchange, SGD) of
 // both ranks of a loopback world of 2: 8 tables × 100k × 64, 512 samples per rank, Zipf IDs, bags
-// of 1–30 — the shape of benchmarks/distributed.py, without the transport.
+// of 1–30 — the shape of benchmarks/distributed.py, without the transport — hash-sharded and
+// table-wise (tables alternating between the ranks), owner pooling auto.
 func BenchmarkStepWorld2(b *testing.B) {
+	for _, kind := range []Kind{Hash, TableWise} {
+		b.Run(kind.String(), func(b *testing.B) { benchStepWorld2(b, kind) })
+	}
+}
+
+func benchStepWorld2(b *testing.B, kind Kind) {
 	const T, rows, dim, B = 8, 100_000, 64, 512
 	topo, _ := NewTopology(1, 2, 2)
 	opt := embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.05}
@@ -23,7 +30,7 @@ func BenchmarkStepWorld2(b *testing.B) {
 	for r := range cs {
 		var ls []*Layout
 		for t := 0; t < T; t++ {
-			l, _ := NewLayout(fmt.Sprintf("t%d", t), rows, dim, Hash, 0, 2)
+			l, _ := NewLayout(fmt.Sprintf("t%d", t), rows, dim, kind, t%2, 2)
 			ls = append(ls, l)
 		}
 		cs[r], _ = NewCollection(ls, topo, r, Flat, opt, feats)

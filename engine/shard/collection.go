@@ -23,9 +23,14 @@ type Collection struct {
 	Rank     int
 	Mode     Mode
 
+	// Returns is each table's return policy for owner pooling (nil: all ReturnAuto); set it with
+	// SetReturns.
+	Returns []Return
+
 	colOff   []int
 	width    int
 	features [][]int // per table: its features
+	featPos  []int   // per feature: its position among its table's features
 
 	pools pools // buffers recycled between steps
 
@@ -44,8 +49,8 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	if mode != Flat && mode != Hierarchical {
 		return nil, errs.Invalidf("sharded collection: unknown exchange mode %d", int(mode))
 	}
-	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode,
-		colOff: make([]int, len(features)), features: make([][]int, len(layouts))}
+	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode, featPos: make([]int, len(features))}
+	dims, names := make([]int, len(layouts)), make([]string, len(layouts))
 	for i, l := range layouts {
 		if l.World != topo.World() {
 			return nil, errs.Invalidf("table %q: laid out for %d ranks, the world has %d", l.Name, l.World, topo.World())
@@ -55,25 +60,16 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 				return nil, errs.Invalidf("sharded collection: duplicate table name %q", l.Name)
 			}
 		}
+		dims[i], names[i] = l.Dim, l.Name
 	}
-	names := map[string]bool{}
-	for f, ft := range features {
-		switch {
-		case names[ft.Name]:
-			return nil, errs.Invalidf("sharded collection: duplicate feature name %q", ft.Name)
-		case ft.Table < 0 || ft.Table >= len(layouts):
-			return nil, errs.Invalidf("sharded collection: feature %q references table %d of %d", ft.Name, ft.Table, len(layouts))
-		case ft.Pooling != embedding.PoolSum && ft.Pooling != embedding.PoolMean:
-			return nil, errs.Invalidf("sharded collection: feature %q has unknown pooling %d", ft.Name, int(ft.Pooling))
-		}
-		names[ft.Name] = true
-		c.colOff[f] = c.width
-		c.width += layouts[ft.Table].Dim
-		c.features[ft.Table] = append(c.features[ft.Table], f)
+	lay, err := embedding.LayOutFeatures("sharded collection", features, dims, names)
+	if err != nil {
+		return nil, err
 	}
-	for t, fs := range c.features {
-		if len(fs) == 0 {
-			return nil, errs.Invalidf("sharded collection: table %q has no features", layouts[t].Name)
+	c.colOff, c.width, c.features = lay.ColOff, lay.Width, lay.PerTable
+	for _, fs := range c.features {
+		for q, f := range fs {
+			c.featPos[f] = q
 		}
 	}
 	for _, l := range layouts {
@@ -89,6 +85,24 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	return c, nil
 }
 
+// SetReturns sets each table's return policy (one per table; see ownerpool.go). It waits for
+// running Begin calls; steps already begun keep the policy they started with. Ranks may choose
+// differently: each requester's choice travels with its blocks.
+func (c *Collection) SetReturns(r []Return) error {
+	if len(r) != len(c.Layouts) {
+		return errs.Invalidf("sharded collection: %d return policies for %d tables", len(r), len(c.Layouts))
+	}
+	for t, v := range r {
+		if v < ReturnAuto || v > ReturnPooled {
+			return errs.Invalidf("table %q: unknown return policy %d (0 auto, 1 rows, 2 pooled)", c.Layouts[t].Name, int(v))
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Returns = append([]Return(nil), r...)
+	return nil
+}
+
 // Width is the number of output columns.
 func (c *Collection) Width() int { return c.width }
 
@@ -100,11 +114,7 @@ func (c *Collection) Close() error {
 		return nil
 	}
 	c.closed = true
-	var all []error
-	for _, s := range c.Shards {
-		all = append(all, s.Close())
-	}
-	return errors.Join(all...)
+	return embedding.CloseTables(c.Shards)
 }
 
 // Lookup implements Store.
@@ -118,18 +128,16 @@ func (c *Collection) Apply(t int, rows []int64, grads []float32) error {
 }
 
 // Step is one training step of a rank: its batch's local dedup, the exchange that brings the
-// rows, the pooling, and later the backward exchange. Steps of one collection may coexist (each
-// owns its buffers); every rank must run the exchanges of its steps in the same order.
+// rows (or the owners' partial sums), the pooling, and later the backward exchange. Steps of one
+// collection may coexist (each owns its buffers); every rank must run the exchanges of its steps in
+// the same order.
 type Step struct {
 	c       *Collection
 	X       *Exchange
 	B       int
 	uniq    [][]int64 // per table: distinct IDs, first-seen order over the table's features
-	valInv  []int32   // per KJT value: index of its ID in its table's uniq
 	featKey []int
-	offsets []int64
 	scales  []float32
-	weights []float32
 	pooled  bool
 }
 
@@ -146,13 +154,13 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 		return nil, err
 	}
 	F, T := len(c.Features), len(c.Layouts)
-	s := &Step{c: c, B: B, featKey: make([]int, F), offsets: make([]int64, len(b.Lengths)+1),
-		scales: make([]float32, len(b.Lengths)), valInv: make([]int32, len(b.Values)), uniq: make([][]int64, T)}
+	s := &Step{c: c, B: B, featKey: make([]int, F), scales: make([]float32, len(b.Lengths)), uniq: make([][]int64, T)}
+	offsets := make([]int64, len(b.Lengths)+1)
 	for k, f := range b.KeyFeature {
 		s.featKey[f] = k
 	}
 	for i, n := range b.Lengths {
-		s.offsets[i+1] = s.offsets[i] + n
+		offsets[i+1] = offsets[i] + n
 	}
 	for k, f := range b.KeyFeature {
 		mean := c.Features[f].Pooling == embedding.PoolMean
@@ -163,15 +171,26 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 			}
 		}
 	}
-	if b.Weights != nil {
-		s.weights = append([]float32{}, b.Weights...)
-	}
+	bags := make([]Bags, T)
 	errsT := make([]error, T)
 	parallel.ForEach(T, 1, func(t int) {
 		var ids []int64
+		bg := &bags[t]
+		bg.Bounds = make([]int64, 1, len(c.features[t])*B+1)
+		if b.Weights != nil {
+			bg.Weights = []float32{}
+		}
 		for _, f := range c.features[t] {
 			k := s.featKey[f]
-			ids = append(ids, b.Values[s.offsets[k*B]:s.offsets[(k+1)*B]]...)
+			v0, v1 := offsets[k*B], offsets[(k+1)*B]
+			ids = append(ids, b.Values[v0:v1]...)
+			if b.Weights != nil {
+				bg.Weights = append(bg.Weights, b.Weights[v0:v1]...)
+			}
+			base := bg.Bounds[len(bg.Bounds)-1] - v0
+			for _, o := range offsets[k*B+1 : (k+1)*B+1] {
+				bg.Bounds = append(bg.Bounds, base+o)
+			}
 		}
 		for _, id := range ids {
 			if err := c.Layouts[t].Check(id); err != nil {
@@ -179,30 +198,23 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 				return
 			}
 		}
-		inv := make([]int32, len(ids))
-		var d embedding.Deduper
-		s.uniq[t] = d.Dedup(ids, nil, inv)
-		p := 0
-		for _, f := range c.features[t] {
-			k := s.featKey[f]
-			n := int(s.offsets[(k+1)*B] - s.offsets[k*B])
-			copy(s.valInv[s.offsets[k*B]:], inv[p:p+n])
-			p += n
-		}
+		bg.Inv = make([]int32, len(ids))
+		s.uniq[t] = c.pools.dedup(ids, bg.Inv)
 	})
 	if err := errors.Join(errsT...); err != nil {
 		return nil, err
 	}
 	s.X = NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
 	s.X.pools = &c.pools
-	if err := s.X.Forward(s.uniq); err != nil {
+	if err := s.X.ForwardBags(s.uniq, bags, c.Returns); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-// Pool writes the rank's pooled output ([B, Width], overwritten) from the rows the exchange
-// brought: each (feature, sample) bag has one writer, through the engine's segment reduction.
+// Pool writes the rank's pooled output ([B, Width], overwritten) from the rows and partial sums
+// the exchange brought: each (feature, sample) bag has one writer, through the engine's segment
+// reduction, which adds the bag's terms in a fixed order and then applies its mean scale.
 func (s *Step) Pool(out []float32) error {
 	c := s.c
 	if len(out) != s.B*c.width {
@@ -211,16 +223,12 @@ func (s *Step) Pool(out []float32) error {
 	if s.X.vecs == nil || s.X.vecs[0] == nil || len(s.X.stages) > 0 || s.X.cur != nil {
 		return errs.Invalidf("forward: the exchange has not finished")
 	}
-	offs := make([]int64, len(s.valInv))
-	for i, u := range s.valInv {
-		offs[i] = int64(u)
-	}
 	B := s.B
 	parallel.ForEach(len(c.Features), 1, func(f int) {
-		t := c.Features[f].Table
-		k := s.featKey[f]
-		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.Rows(t), offs, int64(c.Layouts[t].Dim),
-			s.offsets[k*B:(k+1)*B+1], s.weights, s.scales[k*B:(k+1)*B])
+		t, k, q := c.Features[f].Table, s.featKey[f], c.featPos[f]
+		p := s.X.Plan(t)
+		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.Rows(t), p.Offs, int64(c.Layouts[t].Dim),
+			p.Bounds[q*B:(q+1)*B+1], p.Weights, s.scales[k*B:(k+1)*B])
 	})
 	s.pooled = true
 	s.X.release(s.X.vecs) // backward needs the routes, not the rows
@@ -229,8 +237,9 @@ func (s *Step) Pool(out []float32) error {
 }
 
 // Backward merges the output gradient ([B, Width]) into one gradient per distinct ID of each
-// table (the transpose of Pool) and queues the backward exchange; with fused, the owners apply
-// their optimizers at its end, otherwise the owners' merged gradients are left in s.X.
+// table and per partial sum an owner returned (the transpose of Pool) and queues the backward
+// exchange; with fused, the owners apply their optimizers at its end, otherwise the owners' merged
+// gradients are left in s.X.
 func (s *Step) Backward(gradOut []float32, fused bool) error {
 	c := s.c
 	if !s.pooled {
@@ -250,17 +259,18 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 	grads := make([][]float32, T)
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
-		acc := s.X.pools.floats().get(len(s.uniq[t]) * d)
+		p := s.X.Plan(t)
+		acc := s.X.pools.floats().get((len(s.uniq[t]) + s.X.partials(t)) * d)
 		clear(acc)
 		for _, f := range c.features[t] {
-			k := s.featKey[f]
-			v0, v1 := s.offsets[k*B], s.offsets[(k+1)*B]
+			k, q := s.featKey[f], c.featPos[f]
+			bnd := p.Bounds[q*B : (q+1)*B+1]
+			e0, e1 := bnd[0], bnd[B]
 			var w []float32
-			if s.weights != nil {
-				w = s.weights[v0:v1]
+			if p.Weights != nil {
+				w = p.Weights[e0:e1]
 			}
-			kernels.SegmentScatter(acc, d, s.valInv[v0:v1], -1, gradOut, c.colOff[f], c.width,
-				s.offsets[k*B:(k+1)*B+1], w, s.scales[k*B:(k+1)*B])
+			kernels.SegmentScatter(acc, d, p.Slots[e0:e1], -1, gradOut, c.colOff[f], c.width, bnd, w, s.scales[k*B:(k+1)*B])
 		}
 		grads[t] = acc
 	})

@@ -12,7 +12,12 @@
 // distinct IDs along a route of all-to-all legs — one leg over the world (flat) or the two legs of
 // the hierarchical exchange (hierarchical.go) — merging duplicates at every stop; the owner looks
 // each distinct row up once ([embedding.Table.GatherRows]); rows return along the inverse maps and
-// the requester pools them with one writer per bag (kernels.SegmentReduce). Backward mirrors it:
+// the requester pools them with one writer per bag (kernels.SegmentReduce). The rank a requester
+// sends to on the first leg (the owner, or on the hierarchical route its node's rank for the
+// owner's local index) may instead pool the requester's bag segments and return one partial sum
+// per (bag, table), chosen per table, destination and step by the bytes each return costs (ownerpool.go;
+// [Return], [Exchange.ForwardBags]). IDs and bag structure travel packed in their narrowest
+// widths; a rank's own block never enters the all-to-all. Backward mirrors it:
 // gradients merged per distinct row at the requester (kernels.SegmentScatter), sent along the
 // same route, merged at every stop ([MergeRows]) and applied by the owner's fused optimizer
 // ([embedding.Table.ApplyRows]). Data-parallel tables exchange only their gradients (replica.go).

@@ -1,24 +1,44 @@
 package shard
 
 import (
-	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
-	"github.com/recgo/recgo/internal/parallel"
-	"github.com/recgo/recgo/kernels"
+)
+
+// Elem is the element type of an op's buffers.
+type Elem int
+
+// The element types: int64 (counts), float32 (rows, partial sums, gradients), bytes (IDs and bag
+// structure packed in the narrowest integer widths, see wire.go).
+const (
+	ElemInt64 Elem = iota
+	ElemFloat32
+	ElemByte
 )
 
 // Op is one all-to-all the caller must run on Group (torch.distributed's all_to_all_single): send
 // SendSplits[i] elements of the send buffer to group index i and receive RecvSplits[i] elements
-// from it, in group order. The send buffer is SendI (int64) or, when Float, SendF (float32).
+// from it, in group order. The send buffer is SendI (int64), SendF (float32) or SendB (bytes), by Elem.
 type Op struct {
 	Group      Group
-	Float      bool
+	Elem       Elem
 	SendI      []int64
 	SendF      []float32
+	SendB      []byte
 	SendSplits []int64
 	RecvSplits []int64
 
 	recycle bool // the send buffer came from the collection's free lists
+}
+
+// SendLen is the number of elements the op sends.
+func (o *Op) SendLen() int {
+	switch o.Elem {
+	case ElemFloat32:
+		return len(o.SendF)
+	case ElemByte:
+		return len(o.SendB)
+	}
+	return len(o.SendI)
 }
 
 // RecvLen is the number of elements the op receives.
@@ -41,12 +61,18 @@ type Store interface {
 // leg is the state of one hop of a step's route at this rank.
 type leg struct {
 	hop
-	items   [][]int64 // per table: the distinct IDs at the leg's start (L_h)
-	perm    [][]int32 // per table: the item of each send entry, in send order (destination-major)
-	sendCnt []int64   // [size × tables]: IDs sent to each group index, per table
-	recvCnt []int64   // [size × tables]: IDs received from each group index, per table
-	recv    [][]int64 // per table: the IDs received, source-major (R_h)
-	inv     [][]int32 // per table: R_h → the next leg's items
+	items    [][]int64 // per table: the distinct IDs at the leg's start (L_h)
+	perm     [][]int32 // per table: the item of each send entry, in send order (destination-major)
+	sendCnt  []int64   // [size × tables]: IDs sent to each group index, per table
+	recvCnt  []int64   // [size × tables]: IDs received from each group index, per table
+	sendMeta []int64   // [size × tables × metaFields]: what each block sent carries (ownerpool.go)
+	recvMeta []int64   // the same for each block received
+	sendVec  []int64   // [size × tables]: vectors coming back for each block sent (rows or partials)
+	recvVec  []int64   // [size × tables]: vectors returned for each block received
+	recv     [][]int64 // per table: the IDs received, source-major (R_h)
+	inv      [][]int32 // per table: R_h → the next leg's items
+	selfBase []int     // per table: where the rank's own block starts in recv
+	selfPerm []int     // per table: where it starts in perm
 }
 
 // Exchange is one step's routing state at one rank: it turns the rank's distinct IDs into the
@@ -63,9 +89,14 @@ type Exchange struct {
 
 	owner     [][]int64     // per table: the distinct IDs this rank serves (after the last leg)
 	ownerRows [][]int64     // their shard rows
-	vecs      [][][]float32 // [leg or owner][table]: rows of that level's items
-	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items
+	vecs      [][][]float32 // [leg or owner][table]: rows of that level's items (level 0: then partials)
+	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	fused     bool
+
+	bags    []Bags      // requester: per table, the bags over its distinct IDs (nil: rows only)
+	returns []Return    // per table: how owners return vectors (ReturnAuto when nil)
+	plans   []PoolPlan  // requester: per table, the pooling entries over rows and partials
+	segs    []ownerSegs // owner: per table, the bag segments requesters asked it to pool
 
 	stages   []stage
 	cur      *stage
@@ -76,7 +107,7 @@ type Exchange struct {
 
 type stage struct {
 	op   func() (*Op, error)
-	feed func(op *Op, recvI []int64, recvF []float32) error
+	feed func(op *Op, recvI []int64, recvF []float32, recvB []byte) error
 }
 
 // NewExchange starts a step for rank self of topology topo, routing tables laid out by layouts
@@ -120,7 +151,8 @@ func (x *Exchange) Forward(uniq [][]int64) error {
 }
 
 // Rows returns table t's rows of the distinct IDs Forward was given, in that order (after the
-// forward ops ran).
+// forward ops ran); after ForwardBags, the owners' partial sums follow them (see Plan), and the
+// rows of IDs whose owner pooled them are undefined.
 func (x *Exchange) Rows(t int) []float32 { return x.vecs[0][t] }
 
 // Backward queues the backward exchange: grads[t] holds the requester's merged gradient of each of
@@ -131,8 +163,8 @@ func (x *Exchange) Backward(grads [][]float32, fused bool) error {
 		return errs.Invalidf("exchange: backward before forward")
 	}
 	for t, g := range grads {
-		if len(g) != len(x.legs[0].items[t])*x.dims[t] {
-			return errs.Invalidf("exchange: table %q: %d gradient values for %d IDs", x.layouts[t].Name, len(g), len(x.legs[0].items[t]))
+		if n := len(x.legs[0].items[t]) + x.partials(t); len(g) != n*x.dims[t] {
+			return errs.Invalidf("exchange: table %q: %d gradient values for %d IDs and partial sums", x.layouts[t].Name, len(g), n)
 		}
 	}
 	x.fused = fused
@@ -172,7 +204,7 @@ func (x *Exchange) Next() (*Op, error) {
 			continue
 		}
 		if op.selfOnly() {
-			if err := s.feed(op, op.SendI, op.SendF); err != nil {
+			if err := s.feed(op, op.SendI, op.SendF, op.SendB); err != nil {
 				x.stages = nil
 				return nil, err
 			}
@@ -186,22 +218,26 @@ func (x *Exchange) Next() (*Op, error) {
 	return nil, nil
 }
 
-// Feed hands Next's op its received buffer (recvI or recvF, by the op's type; RecvLen elements).
-func (x *Exchange) Feed(recvI []int64, recvF []float32) error {
+// Feed hands Next's op its received buffer (recvI, recvF or recvB, by the op's Elem; RecvLen
+// elements).
+func (x *Exchange) Feed(recvI []int64, recvF []float32, recvB []byte) error {
 	s, op := x.cur, x.curOp
 	if s == nil {
 		return errs.Invalidf("exchange: Feed without a pending op")
 	}
 	x.cur, x.curOp = nil, nil
 	n := int64(len(recvI))
-	if op.Float {
+	switch op.Elem {
+	case ElemFloat32:
 		n = int64(len(recvF))
+	case ElemByte:
+		n = int64(len(recvB))
 	}
 	if n != op.RecvLen() {
 		x.stages = nil
 		return errs.Invalidf("exchange: received %d elements, the op expects %d", n, op.RecvLen())
 	}
-	if err := s.feed(op, recvI, recvF); err != nil {
+	if err := s.feed(op, recvI, recvF, recvB); err != nil {
 		x.stages = nil
 		return err
 	}
@@ -214,7 +250,8 @@ func (x *Exchange) recycle(op *Op) {
 	if op.recycle {
 		x.pools.ints().put(op.SendI)
 		x.pools.floats().put(op.SendF)
-		op.SendI, op.SendF = nil, nil
+		x.pools.bytes().put(op.SendB)
+		op.SendI, op.SendF, op.SendB = nil, nil, nil
 	}
 }
 
@@ -227,220 +264,6 @@ func (x *Exchange) release(levels [][][]float32) {
 
 // selfOnly reports whether the op runs on a group of one rank (the caller's own).
 func (o *Op) selfOnly() bool { return len(o.SendSplits) == 1 }
-
-// countStage exchanges leg h's [size × tables] ID counts.
-func (x *Exchange) countStage(h int) stage {
-	T := len(x.layouts)
-	return stage{
-		op: func() (*Op, error) {
-			lg := &x.legs[h]
-			lg.sendCnt = make([]int64, lg.size*T)
-			lg.perm = make([][]int32, T)
-			for t, ids := range lg.items {
-				dest := make([]int32, len(ids))
-				for i, id := range ids {
-					o, _ := x.layouts[t].Owner(id, x.self)
-					d := lg.dest(o)
-					dest[i] = int32(d)
-					lg.sendCnt[d*T+t]++
-				}
-				// counting sort of the items by destination, stable in item order
-				start := make([]int32, lg.size+1)
-				for d := 0; d < lg.size; d++ {
-					start[d+1] = start[d] + int32(lg.sendCnt[d*T+t])
-				}
-				perm := make([]int32, len(ids))
-				for i, d := range dest {
-					perm[start[d]] = int32(i)
-					start[d]++
-				}
-				lg.perm[t] = perm
-			}
-			return &Op{Group: lg.group, SendI: lg.sendCnt, SendSplits: fill(lg.size, int64(T)), RecvSplits: fill(lg.size, int64(T))}, nil
-		},
-		feed: func(_ *Op, recv []int64, _ []float32) error {
-			lg := &x.legs[h]
-			for _, c := range recv {
-				if c < 0 || c > 1<<40 {
-					return errs.Invalidf("exchange: a peer announced %d IDs", c)
-				}
-			}
-			lg.recvCnt = append([]int64(nil), recv...)
-			return nil
-		},
-	}
-}
-
-// idStage sends leg h's IDs and merges the received ones (the next leg's items, or the owner's).
-func (x *Exchange) idStage(h int) stage {
-	T := len(x.layouts)
-	return stage{
-		op: func() (*Op, error) {
-			lg := &x.legs[h]
-			send := x.pools.ints().get(int(sum(lg.sendCnt)))[:0]
-			pos := make([]int, T) // per table: next perm entry
-			for d := 0; d < lg.size; d++ {
-				for t := 0; t < T; t++ {
-					n := int(lg.sendCnt[d*T+t])
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						send = append(send, lg.items[t][i])
-					}
-					pos[t] += n
-					if d != lg.self {
-						x.Counters.addIDs(t, x.sameNode(lg.rank(d)), int64(n))
-					}
-				}
-			}
-			return &Op{Group: lg.group, SendI: send, SendSplits: rowSums(lg.sendCnt, lg.size, T, nil),
-				RecvSplits: rowSums(lg.recvCnt, lg.size, T, nil), recycle: true}, nil
-		},
-		feed: func(_ *Op, recv []int64, _ []float32) error {
-			lg := &x.legs[h]
-			lg.recv = splitByTable(recv, lg.recvCnt, lg.size, T, nil, nil)
-			lg.inv = make([][]int32, T)
-			next := make([][]int64, T)
-			parallel.ForEach(T, 1, func(t int) {
-				var d embedding.Deduper
-				lg.inv[t] = make([]int32, len(lg.recv[t]))
-				next[t] = d.Dedup(lg.recv[t], nil, lg.inv[t])
-			})
-			for t, ids := range next {
-				for _, id := range ids {
-					if err := x.layouts[t].Check(id); err != nil {
-						return err
-					}
-				}
-			}
-			if h+1 < len(x.legs) {
-				x.legs[h+1].items = next
-			} else {
-				x.owner = next
-			}
-			return nil
-		},
-	}
-}
-
-// lookup resolves the owner's distinct IDs to shard rows and reads them once each.
-func (x *Exchange) lookup() error {
-	T := len(x.layouts)
-	x.ownerRows = make([][]int64, T)
-	x.vecs = make([][][]float32, len(x.legs)+1)
-	top := make([][]float32, T)
-	for t, ids := range x.owner {
-		rows := make([]int64, len(ids))
-		for i, id := range ids {
-			o, r := x.layouts[t].Owner(id, x.self)
-			if o != x.self {
-				return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", x.layouts[t].Name, id, x.self, o)
-			}
-			rows[i] = r
-		}
-		x.ownerRows[t] = rows
-		top[t] = x.pools.floats().get(len(rows) * x.dims[t])
-		if err := x.store.Lookup(t, rows, top[t]); err != nil {
-			return err
-		}
-		x.Counters.Lookups[t] += int64(len(rows))
-	}
-	x.vecs[len(x.legs)] = top
-	return nil
-}
-
-// vecStage sends leg h's rows back: every received ID gets its row (expanded along the inverse
-// map), and the rows that arrive fill this leg's items.
-func (x *Exchange) vecStage(h int) stage {
-	T := len(x.layouts)
-	return stage{
-		op: func() (*Op, error) {
-			lg := &x.legs[h]
-			src := x.vecs[h+1]
-			send := x.pools.floats().get(rowSum(lg.recvCnt, x.dims))[:0]
-			base := make([]int, T)
-			for s := 0; s < lg.size; s++ {
-				for t := 0; t < T; t++ {
-					n, d := int(lg.recvCnt[s*T+t]), x.dims[t]
-					for _, u := range lg.inv[t][base[t] : base[t]+n] {
-						send = append(send, src[t][int(u)*d:int(u+1)*d]...)
-					}
-					base[t] += n
-					if s != lg.self {
-						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), int64(n))
-					}
-				}
-			}
-			return &Op{Group: lg.group, Float: true, SendF: send, SendSplits: rowSums(lg.recvCnt, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.sendCnt, lg.size, T, x.dims), recycle: true}, nil
-		},
-		feed: func(_ *Op, _ []int64, recv []float32) error {
-			lg := &x.legs[h]
-			out := make([][]float32, T)
-			for t := range out {
-				out[t] = x.pools.floats().get(len(lg.items[t]) * x.dims[t])
-			}
-			pos, p := make([]int, T), 0
-			for d := 0; d < lg.size; d++ {
-				for t := 0; t < T; t++ {
-					n, dim := int(lg.sendCnt[d*T+t]), x.dims[t]
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						copy(out[t][int(i)*dim:int(i+1)*dim], recv[p:p+dim])
-						p += dim
-					}
-					pos[t] += n
-				}
-			}
-			x.vecs[h] = out
-			return nil
-		},
-	}
-}
-
-// gradStage sends leg h's merged gradients along the IDs' path and merges what arrives per
-// distinct ID of the next level.
-func (x *Exchange) gradStage(h int) stage {
-	T := len(x.layouts)
-	return stage{
-		op: func() (*Op, error) {
-			lg := &x.legs[h]
-			g := x.grads[h]
-			send := x.pools.floats().get(rowSum(lg.sendCnt, x.dims))[:0]
-			pos := make([]int, T)
-			for d := 0; d < lg.size; d++ {
-				for t := 0; t < T; t++ {
-					n, dim := int(lg.sendCnt[d*T+t]), x.dims[t]
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
-					}
-					pos[t] += n
-					if d != lg.self {
-						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), int64(n))
-					}
-				}
-			}
-			return &Op{Group: lg.group, Float: true, SendF: send, SendSplits: rowSums(lg.sendCnt, lg.size, T, x.dims),
-				RecvSplits: rowSums(lg.recvCnt, lg.size, T, x.dims), recycle: true}, nil
-		},
-		feed: func(_ *Op, _ []int64, recv []float32) error {
-			lg := &x.legs[h]
-			in := splitByTable(recv, lg.recvCnt, lg.size, T, x.dims, x.pools.floats())
-			nextN := func(t int) int {
-				if h+1 < len(x.legs) {
-					return len(x.legs[h+1].items[t])
-				}
-				return len(x.owner[t])
-			}
-			out := make([][]float32, T)
-			for t := range out {
-				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
-			}
-			parallel.ForEach(T, 1, func(t int) { MergeRows(out[t], in[t], lg.inv[t], x.dims[t]) })
-			x.release([][][]float32{in, x.grads[h]})
-			x.grads[h] = nil
-			x.grads[h+1] = out
-			return nil
-		},
-	}
-}
 
 // apply hands the owner's merged gradients to the store's optimizers (fused mode).
 func (x *Exchange) apply() error {
@@ -465,21 +288,7 @@ func (x *Exchange) sameNode(peer int) bool { return x.topo.Node(peer) == x.topo.
 // the order makes the sums identical wherever the same inputs are merged). dst rows no entry
 // names become zero.
 func MergeRows(dst, src []float32, inv []int32, dim int) {
-	n := len(dst) / dim
-	bounds := make([]int64, n+1)
-	for _, u := range inv {
-		bounds[u+1]++
-	}
-	for u := 0; u < n; u++ {
-		bounds[u+1] += bounds[u]
-	}
-	next := append([]int64(nil), bounds[:n]...)
-	offs := make([]int64, len(inv))
-	for i, u := range inv {
-		offs[next[u]] = int64(i)
-		next[u]++
-	}
-	kernels.SegmentReduce(dst, 0, dim, dim, src, offs, int64(dim), bounds, nil, nil)
+	mergeWeighted(dst, src, inv, nil, nil, dim)
 }
 
 func fill(n int, v int64) []int64 {

@@ -35,24 +35,34 @@ func FuzzSplitCounts(f *testing.F) {
 	})
 }
 
-// FuzzExchangeFeed: a peer's announced counts and IDs are checked, never trusted into a panic.
+// FuzzExchangeFeed: a peer's announced block metadata and the IDs and bag structure it sends
+// (owner pooling included) are checked, never trusted into a panic or an out-of-range read.
 func FuzzExchangeFeed(f *testing.F) {
-	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0}, []byte{5, 0, 0, 0, 0, 0, 0, 0})
+	// rank 0's view: its own block (1 ID, rows), then rank 1's (2 IDs, pooled: 2 bags, 3 values)
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+		2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
+		[]byte{4, 6, 8, 2, 1, 0, 1, 0})
 	f.Fuzz(func(t *testing.T, rawCounts, rawIDs []byte) {
 		topo, _ := NewTopology(1, 2, 2)
 		l, _ := NewLayout("t", 20, 2, Hash, 0, 2)
 		x := NewExchange([]*Layout{l}, topo, 0, Flat, nopStore{})
-		require.NoError(t, x.Forward([][]int64{{1, 2, 3}}))
+		bags := []Bags{{Inv: []int32{0, 1, 2, 1}, Bounds: []int64{0, 2, 4}}}
+		require.NoError(t, x.ForwardBags([][]int64{{1, 2, 3}}, bags, []Return{ReturnPooled}))
 		op, err := x.Next()
 		require.NoError(t, err)
 		counts := int64s(rawCounts)
-		if err := x.Feed(counts, nil); err != nil {
+		if err := x.Feed(counts, nil, nil); err != nil {
 			return
 		}
 		if op, err = x.Next(); err != nil || op == nil {
 			return
 		}
-		ids := int64s(rawIDs)
-		_ = x.Feed(ids, nil) // wrong sizes or out-of-range IDs are errors
+		if err := x.Feed(nil, nil, rawIDs); err != nil { // wrong sizes, indices or IDs are errors
+			return
+		}
+		if op, err = x.Next(); err != nil || op == nil { // the lookup runs; then the vectors go back
+			return
+		}
+		_ = x.Feed(nil, make([]float32, op.RecvLen()), nil)
 	})
 }

@@ -10,10 +10,12 @@ import (
 )
 
 // runLockstep drives the exchanges of every rank of topo together, moving each op's buffers as
-// all_to_all_single would on the op's group (the ranks emit the same op sequence).
-func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
+// all_to_all_single would on the op's group (the ranks emit the same op sequence); it returns the
+// bytes the ranks sent to other ranks.
+func runLockstep(t *testing.T, topo Topology, xs []*Exchange) int64 {
 	t.Helper()
 	W := topo.World()
+	var sent int64
 	for {
 		ops := make([]*Op, W)
 		done := 0
@@ -26,7 +28,7 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
 			}
 		}
 		if done == W {
-			return
+			return sent
 		}
 		require.Zero(t, done, "ranks disagree on the op sequence")
 		members := func(r int, g Group) []int {
@@ -47,11 +49,12 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
 			}
 			return out
 		}
-		recvIs, recvFs := make([][]int64, W), make([][]float32, W)
+		recvIs, recvFs, recvBs := make([][]int64, W), make([][]float32, W), make([][]byte, W)
 		for r, op := range ops {
 			m := members(r, op.Group)
 			var recvI []int64
 			var recvF []float32
+			var recvB []byte
 			for _, q := range m { // what q sends to r: q's block at r's index in the group
 				var idx int
 				for i, v := range members(q, op.Group) {
@@ -65,19 +68,29 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) {
 					lo += qo.SendSplits[i]
 				}
 				hi := lo + qo.SendSplits[idx]
-				if op.Float {
+				if q != r {
+					sent += (hi - lo) * int64([]int{8, 4, 1}[qo.Elem])
+				}
+				require.Equal(t, op.Elem, qo.Elem, "ranks disagree on the op's element type")
+				switch op.Elem {
+				case ElemFloat32:
 					recvF = append(recvF, qo.SendF[lo:hi]...)
-				} else {
+				case ElemByte:
+					recvB = append(recvB, qo.SendB[lo:hi]...)
+				default:
 					recvI = append(recvI, qo.SendI[lo:hi]...)
 				}
 			}
-			if op.Float && recvF == nil {
+			if op.Elem == ElemFloat32 && recvF == nil {
 				recvF = []float32{}
 			}
-			recvIs[r], recvFs[r] = recvI, recvF
+			if op.Elem == ElemByte && recvB == nil {
+				recvB = []byte{}
+			}
+			recvIs[r], recvFs[r], recvBs[r] = recvI, recvF, recvB
 		}
 		for r := range ops { // feeding recycles the send buffers: only once every rank has received
-			require.NoError(t, xs[r].Feed(recvIs[r], recvFs[r]), "rank %d", r)
+			require.NoError(t, xs[r].Feed(recvIs[r], recvFs[r], recvBs[r]), "rank %d", r)
 		}
 	}
 }
@@ -183,50 +196,141 @@ func TestShardedStepsMatchOneCollection(t *testing.T) {
 	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
 	rows := []int64{50, 30, 41, 7}
 	dims := []int{4, 8, 3, 5}
-	for _, mode := range []Mode{Flat, Hierarchical} {
-		for oi, opt := range opts {
-			weighted := oi == 1 // one optimizer runs weighted bags
-			t.Run(fmt.Sprintf("%s/%s/weighted=%v", mode, opt.Kind, weighted), func(t *testing.T) {
-				w := newTestWorld(t, 2, 2, mode, kinds, rows, dims, opt)
-				rng := rand.New(rand.NewPCG(1, 2))
-				W, Bl := 4, 6
-				for step := 0; step < 3; step++ {
-					_, lens, vals := randBatch(rng, len(kinds), W*Bl, rows)
-					width := w.ref.Width()
-					refOut := make([]float32, W*Bl*width)
-					ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl, weighted), refOut, true, true)
-					require.NoError(t, err)
-					steps := make([]*Step, W)
-					xs := make([]*Exchange, W)
-					for r := range w.ranks {
-						steps[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted))
-						require.NoError(t, err)
-						xs[r] = steps[r].X
-					}
-					runLockstep(t, w.topo, xs)
-					gradOut := make([]float32, len(refOut))
-					for i := range gradOut {
-						gradOut[i] = rng.Float32() - 0.5
-					}
-					for r, s := range steps {
-						out := make([]float32, Bl*width)
-						require.NoError(t, s.Pool(out))
-						require.InDeltaSlice(t, refOut[r*Bl*width:(r+1)*Bl*width], out, 1e-6, "pooled, rank %d step %d", r, step)
-						require.NoError(t, s.Backward(gradOut[r*Bl*width:(r+1)*Bl*width], true))
-					}
-					runLockstep(t, w.topo, xs)
-					require.NoError(t, w.ref.Backward(ctx, gradOut, nil, nil))
-					for i := range kinds {
-						for id := int64(0); id < rows[i]; id++ {
-							require.InDeltaSlice(t, w.ref.Tables[i].Row(id), w.globalRow(i, id), 1e-5, "table %d row %d", i, id)
+	type shape struct{ nodes, per int }
+	for _, sh := range []shape{{2, 2}, {1, 2}} {
+		for _, mode := range []Mode{Flat, Hierarchical} {
+			for _, ret := range []Return{ReturnAuto, ReturnRows, ReturnPooled} {
+				for oi, opt := range opts {
+					weighted := oi == 1 // one optimizer runs weighted bags
+					name := fmt.Sprintf("%dx%d/%s/%s/%s/weighted=%v", sh.nodes, sh.per, mode, ret, opt.Kind, weighted)
+					t.Run(name, func(t *testing.T) {
+						w := newTestWorld(t, sh.nodes, sh.per, mode, kinds, rows, dims, opt)
+						for _, c := range w.ranks {
+							require.NoError(t, c.SetReturns([]Return{ret, ret, ret, ret}))
 						}
-					}
+						pooled := checkSteps(t, w, kinds, rows, weighted)
+						if ret == ReturnPooled && (mode == Flat || sh.nodes > 1) {
+							require.Positive(t, pooled, "forced owner pooling returned no partial sums")
+						}
+						if ret == ReturnRows {
+							require.Zero(t, pooled, "rows were asked for, partial sums came back")
+						}
+					})
 				}
-				// replicas stay identical
-				for r := 1; r < W; r++ {
-					require.Equal(t, w.ranks[0].Shards[3].Data, w.ranks[r].Shards[3].Data)
-				}
-			})
+			}
 		}
 	}
+}
+
+// checkSteps runs three training steps of w against its reference collection (pooled outputs and
+// every table row after the fused updates) and returns the partial sums the ranks returned.
+func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted bool) int64 {
+	rng := rand.New(rand.NewPCG(1, 2))
+	W, Bl := w.topo.World(), 6
+	var pooled int64
+	for step := 0; step < 3; step++ {
+		_, lens, vals := randBatch(rng, len(kinds), W*Bl, rows)
+		width := w.ref.Width()
+		refOut := make([]float32, W*Bl*width)
+		ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl, weighted), refOut, true, true)
+		require.NoError(t, err)
+		steps := make([]*Step, W)
+		xs := make([]*Exchange, W)
+		for r := range w.ranks {
+			steps[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted))
+			require.NoError(t, err)
+			xs[r] = steps[r].X
+		}
+		runLockstep(t, w.topo, xs)
+		gradOut := make([]float32, len(refOut))
+		for i := range gradOut {
+			gradOut[i] = rng.Float32() - 0.5
+		}
+		for r, s := range steps {
+			out := make([]float32, Bl*width)
+			require.NoError(t, s.Pool(out))
+			require.InDeltaSlice(t, refOut[r*Bl*width:(r+1)*Bl*width], out, 1e-6, "pooled, rank %d step %d", r, step)
+			require.NoError(t, s.Backward(gradOut[r*Bl*width:(r+1)*Bl*width], true))
+		}
+		runLockstep(t, w.topo, xs)
+		require.NoError(t, w.ref.Backward(ctx, gradOut, nil, nil))
+		for i := range kinds {
+			for id := int64(0); id < rows[i]; id++ {
+				require.InDeltaSlice(t, w.ref.Tables[i].Row(id), w.globalRow(i, id), 1e-5, "table %d row %d", i, id)
+			}
+		}
+		var sent, got int64
+		for _, s := range steps {
+			for i := range kinds {
+				sent += s.X.Counters.PooledVecs[i]
+				got += s.X.Counters.PooledGrads[i]
+			}
+		}
+		require.Equal(t, sent, got, "every partial sum returned gets one gradient back")
+		pooled += sent
+	}
+	// replicas stay identical
+	for r := 1; r < W; r++ {
+		require.Equal(t, w.ranks[0].Shards[3].Data, w.ranks[r].Shards[3].Data)
+	}
+	return pooled
+}
+
+// TestAutoReturnPicksTheCheaper: with long bags over many distinct IDs the owners pool (and fewer
+// bytes move than with rows); one-hot bags over a few repeated IDs come back as rows.
+func TestAutoReturnPicksTheCheaper(t *testing.T) {
+	const rows, dim, B = 2000, 16, 32
+	topo, err := NewTopology(1, 2, 2)
+	require.NoError(t, err)
+	step := func(ret Return, bagLen int, span int64) (pooled, bytes int64) {
+		feats := []embedding.Feature{{Name: "f", Table: 0, Pooling: embedding.PoolMean}}
+		rng := rand.New(rand.NewPCG(3, 4))
+		xs, cs := make([]*Exchange, 2), make([]*Collection, 2)
+		for r := range cs {
+			l, err := NewLayout("t", rows, dim, Hash, 0, 2)
+			require.NoError(t, err)
+			cs[r], err = NewCollection([]*Layout{l}, topo, r, Flat, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1}, feats)
+			require.NoError(t, err)
+			require.NoError(t, cs[r].SetReturns([]Return{ret}))
+			b := embedding.Batch{KeyFeature: []int64{0}}
+			for i := 0; i < B; i++ {
+				b.Lengths = append(b.Lengths, int64(bagLen))
+				for j := 0; j < bagLen; j++ {
+					b.Values = append(b.Values, rng.Int64N(span))
+				}
+			}
+			s, err := cs[r].Begin(b)
+			require.NoError(t, err)
+			xs[r] = s.X
+		}
+		bytes = runLockstep(t, topo, xs)
+		for _, x := range xs {
+			pooled += x.Counters.PooledVecs[0]
+		}
+		return pooled, bytes
+	}
+	pooled, auto := step(ReturnAuto, 30, rows)
+	require.Positive(t, pooled)
+	_, asRows := step(ReturnRows, 30, rows)
+	require.Less(t, auto, asRows)
+	pooled, auto = step(ReturnAuto, 1, 5)
+	require.Zero(t, pooled)
+	_, asPooled := step(ReturnPooled, 1, 5)
+	require.Less(t, auto, asPooled)
+}
+
+// TestReturnsMayDifferPerRankAndTable: each requester announces its own returns, so ranks and
+// tables with different policies still train like the single collection; bad policies are refused.
+func TestReturnsMayDifferPerRankAndTable(t *testing.T) {
+	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
+	rows := []int64{50, 30, 41, 7}
+	dims := []int{4, 8, 3, 5}
+	w := newTestWorld(t, 2, 2, Flat, kinds, rows, dims, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+	all := []Return{ReturnAuto, ReturnRows, ReturnPooled}
+	for r, c := range w.ranks {
+		require.NoError(t, c.SetReturns([]Return{all[r%3], all[(r+1)%3], all[(r+2)%3], ReturnPooled}))
+	}
+	require.Positive(t, checkSteps(t, w, kinds, rows, true))
+	require.ErrorContains(t, w.ranks[0].SetReturns([]Return{ReturnAuto}), "4 tables")
+	require.ErrorContains(t, w.ranks[0].SetReturns([]Return{0, 1, 2, 3}), "unknown return policy")
 }

@@ -1,6 +1,10 @@
 package shard
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/recgo/recgo/engine/embedding"
+)
 
 // freeList recycles a collection's large per-step buffers (rows, gradients, send buffers) from
 // one step to the next. The embedding rows a step moves dwarf everything else it allocates, and
@@ -67,6 +71,22 @@ func (l *freeList[T]) put(bs ...[]T) {
 type pools struct {
 	f32 freeList[float32]
 	i64 freeList[int64]
+	u8  freeList[byte]
+	dd  sync.Pool // *embedding.Deduper: a kept one sizes its index from its last pass (no regrowth)
+}
+
+// dedup deduplicates ids as embedding.Deduper.Dedup does, with a recycled deduper.
+func (p *pools) dedup(ids []int64, inv []int32) []int64 {
+	if p == nil {
+		var d embedding.Deduper
+		return d.Dedup(ids, nil, inv)
+	}
+	d, _ := p.dd.Get().(*embedding.Deduper)
+	if d == nil {
+		d = new(embedding.Deduper)
+	}
+	defer p.dd.Put(d)
+	return d.Dedup(ids, nil, inv)
 }
 
 func (p *pools) floats() *freeList[float32] {
@@ -81,4 +101,11 @@ func (p *pools) ints() *freeList[int64] {
 		return nil
 	}
 	return &p.i64
+}
+
+func (p *pools) bytes() *freeList[byte] {
+	if p == nil {
+		return nil
+	}
+	return &p.u8
 }

@@ -41,7 +41,7 @@ func (x *Exchange) replicaStages() []stage {
 			}
 			return &Op{Group: GroupWorld, SendI: sendCnt, SendSplits: fill(W, int64(T)), RecvSplits: fill(W, int64(T))}, nil
 		},
-		feed: func(_ *Op, recv []int64, _ []float32) error {
+		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			for _, c := range recv {
 				if c < 0 || c > 1<<40 {
 					return errs.Invalidf("exchange: a peer announced %d replica rows", c)
@@ -64,7 +64,7 @@ func (x *Exchange) replicaStages() []stage {
 			}
 			return &Op{Group: GroupWorld, SendI: send, SendSplits: rowSums(sendCnt, W, T, nil), RecvSplits: rowSums(recvCnt, W, T, nil)}, nil
 		},
-		feed: func(_ *Op, recv []int64, _ []float32) error {
+		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			recvIDs = splitByTable(recv, recvCnt, W, T, nil, nil)
 			return nil
 		},
@@ -82,10 +82,10 @@ func (x *Exchange) replicaStages() []stage {
 					}
 				}
 			}
-			return &Op{Group: GroupWorld, Float: true, SendF: send, SendSplits: rowSums(sendCnt, W, T, x.dims),
+			return &Op{Group: GroupWorld, Elem: ElemFloat32, SendF: send, SendSplits: rowSums(sendCnt, W, T, x.dims),
 				RecvSplits: rowSums(recvCnt, W, T, x.dims)}, nil
 		},
-		feed: func(_ *Op, _ []int64, recv []float32) error {
+		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			in := splitByTable(recv, recvCnt, W, T, x.dims, nil)
 			for t, l := range x.layouts {
 				if l.Kind != DataParallel {

@@ -610,6 +610,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('dimsPtr', 'void*'),
         ('kindsPtr', 'void*'),
         ('ranksPtr', 'void*'),
+        ('returnsPtr', 'void*'),
         ('kind', 'int32_t'),
         ('lr', 'double'),
         ('eps', 'double'),
@@ -627,7 +628,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     'recgo_shard_next': ('int', (
         ('sh', 'uintptr_t'),
         ('group', 'int64_t*'),
-        ('isFloat', 'int64_t*'),
+        ('elem', 'int64_t*'),
         ('nsend', 'int64_t*'),
         ('nsplits', 'int64_t*'),
         ('done', 'int64_t*'),

@@ -7,9 +7,9 @@ merges gradients; this package hands the buffers to ``dist.all_to_all_single`` o
 or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection`.
 """
 
-from ._collection import COUNTERS, MODES, SHARDING_TYPES, ShardedEmbeddingBagCollection
+from ._collection import COUNTERS, MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
 from ._exchange import Groups, PeerFailureError, make_groups
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
 
-__all__ = ["COUNTERS", "MODES", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
+__all__ = ["COUNTERS", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "eq3_reduction", "hash_owners", "make_groups", "simulate_traffic"]

@@ -20,12 +20,13 @@ from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_che
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._exchange import Groups, check_peers, drive, make_groups
+from ._exchange import WIRE_DTYPES, Groups, check_peers, drive, make_groups
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
+RETURNS = {"auto": 0, "rows": 1, "pooled": 2}
 COUNTERS = ("ids_intra", "ids_inter", "vecs_intra", "vecs_inter", "grads_intra", "grads_inter",
-            "requested", "lookups", "replica_rows")
+            "requested", "lookups", "replica_rows", "pooled_vecs", "pooled_grads")
 
 
 class _Shard(nn.Module):
@@ -90,6 +91,19 @@ class ShardedEmbeddingBagCollection(nn.Module):
         seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them.
         timeout: seconds (or a timedelta) any exchange may wait for a peer before raising
             :class:`PeerFailureError`.
+        owner_pooling: how a table's vectors come back over the first leg (from the owner on the flat
+            exchange; on the hierarchical one from the rank of the node that fetched the rows
+            over the rail, the inter-node leg always moving rows merged per node) — ``"auto"``
+            (default: per table, destination and step, whichever of the two moves fewer bytes, from
+            counts the requester knows), ``"rows"`` (one row per distinct ID, pooled by the
+            requester) or ``"pooled"`` (the owner sums each bag's rows it holds, weights included, and
+            returns one partial per (bag, table); the requester adds the partials and then divides a
+            MEAN bag by its total length) — or a mapping table → one of them. A rank's own IDs and
+            data-parallel tables always use rows.
+        wire_dtype: ``"fp32"`` (default: exact) or ``"fp16"`` — an opt-in, LOSSY exchange that
+            moves rows, partial sums and gradients as float16 (half the vector bytes; every vector
+            is rounded to 11 significant bits in each direction, so results no longer equal the
+            single-process collection's, and values beyond float16's range overflow).
 
     Every rank must run the same sequence of forwards and backwards (as with DDP).
     """
@@ -99,6 +113,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
                  optimizer: FusedOptimizer | None = None, plan: Any = None,
                  table_ranks: Mapping[str, int] | None = None, is_weighted: bool = False,
                  seed: int | None = None, timeout: float | timedelta | None = None,
+                 owner_pooling: str | Mapping[str, str] = "auto", wire_dtype: str = "fp32",
                  _init: bool = True) -> None:
         super().__init__()
         if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
@@ -111,6 +126,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
         self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
+        self._returns = self._resolve_returns(owner_pooling)
+        if wire_dtype not in WIRE_DTYPES:
+            raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
+        self._wire = WIRE_DTYPES[wire_dtype]
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
@@ -184,6 +203,16 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._sharding_names = [per.get(n, "hash") for n in names]
         return out
 
+    def _resolve_returns(self, owner_pooling: str | Mapping[str, str]) -> list[int]:
+        names = [c.name for c in self._configs]
+        per = dict(owner_pooling) if isinstance(owner_pooling, Mapping) else {n: owner_pooling for n in names}
+        for n, r in per.items():
+            if n not in names:
+                raise NotFoundError(f"owner_pooling names table {n!r}, which is not among {names}")
+            if r not in RETURNS:
+                raise InvalidInputError(f"table {n!r}: owner_pooling {r!r} is not one of {sorted(RETURNS)}")
+        return [RETURNS[per.get(n, "auto")] for n in names]
+
     def _create(self) -> _lib.Handle:
         cfgs, g = self._configs, self._groups
         col = lambda xs: torch.tensor(xs, dtype=torch.int64)  # noqa: E731
@@ -191,14 +220,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         dims = col([c.embedding_dim for c in cfgs])
         kinds = col([k for k, _ in self._kinds])
         ranks = col([r for _, r in self._kinds])
+        returns = col(self._returns)
         feat_table = col([i for i, t in enumerate(cfgs) for _ in t.feature_names])
         feat_pool = col([t.pooling_code() for t in cfgs for _ in t.feature_names])
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        self._keep = (rows, dims, kinds, ranks, feat_table, feat_pool)
+        self._keep = (rows, dims, kinds, ranks, returns, feat_table, feat_pool)
         return _lib.new_handle(
             "recgo_shard_new",
             g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
-            ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), *opt,
+            ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), ptr(returns), *opt,
             len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
 
     def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
@@ -261,6 +291,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """Table → sharding kind."""
         return {c.name: k for c, k in zip(self._configs, self._sharding_names)}
 
+    def owner_pooling(self) -> dict[str, str]:
+        """Table → owner-pooling return policy (``"auto"``, ``"rows"`` or ``"pooled"``)."""
+        names = {v: k for k, v in RETURNS.items()}
+        return {c.name: names[r] for c, r in zip(self._configs, self._returns)}
+
     def feature_names(self) -> list[str]:
         """Output feature order."""
         return list(self._features)
@@ -297,7 +332,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                   0 if weights is None else weights.numel(), ctypes.byref(step))
         handle = _Step(_lib.Handle(step.value))
-        drive(handle.handle, self._groups, handle.traffic)
+        drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(self._features))
         params = [self._anchor] if self._optimizer is not None else [s.weight for s in self.embedding_bags.values()]
         if torch.is_grad_enabled() and any(p.requires_grad for p in params):
@@ -317,7 +352,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
         fused = self._optimizer is not None
         _lib.call(_lib.fn("recgo_shard_backward"), handle.value, ptr(grad), grad.numel(), int(fused))
-        drive(handle, self._groups, step.traffic)
+        drive(handle, self._groups, step.traffic, self._wire)
         self._record(step)
         if fused:
             return [torch.zeros(())] + [None] * len(self._configs)
@@ -352,7 +387,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def traffic(self, total: bool = False) -> dict[str, int]:
         """This rank's counters summed over tables (the last step's, or since construction with
-        ``total``): IDs and vectors sent within and across nodes, gradients, bytes per group."""
+        ``total``): IDs and vectors sent within and across nodes, gradients, bytes per group.
+
+        ``ids_*`` count distinct IDs sent (the same whatever the return); ``vecs_*`` count the
+        vectors this rank returned as an owner — rows, or per (bag, table) partial sums where it
+        pooled, of which there are ``pooled_vecs`` — and ``grads_*`` the gradients it sent, one per
+        row or per pooled segment (``pooled_grads``)."""
         src = self.total_traffic if total else self.last_traffic
         out = dict.fromkeys(COUNTERS, 0)
         for cs in src.get("tables", {}).values():
@@ -420,5 +460,5 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def extra_repr(self) -> str:
         g = self._groups
-        return (f"tables={self.sharding_types()}, mode={self._mode}, rank={g.rank}/{g.world_size} "
-                f"({g.nodes}×{g.ranks_per_node}), width={self._width}")
+        return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, "
+                f"rank={g.rank}/{g.world_size} ({g.nodes}×{g.ranks_per_node}), width={self._width}")

@@ -8,6 +8,7 @@ the named group and hands the received buffer back, until the engine has nothing
 from __future__ import annotations
 
 import ctypes
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -83,11 +84,31 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     return Groups(wg, node_g, rail_g, rank, world, nodes, ranks_per_node, timeout)
 
 
-_DTYPES = (torch.int64, torch.float32)
+_DTYPES = (torch.int64, torch.float32, torch.uint8)
+_scratch = threading.local()
 
 
-def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
-    """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``."""
+def _buffer(role: str, dtype: torch.dtype, n: int) -> torch.Tensor:
+    """A reusable 1-D buffer of n elements for this thread's exchanges (send or receive side): the
+    engine copies every received buffer before Feed returns and gloo's all_to_all_single finishes
+    before it returns, so the next op may reuse it; fresh large tensors cost page faults each time."""
+    cache = getattr(_scratch, "bufs", None)
+    if cache is None:
+        cache = _scratch.bufs = {}
+    t = cache.get((role, dtype))
+    if t is None or t.numel() < n:
+        t = cache[(role, dtype)] = torch.empty(max(n, n + n // 4, 1024), dtype=dtype)
+    return t[:n]
+
+
+WIRE_DTYPES = {"fp32": None, "fp16": torch.float16}
+
+
+def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: torch.dtype | None = None) -> None:
+    """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``.
+
+    ``wire`` (opt-in, lossy): move the float32 buffers (rows, partial sums, gradients) as this dtype,
+    rounding them on the way out and widening them back on arrival."""
     nxt = _lib.fn("recgo_shard_next")
     op = _lib.fn("recgo_shard_op")
     feed = _lib.fn("recgo_shard_feed")
@@ -97,16 +118,20 @@ def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int]) -> None:
         if done.value:
             return
         dtype = _DTYPES[f.value]
-        send = torch.empty(nsend.value, dtype=dtype)
+        send = _buffer("send", dtype, nsend.value)
         splits = torch.empty(2, nsplits.value, dtype=torch.int64)
         _lib.call(op, step.value, ptr(send), nsend.value, splits[0].data_ptr(), splits[1].data_ptr(), nsplits.value)
         ss, rs = splits.tolist()
-        recv = torch.empty(sum(rs), dtype=dtype)
+        recv = _buffer("recv", dtype, sum(rs))
         name = GROUP_NAMES[g.value]
         me = groups.index(g.value)
-        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * send.element_size()
+        narrow = wire is not None and dtype == torch.float32
+        wsend, wrecv = (send.to(wire), torch.empty(recv.numel(), dtype=wire)) if narrow else (send, recv)
+        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * wsend.element_size()
         try:
-            dist.all_to_all_single(recv, send, rs, ss, group=groups.get(g.value))
+            dist.all_to_all_single(wrecv, wsend, rs, ss, group=groups.get(g.value))
+            if narrow:
+                recv.copy_(wrecv)
         except Exception as exc:  # gloo raises RuntimeError / DistBackendError subclasses
             raise PeerFailureError(
                 f"rank {groups.rank}: the all-to-all on the {name} group failed (a peer died, raised or "

@@ -1,0 +1,332 @@
+package shard
+
+import (
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
+)
+
+// The stages of a step's route, per leg h: countStage (block metadata), idStage (IDs and bag
+// structure; merge at the receiver), then after the owner's lookup vecStage (rows or partial sums
+// back, last leg first) and in backward gradStage (gradients along the IDs' path).
+
+// countStage exchanges leg h's block metadata ([size × tables × metaFields] int64: the IDs of
+// each block, and on the flat route whether its owner pools bags for it, see ownerpool.go).
+func (x *Exchange) countStage(h int) stage {
+	T := len(x.layouts)
+	return stage{
+		op: func() (*Op, error) {
+			lg := &x.legs[h]
+			lg.sendCnt = make([]int64, lg.size*T)
+			lg.perm = make([][]int32, T)
+			dests := make([][]int32, T)
+			for t, ids := range lg.items {
+				dest := make([]int32, len(ids))
+				for i, id := range ids {
+					o, _ := x.layouts[t].Owner(id, x.self)
+					d := lg.dest(o)
+					dest[i] = int32(d)
+					lg.sendCnt[d*T+t]++
+				}
+				// counting sort of the items by destination, stable in item order
+				start := make([]int32, lg.size+1)
+				for d := 0; d < lg.size; d++ {
+					start[d+1] = start[d] + int32(lg.sendCnt[d*T+t])
+				}
+				perm := make([]int32, len(ids))
+				for i, d := range dest {
+					perm[start[d]] = int32(i)
+					start[d]++
+				}
+				lg.perm[t] = perm
+				dests[t] = dest
+			}
+			lg.sendMeta = make([]int64, lg.size*T*metaFields)
+			lg.sendVec = append([]int64(nil), lg.sendCnt...)
+			for i, n := range lg.sendCnt {
+				lg.sendMeta[i*metaFields+metaIDs] = n
+			}
+			if h == 0 && x.bags != nil {
+				x.planReturns(lg, dests)
+			}
+			return &Op{Group: lg.group, SendI: lg.sendMeta, SendSplits: fill(lg.size, int64(T*metaFields)),
+				RecvSplits: fill(lg.size, int64(T*metaFields))}, nil
+		},
+		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
+			lg := &x.legs[h]
+			lg.recvCnt = make([]int64, lg.size*T)
+			for i := range lg.recvCnt {
+				if err := checkMeta(recv[i*metaFields:(i+1)*metaFields], h == 0); err != nil {
+					return err
+				}
+				lg.recvCnt[i] = recv[i*metaFields+metaIDs]
+			}
+			lg.recvMeta = append([]int64(nil), recv...)
+			return nil
+		},
+	}
+}
+
+// idStage sends leg h's IDs (with the bag structure of the blocks pooled at their owner) and
+// merges the received ones (the next leg's items, or the owner's).
+func (x *Exchange) idStage(h int) stage {
+	T := len(x.layouts)
+	return stage{
+		op: func() (*Op, error) {
+			lg := &x.legs[h]
+			splits := make([]int64, lg.size)
+			for i := range lg.sendCnt {
+				splits[i/T] += x.blockBytes(lg.sendMeta[i*metaFields:], i%T)
+			}
+			send := x.pools.bytes().get(int(sum(splits)))
+			pos, p := make([]int, T), 0 // per table: next perm entry; write position
+			for d := 0; d < lg.size; d++ {
+				for t := 0; t < T; t++ {
+					n, w := int(lg.sendCnt[d*T+t]), x.idWidth(t)
+					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
+						putUint(send[p:], w, uint64(lg.items[t][i]))
+						p += w
+					}
+					pos[t] += n
+					if h == 0 && x.plans != nil {
+						p += x.plans[t].encode(send[p:], d, lg.sendMeta[(d*T+t)*metaFields:])
+					}
+					if d != lg.self {
+						x.Counters.addIDs(t, x.sameNode(lg.rank(d)), int64(n))
+					}
+				}
+			}
+			recvSplits := make([]int64, lg.size)
+			for i := range lg.recvCnt {
+				recvSplits[i/T] += x.blockBytes(lg.recvMeta[i*metaFields:], i%T)
+			}
+			return &Op{Group: lg.group, Elem: ElemByte, SendB: send, SendSplits: splits, RecvSplits: recvSplits, recycle: true}, nil
+		},
+		feed: func(_ *Op, _ []int64, _ []float32, recv []byte) error {
+			lg := &x.legs[h]
+			if err := x.decodeBlocks(lg, recv, h == 0); err != nil {
+				return err
+			}
+			lg.inv = make([][]int32, T)
+			next := make([][]int64, T)
+			parallel.ForEach(T, 1, func(t int) {
+				lg.inv[t] = make([]int32, len(lg.recv[t]))
+				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
+			})
+			for t, ids := range next {
+				for _, id := range ids {
+					if err := x.layouts[t].Check(id); err != nil {
+						return err
+					}
+				}
+			}
+			for t := range x.segs {
+				if h == 0 { // pooled segments exist on the first leg only
+					x.segs[t].resolve(lg.inv[t])
+				}
+			}
+			if h+1 < len(x.legs) {
+				x.legs[h+1].items = next
+			} else {
+				x.owner = next
+			}
+			return nil
+		},
+	}
+}
+
+// lookup resolves the owner's distinct IDs to shard rows and reads them once each.
+func (x *Exchange) lookup() error {
+	T := len(x.layouts)
+	x.ownerRows = make([][]int64, T)
+	x.vecs = make([][][]float32, len(x.legs)+1)
+	top := make([][]float32, T)
+	for t, ids := range x.owner {
+		rows := make([]int64, len(ids))
+		for i, id := range ids {
+			o, r := x.layouts[t].Owner(id, x.self)
+			if o != x.self {
+				return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", x.layouts[t].Name, id, x.self, o)
+			}
+			rows[i] = r
+		}
+		x.ownerRows[t] = rows
+		top[t] = x.pools.floats().get(len(rows) * x.dims[t])
+		if err := x.store.Lookup(t, rows, top[t]); err != nil {
+			return err
+		}
+		x.Counters.Lookups[t] += int64(len(rows))
+	}
+	x.vecs[len(x.legs)] = top
+	return nil
+}
+
+// vecStage sends leg h's vectors back: every received ID gets its row (expanded along the inverse
+// map), or, for a block whose bags this rank pools, every non-empty bag segment gets its partial
+// sum; the vectors that arrive fill this leg's items (and level 0's partial slots). The rank's own
+// block (always rows) does not go through the all-to-all: the feed copies it from the rows directly.
+func (x *Exchange) vecStage(h int) stage {
+	T := len(x.layouts)
+	return stage{
+		op: func() (*Op, error) {
+			lg := &x.legs[h]
+			src := x.vecs[h+1]
+			send := x.pools.floats().get(rowSum(lg.recvVec, x.dims))[:0]
+			base, seg := make([]int, T), make([]int, T) // per table: received-ID and segment cursors
+			for s := 0; s < lg.size; s++ {
+				for t := 0; t < T; t++ {
+					n, d, nv := int(lg.recvCnt[s*T+t]), x.dims[t], int(lg.recvVec[s*T+t])
+					switch {
+					case s == lg.self:
+					case lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0:
+						send = x.segs[t].pool(send, seg[t], nv, src[t], d)
+						seg[t] += nv
+						x.Counters.PooledVecs[t] += int64(nv)
+					default:
+						for _, u := range lg.inv[t][base[t] : base[t]+n] {
+							send = append(send, src[t][int(u)*d:int(u+1)*d]...)
+						}
+					}
+					base[t] += n
+					if s != lg.self {
+						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), int64(nv))
+					}
+				}
+			}
+			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: x.vecSplits(lg, lg.recvVec),
+				RecvSplits: x.vecSplits(lg, lg.sendVec), recycle: true}, nil
+		},
+		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
+			lg := &x.legs[h]
+			src := x.vecs[h+1]
+			out := make([][]float32, T)
+			for t := range out {
+				out[t] = x.pools.floats().get((len(lg.items[t]) + x.levelPartials(h, t)) * x.dims[t])
+			}
+			pos, p := make([]int, T), 0
+			for d := 0; d < lg.size; d++ {
+				for t := 0; t < T; t++ {
+					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
+					switch {
+					case d == lg.self: // this rank's own IDs: their rows straight from the level above
+						b := lg.selfBase[t]
+						for k, i := range lg.perm[t][pos[t] : pos[t]+n] {
+							u := int(lg.inv[t][b+k])
+							copy(out[t][int(i)*dim:int(i+1)*dim], src[t][u*dim:(u+1)*dim])
+						}
+					case lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0:
+						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
+						copy(out[t][at:at+nv*dim], recv[p:p+nv*dim])
+						p += nv * dim
+					default:
+						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
+							copy(out[t][int(i)*dim:int(i+1)*dim], recv[p:p+dim])
+							p += dim
+						}
+					}
+					pos[t] += n
+				}
+			}
+			x.vecs[h] = out
+			return nil
+		},
+	}
+}
+
+// vecSplits is rowSums of a leg's per-block vector counts, without the rank's own block (which
+// never travels).
+func (x *Exchange) vecSplits(lg *leg, cnt []int64) []int64 {
+	out := rowSums(cnt, lg.size, len(x.layouts), x.dims)
+	out[lg.self] = 0
+	return out
+}
+
+// gradStage sends leg h's merged gradients along the IDs' path (a pooled block's: one per bag
+// segment) and merges what arrives per distinct ID of the next level; the rank's own block is
+// taken from its gradients directly.
+func (x *Exchange) gradStage(h int) stage {
+	T := len(x.layouts)
+	return stage{
+		op: func() (*Op, error) {
+			lg := &x.legs[h]
+			g := x.grads[h]
+			send := x.pools.floats().get(rowSum(lg.sendVec, x.dims))[:0]
+			pos := make([]int, T)
+			for d := 0; d < lg.size; d++ {
+				for t := 0; t < T; t++ {
+					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
+					switch {
+					case d == lg.self:
+					case lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0:
+						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
+						send = append(send, g[t][at:at+nv*dim]...)
+						x.Counters.PooledGrads[t] += int64(nv)
+					default:
+						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
+							send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
+						}
+					}
+					pos[t] += n
+					if d != lg.self {
+						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), int64(nv))
+					}
+				}
+			}
+			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: x.vecSplits(lg, lg.sendVec),
+				RecvSplits: x.vecSplits(lg, lg.recvVec), recycle: true}, nil
+		},
+		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
+			lg := &x.legs[h]
+			in := x.gatherGrads(lg, h, recv)
+			nextN := func(t int) int {
+				if h+1 < len(x.legs) {
+					return len(x.legs[h+1].items[t])
+				}
+				return len(x.owner[t])
+			}
+			out := make([][]float32, T)
+			for t := range out {
+				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
+			}
+			parallel.ForEach(T, 1, func(t int) {
+				if h == 0 && x.segs != nil && x.segs[t].any() {
+					x.segs[t].expand(out[t], in[t], lg, t, T, x.dims[t])
+					return
+				}
+				MergeRows(out[t], in[t], lg.inv[t], x.dims[t])
+			})
+			x.release([][][]float32{in, x.grads[h]})
+			x.grads[h] = nil
+			x.grads[h+1] = out
+			return nil
+		},
+	}
+}
+
+// gatherGrads regroups the gradients a leg received (source-major blocks) into one slice per table,
+// sources in order, with the rank's own block taken from its level-h gradients in send order.
+func (x *Exchange) gatherGrads(lg *leg, h int, recv []float32) [][]float32 {
+	T := len(x.layouts)
+	out := make([][]float32, T)
+	for t := range out {
+		var n int64
+		for s := 0; s < lg.size; s++ {
+			n += lg.recvVec[s*T+t]
+		}
+		out[t] = x.pools.floats().get(int(n) * x.dims[t])[:0]
+	}
+	var p int
+	for s := 0; s < lg.size; s++ {
+		for t := 0; t < T; t++ {
+			n, dim := int(lg.recvVec[s*T+t]), x.dims[t]
+			if s != lg.self {
+				out[t] = append(out[t], recv[p:p+n*dim]...)
+				p += n * dim
+				continue
+			}
+			for _, i := range lg.perm[t][lg.selfPerm[t] : lg.selfPerm[t]+n] {
+				out[t] = append(out[t], x.grads[h][t][int(i)*dim:int(i+1)*dim]...)
+			}
+		}
+	}
+	return out
+}
