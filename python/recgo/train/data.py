@@ -211,7 +211,7 @@ def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
     if not (train.exists() and val.exists()):
         folder.mkdir(parents=True, exist_ok=True)
         for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
-            tmp = target.with_suffix(".tmp")
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")  # ranks of one job may split at the same time
             tmp.write_bytes(b"".join(part))
             os.replace(tmp, target)
     return train, val, len(lines) - n_val

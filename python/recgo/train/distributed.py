@@ -264,24 +264,39 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
     torch.set_num_threads(threads)
     _init(rank, size, cfg.dist_timeout, port)
     world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout)
-    try:
-        report = train_ranks(cfg, backends, world, out=out if rank == 0 else None, progress=progress and rank == 0,
-                             weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
-        if rank == 0 and result is not None:
-            torch.save(report, result)
-        dist.barrier()
-        return report if rank == 0 else None
-    finally:
-        dist.destroy_process_group()
+    report = train_ranks(cfg, backends, world, out=out if rank == 0 else None, progress=progress and rank == 0,
+                         weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
+    if rank == 0 and result is not None:
+        torch.save(report, result)
+    dist.barrier()
+    dist.destroy_process_group()
+    return report if rank == 0 else None
 
 
-def _spawned(rank: int, *args: Any) -> None:
+def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str], out: str | None, progress: bool,
+             result: str, options: dict[str, Any]) -> None:
     try:
-        _worker(rank, *args)
-    except BaseException as exc:
-        # The launcher reports this rank's traceback; re-raise so the process exits non-zero at once.
-        tb = traceback.format_exc()
-        raise TrainingProcessError(f"rank {rank} failed: {type(exc).__name__}: {exc}\n{tb}") from exc
+        _worker(rank, size, port, cfg, backends, out, progress, result, options)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        # Write the traceback for the launcher, then leave at once: tearing gloo down while the peers
+        # are inside a collective can abort the process and lose the message.
+        text = f"rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        with open(_error_file(result, rank), "w") as fh:
+            fh.write(text)
+        os._exit(1)
+
+
+def _error_file(result: str, rank: int) -> str:
+    return os.path.join(os.path.dirname(result), f"error-{rank}.txt")
+
+
+def _first_error(result: str, nproc: int) -> str | None:
+    """The traceback the first failing rank wrote (the earliest file), if any."""
+    found = [p for p in (_error_file(result, r) for r in range(nproc)) if os.path.exists(p)]
+    if not found:
+        return None
+    with open(min(found, key=os.path.getmtime)) as fh:
+        return fh.read().strip()
 
 
 def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None = None, progress: bool = True,
@@ -306,10 +321,9 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
         args = (nproc, free_port(), cfg, list(backends), out_s, progress, result, options)
         try:
             mp.start_processes(_spawned, args=args, nprocs=nproc, join=True, start_method="spawn")
-        except mp.ProcessRaisedException as exc:
-            msg = str(exc).strip()
-            raise TrainingProcessError(f"--nproc {nproc}: a rank failed and the job stopped:\n{msg}") from None
-        except mp.ProcessExitedException as exc:
-            raise TrainingProcessError(f"--nproc {nproc}: rank {exc.error_index} exited with code {exc.exit_code} "
-                                       "(killed or crashed); the job stopped") from None
+        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+            msg = _first_error(result, nproc)
+            if msg is None:
+                msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
+            raise TrainingProcessError(f"--nproc {nproc}: the job stopped because {msg}") from None
         return torch.load(result, weights_only=False)

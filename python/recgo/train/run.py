@@ -72,6 +72,18 @@ def _merge(parts: list[dict[str, Any]]) -> History:
                    samples=sum(h["samples"] for h in parts))
 
 
+def _fail_at(trainer: Trainer, step: int) -> None:
+    """Make ``trainer`` raise when it reaches ``step`` (the failure tests' injected fault)."""
+    inner = trainer.train_step
+
+    def failing(batch: Any, timed: bool = True) -> float:
+        if trainer.step == step:
+            raise RuntimeError(f"injected failure on rank {trainer.world.rank} at step {step}")
+        return inner(batch, timed)
+
+    trainer.train_step = failing  # type: ignore[method-assign]
+
+
 def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, out: str | Path | None = None,
                 progress: bool = False, weights_dir: str | None = None,
                 fail_at: tuple[int, int] | None = None) -> dict[str, Any]:
@@ -95,8 +107,7 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, out: str 
         trainer = Trainer(cfg, source, backend, world)
         bar = _progress(cfg.steps, f"{backend} ×{world.size}", progress)
         if fail_at is not None and world.rank == fail_at[0]:
-            trainer.run(steps=fail_at[1], progress=bar)
-            raise RuntimeError(f"injected failure on rank {world.rank} at step {fail_at[1]}")
+            _fail_at(trainer, fail_at[1])
         history = trainer.run(progress=bar)
         if bar is not None:
             bar.close()
