@@ -24,7 +24,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--backend", default="recgo", help=f"one of {', '.join(BACKENDS)} or 'all' (comma-separated list ok)")
     p.add_argument("--nproc", type=int, default=None,
-                   help="ranks (default 1): spawns them, or runs as one rank under torchrun; --batch-size is per rank")
+                   help="ranks (default 1, or torchrun's world size under torchrun): spawns them, or runs as one "
+                        "rank of torchrun's world; --batch-size is per rank")
     p.add_argument("--sharding", default=None, help="recgo's table sharding with --nproc > 1: hash (default), "
                                                     "table_wise or row_wise")
     p.add_argument("--config", default=None, help="YAML file with any TrainConfig field (flags win)")
@@ -61,6 +62,12 @@ def _config(args: argparse.Namespace) -> TrainConfig:
         v = getattr(args, name)
         if v is not None:
             fields[name] = v
+    if "nproc" not in fields:
+        from .distributed import env_world
+
+        started = env_world()  # under torchrun: one rank of its world
+        if started is not None:
+            fields["nproc"] = started[1]
     cfg = TrainConfig(**fields)
     if args.epochs is not None:
         from .loop import make_source
