@@ -9,17 +9,21 @@
 * AUC parity: ``recgo.train`` on the Criteo sample with ``nproc=2`` (per-rank batch 256, so the
   global batch equals the single-process case's 512), recgo and TorchRec from the same weights.
 
-    python benchmarks/end_to_end.py [--quick]   (runs these cases too)
+    python benchmarks/end_to_end_nproc.py [--quick]   (these cases alone: results/end_to_end_nproc.*)
+    python benchmarks/end_to_end.py [--quick]         (runs them too, after the single-process cases)
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 WORLD = 2
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -113,3 +117,17 @@ def nproc_cases(bench: Any, names: list[str]) -> dict[str, float]:
                "per-rank batch; recgo: hash-sharded ShardedEmbeddingBagCollection (flat exchange) + DDP, "
                "TorchRec: DMP with its planner's plan + DDP, torch: nn.EmbeddingBag(sparse=True) under DDP")
     return out
+
+
+def main() -> None:
+    from harness import Bench
+
+    bench = Bench("end_to_end_nproc", description=__doc__, repeats=9)
+    bench.summary(**nproc_cases(bench, ["recgo", "torchrec", "torch"]))
+    bench.note("one step = input conversion + embedding forward (with its exchange) + dense forward + BCE + "
+               "backward (DDP all-reduce, embedding gradient exchange and fused update) + dense Adam")
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()
