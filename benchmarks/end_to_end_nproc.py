@@ -39,7 +39,7 @@ def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: 
 
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD))
     _init(rank, WORLD, cfg.dist_timeout, port)
-    world = World(rank, WORLD, cfg.sharding, cfg.exchange, cfg.dist_timeout)
+    world = World(rank, WORLD, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
     source = make_source(cfg).shard(rank, WORLD)
     stream = source.stream(depth=0)
     batches = [next(stream) for _ in range(4)]

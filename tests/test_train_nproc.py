@@ -93,7 +93,7 @@ def _close_tables(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], l
 def test_two_ranks_train_like_one_process_on_the_global_batch(tmp_path: Path) -> None:
     cfg = _cfg(nproc=2)
     report = launch(cfg, ["recgo", "torchrec", "torch"], 2, out=tmp_path / "rep", progress=False,
-                    weights_dir=str(tmp_path / "w"), threads=1)
+                    weights_dir=str(tmp_path / "w"), threads=1, one_world=True)
     single_cfg = _cfg(batch_size=2 * B_RANK)  # the same global batches in one process
     source = make_source(single_cfg)
     ref = Trainer(single_cfg, source, "recgo")

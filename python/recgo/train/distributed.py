@@ -61,6 +61,7 @@ class World:
     sharding: str = "hash"
     exchange: str = "flat"
     timeout: float = 120.0
+    nodes: int = 1
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order (a collective: every rank calls it)."""
@@ -110,8 +111,8 @@ def build_recgo(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, 
 
     cfgs = [recgo.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=dim, name=t.name,
                                      feature_names=list(t.features)) for t in tables]
-    module = ShardedEmbeddingBagCollection(cfgs, world.sharding, mode=world.exchange, optimizer=optim.recgo(),
-                                           seed=seed, timeout=world.timeout)
+    module = ShardedEmbeddingBagCollection(cfgs, world.sharding, mode=world.exchange, nodes=world.nodes,
+                                           optimizer=optim.recgo(), seed=seed, timeout=world.timeout)
     with torch.no_grad():
         for t in tables:
             module.embedding_bags[t.name].weight.copy_(weights[t.name][module.local_ids(t.name)])
@@ -253,9 +254,10 @@ def _init(rank: int, size: int, timeout: float, port: int | None) -> None:
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size, timeout=timedelta(seconds=timeout))
 
 
-def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence[str], out: str | None,
-            progress: bool, result: str | None, options: dict[str, Any]) -> dict[str, Any] | None:
-    """One rank: train every backend, gather, and (rank 0) write the report."""
+def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence[str], progress: bool,
+            result: str | None, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One rank: train the backends; returns the merged histories and placements (rank 0 also saves
+    them to ``result``)."""
     import torch.distributed as dist
 
     from .run import train_ranks
@@ -263,20 +265,20 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
     threads = options.get("threads") or max(1, (os.cpu_count() or 1) // size)
     torch.set_num_threads(threads)
     _init(rank, size, cfg.dist_timeout, port)
-    world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout)
-    report = train_ranks(cfg, backends, world, out=out if rank == 0 else None, progress=progress and rank == 0,
-                         weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
+    world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
+    got = train_ranks(cfg, backends, world, progress=progress and rank == 0,
+                      weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
     if rank == 0 and result is not None:
-        torch.save(report, result)
+        torch.save(got, result)
     dist.barrier()
     dist.destroy_process_group()
-    return report if rank == 0 else None
+    return got
 
 
-def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str], out: str | None, progress: bool,
+def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str], progress: bool,
              result: str, options: dict[str, Any]) -> None:
     try:
-        _worker(rank, size, port, cfg, backends, out, progress, result, options)
+        _worker(rank, size, port, cfg, backends, progress, result, options)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         # Write the traceback for the launcher, then leave at once: tearing gloo down while the peers
         # are inside a collective can abort the process and lose the message.
@@ -304,26 +306,39 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
     """Train on ``nproc`` ranks and return the report (on rank 0; None on the other torchrun ranks).
 
     Under torchrun the process is one rank of the world torchrun made (``nproc`` must match its world
-    size); otherwise ``nproc`` processes are spawned and this one waits for them. ``options``:
-    ``threads`` (torch threads per rank; default cores ÷ nproc) and, for tests, ``weights_dir`` (each
+    size) and trains the backends one after the other; otherwise each backend gets a fresh world of
+    ``nproc`` spawned processes (nothing of one backend's run stays in memory for the next) and this
+    process waits for them and writes the report. ``options``:
+    ``threads`` (torch threads per rank; default cores ÷ nproc), ``one_world`` (spawn: all backends
+    in one world, which starts faster) and, for tests, ``weights_dir`` (each
     backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises)."""
-    out_s = None if out is None else str(out)
+    from .run import nproc_report
+
     env = env_world()
     if env is not None:
         rank, size = env
         if size != nproc:
             raise InvalidInputError(f"--nproc {nproc} but torchrun started a world of {size}")
-        return _worker(rank, size, None, cfg, backends, out_s, progress, None, options)
+        runs, placement = _worker(rank, size, None, cfg, backends, progress, None, options)
+        return nproc_report(cfg, runs, placement, out) if rank == 0 else None
     import torch.multiprocessing as mp
 
-    with tempfile.TemporaryDirectory(prefix="recgo-train-") as tmp:
-        result = os.path.join(tmp, "report.pt")
-        args = (nproc, free_port(), cfg, list(backends), out_s, progress, result, options)
-        try:
-            mp.start_processes(_spawned, args=args, nprocs=nproc, join=True, start_method="spawn")
-        except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-            msg = _first_error(result, nproc)
-            if msg is None:
-                msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
-            raise TrainingProcessError(f"--nproc {nproc}: the job stopped because {msg}") from None
-        return torch.load(result, weights_only=False)
+    runs, placement = {}, {}
+    groups = [list(backends)] if options.get("one_world") else [[b] for b in backends]
+    for group in groups:
+        backend = ",".join(group)
+        with tempfile.TemporaryDirectory(prefix="recgo-train-") as tmp:
+            result = os.path.join(tmp, "runs.pt")
+            args = (nproc, free_port(), cfg, group, progress, result, options)
+            try:
+                mp.start_processes(_spawned, args=args, nprocs=nproc, join=True, start_method="spawn")
+            except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+                msg = _first_error(result, nproc)
+                if msg is None:
+                    msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
+                raise TrainingProcessError(f"--nproc {nproc}, backend {backend}: the job stopped because "
+                                           f"{msg}") from None
+            got_runs, got_placement = torch.load(result, weights_only=False)
+        runs |= got_runs
+        placement |= got_placement
+    return nproc_report(cfg, runs, placement, out)

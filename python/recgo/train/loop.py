@@ -51,6 +51,7 @@ class TrainConfig:
     nproc: int = 1
     sharding: str = "hash"  # recgo backend's table sharding: hash, table_wise or row_wise
     exchange: str = "flat"  # recgo backend's exchange: flat or hierarchical
+    nodes: int = 1  # how many nodes the ranks form for the hierarchical exchange (ranks per node = nproc / nodes)
     dist_timeout: float = 120.0  # seconds any collective may wait for a peer
 
     def validate(self) -> None:
@@ -73,6 +74,8 @@ class TrainConfig:
             raise InvalidInputError(f"sharding {self.sharding!r}: choose one of {SHARDINGS}")
         if self.exchange not in EXCHANGES:
             raise InvalidInputError(f"exchange {self.exchange!r}: choose one of {EXCHANGES}")
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes <= 0 or self.nproc % self.nodes:
+            raise InvalidInputError(f"nodes must be a positive divisor of nproc ({self.nproc}), got {self.nodes!r}")
         if not float(self.dist_timeout) > 0:
             raise InvalidInputError(f"dist_timeout must be positive seconds, got {self.dist_timeout!r}")
 
@@ -285,7 +288,7 @@ class Trainer:
         for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth", "dist_timeout"):
             theirs.pop(k, None)
             mine.pop(k, None)
-        for k in ("nproc", "sharding", "exchange"):  # checkpoints written before these fields existed
+        for k in ("nproc", "sharding", "exchange", "nodes"):  # checkpoints written before these fields existed
             theirs.setdefault(k, mine.get(k))
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))

@@ -84,13 +84,23 @@ def _fail_at(trainer: Trainer, step: int) -> None:
     trainer.train_step = failing  # type: ignore[method-assign]
 
 
-def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, out: str | Path | None = None,
-                progress: bool = False, weights_dir: str | None = None,
-                fail_at: tuple[int, int] | None = None) -> dict[str, Any]:
+def nproc_report(cfg: TrainConfig, runs: dict[str, History], placement: dict[str, dict[str, str]],
+                 out: str | Path | None = None) -> dict[str, Any]:
+    """The report of a ``--nproc`` run from the merged histories (written to ``out`` when given)."""
+    report = summarize(cfg, runs, extra={"nproc": cfg.nproc, "global_batch": cfg.nproc * cfg.batch_size})
+    report["placement"] = placement
+    if out is not None:
+        write(out, report)
+    return report
+
+
+def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress: bool = False,
+                weights_dir: str | None = None,
+                fail_at: tuple[int, int] | None = None) -> tuple[dict[str, History], dict[str, dict[str, str]]]:
     """One rank's part of a ``--nproc`` run (every rank calls it, inside an initialised process group):
-    train each backend on this rank's data shard, gather the histories, return the report (rank 0 also
-    writes it to ``out``). ``weights_dir``: write each backend's final global tables and dense weights
-    there (rank 0); ``fail_at`` ``(rank, step)``: that rank raises at that step (failure tests)."""
+    train each backend on this rank's data shard and return the histories merged over the ranks and
+    each backend's table placement. ``weights_dir``: write each backend's final global tables and dense
+    weights there (rank 0); ``fail_at`` ``(rank, step)``: that rank raises at that step (failure tests)."""
     from dataclasses import asdict
 
     import torch
@@ -122,8 +132,4 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, out: str 
         trainer.close()
         del trainer
         gc.collect()
-    report = summarize(cfg, runs, extra={"nproc": world.size, "global_batch": world.size * cfg.batch_size})
-    report["placement"] = placement
-    if out is not None:
-        write(out, report)
-    return report
+    return runs, placement
