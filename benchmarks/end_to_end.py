@@ -96,6 +96,9 @@ def main() -> None:
         summary |= auc_gap(bench, "criteo", crit, ["recgo", "torchrec"])
     else:
         bench.note("Criteo sample not found: the Criteo AUC case skipped")
+    from end_to_end_nproc import nproc_cases  # the --nproc 2 cases, in their own module
+
+    summary |= nproc_cases(bench, names)
     bench.summary(**summary)
     bench.note("one step = input conversion + embedding forward + dense forward + BCE + backward + dense Adam "
                "(+ the sparse optimizer step for plain torch; recgo and TorchRec update embeddings inside backward)")

@@ -80,16 +80,43 @@ class SparseArch(nn.Module):
     backends that do not update inside backward."""
 
     def __init__(self, backend: str, tables: list[TableSpec], dim: int, optim: SparseOptim,
-                 weights: dict[str, torch.Tensor], pooled: bool) -> None:
+                 weights: dict[str, torch.Tensor], pooled: bool, world: Any = None, seed: int = 0) -> None:
         super().__init__()
         if backend not in BACKENDS:
             raise InvalidInputError(f"backend {backend!r}: choose one of {BACKENDS}")
         self.backend, self.dim, self.is_pooled = backend, dim, pooled
         self.keys = [f for t in tables for f in t.features]
+        self.rows = {t.name: t.rows for t in tables}
         self._table_of = {f: t.name for t in tables for f in t.features}
         self._opt: torch.optim.Optimizer | None = None
+        self.world = world
+        self.plan: dict[str, str] = {}
+        self._grad_scale = 1.0
+        if world is not None and world.size > 1:
+            self._build_distributed(tables, optim, weights, seed)
+            return
         build = {"recgo": self._build_recgo, "torchrec": self._build_torchrec, "torch": self._build_torch}[backend]
         build(tables, optim, weights)
+
+    def _build_distributed(self, tables: list[TableSpec], optim: SparseOptim, weights: dict[str, torch.Tensor],
+                           seed: int) -> None:
+        """Sharded (recgo, torchrec) or replicated under DDP (torch) on ``self.world``'s ranks."""
+        from . import distributed as D
+
+        if not self.is_pooled:
+            raise InvalidInputError("--nproc > 1 supports the pooled models (dlrm, dcnv2), not bst")
+        w = self.world
+        if self.backend == "recgo":
+            self.module = D.build_recgo(tables, self.dim, optim, weights, w, seed)
+            self.plan = {n: f"{k}" for n, k in self.module.sharding_types().items()}
+        elif self.backend == "torchrec":
+            self.module, self.plan = D.build_torchrec(tables, self.dim, optim, weights, w)
+        else:
+            self.module, self._opt = D.build_torch(tables, self.dim, optim, weights, self.keys, self._table_of)
+        # recgo's sharded tables sum the ranks' gradients at the owner; DDP (dense part, torch tables) and
+        # TorchRec's all-to-all backward (its gradient division, on by default) average them. 1/N on the
+        # pooled gradient makes recgo's the gradient of the global-batch mean loss too.
+        self._grad_scale = 1.0 / w.size if self.backend == "recgo" else 1.0
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -157,9 +184,20 @@ class SparseArch(nn.Module):
     def pooled(self, batch: Any) -> torch.Tensor:
         """``[B, F, D]`` pooled embeddings of a prepared batch."""
         if self.backend == "torch":
+            if self.world is not None and self.world.size > 1:
+                return self.module(batch)
             return torch.stack([self.module[self._table_of[k]](*batch[k]) for k in self.keys], 1)
         out = self.module(batch)
-        return out.values().view(out.values().shape[0], len(self.keys), self.dim)
+        if hasattr(out, "wait"):
+            out = out.wait()  # TorchRec's DMP returns an awaitable
+        pooled = out.values().view(out.values().shape[0], len(self.keys), self.dim)
+        got = list(out.keys())
+        if got != self.keys:  # TorchRec's DMP groups its output by sharding, not in the config's order
+            pooled = pooled[:, [got.index(k) for k in self.keys]]
+        if self._grad_scale != 1.0 and pooled.requires_grad:
+            scale = self._grad_scale
+            pooled.register_hook(lambda g: g * scale)
+        return pooled
 
     def sequences(self, batch: Any) -> dict[str, JaggedTensor]:
         """``{key: JaggedTensor}`` with ``[N, D]`` values."""

@@ -23,7 +23,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=float, default=None, help="passes over a data file (instead of --steps)")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--backend", default="recgo", help=f"one of {', '.join(BACKENDS)} or 'all' (comma-separated list ok)")
-    p.add_argument("--nproc", type=int, default=1, help="processes (ranks); only 1 is supported in this version")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="ranks (default 1, or torchrun's world size under torchrun): spawns them, or runs as one "
+                        "rank of torchrun's world; --batch-size is per rank")
+    p.add_argument("--sharding", default=None, help="recgo's table sharding with --nproc > 1: hash (default), "
+                                                    "table_wise or row_wise")
     p.add_argument("--config", default=None, help="YAML file with any TrainConfig field (flags win)")
     p.add_argument("--out", default="train-report", help="folder for report.json, report.md and plots")
     p.add_argument("--checkpoint", default=None, help="checkpoint path prefix (one file per backend)")
@@ -53,28 +57,33 @@ def _config(args: argparse.Namespace) -> TrainConfig:
         if bad:
             raise InvalidInputError(f"{args.config}: unknown fields {bad} (known: {sorted(known)})")
         fields.update(loaded)
-    for name in ("model", "data", "steps", "batch_size", "checkpoint", "checkpoint_every", "eval_every", "seed"):
+    for name in ("model", "data", "steps", "batch_size", "checkpoint", "checkpoint_every", "eval_every", "seed",
+                 "nproc", "sharding"):
         v = getattr(args, name)
         if v is not None:
             fields[name] = v
+    if "nproc" not in fields:
+        from .distributed import env_world
+
+        started = env_world()  # under torchrun: one rank of its world
+        if started is not None:
+            fields["nproc"] = started[1]
     cfg = TrainConfig(**fields)
     if args.epochs is not None:
         from .loop import make_source
 
-        cfg.steps = max(1, int(args.epochs * make_source(cfg).batches_per_epoch()))
+        cfg.steps = max(1, int(args.epochs * make_source(cfg).batches_per_epoch() / cfg.nproc))
     cfg.eval_every = min(cfg.eval_every, cfg.steps)
     return cfg
 
 
 def run_cli(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit status."""
-    from ..errors import InvalidInputError
     from .run import train
 
-    if args.nproc != 1:
-        raise InvalidInputError("--nproc > 1 is not supported by this version of the training job")
     backends = list(BACKENDS) if args.backend == "all" else [b.strip() for b in args.backend.split(",") if b.strip()]
     cfg = _config(args)
-    train(cfg, backends, out=args.out, resume=args.resume, progress=not args.no_progress)
-    print((Path(args.out) / "report.md").read_text())
+    report = train(cfg, backends, out=args.out, resume=args.resume, progress=not args.no_progress)
+    if report is not None:  # None on the ranks > 0 of a torchrun world
+        print((Path(args.out) / "report.md").read_text())
     return 0

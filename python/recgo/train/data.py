@@ -133,19 +133,31 @@ class _PipelineSource(Source):
         self.batch_size = batch_size
         self._engine = FeatureEngine(features)
         self._val: list[Batch] | None = None
+        self.rank, self.world_size = 0, 1
+
+    def shard(self, rank: int, world_size: int) -> "_PipelineSource":
+        """Make :meth:`stream` read only rows ``g`` with ``g mod world_size == rank`` (the Go readers'
+        sharding), so ``world_size`` ranks of ``batch_size`` together see the single-process batches of
+        ``world_size × batch_size``. Validation stays whole. Returns ``self``."""
+        if not 0 <= rank < world_size:
+            raise InvalidInputError(f"shard: rank {rank} outside a world of {world_size}")
+        self.rank, self.world_size = int(rank), int(world_size)
+        return self
 
     def _train_source(self) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None) -> Any:
+    def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None,
+                  rank: int = 0, world_size: int = 1) -> Any:
         from ..pipeline import DataPipeline
 
         return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=True,
-                            rank=0, world_size=1, position=position)
+                            rank=rank, world_size=world_size, position=position)
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None) -> Stream:
-        return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables), state)
+        return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables, self.rank,
+                                                          self.world_size), state)
 
 
 class SyntheticCriteo(_PipelineSource):
@@ -199,7 +211,7 @@ def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
     if not (train.exists() and val.exists()):
         folder.mkdir(parents=True, exist_ok=True)
         for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
-            tmp = target.with_suffix(".tmp")
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")  # ranks of one job may split at the same time
             tmp.write_bytes(b"".join(part))
             os.replace(tmp, target)
     return train, val, len(lines) - n_val

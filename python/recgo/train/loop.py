@@ -47,6 +47,12 @@ class TrainConfig:
     checkpoint: str | None = None
     checkpoint_every: int = 0
     depth: int = 2  # batches the input pipeline prepares ahead (0: serial)
+    # --nproc N (see recgo.train.distributed): batch_size is per rank, the global batch N × batch_size.
+    nproc: int = 1
+    sharding: str = "hash"  # recgo backend's table sharding: hash, table_wise or row_wise
+    exchange: str = "flat"  # recgo backend's exchange: flat or hierarchical
+    nodes: int = 1  # how many nodes the ranks form for the hierarchical exchange (ranks per node = nproc / nodes)
+    dist_timeout: float = 120.0  # seconds any collective may wait for a peer
 
     def validate(self) -> None:
         """Raise InvalidInputError naming the first bad field."""
@@ -58,6 +64,20 @@ class TrainConfig:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
         if self.data is not None and not Path(self.data).is_file():
             raise InvalidInputError(f"data: {self.data} is not a file")
+        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
+            raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
+        if self.nproc > 1 and self.model == "bst":
+            raise InvalidInputError("nproc > 1 supports the pooled models (dlrm, dcnv2), not bst")
+        from .distributed import EXCHANGES, SHARDINGS
+
+        if self.sharding not in SHARDINGS:
+            raise InvalidInputError(f"sharding {self.sharding!r}: choose one of {SHARDINGS}")
+        if self.exchange not in EXCHANGES:
+            raise InvalidInputError(f"exchange {self.exchange!r}: choose one of {EXCHANGES}")
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes <= 0 or self.nproc % self.nodes:
+            raise InvalidInputError(f"nodes must be a positive divisor of nproc ({self.nproc}), got {self.nodes!r}")
+        if not float(self.dist_timeout) > 0:
+            raise InvalidInputError(f"dist_timeout must be positive seconds, got {self.dist_timeout!r}")
 
 
 def make_source(cfg: TrainConfig) -> Source:
@@ -81,13 +101,14 @@ def _tables(source: Source) -> list[TableSpec]:
 class RankingModel(nn.Module):
     """Sparse half (one backend) + dense half (plain torch) → one logit per sample."""
 
-    def __init__(self, cfg: TrainConfig, source: Source, backend: str) -> None:
+    def __init__(self, cfg: TrainConfig, source: Source, backend: str, world: Any = None) -> None:
         super().__init__()
         tables = _tables(source)
         weights = initial_weights(tables, cfg.dim, cfg.seed)
         self.kind = cfg.model
         optim = SparseOptim(cfg.sparse_optimizer, cfg.sparse_lr)
-        self.sparse = SparseArch(backend, tables, cfg.dim, optim, weights, pooled=cfg.model != "bst")
+        self.sparse = SparseArch(backend, tables, cfg.dim, optim, weights, pooled=cfg.model != "bst", world=world,
+                                 seed=cfg.seed)
         torch.manual_seed(cfg.seed)  # the same dense initial weights on every backend
         if cfg.model == "dlrm":
             self.dense: nn.Module = DLRM(source.dense_in, len(source.keys), cfg.dim)
@@ -95,6 +116,8 @@ class RankingModel(nn.Module):
             self.dense = DCNv2(source.dense_in, len(source.keys), cfg.dim)
         else:
             self.dense = BST(cfg.dim, cfg.max_len, user_width=cfg.dim)
+        if world is not None and world.size > 1:
+            self.dense = nn.parallel.DistributedDataParallel(self.dense)  # gradients averaged over the ranks
         self.max_len = cfg.max_len
 
     def forward_sparse(self, prepared: Any) -> Any:
@@ -131,10 +154,13 @@ class History:
 class Trainer:
     """Trains one backend's model on a source; ``run()`` returns its :class:`History`."""
 
-    def __init__(self, cfg: TrainConfig, source: Source, backend: str) -> None:
+    def __init__(self, cfg: TrainConfig, source: Source, backend: str, world: Any = None) -> None:
+        """``world`` (a :class:`recgo.train.distributed.World`): this process is one of ``world.size``
+        ranks; ``source`` must already be sharded to it (:meth:`Source.shard`)."""
         cfg.validate()
         self.cfg, self.source, self.backend = cfg, source, backend
-        self.model = RankingModel(cfg, source, backend)
+        self.world = world if world is not None and world.size > 1 else None
+        self.model = RankingModel(cfg, source, backend, self.world)
         self.opt = torch.optim.Adam(self.model.dense.parameters(), lr=cfg.dense_lr)
         self.history = History(backend)
         self.step = 0
@@ -188,12 +214,26 @@ class Trainer:
         self.model.eval()
         logits, labels = [], []
         for b in self._val:
+            if self.world is not None:
+                b, real = self._my_slice(b)
+            else:
+                real = b.size
             emb = self.model.forward_sparse(self.model.sparse.prepare(b.sparse))
-            logits.append(self.model.forward_dense(b.dense, emb))
-            labels.append(b.labels)
+            logits.append(self.model.forward_dense(b.dense, emb)[:real])
+            labels.append(b.labels[:real])
         self.model.train()
         lg, lb = torch.cat(logits), torch.cat(labels)
+        if self.world is not None:  # every rank's scores: the metrics of the whole held-out split
+            parts = self.world.gather((lg, lb))
+            lg, lb = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         return {"step": self.step, "auc": auc(lg, lb), "log_loss": log_loss(lg, lb)}
+
+    def _my_slice(self, b: Batch) -> tuple[Batch, int]:
+        """This rank's equal share of a validation batch and how many of its samples count."""
+        from .distributed import eval_slice, take
+
+        idx, real = eval_slice(b.size, self.world.rank, self.world.size)
+        return Batch(b.dense[idx], take(b.sparse, idx), b.labels[idx]), real
 
     # -- the run ---------------------------------------------------------------------------------
 
@@ -245,9 +285,11 @@ class Trainer:
             raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
         mine = asdict(self.cfg)
         theirs = dict(state["config"])
-        for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth"):
+        for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth", "dist_timeout"):
             theirs.pop(k, None)
             mine.pop(k, None)
+        for k in ("nproc", "sharding", "exchange", "nodes"):  # checkpoints written before these fields existed
+            theirs.setdefault(k, mine.get(k))
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")

@@ -53,14 +53,29 @@ def summarize(cfg: TrainConfig, runs: dict[str, History], extra: dict[str, Any] 
                         "torch": torch.__version__}}
 
 
+def _placement(placement: dict[str, dict[str, str]]) -> list[str]:
+    """One line per sharded backend: how many tables each sharding kind (TorchRec: kind@ranks) got."""
+    lines = []
+    for backend, tables in placement.items():
+        if tables:
+            counts: dict[str, int] = {}
+            for kind in tables.values():
+                counts[kind] = counts.get(kind, 0) + 1
+            lines.append(f"- {backend} tables: " + ", ".join(f"{n} × {k}" for k, n in sorted(counts.items())))
+    return [""] + lines if lines else []
+
+
 def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     """Write report.json, report.md and the plots (when matplotlib is installed) into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
     cfg, per = report["config"], report["backends"]
+    nproc = int(cfg.get("nproc", 1) or 1)
+    batch = (f"batch {cfg['batch_size']} per rank on {nproc} gloo ranks (global batch {nproc * cfg['batch_size']}, "
+             "samples/s over all ranks)" if nproc > 1 else f"batch {cfg['batch_size']}")
     lines = [f"# recgo train: {cfg['model']} on {cfg['data'] or 'synthetic Criteo-shaped data'}", "",
-             f"{cfg['steps']} steps of batch {cfg['batch_size']}, embedding dim {cfg['dim']}, sparse optimizer "
+             f"{cfg['steps']} steps of {batch}, embedding dim {cfg['dim']}, sparse optimizer "
              f"{cfg['sparse_optimizer']} (lr {cfg['sparse_lr']}), dense Adam (lr {cfg['dense_lr']}), seed {cfg['seed']}; "
              "every backend starts from the same weights and sees the same batches.", "",
              "| backend | samples/s | prep ms | sparse ms | dense+backward ms | update ms | val AUC | val log loss |",
@@ -71,6 +86,7 @@ def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
         ll_s = "n/a" if p["final_log_loss"] is None else f"{p['final_log_loss']:.4f}"
         lines.append(f"| {name} | {p['samples_per_second']:.0f} | {ms['prep']:.1f} | {ms['sparse']:.1f} | "
                      f"{ms['dense']:.1f} | {ms['update']:.1f} | {auc_s} | {ll_s} |")
+    lines += _placement(report.get("placement", {}))
     lines += ["", "Summary: " + ", ".join(f"`{k}` = {v:.4g}" if isinstance(v, float) else f"`{k}` = {v}"
                                           for k, v in report["summary"].items() if v is not None), ""]
     (out / "report.md").write_text("\n".join(lines))

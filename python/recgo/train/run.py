@@ -31,6 +31,12 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         raise InvalidInputError(f"backend {unknown or backends}: choose from {BACKENDS} or 'all'")
     if resume and not cfg.checkpoint:
         raise InvalidInputError("resume needs a checkpoint path (--checkpoint)")
+    if cfg.nproc > 1:
+        if resume or cfg.checkpoint:
+            raise InvalidInputError("checkpoints and --resume are not supported with --nproc > 1 yet")
+        from .distributed import launch
+
+        return launch(cfg, backends, cfg.nproc, out=out, progress=progress)
     source = make_source(cfg)
     runs: dict[str, History] = {}
     for backend in backends:
@@ -53,3 +59,77 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     if out is not None:
         write(out, report)
     return report
+
+
+def _merge(parts: list[dict[str, Any]]) -> History:
+    """One History from every rank's: the global loss (mean of the ranks' equal-sized batch means), rank
+    0's evaluations (computed on every rank from the gathered scores), all ranks' samples over the time
+    of the slowest rank."""
+    slowest = max(parts, key=lambda h: sum(h["stage_seconds"].values()))
+    losses = [sum(xs) / len(xs) for xs in zip(*(h["train_loss"] for h in parts))]
+    return History(backend=parts[0]["backend"], train_loss=losses, evals=parts[0]["evals"],
+                   stage_seconds=dict(slowest["stage_seconds"]), timed_steps=slowest["timed_steps"],
+                   samples=sum(h["samples"] for h in parts))
+
+
+def _fail_at(trainer: Trainer, step: int) -> None:
+    """Make ``trainer`` raise when it reaches ``step`` (the failure tests' injected fault)."""
+    inner = trainer.train_step
+
+    def failing(batch: Any, timed: bool = True) -> float:
+        if trainer.step == step:
+            raise RuntimeError(f"injected failure on rank {trainer.world.rank} at step {step}")
+        return inner(batch, timed)
+
+    trainer.train_step = failing  # type: ignore[method-assign]
+
+
+def nproc_report(cfg: TrainConfig, runs: dict[str, History], placement: dict[str, dict[str, str]],
+                 out: str | Path | None = None) -> dict[str, Any]:
+    """The report of a ``--nproc`` run from the merged histories (written to ``out`` when given)."""
+    report = summarize(cfg, runs, extra={"nproc": cfg.nproc, "global_batch": cfg.nproc * cfg.batch_size})
+    report["placement"] = placement
+    if out is not None:
+        write(out, report)
+    return report
+
+
+def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress: bool = False,
+                weights_dir: str | None = None,
+                fail_at: tuple[int, int] | None = None) -> tuple[dict[str, History], dict[str, dict[str, str]]]:
+    """One rank's part of a ``--nproc`` run (every rank calls it, inside an initialised process group):
+    train each backend on this rank's data shard and return the histories merged over the ranks and
+    each backend's table placement. ``weights_dir``: write each backend's final global tables and dense
+    weights there (rank 0); ``fail_at`` ``(rank, step)``: that rank raises at that step (failure tests)."""
+    from dataclasses import asdict
+
+    import torch
+
+    from .distributed import global_weights
+
+    source = make_source(cfg)
+    if not hasattr(source, "shard"):
+        raise InvalidInputError(f"model {cfg.model}: its data source cannot be sharded over ranks")
+    source.shard(world.rank, world.size)
+    runs: dict[str, History] = {}
+    placement: dict[str, dict[str, str]] = {}
+    for backend in backends:
+        trainer = Trainer(cfg, source, backend, world)
+        bar = _progress(cfg.steps, f"{backend} ×{world.size}", progress)
+        if fail_at is not None and world.rank == fail_at[0]:
+            _fail_at(trainer, fail_at[1])
+        history = trainer.run(progress=bar)
+        if bar is not None:
+            bar.close()
+        runs[backend] = _merge(world.gather(asdict(history)))
+        placement[backend] = trainer.model.sparse.plan
+        if weights_dir is not None:
+            tables = global_weights(trainer.model.sparse, world)
+            dense = trainer.model.dense.module.state_dict()
+            if world.rank == 0:
+                Path(weights_dir).mkdir(parents=True, exist_ok=True)
+                torch.save({"tables": tables, "dense": dense}, Path(weights_dir) / f"{backend}.pt")
+        trainer.close()
+        del trainer
+        gc.collect()
+    return runs, placement

@@ -1,0 +1,133 @@
+"""The ``--nproc 2`` cases of ``benchmarks/end_to_end.py``: whole DLRM training steps on two gloo ranks.
+
+* Throughput: two spawned processes (one torch thread each on this 2-core machine); in each, the
+  three backends' distributed trainers (recgo ``ShardedEmbeddingBagCollection`` + DDP, TorchRec
+  ``DistributedModelParallel`` with its planner's plan + DDP, ``nn.EmbeddingBag`` under DDP) step
+  interleaved over the same four per-rank batches of the synthetic Criteo-scale data (the harness's
+  seeded order, identical on both ranks, so the collectives line up). Times are rank 0's (every step
+  synchronises the ranks); items = the global batch (2 × the per-rank batch).
+* AUC parity: ``recgo.train`` on the Criteo sample with ``nproc=2`` (per-rank batch 256, so the
+  global batch equals the single-process case's 512), recgo and TorchRec from the same weights.
+
+    python benchmarks/end_to_end_nproc.py [--quick]   (these cases alone: results/end_to_end_nproc.*)
+    python benchmarks/end_to_end.py [--quick]         (runs them too, after the single-process cases)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+WORLD = 2
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"
+
+
+def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: str) -> None:
+    import torch.distributed as dist
+
+    from harness import Bench
+    from recgo.train import Trainer, make_source
+    from recgo.train.distributed import World, _init
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // WORLD))
+    _init(rank, WORLD, cfg.dist_timeout, port)
+    world = World(rank, WORLD, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
+    source = make_source(cfg).shard(rank, WORLD)
+    stream = source.stream(depth=0)
+    batches = [next(stream) for _ in range(4)]
+    stream.close()
+    trainers = {b: Trainer(cfg, source, b, world) for b in names}
+    state = {b: 0 for b in names}
+
+    def stepper(b: str):
+        def step() -> None:
+            trainers[b].train_step(batches[state[b] % len(batches)], timed=False)
+            state[b] += 1
+        return step
+
+    bench = Bench("end_to_end", ["--quick"] if quick else [], repeats=9)
+    res = bench.compare("dlrm_synthetic_nproc2", {b: stepper(b) for b in names}, items=WORLD * batches[0].size,
+                        warmup=2)
+    plans = {b: t.model.sparse.plan for b, t in trainers.items()}
+    if rank == 0:
+        torch.save({"times": res.times, "items": res.items, "plans": plans}, os.path.join(out, "nproc.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def throughput(bench: Any, cfg: Any, names: list[str]) -> dict[str, float]:
+    """Interleaved distributed steps of every backend; returns recgo's speedups over the others."""
+    import torch.multiprocessing as mp
+
+    from harness import CaseResult
+    from recgo.train.distributed import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_worker, args=(free_port(), cfg, names, bench.quick, tmp), nprocs=WORLD,
+                           start_method="spawn")
+        got = torch.load(os.path.join(tmp, "nproc.pt"), weights_only=False)
+    res = CaseResult("dlrm_synthetic_nproc2", got["times"], got["items"])
+    bench.cases.append(res)
+    bench.data["nproc2_placement"] = got["plans"]
+    med = {v: res.median(v) for v in names}
+    print("  dlrm_synthetic_nproc2: " + ", ".join(f"{v} {m * 1e3:.2f} ms" for v, m in med.items()), flush=True)
+    return {f"throughput_vs_{o}_dlrm_nproc2": res.ratio("recgo", o) for o in names if o != "recgo"}
+
+
+def auc_gap(bench: Any, cfg: Any) -> dict[str, float]:
+    """recgo and TorchRec trained on 2 ranks (``recgo.train`` with ``nproc=2``); |AUC gap|."""
+    from recgo.train import train
+
+    report = train(cfg, ["recgo", "torchrec"], progress=False)
+    final = {b: p["evals"][-1] for b, p in report["backends"].items()}
+    for b, p in report["backends"].items():
+        bench.data.setdefault("auc_runs", {}).setdefault("criteo_nproc2", {})[b] = {
+            "evals": p["evals"], "train_loss": p["train_loss"], "samples_per_second": p["samples_per_second"]}
+    line = ", ".join(f"{b} AUC {e['auc']:.4f} (log loss {e['log_loss']:.4f})" for b, e in final.items())
+    print(f"  criteo_nproc2: {line}", flush=True)
+    bench.note(f"criteo, 2 ranks × batch {cfg.batch_size}, after {cfg.steps} steps: {line}")
+    return {"auc_gap_criteo_nproc2": abs(final["recgo"]["auc"] - final["torchrec"]["auc"]),
+            "auc_criteo_nproc2_recgo": final["recgo"]["auc"], "auc_criteo_nproc2_torchrec": final["torchrec"]["auc"]}
+
+
+def nproc_cases(bench: Any, names: list[str]) -> dict[str, float]:
+    """Both ``--nproc 2`` cases; their summary keys."""
+    from recgo.train import TrainConfig
+
+    q = bench.quick
+    out: dict[str, float] = {}
+    dlrm = TrainConfig(model="dlrm", batch_size=256 if q else 2048, dim=16 if q else 64,
+                       max_rows=20_000 if q else 1_000_000, seed=0, nproc=WORLD)
+    out |= throughput(bench, dlrm, names)
+    if CRITEO.exists():
+        crit = TrainConfig(model="dlrm", data=str(CRITEO), batch_size=256, dim=16, max_rows=100_000, seed=0,
+                           steps=34 if q else 170, eval_every=17, nproc=WORLD)
+        out |= auc_gap(bench, crit)
+    else:
+        bench.note("Criteo sample not found: the Criteo nproc 2 AUC case skipped")
+    bench.note("nproc 2: two gloo ranks on this machine, one torch thread each; the global batch is 2 × the "
+               "per-rank batch; recgo: hash-sharded ShardedEmbeddingBagCollection (flat exchange) + DDP, "
+               "TorchRec: DMP with its planner's plan + DDP, torch: nn.EmbeddingBag(sparse=True) under DDP")
+    return out
+
+
+def main() -> None:
+    from harness import Bench
+
+    bench = Bench("end_to_end_nproc", description=__doc__, repeats=9)
+    bench.summary(**nproc_cases(bench, ["recgo", "torchrec", "torch"]))
+    bench.note("one step = input conversion + embedding forward (with its exchange) + dense forward + BCE + "
+               "backward (DDP all-reduce, embedding gradient exchange and fused update) + dense Adam")
+    bench.write()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,344 @@
+"""``--nproc N``: the training job on N ranks of ``torch.distributed`` (gloo on CPU).
+
+``launch()`` starts N processes itself (``torch.multiprocessing`` spawn, a free localhost port), or,
+started under ``torchrun`` (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` in the environment), runs as the
+rank torchrun made it. Each rank reads its shard of the data (rows ``g mod N == rank``, the Go readers'
+sharding), so a step's global batch is N × ``batch_size`` and equals the single-process batch of that
+size. The sparse half is sharded the way each library does it:
+
+* ``recgo``: :class:`recgo.distributed.ShardedEmbeddingBagCollection` (``sharding``: hash by default,
+  or table_wise / row_wise; ``exchange``: flat or hierarchical), fused optimizer on the owners;
+* ``torchrec``: TorchRec's ``DistributedModelParallel`` over an ``EmbeddingBagCollection`` with the plan
+  its ``EmbeddingShardingPlanner`` makes, the optimizer fused through the sharder's fused params;
+* ``torch``: ``nn.EmbeddingBag(sparse=True)`` replicated on every rank under ``DistributedDataParallel``.
+
+The dense half is under ``DistributedDataParallel`` everywhere. Every rank starts from the same global
+weights (:func:`recgo.train.backends.initial_weights`; each sharded table receives its rows of them).
+
+Loss scaling: each rank's loss is the mean over its own samples; DDP averages dense gradients, which
+gives the gradient of the global-batch mean. Sharded embeddings *sum* the ranks' gradients at the owner,
+so the recgo and TorchRec backends scale the gradient reaching the pooled embeddings by 1/N — the
+updates then equal the single-process run on the global batch (tested).
+
+Evaluation: every rank takes an equal slice of each validation batch, the scores and labels are
+gathered, and AUC / log loss are computed on the whole held-out split (the same numbers as one process
+computing them on the same scores). A rank that raises makes the launcher raise
+:class:`TrainingProcessError` naming it; the others are stopped, and every collective waits at most
+``dist_timeout`` seconds, so the job never hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import InvalidInputError, RecgoError
+from ..sparse import KeyedJaggedTensor
+
+SHARDINGS = ("hash", "table_wise", "row_wise")
+EXCHANGES = ("flat", "hierarchical")
+
+
+class TrainingProcessError(RecgoError, RuntimeError):
+    """A rank of a ``--nproc`` run failed; the message names the rank and carries its traceback."""
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job: ``rank`` of ``size``, and the distributed settings."""
+
+    rank: int
+    size: int
+    sharding: str = "hash"
+    exchange: str = "flat"
+    timeout: float = 120.0
+    nodes: int = 1
+
+    def gather(self, obj: Any) -> list[Any]:
+        """Every rank's ``obj``, in rank order (a collective: every rank calls it)."""
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+
+def env_world() -> tuple[int, int] | None:
+    """``(rank, world size)`` when started under torchrun (its environment variables), else None."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env and "MASTER_ADDR" in env and "MASTER_PORT" in env:
+        try:
+            return int(env["RANK"]), int(env["WORLD_SIZE"])
+        except ValueError as exc:
+            raise InvalidInputError(f"RANK={env['RANK']!r} / WORLD_SIZE={env['WORLD_SIZE']!r}: not integers") from exc
+    return None
+
+
+def free_port() -> int:
+    """A TCP port on localhost nobody listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- the sparse half on N ranks ------------------------------------------------------------------------
+
+class _Bags(nn.Module):
+    """Plain-torch pooled lookups as one module, so DDP can wrap them: ``{key: (ids, offsets)}`` → ``[B, F, D]``."""
+
+    def __init__(self, bags: nn.ModuleDict, keys: list[str], table_of: dict[str, str]) -> None:
+        super().__init__()
+        self.bags, self.keys, self.table_of = bags, keys, table_of
+
+    def forward(self, batch: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        return torch.stack([self.bags[self.table_of[k]](*batch[k]) for k in self.keys], 1)
+
+
+def build_recgo(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor], world: World,
+                seed: int) -> nn.Module:
+    """recgo's sharded collection holding this rank's rows of the global ``weights``."""
+    import recgo
+    from ..distributed import ShardedEmbeddingBagCollection
+
+    cfgs = [recgo.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=dim, name=t.name,
+                                     feature_names=list(t.features)) for t in tables]
+    module = ShardedEmbeddingBagCollection(cfgs, world.sharding, mode=world.exchange, nodes=world.nodes,
+                                           optimizer=optim.recgo(), seed=seed, timeout=world.timeout)
+    with torch.no_grad():
+        for t in tables:
+            module.embedding_bags[t.name].weight.copy_(weights[t.name][module.local_ids(t.name)])
+    return module
+
+
+def _torchrec_fused_params(optim: Any) -> dict[str, Any]:
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+
+    if optim.kind == "sgd":
+        return {"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": optim.lr}
+    return {"optimizer": EmbOptimType.EXACT_ADAGRAD, "learning_rate": optim.lr, "eps": optim.eps}
+
+
+def build_torchrec(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor],
+                   world: World) -> tuple[nn.Module, dict[str, str]]:
+    """TorchRec's DMP over an EmbeddingBagCollection, planned by its own planner, with the optimizer
+    fused (the sharder's fused params); returns the module and the plan (table → kind@ranks).
+
+    Data-parallel placements are left out of the planner's choices: a data-parallel table gets a dense
+    gradient and no fused optimizer, so it would need a second optimizer the other backends lack."""
+    import torch.distributed as dist
+    import torchrec
+    from torchrec.distributed import DistributedModelParallel
+    from torchrec.distributed.embedding_types import ShardingType
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
+    from torchrec.distributed.types import ShardingEnv
+
+    cfgs = [torchrec.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=dim, name=t.name,
+                                        feature_names=list(t.features)) for t in tables]
+    ebc = torchrec.EmbeddingBagCollection(tables=cfgs, device=torch.device("meta"))
+    sharder = EmbeddingBagCollectionSharder(fused_params=_torchrec_fused_params(optim))
+    kinds = [ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value, ShardingType.TABLE_COLUMN_WISE.value,
+             ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value]
+    constraints = {t.name: ParameterConstraints(sharding_types=kinds) for t in tables}
+    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world.size, compute_device="cpu"),
+                                       constraints=constraints)
+    plan = planner.collective_plan(ebc, [sharder], dist.GroupMember.WORLD)
+    module = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=plan, sharders=[sharder],
+                                      env=ShardingEnv.from_process_group(dist.GroupMember.WORLD))
+    with torch.no_grad():
+        for key, value in module.state_dict().items():
+            name = _table_key(key)
+            if name is None:
+                continue
+            full = weights[name]
+            for piece, (r0, c0) in _local_pieces(value):
+                piece.copy_(full[r0:r0 + piece.shape[0], c0:c0 + piece.shape[1]])
+    placed = {name: f"{ps.sharding_type}@{ps.ranks}" for mp in plan.plan.values() for name, ps in mp.items()}
+    return module, placed
+
+
+def _table_key(key: str) -> str | None:
+    """``...embedding_bags.<table>.weight`` → ``<table>``."""
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[-1] == "weight" and parts[-3] == "embedding_bags":
+        return parts[-2]
+    return None
+
+
+def _local_pieces(value: Any) -> list[tuple[torch.Tensor, tuple[int, int]]]:
+    """A state-dict entry's local tensors and their (row, column) offsets in the global table."""
+    if hasattr(value, "local_shards"):
+        return [(s.tensor, (int(s.metadata.shard_offsets[0]), int(s.metadata.shard_offsets[1])))
+                for s in value.local_shards()]
+    return [(value, (0, 0))]
+
+
+def build_torch(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor], keys: list[str],
+                table_of: dict[str, str]) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """``nn.EmbeddingBag(sparse=True)`` tables replicated under DDP (sparse gradients averaged over gloo)."""
+    bags = nn.ModuleDict({t.name: nn.EmbeddingBag(t.rows, dim, mode="sum", sparse=True) for t in tables})
+    with torch.no_grad():
+        for t in tables:
+            bags[t.name].weight.copy_(weights[t.name])
+    module = nn.parallel.DistributedDataParallel(_Bags(bags, keys, table_of))
+    return module, optim.torch_class()(module.parameters(), **optim.torch_kwargs())
+
+
+def global_weights(arch: Any, world: World) -> dict[str, torch.Tensor]:
+    """The whole tables of a distributed SparseArch, on every rank (a collective)."""
+    if arch.backend == "torch":
+        return {n: b.weight.detach().clone() for n, b in arch.module.module.bags.items()}
+    if arch.backend == "recgo":
+        mine = {n: (arch.module.local_ids(n), s.weight.detach().clone()) for n, s in arch.module.embedding_bags.items()}
+        out: dict[str, torch.Tensor] = {}
+        for part in world.gather(mine):
+            for n, (ids, w) in part.items():
+                out.setdefault(n, torch.zeros(arch.rows[n], w.shape[1]))[ids] = w
+        return out
+    mine_tr = {}
+    for key, value in arch.module.state_dict().items():
+        name = _table_key(key)
+        if name is not None:
+            mine_tr[name] = [(p.detach().clone(), off) for p, off in _local_pieces(value)]
+    out = {}
+    for part in world.gather(mine_tr):
+        for n, pieces in part.items():
+            full = out.setdefault(n, torch.zeros(arch.rows[n], arch.dim))
+            for p, (r0, c0) in pieces:
+                full[r0:r0 + p.shape[0], c0:c0 + p.shape[1]] = p
+    return out
+
+
+# -- evaluation on N ranks -------------------------------------------------------------------------------
+
+def take(kjt: KeyedJaggedTensor, idx: torch.Tensor) -> KeyedJaggedTensor:
+    """Samples ``idx`` (in that order, repeats allowed) of every feature of ``kjt``."""
+    keys = kjt.keys()
+    b = kjt.stride()
+    lengths = kjt.lengths().view(len(keys), b)
+    starts = (torch.cumsum(kjt.lengths(), 0) - kjt.lengths()).view(len(keys), b)
+    sel_len, sel_start = lengths[:, idx].reshape(-1), starts[:, idx].reshape(-1)
+    total = int(sel_len.sum())
+    shift = torch.repeat_interleave(sel_start - (torch.cumsum(sel_len, 0) - sel_len), sel_len)
+    values = kjt.values()[shift + torch.arange(total)]
+    return KeyedJaggedTensor(list(keys), values, lengths=sel_len)
+
+
+def eval_slice(size: int, rank: int, world: int) -> tuple[torch.Tensor, int]:
+    """Rank ``rank``'s sample indices of a validation batch of ``size`` and how many of them count.
+
+    Every rank gets ``ceil(size / world)`` indices (equal local batches keep every library's exchange
+    simple); a rank whose slice runs past the end repeats sample 0 for the rest and ignores those."""
+    per = -(-size // world)
+    lo = min(rank * per, size)
+    real = min(per, size - lo)
+    idx = torch.cat([torch.arange(lo, lo + real), torch.zeros(per - real, dtype=torch.int64)])
+    return idx, real
+
+
+# -- the launcher ----------------------------------------------------------------------------------------
+
+def _init(rank: int, size: int, timeout: float, port: int | None) -> None:
+    import torch.distributed as dist
+
+    init = f"tcp://127.0.0.1:{port}" if port is not None else "env://"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size, timeout=timedelta(seconds=timeout))
+
+
+def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence[str], progress: bool,
+            result: str | None, options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One rank: train the backends; returns the merged histories and placements (rank 0 also saves
+    them to ``result``)."""
+    import torch.distributed as dist
+
+    from .run import train_ranks
+
+    threads = options.get("threads") or max(1, (os.cpu_count() or 1) // size)
+    torch.set_num_threads(threads)
+    _init(rank, size, cfg.dist_timeout, port)
+    world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
+    got = train_ranks(cfg, backends, world, progress=progress and rank == 0,
+                      weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
+    if rank == 0 and result is not None:
+        torch.save(got, result)
+    dist.barrier()
+    dist.destroy_process_group()
+    return got
+
+
+def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str], progress: bool,
+             result: str, options: dict[str, Any]) -> None:
+    try:
+        _worker(rank, size, port, cfg, backends, progress, result, options)
+    except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
+        # Write the traceback for the launcher, then leave at once: tearing gloo down while the peers
+        # are inside a collective can abort the process and lose the message.
+        text = f"rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        with open(_error_file(result, rank), "w") as fh:
+            fh.write(text)
+        os._exit(1)
+
+
+def _error_file(result: str, rank: int) -> str:
+    return os.path.join(os.path.dirname(result), f"error-{rank}.txt")
+
+
+def _first_error(result: str, nproc: int) -> str | None:
+    """The traceback the first failing rank wrote (the earliest file), if any."""
+    found = [p for p in (_error_file(result, r) for r in range(nproc)) if os.path.exists(p)]
+    if not found:
+        return None
+    with open(min(found, key=os.path.getmtime)) as fh:
+        return fh.read().strip()
+
+
+def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None = None, progress: bool = True,
+           **options: Any) -> dict[str, Any] | None:
+    """Train on ``nproc`` ranks and return the report (on rank 0; None on the other torchrun ranks).
+
+    Under torchrun the process is one rank of the world torchrun made (``nproc`` must match its world
+    size) and trains the backends one after the other; otherwise each backend gets a fresh world of
+    ``nproc`` spawned processes (nothing of one backend's run stays in memory for the next) and this
+    process waits for them and writes the report. ``options``:
+    ``threads`` (torch threads per rank; default cores ÷ nproc), ``one_world`` (spawn: all backends
+    in one world, which starts faster) and, for tests, ``weights_dir`` (each
+    backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises)."""
+    from .run import nproc_report
+
+    env = env_world()
+    if env is not None:
+        rank, size = env
+        if size != nproc:
+            raise InvalidInputError(f"--nproc {nproc} but torchrun started a world of {size}")
+        runs, placement = _worker(rank, size, None, cfg, backends, progress, None, options)
+        return nproc_report(cfg, runs, placement, out) if rank == 0 else None
+    import torch.multiprocessing as mp
+
+    runs, placement = {}, {}
+    groups = [list(backends)] if options.get("one_world") else [[b] for b in backends]
+    for group in groups:
+        backend = ",".join(group)
+        with tempfile.TemporaryDirectory(prefix="recgo-train-") as tmp:
+            result = os.path.join(tmp, "runs.pt")
+            args = (nproc, free_port(), cfg, group, progress, result, options)
+            try:
+                mp.start_processes(_spawned, args=args, nprocs=nproc, join=True, start_method="spawn")
+            except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
+                msg = _first_error(result, nproc)
+                if msg is None:
+                    msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
+                raise TrainingProcessError(f"--nproc {nproc}, backend {backend}: the job stopped because "
+                                           f"{msg}") from None
+            got_runs, got_placement = torch.load(result, weights_only=False)
+        runs |= got_runs
+        placement |= got_placement
+    return nproc_report(cfg, runs, placement, out)

@@ -1,0 +1,127 @@
+"""``recgo train --nproc N``: two gloo ranks train what one process trains on the same global batches.
+
+The spawned worlds are small (world 2, 26 tiny tables, a few steps) and each runs several backends,
+so the suite pays the process start-up twice: once for the equality run, once for the failing rank.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from recgo.errors import InvalidInputError
+from recgo.sparse import KeyedJaggedTensor
+from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source, train
+from recgo.train.distributed import TrainingProcessError, env_world, eval_slice, launch, take
+
+STEPS, B_RANK = 4, 64
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(model="dlrm", steps=STEPS, batch_size=B_RANK, dim=4, max_rows=200, eval_every=2, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def _kjt(lists: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
+    keys = list(lists)
+    vals = [i for k in keys for bag in lists[k] for i in bag]
+    lens = [len(bag) for k in keys for bag in lists[k]]
+    return KeyedJaggedTensor(keys, torch.tensor(vals, dtype=torch.int64), lengths=torch.tensor(lens))
+
+
+@pytest.mark.parametrize("size,world", [(7, 2), (8, 2), (1, 2), (5, 3), (2, 3)])
+def test_eval_slices_cover_every_sample_once(size: int, world: int) -> None:
+    parts = [eval_slice(size, r, world) for r in range(world)]
+    assert len({len(idx) for idx, _ in parts}) == 1  # equal local batches on every rank
+    counted = torch.cat([idx[:real] for idx, real in parts])
+    assert torch.equal(counted, torch.arange(size))
+
+
+def test_take_selects_samples_of_every_feature() -> None:
+    bags = {"a": [[1], [2, 3], [], [4]], "b": [[5, 6], [7], [8], []]}
+    got = take(_kjt(bags), torch.tensor([3, 1, 1]))
+    assert got.keys() == ["a", "b"]
+    want = _kjt({k: [v[3], v[1], v[1]] for k, v in bags.items()})
+    assert torch.equal(got.values(), want.values()) and torch.equal(got.lengths(), want.lengths())
+
+
+def test_gathered_metrics_equal_the_single_process_ones() -> None:
+    """AUC and log loss of the concatenated per-rank scores are those of the whole split."""
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(1001, generator=g).round(decimals=1)  # ties across the rank boundary
+    labels = (torch.rand(1001, generator=g) < torch.sigmoid(scores)).float()
+    parts = [eval_slice(scores.numel(), r, 2) for r in range(2)]
+    cat_s = torch.cat([scores[idx][:real] for idx, real in parts])
+    cat_l = torch.cat([labels[idx][:real] for idx, real in parts])
+    assert auc(cat_s, cat_l) == auc(scores, labels)
+    assert log_loss(cat_s, cat_l) == pytest.approx(log_loss(scores, labels), rel=1e-12)
+
+
+def test_torchrun_environment_is_detected(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    assert env_world() is None
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert env_world() == (1, 2)
+    with pytest.raises(InvalidInputError, match="torchrun started a world of 2"):
+        launch(_cfg(nproc=3), ["recgo"], 3)
+
+
+def test_nproc_refuses_what_it_cannot_do(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="not bst"):
+        TrainConfig(model="bst", nproc=2).validate()
+    with pytest.raises(InvalidInputError, match="sharding"):
+        _cfg(nproc=2, sharding="diagonal").validate()
+    with pytest.raises(InvalidInputError, match="checkpoints"):
+        train(_cfg(nproc=2, checkpoint=str(tmp_path / "ck")), ["recgo"])
+
+
+def _close_tables(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], lr: float) -> None:
+    # Adagrad's first step on an element moves it by lr·g/(|g| + eps): where g is near zero, float
+    # summation order can flip it, so a few elements may differ by up to 2·lr; the rest agree closely.
+    diff = torch.cat([(got[n] - want[n]).abs().flatten() for n in want])
+    assert float((diff > 1e-5).float().mean()) < 1e-3 and float(diff.max()) <= 2 * lr
+
+
+def test_two_ranks_train_like_one_process_on_the_global_batch(tmp_path: Path) -> None:
+    cfg = _cfg(nproc=2)
+    report = launch(cfg, ["recgo", "torchrec", "torch"], 2, out=tmp_path / "rep", progress=False,
+                    weights_dir=str(tmp_path / "w"), threads=1, one_world=True)
+    single_cfg = _cfg(batch_size=2 * B_RANK)  # the same global batches in one process
+    source = make_source(single_cfg)
+    ref = Trainer(single_cfg, source, "recgo")
+    ref.run()
+    ref_tables = {k.split(".")[1]: v for k, v in ref.model.sparse.module.state_dict().items() if k.endswith("weight")}
+    ref_dense = ref.model.dense.state_dict()
+    assert report["summary"]["nproc"] == 2 and report["summary"]["global_batch"] == 2 * B_RANK
+    for backend in ("recgo", "torchrec", "torch"):
+        got = report["backends"][backend]
+        assert got["train_loss"] == pytest.approx(ref.history.train_loss, rel=2e-5)
+        assert [e["step"] for e in got["evals"]] == [2, 4]
+        assert got["final_auc"] == pytest.approx(ref.history.evals[-1]["auc"], abs=1e-4)
+        assert got["samples_per_second"] > 0
+        saved = torch.load(tmp_path / "w" / f"{backend}.pt", weights_only=False)
+        _close_tables(saved["tables"], ref_tables, cfg.sparse_lr)
+        for k, v in ref_dense.items():
+            torch.testing.assert_close(saved["dense"][k], v, rtol=1e-4, atol=1e-6)
+    assert abs(report["backends"]["recgo"]["final_auc"] - report["backends"]["torchrec"]["final_auc"]) < 1e-3
+    assert set(report["placement"]["recgo"].values()) == {"hash"}
+    assert all(k.split("@")[0] in ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")
+               for k in report["placement"]["torchrec"].values())
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "on 2 gloo ranks (global batch 128" in md and "| torchrec |" in md
+
+
+def test_a_failing_rank_stops_the_job_with_its_error() -> None:
+    t0 = time.monotonic()
+    with pytest.raises(TrainingProcessError, match=r"rank 1 failed: RuntimeError: injected failure on rank 1 at step 2"):
+        launch(_cfg(nproc=2, sharding="table_wise", dist_timeout=30.0), ["recgo"], 2, progress=False, fail_at=(1, 2),
+               threads=1)
+    assert time.monotonic() - t0 < 60  # the peer waiting in a collective is stopped, not left to hang
