@@ -36,6 +36,12 @@ type SequenceCollection struct {
 // owner.Tables (Pooling is ignored). Only the tables some feature uses take part (a backward
 // steps only their optimizers).
 func NewSequenceCollection(owner *Collection, features []Feature) (*SequenceCollection, error) {
+	return NewSequenceCollectionWithOptions(owner, features, Options{})
+}
+
+// NewSequenceCollectionWithOptions is NewSequenceCollection with explicit Options (its own, not
+// the owner's: e.g. NoDedup turns off the deduplication of this collection's lookups only).
+func NewSequenceCollectionWithOptions(owner *Collection, features []Feature, opts Options) (*SequenceCollection, error) {
 	if owner == nil {
 		return nil, errs.Invalidf("sequence collection: no owner collection")
 	}
@@ -66,7 +72,7 @@ func NewSequenceCollection(owner *Collection, features []Feature) (*SequenceColl
 	for i, f := range features {
 		feats[i] = Feature{Name: f.Name, Table: used[f.Table] - 1, Pooling: PoolSum}
 	}
-	view, err := NewCollection(sub, feats)
+	view, err := NewCollectionWithOptions(sub, feats, opts)
 	if err != nil {
 		return nil, err
 	}
