@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -391,6 +392,7 @@ func benchSequenceStep(b *testing.B, opt OptimizerConfig) {
 		}
 	}
 	var fwd, bwd time.Duration
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		x := &steps[i%len(steps)]
@@ -407,8 +409,19 @@ func benchSequenceStep(b *testing.B, opt OptimizerConfig) {
 		fwd += t1.Sub(t0)
 		s.Release(ctx)
 	}
+	b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/1e3/float64(b.N), "cpu-ms")
 	b.ReportMetric(float64(fwd.Microseconds())/1e3/float64(b.N), "fwd-ms")
 	b.ReportMetric(float64(bwd.Microseconds())/1e3/float64(b.N), "bwd-ms")
+}
+
+// cpuTime is the process's CPU time so far (user + system): on a shared machine a per-step CPU
+// time varies less than the wall time.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestSequenceConcurrentWithOwner runs sequence forwards/backwards and the owner's pooled forwards
