@@ -117,55 +117,53 @@ func TestMergeRowsKeepsUnresolvedApart(t *testing.T) {
 // TestSequenceNoDedupEqualsDedup: a sequence collection without dedup gives the same outputs, the
 // same merged gradients (rows and values) and, fused, the same rows and state as with it.
 func TestSequenceNoDedupEqualsDedup(t *testing.T) {
-	splitMerge(t, func(t *testing.T) {
-		for seed := uint64(0); seed < 30; seed++ {
-			for _, opt := range []OptimizerConfig{{Kind: OptNone}, {Kind: OptAdam, LR: 0.1, Eps: 1e-8, Beta1: 0.9, Beta2: 0.99}} {
-				a := newSeqSetup(t, seed, opt)
-				b := newSeqSetup(t, seed, opt)
-				off, err := NewSequenceCollectionWithOptions(b.owner.c, b.feats, Options{NoDedup: true})
+	for seed := uint64(0); seed < 30; seed++ {
+		for _, opt := range []OptimizerConfig{{Kind: OptNone}, {Kind: OptAdam, LR: 0.1, Eps: 1e-8, Beta1: 0.9, Beta2: 0.99}} {
+			a := newSeqSetup(t, seed, opt)
+			b := newSeqSetup(t, seed, opt)
+			off, err := NewSequenceCollectionWithOptions(b.owner.c, b.feats, Options{NoDedup: true})
+			require.NoError(t, err)
+			b.s = off
+			for step := 0; step < 2; step++ {
+				outs1, ng := a.buffers(t)
+				outs2, _ := b.buffers(t)
+				c1, err := a.s.Forward(a.b, outs1, true, true)
 				require.NoError(t, err)
-				b.s = off
-				for step := 0; step < 2; step++ {
-					outs1, ng := a.buffers(t)
-					outs2, _ := b.buffers(t)
-					c1, err := a.s.Forward(a.b, outs1, true, true)
-					require.NoError(t, err)
-					c2, err := b.s.Forward(b.b, outs2, true, true)
-					require.NoError(t, err)
-					require.Equal(t, flatten(outs1), flatten(outs2))
-					require.Equal(t, snapshot(c1), snapshot(c2))
-					grad := make([]float32, ng)
-					for i := range grad {
-						grad[i] = float32(i%9) - 4
-					}
-					if opt.Kind == OptNone {
-						tabs := a.s.Tables()
-						grads := func(ctx *Context) ([][]int64, [][]float32) {
-							rows, vals := make([][]int64, len(tabs)), make([][]float32, len(tabs))
-							for j, tb := range tabs {
-								rows[j] = make([]int64, ctx.Unique(j))
-								vals[j] = make([]float32, ctx.Unique(j)*a.owner.c.Tables[tb].Dim)
-							}
-							return rows, vals
+				c2, err := b.s.Forward(b.b, outs2, true, true)
+				require.NoError(t, err)
+				require.Equal(t, flatten(outs1), flatten(outs2))
+				require.Equal(t, snapshot(c1), snapshot(c2))
+				grad := make([]float32, ng)
+				for i := range grad {
+					grad[i] = float32(i%9) - 4
+				}
+				if opt.Kind == OptNone {
+					tabs := a.s.Tables()
+					grads := func(ctx *Context) ([][]int64, [][]float32) {
+						rows, vals := make([][]int64, len(tabs)), make([][]float32, len(tabs))
+						for j, tb := range tabs {
+							rows[j] = make([]int64, ctx.Unique(j))
+							vals[j] = make([]float32, ctx.Unique(j)*a.owner.c.Tables[tb].Dim)
 						}
-						r1, v1 := grads(c1)
-						r2, v2 := grads(c2)
-						require.NoError(t, a.s.Backward(c1, grad, r1, v1))
-						require.NoError(t, b.s.Backward(c2, grad, r2, v2))
-						require.Equal(t, r1, r2)
-						require.Equal(t, v1, v2)
-					} else {
-						require.NoError(t, a.s.Backward(c1, grad, nil, nil))
-						require.NoError(t, b.s.Backward(c2, grad, nil, nil))
+						return rows, vals
 					}
-					a.s.Release(c1)
-					b.s.Release(c2)
+					r1, v1 := grads(c1)
+					r2, v2 := grads(c2)
+					require.NoError(t, a.s.Backward(c1, grad, r1, v1))
+					require.NoError(t, b.s.Backward(c2, grad, r2, v2))
+					require.Equal(t, r1, r2)
+					require.Equal(t, v1, v2)
+				} else {
+					require.NoError(t, a.s.Backward(c1, grad, nil, nil))
+					require.NoError(t, b.s.Backward(c2, grad, nil, nil))
 				}
-				for i, tb := range a.owner.c.Tables {
-					require.Equal(t, tb.Data, b.owner.c.Tables[i].Data)
-					require.Equal(t, tb.State, b.owner.c.Tables[i].State)
-				}
+				a.s.Release(c1)
+				b.s.Release(c2)
+			}
+			for i, tb := range a.owner.c.Tables {
+				require.Equal(t, tb.Data, b.owner.c.Tables[i].Data)
+				require.Equal(t, tb.State, b.owner.c.Tables[i].State)
 			}
 		}
-	})
+	}
 }

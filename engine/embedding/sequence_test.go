@@ -98,21 +98,7 @@ func flatten(outs [][]float32) []float32 {
 	return all
 }
 
-// splitMerge runs body with the merge unsplit and with every table split into up to three parts.
-func splitMerge(t *testing.T, body func(t *testing.T)) {
-	t.Run("whole", body)
-	t.Run("split", func(t *testing.T) {
-		seqWorkers, seqPartMin = 3, 1
-		defer func() { seqWorkers, seqPartMin = 0, updateChunk }()
-		body(t)
-	})
-}
-
 func TestSequenceForwardBackwardMatchesBruteForce(t *testing.T) {
-	splitMerge(t, testSequenceBruteForce)
-}
-
-func testSequenceBruteForce(t *testing.T) {
 	for seed := uint64(0); seed < 60; seed++ {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			x := newSeqSetup(t, seed, OptimizerConfig{Kind: OptNone})
@@ -176,9 +162,7 @@ func testSequenceBruteForce(t *testing.T) {
 	}
 }
 
-func TestSequenceFusedSGDSharesTheOwnersRows(t *testing.T) { splitMerge(t, testSequenceFusedSGD) }
-
-func testSequenceFusedSGD(t *testing.T) {
+func TestSequenceFusedSGDSharesTheOwnersRows(t *testing.T) {
 	for seed := uint64(0); seed < 20; seed++ {
 		x := newSeqSetup(t, seed, OptimizerConfig{Kind: OptSGD, LR: 0.5})
 		_, table, off := x.ref()
@@ -484,32 +468,4 @@ func TestSequenceConcurrentWithOwner(t *testing.T) {
 	for err := range errc {
 		require.NoError(t, err)
 	}
-}
-
-func TestSequencePartitionCoversEveryRowOnce(t *testing.T) {
-	seqWorkers, seqPartMin = 3, 1
-	defer func() { seqWorkers, seqPartMin = 0, updateChunk }()
-	split := 0
-	for seed := uint64(0); seed < 30; seed++ {
-		x := newSeqSetup(t, seed, OptimizerConfig{Kind: OptNone})
-		outs, _ := x.buffers(t)
-		ctx, err := x.s.Forward(x.b, outs, true, true)
-		require.NoError(t, err)
-		next := make([]int32, len(x.s.Tables()))
-		perTable := make([]int, len(x.s.Tables()))
-		for _, pt := range x.s.partition(ctx) {
-			require.Equal(t, next[pt.t], pt.lo, "parts are contiguous")
-			require.True(t, pt.lo < pt.hi || ctx.Unique(pt.t) == 0, "parts are not empty")
-			next[pt.t] = pt.hi
-			perTable[pt.t]++
-		}
-		for i := range next {
-			require.Equal(t, int32(ctx.Unique(i)), next[i], "parts cover the table")
-			if perTable[i] > 1 {
-				split++
-			}
-		}
-		x.s.Release(ctx)
-	}
-	require.Positive(t, split, "some table was split")
 }
