@@ -1,6 +1,7 @@
 """The dedup switch (``dedup=False``, for RecIS Fig. 7's "without ID dedup" ablation): every lookup is
 resolved on its own and merged by row for backward, so outputs, gradients, weights and optimizer state
-equal those of the deduplicating path, for both collections and every fused optimizer."""
+equal those of the deduplicating path, for both collections and every fused optimizer. Also the
+sequence backward's choice between the one-pass linear SGD update and the merging one (weight decay)."""
 
 from __future__ import annotations
 
@@ -110,3 +111,31 @@ def test_dedup_off_dynamic_table() -> None:
     assert int(b.pop(counts).sum()) == lookups and int(a.pop(counts).sum()) < lookups
     for k in a:
         assert torch.equal(a[k], b[k]), k
+
+
+def test_sgd_weight_decay_merges_before_the_update() -> None:
+    """SGD with weight decay is not linear in the rows (the decay applies once per distinct row per
+    step), so it takes the merging backward, not the one-pass linear one: float64 reference over
+    several duplicate-heavy steps, dedup on and off."""
+    opt = optim.SGD(lr=0.2, weight_decay=0.5)
+    for dedup in (True, False):
+        ec = EmbeddingCollection(CFGS, optimizer=opt, seed=9, dedup=dedup)
+        w = {c.name: ec.embeddings[c.name].weight.detach().double().clone() for c in CFGS}
+        gen = torch.Generator().manual_seed(10)
+        for _ in range(3):
+            kjt = seq_batch(ROWS, 5, 6, gen, id_range=4)
+            leaves = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+            out = ec(kjt)
+            loss, ref = torch.zeros(()), torch.zeros((), dtype=torch.float64)
+            for k, jt in out.items():
+                g = torch.randn(jt.values().shape, generator=gen)
+                loss = loss + (jt.values() * g).sum()
+                table = next(c.name for c in CFGS if k in c.feature_names)
+                ref = ref + (torch.nn.functional.embedding(kjt.to_dict()[k].values(), leaves[table]) * g.double()).sum()
+            loss.backward()
+            ref.backward()
+            for c in CFGS:
+                rows = torch.unique(torch.cat([kjt.to_dict()[f].values() for f in c.feature_names]))
+                w[c.name][rows] -= opt.lr * (leaves[c.name].grad[rows] + opt.weight_decay * w[c.name][rows])
+        for c in CFGS:
+            torch.testing.assert_close(ec.embeddings[c.name].weight.detach().double(), w[c.name], rtol=1e-5, atol=1e-6)
