@@ -265,14 +265,17 @@ func TestSequenceBadInput(t *testing.T) {
 		msg  string
 	}{
 		{"out of range", Batch{KeyFeature: []int64{0}, Values: []int64{1, 20}, Lengths: []int64{2}}, 8, "out of range"},
+		{"negative", Batch{KeyFeature: []int64{0}, Values: []int64{-1, 2}, Lengths: []int64{2}}, 8, "out of range"},
 		{"weights", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{1}, Weights: []float32{1}}, 4, "weights"},
 		{"short output", good, 8, "output 0 has 8 values, need 12"},
 		{"lengths", Batch{KeyFeature: []int64{0}, Values: []int64{1}, Lengths: []int64{2}}, 4, "lengths"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := s.Forward(tc.b, [][]float32{make([]float32, tc.out)}, true, true)
-			require.ErrorContains(t, err, tc.msg)
-			require.True(t, errors.Is(err, errs.ErrInvalid))
+			for _, keep := range []bool{true, false} { // the gather range-checks fixed IDs itself
+				_, err := s.Forward(tc.b, [][]float32{make([]float32, tc.out)}, true, keep)
+				require.ErrorContains(t, err, tc.msg)
+				require.True(t, errors.Is(err, errs.ErrInvalid))
+			}
 		})
 	}
 	_, err = s.Forward(good, [][]float32{make([]float32, 8), make([]float32, 4)}, true, true)
