@@ -184,3 +184,22 @@ func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer
 		return x.s.Backward(x.ctx, grad, rows, vals)
 	})
 }
+
+// recgo_ebc_merged_update opens (begin != 0) or closes (begin == 0) a merged-update scope on the
+// embedding-bag collection's tables (embedding.Collection.BeginMergedUpdate / EndMergedUpdate):
+// inside it fused backwards, pooled or sequence, sum their merged gradients per row, and closing it
+// applies one optimizer step per used table.
+//
+//export recgo_ebc_merged_update
+func recgo_ebc_merged_update(h C.uintptr_t, begin C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*embedding.Collection](h, "embedding collection")
+		if err != nil {
+			return err
+		}
+		if begin != 0 {
+			return c.BeginMergedUpdate()
+		}
+		return c.EndMergedUpdate()
+	})
+}

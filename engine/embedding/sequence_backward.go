@@ -57,7 +57,7 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 				t.Name, len(gradRows[i]), len(gradVals[i]), u, u*t.Dim)
 		}
 		valBase[i] = nVals
-		if !fused || !linearUpdate(t.Opt) {
+		if !fused || !s.linear(t) {
 			nVals += u * t.Dim
 		}
 	}
@@ -73,7 +73,7 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	t0 := time.Now()
 	base := s.keyBases(ctx)
 	parallel.ForEach(len(c.Tables), 1, func(t int) {
-		if fused && linearUpdate(c.Tables[t].Opt) {
+		if fused && s.linear(c.Tables[t]) {
 			s.applySGD(ctx, grad, base, t)
 			return
 		}
@@ -86,6 +86,11 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 		type item struct{ t, lo, hi int }
 		var items []item
 		for i, t := range c.Tables {
+			if t.pending != nil { // a merged-update scope: the step comes at its end
+				t.pending.took()
+				items = append(items, item{i, 0, ctx.Unique(i)})
+				continue
+			}
 			t.Step[0]++
 			if linearUpdate(t.Opt) {
 				continue
@@ -101,6 +106,10 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 		parallel.ForEach(len(items), 1, func(j int) {
 			it := items[j]
 			d := c.Tables[it.t].Dim
+			if p := c.Tables[it.t].pending; p != nil {
+				p.add(ctx.tables[it.t].rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d], d)
+				return
+			}
 			updaters[it.t].applyRows(c.Tables[it.t], ctx.tables[it.t].rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d])
 		})
 	}
@@ -112,6 +121,10 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 // (SGD without weight decay): applying each lookup's gradient row in turn then equals the update by
 // their merged sum, up to float rounding, and backward skips the merge (see applySGD).
 func linearUpdate(o OptimizerConfig) bool { return o.Kind == OptSGD && o.WeightDecay == 0 }
+
+// linear reports whether backward applies table t's update in its one-pass linear form: a linear
+// update outside a merged-update scope (inside one the merged gradient is handed to the scope).
+func (s *SequenceCollection) linear(t *Table) bool { return linearUpdate(t.Opt) && t.pending == nil }
 
 // sgdBatch is the number of lookups applySGD applies per kernel call (the next call's rows are
 // prefetched meanwhile).

@@ -180,6 +180,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_ebc_merged_update': ('int', (
+        ('h', 'uintptr_t'),
+        ('begin', 'int32_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_ebc_new': ('int', (
         ('ntables', 'int64_t'),
         ('tableNames', 'char*'),
