@@ -65,13 +65,20 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	updaters := make([]rowUpdater, len(c.Tables))
 	if fused {
 		for i, t := range c.Tables {
-			t.Step[0]++
+			if t.pending != nil { // in a merged-update scope the step comes at its end
+				t.pending.took()
+			} else {
+				t.Step[0]++
+			}
 			updaters[i] = newRowUpdater(t.Opt, t.Step[0])
 		}
 	}
-	// finish hands table t's merged gradients (its distinct rows lo..hi) to the optimizer or the caller.
+	// finish hands table t's merged gradients (its distinct rows lo..hi) to the optimizer (or the
+	// open merged-update scope) or the caller.
 	finish := func(t, lo, hi int, g []float32) {
-		if fused {
+		if p := c.Tables[t].pending; fused && p != nil {
+			p.add(ctx.tables[t].rows[lo:hi], g, c.Tables[t].Dim)
+		} else if fused {
 			updaters[t].applyRows(c.Tables[t], ctx.tables[t].rows[lo:hi], g)
 		} else {
 			copy(gradRows[t][lo:hi], ctx.tables[t].rows[lo:hi])

@@ -1,7 +1,6 @@
 package embedding
 
 import (
-	"sync"
 	"time"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -16,12 +15,18 @@ import (
 // for unresolved IDs) and their Unique(i)·dim values into gradVals[i].
 //
 // The merge walks each table's lookups in the order dedup numbered its distinct IDs
-// (kernels.SegmentScatter over one-ID segments): the gradient is read front to back and added into
-// the merged row of each lookup's distinct ID, the first contribution overwriting it (no zeroing
-// pass). A table with most of the batch's lookups is split into ranges of distinct IDs of about
-// equal lookup counts, one goroutine each: it merges the lookups of its range (the others are empty
-// segments, their gradient rows not read) and then updates its rows, each row written once by
-// one goroutine, so no atomics are needed.
+// (kernels.SegmentScatter over one-ID segments): the gradient is read once, front to back, and
+// added into the merged row of each lookup's distinct ID, the first contribution overwriting it
+// (no zeroing pass). One goroutine merges a table: splitting a table's merge by distinct IDs
+// would have each goroutine stream the whole gradient for half of its rows, doubling the memory
+// traffic of the step's largest read (measured slower on two cores, and more CPU time). The
+// update then splits the table's distinct rows into chunks across goroutines, each row written
+// by one goroutine, so no atomics are needed.
+//
+// A fused SGD without weight decay skips the merge: its update is linear in the gradient, so the
+// pass subtracts lr × each lookup's gradient row from its table row directly, in lookup order
+// (applySGD), which equals the merged update up to float rounding and saves writing and reading
+// back the merged gradients.
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -52,7 +57,9 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 				t.Name, len(gradRows[i]), len(gradVals[i]), u, u*t.Dim)
 		}
 		valBase[i] = nVals
-		nVals += u * t.Dim
+		if !fused || !s.linear(t) {
+			nVals += u * t.Dim
+		}
 	}
 	if fused {
 		ctx.grads = resize(ctx.grads, nVals)
@@ -65,28 +72,102 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	}
 	t0 := time.Now()
 	base := s.keyBases(ctx)
-	updaters := make([]rowUpdater, len(c.Tables))
-	if fused {
-		for i, t := range c.Tables {
-			t.Step[0]++
-			updaters[i] = newRowUpdater(t.Opt, t.Step[0])
+	parallel.ForEach(len(c.Tables), 1, func(t int) {
+		if fused && s.linear(c.Tables[t]) {
+			s.applySGD(ctx, grad, base, t)
+			return
 		}
-	}
-	parts := s.partition(ctx)
-	parallel.ForEach(len(parts), 1, func(j int) {
-		pt := parts[j]
-		d := c.Tables[pt.t].Dim
-		acc := merged(pt.t)[int(pt.lo)*d : int(pt.hi)*d]
-		s.scatterSequence(ctx, grad, base, pt, acc)
-		rows := ctx.tables[pt.t].rows[pt.lo:pt.hi]
-		if fused {
-			updaters[pt.t].applyRows(c.Tables[pt.t], rows, acc)
-		} else {
-			copy(gradRows[pt.t][pt.lo:pt.hi], rows)
+		s.scatterSequence(ctx, grad, base, t, merged(t))
+		if !fused {
+			copy(gradRows[t], ctx.tables[t].rows)
 		}
 	})
+	if fused {
+		type item struct{ t, lo, hi int }
+		var items []item
+		for i, t := range c.Tables {
+			if t.pending != nil { // a merged-update scope: the step comes at its end
+				t.pending.took()
+				items = append(items, item{i, 0, ctx.Unique(i)})
+				continue
+			}
+			t.Step[0]++
+			if linearUpdate(t.Opt) {
+				continue
+			}
+			for lo := 0; lo < ctx.Unique(i); lo += updateChunk {
+				items = append(items, item{i, lo, min(lo+updateChunk, ctx.Unique(i))})
+			}
+		}
+		updaters := make([]rowUpdater, len(c.Tables))
+		for i, t := range c.Tables {
+			updaters[i] = newRowUpdater(t.Opt, t.Step[0])
+		}
+		parallel.ForEach(len(items), 1, func(j int) {
+			it := items[j]
+			d := c.Tables[it.t].Dim
+			if p := c.Tables[it.t].pending; p != nil {
+				p.add(ctx.tables[it.t].rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d], d)
+				return
+			}
+			updaters[it.t].applyRows(c.Tables[it.t], ctx.tables[it.t].rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d])
+		})
+	}
 	since(StageUpdate, t0)
 	return nil
+}
+
+// linearUpdate reports whether a fused optimizer's update of a row is linear in its gradient
+// (SGD without weight decay): applying each lookup's gradient row in turn then equals the update by
+// their merged sum, up to float rounding, and backward skips the merge (see applySGD).
+func linearUpdate(o OptimizerConfig) bool { return o.Kind == OptSGD && o.WeightDecay == 0 }
+
+// linear reports whether backward applies table t's update in its one-pass linear form: a linear
+// update outside a merged-update scope (inside one the merged gradient is handed to the scope).
+func (s *SequenceCollection) linear(t *Table) bool { return linearUpdate(t.Opt) && t.pending == nil }
+
+// sgdBatch is the number of lookups applySGD applies per kernel call (the next call's rows are
+// prefetched meanwhile).
+const sgdBatch = 32
+
+// applySGD is the backward of table ti when its update is linear: one pass over the gradient,
+// front to back, subtracting lr × each lookup's gradient row from its table row
+// (kernels.AddScaledRows, the next rows prefetched), in lookup order.
+func (s *SequenceCollection) applySGD(ctx *Context, grad []float32, base []int64, ti int) {
+	c := s.view
+	t, tc := c.Tables[ti], &ctx.tables[ti]
+	d := int64(t.Dim)
+	B := (len(ctx.offsets) - 1) / len(c.Features)
+	alpha := -float32(t.Opt.LR)
+	var rowBuf, offBuf [2][sgdBatch]int64
+	cur, n := 0, 0
+	var pending int // entries of the other buffer, prefetched and waiting
+	flush := func() {
+		kernels.PrefetchRows(t.Data, rowBuf[cur][:n], int64(t.Stride), t.Dim)
+		if pending > 0 {
+			o := 1 - cur
+			kernels.AddScaledRows(t.Data, t.Stride, t.Dim, rowBuf[o][:pending], grad, offBuf[o][:pending], alpha)
+		}
+		pending, cur, n = n, 1-cur, 0
+	}
+	p := 0
+	for _, f := range c.features[ti] {
+		k := ctx.featKey[f]
+		m := int(ctx.offsets[(k+1)*B] - ctx.offsets[k*B])
+		o := base[k]
+		for _, x := range tc.inv[p : p+m] {
+			if r := tc.rows[x]; r >= 0 {
+				rowBuf[cur][n], offBuf[cur][n] = r, o
+				if n++; n == sgdBatch {
+					flush()
+				}
+			}
+			o += d
+		}
+		p += m
+	}
+	flush()
+	flush()
 }
 
 // keyBases returns each key's first value in the gradient buffer: the keys' n·dim, back to back
@@ -108,102 +189,23 @@ func (s *SequenceCollection) keyBases(ctx *Context) []int64 {
 	return base
 }
 
-// seqWorkers and seqPartMin override the number of parts a table may split into (0: the worker
-// count) and the fewest distinct IDs a part holds; tests reach the split merge on small batches.
-var (
-	seqWorkers = 0
-	seqPartMin = updateChunk
-)
-
-// seqPart is a range [lo, hi) of table t's distinct IDs that one goroutine merges and updates.
-type seqPart struct {
-	t      int
-	lo, hi int32
-}
-
-// partition splits every table's distinct IDs into contiguous ranges of about equal lookup counts,
-// as many per table as its share of the batch's lookups gives it of the workers (at least one).
-func (s *SequenceCollection) partition(ctx *Context) []seqPart {
+// scatterSequence merges the gradient rows of table t's lookups into acc (its Unique(t)·dim
+// values), walking the lookups in the order dedup numbered them (its features in order, each
+// feature's lookups contiguous in grad). Distinct IDs are first seen in increasing order along that
+// walk, so the first contribution to a merged row overwrites it and acc needs no zeroing.
+func (s *SequenceCollection) scatterSequence(ctx *Context, grad []float32, base []int64, t int, acc []float32) {
 	c := s.view
-	P := parallel.Workers()
-	if seqWorkers > 0 {
-		P = seqWorkers
-	}
-	var total int
-	for t := range c.Tables {
-		total += ctx.Lookups(t)
-	}
-	var parts []seqPart
-	for t := range c.Tables {
-		u, n := ctx.Unique(t), ctx.Lookups(t)
-		k := 1
-		if total > 0 {
-			k = min(max(1, (P*n+total-1)/total), max(1, u/seqPartMin))
-		}
-		if k == 1 {
-			parts = append(parts, seqPart{t, 0, int32(u)})
-			continue
-		}
-		counts := make([]int32, u)
-		for _, x := range ctx.tables[t].inv {
-			counts[x]++
-		}
-		lo, acc, next := 0, 0, 1
-		for x, cnt := range counts {
-			acc += int(cnt)
-			if next < k && acc*k >= next*n && x+1 < u {
-				parts = append(parts, seqPart{t, int32(lo), int32(x + 1)})
-				lo, next = x+1, next+1
-			}
-		}
-		parts = append(parts, seqPart{t, int32(lo), int32(u)})
-	}
-	return parts
-}
-
-// scratch holds a merge's one-ID segment bounds and row indices (reused across calls).
-type scratch struct {
-	bounds []int64
-	idx    []int32
-}
-
-var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
-
-// scatterSequence merges the gradient rows of the lookups of part pt's distinct IDs into acc (its
-// (hi−lo)·dim values), walking table t's lookups in the order dedup numbered them (its features in
-// order, each feature's lookups contiguous in grad): a lookup of another part is an empty segment,
-// whose gradient row is not read. Distinct IDs are first seen in increasing order along that walk,
-// so the first contribution to a merged row overwrites it and acc needs no zeroing.
-func (s *SequenceCollection) scatterSequence(ctx *Context, grad []float32, base []int64, pt seqPart, acc []float32) {
-	c := s.view
-	tc, d, feats := &ctx.tables[pt.t], c.Tables[pt.t].Dim, c.features[pt.t]
+	tc, d := &ctx.tables[t], c.Tables[t].Dim
 	B := (len(ctx.offsets) - 1) / len(c.Features)
-	whole := pt.lo == 0 && int(pt.hi) == len(tc.uniq)
-	sc := scratchPool.Get().(*scratch)
-	defer scratchPool.Put(sc)
 	fresh := int32(0)
 	p := 0
-	for _, f := range feats {
+	for _, f := range c.features[t] {
 		k := ctx.featKey[f]
 		n := int(ctx.offsets[(k+1)*B] - ctx.offsets[k*B])
 		if n == 0 {
 			continue
 		}
-		inv := tc.inv[p : p+n]
+		fresh = kernels.SegmentScatter(acc, d, tc.inv[p:p+n], fresh, grad, int(base[k]), d, iota64(n+1), nil, nil)
 		p += n
-		if whole {
-			fresh = kernels.SegmentScatter(acc, d, inv, fresh, grad, int(base[k]), d, iota64(n+1), nil, nil)
-			continue
-		}
-		sc.bounds = resize(sc.bounds, n+1)
-		sc.idx = sc.idx[:0]
-		sc.bounds[0] = 0
-		for i, x := range inv {
-			if x >= pt.lo && x < pt.hi {
-				sc.idx = append(sc.idx, x-pt.lo)
-			}
-			sc.bounds[i+1] = int64(len(sc.idx))
-		}
-		fresh = kernels.SegmentScatter(acc, d, sc.idx, fresh, grad, int(base[k]), d, sc.bounds, nil, nil)
 	}
 }

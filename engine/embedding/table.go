@@ -47,6 +47,11 @@ type Table struct {
 	buffers   []*offheap.Buffer
 	onClose   func() error
 
+	// pending, while a merged-update scope is open (Collection.BeginMergedUpdate), collects the
+	// fused backwards' merged gradients instead of updating rows; set and cleared under the owner's
+	// exclusive lock, read by backwards under it.
+	pending *pendingUpdate
+
 	dedupMu sync.Mutex
 	mark    []int32  // fixed tables: id → unique slot during dedup (valid where seen has the id's bit)
 	seen    []uint64 // fixed tables: bitmap of the ids seen by the running dedup (all clear between passes)

@@ -180,6 +180,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_ebc_merged_update': ('int', (
+        ('h', 'uintptr_t'),
+        ('begin', 'int32_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_ebc_new': ('int', (
         ('ntables', 'int64_t'),
         ('tableNames', 'char*'),
@@ -197,6 +203,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('featTablePtr', 'void*'),
         ('featPoolPtr', 'void*'),
         ('out', 'uintptr_t*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
+    'recgo_ebc_set_dedup': ('int', (
+        ('h', 'uintptr_t'),
+        ('on', 'int32_t'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
@@ -267,6 +279,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('nfeat', 'int64_t'),
         ('featureNames', 'char*'),
         ('featTablePtr', 'void*'),
+        ('dedup', 'int32_t'),
         ('out', 'uintptr_t*'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),

@@ -16,10 +16,11 @@ custom ops (``_sequence_ops.py``), so ``torch.compile`` traces them.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -106,6 +107,11 @@ class EmbeddingCollection(nn.Module):
             with each batch's IDs remapped hot-first by the plan's remap as its pooled lookups are. It keeps the rows, the optimizer state, the step counters and the
             hyper-parameters; this collection's ``embeddings.<table>`` are the same modules as its
             ``embedding_bags.<table>``.
+        dedup: deduplicate each table's IDs per batch (default). ``False`` resolves and gathers every
+            occurrence on its own (a dynamic table counts each as a sighting) and merges the lookups
+            by storage row for backward instead (a radix sort of the rows), so each row's gradients
+            are still summed and it is updated once: results equal ``dedup=True``'s. For ablations;
+            it applies to this collection's lookups only, not to ``share``'s pooled ones.
 
     Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
     also with the shared collection's, as long as concurrent fused updates touch different rows).
@@ -116,14 +122,15 @@ class EmbeddingCollection(nn.Module):
 
     With ``share`` and a fused optimizer, a step that uses a table both pooled and as a sequence
     updates it twice, once per collection's backward (each update merges that collection's duplicate
-    rows first), and steps its counter twice; for SGD that equals one merged update. With
-    ``optimizer=None`` both collections' gradients accumulate into the one ``weight`` parameter, so a
-    torch optimizer takes one merged step.
+    rows first), and steps its counter twice; for SGD that equals one merged update. Inside
+    :meth:`merged_update` the two backwards' gradients are summed per row instead and the table takes
+    one optimizer step when the scope ends. With ``optimizer=None`` both collections' gradients
+    accumulate into the one ``weight`` parameter, so a torch optimizer takes one merged step.
     """
 
     def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
                  sparse_grad: bool = False, seed: int | None = None,
-                 share: Any = None) -> None:
+                 share: Any = None, dedup: bool = True) -> None:
         super().__init__()
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
@@ -153,7 +160,7 @@ class EmbeddingCollection(nn.Module):
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         feat_table = torch.tensor([names.index(c.name) for c in cfgs for _ in c.feature_names], dtype=torch.int64)
         self._handle = _lib.new_handle("recgo_ec_new", owner._handle.value, len(self._features),
-                                       "\n".join(self._features).encode(), ptr(feat_table))
+                                       "\n".join(self._features).encode(), ptr(feat_table), int(bool(dedup)))
         used = sorted(set(feat_table.tolist()))
         got = torch.empty(len(used), dtype=torch.int64)
         _lib.call(_lib.fn("recgo_ec_tables"), self._handle.value, ptr(got), len(used))
@@ -368,6 +375,31 @@ class EmbeddingCollection(nn.Module):
     def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
         """Change the fused optimizer's hyper-parameters (those of the owning collection's tables)."""
         self._owner.set_fused_optimizer(optimizer)
+
+    @contextlib.contextmanager
+    def merged_update(self) -> Iterator[None]:
+        """A scope in which the fused backwards over the owning collection's tables — pooled (its
+        ``EmbeddingBagCollection``) and sequence alike — sum their gradients per row instead of updating;
+        leaving it applies one optimizer step per used table over the sums (its step counter advances
+        once). Wrap one training step in it when a table serves pooled and sequence features, so
+        Adagrad/Adam take one merged step, as a torch optimizer does with both gradients accumulated
+        into one parameter::
+
+            with ec.merged_update():
+                loss = model(batch)          # ebc(...) and ec(...) over the shared table
+                loss.backward()
+            # one update per table here
+
+        The step is applied on exit even when the block raises (gradients that reached the engine are
+        not lost). Forwards inside the scope see the rows as they were when it opened. One scope at a
+        time per owning collection (a second raises); close it before saving a checkpoint.
+        """
+        f = _lib.fn("recgo_ebc_merged_update")
+        _lib.call(f, self._owner._handle.value, 1)
+        try:
+            yield
+        finally:
+            _lib.call(f, self._owner._handle.value, 0)
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
         """Per used table, (distinct IDs, lookups) of a batch."""
