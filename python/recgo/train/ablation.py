@@ -70,7 +70,9 @@ def _without_dedup(trainer: Trainer, cfg: TrainConfig) -> None:
     arch.module = new
 
 
-def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Variant, steps: int, warmup: int) -> float:
+def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Variant, steps: int,
+               warmup: int) -> tuple[float, float]:
+    """(samples/s, input preparation ms per step) of one fresh run of the variant."""
     run_cfg = replace(cfg, depth=cfg.depth if v.pipeline else 0, steps=warmup + steps, eval_every=10 ** 9,
                       checkpoint=None, checkpoint_every=0)
     trainer = Trainer(run_cfg, sources[v.fuse], v.backend)
@@ -80,16 +82,17 @@ def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Varian
         h = trainer.run(warmup=warmup)
     finally:
         trainer.close()
-    sps = h.samples_per_second()
+    sps, prep_ms = h.samples_per_second(), 1e3 * h.stage_seconds["prep"] / max(h.timed_steps, 1)
     del trainer
     gc.collect()
-    return sps
+    return sps, prep_ms
 
 
 def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: int = 3,
                  variants: tuple[Variant, ...] = VARIANTS) -> list[dict[str, Any]]:
     """Samples/s of each variant (see the module docstring) on ``cfg``'s BST model and Taobao data:
-    ``[{"variant", "backend", "pipeline", "fuse", "dedup", "samples_per_second", "runs", "vs_all_on"}]``
+    ``[{"variant", "backend", "pipeline", "fuse", "dedup", "samples_per_second", "runs", "vs_all_on",
+    "prep_ms"}]`` (``prep_ms``: median over rounds of the mean time per step the trainer waited for its input)
     (``samples_per_second`` None and a ``note`` for a variant this installation cannot run)."""
     if cfg.model != "bst" or cfg.data is None:
         raise InvalidInputError("the ablation runs the sequence model: --model bst --data <Taobao UserBehavior CSV>")
@@ -99,9 +102,12 @@ def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: in
     sources = {True: fused, False: fused.with_fusion(False)}
     runnable = [v for v in variants if v.dedup or dedup_switch_available()]
     runs: dict[str, list[float]] = {v.name: [] for v in runnable}
+    preps: dict[str, list[float]] = {v.name: [] for v in runnable}
     for _ in range(repeats):
         for v in runnable:
-            runs[v.name].append(_one_round(cfg, sources, v, steps, warmup))
+            sps, prep_ms = _one_round(cfg, sources, v, steps, warmup)
+            runs[v.name].append(sps)
+            preps[v.name].append(prep_ms)
     rows: list[dict[str, Any]] = []
     base = statistics.median(runs[variants[0].name]) if variants[0].name in runs else None
     for v in variants:
@@ -109,10 +115,11 @@ def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: in
                                "dedup": v.dedup}
         if v.name in runs:
             sps = statistics.median(runs[v.name])
-            row |= {"samples_per_second": sps, "runs": runs[v.name], "vs_all_on": sps / base if base else None}
+            row |= {"samples_per_second": sps, "runs": runs[v.name], "vs_all_on": sps / base if base else None,
+                    "prep_ms": statistics.median(preps[v.name])}
         else:
-            row |= {"samples_per_second": None, "runs": [], "vs_all_on": None,
-                    "note": "this recgo.EmbeddingCollection has no dedup switch"}
+            row |= {"samples_per_second": None, "runs": [], "vs_all_on": None, "prep_ms": None,
+                    "note": "This recgo.EmbeddingCollection has no dedup switch"}
         rows.append(row)
     return rows
 
@@ -120,16 +127,18 @@ def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: in
 def markdown(rows: list[dict[str, Any]]) -> list[str]:
     """The ablation as markdown lines (a heading, the table, a note)."""
     lines = ["## Ablation (RecIS Fig. 7): BST training samples/s, each row one more optimisation off", "",
-             "| variant | backend | pipeline | fused transforms | dedup | samples/s | vs everything on |",
-             "|---|---|:-:|:-:|:-:|---:|---:|"]
+             "| variant | backend | pipeline | fused transforms | dedup | samples/s | vs everything on | input ms/step |",
+             "|---|---|:-:|:-:|:-:|---:|---:|---:|"]
     for r in rows:
         on = {True: "on", False: "off"}
         sps = "n/a" if r["samples_per_second"] is None else f"{r['samples_per_second']:.0f}"
         rel = "n/a" if r["vs_all_on"] is None else f"{r['vs_all_on']:.2f}x"
+        prep = "n/a" if r["prep_ms"] is None else f"{r['prep_ms']:.1f}"
         lines.append(f"| {r['variant']} | {r['backend']} | {on[r['pipeline']]} | {on[r['fuse']]} | {on[r['dedup']]} | "
-                     f"{sps} | {rel} |")
+                     f"{sps} | {rel} | {prep} |")
     notes = sorted({r["note"] for r in rows if r.get("note")})
-    lines += ["", "Median of interleaved rounds from fresh models; a step includes preparing its input."
+    lines += ["", "Median of interleaved rounds from fresh models; a step includes preparing its input (input "
+              "ms/step: the time the step waited for its batch and converted it to the backend's input)."
               + (" " + "; ".join(notes) + "." if notes else ""), ""]
     return lines
 
