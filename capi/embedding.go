@@ -282,3 +282,17 @@ func recgo_ebc_stage_times(outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, e
 		return nil
 	})
 }
+
+// recgo_ebc_set_dedup turns the deduplication of the collection's lookups on (on != 0, the
+// default) or off (embedding.Options.NoDedup), waiting for running passes.
+//
+//export recgo_ebc_set_dedup
+func recgo_ebc_set_dedup(h C.uintptr_t, on C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*embedding.Collection](h, "embedding collection")
+		if err != nil {
+			return err
+		}
+		return c.SetDedup(on != 0)
+	})
+}

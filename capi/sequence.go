@@ -29,9 +29,10 @@ func (x *ecContext) Close() error {
 // recgo_ec_new builds a sequence (unpooled) collection over the tables of the embedding-bag
 // collection ebc: feature j (line j of featureNames) looks up ebc's table featTable[j]. The
 // tables' rows, optimizer state and step counters are shared with ebc, which must outlive it.
+// dedup == 0 turns off the deduplication of its lookups (embedding.Options.NoDedup).
 //
 //export recgo_ec_new
-func recgo_ec_new(ebc C.uintptr_t, nfeat C.int64_t, featureNames *C.char, featTablePtr unsafe.Pointer,
+func recgo_ec_new(ebc C.uintptr_t, nfeat C.int64_t, featureNames *C.char, featTablePtr unsafe.Pointer, dedup C.int32_t,
 	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		c, err := lookup[*embedding.Collection](ebc, "embedding collection")
@@ -50,7 +51,7 @@ func recgo_ec_new(ebc C.uintptr_t, nfeat C.int64_t, featureNames *C.char, featTa
 		for j := range feats {
 			feats[j] = embedding.Feature{Name: names[j], Table: int(featTable[j])}
 		}
-		s, err := embedding.NewSequenceCollection(c, feats)
+		s, err := embedding.NewSequenceCollectionWithOptions(c, feats, embedding.Options{NoDedup: dedup == 0})
 		if err != nil {
 			return err
 		}

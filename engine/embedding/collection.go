@@ -59,6 +59,13 @@ type Options struct {
 	// bytes per row, allocated on first use); larger tables use a hash map. 0 means the default
 	// (1<<26 rows); a negative value sends every table to the hash map.
 	DenseDedupMaxRows int64
+	// NoDedup turns off the deduplication of each table's IDs: every lookup is resolved on its own
+	// (a dynamic table's row source sees each occurrence, and counts each as a sighting), and a
+	// forward that keeps its context merges the lookups by storage row instead (a radix sort of
+	// the rows), so backward still sums each row's gradients and updates it once: the results equal
+	// the deduplicating path's. A batch's prepared dedup is ignored. For ablations (RecIS Fig. 7's
+	// "without ID dedup").
+	NoDedup bool
 }
 
 // PoolOrder is the order a forward pools in.
@@ -167,6 +174,18 @@ func (c *Collection) SetOptimizer(opt OptimizerConfig) error {
 	for _, t := range c.Tables {
 		t.Opt = opt
 	}
+	return nil
+}
+
+// SetDedup turns the deduplication of each table's IDs on (the default) or off (see
+// Options.NoDedup), waiting for running passes.
+func (c *Collection) SetDedup(on bool) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errs.Invalidf("collection: used after close")
+	}
+	c.opts.NoDedup = !on
 	return nil
 }
 

@@ -54,11 +54,12 @@ type Context struct {
 }
 
 type tableCtx struct {
-	index idIndex // dedup hash index for row sources other than RangeSource (reused)
-	grp   grouped // the lookups grouped by distinct ID (grouped backward path only; reused)
-	uniq  []int64 // distinct ids, first-seen order
-	rows  []int64 // their storage rows, -1 when unresolved
-	inv   []int32 // per lookup position (the table's features' values in order): index into uniq
+	index idIndex  // dedup hash index for row sources other than RangeSource (reused)
+	grp   grouped  // the lookups grouped by distinct ID (grouped backward path only; reused)
+	uniq  []int64  // distinct ids, first-seen order
+	rows  []int64  // their storage rows, -1 when unresolved
+	inv   []int32  // per lookup position (the table's features' values in order): index into uniq
+	merge rowMerge // Options.NoDedup: scratch of the merge by row (reused)
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -307,6 +308,9 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
+	if c.opts.NoDedup {
+		return c.resolveEach(ti, b, B, featKey, offsets, ctx, train, keep)
+	}
 	prepared, err := c.usePrepared(ti, b, B, featKey, offsets, tc)
 	if err != nil {
 		return err
@@ -327,6 +331,14 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	if !prepared {
 		dedupMap(c.features[ti], b, B, featKey, offsets, tc)
 	}
+	return c.resolveRows(ti, b, B, featKey, offsets, ctx, train, keep)
+}
+
+// resolveRows resolves table ti's distinct IDs (tc.uniq) to rows and, for tables other than fixed
+// ones, fills the source offset of each of its KJT values from tc.inv.
+func (c *Collection) resolveRows(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
+	t, tc := c.Tables[ti], &ctx.tables[ti]
+	_, dense := t.fixedRange()
 	tc.rows = resize(tc.rows, len(tc.uniq))
 	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)

@@ -16,9 +16,12 @@ import (
 // the owner's [Table] values, not copies.
 //
 // It runs the pooled collection's engine path: per table the batch's IDs are deduplicated and each
-// distinct ID resolved once (the owner's dedup and row sources), rows are gathered with
-// kernels.SegmentReduce over one-ID segments, and backward merges each distinct row's gradient
-// (kernels.SegmentScatter, in lookup order) before the fused optimizer updates that row once.
+// distinct ID resolved once (the owner's dedup and row sources; for a fixed table beside the
+// gather, which reads rows straight by ID), rows are copied out with kernels.GatherRows, and
+// backward merges each distinct row's gradient (kernels.SegmentScatter, in lookup order) before
+// the fused optimizer updates that row once — except SGD without weight decay, whose update is
+// linear: it subtracts each lookup's gradient row from its table row in one pass (see
+// [SequenceCollection.Backward]).
 //
 // Output layout: per key of the batch (KJT order) one buffer of its n_k rows of its table's dim
 // D_k. The gradient backward takes is those buffers back to back, in one buffer of
@@ -36,6 +39,12 @@ type SequenceCollection struct {
 // owner.Tables (Pooling is ignored). Only the tables some feature uses take part (a backward
 // steps only their optimizers).
 func NewSequenceCollection(owner *Collection, features []Feature) (*SequenceCollection, error) {
+	return NewSequenceCollectionWithOptions(owner, features, Options{})
+}
+
+// NewSequenceCollectionWithOptions is NewSequenceCollection with explicit Options (its own, not
+// the owner's: e.g. NoDedup turns off the deduplication of this collection's lookups only).
+func NewSequenceCollectionWithOptions(owner *Collection, features []Feature, opts Options) (*SequenceCollection, error) {
 	if owner == nil {
 		return nil, errs.Invalidf("sequence collection: no owner collection")
 	}
@@ -66,7 +75,7 @@ func NewSequenceCollection(owner *Collection, features []Feature) (*SequenceColl
 	for i, f := range features {
 		feats[i] = Feature{Name: f.Name, Table: used[f.Table] - 1, Pooling: PoolSum}
 	}
-	view, err := NewCollection(sub, feats)
+	view, err := NewCollectionWithOptions(sub, feats, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -141,10 +150,10 @@ func (s *SequenceCollection) lock() (func(), error) {
 }
 
 // gatherChunk is the number of rows one gather kernel call copies (the next call's rows are
-// prefetched while it runs); gatherItem the rows of one work item.
+// prefetched while it runs); gatherRun the rows of one work item.
 const (
 	gatherChunk = 32
-	gatherItem  = 512
+	gatherRun   = 512
 )
 
 // iotaBuf holds 0, 1, 2, …: the bounds of one-ID segments (read-only once published).
@@ -206,21 +215,48 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	ctx.srcOff = resize(ctx.srcOff, len(b.Values))
 	ctx.scales = resize(ctx.scales, 0)
 
-	t0 := time.Now()
 	var firstErr atomic.Pointer[error]
-	parallel.ForEach(len(c.Tables), 1, func(ti int) {
+	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
+	dedup := func(ti int) {
+		t0 := time.Now()
 		if err := c.dedupTable(ti, b, B, ctx.featKey, offsets, ctx, train, keep); err != nil {
-			firstErr.CompareAndSwap(nil, &err)
+			fail(err)
+		}
+		since(StageDedup, t0)
+	}
+	// A fixed table gathers straight from the batch's IDs, so its dedup runs beside the gather (one
+	// worker dedups while the others gather); other tables gather from the rows dedup resolves.
+	var early, late []int
+	for ti, t := range c.Tables {
+		if _, fixed := t.fixedRange(); fixed {
+			late = append(late, ti)
+		} else {
+			early = append(early, ti)
+		}
+	}
+	if len(early) > 0 {
+		parallel.ForEach(len(early), 1, func(i int) { dedup(early[i]) })
+		if p := firstErr.Load(); p != nil {
+			c.Release(ctx)
+			return nil, *p
+		}
+	}
+	t0 := time.Now()
+	items := s.gatherItems(b, B, ctx)
+	parallel.ForEach(len(late)+len(items), 1, func(j int) {
+		if j < len(late) {
+			dedup(late[j])
+			return
+		}
+		if err := s.gather(b, B, outs, ctx, items[j-len(late)]); err != nil {
+			fail(err)
 		}
 	})
-	since(StageDedup, t0)
+	since(StagePool, t0)
 	if p := firstErr.Load(); p != nil {
 		c.Release(ctx)
 		return nil, *p
 	}
-	t0 = time.Now()
-	s.gather(b, B, outs, ctx)
-	since(StagePool, t0)
 	if !keep {
 		c.Release(ctx)
 		return nil, nil
@@ -228,35 +264,44 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	return ctx, nil
 }
 
-// gather copies each ID's row to its slot of its key's output: work items of up to gatherItem IDs of one key,
-// gatherChunk IDs per kernel call, the next call's rows prefetched.
-func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context) {
-	c := s.view
-	type item struct {
-		k      int
-		v0, v1 int64
-	}
-	var items []item
+// gatherItem is a run of one key's lookups that one work item gathers: values [v0, v1).
+type gatherItem struct {
+	k      int
+	v0, v1 int64
+}
+
+// gatherItems cuts each key's lookups into work items of up to gatherRun lookups.
+func (s *SequenceCollection) gatherItems(b Batch, B int, ctx *Context) []gatherItem {
+	var items []gatherItem
 	for k := range b.KeyFeature {
-		for v := ctx.offsets[k*B]; v < ctx.offsets[(k+1)*B]; v += gatherItem {
-			items = append(items, item{k, v, min(v+gatherItem, ctx.offsets[(k+1)*B])})
+		for v := ctx.offsets[k*B]; v < ctx.offsets[(k+1)*B]; v += gatherRun {
+			items = append(items, gatherItem{k, v, min(v+gatherRun, ctx.offsets[(k+1)*B])})
 		}
 	}
-	bounds := iota64(len(b.Values) + 1)
-	parallel.ForEach(len(items), 1, func(j int) {
-		it := items[j]
-		t := c.Tables[c.Features[b.KeyFeature[it.k]].Table]
-		offs, mult := c.rowSource(t, b, ctx)
-		d, k0 := t.Dim, ctx.offsets[it.k*B]
-		for v0 := it.v0; v0 < it.v1; v0 += gatherChunk {
-			v1 := min(v0+gatherChunk, it.v1)
-			if v1 < it.v1 {
-				kernels.PrefetchRows(t.Data, offs[v1:min(v1+gatherChunk, it.v1)], mult, d)
-			}
-			kernels.SegmentReduce(outs[it.k], int((v0-k0)*int64(d)), d, d, t.Data, offs, mult,
-				bounds[v0:v1+1], nil, nil)
+	return items
+}
+
+// gather copies each ID's row of an item to its slot of its key's output (kernels.GatherRows),
+// gatherChunk IDs per kernel call, the next call's rows prefetched. A fixed table's IDs are range-checked first (its dedup
+// may not have run yet): an item with an ID out of range writes nothing and fails.
+func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem) error {
+	c := s.view
+	t := c.Tables[c.Features[b.KeyFeature[it.k]].Table]
+	offs, mult := c.rowSource(t, b, ctx)
+	if src, fixed := t.fixedRange(); fixed {
+		if err := src.checkAll(b.Values[it.v0:it.v1]); err != nil {
+			return err
 		}
-	})
+	}
+	d, k0, out := int64(t.Dim), ctx.offsets[it.k*B], outs[it.k]
+	for v0 := it.v0; v0 < it.v1; v0 += gatherChunk {
+		v1 := min(v0+gatherChunk, it.v1)
+		if v1 < it.v1 {
+			kernels.PrefetchRows(t.Data, offs[v1:min(v1+gatherChunk, it.v1)], mult, t.Dim)
+		}
+		kernels.GatherRows(out[(v0-k0)*d:(v1-k0)*d], t.Dim, t.Data, offs[v0:v1], mult)
+	}
+	return nil
 }
 
 // Release hands a context's buffers back for reuse.

@@ -22,6 +22,11 @@ import (
 // equal lookup counts, one goroutine each: it merges the lookups of its range (the others are empty
 // segments, their gradient rows not read) and then updates its rows, each row written once by
 // one goroutine, so no atomics are needed.
+//
+// A fused SGD without weight decay skips the merge: its update is linear in the gradient, so each
+// part subtracts lr × each of its lookups' gradient rows from the table row directly, in lookup
+// order (applySGD), which equals the merged update up to float rounding and saves writing and
+// reading back the merged gradients.
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -76,6 +81,10 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	parallel.ForEach(len(parts), 1, func(j int) {
 		pt := parts[j]
 		d := c.Tables[pt.t].Dim
+		if fused && linearUpdate(c.Tables[pt.t].Opt) {
+			s.applySGD(ctx, grad, base, pt)
+			return
+		}
 		acc := merged(pt.t)[int(pt.lo)*d : int(pt.hi)*d]
 		s.scatterSequence(ctx, grad, base, pt, acc)
 		rows := ctx.tables[pt.t].rows[pt.lo:pt.hi]
@@ -87,6 +96,59 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	})
 	since(StageUpdate, t0)
 	return nil
+}
+
+// linearUpdate reports whether a fused optimizer's update of a row is linear in its gradient
+// (SGD without weight decay): applying each lookup's gradient row in turn then equals the update by
+// their merged sum, up to float rounding, and backward skips the merge (see applySGD).
+func linearUpdate(o OptimizerConfig) bool { return o.Kind == OptSGD && o.WeightDecay == 0 }
+
+// sgdBatch is the number of lookups applySGD applies per kernel call (the next call's rows are
+// prefetched meanwhile).
+const sgdBatch = 32
+
+// applySGD is the backward of part pt for a table with a linear update: one pass over the
+// gradient, front to back, subtracting lr × each lookup's gradient row from its table row
+// (kernels.AddScaledRows; lookups of other parts skipped). Per row the contributions apply in
+// lookup order, whatever the split, so the result does not depend on the worker count.
+func (s *SequenceCollection) applySGD(ctx *Context, grad []float32, base []int64, pt seqPart) {
+	c := s.view
+	t, tc := c.Tables[pt.t], &ctx.tables[pt.t]
+	d := int64(t.Dim)
+	B := (len(ctx.offsets) - 1) / len(c.Features)
+	whole := pt.lo == 0 && int(pt.hi) == len(tc.uniq)
+	alpha := -float32(t.Opt.LR)
+	var rowBuf, offBuf [2][sgdBatch]int64
+	cur, n := 0, 0
+	var pending int // entries of the other buffer, prefetched and waiting
+	flush := func() {
+		kernels.PrefetchRows(t.Data, rowBuf[cur][:n], int64(t.Stride), t.Dim)
+		if pending > 0 {
+			o := 1 - cur
+			kernels.AddScaledRows(t.Data, t.Stride, t.Dim, rowBuf[o][:pending], grad, offBuf[o][:pending], alpha)
+		}
+		pending, cur, n = n, 1-cur, 0
+	}
+	p := 0
+	for _, f := range c.features[pt.t] {
+		k := ctx.featKey[f]
+		m := int(ctx.offsets[(k+1)*B] - ctx.offsets[k*B])
+		o := base[k]
+		for _, x := range tc.inv[p : p+m] {
+			if whole || (x >= pt.lo && x < pt.hi) {
+				if r := tc.rows[x]; r >= 0 {
+					rowBuf[cur][n], offBuf[cur][n] = r, o
+					if n++; n == sgdBatch {
+						flush()
+					}
+				}
+			}
+			o += d
+		}
+		p += m
+	}
+	flush()
+	flush()
 }
 
 // keyBases returns each key's first value in the gradient buffer: the keys' n·dim, back to back

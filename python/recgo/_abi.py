@@ -200,6 +200,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_ebc_set_dedup': ('int', (
+        ('h', 'uintptr_t'),
+        ('on', 'int32_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_ebc_set_optimizer': ('int', (
         ('h', 'uintptr_t'),
         ('kind', 'int32_t'),
@@ -267,6 +273,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('nfeat', 'int64_t'),
         ('featureNames', 'char*'),
         ('featTablePtr', 'void*'),
+        ('dedup', 'int32_t'),
         ('out', 'uintptr_t*'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),

@@ -116,6 +116,9 @@ class EmbeddingBagCollection(nn.Module):
             ``Adagrad``, ``SparseAdam``) instead of dense ones.
         seed: seed of the initial weights (default: torch's global generator); ``reset_parameters()``
             draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
+        dedup: deduplicate each table's IDs per batch (default). ``False`` resolves every occurrence on
+            its own (a dynamic table counts each as a sighting) and merges the lookups by storage row
+            for backward instead, so results equal ``dedup=True``'s (see ``EmbeddingCollection``).
 
     ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (keys no table uses are
     ignored) and returns the pooled ``[B, ΣD]`` embeddings, one column block per feature in table
@@ -126,8 +129,9 @@ class EmbeddingBagCollection(nn.Module):
 
     def __init__(self, tables: Sequence[Any], is_weighted: bool = False, device: Any = None,
                  optimizer: FusedOptimizer | None = None, sparse_grad: bool = False,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, dedup: bool = True) -> None:
         super().__init__()
+        self._dedup = bool(dedup)
         if device is None and hasattr(torch, "get_default_device"):
             device = torch.get_default_device()
         dev = torch.device(device) if device is not None else torch.device("cpu")
@@ -242,11 +246,14 @@ class EmbeddingBagCollection(nn.Module):
         feat_table = torch.tensor([i for i, t in enumerate(cfgs) for _ in t.feature_names], dtype=torch.int64)
         feat_pool = torch.tensor([t.pooling_code() for t in cfgs for _ in t.feature_names], dtype=torch.int64)
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        return _lib.new_handle(
+        handle = _lib.new_handle(
             "recgo_ebc_new",
             n, "\n".join(t.name for t in cfgs).encode(), ptr(rows), ptr(dims), ptr(builders), *opt,
             len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool),
         )
+        if not self._dedup:
+            _lib.call(_lib.fn("recgo_ebc_set_dedup"), handle.value, 0)
+        return handle
 
     def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         f = _lib.fn("recgo_ebc_table_memory")
@@ -566,7 +573,7 @@ class EmbeddingBagCollection(nn.Module):
     def _spec(self) -> dict[str, Any]:
         """Constructor arguments of an equivalent empty collection (configs without engine handles)."""
         return {"tables": [copy.deepcopy(c) for c in self._configs], "is_weighted": self._is_weighted,
-                "optimizer": self._optimizer, "sparse_grad": self._sparse_grad}
+                "optimizer": self._optimizer, "sparse_grad": self._sparse_grad, "dedup": self._dedup}
 
     def _portable_flags(self) -> dict[str, Any]:
         """Per parameter ``requires_grad`` and per module ``training``, by qualified name."""

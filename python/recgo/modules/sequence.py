@@ -106,6 +106,11 @@ class EmbeddingCollection(nn.Module):
             with each batch's IDs remapped hot-first by the plan's remap as its pooled lookups are. It keeps the rows, the optimizer state, the step counters and the
             hyper-parameters; this collection's ``embeddings.<table>`` are the same modules as its
             ``embedding_bags.<table>``.
+        dedup: deduplicate each table's IDs per batch (default). ``False`` resolves and gathers every
+            occurrence on its own (a dynamic table counts each as a sighting) and merges the lookups
+            by storage row for backward instead (a radix sort of the rows), so each row's gradients
+            are still summed and it is updated once: results equal ``dedup=True``'s. For ablations;
+            it applies to this collection's lookups only, not to ``share``'s pooled ones.
 
     Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
     also with the shared collection's, as long as concurrent fused updates touch different rows).
@@ -123,7 +128,7 @@ class EmbeddingCollection(nn.Module):
 
     def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
                  sparse_grad: bool = False, seed: int | None = None,
-                 share: Any = None) -> None:
+                 share: Any = None, dedup: bool = True) -> None:
         super().__init__()
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
@@ -153,7 +158,7 @@ class EmbeddingCollection(nn.Module):
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         feat_table = torch.tensor([names.index(c.name) for c in cfgs for _ in c.feature_names], dtype=torch.int64)
         self._handle = _lib.new_handle("recgo_ec_new", owner._handle.value, len(self._features),
-                                       "\n".join(self._features).encode(), ptr(feat_table))
+                                       "\n".join(self._features).encode(), ptr(feat_table), int(bool(dedup)))
         used = sorted(set(feat_table.tolist()))
         got = torch.empty(len(used), dtype=torch.int64)
         _lib.call(_lib.fn("recgo_ec_tables"), self._handle.value, ptr(got), len(used))
