@@ -135,7 +135,7 @@ def throughput(bench: Bench, case: str, cfg: TrainConfig, names: list[str]) -> d
                    f"{ms['torchrec'] / floor:.2f}x even with free embeddings; the embedding work alone (lookups, padded "
                    f"view, backward, update; case {case}_embedding_only): "
                    + ", ".join(f"{b} {1e3 * emb.median(b):.0f} ms" for b in names))
-    del trainers
+    trainers.clear()
     gc.collect()
     return out
 
