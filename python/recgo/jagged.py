@@ -149,37 +149,40 @@ class JaggedTensor:
 
     # -- padded views ----------------------------------------------------------------------------
 
-    def _gather_index(self, length: int, keep: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(index into values for each of the [B, L] slots, mask True where a slot is padding)."""
+    def _slots(self, length: int, keep: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(slot of each row of values in the flat ``[B·L]`` padded view, or ``B·L`` for a row that is
+        cut off; whether each row is cut off; mask ``[B, L]`` True where a slot is padding)."""
         if keep not in ("first", "last"):
             raise InvalidInputError(f"keep must be 'first' or 'last', got {keep!r}")
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
             raise InvalidInputError(f"length must be a non-negative int, got {length!r}")
         lengths, starts = self.lengths(), self.offsets()[:-1]
-        pos = torch.arange(length, dtype=torch.int64).unsqueeze(0)  # [1, L]
-        kept = lengths.clamp(max=length).unsqueeze(1)  # [B, 1]
-        pad = pos >= kept
-        # keep="last": slot j holds element (len − kept + j), so the newest events come last.
-        first = starts.unsqueeze(1) + (lengths.unsqueeze(1) - kept if keep == "last" else 0)
-        index = torch.where(pad, torch.zeros((), dtype=torch.int64), first + pos)
-        return index, pad
+        b = lengths.numel()
+        kept = lengths.clamp(max=length)  # [B]
+        pad = torch.arange(length, dtype=torch.int64).unsqueeze(0) >= kept.unsqueeze(1)  # [B, L]
+        sample = torch.repeat_interleave(torch.arange(b, dtype=torch.int64), lengths,
+                                         output_size=self._values.shape[0])  # [N]
+        # keep="last": row j of a sample goes to slot j − (len − kept), so the newest events come last.
+        pos = torch.arange(self._values.shape[0], dtype=torch.int64) - starts[sample]
+        if keep == "last":
+            pos = pos - (lengths - kept)[sample]
+        cut = (pos < 0) | (pos >= length)
+        slot = torch.where(cut, torch.full((), b * length, dtype=torch.int64), sample * length + pos)
+        return slot, cut, pad
 
     def to_padded(self, length: int | None = None, keep: Literal["first", "last"] = "last",
                   padding_value: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
         """``([B, L, ...] values, [B, L] bool key_padding_mask)``: each sample's first or last ``L`` rows
         (``L`` defaults to the longest sample), left-aligned, padding filled with ``padding_value`` and
         marked ``True`` in the mask (the convention of ``nn.MultiheadAttention``'s ``key_padding_mask``).
-        Differentiable with respect to ``values``."""
+        Differentiable with respect to ``values``: every row lands in at most one slot, so the forward
+        is one scatter of the rows into their slots and the backward one gather of the slots' gradients
+        (no accumulation)."""
         if length is None:
             length = int(self.lengths().max()) if self.stride() else 0
-        index, pad = self._gather_index(length, keep)
-        if self._values.shape[0] == 0:
-            out = self._values.new_full((index.shape[0], length, *self._values.shape[1:]), padding_value)
-            return out, pad
-        out = self._values[index.reshape(-1)].reshape(*index.shape, *self._values.shape[1:])
-        fill = pad.reshape(*pad.shape, *([1] * (self._values.dim() - 1)))
-        out = torch.where(fill, torch.full((), padding_value, dtype=out.dtype), out)
-        return out, pad
+        slot, cut, pad = self._slots(length, keep)
+        out = _Pad.apply(self._values, slot, cut, pad.shape[0] * length, float(padding_value))
+        return out.reshape(*pad.shape, *self._values.shape[1:]), pad
 
     def to_padded_dense(self, desired_length: int | None = None, padding_value: float = 0.0) -> torch.Tensor:
         """TorchRec's ``to_padded_dense``: the first ``desired_length`` rows of each sample, padded."""
@@ -194,3 +197,25 @@ class JaggedTensor:
 
     def __repr__(self) -> str:
         return f"JaggedTensor(batch={self.stride()}, values={tuple(self._values.shape)})"
+
+
+class _Pad(torch.autograd.Function):
+    """Rows of ``values`` scattered to their slots of a ``[slots, ...]`` tensor filled with a padding
+    value (``slot[n] == slots`` drops row ``n``); the backward gathers each row's slot gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, values: torch.Tensor, slot: torch.Tensor, cut: torch.Tensor, slots: int,
+                padding_value: float) -> torch.Tensor:
+        out = values.new_full((slots + 1, *values.shape[1:]), padding_value)  # the last row takes cut rows
+        out.index_copy_(0, slot, values)
+        ctx.save_for_backward(slot, cut)
+        ctx.slots = slots
+        return out[:slots]
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        slot, cut = ctx.saved_tensors
+        g = grad.index_select(0, slot.clamp(max=max(ctx.slots - 1, 0))) if ctx.slots else grad.new_zeros(
+            (slot.numel(), *grad.shape[1:]))
+        g = g.masked_fill(cut.reshape(-1, *([1] * (g.dim() - 1))), 0)
+        return g, None, None, None, None

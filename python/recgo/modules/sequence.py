@@ -177,6 +177,7 @@ class EmbeddingCollection(nn.Module):
         self._key_dims_cache: dict[tuple[str, ...], list[int]] = {}
         self._out_cache: list[torch.Tensor] = []
         self._out_lock = threading.Lock()  # concurrent forwards must not be handed the same buffer
+        self._grad_pool: list[torch.Tensor] = []  # flat backward gradient buffers not in use
         _ops.register(self, self._handle.value)  # type: ignore[arg-type]
 
     @staticmethod
@@ -269,15 +270,22 @@ class EmbeddingCollection(nn.Module):
             raise InvalidInputError(
                 "recgo backward: no saved forward for this graph (backward ran twice on it, or the forward ran "
                 "without grad tracking)")
+        base: torch.Tensor | None = None
         try:
             parts = [check_tensor(g, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
                                   ndim=2, convert_to=torch.float32).reshape(-1) for g in grads]
             width = sum(self._feature_dims)
             total = sum(p.numel() for p in parts)
             pad = -(-total // width) * width - total
-            if pad:
-                parts.append(torch.zeros(pad, dtype=torch.float32))
-            grad = parts[0] if len(parts) == 1 else (torch.cat(parts) if parts else torch.empty(0))
+            if len(parts) == 1 and not pad:
+                grad = parts[0]
+            else:  # one flat buffer, reused across steps (fresh memory costs a page fault per 4 KiB)
+                base = self._take_grad_buffer(total + pad)
+                grad = base[:total + pad]
+                if parts:
+                    torch.cat(parts, out=grad[:total])
+                if pad:
+                    grad[total:].zero_()
             f = _lib.fn("recgo_ec_backward")
             if self._fused:
                 _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
@@ -293,6 +301,19 @@ class EmbeddingCollection(nn.Module):
             return out
         finally:
             handle.free()
+            if base is not None:  # the engine keeps no pointer into it after the call
+                with self._out_lock:
+                    self._grad_pool.append(base)
+                    del self._grad_pool[:-2]
+
+    def _take_grad_buffer(self, n: int) -> torch.Tensor:
+        """A flat float32 buffer of at least ``n`` values for one backward's gradient, owned by the caller
+        until it hands it back (concurrent backwards each take their own)."""
+        with self._out_lock:
+            for i, base in enumerate(self._grad_pool):
+                if base.numel() >= n:
+                    return self._grad_pool.pop(i)
+        return torch.empty(n + n // 4, dtype=torch.float32)
 
     def _params(self) -> list[torch.Tensor]:
         if self._fused:

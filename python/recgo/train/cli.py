@@ -36,6 +36,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--ablation", action="store_true",
+                   help="bst only: also measure samples/s with the pipeline, fused transforms and dedup switched "
+                        "off one after the other (RecIS Fig. 7) and add the table and plot to the report")
+    p.add_argument("--ablation-steps", type=int, default=20, help="timed steps per ablation round (default 20)")
+    p.add_argument("--ablation-repeats", type=int, default=3, help="interleaved ablation rounds (default 3)")
     p.set_defaults(func=run_cli)
     return p
 
@@ -83,7 +88,19 @@ def run_cli(args: argparse.Namespace) -> int:
 
     backends = list(BACKENDS) if args.backend == "all" else [b.strip() for b in args.backend.split(",") if b.strip()]
     cfg = _config(args)
-    report = train(cfg, backends, out=args.out, resume=args.resume, progress=not args.no_progress)
-    if report is not None:  # None on the ranks > 0 of a torchrun world
-        print((Path(args.out) / "report.md").read_text())
+    if args.ablation and cfg.model != "bst":
+        from ..errors import InvalidInputError
+
+        raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
+    report = train(cfg, backends, out=None if args.ablation else args.out, resume=args.resume,
+                   progress=not args.no_progress)
+    if report is None:  # the ranks > 0 of a torchrun world
+        return 0
+    if args.ablation:
+        from .ablation import run_ablation
+        from .report import write
+
+        report["ablation"] = run_ablation(cfg, steps=args.ablation_steps, repeats=args.ablation_repeats)
+        write(args.out, report)
+    print((Path(args.out) / "report.md").read_text())
     return 0

@@ -12,13 +12,14 @@
   for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
   target and a uniformly sampled item as a negative; each user's last event is held out.
 
-The first two run through :class:`recgo.DataPipeline` (READ → TRANSFORM → FORMAT in Go, ``depth``
-batches ahead of the training step); every backend gets the same batches in the same order, and a
+All three run through :class:`recgo.DataPipeline` (READ → TRANSFORM → FORMAT in Go, ``depth``
+batches ahead of the training step; the Taobao samples from a cached CSV written once); every backend gets the same batches in the same order, and a
 stream's position goes into checkpoints so a resumed run continues where it stopped.
 """
 
 from __future__ import annotations
 
+import copy
 import csv
 import hashlib
 import os
@@ -127,11 +128,11 @@ def _collect(pipe: Any) -> list[Batch]:
 class _PipelineSource(Source):
     """A source read through recgo's Go pipeline (shared by the synthetic and Criteo sources)."""
 
-    def __init__(self, batch_size: int, features: list[Any]) -> None:
+    def __init__(self, batch_size: int, features: list[Any], fuse: bool = True) -> None:
         from ..feature import FeatureEngine
 
         self.batch_size = batch_size
-        self._engine = FeatureEngine(features)
+        self._engine = FeatureEngine(features, fuse=fuse)
         self._val: list[Batch] | None = None
         self.rank, self.world_size = 0, 1
 
@@ -272,18 +273,29 @@ class _IndexStream(Stream):
 SEQUENCE_KEYS = ("hist_item", "hist_cat", "target_item", "target_cat", "user_id")
 
 
-class TaobaoSequences(Source):
+class TaobaoSequences(_PipelineSource):
     """Next-interaction prediction on Taobao UserBehavior rows (see the module docstring).
 
     Sparse keys: ``hist_item``/``hist_cat`` (the last ``max_len`` earlier events, oldest first) and
     ``target_item``/``target_cat``/``user_id`` (one ID each). Items share the ``item`` table between the
-    history and the target, categories the ``cat`` table. IDs are renumbered densely from 0 in order of
-    first appearance. Training samples are shuffled once with ``seed``.
+    history and the target, categories the ``cat`` table. IDs are renumbered densely from 0 in increasing
+    order of the raw ID. Training samples are shuffled once with ``seed``.
+
+    With ``pipeline`` (the default) the training batches come through :class:`recgo.DataPipeline`: the
+    shuffled samples are written once to a cached CSV (label, the two histories as ``|``-separated
+    sequence columns, the three single IDs; keyed by the file, ``max_len`` and ``seed``) that recgo's Go
+    CSV reader reads ``depth`` batches ahead, and the :class:`recgo.FeatureEngine` truncates each
+    history to its newest ``max_len`` events and bounds every ID by its table (``fuse=False``: field by
+    field). The batches equal :meth:`train_batch`'s, which builds them in Python (``pipeline=False``).
     """
 
-    def __init__(self, path: str | os.PathLike[str], batch_size: int = 256, max_len: int = 50, seed: int = 0) -> None:
+    def __init__(self, path: str | os.PathLike[str], batch_size: int = 256, max_len: int = 50, seed: int = 0,
+                 pipeline: bool = True, fuse: bool = True) -> None:
+        from ..feature import Feature
+
         self.path = Path(path)
         self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
+        self.seed, self.pipeline = seed, bool(pipeline)
         users, items, cats = [], [], []
         try:
             with self.path.open(newline="") as fh:
@@ -323,9 +335,16 @@ class TaobaoSequences(Source):
         held = is_last[samples[:, 0]]
         train, val = samples[~held], samples[held]
         self._train = train[torch.randperm(train.shape[0], generator=gen)]
-        self._val = val
+        self._val_samples = val
         if self._train.shape[0] < batch_size:
             raise InvalidInputError(f"{self.path}: {self._train.shape[0]} training samples, fewer than a batch")
+        rows = {"hist_item": n_items, "hist_cat": n_cats, "target_item": n_items, "target_cat": n_cats,
+                "user_id": n_users}
+        features = [Feature(k).truncate(max_len, keep="last").mod(rows[k]) if k.startswith("hist")
+                    else Feature(k).mod(rows[k]) for k in SEQUENCE_KEYS]
+        super().__init__(batch_size, features, fuse=fuse)
+        self._val_batches: list[Batch] | None = None
+        self._csv: Path | None = None
 
     def _batch(self, s: torch.Tensor) -> Batch:
         d = self._data
@@ -345,11 +364,69 @@ class TaobaoSequences(Source):
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None) -> Stream:
-        return _IndexStream(self.train_batch, state)
+        if not self.pipeline:
+            return _IndexStream(self.train_batch, state)
+        return super().stream(state, depth, None)  # the sequence collection deduplicates by itself
+
+    def with_fusion(self, fuse: bool) -> "TaobaoSequences":
+        """The same samples (shared, not copied) with a FeatureEngine that runs fused or field by field."""
+        from ..feature import FeatureEngine
+
+        other = copy.copy(self)
+        other._engine = FeatureEngine(self._engine.features, fuse=fuse)
+        return other
 
     def train_batch(self, i: int) -> Batch:
+        """Training batch ``i`` (cycling over epochs), built in Python."""
         lo = (i % self.batches_per_epoch()) * self.batch_size
         return self._batch(self._train[lo:lo + self.batch_size])
 
     def validation(self) -> list[Batch]:
-        return [self._batch(self._val[lo:lo + self.batch_size]) for lo in range(0, self._val.shape[0], self.batch_size)]
+        if self._val_batches is None:
+            self._val_batches = [self._batch(self._val_samples[lo:lo + self.batch_size])
+                                 for lo in range(0, self._val_samples.shape[0], self.batch_size)]
+        return self._val_batches
+
+    # -- the pipeline's input ----------------------------------------------------------------------
+
+    def _train_source(self) -> Any:
+        from ..data import Column, CSVSource
+
+        cols = [Column("label", "label"), Column("hist_item", "sequence"), Column("hist_cat", "sequence"),
+                Column("target_item"), Column("target_cat"), Column("user_id")]
+        return CSVSource(self.samples_csv(), cols, header=True)
+
+    def samples_csv(self) -> Path:
+        """The shuffled training samples as a CSV file (written on first use, cached across runs)."""
+        if self._csv is not None and self._csv.exists():
+            return self._csv
+        st = self.path.stat()
+        key = hashlib.sha256(f"taobao-v1|{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{self.max_len}|"
+                             f"{self.seed}".encode()).hexdigest()[:16]
+        target = Path(tempfile.gettempdir()) / f"recgo-taobao-{key}" / "train.csv"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(f".{os.getpid()}.tmp")
+            try:
+                self._write_samples(tmp)
+                os.replace(tmp, target)
+            except OSError as exc:
+                raise RecgoIOError(f"{target}: {exc}") from exc
+        self._csv = target
+        return target
+
+    def _write_samples(self, path: Path) -> None:
+        d = self._data
+        items, cats, item_cat = d["items"].tolist(), d["cats"].tolist(), d["item_cat"].tolist()
+        users, starts = d["users"].tolist(), d["starts"].tolist()
+        with path.open("w") as fh:
+            fh.write("label,hist_item,hist_cat,target_item,target_cat,user_id\n")
+            lines = []
+            for ev, tgt, lab in self._train.tolist():
+                lo = max(starts[ev], ev - self.max_len)
+                lines.append(f"{lab},{'|'.join(map(str, items[lo:ev]))},{'|'.join(map(str, cats[lo:ev]))},"
+                             f"{tgt},{item_cat[tgt]},{users[ev]}\n")
+                if len(lines) >= 4096:
+                    fh.writelines(lines)
+                    lines.clear()
+            fh.writelines(lines)

@@ -22,7 +22,7 @@ from ..errors import InvalidInputError
 from .backends import SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss
-from .models import BST, DCNv2, DLRM
+from .models import BST, DCNv2, DLRM, bst_inputs
 
 MODELS = ("dlrm", "dcnv2", "bst")
 STAGES = ("prep", "sparse", "dense", "update")
@@ -128,10 +128,7 @@ class RankingModel(nn.Module):
         """Logits from the dense features and the lookups."""
         if self.kind != "bst":
             return self.dense(dense, emb)
-        hist, mask = emb["hist_item"].to_padded(self.max_len, keep="last")
-        hist_cat, _ = emb["hist_cat"].to_padded(self.max_len, keep="last")
-        target = emb["target_item"].values() + emb["target_cat"].values()
-        return self.dense(hist + hist_cat, mask, target, emb["user_id"].values())
+        return self.dense(*bst_inputs(emb, self.max_len))
 
 
 @dataclass

@@ -16,8 +16,12 @@ model also gets ``[B, L, D]`` padded sequences with their ``key_padding_mask`` (
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
+
+from ..jagged import JaggedTensor
 
 
 def mlp(sizes: list[int], last_activation: bool = False) -> nn.Sequential:
@@ -94,3 +98,14 @@ class BST(nn.Module):
         valid = (~pad).unsqueeze(2).to(out.dtype)
         pooled_hist = (out * valid).sum(1) / valid.sum(1).clamp(min=1)
         return self.top(torch.cat([out[:, -1], pooled_hist, user], 1)).squeeze(1)
+
+
+def bst_inputs(emb: dict[str, Any], max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:class:`BST`'s inputs from the sequence lookups ``{key: JaggedTensor}`` of any backend: the history
+    (item + category embedding of each event, summed on the jagged rows, then the newest ``max_len``
+    events as a ``[B, L, D]`` padded view), its padding mask, the target and the user embedding."""
+    hist_item, hist_cat = emb["hist_item"], emb["hist_cat"]
+    summed = JaggedTensor(hist_item.values() + hist_cat.values(), lengths=hist_item.lengths())
+    hist, mask = summed.to_padded(max_len, keep="last")
+    target = emb["target_item"].values() + emb["target_cat"].values()
+    return hist, mask, target, emb["user_id"].values()

@@ -89,8 +89,15 @@ def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     lines += _placement(report.get("placement", {}))
     lines += ["", "Summary: " + ", ".join(f"`{k}` = {v:.4g}" if isinstance(v, float) else f"`{k}` = {v}"
                                           for k, v in report["summary"].items() if v is not None), ""]
-    (out / "report.md").write_text("\n".join(lines))
     written = [out / "report.json", out / "report.md"]
+    if report.get("ablation"):
+        from . import ablation
+
+        lines += ablation.markdown(report["ablation"])
+        if ablation.plot(report["ablation"], out / "ablation.png"):
+            lines += ["![ablation](ablation.png)", ""]
+            written.append(out / "ablation.png")
+    (out / "report.md").write_text("\n".join(lines))
     try:
         import matplotlib
 
