@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _steps import first_batches, steppers  # noqa: E402
 from harness import Bench  # noqa: E402
 
 import recgo  # noqa: E402
@@ -97,18 +98,8 @@ def throughput(bench: Bench, case: str, cfg: TrainConfig, names: list[str]) -> d
     (and, for the sequence model, the split into the dense floor and each backend's embedding work)."""
     source = make_source(cfg)
     trainers = {b: Trainer(cfg, source, b) for b in names}
-    stream = source.stream(depth=0)
-    batches = [next(stream) for _ in range(4)]
-    stream.close()
-    state = {b: 0 for b in names}
-
-    def stepper(b: str):
-        def step() -> None:
-            trainers[b].train_step(batches[state[b] % len(batches)], timed=False)
-            state[b] += 1
-        return step
-
-    variants = {b: stepper(b) for b in names}
+    batches = first_batches(source)
+    variants = steppers(trainers, batches)
     if cfg.model == "bst":
         variants["dense only"] = _dense_only(trainers["recgo"], batches)
     batch = batches[0].size

@@ -33,6 +33,7 @@ CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"
 def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: str) -> None:
     import torch.distributed as dist
 
+    from _steps import first_batches, steppers
     from harness import Bench
     from recgo.train import Trainer, make_source
     from recgo.train.distributed import World, _init
@@ -41,20 +42,11 @@ def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: 
     _init(rank, WORLD, cfg.dist_timeout, port)
     world = World(rank, WORLD, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
     source = make_source(cfg).shard(rank, WORLD)
-    stream = source.stream(depth=0)
-    batches = [next(stream) for _ in range(4)]
-    stream.close()
+    batches = first_batches(source)
     trainers = {b: Trainer(cfg, source, b, world) for b in names}
-    state = {b: 0 for b in names}
-
-    def stepper(b: str):
-        def step() -> None:
-            trainers[b].train_step(batches[state[b] % len(batches)], timed=False)
-            state[b] += 1
-        return step
 
     bench = Bench("end_to_end", ["--quick"] if quick else [], repeats=9)
-    res = bench.compare("dlrm_synthetic_nproc2", {b: stepper(b) for b in names}, items=WORLD * batches[0].size,
+    res = bench.compare("dlrm_synthetic_nproc2", steppers(trainers, batches), items=WORLD * batches[0].size,
                         warmup=2)
     plans = {b: t.model.sparse.plan for b, t in trainers.items()}
     if rank == 0:
