@@ -63,6 +63,7 @@ from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _ops
+from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
 from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
@@ -96,7 +97,7 @@ class _Table(nn.Module):
             self.register_buffer("optimizer_step", step)
 
 
-class EmbeddingBagCollection(nn.Module):
+class EmbeddingBagCollection(PortableCopies, nn.Module):
     """Pooled embedding tables in recgo's engine, with TorchRec's interface.
 
     Args:
@@ -575,60 +576,14 @@ class EmbeddingBagCollection(nn.Module):
         return {"tables": [copy.deepcopy(c) for c in self._configs], "is_weighted": self._is_weighted,
                 "optimizer": self._optimizer, "sparse_grad": self._sparse_grad, "dedup": self._dedup}
 
-    def _portable_flags(self) -> dict[str, Any]:
-        """Per parameter ``requires_grad`` and per module ``training``, by qualified name."""
-        return {"requires_grad": {n: p.requires_grad for n, p in self.named_parameters()},
-                "training": {n: m.training for n, m in self.named_modules()}}
-
-    def _extra_attributes(self) -> dict[str, Any]:
-        """Attributes set after construction (by users), which copies carry along."""
-        return {k: v for k, v in self.__dict__.items() if k not in self._init_keys}
-
-    def _portable_state(self) -> dict[str, Any]:
-        """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
-        with torch.no_grad():
-            tensors = {k: v.detach().clone() for k, v in self.state_dict().items()}
-        return {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes()}
-
-    def __deepcopy__(self, memo: dict[int, Any]) -> "EmbeddingBagCollection":
-        """An independent collection with its own engine storage and the same state (see the module doc)."""
-        new = EmbeddingBagCollection(**self._spec(), seed=0)
-        memo[id(self)] = new
-        with torch.no_grad():
-            new.load_state_dict(self.state_dict())  # engine memory to engine memory, no extra copy
-        _apply_portable_state(new, {**self._portable_flags(),
-                                    "extra": copy.deepcopy(self._extra_attributes(), memo)})
-        return new
-
-    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
-        """Pickle (and ``torch.save(module)``) as constructor arguments plus tensors: unpickling builds
-        a new collection, in any process, and loads the state into its own engine storage."""
-        return (_rebuild_collection, (self._spec(), self._portable_state()))
-
     def extra_repr(self) -> str:
         opt = type(self._optimizer).__name__ if self._optimizer is not None else "none (torch optimizer)"
         return f"tables={[c.name for c in self._configs]}, width={self._width}, fused_optimizer={opt}"
 
 
 def _rebuild_collection(spec: dict[str, Any], state: dict[str, Any]) -> EmbeddingBagCollection:
-    """Unpickling target: a new collection from ``spec`` with ``state`` loaded (see ``__reduce_ex__``)."""
-    new = EmbeddingBagCollection(**spec, seed=0)  # seeded: copying must not draw from torch's global RNG
-    if state["state_dict"]:
-        with torch.no_grad():
-            new.load_state_dict(state["state_dict"])
-    _apply_portable_state(new, state)
-    return new
-
-
-def _apply_portable_state(new: EmbeddingBagCollection, state: dict[str, Any]) -> None:
-    params, mods = dict(new.named_parameters()), dict(new.named_modules())
-    for n, flag in state.get("requires_grad", {}).items():
-        if n in params:
-            params[n].requires_grad_(flag)
-    for n, flag in state.get("training", {}).items():
-        if n in mods:
-            mods[n].training = flag
-    new.__dict__.update(state.get("extra", {}))
+    """Unpickling target of collections pickled before ``_copies`` existed (kept so they still load)."""
+    return rebuild(EmbeddingBagCollection, spec, state)
 
 
 STAGES = ("dedup", "pool", "group", "update")

@@ -1,0 +1,74 @@
+"""Copies of engine-backed modules: ``copy.deepcopy``, pickle and ``torch.save(module)``.
+
+An engine handle cannot be copied, so a copy is rebuilt: a new module from the constructor arguments
+``_spec()`` gives (its own engine storage), then the original's state loaded into it, with the
+per-parameter ``requires_grad``, per-module ``training`` flags and attributes users set after
+construction carried along.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+
+
+class PortableCopies:
+    """Mixin for an ``nn.Module`` subclass that defines ``_spec()`` (constructor keyword arguments
+    of an equivalent empty module; the constructor also takes ``seed``) and records the attribute
+    names its constructor set in ``self._init_keys``."""
+
+    def _spec(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _portable_flags(self) -> dict[str, Any]:
+        """Per parameter ``requires_grad`` and per module ``training``, by qualified name."""
+        return {"requires_grad": {n: p.requires_grad for n, p in self.named_parameters()},  # type: ignore[attr-defined]
+                "training": {n: m.training for n, m in self.named_modules()}}  # type: ignore[attr-defined]
+
+    def _extra_attributes(self) -> dict[str, Any]:
+        """Attributes set after construction (by users), which copies carry along."""
+        return {k: v for k, v in self.__dict__.items() if k not in self._init_keys}  # type: ignore[attr-defined]
+
+    def _portable_state(self) -> dict[str, Any]:
+        """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
+        with torch.no_grad():
+            tensors = {k: v.detach().clone() for k, v in self.state_dict().items()}  # type: ignore[attr-defined]
+        return {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes()}
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        """An independent module with its own engine storage and the same state."""
+        new = type(self)(**self._spec(), seed=0)  # type: ignore[call-arg]
+        memo[id(self)] = new
+        with torch.no_grad():
+            new.load_state_dict(self.state_dict())  # type: ignore[attr-defined]  # engine memory to engine memory
+        apply_portable_state(new, {**self._portable_flags(), "extra": copy.deepcopy(self._extra_attributes(), memo)})
+        return new
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        """Pickle (and ``torch.save(module)``) as constructor arguments plus tensors: unpickling builds
+        a new module, in any process, and loads the state into its own engine storage."""
+        return (rebuild, (type(self), self._spec(), self._portable_state()))
+
+
+def rebuild(cls: type, spec: dict[str, Any], state: dict[str, Any]) -> Any:
+    """Unpickling target: a new ``cls`` from ``spec`` with ``state`` loaded (see ``__reduce_ex__``)."""
+    new = cls(**spec, seed=0)  # seeded: copying must not draw from torch's global RNG
+    if state["state_dict"]:
+        with torch.no_grad():
+            new.load_state_dict(state["state_dict"])
+    apply_portable_state(new, state)
+    return new
+
+
+def apply_portable_state(new: Any, state: dict[str, Any]) -> None:
+    """Set the flags and extra attributes ``_portable_state`` recorded on a rebuilt module."""
+    params, mods = dict(new.named_parameters()), dict(new.named_modules())
+    for n, flag in state.get("requires_grad", {}).items():
+        if n in params:
+            params[n].requires_grad_(flag)
+    for n, flag in state.get("training", {}).items():
+        if n in mods:
+            mods[n].training = flag
+    new.__dict__.update(state.get("extra", {}))
