@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import gc
-import os
 import statistics
 import sys
 import time
@@ -292,7 +291,6 @@ def main() -> None:
     dim = 64
     rows_a, batch_a, nb = (10_000, 256, 2) if quick else (200_000, 4096, 4)
     variants = ["recgo", "recgo_sparse", "torchrec_fused", "torchrec_ebc", "torch"]
-    load_start = os.getloadavg()[0]
     bw = measure_bandwidth(256 if quick else 1024)
     print(f"memory bandwidth (copy): {bw / 1e9:.1f} GB/s; torch threads {torch.get_num_threads()}, "
           f"recgo threads {recgo.num_threads()}", flush=True)
@@ -346,10 +344,7 @@ def main() -> None:
     bench.note(f"memory bandwidth (1 GiB tensor copy, read+write): {bw / 1e9:.1f} GB/s; "
                f"torch threads {torch.get_num_threads()}, recgo (GOMAXPROCS) threads {recgo.num_threads()}")
     bench.note("one step = forward + backward + SGD update; items/s = samples/s; see the module docstring for variants")
-    load_end = os.getloadavg()[0]
-    bench.data["load_average"] = {"start": load_start, "end": load_end}
-    bench.note(f"1-min load average {load_start:.1f} at start, {load_end:.1f} at end on {os.cpu_count()} CPUs: other "
-               "processes shared the machine, so compare ratios within a case, not absolute times across runs")
+    bench.note_load()
     bench.write()
 
 

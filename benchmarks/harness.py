@@ -116,6 +116,14 @@ class Bench:
         self._summary: dict[str, Any] = {}
         self.notes: list[str] = []
         self.data: dict[str, Any] = {}
+        self._load_start = os.getloadavg()[0]
+
+    def note_load(self) -> None:
+        """Record the 1-minute load average at the start and now, with a note on what it means."""
+        end = os.getloadavg()[0]
+        self.data["load_average"] = {"start": self._load_start, "end": end}
+        self.note(f"1-min load average {self._load_start:.1f} at start, {end:.1f} at end on {os.cpu_count()} CPUs: "
+                  "other processes shared the machine, so compare ratios within a case, not absolute times across runs")
 
     def compare(
         self,

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, Bench  # noqa: E402
+from harness import Bench  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"

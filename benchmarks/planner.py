@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import RESULTS, Bench  # noqa: E402
+from harness import Bench  # noqa: E402
 
 from recgo import planner as P  # noqa: E402
 from recgo.planner._torchrec import torchrec_placement  # noqa: E402

@@ -23,7 +23,6 @@ torch has no row-wise Adagrad, so the torch-side variants run its nearest equiva
 from __future__ import annotations
 
 import functools
-import os
 import sys
 from pathlib import Path
 
@@ -153,7 +152,6 @@ def main() -> None:
     quick = bench.quick
     rows, dim, batch = (100_000, 64, 256) if quick else (1_000_000, 64, 1024)
     nb = 2 if quick else 4
-    load_start = os.getloadavg()[0]
     pool, source = history_lengths()
     bench.data["length_source"] = source
     bench.data["length_distribution"] = {
@@ -188,10 +186,7 @@ def main() -> None:
                f"{d['capped_at_200']:.1%} capped at 200; {n:.0f} lookups per step; D {dim}, {rows:,} rows, Zipf 1.05")
     bench.note("one step = forward + backward + update; items/s = users (sequences) per second; "
                "see the module docstring for variants")
-    load_end = os.getloadavg()[0]
-    bench.data["load_average"] = {"start": load_start, "end": load_end}
-    bench.note(f"1-min load average {load_start:.1f} at start, {load_end:.1f} at end on {os.cpu_count()} CPUs: other "
-               "processes shared the machine, so compare ratios within a case, not absolute times across runs")
+    bench.note_load()
     bench.write()
 
 
