@@ -161,3 +161,41 @@ def test_bad_arguments() -> None:
         recgo.DataPipeline(SOURCE, [Feature("zzz").mod(3)], 10)
     with pytest.raises(recgo.InvalidInputError, match="must be a recgo.data source"):
         recgo.DataPipeline("file.txt", FEATURES, 10)  # type: ignore[arg-type]
+
+
+class SharedModel(nn.Module):
+    """Table t_ui serves "u" pooled (the EBC) and "i" as a sequence (the EC shares it), Adagrad fused."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.ebc = recgo.EmbeddingBagCollection(
+            [recgo.EmbeddingBagConfig(name="t_ui", embedding_dim=8, num_embeddings=300, feature_names=["u"])],
+            optimizer=recgo.modules.optim.Adagrad(lr=0.5), seed=1)
+        self.ec = recgo.EmbeddingCollection(
+            [recgo.EmbeddingConfig(name="t_ui", embedding_dim=8, num_embeddings=300, feature_names=["i"])], share=self.ebc)
+        self.top = nn.Linear(16 + 3, 1)
+
+    def forward(self, sparse: recgo.KeyedJaggedTensor, dense: torch.Tensor) -> torch.Tensor:
+        ji = sparse.to_dict()["i"]
+        seq = self.ec(recgo.KeyedJaggedTensor(["i"], ji.values(), lengths=ji.lengths()))["i"]
+        B = dense.shape[0]
+        last = torch.zeros(B, 8).index_add(0, torch.repeat_interleave(torch.arange(B), seq.lengths()), seq.values())
+        return self.top(torch.cat([self.ebc(sparse).values(), last, dense], dim=1))
+
+
+def test_shared_table_takes_one_merged_update_per_step() -> None:
+    """TrainPipeline's step equals the same step run by hand inside ec.merged_update(), and differs from
+    two separate Adagrad updates (so the scope is what the pipeline used)."""
+    tp = recgo.TrainPipeline(SharedModel(), None, SOURCE, FEATURES, 100, depth=0)
+    assert recgo.pipeline.shared_collections(tp.model) == [tp.model.ec]
+    batch = next(recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0))
+    merged, separate = SharedModel(), SharedModel()
+    with merged.ec.merged_update():
+        recgo.pipeline.bce_loss(merged(batch.sparse, batch.dense), batch.labels).backward()
+    recgo.pipeline.bce_loss(separate(batch.sparse, batch.dense), batch.labels).backward()
+    tp.progress()
+    got = tp.model.ebc.embedding_bags["t_ui"].weight.detach()
+    torch.testing.assert_close(got, merged.ebc.embedding_bags["t_ui"].weight.detach(), rtol=0, atol=0)
+    assert not torch.allclose(got, separate.ebc.embedding_bags["t_ui"].weight.detach())
+    tp.close()

@@ -16,6 +16,7 @@ processes: the Go runtime does not survive ``fork()``, and the pipeline's own go
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import time
@@ -200,12 +201,31 @@ def bce_loss(output: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.binary_cross_entropy_with_logits(output.reshape(-1), labels)
 
 
+def shared_collections(model: torch.nn.Module) -> list[Any]:
+    """One :class:`recgo.EmbeddingCollection` per pooled collection of ``model`` whose fused tables it
+    shares (``share=``): :class:`TrainPipeline` runs each step inside their ``merged_update`` scopes, so
+    a table used pooled and as a sequence in one step takes one optimizer step over the summed
+    gradients."""
+    from .modules.sequence import EmbeddingCollection
+
+    pooled = {id(m) for m in model.modules()}
+    out: dict[int, Any] = {}
+    for m in model.modules():
+        if isinstance(m, EmbeddingCollection) and m.fused_optimizer is not None:
+            owner = m._owner  # noqa: SLF001 (the collection whose tables and optimizer it uses)
+            if id(owner) in pooled and id(owner) not in out:
+                out[id(owner)] = m
+    return list(out.values())
+
+
 class TrainPipeline:
     """Trains ``model`` on prepared batches: ``model(sparse, dense)`` gives logits, ``loss_fn(out,
     labels)`` the loss (default :func:`bce_loss`), then backward and ``optimizer.step()`` (``None``
     when the collection's fused optimizer is the only one). The batch of step t+1..t+depth is
     prepared while step t runs. The collection's dedup groups come from the model (:func:`tables_of`)
-    unless ``tables`` is given. Other arguments are :class:`DataPipeline`'s.
+    unless ``tables`` is given. Other arguments are :class:`DataPipeline`'s. A table an
+    :class:`recgo.EmbeddingCollection` shares with a pooled collection of the model takes one fused
+    update per step over both gradients (:func:`shared_collections`).
 
     :meth:`progress` runs one step and returns its loss (``StopIteration`` at the end of the data),
     :meth:`run` runs many with a progress bar (samples/s); :meth:`state_dict`/:meth:`save` checkpoint
@@ -220,6 +240,7 @@ class TrainPipeline:
         self.data = DataPipeline(source, features, batch_size, depth, threads,
                                  tables=tables if tables is not None else tables_of(model), **kwargs)
         self.steps = 0
+        self._merged = shared_collections(model)
 
     def progress(self, iterator: Iterator[Batch] | None = None) -> torch.Tensor:
         """Run one training step on the next batch (of ``iterator`` if given) and return the loss."""
@@ -227,8 +248,11 @@ class TrainPipeline:
         self.model.train()
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
-        loss = self.loss_fn(self.model(batch.sparse, batch.dense), batch.labels)
-        loss.backward()
+        with contextlib.ExitStack() as scopes:  # tables used pooled and as sequences: one merged update
+            for ec in self._merged:
+                scopes.enter_context(ec.merged_update())
+            loss = self.loss_fn(self.model(batch.sparse, batch.dense), batch.labels)
+            loss.backward()
         if self.optimizer is not None:
             self.optimizer.step()
         self.steps += 1
@@ -289,4 +313,4 @@ class TrainPipeline:
         self.data.close()
 
 
-__all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "tables_of"]
+__all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "shared_collections", "tables_of"]
