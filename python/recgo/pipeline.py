@@ -208,12 +208,12 @@ def shared_collections(model: torch.nn.Module) -> list[Any]:
     gradients."""
     from .modules.sequence import EmbeddingCollection
 
-    pooled = {id(m) for m in model.modules()}
+    in_model = {id(m) for m in model.modules()}
     out: dict[int, Any] = {}
     for m in model.modules():
         if isinstance(m, EmbeddingCollection) and m.fused_optimizer is not None:
             owner = m._owner  # noqa: SLF001 (the collection whose tables and optimizer it uses)
-            if id(owner) in pooled and id(owner) not in out:
+            if id(owner) in in_model and id(owner) not in out:
                 out[id(owner)] = m
     return list(out.values())
 
