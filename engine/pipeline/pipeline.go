@@ -256,13 +256,13 @@ func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 // prepare runs TRANSFORM and FORMAT for one step: on one thread in a worker goroutine (the budget
 // is spent by running Workers of them), on Workers threads in the serial schedule.
 func (p *Pipeline) prepare(step int64, raw *reader.Batch, pos reader.Position) (*Prepared, error) {
+	if !p.acquire() {
+		return nil, &StageError{Step: step, Stage: StageTransform, Err: context.Cause(p.ctx)}
+	}
+	defer p.release()
 	workers := 1
 	if p.cpu == nil {
 		workers = p.cfg.Workers
-	} else if !p.acquire() {
-		return nil, &StageError{Step: step, Stage: StageTransform, Err: context.Cause(p.ctx)}
-	} else {
-		defer p.release()
 	}
 	t0 := time.Now()
 	b := feature.Batch{Size: raw.Size, Inputs: make([]feature.Input, len(p.inputMap))}
