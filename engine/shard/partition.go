@@ -51,8 +51,8 @@ func partition(l *Layout, self int, h *hop, ids []int64, p TablePartition) {
 
 // Partitioner computes a collection's leg-0 partition of a batch's distinct IDs ahead of the step
 // (the input pipeline's FORMAT stage): exactly what the step's countStage would compute. It only
-// reads the collection's layouts, so it is safe for concurrent use, and stays valid after the
-// collection is closed.
+// reads the collection's layouts, which never change, so any number of goroutines may use it at
+// once and while the collection runs steps; it stays valid after the collection is closed.
 type Partitioner struct {
 	layouts  []*Layout
 	features [][]string // per table: its features' names, in dedup order
@@ -88,7 +88,9 @@ func (p *Partitioner) NumTables() int { return len(p.layouts) }
 
 // Table returns table t's name and its features' names in the order the collection deduplicates
 // them (the input pipeline must deduplicate the table's features in that order).
-func (p *Partitioner) Table(t int) (string, []string) { return p.layouts[t].Name, p.features[t] }
+func (p *Partitioner) Table(t int) (string, []string) {
+	return p.layouts[t].Name, slices.Clone(p.features[t])
+}
 
 // Size is the first leg's group size: the length of a TablePartition's Count.
 func (p *Partitioner) Size() int { return p.first.size }

@@ -5,9 +5,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 
 	"github.com/recgo/recgo/engine/embedding"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -138,6 +140,41 @@ func TestCountStageUsesThePartitioner(t *testing.T) {
 			})
 		}
 	}
+}
+
+// The partitioner may run on several goroutines at once while the collection trains (the input
+// pipeline's FORMAT workers partition ahead while the step runs): same answers, no race.
+func TestPartitionerIsSafeConcurrently(t *testing.T) {
+	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
+	rows := []int64{50, 30, 41, 7}
+	w := newTestWorld(t, 1, 2, Flat, kinds, rows, []int{4, 8, 3, 5}, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+	pt := w.ranks[0].Partitioner()
+	ids := []int64{49, 3, 17, 0, 28, 11}
+	part := func(ti int) TablePartition {
+		p := TablePartition{Dest: make([]int32, len(ids)), Perm: make([]int32, len(ids)), Count: make([]int64, pt.Size())}
+		assert.NoError(t, pt.Partition(ti, ids, p))
+		return p
+	}
+	want := part(0)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				assert.Equal(t, want, part(0))
+			}
+		}()
+	}
+	checkSteps(t, w, kinds, rows, false)
+	close(stop)
+	wg.Wait()
 }
 
 // prepare does what the input pipeline's FORMAT stage does for c: each table's dedup over its
@@ -319,4 +356,20 @@ func FuzzPartition(f *testing.F) {
 		require.NoError(t, err)
 		require.Equal(t, refPartition(l, topo, mode, 1, ids), out)
 	})
+}
+
+// A row-wise table of 8 rows over two ranks: IDs 0-3 live on rank 0, 4-7 on rank 1.
+func ExamplePartitioner() {
+	topo, _ := NewTopology(1, 2, 2)
+	l, _ := NewLayout("t", 8, 4, RowWise, 0, 2)
+	c, _ := NewCollection([]*Layout{l}, topo, 0, Flat, embedding.OptimizerConfig{}, []embedding.Feature{{Name: "f", Table: 0}})
+	defer c.Close()
+	pt := c.Partitioner()
+	ids := []int64{5, 1, 7, 2} // a table's distinct IDs, first-seen order
+	p := TablePartition{Dest: make([]int32, len(ids)), Perm: make([]int32, len(ids)), Count: make([]int64, pt.Size())}
+	if err := pt.Partition(0, ids, p); err != nil {
+		panic(err)
+	}
+	fmt.Println("destinations", p.Dest, "send order", p.Perm, "counts", p.Count)
+	// Output: destinations [1 0 1 0] send order [1 3 0 2] counts [2 2]
 }
