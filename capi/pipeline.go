@@ -16,16 +16,18 @@ import (
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/engine/pipeline"
+	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner"
 )
 
 // recgo_pipeline_new starts an input pipeline from a JSON pipeline.Spec over the feature engine
-// handle feat, with the remap handle remap (0: none). Free it with recgo_free, which stops and
-// waits for its goroutines.
+// handle feat, with the remap handle remap (0: none) and the sharded collection handle sharded
+// (0: none; FORMAT then also partitions its tables' distinct IDs by owner, for
+// recgo_shard_begin_prepared). Free it with recgo_free, which stops and waits for its goroutines.
 //
 //export recgo_pipeline_new
-func recgo_pipeline_new(feat, remap C.uintptr_t, spec unsafe.Pointer, specLen C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_pipeline_new(feat, remap, sharded C.uintptr_t, spec unsafe.Pointer, specLen C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		eng, err := lookup[*feature.Engine](feat, "feature engine")
 		if err != nil {
@@ -37,11 +39,19 @@ func recgo_pipeline_new(feat, remap C.uintptr_t, spec unsafe.Pointer, specLen C.
 				return err
 			}
 		}
+		var pt *shard.Partitioner
+		if sharded != 0 {
+			c, err := lookup[*shard.Collection](sharded, "sharded collection")
+			if err != nil {
+				return err
+			}
+			pt = c.Partitioner()
+		}
 		data, err := viewSlice[byte](spec, int64(specLen), "spec")
 		if err != nil {
 			return err
 		}
-		p, err := pipeline.Open(context.Background(), data, eng, r)
+		p, err := pipeline.Open(context.Background(), data, eng, r, pt)
 		if err != nil {
 			return err
 		}
@@ -138,13 +148,9 @@ func recgo_ebc_forward_prepared(h, prepared C.uintptr_t, keyFeaturePtr unsafe.Po
 		if err != nil {
 			return err
 		}
-		pb, err := lookup[*pipeline.Prepared](prepared, "prepared batch")
+		pb, err := preparedBatch(prepared, valuesPtr, nvalues, lengthsPtr, nlengths)
 		if err != nil {
 			return err
-		}
-		if int64(nvalues) != int64(len(pb.Values)) || int64(nlengths) != int64(len(pb.Lengths)) ||
-			int64(uintptr(valuesPtr)) != addr(pb.Values) || int64(uintptr(lengthsPtr)) != addr(pb.Lengths) {
-			return errs.Invalidf("forward: the values and lengths are not the prepared batch's own")
 		}
 		d, err := c.MatchDedup(pb.Dedup)
 		if err != nil {
@@ -155,5 +161,52 @@ func recgo_ebc_forward_prepared(h, prepared C.uintptr_t, keyFeaturePtr unsafe.Po
 			return err
 		}
 		return forwardInto(c, b, outPtr, nout, train, keep, ctxOut)
+	})
+}
+
+// preparedBatch looks up the prepared batch handle and checks that the values and lengths are the
+// batch's own memory.
+func preparedBatch(h C.uintptr_t, valuesPtr unsafe.Pointer, nvalues C.int64_t, lengthsPtr unsafe.Pointer, nlengths C.int64_t) (*pipeline.Prepared, error) {
+	pb, err := lookup[*pipeline.Prepared](h, "prepared batch")
+	if err != nil {
+		return nil, err
+	}
+	if int64(nvalues) != int64(len(pb.Values)) || int64(nlengths) != int64(len(pb.Lengths)) ||
+		int64(uintptr(valuesPtr)) != addr(pb.Values) || int64(uintptr(lengthsPtr)) != addr(pb.Lengths) {
+		return nil, errs.Invalidf("forward: the values and lengths are not the prepared batch's own")
+	}
+	return pb, nil
+}
+
+// recgo_shard_begin_prepared is recgo_shard_begin for a batch the pipeline prepared (handle
+// prepared; its values and lengths must be the batch's own memory, without weights). When the
+// pipeline was given a sharded collection, the step takes each table's distinct IDs (checked
+// against the values) and their partition by owner from the batch instead of computing them; the
+// partition must have been made for a collection laid out like this one (same world, rank,
+// topology, exchange mode, tables and features), else an error. A batch without a partition
+// begins as recgo_shard_begin does.
+//
+//export recgo_shard_begin_prepared
+func recgo_shard_begin_prepared(h, prepared C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,
+	lengthsPtr unsafe.Pointer, nlengths C.int64_t, stepOut *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*shard.Collection](h, "sharded collection")
+		if err != nil {
+			return err
+		}
+		pb, err := preparedBatch(prepared, valuesPtr, nvalues, lengthsPtr, nlengths)
+		if err != nil {
+			return err
+		}
+		b, err := batchArgs(keyFeaturePtr, nkeys, valuesPtr, nvalues, lengthsPtr, nlengths, nil, 0)
+		if err != nil {
+			return err
+		}
+		s, err := c.BeginPrepared(b, pb.Dedup, pb.Partition)
+		if err != nil {
+			return err
+		}
+		*stepOut = newHandle(s)
+		return nil
 	})
 }

@@ -5,6 +5,7 @@ spawned world runs many cases so that the suite pays the start-up once per world
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 import traceback
@@ -76,7 +77,9 @@ def _entry(rank: int, fn_name: str, world: int, store: str, out: str, args: tupl
     os.environ["RECGO_TEST_OUT"] = out
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
-        res = globals()[fn_name](rank, world, *args)
+        mod, _, name = fn_name.rpartition(":")  # a function of another test module: "module:name"
+        fn = globals()[name] if mod in ("", __name__) else getattr(importlib.import_module(mod), name)
+        res = fn(rank, world, *args)
     except BaseException as exc:  # report to the parent instead of tearing the world down
         res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", "error_type": type(exc).__name__}
     torch.save(res, os.path.join(out, f"{rank}.pt"))
@@ -92,7 +95,8 @@ def spawn(fn: Callable, world: int, tmp: Path, *args: Any, wait: float = 240.0,
     (once the ranks in ``expect``, default all, have reported, the others are killed)."""
     out = tmp / f"out-{fn.__name__}-{world}"
     out.mkdir()
-    ctx = mp.start_processes(_entry, args=(fn.__name__, world, str(tmp / f"store-{fn.__name__}-{world}"), str(out), args),
+    target = f"{fn.__module__}:{fn.__name__}"
+    ctx = mp.start_processes(_entry, args=(target, world, str(tmp / f"store-{fn.__name__}-{world}"), str(out), args),
                              nprocs=world, start_method="spawn", join=False)
     deadline = time.monotonic() + wait
     want = list(range(world)) if expect is None else expect

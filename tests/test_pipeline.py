@@ -161,6 +161,8 @@ def test_bad_arguments() -> None:
         recgo.DataPipeline(SOURCE, [Feature("zzz").mod(3)], 10)
     with pytest.raises(recgo.InvalidInputError, match="must be a recgo.data source"):
         recgo.DataPipeline("file.txt", FEATURES, 10)  # type: ignore[arg-type]
+    with pytest.raises(recgo.InvalidInputError, match="shard must be a ShardedEmbeddingBagCollection"):
+        recgo.DataPipeline(SOURCE, FEATURES, 10, shard=Model(True).ebc)
 
 
 class SharedModel(nn.Module):

@@ -73,24 +73,22 @@ func (c *Collection) MatchDedup(ds []TableDedup) (*PreparedDedup, error) {
 	return p, nil
 }
 
-// usePrepared fills table ti's context from the batch's prepared dedup after checking it against
-// the batch (every lookup's distinct ID equals the batch's value at that position, in first-seen
-// order); it reports false when the batch carries none.
-func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) (bool, error) {
-	if b.Dedup == nil {
-		return false, nil
+// Verify checks the dedup against the lookups it describes, given as the values of each of its
+// Features in order: every lookup's distinct ID equals its value, in first-seen order.
+func (d *TableDedup) Verify(values [][]int64) error {
+	n := 0
+	for _, v := range values {
+		n += len(v)
 	}
-	d := b.Dedup.tables[ti]
-	if len(d.Inv) != len(tc.inv) {
-		return false, errs.Invalidf("prepared dedup: table %q has %d lookups in the batch, %d prepared", d.Table, len(tc.inv), len(d.Inv))
+	if len(d.Inv) != n {
+		return errs.Invalidf("prepared dedup: table %q has %d lookups in the batch, %d prepared", d.Table, n, len(d.Inv))
 	}
 	p, next := 0, int32(0)
-	for _, f := range c.features[ti] {
-		k := featKey[f]
-		for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
+	for _, vals := range values {
+		for _, id := range vals {
 			u := d.Inv[p]
 			if u < 0 || u > next || int(u) >= len(d.Uniq) || d.Uniq[u] != id {
-				return false, errs.Invalidf("prepared dedup: table %q lookup %d does not match the batch (was it modified?)", d.Table, p)
+				return errs.Invalidf("prepared dedup: table %q lookup %d does not match the batch (was it modified?)", d.Table, p)
 			}
 			if u == next {
 				next++
@@ -99,7 +97,25 @@ func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets 
 		}
 	}
 	if int(next) != len(d.Uniq) {
-		return false, errs.Invalidf("prepared dedup: table %q lists %d distinct IDs, the batch has %d", d.Table, len(d.Uniq), next)
+		return errs.Invalidf("prepared dedup: table %q lists %d distinct IDs, the batch has %d", d.Table, len(d.Uniq), next)
+	}
+	return nil
+}
+
+// usePrepared fills table ti's context from the batch's prepared dedup after checking it against
+// the batch (TableDedup.Verify); it reports false when the batch carries none.
+func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) (bool, error) {
+	if b.Dedup == nil {
+		return false, nil
+	}
+	d := b.Dedup.tables[ti]
+	values := make([][]int64, 0, len(c.features[ti]))
+	for _, f := range c.features[ti] {
+		k := featKey[f]
+		values = append(values, b.Values[offsets[k*B]:offsets[(k+1)*B]])
+	}
+	if err := d.Verify(values); err != nil {
+		return false, err
 	}
 	copy(tc.inv, d.Inv)
 	tc.uniq = append(tc.uniq[:0], d.Uniq...)

@@ -3,8 +3,10 @@
 //
 //	READ       a reader.Source fills a raw batch (one goroutine: the source is sequential)
 //	TRANSFORM  the FeatureEngine turns the raw fields into the output features (Workers goroutines)
-//	FORMAT     remap through a plan (planner.Remap), lay the KeyedJaggedTensor out off-heap, and
-//	           deduplicate each table's IDs (embedding.TableDedup) so the forward need not
+//	FORMAT     remap through a plan (planner.Remap), lay the KeyedJaggedTensor out off-heap,
+//	           deduplicate each table's IDs (embedding.TableDedup) so the forward need not, and,
+//	           given a sharded collection's shard.Partitioner, partition those distinct IDs by
+//	           owner (shard.Partition) so its step need not either
 //
 // and [Pipeline.Next] hands the batches out in step order. No embedding value is read ahead: lookups
 // and updates stay in the training step, in order.

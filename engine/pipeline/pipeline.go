@@ -12,6 +12,7 @@ import (
 
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/engine/reader"
+	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner"
 )
@@ -68,6 +69,10 @@ type Config struct {
 	Tables []Table `json:"tables"`
 	// Remap renumbers the IDs of the tables it names (nil: none).
 	Remap *planner.Remap `json:"-"`
+	// Partitioner (nil: none) is a sharded collection's: FORMAT also partitions each of its tables'
+	// distinct IDs by owner ([Prepared.Partition]), so the collection's step skips that too. Every
+	// table of the collection must be one of Tables, with the same features in the same order.
+	Partitioner *shard.Partitioner `json:"-"`
 }
 
 // maxDepth bounds Depth and Workers.
@@ -107,6 +112,7 @@ type Pipeline struct {
 	inputMap []int   // engine input i -> source field
 	tables   [][]int // per Table: its key indices
 	remapIdx []int   // per Table: index in cfg.Remap, or -1
+	partIdx  []int   // per Table: its table index in cfg.Partitioner, or -1
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -180,6 +186,11 @@ func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config
 		}
 		p.remapIdx = append(p.remapIdx, ri)
 	}
+	idx, err := partitionTables(cfg.Tables, cfg.Partitioner)
+	if err != nil {
+		return nil, err
+	}
+	p.partIdx = idx
 	if ctx == nil {
 		ctx = context.Background()
 	}

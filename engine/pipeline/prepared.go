@@ -5,6 +5,7 @@ import (
 
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/reader"
+	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/offheap"
 )
 
@@ -22,6 +23,9 @@ type Prepared struct {
 	Dense      []float32
 	DenseWidth int
 	Dedup      []embedding.TableDedup
+	// Partition (nil without a Config.Partitioner) is the leg-0 partition by owner of the sharded
+	// collection's tables, one entry per Dedup entry (empty for tables the collection lacks).
+	Partition *shard.Partition
 	// Position is the source's position after this batch: resuming from it yields step Step+1.
 	Position reader.Position
 
@@ -34,7 +38,7 @@ type Prepared struct {
 func (b *Prepared) Close() error {
 	b.once.Do(func() {
 		b.pool.put(b.buf)
-		b.buf, b.Values, b.Lengths, b.Labels, b.Dense, b.Dedup = nil, nil, nil, nil, nil, nil
+		b.buf, b.Values, b.Lengths, b.Labels, b.Dense, b.Dedup, b.Partition = nil, nil, nil, nil, nil, nil, nil
 	})
 	return nil
 }

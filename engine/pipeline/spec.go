@@ -7,6 +7,7 @@ import (
 
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/engine/reader"
+	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner"
 )
@@ -20,8 +21,9 @@ type Spec struct {
 }
 
 // Open parses a JSON pipeline spec, opens its source (sought to Position when given) and starts
-// the pipeline over eng, with remap (may be nil) renumbering the tables it names.
-func Open(ctx context.Context, data []byte, eng *feature.Engine, remap *planner.Remap) (*Pipeline, error) {
+// the pipeline over eng, with remap (may be nil) renumbering the tables it names and pt (may be
+// nil) partitioning a sharded collection's tables by owner.
+func Open(ctx context.Context, data []byte, eng *feature.Engine, remap *planner.Remap, pt *shard.Partitioner) (*Pipeline, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var s Spec
@@ -38,7 +40,7 @@ func Open(ctx context.Context, data []byte, eng *feature.Engine, remap *planner.
 			return nil, err
 		}
 	}
-	s.Config.Remap = remap
+	s.Config.Remap, s.Config.Partitioner = remap, pt
 	p, err := New(ctx, src, eng, s.Config)
 	if err != nil {
 		_ = src.Close()

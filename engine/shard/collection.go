@@ -3,6 +3,7 @@ package shard
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/recgo/recgo/engine/embedding"
@@ -32,7 +33,8 @@ type Collection struct {
 	features [][]int // per table: its features
 	featPos  []int   // per feature: its position among its table's features
 
-	pools pools // buffers recycled between steps
+	part  *Partitioner // computes leg-0 partitions ahead (the input pipeline's FORMAT stage)
+	pools pools        // buffers recycled between steps
 
 	mu     sync.RWMutex
 	closed bool
@@ -72,6 +74,7 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 			c.featPos[f] = q
 		}
 	}
+	c.part = newPartitioner(c)
 	for _, l := range layouts {
 		// A rank that holds none of a table's rows keeps a one-row shard, so every rank has the
 		// table's step counter and optimizer config.
@@ -143,7 +146,26 @@ type Step struct {
 
 // Begin validates the rank's batch, deduplicates each table's IDs and queues the forward exchange
 // (run its ops with s.X.Next / Feed, then call Pool).
-func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
+func (c *Collection) Begin(b embedding.Batch) (*Step, error) { return c.begin(b, nil, nil) }
+
+// BeginPrepared is Begin for a batch the input pipeline prepared. With part (the batch's leg-0
+// partition, made by the Partitioner of this collection or of one laid out the same way: same
+// world, rank, topology, mode, tables and features, else an error) it takes each table's distinct
+// IDs from dedup (checked against the batch's values) and their partition from part instead of
+// computing them; the step is the one Begin would give. Without part it is Begin.
+func (c *Collection) BeginPrepared(b embedding.Batch, dedup []embedding.TableDedup, part *Partition) (*Step, error) {
+	if part == nil {
+		return c.Begin(b)
+	}
+	ds, ps, err := c.prepared(dedup, part)
+	if err != nil {
+		return nil, err
+	}
+	return c.begin(b, ds, ps)
+}
+
+// begin is Begin, with each table's dedup and partition taken from ds and ps when they are given.
+func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*TablePartition) (*Step, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	if c.closed {
@@ -173,8 +195,13 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 	}
 	bags := make([]Bags, T)
 	errsT := make([]error, T)
+	var pre []TablePartition
+	if ps != nil {
+		pre = make([]TablePartition, T)
+	}
 	parallel.ForEach(T, 1, func(t int) {
 		var ids []int64
+		var segs [][]int64 // prepared: the values of each feature
 		bg := &bags[t]
 		bg.Bounds = make([]int64, 1, len(c.features[t])*B+1)
 		if b.Weights != nil {
@@ -183,7 +210,11 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 		for _, f := range c.features[t] {
 			k := s.featKey[f]
 			v0, v1 := offsets[k*B], offsets[(k+1)*B]
-			ids = append(ids, b.Values[v0:v1]...)
+			if ds != nil {
+				segs = append(segs, b.Values[v0:v1])
+			} else {
+				ids = append(ids, b.Values[v0:v1]...)
+			}
 			if b.Weights != nil {
 				bg.Weights = append(bg.Weights, b.Weights[v0:v1]...)
 			}
@@ -191,6 +222,15 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 			for _, o := range offsets[k*B+1 : (k+1)*B+1] {
 				bg.Bounds = append(bg.Bounds, base+o)
 			}
+		}
+		if ds != nil { // copies: the step outlives the prepared batch's memory
+			if errsT[t] = ds[t].Verify(segs); errsT[t] != nil {
+				return
+			}
+			bg.Inv, s.uniq[t] = slices.Clone(ds[t].Inv), slices.Clone(ds[t].Uniq)
+			p := ps[t]
+			pre[t] = TablePartition{Dest: slices.Clone(p.Dest), Perm: slices.Clone(p.Perm), Count: slices.Clone(p.Count)}
+			return
 		}
 		for _, id := range ids {
 			if err := c.Layouts[t].Check(id); err != nil {
@@ -206,6 +246,7 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) {
 	}
 	s.X = NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
 	s.X.pools = &c.pools
+	s.X.pre = pre
 	if err := s.X.ForwardBags(s.uniq, bags, c.Returns); err != nil {
 		return nil, err
 	}

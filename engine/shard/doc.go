@@ -22,6 +22,10 @@
 // same route, merged at every stop ([MergeRows]) and applied by the owner's fused optimizer
 // ([embedding.Table.ApplyRows]). Data-parallel tables exchange only their gradients (replica.go).
 //
+// The input pipeline may do a step's local dedup and its first leg's partition by owner ahead of it,
+// on its own goroutines ([Partitioner], partition.go); [Collection.BeginPrepared] then begins the
+// same step without redoing either.
+//
 // [Counters] record each rank's IDs, returned rows and gradients within and across nodes;
 // [Simulate] computes the same counts for a whole cluster from its batches, without any rank.
 //

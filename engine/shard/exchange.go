@@ -93,6 +93,8 @@ type Exchange struct {
 	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	fused     bool
 
+	pre []TablePartition // requester: leg 0's partition per table, computed ahead (nil: countStage computes it)
+
 	bags    []Bags      // requester: per table, the bags over its distinct IDs (nil: rows only)
 	returns []Return    // per table: how owners return vectors (ReturnAuto when nil)
 	plans   []PoolPlan  // requester: per table, the pooling entries over rows and partials

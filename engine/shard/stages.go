@@ -20,25 +20,18 @@ func (x *Exchange) countStage(h int) stage {
 			lg.perm = make([][]int32, T)
 			dests := make([][]int32, T)
 			for t, ids := range lg.items {
-				dest := make([]int32, len(ids))
-				for i, id := range ids {
-					o, _ := x.layouts[t].Owner(id, x.self)
-					d := lg.dest(o)
-					dest[i] = int32(d)
-					lg.sendCnt[d*T+t]++
+				var tp TablePartition
+				if h == 0 && x.pre != nil { // computed ahead (Collection.BeginPrepared)
+					tp = x.pre[t]
+				} else {
+					tp = TablePartition{Dest: make([]int32, len(ids)), Perm: make([]int32, len(ids)), Count: make([]int64, lg.size)}
+					partition(x.layouts[t], x.self, &lg.hop, ids, tp)
 				}
-				// counting sort of the items by destination, stable in item order
-				start := make([]int32, lg.size+1)
-				for d := 0; d < lg.size; d++ {
-					start[d+1] = start[d] + int32(lg.sendCnt[d*T+t])
+				for d, n := range tp.Count {
+					lg.sendCnt[d*T+t] = n
 				}
-				perm := make([]int32, len(ids))
-				for i, d := range dest {
-					perm[start[d]] = int32(i)
-					start[d]++
-				}
-				lg.perm[t] = perm
-				dests[t] = dest
+				lg.perm[t] = tp.Perm
+				dests[t] = tp.Dest
 			}
 			lg.sendMeta = make([]int64, lg.size*T*metaFields)
 			lg.sendVec = append([]int64(nil), lg.sendCnt...)

@@ -61,15 +61,37 @@ def _wrap(address: int, n: int, ctype: Any, dtype: torch.dtype, owner: _lib.Hand
     return torch.frombuffer(arr, dtype=dtype)
 
 
-def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
-    """The dedup groups of the first :class:`recgo.EmbeddingBagCollection` in ``model``: one per
-    table, its features in the collection's order (what its forward deduplicates together)."""
+def _first_collection(model: torch.nn.Module) -> Any:
+    """The first :class:`recgo.EmbeddingBagCollection` or
+    :class:`recgo.distributed.ShardedEmbeddingBagCollection` in ``model`` (``model`` itself counts),
+    or None."""
+    from .distributed import ShardedEmbeddingBagCollection
     from .modules import EmbeddingBagCollection
 
     for m in model.modules():
-        if isinstance(m, EmbeddingBagCollection):
-            return [{"name": c.name, "keys": list(c.feature_names)} for c in m.embedding_bag_configs()]
-    return []
+        if isinstance(m, (EmbeddingBagCollection, ShardedEmbeddingBagCollection)):
+            return m
+    return None
+
+
+def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
+    """The dedup groups of the first :class:`recgo.EmbeddingBagCollection` (or
+    :class:`recgo.distributed.ShardedEmbeddingBagCollection`) in ``model``: one per table, its
+    features in the collection's order (what its forward deduplicates together)."""
+    m = _first_collection(model)
+    if m is None:
+        return []
+    return [{"name": c.name, "keys": list(c.feature_names)} for c in m.embedding_bag_configs()]
+
+
+def sharded_of(model: torch.nn.Module) -> Any:
+    """The :class:`recgo.distributed.ShardedEmbeddingBagCollection` whose tables :func:`tables_of`
+    takes (the first collection of ``model`` when it is a sharded one), or None: what
+    :class:`TrainPipeline` hands :class:`DataPipeline` as ``shard=``."""
+    from .distributed import ShardedEmbeddingBagCollection
+
+    m = _first_collection(model)
+    return m if isinstance(m, ShardedEmbeddingBagCollection) else None
 
 
 class DataPipeline:
@@ -82,17 +104,31 @@ class DataPipeline:
     ``threads=2``, since a READ waiting on I/O holds its share of the budget).
     ``tables`` (``[{"name": table, "keys": [features...]}]``, or :func:`tables_of` a model) makes
     FORMAT deduplicate each table's IDs for the collection; ``remap`` (a planner remap handle owner
-    with ``._h``) renumbers the planned tables' IDs. ``rank``/``world_size`` shard the source
-    (default: the process group's, under torchrun). ``position`` resumes from
-    :meth:`state_dict`'s position. Iterate it; each :class:`Batch` is valid as long as you keep it.
+    with ``._h``) renumbers the planned tables' IDs. ``shard`` (a
+    :class:`recgo.distributed.ShardedEmbeddingBagCollection`) makes FORMAT also partition each of its
+    tables' distinct IDs by owner, as its step would (``tables`` default to its tables, and must
+    contain them with the same features in the same order): that collection's forward then skips
+    both the dedup and the partition. A batch partitioned for one sharded collection given to another
+    laid out differently (other world, rank, sharding, mode or tables) raises InvalidInputError.
+    ``rank``/``world_size`` shard the source (default: the process group's, under torchrun).
+    ``position`` resumes from :meth:`state_dict`'s position. Iterate it; each :class:`Batch` is valid
+    as long as you keep it.
     """
 
     def __init__(self, source: Source, features: FeatureEngine | Sequence[Feature] | str | Path,
                  batch_size: int, depth: int = 2, threads: int = 1, *, tables: Sequence[dict[str, Any]] | None = None,
                  remap: Any = None, drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
-                 position: dict[str, Any] | None = None) -> None:
+                 position: dict[str, Any] | None = None, shard: Any = None) -> None:
         if not isinstance(source, Source):
             raise InvalidInputError(f"source must be a recgo.data source, got {type(source).__name__}")
+        if shard is not None:
+            from .distributed import ShardedEmbeddingBagCollection
+
+            if not isinstance(shard, ShardedEmbeddingBagCollection):
+                raise InvalidInputError(f"shard must be a ShardedEmbeddingBagCollection, got {type(shard).__name__}")
+            if tables is None:
+                tables = tables_of(shard)
+        self._shard = shard
         self.engine = features if isinstance(features, FeatureEngine) else FeatureEngine(features)
         self.source = source
         self.batch_size, self.depth, self.threads, self.drop_last = int(batch_size), int(depth), int(threads), drop_last
@@ -112,7 +148,8 @@ class DataPipeline:
         data = json.dumps(spec).encode()
         buf = ctypes.create_string_buffer(data, len(data))
         remap_h = self._remap._h.value if self._remap is not None else 0
-        self._h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h,
+        shard_h = self._shard._handle.value if self._shard is not None else 0  # noqa: SLF001
+        self._h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h, shard_h,
                                   ctypes.addressof(buf), len(data))
         info = self._info()
         self.keys: list[str] = list(info["keys"])
@@ -223,7 +260,9 @@ class TrainPipeline:
     labels)`` the loss (default :func:`bce_loss`), then backward and ``optimizer.step()`` (``None``
     when the collection's fused optimizer is the only one). The batch of step t+1..t+depth is
     prepared while step t runs. The collection's dedup groups come from the model (:func:`tables_of`)
-    unless ``tables`` is given. Other arguments are :class:`DataPipeline`'s. A table an
+    unless ``tables`` is given; when they come from a
+    :class:`recgo.distributed.ShardedEmbeddingBagCollection` (:func:`sharded_of`), the pipeline also
+    partitions its IDs by owner (``shard=``, unless given). Other arguments are :class:`DataPipeline`'s. A table an
     :class:`recgo.EmbeddingCollection` shares with a pooled collection of the model takes one fused
     update per step over both gradients (:func:`shared_collections`).
 
@@ -237,6 +276,8 @@ class TrainPipeline:
                  threads: int = 1, *, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = bce_loss,
                  tables: Sequence[dict[str, Any]] | None = None, **kwargs: Any) -> None:
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        if tables is None and "shard" not in kwargs:
+            kwargs["shard"] = sharded_of(model)
         self.data = DataPipeline(source, features, batch_size, depth, threads,
                                  tables=tables if tables is not None else tables_of(model), **kwargs)
         self.steps = 0
@@ -313,4 +354,5 @@ class TrainPipeline:
         self.data.close()
 
 
-__all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "shared_collections", "tables_of"]
+__all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "sharded_of", "shared_collections",
+           "tables_of"]

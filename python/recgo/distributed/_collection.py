@@ -16,6 +16,7 @@ from .. import _lib
 from .._lib import H, I64
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from .._memory import wrap
+from ..data import _prepared
 from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
@@ -317,7 +318,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return torch.tensor(idx, dtype=torch.int64)
 
     def forward(self, features: Any) -> KeyedTensor:
-        """Pool this rank's batch (recgo or TorchRec KJT with every feature) across the world."""
+        """Pool this rank's batch (recgo or TorchRec KJT with every feature) across the world.
+
+        A batch of a :class:`recgo.DataPipeline` built with ``shard=`` this collection carries each
+        table's distinct IDs and their partition by owner: the step uses them instead of computing
+        them (same result). A batch partitioned for a collection laid out otherwise (world, rank,
+        sharding, mode, tables) raises :class:`InvalidInputError`."""
         kjt = as_kjt(features)
         key_feature = self._keys(kjt.keys())
         values, lengths = kjt.values(), kjt.lengths()
@@ -327,10 +333,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if weights is not None:
             weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
         step = _lib.H(0)
-        _lib.call(_lib.fn("recgo_shard_begin"),
-                  self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                  ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                  0 if weights is None else weights.numel(), ctypes.byref(step))
+        prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
+        if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
+            _lib.call(_lib.fn("recgo_shard_begin_prepared"), self._handle.value, prepared, ptr(key_feature),
+                      key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(), ctypes.byref(step))
+        else:
+            _lib.call(_lib.fn("recgo_shard_begin"),
+                      self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
+                      ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
+                      0 if weights is None else weights.numel(), ctypes.byref(step))
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(self._features))

@@ -1,0 +1,190 @@
+"""The input pipeline's FORMAT stage partitions a sharded collection's IDs by owner (issue 12):
+training steps of a :class:`ShardedEmbeddingBagCollection` from batches prepared with ``shard=``
+equal, bit for bit, the same batches through the collection's own dedup and partition (outputs,
+gradients, updated weights and optimizer state, traffic counters), for hash and table-wise
+sharding; a batch partitioned for a collection laid out otherwise, or modified after preparation,
+is refused; TrainPipeline wires ``shard=`` itself. One spawned gloo world of two ranks runs every
+case (see test_distributed.spawn)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+import recgo
+from recgo.data import SyntheticField, SyntheticSource
+from recgo.data import _prepared
+from recgo.distributed import ShardedEmbeddingBagCollection
+from recgo.errors import InvalidInputError
+from recgo.feature import Feature
+from recgo.modules import optim
+from test_distributed import spawn
+
+SOURCE = SyntheticSource(1200, [SyntheticField("u", 300, 1.1), SyntheticField("h", 800, 0.9, 0.8, 4.0),
+                                SyntheticField("i", 500, 1.0, 0.9)], dense=2, seed=11)
+FEATURES = [Feature("u").hash().mod(200), Feature("h").truncate(6, keep="last").mod(400),
+            Feature("i").fill_missing(0).mod(300)]
+BATCH, STEPS = 48, 3
+
+
+def configs() -> list[recgo.EmbeddingBagConfig]:
+    C = recgo.EmbeddingBagConfig
+    return [C(name="t_ui", embedding_dim=4, num_embeddings=300, feature_names=["u", "i"]),
+            C(name="t_h", embedding_dim=8, num_embeddings=400, feature_names=["h"], pooling="mean")]
+
+
+def collection(sharding: str, fused: bool) -> ShardedEmbeddingBagCollection:
+    return ShardedEmbeddingBagCollection(configs(), sharding, optimizer=optim.Adagrad(lr=0.1) if fused else None, seed=3)
+
+
+def plain_copy(kjt: recgo.KeyedJaggedTensor) -> recgo.KeyedJaggedTensor:
+    """The same batch in fresh memory: the collection does not recognise it as prepared."""
+    return recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), lengths=kjt.lengths().clone())
+
+
+def train_step(ebc: ShardedEmbeddingBagCollection, kjt: recgo.KeyedJaggedTensor, opt: Any,
+               g: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """Forward, backward of Σ out·g, the torch optimizer's step (non-fused); the output and grads."""
+    out = ebc(kjt).values()
+    (out * g).sum().backward()
+    grads = [s.weight.grad.clone() for s in ebc.embedding_bags.values() if s.weight.grad is not None]
+    if opt is not None:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return out.detach(), grads
+
+
+def same_state(a: nn.Module, b: nn.Module, what: str) -> None:
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), f"{what}: {k} differs"
+
+
+def _equal_steps(rank: int, sharding: str, fused: bool) -> dict[str, int]:
+    """STEPS training steps of a twin pair: prepared batches to one, plain copies to the other."""
+    plain, prep = collection(sharding, fused), collection(sharding, fused)
+    opts = [None, None] if fused else [torch.optim.SGD(c.parameters(), lr=0.2) for c in (plain, prep)]
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=2, shard=prep)
+    gen = torch.Generator().manual_seed(rank)
+    requested = 0
+    for step, batch in zip(range(STEPS), pipe):
+        kjt = batch.sparse
+        assert _prepared.prepared_handle(kjt.values(), kjt.lengths()) is not None
+        g = torch.randn(BATCH, 16, generator=gen)  # width: u, i (4 each), h (8)
+        out_a, grads_a = train_step(plain, plain_copy(kjt), opts[0], g)
+        out_b, grads_b = train_step(prep, kjt, opts[1], g)
+        assert torch.equal(out_a, out_b), f"{sharding} fused={fused} step {step}: outputs differ"
+        assert len(grads_a) == len(grads_b) == (0 if fused else 2)
+        for ga, gb in zip(grads_a, grads_b):
+            assert torch.equal(ga, gb), f"{sharding} fused={fused} step {step}: gradients differ"
+        assert plain.last_traffic == prep.last_traffic, f"{sharding} fused={fused} step {step}: counters differ"
+        same_state(plain, prep, f"{sharding} fused={fused} step {step}")
+        requested += prep.traffic()["requested"]
+    pipe.close()
+    return {"requested": requested, "ids_sent": prep.traffic(total=True)["ids_intra"]}
+
+
+def _rejections(rank: int) -> dict[str, str]:
+    """Batches the collection must refuse (every rank refuses before any exchange)."""
+    out: dict[str, str] = {}
+    mine = collection("hash", True)
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=1, shard=mine)
+    batch = next(pipe)
+    for name, other in (("row_wise", collection("row_wise", True)),
+                        ("mode", ShardedEmbeddingBagCollection(configs(), "hash", mode="hierarchical", seed=3))):
+        try:
+            other(batch.sparse)
+            out[name] = "accepted"
+        except InvalidInputError as e:
+            out[name] = str(e)
+    batch.sparse.values()[0] = (batch.sparse.values()[0] + 1) % 200  # modified after preparation
+    try:
+        mine(batch.sparse)
+        out["modified"] = "accepted"
+    except InvalidInputError as e:
+        out["modified"] = str(e)
+    try:
+        recgo.DataPipeline(SOURCE, FEATURES, BATCH, shard=mine, tables=[{"name": "t_ui", "keys": ["u", "i"]}])
+        out["tables"] = "accepted"
+    except InvalidInputError as e:
+        out["tables"] = str(e)
+    pipe.close()
+    # A pipeline without shard= gives batches with a dedup but no partition: the collection's own path.
+    a, b = collection("hash", True), collection("hash", True)
+    batch = next(recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=0, tables=recgo.pipeline.tables_of(b)))
+    assert torch.equal(a(plain_copy(batch.sparse)).values(), b(batch.sparse).values())
+    return out
+
+
+class _Model(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ebc = collection("table_wise", True)
+
+    def forward(self, sparse: recgo.KeyedJaggedTensor, dense: torch.Tensor) -> torch.Tensor:
+        return self.ebc(sparse).values().sum(1) + dense.sum(1)
+
+
+def _train_pipeline(rank: int) -> dict[str, Any]:
+    """TrainPipeline finds the sharded collection and partitions for it; it trains like a plain loop."""
+    tp = recgo.TrainPipeline(_Model(), None, SOURCE, FEATURES, BATCH, depth=2)
+    wired = tp.data._shard is tp.model.ebc  # noqa: SLF001
+    losses = tp.run(STEPS, progress=False)
+    ref = _Model()
+    ref_losses = []
+    for _, batch in zip(range(STEPS), recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=0)):
+        loss = recgo.pipeline.bce_loss(ref(plain_copy(batch.sparse), batch.dense), batch.labels)
+        loss.backward()
+        ref_losses.append(float(loss))
+    same_state(ref, tp.model, "TrainPipeline")
+    tp.close()
+    return {"wired": wired, "losses": losses, "ref_losses": ref_losses}
+
+
+def _world(rank: int, world: int) -> dict[str, Any]:
+    res: dict[str, Any] = {}
+    for sharding in ("hash", "table_wise"):
+        for fused in (True, False):
+            res[f"{sharding}/{fused}"] = _equal_steps(rank, sharding, fused)
+    res["rejections"] = _rejections(rank)
+    res["train"] = _train_pipeline(rank)
+    return res
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    tmp: Path = tmp_path_factory.mktemp("pipeline_shard")
+    res = spawn(_world, 2, tmp, wait=180)
+    for r, x in enumerate(res):
+        assert "error" not in x, f"rank {r}: {x['error']}"
+    return res
+
+
+def test_prepared_partition_trains_bit_identically(world: list[dict[str, Any]]) -> None:
+    for rank in world:
+        for case in ("hash/True", "hash/False", "table_wise/True", "table_wise/False"):
+            assert rank[case]["requested"] > 0, case  # the steps looked IDs up
+    # the ranks exchanged IDs with each other (the partition sent some to the other rank)
+    assert sum(r["hash/True"]["ids_sent"] for r in world) > 0
+
+
+def test_batch_partitioned_for_another_collection_raises(world: list[dict[str, Any]]) -> None:
+    for rank in world:
+        rej = rank["rejections"]
+        assert "partitioned for another sharded collection" in rej["row_wise"] and "row_wise" in rej["row_wise"]
+        assert "hierarchical exchange" in rej["mode"]
+        assert "does not match the batch" in rej["modified"]
+        assert "table \"t_h\" is not one of the tables to deduplicate" in rej["tables"]
+
+
+def test_train_pipeline_partitions_for_its_sharded_collection(world: list[dict[str, Any]]) -> None:
+    for rank in world:
+        t = rank["train"]
+        assert t["wired"]
+        assert len(t["losses"]) == STEPS
+        assert t["losses"] == t["ref_losses"]
