@@ -267,7 +267,8 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
     _init(rank, size, cfg.dist_timeout, port)
     world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
     got = train_ranks(cfg, backends, world, progress=progress and rank == 0,
-                      weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
+                      weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"),
+                      resume=bool(options.get("resume")))
     if rank == 0 and result is not None:
         torch.save(got, result)
     dist.barrier()
@@ -310,7 +311,8 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
     ``nproc`` spawned processes (nothing of one backend's run stays in memory for the next) and this
     process waits for them and writes the report. ``options``:
     ``threads`` (torch threads per rank; default cores ÷ nproc), ``one_world`` (spawn: all backends
-    in one world, which starts faster) and, for tests, ``weights_dir`` (each
+    in one world, which starts faster), ``resume`` (each backend continues from its checkpoint folder
+    ``<cfg.checkpoint>.<backend>`` when it holds one; see :mod:`recgo.train.nproc_checkpoint`) and, for tests, ``weights_dir`` (each
     backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises)."""
     from .run import nproc_report
 
