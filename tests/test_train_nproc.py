@@ -75,8 +75,6 @@ def test_torchrun_environment_is_detected(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_nproc_refuses_what_it_cannot_do() -> None:
-    with pytest.raises(InvalidInputError, match="not bst"):
-        TrainConfig(model="bst", nproc=2).validate()
     with pytest.raises(InvalidInputError, match="sharding"):
         _cfg(nproc=2, sharding="diagonal").validate()
 

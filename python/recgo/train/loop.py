@@ -66,8 +66,6 @@ class TrainConfig:
             raise InvalidInputError(f"data: {self.data} is not a file")
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
             raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
-        if self.nproc > 1 and self.model == "bst":
-            raise InvalidInputError("nproc > 1 supports the pooled models (dlrm, dcnv2), not bst")
         from .distributed import EXCHANGES, SHARDINGS
 
         if self.sharding not in SHARDINGS:
