@@ -64,3 +64,18 @@ def test_an_incomplete_checkpoint_folder_is_refused(tmp_path: Path) -> None:
 def test_resume_without_a_checkpoint_path_is_refused() -> None:
     with pytest.raises(ValueError, match="resume needs a checkpoint"):
         train(_cfg(), ["recgo"], resume=True, progress=False)
+
+
+def test_train_hands_resume_to_the_launcher(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """``recgo train --nproc 2 --checkpoint ... --resume`` reaches the ranks (no longer refused)."""
+    import recgo.train.distributed as D
+
+    seen = {}
+
+    def fake_launch(cfg, backends, nproc, **kw):
+        seen.update(kw, nproc=nproc, checkpoint=cfg.checkpoint)
+        return {"ok": True}
+
+    monkeypatch.setattr(D, "launch", fake_launch)
+    assert train(_cfg(checkpoint=str(tmp_path / "ck")), ["recgo"], resume=True, progress=False) == {"ok": True}
+    assert seen["resume"] is True and seen["nproc"] == 2 and seen["checkpoint"] == str(tmp_path / "ck")
