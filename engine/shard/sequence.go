@@ -18,7 +18,10 @@ import (
 
 // SequenceStep is one training step of sequence lookups at a rank. Its Step carries the exchange
 // (run its ops with Step.X.Next / Feed, read its counters); Gather and Backward replace the pooled
-// step's Pool and Backward.
+// step's Pool and Backward. Concurrency: BeginSequence may run concurrently with other Begin and
+// BeginSequence calls on the collection, and steps (pooled and sequence) may coexist, each owning
+// its buffers; one step is not safe for concurrent use, and every rank must run the exchanges of
+// its steps in the same order.
 type SequenceStep struct {
 	Step *Step
 

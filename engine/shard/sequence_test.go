@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/recgo/recgo/engine/embedding"
@@ -176,4 +177,71 @@ func FuzzBeginSequence(f *testing.F) {
 		}
 		require.LessOrEqual(t, n, len(b.Values))
 	})
+}
+
+// Sequence steps begun concurrently on every rank (with a pooled step among them) coexist: run one
+// after the other, each returns the rows of its own batch.
+func TestSequenceStepsBegunConcurrently(t *testing.T) {
+	kinds := []Kind{Hash, TableWise}
+	rows := []int64{40, 25}
+	w := newTestWorld(t, 1, 2, Flat, kinds, rows, []int{4, 3}, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+	const n = 4
+	rng := rand.New(rand.NewPCG(9, 9))
+	type batch struct{ lens, vals [][]int64 }
+	batches := make([]batch, n)
+	for i := range batches {
+		_, l, v := randBatch(rng, len(kinds), 2*3, rows)
+		batches[i] = batch{l, v}
+	}
+	steps := make([][]*SequenceStep, n) // [batch][rank]
+	pooled := make([]*Step, 2)
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*n+2)
+	for i := range steps {
+		steps[i] = make([]*SequenceStep, 2)
+		for r := range w.ranks {
+			wg.Add(1)
+			go func(i, r int) {
+				defer wg.Done()
+				q, err := w.ranks[r].BeginSequence(sliceBatch(batches[i].lens, batches[i].vals, r*3, (r+1)*3))
+				steps[i][r] = q
+				errs <- err
+			}(i, r)
+		}
+	}
+	for r := range w.ranks {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			s, err := w.ranks[r].Begin(sliceBatch(batches[0].lens, batches[0].vals, r*3, (r+1)*3))
+			pooled[r] = s
+			errs <- err
+		}(r)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	for i := range steps {
+		runLockstep(t, w.topo, []*Exchange{steps[i][0].Step.X, steps[i][1].Step.X})
+		for r, q := range steps[i] {
+			out := make([]float32, q.OutputLen())
+			require.NoError(t, q.Gather(out))
+			b := sliceBatch(batches[i].lens, batches[i].vals, r*3, (r+1)*3)
+			var pos int64
+			for k := range b.KeyFeature {
+				off, m := q.KeyOutput(k)
+				d := w.ranks[0].Layouts[k].Dim
+				for j := 0; j < m; j++ {
+					require.Equal(t, w.globalRow(k, b.Values[pos+int64(j)]), out[off+j*d:off+(j+1)*d], "batch %d rank %d key %d", i, r, k)
+				}
+				pos += int64(m)
+			}
+		}
+	}
+	runLockstep(t, w.topo, []*Exchange{pooled[0].X, pooled[1].X})
+	for r := range pooled {
+		require.NoError(t, pooled[r].Pool(make([]float32, 3*w.ranks[r].Width())))
+	}
 }
