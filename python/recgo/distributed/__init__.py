@@ -4,12 +4,15 @@ Go decides, torch.distributed moves: the engine computes each ID's owner (hash â
 rank, contiguous row ranges, table â†’ rank, or a RecShard plan), deduplicates, writes the
 per-destination buffers with their splits and inverse maps, merges at the owner, looks rows up and
 merges gradients; this package hands the buffers to ``dist.all_to_all_single`` on the world, node
-or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection`.
+or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled) and
+:class:`ShardedEmbeddingCollection` (sequences: one row per ID).
 """
 
 from ._collection import COUNTERS, MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
 from ._exchange import Groups, PeerFailureError, make_groups
+from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
 
 __all__ = ["COUNTERS", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
+           "ShardedEmbeddingCollection",
            "eq3_reduction", "hash_owners", "make_groups", "simulate_traffic"]

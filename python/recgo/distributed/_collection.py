@@ -367,8 +367,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._record(step)
         if fused:
             return [torch.zeros(())] + [None] * len(self._configs)
+        return [None, *self._owner_grads(handle)]
+
+    def _owner_grads(self, handle: _lib.Handle) -> list[torch.Tensor]:
+        """Each shard's dense gradient from a non-fused backward exchange's merged owner gradients."""
         f = _lib.fn("recgo_shard_owner_grads")
-        out: list[torch.Tensor | None] = [None]
+        out: list[torch.Tensor] = []
         for t, (cfg, shard) in enumerate(zip(self._configs, self.embedding_bags.values())):
             n = I64(0)
             _lib.call(f, handle.value, t, None, None, ctypes.byref(n))

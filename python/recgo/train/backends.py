@@ -103,19 +103,18 @@ class SparseArch(nn.Module):
         """Sharded (recgo, torchrec) or replicated under DDP (torch) on ``self.world``'s ranks."""
         from . import distributed as D
 
-        if not self.is_pooled:
-            raise InvalidInputError("--nproc > 1 supports the pooled models (dlrm, dcnv2), not bst")
-        w = self.world
+        w, pooled = self.world, self.is_pooled
         if self.backend == "recgo":
-            self.module = D.build_recgo(tables, self.dim, optim, weights, w, seed)
+            self.module = D.build_recgo(tables, self.dim, optim, weights, w, seed, pooled=pooled)
             self.plan = {n: f"{k}" for n, k in self.module.sharding_types().items()}
         elif self.backend == "torchrec":
-            self.module, self.plan = D.build_torchrec(tables, self.dim, optim, weights, w)
+            self.module, self.plan = D.build_torchrec(tables, self.dim, optim, weights, w, pooled=pooled)
         else:
-            self.module, self._opt = D.build_torch(tables, self.dim, optim, weights, self.keys, self._table_of)
+            self.module, self._opt = D.build_torch(tables, self.dim, optim, weights, self.keys, self._table_of,
+                                                   pooled=pooled)
         # recgo's sharded tables sum the ranks' gradients at the owner; DDP (dense part, torch tables) and
         # TorchRec's all-to-all backward (its gradient division, on by default) average them. 1/N on the
-        # pooled gradient makes recgo's the gradient of the global-batch mean loss too.
+        # embeddings' gradient makes recgo's the gradient of the global-batch mean loss too.
         self._grad_scale = 1.0 / w.size if self.backend == "recgo" else 1.0
 
     # -- construction ----------------------------------------------------------------------------
@@ -202,9 +201,20 @@ class SparseArch(nn.Module):
     def sequences(self, batch: Any) -> dict[str, JaggedTensor]:
         """``{key: JaggedTensor}`` with ``[N, D]`` values."""
         if self.backend == "torch":
+            if self.world is not None and self.world.size > 1:
+                rows = self.module(batch)
+                return {k: JaggedTensor(rows[k], lengths=lens) for k, (_, lens) in batch.items()}
             return {k: JaggedTensor(self.module[self._table_of[k]](v), lengths=lens) for k, (v, lens) in batch.items()}
         out = self.module(batch)
-        return {k: (jt if isinstance(jt, JaggedTensor) else JaggedTensor.from_torchrec(jt)) for k, jt in out.items()}
+        if hasattr(out, "wait"):
+            out = out.wait()  # TorchRec's DMP returns an awaitable
+        res = {k: (jt if isinstance(jt, JaggedTensor) else JaggedTensor.from_torchrec(jt)) for k, jt in out.items()}
+        if self._grad_scale != 1.0:
+            scale = self._grad_scale
+            for jt in res.values():
+                if jt.values().requires_grad:
+                    jt.values().register_hook(lambda g: g * scale)
+        return res
 
     def zero_grad_sparse(self) -> None:
         """Clear gradients of backends whose optimizer runs after backward."""

@@ -365,6 +365,9 @@ class TaobaoSequences(_PipelineSource):
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None) -> Stream:
         if not self.pipeline:
+            if self.world_size > 1:
+                raise InvalidInputError("TaobaoSequences(pipeline=False) reads every batch whole; shard it over "
+                                        "ranks with the pipeline (the default)")
             return _IndexStream(self.train_batch, state)
         return super().stream(state, depth, None)  # the sequence collection deduplicates by itself
 

@@ -12,12 +12,16 @@ size. The sparse half is sharded the way each library does it:
   its ``EmbeddingShardingPlanner`` makes, the optimizer fused through the sharder's fused params;
 * ``torch``: ``nn.EmbeddingBag(sparse=True)`` replicated on every rank under ``DistributedDataParallel``.
 
+The sequence model (bst) has the same three with unpooled lookups: recgo's
+:class:`recgo.distributed.ShardedEmbeddingCollection`, DMP over TorchRec's ``EmbeddingCollection``
+(``EmbeddingCollectionSharder``) and ``nn.Embedding(sparse=True)`` under DDP.
+
 The dense half is under ``DistributedDataParallel`` everywhere. Every rank starts from the same global
 weights (:func:`recgo.train.backends.initial_weights`; each sharded table receives its rows of them).
 
 Loss scaling: each rank's loss is the mean over its own samples; DDP averages dense gradients, which
 gives the gradient of the global-batch mean. Sharded embeddings *sum* the ranks' gradients at the owner,
-so the recgo and TorchRec backends scale the gradient reaching the pooled embeddings by 1/N — the
+so the recgo backend scales the gradient reaching its embeddings by 1/N — the
 updates then equal the single-process run on the global batch (tested).
 
 Evaluation: every rank takes an equal slice of each validation batch, the scores and labels are
@@ -103,16 +107,31 @@ class _Bags(nn.Module):
         return torch.stack([self.bags[self.table_of[k]](*batch[k]) for k in self.keys], 1)
 
 
-def build_recgo(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor], world: World,
-                seed: int) -> nn.Module:
-    """recgo's sharded collection holding this rank's rows of the global ``weights``."""
-    import recgo
-    from ..distributed import ShardedEmbeddingBagCollection
+class _Seqs(nn.Module):
+    """Plain-torch sequence lookups as one module, so DDP can wrap them: ``{key: (ids, lengths)}`` →
+    ``{key: [n, D]}``."""
 
-    cfgs = [recgo.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=dim, name=t.name,
-                                     feature_names=list(t.features)) for t in tables]
-    module = ShardedEmbeddingBagCollection(cfgs, world.sharding, mode=world.exchange, nodes=world.nodes,
-                                           optimizer=optim.recgo(), seed=seed, timeout=world.timeout)
+    def __init__(self, bags: nn.ModuleDict, keys: list[str], table_of: dict[str, str]) -> None:
+        super().__init__()
+        self.bags, self.keys, self.table_of = bags, keys, table_of
+
+    def forward(self, batch: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+        return {k: self.bags[self.table_of[k]](batch[k][0]) for k in self.keys}
+
+
+def build_recgo(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor], world: World,
+                seed: int, pooled: bool = True) -> nn.Module:
+    """recgo's sharded collection (pooled: ShardedEmbeddingBagCollection; sequences:
+    ShardedEmbeddingCollection) holding this rank's rows of the global ``weights``."""
+    import recgo
+    from ..distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection
+
+    config, cls = ((recgo.EmbeddingBagConfig, ShardedEmbeddingBagCollection) if pooled
+                   else (recgo.EmbeddingConfig, ShardedEmbeddingCollection))
+    cfgs = [config(num_embeddings=t.rows, embedding_dim=dim, name=t.name, feature_names=list(t.features))
+            for t in tables]
+    module = cls(cfgs, world.sharding, mode=world.exchange, nodes=world.nodes, optimizer=optim.recgo(), seed=seed,
+                 timeout=world.timeout)
     with torch.no_grad():
         for t in tables:
             module.embedding_bags[t.name].weight.copy_(weights[t.name][module.local_ids(t.name)])
@@ -128,9 +147,10 @@ def _torchrec_fused_params(optim: Any) -> dict[str, Any]:
 
 
 def build_torchrec(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor],
-                   world: World) -> tuple[nn.Module, dict[str, str]]:
-    """TorchRec's DMP over an EmbeddingBagCollection, planned by its own planner, with the optimizer
-    fused (the sharder's fused params); returns the module and the plan (table → kind@ranks).
+                   world: World, pooled: bool = True) -> tuple[nn.Module, dict[str, str]]:
+    """TorchRec's DMP over an EmbeddingBagCollection (pooled) or an EmbeddingCollection (sequences,
+    with its EmbeddingCollectionSharder), planned by its own planner, with the optimizer fused (the
+    sharder's fused params); returns the module and the plan (table → kind@ranks).
 
     Data-parallel placements are left out of the planner's choices: a data-parallel table gets a dense
     gradient and no fused optimizer, so it would need a second optimizer the other backends lack."""
@@ -138,14 +158,18 @@ def build_torchrec(tables: Sequence[Any], dim: int, optim: Any, weights: dict[st
     import torchrec
     from torchrec.distributed import DistributedModelParallel
     from torchrec.distributed.embedding_types import ShardingType
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
     from torchrec.distributed.types import ShardingEnv
 
-    cfgs = [torchrec.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=dim, name=t.name,
-                                        feature_names=list(t.features)) for t in tables]
-    ebc = torchrec.EmbeddingBagCollection(tables=cfgs, device=torch.device("meta"))
-    sharder = EmbeddingBagCollectionSharder(fused_params=_torchrec_fused_params(optim))
+    config, collection, sharder_cls = (
+        (torchrec.EmbeddingBagConfig, torchrec.EmbeddingBagCollection, EmbeddingBagCollectionSharder) if pooled
+        else (torchrec.EmbeddingConfig, torchrec.EmbeddingCollection, EmbeddingCollectionSharder))
+    cfgs = [config(num_embeddings=t.rows, embedding_dim=dim, name=t.name, feature_names=list(t.features))
+            for t in tables]
+    ebc = collection(tables=cfgs, device=torch.device("meta"))
+    sharder = sharder_cls(fused_params=_torchrec_fused_params(optim))
     kinds = [ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value, ShardingType.TABLE_COLUMN_WISE.value,
              ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value]
     constraints = {t.name: ParameterConstraints(sharding_types=kinds) for t in tables}
@@ -167,9 +191,9 @@ def build_torchrec(tables: Sequence[Any], dim: int, optim: Any, weights: dict[st
 
 
 def _table_key(key: str) -> str | None:
-    """``...embedding_bags.<table>.weight`` → ``<table>``."""
+    """``...embedding_bags.<table>.weight`` (or ``...embeddings.<table>.weight``) → ``<table>``."""
     parts = key.split(".")
-    if len(parts) >= 3 and parts[-1] == "weight" and parts[-3] == "embedding_bags":
+    if len(parts) >= 3 and parts[-1] == "weight" and parts[-3] in ("embedding_bags", "embeddings"):
         return parts[-2]
     return None
 
@@ -183,13 +207,16 @@ def _local_pieces(value: Any) -> list[tuple[torch.Tensor, tuple[int, int]]]:
 
 
 def build_torch(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, torch.Tensor], keys: list[str],
-                table_of: dict[str, str]) -> tuple[nn.Module, torch.optim.Optimizer]:
-    """``nn.EmbeddingBag(sparse=True)`` tables replicated under DDP (sparse gradients averaged over gloo)."""
-    bags = nn.ModuleDict({t.name: nn.EmbeddingBag(t.rows, dim, mode="sum", sparse=True) for t in tables})
+                table_of: dict[str, str], pooled: bool = True) -> tuple[nn.Module, torch.optim.Optimizer]:
+    """``nn.EmbeddingBag(sparse=True)`` (pooled) or ``nn.Embedding(sparse=True)`` (sequences) tables
+    replicated under DDP (sparse gradients averaged over gloo)."""
+    make = (lambda t: nn.EmbeddingBag(t.rows, dim, mode="sum", sparse=True)) if pooled else (
+        lambda t: nn.Embedding(t.rows, dim, sparse=True))
+    bags = nn.ModuleDict({t.name: make(t) for t in tables})
     with torch.no_grad():
         for t in tables:
             bags[t.name].weight.copy_(weights[t.name])
-    module = nn.parallel.DistributedDataParallel(_Bags(bags, keys, table_of))
+    module = nn.parallel.DistributedDataParallel((_Bags if pooled else _Seqs)(bags, keys, table_of))
     return module, optim.torch_class()(module.parameters(), **optim.torch_kwargs())
 
 
@@ -267,7 +294,8 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
     _init(rank, size, cfg.dist_timeout, port)
     world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
     got = train_ranks(cfg, backends, world, progress=progress and rank == 0,
-                      weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"))
+                      weights_dir=options.get("weights_dir"), fail_at=options.get("fail_at"),
+                      resume=bool(options.get("resume")))
     if rank == 0 and result is not None:
         torch.save(got, result)
     dist.barrier()
@@ -310,7 +338,8 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
     ``nproc`` spawned processes (nothing of one backend's run stays in memory for the next) and this
     process waits for them and writes the report. ``options``:
     ``threads`` (torch threads per rank; default cores ÷ nproc), ``one_world`` (spawn: all backends
-    in one world, which starts faster) and, for tests, ``weights_dir`` (each
+    in one world, which starts faster), ``resume`` (each backend continues from its checkpoint folder
+    ``<cfg.checkpoint>.<backend>`` when it holds one; see :mod:`recgo.train.nproc_checkpoint`) and, for tests, ``weights_dir`` (each
     backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises)."""
     from .run import nproc_report
 

@@ -66,8 +66,6 @@ class TrainConfig:
             raise InvalidInputError(f"data: {self.data} is not a file")
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
             raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
-        if self.nproc > 1 and self.model == "bst":
-            raise InvalidInputError("nproc > 1 supports the pooled models (dlrm, dcnv2), not bst")
         from .distributed import EXCHANGES, SHARDINGS
 
         if self.sharding not in SHARDINGS:
@@ -268,16 +266,28 @@ class Trainer:
                 "sparse_optimizer": self.model.sparse.optimizer_state(), "history": asdict(self.history)}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write :meth:`state` atomically, with recgo's checksums."""
+        """Write :meth:`state` atomically, with recgo's checksums. On ``N`` ranks ``path`` is a folder
+        every rank writes its part to (a collective; see :mod:`recgo.train.nproc_checkpoint`)."""
+        if self.world is not None:
+            from .nproc_checkpoint import save_ranks
+
+            save_ranks(self, path)
+            return
         from ..modules import save_state
 
         save_state(self.state(), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
-        """Resume from a checkpoint written by :meth:`save` for the same backend and config."""
-        from ..modules import load_state
+        """Resume from a checkpoint written by :meth:`save` for the same backend and config (on ``N``
+        ranks: the same ``N``; a collective)."""
+        if self.world is not None:
+            from .nproc_checkpoint import load_rank_state
 
-        state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
+            state = load_rank_state(self, path)
+        else:
+            from ..modules import load_state
+
+            state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
         if state.get("backend") != self.backend:
             raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
         mine = asdict(self.cfg)
@@ -290,7 +300,12 @@ class Trainer:
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")
-        self.model.load_state_dict(state["model"])
+        if self.world is not None:
+            from .nproc_checkpoint import restore_model
+
+            restore_model(self, state, path)
+        else:
+            self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["dense_optimizer"])
         self.model.sparse.load_optimizer_state(state["sparse_optimizer"])
         self.step = int(state["step"])

@@ -32,15 +32,13 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     if resume and not cfg.checkpoint:
         raise InvalidInputError("resume needs a checkpoint path (--checkpoint)")
     if cfg.nproc > 1:
-        if resume or cfg.checkpoint:
-            raise InvalidInputError("checkpoints and --resume are not supported with --nproc > 1 yet")
         from .distributed import launch
 
-        return launch(cfg, backends, cfg.nproc, out=out, progress=progress)
+        return launch(cfg, backends, cfg.nproc, out=out, progress=progress, resume=resume)
     source = make_source(cfg)
     runs: dict[str, History] = {}
     for backend in backends:
-        per_backend = TrainConfig(**{**cfg.__dict__, "checkpoint": f"{cfg.checkpoint}.{backend}" if cfg.checkpoint else None})
+        per_backend = _per_backend(cfg, backend)
         trainer = Trainer(per_backend, source, backend)
         if resume and per_backend.checkpoint and Path(per_backend.checkpoint).exists():
             trainer.load(per_backend.checkpoint)
@@ -59,6 +57,12 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     if out is not None:
         write(out, report)
     return report
+
+
+def _per_backend(cfg: TrainConfig, backend: str) -> TrainConfig:
+    """``cfg`` with the backend's own checkpoint path ``<checkpoint>.<backend>`` (a file; a folder of
+    per-rank files with ``nproc`` > 1)."""
+    return TrainConfig(**{**cfg.__dict__, "checkpoint": f"{cfg.checkpoint}.{backend}" if cfg.checkpoint else None})
 
 
 def _merge(parts: list[dict[str, Any]]) -> History:
@@ -95,12 +99,15 @@ def nproc_report(cfg: TrainConfig, runs: dict[str, History], placement: dict[str
 
 
 def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress: bool = False,
-                weights_dir: str | None = None,
-                fail_at: tuple[int, int] | None = None) -> tuple[dict[str, History], dict[str, dict[str, str]]]:
+                weights_dir: str | None = None, fail_at: tuple[int, int] | None = None,
+                resume: bool = False) -> tuple[dict[str, History], dict[str, dict[str, str]]]:
     """One rank's part of a ``--nproc`` run (every rank calls it, inside an initialised process group):
     train each backend on this rank's data shard and return the histories merged over the ranks and
-    each backend's table placement. ``weights_dir``: write each backend's final global tables and dense
-    weights there (rank 0); ``fail_at`` ``(rank, step)``: that rank raises at that step (failure tests)."""
+    each backend's table placement. With ``cfg.checkpoint`` each backend saves to the folder
+    ``<checkpoint>.<backend>`` (every ``checkpoint_every`` steps and at the end) and, with ``resume``,
+    continues from it when it holds a complete checkpoint. ``weights_dir``: write each backend's final
+    global tables and dense weights there (rank 0); ``fail_at`` ``(rank, step)``: that rank raises at
+    that step (failure tests)."""
     from dataclasses import asdict
 
     import torch
@@ -113,14 +120,23 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress:
     source.shard(world.rank, world.size)
     runs: dict[str, History] = {}
     placement: dict[str, dict[str, str]] = {}
+    from .nproc_checkpoint import exists
+
     for backend in backends:
-        trainer = Trainer(cfg, source, backend, world)
+        per_backend = _per_backend(cfg, backend)
+        trainer = Trainer(per_backend, source, backend, world)
+        if resume and per_backend.checkpoint and exists(per_backend.checkpoint):
+            trainer.load(per_backend.checkpoint)
         bar = _progress(cfg.steps, f"{backend} ×{world.size}", progress)
+        if bar is not None:
+            bar.update(trainer.step)
         if fail_at is not None and world.rank == fail_at[0]:
             _fail_at(trainer, fail_at[1])
         history = trainer.run(progress=bar)
         if bar is not None:
             bar.close()
+        if per_backend.checkpoint:
+            trainer.save(per_backend.checkpoint)
         runs[backend] = _merge(world.gather(asdict(history)))
         placement[backend] = trainer.model.sparse.plan
         if weights_dir is not None:

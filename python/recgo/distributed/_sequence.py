@@ -1,0 +1,174 @@
+"""ShardedEmbeddingCollection: recgo's sequence (unpooled) tables spread over the ranks of torch.distributed."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from .. import _lib
+from ..errors import InvalidInputError
+from ..jagged import JaggedTensor
+from ..modules.sequence import _as_config, _jagged
+from ..sparse import KeyedJaggedTensor, as_kjt
+from ..tensors import check_tensor, ptr
+from ._collection import ShardedEmbeddingBagCollection, _Step
+from ._exchange import drive
+
+
+class _SeqStep(_Step):
+    """A sequence step: the exchange's handle (``handle``) and the sequence side's (``seq``)."""
+
+    __slots__ = ("seq",)
+
+    def __init__(self, handle: _lib.Handle, seq: _lib.Handle) -> None:
+        super().__init__(handle)
+        self.seq = seq
+
+
+class _SeqLookup(torch.autograd.Function):
+    """One row per lookup of a step whose forward exchange already ran; backward runs the gradient
+    exchange and the owners' fused updates (the anchor's zero gradient keeps the node alive), or,
+    without a fused optimizer, returns each shard's merged gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, module: "ShardedEmbeddingCollection", step: _SeqStep, total: int,
+                anchor: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        ctx.module, ctx.step = module, step
+        return module._gather(step, total)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        grads = ctx.module._seq_backward(ctx.step, grad)
+        ctx.step = None
+        return (None, None, None, *grads)
+
+
+class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
+    """Sequence (unpooled) embedding tables sharded over the ranks of a ``torch.distributed`` world,
+    with the output of :class:`recgo.EmbeddingCollection` (TorchRec's ``EmbeddingCollection`` name).
+
+    Every rank builds it with the same arguments and feeds it its own samples (a KeyedJaggedTensor
+    with every feature; per-ID weights are ignored, as TorchRec does); ``forward`` returns
+    ``{feature: JaggedTensor}`` with ``[n, D]`` values (one row per ID, the batch's lengths), TorchRec
+    JaggedTensors for a TorchRec input. Forward deduplicates each table's IDs over its features,
+    sends them to their owners (``all_to_all_single``, flat or hierarchical), the owners deduplicate
+    again and return one row per distinct ID, and the rank expands the rows along its inverse map.
+    Backward adds each lookup's gradient to its distinct row's, sends the merged gradients to the
+    owners, which merge them over the requesters and apply the fused optimizer once per row.
+
+    The arguments are :class:`ShardedEmbeddingBagCollection`'s (``tables`` are ``EmbeddingConfig``s,
+    recgo's or TorchRec's), without owner pooling, weighting or wire narrowing: rows always come back
+    whole. ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
+    every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
+    ``locate``, ``save``/``load`` (which re-distribute across world sizes), counters and
+    ``check_peers`` are the pooled collection's; the shards are ``embeddings.<table>``.
+
+    Every rank must run the same sequence of forwards and backwards (as with DDP).
+    """
+
+    def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *,
+                 optimizer: Any = None, **kwargs: Any) -> None:
+        for bad in ("owner_pooling", "is_weighted", "wire_dtype"):
+            if bad in kwargs:
+                raise InvalidInputError(f"ShardedEmbeddingCollection: {bad} applies to pooled lookups only")
+        if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
+            raise InvalidInputError("ShardedEmbeddingCollection needs at least one table (a list of EmbeddingConfig)")
+        self._seq_configs = [_as_config(t) for t in tables]
+        super().__init__([c.bag_config() for c in self._seq_configs], sharding, optimizer=optimizer,
+                         owner_pooling="rows", **kwargs)
+        self._modules["embeddings"] = self._modules.pop("embedding_bags")
+        self._key_dims = {f: c.embedding_dim for c in self._seq_configs for f in c.feature_names}
+
+    @property
+    def embedding_bags(self) -> nn.ModuleDict:  # type: ignore[override]
+        """The shards (the pooled collection's code reads them under this name); ``embeddings`` is
+        the registered name."""
+        mods = self._modules
+        return mods["embeddings"] if "embeddings" in mods else mods["embedding_bags"]  # type: ignore[return-value]
+
+    @classmethod
+    def from_ebc(cls, ebc: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> Any:
+        raise InvalidInputError("ShardedEmbeddingCollection.from_ebc: use from_ec")
+
+    @classmethod
+    def from_ec(cls, ec: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> "ShardedEmbeddingCollection":
+        """Shard an existing recgo ``EmbeddingCollection``: every rank takes its rows (and, with the same
+        fused optimizer, their state and step) from ``ec``."""
+        kwargs.setdefault("optimizer", ec.fused_optimizer)  # None: a torch optimizer's dense gradients
+        out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
+        src = ec.state_dict()
+        with torch.no_grad():
+            for cfg in out._configs:
+                ids = out.local_ids(cfg.name)
+                shard = out.embedding_bags[cfg.name]
+                shard.weight.copy_(src[f"embeddings.{cfg.name}.weight"].to(torch.float32)[ids])
+                st = src.get(f"embeddings.{cfg.name}.optimizer_state")
+                if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
+                    shard.optimizer_state[: len(ids)].copy_(st[ids])
+                step = src.get(f"embeddings.{cfg.name}.optimizer_step")
+                if step is not None:
+                    shard.optimizer_step.copy_(step)
+        return out
+
+    def embedding_configs(self) -> list[Any]:
+        """The tables' configs (TorchRec's accessor name)."""
+        return list(self._seq_configs)
+
+    def embedding_bag_configs(self) -> list[Any]:
+        """The tables as the pooled configs the shards are built from."""
+        return list(self._configs)
+
+    # -- forward / backward -----------------------------------------------------------------------
+
+    def forward(self, features: Any) -> dict[str, Any]:  # type: ignore[override]
+        """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature) across the
+        world: ``{feature: JaggedTensor}`` with ``[n, D]`` values."""
+        torchrec_in = not isinstance(features, KeyedJaggedTensor)
+        kjt = as_kjt(features)
+        keys = kjt.keys()
+        key_feature = self._keys(keys)
+        values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
+        lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
+        step, seq = _lib.H(0), _lib.H(0)
+        _lib.call(_lib.fn("recgo_shard_seq_begin"), self._handle.value, ptr(key_feature), key_feature.numel(),
+                  ptr(values), values.numel(), ptr(lengths), lengths.numel(), ctypes.byref(step), ctypes.byref(seq))
+        handle = _SeqStep(_lib.Handle(step.value), _lib.Handle(seq.value))
+        drive(handle.handle, self._groups, handle.traffic)
+        K = len(keys)
+        B = lengths.numel() // max(1, K)
+        counts = lengths.view(K, B).sum(1).tolist() if K else []
+        dims = [self._key_dims[k] for k in keys]
+        total = sum(n * d for n, d in zip(counts, dims))
+        shards = [s.weight for s in self.embedding_bags.values()]
+        params = [self._anchor] if self._optimizer is not None else shards
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            flat = _SeqLookup.apply(self, handle, total, self._anchor, *shards)
+        else:
+            flat = self._gather(handle, total)
+            self._record(handle)
+        out: dict[str, Any] = {}
+        start = 0
+        for i, (k, n, d) in enumerate(zip(keys, counts, dims)):
+            jt: JaggedTensor = _jagged(flat[start:start + n * d].view(n, d), lengths[i * B:(i + 1) * B])
+            out[k] = jt.to_torchrec() if torchrec_in else jt
+            start += n * d
+        return out
+
+    def _gather(self, step: _SeqStep, total: int) -> torch.Tensor:
+        out = torch.empty(total, dtype=torch.float32)
+        _lib.call(_lib.fn("recgo_shard_seq_gather"), step.seq.value, ptr(out), out.numel())
+        return out
+
+    def _seq_backward(self, step: _SeqStep, grad: torch.Tensor) -> list[torch.Tensor | None]:
+        """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused)."""
+        grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=1, convert_to=torch.float32)
+        fused = self._optimizer is not None
+        _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), int(fused))
+        drive(step.handle, self._groups, step.traffic)
+        self._record(step)
+        if fused:
+            return [torch.zeros(())] + [None] * len(self._configs)
+        return [None, *self._owner_grads(step.handle)]
