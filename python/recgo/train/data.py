@@ -77,9 +77,10 @@ class Source:
     feature_table: dict[str, str]
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
-               tables: list[dict[str, Any]] | None = None) -> Stream:  # pragma: no cover - interface
+               tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:  # pragma: no cover
         """Training batches from the start, or from a :meth:`Stream.state_dict`. ``tables`` (the
-        collection's dedup groups) lets the pipeline deduplicate for a recgo collection."""
+        collection's dedup groups) lets the pipeline deduplicate for a recgo collection, and ``shard``
+        (a :class:`recgo.distributed.ShardedEmbeddingBagCollection`) partition its IDs by owner too."""
         raise NotImplementedError
 
     def validation(self) -> list[Batch]:  # pragma: no cover - interface
@@ -149,16 +150,16 @@ class _PipelineSource(Source):
         raise NotImplementedError
 
     def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None,
-                  rank: int = 0, world_size: int = 1) -> Any:
+                  rank: int = 0, world_size: int = 1, shard: Any = None) -> Any:
         from ..pipeline import DataPipeline
 
         return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=True,
-                            rank=rank, world_size=world_size, position=position)
+                            rank=rank, world_size=world_size, position=position, shard=shard)
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
-               tables: list[dict[str, Any]] | None = None) -> Stream:
+               tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
         return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables, self.rank,
-                                                          self.world_size), state)
+                                                          self.world_size, shard), state)
 
 
 class SyntheticCriteo(_PipelineSource):
@@ -363,7 +364,7 @@ class TaobaoSequences(_PipelineSource):
         return self._train.shape[0] // self.batch_size
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
-               tables: list[dict[str, Any]] | None = None) -> Stream:
+               tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
         if not self.pipeline:
             if self.world_size > 1:
                 raise InvalidInputError("TaobaoSequences(pipeline=False) reads every batch whole; shard it over "

@@ -171,6 +171,14 @@ class Trainer:
 
         return tables_of(self.model) or None
 
+    def _shard(self) -> Any:
+        """The recgo sharded collection, so the pipeline partitions its IDs by owner too (``--nproc``)."""
+        if self._tables() is None:
+            return None
+        from ..pipeline import sharded_of
+
+        return sharded_of(self.model)
+
     def close(self) -> None:
         """Stop the input stream."""
         if self._stream is not None:
@@ -236,7 +244,8 @@ class Trainer:
         """Train until ``steps`` (default: the config's) steps are done, evaluating every ``eval_every``."""
         end = self.cfg.steps if steps is None else steps
         if self._stream is None:
-            self._stream = self.source.stream(self._stream_state, depth=self.cfg.depth, tables=self._tables())
+            self._stream = self.source.stream(self._stream_state, depth=self.cfg.depth, tables=self._tables(),
+                                              shard=self._shard())
         while self.step < end:
             batch_t0 = time.perf_counter()
             batch = next(self._stream)
