@@ -297,64 +297,27 @@ func (s *ownerSegs) pool(send []float32, seg0, n int, rows []float32, dim int) [
 	return send
 }
 
-// expand merges table t's received gradients into out (one per owner row slot): a rows block's
-// gradient goes to its ID's slot, a pooled block's segment gradient g to the slot of each of the
-// segment's values, times the value's weight. Contributions are added in arrival order (source,
-// then segment and value), so the sums are the same on every run.
-func (s *ownerSegs) expand(out, in []float32, lg *leg, t, T, dim int) {
-	total := len(s.rows)
-	for q := 0; q < lg.size; q++ {
-		if lg.recvMeta[(q*T+t)*metaFields+metaFlags]&flagPooled == 0 {
-			total += int(lg.recvCnt[q*T+t])
-		}
-	}
-	dst, src := make([]int32, 0, total), make([]int64, 0, total)
-	var w []float32
-	if s.w != nil {
-		w = make([]float32, 0, total)
-	}
-	base, seg, vec := 0, 0, 0
-	for q := 0; q < lg.size; q++ {
-		n, nv := int(lg.recvCnt[q*T+t]), int(lg.recvVec[q*T+t])
-		if lg.recvMeta[(q*T+t)*metaFields+metaFlags]&flagPooled != 0 {
-			for k := 0; k < nv; k++ {
-				for j := s.bounds[seg+k]; j < s.bounds[seg+k+1]; j++ {
-					dst = append(dst, int32(s.rows[j]))
-					src = append(src, int64(vec+k))
-					if s.w != nil {
-						w = append(w, s.w[j])
-					}
-				}
-			}
-			seg += nv
-		} else {
-			for i := 0; i < n; i++ {
-				dst = append(dst, lg.inv[t][base+i])
-				src = append(src, int64(vec+i))
-				if s.w != nil {
-					w = append(w, 1)
-				}
-			}
-		}
-		base += n
-		vec += nv
-	}
-	mergeWeighted(out, in, dst, src, w, dim)
-}
-
 // mergeWeighted sets out row u to Σ w[i] · in row src[i] over the contributions i with dst[i] == u,
 // added in increasing i (src nil: in row i; w nil: all 1); rows no contribution names become zero.
 func mergeWeighted(out, in []float32, dst []int32, src []int64, w []float32, dim int) {
+	mergeInto(out, in, dst, src, int64(dim), w, dim, nil)
+}
+
+// mergeInto is mergeWeighted with src[i]·mult the offset of contribution i's values in in (src
+// nil: i·mult) and its scratch from free (nil: allocated).
+func mergeInto(out, in []float32, dst []int32, src []int64, mult int64, w []float32, dim int, free *freeList[int64]) {
 	n := len(out) / dim
-	bounds := make([]int64, n+1)
+	bounds := free.get(n + 1)
+	clear(bounds)
 	for _, u := range dst {
 		bounds[u+1]++
 	}
 	for u := 0; u < n; u++ {
 		bounds[u+1] += bounds[u]
 	}
-	next := append([]int64(nil), bounds[:n]...)
-	offs := make([]int64, len(dst))
+	next := free.get(n)
+	copy(next, bounds[:n])
+	offs := free.get(len(dst))
 	var ws []float32
 	if w != nil {
 		ws = make([]float32, len(dst))
@@ -369,5 +332,6 @@ func mergeWeighted(out, in []float32, dst []int32, src []int64, w []float32, dim
 		}
 		next[u]++
 	}
-	kernels.SegmentReduce(out, 0, dim, dim, in, offs, int64(dim), bounds, ws, nil)
+	kernels.SegmentReduce(out, 0, dim, dim, in, offs, mult, bounds, ws, nil)
+	free.put(bounds, next, offs)
 }
