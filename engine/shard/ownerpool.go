@@ -150,7 +150,11 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 		}
 		nVals, nSegs, maxLen := make([]int64, S), make([]int64, S), make([]int64, S)
 		pooled := make([]bool, S)
-		if pol != ReturnRows {
+		remote := false // some of the table's IDs go to another rank that may pool them
+		for d := 0; d < S && x.layouts[t].Kind != DataParallel; d++ {
+			remote = remote || (d != lg.self && lg.sendCnt[d*T+t] > 0)
+		}
+		if pol != ReturnRows && remote {
 			cur, last := make([]int64, S), make([]int, S)
 			for d := range last {
 				last[d] = -1
