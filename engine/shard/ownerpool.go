@@ -154,7 +154,25 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 		for d := 0; d < S && x.layouts[t].Kind != DataParallel; d++ {
 			remote = remote || (d != lg.self && lg.sendCnt[d*T+t] > 0)
 		}
-		if pol != ReturnRows && remote {
+		// one: the destination of every item when they all go to one rank (table-wise tables), so
+		// the counts come from the bag bounds alone and the items' positions are their indices
+		one := -1
+		for d := 0; d < S && nU > 0; d++ {
+			if lg.sendCnt[d*T+t] == int64(nU) {
+				one = d
+			}
+		}
+		switch {
+		case pol == ReturnRows || !remote:
+		case one >= 0:
+			nVals[one] = int64(len(bg.Inv))
+			for b := 0; b < nb; b++ {
+				if n := bg.Bounds[b+1] - bg.Bounds[b]; n > 0 {
+					nSegs[one]++
+					maxLen[one] = max(maxLen[one], n)
+				}
+			}
+		default:
 			cur, last := make([]int64, S), make([]int, S)
 			for d := range last {
 				last[d] = -1
@@ -171,6 +189,8 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 					maxLen[d] = max(maxLen[d], cur[d])
 				}
 			}
+		}
+		if pol != ReturnRows && remote {
 			for d := 0; d < S; d++ {
 				if d == lg.self || nVals[d] == 0 || x.layouts[t].Kind == DataParallel {
 					continue
@@ -200,6 +220,10 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 			}
 			continue
 		}
+		if one >= 0 {
+			x.planOneDest(lg, t, one)
+			continue
+		}
 		// position of each item within its destination's block (the index a pooled owner decodes)
 		posIn := make([]int32, nU)
 		var at int
@@ -220,13 +244,7 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 			if bg.Weights != nil {
 				p.wts[d] = make([]float32, 0, nVals[d])
 			}
-			m := lg.sendMeta[(d*T+t)*metaFields:]
-			m[metaFlags] = flagPooled
-			if bg.Weights != nil {
-				m[metaFlags] |= flagWeighted
-			}
-			m[metaBags], m[metaVals], m[metaLenW] = int64(nb), nVals[d], int64(widthFor(uint64(maxLen[d])))
-			lg.sendVec[d*T+t] = nSegs[d]
+			x.announcePooled(lg, t, d, nVals[d], nSegs[d], maxLen[d])
 		}
 		next := append([]int(nil), p.partStart...)
 		seen := make([]int, S)
@@ -273,6 +291,51 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 		for e, s := range p.Slots {
 			p.Offs[e] = int64(s)
 		}
+	}
+}
+
+// announcePooled marks block (destination d, table t) of leg 0 as pooled at its receiver, with
+// its values, segments and longest segment, in the metadata countStage sends.
+func (x *Exchange) announcePooled(lg *leg, t, d int, vals, segs, maxLen int64) {
+	T := len(x.layouts)
+	m := lg.sendMeta[(d*T+t)*metaFields:]
+	m[metaFlags] = flagPooled
+	if x.bags[t].Weights != nil {
+		m[metaFlags] |= flagWeighted
+	}
+	m[metaBags], m[metaVals], m[metaLenW] = int64(len(x.bags[t].Bounds)-1), vals, int64(widthFor(uint64(maxLen)))
+	lg.sendVec[d*T+t] = segs
+}
+
+// planOneDest is planReturns' pooling plan of table t when all its items go to destination d,
+// which pools them: one partial per non-empty bag, and the bags' values as they are (an item's
+// position in d's block is its index).
+func (x *Exchange) planOneDest(lg *leg, t, d int) {
+	S, bg, p := lg.size, x.bags[t], &x.plans[t]
+	nU, nb := len(lg.items[t]), len(bg.Bounds)-1
+	p.lens, p.idx, p.wts = make([][]int64, S), make([][]int32, S), make([][]float32, S)
+	p.lens[d], p.idx[d], p.wts[d] = make([]int64, nb), bg.Inv, bg.Weights
+	var maxLen int64
+	p.Bounds = make([]int64, nb+1)
+	p.Slots = make([]int32, 0, p.nPart)
+	if bg.Weights != nil {
+		p.Weights = make([]float32, 0, p.nPart)
+	}
+	for b := 0; b < nb; b++ {
+		if n := bg.Bounds[b+1] - bg.Bounds[b]; n > 0 {
+			p.lens[d][b] = n
+			maxLen = max(maxLen, n)
+			p.Slots = append(p.Slots, int32(nU+p.partStart[d]+len(p.Slots)))
+			if p.Weights != nil {
+				p.Weights = append(p.Weights, 1)
+			}
+		}
+		p.Bounds[b+1] = int64(len(p.Slots))
+	}
+	x.announcePooled(lg, t, d, int64(len(bg.Inv)), int64(len(p.Slots)), maxLen)
+	p.Offs = make([]int64, len(p.Slots))
+	for e, s := range p.Slots {
+		p.Offs[e] = int64(s)
 	}
 }
 
