@@ -110,6 +110,54 @@ class ByteCounter:
         return self.bytes
 
 
+class StepProfile:
+    """Where a step's time goes, on this rank (steps run apart from the interleaved timing): wall
+    time inside torch.distributed's all_to_all_single (moving bytes and waiting for the peer; TorchRec
+    issues its all-to-alls asynchronously, so its waits land elsewhere), inside each of recgo's Go
+    exports, the rest (Python, autograd, the loss), and the process CPU time (every thread: Go, gloo,
+    Python), per step."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        from recgo import _lib
+
+        self.on = False
+        self.acc: dict[str, float] = {}
+        orig_a2a, orig_call = dist.all_to_all_single, _lib.call
+
+        def timed(key: str, fn: Any, *a: Any, **k: Any) -> Any:
+            if not self.on:
+                return fn(*a, **k)
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.acc[key] = self.acc.get(key, 0.0) + time.perf_counter() - t0
+
+        dist.all_to_all_single = lambda *a, **k: timed("all_to_all_single", orig_a2a, *a, **k)
+        _lib.call = lambda f, *a: timed("go:" + getattr(f, "__name__", "?").removeprefix("recgo_"), orig_call, f, *a)
+
+    def measure(self, fn: Any, steps: int) -> dict[str, float]:
+        """ms per step: wall, cpu, all_to_all_single, go (all exports) and per export, other; and the
+        minor page faults per step (memory the process touches afresh)."""
+        import resource
+
+        self.acc, self.on = {}, True
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        c0, t0 = time.process_time(), time.perf_counter()
+        try:
+            for _ in range(steps):
+                fn()
+        finally:
+            self.on = False
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        out = {"wall": wall, "cpu": cpu, **self.acc}
+        out["go"] = sum(v for k, v in self.acc.items() if k.startswith("go:"))
+        out["other"] = wall - out["go"] - self.acc.get("all_to_all_single", 0.0)
+        return {**{k: round(v / steps * 1e3, 3) for k, v in out.items()}, "page_faults": faults / steps}
+
+
 def _torchrec_model(lr: float):
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
@@ -167,6 +215,7 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
 
     counter = ByteCounter()
+    profile = StepProfile()
     cfgs = [recgo.EmbeddingBagConfig(ROWS, DIM, f"t{t}", [f"f{t}"]) for t in range(TABLES)]
     theirs, plan_types, plan_ranks = _torchrec_model(LR)
     table_ranks = {f"t{t}": plan_ranks.get(f"t{t}", t % WORLD) for t in range(TABLES)}
@@ -215,6 +264,11 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
         dist.barrier()
         c = bench.compare(case, {**steps, "torchrec_dmp": torchrec_step}, items=B * WORLD, warmup=1)
         res["cases"].append({"case": case, "times": c.times, "items": B * WORLD})
+        n_prof = 8 if quick else 24  # after the timing: every variant warm
+        res.setdefault("profile", {})[case] = {}
+        for name, fn in (("recgo_table_wise", steps["recgo_table_wise"]), ("torchrec_dmp", torchrec_step)):
+            dist.barrier()
+            res["profile"][case][name] = profile.measure(fn, n_prof)
         res["bytes"][case] = got
     if rank == 0:
         torch.save(res, os.path.join(out, "world2.pt"))
@@ -309,6 +363,7 @@ def main() -> None:
     b = w2["bytes"]
     sims = {name: simulate(name) for name in ("criteo", "avazu", "taobao")}
     bench.data = {"world2_bytes_per_step_rank0": b, "torchrec_plan": w2["torchrec_plan"],
+                  "world2_step_profile_rank0_ms": w2["profile"],
                   "threads_per_rank": w2["threads_per_rank"],
                   "recgo_table_ranks": w2["recgo_table_ranks"], "simulated_16x8": sims}
     summary: dict[str, Any] = {}
@@ -320,6 +375,8 @@ def main() -> None:
         summary[f"exchange_bytes_vs_torchrec{suffix}_fp16_LOSSY"] = v["recgo_table_wise_fp16_LOSSY"] / tr
         summary[f"speedup_vs_torchrec_dmp{suffix}_fp16_LOSSY"] = main_case[case].ratio("recgo_table_wise_fp16_LOSSY",
                                                                                         "torchrec_dmp")
+        pr = w2["profile"][case]
+        summary[f"cpu_speedup_vs_torchrec_dmp{suffix}"] = pr["torchrec_dmp"]["cpu"] / pr["recgo_table_wise"]["cpu"]
         if case == "zipf":
             summary["exchange_bytes_floor_vs_torchrec"] = v["recgo_table_wise_floor"] / tr
             summary["exchange_bytes_floor_vs_torchrec_hash"] = v["recgo_hash_floor"] / tr
@@ -357,6 +414,16 @@ def main() -> None:
         f"{z['recgo_table_wise_fp16_LOSSY']:,.0f} B ({z['recgo_table_wise_fp16_LOSSY'] / tr:.2f}×). With one ID per bag "
         f"(zipf_onehot) the rows of distinct IDs cost less than pooled vectors (IDs repeat across bags), which "
         f"owner_pooling='auto' picks, so recgo ends below that case's pooled floor.")
+    for case, pr in w2["profile"].items():
+        r, t = pr["recgo_table_wise"], pr["torchrec_dmp"]
+        go = ", ".join(f"{k[3:]} {v:.2f}" for k, v in sorted(r.items(), key=lambda kv: -kv[1]) if k.startswith("go:"))
+        bench.note(f"Step profile, {case} (rank 0, ms per step, steps run after the timing above, one variant at a time): recgo_table_wise "
+                   f"wall {r['wall']:.2f}, CPU {r['cpu']:.2f} (all threads); in all_to_all_single {r.get('all_to_all_single', 0):.2f} "
+                   f"(bytes moving and waiting for the peer), in Go {r['go']:.2f} ({go}), other {r['other']:.2f} "
+                   f"(Python, autograd, the loss); {r['page_faults']:,.0f} page faults per step. torchrec_dmp wall {t['wall']:.2f}, "
+                   f"CPU {t['cpu']:.2f}, {t['page_faults']:,.0f} page faults. CPU time is the "
+                   f"steadier measure on this shared machine: cpu_speedup_vs_torchrec_dmp{'' if case == 'zipf' else '_onehot'} "
+                   f"= {t['cpu'] / r['cpu']:.2f}.")
     lines = ["## Simulated 16 nodes × 8 ranks (one step, hash sharding)", "",
              "| data | tables | samples/rank | lookups | distinct per rank | flat inter-node IDs | hierarchical inter-node IDs | retained | reduction | Eq. 3 exact |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
