@@ -138,7 +138,11 @@ func (x *Exchange) levelPartials(h, t int) int {
 
 // planReturns decides leg 0's return of every (destination, table) block and builds the tables'
 // pooling entries and pooled blocks' payloads; dests[t][i] is item i's destination.
-func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
+func (x *Exchange) planReturns(lg *leg, dests [][]int32) { x.planTables(lg, dests, true) }
+
+// planTables is planReturns; oneDest enables the single-destination shortcut (planOneDest), which
+// must plan exactly what the general per-value passes plan (a test compares them).
+func (x *Exchange) planTables(lg *leg, dests [][]int32, oneDest bool) {
 	T, S := len(x.layouts), lg.size
 	x.plans = make([]PoolPlan, T)
 	for t := range x.layouts {
@@ -157,7 +161,7 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 		// one: the destination of every item when they all go to one rank (table-wise tables), so
 		// the counts come from the bag bounds alone and the items' positions are their indices
 		one := -1
-		for d := 0; d < S && nU > 0; d++ {
+		for d := 0; d < S && nU > 0 && oneDest; d++ {
 			if lg.sendCnt[d*T+t] == int64(nU) {
 				one = d
 			}
