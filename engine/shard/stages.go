@@ -82,10 +82,7 @@ func (x *Exchange) idStage(h int) stage {
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
 					n, w := int(lg.sendCnt[d*T+t]), x.idWidth(t)
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						putUint(send[p:], w, uint64(lg.items[t][i]))
-						p += w
-					}
+					p += putUints(send[p:], w, lg.items[t], lg.perm[t][pos[t]:pos[t]+n])
 					pos[t] += n
 					if h == 0 && x.plans != nil {
 						p += x.plans[t].encode(send[p:], d, lg.sendMeta[(d*T+t)*metaFields:])
@@ -113,9 +110,10 @@ func (x *Exchange) idStage(h int) stage {
 				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
 			})
 			for t, ids := range next {
+				rows := uint64(x.layouts[t].Rows)
 				for _, id := range ids {
-					if err := x.layouts[t].Check(id); err != nil {
-						return err
+					if uint64(id) >= rows { // negative IDs wrap past rows
+						return x.layouts[t].Check(id)
 					}
 				}
 			}
