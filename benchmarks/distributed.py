@@ -110,7 +110,55 @@ class ByteCounter:
         return self.bytes
 
 
-def _torchrec_model(lr: float):
+class StepProfile:
+    """Where a step's time goes, on this rank (steps run apart from the interleaved timing): wall
+    time inside torch.distributed's all_to_all_single (moving bytes and waiting for the peer; TorchRec
+    issues its all-to-alls asynchronously, so its waits land elsewhere), inside each of recgo's Go
+    exports, the rest (Python, autograd, the loss), and the process CPU time (every thread: Go, gloo,
+    Python), per step."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        from recgo import _lib
+
+        self.on = False
+        self.acc: dict[str, float] = {}
+        orig_a2a, orig_call = dist.all_to_all_single, _lib.call
+
+        def timed(key: str, fn: Any, *a: Any, **k: Any) -> Any:
+            if not self.on:
+                return fn(*a, **k)
+            t0 = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                self.acc[key] = self.acc.get(key, 0.0) + time.perf_counter() - t0
+
+        dist.all_to_all_single = lambda *a, **k: timed("all_to_all_single", orig_a2a, *a, **k)
+        _lib.call = lambda f, *a: timed("go:" + getattr(f, "__name__", "?").removeprefix("recgo_"), orig_call, f, *a)
+
+    def measure(self, fn: Any, steps: int) -> dict[str, float]:
+        """ms per step: wall, cpu, all_to_all_single, go (all exports) and per export, other; and the
+        minor page faults per step (memory the process touches afresh)."""
+        import resource
+
+        self.acc, self.on = {}, True
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        c0, t0 = time.process_time(), time.perf_counter()
+        try:
+            for _ in range(steps):
+                fn()
+        finally:
+            self.on = False
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+        out = {"wall": wall, "cpu": cpu, **self.acc}
+        out["go"] = sum(v for k, v in self.acc.items() if k.startswith("go:"))
+        out["other"] = wall - out["go"] - self.acc.get("all_to_all_single", 0.0)
+        return {**{k: round(v / steps * 1e3, 3) for k, v in out.items()}, "page_faults": faults / steps}
+
+
+def _torchrec_model(lr: float, dim: int = DIM):
     import torch.distributed as dist
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec import EmbeddingBagCollection as TEBC, EmbeddingBagConfig as TCfg
@@ -119,7 +167,7 @@ def _torchrec_model(lr: float):
     from torchrec.distributed.planner import EmbeddingShardingPlanner, Topology
     from torchrec.distributed.types import ShardingEnv
 
-    ebc = TEBC(tables=[TCfg(name=f"t{t}", embedding_dim=DIM, num_embeddings=ROWS, feature_names=[f"f{t}"])
+    ebc = TEBC(tables=[TCfg(name=f"t{t}", embedding_dim=dim, num_embeddings=ROWS, feature_names=[f"f{t}"])
                        for t in range(TABLES)], device=torch.device("meta"))
     sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": lr})
     planner = EmbeddingShardingPlanner(topology=Topology(world_size=dist.get_world_size(), compute_device="cpu"))
@@ -135,7 +183,7 @@ def _torchrec_model(lr: float):
     return model, types, ranks
 
 
-def byte_floor(batch: Any, owner_of) -> int:
+def byte_floor(batch: Any, owner_of, dim: int = DIM) -> int:
     """Bytes one rank must send per exact step: for every (table, bag) with an ID owned elsewhere,
     the owner returns one fp32 pooled vector and the requester sends one fp32 gradient back; counted
     over the bags this rank serves as owner plus those it requests (in world 2 both directions
@@ -153,7 +201,7 @@ def byte_floor(batch: Any, owner_of) -> int:
     counts = [torch.tensor([mine]) for _ in range(dist.get_world_size())]
     dist.all_gather(counts, torch.tensor([mine]))
     served = sum(int(c) for r, c in enumerate(counts) if r != me)  # world 2: the peer's remote bags
-    return (mine + served) * DIM * 4
+    return (mine + served) * dim * 4
 
 
 def _worker(rank: int, store: str, quick: bool, out: str) -> None:
@@ -167,6 +215,7 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
 
     counter = ByteCounter()
+    profile = StepProfile()
     cfgs = [recgo.EmbeddingBagConfig(ROWS, DIM, f"t{t}", [f"f{t}"]) for t in range(TABLES)]
     theirs, plan_types, plan_ranks = _torchrec_model(LR)
     table_ranks = {f"t{t}": plan_ranks.get(f"t{t}", t % WORLD) for t in range(TABLES)}
@@ -215,11 +264,52 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
         dist.barrier()
         c = bench.compare(case, {**steps, "torchrec_dmp": torchrec_step}, items=B * WORLD, warmup=1)
         res["cases"].append({"case": case, "times": c.times, "items": B * WORLD})
+        n_prof = 8 if quick else 24  # after the timing: every variant warm
+        res.setdefault("profile", {})[case] = {}
+        for name, fn in (("recgo_table_wise", steps["recgo_table_wise"]), ("torchrec_dmp", torchrec_step)):
+            dist.barrier()
+            res["profile"][case][name] = profile.measure(fn, n_prof)
         res["bytes"][case] = got
+    if not quick:
+        res["sweep"] = bytes_sweep(counter, rank)
     if rank == 0:
         torch.save(res, os.path.join(out, "world2.pt"))
     dist.barrier()
     dist.destroy_process_group()
+
+
+SWEEP_DIMS, SWEEP_LENS = (16, 64, 128), (1, 4, 30, 100)
+
+
+def bytes_sweep(counter: ByteCounter, rank: int) -> list[dict[str, Any]]:
+    """Bytes sent to the other rank per step (rank 0) over embedding dims × bag lengths (uniform in
+    1..max_len), on TorchRec's table-wise plan for both, recgo with owner pooling auto: where the ratio
+    falls, and the exact floor next to it. The main workload is D=64, max_len=30."""
+    import recgo
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.modules import optim
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
+
+    rows = []
+    for dim in SWEEP_DIMS:
+        theirs, _, plan_ranks = _torchrec_model(LR, dim)
+        ranks = {f"t{t}": plan_ranks.get(f"t{t}", t % WORLD) for t in range(TABLES)}
+        ours = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(ROWS, dim, f"t{t}", [f"f{t}"]) for t in range(TABLES)],
+                                             "table_wise", mode="flat", optimizer=optim.SGD(lr=LR), seed=0, timeout=300,
+                                             table_ranks=ranks)
+        R = torch.randn(B_LOCAL, TABLES * dim, generator=torch.Generator().manual_seed(rank))
+        for max_len in SWEEP_LENS:
+            batch = zipf_batches(B_LOCAL, 1, seed=100 * rank + max_len + 7, max_len=max_len)[0]
+            tb = TKJT.from_lengths_sync(batch.keys(), batch.values(), batch.lengths())
+            (ours(batch).values() * R).sum().backward()  # warm: the first step of each side
+            (theirs(tb).wait().values() * R).sum().backward()
+            mine = counter.measure(lambda: (ours(batch).values() * R).sum().backward())
+            tr = counter.measure(lambda: (theirs(tb).wait().values() * R).sum().backward())
+            floor = byte_floor(batch, lambda t, ids: torch.full_like(ids, ranks[f"t{t}"]), dim)
+            rows.append({"dim": dim, "max_len": max_len, "recgo": mine, "torchrec": tr, "floor": floor,
+                         "ratio": mine / tr, "floor_ratio": floor / tr})
+        del ours, theirs
+    return rows
 
 
 def threads_per_rank() -> int:
@@ -309,6 +399,7 @@ def main() -> None:
     b = w2["bytes"]
     sims = {name: simulate(name) for name in ("criteo", "avazu", "taobao")}
     bench.data = {"world2_bytes_per_step_rank0": b, "torchrec_plan": w2["torchrec_plan"],
+                  "world2_step_profile_rank0_ms": w2["profile"],
                   "threads_per_rank": w2["threads_per_rank"],
                   "recgo_table_ranks": w2["recgo_table_ranks"], "simulated_16x8": sims}
     summary: dict[str, Any] = {}
@@ -320,9 +411,16 @@ def main() -> None:
         summary[f"exchange_bytes_vs_torchrec{suffix}_fp16_LOSSY"] = v["recgo_table_wise_fp16_LOSSY"] / tr
         summary[f"speedup_vs_torchrec_dmp{suffix}_fp16_LOSSY"] = main_case[case].ratio("recgo_table_wise_fp16_LOSSY",
                                                                                         "torchrec_dmp")
+        pr = w2["profile"][case]
+        summary[f"cpu_speedup_vs_torchrec_dmp{suffix}"] = pr["torchrec_dmp"]["cpu"] / pr["recgo_table_wise"]["cpu"]
         if case == "zipf":
             summary["exchange_bytes_floor_vs_torchrec"] = v["recgo_table_wise_floor"] / tr
             summary["exchange_bytes_floor_vs_torchrec_hash"] = v["recgo_hash_floor"] / tr
+    if "sweep" in w2:
+        bench.data["world2_bytes_sweep_rank0"] = w2["sweep"]
+        low = min(w2["sweep"], key=lambda r: r["ratio"])
+        summary["exchange_bytes_vs_torchrec_sweep_min"] = low["ratio"]
+        summary["exchange_bytes_vs_torchrec_sweep_min_at"] = f"D={low['dim']}, bags of 1..{low['max_len']}"
     summary["eq3_exact"] = all(s["eq3_exact"] for s in sims.values() if s)
     for name, s in sims.items():
         if s:
@@ -357,7 +455,25 @@ def main() -> None:
         f"{z['recgo_table_wise_fp16_LOSSY']:,.0f} B ({z['recgo_table_wise_fp16_LOSSY'] / tr:.2f}×). With one ID per bag "
         f"(zipf_onehot) the rows of distinct IDs cost less than pooled vectors (IDs repeat across bags), which "
         f"owner_pooling='auto' picks, so recgo ends below that case's pooled floor.")
-    lines = ["## Simulated 16 nodes × 8 ranks (one step, hash sharding)", "",
+    for case, pr in w2["profile"].items():
+        r, t = pr["recgo_table_wise"], pr["torchrec_dmp"]
+        go = ", ".join(f"{k[3:]} {v:.2f}" for k, v in sorted(r.items(), key=lambda kv: -kv[1]) if k.startswith("go:"))
+        bench.note(f"Step profile, {case} (rank 0, ms per step, steps run after the timing above, one variant at a time): recgo_table_wise "
+                   f"wall {r['wall']:.2f}, CPU {r['cpu']:.2f} (all threads); in all_to_all_single {r.get('all_to_all_single', 0):.2f} "
+                   f"(bytes moving and waiting for the peer), in Go {r['go']:.2f} ({go}), other {r['other']:.2f} "
+                   f"(Python, autograd, the loss); {r['page_faults']:,.0f} page faults per step. torchrec_dmp wall {t['wall']:.2f}, "
+                   f"CPU {t['cpu']:.2f}, {t['page_faults']:,.0f} page faults. CPU time is the "
+                   f"steadier measure on this shared machine: cpu_speedup_vs_torchrec_dmp{'' if case == 'zipf' else '_onehot'} "
+                   f"= {t['cpu'] / r['cpu']:.2f}.")
+    lines = []
+    if "sweep" in w2:
+        lines += ["## Bytes per step over embedding dim × bag length (rank 0, table-wise, TorchRec's plan)", "",
+                  "| D | bag length | TorchRec B | recgo B | recgo ÷ TorchRec | exact floor ÷ TorchRec |",
+                  "|---:|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['dim']} | 1..{r['max_len']} | {r['torchrec']:,} | {r['recgo']:,} | {r['ratio']:.3f} | "
+                  f"{r['floor_ratio']:.3f} |" for r in w2["sweep"]]
+        lines += [""]
+    lines += ["## Simulated 16 nodes × 8 ranks (one step, hash sharding)", "",
              "| data | tables | samples/rank | lookups | distinct per rank | flat inter-node IDs | hierarchical inter-node IDs | retained | reduction | Eq. 3 exact |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, s in sims.items():

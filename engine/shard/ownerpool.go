@@ -138,7 +138,11 @@ func (x *Exchange) levelPartials(h, t int) int {
 
 // planReturns decides leg 0's return of every (destination, table) block and builds the tables'
 // pooling entries and pooled blocks' payloads; dests[t][i] is item i's destination.
-func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
+func (x *Exchange) planReturns(lg *leg, dests [][]int32) { x.planTables(lg, dests, true) }
+
+// planTables is planReturns; oneDest enables the single-destination shortcut (planOneDest), which
+// must plan exactly what the general per-value passes plan (a test compares them).
+func (x *Exchange) planTables(lg *leg, dests [][]int32, oneDest bool) {
 	T, S := len(x.layouts), lg.size
 	x.plans = make([]PoolPlan, T)
 	for t := range x.layouts {
@@ -150,7 +154,29 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 		}
 		nVals, nSegs, maxLen := make([]int64, S), make([]int64, S), make([]int64, S)
 		pooled := make([]bool, S)
-		if pol != ReturnRows {
+		remote := false // some of the table's IDs go to another rank that may pool them
+		for d := 0; d < S && x.layouts[t].Kind != DataParallel; d++ {
+			remote = remote || (d != lg.self && lg.sendCnt[d*T+t] > 0)
+		}
+		// one: the destination of every item when they all go to one rank (table-wise tables), so
+		// the counts come from the bag bounds alone and the items' positions are their indices
+		one := -1
+		for d := 0; d < S && nU > 0 && oneDest; d++ {
+			if lg.sendCnt[d*T+t] == int64(nU) {
+				one = d
+			}
+		}
+		switch {
+		case pol == ReturnRows || !remote:
+		case one >= 0:
+			nVals[one] = int64(len(bg.Inv))
+			for b := 0; b < nb; b++ {
+				if n := bg.Bounds[b+1] - bg.Bounds[b]; n > 0 {
+					nSegs[one]++
+					maxLen[one] = max(maxLen[one], n)
+				}
+			}
+		default:
 			cur, last := make([]int64, S), make([]int, S)
 			for d := range last {
 				last[d] = -1
@@ -167,6 +193,8 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 					maxLen[d] = max(maxLen[d], cur[d])
 				}
 			}
+		}
+		if pol != ReturnRows && remote {
 			for d := 0; d < S; d++ {
 				if d == lg.self || nVals[d] == 0 || x.layouts[t].Kind == DataParallel {
 					continue
@@ -196,6 +224,10 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 			}
 			continue
 		}
+		if one >= 0 {
+			x.planOneDest(lg, t, one)
+			continue
+		}
 		// position of each item within its destination's block (the index a pooled owner decodes)
 		posIn := make([]int32, nU)
 		var at int
@@ -216,13 +248,7 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 			if bg.Weights != nil {
 				p.wts[d] = make([]float32, 0, nVals[d])
 			}
-			m := lg.sendMeta[(d*T+t)*metaFields:]
-			m[metaFlags] = flagPooled
-			if bg.Weights != nil {
-				m[metaFlags] |= flagWeighted
-			}
-			m[metaBags], m[metaVals], m[metaLenW] = int64(nb), nVals[d], int64(widthFor(uint64(maxLen[d])))
-			lg.sendVec[d*T+t] = nSegs[d]
+			x.announcePooled(lg, t, d, nVals[d], nSegs[d], maxLen[d])
 		}
 		next := append([]int(nil), p.partStart...)
 		seen := make([]int, S)
@@ -272,6 +298,51 @@ func (x *Exchange) planReturns(lg *leg, dests [][]int32) {
 	}
 }
 
+// announcePooled marks block (destination d, table t) of leg 0 as pooled at its receiver, with
+// its values, segments and longest segment, in the metadata countStage sends.
+func (x *Exchange) announcePooled(lg *leg, t, d int, vals, segs, maxLen int64) {
+	T := len(x.layouts)
+	m := lg.sendMeta[(d*T+t)*metaFields:]
+	m[metaFlags] = flagPooled
+	if x.bags[t].Weights != nil {
+		m[metaFlags] |= flagWeighted
+	}
+	m[metaBags], m[metaVals], m[metaLenW] = int64(len(x.bags[t].Bounds)-1), vals, int64(widthFor(uint64(maxLen)))
+	lg.sendVec[d*T+t] = segs
+}
+
+// planOneDest is planReturns' pooling plan of table t when all its items go to destination d,
+// which pools them: one partial per non-empty bag, and the bags' values as they are (an item's
+// position in d's block is its index).
+func (x *Exchange) planOneDest(lg *leg, t, d int) {
+	S, bg, p := lg.size, x.bags[t], &x.plans[t]
+	nU, nb := len(lg.items[t]), len(bg.Bounds)-1
+	p.lens, p.idx, p.wts = make([][]int64, S), make([][]int32, S), make([][]float32, S)
+	p.lens[d], p.idx[d], p.wts[d] = make([]int64, nb), bg.Inv, bg.Weights
+	var maxLen int64
+	p.Bounds = make([]int64, nb+1)
+	p.Slots = make([]int32, 0, p.nPart)
+	if bg.Weights != nil {
+		p.Weights = make([]float32, 0, p.nPart)
+	}
+	for b := 0; b < nb; b++ {
+		if n := bg.Bounds[b+1] - bg.Bounds[b]; n > 0 {
+			p.lens[d][b] = n
+			maxLen = max(maxLen, n)
+			p.Slots = append(p.Slots, int32(nU+p.partStart[d]+len(p.Slots)))
+			if p.Weights != nil {
+				p.Weights = append(p.Weights, 1)
+			}
+		}
+		p.Bounds[b+1] = int64(len(p.Slots))
+	}
+	x.announcePooled(lg, t, d, int64(len(bg.Inv)), int64(len(p.Slots)), maxLen)
+	p.Offs = make([]int64, len(p.Slots))
+	for e, s := range p.Slots {
+		p.Offs[e] = int64(s)
+	}
+}
+
 // ownerSegs are the bag segments an owner pools for one table, over every requester (source
 // order, then bag order; empty segments are not kept).
 type ownerSegs struct {
@@ -297,64 +368,27 @@ func (s *ownerSegs) pool(send []float32, seg0, n int, rows []float32, dim int) [
 	return send
 }
 
-// expand merges table t's received gradients into out (one per owner row slot): a rows block's
-// gradient goes to its ID's slot, a pooled block's segment gradient g to the slot of each of the
-// segment's values, times the value's weight. Contributions are added in arrival order (source,
-// then segment and value), so the sums are the same on every run.
-func (s *ownerSegs) expand(out, in []float32, lg *leg, t, T, dim int) {
-	total := len(s.rows)
-	for q := 0; q < lg.size; q++ {
-		if lg.recvMeta[(q*T+t)*metaFields+metaFlags]&flagPooled == 0 {
-			total += int(lg.recvCnt[q*T+t])
-		}
-	}
-	dst, src := make([]int32, 0, total), make([]int64, 0, total)
-	var w []float32
-	if s.w != nil {
-		w = make([]float32, 0, total)
-	}
-	base, seg, vec := 0, 0, 0
-	for q := 0; q < lg.size; q++ {
-		n, nv := int(lg.recvCnt[q*T+t]), int(lg.recvVec[q*T+t])
-		if lg.recvMeta[(q*T+t)*metaFields+metaFlags]&flagPooled != 0 {
-			for k := 0; k < nv; k++ {
-				for j := s.bounds[seg+k]; j < s.bounds[seg+k+1]; j++ {
-					dst = append(dst, int32(s.rows[j]))
-					src = append(src, int64(vec+k))
-					if s.w != nil {
-						w = append(w, s.w[j])
-					}
-				}
-			}
-			seg += nv
-		} else {
-			for i := 0; i < n; i++ {
-				dst = append(dst, lg.inv[t][base+i])
-				src = append(src, int64(vec+i))
-				if s.w != nil {
-					w = append(w, 1)
-				}
-			}
-		}
-		base += n
-		vec += nv
-	}
-	mergeWeighted(out, in, dst, src, w, dim)
-}
-
 // mergeWeighted sets out row u to Σ w[i] · in row src[i] over the contributions i with dst[i] == u,
 // added in increasing i (src nil: in row i; w nil: all 1); rows no contribution names become zero.
 func mergeWeighted(out, in []float32, dst []int32, src []int64, w []float32, dim int) {
+	mergeInto(out, in, dst, src, int64(dim), w, dim, nil)
+}
+
+// mergeInto is mergeWeighted with src[i]·mult the offset of contribution i's values in in (src
+// nil: i·mult) and its scratch from free (nil: allocated).
+func mergeInto(out, in []float32, dst []int32, src []int64, mult int64, w []float32, dim int, free *freeList[int64]) {
 	n := len(out) / dim
-	bounds := make([]int64, n+1)
+	bounds := free.get(n + 1)
+	clear(bounds)
 	for _, u := range dst {
 		bounds[u+1]++
 	}
 	for u := 0; u < n; u++ {
 		bounds[u+1] += bounds[u]
 	}
-	next := append([]int64(nil), bounds[:n]...)
-	offs := make([]int64, len(dst))
+	next := free.get(n)
+	copy(next, bounds[:n])
+	offs := free.get(len(dst))
 	var ws []float32
 	if w != nil {
 		ws = make([]float32, len(dst))
@@ -369,5 +403,6 @@ func mergeWeighted(out, in []float32, dst []int32, src []int64, w []float32, dim
 		}
 		next[u]++
 	}
-	kernels.SegmentReduce(out, 0, dim, dim, in, offs, int64(dim), bounds, ws, nil)
+	kernels.SegmentReduce(out, 0, dim, dim, in, offs, mult, bounds, ws, nil)
+	free.put(bounds, next, offs)
 }

@@ -72,21 +72,98 @@ type pools struct {
 	f32 freeList[float32]
 	i64 freeList[int64]
 	u8  freeList[byte]
-	dd  sync.Pool // *embedding.Deduper: a kept one sizes its index from its last pass (no regrowth)
+
+	ddMu sync.Mutex
+	dd   []*deduper // idle dedupers (a mutex-guarded stack: a sync.Pool drops them at every GC)
 }
 
-// dedup deduplicates ids as embedding.Deduper.Dedup does, with a recycled deduper.
+// dedup returns the distinct IDs of ids in first-seen order and writes each ID's index among them
+// to inv (len(ids)), as embedding.Deduper.Dedup does, with a recycled deduper.
 func (p *pools) dedup(ids []int64, inv []int32) []int64 {
 	if p == nil {
 		var d embedding.Deduper
 		return d.Dedup(ids, nil, inv)
 	}
-	d, _ := p.dd.Get().(*embedding.Deduper)
-	if d == nil {
-		d = new(embedding.Deduper)
+	p.ddMu.Lock()
+	var d *deduper
+	if n := len(p.dd); n > 0 {
+		d, p.dd = p.dd[n-1], p.dd[:n-1]
+	} else {
+		d = new(deduper)
 	}
-	defer p.dd.Put(d)
-	return d.Dedup(ids, nil, inv)
+	p.ddMu.Unlock()
+	out := d.dedup(ids, inv)
+	p.ddMu.Lock()
+	if len(p.dd) < dedupersMax {
+		p.dd = append(p.dd, d)
+	}
+	p.ddMu.Unlock()
+	return out
+}
+
+// dedupersMax is the most idle dedupers a collection keeps (one per table deduplicated at once).
+const dedupersMax = 64
+
+// denseMin and denseMax bound the IDs a deduper indexes densely: below denseMin always, below
+// denseMax when the list is at least a quarter as long as the ID range (the index costs 4 bytes
+// and one bit per ID of the range, kept between passes).
+const (
+	denseMin = 1 << 20
+	denseMax = 1 << 22
+)
+
+// deduper deduplicates one ID list at a time. IDs in a small range (every shard layout's IDs are
+// its table's rows, checked before they reach a deduper) go through a dense index: a bitmap of the
+// IDs seen (cache resident; only a seen ID's slot is read) and a slot per ID holding its index;
+// others through the engine's hash index. Both give the same first-seen order. Not safe for
+// concurrent use.
+type deduper struct {
+	hash embedding.Deduper
+	slot []int32  // per ID below len(slot): its index among the distinct IDs (valid where seen)
+	seen []uint64 // bitmap over the same range; all clear between passes
+	last int      // the last pass's distinct count (sizes the next output)
+}
+
+func (d *deduper) dedup(ids []int64, inv []int32) []int64 {
+	var hi uint64
+	for _, id := range ids {
+		hi = max(hi, uint64(id)) // a negative ID wraps to a huge value: hash index
+	}
+	if len(ids) == 0 || hi >= max(denseMin, min(denseMax, 4*uint64(len(ids)))) {
+		out := d.hash.Dedup(ids, nil, inv)
+		d.last = len(out)
+		return out
+	}
+	if uint64(len(d.slot)) <= hi {
+		n := nextPow2(int(hi) + 1)
+		d.slot, d.seen = make([]int32, n), make([]uint64, (n+63)/64)
+	}
+	slot, seen := d.slot, d.seen
+	uniq := make([]int64, 0, min(len(ids), d.last+d.last/4+64))
+	for p, id := range ids {
+		w, bit := id>>6, uint64(1)<<(id&63)
+		if seen[w]&bit == 0 {
+			seen[w] |= bit
+			slot[id] = int32(len(uniq))
+			inv[p] = int32(len(uniq))
+			uniq = append(uniq, id)
+			continue
+		}
+		inv[p] = slot[id]
+	}
+	for _, id := range uniq {
+		seen[id>>6] = 0
+	}
+	d.last = len(uniq)
+	return uniq
+}
+
+func nextPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
 }
 
 func (p *pools) floats() *freeList[float32] {

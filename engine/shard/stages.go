@@ -75,10 +75,7 @@ func (x *Exchange) idStage(h int) stage {
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
 					n, w := int(lg.sendCnt[d*T+t]), x.idWidth(t)
-					for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-						putUint(send[p:], w, uint64(lg.items[t][i]))
-						p += w
-					}
+					p += putUints(send[p:], w, lg.items[t], lg.perm[t][pos[t]:pos[t]+n])
 					pos[t] += n
 					if h == 0 && x.plans != nil {
 						p += x.plans[t].encode(send[p:], d, lg.sendMeta[(d*T+t)*metaFields:])
@@ -106,9 +103,10 @@ func (x *Exchange) idStage(h int) stage {
 				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
 			})
 			for t, ids := range next {
+				rows := uint64(x.layouts[t].Rows)
 				for _, id := range ids {
-					if err := x.layouts[t].Check(id); err != nil {
-						return err
+					if uint64(id) >= rows { // negative IDs wrap past rows
+						return x.layouts[t].Check(id)
 					}
 				}
 			}
@@ -269,7 +267,6 @@ func (x *Exchange) gradStage(h int) stage {
 		},
 		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
-			in := x.gatherGrads(lg, h, recv)
 			nextN := func(t int) int {
 				if h+1 < len(x.legs) {
 					return len(x.legs[h+1].items[t])
@@ -280,14 +277,9 @@ func (x *Exchange) gradStage(h int) stage {
 			for t := range out {
 				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
 			}
-			parallel.ForEach(T, 1, func(t int) {
-				if h == 0 && x.segs != nil && x.segs[t].any() {
-					x.segs[t].expand(out[t], in[t], lg, t, T, x.dims[t])
-					return
-				}
-				MergeRows(out[t], in[t], lg.inv[t], x.dims[t])
-			})
-			x.release([][][]float32{in, x.grads[h]})
+			at := x.blockOffsets(lg, lg.recvVec)
+			parallel.ForEach(T, 1, func(t int) { x.mergeGrads(out[t], lg, h, t, recv, at) })
+			x.release([][][]float32{x.grads[h]})
 			x.grads[h] = nil
 			x.grads[h+1] = out
 			return nil
@@ -295,31 +287,103 @@ func (x *Exchange) gradStage(h int) stage {
 	}
 }
 
-// gatherGrads regroups the gradients a leg received (source-major blocks) into one slice per table,
-// sources in order, with the rank's own block taken from its level-h gradients in send order.
-func (x *Exchange) gatherGrads(lg *leg, h int, recv []float32) [][]float32 {
+// blockOffsets is, per (source, table) block of a float32 buffer a leg received (source-major,
+// cnt[s·T+t] vectors of dims[t] values each, the rank's own block absent), where it starts.
+func (x *Exchange) blockOffsets(lg *leg, cnt []int64) []int64 {
 	T := len(x.layouts)
-	out := make([][]float32, T)
-	for t := range out {
-		var n int64
-		for s := 0; s < lg.size; s++ {
-			n += lg.recvVec[s*T+t]
-		}
-		out[t] = x.pools.floats().get(int(n) * x.dims[t])[:0]
-	}
-	var p int
+	at := make([]int64, lg.size*T)
+	var p int64
 	for s := 0; s < lg.size; s++ {
 		for t := 0; t < T; t++ {
-			n, dim := int(lg.recvVec[s*T+t]), x.dims[t]
-			if s != lg.self {
-				out[t] = append(out[t], recv[p:p+n*dim]...)
-				p += n * dim
+			if s == lg.self {
 				continue
 			}
-			for _, i := range lg.perm[t][lg.selfPerm[t] : lg.selfPerm[t]+n] {
-				out[t] = append(out[t], x.grads[h][t][int(i)*dim:int(i+1)*dim]...)
-			}
+			at[s*T+t] = p
+			p += cnt[s*T+t] * int64(x.dims[t])
 		}
 	}
-	return out
+	return at
+}
+
+// mergeGrads merges table t's gradients arriving at leg h into out (one row per distinct ID of the
+// next level): every received ID's gradient, or for a block this rank pooled, each segment's
+// gradient spread to its values' rows (times their weights), added per row in arrival order
+// (source, then entry), the rank's own block read in place from its level-h gradients. The blocks
+// that arrived are appended to those gradients so that one buffer holds every source.
+func (x *Exchange) mergeGrads(out []float32, lg *leg, h, t int, recv []float32, at []int64) {
+	T, dim := len(x.layouts), x.dims[t]
+	g := x.grads[h][t]
+	var remote int
+	for q := 0; q < lg.size; q++ {
+		if q != lg.self {
+			remote += int(lg.recvVec[q*T+t]) * dim
+		}
+	}
+	if cap(g)-len(g) < remote {
+		ng := x.pools.floats().get(len(g) + remote)[:len(g)]
+		copy(ng, g)
+		x.pools.floats().put(g)
+		g = ng
+	}
+	start := make([]int64, lg.size) // per source: where its block starts in g
+	for q := 0; q < lg.size; q++ {
+		if q != lg.self {
+			start[q] = int64(len(g))
+			g = append(g, recv[at[q*T+t]:at[q*T+t]+lg.recvVec[q*T+t]*int64(dim)]...)
+		}
+	}
+	x.grads[h][t] = g
+	var sg *ownerSegs
+	if h == 0 && x.segs != nil && x.segs[t].any() {
+		sg = &x.segs[t]
+	}
+	pooled := func(q int) bool { return sg != nil && lg.recvMeta[(q*T+t)*metaFields+metaFlags]&flagPooled != 0 }
+	total := 0
+	for q := 0; q < lg.size; q++ {
+		if !pooled(q) {
+			total += int(lg.recvCnt[q*T+t])
+		}
+	}
+	if sg != nil {
+		total += len(sg.rows)
+	}
+	dst, src := make([]int32, 0, total), x.pools.ints().get(total)[:0]
+	var w []float32
+	if sg != nil && sg.w != nil {
+		w = make([]float32, 0, total)
+	}
+	inv, d := lg.inv[t], int64(dim)
+	base, seg := 0, 0
+	for q := 0; q < lg.size; q++ {
+		n, nv := int(lg.recvCnt[q*T+t]), int(lg.recvVec[q*T+t])
+		switch {
+		case pooled(q):
+			for k := 0; k < nv; k++ {
+				for j := sg.bounds[seg+k]; j < sg.bounds[seg+k+1]; j++ {
+					dst = append(dst, int32(sg.rows[j]))
+					src = append(src, start[q]+int64(k)*d)
+				}
+			}
+			if w != nil {
+				w = append(w, sg.w[sg.bounds[seg]:sg.bounds[seg+nv]]...)
+			}
+			seg += nv
+		case q == lg.self:
+			for k, i := range lg.perm[t][lg.selfPerm[t] : lg.selfPerm[t]+n] {
+				dst = append(dst, inv[base+k])
+				src = append(src, int64(i)*d)
+			}
+		default:
+			for i := 0; i < n; i++ {
+				dst = append(dst, inv[base+i])
+				src = append(src, start[q]+int64(i)*d)
+			}
+		}
+		for w != nil && len(w) < len(dst) { // rows entries weigh 1
+			w = append(w, 1)
+		}
+		base += n
+	}
+	mergeInto(out, g, dst, src, 1, w, dim, x.pools.ints())
+	x.pools.ints().put(src)
 }

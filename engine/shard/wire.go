@@ -96,6 +96,54 @@ func getUint(b []byte, w int) uint64 {
 	return binary.LittleEndian.Uint64(b)
 }
 
+// appendUints appends the len(b)/w little-endian w-byte unsigned values of b to dst (one loop
+// per width: the per-value width switch of getUint costs more than the load).
+func appendUints(dst []int64, b []byte, w int) []int64 {
+	switch w {
+	case 1:
+		for _, v := range b {
+			dst = append(dst, int64(v))
+		}
+	case 2:
+		for k := 0; k+2 <= len(b); k += 2 {
+			dst = append(dst, int64(binary.LittleEndian.Uint16(b[k:])))
+		}
+	case 4:
+		for k := 0; k+4 <= len(b); k += 4 {
+			dst = append(dst, int64(binary.LittleEndian.Uint32(b[k:])))
+		}
+	default:
+		for k := 0; k+8 <= len(b); k += 8 {
+			dst = append(dst, int64(binary.LittleEndian.Uint64(b[k:])))
+		}
+	}
+	return dst
+}
+
+// putUints writes vals[i] for each i in idx to b as little-endian w-byte unsigned values (one loop
+// per width) and returns the bytes written.
+func putUints(b []byte, w int, vals []int64, idx []int32) int {
+	switch w {
+	case 1:
+		for k, i := range idx {
+			b[k] = byte(vals[i])
+		}
+	case 2:
+		for k, i := range idx {
+			binary.LittleEndian.PutUint16(b[2*k:], uint16(vals[i]))
+		}
+	case 4:
+		for k, i := range idx {
+			binary.LittleEndian.PutUint32(b[4*k:], uint32(vals[i]))
+		}
+	default:
+		for k, i := range idx {
+			binary.LittleEndian.PutUint64(b[8*k:], uint64(vals[i]))
+		}
+	}
+	return len(idx) * w
+}
+
 func boolInt(b bool) int64 {
 	if b {
 		return 1
@@ -179,10 +227,8 @@ func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 				return err
 			}
 			base := int64(len(lg.recv[t]))
-			for k := int64(0); k < n; k++ {
-				lg.recv[t] = append(lg.recv[t], int64(getUint(recv[p:], w)))
-				p += w
-			}
+			lg.recv[t] = appendUints(lg.recv[t], recv[p:p+int(n)*w], w)
+			p += int(n) * w
 			if m[metaFlags]&flagPooled == 0 {
 				continue
 			}

@@ -387,8 +387,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         n = len(self._configs)
         raw = torch.empty(len(COUNTERS) * n, dtype=torch.int64)
         _lib.call(_lib.fn("recgo_shard_counters"), handle.value, ptr(raw), raw.numel())
-        raw = raw.view(len(COUNTERS), n)
-        per_table = {c.name: {k: int(raw[i, t]) for i, k in enumerate(COUNTERS)} for t, c in enumerate(self._configs)}
+        rows = raw.view(len(COUNTERS), n).tolist()  # one conversion, not one tensor index per counter
+        per_table = {c.name: {k: rows[i][t] for i, k in enumerate(COUNTERS)} for t, c in enumerate(self._configs)}
         last = {"tables": per_table, "bytes": dict(step.traffic)}
         self.last_traffic = last
         tot = self.total_traffic

@@ -113,23 +113,28 @@ def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: torc
     op = _lib.fn("recgo_shard_op")
     feed = _lib.fn("recgo_shard_feed")
     g, f, nsend, nsplits, done = I64(0), I64(0), I64(0), I64(0), I64(0)
+    refs = tuple(ctypes.byref(v) for v in (g, f, nsend, nsplits, done))
+    splits: dict[int, tuple[Any, Any]] = {}  # group size -> (send, receive) split arrays, reused
     while True:
-        _lib.call(nxt, step.value, *(ctypes.byref(v) for v in (g, f, nsend, nsplits, done)))
+        _lib.call(nxt, step.value, *refs)
         if done.value:
             return
         dtype = _DTYPES[f.value]
+        n = nsplits.value
+        arrs = splits.get(n)
+        if arrs is None:
+            arrs = splits[n] = ((ctypes.c_int64 * n)(), (ctypes.c_int64 * n)())
         send = _buffer("send", dtype, nsend.value)
-        splits = torch.empty(2, nsplits.value, dtype=torch.int64)
-        _lib.call(op, step.value, ptr(send), nsend.value, splits[0].data_ptr(), splits[1].data_ptr(), nsplits.value)
-        ss, rs = splits.tolist()
+        _lib.call(op, step.value, ptr(send), nsend.value, ctypes.addressof(arrs[0]), ctypes.addressof(arrs[1]), n)
+        ss, rs = list(arrs[0]), list(arrs[1])
         recv = _buffer("recv", dtype, sum(rs))
-        name = GROUP_NAMES[g.value]
-        me = groups.index(g.value)
+        code = g.value
+        name = GROUP_NAMES[code]
         narrow = wire is not None and dtype == torch.float32
         wsend, wrecv = (send.to(wire), torch.empty(recv.numel(), dtype=wire)) if narrow else (send, recv)
-        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[me]) * wsend.element_size()
+        traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[groups.index(code)]) * wsend.element_size()
         try:
-            dist.all_to_all_single(wrecv, wsend, rs, ss, group=groups.get(g.value))
+            dist.all_to_all_single(wrecv, wsend, rs, ss, group=groups.get(code))
             if narrow:
                 recv.copy_(wrecv)
         except Exception as exc:  # gloo raises RuntimeError / DistBackendError subclasses
