@@ -216,26 +216,6 @@ class SparseArch(nn.Module):
         if self._opt is not None:
             self._opt.step()
 
-    def set_lr(self, lr: float) -> None:
-        """Change the sparse optimizer's learning rate (schedules), its state kept, on every backend."""
-        if self.world is not None and self.world.size > 1:
-            raise InvalidInputError("set_lr: learning-rate schedules are not supported with --nproc > 1 yet")
-        if self._opt is not None:
-            groups = self._opt.param_groups
-        elif self.backend == "recgo":
-            import dataclasses
-
-            self.module.set_fused_optimizer(dataclasses.replace(self.module.fused_optimizer, lr=lr))
-            return
-        else:  # TorchRec's unsharded collections: the optimizers apply_optimizer_in_backward attached
-            groups = [g for p in self.module.parameters() for o in getattr(p, "_in_backward_optimizers", [])
-                      for g in o.param_groups]
-            if not groups:
-                raise InvalidInputError(f"set_lr: the {self.backend} backend's {type(self.module).__name__} "
-                                        "takes no learning-rate schedule here")
-        for g in groups:
-            g["lr"] = lr
-
     def optimizer_state(self) -> dict[str, Any]:
         """Optimizer state kept outside the module's state_dict (for checkpoints)."""
         if self._opt is not None:

@@ -22,7 +22,7 @@ from ..errors import InvalidInputError
 from .backends import SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss
-from .models import BST, DCNv2, DLRM, bst_inputs
+from .models import ACTIVATIONS, BST, DCNv2, DLRM, bst_inputs
 
 MODELS = ("dlrm", "dcnv2", "bst")
 LR_DECAYS = ("none", "linear")
@@ -44,11 +44,12 @@ class TrainConfig:
     sparse_optimizer: str = "adagrad"
     sparse_lr: float = 0.05
     dense_lr: float = 1e-3
-    # Learning-rate schedule of both optimizers (dense Adam and the sparse one), a pure function of the step
-    # (so a resumed run follows it too): linear warmup from lr/warmup_steps over the first warmup_steps
-    # steps, then constant ("none") or falling linearly to 0 at the last step ("linear").
+    # The dense optimizer's learning-rate schedule, a pure function of the step (so a resumed run follows it
+    # too): linear warmup from dense_lr/warmup_steps over the first warmup_steps steps, then constant
+    # ("none") or falling linearly to 0 at the last step ("linear"). The sparse learning rate stays constant.
     warmup_steps: int = 0
     lr_decay: str = "none"
+    activation: str = "relu"  # bst: the Transformer feed-forward's and the top MLP's (relu or gelu)
     eval_every: int = 100
     seed: int = 0
     checkpoint: str | None = None
@@ -73,6 +74,8 @@ class TrainConfig:
             raise InvalidInputError(f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
         if self.lr_decay not in LR_DECAYS:
             raise InvalidInputError(f"lr_decay {self.lr_decay!r}: choose one of {LR_DECAYS}")
+        if self.activation not in ACTIVATIONS:
+            raise InvalidInputError(f"activation {self.activation!r}: choose one of {tuple(ACTIVATIONS)}")
         if self.data is not None and not Path(self.data).is_file():
             raise InvalidInputError(f"data: {self.data} is not a file")
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
@@ -94,7 +97,7 @@ class TrainConfig:
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
-    """The factor on both learning rates for 0-based ``step`` under the config's warmup and decay."""
+    """The factor on the dense learning rate for 0-based ``step`` under the config's warmup and decay."""
     w = cfg.warmup_steps
     if step < w:
         return (step + 1) / w
@@ -139,7 +142,7 @@ class RankingModel(nn.Module):
         elif cfg.model == "dcnv2":
             self.dense = DCNv2(source.dense_in, len(source.keys), cfg.dim)
         else:
-            self.dense = BST(cfg.dim, cfg.max_len, user_width=cfg.dim)
+            self.dense = BST(cfg.dim, cfg.max_len, user_width=cfg.dim, activation=cfg.activation)
         if world is not None and world.size > 1:
             self.dense = nn.parallel.DistributedDataParallel(self.dense)  # gradients averaged over the ranks
         self.max_len = cfg.max_len
@@ -185,7 +188,7 @@ class Trainer:
         self.opt = torch.optim.Adam(self.model.dense.parameters(), lr=cfg.dense_lr)
         self.history = History(backend)
         self.step = 0
-        self._lr_factor: float | None = 1.0  # the factor the optimizers' learning rates carry now (None: unknown)
+        self._lr_factor: float | None = 1.0  # the factor the dense learning rate carries now (None: unknown)
         self._val = source.validation()
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
@@ -232,12 +235,11 @@ class Trainer:
         return loss.item()
 
     def _apply_lr(self, factor: float) -> None:
-        """Set both optimizers' learning rates to the configured ones times ``factor`` (when it changed)."""
+        """Set the dense optimizer's learning rate to the configured one times ``factor`` (when it changed)."""
         if factor == self._lr_factor:
             return
         for g in self.opt.param_groups:
             g["lr"] = self.cfg.dense_lr * factor
-        self.model.sparse.set_lr(self.cfg.sparse_lr * factor)
         self._lr_factor = factor
 
     @torch.no_grad()
@@ -321,7 +323,8 @@ class Trainer:
             theirs.pop(k, None)
             mine.pop(k, None)
         # checkpoints written before these fields existed
-        for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events"):
+        for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
+                  "activation"):
             theirs.setdefault(k, mine.get(k))
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
@@ -329,7 +332,7 @@ class Trainer:
         self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["dense_optimizer"])
         self.model.sparse.load_optimizer_state(state["sparse_optimizer"])
-        self._lr_factor = None  # the loaded optimizer state may carry a scheduled learning rate: set it again
+        self._lr_factor = None  # the loaded Adam state carries the learning rate of its step: set it again
         self.step = int(state["step"])
         self.close()
         self._stream_state = state.get("data")
