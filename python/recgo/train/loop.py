@@ -82,8 +82,6 @@ class TrainConfig:
             raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
         if self.nproc > 1 and self.model == "bst":
             raise InvalidInputError("nproc > 1 supports the pooled models (dlrm, dcnv2), not bst")
-        if self.nproc > 1 and (self.warmup_steps or self.lr_decay != "none"):
-            raise InvalidInputError("warmup_steps and lr_decay are not supported with nproc > 1 yet")
         from .distributed import EXCHANGES, SHARDINGS
 
         if self.sharding not in SHARDINGS:
