@@ -10,7 +10,8 @@
   last ``validation_fraction`` of the lines is held out.
 * :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp):
   for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
-  target and a uniformly sampled item as a negative; each user's last event is held out.
+  target and a uniformly sampled item as a negative; each user's last event (or last ``holdout``
+  events) is held out.
 
 All three run through :class:`recgo.DataPipeline` (READ → TRANSFORM → FORMAT in Go, ``depth``
 batches ahead of the training step; the Taobao samples from a cached CSV written once); every backend gets the same batches in the same order, and a
@@ -280,7 +281,8 @@ class TaobaoSequences(_PipelineSource):
     Sparse keys: ``hist_item``/``hist_cat`` (the last ``max_len`` earlier events, oldest first) and
     ``target_item``/``target_cat``/``user_id`` (one ID each). Items share the ``item`` table between the
     history and the target, categories the ``cat`` table. IDs are renumbered densely from 0 in increasing
-    order of the raw ID. Training samples are shuffled once with ``seed``.
+    order of the raw ID. Training samples are shuffled once with ``seed``. Each user's last ``holdout``
+    events (and their negatives) are the validation split; their histories are the events before them.
 
     With ``pipeline`` (the default) the training batches come through :class:`recgo.DataPipeline`: the
     shuffled samples are written once to a cached CSV (label, the two histories as ``|``-separated
@@ -291,10 +293,13 @@ class TaobaoSequences(_PipelineSource):
     """
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 256, max_len: int = 50, seed: int = 0,
-                 pipeline: bool = True, fuse: bool = True) -> None:
+                 pipeline: bool = True, fuse: bool = True, holdout: int = 1) -> None:
         from ..feature import Feature
 
+        if isinstance(holdout, bool) or not isinstance(holdout, int) or holdout <= 0:
+            raise InvalidInputError(f"holdout must be a positive number of events per user, got {holdout!r}")
         self.path = Path(path)
+        self.holdout = holdout
         self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
         self.seed, self.pipeline = seed, bool(pipeline)
         users, items, cats = [], [], []
@@ -325,6 +330,10 @@ class TaobaoSequences(_PipelineSource):
         starts = torch.cummax(torch.where(block_start, idx, torch.zeros_like(idx)), 0)[0]
         is_last = torch.ones(n, dtype=torch.bool)
         is_last[:-1] = block_start[1:]
+        # Events among their user's last ``holdout`` are held out: count positions from each block's end.
+        block_end = torch.flip(torch.cummin(torch.flip(torch.where(is_last, idx, torch.full_like(idx, n)), [0]), 0)[0],
+                               [0])
+        is_held = block_end - idx < holdout
         events = idx[idx > starts]
         gen = torch.Generator().manual_seed(seed)
         neg_items = torch.randint(0, n_items, (events.numel(),), generator=gen)
@@ -333,7 +342,7 @@ class TaobaoSequences(_PipelineSource):
         pos = torch.stack([events, it[events], torch.ones_like(events)], 1)
         neg = torch.stack([events, neg_items, torch.zeros_like(events)], 1)
         samples = torch.cat([pos, neg])
-        held = is_last[samples[:, 0]]
+        held = is_held[samples[:, 0]]
         train, val = samples[~held], samples[held]
         self._train = train[torch.randperm(train.shape[0], generator=gen)]
         self._val_samples = val
@@ -405,8 +414,9 @@ class TaobaoSequences(_PipelineSource):
         if self._csv is not None and self._csv.exists():
             return self._csv
         st = self.path.stat()
+        held = f"|{self.holdout}" if self.holdout != 1 else ""  # keys of runs holding out one event kept
         key = hashlib.sha256(f"taobao-v1|{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{self.max_len}|"
-                             f"{self.seed}".encode()).hexdigest()[:16]
+                             f"{self.seed}{held}".encode()).hexdigest()[:16]
         target = Path(tempfile.gettempdir()) / f"recgo-taobao-{key}" / "train.csv"
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)

@@ -22,9 +22,10 @@ from ..errors import InvalidInputError
 from .backends import SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss
-from .models import BST, DCNv2, DLRM, bst_inputs
+from .models import ACTIVATIONS, BST, DCNv2, DLRM, bst_inputs
 
 MODELS = ("dlrm", "dcnv2", "bst")
+LR_DECAYS = ("none", "linear")
 STAGES = ("prep", "sparse", "dense", "update")
 
 
@@ -39,9 +40,16 @@ class TrainConfig:
     dim: int = 16
     max_rows: int = 100_000
     max_len: int = 50
+    holdout_events: int = 1  # bst: each user's last N events form the validation split
     sparse_optimizer: str = "adagrad"
     sparse_lr: float = 0.05
     dense_lr: float = 1e-3
+    # The dense optimizer's learning-rate schedule, a pure function of the step (so a resumed run follows it
+    # too): linear warmup from dense_lr/warmup_steps over the first warmup_steps steps, then constant
+    # ("none") or falling linearly to 0 at the last step ("linear"). The sparse learning rate stays constant.
+    warmup_steps: int = 0
+    lr_decay: str = "none"
+    activation: str = "relu"  # bst: the Transformer feed-forward's and the top MLP's (relu or gelu)
     eval_every: int = 100
     seed: int = 0
     checkpoint: str | None = None
@@ -58,10 +66,16 @@ class TrainConfig:
         """Raise InvalidInputError naming the first bad field."""
         if self.model not in MODELS:
             raise InvalidInputError(f"model {self.model!r}: choose one of {MODELS}")
-        for name in ("steps", "batch_size", "dim", "max_rows", "max_len", "eval_every"):
+        for name in ("steps", "batch_size", "dim", "max_rows", "max_len", "eval_every", "holdout_events"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise InvalidInputError(f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
+        if self.lr_decay not in LR_DECAYS:
+            raise InvalidInputError(f"lr_decay {self.lr_decay!r}: choose one of {LR_DECAYS}")
+        if self.activation not in ACTIVATIONS:
+            raise InvalidInputError(f"activation {self.activation!r}: choose one of {tuple(ACTIVATIONS)}")
         if self.data is not None and not Path(self.data).is_file():
             raise InvalidInputError(f"data: {self.data} is not a file")
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
@@ -78,12 +92,23 @@ class TrainConfig:
             raise InvalidInputError(f"dist_timeout must be positive seconds, got {self.dist_timeout!r}")
 
 
+def lr_factor(cfg: TrainConfig, step: int) -> float:
+    """The factor on the dense learning rate for 0-based ``step`` under the config's warmup and decay."""
+    w = cfg.warmup_steps
+    if step < w:
+        return (step + 1) / w
+    if cfg.lr_decay == "linear":
+        return max(0.0, (cfg.steps - step) / max(1, cfg.steps - w))
+    return 1.0
+
+
 def make_source(cfg: TrainConfig) -> Source:
     """The data source the config names (the model decides the format of a file)."""
     if cfg.model == "bst":
         if cfg.data is None:
             raise InvalidInputError("model bst needs --data: a Taobao UserBehavior CSV (user,item,category,behavior,ts)")
-        return TaobaoSequences(cfg.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed)
+        return TaobaoSequences(cfg.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
+                               holdout=cfg.holdout_events)
     if cfg.data is None:
         return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
     return CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows)
@@ -113,7 +138,7 @@ class RankingModel(nn.Module):
         elif cfg.model == "dcnv2":
             self.dense = DCNv2(source.dense_in, len(source.keys), cfg.dim)
         else:
-            self.dense = BST(cfg.dim, cfg.max_len, user_width=cfg.dim)
+            self.dense = BST(cfg.dim, cfg.max_len, user_width=cfg.dim, activation=cfg.activation)
         if world is not None and world.size > 1:
             self.dense = nn.parallel.DistributedDataParallel(self.dense)  # gradients averaged over the ranks
         self.max_len = cfg.max_len
@@ -159,6 +184,7 @@ class Trainer:
         self.opt = torch.optim.Adam(self.model.dense.parameters(), lr=cfg.dense_lr)
         self.history = History(backend)
         self.step = 0
+        self._lr_factor: float | None = 1.0  # the factor the dense learning rate carries now (None: unknown)
         self._val = source.validation()
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
@@ -189,6 +215,7 @@ class Trainer:
 
     def train_step(self, batch: Batch, timed: bool = True) -> float:
         """Forward, backward and update on one batch; returns the loss."""
+        self._apply_lr(lr_factor(self.cfg, self.step))
         t0 = time.perf_counter()
         prepared = self.model.sparse.prepare(batch.sparse)
         t1 = time.perf_counter()
@@ -210,6 +237,14 @@ class Trainer:
             h.timed_steps += 1
             h.samples += batch.size
         return loss.item()
+
+    def _apply_lr(self, factor: float) -> None:
+        """Set the dense optimizer's learning rate to the configured one times ``factor`` (when it changed)."""
+        if factor == self._lr_factor:
+            return
+        for g in self.opt.param_groups:
+            g["lr"] = self.cfg.dense_lr * factor
+        self._lr_factor = factor
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -304,7 +339,9 @@ class Trainer:
         for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth", "dist_timeout"):
             theirs.pop(k, None)
             mine.pop(k, None)
-        for k in ("nproc", "sharding", "exchange", "nodes"):  # checkpoints written before these fields existed
+        # checkpoints written before these fields existed
+        for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
+                  "activation"):
             theirs.setdefault(k, mine.get(k))
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
@@ -317,6 +354,7 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["dense_optimizer"])
         self.model.sparse.load_optimizer_state(state["sparse_optimizer"])
+        self._lr_factor = None  # the loaded Adam state carries the learning rate of its step: set it again
         self.step = int(state["step"])
         self.close()
         self._stream_state = state.get("data")

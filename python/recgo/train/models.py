@@ -21,16 +21,21 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 
 
-def mlp(sizes: list[int], last_activation: bool = False) -> nn.Sequential:
-    """Linear layers of the given widths with ReLU between them (and after the last, if asked)."""
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+
+
+def mlp(sizes: list[int], last_activation: bool = False, activation: str = "relu") -> nn.Sequential:
+    """Linear layers of the given widths with ``activation`` (ReLU or GELU) between them (and after the last,
+    if asked)."""
     layers: list[nn.Module] = []
     for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2 or last_activation:
-            layers.append(nn.ReLU())
+            layers.append(ACTIVATIONS[activation]())
     return nn.Sequential(*layers)
 
 
@@ -77,16 +82,21 @@ class BST(nn.Module):
 
     Inputs: ``hist`` ``[B, L, D]`` (item + category embedding of each past event, summed), its
     ``mask`` ``[B, L]`` (True = padding), ``target`` ``[B, D]`` (the candidate's item + category
-    embedding) and ``user`` ``[B, U]`` (pooled user features, flattened).
+    embedding) and ``user`` ``[B, U]`` (pooled user features, flattened). ``activation`` (``relu`` or
+    ``gelu``) is that of the encoder's feed-forward block and of the top MLP: GELU's gradient is continuous,
+    so a score moving by a rounding error cannot flip a unit on or off and change a row's gradient whole.
     """
 
     def __init__(self, dim: int, max_len: int, user_width: int, heads: int = 2, layers: int = 1,
-                 top: tuple[int, ...] = (128, 64)) -> None:
+                 top: tuple[int, ...] = (128, 64), activation: str = "relu") -> None:
         super().__init__()
+        if activation not in ACTIVATIONS:
+            raise InvalidInputError(f"activation {activation!r}: choose one of {tuple(ACTIVATIONS)}")
         self.position = nn.Embedding(max_len + 1, dim)
-        block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True)
+        block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True,
+                                           activation=activation)
         self.encoder = nn.TransformerEncoder(block, layers, enable_nested_tensor=False)
-        self.top = mlp([2 * dim + user_width, *top, 1])
+        self.top = mlp([2 * dim + user_width, *top, 1], activation=activation)
 
     def forward(self, hist: torch.Tensor, mask: torch.Tensor, target: torch.Tensor,
                 user: torch.Tensor) -> torch.Tensor:
