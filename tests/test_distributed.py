@@ -224,10 +224,16 @@ def _pooled_cases(rank: int, world: int) -> list[int]:
 
     cfgs, local = configs(), WORLD * B_LOCAL // world
     out = []
-    for returns, opt in (("pooled", optim.Adagrad(lr=0.2)), ("auto", optim.SGD(lr=0.3)), ("pooled", None)):
-        ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=3, is_weighted=True)
-        sh = ShardedEmbeddingBagCollection(cfgs, {**SHARDING, "tp": "table_wise"}, optimizer=opt, seed=3, timeout=60,
-                                           is_weighted=True, owner_pooling=returns)
+    for ci, (returns, opt) in enumerate((("pooled", optim.Adagrad(lr=0.2)), ("auto", optim.SGD(lr=0.3)),
+                                         ("pooled", None))):
+        if ci == 0:  # from_ebc: rows and fused optimizer taken from a collection initialised otherwise
+            ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=4, is_weighted=True)
+            sh = ShardedEmbeddingBagCollection.from_ebc(ref, {**SHARDING, "tp": "table_wise"}, seed=3, timeout=60,
+                                                        is_weighted=True, owner_pooling=returns)
+        else:
+            ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=3, is_weighted=True)
+            sh = ShardedEmbeddingBagCollection(cfgs, {**SHARDING, "tp": "table_wise"}, optimizer=opt, seed=3,
+                                               timeout=60, is_weighted=True, owner_pooling=returns)
         ids = {c.name: sh.local_ids(c.name) for c in cfgs}
         torch_opts = None
         if opt is None:

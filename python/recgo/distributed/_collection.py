@@ -165,19 +165,23 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if "optimizer" not in kwargs and isinstance(ebc, EmbeddingBagCollection):
             kwargs["optimizer"] = ebc.fused_optimizer
         out = cls(cfgs, sharding, _init=False, **kwargs)
-        src = ebc.state_dict()
+        out._take_rows(ebc.state_dict(), "embedding_bags")
+        return out
+
+    def _take_rows(self, src: Mapping[str, torch.Tensor], prefix: str) -> None:
+        """Copy this rank's rows (and, where the shapes match, their optimizer state and step) from an
+        unsharded collection's state_dict whose table keys start with ``prefix``."""
         with torch.no_grad():
-            for cfg in out._configs:
-                ids = out.local_ids(cfg.name)
-                shard = out.embedding_bags[cfg.name]
-                shard.weight.copy_(src[f"embedding_bags.{cfg.name}.weight"].to(torch.float32)[ids])
-                st = src.get(f"embedding_bags.{cfg.name}.optimizer_state")
+            for cfg in self._configs:
+                ids = self.local_ids(cfg.name)
+                shard = self.embedding_bags[cfg.name]
+                shard.weight.copy_(src[f"{prefix}.{cfg.name}.weight"].to(torch.float32)[ids])
+                st = src.get(f"{prefix}.{cfg.name}.optimizer_state")
                 if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
                     shard.optimizer_state[: len(ids)].copy_(st[ids])
-                step = src.get(f"embedding_bags.{cfg.name}.optimizer_step")
+                step = src.get(f"{prefix}.{cfg.name}.optimizer_step")
                 if step is not None:
                     shard.optimizer_step.copy_(step)
-        return out
 
     def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None) -> list[tuple[int, int]]:
         names = [c.name for c in self._configs]

@@ -99,18 +99,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         fused optimizer, their state and step) from ``ec``."""
         kwargs.setdefault("optimizer", ec.fused_optimizer)  # None: a torch optimizer's dense gradients
         out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
-        src = ec.state_dict()
-        with torch.no_grad():
-            for cfg in out._configs:
-                ids = out.local_ids(cfg.name)
-                shard = out.embedding_bags[cfg.name]
-                shard.weight.copy_(src[f"embeddings.{cfg.name}.weight"].to(torch.float32)[ids])
-                st = src.get(f"embeddings.{cfg.name}.optimizer_state")
-                if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
-                    shard.optimizer_state[: len(ids)].copy_(st[ids])
-                step = src.get(f"embeddings.{cfg.name}.optimizer_step")
-                if step is not None:
-                    shard.optimizer_step.copy_(step)
+        out._take_rows(ec.state_dict(), "embeddings")
         return out
 
     def embedding_configs(self) -> list[Any]:
