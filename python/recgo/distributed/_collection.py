@@ -52,13 +52,15 @@ class _Step:
 
 
 class _Lookup(torch.autograd.Function):
-    """Pooled output of a step whose exchange already ran; backward runs the gradient exchange."""
+    """The output of a step whose forward exchange already ran (the collection's ``_output``: pooled
+    bags, or one row per lookup); backward runs the gradient exchange and the owners' fused updates
+    (the anchor's zero gradient keeps the node alive), or returns each shard's merged gradient."""
 
     @staticmethod
-    def forward(ctx: Any, module: "ShardedEmbeddingBagCollection", step: _Step, batch: int,
+    def forward(ctx: Any, module: "ShardedEmbeddingBagCollection", step: _Step, size: int,
                 anchor: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
         ctx.module, ctx.step = module, step
-        return module._pool(step, batch)
+        return module._output(step, size)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -349,24 +351,35 @@ class ShardedEmbeddingBagCollection(nn.Module):
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(self._features))
-        params = [self._anchor] if self._optimizer is not None else [s.weight for s in self.embedding_bags.values()]
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            out = _Lookup.apply(self, handle, batch, self._anchor, *[s.weight for s in self.embedding_bags.values()])
-        else:
-            out = self._pool(handle, batch)
-            self._record(handle)
-        return KeyedTensor(self._features, self._dims, out)
+        return KeyedTensor(self._features, self._dims, self._lookup(handle, batch))
 
-    def _pool(self, step: "_Step", batch: int) -> torch.Tensor:
+    def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
+        """The output of a step whose forward exchange ran: through autograd when a parameter it
+        updates requires grad, else read out at once (and the step's counters recorded)."""
+        shards = [s.weight for s in self.embedding_bags.values()]
+        params = [self._anchor] if self._optimizer is not None else shards
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return _Lookup.apply(self, step, size, self._anchor, *shards)
+        out = self._output(step, size)
+        self._record(step)
+        return out
+
+    def _output(self, step: "_Step", batch: int) -> torch.Tensor:
+        """The ``[batch, width]`` pooled output of a step."""
         out = torch.empty(batch, self._width, dtype=torch.float32)
         _lib.call(_lib.fn("recgo_shard_pool"), step.handle.value, ptr(out), out.numel())
         return out
 
-    def _backward(self, step: "_Step", grad: torch.Tensor) -> list[torch.Tensor | None]:
-        handle = step.handle
+    def _begin_backward(self, step: "_Step", grad: torch.Tensor, fused: bool) -> None:
+        """Hand the output's gradient to the engine, which queues the backward exchange."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
+        _lib.call(_lib.fn("recgo_shard_backward"), step.handle.value, ptr(grad), grad.numel(), int(fused))
+
+    def _backward(self, step: "_Step", grad: torch.Tensor) -> list[torch.Tensor | None]:
+        """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused)."""
+        handle = step.handle
         fused = self._optimizer is not None
-        _lib.call(_lib.fn("recgo_shard_backward"), handle.value, ptr(grad), grad.numel(), int(fused))
+        self._begin_backward(step, grad, fused)
         drive(handle, self._groups, step.traffic, self._wire)
         self._record(step)
         if fused:

@@ -28,24 +28,6 @@ class _SeqStep(_Step):
         self.seq = seq
 
 
-class _SeqLookup(torch.autograd.Function):
-    """One row per lookup of a step whose forward exchange already ran; backward runs the gradient
-    exchange and the owners' fused updates (the anchor's zero gradient keeps the node alive), or,
-    without a fused optimizer, returns each shard's merged gradient."""
-
-    @staticmethod
-    def forward(ctx: Any, module: "ShardedEmbeddingCollection", step: _SeqStep, total: int,
-                anchor: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
-        ctx.module, ctx.step = module, step
-        return module._gather(step, total)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        grads = ctx.module._seq_backward(ctx.step, grad)
-        ctx.step = None
-        return (None, None, None, *grads)
-
-
 class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     """Sequence (unpooled) embedding tables sharded over the ranks of a ``torch.distributed`` world,
     with the output of :class:`recgo.EmbeddingCollection` (TorchRec's ``EmbeddingCollection`` name).
@@ -130,14 +112,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         B = lengths.numel() // max(1, K)
         counts = lengths.view(K, B).sum(1).tolist() if K else []
         dims = [self._key_dims[k] for k in keys]
-        total = sum(n * d for n, d in zip(counts, dims))
-        shards = [s.weight for s in self.embedding_bags.values()]
-        params = [self._anchor] if self._optimizer is not None else shards
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            flat = _SeqLookup.apply(self, handle, total, self._anchor, *shards)
-        else:
-            flat = self._gather(handle, total)
-            self._record(handle)
+        flat = self._lookup(handle, sum(n * d for n, d in zip(counts, dims)))
         out: dict[str, Any] = {}
         start = 0
         for i, (k, n, d) in enumerate(zip(keys, counts, dims)):
@@ -146,18 +121,14 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
             start += n * d
         return out
 
-    def _gather(self, step: _SeqStep, total: int) -> torch.Tensor:
+    def _output(self, step: _SeqStep, total: int) -> torch.Tensor:  # type: ignore[override]
+        """The step's rows, one per lookup, back to back in KJT order (``total`` values)."""
         out = torch.empty(total, dtype=torch.float32)
         _lib.call(_lib.fn("recgo_shard_seq_gather"), step.seq.value, ptr(out), out.numel())
         return out
 
-    def _seq_backward(self, step: _SeqStep, grad: torch.Tensor) -> list[torch.Tensor | None]:
-        """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused)."""
+    def _begin_backward(self, step: _SeqStep, grad: torch.Tensor, fused: bool) -> None:  # type: ignore[override]
+        """Hand the rows' gradient (``_output``'s layout) to the engine, which merges it per distinct
+        row and queues the backward exchange."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=1, convert_to=torch.float32)
-        fused = self._optimizer is not None
         _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), int(fused))
-        drive(step.handle, self._groups, step.traffic)
-        self._record(step)
-        if fused:
-            return [torch.zeros(())] + [None] * len(self._configs)
-        return [None, *self._owner_grads(step.handle)]
