@@ -261,7 +261,7 @@ func (s *Step) Pool(out []float32) error {
 	if len(out) != s.B*c.width {
 		return errs.Invalidf("forward: output has %d values, need %d (batch %d × width %d)", len(out), s.B*c.width, s.B, c.width)
 	}
-	if s.X.vecs == nil || s.X.vecs[0] == nil || len(s.X.stages) > 0 || s.X.cur != nil {
+	if !s.X.forwardDone() {
 		return errs.Invalidf("forward: the exchange has not finished")
 	}
 	B := s.B
@@ -272,8 +272,20 @@ func (s *Step) Pool(out []float32) error {
 			p.Bounds[q*B:(q+1)*B+1], p.Weights, s.scales[k*B:(k+1)*B])
 	})
 	s.pooled = true
-	s.X.release(s.X.vecs) // backward needs the routes, not the rows
-	s.X.vecs = [][][]float32{nil}
+	s.X.dropRows()
+	return nil
+}
+
+// checkFused refuses a fused backward (what names the caller) when a shard has no fused optimizer.
+func (c *Collection) checkFused(fused bool, what string) error {
+	if !fused {
+		return nil
+	}
+	for _, sh := range c.Shards {
+		if sh.Opt.Kind == embedding.OptNone {
+			return errs.Invalidf("%s: table %q has no fused optimizer; ask for gradients instead", what, sh.Name)
+		}
+	}
 	return nil
 }
 
@@ -289,12 +301,8 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 	if len(gradOut) != s.B*c.width {
 		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), s.B*c.width, s.B, c.width)
 	}
-	if fused {
-		for _, sh := range c.Shards {
-			if sh.Opt.Kind == embedding.OptNone {
-				return errs.Invalidf("backward: table %q has no fused optimizer; ask for gradients instead", sh.Name)
-			}
-		}
+	if err := c.checkFused(fused, "backward"); err != nil {
+		return err
 	}
 	B, T := s.B, len(c.Layouts)
 	grads := make([][]float32, T)

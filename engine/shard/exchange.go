@@ -283,6 +283,18 @@ func (x *Exchange) apply() error {
 	return nil
 }
 
+// forwardDone reports whether the forward exchange has finished and its rows are still held.
+func (x *Exchange) forwardDone() bool {
+	return x.vecs != nil && x.vecs[0] != nil && len(x.stages) == 0 && x.cur == nil
+}
+
+// dropRows frees the forward's rows once the output is read out: backward needs the routes, not
+// the rows.
+func (x *Exchange) dropRows() {
+	x.release(x.vecs)
+	x.vecs = [][][]float32{nil}
+}
+
 func (x *Exchange) sameNode(peer int) bool { return x.topo.Node(peer) == x.topo.Node(x.self) }
 
 // MergeRows sums the rows of src (len(inv) rows of dim values) into dst by inv: dst row u becomes

@@ -100,7 +100,7 @@ func (q *SequenceStep) Gather(out []float32) error {
 	if len(out) != q.total {
 		return errs.Invalidf("sequence forward: output has %d values, need %d", len(out), q.total)
 	}
-	if q.gathered || s.X.vecs == nil || s.X.vecs[0] == nil || len(s.X.stages) > 0 || s.X.cur != nil {
+	if q.gathered || !s.X.forwardDone() {
 		return errs.Invalidf("sequence forward: the exchange has not finished")
 	}
 	parallel.ForEach(len(c.Features), 1, func(f int) {
@@ -113,8 +113,7 @@ func (q *SequenceStep) Gather(out []float32) error {
 		}
 	})
 	q.gathered = true
-	s.X.release(s.X.vecs) // backward needs the routes, not the rows
-	s.X.vecs = [][][]float32{nil}
+	s.X.dropRows()
 	return nil
 }
 
@@ -130,12 +129,8 @@ func (q *SequenceStep) Backward(grad []float32, fused bool) error {
 	if len(grad) != q.total {
 		return errs.Invalidf("sequence backward: gradient has %d values, need %d", len(grad), q.total)
 	}
-	if fused {
-		for _, sh := range c.Shards {
-			if sh.Opt.Kind == embedding.OptNone {
-				return errs.Invalidf("sequence backward: table %q has no fused optimizer; ask for gradients instead", sh.Name)
-			}
-		}
+	if err := c.checkFused(fused, "sequence backward"); err != nil {
+		return err
 	}
 	T := len(c.Layouts)
 	grads := make([][]float32, T)
