@@ -184,7 +184,6 @@ class Trainer:
         self.opt = torch.optim.Adam(self.model.dense.parameters(), lr=cfg.dense_lr)
         self.history = History(backend)
         self.step = 0
-        self._lr_factor: float | None = 1.0  # the factor the dense learning rate carries now (None: unknown)
         self._val = source.validation()
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
@@ -215,7 +214,7 @@ class Trainer:
 
     def train_step(self, batch: Batch, timed: bool = True) -> float:
         """Forward, backward and update on one batch; returns the loss."""
-        self._apply_lr(lr_factor(self.cfg, self.step))
+        self._set_lr()
         t0 = time.perf_counter()
         prepared = self.model.sparse.prepare(batch.sparse)
         t1 = time.perf_counter()
@@ -238,13 +237,12 @@ class Trainer:
             h.samples += batch.size
         return loss.item()
 
-    def _apply_lr(self, factor: float) -> None:
-        """Set the dense optimizer's learning rate to the configured one times ``factor`` (when it changed)."""
-        if factor == self._lr_factor:
-            return
+    def _set_lr(self) -> None:
+        """Set the dense optimizer's learning rate for this step (every step: a loaded Adam state carries
+        the rate of the step it was saved at)."""
+        lr = self.cfg.dense_lr * lr_factor(self.cfg, self.step)
         for g in self.opt.param_groups:
-            g["lr"] = self.cfg.dense_lr * factor
-        self._lr_factor = factor
+            g["lr"] = lr
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -354,7 +352,6 @@ class Trainer:
             self.model.load_state_dict(state["model"])
         self.opt.load_state_dict(state["dense_optimizer"])
         self.model.sparse.load_optimizer_state(state["sparse_optimizer"])
-        self._lr_factor = None  # the loaded Adam state carries the learning rate of its step: set it again
         self.step = int(state["step"])
         self.close()
         self._stream_state = state.get("data")
