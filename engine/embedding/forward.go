@@ -54,12 +54,13 @@ type Context struct {
 }
 
 type tableCtx struct {
-	index idIndex  // dedup hash index for row sources other than RangeSource (reused)
-	grp   grouped  // the lookups grouped by distinct ID (grouped backward path only; reused)
-	uniq  []int64  // distinct ids, first-seen order
-	rows  []int64  // their storage rows, -1 when unresolved
-	inv   []int32  // per lookup position (the table's features' values in order): index into uniq
-	merge rowMerge // Options.NoDedup: scratch of the merge by row (reused)
+	index idIndex   // dedup hash index for row sources other than RangeSource (reused)
+	grp   grouped   // the lookups grouped by distinct ID (grouped backward path only; reused)
+	uniq  []int64   // distinct ids, first-seen order
+	rows  []int64   // their storage rows, -1 when unresolved
+	inv   []int32   // per lookup position (the table's features' values in order): index into uniq
+	merge rowMerge  // Options.NoDedup: scratch of the merge by row (reused)
+	side  []sgdSide // linear SGD backward: per part, its side buffer (reused)
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.

@@ -149,12 +149,9 @@ func (s *SequenceCollection) lock() (func(), error) {
 	return func() { s.view.mu.RUnlock(); s.owner.mu.RUnlock() }, nil
 }
 
-// gatherChunk is the number of rows one gather kernel call copies (the next call's rows are
-// prefetched while it runs); gatherRun the rows of one work item.
-const (
-	gatherChunk = 32
-	gatherRun   = 512
-)
+// gatherRun is the number of rows one gather work item copies, sgdBatch rows per kernel call,
+// each call's rows prefetched sgdLag calls ahead (the scaledAdder's stream of row misses).
+const gatherRun = 512
 
 // iotaBuf holds 0, 1, 2, …: the bounds of one-ID segments (read-only once published).
 var iotaBuf atomic.Pointer[[]int64]
@@ -282,7 +279,7 @@ func (s *SequenceCollection) gatherItems(b Batch, B int, ctx *Context) []gatherI
 }
 
 // gather copies each ID's row of an item to its slot of its key's output (kernels.GatherRows),
-// gatherChunk IDs per kernel call, the next call's rows prefetched. A fixed table's IDs are range-checked first (its dedup
+// sgdBatch IDs per kernel call, rows prefetched ahead. A fixed table's IDs are range-checked first (its dedup
 // may not have run yet): an item with an ID out of range writes nothing and fails.
 func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem) error {
 	c := s.view
@@ -294,10 +291,12 @@ func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Conte
 		}
 	}
 	d, k0, out := int64(t.Dim), ctx.offsets[it.k*B], outs[it.k]
-	for v0 := it.v0; v0 < it.v1; v0 += gatherChunk {
-		v1 := min(v0+gatherChunk, it.v1)
-		if v1 < it.v1 {
-			kernels.PrefetchRows(t.Data, offs[v1:min(v1+gatherChunk, it.v1)], mult, t.Dim)
+	n := int64(len(offs)) // prefetches may run into the next item: they are hints, never faults
+	kernels.PrefetchRows(t.Data, offs[it.v0:min(it.v0+sgdLag*sgdBatch, n)], mult, t.Dim)
+	for v0 := it.v0; v0 < it.v1; v0 += sgdBatch {
+		v1 := min(v0+sgdBatch, it.v1)
+		if p := v0 + sgdLag*sgdBatch; p < n {
+			kernels.PrefetchRows(t.Data, offs[p:min(p+sgdBatch, n)], mult, t.Dim)
 		}
 		kernels.GatherRows(out[(v0-k0)*d:(v1-k0)*d], t.Dim, t.Data, offs[v0:v1], mult)
 	}

@@ -24,9 +24,9 @@ import (
 // by one goroutine, so no atomics are needed.
 //
 // A fused SGD without weight decay skips the merge: its update is linear in the gradient, so the
-// pass subtracts lr × each lookup's gradient row from its table row directly, in lookup order
-// (applySGD), which equals the merged update up to float rounding and saves writing and reading
-// back the merged gradients.
+// pass subtracts lr × each lookup's gradient row from its table row directly (linearSGD), which
+// equals the merged update up to float rounding and saves writing and reading back the merged
+// gradients.
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -72,16 +72,39 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	}
 	t0 := time.Now()
 	base := s.keyBases(ctx)
-	parallel.ForEach(len(c.Tables), 1, func(t int) {
-		if fused && s.linear(c.Tables[t]) {
-			s.applySGD(ctx, grad, base, t)
+	// One work item per table's merge; a linear table's pass is cut into parts (see linearSGD).
+	type item struct {
+		t    int
+		sgd  *linearSGD
+		part int
+	}
+	var items []item
+	var sgds []*linearSGD
+	for t := range c.Tables {
+		if !fused || !s.linear(c.Tables[t]) {
+			items = append(items, item{t: t})
+			continue
+		}
+		l := s.newLinearSGD(ctx, base, t, parallel.Workers())
+		sgds = append(sgds, l)
+		for p := range l.parts() {
+			items = append(items, item{t, l, p})
+		}
+	}
+	parallel.ForEach(len(items), 1, func(j int) {
+		it := items[j]
+		if it.sgd != nil {
+			it.sgd.run(grad, it.part)
 			return
 		}
-		s.scatterSequence(ctx, grad, base, t, merged(t))
+		s.scatterSequence(ctx, grad, base, it.t, merged(it.t))
 		if !fused {
-			copy(gradRows[t], ctx.tables[t].rows)
+			copy(gradRows[it.t], ctx.tables[it.t].rows)
 		}
 	})
+	for _, l := range sgds {
+		l.finish()
+	}
 	if fused {
 		type item struct{ t, lo, hi int }
 		var items []item
@@ -119,56 +142,12 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 
 // linearUpdate reports whether a fused optimizer's update of a row is linear in its gradient
 // (SGD without weight decay): applying each lookup's gradient row in turn then equals the update by
-// their merged sum, up to float rounding, and backward skips the merge (see applySGD).
+// their merged sum, up to float rounding, and backward skips the merge (see linearSGD).
 func linearUpdate(o OptimizerConfig) bool { return o.Kind == OptSGD && o.WeightDecay == 0 }
 
 // linear reports whether backward applies table t's update in its one-pass linear form: a linear
 // update outside a merged-update scope (inside one the merged gradient is handed to the scope).
 func (s *SequenceCollection) linear(t *Table) bool { return linearUpdate(t.Opt) && t.pending == nil }
-
-// sgdBatch is the number of lookups applySGD applies per kernel call (the next call's rows are
-// prefetched meanwhile).
-const sgdBatch = 32
-
-// applySGD is the backward of table ti when its update is linear: one pass over the gradient,
-// front to back, subtracting lr × each lookup's gradient row from its table row
-// (kernels.AddScaledRows, the next rows prefetched), in lookup order.
-func (s *SequenceCollection) applySGD(ctx *Context, grad []float32, base []int64, ti int) {
-	c := s.view
-	t, tc := c.Tables[ti], &ctx.tables[ti]
-	d := int64(t.Dim)
-	B := (len(ctx.offsets) - 1) / len(c.Features)
-	alpha := -float32(t.Opt.LR)
-	var rowBuf, offBuf [2][sgdBatch]int64
-	cur, n := 0, 0
-	var pending int // entries of the other buffer, prefetched and waiting
-	flush := func() {
-		kernels.PrefetchRows(t.Data, rowBuf[cur][:n], int64(t.Stride), t.Dim)
-		if pending > 0 {
-			o := 1 - cur
-			kernels.AddScaledRows(t.Data, t.Stride, t.Dim, rowBuf[o][:pending], grad, offBuf[o][:pending], alpha)
-		}
-		pending, cur, n = n, 1-cur, 0
-	}
-	p := 0
-	for _, f := range c.features[ti] {
-		k := ctx.featKey[f]
-		m := int(ctx.offsets[(k+1)*B] - ctx.offsets[k*B])
-		o := base[k]
-		for _, x := range tc.inv[p : p+m] {
-			if r := tc.rows[x]; r >= 0 {
-				rowBuf[cur][n], offBuf[cur][n] = r, o
-				if n++; n == sgdBatch {
-					flush()
-				}
-			}
-			o += d
-		}
-		p += m
-	}
-	flush()
-	flush()
-}
 
 // keyBases returns each key's first value in the gradient buffer: the keys' n·dim, back to back
 // in KJT order.
