@@ -61,6 +61,8 @@ type tableCtx struct {
 	inv   []int32   // per lookup position (the table's features' values in order): index into uniq
 	merge rowMerge  // Options.NoDedup: scratch of the merge by row (reused)
 	side  []sgdSide // linear SGD backward: per part, its side buffer (reused)
+	// linear SGD backward: per distinct ID, the lookup where it first appears (reused)
+	firstPos []int32
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
