@@ -61,7 +61,8 @@ type tableCtx struct {
 	inv   []int32   // per lookup position (the table's features' values in order): index into uniq
 	merge rowMerge  // Options.NoDedup: scratch of the merge by row (reused)
 	side  []sgdSide // linear SGD backward: per part, its side buffer (reused)
-	// linear SGD backward: per distinct ID, the lookup where it first appears (reused)
+	// per distinct ID, the lookup where it first appears (dedupDense and dedupMap record it for
+	// the linear SGD backward; empty when another path deduplicated)
 	firstPos []int32
 }
 
@@ -311,6 +312,7 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
+	tc.firstPos = tc.firstPos[:0] // dedupDense and dedupMap fill it; other paths leave it empty
 	if c.opts.NoDedup {
 		return c.resolveEach(ti, b, B, featKey, offsets, ctx, train, keep)
 	}

@@ -1,6 +1,8 @@
 package embedding
 
 import (
+	"sort"
+
 	"github.com/recgo/recgo/internal/parallel"
 	"github.com/recgo/recgo/kernels"
 )
@@ -131,17 +133,20 @@ func (s *SequenceCollection) newLinearSGD(ctx *Context, base []int64, ti, parts 
 	if parts == 1 {
 		return one()
 	}
-	// firstPos[x]: the lookup where distinct ID x first appears. A numbering that is not
-	// first-seen (x > max so far + 1) would let two parts write one row: one part then.
-	tc.firstPos = resize(tc.firstPos, len(tc.rows))
-	next := int32(0)
-	for q, x := range tc.inv {
-		if x > next {
-			return one()
-		}
-		if x == next {
-			tc.firstPos[x] = int32(q)
-			next++
+	// firstPos[x]: the lookup where distinct ID x first appears (recorded by dedup, or found here).
+	// A numbering that is not first-seen (x > max so far + 1) would let two parts write one row:
+	// one part then.
+	if len(tc.firstPos) != len(tc.rows) {
+		tc.firstPos = resize(tc.firstPos, len(tc.rows))
+		next := int32(0)
+		for q, x := range tc.inv {
+			if x > next {
+				return one()
+			}
+			if x == next {
+				tc.firstPos[x] = int32(q)
+				next++
+			}
 		}
 	}
 	// Cut so the parts cost about the same. What costs is the first touch of a row (a miss to
@@ -169,13 +174,9 @@ func (s *SequenceCollection) newLinearSGD(ctx *Context, base []int64, ti, parts 
 		l.bounds[q] = j
 	}
 	l.bounds[parts] = n
-	// first[q] = the distinct IDs seen before part q (the IDs are numbered in first-seen order).
-	x := int32(0)
+	// first[q] = the distinct IDs seen before part q (firstPos increases with x).
 	for q := 1; q <= parts; q++ {
-		for x < int32(len(tc.rows)) && int(tc.firstPos[x]) < l.bounds[q] {
-			x++
-		}
-		l.first[q] = x
+		l.first[q] = int32(sort.Search(len(tc.firstPos), func(x int) bool { return int(tc.firstPos[x]) >= l.bounds[q] }))
 	}
 	tc.side = resize(tc.side, parts)
 	return l

@@ -126,7 +126,8 @@ func TestLinearSGDNumberingFallback(t *testing.T) {
 	require.NoError(t, err)
 	defer x.s.Release(ctx)
 	tc := &ctx.tables[0]
-	u := len(tc.rows) // reverse the numbering: x → u-1-x
+	tc.firstPos = tc.firstPos[:0] // as a path that records none
+	u := len(tc.rows)             // reverse the numbering: x → u-1-x
 	for i, v := range tc.inv {
 		tc.inv[i] = int32(u-1) - v
 	}
@@ -166,5 +167,29 @@ func TestScaledAdderOrder(t *testing.T) {
 		for i := range dst {
 			require.InDelta(t, want[i], float64(dst[i]), 1e-3, "n %d value %d", n, i)
 		}
+	}
+}
+
+// TestDedupRecordsFirstPositions: the dense and the hash dedup record, per distinct ID, the lookup
+// where it first appears (what the linear SGD plan relies on).
+func TestDedupRecordsFirstPositions(t *testing.T) {
+	for _, dense := range []bool{true, false} {
+		x := newSGDCase(t, 13, 5000, 300)
+		if !dense {
+			x.s.view.opts.DenseDedupMaxRows = 1 // the table is past the slot array: hash dedup
+		}
+		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+		require.NoError(t, err)
+		tc := &ctx.tables[0]
+		want := make([]int32, len(tc.rows))
+		seen := make(map[int32]bool)
+		for q, v := range tc.inv {
+			if !seen[v] {
+				seen[v] = true
+				want[v] = int32(q)
+			}
+		}
+		require.Equal(t, want, tc.firstPos, "dense %v", dense)
+		x.s.Release(ctx)
 	}
 }
