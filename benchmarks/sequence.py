@@ -66,7 +66,7 @@ def make_batches(pool: torch.Tensor, rows: int, batch: int, nbatches: int, alpha
     for _ in range(nbatches):
         lengths = pool[torch.randint(0, pool.numel(), (batch,), generator=gen)]
         ranks = torch.multinomial(probs, int(lengths.sum()), replacement=True, generator=gen)
-        out.append(recgo.KeyedJaggedTensor(["hist_item_ids"], perm[ranks], lengths))
+        out.append(recgo.KeyedJaggedTensor(["hist_item_ids"], perm[ranks], lengths=lengths))
     return out
 
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -334,7 +335,9 @@ func FuzzSequenceForward(f *testing.F) {
 // BenchmarkSequenceStep is a behaviour-sequence step (forward with context + fused backward) of
 // 1024 histories of 1..180 Zipf(1.05) IDs over 1M rows of dim 64, cycling over four batches and
 // gradients (so the gradient is read from memory, as in a training step, not from cache). It
-// reports the forward's and the backward's share per step (fwd-ms, bwd-ms).
+// reports the forward's and the backward's share per step (fwd-ms, bwd-ms). With RECGO_BENCH_COLD
+// set, a 96 MiB sweep between steps (untimed) evicts the table's hot rows, as the dense part of a
+// training step (or benchmarks/sequence.py's other variants) does.
 func BenchmarkSequenceStep(b *testing.B) {
 	for _, opt := range []OptimizerConfig{{Kind: OptSGD, LR: 0.01}, {Kind: OptRowwiseAdagrad, LR: 0.01, Eps: 1e-8}} {
 		b.Run(opt.Kind.String(), func(b *testing.B) { benchSequenceStep(b, opt) })
@@ -379,10 +382,21 @@ func benchSequenceStep(b *testing.B, opt OptimizerConfig) {
 		}
 	}
 	var fwd, bwd time.Duration
+	var flush []float32
+	if os.Getenv("RECGO_BENCH_COLD") != "" {
+		flush = make([]float32, 24<<20) // 96 MiB: what other work does to the caches between steps
+	}
 	cpu0 := cpuTime()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		x := &steps[i%len(steps)]
+		if flush != nil {
+			b.StopTimer()
+			for j := 0; j < len(flush); j += 16 {
+				flush[j]++
+			}
+			b.StartTimer()
+		}
 		t0 := time.Now()
 		ctx, err := s.Forward(x.batch, [][]float32{x.out}, true, true)
 		if err != nil {
