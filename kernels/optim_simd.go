@@ -5,10 +5,10 @@ package kernels
 import "simd/archsimd"
 
 // See segment_reduce_simd.go for why these walk whole row batches and end with ClearAVXUpperBits.
-// Dims that are not a multiple of 16, and CPUs without AVX-512, take the portable path (the
-// optimizer step is a small share of a training step next to the gathers), except SGD and
-// row-wise Adagrad's row scaling, which have a 256-bit path for dims that are a multiple of 8 (a
-// sequence step updates tens of thousands of distinct rows).
+// CPUs with AVX-512 take the 512-bit kernels for dims that are a multiple of 16; CPUs with AVX2
+// only take 256-bit ones (optim_avx2.go) for dims that are a multiple of 8: a step updates tens of
+// thousands of distinct rows, and the scalar Adagrad was a fifth of a DLRM embedding step's CPU
+// time on an AVX2 machine. Other dims take the portable path.
 
 func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
 	if hasAVX2 && !hasAVX512 && dim%8 == 0 {
@@ -77,6 +77,10 @@ func scaledRowsAVX2(w []float32, wStride, dim int, rows []int64, g, mult []float
 }
 
 func adagradRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32) {
+	if hasAVX2 && !hasAVX512 && dim%8 == 0 {
+		adagradRowsAVX2(w, wStride, s, sStride, dim, rows, g, lr, eps)
+		return
+	}
 	if !hasAVX512 || dim%16 != 0 {
 		AdagradRowsGeneric(w, wStride, s, sStride, dim, rows, g, lr, eps)
 		return
@@ -99,7 +103,8 @@ func adagradRows(w []float32, wStride int, s []float32, sStride, dim int, rows [
 }
 
 func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p AdamParams) {
-	if !hasAVX512 || dim%16 != 0 {
+	avx2 := hasAVX2 && !hasAVX512 && dim%8 == 0
+	if !avx2 && (!hasAVX512 || dim%16 != 0) {
 		AdamRowsGeneric(w, wStride, s, sStride, dim, rows, g, p)
 		return
 	}
@@ -111,6 +116,10 @@ func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []in
 		if p.Decoupled {
 			mode = adamDecoupled
 		}
+	}
+	if avx2 {
+		adamRowsAVX2(w, wStride, s, sStride, dim, rows, g, &p, mode)
+		return
 	}
 	adamRowsAVX512(w, wStride, s, sStride, dim, rows, g, &p, mode)
 }
