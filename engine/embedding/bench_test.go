@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 )
 
 // zipfCollection is 26 tables of rows×64 with Zipf(1.05) IDs, batch B, pooling 1..30.
@@ -102,4 +103,64 @@ func BenchmarkForwardPooling1(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkDLRMStep is the Criteo-shaped DLRM embedding step of benchmarks/end_to_end.py in Go:
+// 26 one-hot features over tables of 100 … 1M rows (dim 64, Adagrad), B 4096, Zipf(1.05) IDs;
+// forward with context, then the fused backward. It reports the forward's and the backward's
+// share (fwd-ms, bwd-ms).
+func BenchmarkDLRMStep(b *testing.B) {
+	const B = 4096
+	r := rand.New(rand.NewPCG(5, 6))
+	var tables []*Table
+	var feats []Feature
+	var batch Batch
+	for t := 0; t < 26; t++ {
+		rows := int64(100)
+		for range t % 5 {
+			rows *= 10
+		}
+		tb, err := NewFixedTable(fmt.Sprintf("t%d", t), rows, 64, OptimizerConfig{Kind: OptAdagrad, LR: 0.01, Eps: 1e-8})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range tb.Data {
+			tb.Data[i] = 0.01
+		}
+		tables = append(tables, tb)
+		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", t), Table: t})
+		batch.KeyFeature = append(batch.KeyFeature, int64(t))
+		z := rand.NewZipf(r, 1.05, 1, uint64(rows-1))
+		for i := 0; i < B; i++ {
+			batch.Lengths = append(batch.Lengths, 1)
+			batch.Values = append(batch.Values, int64(z.Uint64()))
+		}
+	}
+	c, err := NewCollection(tables, feats)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	out := make([]float32, B*c.Width())
+	grad := make([]float32, len(out))
+	for i := range grad {
+		grad[i] = float32(math.Sin(float64(i))) * 1e-3
+	}
+	var fwd, bwd time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		ctx, err := c.Forward(batch, out, true, true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		t1 := time.Now()
+		if err := c.Backward(ctx, grad, nil, nil); err != nil {
+			b.Fatal(err)
+		}
+		bwd += time.Since(t1)
+		fwd += t1.Sub(t0)
+		c.Release(ctx)
+	}
+	b.ReportMetric(float64(fwd.Microseconds())/1e3/float64(b.N), "fwd-ms")
+	b.ReportMetric(float64(bwd.Microseconds())/1e3/float64(b.N), "bwd-ms")
 }
