@@ -4,14 +4,13 @@ package kernels
 
 import "simd/archsimd"
 
-// The 256-bit optimizer kernels, for CPUs with AVX2 and without AVX-512 and dims that are a
-// multiple of 8: the same per-element formulas, in the same operation order, as the 512-bit
-// kernels in optim_simd.go (archsimd has no width-generic vector type, so each width is written out).
+// The 256-bit Adagrad and Adam row kernels (every CPU with AVX2, dims that are a multiple of 8;
+// see optim_simd.go).
 
 // blk8 is x[i : i+8] as the array a 256-bit load or store takes.
 func blk8(x []float32, i int) *[8]float32 { return (*[8]float32)(x[i : i+8]) }
 
-// adagradRowsAVX2 is adagradRows's s ← s + g², w ← w − lr·g/(√s + eps) on 8 lanes.
+// adagradRowsAVX2 applies s ← s + g², w ← w − lr·g/(√s + eps) (AdagradRowsGeneric) on 8 lanes.
 func adagradRowsAVX2(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32) {
 	lrv, epsv := archsimd.BroadcastFloat32x8(lr), archsimd.BroadcastFloat32x8(eps)
 	for k, r := range rows {
@@ -30,7 +29,8 @@ func adagradRowsAVX2(w []float32, wStride int, s []float32, sStride, dim int, ro
 	archsimd.ClearAVXUpperBits()
 }
 
-// adamRowsAVX2 is adamRowsAVX512 on 8 lanes.
+// adamRowsAVX2 applies AdamRowsGeneric's update on 8 lanes: the weight-decay mode (adamNoDecay,
+// adamL2 or adamDecoupled) is chosen by the caller, outside the loop.
 //
 //go:noinline
 func adamRowsAVX2(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p *AdamParams, mode int) {

@@ -16,16 +16,7 @@ func zipfCollection(b *testing.B, rows int64, B int) (*Collection, Batch) {
 	var feats []Feature
 	var batch Batch
 	for t := 0; t < 26; t++ {
-		tb, err := NewFixedTable(fmt.Sprintf("t%d", t), rows, 64, OptimizerConfig{Kind: OptSGD, LR: 0.01})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range tb.Data {
-			tb.Data[i] = 0.01
-		}
-		tables = append(tables, tb)
-		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", t), Table: t})
-		batch.KeyFeature = append(batch.KeyFeature, int64(t))
+		addBenchTable(b, &tables, &feats, &batch, rows, OptimizerConfig{Kind: OptSGD, LR: 0.01})
 		perm := r.Perm(int(rows))
 		for i := 0; i < B; i++ {
 			n := 1 + r.IntN(30)
@@ -41,6 +32,22 @@ func zipfCollection(b *testing.B, rows int64, B int) (*Collection, Batch) {
 	}
 	b.Cleanup(func() { _ = c.Close() })
 	return c, batch
+}
+
+// addBenchTable appends a fixed rows×64 table of 0.01s with optimizer opt, one feature on it, and
+// its key to the batch (the caller appends the key's lengths and values).
+func addBenchTable(b *testing.B, tables *[]*Table, feats *[]Feature, batch *Batch, rows int64, opt OptimizerConfig) {
+	t := len(*tables)
+	tb, err := NewFixedTable(fmt.Sprintf("t%d", t), rows, 64, opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := range tb.Data {
+		tb.Data[i] = 0.01
+	}
+	*tables = append(*tables, tb)
+	*feats = append(*feats, Feature{Name: fmt.Sprintf("f%d", t), Table: t})
+	batch.KeyFeature = append(batch.KeyFeature, int64(t))
 }
 
 func BenchmarkTrainStepSmall(b *testing.B) { benchTrainStep(b, 10_000, 256) }
@@ -120,16 +127,7 @@ func BenchmarkDLRMStep(b *testing.B) {
 		for range t % 5 {
 			rows *= 10
 		}
-		tb, err := NewFixedTable(fmt.Sprintf("t%d", t), rows, 64, OptimizerConfig{Kind: OptAdagrad, LR: 0.01, Eps: 1e-8})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range tb.Data {
-			tb.Data[i] = 0.01
-		}
-		tables = append(tables, tb)
-		feats = append(feats, Feature{Name: fmt.Sprintf("f%d", t), Table: t})
-		batch.KeyFeature = append(batch.KeyFeature, int64(t))
+		addBenchTable(b, &tables, &feats, &batch, rows, OptimizerConfig{Kind: OptAdagrad, LR: 0.01, Eps: 1e-8})
 		z := rand.NewZipf(r, 1.05, 1, uint64(rows-1))
 		for i := 0; i < B; i++ {
 			batch.Lengths = append(batch.Lengths, 1)
