@@ -164,10 +164,9 @@ func (c *Collection) BeginPrepared(b embedding.Batch, dedup []embedding.TableDed
 	return c.begin(b, ds, ps)
 }
 
-// begin is Begin, with each table's dedup and partition taken from ds and ps when they are given.
-func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*TablePartition) (*Step, error) {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
+// newStep checks that the collection is open and the batch valid and returns an empty step for
+// it (featKey and uniq allocated). The caller holds c.mu.
+func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 	if c.closed {
 		return nil, errs.Invalidf("sharded collection: used after close")
 	}
@@ -175,8 +174,19 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 	if err != nil {
 		return nil, err
 	}
-	F, T := len(c.Features), len(c.Layouts)
-	s := &Step{c: c, B: B, featKey: make([]int, F), scales: make([]float32, len(b.Lengths)), uniq: make([][]int64, T)}
+	return &Step{c: c, B: B, featKey: make([]int, len(c.Features)), uniq: make([][]int64, len(c.Layouts))}, nil
+}
+
+// begin is Begin, with each table's dedup and partition taken from ds and ps when they are given.
+func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*TablePartition) (*Step, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	s, err := c.newStep(b)
+	if err != nil {
+		return nil, err
+	}
+	B, T := s.B, len(c.Layouts)
+	s.scales = make([]float32, len(b.Lengths))
 	offsets := make([]int64, len(b.Lengths)+1)
 	for k, f := range b.KeyFeature {
 		s.featKey[f] = k

@@ -38,15 +38,11 @@ type SequenceStep struct {
 func (c *Collection) BeginSequence(b embedding.Batch) (*SequenceStep, error) {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
-	if c.closed {
-		return nil, errs.Invalidf("sharded collection: used after close")
-	}
-	B, err := embedding.ValidateBatch(b, len(c.Features))
+	s, err := c.newStep(b)
 	if err != nil {
 		return nil, err
 	}
-	K, T := len(b.KeyFeature), len(c.Layouts)
-	s := &Step{c: c, B: B, featKey: make([]int, len(c.Features)), uniq: make([][]int64, T)}
+	B, K, T := s.B, len(b.KeyFeature), len(c.Layouts)
 	q := &SequenceStep{Step: s, inv: make([][]int32, T), lookups: make([]int, K), keyPos: make([]int, K), outOff: make([]int, K)}
 	valOff := make([]int64, K+1)
 	for k, f := range b.KeyFeature {
