@@ -61,6 +61,8 @@ type tableCtx struct {
 	inv   []int32   // per lookup position (the table's features' values in order): index into uniq
 	merge rowMerge  // Options.NoDedup: scratch of the merge by row (reused)
 	side  []sgdSide // linear SGD backward: per part, its side buffer (reused)
+	// linear SGD backward: the sequence forward's plan of the split pass (nil when not planned)
+	sgdPlan *linearSGD
 	// per distinct ID, the lookup where it first appears (dedupDense and dedupMap record it for
 	// the linear SGD backward; empty when another path deduplicated)
 	firstPos []int32

@@ -214,10 +214,21 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 
 	var firstErr atomic.Pointer[error]
 	fail := func(err error) { firstErr.CompareAndSwap(nil, &err) }
+	var base []int64 // each key's first gradient value, for the linear SGD plans
+	if keep {
+		base = s.keyBases(ctx)
+	}
 	dedup := func(ti int) {
 		t0 := time.Now()
+		tc := &ctx.tables[ti]
+		tc.sgdPlan = nil
 		if err := c.dedupTable(ti, b, B, ctx.featKey, offsets, ctx, train, keep); err != nil {
 			fail(err)
+			return
+		}
+		if keep && linearUpdate(c.Tables[ti].Opt) {
+			// planned here, beside the gather, rather than on backward's critical path
+			tc.sgdPlan = s.newLinearSGD(ctx, base, ti, parallel.Workers())
 		}
 		since(StageDedup, t0)
 	}

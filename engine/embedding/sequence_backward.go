@@ -85,7 +85,10 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 			items = append(items, item{t: t})
 			continue
 		}
-		l := s.newLinearSGD(ctx, base, t, parallel.Workers())
+		l := ctx.tables[t].sgdPlan // planned by the forward
+		if l == nil {
+			l = s.newLinearSGD(ctx, base, t, parallel.Workers())
+		}
 		sgds = append(sgds, l)
 		for p := range l.parts() {
 			items = append(items, item{t, l, p})
