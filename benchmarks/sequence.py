@@ -148,7 +148,7 @@ class Workload:
 
 
 def main() -> None:
-    bench = Bench("sequence", description=__doc__, repeats=9)
+    bench = Bench("sequence", description=__doc__, repeats=21)
     quick = bench.quick
     rows, dim, batch = (100_000, 64, 256) if quick else (1_000_000, 64, 1024)
     nb = 2 if quick else 4
