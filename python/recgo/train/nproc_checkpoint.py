@@ -89,6 +89,9 @@ def exists(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / LATEST).is_file()
 
 
+STEP_DIR = "_step_dir"  # key load_rank_state adds: the step folder the state was read from
+
+
 def _latest(root: Path) -> Path:
     try:
         return root / (root / LATEST).read_text().strip()
@@ -109,14 +112,17 @@ def load_rank_state(trainer: "Trainer", path: str | os.PathLike[str]) -> dict[st
         found = sorted(p.name for p in step_dir.glob("rank-*-of-*.pt"))
         raise RecgoIOError(f"{step_dir}: no {rank_file.name} (the checkpoint holds {found}; resume with the "
                            f"--nproc it was written with)")
-    return load_state(rank_file)
+    state = load_state(rank_file)
+    state[STEP_DIR] = str(step_dir)  # restore_model reads the sparse half from the same step
+    return state
 
 
 def restore_model(trainer: "Trainer", state: dict[str, Any], path: str | os.PathLike[str]) -> None:
     """Load the dense weights of ``state`` (from :func:`load_rank_state`) and the sparse half of the
     checkpoint under ``path`` into ``trainer``'s model (a collective for the recgo and TorchRec
-    backends; the TorchRec fused optimizer's state comes back here too)."""
-    step_dir = _latest(Path(path))
+    backends; the TorchRec fused optimizer's state comes back here too). The sparse half is read from
+    the step ``state`` came from, not from whatever ``latest`` names by now."""
+    step_dir = Path(state[STEP_DIR]) if STEP_DIR in state else _latest(Path(path))
     sparse = trainer.model.sparse
     trainer.model.dense.module.load_state_dict(state["dense"])
     if sparse.backend == "recgo":
