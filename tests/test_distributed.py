@@ -19,6 +19,7 @@ import torch.multiprocessing as mp
 
 import recgo
 from recgo.modules import optim
+from sharded_checks import check_update, close
 
 NODES, PER_NODE, WORLD, B_LOCAL, STEPS = 2, 2, 4, 4, 3
 SHARDING = {"th": "hash", "tt": "table_wise", "tr": "row_wise", "td": "data_parallel", "tp": "plan"}
@@ -65,12 +66,6 @@ def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -
             wts.append(feats[k].weights()[lo:hi])
     return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens),
                                    weights=torch.cat(wts) if wts else None)
-
-
-def close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    """1e-6 relative to the tensors' scale (the sharded sums add the same terms in another order)."""
-    scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
-    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6 * scale, msg=lambda m: f"{what}: {m}")
 
 
 def _entry(rank: int, fn_name: str, world: int, store: str, out: str, args: tuple) -> None:
@@ -188,19 +183,7 @@ def _world4_cases(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
                 R = torch.randn(pooled_ref.shape, generator=torch.Generator().manual_seed(step))
                 (pooled_ref * R).sum().backward()
                 (pooled * R[rank * B_LOCAL:(rank + 1) * B_LOCAL]).sum().backward()
-                if torch_opts is not None:
-                    for c in cfgs:
-                        close(sh.embedding_bags[c.name].weight.grad, ref.embedding_bags[c.name].weight.grad[ids[c.name]],
-                              f"{mode} step {step} grad {c.name}")
-                    for o in torch_opts:
-                        o.step()
-                        o.zero_grad()
-                for c in cfgs:
-                    mine, theirs = sh.embedding_bags[c.name], ref.embedding_bags[c.name]
-                    close(mine.weight.detach(), theirs.weight.detach()[ids[c.name]], f"{mode} {opt} step {step} weights {c.name}")
-                    if hasattr(theirs, "optimizer_state"):
-                        close(mine.optimizer_state, theirs.optimizer_state[ids[c.name]], f"{mode} {opt} state {c.name}")
-                        assert int(mine.optimizer_step) == int(theirs.optimizer_step)
+                check_update(sh.embedding_bags, ref.embedding_bags, cfgs, ids, torch_opts, f"{mode} {opt} step {step}")
                 t = sh.traffic()
                 gathered: list[Any] = [None] * world
                 dist.all_gather_object(gathered, (t["ids_inter"], t["vecs_inter"], t["grads_inter"],
@@ -248,16 +231,7 @@ def _pooled_cases(rank: int, world: int) -> list[int]:
             R = step_grad(kjt, step, 0, 1, WORLD * B_LOCAL)
             (pooled_ref * R).sum().backward()
             (got * R[rank * local:(rank + 1) * local]).sum().backward()
-            if torch_opts is not None:
-                for c in cfgs:
-                    close(sh.embedding_bags[c.name].weight.grad, ref.embedding_bags[c.name].weight.grad[ids[c.name]],
-                          f"{what} grad {c.name}")
-                for o in torch_opts:
-                    o.step()
-                    o.zero_grad()
-            for c in cfgs:
-                close(sh.embedding_bags[c.name].weight.detach(), ref.embedding_bags[c.name].weight.detach()[ids[c.name]],
-                      f"{what} weights {c.name}")
+            check_update(sh.embedding_bags, ref.embedding_bags, cfgs, ids, torch_opts, what)
             t = sh.traffic()
             gathered: list[Any] = [None] * world
             dist.all_gather_object(gathered, (t["pooled_vecs"], t["pooled_grads"]))

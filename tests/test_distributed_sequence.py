@@ -18,6 +18,7 @@ import torch.multiprocessing as mp
 
 import recgo
 from recgo.modules import optim
+from sharded_checks import check_update, close
 
 WORLD, B_LOCAL, STEPS = 2, 5, 3
 SHARDINGS: list[Any] = ["hash", "table_wise",
@@ -58,12 +59,6 @@ def rank_slice(kjt: recgo.KeyedJaggedTensor, rank: int) -> tuple[recgo.KeyedJagg
     return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens)), ranges
 
 
-def close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    """1e-6 relative to the tensors' scale (the sharded merge adds the same terms in another order)."""
-    scale = max(1.0, float(b.abs().max())) if b.numel() else 1.0
-    torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6 * scale, msg=lambda m: f"{what}: {m}")
-
-
 def _cases(rank: int, ckpt: str) -> dict[str, Any]:
     from recgo.distributed import ShardedEmbeddingCollection
     from recgo.errors import InvalidInputError, NotFoundError
@@ -95,18 +90,7 @@ def _cases(rank: int, ckpt: str) -> dict[str, Any]:
                         loss = loss + (got[k].values() * R[ranges[k]]).sum()
                     loss_ref.backward()
                     loss.backward()
-                    if torch_opts is not None:
-                        for c in cfgs:
-                            close(sh.embeddings[c.name].weight.grad, ref.embeddings[c.name].weight.grad[ids[c.name]],
-                                  f"{what} step {step} grad {c.name}")
-                        for o in torch_opts:
-                            o.step()
-                            o.zero_grad()
-                    for c in cfgs:
-                        a, b = sh.embeddings[c.name], ref.embeddings[c.name]
-                        close(a.weight.detach(), b.weight.detach()[ids[c.name]], f"{what} step {step} weights {c.name}")
-                        if hasattr(b, "optimizer_state"):
-                            close(a.optimizer_state, b.optimizer_state[ids[c.name]], f"{what} state {c.name}")
+                    check_update(sh.embeddings, ref.embeddings, cfgs, ids, torch_opts, f"{what} step {step}")
                     checked += 1
                     t = sh.traffic()
                     assert t["requested"] > 0 and t["pooled_vecs"] == 0  # rows, never owner partial sums
