@@ -89,6 +89,7 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 		if l == nil {
 			l = s.newLinearSGD(ctx, base, t, parallel.Workers())
 		}
+		l.alpha = -float32(c.Tables[t].Opt.LR) // the rate now, should it have changed since the forward
 		sgds = append(sgds, l)
 		for p := range l.parts() {
 			items = append(items, item{t, l, p})

@@ -45,9 +45,13 @@ func newSGDCase(t *testing.T, seed uint64, rows int64, B int) *sgdCase {
 			}
 		}
 	}
-	x.grad = make([]float32, len(x.b.Values)*dim)
-	for i := range x.grad {
-		x.grad[i] = float32(r.NormFloat64())
+	gradRows, err := s.GradRows(x.b)
+	require.NoError(t, err)
+	x.grad = make([]float32, gradRows*s.Width()) // the outputs back to back, zero-padded to whole rows
+	for i := range x.b.Values {
+		for j := 0; j < dim; j++ {
+			x.grad[i*dim+j] = float32(r.NormFloat64())
+		}
 	}
 	x.want = make([]float64, len(tb.Data))
 	for i, v := range tb.Data {
@@ -192,4 +196,21 @@ func TestDedupRecordsFirstPositions(t *testing.T) {
 		require.Equal(t, want, tc.firstPos, "dense %v", dense)
 		x.s.Release(ctx)
 	}
+}
+
+// TestLinearSGDRateAtBackward: a learning rate changed between the forward (which plans the split
+// pass) and the backward applies, as it does on the other backward paths.
+func TestLinearSGDRateAtBackward(t *testing.T) {
+	x := newSGDCase(t, 17, 20000, 800) // its reference: w0 − 0.05·Σg
+	w0 := append([]float32(nil), x.tb.Data...)
+	ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+	require.NoError(t, err)
+	require.NotNil(t, ctx.tables[0].sgdPlan, "the forward plans a linear table's pass")
+	require.NoError(t, x.s.owner.SetOptimizer(OptimizerConfig{Kind: OptSGD, LR: 0.1}))
+	require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
+	x.s.Release(ctx)
+	for i, w := range w0 { // w0 − 0.1·Σg = 2·(w0 − 0.05·Σg) − w0
+		x.want[i] = 2*x.want[i] - float64(w)
+	}
+	x.check(t)
 }
