@@ -101,6 +101,16 @@ type testWorld struct {
 	ref   *embedding.Collection
 }
 
+// The world most lockstep tests share: one table of each sharding kind (rows and dims per table),
+// and shape, a topology of nodes × ranks per node.
+var (
+	mixedKinds = []Kind{Hash, TableWise, RowWise, DataParallel}
+	mixedRows  = []int64{50, 30, 41, 7}
+	mixedDims  = []int{4, 8, 3, 5}
+)
+
+type shape struct{ nodes, per int }
+
 func newTestWorld(t *testing.T, nodes, per int, mode Mode, kinds []Kind, rows []int64, dims []int, opt embedding.OptimizerConfig) *testWorld {
 	topo, err := NewTopology(nodes, per, nodes*per)
 	require.NoError(t, err)
@@ -193,10 +203,7 @@ func TestShardedStepsMatchOneCollection(t *testing.T) {
 		{Kind: embedding.OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8},
 		{Kind: embedding.OptAdam, LR: 0.01, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999},
 	}
-	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
-	rows := []int64{50, 30, 41, 7}
-	dims := []int{4, 8, 3, 5}
-	type shape struct{ nodes, per int }
+	kinds, rows, dims := mixedKinds, mixedRows, mixedDims
 	for _, sh := range []shape{{2, 2}, {1, 2}} {
 		for _, mode := range []Mode{Flat, Hierarchical} {
 			for _, ret := range []Return{ReturnAuto, ReturnRows, ReturnPooled} {
@@ -322,9 +329,7 @@ func TestAutoReturnPicksTheCheaper(t *testing.T) {
 // TestReturnsMayDifferPerRankAndTable: each requester announces its own returns, so ranks and
 // tables with different policies still train like the single collection; bad policies are refused.
 func TestReturnsMayDifferPerRankAndTable(t *testing.T) {
-	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
-	rows := []int64{50, 30, 41, 7}
-	dims := []int{4, 8, 3, 5}
+	kinds, rows, dims := mixedKinds, mixedRows, mixedDims
 	w := newTestWorld(t, 2, 2, Flat, kinds, rows, dims, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
 	all := []Return{ReturnAuto, ReturnRows, ReturnPooled}
 	for r, c := range w.ranks {

@@ -39,7 +39,6 @@ func refPartition(l *Layout, topo Topology, mode Mode, self int, ids []int64) Ta
 }
 
 func TestPartitionMatchesReference(t *testing.T) {
-	type shape struct{ nodes, per int }
 	for _, sh := range []shape{{1, 1}, {1, 3}, {2, 2}, {3, 2}} {
 		for _, mode := range []Mode{Flat, Hierarchical} {
 			for _, kind := range []Kind{Hash, TableWise, RowWise, DataParallel} {
@@ -108,10 +107,7 @@ func TestPartitionRejectsBadInput(t *testing.T) {
 // The partition leg 0's countStage sends by (its send counts and send order) is the
 // partitioner's over the step's distinct IDs.
 func TestCountStageUsesThePartitioner(t *testing.T) {
-	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
-	rows := []int64{50, 30, 41, 7}
-	dims := []int{4, 8, 3, 5}
-	type shape struct{ nodes, per int }
+	kinds, rows, dims := mixedKinds, mixedRows, mixedDims
 	for _, sh := range []shape{{1, 4}, {2, 2}} {
 		for _, mode := range []Mode{Flat, Hierarchical} {
 			t.Run(fmt.Sprintf("%dx%d/%s", sh.nodes, sh.per, mode), func(t *testing.T) {
@@ -145,9 +141,7 @@ func TestCountStageUsesThePartitioner(t *testing.T) {
 // The partitioner may run on several goroutines at once while the collection trains (the input
 // pipeline's FORMAT workers partition ahead while the step runs): same answers, no race.
 func TestPartitionerIsSafeConcurrently(t *testing.T) {
-	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
-	rows := []int64{50, 30, 41, 7}
-	w := newTestWorld(t, 1, 2, Flat, kinds, rows, []int{4, 8, 3, 5}, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+	w := newTestWorld(t, 1, 2, Flat, mixedKinds, mixedRows, mixedDims, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
 	pt := w.ranks[0].Partitioner()
 	ids := []int64{49, 3, 17, 0, 28, 11}
 	part := func(ti int) TablePartition {
@@ -172,7 +166,7 @@ func TestPartitionerIsSafeConcurrently(t *testing.T) {
 			}
 		}()
 	}
-	checkSteps(t, w, kinds, rows, false)
+	checkSteps(t, w, mixedKinds, mixedRows, false)
 	close(stop)
 	wg.Wait()
 }
@@ -210,11 +204,8 @@ func prepare(t *testing.T, c *Collection, b embedding.Batch, B int) ([]embedding
 // Steps begun from prepared batches equal those begun by Begin, bit for bit: pooled outputs,
 // every row after the fused updates, the counters and the bytes moved.
 func TestBeginPreparedEqualsBegin(t *testing.T) {
-	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
-	rows := []int64{50, 30, 41, 7}
-	dims := []int{4, 8, 3, 5}
+	kinds, rows, dims := mixedKinds, mixedRows, mixedDims
 	opt := embedding.OptimizerConfig{Kind: embedding.OptAdam, LR: 0.01, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999}
-	type shape struct{ nodes, per int }
 	for _, sh := range []shape{{1, 2}, {2, 2}} {
 		for _, mode := range []Mode{Flat, Hierarchical} {
 			for _, ret := range []Return{ReturnAuto, ReturnPooled} {

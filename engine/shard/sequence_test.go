@@ -18,10 +18,7 @@ func TestShardedSequenceStepsMatchOneCollection(t *testing.T) {
 		{Kind: embedding.OptSGD, LR: 0.1},
 		{Kind: embedding.OptAdagrad, LR: 0.1, Eps: 1e-8},
 	}
-	kinds := []Kind{Hash, TableWise, RowWise, DataParallel}
-	rows := []int64{50, 30, 41, 7}
-	dims := []int{4, 8, 3, 5}
-	type shape struct{ nodes, per int }
+	kinds, rows, dims := mixedKinds, mixedRows, mixedDims
 	for _, sh := range []shape{{2, 2}, {1, 2}} {
 		for _, mode := range []Mode{Flat, Hierarchical} {
 			for _, opt := range opts {
