@@ -121,30 +121,16 @@ func newRowUpdater(c OptimizerConfig, step int64) rowUpdater {
 // (len(rows)·Dim values, row-major).
 func (u *rowUpdater) applyRows(t *Table, rows []int64, g []float32) {
 	ws, ss, d := t.Stride, t.StateWidth(), t.Dim
-	// The rows are scattered over the table: each chunk's rows (and state) are prefetched
-	// applyLag chunks before it is updated, a steady stream of misses (see sgdBatch).
-	prefetch := func(rows []int64) {
-		kernels.PrefetchRows(t.Data, rows, int64(ws), d)
+	// The rows are scattered over the table: their data and state stream in ahead (streamRows).
+	streamRows(len(rows), len(rows), func(lo, hi int) {
+		kernels.PrefetchRows(t.Data, rows[lo:hi], int64(ws), d)
 		if ss > 0 {
-			kernels.PrefetchRows(t.State, rows, int64(ss), ss)
+			kernels.PrefetchRows(t.State, rows[lo:hi], int64(ss), ss)
 		}
-	}
-	prefetch(rows[:min(applyLag*applyChunk, len(rows))])
-	for lo := 0; lo < len(rows); lo += applyChunk {
-		hi := min(lo+applyChunk, len(rows))
-		if p := lo + applyLag*applyChunk; p < len(rows) {
-			prefetch(rows[p:min(p+applyChunk, len(rows))])
-		}
+	}, func(lo, hi int) {
 		u.applyChunk(t, rows[lo:hi], g[lo*d:hi*d])
-	}
+	})
 }
-
-// applyChunk is the number of rows one update kernel call applies, applyLag the chunks between a
-// chunk's prefetch and its update.
-const (
-	applyChunk = sgdBatch
-	applyLag   = sgdLag
-)
 
 func (u *rowUpdater) applyChunk(t *Table, rows []int64, g []float32) {
 	lr, eps := float32(u.cfg.LR), float32(u.cfg.Eps)

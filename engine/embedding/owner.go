@@ -22,15 +22,13 @@ func (t *Table) GatherRows(rows []int64, dst []float32) error {
 			return errs.Invalidf("table %q: row %d out of range [0, %d)", t.Name, r, t.rows)
 		}
 	}
-	for lo := 0; lo < len(rows); lo += applyChunk {
-		hi := min(lo+applyChunk, len(rows))
-		if hi < len(rows) {
-			kernels.PrefetchRows(t.Data, rows[hi:min(hi+applyChunk, len(rows))], int64(t.Stride), d)
-		}
+	streamRows(len(rows), len(rows), func(lo, hi int) {
+		kernels.PrefetchRows(t.Data, rows[lo:hi], int64(t.Stride), d)
+	}, func(lo, hi int) {
 		for k, r := range rows[lo:hi] {
 			copy(dst[(lo+k)*d:(lo+k+1)*d], t.Row(r))
 		}
-	}
+	})
 	return nil
 }
 

@@ -149,8 +149,7 @@ func (s *SequenceCollection) lock() (func(), error) {
 	return func() { s.view.mu.RUnlock(); s.owner.mu.RUnlock() }, nil
 }
 
-// gatherRun is the number of rows one gather work item copies, sgdBatch rows per kernel call,
-// each call's rows prefetched sgdLag calls ahead (the scaledAdder's stream of row misses).
+// gatherRun is the number of rows one gather work item copies (streamRows: rowChunk per kernel call).
 const gatherRun = 512
 
 // iotaBuf holds 0, 1, 2, …: the bounds of one-ID segments (read-only once published).
@@ -290,7 +289,7 @@ func (s *SequenceCollection) gatherItems(b Batch, B int, ctx *Context) []gatherI
 }
 
 // gather copies each ID's row of an item to its slot of its key's output (kernels.GatherRows),
-// sgdBatch IDs per kernel call, rows prefetched ahead. A fixed table's IDs are range-checked first (its dedup
+// rowChunk IDs per kernel call, rows prefetched ahead (streamRows). A fixed table's IDs are range-checked first (its dedup
 // may not have run yet): an item with an ID out of range writes nothing and fails.
 func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem) error {
 	c := s.view
@@ -301,16 +300,14 @@ func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Conte
 			return err
 		}
 	}
-	d, k0, out := int64(t.Dim), ctx.offsets[it.k*B], outs[it.k]
-	n := int64(len(offs)) // prefetches may run into the next item: they are hints, never faults
-	kernels.PrefetchRows(t.Data, offs[it.v0:min(it.v0+sgdLag*sgdBatch, n)], mult, t.Dim)
-	for v0 := it.v0; v0 < it.v1; v0 += sgdBatch {
-		v1 := min(v0+sgdBatch, it.v1)
-		if p := v0 + sgdLag*sgdBatch; p < n {
-			kernels.PrefetchRows(t.Data, offs[p:min(p+sgdBatch, n)], mult, t.Dim)
-		}
-		kernels.GatherRows(out[(v0-k0)*d:(v1-k0)*d], t.Dim, t.Data, offs[v0:v1], mult)
-	}
+	d, out := int64(t.Dim), outs[it.k]
+	ids := offs[it.v0:] // prefetches may run into the next item: hints, never faults
+	dst := out[(it.v0-ctx.offsets[it.k*B])*d:]
+	streamRows(int(it.v1-it.v0), len(ids), func(lo, hi int) {
+		kernels.PrefetchRows(t.Data, ids[lo:hi], mult, t.Dim)
+	}, func(lo, hi int) {
+		kernels.GatherRows(dst[int64(lo)*d:int64(hi)*d], t.Dim, t.Data, ids[lo:hi], mult)
+	})
 	return nil
 }
 

@@ -7,15 +7,6 @@ import (
 	"github.com/recgo/recgo/kernels"
 )
 
-// sgdBatch is the number of rows one kernel call of a scaledAdder updates, and sgdLag the number of
-// batches between a batch's prefetch and its update: small batches issued a few ahead keep a
-// steady stream of row misses in flight, where one large batch prefetched just ahead overflows the
-// core's miss queue (measured on the sequence benchmark's random rows).
-const (
-	sgdBatch = 8
-	sgdLag   = 2
-)
-
 // sgdPartMin is the fewest lookups a part of a split linear pass gets (below it the goroutine
 // start-up outweighs the work).
 const sgdPartMin = 4096
@@ -30,22 +21,22 @@ const (
 )
 
 // scaledAdder applies dst[row·stride : +dim] += alpha · src[off : +dim] for queued (row, off)
-// pairs in queue order, sgdBatch pairs per kernel call, each batch's rows prefetched sgdLag
+// pairs in queue order, rowChunk pairs per kernel call, each batch's rows prefetched rowLag
 // batches before they are updated. Rows < 0 are skipped.
 type scaledAdder struct {
 	dst         []float32
 	src         []float32
 	stride, dim int
 	alpha       float32
-	rows, offs  [sgdLag + 1][sgdBatch]int64
-	lens        [sgdLag + 1]int
+	rows, offs  [rowLag + 1][rowChunk]int64
+	lens        [rowLag + 1]int
 	cur, n      int // batch being filled and its entries
 	queued      int // batches filled, prefetched and not yet applied
 }
 
 func (a *scaledAdder) add(row, off int64) {
 	a.rows[a.cur][a.n], a.offs[a.cur][a.n] = row, off
-	if a.n++; a.n == sgdBatch {
+	if a.n++; a.n == rowChunk {
 		a.push()
 	}
 }
@@ -54,8 +45,8 @@ func (a *scaledAdder) add(row, off int64) {
 func (a *scaledAdder) push() {
 	kernels.PrefetchRows(a.dst, a.rows[a.cur][:a.n], int64(a.stride), a.dim)
 	a.lens[a.cur] = a.n
-	a.cur, a.n = (a.cur+1)%(sgdLag+1), 0
-	if a.queued++; a.queued > sgdLag {
+	a.cur, a.n = (a.cur+1)%(rowLag+1), 0
+	if a.queued++; a.queued > rowLag {
 		a.apply(a.cur) // the slot the next batch fills holds the oldest queued batch
 	}
 }
@@ -72,7 +63,7 @@ func (a *scaledAdder) flush() {
 		a.push()
 	}
 	for a.queued > 0 {
-		a.apply((a.cur + sgdLag + 1 - a.queued) % (sgdLag + 1))
+		a.apply((a.cur + rowLag + 1 - a.queued) % (rowLag + 1))
 	}
 }
 

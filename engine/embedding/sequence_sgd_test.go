@@ -149,7 +149,7 @@ func TestLinearSGDNumberingFallback(t *testing.T) {
 // TestScaledAdderOrder: queued adds land in queue order for every queue length (the ring's
 // flush of partly filled batches included).
 func TestScaledAdderOrder(t *testing.T) {
-	for n := 0; n < 5*sgdBatch*(sgdLag+1); n++ {
+	for n := 0; n < 5*rowChunk*(rowLag+1); n++ {
 		dst := make([]float32, 8*4)
 		src := make([]float32, n*8)
 		want := make([]float64, len(dst))
