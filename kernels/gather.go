@@ -8,8 +8,26 @@ func GatherRows(dst []float32, dim int, src []float32, offs []int64, mult int64)
 	gatherRows(dst, dim, src, offs, mult)
 }
 
+// GatherRowsStreaming is GatherRows whose stores to dst bypass the caches (non-temporal) where
+// the CPU and the layout allow it (AVX2, dim a multiple of 16, dst 32-byte aligned), and plain
+// GatherRows elsewhere. It is for outputs larger than the last-level cache that the caller does
+// not read back at once (a sequence lookup's [N, D] rows): streaming them skips the read for
+// ownership of each destination line. The stores are fenced before it returns. Out-of-range
+// offsets panic with an index error before anything is written.
+func GatherRowsStreaming(dst []float32, dim int, src []float32, offs []int64, mult int64) {
+	_ = dst[: len(offs)*dim : len(dst)]
+	d := int64(dim)
+	for _, off := range offs { // the assembly checks no bounds: check them all as slicing would
+		if off >= 0 {
+			_ = src[off*mult : off*mult+d]
+		}
+	}
+	gatherRowsStreaming(dst, dim, src, offs, mult)
+}
+
 // GatherRowsGeneric is the portable implementation of GatherRows.
 func GatherRowsGeneric(dst []float32, dim int, src []float32, offs []int64, mult int64) {
+	dst = dst[:len(dst):len(dst)] // rows past len(dst) panic, even within its capacity
 	_ = dst[:len(offs)*dim]
 	for i, off := range offs {
 		out := dst[i*dim : (i+1)*dim]

@@ -2,6 +2,10 @@
 
 package kernels
 
+func gatherRowsStreaming(dst []float32, dim int, src []float32, offs []int64, mult int64) {
+	GatherRowsGeneric(dst, dim, src, offs, mult)
+}
+
 func gatherRows(dst []float32, dim int, src []float32, offs []int64, mult int64) {
 	GatherRowsGeneric(dst, dim, src, offs, mult)
 }

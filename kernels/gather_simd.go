@@ -2,13 +2,17 @@
 
 package kernels
 
-import "simd/archsimd"
+import (
+	"simd/archsimd"
+	"unsafe"
+)
 
 func gatherRows(dst []float32, dim int, src []float32, offs []int64, mult int64) {
 	if !hasAVX2 || dim%8 != 0 {
 		GatherRowsGeneric(dst, dim, src, offs, mult)
 		return
 	}
+	dst = dst[:len(dst):len(dst)] // rows past len(dst) panic, even within its capacity
 	_ = dst[:len(offs)*dim]
 	d := int64(dim)
 	var zero archsimd.Float32x8
@@ -26,6 +30,16 @@ func gatherRows(dst []float32, dim int, src []float32, offs []int64, mult int64)
 		}
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+func gatherRowsStreaming(dst []float32, dim int, src []float32, offs []int64, mult int64) {
+	if !hasAVX2 || dim%16 != 0 || len(offs) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(dst)))%32 != 0 {
+		gatherRows(dst, dim, src, offs, mult)
+		return
+	}
+	dst = dst[:len(dst):len(dst)] // rows past len(dst) panic, even within its capacity
+	gatherRowsNT(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(offs),
+		len(offs), mult*4, dim*4)
 }
 
 func addScaledRows(dst []float32, dstStride, dim int, rows []int64, src []float32, srcOffs []int64, alpha float32) {

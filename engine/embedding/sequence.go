@@ -152,6 +152,12 @@ func (s *SequenceCollection) lock() (func(), error) {
 // gatherRun is the number of rows one gather work item copies (streamRows: rowChunk per kernel call).
 const gatherRun = 512
 
+// streamOutputBytes is the output size from which a forward writes its rows with non-temporal
+// stores (kernels.GatherRowsStreaming): an output this large does not stay in the caches for its
+// reader anyway, and streaming skips the read for ownership of every line written. Smaller
+// outputs are written through the caches, where the model's next layer finds them.
+const streamOutputBytes = 8 << 20
+
 // iotaBuf holds 0, 1, 2, …: the bounds of one-ID segments (read-only once published).
 var iotaBuf atomic.Pointer[[]int64]
 
@@ -250,12 +256,13 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	}
 	t0 := time.Now()
 	items := s.gatherItems(b, B, ctx)
+	stream := total*4 >= streamOutputBytes
 	parallel.ForEach(len(late)+len(items), 1, func(j int) {
 		if j < len(late) {
 			dedup(late[j])
 			return
 		}
-		if err := s.gather(b, B, outs, ctx, items[j-len(late)]); err != nil {
+		if err := s.gather(b, B, outs, ctx, items[j-len(late)], stream); err != nil {
 			fail(err)
 		}
 	})
@@ -288,10 +295,10 @@ func (s *SequenceCollection) gatherItems(b Batch, B int, ctx *Context) []gatherI
 	return items
 }
 
-// gather copies each ID's row of an item to its slot of its key's output (kernels.GatherRows),
-// rowChunk IDs per kernel call, rows prefetched ahead (streamRows). A fixed table's IDs are range-checked first (its dedup
+// gather copies each ID's row of an item to its slot of its key's output (kernels.GatherRows, or
+// GatherRowsStreaming for a large output: stream), rowChunk IDs per kernel call, rows prefetched ahead (streamRows). A fixed table's IDs are range-checked first (its dedup
 // may not have run yet): an item with an ID out of range writes nothing and fails.
-func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem) error {
+func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem, stream bool) error {
 	c := s.view
 	t := c.Tables[c.Features[b.KeyFeature[it.k]].Table]
 	offs, mult := c.rowSource(t, b, ctx)
@@ -303,10 +310,14 @@ func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Conte
 	d, out := int64(t.Dim), outs[it.k]
 	ids := offs[it.v0:] // prefetches may run into the next item: hints, never faults
 	dst := out[(it.v0-ctx.offsets[it.k*B])*d:]
+	copyRows := kernels.GatherRows
+	if stream {
+		copyRows = kernels.GatherRowsStreaming
+	}
 	streamRows(int(it.v1-it.v0), len(ids), func(lo, hi int) {
 		kernels.PrefetchRows(t.Data, ids[lo:hi], mult, t.Dim)
 	}, func(lo, hi int) {
-		kernels.GatherRows(dst[int64(lo)*d:int64(hi)*d], t.Dim, t.Data, ids[lo:hi], mult)
+		copyRows(dst[int64(lo)*d:int64(hi)*d], t.Dim, t.Data, ids[lo:hi], mult)
 	})
 	return nil
 }

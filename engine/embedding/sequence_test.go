@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
@@ -484,5 +485,46 @@ func TestSequenceConcurrentWithOwner(t *testing.T) {
 	close(errc)
 	for err := range errc {
 		require.NoError(t, err)
+	}
+}
+
+// TestSequenceStreamedForwardMatchesRows: an output past streamOutputBytes is written with
+// non-temporal stores (dim 64, a multiple of 16, 32-byte aligned) or through the caches (dim 24;
+// the second key's misaligned start): across item boundaries every row equals its table row.
+func TestSequenceStreamedForwardMatchesRows(t *testing.T) {
+	for _, dim := range []int{64, 24} {
+		t.Run(fmt.Sprintf("dim%d", dim), func(t *testing.T) {
+			tb, err := NewFixedTable("item", 5000, dim, OptimizerConfig{Kind: OptNone})
+			require.NoError(t, err)
+			for i := range tb.Data {
+				tb.Data[i] = float32(i)
+			}
+			c, err := NewCollection([]*Table{tb}, []Feature{{Name: "x", Table: 0}})
+			require.NoError(t, err)
+			defer c.Close()
+			s, err := NewSequenceCollection(c, []Feature{{Name: "a", Table: 0}, {Name: "b", Table: 0}})
+			require.NoError(t, err)
+			r := rand.New(rand.NewPCG(5, 6))
+			n := streamOutputBytes/4/dim + 777 // past the threshold, not a multiple of the chunks
+			b := Batch{KeyFeature: []int64{1, 0}, Lengths: []int64{int64(n - 3), 3, 2, 0}}
+			for range n + 2 {
+				b.Values = append(b.Values, r.Int64N(5000))
+			}
+			sizes, err := s.OutputSizes(b)
+			require.NoError(t, err)
+			flat := make([]float32, sizes[0]+sizes[1]+8+1)
+			lead := int((32 - uintptr(unsafe.Pointer(&flat[0]))%32) % 32 / 4)
+			big := flat[lead : lead+int(sizes[0])]                           // 32-byte aligned: the streamed path
+			outs := [][]float32{big, flat[lead+int(sizes[0])+1:][:sizes[1]]} // the small key's start is not
+			_, err = s.Forward(b, outs, true, false)
+			require.NoError(t, err)
+			for v, id := range b.Values {
+				k, i := 0, v
+				if v >= n {
+					k, i = 1, v-n
+				}
+				require.Equal(t, tb.Row(id), outs[k][i*dim:(i+1)*dim], "lookup %d", v)
+			}
+		})
 	}
 }
