@@ -8,6 +8,12 @@ func GatherRows(dst []float32, dim int, src []float32, offs []int64, mult int64)
 	gatherRows(dst, dim, src, offs, mult)
 }
 
+// StreamingBytes is the output size in bytes from which a gather is better written with
+// GatherRowsStreaming: an output this large does not stay in the caches for its reader anyway,
+// so streaming only saves the read for ownership of every line. Smaller outputs are written
+// through the caches, where the model's next layer finds them.
+const StreamingBytes = 8 << 20
+
 // GatherRowsStreaming is GatherRows whose stores to dst bypass the caches (non-temporal) where
 // the CPU and the layout allow it (AVX2, dim a multiple of 16, dst 32-byte aligned), and plain
 // GatherRows elsewhere. It is for outputs larger than the last-level cache that the caller does

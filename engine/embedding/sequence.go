@@ -152,12 +152,6 @@ func (s *SequenceCollection) lock() (func(), error) {
 // gatherRun is the number of rows one gather work item copies (streamRows: rowChunk per kernel call).
 const gatherRun = 512
 
-// streamOutputBytes is the output size from which a forward writes its rows with non-temporal
-// stores (kernels.GatherRowsStreaming): an output this large does not stay in the caches for its
-// reader anyway, and streaming skips the read for ownership of every line written. Smaller
-// outputs are written through the caches, where the model's next layer finds them.
-const streamOutputBytes = 8 << 20
-
 // iotaBuf holds 0, 1, 2, …: the bounds of one-ID segments (read-only once published).
 var iotaBuf atomic.Pointer[[]int64]
 
@@ -256,7 +250,7 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	}
 	t0 := time.Now()
 	items := s.gatherItems(b, B, ctx)
-	stream := total*4 >= streamOutputBytes
+	stream := total*4 >= kernels.StreamingBytes
 	parallel.ForEach(len(late)+len(items), 1, func(j int) {
 		if j < len(late) {
 			dedup(late[j])

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/kernels"
 )
 
 // seqSetup is a random sequence collection over a random owner's tables, a batch and its ids per
@@ -488,7 +489,7 @@ func TestSequenceConcurrentWithOwner(t *testing.T) {
 	}
 }
 
-// TestSequenceStreamedForwardMatchesRows: an output past streamOutputBytes is written with
+// TestSequenceStreamedForwardMatchesRows: an output past kernels.StreamingBytes is written with
 // non-temporal stores (dim 64, a multiple of 16, 32-byte aligned) or through the caches (dim 24;
 // the second key's misaligned start): across item boundaries every row equals its table row.
 func TestSequenceStreamedForwardMatchesRows(t *testing.T) {
@@ -505,7 +506,7 @@ func TestSequenceStreamedForwardMatchesRows(t *testing.T) {
 			s, err := NewSequenceCollection(c, []Feature{{Name: "a", Table: 0}, {Name: "b", Table: 0}})
 			require.NoError(t, err)
 			r := rand.New(rand.NewPCG(5, 6))
-			n := streamOutputBytes/4/dim + 777 // past the threshold, not a multiple of the chunks
+			n := kernels.StreamingBytes/4/dim + 777 // past the threshold, not a multiple of the chunks
 			b := Batch{KeyFeature: []int64{1, 0}, Lengths: []int64{int64(n - 3), 3, 2, 0}}
 			for range n + 2 {
 				b.Values = append(b.Values, r.Int64N(5000))

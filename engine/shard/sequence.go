@@ -4,6 +4,7 @@ import (
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/kernels"
 )
 
 // Sequence (unpooled) lookups over a sharded collection: one row per ID, as embedding's sequence
@@ -89,7 +90,9 @@ func (q *SequenceStep) OutputLen() int { return q.total }
 // KeyOutput returns where key k's rows start in the output and how many lookups it has.
 func (q *SequenceStep) KeyOutput(k int) (offset, lookups int) { return q.outOff[k], q.lookups[k] }
 
-// Gather writes one row per lookup (OutputLen values, overwritten) once the forward exchange ran.
+// Gather writes one row per lookup (OutputLen values, overwritten) once the forward exchange ran:
+// work items of gatherRun lookups run in parallel, rowChunk rows per kernel call; an output of
+// kernels.StreamingBytes or more is written with non-temporal stores.
 func (q *SequenceStep) Gather(out []float32) error {
 	s := q.Step
 	c := s.c
@@ -99,19 +102,44 @@ func (q *SequenceStep) Gather(out []float32) error {
 	if q.gathered || !s.X.forwardDone() {
 		return errs.Invalidf("sequence forward: the exchange has not finished")
 	}
-	parallel.ForEach(len(c.Features), 1, func(f int) {
-		t, k := c.Features[f].Table, s.featKey[f]
+	copyRows := kernels.GatherRows
+	if len(out)*4 >= kernels.StreamingBytes {
+		copyRows = kernels.GatherRowsStreaming
+	}
+	type item struct{ f, lo, hi int }
+	var items []item
+	for f := range c.Features {
+		for lo, n := 0, q.lookups[s.featKey[f]]; lo < n; lo += gatherRun {
+			items = append(items, item{f, lo, min(lo+gatherRun, n)})
+		}
+	}
+	parallel.ForEach(len(items), 1, func(i int) {
+		it := items[i]
+		t, k := c.Features[it.f].Table, s.featKey[it.f]
 		d := c.Layouts[t].Dim
 		rows := s.X.Rows(t)
-		dst := out[q.outOff[k] : q.outOff[k]+q.lookups[k]*d]
-		for j, u := range q.inv[t][q.keyPos[k] : q.keyPos[k]+q.lookups[k]] {
-			copy(dst[j*d:(j+1)*d], rows[int(u)*d:(int(u)+1)*d])
+		inv := q.inv[t][q.keyPos[k]+it.lo : q.keyPos[k]+it.hi]
+		dst := out[q.outOff[k]+it.lo*d : q.outOff[k]+it.hi*d]
+		var offs [rowChunk]int64
+		for j := 0; j < len(inv); j += rowChunk {
+			m := min(rowChunk, len(inv)-j)
+			for x := range m {
+				offs[x] = int64(inv[j+x])
+			}
+			copyRows(dst[j*d:(j+m)*d], d, rows, offs[:m], int64(d))
 		}
 	})
 	q.gathered = true
 	s.X.dropRows()
 	return nil
 }
+
+// gatherRun is the number of lookups one Gather work item copies, and rowChunk the rows of one
+// kernel call (the inverse map's int32 indices widened on the stack).
+const (
+	gatherRun = 512
+	rowChunk  = 8
+)
 
 // Backward merges the per-lookup gradient (Gather's layout, OutputLen values) into one gradient per
 // distinct ID of each table and queues the backward exchange; with fused, the owners apply their

@@ -24,14 +24,18 @@ func TestShardedSequenceStepsMatchOneCollection(t *testing.T) {
 			for _, opt := range opts {
 				t.Run(fmt.Sprintf("%dx%d/%s/%s", sh.nodes, sh.per, mode, opt.Kind), func(t *testing.T) {
 					w := newTestWorld(t, sh.nodes, sh.per, mode, kinds, rows, dims, opt)
-					checkSequenceSteps(t, w, rows)
+					checkSequenceSteps(t, w, rows, 5)
 				})
 			}
 		}
 	}
+	// ~1,000 lookups per key and rank: Gather's work items split each key's rows
+	t.Run("1x2/flat/sgd/long", func(t *testing.T) {
+		checkSequenceSteps(t, newTestWorld(t, 1, 2, Flat, kinds, rows, dims, opts[0]), rows, 700)
+	})
 }
 
-func checkSequenceSteps(t *testing.T, w *testWorld, rows []int64) {
+func checkSequenceSteps(t *testing.T, w *testWorld, rows []int64, Bl int) {
 	feats := make([]embedding.Feature, len(rows))
 	for i := range feats {
 		feats[i] = embedding.Feature{Name: fmt.Sprintf("s%d", i), Table: i}
@@ -39,7 +43,7 @@ func checkSequenceSteps(t *testing.T, w *testWorld, rows []int64) {
 	ref, err := embedding.NewSequenceCollection(w.ref, feats)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(3, 4))
-	W, Bl := w.topo.World(), 5
+	W := w.topo.World()
 	for step := 0; step < 3; step++ {
 		_, lens, vals := randBatch(rng, len(rows), W*Bl, rows)
 		whole := sliceBatch(lens, vals, 0, W*Bl)
