@@ -62,7 +62,7 @@ from ..data import _prepared
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
-from . import _ops
+from . import _eager, _ops
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
@@ -470,8 +470,19 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if keep and self._optimizer is None and not torch.compiler.is_compiling():
             self._check_trained(params)
         key_feature, values, lengths, weights = self._engine_batch(kjt, weights)
-        out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params)
-        return out
+        if not _eager.allowed(key_feature, values, lengths, weights, *params):
+            out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params)
+            return out
+        out = self._output(lengths.numel() // max(1, key_feature.numel()))
+        if not keep:
+            self._run_forward(key_feature, values, lengths, weights, out, False)
+            return out
+        return _eager.lookup(lambda: ([out], self._run_forward(key_feature, values, lengths, weights, out, True)),
+                             self._eager_backward, params)[0]
+
+    def _eager_backward(self, ticket: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """The eager path's backward (``_eager``): ``recgo::ebc_backward`` and its autograd formula in one."""
+        return self._grads_from(self._run_backward(int(ticket.item()), grads[0]))
 
     def _check_trained(self, params: list[torch.Tensor]) -> None:
         """Warn once when backward passes keep accumulating gradients into weights nothing updates

@@ -31,7 +31,7 @@ from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from . import _ops, _sequence_ops
+from . import _eager, _ops, _sequence_ops
 from ._contexts import ContextStore
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, _storage_use_count
 from .optim import FusedOptimizer
@@ -321,6 +321,10 @@ class EmbeddingCollection(nn.Module):
         cfgs = self._owner.embedding_bag_configs()
         return [self._owner.embedding_bags[cfgs[i].name].weight for i in self._tables]
 
+    def _eager_backward(self, ticket: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        """The eager path's backward (``_eager``): ``recgo::ec_backward`` and its autograd formula in one."""
+        return self._grads_from(self._run_backward(int(ticket.item()), grads))
+
     def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """Per-parameter gradients from ``recgo::ec_backward``'s result (the anchor's when fused)."""
         if self._fused:
@@ -359,8 +363,14 @@ class EmbeddingCollection(nn.Module):
             dims = self._key_dims_cache[tuple(keys)] = [self._feature_dims[self._feature_index[k]] for k in keys]
         keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         lengths = kjt.lengths()
-        outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, kjt.values(), lengths, dims,
-                                                params)
+        values = kjt.values()
+        if not _eager.allowed(key_feature, values, lengths, *params):
+            outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params)
+        elif keep:
+            outs = _eager.lookup(lambda: self._run_forward(key_feature, values, lengths, True), self._eager_backward,
+                                 params)
+        else:
+            outs, _ = self._run_forward(key_feature, values, lengths, False)
         B = lengths.shape[0] // max(1, len(keys))
         res = {k: _jagged(o, lengths[i * B:(i + 1) * B]) for i, (k, o) in enumerate(zip(keys, outs))}
         if torchrec_in:

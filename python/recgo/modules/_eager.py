@@ -1,0 +1,65 @@
+"""The collections' eager path: their engine calls without the custom ops' dispatch.
+
+A ``torch.library`` custom op costs a fixed few hundred microseconds per call in eager mode
+(argument schema checks, pytree flattening of the list arguments, the autograd wrapper and two
+redispatches), a cost a training step pays in forward and again in backward. When nothing needs
+the op — not ``torch.compile`` or ``torch.export`` tracing, no ``TorchDispatchMode`` active, plain
+tensors — a collection calls its engine directly: through :class:`_Lookup`, an
+``autograd.Function``, when the forward keeps a context for backward, or plainly when it does not.
+Both paths run the same module methods, so their results are the same; the custom ops stay the
+path compile, export, dispatch modes and tensor subclasses see.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+#: Runs a forward: returns the outputs and the context ticket (see ``_contexts.py``).
+Forward = Callable[[], "tuple[list[torch.Tensor], torch.Tensor]"]
+#: Runs a backward: takes the ticket and one gradient per output, returns one gradient per parameter.
+Backward = Callable[[torch.Tensor, "list[torch.Tensor]"], "list[torch.Tensor | None]"]
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+def allowed(*tensors: torch.Tensor | None) -> bool:
+    """Whether the eager path may serve a call with these inputs (see the module docstring)."""
+    if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
+        return False
+    return all(t is None or type(t) in _PLAIN for t in tensors)
+
+
+def lookup(forward: Forward, backward: Backward, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run ``forward`` under autograd: its outputs, whose gradients ``backward`` turns into the
+    parameters' (the ticket it returns is kept for that backward)."""
+    res = _Lookup.apply(forward, backward, *params)
+    return list(res[:-1])
+
+
+def _alias(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s memory as a tensor that is not a view, so that the output may be modified in place
+    (autograd refuses that for a Function's view outputs)."""
+    if not t._is_view():
+        return t
+    return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+
+
+class _Lookup(torch.autograd.Function):
+    """A collection's forward with its context ticket saved for its backward."""
+
+    @staticmethod
+    def forward(ctx: Any, forward: Forward, backward: Backward, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        outs, ticket = forward()
+        ctx.backward = backward
+        ctx.save_for_backward(ticket)
+        ctx.mark_non_differentiable(ticket)
+        return (*[_alias(o) for o in outs], ticket)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
+        (ticket,) = ctx.saved_tensors
+        return (None, None, *ctx.backward(ticket, list(grads[:-1])))

@@ -1,0 +1,126 @@
+"""The collections' eager path (``recgo.modules._eager``) against their custom ops: the same outputs,
+gradients and fused updates; taken only when nothing traces or intercepts the call; outputs that may
+be modified in place, as the ops' outputs may."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import recgo
+from recgo import modules
+from recgo.modules import _ops, _sequence_ops
+
+
+class _PassThrough(TorchDispatchMode):
+    """A dispatch mode that changes nothing: with it active the collections must take their ops."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        return func(*args, **(kwargs or {}))
+
+
+def _batch(seed: int) -> recgo.KeyedJaggedTensor:
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 5, (2 * 6,), generator=gen)
+    values = torch.randint(0, 40, (int(lengths.sum()),), generator=gen)
+    return recgo.KeyedJaggedTensor(["a", "b"], values, lengths=lengths)
+
+
+def _pooled(optimizer: modules.FusedOptimizer | None) -> recgo.EmbeddingBagCollection:
+    cfg = [recgo.EmbeddingBagConfig(name="t0", embedding_dim=8, num_embeddings=40, feature_names=["a"]),
+           recgo.EmbeddingBagConfig(name="t1", embedding_dim=16, num_embeddings=40, feature_names=["b"],
+                                    pooling="mean")]
+    return recgo.EmbeddingBagCollection(tables=cfg, optimizer=optimizer, seed=3)
+
+
+def _sequence(optimizer: modules.FusedOptimizer | None) -> recgo.EmbeddingCollection:
+    cfg = [recgo.EmbeddingConfig(name="t0", embedding_dim=16, num_embeddings=40, feature_names=["a", "b"])]
+    return recgo.EmbeddingCollection(cfg, optimizer=optimizer, seed=3)
+
+
+def _outputs(m: torch.nn.Module, kjt: recgo.KeyedJaggedTensor) -> list[torch.Tensor]:
+    res = m(kjt)
+    if isinstance(res, dict):
+        return [res[k].values() for k in ("a", "b")]
+    return [res.values()]
+
+
+def _train(m: torch.nn.Module, intercept: bool, steps: int = 3) -> tuple[list[torch.Tensor], dict]:
+    """Forward + backward (+ the fused update) for a few batches; with ``intercept`` under a dispatch
+    mode (the ops' path). Returns the last step's outputs and the state_dict after the steps."""
+    outs: list[torch.Tensor] = []
+    for s in range(steps):
+        if intercept:
+            with _PassThrough():
+                outs = _outputs(m, _batch(s))
+        else:
+            outs = _outputs(m, _batch(s))
+        grads = [torch.linspace(-1, 1, o.numel()).view_as(o) for o in outs]
+        torch.autograd.backward(outs, grads)
+        if any(p.grad is not None for p in m.parameters()):
+            with torch.no_grad():  # a plain SGD step for the torch-optimizer case
+                for p in m.parameters():
+                    if p.grad is not None:
+                        p -= 0.1 * p.grad.to_dense()
+                        p.grad = None
+    return [o.detach().clone() for o in outs], {k: v.clone() for k, v in m.state_dict().items()}
+
+
+@pytest.mark.parametrize("make", [_pooled, _sequence], ids=["pooled", "sequence"])
+@pytest.mark.parametrize("optimizer", [None, modules.SGD(lr=0.1), modules.Adagrad(lr=0.1)], ids=["torch", "sgd", "adagrad"])
+def test_eager_path_equals_the_custom_ops(make, optimizer) -> None:  # type: ignore[no-untyped-def]
+    a = make(copy.deepcopy(optimizer))
+    b = make(copy.deepcopy(optimizer))
+    b.load_state_dict(a.state_dict())
+    out_a, state_a = _train(a, intercept=False)
+    out_b, state_b = _train(b, intercept=True)
+    for x, y in zip(out_a, out_b):
+        assert torch.equal(x, y)
+    assert state_a.keys() == state_b.keys()
+    for k in state_a:
+        assert torch.equal(state_a[k], state_b[k]), k
+
+
+@pytest.mark.parametrize("make", [_pooled, _sequence], ids=["pooled", "sequence"])
+def test_eager_path_skips_the_ops_and_the_ops_serve_dispatch_modes(make, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    m = make(modules.SGD(lr=0.1))
+    calls: list[str] = []
+    for mod, name in ((_ops, "ebc_forward"), (_sequence_ops, "ec_forward")):
+        real = getattr(mod, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(_name)
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(mod, name, spy)
+    outs = _outputs(m, _batch(0))
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    with torch.no_grad():
+        _outputs(m, _batch(1))
+    assert calls == []
+    with _PassThrough():
+        _outputs(m, _batch(2))
+    assert calls, "a dispatch mode must see the custom op"
+
+
+@pytest.mark.parametrize("make", [_pooled, _sequence], ids=["pooled", "sequence"])
+def test_outputs_may_be_modified_in_place(make) -> None:  # type: ignore[no-untyped-def]
+    """``out.mul_(3)`` before backward (an autograd.Function's view outputs would refuse it): the
+    weights' gradient equals an untouched output's with three times the upstream gradient."""
+    m = make(None)
+    kjt = _batch(4)
+    outs = _outputs(m, kjt)
+    for o in outs:
+        o.mul_(3)
+    torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+    grads = {name: p.grad.to_dense() for name, p in m.named_parameters()}
+    ref = make(None)
+    ref.load_state_dict(m.state_dict())
+    ref_outs = _outputs(ref, kjt)
+    torch.autograd.backward(ref_outs, [3 * torch.ones_like(o) for o in ref_outs])
+    for name, p in ref.named_parameters():
+        torch.testing.assert_close(grads[name], p.grad.to_dense())
+        assert grads[name].abs().sum() > 0, name
