@@ -8,6 +8,9 @@ and their gradients. Both ops have fake implementations, so ``torch.compile`` tr
 collection instead of breaking the graph. The ops find their module through a registry keyed by the
 collection's engine handle; the context of a forward pass is owned by the context-id output (a
 ticket, see ``_contexts.py``), which the autograd formula saves: it lives as long as the graph.
+
+In eager mode, with nothing tracing or intercepting the call, the collection calls its engine without
+these ops (``_eager.py``); both paths run the same module methods.
 """
 
 from __future__ import annotations

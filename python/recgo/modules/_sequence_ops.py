@@ -7,6 +7,9 @@ gradient for the collection's anchor tensor, which keeps the op alive in compile
 or returns each used table's distinct rows and their gradients. Both have fake implementations, so
 ``torch.compile`` traces through the collection: a single-key collection's output has the batch's
 value count as its length; with several keys each key's count is a data-dependent size.
+
+In eager mode, with nothing tracing or intercepting the call, the collection calls its engine without
+these ops (``_eager.py``); both paths run the same module methods.
 """
 
 from __future__ import annotations
