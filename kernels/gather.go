@@ -14,6 +14,15 @@ func GatherRows(dst []float32, dim int, src []float32, offs []int64, mult int64)
 // through the caches, where the model's next layer finds them.
 const StreamingBytes = 8 << 20
 
+// GatherRowsFor returns the gather to use for an output of outputBytes bytes: GatherRowsStreaming
+// from StreamingBytes on, GatherRows below.
+func GatherRowsFor(outputBytes int) func(dst []float32, dim int, src []float32, offs []int64, mult int64) {
+	if outputBytes >= StreamingBytes {
+		return GatherRowsStreaming
+	}
+	return GatherRows
+}
+
 // GatherRowsStreaming is GatherRows whose stores to dst bypass the caches (non-temporal) where
 // the CPU and the layout allow it (AVX2, dim a multiple of 16, dst 32-byte aligned), and plain
 // GatherRows elsewhere. It is for outputs larger than the last-level cache that the caller does

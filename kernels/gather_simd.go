@@ -37,7 +37,6 @@ func gatherRowsStreaming(dst []float32, dim int, src []float32, offs []int64, mu
 		gatherRows(dst, dim, src, offs, mult)
 		return
 	}
-	dst = dst[:len(dst):len(dst)] // rows past len(dst) panic, even within its capacity
 	gatherRowsNT(unsafe.Pointer(unsafe.SliceData(dst)), unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(offs),
 		len(offs), mult*4, dim*4)
 }

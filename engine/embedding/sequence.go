@@ -250,13 +250,13 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	}
 	t0 := time.Now()
 	items := s.gatherItems(b, B, ctx)
-	stream := total*4 >= kernels.StreamingBytes
+	copyRows := kernels.GatherRowsFor(int(total) * 4)
 	parallel.ForEach(len(late)+len(items), 1, func(j int) {
 		if j < len(late) {
 			dedup(late[j])
 			return
 		}
-		if err := s.gather(b, B, outs, ctx, items[j-len(late)], stream); err != nil {
+		if err := s.gather(b, B, outs, ctx, items[j-len(late)], copyRows); err != nil {
 			fail(err)
 		}
 	})
@@ -289,10 +289,11 @@ func (s *SequenceCollection) gatherItems(b Batch, B int, ctx *Context) []gatherI
 	return items
 }
 
-// gather copies each ID's row of an item to its slot of its key's output (kernels.GatherRows, or
-// GatherRowsStreaming for a large output: stream), rowChunk IDs per kernel call, rows prefetched ahead (streamRows). A fixed table's IDs are range-checked first (its dedup
+// gather copies each ID's row of an item to its slot of its key's output with copyRows (the
+// forward's kernels.GatherRowsFor), rowChunk IDs per kernel call, rows prefetched ahead (streamRows). A fixed table's IDs are range-checked first (its dedup
 // may not have run yet): an item with an ID out of range writes nothing and fails.
-func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem, stream bool) error {
+func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Context, it gatherItem,
+	copyRows func([]float32, int, []float32, []int64, int64)) error {
 	c := s.view
 	t := c.Tables[c.Features[b.KeyFeature[it.k]].Table]
 	offs, mult := c.rowSource(t, b, ctx)
@@ -304,10 +305,6 @@ func (s *SequenceCollection) gather(b Batch, B int, outs [][]float32, ctx *Conte
 	d, out := int64(t.Dim), outs[it.k]
 	ids := offs[it.v0:] // prefetches may run into the next item: hints, never faults
 	dst := out[(it.v0-ctx.offsets[it.k*B])*d:]
-	copyRows := kernels.GatherRows
-	if stream {
-		copyRows = kernels.GatherRowsStreaming
-	}
 	streamRows(int(it.v1-it.v0), len(ids), func(lo, hi int) {
 		kernels.PrefetchRows(t.Data, ids[lo:hi], mult, t.Dim)
 	}, func(lo, hi int) {

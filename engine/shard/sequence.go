@@ -102,10 +102,7 @@ func (q *SequenceStep) Gather(out []float32) error {
 	if q.gathered || !s.X.forwardDone() {
 		return errs.Invalidf("sequence forward: the exchange has not finished")
 	}
-	copyRows := kernels.GatherRows
-	if len(out)*4 >= kernels.StreamingBytes {
-		copyRows = kernels.GatherRowsStreaming
-	}
+	copyRows := kernels.GatherRowsFor(len(out) * 4)
 	type item struct{ f, lo, hi int }
 	var items []item
 	for f := range c.Features {

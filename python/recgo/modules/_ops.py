@@ -47,9 +47,7 @@ def module(key: int) -> "EmbeddingBagCollection":
 def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false)."""
-    m = module(key)
-    out = m._output(lengths.numel() // max(1, key_feature.numel()))
-    return out, m._run_forward(key_feature, values, lengths, weights, out, keep)
+    return module(key)._lookup(key_feature, values, lengths, weights, keep)
 
 
 @ebc_forward.register_fake

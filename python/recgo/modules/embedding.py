@@ -473,12 +473,20 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if not _eager.allowed(key_feature, values, lengths, weights, *params):
             out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params)
             return out
-        out = self._output(lengths.numel() // max(1, key_feature.numel()))
         if not keep:
-            self._run_forward(key_feature, values, lengths, weights, out, False)
-            return out
-        return _eager.lookup(lambda: ([out], self._run_forward(key_feature, values, lengths, weights, out, True)),
-                             self._eager_backward, params)[0]
+            return self._lookup(key_feature, values, lengths, weights, False)[0]
+
+        def forward() -> tuple[list[torch.Tensor], torch.Tensor]:
+            out, ticket = self._lookup(key_feature, values, lengths, weights, True)
+            return [out], ticket
+
+        return _eager.lookup(forward, self._eager_backward, params)[0]
+
+    def _lookup(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The pooled output and its context ticket (``recgo::ebc_forward``'s body and the eager path's)."""
+        out = self._output(lengths.numel() // max(1, key_feature.numel()))
+        return out, self._run_forward(key_feature, values, lengths, weights, out, keep)
 
     def _eager_backward(self, ticket: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """The eager path's backward (``_eager``): ``recgo::ebc_backward`` and its autograd formula in one."""
