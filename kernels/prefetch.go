@@ -25,3 +25,14 @@ func PrefetchStrided(src []float32, base, stride, n, rowLen int) {
 	lines := (rowLen*4 + 63) / 64
 	prefetchStrided(unsafe.Pointer(unsafe.SliceData(src)), int64(base)*4, int64(stride)*4, n, lines)
 }
+
+// PrefetchBits asks the CPU to start loading the words of a bitmap that tests of bits ids will read
+// (bit i is bits[i/64] & 1<<(i%64); ids < 0 skipped). A hint, like PrefetchRows: a bitmap of a large
+// table's rows is sparse in what a batch touches, so its words miss cache when the row traffic
+// between two tests evicts them.
+func PrefetchBits(bits []uint64, ids []int64) {
+	if len(bits) == 0 || len(ids) == 0 {
+		return
+	}
+	prefetchBits(unsafe.Pointer(unsafe.SliceData(bits)), unsafe.SliceData(ids), len(ids))
+}

@@ -13,3 +13,9 @@ func prefetchRows(base unsafe.Pointer, offs *int64, n int, scale int64, lines in
 //
 //go:noescape
 func prefetchStrided(base unsafe.Pointer, off, stride int64, n int, lines int)
+
+// prefetchBits issues PREFETCHT0 for the word of bit ids[k] of the bitmap at base, k < n (ids[k] < 0
+// skipped); see prefetch_amd64.s.
+//
+//go:noescape
+func prefetchBits(base unsafe.Pointer, ids *int64, n int)

@@ -50,3 +50,23 @@ sline:
 	JMP srow
 sdone:
 	RET
+
+// func prefetchBits(base unsafe.Pointer, ids *int64, n int)
+TEXT ·prefetchBits(SB), NOSPLIT, $0-24
+	MOVQ base+0(FP), AX
+	MOVQ ids+8(FP), BX
+	MOVQ n+16(FP), CX
+bloop:
+	TESTQ CX, CX
+	JLE bdone
+	MOVQ (BX), SI
+	TESTQ SI, SI
+	JL bnext
+	SHRQ $6, SI
+	PREFETCHT0 (AX)(SI*8)
+bnext:
+	ADDQ $8, BX
+	DECQ CX
+	JMP bloop
+bdone:
+	RET

@@ -132,6 +132,15 @@ func TestPrefetchRowsIsOnlyAHint(t *testing.T) {
 	require.Equal(t, before, src)
 }
 
+func TestPrefetchBitsIsOnlyAHint(t *testing.T) {
+	bits := []uint64{1, 2, 3, 4}
+	// Negative, huge and in-range bit numbers, empty inputs: nothing faults, nothing changes.
+	PrefetchBits(bits, []int64{-1, 0, 255, 256, 1 << 50})
+	PrefetchBits(nil, []int64{0})
+	PrefetchBits(bits, nil)
+	require.Equal(t, []uint64{1, 2, 3, 4}, bits)
+}
+
 func TestPrefetchStridedIsOnlyAHint(t *testing.T) {
 	src := randVec(rand.New(rand.NewPCG(2, 2)), 512)
 	before := append([]float32(nil), src...)

@@ -51,6 +51,7 @@ type Context struct {
 	weighted bool
 	scatter  bool      // backward merges by the sample-order scatter (else grouped by row)
 	grads    []float32 // backward: merged gradients of the distinct rows (fused mode scratch)
+	owner    *Collection
 }
 
 type tableCtx struct {
@@ -66,13 +67,27 @@ type tableCtx struct {
 	// per distinct ID, the lookup where it first appears (dedupDense and dedupMap record it for
 	// the linear SGD backward; empty when another path deduplicated)
 	firstPos []int32
+	// lazy: the sequence forward planned ownedSGD instead of deduplicating (uniq, rows, inv and
+	// firstPos are stale until materialize); own is that plan (reused)
+	lazy bool
+	own  ownedSGD
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
-func (x *Context) Unique(t int) int { return len(x.tables[t].uniq) }
+func (x *Context) Unique(t int) int {
+	if x.tables[t].lazy {
+		_ = x.owner.materialize(x, t) // the plan range-checked the IDs: nothing left to fail
+	}
+	return len(x.tables[t].uniq)
+}
 
 // Lookups returns the number of IDs table t looked up in the batch (duplicates included).
-func (x *Context) Lookups(t int) int { return len(x.tables[t].inv) }
+func (x *Context) Lookups(t int) int {
+	if x.tables[t].lazy {
+		return len(x.tables[t].own.ids)
+	}
+	return len(x.tables[t].inv)
+}
 
 // poolChunk is the number of samples one pooling kernel call covers (and one sample-major work
 // item pools over all features, so the output is written in address order: a row crosses pages, a
@@ -265,7 +280,7 @@ func (c *Collection) getContext(B int) *Context {
 		x.B = B
 		return x
 	}
-	return &Context{B: B, tables: make([]tableCtx, len(c.Tables))}
+	return &Context{B: B, tables: make([]tableCtx, len(c.Tables)), owner: c}
 }
 
 // Release hands a context's buffers back for reuse by later forward passes. The context must not
@@ -295,6 +310,7 @@ func resize[T any](s []T, n int) []T {
 // fixed table's IDs are only range-checked: there is nothing to deduplicate for.
 func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
 	t, tc := c.Tables[ti], &ctx.tables[ti]
+	tc.lazy = false
 	fixed, dense := t.fixedRange()
 	if dense && !keep {
 		for _, f := range c.features[ti] {

@@ -21,7 +21,9 @@ import (
 // backward merges each distinct row's gradient (kernels.SegmentScatter, in lookup order) before
 // the fused optimizer updates that row once — except SGD without weight decay, whose update is
 // linear: it subtracts each lookup's gradient row from its table row in one pass (see
-// [SequenceCollection.Backward]).
+// [SequenceCollection.Backward]). A fixed table with that update is not deduplicated at all in a
+// training forward: the forward only plans the backward's pass (ownedSGD), and deduplicates later
+// only if something asks for the distinct IDs (counts, gradients for a torch optimizer).
 //
 // Output layout: per key of the batch (KJT order) one buffer of its n_k rows of its table's dim
 // D_k. The gradient backward takes is those buffers back to back, in one buffer of
@@ -221,6 +223,14 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 		t0 := time.Now()
 		tc := &ctx.tables[ti]
 		tc.sgdPlan = nil
+		if keep && s.ownedEligible(ti, b) {
+			// no dedup: the backward's plan needs only the lookups and the parts' rows (ownedSGD)
+			if err := s.planOwned(ti, b, B, ctx, base, parallel.Workers()); err != nil {
+				fail(err)
+			}
+			since(StageDedup, t0)
+			return
+		}
 		if err := c.dedupTable(ti, b, B, ctx.featKey, offsets, ctx, train, keep); err != nil {
 			fail(err)
 			return

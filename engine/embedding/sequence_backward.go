@@ -24,9 +24,10 @@ import (
 // by one goroutine, so no atomics are needed.
 //
 // A fused SGD without weight decay skips the merge: its update is linear in the gradient, so the
-// pass subtracts lr × each lookup's gradient row from its table row directly (linearSGD), which
-// equals the merged update up to float rounding and saves writing and reading back the merged
-// gradients.
+// pass subtracts lr × each lookup's gradient row from its table row directly, which equals the
+// merged update up to float rounding and saves writing and reading back the merged gradients: by
+// the forward's ownedSGD plan for a fixed table (no dedup: parts own the rows they first look up),
+// by linearSGD (from the dedup's numbering) for the others.
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -50,6 +51,14 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	for i, t := range c.Tables {
 		if fused && t.Opt.Kind == OptNone {
 			return errs.Invalidf("sequence backward: table %q has no fused optimizer; ask for gradients instead", t.Name)
+		}
+		if ctx.tables[i].lazy && !(fused && s.linear(t)) {
+			if err := c.materialize(ctx, i); err != nil { // its ownedSGD plan no longer applies
+				return err
+			}
+		}
+		if ctx.tables[i].lazy {
+			continue // ownedSGD: no merged rows
 		}
 		u := ctx.Unique(i)
 		if !fused && (len(gradRows[i]) != u || len(gradVals[i]) != u*t.Dim) {
@@ -76,13 +85,24 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	type item struct {
 		t    int
 		sgd  *linearSGD
+		own  *ownedSGD
 		part int
 	}
 	var items []item
 	var sgds []*linearSGD
+	var owns []*ownedSGD
 	for t := range c.Tables {
 		if !fused || !s.linear(c.Tables[t]) {
 			items = append(items, item{t: t})
+			continue
+		}
+		if ctx.tables[t].lazy {
+			o := &ctx.tables[t].own
+			o.alpha = -float32(c.Tables[t].Opt.LR)
+			owns = append(owns, o)
+			for p := range o.parts() {
+				items = append(items, item{t: t, own: o, part: p})
+			}
 			continue
 		}
 		l := ctx.tables[t].sgdPlan // planned by the forward
@@ -92,13 +112,17 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 		l.alpha = -float32(c.Tables[t].Opt.LR) // the rate now, should it have changed since the forward
 		sgds = append(sgds, l)
 		for p := range l.parts() {
-			items = append(items, item{t, l, p})
+			items = append(items, item{t: t, sgd: l, part: p})
 		}
 	}
 	parallel.ForEach(len(items), 1, func(j int) {
 		it := items[j]
 		if it.sgd != nil {
 			it.sgd.run(grad, it.part)
+			return
+		}
+		if it.own != nil {
+			it.own.run(grad, it.part)
 			return
 		}
 		s.scatterSequence(ctx, grad, base, it.t, merged(it.t))
@@ -108,6 +132,9 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	})
 	for _, l := range sgds {
 		l.finish()
+	}
+	for _, o := range owns {
+		o.finish()
 	}
 	if fused {
 		type item struct{ t, lo, hi int }

@@ -87,6 +87,7 @@ func TestLinearSGDParts(t *testing.T) {
 			ctx, err := x.s.Forward(x.b, x.outs(), true, true)
 			require.NoError(t, err)
 			defer x.s.Release(ctx)
+			require.NoError(t, x.s.view.materialize(ctx, 0)) // the forward planned ownedSGD instead
 			l := x.s.newLinearSGD(ctx, x.s.keyBases(ctx), 0, tc.parts)
 			want := max(1, min(tc.parts, len(x.b.Values)/sgdPartMin))
 			require.Equal(t, want, l.parts())
@@ -129,6 +130,7 @@ func TestLinearSGDNumberingFallback(t *testing.T) {
 	ctx, err := x.s.Forward(x.b, x.outs(), true, true)
 	require.NoError(t, err)
 	defer x.s.Release(ctx)
+	require.NoError(t, x.s.view.materialize(ctx, 0)) // the forward planned ownedSGD instead
 	tc := &ctx.tables[0]
 	tc.firstPos = tc.firstPos[:0] // as a path that records none
 	u := len(tc.rows)             // reverse the numbering: x → u-1-x
@@ -184,6 +186,7 @@ func TestDedupRecordsFirstPositions(t *testing.T) {
 		}
 		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
 		require.NoError(t, err)
+		require.NoError(t, x.s.view.materialize(ctx, 0)) // the forward planned ownedSGD instead
 		tc := &ctx.tables[0]
 		want := make([]int32, len(tc.rows))
 		seen := make(map[int32]bool)
@@ -205,7 +208,7 @@ func TestLinearSGDRateAtBackward(t *testing.T) {
 	w0 := append([]float32(nil), x.tb.Data...)
 	ctx, err := x.s.Forward(x.b, x.outs(), true, true)
 	require.NoError(t, err)
-	require.NotNil(t, ctx.tables[0].sgdPlan, "the forward plans a linear table's pass")
+	require.True(t, ctx.tables[0].lazy, "the forward plans a linear table's pass (ownedSGD)")
 	require.NoError(t, x.s.owner.SetOptimizer(OptimizerConfig{Kind: OptSGD, LR: 0.1}))
 	require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
 	x.s.Release(ctx)

@@ -1,0 +1,184 @@
+package embedding
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestOwnedSGDParts runs the ownedSGD pass with 1..5 parts, the parts concurrently, and checks the
+// rows against the float64 reference (every lookup applied once, none lost to a race), on batches
+// with hot rows shared by every part (300 rows) and with few shared rows (100,000).
+func TestOwnedSGDParts(t *testing.T) {
+	for _, tc := range []struct {
+		rows    int64
+		B       int
+		workers int
+	}{
+		{5000, 600, 1}, {5000, 600, 2}, {5000, 600, 3}, {300, 900, 4}, {100000, 700, 5}, {5000, 10, 4},
+	} {
+		t.Run(fmt.Sprintf("rows%d_B%d_workers%d", tc.rows, tc.B, tc.workers), func(t *testing.T) {
+			x := newSGDCase(t, uint64(tc.rows)+uint64(tc.workers), tc.rows, tc.B)
+			ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+			require.NoError(t, err)
+			defer x.s.Release(ctx)
+			tcx := &ctx.tables[0]
+			require.True(t, tcx.lazy, "a fixed SGD table's forward plans ownedSGD")
+			require.NoError(t, x.s.planOwned(0, x.b, len(x.b.Lengths)/2, ctx, x.s.keyBases(ctx), tc.workers))
+			o := &tcx.own
+			require.Equal(t, ownedParts(len(x.b.Values), tc.rows, tc.workers), o.parts())
+			require.Equal(t, 0, o.cuts[0])
+			require.Equal(t, len(x.b.Values), o.cuts[o.parts()])
+			require.IsNonDecreasing(t, o.cuts)
+			var wg sync.WaitGroup
+			for p := range o.parts() {
+				wg.Add(1)
+				go func() { defer wg.Done(); o.run(x.grad, p) }()
+			}
+			wg.Wait()
+			// ownership: a part sums into its side buffer exactly the rows an earlier part also
+			// looks up (first-seen order), and applies the others in place (no two parts write a row:
+			// the kernels' stores are assembly, which -race does not see)
+			before := make(map[int64]bool)
+			for p := range o.parts() {
+				var want []int64
+				in := make(map[int64]bool)
+				for _, id := range o.ids[o.cuts[p]:o.cuts[p+1]] {
+					if before[id] && !in[id] {
+						want = append(want, id)
+					}
+					in[id] = true
+				}
+				if p > 0 {
+					require.Equal(t, fmt.Sprint(want), fmt.Sprint(o.sides[p].rows), "part %d", p)
+				}
+				for id := range in {
+					before[id] = true
+				}
+			}
+			o.finish()
+			x.check(t)
+		})
+	}
+}
+
+// TestOwnedSGDBalance: on a Zipf batch, later parts share more rows with earlier ones, so the
+// balanced cut gives them fewer lookups; the cut depends on the batch alone (two plans agree).
+func TestOwnedSGDBalance(t *testing.T) {
+	x := newSGDCase(t, 21, 3000, 1200)
+	ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+	require.NoError(t, err)
+	defer x.s.Release(ctx)
+	base := x.s.keyBases(ctx)
+	B := len(x.b.Lengths) / 2
+	require.NoError(t, x.s.planOwned(0, x.b, B, ctx, base, 2))
+	o := &ctx.tables[0].own
+	require.Equal(t, 2, o.parts())
+	n := len(x.b.Values)
+	require.Greater(t, o.cuts[1], n/2, "the first part, which owns the hot rows, takes more lookups")
+	first := append([]int(nil), o.cuts...)
+	require.NoError(t, x.s.planOwned(0, x.b, B, ctx, base, 2))
+	require.Equal(t, first, o.cuts)
+	// the bitmaps hold exactly the first part's rows
+	want := make(map[int64]bool)
+	for _, id := range o.ids[:o.cuts[1]] {
+		want[id] = true
+	}
+	for id := int64(0); id < x.tb.rows; id++ {
+		require.Equal(t, want[id], o.marks[0][id>>6]&(1<<(id&63)) != 0, "row %d", id)
+	}
+}
+
+// TestOwnedSGDReusedContexts: forwards whose contexts are released without a backward, and others
+// with one, leave no stale marks behind (each step's update stays exact).
+func TestOwnedSGDReusedContexts(t *testing.T) {
+	x := newSGDCase(t, 23, 4000, 700) // its reference: w0 − 0.05·Σg
+	w0 := append([]float32(nil), x.tb.Data...)
+	for range 3 {
+		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+		require.NoError(t, err)
+		x.s.Release(ctx) // no backward: the marks stay set in the pooled context
+	}
+	for range 2 {
+		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+		require.NoError(t, err)
+		require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
+		x.s.Release(ctx)
+	}
+	for i, w := range w0 { // two steps: w0 − 2·0.05·Σg
+		x.want[i] = 2*x.want[i] - float64(w)
+	}
+	x.check(t)
+}
+
+// TestOwnedSGDMaterialize: a context planned by ownedSGD still answers distinct counts, gives
+// merged gradients to a caller that asks for them, and takes a merged-update scope opened after its
+// forward, all as a deduplicating forward does.
+func TestOwnedSGDMaterialize(t *testing.T) {
+	x := newSGDCase(t, 25, 2000, 500)
+	distinct := make(map[int64]int)
+	for _, id := range x.b.Values {
+		distinct[id]++
+	}
+	t.Run("counts", func(t *testing.T) {
+		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+		require.NoError(t, err)
+		defer x.s.Release(ctx)
+		require.Equal(t, len(x.b.Values), ctx.Lookups(0))
+		require.True(t, ctx.tables[0].lazy)
+		require.Equal(t, len(distinct), ctx.Unique(0))
+		require.False(t, ctx.tables[0].lazy)
+	})
+	t.Run("gradients", func(t *testing.T) {
+		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+		require.NoError(t, err)
+		defer x.s.Release(ctx)
+		u := ctx.Unique(0)
+		rows, vals := [][]int64{make([]int64, u)}, [][]float32{make([]float32, u*16)}
+		require.NoError(t, x.s.Backward(ctx, x.grad, rows, vals))
+		want := make(map[int64][]float64)
+		for v, id := range x.b.Values {
+			if want[id] == nil {
+				want[id] = make([]float64, 16)
+			}
+			for j := range 16 {
+				want[id][j] += float64(x.grad[v*16+j])
+			}
+		}
+		for i, r := range rows[0] {
+			for j := range 16 {
+				require.InDelta(t, want[r][j], float64(vals[0][i*16+j]), 1e-4*(1+math.Abs(want[r][j])))
+			}
+		}
+	})
+	t.Run("merged scope", func(t *testing.T) {
+		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+		require.NoError(t, err)
+		require.True(t, ctx.tables[0].lazy)
+		require.NoError(t, x.s.owner.BeginMergedUpdate())
+		require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
+		require.False(t, ctx.tables[0].lazy, "a scope needs the merged rows")
+		x.s.Release(ctx)
+		require.NoError(t, x.s.owner.EndMergedUpdate())
+		x.check(t)
+	})
+}
+
+// TestOwnedSGDBadID: an ID out of range fails the forward, and the next forward still plans and
+// updates exactly.
+func TestOwnedSGDBadID(t *testing.T) {
+	x := newSGDCase(t, 27, 3000, 600)
+	bad := x.b
+	bad.Values = append([]int64(nil), x.b.Values...)
+	bad.Values[len(bad.Values)-1] = x.tb.rows
+	_, err := x.s.Forward(bad, x.outs(), true, true)
+	require.Error(t, err)
+	ctx, err := x.s.Forward(x.b, x.outs(), true, true)
+	require.NoError(t, err)
+	require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
+	x.s.Release(ctx)
+	x.check(t)
+}
