@@ -32,7 +32,6 @@ func (t *Table) dedupDense(feats []int, b Batch, B int, featKey []int, offsets [
 				u = int32(len(tc.uniq))
 				mark[id] = u
 				tc.uniq = append(tc.uniq, id)
-				tc.firstPos = append(tc.firstPos, int32(p))
 			} else {
 				u = mark[id]
 			}
@@ -56,7 +55,6 @@ func dedupMap(feats []int, b Batch, B int, featKey []int, offsets []int64, tc *t
 			u, fresh := x.find(id, int32(len(tc.uniq)))
 			if fresh {
 				tc.uniq = append(tc.uniq, id)
-				tc.firstPos = append(tc.firstPos, int32(p))
 				if 2*len(tc.uniq) > len(x.slots) {
 					x.grow(tc.uniq)
 				}

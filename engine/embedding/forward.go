@@ -55,22 +55,16 @@ type Context struct {
 }
 
 type tableCtx struct {
-	index idIndex   // dedup hash index for row sources other than RangeSource (reused)
-	grp   grouped   // the lookups grouped by distinct ID (grouped backward path only; reused)
-	uniq  []int64   // distinct ids, first-seen order
-	rows  []int64   // their storage rows, -1 when unresolved
-	inv   []int32   // per lookup position (the table's features' values in order): index into uniq
-	merge rowMerge  // Options.NoDedup: scratch of the merge by row (reused)
-	side  []sgdSide // linear SGD backward: per part, its side buffer (reused)
-	// linear SGD backward: the sequence forward's plan of the split pass (nil when not planned)
-	sgdPlan *linearSGD
-	// per distinct ID, the lookup where it first appears (dedupDense and dedupMap record it for
-	// the linear SGD backward; empty when another path deduplicated)
-	firstPos []int32
-	// lazy: the sequence forward planned ownedSGD instead of deduplicating (uniq, rows, inv and
-	// firstPos are stale until materialize); own is that plan (reused)
-	lazy bool
-	own  ownedSGD
+	index idIndex  // dedup hash index for row sources other than RangeSource (reused)
+	grp   grouped  // the lookups grouped by distinct ID (grouped backward path only; reused)
+	uniq  []int64  // distinct ids, first-seen order
+	rows  []int64  // their storage rows, -1 when unresolved
+	inv   []int32  // per lookup position (the table's features' values in order): index into uniq
+	merge rowMerge // Options.NoDedup: scratch of the merge by row (reused)
+	// planned: the sequence forward planned the linear SGD backward, own (reused); lazy: it did so
+	// instead of deduplicating (uniq, rows and inv are stale until materialize)
+	planned, lazy bool
+	own           ownedSGD
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -330,7 +324,6 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	}
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
-	tc.firstPos = tc.firstPos[:0] // dedupDense and dedupMap fill it; other paths leave it empty
 	if c.opts.NoDedup {
 		return c.resolveEach(ti, b, B, featKey, offsets, ctx, train, keep)
 	}

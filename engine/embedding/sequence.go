@@ -222,7 +222,7 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	dedup := func(ti int) {
 		t0 := time.Now()
 		tc := &ctx.tables[ti]
-		tc.sgdPlan = nil
+		tc.planned = false
 		if keep && s.ownedEligible(ti, b) {
 			// no dedup: the backward's plan needs only the lookups and the parts' rows (ownedSGD)
 			if err := s.planOwned(ti, b, B, ctx, base, parallel.Workers()); err != nil {
@@ -237,7 +237,7 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 		}
 		if keep && linearUpdate(c.Tables[ti].Opt) {
 			// planned here, beside the gather, rather than on backward's critical path
-			tc.sgdPlan = s.newLinearSGD(ctx, base, ti, parallel.Workers())
+			s.planOwnedFromDedup(ti, ctx, base, parallel.Workers())
 		}
 		since(StageDedup, t0)
 	}

@@ -25,9 +25,8 @@ import (
 //
 // A fused SGD without weight decay skips the merge: its update is linear in the gradient, so the
 // pass subtracts lr × each lookup's gradient row from its table row directly, which equals the
-// merged update up to float rounding and saves writing and reading back the merged gradients: by
-// the forward's ownedSGD plan for a fixed table (no dedup: parts own the rows they first look up),
-// by linearSGD (from the dedup's numbering) for the others.
+// merged update up to float rounding and saves writing and reading back the merged gradients
+// (ownedSGD: parts own the rows they look up first; for a fixed table the forward skips the dedup).
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
 	unlock, err := s.lock()
 	if err != nil {
@@ -81,46 +80,31 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	}
 	t0 := time.Now()
 	base := s.keyBases(ctx)
-	// One work item per table's merge; a linear table's pass is cut into parts (see linearSGD).
+	// One work item per table's merge; a linear table's pass is cut into parts (see ownedSGD).
 	type item struct {
 		t    int
-		sgd  *linearSGD
 		own  *ownedSGD
 		part int
 	}
 	var items []item
-	var sgds []*linearSGD
 	var owns []*ownedSGD
 	for t := range c.Tables {
 		if !fused || !s.linear(c.Tables[t]) {
 			items = append(items, item{t: t})
 			continue
 		}
-		if ctx.tables[t].lazy {
-			o := &ctx.tables[t].own
-			o.alpha = -float32(c.Tables[t].Opt.LR)
-			owns = append(owns, o)
-			for p := range o.parts() {
-				items = append(items, item{t: t, own: o, part: p})
-			}
-			continue
+		if !ctx.tables[t].planned { // the forward did not plan it (a scope or an optimizer changed since)
+			s.planOwnedFromDedup(t, ctx, base, parallel.Workers())
 		}
-		l := ctx.tables[t].sgdPlan // planned by the forward
-		if l == nil {
-			l = s.newLinearSGD(ctx, base, t, parallel.Workers())
-		}
-		l.alpha = -float32(c.Tables[t].Opt.LR) // the rate now, should it have changed since the forward
-		sgds = append(sgds, l)
-		for p := range l.parts() {
-			items = append(items, item{t: t, sgd: l, part: p})
+		o := &ctx.tables[t].own
+		o.alpha = -float32(c.Tables[t].Opt.LR) // the rate now, should it have changed since the forward
+		owns = append(owns, o)
+		for p := range o.parts() {
+			items = append(items, item{t: t, own: o, part: p})
 		}
 	}
 	parallel.ForEach(len(items), 1, func(j int) {
 		it := items[j]
-		if it.sgd != nil {
-			it.sgd.run(grad, it.part)
-			return
-		}
 		if it.own != nil {
 			it.own.run(grad, it.part)
 			return
@@ -130,9 +114,6 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 			copy(gradRows[it.t], ctx.tables[it.t].rows)
 		}
 	})
-	for _, l := range sgds {
-		l.finish()
-	}
 	for _, o := range owns {
 		o.finish()
 	}
@@ -173,7 +154,7 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 
 // linearUpdate reports whether a fused optimizer's update of a row is linear in its gradient
 // (SGD without weight decay): applying each lookup's gradient row in turn then equals the update by
-// their merged sum, up to float rounding, and backward skips the merge (see linearSGD).
+// their merged sum, up to float rounding, and backward skips the merge (see ownedSGD).
 func linearUpdate(o OptimizerConfig) bool { return o.Kind == OptSGD && o.WeightDecay == 0 }
 
 // linear reports whether backward applies table t's update in its one-pass linear form: a linear

@@ -20,20 +20,22 @@ const (
 // bitsAhead is how many lookups ahead of its tests a part prefetches the bitmaps' words.
 const bitsAhead = 64
 
-// ownedSGD is the backward of a fixed table whose update is linear (SGD without weight decay), planned
-// without deduplicating the batch: the forward only copies the table's lookups (IDs, in the order of
-// its features) and cuts them into contiguous parts, marking in a bitmap per part (but the last) the
-// rows each part looks up. In backward part p applies, in place and in order, its lookups of rows that
-// no earlier part looks up (it owns those rows: no other part writes them in that phase), and sums
-// its lookups of rows that an earlier part also looks up into a side buffer, one slot per row (an
-// idIndex maps rows to slots). Every part reads its stretch of the gradient once, front to back. Once
-// every part is done, finish adds the side buffers to their rows, part by part. The result equals
-// the merged update up to float rounding and depends on the cut, not on scheduling.
+// ownedSGD is the backward of a table whose update is linear (SGD without weight decay): each lookup's
+// gradient row, times −lr, is added to its table row, so no merge is needed, only one writer per row.
+// The table's lookups (their rows, in the order of its features) are cut into contiguous parts, and a
+// bitmap per part (but the last) marks the rows the part looks up. In backward part p applies, in
+// place and in order, its lookups of rows that no earlier part looks up (it owns those rows: no other
+// part writes them in that phase), and sums its lookups of rows an earlier part also looks up into a
+// side buffer, one slot per row (an idIndex maps rows to slots). Every part reads its stretch of the
+// gradient once, front to back, and the parts may run in any order or at once. Then finish adds the
+// side buffers to their rows, part by part. The result equals the merged update up to float
+// rounding and depends on the cut, which depends on the batch alone, not on scheduling.
 //
-// Compared with linearSGD this saves the forward's deduplication (a random access per lookup into a
-// slot array of the table's size), which sat on the critical path of the sequence forward; the bitmaps
-// (rows/8 bytes each) stay in cache, and the rows shared between parts, the ones a side buffer
-// holds, are the batch's hot rows: few, and cached.
+// For a fixed table (ID i is row i) the forward plans this straight from the batch's IDs and does
+// not deduplicate at all (planOwned): deduplication costs a random access per lookup into a slot
+// array of the table's size, on the forward's critical path, where the bitmaps (rows/8 bytes each)
+// stay in cache, and the rows shared between parts, the ones side buffers hold, are the batch's hot
+// rows: few, and cached. Other tables are planned from their deduplicated rows (planOwnedFromDedup).
 type ownedSGD struct {
 	t      *Table
 	segs   []gradSeg
@@ -94,13 +96,46 @@ func (s *SequenceCollection) planOwned(ti int, b Batch, B int, ctx *Context, bas
 		o.segs = append(o.segs, gradSeg{len(o.ids), len(vals), base[k]})
 		o.ids = append(o.ids, vals...)
 	}
+	o.cutAndMark(t.rows, workers)
+	tc.lazy, tc.planned = true, true
+	return nil
+}
+
+// planOwnedFromDedup fills table ti's ownedSGD plan from the rows its deduplication resolved (any
+// row source); the table stays deduplicated.
+func (s *SequenceCollection) planOwnedFromDedup(ti int, ctx *Context, base []int64, workers int) {
+	c := s.view
+	t, tc := c.Tables[ti], &ctx.tables[ti]
+	B := (len(ctx.offsets) - 1) / len(c.Features)
+	o := &tc.own
+	o.clearMarks()
+	o.t, o.alpha = t, -float32(t.Opt.LR)
+	o.segs = o.segs[:0]
+	o.ids = resize(o.ids, len(tc.inv))
+	for i, x := range tc.inv {
+		o.ids[i] = tc.rows[x]
+	}
+	p := 0
+	for _, f := range c.features[ti] {
+		k := ctx.featKey[f]
+		m := int(ctx.offsets[(k+1)*B] - ctx.offsets[k*B])
+		o.segs = append(o.segs, gradSeg{p, m, base[k]})
+		p += m
+	}
+	o.cutAndMark(t.rows, workers)
+	tc.planned = true
+}
+
+// cutAndMark cuts the plan's lookups into up to workers parts of about equal cost and marks each
+// part's rows (but the last part's) in its bitmap of a table of rows rows.
+func (o *ownedSGD) cutAndMark(rows int64, workers int) {
 	n := len(o.ids)
-	parts := ownedParts(n, t.rows, workers)
+	parts := ownedParts(n, rows, workers)
 	o.cuts = resize(o.cuts, parts+1)
 	for p := range o.cuts {
 		o.cuts[p] = n * p / parts
 	}
-	o.mark(int((t.rows + 63) / 64))
+	o.mark(int((rows + 63) / 64))
 	if o.balance() {
 		o.clearMarks()
 		o.mark(len(o.marks[0]))
@@ -108,8 +143,6 @@ func (s *SequenceCollection) planOwned(ti int, b Batch, B int, ctx *Context, bas
 	for len(o.sides) < parts {
 		o.sides = append(o.sides, ownedSide{})
 	}
-	tc.lazy = true
-	return nil
 }
 
 // mark sets, per part but the last, the bits of its rows (bitmaps of words words).
@@ -124,7 +157,9 @@ func (o *ownedSGD) mark(words int) {
 		}
 		m := o.marks[p]
 		for _, id := range o.ids[o.cuts[p]:o.cuts[p+1]] {
-			m[id>>6] |= 1 << (id & 63)
+			if id >= 0 {
+				m[id>>6] |= 1 << (id & 63)
+			}
 		}
 	}
 	o.marked = append(o.marked[:0], o.cuts...)
@@ -147,6 +182,9 @@ func (o *ownedSGD) balance() bool {
 		shared, seen := 0, 0
 		for j := lo; j < hi; j += ownedSample {
 			id := o.ids[j]
+			if id < 0 {
+				continue
+			}
 			for _, m := range o.marks[:p] {
 				if m[id>>6]&(1<<(id&63)) != 0 {
 					shared++
@@ -182,7 +220,9 @@ func (o *ownedSGD) clearMarks() {
 	for p := 0; p+1 < len(o.marked)-1; p++ {
 		m := o.marks[p]
 		for _, id := range o.ids[o.marked[p]:o.marked[p+1]] {
-			m[id>>6] = 0
+			if id >= 0 {
+				m[id>>6] = 0
+			}
 		}
 	}
 	o.marked = o.marked[:0]
@@ -217,6 +257,10 @@ func (o *ownedSGD) run(grad []float32, p int) {
 				kernels.PrefetchBits(m, ahead)
 			}
 			for _, id := range ids[j0:min(j0+bitsAhead, len(ids))] {
+				if id < 0 { // unresolved: no row to update
+					off += d
+					continue
+				}
 				w, bit := id>>6, uint64(1)<<(id&63)
 				owned := true
 				for _, m := range earlier {
@@ -277,7 +321,7 @@ func (c *Collection) materialize(x *Context, ti int) error {
 	src, _ := t.fixedRange()
 	ids := tc.own.ids
 	tc.inv = resize(tc.inv, len(ids))
-	tc.uniq, tc.firstPos = tc.uniq[:0], tc.firstPos[:0]
+	tc.uniq = tc.uniq[:0]
 	one, b, offsets := []int{0}, Batch{Values: ids}, []int64{0, int64(len(ids))} // the lookups as one feature
 	if t.rows <= c.opts.denseDedupMaxRows() {
 		if err := t.dedupDense(one, b, 1, one, offsets, tc, src); err != nil {

@@ -3,6 +3,7 @@ package embedding
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -181,4 +182,97 @@ func TestOwnedSGDBadID(t *testing.T) {
 	require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
 	x.s.Release(ctx)
 	x.check(t)
+}
+
+// TestOwnedSGDFromDedup: tables the forward must deduplicate (a row source other than a fixed range,
+// with unresolved IDs; a fixed table under Options.NoDedup) get the plan from their resolved rows,
+// split into parts, and update exactly; so does a context the forward did not plan (the backward
+// plans it).
+func TestOwnedSGDFromDedup(t *testing.T) {
+	const rows, dim, lr = 3000, 8, 0.05
+	r := rand.New(rand.NewPCG(31, 5))
+	src := mapSource{}
+	perm := r.Perm(rows)
+	for id := 0; id < rows; id++ {
+		if id%10 != 9 { // every tenth ID unresolved
+			src[int64(id)] = int64(perm[id])
+		}
+	}
+	data := make([]float32, rows*dim)
+	for i := range data {
+		data[i] = float32(r.NormFloat64())
+	}
+	tb, err := NewTable(TableSpec{Name: "m", Source: src, Data: data, Stride: dim, Dim: dim,
+		Opt: OptimizerConfig{Kind: OptSGD, LR: lr}})
+	require.NoError(t, err)
+	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "x", Table: 0}})
+	require.NoError(t, err)
+	defer c.Close()
+	s, err := NewSequenceCollection(c, []Feature{{Name: "hist", Table: 0}})
+	require.NoError(t, err)
+	z := rand.NewZipf(r, 1.1, 1, rows-1)
+	b := Batch{KeyFeature: []int64{0}}
+	for i := 0; i < 700; i++ {
+		n := r.IntN(40)
+		b.Lengths = append(b.Lengths, int64(n))
+		for j := 0; j < n; j++ {
+			b.Values = append(b.Values, int64(z.Uint64()))
+		}
+	}
+	grad := make([]float32, len(b.Values)*dim)
+	for i := range grad {
+		grad[i] = float32(r.NormFloat64())
+	}
+	want := make([]float64, len(data))
+	for i, v := range data {
+		want[i] = float64(v)
+	}
+	step := func() {
+		for v, id := range b.Values {
+			if row, ok := src[id]; ok {
+				for j := 0; j < dim; j++ {
+					want[int(row)*dim+j] -= lr * float64(grad[v*dim+j])
+				}
+			}
+		}
+	}
+	check := func(what string) {
+		for i, v := range tb.Data {
+			require.InDelta(t, want[i], float64(v), 1e-4*(1+math.Abs(want[i])), "%s: value %d", what, i)
+		}
+	}
+	out := make([]float32, len(b.Values)*dim)
+	ctx, err := s.Forward(b, [][]float32{out}, true, true)
+	require.NoError(t, err)
+	tc := &ctx.tables[0]
+	require.True(t, tc.planned && !tc.lazy, "planned from the dedup's rows")
+	for i, x := range tc.inv {
+		require.Equal(t, tc.rows[x], tc.own.ids[i])
+	}
+	s.planOwnedFromDedup(0, ctx, s.keyBases(ctx), 3)
+	require.Equal(t, 3, tc.own.parts())
+	for p := range 3 {
+		tc.own.run(grad, p)
+	}
+	tc.own.finish()
+	s.Release(ctx)
+	step()
+	check("three parts")
+
+	ctx, err = s.Forward(b, [][]float32{out}, true, true)
+	require.NoError(t, err)
+	ctx.tables[0].planned = false // as when the optimizer became linear after the forward
+	require.NoError(t, s.Backward(ctx, grad, nil, nil))
+	s.Release(ctx)
+	step()
+	check("planned by the backward")
+
+	s.view.opts.NoDedup = true
+	ctx, err = s.Forward(b, [][]float32{out}, true, true)
+	require.NoError(t, err)
+	require.True(t, ctx.tables[0].planned && !ctx.tables[0].lazy)
+	require.NoError(t, s.Backward(ctx, grad, nil, nil))
+	s.Release(ctx)
+	step()
+	check("NoDedup")
 }

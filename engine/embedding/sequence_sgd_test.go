@@ -1,10 +1,8 @@
 package embedding
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -72,37 +70,6 @@ func (x *sgdCase) check(t *testing.T) {
 	}
 }
 
-// TestLinearSGDParts runs the split linear pass with 1..5 parts, the parts concurrently, and checks
-// the rows against the float64 reference (every row written once per lookup, none lost to a race).
-func TestLinearSGDParts(t *testing.T) {
-	for _, tc := range []struct {
-		rows  int64
-		B     int
-		parts int
-	}{
-		{5000, 600, 1}, {5000, 600, 2}, {5000, 600, 3}, {300, 900, 4}, {100000, 700, 5}, {5000, 10, 4},
-	} {
-		t.Run(fmt.Sprintf("rows%d_B%d_parts%d", tc.rows, tc.B, tc.parts), func(t *testing.T) {
-			x := newSGDCase(t, uint64(tc.rows)+uint64(tc.parts), tc.rows, tc.B)
-			ctx, err := x.s.Forward(x.b, x.outs(), true, true)
-			require.NoError(t, err)
-			defer x.s.Release(ctx)
-			require.NoError(t, x.s.view.materialize(ctx, 0)) // the forward planned ownedSGD instead
-			l := x.s.newLinearSGD(ctx, x.s.keyBases(ctx), 0, tc.parts)
-			want := max(1, min(tc.parts, len(x.b.Values)/sgdPartMin))
-			require.Equal(t, want, l.parts())
-			var wg sync.WaitGroup
-			for p := range l.parts() {
-				wg.Add(1)
-				go func() { defer wg.Done(); l.run(x.grad, p) }()
-			}
-			wg.Wait()
-			l.finish()
-			x.check(t)
-		})
-	}
-}
-
 func (x *sgdCase) outs() [][]float32 {
 	sizes, _ := x.s.OutputSizes(x.b)
 	outs := make([][]float32, len(sizes))
@@ -120,31 +87,6 @@ func TestLinearSGDBackward(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, x.s.Backward(ctx, x.grad, nil, nil))
 	x.s.Release(ctx)
-	x.check(t)
-}
-
-// TestLinearSGDNumberingFallback: distinct IDs numbered other than in first-seen order make the
-// pass run as one part (two parts could otherwise write one row), still exact.
-func TestLinearSGDNumberingFallback(t *testing.T) {
-	x := newSGDCase(t, 11, 5000, 600)
-	ctx, err := x.s.Forward(x.b, x.outs(), true, true)
-	require.NoError(t, err)
-	defer x.s.Release(ctx)
-	require.NoError(t, x.s.view.materialize(ctx, 0)) // the forward planned ownedSGD instead
-	tc := &ctx.tables[0]
-	tc.firstPos = tc.firstPos[:0] // as a path that records none
-	u := len(tc.rows)             // reverse the numbering: x → u-1-x
-	for i, v := range tc.inv {
-		tc.inv[i] = int32(u-1) - v
-	}
-	for i, j := 0, u-1; i < j; i, j = i+1, j-1 {
-		tc.rows[i], tc.rows[j] = tc.rows[j], tc.rows[i]
-		tc.uniq[i], tc.uniq[j] = tc.uniq[j], tc.uniq[i]
-	}
-	l := x.s.newLinearSGD(ctx, x.s.keyBases(ctx), 0, 3)
-	require.Equal(t, 1, l.parts())
-	l.run(x.grad, 0)
-	l.finish()
 	x.check(t)
 }
 
@@ -173,31 +115,6 @@ func TestScaledAdderOrder(t *testing.T) {
 		for i := range dst {
 			require.InDelta(t, want[i], float64(dst[i]), 1e-3, "n %d value %d", n, i)
 		}
-	}
-}
-
-// TestDedupRecordsFirstPositions: the dense and the hash dedup record, per distinct ID, the lookup
-// where it first appears (what the linear SGD plan relies on).
-func TestDedupRecordsFirstPositions(t *testing.T) {
-	for _, dense := range []bool{true, false} {
-		x := newSGDCase(t, 13, 5000, 300)
-		if !dense {
-			x.s.view.opts.DenseDedupMaxRows = 1 // the table is past the slot array: hash dedup
-		}
-		ctx, err := x.s.Forward(x.b, x.outs(), true, true)
-		require.NoError(t, err)
-		require.NoError(t, x.s.view.materialize(ctx, 0)) // the forward planned ownedSGD instead
-		tc := &ctx.tables[0]
-		want := make([]int32, len(tc.rows))
-		seen := make(map[int32]bool)
-		for q, v := range tc.inv {
-			if !seen[v] {
-				seen[v] = true
-				want[v] = int32(q)
-			}
-		}
-		require.Equal(t, want, tc.firstPos, "dense %v", dense)
-		x.s.Release(ctx)
 	}
 }
 
