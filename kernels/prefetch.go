@@ -36,3 +36,13 @@ func PrefetchBits(bits []uint64, ids []int64) {
 	}
 	prefetchBits(unsafe.Pointer(unsafe.SliceData(bits)), unsafe.SliceData(ids), len(ids))
 }
+
+// PrefetchLines asks the CPU to start loading lines cache lines at base + offs[k]·scale bytes for
+// each k (offs[k] < 0 skipped): PrefetchRows for arrays of other element types (a hash index's
+// slots). A hint, like PrefetchRows: base must point into live memory, offsets may run past it.
+func PrefetchLines(base unsafe.Pointer, offs []int64, scale int64, lines int) {
+	if base == nil || len(offs) == 0 || lines <= 0 {
+		return
+	}
+	prefetchRows(base, unsafe.SliceData(offs), len(offs), scale, lines)
+}

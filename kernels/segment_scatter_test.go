@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -139,6 +140,16 @@ func TestPrefetchBitsIsOnlyAHint(t *testing.T) {
 	PrefetchBits(nil, []int64{0})
 	PrefetchBits(bits, nil)
 	require.Equal(t, []uint64{1, 2, 3, 4}, bits)
+}
+
+func TestPrefetchLinesIsOnlyAHint(t *testing.T) {
+	words := []int64{1, 2, 3, 4}
+	base := unsafe.Pointer(&words[0])
+	PrefetchLines(base, []int64{-1, 0, 3, 1 << 40}, 8, 1) // past the end: still only a hint
+	PrefetchLines(nil, []int64{0}, 8, 1)
+	PrefetchLines(base, nil, 8, 1)
+	PrefetchLines(base, []int64{0}, 8, 0)
+	require.Equal(t, []int64{1, 2, 3, 4}, words)
 }
 
 func TestPrefetchStridedIsOnlyAHint(t *testing.T) {

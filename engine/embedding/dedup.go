@@ -1,6 +1,10 @@
 package embedding
 
-import "github.com/recgo/recgo/kernels"
+import (
+	"unsafe"
+
+	"github.com/recgo/recgo/kernels"
+)
 
 // dedupDense deduplicates with a per-table slot array indexed by ID (fixed tables only), checking
 // ranges as it goes; it leaves the seen bitmap clear again, on success or failure.
@@ -89,6 +93,23 @@ func (x *idIndex) reset(n int) {
 		x.slots = make([]idSlot, want)
 	}
 	x.used = x.used[:0]
+}
+
+// prefetch hints the slots where find will look for ids first (scratch: room for their slot
+// numbers; negative ids skipped).
+func (x *idIndex) prefetch(ids, scratch []int64) {
+	if len(x.slots) == 0 {
+		return
+	}
+	mask := uint64(len(x.slots) - 1)
+	scratch = scratch[:len(ids)]
+	for i, id := range ids {
+		scratch[i] = int64(kernels.Mix64(uint64(id)) & mask)
+		if id < 0 {
+			scratch[i] = -1
+		}
+	}
+	kernels.PrefetchLines(unsafe.Pointer(unsafe.SliceData(x.slots)), scratch, int64(unsafe.Sizeof(idSlot{})), 1)
 }
 
 // find returns id's index, inserting it with index next when absent (fresh reports that).

@@ -239,6 +239,7 @@ func (o *ownedSGD) run(grad []float32, p int) {
 	earlier := o.marks[:p]
 	var side *ownedSide
 	var sum scaledAdder
+	var scratch [bitsAhead]int64
 	if p > 0 {
 		side = &o.sides[p]
 		side.index.reset(hi - lo)
@@ -255,6 +256,9 @@ func (o *ownedSGD) run(grad []float32, p int) {
 			ahead := ids[min(j0+bitsAhead, len(ids)):min(j0+2*bitsAhead, len(ids))]
 			for _, m := range earlier {
 				kernels.PrefetchBits(m, ahead)
+			}
+			if side != nil {
+				side.index.prefetch(ahead, scratch[:])
 			}
 			for _, id := range ids[j0:min(j0+bitsAhead, len(ids))] {
 				if id < 0 { // unresolved: no row to update
