@@ -137,8 +137,7 @@ func (o *ownedSGD) cutAndMark(rows int64, workers int) {
 	}
 	o.mark(int((rows + 63) / 64))
 	if o.balance() {
-		o.clearMarks()
-		o.mark(len(o.marks[0]))
+		o.remark()
 	}
 	for len(o.sides) < parts {
 		o.sides = append(o.sides, ownedSide{})
@@ -155,12 +154,7 @@ func (o *ownedSGD) mark(words int) {
 		if len(o.marks[p]) != words {
 			o.marks[p] = make([]uint64, words)
 		}
-		m := o.marks[p]
-		for _, id := range o.ids[o.cuts[p]:o.cuts[p+1]] {
-			if id >= 0 {
-				m[id>>6] |= 1 << (id & 63)
-			}
-		}
+		setBits(o.marks[p], o.ids[o.cuts[p]:o.cuts[p+1]])
 	}
 	o.marked = append(o.marked[:0], o.cuts...)
 }
@@ -212,6 +206,36 @@ func (o *ownedSGD) balance() bool {
 		acc += density[p] * float64(hi-lo)
 	}
 	return moved
+}
+
+// remark updates the bitmaps to the cuts balance moved: a part whose range only grew (the first part,
+// as a rule) marks the lookups it gained; any other part's bitmap is cleared and marked again.
+func (o *ownedSGD) remark() {
+	for p := 0; p < o.parts()-1; p++ {
+		m := o.marks[p]
+		lo0, hi0, lo, hi := o.marked[p], o.marked[p+1], o.cuts[p], o.cuts[p+1]
+		if lo <= lo0 && hi >= hi0 {
+			setBits(m, o.ids[lo:lo0])
+			setBits(m, o.ids[hi0:hi])
+			continue
+		}
+		for _, id := range o.ids[lo0:hi0] {
+			if id >= 0 {
+				m[id>>6] = 0
+			}
+		}
+		setBits(m, o.ids[lo:hi])
+	}
+	o.marked = append(o.marked[:0], o.cuts...)
+}
+
+// setBits sets the bits of ids (negative ids skipped).
+func setBits(m []uint64, ids []int64) {
+	for _, id := range ids {
+		if id >= 0 {
+			m[id>>6] |= 1 << (id & 63)
+		}
+	}
 }
 
 // clearMarks clears the bits the last plan set, walking the lookups it marked (the bitmaps are

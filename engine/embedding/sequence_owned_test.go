@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -275,4 +276,40 @@ func TestOwnedSGDFromDedup(t *testing.T) {
 	s.Release(ctx)
 	step()
 	check("NoDedup")
+}
+
+// TestOwnedSGDRemark: after cuts move either way, each part's bitmap holds exactly its rows.
+func TestOwnedSGDRemark(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 7))
+	const rows = 700
+	for trial := 0; trial < 200; trial++ {
+		n := 1 + r.IntN(400)
+		parts := 2 + r.IntN(3)
+		o := &ownedSGD{ids: make([]int64, n)}
+		for i := range o.ids {
+			o.ids[i] = int64(r.IntN(rows+40)) - 40 // some unresolved (negative)
+		}
+		randomCuts := func() {
+			o.cuts = resize(o.cuts, parts+1)
+			o.cuts[0], o.cuts[parts] = 0, n
+			for p := 1; p < parts; p++ {
+				o.cuts[p] = r.IntN(n + 1)
+			}
+			slices.Sort(o.cuts)
+		}
+		randomCuts()
+		o.mark((rows + 63) / 64)
+		randomCuts()
+		o.remark()
+		for p := 0; p < parts-1; p++ {
+			want := make([]uint64, (rows+63)/64)
+			for _, id := range o.ids[o.cuts[p]:o.cuts[p+1]] {
+				if id >= 0 {
+					want[id>>6] |= 1 << (id & 63)
+				}
+			}
+			require.Equal(t, want, o.marks[p], "trial %d part %d", trial, p)
+		}
+		require.Equal(t, o.cuts, o.marked)
+	}
 }
