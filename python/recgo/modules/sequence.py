@@ -243,15 +243,16 @@ class EmbeddingCollection(nn.Module):
         F = key_feature.numel()
         B = lengths.numel() // max(1, F)
         dims = [self._feature_dims[i] for i in key_feature.tolist()]
-        counts = lengths.view(F, B).sum(1).tolist() if F else []
+        # one key: its rows are the batch's values (the engine checks the lengths add up to them)
+        counts = [values.numel()] if F == 1 else lengths.view(F, B).sum(1).tolist() if F else []
         flats = self._out_buffers([n * d for n, d in zip(counts, dims)])
         f = _lib.fn("recgo_ec_forward")
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in flats])
-        lens = torch.tensor([t.numel() for t in flats], dtype=torch.int64)
+        lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
         ctx = H(0)
         _lib.call(f, self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
-                  lengths.numel(), ctypes.addressof(ptrs), ptr(lens), F, int(self.training), int(keep),
-                  ctypes.byref(ctx))
+                  lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
+                  int(self.training), int(keep), ctypes.byref(ctx))
         outs = [t.view(n, d) for t, n, d in zip(flats, counts, dims)]
         if not keep:
             return outs, torch.zeros(1, dtype=torch.int64)
