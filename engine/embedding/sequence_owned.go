@@ -82,10 +82,8 @@ func (s *SequenceCollection) planOwned(ti int, b Batch, B int, ctx *Context, bas
 	c := s.view
 	t, tc := c.Tables[ti], &ctx.tables[ti]
 	src, _ := t.fixedRange()
-	o := &tc.own
-	o.clearMarks()
-	o.t, o.alpha = t, -float32(t.Opt.LR)
-	o.segs, o.ids = o.segs[:0], o.ids[:0]
+	o := s.startOwned(ti, ctx, base)
+	o.ids = o.ids[:0]
 	for _, f := range c.features[ti] {
 		k := ctx.featKey[f]
 		vals := b.Values[ctx.offsets[k*B]:ctx.offsets[(k+1)*B]]
@@ -93,7 +91,6 @@ func (s *SequenceCollection) planOwned(ti int, b Batch, B int, ctx *Context, bas
 			o.ids = o.ids[:0]
 			return err
 		}
-		o.segs = append(o.segs, gradSeg{len(o.ids), len(vals), base[k]})
 		o.ids = append(o.ids, vals...)
 	}
 	o.cutAndMark(t.rows, workers)
@@ -104,17 +101,25 @@ func (s *SequenceCollection) planOwned(ti int, b Batch, B int, ctx *Context, bas
 // planOwnedFromDedup fills table ti's ownedSGD plan from the rows its deduplication resolved (any
 // row source); the table stays deduplicated.
 func (s *SequenceCollection) planOwnedFromDedup(ti int, ctx *Context, base []int64, workers int) {
-	c := s.view
-	t, tc := c.Tables[ti], &ctx.tables[ti]
-	B := (len(ctx.offsets) - 1) / len(c.Features)
-	o := &tc.own
-	o.clearMarks()
-	o.t, o.alpha = t, -float32(t.Opt.LR)
-	o.segs = o.segs[:0]
+	t, tc := s.view.Tables[ti], &ctx.tables[ti]
+	o := s.startOwned(ti, ctx, base)
 	o.ids = resize(o.ids, len(tc.inv))
 	for i, x := range tc.inv {
 		o.ids[i] = tc.rows[x]
 	}
+	o.cutAndMark(t.rows, workers)
+	tc.planned = true
+}
+
+// startOwned readies table ti's plan for a new batch: the last plan's marks cleared, the table's
+// rate, and each feature's run of the lookups with where its gradient rows start.
+func (s *SequenceCollection) startOwned(ti int, ctx *Context, base []int64) *ownedSGD {
+	c := s.view
+	t, o := c.Tables[ti], &ctx.tables[ti].own
+	o.clearMarks()
+	o.t, o.alpha = t, -float32(t.Opt.LR)
+	B := (len(ctx.offsets) - 1) / len(c.Features)
+	o.segs = o.segs[:0]
 	p := 0
 	for _, f := range c.features[ti] {
 		k := ctx.featKey[f]
@@ -122,8 +127,7 @@ func (s *SequenceCollection) planOwnedFromDedup(ti int, ctx *Context, base []int
 		o.segs = append(o.segs, gradSeg{p, m, base[k]})
 		p += m
 	}
-	o.cutAndMark(t.rows, workers)
-	tc.planned = true
+	return o
 }
 
 // cutAndMark cuts the plan's lookups into up to workers parts of about equal cost and marks each
@@ -219,11 +223,7 @@ func (o *ownedSGD) remark() {
 			setBits(m, o.ids[hi0:hi])
 			continue
 		}
-		for _, id := range o.ids[lo0:hi0] {
-			if id >= 0 {
-				m[id>>6] = 0
-			}
-		}
+		clearBits(m, o.ids[lo0:hi0])
 		setBits(m, o.ids[lo:hi])
 	}
 	o.marked = append(o.marked[:0], o.cuts...)
@@ -238,16 +238,21 @@ func setBits(m []uint64, ids []int64) {
 	}
 }
 
+// clearBits clears the words of the bits of ids (negative ids skipped): bits of other ids in those
+// words go too, so a caller marks again what must stay.
+func clearBits(m []uint64, ids []int64) {
+	for _, id := range ids {
+		if id >= 0 {
+			m[id>>6] = 0
+		}
+	}
+}
+
 // clearMarks clears the bits the last plan set, walking the lookups it marked (the bitmaps are
 // large; the lookups are few).
 func (o *ownedSGD) clearMarks() {
 	for p := 0; p+1 < len(o.marked)-1; p++ {
-		m := o.marks[p]
-		for _, id := range o.ids[o.marked[p]:o.marked[p+1]] {
-			if id >= 0 {
-				m[id>>6] = 0
-			}
-		}
+		clearBits(o.marks[p], o.ids[o.marked[p]:o.marked[p+1]])
 	}
 	o.marked = o.marked[:0]
 }

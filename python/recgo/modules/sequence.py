@@ -245,10 +245,11 @@ class EmbeddingCollection(nn.Module):
         dims = [self._feature_dims[i] for i in key_feature.tolist()]
         # one key: its rows are the batch's values (the engine checks the lengths add up to them)
         counts = [values.numel()] if F == 1 else lengths.view(F, B).sum(1).tolist() if F else []
-        flats = self._out_buffers([n * d for n, d in zip(counts, dims)])
+        sizes = [n * d for n, d in zip(counts, dims)]
+        flats = self._out_buffers(sizes)
         f = _lib.fn("recgo_ec_forward")
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in flats])
-        lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
+        lens = (ctypes.c_int64 * F)(*sizes)
         ctx = H(0)
         _lib.call(f, self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
                   lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
