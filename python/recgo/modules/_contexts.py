@@ -9,6 +9,9 @@ when the graph is dropped without one), with no limit on how many graphs are pen
 gradient accumulation over any number of micro-batches). :meth:`ContextStore.take` hands the handle
 to the backward exactly once; a second backward of the same graph finds nothing.
 
+The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node holds
+the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context.
+
 This works the same under ``torch.compile``: the compiled graph saves the ticket like any other
 tensor. The store is safe for concurrent use (its dict operations are atomic under the GIL; a handle
 may be collected on any thread).
@@ -31,11 +34,42 @@ class _Cell(ctypes.c_int64 * 1):
     """The ticket's memory; it owns the handle (attribute ``handle``) while any view of it lives."""
 
 
+class _Owned(Handle):
+    """A context handle that an eager graph's autograd node owns (:meth:`ContextStore.own`)."""
+
+    __slots__ = ("_pending",)
+
+    def free(self) -> None:
+        h = self._h
+        super().free()
+        self._pending.discard(h)  # set.discard: atomic under the GIL, like the add in own()
+
+
+#: The error of a backward that finds no context (the graph's backward ran before, or its forward
+#: ran without grad tracking).
+NO_CONTEXT = ("recgo backward: no saved forward for this graph (backward ran twice on it, or the forward ran "
+              "without grad tracking)")
+
+
 class ContextStore:
-    """Handles of engine contexts, each owned by the storage of the ticket tensor :meth:`keep` returns."""
+    """Handles of engine contexts, each owned by the storage of the ticket tensor :meth:`keep` returns
+    (the custom ops' path), or by an eager graph's autograd node (:meth:`own`, see ``_eager.py``)."""
 
     def __init__(self) -> None:
         self._live: "weakref.WeakValueDictionary[int, Handle]" = weakref.WeakValueDictionary()
+        self._owned: set[int] = set()  # raw handles given out by own() and not freed yet
+
+    def ticket(self, raw: int) -> torch.Tensor:
+        """The ticket owning the context ``raw`` (:meth:`keep`), or a ticket of id 0 when there is none."""
+        return self.keep(Handle(raw)) if raw else torch.zeros(1, dtype=torch.int64)
+
+    def own(self, raw: int) -> Handle:
+        """A handle of context ``raw`` for an owner that frees it (or drops it: it is freed when collected),
+        counted in ``len`` until then. Cheaper than a ticket: no tensor, no weak reference."""
+        h = _Owned(raw)
+        h._pending = self._owned
+        self._owned.add(raw)
+        return h
 
     def keep(self, handle: Handle) -> torch.Tensor:
         """A ticket (int64 tensor of one element, its id) that owns ``handle`` until it is collected."""
@@ -51,5 +85,5 @@ class ContextStore:
         return self._live.pop(int(ticket), None)
 
     def __len__(self) -> int:
-        """Contexts still pending (kept, neither taken nor collected)."""
-        return len(self._live)
+        """Contexts still pending (kept or owned, neither taken nor collected, nor freed)."""
+        return len(self._live) + len(self._owned)

@@ -17,10 +17,15 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
-#: Runs a forward: returns the outputs and the context ticket (see ``_contexts.py``).
-Forward = Callable[[], "tuple[list[torch.Tensor], torch.Tensor]"]
-#: Runs a backward: takes the ticket and one gradient per output, returns one gradient per parameter.
-Backward = Callable[[torch.Tensor, "list[torch.Tensor]"], "list[torch.Tensor | None]"]
+from .._lib import Handle
+from ..errors import InvalidInputError
+from ._contexts import NO_CONTEXT
+
+#: Runs a forward: returns the outputs and the handle of the context it kept (``ContextStore.own``).
+Forward = Callable[[], "tuple[list[torch.Tensor], Handle]"]
+#: Runs a backward: takes the context's handle (and frees it) and one gradient per output, returns one
+#: gradient per parameter.
+Backward = Callable[[Handle, "list[torch.Tensor]"], "list[torch.Tensor | None]"]
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -35,9 +40,8 @@ def allowed(*tensors: torch.Tensor | None) -> bool:
 
 def lookup(forward: Forward, backward: Backward, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
     """Run ``forward`` under autograd: its outputs, whose gradients ``backward`` turns into the
-    parameters' (the ticket it returns is kept for that backward)."""
-    res = _Lookup.apply(forward, backward, *params)
-    return list(res[:-1])
+    parameters' (the context handle it returns is kept for that backward)."""
+    return list(_Lookup.apply(forward, backward, *params))
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
@@ -49,17 +53,26 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
 
 
 class _Lookup(torch.autograd.Function):
-    """A collection's forward with its context ticket saved for its backward."""
+    """A collection's forward with its engine context kept for its backward.
+
+    The node (``ctx``) holds the context's handle: the graph owns the context, which is freed by the
+    backward or, when the graph is dropped without one, with the node. No ticket tensor is needed
+    (the custom ops need one: a compiled graph saves tensors only). Gradients are not materialised
+    (autograd would build a zero tensor per unused output on each backward); the unused outputs get
+    theirs here."""
 
     @staticmethod
     def forward(ctx: Any, forward: Forward, backward: Backward, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        outs, ticket = forward()
-        ctx.backward = backward
-        ctx.save_for_backward(ticket)
-        ctx.mark_non_differentiable(ticket)
-        return (*[_alias(o) for o in outs], ticket)
+        outs, handle = forward()
+        ctx.handle, ctx.backward = handle, backward
+        ctx.shapes = [o.shape for o in outs]
+        ctx.set_materialize_grads(False)
+        return tuple(_alias(o) for o in outs)
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[Any, ...]:
-        (ticket,) = ctx.saved_tensors
-        return (None, None, *ctx.backward(ticket, list(grads[:-1])))
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        handle, ctx.handle = ctx.handle, None  # taken once: a second backward of the graph finds none
+        if handle is None:
+            raise InvalidInputError(NO_CONTEXT)
+        filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.shapes)]
+        return (None, None, *ctx.backward(handle, filled))

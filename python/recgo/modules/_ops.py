@@ -47,7 +47,9 @@ def module(key: int) -> "EmbeddingBagCollection":
 def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false)."""
-    return module(key)._lookup(key_feature, values, lengths, weights, keep)
+    m = module(key)
+    out, raw = m._lookup(key_feature, values, lengths, weights, keep)
+    return out, m._contexts.ticket(raw)
 
 
 @ebc_forward.register_fake
@@ -62,7 +64,9 @@ def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, len
 @torch.library.custom_op("recgo::ebc_backward", mutates_args=())
 def ebc_backward(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
     """Fused: applies the optimizer, returns ``[zeros(())]``. Otherwise ``[rows_t, grads_t, ...]`` per table."""
-    return module(key)._run_backward(int(ctx_id.item()), grad)
+    m = module(key)
+    raw = m._run_backward(int(ctx_id.item()), grad)
+    return [torch.zeros(())] if m._optimizer is not None else raw
 
 
 @ebc_backward.register_fake

@@ -35,7 +35,9 @@ def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Te
                dims: list[int], params: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per key (KJT order, ``dims[k]`` its embedding dim) its ``[n_k, D_k]`` rows, and the ticket owning
     the saved context (id 0 without ``keep``; see ``_contexts.py``)."""
-    return module(key)._run_forward(key_feature, values, lengths, keep)
+    m = module(key)
+    outs, raw = m._run_forward(key_feature, values, lengths, dims, keep)
+    return outs, m._contexts.ticket(raw)
 
 
 @ec_forward.register_fake
@@ -53,7 +55,9 @@ def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, len
 @torch.library.custom_op("recgo::ec_backward", mutates_args=())
 def ec_backward(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor]:
     """Fused: applies the optimizer, returns ``[zeros(())]``. Otherwise ``[rows_t, grads_t, ...]`` per used table."""
-    return module(key)._run_backward(int(ctx_id.item()), grads)
+    m = module(key)
+    raw = m._run_backward(int(ctx_id.item()), grads)
+    return [torch.zeros(())] if m._fused else raw
 
 
 @ec_backward.register_fake

@@ -65,7 +65,7 @@ from ..tensors import check_tensor, ptr
 from . import _eager, _ops
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
-from ._contexts import ContextStore
+from ._contexts import NO_CONTEXT, ContextStore
 from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
 
@@ -337,20 +337,22 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return key_feature, values, lengths, weights
 
     def _forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                 weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> _lib.Handle | None:
+                 weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> int:
+        """Forward into ``out``; with ``keep``, the raw handle of the context kept for backward (0
+        without; the caller wraps it at once, see ``_contexts.py``)."""
         ctx = H(0)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
             _lib.call(f, self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                       ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(self.training), int(keep), ctypes.byref(ctx))
-            return _lib.Handle(ctx.value) if keep else None
+            return ctx.value if keep else 0
         f = _lib.fn("recgo_ebc_forward")
         _lib.call(f, self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                   0 if weights is None else weights.numel(), ptr(out), out.numel(), int(self.training), int(keep),
                   ctypes.byref(ctx))
-        return _lib.Handle(ctx.value) if keep else None
+        return ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> torch.Tensor:
         n = len(self._configs)
@@ -361,33 +363,29 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     def _output(self, batch: int) -> torch.Tensor:
         """A ``[batch, width]`` output tensor. Fresh memory costs a page fault per 4 KiB on first write
         (milliseconds for a large output), so the memory of an earlier output is reused once nothing
-        references it any more: the caller only ever gets views of the cached base tensors, so the
-        base's storage use count (2: the base and the probe's temporary) proves every view is gone."""
+        references it any more: the caller only ever gets other tensors on the cached bases' storage
+        (``detach``: one op, and not a view, which autograd would not let a Function's caller modify in
+        place), so the base's storage use count (2: the base and the probe's temporary) proves every
+        one of them is gone."""
         with self._out_lock:  # the check and the hand-out are one step: two threads never share a base
             for base in self._out_cache:
                 if base.shape[0] == batch and _storage_use_count(base) == 2:
-                    return base.view(base.shape)
+                    return base.detach()
             base = torch.empty(batch, self._width, dtype=torch.float32)
             if _storage_use_count is not _no_use_count:
                 self._out_cache = [base] + self._out_cache[:1]
-            return base.view(base.shape)
-
-    def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                     weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> torch.Tensor:
-        """Forward into ``out``; with ``keep``, return the ticket that owns the saved context (see
-        ``_contexts.py``), else a ticket of id 0."""
-        handle = self._forward(key_feature, values, lengths, weights, out, keep)
-        if handle is None:
-            return torch.zeros(1, dtype=torch.int64)
-        return self._contexts.keep(handle)
+            return base.detach()
 
     def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
-        """Backward of a saved context (freed afterwards): see ``recgo::ebc_backward``."""
+        """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ebc_backward``)."""
         handle = self._contexts.take(ctx_id)
         if handle is None:
-            raise InvalidInputError(
-                "recgo backward: no saved forward for this graph (backward ran twice on it, or the forward "
-                "ran without grad tracking)")
+            raise InvalidInputError(NO_CONTEXT)
+        return self._backward(handle, grad)
+
+    def _backward(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
+        """Backward of a kept context (freed afterwards): nothing when fused, else per table its distinct
+        rows and their gradients."""
         try:
             return self._backward_raw(handle, grad)
         finally:
@@ -399,7 +397,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         f = _lib.fn("recgo_ebc_backward")
         if self._optimizer is not None:
             _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
-            return [torch.zeros(())]
+            return []
         self._backwards += 1  # read by _check_trained
         n = len(self._configs)
         uniq = self._counts(handle)[:n].tolist()
@@ -412,9 +410,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return out
 
     def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
-        """Per-parameter gradients from ``recgo::ebc_backward``'s result (the anchor's when fused)."""
+        """Per-parameter gradients from ``recgo::ebc_backward``'s result (when fused, the anchor's: the op's
+        zero, or None in eager mode, which skips accumulating it)."""
         if self._optimizer is not None:
-            return [raw[0]]
+            return [raw[0] if raw else None]
         out: list[torch.Tensor | None] = []
         for i, (cfg, (weight, _, _)) in enumerate(zip(self._configs, self._storage)):
             idx, g = raw[2 * i], raw[2 * i + 1]
@@ -476,21 +475,22 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if not keep:
             return self._lookup(key_feature, values, lengths, weights, False)[0]
 
-        def forward() -> tuple[list[torch.Tensor], torch.Tensor]:
-            out, ticket = self._lookup(key_feature, values, lengths, weights, True)
-            return [out], ticket
+        def forward() -> tuple[list[torch.Tensor], _lib.Handle]:
+            out, raw = self._lookup(key_feature, values, lengths, weights, True)
+            return [out], self._contexts.own(raw)
 
         return _eager.lookup(forward, self._eager_backward, params)[0]
 
     def _lookup(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        """The pooled output and its context ticket (``recgo::ebc_forward``'s body and the eager path's)."""
+                weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, int]:
+        """The pooled output and its kept context's raw handle (``recgo::ebc_forward``'s body and the
+        eager path's)."""
         out = self._output(lengths.numel() // max(1, key_feature.numel()))
-        return out, self._run_forward(key_feature, values, lengths, weights, out, keep)
+        return out, self._forward(key_feature, values, lengths, weights, out, keep)
 
-    def _eager_backward(self, ticket: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """The eager path's backward (``_eager``): ``recgo::ebc_backward`` and its autograd formula in one."""
-        return self._grads_from(self._run_backward(int(ticket.item()), grads[0]))
+        return self._grads_from(self._backward(handle, grads[0]))
 
     def _check_trained(self, params: list[torch.Tensor]) -> None:
         """Warn once when backward passes keep accumulating gradients into weights nothing updates
@@ -544,10 +544,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         kjt = as_kjt(features)
         out = torch.empty(kjt.stride(), self._width, dtype=torch.float32)
         weights = kjt.weights_or_none() if self._is_weighted else None
-        h = self._forward(*self._engine_batch(kjt, weights), out, True)
-        assert h is not None
-        counts = self._counts(h).tolist()
-        h.free()
+        h = _lib.Handle(self._forward(*self._engine_batch(kjt, weights), out, True))
+        try:
+            counts = self._counts(h).tolist()
+        finally:
+            h.free()
         n = len(self._configs)
         return {c.name: (counts[i], counts[n + i]) for i, c in enumerate(self._configs)}
 

@@ -32,7 +32,7 @@ from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
-from ._contexts import ContextStore
+from ._contexts import NO_CONTEXT, ContextStore
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, _storage_use_count
 from .optim import FusedOptimizer
 
@@ -173,8 +173,7 @@ class EmbeddingCollection(nn.Module):
         self._fused = owner.fused_optimizer is not None
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts = ContextStore()  # forward contexts, owned by their autograd graphs
-        self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
-        self._key_dims_cache: dict[tuple[str, ...], list[int]] = {}
+        self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[int]]] = {}
         self._out_cache: list[torch.Tensor] = []
         self._out_lock = threading.Lock()  # concurrent forwards must not be handed the same buffer
         self._grad_pool: list[torch.Tensor] = []  # flat backward gradient buffers not in use
@@ -202,7 +201,8 @@ class EmbeddingCollection(nn.Module):
 
     # -- engine plumbing -------------------------------------------------------------------------
 
-    def _keys(self, keys: list[str]) -> torch.Tensor:
+    def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[int]]:
+        """(per KJT key its feature index, as the engine's key→feature map; and its embedding dim)."""
         tk = tuple(keys)
         cached = self._key_cache.get(tk)
         if cached is not None:
@@ -213,51 +213,49 @@ class EmbeddingCollection(nn.Module):
         missing = [f for f in self._features if f not in set(keys)]
         if missing:
             raise InvalidInputError(f"the batch lacks features {missing}")
-        t = torch.tensor([self._feature_index[k] for k in keys], dtype=torch.int64)
-        self._key_cache[tk] = t
-        return t
+        idx = [self._feature_index[k] for k in keys]
+        out = (torch.tensor(idx, dtype=torch.int64), [self._feature_dims[i] for i in idx])
+        self._key_cache[tk] = out
+        return out
 
-    def _out_buffers(self, sizes: list[int]) -> list[torch.Tensor]:
-        """Flat float32 buffers of the given sizes. The memory of an earlier output is reused once
-        nothing references it (its storage use count proves every view is gone; fresh memory costs a
-        page fault per 4 KiB on first write), sized with headroom as sequence batches vary in length."""
+    def _out_buffers(self, shapes: list[tuple[int, int]]) -> list[torch.Tensor]:
+        """float32 ``[n, d]`` outputs, each the front of a flat buffer. The memory of an earlier output
+        is reused once nothing references it (its storage use count proves every tensor on it is gone;
+        fresh memory costs a page fault per 4 KiB on first write), sized with headroom as sequence
+        batches vary in length. The outputs are not views of the buffers (one op each, and autograd
+        lets a Function's non-view outputs be modified in place)."""
         with self._out_lock:
             out, taken = [], set()
-            for n in sizes:
+            for n, d in shapes:
                 for i, base in enumerate(self._out_cache):
-                    if i not in taken and base.numel() >= n and _storage_use_count(base) == 2:
-                        taken.add(i)
-                        out.append(base[:n])
+                    if i not in taken and base.numel() >= n * d and _storage_use_count(base) == 2:
                         break
                 else:
-                    base = torch.empty(n + n // 4, dtype=torch.float32)
+                    base = torch.empty(n * d + n * d // 4, dtype=torch.float32)
                     self._out_cache.append(base)
-                    taken.add(len(self._out_cache) - 1)
-                    out.append(base[:n])
-            del self._out_cache[2 * max(1, len(sizes)):]
+                    i = len(self._out_cache) - 1
+                taken.add(i)
+                out.append(torch.empty(0, dtype=torch.float32).set_(base.untyped_storage(), 0, (n, d), (d, 1)))
+            del self._out_cache[2 * max(1, len(shapes)):]
             return out
 
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                     keep: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """Gather into per-key ``[n_k, D_k]`` views of one engine buffer; with ``keep``, stash the context."""
+                     dims: list[int], keep: bool) -> tuple[list[torch.Tensor], int]:
+        """Gather into per-key ``[n_k, D_k]`` outputs; with ``keep``, also the raw handle of the context
+        kept for backward (0 without; the caller wraps it at once, see ``_contexts.py``)."""
         F = key_feature.numel()
         B = lengths.numel() // max(1, F)
-        dims = [self._feature_dims[i] for i in key_feature.tolist()]
         # one key: its rows are the batch's values (the engine checks the lengths add up to them)
         counts = [values.numel()] if F == 1 else lengths.view(F, B).sum(1).tolist() if F else []
-        sizes = [n * d for n, d in zip(counts, dims)]
-        flats = self._out_buffers(sizes)
+        outs = self._out_buffers(list(zip(counts, dims)))
         f = _lib.fn("recgo_ec_forward")
-        ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in flats])
-        lens = (ctypes.c_int64 * F)(*sizes)
+        ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in outs])
+        lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
         ctx = H(0)
         _lib.call(f, self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
                   lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
                   int(self.training), int(keep), ctypes.byref(ctx))
-        outs = [t.view(n, d) for t, n, d in zip(flats, counts, dims)]
-        if not keep:
-            return outs, torch.zeros(1, dtype=torch.int64)
-        return outs, self._contexts.keep(_lib.Handle(ctx.value))
+        return outs, ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> list[int]:
         n = len(self._tables)
@@ -266,12 +264,15 @@ class EmbeddingCollection(nn.Module):
         return counts.tolist()
 
     def _run_backward(self, ctx_id: int, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Backward of a stashed context (freed afterwards): see ``recgo::ec_backward``."""
+        """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ec_backward``)."""
         handle = self._contexts.take(ctx_id)
         if handle is None:
-            raise InvalidInputError(
-                "recgo backward: no saved forward for this graph (backward ran twice on it, or the forward ran "
-                "without grad tracking)")
+            raise InvalidInputError(NO_CONTEXT)
+        return self._backward(handle, grads)
+
+    def _backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Backward of a kept context (freed afterwards): nothing when fused, else per used table its
+        distinct rows and their gradients."""
         base: torch.Tensor | None = None
         try:
             parts = [check_tensor(g, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
@@ -291,7 +292,7 @@ class EmbeddingCollection(nn.Module):
             f = _lib.fn("recgo_ec_backward")
             if self._fused:
                 _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
-                return [torch.zeros(())]
+                return []
             n = len(self._tables)
             uniq = self._counts(handle)[:n]
             out: list[torch.Tensor] = []
@@ -323,14 +324,21 @@ class EmbeddingCollection(nn.Module):
         cfgs = self._owner.embedding_bag_configs()
         return [self._owner.embedding_bags[cfgs[i].name].weight for i in self._tables]
 
-    def _eager_backward(self, ticket: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """The eager path's backward (``_eager``): ``recgo::ec_backward`` and its autograd formula in one."""
-        return self._grads_from(self._run_backward(int(ticket.item()), grads))
+        return self._grads_from(self._backward(handle, grads))
+
+    def _eager_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                       dims: list[int]) -> tuple[list[torch.Tensor], _lib.Handle]:
+        """The eager path's forward (``_eager``): the outputs and the kept context's handle."""
+        outs, raw = self._run_forward(key_feature, values, lengths, dims, True)
+        return outs, self._contexts.own(raw)
 
     def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
-        """Per-parameter gradients from ``recgo::ec_backward``'s result (the anchor's when fused)."""
+        """Per-parameter gradients from ``recgo::ec_backward``'s result (when fused, the anchor's: the op's
+        zero, or None in eager mode, which skips accumulating it)."""
         if self._fused:
-            return [raw[0]]
+            return [raw[0] if raw else None]
         cfgs = self._owner.embedding_bag_configs()
         out: list[torch.Tensor | None] = []
         for j, i in enumerate(self._tables):
@@ -358,23 +366,23 @@ class EmbeddingCollection(nn.Module):
         if not torch.compiler.is_compiling():
             self._owner._sync_storage()
         keys = kjt.keys()
-        key_feature = self._keys(keys)
+        key_feature, dims = self._keys(keys)
         params = self._params()
-        dims = self._key_dims_cache.get(tuple(keys))
-        if dims is None:
-            dims = self._key_dims_cache[tuple(keys)] = [self._feature_dims[self._feature_index[k]] for k in keys]
         keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         lengths = kjt.lengths()
         values = kjt.values()
         if not _eager.allowed(key_feature, values, lengths, *params):
             outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params)
         elif keep:
-            outs = _eager.lookup(lambda: self._run_forward(key_feature, values, lengths, True), self._eager_backward,
-                                 params)
+            outs = _eager.lookup(lambda: self._eager_forward(key_feature, values, lengths, dims),
+                                 self._eager_backward, params)
         else:
-            outs, _ = self._run_forward(key_feature, values, lengths, False)
-        B = lengths.shape[0] // max(1, len(keys))
-        res = {k: _jagged(o, lengths[i * B:(i + 1) * B]) for i, (k, o) in enumerate(zip(keys, outs))}
+            outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
+        if len(keys) == 1:  # its lengths are the batch's (one slicing op fewer)
+            res = {keys[0]: _jagged(outs[0], lengths)}
+        else:
+            B = lengths.shape[0] // max(1, len(keys))
+            res = {k: _jagged(o, lengths[i * B:(i + 1) * B]) for i, (k, o) in enumerate(zip(keys, outs))}
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
@@ -437,11 +445,13 @@ class EmbeddingCollection(nn.Module):
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
         """Per used table, (distinct IDs, lookups) of a batch."""
         kjt = as_kjt(features)
-        key_feature = self._keys(kjt.keys())
-        _, ticket = self._run_forward(key_feature, kjt.values(), kjt.lengths(), True)
-        handle = self._contexts.take(int(ticket))
-        counts = self._counts(handle)
-        handle.free()
+        key_feature, dims = self._keys(kjt.keys())
+        _, raw = self._run_forward(key_feature, kjt.values(), kjt.lengths(), dims, True)
+        handle = _lib.Handle(raw)
+        try:
+            counts = self._counts(handle)
+        finally:
+            handle.free()
         n = len(self._tables)
         cfgs = self._owner.embedding_bag_configs()
         return {cfgs[t].name: (counts[j], counts[n + j]) for j, t in enumerate(self._tables)}
