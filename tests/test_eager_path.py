@@ -124,3 +124,37 @@ def test_outputs_may_be_modified_in_place(make) -> None:  # type: ignore[no-unty
     for name, p in ref.named_parameters():
         torch.testing.assert_close(grads[name], p.grad.to_dense())
         assert grads[name].abs().sum() > 0, name
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["torch", "sgd"])
+def test_an_unused_output_gets_a_zero_gradient(fused: bool) -> None:
+    """Only key "b"'s output feeds the loss: the backward fills "a"'s gradient with zeros (the eager
+    path does not materialise it), so the table moves exactly as a float64 reference says."""
+    lr = 0.1
+    m = _sequence(modules.SGD(lr=lr) if fused else None)
+    w0 = m.embeddings["t0"].weight.detach().double().clone()
+    kjt = _batch(5)
+    b = m(kjt)["b"].values()
+    g = torch.linspace(-1, 1, b.numel()).view_as(b)
+    b.backward(g)
+    ids_b = kjt["b"].values()
+    ref = torch.zeros_like(w0).index_add_(0, ids_b, g.double())
+    if fused:
+        torch.testing.assert_close(m.embeddings["t0"].weight.detach().double(), w0 - lr * ref, rtol=1e-6, atol=1e-6)
+    else:
+        torch.testing.assert_close(m.embeddings["t0"].weight.grad.to_dense().double(), ref, rtol=1e-6, atol=1e-6)
+
+
+def test_backward_twice_and_a_dropped_graph() -> None:
+    """The eager node owns the engine context: a second backward is a named error, and a graph
+    dropped without backward frees its context."""
+    m = _sequence(modules.SGD(lr=0.1))
+    out = m(_batch(6))["a"].values()
+    out.sum().backward(retain_graph=True)
+    with pytest.raises(recgo.errors.InvalidInputError, match="no saved forward"):
+        out.sum().backward()
+    assert len(m._contexts) == 0
+    pending = [m(_batch(s))["a"].values() for s in range(5)]
+    assert len(m._contexts) == 5
+    del pending
+    assert len(m._contexts) == 0

@@ -14,6 +14,7 @@ from torch import nn
 import recgo
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
 from recgo.errors import InvalidInputError
+from recgo.modules import _outputs
 
 
 def random_batch(cfgs: list[EmbeddingBagConfig], batch: int, max_len: int, gen: torch.Generator,
@@ -210,7 +211,7 @@ def test_output_memory_is_reused_only_when_unreferenced() -> None:
     ebc(k2)
     loss.backward()
     torch.testing.assert_close(w.grad, expected.sum(0))
-    if recgo.modules.embedding._storage_use_count is not recgo.modules.embedding._no_use_count:
+    if _outputs.storage_use_count is not _outputs._no_use_count:
         del kept, other, loss
         first = ebc(k1).values().data_ptr()
         assert ebc(k1).values().data_ptr() == first, "an unreferenced output's memory is reused"

@@ -48,7 +48,6 @@ from __future__ import annotations
 import copy
 import ctypes
 import os
-import threading
 import warnings
 from typing import Any, Sequence
 
@@ -66,17 +65,9 @@ from . import _eager, _ops
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import NO_CONTEXT, ContextStore
+from ._outputs import OutputPool
 from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
-
-def _no_use_count(t: torch.Tensor) -> int:
-    return -1  # unknown: never reuse
-
-
-_storage_use_count = (
-    (lambda t: torch._C._storage_Use_Count(t.untyped_storage()._cdata))
-    if hasattr(torch._C, "_storage_Use_Count") else _no_use_count
-)
 
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
 _MAX_STEP = 1 << 53
@@ -189,8 +180,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._engine_views = self._engine_tensors()
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts = ContextStore()
-        self._out_cache: list[torch.Tensor] = []
-        self._out_lock = threading.Lock()
+        self._outputs = OutputPool()
         _ops.register(self, self._handle.value)
         self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
 
@@ -360,22 +350,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         _lib.call(_lib.fn("recgo_ebc_context_counts"), handle.value, ptr(counts), 2 * n)
         return counts
 
-    def _output(self, batch: int) -> torch.Tensor:
-        """A ``[batch, width]`` output tensor. Fresh memory costs a page fault per 4 KiB on first write
-        (milliseconds for a large output), so the memory of an earlier output is reused once nothing
-        references it any more: the caller only ever gets other tensors on the cached bases' storage
-        (``detach``: one op, and not a view, which autograd would not let a Function's caller modify in
-        place), so the base's storage use count (2: the base and the probe's temporary) proves every
-        one of them is gone."""
-        with self._out_lock:  # the check and the hand-out are one step: two threads never share a base
-            for base in self._out_cache:
-                if base.shape[0] == batch and _storage_use_count(base) == 2:
-                    return base.detach()
-            base = torch.empty(batch, self._width, dtype=torch.float32)
-            if _storage_use_count is not _no_use_count:
-                self._out_cache = [base] + self._out_cache[:1]
-            return base.detach()
-
     def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ebc_backward``)."""
         handle = self._contexts.take(ctx_id)
@@ -485,7 +459,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                 weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, int]:
         """The pooled output and its kept context's raw handle (``recgo::ebc_forward``'s body and the
         eager path's)."""
-        out = self._output(lengths.numel() // max(1, key_feature.numel()))
+        out = self._outputs.take([(lengths.numel() // max(1, key_feature.numel()), self._width)])[0]
         return out, self._forward(key_feature, values, lengths, weights, out, keep)
 
     def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:

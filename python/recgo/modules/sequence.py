@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -33,7 +32,8 @@ from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
 from ._contexts import NO_CONTEXT, ContextStore
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, _storage_use_count
+from ._outputs import OutputPool
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .optim import FusedOptimizer
 
 
@@ -174,9 +174,7 @@ class EmbeddingCollection(nn.Module):
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts = ContextStore()  # forward contexts, owned by their autograd graphs
         self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[int]]] = {}
-        self._out_cache: list[torch.Tensor] = []
-        self._out_lock = threading.Lock()  # concurrent forwards must not be handed the same buffer
-        self._grad_pool: list[torch.Tensor] = []  # flat backward gradient buffers not in use
+        self._outputs = OutputPool()  # forward outputs and backward gradient buffers
         _ops.register(self, self._handle.value)  # type: ignore[arg-type]
 
     @staticmethod
@@ -218,27 +216,6 @@ class EmbeddingCollection(nn.Module):
         self._key_cache[tk] = out
         return out
 
-    def _out_buffers(self, shapes: list[tuple[int, int]]) -> list[torch.Tensor]:
-        """float32 ``[n, d]`` outputs, each the front of a flat buffer. The memory of an earlier output
-        is reused once nothing references it (its storage use count proves every tensor on it is gone;
-        fresh memory costs a page fault per 4 KiB on first write), sized with headroom as sequence
-        batches vary in length. The outputs are not views of the buffers (one op each, and autograd
-        lets a Function's non-view outputs be modified in place)."""
-        with self._out_lock:
-            out, taken = [], set()
-            for n, d in shapes:
-                for i, base in enumerate(self._out_cache):
-                    if i not in taken and base.numel() >= n * d and _storage_use_count(base) == 2:
-                        break
-                else:
-                    base = torch.empty(n * d + n * d // 4, dtype=torch.float32)
-                    self._out_cache.append(base)
-                    i = len(self._out_cache) - 1
-                taken.add(i)
-                out.append(torch.empty(0, dtype=torch.float32).set_(base.untyped_storage(), 0, (n, d), (d, 1)))
-            del self._out_cache[2 * max(1, len(shapes)):]
-            return out
-
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                      dims: list[int], keep: bool) -> tuple[list[torch.Tensor], int]:
         """Gather into per-key ``[n_k, D_k]`` outputs; with ``keep``, also the raw handle of the context
@@ -247,7 +224,7 @@ class EmbeddingCollection(nn.Module):
         B = lengths.numel() // max(1, F)
         # one key: its rows are the batch's values (the engine checks the lengths add up to them)
         counts = [values.numel()] if F == 1 else lengths.view(F, B).sum(1).tolist() if F else []
-        outs = self._out_buffers(list(zip(counts, dims)))
+        outs = self._outputs.take(list(zip(counts, dims)))
         f = _lib.fn("recgo_ec_forward")
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in outs])
         lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
@@ -283,7 +260,7 @@ class EmbeddingCollection(nn.Module):
             if len(parts) == 1 and not pad:
                 grad = parts[0]
             else:  # one flat buffer, reused across steps (fresh memory costs a page fault per 4 KiB)
-                base = self._take_grad_buffer(total + pad)
+                base = self._outputs.take_flat(total + pad)
                 grad = base[:total + pad]
                 if parts:
                     torch.cat(parts, out=grad[:total])
@@ -305,18 +282,7 @@ class EmbeddingCollection(nn.Module):
         finally:
             handle.free()
             if base is not None:  # the engine keeps no pointer into it after the call
-                with self._out_lock:
-                    self._grad_pool.append(base)
-                    del self._grad_pool[:-2]
-
-    def _take_grad_buffer(self, n: int) -> torch.Tensor:
-        """A flat float32 buffer of at least ``n`` values for one backward's gradient, owned by the caller
-        until it hands it back (concurrent backwards each take their own)."""
-        with self._out_lock:
-            for i, base in enumerate(self._grad_pool):
-                if base.numel() >= n:
-                    return self._grad_pool.pop(i)
-        return torch.empty(n + n // 4, dtype=torch.float32)
+                self._outputs.give_back(base)
 
     def _params(self) -> list[torch.Tensor]:
         if self._fused:
