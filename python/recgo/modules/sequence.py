@@ -253,17 +253,17 @@ class EmbeddingCollection(nn.Module):
         base: torch.Tensor | None = None
         try:
             parts = [check_tensor(g, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
-                                  ndim=2, convert_to=torch.float32).reshape(-1) for g in grads]
+                                  ndim=2, convert_to=torch.float32) for g in grads]
             width = sum(self._feature_dims)
             total = sum(p.numel() for p in parts)
             pad = -(-total // width) * width - total
-            if len(parts) == 1 and not pad:
+            if len(parts) == 1 and not pad:  # contiguous [n, D]: the engine reads it as is
                 grad = parts[0]
             else:  # one flat buffer, reused across steps (fresh memory costs a page fault per 4 KiB)
                 base = self._outputs.take_flat(total + pad)
                 grad = base[:total + pad]
                 if parts:
-                    torch.cat(parts, out=grad[:total])
+                    torch.cat([p.reshape(-1) for p in parts], out=grad[:total])
                 if pad:
                     grad[total:].zero_()
             f = _lib.fn("recgo_ec_backward")
