@@ -128,6 +128,19 @@ func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64
 	})
 }
 
+// liveECContext is the sequence forward context behind ctxh, or an error when the handle is not
+// one or its context was released.
+func liveECContext(ctxh C.uintptr_t) (*ecContext, error) {
+	x, err := lookup[*ecContext](ctxh, "sequence forward context")
+	if err != nil {
+		return nil, err
+	}
+	if x.ctx == nil {
+		return nil, errs.Invalidf("sequence forward context: already released")
+	}
+	return x, nil
+}
+
 // recgo_ec_context_counts writes, for each table of the sequence collection (recgo_ec_tables
 // order), the number of distinct IDs then the number of lookups of the context's batch into counts
 // (2·tables int64 values).
@@ -135,12 +148,9 @@ func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64
 //export recgo_ec_context_counts
 func recgo_ec_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		x, err := lookup[*ecContext](ctxh, "sequence forward context")
+		x, err := liveECContext(ctxh)
 		if err != nil {
 			return err
-		}
-		if x.ctx == nil {
-			return errs.Invalidf("sequence forward context: already released")
 		}
 		return writeCounts(x.ctx, len(x.s.Tables()), countsPtr, n)
 	})
@@ -156,12 +166,9 @@ func recgo_ec_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.int
 func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t,
 	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		x, err := lookup[*ecContext](ctxh, "sequence forward context")
+		x, err := liveECContext(ctxh)
 		if err != nil {
 			return err
-		}
-		if x.ctx == nil {
-			return errs.Invalidf("sequence forward context: already released")
 		}
 		grad, err := viewSlice[float32](gradPtr, int64(ngrad), "grad_output")
 		if err != nil {

@@ -423,14 +423,21 @@ func (m mapSource) Resolve(ids, rows []int64, train bool) error {
 	return nil
 }
 
-func TestCustomRowSourceWithStride(t *testing.T) {
-	data := make([]float32, 3*8) // 3 rows, stride 8, dim 5
+// newMapTable is a 3-row table (stride 8, dim 5, values 0…23 in row order) whose IDs 1000 and 7 map
+// to rows 2 and 0 through a mapSource, and every other ID to no row; row-wise Adagrad.
+func newMapTable(t *testing.T) *Table {
+	data := make([]float32, 3*8)
 	for i := range data {
 		data[i] = float32(i)
 	}
 	tb, err := NewTable(TableSpec{Name: "dyn", Source: mapSource{1000: 2, 7: 0}, Data: data, Stride: 8, Dim: 5,
 		State: make([]float32, 3), Opt: OptimizerConfig{Kind: OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8}})
 	require.NoError(t, err)
+	return tb
+}
+
+func TestCustomRowSourceWithStride(t *testing.T) {
+	tb := newMapTable(t)
 	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "x", Table: 0, Pooling: PoolSum}})
 	require.NoError(t, err)
 	out := make([]float32, 10)
@@ -440,7 +447,7 @@ func TestCustomRowSourceWithStride(t *testing.T) {
 	require.Equal(t, 3, ctx.Unique(0))
 	require.Equal(t, 4, ctx.Lookups(0))
 	require.NoError(t, c.Backward(ctx, make([]float32, 10), nil, nil))
-	require.Equal(t, float32(5), data[5], "padding untouched")
+	require.Equal(t, float32(5), tb.Data[5], "padding untouched")
 	require.NoError(t, tb.ResetRows([]int64{2}, func(r int64, w []float32) { w[0] = 1 }))
 	require.Equal(t, []float32{1, 0, 0, 0, 0}, tb.Row(2))
 }

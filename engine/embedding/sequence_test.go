@@ -220,13 +220,7 @@ func toF64(x []float32) []float64 {
 }
 
 func TestSequenceDynamicRows(t *testing.T) {
-	data := make([]float32, 3*8) // 3 rows, stride 8, dim 5
-	for i := range data {
-		data[i] = float32(i)
-	}
-	tb, err := NewTable(TableSpec{Name: "dyn", Source: mapSource{1000: 2, 7: 0}, Data: data, Stride: 8, Dim: 5,
-		State: make([]float32, 3), Opt: OptimizerConfig{Kind: OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8}})
-	require.NoError(t, err)
+	tb := newMapTable(t)
 	c, err := NewCollection([]*Table{tb}, []Feature{{Name: "x", Table: 0}})
 	require.NoError(t, err)
 	defer c.Close()
