@@ -9,11 +9,10 @@ when the graph is dropped without one), with no limit on how many graphs are pen
 gradient accumulation over any number of micro-batches). :meth:`ContextStore.take` hands the handle
 to the backward exactly once; a second backward of the same graph finds nothing.
 
-The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node holds
-the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context.
-
 This works the same under ``torch.compile``: the compiled graph saves the ticket like any other
-tensor. The store is safe for concurrent use (its dict operations are atomic under the GIL; a handle
+tensor. The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node
+holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context.
+The store is safe for concurrent use (its dict and set operations are atomic under the GIL; a handle
 may be collected on any thread).
 """
 
