@@ -3,6 +3,7 @@ package shard
 import (
 	"encoding/binary"
 	"math"
+	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -259,6 +260,7 @@ func (x *Exchange) decodeBlocks(lg *leg, recv []byte, poolable bool) error {
 			if total != nv {
 				return errs.Invalidf("exchange: a peer's segment lengths sum to %d, not its %d values", total, nv)
 			}
+			sg.rows = slices.Grow(sg.rows, int(nv)) // nv is bounded by the block's bytes (checked above)
 			for k := int64(0); k < nv; k++ {
 				i := int64(getUint(recv[p:], iw))
 				p += iw
