@@ -217,12 +217,25 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 		if b.Weights != nil {
 			bg.Weights = []float32{}
 		}
+		// One feature: its values as they are (only read here, within the call); several: one copy.
+		single := len(c.features[t]) == 1
+		if ds == nil && !single {
+			var n int64
+			for _, f := range c.features[t] {
+				k := s.featKey[f]
+				n += offsets[(k+1)*B] - offsets[k*B]
+			}
+			ids = make([]int64, 0, n)
+		}
 		for _, f := range c.features[t] {
 			k := s.featKey[f]
 			v0, v1 := offsets[k*B], offsets[(k+1)*B]
-			if ds != nil {
+			switch {
+			case ds != nil:
 				segs = append(segs, b.Values[v0:v1])
-			} else {
+			case single:
+				ids = b.Values[v0:v1]
+			default:
 				ids = append(ids, b.Values[v0:v1]...)
 			}
 			if b.Weights != nil {

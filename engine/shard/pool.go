@@ -139,7 +139,9 @@ func (d *deduper) dedup(ids []int64, inv []int32) []int64 {
 		d.slot, d.seen = make([]int32, n), make([]uint64, (n+63)/64)
 	}
 	slot, seen := d.slot, d.seen
-	uniq := make([]int64, 0, min(len(ids), d.last+d.last/4+64))
+	// Sized from the last pass (a pooled deduper serves lists of other sizes too, the owner's merged
+	// ones among them), and at least half the list: a regrown output costs more than the slack.
+	uniq := make([]int64, 0, min(len(ids), max(d.last+d.last/4+64, len(ids)/2)))
 	for p, id := range ids {
 		w, bit := id>>6, uint64(1)<<(id&63)
 		if seen[w]&bit == 0 {
