@@ -25,6 +25,7 @@ import weakref
 import torch
 
 from .._lib import Handle
+from ..errors import InvalidInputError
 
 _ids = itertools.count(1)
 
@@ -78,10 +79,14 @@ class ContextStore:
         self._live[ident] = handle
         return torch.frombuffer(cell, dtype=torch.int64, count=1)
 
-    def take(self, ticket: int) -> Handle | None:
-        """The handle behind ``ticket`` (its id), once; None when it was taken or its graph is gone.
-        The caller frees the handle when done (freeing early is safe: the ticket only drops it)."""
-        return self._live.pop(int(ticket), None)
+    def take(self, ticket: int) -> Handle:
+        """The handle behind ``ticket`` (its id), once; :class:`InvalidInputError` (``NO_CONTEXT``) when
+        it was taken or its graph is gone. The caller frees the handle when done (freeing early is safe:
+        the ticket only drops it)."""
+        handle = self._live.pop(int(ticket), None)
+        if handle is None:
+            raise InvalidInputError(NO_CONTEXT)
+        return handle
 
     def __len__(self) -> int:
         """Contexts still pending (kept or owned, neither taken nor collected, nor freed)."""

@@ -64,7 +64,7 @@ from ..tensors import check_tensor, ptr
 from . import _eager, _ops
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
-from ._contexts import NO_CONTEXT, ContextStore
+from ._contexts import ContextStore
 from ._outputs import OutputPool
 from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
@@ -352,10 +352,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ebc_backward``)."""
-        handle = self._contexts.take(ctx_id)
-        if handle is None:
-            raise InvalidInputError(NO_CONTEXT)
-        return self._backward(handle, grad)
+        return self._backward(self._contexts.take(ctx_id), grad)
 
     def _backward(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
         """Backward of a kept context (freed afterwards): nothing when fused, else per table its distinct

@@ -31,7 +31,7 @@ from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
-from ._contexts import NO_CONTEXT, ContextStore
+from ._contexts import ContextStore
 from ._outputs import OutputPool
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .optim import FusedOptimizer
@@ -242,10 +242,7 @@ class EmbeddingCollection(nn.Module):
 
     def _run_backward(self, ctx_id: int, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ec_backward``)."""
-        handle = self._contexts.take(ctx_id)
-        if handle is None:
-            raise InvalidInputError(NO_CONTEXT)
-        return self._backward(handle, grads)
+        return self._backward(self._contexts.take(ctx_id), grads)
 
     def _backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Backward of a kept context (freed afterwards): nothing when fused, else per used table its
