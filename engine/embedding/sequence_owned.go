@@ -9,12 +9,15 @@ import (
 // (parts−1 bitmaps of rows/8 bytes); a table past it gets fewer parts.
 const ownedMarkBudget = 16 << 20
 
-// ownedSample is the stride of the lookups ownedSGD.balance samples, and ownedSideCost the extra
-// cost of a lookup summed into a side buffer relative to one applied in place (measured on the
-// sequence benchmark: about 2.5 times the cost).
+// ownedSample is the stride of the lookups ownedSGD.balance samples; ownedSideCost the extra cost
+// of a lookup summed into a side buffer relative to one applied in place; balanceRounds the most
+// times balance re-samples under the cuts it moved. The cost and the rounds were fitted on
+// BenchmarkSequenceStep by timing each part: a side lookup costs about four times an in-place one
+// there (the in-place ones of the first part are mostly the batch's hot, cached rows).
 const (
 	ownedSample   = 8
-	ownedSideCost = 1.5
+	ownedSideCost = 3
+	balanceRounds = 3
 )
 
 // bitsAhead is how many lookups ahead of its tests a part prefetches the bitmaps' words.
@@ -140,7 +143,7 @@ func (o *ownedSGD) cutAndMark(rows int64, workers int) {
 		o.cuts[p] = n * p / parts
 	}
 	o.mark(int((rows + 63) / 64))
-	if o.balance() {
+	for r := 0; r < balanceRounds && o.balance(); r++ {
 		o.remark()
 	}
 	for len(o.sides) < parts {
@@ -167,7 +170,9 @@ func (o *ownedSGD) mark(words int) {
 // the equal cut: a lookup of a row an earlier part also looks up (summed into a side buffer, then
 // added again) costs 1+ownedSideCost times one applied in place. Hot rows are seen early, so later
 // parts share more of their rows and get fewer lookups. It reports whether the cuts moved (the marks
-// must then be redone). The cut depends on the batch alone.
+// must then be redone). A part's sharing grows as its start moves later, so one round, sampled under
+// the equal cut, underrates the later parts: the caller runs it again under the moved cuts (up to
+// balanceRounds) until they stay put. The cut depends on the batch alone.
 func (o *ownedSGD) balance() bool {
 	parts := o.parts()
 	if parts < 2 {
