@@ -124,7 +124,8 @@ def test_from_ebc_refuses_a_plan_for_other_tables(prof: P.Profile) -> None:
 # 60 tables of similar size on 8 GPUs with HBM for a twenty-fourth of them: the MILP does not close
 # its gap for minutes (neither the planner's bound nor HiGHS's root proves the incumbent).
 _SIGINT_CHILD = textwrap.dedent("""
-    import sys, time, warnings
+    import faulthandler, signal, sys, time, warnings
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test dumps the stacks if the child hangs
     from recgo import planner as P
     spec = {"tables": 60, "dim": 64, "elem_bytes": 4, "total_bytes": 60 * 5e4 * 256, "min_rows": 2e4,
             "max_rows": 8e4, "alphas": [0.7, 0.9, 1.1], "coverages": [0.3, 0.6, 1.0], "poolings": [1, 3, 8],
@@ -150,7 +151,14 @@ def test_sigint_interrupts_the_solve_and_returns_the_incumbent() -> None:
         time.sleep(2.0)
         sent = time.perf_counter()
         child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=120)
+        try:
+            out, err = child.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGUSR1)
+            time.sleep(1.0)
+            child.kill()
+            out, err = child.communicate()
+            pytest.fail(f"no return 120 s after SIGINT; the child's stacks:\n{out}\n{err}")
         reacted = time.perf_counter() - sent
     finally:
         child.kill()
