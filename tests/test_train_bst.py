@@ -44,6 +44,35 @@ def test_pipeline_batches_equal_python_batches(fuse: bool, depth: int) -> None:
 
 
 @needs_taobao
+def test_catalog_tables_place_the_sample_at_distinct_rows() -> None:
+    """catalog=True: tables of the whole dataset's vocabulary, every sample ID at its own seeded row of
+    them, the same samples (each batch is the plain source's mapped row by row), pipeline included."""
+    from recgo.train.data import USERBEHAVIOR_VOCABULARY
+
+    plain = TaobaoSequences(TAOBAO, batch_size=512, max_len=7, seed=3)
+    cat = TaobaoSequences(TAOBAO, batch_size=512, max_len=7, seed=3, catalog=True)
+    assert cat.table_rows == USERBEHAVIOR_VOCABULARY and plain.table_rows["item"] == 55368
+    maps = {t: {} for t in cat.table_rows}
+    stream = cat.stream(depth=2)
+    for i in range(3):
+        a, b = plain.train_batch(i), next(stream)
+        _same(b, cat.train_batch(i))
+        assert torch.equal(a.labels, b.labels) and torch.equal(a.sparse.lengths(), b.sparse.lengths())
+        for k in a.sparse.keys():
+            t = cat.feature_table[k]
+            x, y = a.sparse[k].values().tolist(), b.sparse[k].values().tolist()
+            assert max(y) < cat.table_rows[t]
+            for u, v in zip(x, y):
+                assert maps[t].setdefault(u, v) == v  # one row per ID
+    stream.close()
+    for t, m in maps.items():
+        assert len(set(m.values())) == len(m)  # distinct IDs, distinct rows
+        assert max(m.values()) > plain.table_rows[t]  # spread over the table, not its first rows
+    with pytest.raises(Exception, match="catalog must be true or false"):
+        TrainConfig(model="bst", data=str(TAOBAO), catalog="yes").validate()
+
+
+@needs_taobao
 def test_pipeline_stream_resumes_mid_epoch() -> None:
     s = TaobaoSequences(TAOBAO, batch_size=256, max_len=7, seed=3)
     first = s.stream(depth=2)

@@ -274,6 +274,10 @@ class _IndexStream(Stream):
 
 SEQUENCE_KEYS = ("hist_item", "hist_cat", "target_item", "target_cat", "user_id")
 
+# The whole Tianchi UserBehavior dataset's vocabulary (its description: 987,994 users, 4,162,024 items
+# and 9,439 categories in 100,150,807 events), the table sizes of a model trained on all of it.
+USERBEHAVIOR_VOCABULARY = {"item": 4_162_024, "cat": 9_439, "user": 987_994}
+
 
 class TaobaoSequences(_PipelineSource):
     """Next-interaction prediction on Taobao UserBehavior rows (see the module docstring).
@@ -293,7 +297,7 @@ class TaobaoSequences(_PipelineSource):
     """
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 256, max_len: int = 50, seed: int = 0,
-                 pipeline: bool = True, fuse: bool = True, holdout: int = 1) -> None:
+                 pipeline: bool = True, fuse: bool = True, holdout: int = 1, catalog: bool = False) -> None:
         from ..feature import Feature
 
         if isinstance(holdout, bool) or not isinstance(holdout, int) or holdout <= 0:
@@ -301,7 +305,7 @@ class TaobaoSequences(_PipelineSource):
         self.path = Path(path)
         self.holdout = holdout
         self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
-        self.seed, self.pipeline = seed, bool(pipeline)
+        self.seed, self.pipeline, self.catalog = seed, bool(pipeline), bool(catalog)
         users, items, cats = [], [], []
         try:
             with self.path.open(newline="") as fh:
@@ -317,7 +321,16 @@ class TaobaoSequences(_PipelineSource):
             raise RecgoIOError(f"{self.path}: no complete rows")
         u, it, ct = (torch.unique(torch.tensor(x), return_inverse=True)[1] for x in (users, items, cats))
         n_items, n_cats, n_users = int(it.max()) + 1, int(ct.max()) + 1, int(u.max()) + 1
-        self.table_rows = {"item": n_items, "cat": n_cats, "user": n_users}
+        counts = {"item": n_items, "cat": n_cats, "user": n_users}
+        self.table_rows = dict(USERBEHAVIOR_VOCABULARY) if self.catalog else counts
+        # The row of each renumbered ID: itself, or (catalog) a distinct row of the catalog-sized table.
+        ids = {}
+        for i, (t, n) in enumerate(counts.items()):
+            if n > self.table_rows[t]:
+                raise InvalidInputError(f"{self.path}: {n} distinct {t} IDs, more than the {self.table_rows[t]} "
+                                        "rows of the whole dataset's table")
+            g = torch.Generator().manual_seed(seed * 3 + i)
+            ids[t] = torch.randperm(self.table_rows[t], generator=g)[:n] if self.catalog else torch.arange(n)
         self.feature_table = {"hist_item": "item", "target_item": "item", "hist_cat": "cat", "target_cat": "cat",
                               "user_id": "user"}
         item_cat = torch.zeros(n_items, dtype=torch.int64)
@@ -337,7 +350,9 @@ class TaobaoSequences(_PipelineSource):
         events = idx[idx > starts]
         gen = torch.Generator().manual_seed(seed)
         neg_items = torch.randint(0, n_items, (events.numel(),), generator=gen)
-        self._data = dict(items=it, cats=ct, users=u, starts=starts, item_cat=item_cat)
+        # per event its rows, and per (renumbered) item its row and its category's row
+        self._data = dict(items=ids["item"][it], cats=ids["cat"][ct], users=ids["user"][u], starts=starts,
+                          item_row=ids["item"], item_cat=ids["cat"][item_cat])
         # Each event is two samples: (event, its item, label 1) and (event, a random item, label 0).
         pos = torch.stack([events, it[events], torch.ones_like(events)], 1)
         neg = torch.stack([events, neg_items, torch.zeros_like(events)], 1)
@@ -348,8 +363,7 @@ class TaobaoSequences(_PipelineSource):
         self._val_samples = val
         if self._train.shape[0] < batch_size:
             raise InvalidInputError(f"{self.path}: {self._train.shape[0]} training samples, fewer than a batch")
-        rows = {"hist_item": n_items, "hist_cat": n_cats, "target_item": n_items, "target_cat": n_cats,
-                "user_id": n_users}
+        rows = {k: self.table_rows[t] for k, t in self.feature_table.items()}
         features = [Feature(k).truncate(max_len, keep="last").mod(rows[k]) if k.startswith("hist")
                     else Feature(k).mod(rows[k]) for k in SEQUENCE_KEYS]
         super().__init__(batch_size, features, fuse=fuse)
@@ -365,7 +379,8 @@ class TaobaoSequences(_PipelineSource):
             torch.arange(int(hist_len.sum())) - torch.repeat_interleave(torch.cumsum(hist_len, 0) - hist_len, hist_len))
         b = ev.numel()
         ones = torch.ones(b, dtype=torch.int64)
-        values = torch.cat([d["items"][hist_idx], d["cats"][hist_idx], tgt, d["item_cat"][tgt], d["users"][ev]])
+        values = torch.cat([d["items"][hist_idx], d["cats"][hist_idx], d["item_row"][tgt], d["item_cat"][tgt],
+                            d["users"][ev]])
         lengths = torch.cat([hist_len, hist_len, ones, ones, ones])
         return Batch(torch.zeros(b, 0), KeyedJaggedTensor(list(self.keys), values, lengths=lengths), lab.to(torch.float32))
 
@@ -415,6 +430,7 @@ class TaobaoSequences(_PipelineSource):
             return self._csv
         st = self.path.stat()
         held = f"|{self.holdout}" if self.holdout != 1 else ""  # keys of runs holding out one event kept
+        held += "|catalog" if self.catalog else ""
         key = hashlib.sha256(f"taobao-v1|{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{self.max_len}|"
                              f"{self.seed}{held}".encode()).hexdigest()[:16]
         target = Path(tempfile.gettempdir()) / f"recgo-taobao-{key}" / "train.csv"
@@ -432,14 +448,14 @@ class TaobaoSequences(_PipelineSource):
     def _write_samples(self, path: Path) -> None:
         d = self._data
         items, cats, item_cat = d["items"].tolist(), d["cats"].tolist(), d["item_cat"].tolist()
-        users, starts = d["users"].tolist(), d["starts"].tolist()
+        users, starts, item_row = d["users"].tolist(), d["starts"].tolist(), d["item_row"].tolist()
         with path.open("w") as fh:
             fh.write("label,hist_item,hist_cat,target_item,target_cat,user_id\n")
             lines = []
             for ev, tgt, lab in self._train.tolist():
                 lo = max(starts[ev], ev - self.max_len)
                 lines.append(f"{lab},{'|'.join(map(str, items[lo:ev]))},{'|'.join(map(str, cats[lo:ev]))},"
-                             f"{tgt},{item_cat[tgt]},{users[ev]}\n")
+                             f"{item_row[tgt]},{item_cat[tgt]},{users[ev]}\n")
                 if len(lines) >= 4096:
                     fh.writelines(lines)
                     lines.clear()

@@ -41,6 +41,7 @@ class TrainConfig:
     max_rows: int = 100_000
     max_len: int = 50
     holdout_events: int = 1  # bst: each user's last N events form the validation split
+    catalog: bool = False  # bst: tables sized to the whole UserBehavior dataset's vocabulary (TaobaoSequences)
     sparse_optimizer: str = "adagrad"
     sparse_lr: float = 0.05
     dense_lr: float = 1e-3
@@ -72,6 +73,8 @@ class TrainConfig:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
         if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
             raise InvalidInputError(f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
+        if not isinstance(self.catalog, bool):
+            raise InvalidInputError(f"catalog must be true or false, got {self.catalog!r}")
         if self.lr_decay not in LR_DECAYS:
             raise InvalidInputError(f"lr_decay {self.lr_decay!r}: choose one of {LR_DECAYS}")
         if self.activation not in ACTIVATIONS:
@@ -108,7 +111,7 @@ def make_source(cfg: TrainConfig) -> Source:
         if cfg.data is None:
             raise InvalidInputError("model bst needs --data: a Taobao UserBehavior CSV (user,item,category,behavior,ts)")
         return TaobaoSequences(cfg.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
-                               holdout=cfg.holdout_events)
+                               holdout=cfg.holdout_events, catalog=cfg.catalog)
     if cfg.data is None:
         return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
     return CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows)
@@ -339,7 +342,7 @@ class Trainer:
             mine.pop(k, None)
         # checkpoints written before these fields existed
         for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
-                  "activation"):
+                  "activation", "catalog"):
             theirs.setdefault(k, mine.get(k))
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
