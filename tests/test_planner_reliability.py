@@ -126,6 +126,9 @@ def test_from_ebc_refuses_a_plan_for_other_tables(prof: P.Profile) -> None:
 _SIGINT_CHILD = textwrap.dedent("""
     import faulthandler, signal, sys, time, warnings
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test dumps the stacks if the child hangs
+    # A run started in the background by a shell without job control (nohup ... &, CI wrappers) inherits
+    # SIGINT ignored, and Python then keeps it ignored; an interactive user's process has Python's handler.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from recgo import planner as P
     spec = {"tables": 60, "dim": 64, "elem_bytes": 4, "total_bytes": 60 * 5e4 * 256, "min_rows": 2e4,
             "max_rows": 8e4, "alphas": [0.7, 0.9, 1.1], "coverages": [0.3, 0.6, 1.0], "poolings": [1, 3, 8],
