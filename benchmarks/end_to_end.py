@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _steps import first_batches, steppers  # noqa: E402
+from _steps import embedding_only_step, first_batches, steppers  # noqa: E402
 from harness import Bench  # noqa: E402
 
 import recgo  # noqa: E402
@@ -78,26 +78,6 @@ def _dense_only(trainer: Trainer, batches: list) -> "callable":
     return step
 
 
-def _embedding_only(trainer: Trainer, batches: list, max_len: int) -> "callable":
-    """A step of the trainer's embedding work alone: lookups, BST's inputs (the summed history's padded
-    view, target, user), backward of a fixed linear function of them and the sparse update; no
-    Transformer, so its time is not buried in the dense part's run-to-run noise."""
-    m = trainer.model
-    g = torch.Generator().manual_seed(0)
-    b, d = batches[0].size, trainer.cfg.dim
-    weights = [torch.randn(b, max_len, d, generator=g), torch.randn(b, d, generator=g), torch.randn(b, d, generator=g)]
-    state = [0]
-
-    def step() -> None:
-        batch = batches[state[0] % len(batches)]
-        state[0] += 1
-        m.sparse.zero_grad_sparse()
-        hist, _, target, user = bst_inputs(m.forward_sparse(m.sparse.prepare(batch.sparse)), max_len)
-        ((hist * weights[0]).sum() + (target * weights[1]).sum() + (user * weights[2]).sum()).backward()
-        m.sparse.step()
-    return step
-
-
 def throughput(bench: Bench, case: str, cfg: TrainConfig, names: list[str], tag: str | None = None) -> dict[str, float]:
     """Interleaved training steps of every backend on the same few batches; returns recgo's speedups
     (and, for the sequence model, the split into the dense floor and each backend's embedding work),
@@ -113,8 +93,9 @@ def throughput(bench: Bench, case: str, cfg: TrainConfig, names: list[str], tag:
     tag = tag or case.split("_")[0]
     out = {f"throughput_vs_{o}_{tag}": res.ratio("recgo", o) for o in names if o != "recgo"}
     if cfg.model == "bst":
-        emb = bench.compare(f"{case}_embedding_only", {b: _embedding_only(trainers[b], batches, cfg.max_len)
-                                                      for b in names}, items=batch, warmup=2)
+        emb = bench.compare(f"{case}_embedding_only",
+                            {b: embedding_only_step(trainers[b].model.sparse, batches, cfg.dim, cfg.max_len)
+                             for b in names}, items=batch, warmup=2)
         for o in names:
             out[f"{tag}_embedding_only_ms_{o}"] = 1e3 * emb.median(o)
             if o != "recgo":
@@ -277,10 +258,8 @@ def main() -> None:
         summary |= throughput(bench, "sequence_taobao", bst, names)
         bst50 = TrainConfig(**{**bst.__dict__, "max_len": 20 if q else 50})
         summary |= throughput(bench, "sequenceL50_taobao", bst50, names)
-        for c in (bst, bst50):  # the same models on tables of the whole dataset's vocabulary
-            summary |= throughput(bench, f"sequence{'' if c is bst else 'L50'}_catalog_taobao",
-                                  TrainConfig(**{**c.__dict__, "catalog": True}), names,
-                                  tag=f"sequence{'' if c is bst else 'L50'}_catalog")
+        for tag, c in (("sequence_catalog", bst), ("sequenceL50_catalog", bst50)):  # tables of the whole dataset
+            summary |= throughput(bench, f"{tag}_taobao", TrainConfig(**{**c.__dict__, "catalog": True}), names, tag=tag)
         summary |= taobao_auc(bench)
         rows = run_ablation(bst50, steps=3 if q else 12, warmup=2, repeats=2 if q else 3)
         bench.data["ablation"] = rows

@@ -27,22 +27,20 @@ import os
 import sys
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _steps import first_batches  # noqa: E402
+from _steps import embedding_only_loss, embedding_only_step, first_batches  # noqa: E402
 from harness import Bench  # noqa: E402
 
 from recgo.train import TrainConfig, make_source  # noqa: E402
 from recgo.train.backends import SparseArch, SparseOptim, initial_weights  # noqa: E402
 from recgo.train.loop import _tables  # noqa: E402
-from recgo.train.models import bst_inputs  # noqa: E402
 
 TAOBAO = Path(__file__).resolve().parents[2] / "shared" / "data" / "taobao" / "taobao_UserBehavior_head.csv"
 
 
-def _steps(cfg: TrainConfig) -> dict[str, "callable"]:
-    """One embedding-only step per variant on the config's first batches (same weights everywhere)."""
+def _steps(cfg: TrainConfig) -> tuple[dict[str, "callable"], dict[str, str], int]:
+    """One embedding-only step per variant on the config's first batches (same weights everywhere),
+    TorchRec's plan and the item table's rows."""
     import torchrec
 
     from recgo.train import distributed as D
@@ -52,25 +50,8 @@ def _steps(cfg: TrainConfig) -> dict[str, "callable"]:
     weights = initial_weights(tables, cfg.dim, cfg.seed)
     optim = SparseOptim("adagrad", cfg.sparse_lr)
     batches = first_batches(source)
-    b, d = batches[0].size, cfg.dim
-    g = torch.Generator().manual_seed(0)
-    coef = [torch.randn(b, cfg.max_len, d, generator=g), torch.randn(b, d, generator=g), torch.randn(b, d, generator=g)]
-
-    def loss(emb: dict) -> torch.Tensor:
-        hist, _, target, user = bst_inputs(emb, cfg.max_len)
-        return (hist * coef[0]).sum() + (target * coef[1]).sum() + (user * coef[2]).sum()
-
-    def arch_step(arch: SparseArch) -> "callable":
-        state = [0]
-
-        def step() -> None:
-            batch = batches[state[0] % len(batches)]
-            state[0] += 1
-            arch.zero_grad_sparse()
-            loss(arch.sequences(arch.prepare(batch.sparse))).backward()
-            arch.step()
-        return step
-
+    d = cfg.dim
+    loss = embedding_only_loss(batches[0].size, d, cfg.max_len)
     dmp, plan = D.build_torchrec(tables, d, optim, weights, D.World(0, 1), pooled=False)
     kjts = [torchrec.KeyedJaggedTensor(keys=x.sparse.keys(), values=x.sparse.values(), lengths=x.sparse.lengths())
             for x in batches]
@@ -83,9 +64,10 @@ def _steps(cfg: TrainConfig) -> dict[str, "callable"]:
         out = out.wait() if hasattr(out, "wait") else out
         loss({k: out[k] for k in out.keys()}).backward()
 
-    return {"recgo": arch_step(SparseArch("recgo", tables, d, optim, weights, pooled=False)),
-            "torchrec_ec": arch_step(SparseArch("torchrec", tables, d, optim, weights, pooled=False)),
-            "torchrec_dmp1": dmp_step}, plan
+    steps = {b: embedding_only_step(SparseArch(b, tables, d, optim, weights, pooled=False), batches, d, cfg.max_len)
+             for b in ("recgo", "torchrec")}
+    return {"recgo": steps["recgo"], "torchrec_ec": steps["torchrec"], "torchrec_dmp1": dmp_step}, plan, \
+        source.table_rows["item"]
 
 
 def main() -> None:
@@ -104,12 +86,12 @@ def main() -> None:
             cfg = TrainConfig(model="bst", data=str(TAOBAO), batch_size=256 if q else 1024, dim=16 if q else 64,
                               max_len=20 if q else 50, seed=0, catalog=catalog)
             tag = "catalog" if catalog else "sample"
-            steps, plan = _steps(cfg)
+            steps, plan, item_rows = _steps(cfg)
             res = bench.compare(f"{tag}_embedding_only", steps, items=cfg.batch_size, warmup=2)
             for other in ("torchrec_ec", "torchrec_dmp1"):
                 summary[f"{tag}_vs_{other}"] = res.ratio("recgo", other)
             bench.note(f"{tag}: B {cfg.batch_size}, D {cfg.dim}, history cap {cfg.max_len}, item table "
-                       f"{make_source(cfg).table_rows['item']:,} rows; TorchRec's planner placed {plan}")
+                       f"{item_rows:,} rows; TorchRec's planner placed {plan}")
             steps.clear()
     finally:
         dist.destroy_process_group()
