@@ -45,3 +45,31 @@ def test_torchrec_helpers_without_torchrec(monkeypatch: pytest.MonkeyPatch) -> N
     _hide(monkeypatch, "torchrec")
     with pytest.raises(MissingExtraError, match=r"torchrec_constraints needs torchrec.*recgo\[compare\]"):
         recgo.planner.torchrec_constraints(None)  # type: ignore[arg-type]
+
+
+def test_train_torchrec_backend_without_torchrec_fails_before_training(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    _hide(monkeypatch, "torchrec")
+    assert main(["train", "--backend", "recgo,torchrec", "--steps", "2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == ("error: MissingExtraError: the torchrec backend needs torchrec, which is not installed: "
+                           "pip install 'recgo[compare]'")
+    assert not (tmp_path / "r").exists()
+
+
+def test_train_all_without_torchrec_runs_the_other_backends(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from recgo.__main__ import main
+
+    _hide(monkeypatch, "torchrec")
+    out = tmp_path / "r"
+    assert main(["train", "--backend", "all", "--steps", "2", "--batch-size", "64", "--no-progress",
+                 "--out", str(out)]) == 0
+    assert "torchrec is not installed, so --backend all runs recgo and torch" in capsys.readouterr().err
+    report = json.loads((out / "report.json").read_text())
+    assert sorted(report["backends"]) == ["recgo", "torch"]
+    assert all(b["samples_per_second"] > 0 for b in report["backends"].values())  # the last step is timed

@@ -1,10 +1,12 @@
 """`pip wheel .` builds one self-contained wheel for every Python: py3-none-manylinux, imports with no
-Go, HiGHS, TorchRec or source tree around, in fresh virtual environments of two Python versions."""
+Go, HiGHS, TorchRec or source tree around, in fresh virtual environments of two Python versions, where
+the installed `recgo train` script trains."""
 
 from __future__ import annotations
 
 import glob
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -112,6 +114,15 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(wheel: Path, tmp_path: Path, ve
                          text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.startswith(f"ok {version}"), run.stdout
+    # The installed console script trains (TorchRec, PyYAML and matplotlib absent: the report has no PNG).
+    train = subprocess.run([str(venv / "bin" / "recgo"), "train", "--backend", "recgo", "--steps", "6",
+                            "--batch-size", "128", "--out", str(tmp_path / "report")],
+                           env=clean, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert train.returncode == 0, train.stderr[-2000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["summary"]["auc_recgo"] == report["backends"]["recgo"]["final_auc"]
+    assert 0.0 < report["backends"]["recgo"]["final_auc"] < 1.0, report["summary"]
+    assert len(report["backends"]["recgo"]["train_loss"]) == 6
     deps = subprocess.run(["ldd", str(next(venv.glob("lib/python*/site-packages/recgo/librecgo.so")))],
                           capture_output=True, text=True).stdout
     assert "highs" not in deps.lower() and "not found" not in deps, deps

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 
-from .errors import MissingExtraError
+from .errors import missing_extra
 
 #: Module → the recgo extra that installs it.
 EXTRAS = {"matplotlib": "plots", "yaml": "yaml", "torchrec": "compare"}
@@ -25,5 +25,4 @@ def has(module: str) -> bool:
 def require(module: str, purpose: str) -> None:
     """Raise :class:`MissingExtraError` naming the extra when ``module`` is not importable."""
     if not has(module):
-        extra = EXTRAS.get(module, module)
-        raise MissingExtraError(f"{purpose} needs {module}, which is not installed: pip install 'recgo[{extra}]'")
+        raise missing_extra(module, EXTRAS.get(module, module), purpose)

@@ -77,6 +77,11 @@ def error_for_code(code: int) -> type[RecgoError]:
     return CODE_TO_ERROR.get(code, InternalError)
 
 
+def missing_extra(module: str, extra: str, purpose: str) -> MissingExtraError:
+    """The one-line error for optional ``module`` missing: what needed it and the extra that installs it."""
+    return MissingExtraError(f"{purpose} needs {module}, which is not installed: pip install 'recgo[{extra}]'")
+
+
 def require_extra(module: str, extra: str, purpose: str) -> object:
     """Import optional ``module`` or raise :class:`MissingExtraError` naming ``pip install 'recgo[extra]'``."""
     import importlib
@@ -84,5 +89,4 @@ def require_extra(module: str, extra: str, purpose: str) -> object:
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        raise MissingExtraError(f"{purpose} needs {module}, which is not installed: pip install 'recgo[{extra}]'") \
-            from exc
+        raise missing_extra(module, extra, purpose) from exc

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from pathlib import Path
 from typing import Any
 
+from .. import _extras
 from .backends import BACKENDS
 from .loop import MODELS, TrainConfig
 
@@ -46,14 +48,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _config(args: argparse.Namespace) -> TrainConfig:
-    from ..errors import InvalidInputError
+    from ..errors import InvalidInputError, require_extra
 
     fields: dict[str, Any] = {}
     if args.config:
-        try:
-            import yaml
-        except ImportError as exc:
-            raise InvalidInputError("--config needs PyYAML: pip install 'recgo[yaml]'") from exc
+        yaml: Any = require_extra("yaml", "yaml", f"--config {args.config}")
         loaded = yaml.safe_load(Path(args.config).read_text()) or {}
         if not isinstance(loaded, dict):
             raise InvalidInputError(f"{args.config}: expected a mapping of TrainConfig fields")
@@ -87,6 +86,10 @@ def run_cli(args: argparse.Namespace) -> int:
     from .run import train
 
     backends = list(BACKENDS) if args.backend == "all" else [b.strip() for b in args.backend.split(",") if b.strip()]
+    if args.backend == "all" and not _extras.has("torchrec"):  # every backend there is: run the others
+        backends.remove("torchrec")
+        print("note: torchrec is not installed, so --backend all runs recgo and torch "
+              "(pip install 'recgo[compare]' adds TorchRec)", file=sys.stderr)
     cfg = _config(args)
     if args.ablation and cfg.model != "bst":
         from ..errors import InvalidInputError

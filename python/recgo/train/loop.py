@@ -277,8 +277,11 @@ class Trainer:
     # -- the run ---------------------------------------------------------------------------------
 
     def run(self, steps: int | None = None, progress: Any = None, warmup: int = 3) -> History:
-        """Train until ``steps`` (default: the config's) steps are done, evaluating every ``eval_every``."""
+        """Train until ``steps`` (default: the config's) steps are done, evaluating every ``eval_every``.
+        The first ``warmup`` steps are not timed (at least the last step is, so a short run still has a
+        throughput)."""
         end = self.cfg.steps if steps is None else steps
+        warmup = min(warmup, max(0, end - 1))
         if self._stream is None:
             self._stream = self.source.stream(self._stream_state, depth=self.cfg.depth, tables=self._tables(),
                                               shard=self._shard())

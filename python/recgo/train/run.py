@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InvalidInputError
+from .. import _extras
 from .backends import BACKENDS
 from .loop import History, TrainConfig, Trainer, make_source
 from .report import summarize, write
@@ -31,6 +32,8 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         raise InvalidInputError(f"backend {unknown or backends}: choose from {BACKENDS} or 'all'")
     if resume and not cfg.checkpoint:
         raise InvalidInputError("resume needs a checkpoint path (--checkpoint)")
+    if "torchrec" in backends:  # before any data is read or rank started
+        _extras.require("torchrec", "the torchrec backend")
     if cfg.nproc > 1:
         from .distributed import launch
 
