@@ -19,8 +19,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        description="Train DLRM, DCNv2 (Criteo-format or synthetic data) or BST (Taobao sequences) "
                                    "on one or more embedding backends and write a side-by-side report.")
     p.add_argument("--model", choices=MODELS, default=None, help="model (default dlrm)")
-    p.add_argument("--data", default=None, help="Criteo TSV (dlrm, dcnv2) or Taobao UserBehavior CSV (bst); "
-                                                "default: synthetic Criteo-shaped data with a planted model")
+    p.add_argument("--data", default=None, help="Criteo TSV (dlrm, dcnv2) or Taobao UserBehavior CSV (bst); default: "
+                                                "synthetic data with a planted model (Criteo-shaped; Taobao-shaped "
+                                                "for bst)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 300)")
     p.add_argument("--epochs", type=float, default=None, help="passes over a data file (instead of --steps)")
     p.add_argument("--batch-size", type=int, default=None)

@@ -12,6 +12,8 @@
   for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
   target and a uniformly sampled item as a negative; each user's last event (or last ``holdout``
   events) is held out.
+  Without a file, :func:`recgo.train.synthetic_taobao.userbehavior_file` writes one from a planted
+  model (users with preferred categories, Zipf item popularity) so the sequence model runs with no data.
 
 All three run through :class:`recgo.DataPipeline` (READ → TRANSFORM → FORMAT in Go, ``depth``
 batches ahead of the training step; the Taobao samples from a cached CSV written once); every backend gets the same batches in the same order, and a

@@ -34,7 +34,7 @@ class TrainConfig:
     """Everything a run needs; the CLI fills it from flags and a YAML file."""
 
     model: str = "dlrm"
-    data: str | None = None  # None: synthetic Criteo-shaped data; else a Criteo TSV or Taobao CSV path
+    data: str | None = None  # None: synthetic data (Criteo-shaped; Taobao-shaped for bst); else a Criteo TSV or Taobao CSV
     steps: int = 300
     batch_size: int = 1024
     dim: int = 16
@@ -108,9 +108,10 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
 def make_source(cfg: TrainConfig) -> Source:
     """The data source the config names (the model decides the format of a file)."""
     if cfg.model == "bst":
-        if cfg.data is None:
-            raise InvalidInputError("model bst needs --data: a Taobao UserBehavior CSV (user,item,category,behavior,ts)")
-        return TaobaoSequences(cfg.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
+        from .synthetic_taobao import userbehavior_file
+
+        data = userbehavior_file(seed=cfg.seed) if cfg.data is None else cfg.data
+        return TaobaoSequences(data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
                                holdout=cfg.holdout_events, catalog=cfg.catalog)
     if cfg.data is None:
         return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)

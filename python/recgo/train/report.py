@@ -74,7 +74,8 @@ def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     nproc = int(cfg.get("nproc", 1) or 1)
     batch = (f"batch {cfg['batch_size']} per rank on {nproc} gloo ranks (global batch {nproc * cfg['batch_size']}, "
              "samples/s over all ranks)" if nproc > 1 else f"batch {cfg['batch_size']}")
-    lines = [f"# recgo train: {cfg['model']} on {cfg['data'] or 'synthetic Criteo-shaped data'}", "",
+    synthetic = "synthetic Taobao-shaped data" if cfg["model"] == "bst" else "synthetic Criteo-shaped data"
+    lines = [f"# recgo train: {cfg['model']} on {cfg['data'] or synthetic}", "",
              f"{cfg['steps']} steps of {batch}, embedding dim {cfg['dim']}, sparse optimizer "
              f"{cfg['sparse_optimizer']} (lr {cfg['sparse_lr']}), dense Adam (lr {cfg['dense_lr']}), seed {cfg['seed']}; "
              "every backend starts from the same weights and sees the same batches.", "",
