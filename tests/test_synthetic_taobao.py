@@ -4,6 +4,7 @@ deterministic, cached, with the planted structure a model can learn."""
 from __future__ import annotations
 
 import csv
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ from recgo.train.loop import TrainConfig, Trainer, make_source
 
 @pytest.fixture()
 def cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    monkeypatch.setenv("RECGO_CACHE", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     return tmp_path
 
 
@@ -52,7 +53,7 @@ def test_users_concentrate_on_a_few_categories() -> None:
 
 def test_file_is_userbehavior_format_and_cached(cache: Path) -> None:
     path = st.userbehavior_file(users=50, seed=1)
-    assert path.parent == cache / "synthetic"
+    assert path.parent == cache / "recgo-synthetic"
     rows = list(csv.reader(path.open()))
     ev = st.events(50, seed=1)
     assert len(rows) == ev.shape[0]
@@ -75,7 +76,7 @@ def test_bad_user_counts_raise(users: object) -> None:
 def test_bst_without_data_trains_to_a_meaningful_auc(cache: Path) -> None:
     cfg = TrainConfig(model="bst", steps=120, batch_size=256, eval_every=120)
     source = make_source(cfg)
-    assert Path(source.path).parent == cache / "synthetic"
+    assert Path(source.path).parent == cache / "recgo-synthetic"
     history = Trainer(cfg, source, "recgo").run(progress=None)
     auc = history.evals[-1]["auc"]
     assert auc > 0.65, history.evals  # untrained: about 0.5

@@ -26,7 +26,6 @@ import copy
 import csv
 import hashlib
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +34,7 @@ import torch
 
 from ..errors import InvalidInputError, RecgoIOError
 from ..sparse import KeyedJaggedTensor
+from ._files import derived_path, write_once
 
 SPARSE_KEYS = tuple(f"C{i}" for i in range(1, 27))
 
@@ -206,19 +206,14 @@ def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
     file's size, mtime and the fraction), and the training line count."""
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fraction}".encode()).hexdigest()[:16]
-    folder = Path(tempfile.gettempdir()) / f"recgo-split-{key}"
-    train, val = folder / "train.txt", folder / "validation.txt"
+    train, val = derived_path(f"recgo-split-{key}", "train.txt"), derived_path(f"recgo-split-{key}", "validation.txt")
     try:
         lines = path.read_bytes().splitlines(keepends=True)
     except OSError as exc:
         raise RecgoIOError(f"{path}: {exc}") from exc
     n_val = max(1, int(len(lines) * fraction))
-    if not (train.exists() and val.exists()):
-        folder.mkdir(parents=True, exist_ok=True)
-        for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
-            tmp = target.with_suffix(f".{os.getpid()}.tmp")  # ranks of one job may split at the same time
-            tmp.write_bytes(b"".join(part))
-            os.replace(tmp, target)
+    for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
+        write_once(target, lambda tmp, part=part: tmp.write_bytes(b"".join(part)))
     return train, val, len(lines) - n_val
 
 
@@ -435,17 +430,8 @@ class TaobaoSequences(_PipelineSource):
         held += "|catalog" if self.catalog else ""
         key = hashlib.sha256(f"taobao-v1|{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{self.max_len}|"
                              f"{self.seed}{held}".encode()).hexdigest()[:16]
-        target = Path(tempfile.gettempdir()) / f"recgo-taobao-{key}" / "train.csv"
-        if not target.exists():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            tmp = target.with_suffix(f".{os.getpid()}.tmp")
-            try:
-                self._write_samples(tmp)
-                os.replace(tmp, target)
-            except OSError as exc:
-                raise RecgoIOError(f"{target}: {exc}") from exc
-        self._csv = target
-        return target
+        self._csv = write_once(derived_path(f"recgo-taobao-{key}", "train.csv"), self._write_samples)
+        return self._csv
 
     def _write_samples(self, path: Path) -> None:
         d = self._data

@@ -7,31 +7,25 @@ target (the user's next item) then tends to share categories with the history an
 while :class:`~recgo.train.data.TaobaoSequences` draws its negatives uniformly: a model that learns
 either signal gets an AUC well above 0.5, one that learns nothing stays at 0.5.
 
-The rows are written once per (users, seed) to recgo's cache folder (``$RECGO_CACHE``, default
-``~/.cache/recgo``) in the UserBehavior format (``user,item,category,behavior,timestamp``), each user's
-events in time order, and read back by the same code that reads the real file. Concurrent writers (the
-ranks of ``--nproc``) each write a temporary file and rename it into place: the content is the same.
+The rows are written once per (users, seed) under the temporary folder (``recgo-synthetic/``, beside
+the main job's other derived files) in the UserBehavior format (``user,item,category,behavior,timestamp``),
+each user's events in time order, and read back by the same code that reads the real file; concurrent
+writers (the ranks of ``--nproc``) are safe (``_files.write_once``).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 import torch
 
 from ..errors import InvalidInputError
+from ._files import derived_path, write_once
 
 #: Bumped when the generator changes, so an old cached file is not reused.
 VERSION = 1
 ITEMS, CATEGORIES = 20_000, 200
 PREFERRED, FOCUS = 3, 0.8  # categories per user; the share of a user's events drawn from them
-
-
-def cache_dir() -> Path:
-    """recgo's cache folder (``$RECGO_CACHE`` or ``~/.cache/recgo``)."""
-    return Path(os.environ.get("RECGO_CACHE", Path.home() / ".cache" / "recgo"))
 
 
 def _zipf(n: int, alpha: float) -> torch.Tensor:
@@ -74,19 +68,11 @@ def events(users: int, seed: int) -> torch.Tensor:
 
 def userbehavior_file(users: int = 2000, seed: int = 0) -> Path:
     """The path of the synthetic UserBehavior CSV for ``users`` and ``seed``, written first if absent."""
-    path = cache_dir() / "synthetic" / f"userbehavior-v{VERSION}-{users}u-seed{seed}.csv"
-    if path.exists():
-        return path
-    ev = events(users, seed)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    ts = 1_511_500_000 + torch.arange(ev.shape[0])  # increasing: each user's events in time order
-    lines = [f"{u + 1},{i + 1},{c + 1},pv,{t}\n" for (u, i, c), t in zip(ev.tolist(), ts.tolist())]
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.writelines(lines)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+
+    def write(path: Path) -> None:
+        ev = events(users, seed)
+        ts = 1_511_500_000 + torch.arange(ev.shape[0])  # increasing: each user's events in time order
+        with path.open("w") as fh:
+            fh.writelines(f"{u + 1},{i + 1},{c + 1},pv,{t}\n" for (u, i, c), t in zip(ev.tolist(), ts.tolist()))
+
+    return write_once(derived_path("recgo-synthetic", f"userbehavior-v{VERSION}-{users}u-seed{seed}.csv"), write)
