@@ -32,22 +32,29 @@ from recgo.modules import optim
 
 
 def batch(step: int, rank: int, size: int, tables: list[recgo.EmbeddingBagConfig]) -> tuple[recgo.KeyedJaggedTensor, torch.Tensor]:
-    """A synthetic batch of `size` samples (skewed IDs, 1–4 per bag) and 0/1 labels."""
+    """A synthetic batch of `size` samples (skewed IDs, 1–4 per bag) with 0/1 labels from a planted model:
+    each ID has a hidden score (the same on every rank), and a sample is clicked with probability
+    sigmoid(2 × the mean score of its IDs), so the loss has something to fall to."""
     g = torch.Generator().manual_seed(step * 1000 + rank)
     keys, vals, lens = [], [], []
+    score = torch.zeros(size)
     for t in tables:
+        hidden = torch.randn(t.num_embeddings, generator=torch.Generator().manual_seed(len(t.name)))
         for f in t.feature_names:
             ln = torch.randint(1, 5, (size,), generator=g)
+            ids = (torch.rand(int(ln.sum()), generator=g) ** 4 * t.num_embeddings).long()
             keys.append(f)
-            vals.append((torch.rand(int(ln.sum()), generator=g) ** 4 * t.num_embeddings).long())
+            vals.append(ids)
             lens.append(ln)
-    labels = torch.randint(0, 2, (size,), generator=g).float()
+            score += torch.zeros(size).index_add_(0, torch.repeat_interleave(torch.arange(size), ln), hidden[ids]) / ln
+    n_features = sum(len(t.feature_names) for t in tables)
+    labels = torch.bernoulli(torch.sigmoid(2 * score / n_features ** 0.5), generator=g)
     return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens)), labels
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch", type=int, default=256, help="samples per rank")
     p.add_argument("--mode", choices=["flat", "hierarchical"], default="flat")
     p.add_argument("--nodes", type=int, default=1, help="how many nodes the ranks form (ranks per node = world / nodes)")
@@ -68,6 +75,7 @@ def main() -> None:
     dense = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(width, 64), nn.ReLU(), nn.Linear(64, 1)))
     opt = torch.optim.Adam(dense.parameters(), lr=1e-3)
     t0 = time.perf_counter()
+    losses: list[float] = []
     for step in range(args.steps):
         kjt, labels = batch(step, rank, args.batch, tables)
         logits = dense(ebc(kjt).values()).squeeze(1)
@@ -75,11 +83,13 @@ def main() -> None:
         opt.zero_grad()
         loss.backward()  # the embedding rows are updated on their owners inside this call
         opt.step()
-        if rank == 0 and (step % 5 == 0 or step == args.steps - 1):
+        losses.append(loss.item())
+        if rank == 0 and ((step + 1) % 20 == 0 or step == args.steps - 1):
             t = ebc.traffic()
-            print(f"step {step}: loss {loss.item():.4f}; this rank sent {t['ids_intra'] + t['ids_inter']} IDs, "
-                  f"returned {t['vecs_intra'] + t['vecs_inter']} vectors ({t['pooled_vecs']} of them pooled partials; "
-                  f"{t['bytes']} bytes)", flush=True)
+            recent = losses[-20:]
+            print(f"step {step}: mean loss of the last {len(recent)} steps {sum(recent) / len(recent):.4f}; "
+                  f"this rank sent {t['ids_intra'] + t['ids_inter']} IDs, returned {t['vecs_intra'] + t['vecs_inter']} "
+                  f"vectors ({t['pooled_vecs']} of them pooled partials; {t['bytes']} bytes)", flush=True)
     if rank == 0:
         print(f"{args.steps} steps in {time.perf_counter() - t0:.2f} s on {world} ranks ({args.mode})")
     ckpt = os.environ.get("RECGO_EXAMPLE_CKPT") or os.path.join(tempfile.gettempdir(), "recgo-train-distributed")
