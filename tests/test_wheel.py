@@ -123,6 +123,9 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(wheel: Path, tmp_path: Path, ve
     assert report["summary"]["auc_recgo"] == report["backends"]["recgo"]["final_auc"]
     assert 0.0 < report["backends"]["recgo"]["final_auc"] < 1.0, report["summary"]
     assert len(report["backends"]["recgo"]["train_loss"]) == 6
+    usage = subprocess.run([str(venv / "bin" / "recgo"), "--help"], env=clean, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300)
+    assert usage.returncode == 0 and usage.stdout.startswith("usage: recgo [-h] {train,profile,plan}"), usage.stdout[:200]
     deps = subprocess.run(["ldd", str(next(venv.glob("lib/python*/site-packages/recgo/librecgo.so")))],
                           capture_output=True, text=True).stdout
     assert "highs" not in deps.lower() and "not found" not in deps, deps

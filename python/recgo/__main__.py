@@ -1,4 +1,4 @@
-"""recgo's command line: ``python -m recgo train ...``, ``profile ...`` and ``plan ...``.
+"""recgo's command line (`recgo ...` once installed, or `python -m recgo ...`): ``train``, ``profile`` and ``plan``.
 
     python -m recgo train [--model dlrm|dcnv2|bst] [--data FILE] [--backend recgo|torchrec|torch|all]
         [--steps N | --epochs E] [--batch-size B] [--config train.yaml] [--out train-report/]
@@ -183,7 +183,8 @@ SUBCOMMANDS: dict[str, Callable[[Any], None]] = {"train": _add_train, "profile":
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``python -m recgo``."""
-    ap = argparse.ArgumentParser(prog="python -m recgo", description=__doc__,
+    prog = "recgo" if Path(sys.argv[0]).name == "recgo" else "python -m recgo"  # the console script, or -m
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS.values():
