@@ -80,3 +80,20 @@ def test_bst_without_data_trains_to_a_meaningful_auc(cache: Path) -> None:
     history = Trainer(cfg, source, "recgo").run(progress=None)
     auc = history.evals[-1]["auc"]
     assert auc > 0.65, history.evals  # untrained: about 0.5
+
+
+def test_a_header_line_is_skipped_and_a_bad_row_is_named(cache: Path, tmp_path: Path) -> None:
+    from recgo.errors import RecgoIOError
+    from recgo.train.data import TaobaoSequences
+
+    plain = st.userbehavior_file(users=60, seed=2)
+    headed = tmp_path / "headed.csv"
+    headed.write_text("user_id,item_id,category_id,behavior_type,timestamp\n" + plain.read_text())
+    a, b = (TaobaoSequences(p, batch_size=32, max_len=8, seed=0, pipeline=False) for p in (plain, headed))
+    for i in range(3):
+        x, y = a.train_batch(i), b.train_batch(i)
+        assert torch.equal(x.sparse.values(), y.sparse.values()) and torch.equal(x.labels, y.labels)
+    bad = tmp_path / "bad.csv"
+    bad.write_text(plain.read_text() + "7,x,3,pv,9\n")
+    with pytest.raises(RecgoIOError, match=r"bad\.csv: invalid literal for int\(\) with base 10: 'x'"):
+        TaobaoSequences(bad, batch_size=32)

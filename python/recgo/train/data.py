@@ -8,7 +8,8 @@
 * :class:`CriteoFile` — a Criteo display-advertising TSV (label, I1..I13, C1..C26) read by recgo's
   Go reader; categorical values hashed and reduced modulo the table size by the FeatureEngine; the
   last ``validation_fraction`` of the lines is held out.
-* :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp):
+* :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp; a
+  header line, which the dataset lacks, is skipped):
   for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
   target and a uniformly sampled item as a negative; each user's last event (or last ``holdout``
   events) is held out.
@@ -306,9 +307,11 @@ class TaobaoSequences(_PipelineSource):
         users, items, cats = [], [], []
         try:
             with self.path.open(newline="") as fh:
-                for row in csv.reader(fh):
+                for line, row in enumerate(csv.reader(fh)):
                     if len(row) < 5:
                         continue  # the sample's last line is cut short
+                    if line == 0 and not row[0].strip().lstrip("-").isdigit():
+                        continue  # a header (user_id,item_id,...): the dataset has none, exports may
                     users.append(int(row[0]))
                     items.append(int(row[1]))
                     cats.append(int(row[2]))
