@@ -38,8 +38,8 @@ def batch(step: int, rank: int, size: int, tables: list[recgo.EmbeddingBagConfig
     g = torch.Generator().manual_seed(step * 1000 + rank)
     keys, vals, lens = [], [], []
     score = torch.zeros(size)
-    for t in tables:
-        hidden = torch.randn(t.num_embeddings, generator=torch.Generator().manual_seed(len(t.name)))
+    for i, t in enumerate(tables):
+        hidden = torch.randn(t.num_embeddings, generator=torch.Generator().manual_seed(i))  # per table, fixed
         for f in t.feature_names:
             ln = torch.randint(1, 5, (size,), generator=g)
             ids = (torch.rand(int(ln.sum()), generator=g) ** 4 * t.num_embeddings).long()

@@ -207,7 +207,7 @@ def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
     file's size, mtime and the fraction), and the training line count."""
     st = path.stat()
     key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fraction}".encode()).hexdigest()[:16]
-    train, val = derived_path(f"recgo-split-{key}", "train.txt"), derived_path(f"recgo-split-{key}", "validation.txt")
+    train, val = (derived_path(f"recgo-split-{key}", name) for name in ("train.txt", "validation.txt"))
     try:
         lines = path.read_bytes().splitlines(keepends=True)
     except OSError as exc:

@@ -34,7 +34,7 @@ class TrainConfig:
     """Everything a run needs; the CLI fills it from flags and a YAML file."""
 
     model: str = "dlrm"
-    data: str | None = None  # None: synthetic data (Criteo-shaped; Taobao-shaped for bst); else a Criteo TSV or Taobao CSV
+    data: str | None = None  # a Criteo TSV or Taobao CSV; None: synthetic (Criteo-shaped; Taobao-shaped for bst)
     steps: int = 300
     batch_size: int = 1024
     dim: int = 16

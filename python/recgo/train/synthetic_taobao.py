@@ -46,11 +46,11 @@ def events(users: int, seed: int) -> torch.Tensor:
     # popularity is the one whose interval holds c + U(0, 1).
     perm = torch.randperm(ITEMS, generator=g)  # a random order within each category
     by_cat = perm[torch.argsort(item_cat[perm], stable=True)]
+    seg = item_cat[by_cat]  # per position its category (ascending)
     counts = torch.bincount(item_cat, minlength=CATEGORIES)
-    rank = torch.arange(ITEMS) - torch.repeat_interleave(torch.cumsum(counts, 0) - counts, counts)
+    rank = torch.arange(ITEMS) - (torch.cumsum(counts, 0) - counts)[seg]
     mass = (rank + 1).double().pow(-1.1)
-    mass /= torch.repeat_interleave(torch.zeros(CATEGORIES, dtype=torch.float64).index_add_(
-        0, torch.repeat_interleave(torch.arange(CATEGORIES), counts), mass), counts)
+    mass /= torch.bincount(seg, weights=mass, minlength=CATEGORIES)[seg]
     edges = torch.cumsum(mass, 0)
     lengths = torch.exp(torch.randn(users, generator=g, dtype=torch.float64) * 0.7 + 4.0).round().clamp(5, 300)
     lengths = lengths.to(torch.int64)
