@@ -170,3 +170,28 @@ def test_bst_backends_agree_from_the_same_weights() -> None:
     for backend in ("torchrec", "recgo"):
         torch.testing.assert_close(out[backend][0], out["torch"][0], rtol=1e-5, atol=1e-7)
         assert out[backend][1] == pytest.approx(out["torch"][1], rel=1e-5)
+
+
+@pytest.mark.skipif(not CRITEO.exists(), reason="Criteo sample not present")
+def test_cli_epochs_counts_the_file_once_and_trains_that_many_steps(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from recgo.__main__ import main
+    from recgo.train import loop
+
+    built: list[object] = []
+    real = loop.make_source
+
+    def counting(cfg: TrainConfig) -> object:
+        built.append(real(cfg))
+        return built[-1]
+
+    monkeypatch.setattr(loop, "make_source", counting)
+    monkeypatch.setattr("recgo.train.run.make_source", counting)
+    assert main(["train", "--model", "dlrm", "--data", str(CRITEO), "--epochs", "0.5", "--batch-size", "1024",
+                 "--no-progress", "--out", str(tmp_path / "r")]) == 0
+    assert len(built) == 1  # --epochs counted the batches on the source the run then trained on
+    per_epoch = built[0].batches_per_epoch()  # type: ignore[attr-defined]
+    report = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert report["config"]["steps"] == max(1, int(0.5 * per_epoch)) and per_epoch == 9100 // 1024

@@ -10,6 +10,7 @@ from typing import Any
 
 from .. import _extras
 from .backends import BACKENDS
+from .data import Source
 from .loop import MODELS, TrainConfig
 
 
@@ -48,7 +49,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
-def _config(args: argparse.Namespace) -> TrainConfig:
+def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
+    """The run's config from --config and the flags, and the data source when --epochs needed one to
+    count its batches (so a single-process run reads the file once, not twice)."""
     from ..errors import InvalidInputError, require_extra
 
     fields: dict[str, Any] = {}
@@ -74,12 +77,14 @@ def _config(args: argparse.Namespace) -> TrainConfig:
         if started is not None:
             fields["nproc"] = started[1]
     cfg = TrainConfig(**fields)
+    source = None
     if args.epochs is not None:
         from .loop import make_source
 
-        cfg.steps = max(1, int(args.epochs * make_source(cfg).batches_per_epoch() / cfg.nproc))
+        source = make_source(cfg)
+        cfg.steps = max(1, int(args.epochs * source.batches_per_epoch() / cfg.nproc))
     cfg.eval_every = min(cfg.eval_every, cfg.steps)
-    return cfg
+    return cfg, source
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -91,13 +96,13 @@ def run_cli(args: argparse.Namespace) -> int:
         backends.remove("torchrec")
         print("note: torchrec is not installed, so --backend all runs recgo and torch "
               "(pip install 'recgo[compare]' adds TorchRec)", file=sys.stderr)
-    cfg = _config(args)
+    cfg, source = _config(args)
     if args.ablation and cfg.model != "bst":
         from ..errors import InvalidInputError
 
         raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
     report = train(cfg, backends, out=None if args.ablation else args.out, resume=args.resume,
-                   progress=not args.no_progress)
+                   progress=not args.no_progress, source=source)
     if report is None:  # the ranks > 0 of a torchrun world
         return 0
     if args.ablation:

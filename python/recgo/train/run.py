@@ -9,6 +9,7 @@ from typing import Any, Sequence
 from ..errors import InvalidInputError
 from .. import _extras
 from .backends import BACKENDS
+from .data import Source
 from .loop import History, TrainConfig, Trainer, make_source
 from .report import summarize, write
 
@@ -22,10 +23,11 @@ def _progress(total: int, desc: str, enabled: bool) -> Any:
 
 
 def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Path | None = None,
-          resume: bool = False, progress: bool = True) -> dict[str, Any]:
+          resume: bool = False, progress: bool = True, source: Source | None = None) -> dict[str, Any]:
     """Train ``cfg.model`` on every backend in ``backends`` (same data, same initial weights) and return the
     report (also written to ``out`` when given). With ``resume``, each backend continues from its
-    checkpoint ``<cfg.checkpoint>.<backend>`` if it exists."""
+    checkpoint ``<cfg.checkpoint>.<backend>`` if it exists. ``source``: the data source ``make_source(cfg)``
+    already built (single process only; the ranks of ``cfg.nproc > 1`` build their own)."""
     cfg.validate()
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown or not backends:
@@ -38,7 +40,8 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         from .distributed import launch
 
         return launch(cfg, backends, cfg.nproc, out=out, progress=progress, resume=resume)
-    source = make_source(cfg)
+    if source is None:
+        source = make_source(cfg)
     runs: dict[str, History] = {}
     for backend in backends:
         per_backend = _per_backend(cfg, backend)
