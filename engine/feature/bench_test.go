@@ -36,7 +36,7 @@ func benchCase(nfeat, size int) (*Engine, Batch) {
 			}
 			b.Inputs = append(b.Inputs, in)
 		case f%10 < 9:
-			spec.Features = append(spec.Features, FeatureSpec{Name: name, DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0, 1, 2, 5, 10, 20, 50, 100, 200, 500}}, {Op: "hash"}, {Op: "mod", N: ptr(int64(1000))}}})
+			spec.Features = append(spec.Features, FeatureSpec{Name: name, DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: FloatNumbers(0, 1, 2, 5, 10, 20, 50, 100, 200, 500)}, {Op: "hash"}, {Op: "mod", N: ptr(int64(1000))}}})
 			in := Input{Kind: KindFloat32, F32: make([]float32, size)}
 			for i := range in.F32 {
 				in.F32[i] = float32(r.NormFloat64() * 100)

@@ -1,7 +1,7 @@
 package feature
 
 import (
-	"math"
+	"fmt"
 	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -267,18 +267,8 @@ func (c *compiler) op(s *OpSpec, pos int, in DType, feature string) (op, error) 
 		if err := notBytes(); err != nil {
 			return o, err
 		}
-		if err := checkBoundaries(s.Boundaries); err != nil {
+		if err := compileBoundaries(s.Boundaries, &o); err != nil {
 			return o, err
-		}
-		o.fbounds = slices.Clone(s.Boundaries)
-		if in == Int64 {
-			o.ibounds = make([]int64, len(s.Boundaries))
-			for i, b := range s.Boundaries {
-				if b != math.Trunc(b) || b < -(1<<63) || b >= 1<<63 {
-					return o, errs.Invalidf("boundary %d (%v) is not an int64, but the field holds int64 IDs", i, b)
-				}
-				o.ibounds[i] = int64(b)
-			}
 		}
 	case "truncate":
 		o.kind = OpTruncate
@@ -452,19 +442,38 @@ func newFilter[T kernels.Bound](s *OpSpec, vals []T, keep bool) (kernels.Filter[
 	return f, nil
 }
 
-func checkBoundaries(b []float64) error {
-	if len(b) == 0 {
+// compileBoundaries reads bucketize's boundaries in the field's type, as compileFilter reads its
+// numbers: exactly as int64 for IDs (so boundaries above 2^53 keep every bit), as float64 for float
+// fields. They must be strictly increasing in that type.
+func compileBoundaries(nums []Number, o *op) error {
+	if len(nums) == 0 {
 		return errs.Invalidf("bucketize needs at least one boundary")
 	}
-	for i, v := range b {
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return errs.Invalidf("bucketize boundary %d is %v", i, v)
+	var err error
+	if o.in == Float {
+		o.fbounds, err = readBoundaries(nums, Number.float64)
+	} else {
+		o.ibounds, err = readBoundaries(nums, Number.int64)
+	}
+	return err
+}
+
+// readBoundaries reads each boundary with read and checks that they strictly increase.
+func readBoundaries[T kernels.Bound](nums []Number, read func(Number) (T, error)) ([]T, error) {
+	b := make([]T, len(nums))
+	for i, n := range nums {
+		v, err := read(n)
+		if err != nil {
+			return nil, fmt.Errorf("bucketize boundary %d: %w", i, err)
+		}
+		b[i] = v
+		if i > 0 && !(b[i-1] < v) {
+			same := ""
+			if b[i-1] == v && nums[i-1].lit != n.lit {
+				same = fmt.Sprintf(" (both are %v in the field's type)", v)
+			}
+			return nil, errs.Invalidf("bucketize boundaries must be strictly increasing: boundary %d (%s) follows %s%s", i, n.lit, nums[i-1].lit, same)
 		}
 	}
-	for i := 1; i < len(b); i++ {
-		if !(b[i-1] < b[i]) {
-			return errs.Invalidf("bucketize boundaries must be strictly increasing: boundary %d (%v) follows %v", i, b[i], b[i-1])
-		}
-	}
-	return nil
+	return b, nil
 }

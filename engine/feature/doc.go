@@ -37,8 +37,10 @@
 //     or of each byte string; the 64-bit result as int64 with the same bits (see kernels.XXH64).
 //   - mod(n): floor modulo, x mod n in [0, n), n > 0 (torch.remainder).
 //   - bucketize(boundaries): the number of boundaries b with b <= x (torch.bucketize(right=True));
-//     boundaries strictly increasing; int64 fields compare exactly in int64 (boundaries must then be
-//     integers), float fields (float32 or float64 input) in float64. NaN input is an error.
+//     boundaries strictly increasing in the field's type; int64 fields compare exactly in int64
+//     (boundaries must then be integers in int64's range, read from their JSON literals without a
+//     detour through float64, so 2^53+1 or two nanosecond timestamps one apart stay distinct), float
+//     fields (float32 or float64 input) in float64. NaN input is an error.
 //   - truncate(n, keep): keep the first or the last n values of each bag (n >= 1).
 //   - filter(values | range, mode): drop (mode "drop", the default) or keep (mode "keep") the values
 //     in a set or in the half-open range [lo, hi); order within a bag is preserved. "mask" is an

@@ -205,7 +205,7 @@ func TestCompileErrors(t *testing.T) {
 func TestApplyErrors(t *testing.T) {
 	eng, err := Compile(&Spec{Features: []FeatureSpec{
 		{Name: "i", Ops: []OpSpec{{Op: "hash"}}},
-		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0}}}},
+		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: FloatNumbers(0)}}},
 		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}}},
 	}})
 	require.NoError(t, err)
@@ -264,6 +264,7 @@ func FuzzCompile(f *testing.F) {
 	f.Add([]byte(`{"max_values":64,"features":[{"name":"f","dtype":"float","ops":[{"op":"filter","range":[0,1.5],"mode":"keep"},{"op":"truncate","n":2},{"op":"bucketize","boundaries":[0,1]}]},` +
 		`{"name":"t","ops":[{"op":"recency","reference":"now"},{"op":"position","from":"last"}]},{"name":"x","ops":[{"op":"cross","fields":["f","t","f"]}]}]}`))
 	f.Add([]byte(`{"features":[{"name":"a","output":"false","ops":{"hash":7}}]}`))
+	f.Add([]byte(`{"features":[{"name":"t","ops":[{"op":"bucketize","boundaries":[-9223372036854775808,1700000000000000001,1.700000000000000002e18]}]}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		spec, err := ParseSpec(data)
 		if err != nil {
@@ -339,11 +340,11 @@ func TestApplyConcurrent(t *testing.T) {
 func FuzzApply(f *testing.F) {
 	eng, err := Compile(&Spec{Features: []FeatureSpec{
 		{Name: "i", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(2))}, {Op: "hash"}, {Op: "mod", N: ptr(int64(7))}}},
-		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: []float64{0, 1}}, {Op: "fill_missing"}}},
+		{Name: "f", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: FloatNumbers(0, 1)}, {Op: "fill_missing"}}},
 		{Name: "s", DType: Bytes, Ops: []OpSpec{{Op: "hash"}, {Op: "filter", Range: IntNumbers(0, 1<<62)}}},
 		{Name: "x", Ops: []OpSpec{{Op: "cross", Fields: []string{"i", "s", "i"}}}},
 		{Name: "r", Input: "i", Ops: []OpSpec{{Op: "recency", Reference: "now"}}},
-		{Name: "g", Input: "f", DType: Float, Ops: []OpSpec{{Op: "filter", Range: FloatNumbers(-1, 0.5)}, {Op: "bucketize", Boundaries: []float64{0}}}},
+		{Name: "g", Input: "f", DType: Float, Ops: []OpSpec{{Op: "filter", Range: FloatNumbers(-1, 0.5)}, {Op: "bucketize", Boundaries: FloatNumbers(0)}}},
 	}, MaxValues: 1 << 12})
 	if err != nil {
 		f.Fatal(err)

@@ -209,7 +209,7 @@ func TestFilterOnFloatFields(t *testing.T) {
 	spec := &Spec{Features: []FeatureSpec{{Name: "f", DType: Float, Ops: []OpSpec{
 		{Op: "filter", Range: FloatNumbers(0, 1e3), Mode: ptr("keep")},
 		{Op: "truncate", N: ptr(int64(2))},
-		{Op: "bucketize", Boundaries: []float64{0.5, 10}},
+		{Op: "bucketize", Boundaries: FloatNumbers(0.5, 10)},
 	}}}}
 	eng, err := Compile(spec)
 	require.NoError(t, err)

@@ -164,7 +164,8 @@ func (n *naive) feature(name string) naiveFeature {
 				case "bucketize":
 					c := int64(0)
 					for _, b := range o.Boundaries {
-						if (isFloat && b <= e.f) || (!isFloat && int64(b) <= e.i) {
+						bi, bf := naiveNum(b)
+						if (isFloat && bf <= e.f) || (!isFloat && bi <= e.i) {
 							c++
 						}
 					}
@@ -208,16 +209,19 @@ func (n *naive) feature(name string) naiveFeature {
 	return cur
 }
 
+// naiveNum reads a filter value or a bucketize boundary both ways, as an ID field's int64 and as a
+// float field's float64 (the engine has rejected a spec whose numbers do not fit its fields).
+func naiveNum(x Number) (int64, float64) {
+	i, _ := x.int64()
+	f, _ := x.float64()
+	return i, f
+}
+
 func naiveKeeps(o OpSpec, e elem, isFloat bool) bool {
 	in := false
-	num := func(x Number) (int64, float64) {
-		i, _ := x.int64()
-		f, _ := x.float64()
-		return i, f
-	}
 	if o.Range != nil {
-		loI, loF := num(o.Range[0])
-		hiI, hiF := num(o.Range[1])
+		loI, loF := naiveNum(o.Range[0])
+		hiI, hiF := naiveNum(o.Range[1])
 		if isFloat {
 			in = e.f >= loF && e.f < hiF
 		} else {
@@ -225,7 +229,7 @@ func naiveKeeps(o OpSpec, e elem, isFloat bool) bool {
 		}
 	} else {
 		for _, v := range o.Values {
-			vi, vf := num(v)
+			vi, vf := naiveNum(v)
 			in = in || (isFloat && vf == e.f) || (!isFloat && vi == e.i)
 		}
 	}
@@ -287,7 +291,7 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 			case 1:
 				ops = append(ops, OpSpec{Op: "mod", N: ptr(int64(1 + r.IntN(50)))})
 			case 2:
-				ops = append(ops, OpSpec{Op: "bucketize", Boundaries: []float64{-3, 0, 5, 17}})
+				ops = append(ops, OpSpec{Op: "bucketize", Boundaries: IntNumbers(-3, 0, 5, 17)})
 			case 3:
 				ops = append(ops, OpSpec{Op: "truncate", N: ptr(int64(1 + r.IntN(4))), Keep: ptr([]string{"first", "last"}[r.IntN(2)])})
 			case 4:
@@ -345,7 +349,7 @@ func randomCase(r *rand.Rand, nfeat, size int) (*Spec, Batch, map[string]Input) 
 			case 2:
 				pre = append(pre, OpSpec{Op: "truncate", N: ptr(int64(2)), Keep: ptr("last")})
 			}
-			fs.Ops = append(append(pre, OpSpec{Op: "bucketize", Boundaries: []float64{-2.5, 0, 0.25, 4}}), intOps()...)
+			fs.Ops = append(append(pre, OpSpec{Op: "bucketize", Boundaries: FloatNumbers(-2.5, 0, 0.25, 4)}), intOps()...)
 			named[name] = in
 		case k == 2:
 			fs.DType = Bytes

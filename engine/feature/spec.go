@@ -58,23 +58,23 @@ type FeatureSpec struct {
 
 // OpSpec is one transform with its parameters; which parameters apply depends on Op.
 type OpSpec struct {
-	Op         string    `json:"op"`
-	Seed       *uint64   `json:"seed,omitempty"`       // hash, cross
-	N          *int64    `json:"n,omitempty"`          // mod, truncate
-	Keep       *string   `json:"keep,omitempty"`       // truncate: "first" | "last"
-	Boundaries []float64 `json:"boundaries,omitempty"` // bucketize
-	Values     []Number  `json:"values,omitempty"`     // filter
-	Range      []Number  `json:"range,omitempty"`      // filter: [lo, hi)
-	Mode       *string   `json:"mode,omitempty"`       // filter: "drop" | "keep"
-	Fields     []string  `json:"fields,omitempty"`     // cross: 2 to kernels.MaxCrossFields features
-	Default    *int64    `json:"default,omitempty"`    // fill_missing
-	Reference  string    `json:"reference,omitempty"`  // recency: the raw input holding each sample's reference
-	From       *string   `json:"from,omitempty"`       // position: "first" | "last"
+	Op         string   `json:"op"`
+	Seed       *uint64  `json:"seed,omitempty"`       // hash, cross
+	N          *int64   `json:"n,omitempty"`          // mod, truncate
+	Keep       *string  `json:"keep,omitempty"`       // truncate: "first" | "last"
+	Boundaries []Number `json:"boundaries,omitempty"` // bucketize (read in the field's type, as filter's numbers)
+	Values     []Number `json:"values,omitempty"`     // filter
+	Range      []Number `json:"range,omitempty"`      // filter: [lo, hi)
+	Mode       *string  `json:"mode,omitempty"`       // filter: "drop" | "keep"
+	Fields     []string `json:"fields,omitempty"`     // cross: 2 to kernels.MaxCrossFields features
+	Default    *int64   `json:"default,omitempty"`    // fill_missing
+	Reference  string   `json:"reference,omitempty"`  // recency: the raw input holding each sample's reference
+	From       *string  `json:"from,omitempty"`       // position: "first" | "last"
 }
 
-// Number is a filter parameter exactly as written: read as an int64 on ID fields and as a float64
-// on float fields, so large IDs keep every bit. Build one with [IntNumber] or [FloatNumber]; in JSON it is a
-// plain number.
+// Number is a filter value or a bucketize boundary exactly as written: read as an int64 on ID
+// fields and as a float64 on float fields, so large IDs (and nanosecond timestamps) keep every bit.
+// Build one with [IntNumber] or [FloatNumber]; in JSON it is a plain number, integer or not.
 type Number struct{ lit string }
 
 // IntNumber is the Number v.
@@ -83,7 +83,8 @@ func IntNumber(v int64) Number { return Number{strconv.FormatInt(v, 10)} }
 // FloatNumber is the Number v.
 func FloatNumber(v float64) Number { return Number{strconv.FormatFloat(v, 'g', -1, 64)} }
 
-// IntNumbers is a list of integer Numbers, e.g. a filter's Values or Range.
+// IntNumbers is a list of integer Numbers, e.g. a filter's Values or Range or bucketize's
+// Boundaries.
 func IntNumbers(vs ...int64) []Number {
 	out := make([]Number, len(vs))
 	for i, v := range vs {
@@ -126,16 +127,56 @@ func isNumberLiteral(s string) bool {
 	return s != "" && (s[0] == '-' || (s[0] >= '0' && s[0] <= '9'))
 }
 
-// int64 reads the number as an exact int64 (an integral float literal such as 1e3 is accepted).
+// int64 reads the number as an exact int64. A literal with a fraction or an exponent (1e3, 2.0,
+// 1.5e1) is accepted when its decimal value is an integer in range; it is read digit by digit, never
+// through float64, so 9007199254740993.0 is 2^53+1 and 0.5 is refused.
 func (n Number) int64() (int64, error) {
 	if v, err := strconv.ParseInt(n.lit, 10, 64); err == nil {
 		return v, nil
 	}
-	f, err := strconv.ParseFloat(n.lit, 64)
-	if err != nil || f != math.Trunc(f) || f < -(1<<63) || f >= 1<<63 {
-		return 0, errs.Invalidf("%s is not an int64, but the field holds int64 IDs", n.lit)
+	if digits, ok := integerDigits(n.lit); ok {
+		if v, err := strconv.ParseInt(digits, 10, 64); err == nil {
+			return v, nil
+		}
 	}
-	return int64(f), nil
+	return 0, errs.Invalidf("%s is not an int64, but the field holds int64 IDs", n.lit)
+}
+
+// integerDigits rewrites a JSON number literal whose value is an integer as plain decimal digits
+// ("-1.50e1" is "-15", "0e9" is "0"). ok is false when the value is not an integer, when it has more
+// than 19 digits (outside int64 whatever they are), or when lit is not a JSON number.
+func integerDigits(lit string) (digits string, ok bool) {
+	sign, s := "", lit
+	if strings.HasPrefix(s, "-") {
+		sign, s = "-", s[1:]
+	}
+	mant, exp := s, int64(0)
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		e, err := strconv.ParseInt(s[i+1:], 10, 64) // out of range: clamped, with ErrRange
+		if err != nil && !errors.Is(err, strconv.ErrRange) {
+			return "", false
+		}
+		// A literal is far shorter than 2^40 characters: past that exponent the value is out of
+		// range or not an integer (unless it is zero, which the digits below tell), and clamping
+		// keeps the sums below from overflowing.
+		mant, exp = s[:i], max(min(e, 1<<40), -1<<40)
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	all := whole + frac
+	if all == "" || strings.Trim(all, "0123456789") != "" {
+		return "", false
+	}
+	noTrail := strings.TrimRight(all, "0")
+	sig := strings.TrimLeft(noTrail, "0") // the significant digits
+	if sig == "" {
+		return "0", true
+	}
+	// The value is sig * 10^exp once exp counts the trailing zeros trimmed and the fraction's digits.
+	exp += int64(len(all)-len(noTrail)) - int64(len(frac))
+	if exp < 0 || int64(len(sig))+exp > 19 {
+		return "", false
+	}
+	return sign + sig + strings.Repeat("0", int(exp)), true
 }
 
 // float64 reads the number as a finite float64.

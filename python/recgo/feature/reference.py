@@ -11,6 +11,7 @@ XXH64.
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -239,14 +240,28 @@ def cross(fields: Sequence[Jagged] | Jagged, b: Jagged | None = None, seed: int 
     return xxh64_lanes(lanes, seed), out_len, weights
 
 
-def bucketize(values: torch.Tensor, boundaries: Sequence[float]) -> torch.Tensor:
-    """Number of boundaries ``<= x``; int64 values compare in int64, floats in float64."""
+def _int64_boundary(b: int | float) -> int:
+    """A boundary of an int64 field as the exact integer it is (never rounded through float64)."""
+    if isinstance(b, float):
+        if not b.is_integer():
+            raise InvalidInputError(f"bucketize: boundary {b!r} is not an int64, but the field holds int64 IDs")
+        b = int(b)
+    n = operator.index(b)
+    if not -(1 << 63) <= n < 1 << 63:
+        raise InvalidInputError(f"bucketize: boundary {n} is not an int64, but the field holds int64 IDs")
+    return n
+
+
+def bucketize(values: torch.Tensor, boundaries: Sequence[int | float]) -> torch.Tensor:
+    """Number of boundaries ``<= x``: int64 values compare exactly with the boundaries as int64
+    integers (each boundary must be one), floats in float64."""
     if values.dtype == torch.int64:
-        return torch.bucketize(values, torch.tensor([int(b) for b in boundaries], dtype=torch.int64), right=True)
+        exact = [_int64_boundary(b) for b in boundaries]
+        return torch.bucketize(values, torch.tensor(exact, dtype=torch.int64), right=True)
     v = values.double()
     if bool(torch.isnan(v).any()):
         raise InvalidInputError("bucketize: NaN input")
-    return torch.bucketize(v, torch.tensor(boundaries, dtype=torch.float64), right=True)
+    return torch.bucketize(v, torch.tensor([float(b) for b in boundaries], dtype=torch.float64), right=True)
 
 
 def _as_jagged(entry: Any) -> tuple[Any, torch.Tensor | None, torch.Tensor | None]:

@@ -36,7 +36,8 @@ _TOP_KEYS = {"features", "max_values"}
 
 
 def _number(v: Any) -> int | float:
-    """An integer stays an exact int (IDs need all 64 bits); anything else becomes a float."""
+    """An integer stays an exact int (IDs and int64 boundaries need all 64 bits); anything else
+    becomes a float."""
     if isinstance(v, bool):
         raise InvalidInputError(f"expected a number, got {v!r}")
     try:
@@ -83,9 +84,12 @@ class Feature:
         """Floor modulo ``x mod n`` in ``[0, n)`` (``torch.remainder``)."""
         return self._add("mod", n=int(n))
 
-    def bucketize(self, boundaries: Sequence[float]) -> "Feature":
-        """Bucket index = number of boundaries ``<= x`` (``torch.bucketize(right=True)``)."""
-        return self._add("bucketize", boundaries=[float(b) for b in boundaries])
+    def bucketize(self, boundaries: Sequence[int | float]) -> "Feature":
+        """Bucket index = number of boundaries ``<= x`` (``torch.bucketize(right=True)``), the
+        boundaries strictly increasing. An int64 field compares exactly in int64: integer boundaries
+        stay exact ints (``2**53 + 1``, nanosecond timestamps), and each must be an integer in int64's
+        range. A float field compares in float64."""
+        return self._add("bucketize", boundaries=[_number(b) for b in boundaries])
 
     def truncate(self, n: int, keep: str = "first") -> "Feature":
         """Keep the first (``keep="first"``) or last (``keep="last"``) ``n`` values of each bag."""
