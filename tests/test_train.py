@@ -195,3 +195,13 @@ def test_cli_epochs_counts_the_file_once_and_trains_that_many_steps(tmp_path: Pa
     per_epoch = built[0].batches_per_epoch()  # type: ignore[attr-defined]
     report = json.loads((tmp_path / "r" / "report.json").read_text())
     assert report["config"]["steps"] == max(1, int(0.5 * per_epoch)) and per_epoch == 9100 // 1024
+
+
+@pytest.mark.parametrize("epochs", ["0", "-1", "nan"])
+def test_cli_refuses_epochs_that_are_not_positive(epochs: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    assert main(["train", f"--epochs={epochs}", "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    assert "InvalidInputError: --epochs must be a positive number" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()

@@ -81,6 +81,9 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     if args.epochs is not None:
         from .loop import make_source
 
+        if not args.epochs > 0:  # also NaN
+            raise InvalidInputError(f"--epochs must be a positive number, got {args.epochs}")
+
         source = make_source(cfg)
         cfg.steps = max(1, int(args.epochs * source.batches_per_epoch() / cfg.nproc))
     cfg.eval_every = min(cfg.eval_every, cfg.steps)
