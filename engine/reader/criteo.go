@@ -98,6 +98,9 @@ func (p *criteoParser) parse(line []byte, lineNo int64, b *Batch) error {
 		col++
 		return f, true
 	}
+	if len(line) == 0 {
+		return p.fail(lineNo, 0, "empty line")
+	}
 	label := float32(0)
 	if p.hasLabel {
 		f, _ := nextField()
@@ -105,7 +108,9 @@ func (p *criteoParser) parse(line []byte, lineNo int64, b *Batch) error {
 		if !ok {
 			return p.fail(lineNo, col, "label %q is not a number", f)
 		}
-		label = float32(v)
+		if label, ok = toFloat32(v); !ok {
+			return p.fail(lineNo, col, "label %q is out of float32 range", f)
+		}
 	}
 	for i := 0; i < criteoInts; i++ {
 		f, ok := nextField()

@@ -3,6 +3,7 @@ package reader
 import (
 	"bytes"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/recgo/recgo/engine/feature"
@@ -144,6 +145,11 @@ func NewCSV(paths []string, opt CSVOptions) (Source, error) {
 	if opt.Delimiter == 0 {
 		opt.Delimiter = ','
 	}
+	for _, c := range plan.cols {
+		if c.Role == RoleSequence && strings.IndexByte(c.Sep, opt.Delimiter) >= 0 {
+			return nil, errs.Invalidf("reader: column %q: the sequence separator %q contains the delimiter %q", c.Name, c.Sep, opt.Delimiter)
+		}
+	}
 	p := &csvParser{plan: plan, delim: opt.Delimiter}
 	if !opt.Header {
 		p.index = make([]int, len(plan.cols))
@@ -193,10 +199,19 @@ func (p *csvParser) header(file string, line []byte) error {
 		}
 		if p.index[i] < 0 && c.Role != RoleSkip {
 			return &ParseError{File: file, Line: 1, Row: -1, Name: c.Name,
-				Msg: fmt.Sprintf("missing column %q (the header has %s)", c.Name, strings.Join(p.names, ", "))}
+				Msg: fmt.Sprintf("missing column %q (the header has %s)", c.Name, quoted(p.names))}
 		}
 	}
 	return nil
+}
+
+// quoted lists names as Go-quoted strings, so that invisible or odd bytes in them show.
+func quoted(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
 }
 
 func (p *csvParser) name(field int) string {
@@ -252,16 +267,21 @@ func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
 			if !ok {
 				return p.fail(lineNo, j, "label %q is not a number", v)
 			}
-			label = float32(x)
+			if label, ok = toFloat32(x); !ok {
+				return p.fail(lineNo, j, "label %q is out of float32 range", v)
+			}
 		case RoleDense:
-			x := 0.0
+			x := float32(0)
 			if len(v) > 0 {
-				var ok bool
-				if x, ok = parseFloat(v); !ok {
+				f, ok := parseFloat(v)
+				if !ok {
 					return p.fail(lineNo, j, "%q is not a number", v)
 				}
+				if x, ok = toFloat32(f); !ok {
+					return p.fail(lineNo, j, "%q is out of float32 range", v)
+				}
 			}
-			b.Dense = append(b.Dense, float32(x))
+			b.Dense = append(b.Dense, x)
 		case RoleSparse:
 			in := &b.Inputs[p.plan.slot[i]]
 			if len(v) == 0 {

@@ -3,9 +3,9 @@ package reader
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
-	"strconv"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -34,8 +34,19 @@ func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
 		return nil, err
 	}
 	s := &parquetSource{paths: paths, opt: opt.Options, plan: plan}
-	if err := s.openFile(0); err != nil {
-		return nil, err
+	// Every file must open with the declared columns before any is read (a bad path or schema
+	// fails here, not mid-run); then the first stays open.
+	for i := range paths {
+		if err := s.openFile(i); err != nil {
+			s.closeFile()
+			return nil, err
+		}
+	}
+	if len(paths) > 1 {
+		if err := s.openFile(0); err != nil {
+			s.closeFile()
+			return nil, err
+		}
 	}
 	return s, nil
 }
@@ -229,19 +240,23 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 		}
 		switch c.Role {
 		case RoleLabel, RoleDense:
-			x, ok := parquetFloat(v)
+			x, err := parquetFloat(v)
+			if err != nil {
+				return s.fail(r, ci, "%v", err)
+			}
+			f, ok := toFloat32(x)
 			if !ok {
-				return s.fail(r, ci, "%s value %v is not a number", v.Kind(), v)
+				return s.fail(r, ci, "%s value %v is out of float32 range", v.Kind(), v)
 			}
 			if c.Role == RoleLabel {
-				label, hasLabel = float32(x), true
+				label, hasLabel = f, true
 			} else {
-				s.denseV[ci] = float32(x)
+				s.denseV[ci] = f
 			}
 		default:
 			in := &b.Inputs[s.plan.slot[ci]]
-			if !parquetAppend(c, in, v) {
-				return s.fail(r, ci, "%s value %v is not a valid %s value", v.Kind(), v, typeName(c))
+			if err := parquetAppend(c, in, v); err != nil {
+				return s.fail(r, ci, "%v", err)
 			}
 			s.count[ci]++
 		}
@@ -265,41 +280,58 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 	return nil
 }
 
-func parquetFloat(v parquet.Value) (float64, bool) {
+// parquetFloat reads a numeric (or numeric text) value as a finite float64.
+func parquetFloat(v parquet.Value) (float64, error) {
+	var x float64
 	switch v.Kind() {
 	case parquet.Int32:
-		return float64(v.Int32()), true
+		x = float64(v.Int32())
 	case parquet.Int64:
-		return float64(v.Int64()), true
+		x = float64(v.Int64())
 	case parquet.Float:
-		return float64(v.Float()), true
+		x = float64(v.Float())
 	case parquet.Double:
-		return v.Double(), true
+		x = v.Double()
 	case parquet.Boolean:
 		if v.Boolean() {
-			return 1, true
+			x = 1
 		}
-		return 0, true
 	case parquet.ByteArray, parquet.FixedLenByteArray:
-		return parseFloat(v.ByteArray())
+		var ok bool
+		if x, ok = parseFloat(v.ByteArray()); !ok {
+			return 0, fmt.Errorf("%s value %q is not a number", v.Kind(), v.ByteArray())
+		}
+	default:
+		return 0, fmt.Errorf("%s values cannot be read as numbers", v.Kind())
 	}
-	return 0, false
+	if math.IsNaN(x) || math.IsInf(x, 0) {
+		return 0, fmt.Errorf("%s value %v is not a number", v.Kind(), x)
+	}
+	return x, nil
 }
 
-func parquetAppend(c *Column, in *feature.Input, v parquet.Value) bool {
+// parquetAppend appends one value to a sparse or sequence column's input: text is parsed as the
+// column's type, numbers are taken as they are (a FLOAT or DOUBLE must be an integral int64 for an
+// int column).
+func parquetAppend(c *Column, in *feature.Input, v parquet.Value) error {
 	switch v.Kind() {
 	case parquet.ByteArray, parquet.FixedLenByteArray:
-		return appendValue(c, in, v.ByteArray())
+		if !appendValue(c, in, v.ByteArray()) {
+			return fmt.Errorf("%s value %q is not a valid %s value", v.Kind(), v.ByteArray(), typeName(c))
+		}
+		return nil
 	}
 	switch in.Kind {
 	case feature.KindBytes:
-		return appendValue(c, in, []byte(v.String()))
+		appendValue(c, in, []byte(v.String()))
+		return nil
 	case feature.KindFloat64:
-		x, ok := parquetFloat(v)
-		if ok {
-			in.F64 = append(in.F64, x)
+		x, err := parquetFloat(v)
+		if err != nil {
+			return err
 		}
-		return ok
+		in.F64 = append(in.F64, x)
+		return nil
 	}
 	switch v.Kind() {
 	case parquet.Int32:
@@ -312,10 +344,20 @@ func parquetAppend(c *Column, in *feature.Input, v parquet.Value) bool {
 			x = 1
 		}
 		in.Ints = append(in.Ints, x)
+	case parquet.Float, parquet.Double:
+		x := v.Double()
+		if v.Kind() == parquet.Float {
+			x = float64(v.Float())
+		}
+		// Integral and inside int64 (-2^63 is, 2^63 is not); NaN fails the first test.
+		if x != math.Trunc(x) || x < math.MinInt64 || x >= math.MaxInt64 {
+			return fmt.Errorf("%s value %v is not a valid %s value", v.Kind(), x, typeName(c))
+		}
+		in.Ints = append(in.Ints, int64(x))
 	default:
-		return appendValue(c, in, []byte(strconv.FormatFloat(v.Double(), 'g', -1, 64)))
+		return fmt.Errorf("%s values cannot be read as %s values", v.Kind(), typeName(c))
 	}
-	return true
+	return nil
 }
 
 func (s *parquetSource) Position() Position { return s.pos }

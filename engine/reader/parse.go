@@ -79,5 +79,14 @@ func parseFloat(b []byte) (float64, bool) {
 	return v, true
 }
 
+// toFloat32 narrows a label or dense value to float32; false when |x| exceeds float32's range
+// (where the conversion would give ±Inf).
+func toFloat32(x float64) (float32, bool) {
+	if math.Abs(x) > math.MaxFloat32 {
+		return 0, false
+	}
+	return float32(x), true
+}
+
 // log1pClip is DLRM's dense transform for Criteo's counts: log(1 + max(x, 0)).
 func log1pClip(x float64) float32 { return float32(math.Log1p(max(x, 0))) }

@@ -228,7 +228,7 @@ func TestCriteoMalformed(t *testing.T) {
 		"long line":     {goodLine + "\t1", "line 2: long line: more than 40 fields"},
 		"int overflow":  {strings.Replace(goodLine, "\t5\t", "\t99999999999999999999\t", 1), "column 6 (I5)"},
 		"hex too long":  {strings.Replace(goodLine, "\te\t", "\t11112222333344445\t", 1), "column 19 (C5)"},
-		"empty line":    {"", "line 2 column 1 (label)"},
+		"empty line":    {"", "line 2: empty line"},
 		"spaces in int": {strings.Replace(goodLine, "\t5\t", "\t 5\t", 1), "column 6 (I5)"},
 	}
 	for name, c := range bad {

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"runtime"
@@ -32,7 +33,9 @@ type lines struct {
 	f          *os.File
 	gz         *gzip.Reader
 	br         *bufio.Reader
+	long       []byte // a line longer than br's buffer, assembled here (reused)
 	compressed bool
+	size       int64 // the open file's size in bytes
 	lineNo     int64 // 1-based number of the last line read in the open file
 	pos        Position
 	open       bool // a file is open (pos.File is being read)
@@ -46,13 +49,26 @@ func newLines(paths []string, opt Options, header bool, onOpen func(string, []by
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
+	// Every file must open (and pass its header check) before any is read, so that a bad path or
+	// header fails here rather than mid-run; a small buffer limits this to the start of each file.
+	probe := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen, br: bufio.NewReaderSize(nil, 64<<10)}
+	for i := range paths {
+		if err := probe.openFile(i); err != nil {
+			probe.closeFile()
+			return nil, err
+		}
+	}
+	probe.closeFile()
 	l := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen}
-	l.pos.Offset = 0
 	if err := l.openFile(0); err != nil {
+		l.closeFile()
 		return nil, err
 	}
 	return l, nil
 }
+
+// utf8BOM is the byte order mark some tools write at the start of a UTF-8 text file.
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 func (l *lines) name() string { return l.paths[l.pos.File] }
 
@@ -68,7 +84,8 @@ func (l *lines) closeFile() {
 	l.open = false
 }
 
-// openFile opens file i, reads its header (when the format has one) and stands after it.
+// openFile opens file i, skips a UTF-8 byte order mark, reads its header (when the format has one)
+// and stands after it.
 func (l *lines) openFile(i int) error {
 	l.closeFile()
 	l.pos.File, l.pos.Row, l.lineNo = i, 0, 0
@@ -77,6 +94,14 @@ func (l *lines) openFile(i int) error {
 		return errs.IOf("reader: %v", err)
 	}
 	l.f = f
+	st, err := f.Stat()
+	if err != nil {
+		return errs.IOf("reader: %v", err)
+	}
+	if st.IsDir() {
+		return errs.IOf("reader: %s is a directory, not a file", l.paths[i])
+	}
+	l.size = st.Size()
 	magic := make([]byte, 2)
 	n, _ := io.ReadFull(f, magic)
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
@@ -100,6 +125,12 @@ func (l *lines) openFile(i int) error {
 		l.pos.Offset = -1
 	}
 	l.open = true
+	if b, _ := l.br.Peek(len(utf8BOM)); bytes.Equal(b, utf8BOM) {
+		_, _ = l.br.Discard(len(utf8BOM))
+		if l.pos.Offset >= 0 {
+			l.pos.Offset += int64(len(utf8BOM))
+		}
+	}
 	if l.header {
 		line, err := l.raw()
 		if err == io.EOF {
@@ -121,11 +152,13 @@ func (l *lines) openFile(i int) error {
 func (l *lines) raw() ([]byte, error) {
 	line, err := l.br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
-		for errors.Is(err, bufio.ErrBufferFull) && len(line) < maxLine {
-			var more []byte
-			more, err = l.br.ReadSlice('\n')
-			line = append(append([]byte(nil), line...), more...)
+		// The slice points into br's buffer, which the next ReadSlice overwrites: copy it first.
+		l.long = append(l.long[:0], line...)
+		for errors.Is(err, bufio.ErrBufferFull) && len(l.long) < maxLine {
+			line, err = l.br.ReadSlice('\n')
+			l.long = append(l.long, line...)
 		}
+		line = l.long
 		if errors.Is(err, bufio.ErrBufferFull) || len(line) >= maxLine {
 			return nil, &ParseError{File: l.name(), Line: l.lineNo + 1, Row: -1, Msg: "line longer than 4 MiB"}
 		}
@@ -191,6 +224,9 @@ func (l *lines) seek(p Position) error {
 		return err
 	}
 	if !l.compressed && p.Offset >= 0 {
+		if err := l.checkOffset(p.Offset); err != nil {
+			return err
+		}
 		if _, err := l.f.Seek(p.Offset, io.SeekStart); err != nil {
 			return errs.IOf("reader: %s: %v", l.name(), err)
 		}
@@ -214,6 +250,35 @@ func (l *lines) seek(p Position) error {
 	off := l.pos.Offset
 	l.pos = p
 	l.pos.Offset = off
+	return nil
+}
+
+// checkOffset checks that off, a saved position's byte offset in the file just opened, can be a
+// line start there: at or after the first data line, within the file, and after a line ending
+// (or at the end of a file whose last line has none). A file changed since the position was saved
+// fails here instead of yielding nothing or starting mid-line.
+func (l *lines) checkOffset(off int64) error {
+	first := l.pos.Offset // where the first data line starts
+	stale := func(why string) error {
+		return errs.Invalidf("reader: %s: the position's byte offset %d %s (the file has %d bytes; was it changed since the position was saved?)",
+			l.name(), off, why, l.size)
+	}
+	if off < first {
+		return stale(fmt.Sprintf("lies before the first data line (byte %d)", first))
+	}
+	if off > l.size {
+		return stale("lies past the end of the file")
+	}
+	if off == first || off == l.size {
+		return nil
+	}
+	var prev [1]byte
+	if _, err := l.f.ReadAt(prev[:], off-1); err != nil {
+		return errs.IOf("reader: %s: %v", l.name(), err)
+	}
+	if prev[0] != '\n' {
+		return stale("is not at the start of a line")
+	}
 	return nil
 }
 

@@ -1,0 +1,218 @@
+package reader
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/deprecated"
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// writeFile writes text to name in a fresh temporary directory (gzip-compressed when name ends in
+// .gz) and returns its path.
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if strings.HasSuffix(name, ".gz") {
+		gzipFile(t, path, []byte(text))
+	} else {
+		require.NoError(t, os.WriteFile(path, []byte(text), 0o644))
+	}
+	return path
+}
+
+// A line longer than the 1 MiB read buffer (up to maxLine) is read exactly, in plain and gzip files,
+// and so are the lines around it; a longer one is an error.
+func TestLongLines(t *testing.T) {
+	seqCols := []Column{{Name: "id", Role: RoleSparse}, {Name: "seq", Role: RoleSequence, Type: "string"}, {Name: "n", Role: RoleSparse}}
+	for _, n := range []int{150_000, 300_000} { // about 1.3 and 2.8 MiB
+		items := make([]string, n)
+		for i := range items {
+			items[i] = fmt.Sprintf("item%d", i)
+		}
+		text := "id,seq,n\n1,a|b,7\n2," + strings.Join(items, "|") + ",8\n3,c,9\n"
+		for _, name := range []string{"long.csv", "long.csv.gz"} {
+			t.Run(fmt.Sprintf("%s/%d", name, n), func(t *testing.T) {
+				src, err := NewCSV([]string{writeFile(t, name, text)}, CSVOptions{Columns: seqCols, Header: true})
+				require.NoError(t, err)
+				bs := readAll(t, src, 10)
+				require.Len(t, bs, 1)
+				b := bs[0]
+				assert.Equal(t, []int64{1, 2, 3}, b.Inputs[0].Ints)
+				assert.Equal(t, []int64{7, 8, 9}, b.Inputs[2].Ints)
+				require.Equal(t, []int64{2, int64(n), 1}, b.Inputs[1].Lengths)
+				assert.Equal(t, "ab"+strings.Join(items, "")+"c", string(b.Inputs[1].Bytes))
+			})
+		}
+	}
+	path := writeFile(t, "huge.csv", "id,seq,n\n1,"+strings.Repeat("x|", 2_200_000)+"x,2\n")
+	src, err := NewCSV([]string{path}, CSVOptions{Columns: seqCols, Header: true})
+	require.NoError(t, err)
+	var b Batch
+	_, err = src.Read(&b, 10)
+	assert.ErrorContains(t, err, path+" line 2: line longer than 4 MiB")
+}
+
+// textCase is a one-file source whose first data row is malformed: the error names want, and under
+// SkipBad the row is dropped and the others are read.
+type textCase struct {
+	name, text, want string
+	open             func(path string, skip bool) (Source, error)
+	good             int // rows read under SkipBad
+}
+
+func csvOpener(cols []Column, header bool) func(string, bool) (Source, error) {
+	return func(path string, skip bool) (Source, error) {
+		return NewCSV([]string{path}, CSVOptions{Options: Options{SkipBad: skip}, Columns: cols, Header: header})
+	}
+}
+
+func criteoOpener(path string, skip bool) (Source, error) {
+	return NewCriteo([]string{path}, CriteoOptions{Options: Options{SkipBad: skip}})
+}
+
+func checkTextCases(t *testing.T, cases []textCase) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeFile(t, "bad.txt", c.text)
+			src, err := c.open(path, false)
+			require.NoError(t, err)
+			var b Batch
+			_, err = src.Read(&b, 10)
+			var pe *ParseError
+			require.ErrorAs(t, err, &pe)
+			assert.True(t, errors.Is(err, errs.ErrInvalid))
+			assert.Contains(t, err.Error(), path+" "+c.want)
+			src, err = c.open(path, true)
+			require.NoError(t, err)
+			n := 0
+			for _, b := range readAll(t, src, 10) {
+				n += b.Size
+			}
+			assert.Equal(t, c.good, n)
+			assert.Equal(t, int64(1), src.Position().Skipped)
+		})
+	}
+}
+
+// Labels and dense values beyond float32's range are rejected like NaN, not turned into ±Inf.
+func TestFloat32Range(t *testing.T) {
+	cols := []Column{{Name: "y", Role: RoleLabel}, {Name: "d", Role: RoleDense}}
+	csv := csvOpener(cols, true)
+	criteoLine := strings.Replace(goodLine, "0\t", "1e39\t", 1)
+	checkTextCases(t, []textCase{
+		{"csv label", "y,d\n1e39,1\n0,3.4e38\n", `line 2 column 1 (y): label "1e39" is out of float32 range`, csv, 1},
+		{"csv dense", "y,d\n1,1e39\n0,-3.4e38\n", `line 2 column 2 (d): "1e39" is out of float32 range`, csv, 1},
+		{"csv negative dense", "y,d\n1,-1e39\n0,1\n", `line 2 column 2 (d): "-1e39" is out of float32 range`, csv, 1},
+		{"criteo label", criteoLine + "\n" + goodLine + "\n", `line 1 column 1 (label): label "1e39" is out of float32 range`, criteoOpener, 1},
+		{"criteo empty line", goodLine + "\n\n" + goodLine + "\n", "line 2: empty line", criteoOpener, 2},
+	})
+	// The largest float32 values still pass.
+	src, err := NewCSV([]string{writeFile(t, "ok.csv", "y,d\n3.4e38,-3.4e38\n")}, CSVOptions{Columns: cols, Header: true})
+	require.NoError(t, err)
+	b := readAll(t, src, 10)[0]
+	assert.Equal(t, []float32{3.4e38}, b.Labels)
+	assert.Equal(t, []float32{-3.4e38}, b.Dense)
+}
+
+type pqSpecial struct {
+	Label float64 `parquet:"label"`
+	D     float64 `parquet:"d"`
+	F32   float32 `parquet:"f32"`
+}
+
+func writeSpecial(t *testing.T, rows []pqSpecial) string {
+	path := filepath.Join(t.TempDir(), "s.parquet")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	w := parquet.NewGenericWriter[pqSpecial](f)
+	_, err = w.Write(rows)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	require.NoError(t, f.Close())
+	return path
+}
+
+// Parquet labels and dense values must be finite float32s, as in CSV; a FLOAT column read as ints
+// takes its values (not a DOUBLE reading of its bits).
+func TestParquetValues(t *testing.T) {
+	ok := pqSpecial{Label: 1, D: 2, F32: 3}
+	dense := []Column{{Name: "label", Role: RoleLabel}, {Name: "d", Role: RoleDense}}
+	cases := []struct {
+		name string
+		bad  pqSpecial
+		cols []Column
+		want string
+	}{
+		{"dense NaN", pqSpecial{D: math.NaN()}, dense, "row 1 column 2 (d): DOUBLE value NaN is not a number"},
+		{"dense +Inf", pqSpecial{D: math.Inf(1)}, dense, "row 1 column 2 (d): DOUBLE value +Inf is not a number"},
+		{"dense 1e39", pqSpecial{D: 1e39}, dense, "row 1 column 2 (d): DOUBLE value 1e+39 is out of float32 range"},
+		{"label -Inf", pqSpecial{Label: math.Inf(-1)}, dense, "row 1 column 1 (label): DOUBLE value -Inf is not a number"},
+		{"label 1e39", pqSpecial{Label: -1e39}, dense, "row 1 column 1 (label): DOUBLE value -1e+39 is out of float32 range"},
+		{"float sparse NaN", pqSpecial{D: math.NaN()}, []Column{{Name: "d", Role: RoleSparse, Type: "float"}},
+			"row 1 column 1 (d): DOUBLE value NaN is not a number"},
+		{"FLOAT not integral", pqSpecial{F32: 1.5}, []Column{{Name: "f32", Role: RoleSparse}},
+			"row 1 column 1 (f32): FLOAT value 1.5 is not a valid int value"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := writeSpecial(t, []pqSpecial{ok, c.bad, ok})
+			src, err := NewParquet([]string{path}, ParquetOptions{Columns: c.cols})
+			require.NoError(t, err)
+			var b Batch
+			_, err = src.Read(&b, 10)
+			require.Error(t, err)
+			assert.True(t, errors.Is(err, errs.ErrInvalid))
+			assert.Contains(t, err.Error(), path+" "+c.want)
+			src, err = NewParquet([]string{path}, ParquetOptions{Columns: c.cols, Options: Options{SkipBad: true}})
+			require.NoError(t, err)
+			bs := readAll(t, src, 10)
+			require.Len(t, bs, 1)
+			assert.Equal(t, 2, bs[0].Size)
+			assert.Equal(t, int64(1), src.Position().Skipped)
+		})
+	}
+	rows := []pqSpecial{{F32: 0}, {F32: 1}, {F32: -2}, {F32: 1 << 24}}
+	src, err := NewParquet([]string{writeSpecial(t, rows)}, ParquetOptions{Columns: []Column{{Name: "f32", Role: RoleSparse}}})
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0, 1, -2, 1 << 24}, readAll(t, src, 10)[0].Inputs[0].Ints)
+}
+
+// Value kinds a column cannot take give an error naming the kind; integral DOUBLEs of any size
+// inside int64 are ints.
+func TestParquetAppendKinds(t *testing.T) {
+	intCol := &Column{Name: "x", Role: RoleSparse}
+	cases := []struct {
+		v    parquet.Value
+		want int64
+		err  string
+	}{
+		{parquet.DoubleValue(1e6), 1e6, ""},
+		{parquet.DoubleValue(-1 << 62), -1 << 62, ""},
+		{parquet.FloatValue(7), 7, ""},
+		{parquet.DoubleValue(1 << 63), 0, "DOUBLE value 9.223372036854776e+18 is not a valid int value"},
+		{parquet.DoubleValue(math.Inf(1)), 0, "DOUBLE value +Inf is not a valid int value"},
+		{parquet.Int96Value(deprecated.Int96{1, 2, 3}), 0, "INT96 values cannot be read as int values"},
+	}
+	for _, c := range cases {
+		in := feature.Input{Kind: feature.KindInt64}
+		err := parquetAppend(intCol, &in, c.v)
+		if c.err != "" {
+			assert.EqualError(t, err, c.err)
+			continue
+		}
+		require.NoError(t, err, c.v.String())
+		assert.Equal(t, []int64{c.want}, in.Ints)
+	}
+	_, err := parquetFloat(parquet.Int96Value(deprecated.Int96{1, 2, 3}))
+	assert.EqualError(t, err, "INT96 values cannot be read as numbers")
+}
