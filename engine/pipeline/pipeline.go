@@ -144,8 +144,11 @@ func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config
 	if cfg.Workers == 0 {
 		cfg.Workers = 1
 	}
-	if cfg.Depth < 0 || cfg.Depth > maxDepth || cfg.Workers < 0 || cfg.Workers > maxDepth {
-		return nil, errs.Invalidf("pipeline: depth %d and workers %d must lie in [0, %d] and [1, %d]", cfg.Depth, cfg.Workers, maxDepth, maxDepth)
+	if cfg.Depth < 0 || cfg.Depth > maxDepth {
+		return nil, errs.Invalidf("pipeline: depth %d outside [0, %d]", cfg.Depth, maxDepth)
+	}
+	if cfg.Workers < 0 || cfg.Workers > maxDepth { // Python's threads argument
+		return nil, errs.Invalidf("pipeline: threads %d outside [1, %d] (the thread budget)", cfg.Workers, maxDepth)
 	}
 	p := &Pipeline{cfg: cfg, src: src, eng: eng, keys: eng.OutputKeys(), pos: src.Position()}
 	schema := src.Schema()

@@ -372,21 +372,6 @@ func TestResume(t *testing.T) {
 	}
 }
 
-func TestConfigErrors(t *testing.T) {
-	eng := synthEngine(t)
-	syn, _ := reader.NewSynthetic(synthCfg(10), reader.Options{})
-	_, err := New(context.Background(), syn, eng, Config{BatchSize: 0})
-	assert.ErrorContains(t, err, "batch size 0")
-	_, err = New(context.Background(), syn, eng, Config{BatchSize: 4, Tables: []Table{{Name: "x", Keys: []string{"nope"}}}})
-	assert.ErrorContains(t, err, "\"nope\" is not an output feature")
-	_, err = New(context.Background(), syn, eng, Config{BatchSize: 4, Tables: []Table{{Name: "x", Keys: []string{"u"}}, {Name: "y", Keys: []string{"u"}}}})
-	assert.ErrorContains(t, err, "is in tables")
-	spec, _ := feature.ParseSpec([]byte(`{"features": [{"name": "zz", "ops": [{"op": "mod", "n": 3}]}]}`))
-	other, _ := feature.Compile(spec)
-	_, err = New(context.Background(), syn, other, Config{BatchSize: 4})
-	assert.ErrorContains(t, err, "feature input \"zz\" is not a field of the source")
-}
-
 // The forward with the pipeline's dedup equals the forward that deduplicates itself, and so do the
 // updates its backward applies.
 func TestForwardWithPreparedDedup(t *testing.T) {
