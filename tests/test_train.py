@@ -205,3 +205,18 @@ def test_cli_refuses_epochs_that_are_not_positive(epochs: str, tmp_path: Path,
     assert main(["train", f"--epochs={epochs}", "--no-progress", "--out", str(tmp_path / "r")]) == 2
     assert "InvalidInputError: --epochs must be a positive number" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
+
+
+def test_cli_checks_the_report_folder_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    def no_training(cfg: TrainConfig) -> None:
+        raise AssertionError("the run started although its report could not be written")
+
+    monkeypatch.setattr("recgo.train.run.make_source", no_training)
+    (tmp_path / "file").write_text("")
+    out = tmp_path / "file" / "report"  # below a regular file: no folder can be made there
+    assert main(["train", "--steps", "3", "--no-progress", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "RecgoIOError: report folder" in err and str(out) in err

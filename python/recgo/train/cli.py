@@ -12,6 +12,7 @@ from .. import _extras
 from .backends import BACKENDS
 from .data import Source
 from .loop import MODELS, TrainConfig
+from .report import prepare
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -104,6 +105,8 @@ def run_cli(args: argparse.Namespace) -> int:
         from ..errors import InvalidInputError
 
         raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
+    if args.ablation:  # train() checks its own out; this report is written after the ablation
+        prepare(args.out)
     report = train(cfg, backends, out=None if args.ablation else args.out, resume=args.resume,
                    progress=not args.no_progress, source=source)
     if report is None:  # the ranks > 0 of a torchrun world

@@ -65,6 +65,23 @@ def _placement(placement: dict[str, dict[str, str]]) -> list[str]:
     return [""] + lines if lines else []
 
 
+def prepare(out: str | Path) -> Path:
+    """Create the report folder and check that a file can be written there, so that a run whose report
+    could not be saved fails before it trains, not after (RecgoIOError naming the folder)."""
+    import tempfile
+
+    from ..errors import RecgoIOError
+
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        raise RecgoIOError(f"report folder {out}: cannot write there ({exc.strerror or exc})") from exc
+    return out
+
+
 def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     """Write report.json, report.md and the plots (when matplotlib is installed) into ``out``."""
     out = Path(out)

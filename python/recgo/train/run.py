@@ -11,7 +11,7 @@ from .. import _extras
 from .backends import BACKENDS
 from .data import Source
 from .loop import History, TrainConfig, Trainer, make_source
-from .report import summarize, write
+from .report import prepare, summarize, write
 
 
 def _progress(total: int, desc: str, enabled: bool) -> Any:
@@ -36,6 +36,8 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         raise InvalidInputError("resume needs a checkpoint path (--checkpoint)")
     if "torchrec" in backends:  # before any data is read or rank started
         _extras.require("torchrec", "the torchrec backend")
+    if out is not None:  # a report that cannot be written fails now, not after the training
+        prepare(out)
     if cfg.nproc > 1:
         from .distributed import launch
 
