@@ -220,3 +220,18 @@ def test_cli_checks_the_report_folder_before_training(tmp_path: Path, monkeypatc
     assert main(["train", "--steps", "3", "--no-progress", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "RecgoIOError: report folder" in err and str(out) in err
+
+
+@pytest.mark.parametrize("flags, hint", [([], "interrupted\n"),
+                                         (["--checkpoint", "ck", "--checkpoint-every", "5"],
+                                          "interrupted; --resume continues from the last checkpoint (ck, every 5 steps)\n")])
+def test_cli_ctrl_c_is_one_line_and_status_130(flags: list[str], hint: str, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    def interrupted(args: object) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("recgo.train.cli.run_cli", interrupted)  # bound when main builds the parser
+    assert main(["train", *flags]) == 130
+    assert capsys.readouterr().err == hint

@@ -193,10 +193,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; recgo errors and file errors print as one line and exit with status 2."""
+    """Run the CLI; recgo errors and file errors print as one line and exit with status 2, Ctrl-C prints
+    one line and exits with 130 (the shell's code for SIGINT)."""
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except KeyboardInterrupt:  # spawned ranks get the same SIGINT from the terminal and stop with it
+        every = getattr(args, "checkpoint_every", None)
+        hint = (f"; --resume continues from the last checkpoint ({args.checkpoint}, every {every} steps)"
+                if getattr(args, "checkpoint", None) and every else "")
+        print(f"interrupted{hint}", file=sys.stderr)
+        return 130
     except RecgoError as exc:
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
