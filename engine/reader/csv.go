@@ -147,7 +147,8 @@ func NewCSV(paths []string, opt CSVOptions) (Source, error) {
 	}
 	for _, c := range plan.cols {
 		if c.Role == RoleSequence && strings.IndexByte(c.Sep, opt.Delimiter) >= 0 {
-			return nil, errs.Invalidf("reader: column %q: the sequence separator %q contains the delimiter %q", c.Name, c.Sep, opt.Delimiter)
+			return nil, errs.Invalidf("reader: column %q: the sequence separator %q contains the delimiter %q",
+				c.Name, c.Sep, opt.Delimiter)
 		}
 	}
 	p := &csvParser{plan: plan, delim: opt.Delimiter}

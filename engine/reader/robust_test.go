@@ -33,7 +33,8 @@ func writeFile(t *testing.T, name, text string) string {
 // A line longer than the 1 MiB read buffer (up to maxLine) is read exactly, in plain and gzip files,
 // and so are the lines around it; a longer one is an error.
 func TestLongLines(t *testing.T) {
-	seqCols := []Column{{Name: "id", Role: RoleSparse}, {Name: "seq", Role: RoleSequence, Type: "string"}, {Name: "n", Role: RoleSparse}}
+	seqCols := []Column{{Name: "id", Role: RoleSparse}, {Name: "seq", Role: RoleSequence, Type: "string"},
+		{Name: "n", Role: RoleSparse}}
 	for _, n := range []int{150_000, 300_000} { // about 1.3 and 2.8 MiB
 		items := make([]string, n)
 		for i := range items {
@@ -113,7 +114,8 @@ func TestFloat32Range(t *testing.T) {
 		{"csv label", "y,d\n1e39,1\n0,3.4e38\n", `line 2 column 1 (y): label "1e39" is out of float32 range`, csv, 1},
 		{"csv dense", "y,d\n1,1e39\n0,-3.4e38\n", `line 2 column 2 (d): "1e39" is out of float32 range`, csv, 1},
 		{"csv negative dense", "y,d\n1,-1e39\n0,1\n", `line 2 column 2 (d): "-1e39" is out of float32 range`, csv, 1},
-		{"criteo label", criteoLine + "\n" + goodLine + "\n", `line 1 column 1 (label): label "1e39" is out of float32 range`, criteoOpener, 1},
+		{"criteo label", criteoLine + "\n" + goodLine + "\n",
+			`line 1 column 1 (label): label "1e39" is out of float32 range`, criteoOpener, 1},
 		{"criteo empty line", goodLine + "\n\n" + goodLine + "\n", "line 2: empty line", criteoOpener, 2},
 	})
 	// The largest float32 values still pass.
@@ -182,7 +184,8 @@ func TestParquetValues(t *testing.T) {
 		})
 	}
 	rows := []pqSpecial{{F32: 0}, {F32: 1}, {F32: -2}, {F32: 1 << 24}}
-	src, err := NewParquet([]string{writeSpecial(t, rows)}, ParquetOptions{Columns: []Column{{Name: "f32", Role: RoleSparse}}})
+	f32 := []Column{{Name: "f32", Role: RoleSparse}}
+	src, err := NewParquet([]string{writeSpecial(t, rows)}, ParquetOptions{Columns: f32})
 	require.NoError(t, err)
 	assert.Equal(t, []int64{0, 1, -2, 1 << 24}, readAll(t, src, 10)[0].Inputs[0].Ints)
 }

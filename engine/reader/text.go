@@ -260,8 +260,8 @@ func (l *lines) seek(p Position) error {
 func (l *lines) checkOffset(off int64) error {
 	first := l.pos.Offset // where the first data line starts
 	stale := func(why string) error {
-		return errs.Invalidf("reader: %s: the position's byte offset %d %s (the file has %d bytes; was it changed since the position was saved?)",
-			l.name(), off, why, l.size)
+		return errs.Invalidf("reader: %s: the position's byte offset %d %s (the file has %d bytes; "+
+			"was it changed since the position was saved?)", l.name(), off, why, l.size)
 	}
 	if off < first {
 		return stale(fmt.Sprintf("lies before the first data line (byte %d)", first))

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
+import operator
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
@@ -28,6 +29,7 @@ import torch
 from . import _lib
 from .data import Source
 from .data import _prepared
+from .data.sources import spec_json
 from .errors import InvalidInputError
 from .feature import Feature, FeatureEngine
 from .sparse import KeyedJaggedTensor
@@ -51,6 +53,17 @@ def _world(rank: int | None, world_size: int | None) -> tuple[int, int]:
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
     return int(rank or 0), int(world_size or 1)
+
+
+def _integer(name: str, value: Any) -> int:
+    """``value`` as an int: a Python, NumPy or one-element torch integer (a float such as 2.7, or a
+    bool, raises rather than being truncated)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
 def _wrap(address: int, n: int, ctype: Any, dtype: torch.dtype, owner: _lib.Handle) -> torch.Tensor:
@@ -112,7 +125,10 @@ class DataPipeline:
     laid out differently (other world, rank, sharding, mode or tables) raises InvalidInputError.
     ``rank``/``world_size`` shard the source (default: the process group's, under torchrun).
     ``position`` resumes from :meth:`state_dict`'s position. Iterate it; each :class:`Batch` is valid
-    as long as you keep it.
+    as long as you keep it. Every batch holds ``batch_size`` samples except the last, which holds
+    what is left of the data (by default it is delivered; ``drop_last=True`` drops it). One thread may
+    :meth:`close` the pipeline while another is in ``next()``: that call finishes, later ones raise
+    InvalidInputError ("the pipeline is closed").
     """
 
     def __init__(self, source: Source, features: FeatureEngine | Sequence[Feature] | str | Path,
@@ -131,11 +147,16 @@ class DataPipeline:
         self._shard = shard
         self.engine = features if isinstance(features, FeatureEngine) else FeatureEngine(features)
         self.source = source
-        self.batch_size, self.depth, self.threads, self.drop_last = int(batch_size), int(depth), int(threads), drop_last
+        self.batch_size, self.depth = _integer("batch_size", batch_size), _integer("depth", depth)
+        self.threads = _integer("threads", threads)
+        if self.threads < 1:  # Go takes 0 as its default of 1
+            raise InvalidInputError(f"threads must be at least 1, got {self.threads}")
+        self.drop_last = bool(drop_last)
         self.rank, self.world_size = _world(rank, world_size)
         self.tables = [dict(t) for t in tables] if tables else []
         self._remap = remap
         self._h: _lib.Handle | None = None
+        self._lock = threading.Lock()  # serializes next() and the info calls with close()
         self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
         self._start(position)
@@ -145,20 +166,24 @@ class DataPipeline:
                 "depth": self.depth, "workers": self.threads, "drop_last": bool(self.drop_last), "tables": self.tables}
         if position is not None:
             spec["position"] = position
-        data = json.dumps(spec).encode()
+        data = spec_json(spec, "pipeline spec")
         buf = ctypes.create_string_buffer(data, len(data))
         remap_h = self._remap._h.value if self._remap is not None else 0
         shard_h = self._shard._handle.value if self._shard is not None else 0  # noqa: SLF001
-        self._h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h, shard_h,
-                                  ctypes.addressof(buf), len(data))
+        h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h, shard_h,
+                            ctypes.addressof(buf), len(data))
+        with self._lock:
+            self._h = h
         info = self._info()
         self.keys: list[str] = list(info["keys"])
         self.dense_width: int = int(info["dense_width"])
 
     def _info(self) -> dict[str, Any]:
-        return _lib.call_json("recgo_pipeline_info", self._handle())
+        with self._lock:
+            return _lib.call_json("recgo_pipeline_info", self._handle())
 
     def _handle(self) -> int:
+        """The live handle (call with the lock held, so that close() cannot free it meanwhile)."""
         if self._h is None:
             raise InvalidInputError("the pipeline is closed")
         return self._h.value
@@ -168,8 +193,9 @@ class DataPipeline:
 
     def __next__(self) -> Batch:
         info = self._info_buf
-        _lib.call(self._next, self._handle(), ctypes.addressof(info))
-        h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
+        with self._lock:
+            _lib.call(self._next, self._handle(), ctypes.addressof(info))
+            h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
         if h == 0:
             raise StopIteration
         owner = _lib.Handle(h)
@@ -208,10 +234,12 @@ class DataPipeline:
         self._start(state["position"])
 
     def close(self) -> None:
-        """Stop the goroutines (waiting for them) and close the source. Batches still held stay valid."""
-        if self._h is not None:
-            self._h.free()
-            self._h = None
+        """Stop the goroutines (waiting for them) and close the source. Batches still held stay valid.
+        A ``next()`` running in another thread finishes first."""
+        with self._lock:
+            if self._h is not None:
+                self._h.free()
+                self._h = None
 
     def __enter__(self) -> "DataPipeline":
         return self
@@ -281,11 +309,13 @@ class TrainPipeline:
         self.data = DataPipeline(source, features, batch_size, depth, threads,
                                  tables=tables if tables is not None else tables_of(model), **kwargs)
         self.steps = 0
+        self.last_batch_size = 0  # samples in the batch of the last step (the final one may be short)
         self._merged = shared_collections(model)
 
     def progress(self, iterator: Iterator[Batch] | None = None) -> torch.Tensor:
         """Run one training step on the next batch (of ``iterator`` if given) and return the loss."""
         batch = next(iterator if iterator is not None else self.data)
+        self.last_batch_size = int(batch.labels.shape[0])
         self.model.train()
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
@@ -314,7 +344,7 @@ class TrainPipeline:
                 except StopIteration:
                     break
                 losses.append(float(loss))
-                samples += self.data.batch_size
+                samples += self.last_batch_size
                 bar.update(1)
                 if len(losses) % 10 == 0 or len(losses) == steps:
                     rate = samples / max(time.perf_counter() - t0, 1e-9)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -18,6 +19,36 @@ from .._lib import I64
 from ..errors import InvalidInputError
 
 PathLike = str | os.PathLike[str]
+
+
+def _nonfinite(obj: Any, path: str) -> tuple[str, float] | None:
+    """Where the first NaN or infinite float in a JSON-able object is (``a.b[0]``, a list element
+    with a ``name`` shown by it: ``fields['u']``) and its value, or None."""
+    if isinstance(obj, float):
+        return None if math.isfinite(obj) else (path, obj)
+    if isinstance(obj, dict):
+        items = [(f"{path}.{k}" if path else str(k), v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)):
+        items = [(f"{path}[{v['name']!r}]" if isinstance(v, dict) and isinstance(v.get("name"), str)
+                  else f"{path}[{i}]", v) for i, v in enumerate(obj)]
+    else:
+        return None
+    for where, v in items:
+        if (bad := _nonfinite(v, where)) is not None:
+            return bad
+    return None
+
+
+def spec_json(spec: dict[str, Any], what: str) -> bytes:
+    """``spec`` as strict JSON for Go; a NaN or infinite number raises InvalidInputError naming
+    ``what`` and where in it the number is."""
+    try:
+        return json.dumps(spec, allow_nan=False).encode()
+    except ValueError:
+        bad = _nonfinite(spec, "")
+        if bad is None:
+            raise
+        raise InvalidInputError(f"{what}: {bad[0]} is {bad[1]} (NaN and infinities are not allowed)") from None
 
 
 def _paths(paths: PathLike | Sequence[PathLike]) -> list[str]:
@@ -58,7 +89,7 @@ class Source:
         return d
 
     def _spec_buf(self, rank: int = 0, world_size: int = 1) -> tuple[ctypes.Array, int]:
-        data = json.dumps(self.spec(rank, world_size)).encode()
+        data = spec_json(self.spec(rank, world_size), f"{type(self).__name__} spec")
         return ctypes.create_string_buffer(data, len(data)), len(data)
 
     def schema(self) -> Schema:
@@ -174,6 +205,10 @@ class CSVSource(Source):
             raise InvalidInputError(f"the delimiter must be one byte, got {delimiter!r}")
         self.paths = _paths(paths)
         self.columns = _columns(columns)
+        for c in self.columns:
+            if c.role == "sequence" and delimiter in c.sep:
+                raise InvalidInputError(f"column {c.name!r}: the sequence separator {c.sep!r} contains the "
+                                        f"delimiter {delimiter!r}")
         self.header = bool(header)
         self.delimiter = delimiter
 
