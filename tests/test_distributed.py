@@ -302,7 +302,23 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
         pooled: dict = {"pooled": _pooled_cases(rank, world), "fp16": _fp16_case(rank, world)}
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-    return {**pooled, "kill": _fail_phase(rank, world, "kill")}
+    return {**pooled, "mismatch": _mismatch_phase(rank, world), "kill": _fail_phase(rank, world, "kill")}
+
+
+def _mismatch_phase(rank: int, world: int) -> dict:
+    """The last rank builds the collection with another table dimension (before the construction's
+    agreement, gloo aborted the processes on the first all-to-all's unequal sizes): every rank must
+    raise InvalidInputError naming the rank and the table."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    cfgs = configs()
+    if rank == world - 1:
+        cfgs[1] = recgo.EmbeddingBagConfig(40, 16, "tt", ["t1"], pooling="mean")
+    try:
+        ShardedEmbeddingBagCollection(cfgs, SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), timeout=FAIL_TIMEOUT)
+    except recgo.InvalidInputError as exc:
+        return {"error_type": type(exc).__name__, "message": str(exc)}
+    return {"error_type": None}
 
 
 def _reshard_run(rank: int, world: int, ckpt: str) -> dict:
@@ -482,6 +498,13 @@ def _check_failure(got: dict, rank: int, how: str) -> None:
     assert f"rank {rank}" in got["message"] and "group" in got["message"]
     if how == "hang":
         assert got["seconds"] >= FAIL_TIMEOUT * 0.9, got  # it waited for the configured timeout, no longer
+
+
+def test_ranks_that_build_different_collections_all_raise_a_named_error(world2: tuple[list[dict], Path]) -> None:
+    got = world2[0][0]["mismatch"]
+    assert got["error_type"] == "InvalidInputError", got
+    assert "rank 1 builds the ShardedEmbeddingBagCollection differently from rank 0" in got["message"], got
+    assert "table 1: ('tt', 40, 16," in got["message"] and "('tt', 40, 8," in got["message"], got
 
 
 def test_a_killed_rank_makes_the_survivor_raise_within_the_timeout(world2: tuple[list[dict], Path]) -> None:

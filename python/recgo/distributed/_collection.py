@@ -21,7 +21,7 @@ from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_che
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._exchange import WIRE_DTYPES, Groups, check_peers, drive, make_groups
+from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
@@ -133,6 +133,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if wire_dtype not in WIRE_DTYPES:
             raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
         self._wire = WIRE_DTYPES[wire_dtype]
+        agree(self._groups, type(self).__name__, self._description(seed, wire_dtype))
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
@@ -184,6 +185,20 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 step = src.get(f"{prefix}.{cfg.name}.optimizer_step")
                 if step is not None:
                     shard.optimizer_step.copy_(step)
+
+    def _description(self, seed: int | None, wire_dtype: str) -> dict[str, Any]:
+        """What every rank must agree on (tables in order, their sharding and returns, the topology, the
+        optimizer, the wire), as plain values for :func:`agree`."""
+        g = self._groups
+        desc: dict[str, Any] = {
+            f"table {i}": (c.name, c.num_embeddings, c.embedding_dim, tuple(c.feature_names),
+                                        c.pooling_code(), c.weight_init_min, c.weight_init_max)
+            for i, c in enumerate(self._configs)}
+        desc.update(tables=len(self._configs), sharding=tuple(self._kinds), owner_pooling=tuple(self._returns),
+                    mode=self._mode, topology=(g.nodes, g.ranks_per_node),
+                    optimizer=self._optimizer.params() if self._optimizer is not None else None,
+                    is_weighted=self._is_weighted, seed=seed, wire_dtype=wire_dtype)
+        return desc
 
     def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None) -> list[tuple[int, int]]:
         names = [c.name for c in self._configs]

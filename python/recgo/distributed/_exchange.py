@@ -144,6 +144,28 @@ def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: torc
         _lib.call(feed, step.value, ptr(recv), recv.numel())
 
 
+def agree(groups: Groups, what: str, desc: dict[str, Any]) -> None:
+    """Check that every rank of the world describes ``what`` the same way (a collective: every rank calls
+    it at the same point). The ranks exchange ``desc`` (plain values) with ``all_gather_object``; if any
+    differs from rank 0's, every rank raises :class:`InvalidInputError` naming the first rank and entries
+    that differ. Without this, ranks that disagree on a table's size, dimension or order size their
+    all-to-all buffers differently, and gloo aborts the process (``EnforceNotMet``) or, worse, the
+    IDs route to the wrong owner without an error."""
+    descs: list[Any] = [None] * groups.world_size
+    try:
+        dist.all_gather_object(descs, desc, group=groups.world)
+    except Exception as exc:
+        raise PeerFailureError(f"rank {groups.rank}: building the {what}: a peer did not join within the "
+                               f"{groups.timeout.total_seconds():g} s timeout: {exc}") from exc
+    ref = descs[0]
+    for r, other in enumerate(descs):
+        if other != ref:
+            keys = [k for k in ref if ref[k] != other.get(k)] + [k for k in other if k not in ref]
+            shown = "; ".join(f"{k}: {other.get(k)!r} on rank {r}, {ref.get(k)!r} on rank 0" for k in keys[:4])
+            raise InvalidInputError(f"rank {groups.rank}: rank {r} builds the {what} differently from rank 0 "
+                                    f"(every rank must pass the same arguments): {shown}")
+
+
 def check_peers(groups: Groups, timeout: float | timedelta | None = None) -> None:
     """``monitored_barrier`` over the world group: raises :class:`PeerFailureError` naming the ranks
     that did not arrive within ``timeout`` (default: the groups' timeout). gloo only."""
