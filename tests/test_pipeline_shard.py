@@ -8,6 +8,7 @@ case (see test_distributed.spawn)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,26 @@ def _train_pipeline(rank: int) -> dict[str, Any]:
     return {"wired": wired, "losses": losses, "ref_losses": ref_losses}
 
 
+UNEVEN = SyntheticSource(1201, [SyntheticField("u", 300, 1.1), SyntheticField("h", 800, 0.9, 0.8, 4.0),
+                                SyntheticField("i", 500, 1.0, 0.9)], dense=2, seed=12)
+
+
+def _uneven_end(rank: int) -> dict[str, Any]:
+    """1201 rows over 2 ranks in batches of 50: rank 0 has 13 batches (the last of 1 row), rank 1 has
+    12. Without the per-step agreement rank 0's 13th step waited in its all-to-all until the timeout."""
+    import warnings
+
+    tp = recgo.TrainPipeline(_Model(), None, UNEVEN, FEATURES, 50, depth=2)
+    counts = [len(list(recgo.DataPipeline(UNEVEN, FEATURES, 50, depth=0, rank=r, world_size=2))) for r in range(2)]
+    t0 = time.monotonic()
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        losses = tp.run(progress=False)
+    tp.close()
+    return {"counts": counts, "steps": len(losses), "unused": tp.unused_batches, "seconds": time.monotonic() - t0,
+            "warnings": [str(w.message) for w in seen]}
+
+
 def _world(rank: int, world: int) -> dict[str, Any]:
     res: dict[str, Any] = {}
     for sharding in ("hash", "table_wise"):
@@ -153,6 +174,7 @@ def _world(rank: int, world: int) -> dict[str, Any]:
             res[f"{sharding}/{fused}"] = _equal_steps(rank, sharding, fused)
     res["rejections"] = _rejections(rank)
     res["train"] = _train_pipeline(rank)
+    res["uneven"] = _uneven_end(rank)
     return res
 
 
@@ -188,3 +210,12 @@ def test_train_pipeline_partitions_for_its_sharded_collection(world: list[dict[s
         assert t["wired"]
         assert len(t["losses"]) == STEPS
         assert t["losses"] == t["ref_losses"]
+
+
+def test_train_pipeline_ranks_stop_together_when_their_shares_differ(world: list[dict[str, Any]]) -> None:
+    for rank, res in enumerate(world):
+        u = res["uneven"]
+        assert u["counts"] == [13, 12], u  # the shares really differ by a batch
+        assert u["steps"] == 12 and u["seconds"] < 30, u  # both stopped at rank 1's end, no timeout
+        assert u["unused"] == (1 if rank == 0 else 0), u
+        assert any("another rank ran out of batches at step 12" in w for w in u["warnings"]) == (rank == 0), u

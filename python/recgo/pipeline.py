@@ -297,6 +297,14 @@ class TrainPipeline:
     :meth:`progress` runs one step and returns its loss (``StopIteration`` at the end of the data),
     :meth:`run` runs many with a progress bar (samples/s); :meth:`state_dict`/:meth:`save` checkpoint
     the model, the optimizer and the reader position, :meth:`load` resumes exactly.
+
+    On several ranks (the source sharded over a ``torch.distributed`` world of more than one rank)
+    every step is a collective, but the ranks' shares of the rows can differ by a batch (row g goes
+    to rank g mod world_size). So before each step the ranks agree, with one ``all_reduce`` of a flag,
+    that all of them have a batch; at the first step where one has none, every rank stops there
+    (``StopIteration``) instead of the others waiting forever in their next all-to-all. A rank that
+    stops with a batch in hand counts it in :attr:`unused_batches` and warns; ``drop_last=True``
+    leaves at most that one short batch's difference.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, source: Source,
@@ -310,11 +318,25 @@ class TrainPipeline:
                                  tables=tables if tables is not None else tables_of(model), **kwargs)
         self.steps = 0
         self.last_batch_size = 0  # samples in the batch of the last step (the final one may be short)
+        self.unused_batches = 0  # batches this rank held when another rank ran out (see the class doc)
         self._merged = shared_collections(model)
+        self._world = _step_group(self.data, kwargs.get("shard"))
 
     def progress(self, iterator: Iterator[Batch] | None = None) -> torch.Tensor:
-        """Run one training step on the next batch (of ``iterator`` if given) and return the loss."""
-        batch = next(iterator if iterator is not None else self.data)
+        """Run one training step on the next batch (of ``iterator`` if given) and return the loss; on
+        several ranks, ``StopIteration`` as soon as any rank has no batch left (see the class doc)."""
+        batch = next(iterator if iterator is not None else self.data, None)
+        if self._world is not None and not _all_have(batch is not None, self._world):
+            if batch is not None:
+                import warnings
+
+                self.unused_batches += 1
+                warnings.warn(f"rank {self.data.rank}: another rank ran out of batches at step {self.steps}; "
+                              f"this rank stops with a batch of {int(batch.labels.shape[0])} samples unused",
+                              stacklevel=2)
+            raise StopIteration
+        if batch is None:
+            raise StopIteration
         self.last_batch_size = int(batch.labels.shape[0])
         self.model.train()
         if self.optimizer is not None:
@@ -382,6 +404,31 @@ class TrainPipeline:
     def close(self) -> None:
         """Stop the input pipeline."""
         self.data.close()
+
+
+def _step_group(data: DataPipeline, shard: Any) -> Any:
+    """The group whose ranks must take their steps together (the sharded collection's world, else the
+    default group), or None on one rank."""
+    import torch.distributed as dist
+
+    if data.world_size <= 1 or not dist.is_available() or not dist.is_initialized():
+        return None
+    return shard._groups.world if shard is not None else dist.group.WORLD  # noqa: SLF001
+
+
+def _all_have(mine: bool, group: Any) -> bool:
+    """Whether every rank of ``group`` has a batch for the next step (one ``all_reduce`` MIN)."""
+    import torch.distributed as dist
+
+    flag = torch.tensor([int(mine)], dtype=torch.int64)
+    try:
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+    except Exception as exc:  # a peer died or timed out: the same named error as the exchanges
+        from .distributed import PeerFailureError
+
+        raise PeerFailureError(f"rank {dist.get_rank()}: agreeing on the next step failed (a peer died, "
+                               f"raised or exceeded the timeout): {exc}") from exc
+    return bool(flag.item())
 
 
 __all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "sharded_of", "shared_collections",
