@@ -131,3 +131,30 @@ def test_example_config_equals_the_builder_spec() -> None:
     assert d["I1"].values().tolist() == [sum(b <= 5 for b in bounds), len(bounds) + 1, sum(b <= 70000 for b in bounds)]
     assert d["C1"].lengths().tolist() == [1, 1, 1] and int(d["C1"].values()[1]) == 0
     assert d["C1xC2"].lengths().tolist() == [1, 1, 1]  # every bag filled before the cross
+
+
+def test_criteo_reader_config_reads_criteo_source_batches(tmp_path: Path) -> None:
+    """example_config("criteo_reader") is criteo.yaml for CriteoSource's int64 categorical values: the
+    pipeline takes it (criteo.yaml's bytes inputs are refused there) and a field's values are the
+    reference hash of the parsed hex, mod 100k, empties filled."""
+    import recgo
+    from recgo.data import CriteoSource
+    from recgo.feature import example_config, load_features, reference
+
+    ints, cats = ["5"] + [""] * 12, ["68fd1e64", ""] + ["80e26c9b"] * 24
+    rows = ["\t".join(["1", *ints, *cats]), "\t".join(["0", *[""] * 13, "", "1a", *[""] * 24])]
+    f = tmp_path / "two.txt"
+    f.write_text("\n".join(rows) + "\n")
+    with pytest.raises(recgo.InvalidInputError, match='"C1" is declared bytes but the source reads int64'):
+        next(iter(recgo.DataPipeline(CriteoSource(f), example_config("criteo"), batch_size=2)))
+    assert [x.name for x in load_features(example_config("criteo_reader"))] == \
+        [x.name for x in load_features(example_config("criteo"))]
+    batch = next(iter(recgo.DataPipeline(CriteoSource(f), example_config("criteo_reader"), batch_size=2)))
+    d = batch.sparse.to_dict()
+
+    def hashed(hex_value: str, seed: int) -> int:
+        return int(torch.remainder(reference.xxh64_int(torch.tensor([int(hex_value, 16)]), seed), 100000)[0])
+
+    assert d["C1"].lengths().tolist() == [1, 1] and d["C1"].values().tolist() == [hashed("68fd1e64", 0), 0]
+    assert d["C2"].values().tolist() == [0, hashed("1a", 1)]
+    assert d["C3"].values().tolist() == [hashed("80e26c9b", 2), 0]

@@ -1,5 +1,7 @@
 """Example FeatureEngine configs that ship with recgo: ``example_config("criteo")`` is the path of
-``criteo.yaml`` (Criteo's 26 hashed categorical fields and 13 bucketized integer fields)."""
+``criteo.yaml`` (Criteo's 26 hashed categorical fields, as raw hex strings in bytes, and 13 bucketized
+integer fields); ``example_config("criteo_reader")`` is the same spec for the batches of
+:class:`recgo.data.CriteoSource`, whose categorical fields arrive parsed from hex as int64."""
 
 from __future__ import annotations
 
