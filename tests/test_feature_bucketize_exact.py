@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 
 import pytest
 import torch
@@ -118,3 +119,9 @@ def test_older_float_and_int_boundaries_still_load(tmp_path) -> None:
         assert out["p"].values().tolist() == [0, 1, 2, 2, 3]
     pytest.importorskip("yaml")
     assert {f"I{i}" for i in range(1, 14)} <= set(FeatureEngine(example_config("criteo")).keys)
+
+
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan])
+def test_a_non_finite_boundary_names_the_feature_and_place(bad: float) -> None:
+    with pytest.raises(recgo.InvalidInputError, match=rf"feature spec: features\['x'\]\.ops\[0\]\.boundaries\[1\] is {bad}"):
+        FeatureEngine([Feature("x", dtype="float").bucketize([0, bad])])

@@ -8,47 +8,21 @@ rows and count them instead of raising) and is sharded by the pipeline's ``rank`
 from __future__ import annotations
 
 import ctypes
-import json
-import math
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
 from .. import _lib
 from .._lib import I64
+from .._json import strict_json
 from ..errors import InvalidInputError
 
 PathLike = str | os.PathLike[str]
 
 
-def _nonfinite(obj: Any, path: str) -> tuple[str, float] | None:
-    """Where the first NaN or infinite float in a JSON-able object is (``a.b[0]``, a list element
-    with a ``name`` shown by it: ``fields['u']``) and its value, or None."""
-    if isinstance(obj, float):
-        return None if math.isfinite(obj) else (path, obj)
-    if isinstance(obj, dict):
-        items = [(f"{path}.{k}" if path else str(k), v) for k, v in obj.items()]
-    elif isinstance(obj, (list, tuple)):
-        items = [(f"{path}[{v['name']!r}]" if isinstance(v, dict) and isinstance(v.get("name"), str)
-                  else f"{path}[{i}]", v) for i, v in enumerate(obj)]
-    else:
-        return None
-    for where, v in items:
-        if (bad := _nonfinite(v, where)) is not None:
-            return bad
-    return None
-
-
 def spec_json(spec: dict[str, Any], what: str) -> bytes:
-    """``spec`` as strict JSON for Go; a NaN or infinite number raises InvalidInputError naming
-    ``what`` and where in it the number is."""
-    try:
-        return json.dumps(spec, allow_nan=False).encode()
-    except ValueError:
-        bad = _nonfinite(spec, "")
-        if bad is None:
-            raise
-        raise InvalidInputError(f"{what}: {bad[0]} is {bad[1]} (NaN and infinities are not allowed)") from None
+    """``spec`` as strict JSON for Go (:func:`recgo._json.strict_json`)."""
+    return strict_json(spec, what).encode()
 
 
 def _paths(paths: PathLike | Sequence[PathLike]) -> list[str]:

@@ -22,6 +22,7 @@ import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .._json import strict_json
 from ..errors import InvalidInputError, RecgoIOError
 
 # The op names (engine/feature's opNames, plus the "mask" alias) and the parameter a scalar in the
@@ -238,7 +239,4 @@ def spec_json(features: Sequence[Feature], fuse: bool = True, max_values: int | 
         if isinstance(max_values, bool) or not isinstance(max_values, int) or max_values <= 0:
             raise InvalidInputError(f"max_values must be a positive integer, got {max_values!r}")
         doc["max_values"] = max_values
-    try:
-        return json.dumps(doc, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"feature spec: a parameter is not JSON-encodable: {exc}") from exc
+    return strict_json(doc, "feature spec")
