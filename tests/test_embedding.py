@@ -259,12 +259,27 @@ def test_torch_compile_full_graph(fused: bool) -> None:
             torch.testing.assert_close(w_c.grad, w_e.grad)
 
 
-def test_backward_twice_is_a_named_error() -> None:
+def test_backward_twice_with_retain_graph_accumulates() -> None:
+    """optimizer=None: a graph kept by retain_graph=True runs backward again (gradients add up, as in
+    torch); without retain_graph the second backward is torch's own error. A fused collection's graph
+    runs backward once (it updated the rows) and says so."""
+    from recgo.modules import optim
+
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], seed=0)
-    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([3]), lengths=torch.tensor([1]))).values().sum()
-    out.backward(retain_graph=True)
-    with pytest.raises(InvalidInputError, match="no saved forward"):
-        out.backward()
+    out = ebc(KeyedJaggedTensor(["a"], torch.tensor([3, 3]), lengths=torch.tensor([1, 1]))).values()
+    out.sum().backward(retain_graph=True)
+    (2 * out).sum().backward()
+    want = torch.zeros(10, 4)
+    want[3] = 6.0  # two lookups of row 3, gradients 1 then 2
+    assert torch.equal(ebc.embedding_bags.t.weight.grad, want)
+    with pytest.raises(RuntimeError, match="second time"):
+        out.sum().backward()
+    assert len(ebc._contexts) == 0
+    fused = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], seed=0, optimizer=optim.SGD(lr=0.1))
+    loss = fused(KeyedJaggedTensor(["a"], torch.tensor([3]), lengths=torch.tensor([1]))).values().sum()
+    loss.backward(retain_graph=True)
+    with pytest.raises(InvalidInputError, match="retain_graph=True.*not supported"):
+        loss.backward()
 
 
 # -- bad input --------------------------------------------------------------------------------------

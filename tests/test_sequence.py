@@ -48,14 +48,14 @@ ROWS = {f: c.num_embeddings for c in CFGS for f in c.feature_names}
 def test_matches_float64_embedding(seed: int, B: int, max_len: int, id_range: int, sparse: bool) -> None:
     gen = torch.Generator().manual_seed(seed)
     ec = EmbeddingCollection(CFGS, seed=seed, sparse_grad=sparse)
-    keys = [["a", "b", "c"], ["c", "a", "b"], ["b", "c", "a"]][seed % 3]
-    kjt = seq_batch(ROWS, B, max_len, gen, id_range, keys)
+    keys = [["a", "b", "c"], ["c", "a", "b"], ["b", "z", "c", "a"]][seed % 3]  # "z": no table uses it
+    kjt = seq_batch({**ROWS, "z": 50}, B, max_len, gen, id_range, keys)
     leaves = {c.name: ec.embeddings[c.name].weight.detach().double().requires_grad_(True) for c in CFGS}
     out = ec(kjt)
-    ref = ref_lookup(leaves, kjt, F2T)
-    assert list(out) == keys
+    ref = ref_lookup(leaves, kjt.permute([keys.index(f) for f in F2T]), F2T)
+    assert list(out) == ec.feature_names() == ["a", "b", "c"]  # config order, as TorchRec
     loss, ref_loss = torch.zeros((), dtype=F64), torch.zeros((), dtype=F64)
-    for k in keys:
+    for k in ec.feature_names():
         jt = out[k]
         assert torch.equal(jt.lengths(), kjt.to_dict()[k].lengths())
         torch.testing.assert_close(jt.values().double(), ref[k], rtol=0, atol=0)
@@ -332,16 +332,22 @@ def test_bad_input_is_named() -> None:
         ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([99]), torch.tensor([1, 0, 0])))
     with pytest.raises(InvalidInputError, match="lacks features"):
         ec(KeyedJaggedTensor(["a"], torch.tensor([1]), torch.tensor([1])))
-    with pytest.raises(NotFoundError, match="not in this EmbeddingCollection"):
-        ec(KeyedJaggedTensor(["a", "b", "c", "z"], torch.tensor([1]), torch.tensor([1, 0, 0, 0])))
+    extra = ec(KeyedJaggedTensor(["z", "a", "b", "c"], torch.tensor([7, 1]), lengths=torch.tensor([1, 1, 0, 0])))
+    assert list(extra) == ["a", "b", "c"]  # a key no table uses is ignored (as TorchRec and the EBC do)
+    torch.testing.assert_close(extra["a"].values(), ec.embeddings.t0.weight[1:2].detach(), rtol=0, atol=0)
     with pytest.raises(InvalidInputError, match="at least one table"):
         EmbeddingCollection([])
     with pytest.raises(InvalidInputError, match="more than one table"):
         EmbeddingCollection([EmbeddingConfig(3, 2, "x", ["f"]), EmbeddingConfig(3, 2, "y", ["f"])])
     out = ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1]), torch.tensor([1, 0, 0])))["a"].values().sum()
     out.backward(retain_graph=True)
-    with pytest.raises(InvalidInputError, match="no saved forward"):
-        out.backward()
+    out.backward()  # optimizer=None: a retained graph's second backward adds its gradient
+    assert float(ec.embeddings.t0.weight.grad[1].sum()) == 2 * 8
+    fused = EmbeddingCollection(CFGS, seed=0, optimizer=optim.SGD(lr=0.1))
+    out = fused(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1]), lengths=torch.tensor([1, 0, 0])))["a"]
+    out.values().sum().backward(retain_graph=True)
+    with pytest.raises(InvalidInputError, match="no saved forward.*retain_graph"):
+        out.values().sum().backward()
 
 
 def test_checkpoint_roundtrip(tmp_path) -> None:

@@ -329,8 +329,11 @@ def _attach_table(ebc: Any, index: int) -> None:
                   strict: bool, missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
         entries = {k: state_dict.pop(prefix + k) for k in _KEYS if prefix + k in state_dict}
         weight = state_dict.get(prefix + "weight")
+        if weight is None and not entries:
+            return  # none of the table's entries: torch reports its missing keys (strict) or skips it
         if weight is None:
-            raise InvalidInputError(f"table {name!r}: the checkpoint lacks {prefix}weight")
+            raise InvalidInputError(f"table {name!r}: the checkpoint has the dynamic-table entries "
+                                    f"{sorted(entries)} but lacks {prefix}weight (a damaged or partial checkpoint?)")
         state = state_dict.get(prefix + "optimizer_state")
         with torch.no_grad():
             import_state(ebc, name, entries, weight.detach(), None if state is None else state.detach())

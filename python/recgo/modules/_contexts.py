@@ -7,11 +7,15 @@ the ticket's storage: the module's custom op returns the ticket as an output and
 formula saves it for backward, so the context is freed when the graph is (after its backward, or
 when the graph is dropped without one), with no limit on how many graphs are pending (many threads,
 gradient accumulation over any number of micro-batches). :meth:`ContextStore.take` hands the handle
-to the backward exactly once; a second backward of the same graph finds nothing.
+to a fused backward exactly once (it updates the rows; a second backward of the graph finds
+nothing); a gradient-only backward only reads the context, which stays with its graph, so a graph
+kept by ``retain_graph=True`` may run backward again.
 
 This works the same under ``torch.compile``: the compiled graph saves the ticket like any other
 tensor. The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node
-holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context.
+holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context; for
+a gradient-only backward it saves a :func:`holder` tensor instead, released with the graph's saved
+tensors (after a backward without ``retain_graph``).
 The store is safe for concurrent use (its dict and set operations are atomic under the GIL; a handle
 may be collected on any thread).
 """
@@ -45,10 +49,20 @@ class _Owned(Handle):
         self._pending.discard(h)  # set.discard: atomic under the GIL, like the add in own()
 
 
-#: The error of a backward that finds no context (the graph's backward ran before, or its forward
+#: The error of a backward that finds no context (a fused graph's backward ran before, or its forward
 #: ran without grad tracking).
-NO_CONTEXT = ("recgo backward: no saved forward for this graph (backward ran twice on it, or the forward ran "
-              "without grad tracking)")
+NO_CONTEXT = ("recgo backward: no saved forward for this graph: with a fused optimizer a graph's backward runs "
+              "once (it updated the rows), so backward(retain_graph=True) followed by a second backward is not "
+              "supported (sum the losses and call backward once, or use optimizer=None and a torch optimizer); "
+              "or the forward ran without grad tracking")
+
+
+def holder(handle: Handle) -> torch.Tensor:
+    """A one-element tensor whose storage owns ``handle``: the handle is freed when the tensor's storage
+    is (a gradient-only eager graph saves it, see ``_eager.py``)."""
+    cell = _Cell(0)
+    cell.handle = handle  # type: ignore[attr-defined]
+    return torch.frombuffer(cell, dtype=torch.int64, count=1)
 
 
 class ContextStore:
@@ -79,11 +93,12 @@ class ContextStore:
         self._live[ident] = handle
         return torch.frombuffer(cell, dtype=torch.int64, count=1)
 
-    def take(self, ticket: int) -> Handle:
-        """The handle behind ``ticket`` (its id), once; :class:`InvalidInputError` (``NO_CONTEXT``) when
-        it was taken or its graph is gone. The caller frees the handle when done (freeing early is safe:
-        the ticket only drops it)."""
-        handle = self._live.pop(int(ticket), None)
+    def take(self, ticket: int, once: bool = True) -> Handle:
+        """The handle behind ``ticket`` (its id); :class:`InvalidInputError` (``NO_CONTEXT``) when it was
+        taken or its graph is gone. With ``once`` (a fused backward) it is handed out once and the caller
+        frees it when done (freeing early is safe: the ticket only drops it); without, it stays with the
+        ticket, for a further backward of a retained graph, and the caller must not free it."""
+        handle = self._live.pop(int(ticket), None) if once else self._live.get(int(ticket))
         if handle is None:
             raise InvalidInputError(NO_CONTEXT)
         return handle

@@ -29,7 +29,7 @@ class PortableCopies:
 
     def _extra_attributes(self) -> dict[str, Any]:
         """Attributes set after construction (by users), which copies carry along."""
-        return {k: v for k, v in self.__dict__.items() if k not in self._init_keys}  # type: ignore[attr-defined]
+        return extra_attributes(self)
 
     def _portable_state(self) -> dict[str, Any]:
         """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
@@ -50,6 +50,11 @@ class PortableCopies:
         """Pickle (and ``torch.save(module)``) as constructor arguments plus tensors: unpickling builds
         a new module, in any process, and loads the state into its own engine storage."""
         return (rebuild, (type(self), self._spec(), self._portable_state()))
+
+
+def extra_attributes(module: Any) -> dict[str, Any]:
+    """Attributes of ``module`` set after construction (by users): those not in ``module._init_keys``."""
+    return {k: v for k, v in module.__dict__.items() if k not in module._init_keys}
 
 
 def rebuild(cls: type, spec: dict[str, Any], state: dict[str, Any]) -> Any:

@@ -12,6 +12,7 @@ path compile, export, dispatch modes and tensor subclasses see.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -19,12 +20,12 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .._lib import Handle
 from ..errors import InvalidInputError
-from ._contexts import NO_CONTEXT
+from ._contexts import NO_CONTEXT, holder
 
 #: Runs a forward: returns the outputs and the handle of the context it kept (``ContextStore.own``).
 Forward = Callable[[], "tuple[list[torch.Tensor], Handle]"]
-#: Runs a backward: takes the context's handle (and frees it) and one gradient per output, returns one
-#: gradient per parameter.
+#: Runs a backward: takes the context's handle (and frees it when the backward runs ``once``) and one
+#: gradient per output, returns one gradient per parameter.
 Backward = Callable[[Handle, "list[torch.Tensor]"], "list[torch.Tensor | None]"]
 
 
@@ -38,10 +39,12 @@ def allowed(*tensors: torch.Tensor | None) -> bool:
     return all(t is None or type(t) in _PLAIN for t in tensors)
 
 
-def lookup(forward: Forward, backward: Backward, params: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+def lookup(forward: Forward, backward: Backward, params: Sequence[torch.Tensor], once: bool) -> list[torch.Tensor]:
     """Run ``forward`` under autograd: its outputs, whose gradients ``backward`` turns into the
-    parameters' (the context handle it returns is kept for that backward)."""
-    return list(_Lookup.apply(forward, backward, *params))
+    parameters' (the context handle it returns is kept for that backward). ``once``: the backward
+    consumes the context (a fused update), so the graph's backward runs once; otherwise the context
+    lives as long as the graph's saved tensors, so ``retain_graph=True`` allows another backward."""
+    return list(_Lookup.apply(forward, backward, once, *params))
 
 
 def _alias(t: torch.Tensor) -> torch.Tensor:
@@ -56,23 +59,35 @@ class _Lookup(torch.autograd.Function):
     """A collection's forward with its engine context kept for its backward.
 
     The node (``ctx``) holds the context's handle: the graph owns the context, which is freed by the
-    backward or, when the graph is dropped without one, with the node. No ticket tensor is needed
-    (the custom ops need one: a compiled graph saves tensors only). Gradients are not materialised
+    (fused, ``once``) backward or, when the graph is dropped without one, with the node. No ticket
+    tensor is needed (the custom ops need one: a compiled graph saves tensors only). A gradient-only
+    backward leaves the context alone: the node saves a :func:`holder` of it, which autograd releases
+    after a backward without ``retain_graph`` (or with the graph). Gradients are not materialised
     (autograd would build a zero tensor per unused output on each backward); the unused outputs get
     theirs here."""
 
     @staticmethod
-    def forward(ctx: Any, forward: Forward, backward: Backward, *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def forward(ctx: Any, forward: Forward, backward: Backward, once: bool,
+                *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
         outs, handle = forward()
-        ctx.handle, ctx.backward = handle, backward
+        ctx.backward, ctx.once = backward, once
+        if once:
+            ctx.handle = handle
+        else:  # the saved holder owns the context; the node only finds it
+            ctx.save_for_backward(holder(handle))
+            ctx.handle = weakref.ref(handle)
         ctx.shapes = [o.shape for o in outs]
         ctx.set_materialize_grads(False)
         return tuple(_alias(o) for o in outs)
 
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        handle, ctx.handle = ctx.handle, None  # taken once: a second backward of the graph finds none
+        if ctx.once:
+            handle, ctx.handle = ctx.handle, None  # taken once: a second backward of the graph finds none
+        else:
+            ctx.saved_tensors  # noqa: B018  # torch's error for a second backward without retain_graph
+            handle = ctx.handle()
         if handle is None:
             raise InvalidInputError(NO_CONTEXT)
         filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.shapes)]
-        return (None, None, *ctx.backward(handle, filled))
+        return (None, None, None, *ctx.backward(handle, filled))

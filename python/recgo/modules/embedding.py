@@ -27,7 +27,9 @@ Concurrency contract (enforced by the engine's per-collection lock and tested in
   counts steps per table). Training forwards of a collection with dynamic-ID tables are exclusive too
   (they admit and evict IDs). ``set_fused_optimizer`` waits for running passes.
 * Forward contexts belong to their autograd graph (freed with it): any number of forwards may await
-  their backward (threads, gradient accumulation); a graph's backward runs once.
+  their backward (threads, gradient accumulation). With ``optimizer=None`` a graph kept by
+  ``backward(retain_graph=True)`` may run backward again (the gradients accumulate, as in torch); with
+  a fused optimizer a graph's backward runs once (it updates the rows), and a second one raises.
 * Not synchronized by recgo, so not to be run concurrently with passes on the same collection:
   writes to its parameters and buffers from Python (a torch optimizer's ``step()``,
   ``load_state_dict``, ``load``, in-place edits). Run them between steps.
@@ -66,11 +68,9 @@ from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
 from ._outputs import OutputPool
+from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
 from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
-
-# A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
-_MAX_STEP = 1 << 53
 
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
 # (no torch optimizer stepped the weights) warns once: the tables never train.
@@ -112,6 +112,12 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             its own (a dynamic table counts each as a sighting) and merges the lookups by storage row
             for backward instead, so results equal ``dedup=True``'s (see ``EmbeddingCollection``).
 
+    The weights are the engine's float32 CPU memory: casts and moves of a built collection
+    (``.half()``, ``.to("meta")``, ...) raise, and so does a forward with a swapped weight
+    (``torch.func.functional_call``). Every weight has ``requires_grad=True``, fused or not;
+    ``requires_grad_(False)`` freezes the collection (a fused one then keeps no context, updates no row
+    and does not advance ``optimizer_step``; freezing only some tables of a fused one raises).
+
     ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (keys no table uses are
     ignored) and returns the pooled ``[B, ΣD]`` embeddings, one column block per feature in table
     order: a ``torchrec.KeyedTensor`` when the input was TorchRec's (wrapping the same values
@@ -148,6 +154,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._warned_untrained = False
         self.embedding_bags = nn.ModuleDict()
         self._handle: _lib.Handle | None = None
+        # also when nested in a model's load_state_dict (assign=True): engine memory takes the values
+        self.register_load_state_dict_post_hook(synced_after_load)
         if dev.type == "meta":
             for cfg in self._configs:
                 self.embedding_bags[cfg.name] = _Table(*self._meta_tensors(cfg))
@@ -161,7 +169,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         w = opt.state_width(cfg.embedding_dim) if opt is not None else 0
         state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta")
         step = torch.empty(1 if opt is not None else 0, dtype=torch.int64, device="meta")
-        return torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta"), opt is None, state, step
+        return torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta"), True, state, step
 
     def _materialise(self) -> None:
         """Create the engine collection and point every parameter and buffer at its memory (zeros)."""
@@ -172,7 +180,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._storage.append((weight, state, step))
             if self._optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
                 step = torch.empty(0, dtype=torch.int64)
-            self.embedding_bags[cfg.name] = _Table(weight, self._optimizer is None, state, step)
+            # requires_grad=True also when fused (as TorchRec's fused tables): requires_grad_(False) freezes
+            self.embedding_bags[cfg.name] = _Table(weight, True, state, step)
         for i, cfg in enumerate(self._configs):
             # Dynamic tables hook state_dict/load_state_dict so checkpoints carry their ID maps.
             if cfg.dynamic is not None and hasattr(cfg.dynamic, "attach"):
@@ -209,9 +218,14 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingBagCollection":
         """Materialise on the move off the meta device (``to_empty(device="cpu")``); the tables' memory
-        stays the engine's (CPU); moving to another device raises."""
+        stays the engine's (float32, CPU): on a built collection a cast or a move (``.half()``,
+        ``.bfloat16()``, ``.double()``, ``.to("meta")``, ``.cuda()``) raises ``InvalidInputError``, and
+        what a conversion replaced (``to_empty``) is copied back into engine memory."""
         if self._handle is not None:
-            return super()._apply(fn, recurse)
+            check_cast(fn)
+            super()._apply(fn, recurse)
+            self._sync_storage()
+            return self
         try:
             target = fn(torch.empty(0, device="meta")).device
         except (RuntimeError, AssertionError) as e:  # e.g. to_empty(device="cuda") without CUDA
@@ -273,21 +287,20 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return out
 
     def _sync_storage(self) -> None:
-        """Undo replacement of a parameter or buffer (e.g. ``load_state_dict(assign=True)``) by copying
-        its values back into engine memory and re-pointing it there. Runs before every forward, so the
-        common case (nothing replaced) is one address comparison per tensor."""
-        for table, holder, name, mine, addr in self._engine_views:
-            cur = getattr(holder, name, None)
-            if cur is None:
-                continue
-            if cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype != mine.dtype:
-                if cur.shape != mine.shape:
-                    raise InvalidInputError(
-                        f"table {table!r}: {name} was replaced by a tensor of shape {tuple(cur.shape)}, "
-                        f"expected {tuple(mine.shape)}")
-                with torch.no_grad():
-                    mine.copy_(cur.detach())
-                cur.data = mine
+        """Undo replacement of a parameter or buffer by a load (``load_state_dict(assign=True)``,
+        ``to_empty``): copy its values back into engine memory and re-point it there (``_storage``)."""
+        sync_storage(self._engine_views)
+
+    def _check_storage(self) -> None:
+        """Before a forward: refuse a parameter that is not engine memory (``torch.func.functional_call``);
+        one address comparison per tensor in the common case."""
+        check_storage(self._engine_views)
+
+    def _fused_trains(self, tables: Sequence[int]) -> bool:
+        """Whether a fused forward over ``tables`` (indices) is kept for its update: the weights'
+        ``requires_grad`` (``requires_grad_(False)`` freezes the collection; see ``_storage``)."""
+        cfgs = self._configs
+        return fused_trains([(cfgs[i].name, self.embedding_bags[cfgs[i].name].weight) for i in tables])
 
     def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """(per KJT key: the engine feature it feeds or -1 when no table reads it; and for each further
@@ -352,15 +365,17 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ebc_backward``)."""
-        return self._backward(self._contexts.take(ctx_id), grad)
+        return self._backward(self._contexts.take(ctx_id, once=self._optimizer is not None), grad)
 
     def _backward(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
-        """Backward of a kept context (freed afterwards): nothing when fused, else per table its distinct
-        rows and their gradients."""
+        """Backward of a kept context: nothing when fused (the context is freed: its update ran), else per
+        table its distinct rows and their gradients (the context stays with its graph, which may run
+        backward again under ``retain_graph=True``; it only reads the context)."""
         try:
             return self._backward_raw(handle, grad)
         finally:
-            handle.free()
+            if self._optimizer is not None:
+                handle.free()
 
     def _backward_raw(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
@@ -426,7 +441,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():
-            self._sync_storage()
+            self._check_storage()
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
@@ -434,9 +449,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
         if self._optimizer is not None:
             params = [self._anchor]
+            keep = torch.is_grad_enabled() and self._fused_trains(range(len(self._configs)))
         else:
             params = [self.embedding_bags[c.name].weight for c in self._configs]
-        keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+            keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if keep and self._optimizer is None and not torch.compiler.is_compiling():
             self._check_trained(params)
         key_feature, values, lengths, weights = self._engine_batch(kjt, weights)
@@ -450,7 +466,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             out, raw = self._lookup(key_feature, values, lengths, weights, True)
             return [out], self._contexts.own(raw)
 
-        return _eager.lookup(forward, self._eager_backward, params)[0]
+        return _eager.lookup(forward, self._eager_backward, params, once=self._optimizer is not None)[0]
 
     def _lookup(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, int]:
@@ -525,30 +541,14 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` with shape checks that raise ``InvalidInputError``, copying into
-        engine memory (``assign=True`` is honoured by copying back on the next forward). On the meta
+        engine memory (``assign=True`` is honoured by copying the assigned tensors back into it). On the meta
         device it materialises the tables first. Optimizer step counters outside ``[0, 2^53)`` are
         refused. Dynamic-ID tables' entries (their rows in use and ID map) are checked by the engine,
         which leaves the table unchanged on error."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
-        dynamic = {f"embedding_bags.{c.name}." for c in self._configs if c.dynamic is not None}
-        own = {f"embedding_bags.{table}.{name}": mine for table, _, name, mine, _ in self._engine_views}
-        for k, v in state_dict.items():
-            if not isinstance(v, torch.Tensor):
-                continue
-            if k.endswith(".optimizer_step") and k in own:
-                step = v.reshape(-1)
-                if step.numel() != 1 or step.dtype != torch.int64 or not 0 <= int(step[0]) < _MAX_STEP:
-                    raise InvalidInputError(
-                        f"checkpoint entry {k!r} = {step.tolist()} ({step.dtype}) is not an optimizer step in "
-                        "[0, 2^53): a corrupted or foreign checkpoint")
-            if k in own and k.rpartition(".")[0] + "." not in dynamic and tuple(v.shape) != tuple(own[k].shape):
-                raise InvalidInputError(
-                    f"checkpoint entry {k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
-                    " (a checkpoint of another configuration?)")
-        res = super().load_state_dict(state_dict, strict=strict, assign=assign)
-        self._sync_storage()
-        return res
+        check_checkpoint(state_dict, self, "embedding_bags.")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``state_dict()`` to ``path`` atomically, with a CRC-32 of every tensor and of the

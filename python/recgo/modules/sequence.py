@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 from torch import nn
@@ -32,7 +33,10 @@ from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
 from ._contexts import ContextStore
+from ._copies import apply_portable_state, extra_attributes
 from ._outputs import OutputPool
+from ._storage import check_cast, check_checkpoint, synced_after_load
+from .config import _check_data_type, _is_default_uniform
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .optim import FusedOptimizer
 
@@ -42,8 +46,10 @@ class EmbeddingConfig:
     """One table of unpooled lookups, shaped like ``torchrec.EmbeddingConfig``.
 
     Weights start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings)
-    as in TorchRec. ``dynamic`` makes it a dynamic-ID table (a :class:`recgo.DynamicConfig`; see
-    :class:`recgo.EmbeddingBagConfig`).
+    as in TorchRec, or as ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). An empty
+    ``feature_names`` means one feature named like the table (as in TorchRec). ``data_type`` must be
+    FP32 (the engine stores float32; others raise). ``dynamic`` makes it a dynamic-ID table (a
+    :class:`recgo.DynamicConfig`; see :class:`recgo.EmbeddingBagConfig`).
     """
 
     num_embeddings: int
@@ -53,14 +59,20 @@ class EmbeddingConfig:
     weight_init_max: float | None = None
     weight_init_min: float | None = None
     dynamic: Any = None
+    data_type: Any = "fp32"
+    init_fn: Callable[[torch.Tensor], Any] | None = None
 
     @staticmethod
     def from_torchrec(cfg: Any) -> "EmbeddingConfig":
-        """Convert a ``torchrec.EmbeddingConfig``."""
+        """Convert a ``torchrec.EmbeddingConfig``: ``init_fn`` is kept unless it is TorchRec's default
+        (uniform over the same bounds, which recgo draws itself, honouring ``seed``)."""
+        init_fn = getattr(cfg, "init_fn", None)
+        if _is_default_uniform(init_fn, cfg):
+            init_fn = None
         return EmbeddingConfig(
             num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
             feature_names=list(cfg.feature_names), weight_init_max=cfg.weight_init_max,
-            weight_init_min=cfg.weight_init_min,
+            weight_init_min=cfg.weight_init_min, data_type=getattr(cfg, "data_type", "fp32"), init_fn=init_fn,
         )
 
     def bag_config(self) -> EmbeddingBagConfig:
@@ -68,18 +80,47 @@ class EmbeddingConfig:
         return EmbeddingBagConfig(
             num_embeddings=self.num_embeddings, embedding_dim=self.embedding_dim, name=self.name,
             feature_names=list(self.feature_names), pooling="sum", weight_init_max=self.weight_init_max,
-            weight_init_min=self.weight_init_min, dynamic=self.dynamic,
+            weight_init_min=self.weight_init_min, dynamic=self.dynamic, data_type=self.data_type,
+            init_fn=self.init_fn,
         )
 
 
 def _as_config(t: Any) -> EmbeddingConfig:
-    if isinstance(t, EmbeddingConfig):
-        return t
-    if hasattr(t, "num_embeddings") and hasattr(t, "feature_names") and hasattr(t, "embedding_dim"):
+    """``t`` (recgo's or TorchRec's config) as a recgo EmbeddingConfig whose empty ``feature_names`` is
+    ``[name]`` (TorchRec's rule) and whose ``data_type`` is FP32 (others raise)."""
+    if not isinstance(t, EmbeddingConfig):
+        if not (hasattr(t, "num_embeddings") and hasattr(t, "feature_names") and hasattr(t, "embedding_dim")):
+            raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
         if getattr(t, "need_pos", False):
             raise InvalidInputError(f"table {getattr(t, 'name', '')!r}: need_pos is not supported")
-        return EmbeddingConfig.from_torchrec(t)
-    raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
+        t = EmbeddingConfig.from_torchrec(t)
+    _check_data_type(t)  # type: ignore[arg-type]  # reads name and data_type only
+    return dataclasses.replace(t, feature_names=list(t.feature_names) or [t.name])
+
+
+def _device(device: Any) -> torch.device:
+    """The collection's device (``None``: torch's default device): CPU, or InvalidInputError."""
+    if device is None and hasattr(torch, "get_default_device"):
+        device = torch.get_default_device()
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type == "meta":
+        raise InvalidInputError(
+            "EmbeddingCollection on the meta device is not supported (its engine lookups need the tables' "
+            "memory): build it on CPU, outside `with torch.device('meta')`, or pass share= a materialised "
+            "EmbeddingBagCollection")
+    if dev.type != "cpu":
+        raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
+    return dev
+
+
+class _KeyPlan(NamedTuple):
+    """How a KJT's keys reach the engine (:meth:`EmbeddingCollection._keys`)."""
+
+    key_feature: torch.Tensor   # per used key (KJT order) its feature index
+    dims: list[int]             # per used key its embedding dim
+    select: list[int] | None    # the KJT positions of the used keys, None when every key is used
+    keys: list[str]             # the used keys, KJT order (the engine's output order)
+    order: list[int]            # positions in ``keys`` of the collection's features, config order
 
 
 def _jagged(values: torch.Tensor, lengths: torch.Tensor) -> JaggedTensor:
@@ -97,7 +138,8 @@ class EmbeddingCollection(nn.Module):
         tables: ``EmbeddingConfig`` list (recgo's or TorchRec's); several features may share a table.
             With ``share``, each names a table of that collection (same ``embedding_dim``) and its
             ``feature_names`` are this collection's sequence features.
-        device: only ``None``/``"cpu"``.
+        device: only ``None``/``"cpu"``; the meta device (also ``None`` under ``with torch.device("meta")``,
+            or ``share=`` a collection on meta) raises ``InvalidInputError``.
         optimizer: a :class:`recgo.modules.optim.FusedOptimizer` applied inside backward; ``None``
             gives the weights gradients for a torch optimizer. Taken from ``share`` when sharing.
         sparse_grad: with ``optimizer=None``, sparse COO gradients instead of dense ones.
@@ -117,8 +159,16 @@ class EmbeddingCollection(nn.Module):
     also with the shared collection's, as long as concurrent fused updates touch different rows).
 
     ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (per-ID weights are
-    ignored, as TorchRec does) and returns ``{feature: JaggedTensor}`` for the collection's features,
-    recgo's :class:`recgo.JaggedTensor` or, for a TorchRec input, TorchRec's.
+    ignored, as TorchRec does, and so are keys no table uses) and returns ``{feature: JaggedTensor}``
+    for the collection's features in config order (tables in order, each table's features in order, as
+    TorchRec), recgo's :class:`recgo.JaggedTensor` or, for a TorchRec input, TorchRec's.
+
+    As for :class:`EmbeddingBagCollection`: ``copy.deepcopy``, pickle and ``torch.save(module)`` give
+    an independent collection (over a copy of the owning collection, copied once when a model holds it
+    too); casts and moves (``.half()``, ``.to("meta")``) and a forward with swapped weights
+    (``torch.func.functional_call``) raise; ``requires_grad_(False)`` on the tables freezes it (a fused
+    one keeps no context and updates nothing). With ``optimizer=None`` a graph kept by
+    ``backward(retain_graph=True)`` may run backward again; with a fused optimizer it runs once.
 
     With ``share`` and a fused optimizer, a step that uses a table both pooled and as a sequence
     updates it twice, once per collection's backward (each update merges that collection's duplicate
@@ -134,6 +184,7 @@ class EmbeddingCollection(nn.Module):
         super().__init__()
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
+        _device(device)
         cfgs = [_as_config(t) for t in tables]
         self._remap = None
         if share is not None and not isinstance(share, EmbeddingBagCollection) and hasattr(share, "remap") \
@@ -147,9 +198,12 @@ class EmbeddingCollection(nn.Module):
                 raise InvalidInputError(f"share: expected a recgo EmbeddingBagCollection, got {type(share).__name__}")
             if optimizer is not None or sparse_grad or seed is not None:
                 raise InvalidInputError("share: optimizer, sparse_grad and seed come from the shared collection")
+            if share._handle is None:
+                _device("meta")  # raises: the shared collection is on the meta device
             owner = share
             self._check_shared(cfgs, owner)
         self._configs = cfgs
+        self._dedup = bool(dedup)
         self.__dict__["_owner"] = owner  # not a submodule: state_dict keys are embeddings.<table>.*
         names = [c.name for c in owner.embedding_bag_configs()]
         self._features = [f for c in cfgs for f in c.feature_names]
@@ -173,9 +227,11 @@ class EmbeddingCollection(nn.Module):
         self._fused = owner.fused_optimizer is not None
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts = ContextStore()  # forward contexts, owned by their autograd graphs
-        self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[int]]] = {}
+        self._key_cache: dict[tuple[str, ...], _KeyPlan] = {}
         self._outputs = OutputPool()  # forward outputs and backward gradient buffers
         _ops.register(self, self._handle.value)  # type: ignore[arg-type]
+        self.register_load_state_dict_post_hook(synced_after_load)  # assign=True: back into engine memory
+        self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
 
     @staticmethod
     def _check_shared(cfgs: list[EmbeddingConfig], owner: EmbeddingBagCollection) -> None:
@@ -194,27 +250,40 @@ class EmbeddingCollection(nn.Module):
             if o.dynamic is None and c.num_embeddings != o.num_embeddings:
                 raise InvalidInputError(f"table {c.name!r}: num_embeddings {c.num_embeddings} but the shared table "
                                         f"has {o.num_embeddings}")
-            if not c.feature_names:
-                raise InvalidInputError(f"table {c.name!r}: feature_names is empty")
+            if c.init_fn is not None:
+                raise InvalidInputError(f"table {c.name!r}: init_fn with share=: the rows are the shared "
+                                        "collection's; give init_fn to its EmbeddingBagConfig")
 
     # -- engine plumbing -------------------------------------------------------------------------
 
-    def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[int]]:
-        """(per KJT key its feature index, as the engine's key→feature map; and its embedding dim)."""
+    def _keys(self, keys: list[str]) -> _KeyPlan:
+        """How the KJT keys ``keys`` reach the engine: keys no table uses are left out (as TorchRec's
+        collection ignores them), the others mapped to their features."""
         tk = tuple(keys)
         cached = self._key_cache.get(tk)
         if cached is not None:
             return cached
-        for k in keys:
-            if k not in self._feature_index:
-                raise NotFoundError(f"feature {k!r} is not in this EmbeddingCollection (features: {self._features})")
         missing = [f for f in self._features if f not in set(keys)]
         if missing:
-            raise InvalidInputError(f"the batch lacks features {missing}")
-        idx = [self._feature_index[k] for k in keys]
-        out = (torch.tensor(idx, dtype=torch.int64), [self._feature_dims[i] for i in idx])
+            raise InvalidInputError(f"the batch lacks features {missing} (its keys: {list(keys)})")
+        used = [i for i, k in enumerate(keys) if k in self._feature_index]
+        ukeys = [keys[i] for i in used]
+        idx = [self._feature_index[k] for k in ukeys]
+        out = _KeyPlan(torch.tensor(idx, dtype=torch.int64, device="cpu"), [self._feature_dims[i] for i in idx],
+                       None if len(used) == len(keys) else used, ukeys, [ukeys.index(f) for f in self._features])
         self._key_cache[tk] = out
         return out
+
+    def _batch(self, features: Any) -> tuple[KeyedJaggedTensor, _KeyPlan]:
+        """The batch as the engine takes it (unused keys dropped, IDs remapped by the plan of a shared
+        planned collection) and its key plan."""
+        kjt = as_kjt(features)
+        plan = self._keys(kjt.keys())
+        if plan.select is not None:
+            kjt = kjt.permute(plan.select)
+        if self._remap is not None:
+            kjt = self._remap.apply_kjt(kjt, self._f2t)
+        return kjt, plan
 
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                      dims: list[int], keep: bool) -> tuple[list[torch.Tensor], int]:
@@ -242,11 +311,12 @@ class EmbeddingCollection(nn.Module):
 
     def _run_backward(self, ctx_id: int, grads: list[torch.Tensor]) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ec_backward``)."""
-        return self._backward(self._contexts.take(ctx_id), grads)
+        return self._backward(self._contexts.take(ctx_id, once=self._fused), grads)
 
     def _backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Backward of a kept context (freed afterwards): nothing when fused, else per used table its
-        distinct rows and their gradients."""
+        """Backward of a kept context: nothing when fused (the context is freed: its update ran), else
+        per used table its distinct rows and their gradients (the context stays with its graph, which
+        may run backward again under ``retain_graph=True``)."""
         base: torch.Tensor | None = None
         try:
             parts = [check_tensor(g, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
@@ -277,7 +347,8 @@ class EmbeddingCollection(nn.Module):
             _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
             return out
         finally:
-            handle.free()
+            if self._fused:
+                handle.free()
             if base is not None:  # the engine keeps no pointer into it after the call
                 self._outputs.give_back(base)
 
@@ -323,29 +394,29 @@ class EmbeddingCollection(nn.Module):
         """Look up every ID of ``features`` (recgo or TorchRec KJT): ``{feature: JaggedTensor}`` with
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""
         torchrec_in = not isinstance(features, KeyedJaggedTensor)
-        kjt = as_kjt(features)
-        if self._remap is not None:
-            kjt = self._remap.apply_kjt(kjt, self._f2t)
+        kjt, plan = self._batch(features)
         if not torch.compiler.is_compiling():
-            self._owner._sync_storage()
-        keys = kjt.keys()
-        key_feature, dims = self._keys(keys)
+            self._owner._check_storage()
+        key_feature, dims, keys = plan.key_feature, plan.dims, plan.keys
         params = self._params()
-        keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        if self._fused:
+            keep = torch.is_grad_enabled() and self._owner._fused_trains(self._tables)
+        else:
+            keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         lengths = kjt.lengths()
         values = kjt.values()
         if not _eager.allowed(key_feature, values, lengths, *params):
             outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params)
         elif keep:
             outs = _eager.lookup(lambda: self._eager_forward(key_feature, values, lengths, dims),
-                                 self._eager_backward, params)
+                                 self._eager_backward, params, once=self._fused)
         else:
             outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
         if len(keys) == 1:  # its lengths are the batch's (one slicing op fewer)
             res = {keys[0]: _jagged(outs[0], lengths)}
-        else:
+        else:  # config order, as TorchRec's collection returns them
             B = lengths.shape[0] // max(1, len(keys))
-            res = {k: _jagged(o, lengths[i * B:(i + 1) * B]) for i, (k, o) in enumerate(zip(keys, outs))}
+            res = {keys[i]: _jagged(outs[i], lengths[i * B:(i + 1) * B]) for i in plan.order}
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
@@ -407,9 +478,8 @@ class EmbeddingCollection(nn.Module):
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
         """Per used table, (distinct IDs, lookups) of a batch."""
-        kjt = as_kjt(features)
-        key_feature, dims = self._keys(kjt.keys())
-        _, raw = self._run_forward(key_feature, kjt.values(), kjt.lengths(), dims, True)
+        kjt, plan = self._batch(features)
+        _, raw = self._run_forward(plan.key_feature, kjt.values(), kjt.lengths(), plan.dims, True)
         handle = _lib.Handle(raw)
         try:
             counts = self._counts(handle)
@@ -422,3 +492,41 @@ class EmbeddingCollection(nn.Module):
     def extra_repr(self) -> str:
         opt = type(self.fused_optimizer).__name__ if self._fused else "none (torch optimizer)"
         return f"tables={[c.name for c in self._configs]}, features={self._features}, fused_optimizer={opt}"
+
+    def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict`` into the owning collection's engine memory, with its checks
+        (shapes, optimizer step counters; see :meth:`EmbeddingBagCollection.load_state_dict`)."""
+        check_checkpoint(state_dict, self, "embeddings.")
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingCollection":
+        """As the owning collection's ``_apply``: the tables stay the engine's float32 CPU memory (a cast
+        or a move raises), and what a conversion replaced (``to_empty``) is copied back into it."""
+        check_cast(fn)
+        super()._apply(fn, recurse)
+        self._owner._sync_storage()
+        return self
+
+    # -- copies ----------------------------------------------------------------------------------
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        """Copies (``copy.deepcopy``, pickle, ``torch.save(module)``) rebuild the collection over a copy
+        of the owning collection, made through the same memo, so an owner shared with a model's
+        ``EmbeddingBagCollection`` is copied once and the copies share it as the originals do."""
+        if self._remap is not None:
+            raise InvalidInputError(
+                "an EmbeddingCollection built with share=PlannedEmbeddingBagCollection cannot be copied or "
+                "pickled (the plan's remap holds engine state); build the copy from the plan, or copy its "
+                "weights with state_dict()/load_state_dict()")
+        flags = {"training": {n: m.training for n, m in self.named_modules()}, "extra": extra_attributes(self)}
+        return (_rebuild_sequence, (self._owner, {"tables": list(self._configs), "dedup": self._dedup}, flags))
+
+
+def _rebuild_sequence(owner: EmbeddingBagCollection, spec: dict[str, Any], state: dict[str, Any]) -> EmbeddingCollection:
+    """Copy and unpickling target of :meth:`EmbeddingCollection.__reduce_ex__`: the collection over
+    ``owner`` (the copied owning collection), with its training flags and user attributes."""
+    tables = [dataclasses.replace(c, init_fn=None) for c in spec["tables"]]  # the owner's rows are already set
+    new = EmbeddingCollection(tables, share=owner, dedup=spec["dedup"])
+    new._configs = list(spec["tables"])
+    apply_portable_state(new, state)
+    return new

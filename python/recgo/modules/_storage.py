@@ -1,0 +1,145 @@
+"""Rules for the engine-held tables that both collections (pooled and sequence) apply.
+
+A collection's weights, optimizer state and step counters are the engine's float32 CPU memory,
+exposed zero-copy as parameters and buffers (``_engine_tensors`` of the pooled collection lists them
+as *views*: ``(table, holder module, attribute, engine tensor, its address)``). Three rules follow:
+
+* A parameter or buffer replaced by a tensor of other memory is copied back into the engine's memory
+  only where replacing is a way of loading values (``load_state_dict(assign=True)``, ``to_empty`` and
+  other ``_apply`` conversions, ``reset_parameters``): :func:`sync_storage`. A forward never copies:
+  it refuses a swapped parameter (``torch.func.functional_call``, stateless reparametrisation), which
+  would otherwise overwrite the module's weights for good: :func:`check_storage`.
+* A cast or move (``.half()``, ``.bfloat16()``, ``.double()``, ``.to("meta")``, ``.to("cuda")``) of a
+  built collection is refused, since the engine reads float32 CPU memory: :func:`check_cast`.
+* A fused collection trains when its tables' weights require grad; ``requires_grad_(False)`` freezes
+  it (no context kept, no update, no step): :func:`fused_trains`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+
+from ..errors import InvalidInputError
+
+# A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
+_MAX_STEP = 1 << 53
+
+#: One engine-held tensor: (table, holder module, attribute, engine tensor, its address).
+View = tuple[str, nn.Module, str, torch.Tensor, int]
+
+
+def _replaced(views: Sequence[View]) -> list[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]:
+    """(table, holder, attribute, engine tensor, current tensor) of each view that is not the engine's
+    memory any more."""
+    out = []
+    for table, holder, name, mine, addr in views:
+        cur = getattr(holder, name, None)
+        if cur is None:
+            continue
+        if cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype != mine.dtype:
+            out.append((table, holder, name, mine, cur))
+    return out
+
+
+def sync_storage(views: Sequence[View]) -> None:
+    """Copy the values of each replaced parameter or buffer back into the engine's memory and point it
+    there again (loading: ``load_state_dict(assign=True)``, ``_apply``, ``reset_parameters``)."""
+    for table, _, name, mine, cur in _replaced(views):
+        if cur.shape != mine.shape:
+            raise InvalidInputError(
+                f"table {table!r}: {name} was replaced by a tensor of shape {tuple(cur.shape)}, "
+                f"expected {tuple(mine.shape)}")
+        if cur.device.type != "cpu":
+            raise InvalidInputError(
+                f"table {table!r}: {name} was replaced by a tensor on {cur.device}; recgo's embedding "
+                "engine holds its tables in CPU memory")
+        with torch.no_grad():
+            mine.copy_(cur.detach())
+        cur.data = mine
+
+
+def check_storage(views: Sequence[View]) -> None:
+    """Raise when a parameter or buffer is not the engine's memory at forward time (a forward reads
+    the engine's memory, never the swapped tensor, and must not overwrite the module's weights)."""
+    bad = _replaced(views)
+    if not bad:
+        return
+    table, _, name, _, _ = bad[0]
+    raise InvalidInputError(
+        f"table {table!r}: its {name} is not the engine's memory at forward time (it was swapped, e.g. by "
+        "torch.func.functional_call or a stateless reparametrisation, or reassigned). recgo's collections "
+        "read their tables from engine memory, so functional_call / swapped parameters are not supported "
+        "for engine-held weights; to change the weights, load_state_dict(...) or copy_ new values into the "
+        "parameter under torch.no_grad()")
+
+
+def check_cast(fn: Callable[[torch.Tensor], Any]) -> None:
+    """Refuse an ``nn.Module._apply`` conversion of a built collection that does not leave float32 CPU
+    tensors (``.half()``, ``.bfloat16()``, ``.double()``, ``.to("meta")``, a move to a GPU): the engine
+    holds the tables as float32 CPU memory, which a cast would silently round or leave behind."""
+    try:
+        probe = fn(torch.empty(0, dtype=torch.float32))
+    except (RuntimeError, AssertionError) as e:  # e.g. .to("cuda") without CUDA
+        raise InvalidInputError(f"recgo's embedding engine holds its tables as float32 CPU memory; the "
+                                f"conversion failed: {e}") from e
+    if not isinstance(probe, torch.Tensor):
+        return
+    if probe.dtype != torch.float32:
+        raise InvalidInputError(
+            f"cannot cast a recgo embedding collection to {probe.dtype} (.half(), .bfloat16(), .double(), "
+            ".to(dtype)): the engine holds its tables as float32; cast the output instead, or leave the "
+            "collection out of the cast (it is float32 either way)")
+    if probe.device.type != "cpu":
+        raise InvalidInputError(
+            f"cannot move a built recgo embedding collection to {probe.device} (.to(device), .cuda()): the "
+            "engine holds its tables in CPU memory (build it with device='meta' for shapes only)")
+
+
+def fused_trains(weights: Sequence[tuple[str, torch.Tensor]]) -> bool:
+    """Whether a fused collection's forward keeps a context for its update: True when every table's
+    weight requires grad, False when none does (frozen with ``requires_grad_(False)``). Some but not
+    all raises: the fused update covers every table of the batch."""
+    flags = [w.requires_grad for _, w in weights]
+    if all(flags):
+        return True
+    if not any(flags):
+        return False
+    frozen = [name for (name, _), f in zip(weights, flags) if not f]
+    raise InvalidInputError(
+        f"tables {frozen} have requires_grad=False but the others do not: a fused collection's update covers "
+        "all its tables, so freeze all of them (collection.requires_grad_(False)) or none, or train with "
+        "optimizer=None and a torch optimizer")
+
+
+def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook of both collections (it runs also when the collection is nested in
+    the model being loaded): a parameter replaced by ``assign=True`` is copied back into engine memory."""
+    owner = getattr(module, "ebc", module)  # a sequence collection's tables are its owner's
+    if owner._handle is not None:
+        owner._sync_storage()
+
+
+def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str) -> None:
+    """Refuse, before anything is loaded, a checkpoint entry of an engine-held tensor with another
+    shape (another configuration), and an optimizer step counter outside ``[0, 2^53)``. ``prefix`` is
+    the collection's key prefix for its tables (``embedding_bags.`` or ``embeddings.``); dynamic-ID
+    tables' rows are checked by the engine."""
+    owner = getattr(module, "ebc", module)
+    dynamic = {f"{prefix}{c.name}." for c in owner.embedding_bag_configs() if c.dynamic is not None}
+    own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _ in owner._engine_views}
+    for k, v in state_dict.items():
+        if not isinstance(v, torch.Tensor) or k not in own:
+            continue
+        if k.endswith(".optimizer_step"):
+            step = v.reshape(-1)
+            if step.numel() != 1 or step.dtype != torch.int64 or not 0 <= int(step[0]) < _MAX_STEP:
+                raise InvalidInputError(
+                    f"checkpoint entry {k!r} = {step.tolist()} ({step.dtype}) is not an optimizer step in "
+                    "[0, 2^53): a corrupted or foreign checkpoint")
+        if k.rpartition(".")[0] + "." not in dynamic and tuple(v.shape) != tuple(own[k].shape):
+            raise InvalidInputError(
+                f"checkpoint entry {k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
+                " (a checkpoint of another configuration?)")
