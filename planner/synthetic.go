@@ -30,13 +30,37 @@ type SyntheticSpec struct {
 	Seed       uint64  `json:"seed"`
 }
 
+// check names the first field of the spec that is missing or out of range.
+func (spec SyntheticSpec) check() error {
+	bad := []struct {
+		wrong bool
+		what  string
+		value any
+	}{
+		{spec.Tables <= 0, "tables must be positive", spec.Tables},
+		{spec.Dim <= 0, "dim must be positive", spec.Dim},
+		{spec.ElemBytes <= 0, "elem_bytes must be positive", spec.ElemBytes},
+		{!(spec.TotalBytes > 0), "total_bytes must be positive", spec.TotalBytes},
+		{!(spec.MinRows >= 1), "min_rows must be at least 1", spec.MinRows},
+		{!(spec.MaxRows >= spec.MinRows), "max_rows must be at least min_rows", spec.MaxRows},
+		{len(spec.Alphas) == 0, "alphas must not be empty", spec.Alphas},
+		{len(spec.Coverages) == 0, "coverages must not be empty", spec.Coverages},
+		{len(spec.Poolings) == 0, "poolings must not be empty", spec.Poolings},
+		{spec.Steps <= 0, "steps must be positive", spec.Steps},
+		{!(spec.TouchedMin > 0 && spec.TouchedMin <= 1), "touched_min must lie in (0, 1]", spec.TouchedMin},
+	}
+	for _, b := range bad {
+		if b.wrong {
+			return errs.Invalidf("synthetic: %s, got %v", b.what, b.value)
+		}
+	}
+	return nil
+}
+
 // Synthetic builds the profile of a synthetic model from spec.
 func Synthetic(spec SyntheticSpec) (*profile.Profile, error) {
-	if spec.Tables <= 0 || spec.Dim <= 0 || spec.ElemBytes <= 0 || !(spec.TotalBytes > 0) ||
-		!(spec.MinRows >= 1) || spec.MaxRows < spec.MinRows || len(spec.Alphas) == 0 ||
-		len(spec.Coverages) == 0 || len(spec.Poolings) == 0 || spec.Steps <= 0 ||
-		!(spec.TouchedMin > 0 && spec.TouchedMin <= 1) {
-		return nil, errs.Invalidf("synthetic: incomplete spec %+v", spec)
+	if err := spec.check(); err != nil {
+		return nil, err
 	}
 	if spec.Tables > 1<<16 || spec.MaxRows > 1<<50 {
 		return nil, errs.Capacityf("synthetic: %d tables of up to %g rows is past the generator's bounds (%d tables, 2^50 rows)",

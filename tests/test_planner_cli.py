@@ -79,6 +79,27 @@ def test_unwritable_out_is_a_one_line_error_before_any_work(profiled, tmp_path: 
     assert r.returncode == 2 and "Traceback" not in r.stderr and "RecgoIOError: --out" in r.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--synthetic", "rm1", "--rows", "5"], "--rows only applies to --criteo profiles"),
+    (["--synthetic", "rm1", "--sample-rate", "0.5", "--batch-size", "8"],
+     "--sample-rate, --batch-size only applies to --criteo profiles"),
+    (["--criteo", "x.txt", "--tables", "5"], "--tables only applies to --synthetic profiles"),
+    (["--synthetic", "rm1", "--tables", "0"], "synthetic: tables must be positive, got 0"),
+])
+def test_profile_refuses_flags_it_would_ignore_and_names_bad_values(args: list[str], message: str,
+                                                                   tmp_path: Path) -> None:
+    import contextlib
+    import io
+
+    from recgo.__main__ import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["profile", *args, "--out", str(tmp_path / "p.json")]) == 2
+    assert f"InvalidInputError: {message}" in err.getvalue()
+    assert not (tmp_path / "p.json").exists()
+
+
 _HIDDEN = """
 import sys
 sys.modules["matplotlib"] = None  # as if recgo[plots] were not installed

@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import RecgoError, RecgoIOError
+from .errors import InvalidInputError, RecgoError, RecgoIOError
 
 #: Defaults of the plan topology flags (RecShard's cluster: 2 nodes × 8 GPUs × 24 GB).
 TOPOLOGY_FLAGS: dict[str, tuple[str, float, str]] = {
@@ -62,16 +62,16 @@ def _add_profile(sub: Any) -> None:
     src = pp.add_mutually_exclusive_group(required=True)
     src.add_argument("--criteo", help="Criteo DAC TSV file (C1..C26 become tables)")
     src.add_argument("--synthetic", choices=["rm1", "rm2", "rm3"], help="a RecShard-shaped synthetic model")
-    pp.add_argument("--out", required=True)
-    pp.add_argument("--rows", type=int, default=100_000, help="hash buckets per Criteo table")
+    pp.add_argument("--out", required=True, help="the profile JSON file to write (python -m recgo plan --profile)")
+    pp.add_argument("--rows", type=int, default=None, help="hash buckets per Criteo table (default 100000)")
     pp.add_argument("--dim", type=int, default=64)
-    pp.add_argument("--tables", type=int, default=397, help="tables of a synthetic model")
+    pp.add_argument("--tables", type=int, default=None, help="tables of a synthetic model (default 397)")
     pp.add_argument("--fit-data", help="folder of real samples to fit a synthetic model's skew, coverage and "
                                        "pooling to (default: the paper's typical spread)")
-    pp.add_argument("--sample-rate", type=float, default=0.01)
-    pp.add_argument("--min-lookups", type=int, default=1000,
-                    help="warn for tables whose profile rests on fewer sampled lookups")
-    pp.add_argument("--batch-size", type=int, default=1024)
+    pp.add_argument("--sample-rate", type=float, default=None, help="share of Criteo rows sampled (default 0.01)")
+    pp.add_argument("--min-lookups", type=int, default=None,
+                    help="warn for tables whose profile rests on fewer sampled lookups (default 1000)")
+    pp.add_argument("--batch-size", type=int, default=None, help="rows per Criteo batch read (default 1024)")
     pp.add_argument("--steps", type=int, default=16, help="CDF quantile steps")
     pp.add_argument("--seed", type=int, default=0)
     pp.set_defaults(func=_profile)
@@ -80,6 +80,16 @@ def _add_profile(sub: Any) -> None:
 def _profile(args: argparse.Namespace) -> int:
     from . import planner as P
 
+    only = (("rows", 100_000), ("sample_rate", 0.01), ("min_lookups", 1000), ("batch_size", 1024)) if args.criteo \
+        else (("tables", 397),)
+    other = ("tables", "fit_data") if args.criteo else ("rows", "sample_rate", "min_lookups", "batch_size")
+    given = ["--" + k.replace("_", "-") for k in other if getattr(args, k) is not None]
+    if given:  # a flag of the other source would be silently ignored
+        raise InvalidInputError(f"{', '.join(given)} only applies to {'--synthetic' if args.criteo else '--criteo'} "
+                                "profiles")
+    for k, default in only:
+        if getattr(args, k) is None:
+            setattr(args, k, default)
     out = _writable_file(args.out)
     if args.criteo:
         from .planner.criteo import criteo_batches, criteo_tables
