@@ -25,7 +25,9 @@ The collection's ``state_dict()`` carries, for each dynamic table, only the rows
 consistent snapshot), beside its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``,
 ``dynamic_free``, the admission sketch and ``dynamic_meta``), so a checkpoint's size follows the
 rows used, not the bound; ``load_state_dict()`` restores it bit-exactly, so training resumes
-identically. The engine side is ``engine/dynamic`` (Go).
+identically. A checkpoint with none of a table's entries leaves it unchanged and torch reports its
+missing keys (``strict=False`` lists them, ``strict=True`` raises); one with some but not all of them
+raises ``InvalidInputError``. The engine side is ``engine/dynamic`` (Go).
 
 Train dynamic tables with a fused optimizer (``optimizer=`` of the collection): its state lives
 beside the rows and is reset when a row is evicted and given to a new ID. A torch optimizer's own
