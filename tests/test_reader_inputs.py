@@ -126,6 +126,13 @@ def test_nan_parameter_is_named() -> None:
         src.schema()
 
 
+@pytest.mark.parametrize("seed", [-1, 2**64, 1.5])
+def test_synthetic_seed_outside_uint64_is_named(seed: object) -> None:
+    src = SyntheticSource(10, [SyntheticField("u", 10)], seed=seed)  # type: ignore[arg-type]
+    with pytest.raises(recgo.InvalidInputError, match=r"SyntheticSource: seed must be an integer in \[0, 2\^64\)"):
+        src.schema()
+
+
 def test_sequence_separator_equal_to_the_delimiter_is_refused() -> None:
     with pytest.raises(recgo.InvalidInputError,
                        match=r"column 'q': the sequence separator ',' contains the delimiter ','"):

@@ -31,7 +31,9 @@ def test_lr_factor_warms_up_then_decays_to_zero() -> None:
 
 
 @pytest.mark.parametrize("field, value", [("warmup_steps", -1), ("warmup_steps", 1.5), ("lr_decay", "cosine"),
-                                          ("activation", "tanh"), ("holdout_events", 0)])
+                                          ("activation", "tanh"), ("holdout_events", 0), ("checkpoint_every", -1),
+                                          ("depth", -2), ("seed", -1), ("seed", 2**64), ("sparse_lr", float("nan")),
+                                          ("dense_lr", -1.0), ("dense_lr", float("inf")), ("sparse_lr", "0.1")])
 def test_bad_schedule_fields_are_refused(field: str, value: object) -> None:
     with pytest.raises(InvalidInputError, match=field):
         TrainConfig(**{field: value}).validate()

@@ -246,6 +246,8 @@ class SyntheticSource(Source):
     kind = "synthetic"
 
     def _options(self) -> dict[str, Any]:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**64:
+            raise InvalidInputError(f"SyntheticSource: seed must be an integer in [0, 2^64), got {self.seed!r}")
         cfg: dict[str, Any] = {"samples": int(self.samples), "seed": int(self.seed), "dense": int(self.dense),
                                "fields": [asdict(f) for f in self.fields]}
         if self.label is not None:

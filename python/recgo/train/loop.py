@@ -71,8 +71,16 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise InvalidInputError(f"warmup_steps must be a non-negative integer, got {self.warmup_steps!r}")
+        for name in ("warmup_steps", "checkpoint_every", "depth"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise InvalidInputError(f"{name} must be a non-negative integer, got {v!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**63:
+            raise InvalidInputError(f"seed must be an integer in [0, 2^63), got {self.seed!r}")
+        for name in ("sparse_lr", "dense_lr"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < float("inf"):
+                raise InvalidInputError(f"{name} must be a finite number ≥ 0, got {v!r}")
         if not isinstance(self.catalog, bool):
             raise InvalidInputError(f"catalog must be true or false, got {self.catalog!r}")
         if self.lr_decay not in LR_DECAYS:
