@@ -280,3 +280,21 @@ def test_assign_load_nested_in_a_model_copies_back(i: int) -> None:
     bad["0." + key.rpartition(".")[0] + ".optimizer_step"] = torch.tensor([-1])
     with pytest.raises(InvalidInputError, match="not an optimizer step"):
         m.load_state_dict({k[2:]: v for k, v in bad.items()})
+
+
+@pytest.mark.parametrize("i", [0, 1])
+def test_gradient_only_contexts_under_saved_tensor_hooks(i: int) -> None:
+    """The eager node keeps its context through saved-tensor hooks (save_on_cpu, non-reentrant
+    activation checkpointing) and frees it at the end of a backward without retain_graph."""
+    m, key, batch = _both()[i]
+    with torch.autograd.graph.save_on_cpu():
+        out = _out(m, batch)
+    out.sum().backward(retain_graph=True)
+    assert len(m._contexts) == 1
+    out.sum().backward()
+    assert len(m._contexts) == 0
+    ck = torch.utils.checkpoint.checkpoint(lambda b: _out(m, b) * 2, batch, use_reentrant=False)
+    ck.sum().backward()
+    grad = dict(m.named_parameters())[key].grad
+    assert torch.equal(grad[1], torch.full((4,), 4.0)) and torch.equal(grad[3], torch.full((4,), 4.0))
+    assert len(m._contexts) == 0

@@ -13,9 +13,8 @@ kept by ``retain_graph=True`` may run backward again.
 
 This works the same under ``torch.compile``: the compiled graph saves the ticket like any other
 tensor. The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node
-holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context; for
-a gradient-only backward it saves a :func:`holder` tensor instead, released with the graph's saved
-tensors (after a backward without ``retain_graph``).
+holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context (a
+gradient-only backward frees it at the end of its graph task unless the graph is retained).
 The store is safe for concurrent use (its dict and set operations are atomic under the GIL; a handle
 may be collected on any thread).
 """
@@ -55,14 +54,6 @@ NO_CONTEXT = ("recgo backward: no saved forward for this graph: with a fused opt
               "once (it updated the rows), so backward(retain_graph=True) followed by a second backward is not "
               "supported (sum the losses and call backward once, or use optimizer=None and a torch optimizer); "
               "or the forward ran without grad tracking")
-
-
-def holder(handle: Handle) -> torch.Tensor:
-    """A one-element tensor whose storage owns ``handle``: the handle is freed when the tensor's storage
-    is (a gradient-only eager graph saves it, see ``_eager.py``)."""
-    cell = _Cell(0)
-    cell.handle = handle  # type: ignore[attr-defined]
-    return torch.frombuffer(cell, dtype=torch.int64, count=1)
 
 
 class ContextStore:

@@ -12,7 +12,6 @@ path compile, export, dispatch modes and tensor subclasses see.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Callable, Sequence
 
 import torch
@@ -20,7 +19,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from .._lib import Handle
 from ..errors import InvalidInputError
-from ._contexts import NO_CONTEXT, holder
+from ._contexts import NO_CONTEXT
 
 #: Runs a forward: returns the outputs and the handle of the context it kept (``ContextStore.own``).
 Forward = Callable[[], "tuple[list[torch.Tensor], Handle]"]
@@ -42,8 +41,9 @@ def allowed(*tensors: torch.Tensor | None) -> bool:
 def lookup(forward: Forward, backward: Backward, params: Sequence[torch.Tensor], once: bool) -> list[torch.Tensor]:
     """Run ``forward`` under autograd: its outputs, whose gradients ``backward`` turns into the
     parameters' (the context handle it returns is kept for that backward). ``once``: the backward
-    consumes the context (a fused update), so the graph's backward runs once; otherwise the context
-    lives as long as the graph's saved tensors, so ``retain_graph=True`` allows another backward."""
+    consumes the context (a fused update), so the graph's backward runs once; otherwise it only reads
+    it, and the context is freed when the graph's saved tensors are (at the end of a backward without
+    ``retain_graph``), so ``retain_graph=True`` allows another backward."""
     return list(_Lookup.apply(forward, backward, once, *params))
 
 
@@ -55,14 +55,30 @@ def _alias(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=t.dtype).set_(t.untyped_storage(), t.storage_offset(), t.shape, t.stride())
 
 
+#: What a gradient-only node saves, only to learn when autograd frees the graph's saved tensors.
+_MARK = torch.empty(0)
+
+
+def _free_if_released(ctx: Any) -> None:
+    """At the end of a gradient-only backward's graph task: free the node's context unless the graph
+    was retained (its saved tensors still there: ``retain_graph=True``, another backward may come)."""
+    try:
+        ctx._raw_saved_tensors  # noqa: B018  # raises once autograd released them; unpacks nothing
+    except RuntimeError:
+        handle, ctx.handle = ctx.handle, None
+        if handle is not None:
+            handle.free()
+
+
 class _Lookup(torch.autograd.Function):
     """A collection's forward with its engine context kept for its backward.
 
     The node (``ctx``) holds the context's handle: the graph owns the context, which is freed by the
     (fused, ``once``) backward or, when the graph is dropped without one, with the node. No ticket
     tensor is needed (the custom ops need one: a compiled graph saves tensors only). A gradient-only
-    backward leaves the context alone: the node saves a :func:`holder` of it, which autograd releases
-    after a backward without ``retain_graph`` (or with the graph). Gradients are not materialised
+    backward only reads the context; once the graph task ends it frees the context unless the graph
+    was retained (``retain_graph=True``: the node's saved marker tensor is still there), so the
+    retained graph may run backward again. Gradients are not materialised
     (autograd would build a zero tensor per unused output on each backward); the unused outputs get
     theirs here."""
 
@@ -70,12 +86,9 @@ class _Lookup(torch.autograd.Function):
     def forward(ctx: Any, forward: Forward, backward: Backward, once: bool,
                 *params: torch.Tensor) -> tuple[torch.Tensor, ...]:
         outs, handle = forward()
-        ctx.backward, ctx.once = backward, once
-        if once:
-            ctx.handle = handle
-        else:  # the saved holder owns the context; the node only finds it
-            ctx.save_for_backward(holder(handle))
-            ctx.handle = weakref.ref(handle)
+        ctx.backward, ctx.once, ctx.handle = backward, once, handle
+        if not once:
+            ctx.save_for_backward(_MARK)  # tells _free_if_released whether the graph was retained
         ctx.shapes = [o.shape for o in outs]
         ctx.set_materialize_grads(False)
         return tuple(_alias(o) for o in outs)
@@ -85,8 +98,11 @@ class _Lookup(torch.autograd.Function):
         if ctx.once:
             handle, ctx.handle = ctx.handle, None  # taken once: a second backward of the graph finds none
         else:
-            ctx.saved_tensors  # noqa: B018  # torch's error for a second backward without retain_graph
-            handle = ctx.handle()
+            handle = ctx.handle
+            if handle is None:
+                ctx._raw_saved_tensors  # noqa: B018  # released: torch's error for a second backward
+            else:
+                torch.autograd.Variable._execution_engine.queue_callback(lambda: _free_if_released(ctx))
         if handle is None:
             raise InvalidInputError(NO_CONTEXT)
         filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.shapes)]
