@@ -90,8 +90,10 @@ def test_bad_names_and_values_are_caught_by_the_engine() -> None:
         FeatureEngine([Feature("a\x00b")])
     with pytest.raises(recgo.InvalidInputError, match=r'feature "a" op 0 \(filter\): 1.5 is not an int64'):
         FeatureEngine([Feature("a").filter([1.5])])
-    with pytest.raises(recgo.InvalidInputError, match="not JSON-encodable"):
+    with pytest.raises(recgo.InvalidInputError, match=r"features\['a'\]\.ops\[0\]\.boundaries\[0\] is nan"):
         FeatureEngine([Feature("a", dtype="float").bucketize([float("nan")])])
+    with pytest.raises(recgo.InvalidInputError, match="not JSON-encodable"):
+        FeatureEngine([Feature("a")._add("hash", seed=object())])
     with pytest.raises(recgo.InvalidInputError, match=r"feature spec: feature 0 \(\"a\"\) op 0: field \"seed\": want a non-negative integer, got a JSON string"):
         FeatureEngine([Feature("a")._add("hash", seed="7")])
     with pytest.raises(recgo.InvalidInputError, match="unknown top-level keys"):
