@@ -516,3 +516,25 @@ def test_a_silent_rank_makes_the_others_raise_at_the_timeout(world4: tuple[list[
     for r in range(WORLD - 1):
         assert "error" not in world4[0][r], world4[0][r].get("error")
         _check_failure(world4[0][r]["hang"], r, "hang")
+
+
+def test_save_replaces_the_shard_set_of_another_world_size(tmp_path: Path) -> None:
+    """A folder that held a world-3 checkpoint holds only the new world-1 set after save (load refused
+    the mixed folder: 'expected one complete set of shard files'), and load takes it."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    for r in range(3):
+        (ck / f"shard-{r}-of-3.pt").write_bytes(b"an older run's shard")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), seed=4)
+        sh.save(ck)
+        assert sorted(p.name for p in ck.iterdir()) == ["shard-0-of-1.pt"]
+        again = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), seed=5)
+        again.load(ck)
+        for c in configs():
+            assert torch.equal(again.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
+    finally:
+        dist.destroy_process_group()

@@ -21,7 +21,7 @@ from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_che
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
+from ._exchange import WIRE_DTYPES, Groups, PeerFailureError, agree, check_peers, drive, make_groups
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
@@ -456,7 +456,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
         """Write this rank's shards (IDs, weights, optimizer state, step) to
-        ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it."""
+        ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
+        every rank has written its file, rank 0 removes the shard files another world size left in the
+        folder, so that the folder holds one set and :meth:`load` takes it."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         g = self._groups
@@ -471,6 +473,17 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 doc[p + "state"] = shard.optimizer_state.clone()
         path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
         save_checkpoint(doc, path)
+        import torch.distributed as dist
+
+        try:
+            dist.barrier(group=g.world)  # every rank's new file is in place before the old set goes
+            if g.rank == 0:
+                for old in d.glob("shard-*-of-*.pt"):
+                    if old.stem.split("-of-")[-1] != str(g.world_size):
+                        old.unlink(missing_ok=True)
+            dist.barrier(group=g.world)  # and gone before any rank goes on (to load it, say)
+        except RuntimeError as exc:  # gloo's errors for a dead or late peer
+            raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not finish its part: {exc}") from exc
         return path
 
     def load(self, directory: str | os.PathLike[str]) -> None:
