@@ -235,3 +235,44 @@ def test_cli_ctrl_c_is_one_line_and_status_130(flags: list[str], hint: str, monk
     monkeypatch.setattr("recgo.train.cli.run_cli", interrupted)  # bound when main builds the parser
     assert main(["train", *flags]) == 130
     assert capsys.readouterr().err == hint
+
+
+def test_checkpoint_paths_are_checked_before_training(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from recgo.errors import InvalidInputError, RecgoIOError
+    from recgo.train import train
+
+    def no_training(cfg: TrainConfig) -> None:
+        raise AssertionError("the run started although its checkpoint path was wrong")
+
+    monkeypatch.setattr("recgo.train.run.make_source", no_training)
+    (tmp_path / "one.recgo").write_text("a single-process checkpoint")
+    with pytest.raises(InvalidInputError, match=r"one\.recgo is a single-process checkpoint \(a file\); --nproc 2"):
+        train(_small(nproc=2, checkpoint=str(tmp_path / "one")), ["recgo"])
+    (tmp_path / "ranks.torch").mkdir()
+    with pytest.raises(InvalidInputError, match=r"ranks\.torch is a folder \(an --nproc run's checkpoint\)"):
+        train(_small(checkpoint=str(tmp_path / "ranks")), ["torch"])
+    (tmp_path / "file").write_text("")
+    with pytest.raises(RecgoIOError, match="--checkpoint folder"):
+        train(_small(checkpoint=str(tmp_path / "file" / "sub" / "ck")), ["recgo"])
+
+
+def test_checkpoint_in_a_new_folder_is_written(tmp_path: Path) -> None:
+    from recgo.train import train
+
+    ck = tmp_path / "new" / "deeper" / "run"
+    train(_small(steps=2, eval_every=2, checkpoint=str(ck)), ["recgo"], progress=False)
+    assert (tmp_path / "new" / "deeper" / "run.recgo").is_file()
+
+
+@pytest.mark.parametrize("text, message", [("dist_timeout: abc\n", "dist_timeout must be positive seconds, got 'abc'"),
+                                           ("steps: '5'\n", "steps must be a positive integer, got '5'"),
+                                           ("steps: [\n", "not valid YAML")])
+def test_bad_yaml_values_are_one_line_errors(text: str, message: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("yaml")
+    from recgo.__main__ import main
+
+    (tmp_path / "c.yaml").write_text(text)
+    assert main(["train", "--config", str(tmp_path / "c.yaml"), "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1

@@ -58,7 +58,10 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     fields: dict[str, Any] = {}
     if args.config:
         yaml: Any = require_extra("yaml", "yaml", f"--config {args.config}")
-        loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise InvalidInputError(f"{args.config}: not valid YAML: {exc}".replace("\n", " ")) from exc
         if not isinstance(loaded, dict):
             raise InvalidInputError(f"{args.config}: expected a mapping of TrainConfig fields")
         known = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -78,6 +81,7 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
         if started is not None:
             fields["nproc"] = started[1]
     cfg = TrainConfig(**fields)
+    cfg.validate()  # before the arithmetic below uses its numbers
     source = None
     if args.epochs is not None:
         from .loop import make_source

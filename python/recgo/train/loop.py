@@ -99,7 +99,8 @@ class TrainConfig:
             raise InvalidInputError(f"exchange {self.exchange!r}: choose one of {EXCHANGES}")
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes <= 0 or self.nproc % self.nodes:
             raise InvalidInputError(f"nodes must be a positive divisor of nproc ({self.nproc}), got {self.nodes!r}")
-        if not float(self.dist_timeout) > 0:
+        if isinstance(self.dist_timeout, bool) or not isinstance(self.dist_timeout, (int, float)) \
+                or not self.dist_timeout > 0:
             raise InvalidInputError(f"dist_timeout must be positive seconds, got {self.dist_timeout!r}")
 
 

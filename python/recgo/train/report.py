@@ -65,9 +65,9 @@ def _placement(placement: dict[str, dict[str, str]]) -> list[str]:
     return [""] + lines if lines else []
 
 
-def prepare(out: str | Path) -> Path:
-    """Create the report folder and check that a file can be written there, so that a run whose report
-    could not be saved fails before it trains, not after (RecgoIOError naming the folder)."""
+def prepare(out: str | Path, what: str = "report folder") -> Path:
+    """Create the folder ``out`` and check that a file can be written there, so that a run whose report
+    or checkpoint could not be saved fails before it trains, not after (RecgoIOError naming ``what``)."""
     import tempfile
 
     from ..errors import RecgoIOError
@@ -78,7 +78,7 @@ def prepare(out: str | Path) -> Path:
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
-        raise RecgoIOError(f"report folder {out}: cannot write there ({exc.strerror or exc})") from exc
+        raise RecgoIOError(f"{what} {out}: cannot write there ({exc.strerror or exc})") from exc
     return out
 
 

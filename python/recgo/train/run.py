@@ -38,6 +38,8 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         _extras.require("torchrec", "the torchrec backend")
     if out is not None:  # a report that cannot be written fails now, not after the training
         prepare(out)
+    if cfg.checkpoint:
+        _check_checkpoints(cfg, backends)
     if cfg.nproc > 1:
         from .distributed import launch
 
@@ -65,6 +67,21 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     if out is not None:
         write(out, report)
     return report
+
+
+def _check_checkpoints(cfg: TrainConfig, backends: Sequence[str]) -> None:
+    """Before training: the checkpoints' folder can be written, and no backend's checkpoint path is
+    of the other kind (one process writes a file, N ranks a folder of per-rank files)."""
+    prepare(Path(cfg.checkpoint).parent, "--checkpoint folder")  # type: ignore[arg-type]
+    for backend in backends:
+        path = Path(_per_backend(cfg, backend).checkpoint)  # type: ignore[arg-type]
+        if cfg.nproc > 1 and path.is_file():
+            raise InvalidInputError(f"--checkpoint: {path} is a single-process checkpoint (a file); --nproc "
+                                    f"{cfg.nproc} writes a folder of per-rank files: give another --checkpoint")
+        if cfg.nproc == 1 and path.is_dir():
+            raise InvalidInputError(f"--checkpoint: {path} is a folder (an --nproc run's checkpoint); one process "
+                                    "writes a file: run with the --nproc it was written with, or give another "
+                                    "--checkpoint")
 
 
 def _per_backend(cfg: TrainConfig, backend: str) -> TrainConfig:
