@@ -181,3 +181,19 @@ def test_nested_training_state_round_trips_and_detects_damage(tmp_path: Path) ->
     except recgo.RecgoIOError:
         return
     assert torch.equal(again["model"]["weight"], model.weight.detach())  # a flip in padding changes nothing
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_checkpoint_files_follow_the_umask(tmp_path: Path, mask: int) -> None:
+    """save_state writes through a private temporary file; the checkpoint still gets the mode any file
+    open() makes (0666 less the umask), not mkstemp's 0600."""
+    import os
+
+    from recgo.modules import save_state
+
+    old = os.umask(mask)
+    try:
+        save_state({"w": torch.ones(3)}, tmp_path / "ck")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "ck").stat().st_mode & 0o777 == 0o666 & ~mask

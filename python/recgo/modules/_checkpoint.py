@@ -87,12 +87,27 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     return {k: v.detach() for k, v in state.items()}  # values only (a pickled requires_grad flag is not state)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux shows it (os.umask can only be read by
+    setting it, which races with other threads creating files)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
     """``torch.save(obj, path)`` that never leaves a half-written file: it writes a temporary file in
     the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint gets open()'s usual mode
         with os.fdopen(fd, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
