@@ -276,3 +276,14 @@ def test_bad_yaml_values_are_one_line_errors(text: str, message: str, tmp_path: 
     assert main(["train", "--config", str(tmp_path / "c.yaml"), "--no-progress", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("lines", [0, 1])
+def test_a_criteo_file_without_a_validation_line_is_named(lines: int, tmp_path: Path) -> None:
+    from recgo.errors import InvalidInputError
+    from recgo.train.data import CriteoFile
+
+    f = tmp_path / "tiny.txt"
+    f.write_text("\t".join(["1"] + ["0"] * 13 + ["68fd1e64"] * 26) + "\n" if lines else "")
+    with pytest.raises(InvalidInputError, match=rf"tiny\.txt: {lines} lines; the run needs training lines"):
+        CriteoFile(f, batch_size=1)

@@ -112,7 +112,8 @@ class _PipelineStream(Stream):
                 self._pipe.close()
                 self.epoch += 1
                 self._pipe = self._make(None)
-        raise InvalidInputError("the training data holds less than one batch")
+        raise InvalidInputError("the training data holds less than one batch (with --nproc N each rank reads "
+                                "1/N of it and --batch-size is per rank): lower --batch-size or give more data")
 
     def state_dict(self) -> dict[str, Any]:
         return {"epoch": self.epoch, "position": self._pipe.position()}
@@ -212,6 +213,9 @@ def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
         lines = path.read_bytes().splitlines(keepends=True)
     except OSError as exc:
         raise RecgoIOError(f"{path}: {exc}") from exc
+    if len(lines) < 2:
+        raise InvalidInputError(f"{path}: {len(lines)} lines; the run needs training lines and at least one "
+                                "validation line")
     n_val = max(1, int(len(lines) * fraction))
     for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
         write_once(target, lambda tmp, part=part: tmp.write_bytes(b"".join(part)))
