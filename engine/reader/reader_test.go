@@ -237,11 +237,7 @@ func TestCriteoMalformed(t *testing.T) {
 			require.NoError(t, os.WriteFile(path, []byte(goodLine+"\n"+c.line+"\n"+goodLine+"\n"), 0o644))
 			src, err := NewCriteo([]string{path}, CriteoOptions{})
 			require.NoError(t, err)
-			var b Batch
-			_, err = src.Read(&b, 10)
-			var pe *ParseError
-			require.ErrorAs(t, err, &pe)
-			assert.True(t, errors.Is(err, errs.ErrInvalid))
+			err = requireMalformed(t, src)
 			assert.Contains(t, err.Error(), path)
 			assert.Contains(t, err.Error(), c.want)
 			// Skipped and counted on request.
@@ -285,4 +281,16 @@ func TestBadOptions(t *testing.T) {
 	assert.True(t, errors.Is(err, errs.ErrInvalid))
 	_, err = NewCriteo([]string{"x"}, CriteoOptions{Options: Options{Rank: 2, WorldSize: 2}})
 	assert.ErrorContains(t, err, "rank 2 outside a world of 2")
+}
+
+// requireMalformed reads src's first batch and requires a ParseError classed invalid input; it
+// returns the error for the caller's checks of its text.
+func requireMalformed(t *testing.T, src Source) error {
+	t.Helper()
+	var b Batch
+	_, err := src.Read(&b, 10)
+	var pe *ParseError
+	require.ErrorAs(t, err, &pe)
+	assert.True(t, errors.Is(err, errs.ErrInvalid))
+	return err
 }

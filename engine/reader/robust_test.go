@@ -87,11 +87,7 @@ func checkTextCases(t *testing.T, cases []textCase) {
 			path := writeFile(t, "bad.txt", c.text)
 			src, err := c.open(path, false)
 			require.NoError(t, err)
-			var b Batch
-			_, err = src.Read(&b, 10)
-			var pe *ParseError
-			require.ErrorAs(t, err, &pe)
-			assert.True(t, errors.Is(err, errs.ErrInvalid))
+			err = requireMalformed(t, src)
 			assert.Contains(t, err.Error(), path+" "+c.want)
 			src, err = c.open(path, true)
 			require.NoError(t, err)
