@@ -53,3 +53,37 @@ func (t *Table) ApplyRows(rows []int64, grads []float32) error {
 	u.applyRows(t, rows, grads)
 	return nil
 }
+
+// Linear reports whether the table's fused update is linear in the gradient (SGD without weight
+// decay, outside a merged-update scope), so that ApplyLinear may replace ApplyRows.
+func (t *Table) Linear() bool { return linearUpdate(t.Opt) && t.pending == nil }
+
+// ApplyLinear takes one step of the table's linear fused update (see Linear) straight from
+// unmerged gradients: for each j in order, row rows[j] gets −lr times the Dim values of grads at
+// offs[j]. Rows may repeat; their contributions add up, so the result equals ApplyRows on the
+// gradients merged per row, up to float rounding, without the merge pass or its buffer. The step
+// counter advances by one, as in ApplyRows.
+func (t *Table) ApplyLinear(rows []int64, grads []float32, offs []int64) error {
+	if !t.Linear() {
+		return errs.Invalidf("table %q: its update (%v) is not linear in the gradient; merge the gradients and use ApplyRows", t.Name, t.Opt.Kind)
+	}
+	if len(offs) != len(rows) {
+		return errs.Invalidf("table %q: %d gradient offsets for %d rows", t.Name, len(offs), len(rows))
+	}
+	d := int64(t.Dim)
+	for j, r := range rows {
+		if r < 0 || r >= t.rows {
+			return errs.Invalidf("table %q: row %d out of range [0, %d)", t.Name, r, t.rows)
+		}
+		if o := offs[j]; o < 0 || o+d > int64(len(grads)) {
+			return errs.Invalidf("table %q: gradient offset %d outside the %d values given", t.Name, o, len(grads))
+		}
+	}
+	t.Step[0]++
+	add := scaledAdder{dst: t.Data, src: grads, stride: t.Stride, dim: t.Dim, alpha: -float32(t.Opt.LR)}
+	for j, r := range rows {
+		add.add(r, offs[j])
+	}
+	add.flush()
+	return nil
+}

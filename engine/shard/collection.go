@@ -130,6 +130,14 @@ func (c *Collection) Apply(t int, rows []int64, grads []float32) error {
 	return c.Shards[t].ApplyRows(rows, grads)
 }
 
+// Linear implements LinearStore.
+func (c *Collection) Linear(t int) bool { return c.Shards[t].Linear() }
+
+// ApplyLinear implements LinearStore.
+func (c *Collection) ApplyLinear(t int, rows []int64, grads []float32, offs []int64) error {
+	return c.Shards[t].ApplyLinear(rows, grads, offs)
+}
+
 // Step is one training step of a rank: its batch's local dedup, the exchange that brings the
 // rows (or the owners' partial sums), the pooling, and later the backward exchange. Steps of one
 // collection may coexist (each owns its buffers); every rank must run the exchanges of its steps in

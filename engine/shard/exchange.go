@@ -58,6 +58,18 @@ type Store interface {
 	Apply(t int, rows []int64, grads []float32) error
 }
 
+// LinearStore is a Store whose tables may take a linear update (SGD without weight decay) straight
+// from every requested entry's gradient: duplicates add up in the row, so the owner skips the
+// merge per distinct row and its buffer (embedding.Table.ApplyLinear).
+type LinearStore interface {
+	Store
+	// Linear reports whether table t's shard has a linear fused update.
+	Linear(t int) bool
+	// ApplyLinear takes one step on table t's shard: row rows[j] gets the update of the dim values
+	// of grads at offs[j], for each j in order.
+	ApplyLinear(t int, rows []int64, grads []float32, offs []int64) error
+}
+
 // leg is the state of one hop of a step's route at this rank.
 type leg struct {
 	hop
@@ -91,6 +103,7 @@ type Exchange struct {
 	ownerRows [][]int64     // their shard rows
 	vecs      [][][]float32 // [leg or owner][table]: rows of that level's items (level 0: then partials)
 	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
+	direct    []gradEntries // owner, fused: per table with a linear update, its unmerged gradients
 	fused     bool
 
 	pre []TablePartition // requester: leg 0's partition per table, computed ahead (nil: countStage computes it)
@@ -170,6 +183,7 @@ func (x *Exchange) Backward(grads [][]float32, fused bool) error {
 		}
 	}
 	x.fused = fused
+	x.direct = make([]gradEntries, len(x.layouts))
 	x.grads = make([][][]float32, len(x.legs)+1)
 	x.grads[0] = grads
 	for h := range x.legs {
@@ -274,6 +288,12 @@ func (x *Exchange) apply() error {
 	}
 	top := x.grads[len(x.legs)]
 	for t := range x.layouts {
+		if e := x.direct[t]; e.g != nil {
+			if err := x.applyDirect(t, e); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := x.store.Apply(t, x.ownerRows[t], top[t]); err != nil {
 			return err
 		}
@@ -281,6 +301,20 @@ func (x *Exchange) apply() error {
 	x.release([][][]float32{top})
 	x.grads[len(x.legs)] = make([][]float32, len(x.layouts)) // applied: nothing left to hand out
 	return nil
+}
+
+// applyDirect hands table t's unmerged gradients to its shard's linear update, each entry's
+// gradient to the shard row of its distinct ID.
+func (x *Exchange) applyDirect(t int, e gradEntries) error {
+	rows := x.pools.ints().get(len(e.dst))
+	for j, u := range e.dst {
+		rows[j] = x.ownerRows[t][u]
+	}
+	err := x.store.(LinearStore).ApplyLinear(t, rows, e.g, e.src)
+	x.pools.ints().put(rows, e.src)
+	x.pools.floats().put(e.g)
+	x.direct[t] = gradEntries{}
+	return err
 }
 
 // forwardDone reports whether the forward exchange has finished and its rows are still held.

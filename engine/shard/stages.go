@@ -278,7 +278,20 @@ func (x *Exchange) gradStage(h int) stage {
 				out[t] = x.pools.floats().get(nextN(t) * x.dims[t])
 			}
 			at := x.blockOffsets(lg, lg.recvVec)
-			parallel.ForEach(T, 1, func(t int) { x.mergeGrads(out[t], lg, h, t, recv, at) })
+			last := h+1 == len(x.legs)
+			parallel.ForEach(T, 1, func(t int) {
+				e := x.gradEntries(lg, h, t, recv, at)
+				if last && x.fused && e.w == nil && x.linear(t) {
+					// a linear update needs no merge: the owner adds each entry's gradient to its
+					// row in apply (the buffer moves there, out of the release below)
+					x.direct[t], x.grads[h][t] = e, nil
+					x.pools.floats().put(out[t])
+					out[t] = nil
+					return
+				}
+				mergeInto(out[t], e.g, e.dst, e.src, 1, e.w, x.dims[t], x.pools.ints())
+				x.pools.ints().put(e.src)
+			})
 			x.release([][][]float32{x.grads[h]})
 			x.grads[h] = nil
 			x.grads[h+1] = out
@@ -305,12 +318,12 @@ func (x *Exchange) blockOffsets(lg *leg, cnt []int64) []int64 {
 	return at
 }
 
-// mergeGrads merges table t's gradients arriving at leg h into out (one row per distinct ID of the
-// next level): every received ID's gradient, or for a block this rank pooled, each segment's
-// gradient spread to its values' rows (times their weights), added per row in arrival order
-// (source, then entry), the rank's own block read in place from its level-h gradients. The blocks
-// that arrived are appended to those gradients so that one buffer holds every source.
-func (x *Exchange) mergeGrads(out []float32, lg *leg, h, t int, recv []float32, at []int64) {
+// gradEntries lists table t's gradients arriving at leg h, to be merged into one row per distinct
+// ID of the next level: every received ID's gradient, or for a block this rank pooled, each
+// segment's gradient spread to its values' rows (times their weights), in arrival order (source,
+// then entry), the rank's own block read in place from its level-h gradients. The blocks that
+// arrived are appended to those gradients so that one buffer (the entries' g) holds every source.
+func (x *Exchange) gradEntries(lg *leg, h, t int, recv []float32, at []int64) gradEntries {
 	T, dim := len(x.layouts), x.dims[t]
 	g := x.grads[h][t]
 	var remote int
@@ -384,6 +397,23 @@ func (x *Exchange) mergeGrads(out []float32, lg *leg, h, t int, recv []float32, 
 		}
 		base += n
 	}
-	mergeInto(out, g, dst, src, 1, w, dim, x.pools.ints())
-	x.pools.ints().put(src)
+	return gradEntries{g: g, dst: dst, src: src, w: w}
+}
+
+// gradEntries are one table's gradients at a leg, before their merge: per entry, its item of the
+// next level (dst), where its gradient starts in g (src) and its weight (w; nil: every entry
+// weighs 1).
+type gradEntries struct {
+	g   []float32
+	dst []int32
+	src []int64
+	w   []float32
+}
+
+// linear reports whether table t's shard takes its fused update straight from unmerged gradients
+// (embedding.Table.Linear), so the owner skips the merge per distinct row. A data-parallel table's
+// merged gradients are all-reduced over the replicas first (replica.go).
+func (x *Exchange) linear(t int) bool {
+	ls, ok := x.store.(LinearStore)
+	return ok && x.layouts[t].Kind != DataParallel && ls.Linear(t)
 }
