@@ -20,7 +20,9 @@
 // widths; a rank's own block never enters the all-to-all. Backward mirrors it:
 // gradients merged per distinct row at the requester (kernels.SegmentScatter), sent along the
 // same route, merged at every stop ([MergeRows]) and applied by the owner's fused optimizer
-// ([embedding.Table.ApplyRows]). Data-parallel tables exchange only their gradients (replica.go).
+// ([embedding.Table.ApplyRows]); a linear update (SGD without weight decay) skips the owner's
+// merge and adds each entry's gradient to its row ([LinearStore]). Data-parallel tables exchange
+// only their gradients (replica.go).
 //
 // The input pipeline may do a step's local dedup and its first leg's partition by owner ahead of it,
 // on its own goroutines ([Partitioner], partition.go); [Collection.BeginPrepared] then begins the
