@@ -311,14 +311,20 @@ def _mismatch_phase(rank: int, world: int) -> dict:
     raise InvalidInputError naming the rank and the table."""
     from recgo.distributed import ShardedEmbeddingBagCollection
 
+    def build(cfgs: list, sharding: dict) -> dict:
+        try:
+            ShardedEmbeddingBagCollection(cfgs, sharding, optimizer=optim.SGD(lr=0.1), timeout=FAIL_TIMEOUT)
+        except recgo.InvalidInputError as exc:
+            return {"error_type": type(exc).__name__, "message": str(exc)}
+        return {"error_type": None}
+
     cfgs = configs()
     if rank == world - 1:
         cfgs[1] = recgo.EmbeddingBagConfig(40, 16, "tt", ["t1"], pooling="mean")
-    try:
-        ShardedEmbeddingBagCollection(cfgs, SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), timeout=FAIL_TIMEOUT)
-    except recgo.InvalidInputError as exc:
-        return {"error_type": type(exc).__name__, "message": str(exc)}
-    return {"error_type": None}
+    got = build(cfgs, SHARDING | {"tp": "hash"})
+    last = rank == world - 1
+    got["sharding"] = build(configs(), SHARDING | {"tp": "hash", "th": "row_wise" if last else "hash"})
+    return got
 
 
 def _reshard_run(rank: int, world: int, ckpt: str) -> dict:
@@ -504,7 +510,11 @@ def test_ranks_that_build_different_collections_all_raise_a_named_error(world2: 
     got = world2[0][0]["mismatch"]
     assert got["error_type"] == "InvalidInputError", got
     assert "rank 1 builds the ShardedEmbeddingBagCollection differently from rank 0" in got["message"], got
-    assert "table 1: ('tt', 40, 16," in got["message"] and "('tt', 40, 8," in got["message"], got
+    assert "table 1: ('tt', 40, 16, ('t1',), 'mean'," in got["message"] and "('tt', 40, 8," in got["message"], got
+    other = got["sharding"]  # the sharding by its names, as the caller gave it, not the engine's codes
+    assert other["error_type"] == "InvalidInputError", other
+    assert "sharding: ('row_wise', 'table_wise on rank 1'" in other["message"], other
+    assert "('hash', 'table_wise on rank 1'" in other["message"], other
 
 
 def test_a_killed_rank_makes_the_survivor_raise_within_the_timeout(world2: tuple[list[dict], Path]) -> None:

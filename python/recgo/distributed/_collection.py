@@ -192,11 +192,15 @@ class ShardedEmbeddingBagCollection(nn.Module):
         g = self._groups
         desc: dict[str, Any] = {
             f"table {i}": (c.name, c.num_embeddings, c.embedding_dim, tuple(c.feature_names),
-                                        c.pooling_code(), c.weight_init_min, c.weight_init_max)
+                           ("sum", "mean")[c.pooling_code()], c.weight_init_min, c.weight_init_max)
             for i, c in enumerate(self._configs)}
-        desc.update(tables=len(self._configs), sharding=tuple(self._kinds), owner_pooling=tuple(self._returns),
-                    mode=self._mode, topology=(g.nodes, g.ranks_per_node),
-                    optimizer=self._optimizer.params() if self._optimizer is not None else None,
+        # names, not the engine's codes: a rank that differs sees what it passed in the message
+        sharding = tuple(f"{n} on rank {r}" if SHARDING_TYPES[n] == SHARDING_TYPES["table_wise"] else n
+                         for n, (_, r) in zip(self._sharding_names, self._kinds))
+        returns = {code: name for name, code in RETURNS.items()}
+        desc.update(tables=len(self._configs), sharding=sharding, owner_pooling=tuple(returns[r] for r in self._returns),
+                    mode=self._mode, topology=f"{g.nodes} nodes × {g.ranks_per_node} ranks",
+                    optimizer=repr(self._optimizer) if self._optimizer is not None else None,
                     is_weighted=self._is_weighted, seed=seed, wire_dtype=wire_dtype)
         return desc
 
