@@ -287,3 +287,22 @@ def test_a_criteo_file_without_a_validation_line_is_named(lines: int, tmp_path: 
     f.write_text("\t".join(["1"] + ["0"] * 13 + ["68fd1e64"] * 26) + "\n" if lines else "")
     with pytest.raises(InvalidInputError, match=rf"tiny\.txt: {lines} lines; the run needs training lines"):
         CriteoFile(f, batch_size=1)
+
+
+@pytest.mark.parametrize("bad", [3, 18])  # a training line, a validation line (the last 10 % of 20)
+def test_a_bad_criteo_line_is_named_by_the_users_file_and_line(bad: int, tmp_path: Path) -> None:
+    """The run reads cached copies of the file's training and validation splits; an error names the
+    user's file and line, not the copy's."""
+    from recgo.errors import InvalidInputError
+    from recgo.train.data import CriteoFile
+
+    good = "\t".join(["1"] + ["0"] * 13 + ["68fd1e64"] * 26) + "\n"
+    f = tmp_path / "mine.txt"
+    f.write_text("".join("x\tbad\n" if i == bad else good for i in range(1, 21)))
+    src = CriteoFile(f, batch_size=1, validation_fraction=0.1)
+    want = rf"{tmp_path}/mine\.txt line {bad} column 1 \(label\)"
+    with pytest.raises(InvalidInputError, match=want):
+        src.validation()
+        it = src.stream(depth=0)
+        for _ in range(18):
+            next(it)

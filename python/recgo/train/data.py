@@ -27,13 +27,15 @@ import copy
 import csv
 import hashlib
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from ..errors import InvalidInputError, RecgoIOError
+from ..errors import InvalidInputError, RecgoError, RecgoIOError
 from ..sparse import KeyedJaggedTensor
 from ._files import derived_path, write_once
 
@@ -98,8 +100,9 @@ class Source:
 class _PipelineStream(Stream):
     """Epochs of a :class:`recgo.DataPipeline` over one source."""
 
-    def __init__(self, make: Any, state: dict[str, Any] | None) -> None:
-        self._make = make
+    def __init__(self, make: Any, state: dict[str, Any] | None,
+                 relabel: Callable[[RecgoError], RecgoError] = lambda e: e) -> None:
+        self._make, self._relabel = make, relabel
         self.epoch = int(state["epoch"]) if state else 0
         self._pipe = make(state["position"] if state else None)
 
@@ -112,6 +115,11 @@ class _PipelineStream(Stream):
                 self._pipe.close()
                 self.epoch += 1
                 self._pipe = self._make(None)
+            except RecgoError as exc:
+                new = self._relabel(exc)
+                if new is exc:
+                    raise
+                raise new from exc
         raise InvalidInputError("the training data holds less than one batch (with --nproc N each rank reads "
                                 "1/N of it and --batch-size is per rank): lower --batch-size or give more data")
 
@@ -164,7 +172,11 @@ class _PipelineSource(Source):
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
         return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables, self.rank,
-                                                          self.world_size, shard), state)
+                                                          self.world_size, shard), state, self._relabel)
+
+    def _relabel(self, exc: RecgoError) -> RecgoError:
+        """The error a reader raised, in the terms of the user's input (the source's own files as is)."""
+        return exc
 
 
 class SyntheticCriteo(_PipelineSource):
@@ -254,10 +266,22 @@ class CriteoFile(_PipelineSource):
             from ..data import CriteoSource
             from ..pipeline import DataPipeline
 
-            pipe = DataPipeline(CriteoSource(self._valpath), self._engine, self.batch_size, depth=0, rank=0,
-                                world_size=1)
-            self._val = _collect(pipe)
+            try:
+                pipe = DataPipeline(CriteoSource(self._valpath), self._engine, self.batch_size, depth=0, rank=0,
+                                    world_size=1)
+                self._val = _collect(pipe)
+            except RecgoError as exc:
+                raise self._relabel(exc) from exc
         return self._val
+
+    def _relabel(self, exc: RecgoError) -> RecgoError:
+        """A reader's error about the cached training or validation split, naming the user's file and
+        its line instead (the validation split's line k is the file's line n_train + k)."""
+        msg = str(exc)
+        for split, base in ((self._train, 0), (self._valpath, self._n_train)):
+            msg = re.sub(re.escape(str(split)) + r"(?: line (\d+))?",
+                         lambda m, base=base: f"{self.path}" + (f" line {int(m[1]) + base}" if m[1] else ""), msg)
+        return exc if msg == str(exc) else type(exc)(msg)
 
 
 class _IndexStream(Stream):

@@ -55,9 +55,14 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         bar = _progress(cfg.steps, backend, progress)
         if bar is not None:
             bar.update(trainer.step)
-        runs[backend] = trainer.run(progress=bar)
-        if bar is not None:
-            bar.close()
+        try:
+            runs[backend] = trainer.run(progress=bar)
+        except BaseException:
+            trainer.close()  # its pipeline threads stop here, not at exit
+            raise
+        finally:
+            if bar is not None:
+                bar.close()  # a failure's message then starts on a line of its own
         if per_backend.checkpoint:
             trainer.save(per_backend.checkpoint)
         trainer.close()
@@ -157,9 +162,14 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress:
             bar.update(trainer.step)
         if fail_at is not None and world.rank == fail_at[0]:
             _fail_at(trainer, fail_at[1])
-        history = trainer.run(progress=bar)
-        if bar is not None:
-            bar.close()
+        try:
+            history = trainer.run(progress=bar)
+        except BaseException:
+            trainer.close()
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
         if per_backend.checkpoint:
             trainer.save(per_backend.checkpoint)
         runs[backend] = _merge(world.gather(asdict(history)))
