@@ -33,10 +33,14 @@ computing them on the same scores). A rank that raises makes the launcher raise
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import socket
 import tempfile
 import traceback
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -173,9 +177,10 @@ def build_torchrec(tables: Sequence[Any], dim: int, optim: Any, weights: dict[st
     kinds = [ShardingType.TABLE_WISE.value, ShardingType.COLUMN_WISE.value, ShardingType.TABLE_COLUMN_WISE.value,
              ShardingType.ROW_WISE.value, ShardingType.TABLE_ROW_WISE.value]
     constraints = {t.name: ParameterConstraints(sharding_types=kinds) for t in tables}
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world.size, compute_device="cpu"),
-                                       constraints=constraints)
-    plan = planner.collective_plan(ebc, [sharder], dist.GroupMember.WORLD)
+    with _quiet_torchrec_planner():
+        planner = EmbeddingShardingPlanner(topology=Topology(world_size=world.size, compute_device="cpu"),
+                                           constraints=constraints)
+        plan = planner.collective_plan(ebc, [sharder], dist.GroupMember.WORLD)
     module = DistributedModelParallel(ebc, device=torch.device("cpu"), plan=plan, sharders=[sharder],
                                       env=ShardingEnv.from_process_group(dist.GroupMember.WORLD))
     with torch.no_grad():
@@ -188,6 +193,22 @@ def build_torchrec(tables: Sequence[Any], dim: int, optim: Any, weights: dict[st
                 piece.copy_(full[r0:r0 + piece.shape[0], c0:c0 + piece.shape[1]])
     placed = {name: f"{ps.sharding_type}@{ps.ranks}" for mp in plan.plan.values() for name, ps in mp.items()}
     return module, placed
+
+
+@contextlib.contextmanager
+def _quiet_torchrec_planner() -> Iterator[None]:
+    """Hold back the TorchRec planner's advice about its own GPU-oriented defaults (building a Topology
+    directly, its storage reservation's dry-run estimates): it prints on every rank of every run, and
+    nothing in a CPU job can act on it. Errors still come through."""
+    logger = logging.getLogger("torchrec.distributed.planner")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=FutureWarning, module=r"torchrec\.distributed\.planner")
+            yield
+    finally:
+        logger.setLevel(level)
 
 
 def _table_key(key: str) -> str | None:
