@@ -278,6 +278,16 @@ def test_bad_yaml_values_are_one_line_errors(text: str, message: str, tmp_path: 
     assert message in err and err.count("\n") == 1
 
 
+def test_a_missing_config_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("yaml")
+    from recgo.__main__ import main
+
+    missing = tmp_path / "nope.yaml"
+    assert main(["train", "--config", str(missing), "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert f"config: {missing} is not a file" in err and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("lines", [0, 1])
 def test_a_criteo_file_without_a_validation_line_is_named(lines: int, tmp_path: Path) -> None:
     from recgo.errors import InvalidInputError

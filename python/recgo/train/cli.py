@@ -36,7 +36,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--config", default=None, help="YAML file with any TrainConfig field (flags win)")
     p.add_argument("--out", default="train-report", help="folder for report.json, report.md and plots")
     p.add_argument("--checkpoint", default=None, help="checkpoint path prefix (one file per backend)")
-    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints")
+    p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints (default 0: only at the end)")
     p.add_argument("--resume", action="store_true", help="continue each backend from its checkpoint")
     p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes")
     p.add_argument("--seed", type=int, default=None)
@@ -58,8 +58,11 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     fields: dict[str, Any] = {}
     if args.config:
         yaml: Any = require_extra("yaml", "yaml", f"--config {args.config}")
+        cfg_path = Path(args.config)
+        if not cfg_path.is_file():
+            raise InvalidInputError(f"config: {args.config} is not a file")
         try:
-            loaded = yaml.safe_load(Path(args.config).read_text()) or {}
+            loaded = yaml.safe_load(cfg_path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise InvalidInputError(f"{args.config}: not valid YAML: {exc}".replace("\n", " ")) from exc
         if not isinstance(loaded, dict):
