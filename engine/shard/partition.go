@@ -31,8 +31,7 @@ type TablePartition struct {
 func partition(l *Layout, self int, h *hop, ids []int64, p TablePartition) {
 	clear(p.Count)
 	for i, id := range ids {
-		o, _ := l.Owner(id, self)
-		d := h.dest(o)
+		d := h.dest(l.OwnerRank(id, self))
 		p.Dest[i] = int32(d)
 		p.Count[d]++
 	}

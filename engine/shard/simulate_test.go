@@ -112,6 +112,7 @@ func TestLayoutsPartitionTheRows(t *testing.T) {
 				require.NoError(t, l.Locate(r, ids, rows))
 				for j, id := range ids {
 					require.Equal(t, int64(j), rows[j], "%s W=%d: id %d", k, W, id)
+					require.Equal(t, r, l.OwnerRank(id, r), "%s W=%d: id %d's owner", k, W, id)
 					holders[id]++
 				}
 			}

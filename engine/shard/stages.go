@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
 )
 
@@ -133,12 +132,8 @@ func (x *Exchange) lookup() error {
 	top := make([][]float32, T)
 	for t, ids := range x.owner {
 		rows := make([]int64, len(ids))
-		for i, id := range ids {
-			o, r := x.layouts[t].Owner(id, x.self)
-			if o != x.self {
-				return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", x.layouts[t].Name, id, x.self, o)
-			}
-			rows[i] = r
+		if err := x.layouts[t].OwnRows(x.self, ids, rows); err != nil {
+			return err
 		}
 		x.ownerRows[t] = rows
 		top[t] = x.pools.floats().get(len(rows) * x.dims[t])
