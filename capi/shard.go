@@ -8,6 +8,7 @@ import "C"
 
 import (
 	"errors"
+	"math"
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/shard"
@@ -317,18 +318,33 @@ func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf
 	})
 }
 
-// recgo_shard_backward merges the step's output gradient ([B, width] float32) per distinct ID and
-// queues the backward exchange (fused != 0: the owners apply their optimizers at its end).
+// recgo_shard_backward merges scale × the step's output gradient ([B, width] float32) per distinct
+// ID and queues the backward exchange (fused != 0: the owners apply their optimizers at its end;
+// scale 1/world is TorchRec's gradient division).
 //
 //export recgo_shard_backward
-func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		s, g, err := lookupView[*shard.Step, float32](sh, "shard step", gradPtr, n, "grad_output")
 		if err != nil {
 			return err
 		}
-		return s.Backward(g, fused != 0)
+		f, err := gradScale(scale)
+		if err != nil {
+			return err
+		}
+		return s.BackwardScaled(g, f, fused != 0)
 	})
+}
+
+// gradScale checks a backward's gradient scale: a finite positive number that stays positive as a
+// float32.
+func gradScale(v C.double) (float32, error) {
+	s := float64(v)
+	if math.IsNaN(s) || math.IsInf(s, 0) || s <= 0 || float32(s) == 0 || math.IsInf(float64(float32(s)), 0) {
+		return 0, errs.Invalidf("gradient scale %v must be a finite positive number", s)
+	}
+	return float32(s), nil
 }
 
 // recgo_shard_owner_grads copies, for table t, the shard rows this rank owns that the step touched

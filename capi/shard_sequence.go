@@ -54,17 +54,21 @@ func recgo_shard_seq_gather(sq C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, 
 	})
 }
 
-// recgo_shard_seq_backward merges the per-lookup gradient (recgo_shard_seq_gather's layout, n float32
+// recgo_shard_seq_backward merges scale × the per-lookup gradient (recgo_shard_seq_gather's layout, n float32
 // values) per distinct ID and queues the backward exchange on the step (fused != 0: the owners apply
 // their optimizers at its end).
 //
 //export recgo_shard_seq_backward
-func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		q, g, err := lookupView[*shard.SequenceStep, float32](sq, "sequence shard step", gradPtr, n, "grad_output")
 		if err != nil {
 			return err
 		}
-		return q.Backward(g, fused != 0)
+		f, err := gradScale(scale)
+		if err != nil {
+			return err
+		}
+		return q.BackwardScaled(g, f, fused != 0)
 	})
 }

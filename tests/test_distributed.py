@@ -241,6 +241,23 @@ def _pooled_cases(rank: int, world: int) -> list[int]:
     return out
 
 
+def _division_case(rank: int, world: int) -> dict:
+    """The same step with and without gradient_division, dense gradients (optimizer=None): each
+    shard's gradient with division, and world × it, next to the summed one."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    local = WORLD * B_LOCAL // world
+    kjt = global_batch(0, WORLD)
+    R = step_grad(kjt, 0, rank, world, local)
+    grads = {}
+    for div in (False, True):
+        sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, seed=5, timeout=60,
+                                           gradient_division=div)
+        (sh(local_batch(kjt, rank, local)).values() * R).sum().backward()
+        grads[div] = {c.name: sh.embedding_bags[c.name].weight.grad.clone() for c in configs()}
+    return {"sum": grads[False], "divided": grads[True], "world": world}
+
+
 def _fp16_case(rank: int, world: int) -> dict:
     """The opt-in lossy float16 wire next to the exact one on the same steps: the bytes both sent
     and how far the fp16 run's outputs and weights drifted from the single-process collection's."""
@@ -299,7 +316,8 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
     if world == 1:
         return {}
     try:
-        pooled: dict = {"pooled": _pooled_cases(rank, world), "fp16": _fp16_case(rank, world)}
+        pooled: dict = {"pooled": _pooled_cases(rank, world), "fp16": _fp16_case(rank, world),
+                        "division": _division_case(rank, world)}
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     return {**pooled, "mismatch": _mismatch_phase(rank, world), "kill": _fail_phase(rank, world, "kill")}
@@ -469,6 +487,31 @@ def test_fp16_wire_is_opt_in_lossy_and_smaller(world2: tuple[list[dict], Path]) 
     fp16 = res["fp16"]
     assert fp16["bytes"]["fp16"] < 0.8 * fp16["bytes"]["fp32"], fp16
     assert 0 < fp16["err"] < 5e-3, fp16
+
+
+def test_gradient_division_divides_each_ranks_gradient_by_the_world(world2: tuple[list[dict], Path]) -> None:
+    """gradient_division=True (TorchRec's default): the owners apply the ranks' gradients divided by
+    the world size, so every shard's gradient is the summed one over the world size (rank 0's: the
+    last rank is killed in the failure phase that follows)."""
+    res = world2[0][0]
+    assert "pooled_error" not in res, res.get("pooled_error")
+    got = res["division"]
+    assert got["world"] == 2
+    for name, summed in got["sum"].items():
+        assert summed.numel() == 0 or summed.abs().sum() > 0, name
+        torch.testing.assert_close(got["divided"][name] * 2, summed, rtol=1e-6, atol=1e-7)
+
+
+def test_gradient_division_must_be_a_bool(tmp_path: Path) -> None:
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import InvalidInputError
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(InvalidInputError, match="gradient_division: expected True or False, got 2"):
+            ShardedEmbeddingBagCollection(configs(), "hash", gradient_division=2)  # type: ignore[arg-type]
+    finally:
+        dist.destroy_process_group()
 
 
 # -- failures ----------------------------------------------------------------------------------------

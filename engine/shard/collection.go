@@ -325,6 +325,12 @@ func (c *Collection) checkFused(fused bool, what string) error {
 // exchange; with fused, the owners apply their optimizers at its end, otherwise the owners' merged
 // gradients are left in s.X.
 func (s *Step) Backward(gradOut []float32, fused bool) error {
+	return s.BackwardScaled(gradOut, 1, fused)
+}
+
+// BackwardScaled is Backward of scale × gradOut, the factor applied in the merge's one pass over
+// the gradient (gradient division: 1/world makes the owners' sum over the ranks a mean).
+func (s *Step) BackwardScaled(gradOut []float32, scale float32, fused bool) error {
 	c := s.c
 	if !s.pooled {
 		return errs.Invalidf("backward: the step's forward did not finish")
@@ -336,6 +342,13 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 		return err
 	}
 	B, T := s.B, len(c.Layouts)
+	scales := s.scales // per bag: 1, or 1/length for mean pooling
+	if scale != 1 {
+		scales = make([]float32, len(s.scales))
+		for i, v := range s.scales {
+			scales[i] = v * scale
+		}
+	}
 	grads := make([][]float32, T)
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
@@ -350,7 +363,7 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 			if p.Weights != nil {
 				w = p.Weights[e0:e1]
 			}
-			kernels.SegmentScatter(acc, d, p.Slots[e0:e1], -1, gradOut, c.colOff[f], c.width, bnd, w, s.scales[k*B:(k+1)*B])
+			kernels.SegmentScatter(acc, d, p.Slots[e0:e1], -1, gradOut, c.colOff[f], c.width, bnd, w, scales[k*B:(k+1)*B])
 		}
 		grads[t] = acc
 	})

@@ -99,6 +99,21 @@ type testWorld struct {
 	topo  Topology
 	ranks []*Collection
 	ref   *embedding.Collection
+	// gradScale, when set, is the ranks' BackwardScaled factor; the reference gets the gradient
+	// times it
+	gradScale float32
+}
+
+// scaled returns g times the world's gradient scale (a copy) and the scale (1 when unset).
+func (w *testWorld) scaled(g []float32) ([]float32, float32) {
+	if w.gradScale == 0 {
+		return g, 1
+	}
+	out := make([]float32, len(g))
+	for i, v := range g {
+		out[i] = v * w.gradScale
+	}
+	return out, w.gradScale
 }
 
 // The world most lockstep tests share: one table of each sharding kind (rows and dims per table),
@@ -227,6 +242,16 @@ func TestShardedStepsMatchOneCollection(t *testing.T) {
 			}
 		}
 	}
+	// gradient division: the ranks' BackwardScaled(g, 1/4) equals the reference's backward of g/4,
+	// partial sums included (SGD: the adaptive optimizers barely depend on the gradient's scale)
+	t.Run("2x2/flat/pooled/sgd/weighted/scaled", func(t *testing.T) {
+		w := newTestWorld(t, 2, 2, Flat, kinds, rows, dims, opts[0])
+		for _, c := range w.ranks {
+			require.NoError(t, c.SetReturns([]Return{ReturnPooled, ReturnPooled, ReturnPooled, ReturnPooled}))
+		}
+		w.gradScale = 0.25
+		require.Positive(t, checkSteps(t, w, kinds, rows, true))
+	})
 }
 
 // checkSteps runs three training steps of w against its reference collection (pooled outputs and
@@ -257,10 +282,12 @@ func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted
 			out := make([]float32, Bl*width)
 			require.NoError(t, s.Pool(out))
 			require.InDeltaSlice(t, refOut[r*Bl*width:(r+1)*Bl*width], out, 1e-6, "pooled, rank %d step %d", r, step)
-			require.NoError(t, s.Backward(gradOut[r*Bl*width:(r+1)*Bl*width], true))
+			_, scale := w.scaled(nil)
+			require.NoError(t, s.BackwardScaled(gradOut[r*Bl*width:(r+1)*Bl*width], scale, true))
 		}
 		runLockstep(t, w.topo, xs)
-		require.NoError(t, w.ref.Backward(ctx, gradOut, nil, nil))
+		refGrad, _ := w.scaled(gradOut)
+		require.NoError(t, w.ref.Backward(ctx, refGrad, nil, nil))
 		for i := range kinds {
 			for id := int64(0); id < rows[i]; id++ {
 				require.InDeltaSlice(t, w.ref.Tables[i].Row(id), w.globalRow(i, id), 1e-5, "table %d row %d", i, id)

@@ -142,6 +142,12 @@ const (
 // distinct ID of each table and queues the backward exchange; with fused, the owners apply their
 // optimizers at its end, otherwise Step.OwnerGradients returns the owners' merged gradients.
 func (q *SequenceStep) Backward(grad []float32, fused bool) error {
+	return q.BackwardScaled(grad, 1, fused)
+}
+
+// BackwardScaled is Backward of scale × grad, the factor applied in the merge (gradient division,
+// see Step.BackwardScaled).
+func (q *SequenceStep) BackwardScaled(grad []float32, scale float32, fused bool) error {
 	s := q.Step
 	c := s.c
 	if !q.gathered {
@@ -164,8 +170,14 @@ func (q *SequenceStep) Backward(grad []float32, fused bool) error {
 			src := grad[q.outOff[k] : q.outOff[k]+q.lookups[k]*d]
 			for j, u := range q.inv[t][q.keyPos[k] : q.keyPos[k]+q.lookups[k]] {
 				dst := acc[int(u)*d : (int(u)+1)*d]
+				if scale == 1 {
+					for i, g := range src[j*d : (j+1)*d] {
+						dst[i] += g
+					}
+					continue
+				}
 				for i, g := range src[j*d : (j+1)*d] {
-					dst[i] += g
+					dst[i] += scale * g
 				}
 			}
 		}

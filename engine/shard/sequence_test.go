@@ -33,6 +33,13 @@ func TestShardedSequenceStepsMatchOneCollection(t *testing.T) {
 	t.Run("1x2/flat/sgd/long", func(t *testing.T) {
 		checkSequenceSteps(t, newTestWorld(t, 1, 2, Flat, kinds, rows, dims, opts[0]), rows, 700)
 	})
+	// gradient division: the ranks' BackwardScaled(g, 1/4) equals the reference's backward of g/4
+	// (SGD: Adagrad's first steps barely depend on the gradient's scale)
+	t.Run("2x2/hierarchical/sgd/scaled", func(t *testing.T) {
+		w := newTestWorld(t, 2, 2, Hierarchical, kinds, rows, dims, opts[0])
+		w.gradScale = 0.25
+		checkSequenceSteps(t, w, rows, 5)
+	})
 }
 
 func checkSequenceSteps(t *testing.T, w *testWorld, rows []int64, Bl int) {
@@ -86,13 +93,15 @@ func checkSequenceSteps(t *testing.T, w *testWorld, rows []int64, Bl int) {
 				copy(grad[off:off+n*d], refGrads[k][done[k]:done[k]+n*d])
 				done[k] += n * d
 			}
-			require.NoError(t, q.Backward(grad, true))
+			_, scale := w.scaled(nil)
+			require.NoError(t, q.BackwardScaled(grad, scale, true))
 		}
 		runLockstep(t, w.topo, xs)
 		flat := []float32{}
 		for _, g := range refGrads {
 			flat = append(flat, g...)
 		}
+		flat, _ = w.scaled(flat)
 		gr, err := ref.GradRows(whole)
 		require.NoError(t, err)
 		flat = append(flat, make([]float32, gr*ref.Width()-len(flat))...)

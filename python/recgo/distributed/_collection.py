@@ -107,6 +107,13 @@ class ShardedEmbeddingBagCollection(nn.Module):
             moves rows, partial sums and gradients as float16 (half the vector bytes; every vector
             is rounded to 11 significant bits in each direction, so results no longer equal the
             single-process collection's, and values beyond float16's range overflow).
+        gradient_division: ``False`` (default): an owner applies the sum of every rank's gradient of
+            its rows, so the ranks train what one process trains on their concatenated batches with
+            the same loss. ``True``: each rank's gradient is divided by the world size first, as
+            TorchRec's DMP does by default (``torchrec.distributed.comm_ops.set_gradient_division``),
+            so with a per-rank mean loss the tables step on the global-batch mean, like DDP's
+            averaged dense part. The division rides the engine's merge pass (no extra pass over the
+            gradient).
 
     Every rank must run the same sequence of forwards and backwards (as with DDP).
     """
@@ -117,7 +124,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
                  table_ranks: Mapping[str, int] | None = None, is_weighted: bool = False,
                  seed: int | None = None, timeout: float | timedelta | None = None,
                  owner_pooling: str | Mapping[str, str] = "auto", wire_dtype: str = "fp32",
-                 _init: bool = True) -> None:
+                 gradient_division: bool = False, _init: bool = True) -> None:
         super().__init__()
         if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
             raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
@@ -133,6 +140,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if wire_dtype not in WIRE_DTYPES:
             raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
         self._wire = WIRE_DTYPES[wire_dtype]
+        if not isinstance(gradient_division, bool):
+            raise InvalidInputError(f"gradient_division: expected True or False, got {gradient_division!r}")
+        self._gradient_division = gradient_division
+        self._grad_scale = 1.0 / self._groups.world_size if gradient_division else 1.0
         agree(self._groups, type(self).__name__, self._description(seed, wire_dtype))
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
@@ -201,7 +212,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         desc.update(tables=len(self._configs), sharding=sharding, owner_pooling=tuple(returns[r] for r in self._returns),
                     mode=self._mode, topology=f"{g.nodes} nodes × {g.ranks_per_node} ranks",
                     optimizer=repr(self._optimizer) if self._optimizer is not None else None,
-                    is_weighted=self._is_weighted, seed=seed, wire_dtype=wire_dtype)
+                    is_weighted=self._is_weighted, seed=seed, wire_dtype=wire_dtype,
+                    gradient_division=self._gradient_division)
         return desc
 
     def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None) -> list[tuple[int, int]]:
@@ -392,7 +404,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def _begin_backward(self, step: "_Step", grad: torch.Tensor, fused: bool) -> None:
         """Hand the output's gradient to the engine, which queues the backward exchange."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
-        _lib.call(_lib.fn("recgo_shard_backward"), step.handle.value, ptr(grad), grad.numel(), int(fused))
+        _lib.call(_lib.fn("recgo_shard_backward"), step.handle.value, ptr(grad), grad.numel(), self._grad_scale,
+                  int(fused))
 
     def _backward(self, step: "_Step", grad: torch.Tensor) -> list[torch.Tensor | None]:
         """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused)."""

@@ -131,4 +131,5 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """Hand the rows' gradient (``_output``'s layout) to the engine, which merges it per distinct
         row and queues the backward exchange."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=1, convert_to=torch.float32)
-        _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), int(fused))
+        _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), self._grad_scale,
+                  int(fused))

@@ -91,7 +91,6 @@ class SparseArch(nn.Module):
         self._opt: torch.optim.Optimizer | None = None
         self.world = world
         self.plan: dict[str, str] = {}
-        self._grad_scale = 1.0
         if world is not None and world.size > 1:
             self._build_distributed(tables, optim, weights, seed)
             return
@@ -112,10 +111,6 @@ class SparseArch(nn.Module):
         else:
             self.module, self._opt = D.build_torch(tables, self.dim, optim, weights, self.keys, self._table_of,
                                                    pooled=pooled)
-        # recgo's sharded tables sum the ranks' gradients at the owner; DDP (dense part, torch tables) and
-        # TorchRec's all-to-all backward (its gradient division, on by default) average them. 1/N on the
-        # embeddings' gradient makes recgo's the gradient of the global-batch mean loss too.
-        self._grad_scale = 1.0 / w.size if self.backend == "recgo" else 1.0
 
     # -- construction ----------------------------------------------------------------------------
 
@@ -193,9 +188,6 @@ class SparseArch(nn.Module):
         got = list(out.keys())
         if got != self.keys:  # TorchRec's DMP groups its output by sharding, not in the config's order
             pooled = pooled[:, [got.index(k) for k in self.keys]]
-        if self._grad_scale != 1.0 and pooled.requires_grad:
-            scale = self._grad_scale
-            pooled.register_hook(lambda g: g * scale)
         return pooled
 
     def sequences(self, batch: Any) -> dict[str, JaggedTensor]:
@@ -208,13 +200,7 @@ class SparseArch(nn.Module):
         out = self.module(batch)
         if hasattr(out, "wait"):
             out = out.wait()  # TorchRec's DMP returns an awaitable
-        res = {k: (jt if isinstance(jt, JaggedTensor) else JaggedTensor.from_torchrec(jt)) for k, jt in out.items()}
-        if self._grad_scale != 1.0:
-            scale = self._grad_scale
-            for jt in res.values():
-                if jt.values().requires_grad:
-                    jt.values().register_hook(lambda g: g * scale)
-        return res
+        return {k: (jt if isinstance(jt, JaggedTensor) else JaggedTensor.from_torchrec(jt)) for k, jt in out.items()}
 
     def zero_grad_sparse(self) -> None:
         """Clear gradients of backends whose optimizer runs after backward."""

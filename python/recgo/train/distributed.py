@@ -134,8 +134,11 @@ def build_recgo(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, 
                    else (recgo.EmbeddingConfig, ShardedEmbeddingCollection))
     cfgs = [config(num_embeddings=t.rows, embedding_dim=dim, name=t.name, feature_names=list(t.features))
             for t in tables]
+    # DDP (the dense part, torch's tables) and TorchRec's all-to-all backward (its gradient division,
+    # on by default) average the ranks' gradients; gradient_division makes recgo's owners do the same,
+    # so every backend trains on the gradient of the global-batch mean loss.
     module = cls(cfgs, world.sharding, mode=world.exchange, nodes=world.nodes, optimizer=optim.recgo(), seed=seed,
-                 timeout=world.timeout)
+                 timeout=world.timeout, gradient_division=True)
     with torch.no_grad():
         for t in tables:
             module.embedding_bags[t.name].weight.copy_(weights[t.name][module.local_ids(t.name)])
