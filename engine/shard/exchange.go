@@ -2,6 +2,7 @@ package shard
 
 import (
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
 )
 
 // Elem is the element type of an op's buffers.
@@ -50,7 +51,8 @@ func (o *Op) RecvLen() int64 {
 	return n
 }
 
-// Store is the owner side of an exchange: the rank's shards of the tables.
+// Store is the owner side of an exchange: the rank's shards of the tables. An exchange may call
+// Lookup (or Apply) for different tables at once, never for the same table.
 type Store interface {
 	// Lookup copies the rows of table t's shard into dst (len(rows)·dim values).
 	Lookup(t int, rows []int64, dst []float32) error
@@ -287,19 +289,31 @@ func (x *Exchange) apply() error {
 		return nil
 	}
 	top := x.grads[len(x.legs)]
-	for t := range x.layouts {
+	// the tables' shards are independent: one goroutine updates each
+	fail := make([]error, len(x.layouts))
+	parallel.ForEach(len(x.layouts), 1, func(t int) {
 		if e := x.direct[t]; e.g != nil {
-			if err := x.applyDirect(t, e); err != nil {
-				return err
-			}
-			continue
+			fail[t] = x.applyDirect(t, e)
+			return
 		}
-		if err := x.store.Apply(t, x.ownerRows[t], top[t]); err != nil {
-			return err
-		}
+		fail[t] = x.store.Apply(t, x.ownerRows[t], top[t])
+	})
+	if err := firstError(fail); err != nil {
+		return err
 	}
 	x.release([][][]float32{top})
 	x.grads[len(x.legs)] = make([][]float32, len(x.layouts)) // applied: nothing left to hand out
+	return nil
+}
+
+// firstError returns the first non-nil error of per-table results (the lowest table's, so the
+// error a failing step reports does not depend on goroutine timing).
+func firstError(results []error) error {
+	for _, err := range results {
+		if err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

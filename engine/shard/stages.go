@@ -130,20 +130,20 @@ func (x *Exchange) lookup() error {
 	x.ownerRows = make([][]int64, T)
 	x.vecs = make([][][]float32, len(x.legs)+1)
 	top := make([][]float32, T)
-	for t, ids := range x.owner {
+	fail := make([]error, T)
+	parallel.ForEach(T, 1, func(t int) { // one goroutine per table's shard
+		ids := x.owner[t]
 		rows := make([]int64, len(ids))
-		if err := x.layouts[t].OwnRows(x.self, ids, rows); err != nil {
-			return err
+		if fail[t] = x.layouts[t].OwnRows(x.self, ids, rows); fail[t] != nil {
+			return
 		}
 		x.ownerRows[t] = rows
 		top[t] = x.pools.floats().get(len(rows) * x.dims[t])
-		if err := x.store.Lookup(t, rows, top[t]); err != nil {
-			return err
-		}
+		fail[t] = x.store.Lookup(t, rows, top[t])
 		x.Counters.Lookups[t] += int64(len(rows))
-	}
+	})
 	x.vecs[len(x.legs)] = top
-	return nil
+	return firstError(fail)
 }
 
 // vecStage sends leg h's vectors back: every received ID gets its row (expanded along the inverse
