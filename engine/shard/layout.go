@@ -117,14 +117,18 @@ func (l *Layout) Check(id int64) error {
 // Owner returns the rank that owns id and its row there, as seen from rank self (a data-parallel
 // table is owned by every rank, so by self). id must be valid (see Check).
 func (l *Layout) Owner(id int64, self int) (rank int, row int64) {
-	rank = l.OwnerRank(id, self)
+	return l.OwnerRank(id, self), l.row(id)
+}
+
+// row is id's row on its owner.
+func (l *Layout) row(id int64) int64 {
 	switch l.Kind {
 	case Hash:
-		return rank, int64(l.local[id])
+		return int64(l.local[id])
 	case RowWise:
-		return rank, id % l.block
+		return id % l.block
 	default:
-		return rank, id
+		return id
 	}
 }
 
@@ -178,17 +182,8 @@ func (l *Layout) OwnRows(self int, ids, rows []int64) error {
 			return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", l.Name, id, self, o)
 		}
 	}
-	switch l.Kind {
-	case Hash:
-		for i, id := range ids {
-			rows[i] = int64(l.local[id])
-		}
-	case RowWise:
-		for i, id := range ids {
-			rows[i] = id % l.block
-		}
-	default:
-		copy(rows, ids)
+	for i, id := range ids {
+		rows[i] = l.row(id)
 	}
 	return nil
 }

@@ -104,16 +104,24 @@ type testWorld struct {
 	gradScale float32
 }
 
-// scaled returns g times the world's gradient scale (a copy) and the scale (1 when unset).
-func (w *testWorld) scaled(g []float32) ([]float32, float32) {
+// scale is the ranks' gradient scale (1 when unset).
+func (w *testWorld) scale() float32 {
 	if w.gradScale == 0 {
-		return g, 1
+		return 1
+	}
+	return w.gradScale
+}
+
+// scaled returns g times the world's gradient scale (a copy when it is set).
+func (w *testWorld) scaled(g []float32) []float32 {
+	if w.gradScale == 0 {
+		return g
 	}
 	out := make([]float32, len(g))
 	for i, v := range g {
 		out[i] = v * w.gradScale
 	}
-	return out, w.gradScale
+	return out
 }
 
 // The world most lockstep tests share: one table of each sharding kind (rows and dims per table),
@@ -282,12 +290,10 @@ func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted
 			out := make([]float32, Bl*width)
 			require.NoError(t, s.Pool(out))
 			require.InDeltaSlice(t, refOut[r*Bl*width:(r+1)*Bl*width], out, 1e-6, "pooled, rank %d step %d", r, step)
-			_, scale := w.scaled(nil)
-			require.NoError(t, s.BackwardScaled(gradOut[r*Bl*width:(r+1)*Bl*width], scale, true))
+			require.NoError(t, s.BackwardScaled(gradOut[r*Bl*width:(r+1)*Bl*width], w.scale(), true))
 		}
 		runLockstep(t, w.topo, xs)
-		refGrad, _ := w.scaled(gradOut)
-		require.NoError(t, w.ref.Backward(ctx, refGrad, nil, nil))
+		require.NoError(t, w.ref.Backward(ctx, w.scaled(gradOut), nil, nil))
 		for i := range kinds {
 			for id := int64(0); id < rows[i]; id++ {
 				require.InDeltaSlice(t, w.ref.Tables[i].Row(id), w.globalRow(i, id), 1e-5, "table %d row %d", i, id)

@@ -170,13 +170,7 @@ func (q *SequenceStep) BackwardScaled(grad []float32, scale float32, fused bool)
 			src := grad[q.outOff[k] : q.outOff[k]+q.lookups[k]*d]
 			for j, u := range q.inv[t][q.keyPos[k] : q.keyPos[k]+q.lookups[k]] {
 				dst := acc[int(u)*d : (int(u)+1)*d]
-				if scale == 1 {
-					for i, g := range src[j*d : (j+1)*d] {
-						dst[i] += g
-					}
-					continue
-				}
-				for i, g := range src[j*d : (j+1)*d] {
+				for i, g := range src[j*d : (j+1)*d] { // × 1 is exact: the unscaled sums are unchanged
 					dst[i] += scale * g
 				}
 			}

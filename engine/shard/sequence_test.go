@@ -93,15 +93,14 @@ func checkSequenceSteps(t *testing.T, w *testWorld, rows []int64, Bl int) {
 				copy(grad[off:off+n*d], refGrads[k][done[k]:done[k]+n*d])
 				done[k] += n * d
 			}
-			_, scale := w.scaled(nil)
-			require.NoError(t, q.BackwardScaled(grad, scale, true))
+			require.NoError(t, q.BackwardScaled(grad, w.scale(), true))
 		}
 		runLockstep(t, w.topo, xs)
 		flat := []float32{}
 		for _, g := range refGrads {
 			flat = append(flat, g...)
 		}
-		flat, _ = w.scaled(flat)
+		flat = w.scaled(flat)
 		gr, err := ref.GradRows(whole)
 		require.NoError(t, err)
 		flat = append(flat, make([]float32, gr*ref.Width()-len(flat))...)
