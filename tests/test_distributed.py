@@ -317,10 +317,41 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
         return {}
     try:
         pooled: dict = {"pooled": _pooled_cases(rank, world), "fp16": _fp16_case(rank, world),
-                        "division": _division_case(rank, world)}
+                        "division": _division_case(rank, world), "meta": _meta_case(rank, world)}
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     return {**pooled, "mismatch": _mismatch_phase(rank, world), "kill": _fail_phase(rank, world, "kill")}
+
+
+def _meta_case(rank: int, world: int) -> dict:
+    """Collections built on the meta device, then sharded: per table whether this rank's rows equal the
+    seeded unsharded collection's; and with init_fn configs (each shard draws its own rows) under
+    global generators seeded differently per rank, every rank's data-parallel replica and a few
+    values of its hash shard."""
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection
+
+    cfgs, opt = configs(), optim.Adagrad(lr=0.2)
+    sharding = {**SHARDING, "tp": "table_wise"}
+    with torch.device("meta"):
+        ebc = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=9)
+        ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(c.num_embeddings, c.embedding_dim, c.name,
+                                                              list(c.feature_names)) for c in cfgs], optimizer=opt, seed=9)
+    ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=9)
+    equal = {}
+    for what, sh in (("bags", ShardedEmbeddingBagCollection.from_ebc(ebc, sharding, timeout=60)),
+                     ("sequence", ShardedEmbeddingCollection.from_ec(ec, sharding, timeout=60))):
+        for c in cfgs:
+            want = ref.embedding_bags[c.name].weight.detach()[sh.local_ids(c.name)]
+            equal[f"{what} {c.name}"] = torch.equal(sh.embedding_bags[c.name].weight.detach(), want)
+    torch.manual_seed(100 + rank)
+    C = recgo.EmbeddingBagConfig
+    fn = ShardedEmbeddingBagCollection([C(61, 4, "th", ["h1"], init_fn=torch.nn.init.normal_),
+                                        C(12, 5, "td", ["d1"], init_fn=torch.nn.init.normal_)],
+                                       {"th": "hash", "td": "data_parallel"}, timeout=60)
+    got: list[Any] = [None] * world
+    dist.all_gather_object(got, (fn.embedding_bags["td"].weight.detach().clone(),
+                                 fn.embedding_bags["th"].weight.detach()[:3].clone()))
+    return {"equal": equal, "replicas": [g[0] for g in got], "hash_rows": [g[1] for g in got]}
 
 
 def _mismatch_phase(rank: int, world: int) -> dict:
@@ -500,6 +531,29 @@ def test_gradient_division_divides_each_ranks_gradient_by_the_world(world2: tupl
     for name, summed in got["sum"].items():
         assert summed.numel() == 0 or summed.abs().sum() > 0, name
         torch.testing.assert_close(got["divided"][name] * 2, summed, rtol=1e-6, atol=1e-7)
+
+
+def test_a_meta_collection_shards_into_the_seeded_rows(world2: tuple[list[dict], Path]) -> None:
+    """from_ebc / from_ec of collections built on the meta device: every table's rows on the rank equal
+    the seeded unsharded collection's (hash, table-wise, row-wise and data-parallel tables; each rank
+    drew only its own rows)."""
+    res = world2[0][0]
+    assert "pooled_error" not in res, res.get("pooled_error")
+    equal = res["meta"]["equal"]
+    assert len(equal) == 2 * len(configs()) and all(equal.values()), equal
+
+
+def test_init_fn_draws_each_shard_and_replicas_agree(world2: tuple[list[dict], Path]) -> None:
+    """A config's init_fn initialises each rank's shard (as TorchRec's sharded modules apply it), not
+    silently the default uniform draw; a data-parallel table's replicas are rank 0's on every rank even
+    though the ranks' global generators differ."""
+    res = world2[0][0]
+    assert "pooled_error" not in res, res.get("pooled_error")
+    meta = res["meta"]
+    replicas, rows = meta["replicas"], meta["hash_rows"]
+    assert torch.equal(replicas[0], replicas[1])
+    bound = (1 / 61) ** 0.5  # the default uniform draw's
+    assert float(rows[0].abs().max()) > 3 * bound and not torch.equal(rows[0], rows[1])
 
 
 def test_gradient_division_must_be_a_bool(tmp_path: Path) -> None:

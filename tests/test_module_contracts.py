@@ -1,5 +1,5 @@
 """The collections' module-level contracts found missing by the modules probe: EmbeddingCollection's
-TorchRec parity (unused keys, output order, empty feature_names, init_fn/data_type, meta device),
+TorchRec parity (unused keys, output order, empty feature_names, init_fn/data_type; the meta device is test_meta_device.py's),
 its copies, and for both collections: swapped weights (functional_call), freezing a fused
 collection, casts, a retained graph's second backward, and a dynamic table's strict=False load."""
 
@@ -86,18 +86,6 @@ def test_ec_config_init_fn_and_data_type() -> None:
     owner = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "item", ["i"])], seed=0)
     with pytest.raises(InvalidInputError, match="init_fn with share="):
         EmbeddingCollection([EmbeddingConfig(10, 4, "item", ["h"], init_fn=nn.init.zeros_)], share=owner)
-
-
-def test_ec_on_the_meta_device_is_a_named_error() -> None:
-    cfgs = [EmbeddingConfig(10, 4, "item", ["h"])]
-    with pytest.raises(InvalidInputError, match="meta device"):
-        EmbeddingCollection(cfgs, device="meta")
-    with pytest.raises(InvalidInputError, match="meta device"):
-        with torch.device("meta"):
-            EmbeddingCollection(cfgs)
-    meta = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "item", ["i"])], device="meta")
-    with pytest.raises(InvalidInputError, match="meta device"):
-        EmbeddingCollection(cfgs, share=meta)
 
 
 # -- EmbeddingCollection: copies -------------------------------------------------------------------

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -17,6 +16,7 @@ from .._lib import H, I64
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from .._memory import wrap
 from ..data import _prepared
+from ..modules._init import draw_uniform_rows
 from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
@@ -69,6 +69,11 @@ class _Lookup(torch.autograd.Function):
         return (None, None, None, *grads)
 
 
+def _on_meta(module: nn.Module) -> bool:
+    """Whether ``module``'s tables are on the meta device (shapes only: no rows to take)."""
+    return any(t.is_meta for t in module.state_dict().values() if isinstance(t, torch.Tensor))
+
+
 class ShardedEmbeddingBagCollection(nn.Module):
     """Pooled embedding tables sharded over the ranks of a ``torch.distributed`` world.
 
@@ -91,7 +96,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         optimizer: a fused optimizer (:mod:`recgo.modules.optim`), or ``None`` to give each shard's
             ``weight`` a dense gradient for a torch optimizer.
         table_ranks: for ``table_wise``, table → rank (default: table index mod world size).
-        seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them.
+        seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them (each rank keeps
+            its rows of the draw, made in chunks: no rank allocates a whole table). A table whose config
+            has an ``init_fn`` gets ``init_fn(shard weight)`` on each rank instead, as TorchRec's
+            sharded modules apply it; data-parallel replicas are rank 0's on every rank.
         timeout: seconds (or a timedelta) any exchange may wait for a peer before raising
             :class:`PeerFailureError`.
         owner_pooling: how a table's vectors come back over the first leg (from the owner on the flat
@@ -159,12 +167,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
             has_state = optimizer is not None and optimizer.state_width(cfg.embedding_dim) > 0
             self.embedding_bags[cfg.name] = _Shard(weight, optimizer is None, state if has_state else None, step)
             if _init:
-                bound = math.sqrt(1.0 / cfg.num_embeddings)
-                lo = -bound if cfg.weight_init_min is None else cfg.weight_init_min
-                hi = bound if cfg.weight_init_max is None else cfg.weight_init_max
-                full = torch.empty(cfg.num_embeddings, cfg.embedding_dim).uniform_(lo, hi, generator=gen)
-                with torch.no_grad():
-                    weight.copy_(full[self.local_ids(cfg.name)])
+                self._initialise(cfg, weight, gen)
+        if _init:
+            self._agree_replicas()
         self._anchor = torch.zeros((), requires_grad=True)
         self.last_traffic: dict[str, Any] = {}
         self.total_traffic: dict[str, Any] = {}
@@ -174,10 +179,19 @@ class ShardedEmbeddingBagCollection(nn.Module):
     @classmethod
     def from_ebc(cls, ebc: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> "ShardedEmbeddingBagCollection":
         """Shard an existing recgo (or TorchRec) EmbeddingBagCollection: every rank takes its rows (and,
-        from a recgo collection with the same fused optimizer, their state and step) from ``ebc``."""
+        from a recgo collection with the same fused optimizer, their state and step) from ``ebc``.
+
+        A collection on the meta device (built with ``device="meta"`` or under ``with
+        torch.device("meta")``, as models are built for TorchRec's ``DistributedModelParallel``) holds no
+        rows: each rank then initialises only its own, as ``seed`` (default: a recgo collection's own
+        seed) and the tables' ``init_fn`` say, so a table larger than one rank's memory is never
+        allocated whole."""
         cfgs = ebc.embedding_bag_configs()
         if "optimizer" not in kwargs and isinstance(ebc, EmbeddingBagCollection):
             kwargs["optimizer"] = ebc.fused_optimizer
+        if _on_meta(ebc):
+            kwargs.setdefault("seed", getattr(ebc, "_seed", None))
+            return cls(cfgs, sharding, **kwargs)
         out = cls(cfgs, sharding, _init=False, **kwargs)
         out._take_rows(ebc.state_dict(), "embedding_bags")
         return out
@@ -250,6 +264,27 @@ class ShardedEmbeddingBagCollection(nn.Module):
             if r not in RETURNS:
                 raise InvalidInputError(f"table {n!r}: owner_pooling {r!r} is not one of {sorted(RETURNS)}")
         return [RETURNS[per.get(n, "auto")] for n in names]
+
+    def _initialise(self, cfg: Any, weight: torch.Tensor, gen: torch.Generator | None) -> None:
+        """A table's initial shard: its rows of the uniform draw an unsharded collection with the same
+        generator makes (drawn chunk by chunk: no rank holds the whole table), or, for a config with an
+        ``init_fn``, ``init_fn`` applied to the shard (as TorchRec's sharded modules apply it)."""
+        with torch.no_grad():
+            if cfg.init_fn is not None:
+                cfg.init_fn(weight)
+            else:
+                draw_uniform_rows(weight, self.local_ids(cfg.name), cfg.num_embeddings, *cfg.init_bounds(), gen)
+
+    def _agree_replicas(self) -> None:
+        """Give every rank rank 0's initial replica of each data-parallel table (ranks whose global
+        generators or ``init_fn`` draws differ would otherwise start from different replicas)."""
+        for cfg, (kind, _) in zip(self._configs, self._kinds):
+            if kind == SHARDING_TYPES["data_parallel"] and self._groups.world_size > 1:
+                weight = self.embedding_bags[cfg.name].weight
+                buf = weight.detach().contiguous()
+                torch.distributed.broadcast(buf, src=0, group=self._groups.world)
+                with torch.no_grad():
+                    weight.copy_(buf)
 
     def _create(self) -> _lib.Handle:
         cfgs, g = self._configs, self._groups

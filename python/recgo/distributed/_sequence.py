@@ -14,7 +14,7 @@ from ..jagged import JaggedTensor
 from ..modules.sequence import _as_config, _jagged
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._collection import ShardedEmbeddingBagCollection, _Step
+from ._collection import ShardedEmbeddingBagCollection, _on_meta, _Step
 from ._exchange import drive
 
 
@@ -77,9 +77,15 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
 
     @classmethod
     def from_ec(cls, ec: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> "ShardedEmbeddingCollection":
-        """Shard an existing recgo ``EmbeddingCollection``: every rank takes its rows (and, with the same
-        fused optimizer, their state and step) from ``ec``."""
-        kwargs.setdefault("optimizer", ec.fused_optimizer)  # None: a torch optimizer's dense gradients
+        """Shard an existing recgo (or TorchRec) ``EmbeddingCollection``: every rank takes its rows (and,
+        from a recgo collection with the same fused optimizer, their state and step) from ``ec``. On the
+        meta device, as :meth:`ShardedEmbeddingBagCollection.from_ebc`: each rank initialises only its
+        rows (``seed`` defaults to the recgo collection's)."""
+        # None: a torch optimizer's dense gradients
+        kwargs.setdefault("optimizer", getattr(ec, "fused_optimizer", None))
+        if _on_meta(ec):
+            kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
+            return cls(ec.embedding_configs(), sharding, **kwargs)
         out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
         out._take_rows(ec.state_dict(), "embeddings")
         return out

@@ -16,8 +16,9 @@ import torch
 
 class PortableCopies:
     """Mixin for an ``nn.Module`` subclass that defines ``_spec()`` (constructor keyword arguments
-    of an equivalent empty module; the constructor also takes ``seed``) and records the attribute
-    names its constructor set in ``self._init_keys``."""
+    of an equivalent empty module; the constructor also takes ``seed``, kept as ``self._seed``) and
+    records the attribute names its constructor set in ``self._init_keys``. A module on the meta device
+    (``self._handle is None``) copies as one on meta: nothing to load."""
 
     def _spec(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -35,15 +36,20 @@ class PortableCopies:
         """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
         with torch.no_grad():
             tensors = {k: v.detach().clone() for k, v in self.state_dict().items()}  # type: ignore[attr-defined]
-        return {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes()}
+        if getattr(self, "_handle", None) is None:  # meta: shapes only
+            tensors = {}
+        return {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes(),
+                "seed": getattr(self, "_seed", None)}
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         """An independent module with its own engine storage and the same state."""
         new = type(self)(**self._spec(), seed=0)  # type: ignore[call-arg]
         memo[id(self)] = new
-        with torch.no_grad():
-            new.load_state_dict(self.state_dict())  # type: ignore[attr-defined]  # engine memory to engine memory
-        apply_portable_state(new, {**self._portable_flags(), "extra": copy.deepcopy(self._extra_attributes(), memo)})
+        if getattr(self, "_handle", None) is not None:
+            with torch.no_grad():
+                new.load_state_dict(self.state_dict())  # type: ignore[attr-defined]  # engine memory to engine memory
+        apply_portable_state(new, {**self._portable_flags(), "extra": copy.deepcopy(self._extra_attributes(), memo),
+                                   "seed": getattr(self, "_seed", None)})
         return new
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
@@ -77,3 +83,5 @@ def apply_portable_state(new: Any, state: dict[str, Any]) -> None:
         if n in mods:
             mods[n].training = flag
     new.__dict__.update(state.get("extra", {}))
+    if "seed" in state:  # the original's (reset_parameters draws its weights again); built with seed 0
+        new._seed = state["seed"]

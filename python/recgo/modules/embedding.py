@@ -68,6 +68,7 @@ from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
 from ._outputs import OutputPool
+from ._init import draw_uniform
 from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
 from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
@@ -159,6 +160,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if dev.type == "meta":
             for cfg in self._configs:
                 self.embedding_bags[cfg.name] = _Table(*self._meta_tensors(cfg))
+            self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
         else:
             self._materialise()
             self.reset_parameters()
@@ -173,6 +175,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def _materialise(self) -> None:
         """Create the engine collection and point every parameter and buffer at its memory (zeros)."""
+        before = frozenset(self.__dict__)
         self._handle = self._create()
         self._storage: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         for i, cfg in enumerate(self._configs):
@@ -191,7 +194,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._contexts = ContextStore()
         self._outputs = OutputPool()
         _ops.register(self, self._handle.value)
-        self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
+        # what construction set (materialised later, off the meta device: what this added); the rest are
+        # user attributes, which copies carry along
+        self._init_keys = getattr(self, "_init_keys", before) | (frozenset(self.__dict__) - before) | {"_init_keys"}
 
     @property
     def device(self) -> torch.device:
@@ -214,7 +219,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                 if cfg.init_fn is not None:
                     cfg.init_fn(weight)
                 else:
-                    weight.uniform_(*cfg.init_bounds(), generator=gen)
+                    draw_uniform(weight, *cfg.init_bounds(), gen)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingBagCollection":
         """Materialise on the move off the meta device (``to_empty(device="cpu")``); the tables' memory
@@ -565,7 +570,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     def _spec(self) -> dict[str, Any]:
         """Constructor arguments of an equivalent empty collection (configs without engine handles)."""
         return {"tables": [copy.deepcopy(c) for c in self._configs], "is_weighted": self._is_weighted,
-                "optimizer": self._optimizer, "sparse_grad": self._sparse_grad, "dedup": self._dedup}
+                "optimizer": self._optimizer, "sparse_grad": self._sparse_grad, "dedup": self._dedup,
+                "device": "meta" if self._handle is None else "cpu"}
 
     def extra_repr(self) -> str:
         opt = type(self._optimizer).__name__ if self._optimizer is not None else "none (torch optimizer)"

@@ -99,16 +99,11 @@ def _as_config(t: Any) -> EmbeddingConfig:
 
 
 def _device(device: Any) -> torch.device:
-    """The collection's device (``None``: torch's default device): CPU, or InvalidInputError."""
+    """The collection's device (``None``: torch's default device): CPU or meta, else InvalidInputError."""
     if device is None and hasattr(torch, "get_default_device"):
         device = torch.get_default_device()
     dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type == "meta":
-        raise InvalidInputError(
-            "EmbeddingCollection on the meta device is not supported (its engine lookups need the tables' "
-            "memory): build it on CPU, outside `with torch.device('meta')`, or pass share= a materialised "
-            "EmbeddingBagCollection")
-    if dev.type != "cpu":
+    if dev.type not in ("cpu", "meta"):
         raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
     return dev
 
@@ -138,8 +133,13 @@ class EmbeddingCollection(nn.Module):
         tables: ``EmbeddingConfig`` list (recgo's or TorchRec's); several features may share a table.
             With ``share``, each names a table of that collection (same ``embedding_dim``) and its
             ``feature_names`` are this collection's sequence features.
-        device: only ``None``/``"cpu"``; the meta device (also ``None`` under ``with torch.device("meta")``,
-            or ``share=`` a collection on meta) raises ``InvalidInputError``.
+        device: ``None``/``"cpu"``, or ``"meta"`` (also ``None`` under ``with torch.device("meta")``, or
+            ``share=`` a collection on meta): shapes only, no memory, as for
+            :class:`EmbeddingBagCollection` — ``to_empty(device="cpu")`` (or ``load_state_dict``)
+            materialises the tables (and a shared collection's), ``reset_parameters()`` initialises
+            them, and :meth:`recgo.distributed.ShardedEmbeddingCollection.from_ec` shards it without
+            ever holding the whole tables. On meta, ``forward`` returns meta values of the right
+            shapes (the batch's lengths must be on CPU).
         optimizer: a :class:`recgo.modules.optim.FusedOptimizer` applied inside backward; ``None``
             gives the weights gradients for a torch optimizer. Taken from ``share`` when sharing.
         sparse_grad: with ``optimizer=None``, sparse COO gradients instead of dense ones.
@@ -198,8 +198,6 @@ class EmbeddingCollection(nn.Module):
                 raise InvalidInputError(f"share: expected a recgo EmbeddingBagCollection, got {type(share).__name__}")
             if optimizer is not None or sparse_grad or seed is not None:
                 raise InvalidInputError("share: optimizer, sparse_grad and seed come from the shared collection")
-            if share._handle is None:
-                _device("meta")  # raises: the shared collection is on the meta device
             owner = share
             self._check_shared(cfgs, owner)
         self._configs = cfgs
@@ -212,9 +210,23 @@ class EmbeddingCollection(nn.Module):
         self._feature_index = {f: i for i, f in enumerate(self._features)}
         self._f2t = {f: c.name for c in cfgs for f in c.feature_names}
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
-        feat_table = torch.tensor([names.index(c.name) for c in cfgs for _ in c.feature_names], dtype=torch.int64)
+        self._feature_tables = [names.index(c.name) for c in cfgs for _ in c.feature_names]
+        self._fused = owner.fused_optimizer is not None
+        self._key_cache: dict[tuple[str, ...], _KeyPlan] = {}
+        self._handle: _lib.Handle | None = None
+        self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in cfgs})
+        if owner._handle is not None:
+            self._attach()
+        self.register_load_state_dict_post_hook(synced_after_load)  # assign=True: back into engine memory
+        self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
+
+    def _attach(self) -> None:
+        """Create the engine collection over the (materialised) owner's tables."""
+        owner = self._owner
+        before = frozenset(self.__dict__)
+        feat_table = torch.tensor(self._feature_tables, dtype=torch.int64)
         self._handle = _lib.new_handle("recgo_ec_new", owner._handle.value, len(self._features),
-                                       "\n".join(self._features).encode(), ptr(feat_table), int(bool(dedup)))
+                                       "\n".join(self._features).encode(), ptr(feat_table), int(self._dedup))
         used = sorted(set(feat_table.tolist()))
         got = torch.empty(len(used), dtype=torch.int64)
         _lib.call(_lib.fn("recgo_ec_tables"), self._handle.value, ptr(got), len(used))
@@ -223,15 +235,14 @@ class EmbeddingCollection(nn.Module):
         self._tables = used  # owner table index of each engine table, in engine order
         owner_cfgs = owner.embedding_bag_configs()
         self._table_dims = [owner_cfgs[i].embedding_dim for i in used]
-        self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in cfgs})
-        self._fused = owner.fused_optimizer is not None
+        # the owner's tables (new modules if it was just materialised off the meta device)
+        self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in self._configs})
         self._anchor = torch.zeros((), requires_grad=True)
         self._contexts = ContextStore()  # forward contexts, owned by their autograd graphs
-        self._key_cache: dict[tuple[str, ...], _KeyPlan] = {}
         self._outputs = OutputPool()  # forward outputs and backward gradient buffers
         _ops.register(self, self._handle.value)  # type: ignore[arg-type]
-        self.register_load_state_dict_post_hook(synced_after_load)  # assign=True: back into engine memory
-        self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
+        if "_init_keys" in self.__dict__:  # materialised after construction: these are not user attributes
+            self._init_keys = self._init_keys | (frozenset(self.__dict__) - before)
 
     @staticmethod
     def _check_shared(cfgs: list[EmbeddingConfig], owner: EmbeddingBagCollection) -> None:
@@ -395,6 +406,11 @@ class EmbeddingCollection(nn.Module):
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""
         torchrec_in = not isinstance(features, KeyedJaggedTensor)
         kjt, plan = self._batch(features)
+        if self._handle is None and self._owner._handle is not None:
+            self._attach()  # the shared collection was materialised on its own
+        if self._handle is None:
+            res = self._meta_forward(kjt, plan)
+            return {k: v.to_torchrec() for k, v in res.items()} if torchrec_in else res
         if not torch.compiler.is_compiling():
             self._owner._check_storage()
         key_feature, dims, keys = plan.key_feature, plan.dims, plan.keys
@@ -420,6 +436,35 @@ class EmbeddingCollection(nn.Module):
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
+
+    def _meta_forward(self, kjt: KeyedJaggedTensor, plan: _KeyPlan) -> dict[str, JaggedTensor]:
+        """The output's shapes on the meta device (no lookups): per feature ``[n, D]`` meta values with
+        the batch's lengths."""
+        lengths = kjt.lengths()
+        if lengths.device.type != "cpu":
+            raise InvalidInputError(
+                f"forward on the meta device: the batch's lengths are on {lengths.device}; the output sizes "
+                "come from their values, so pass a CPU batch (or materialise the collection with to_empty)")
+        K = len(plan.keys)
+        B = lengths.numel() // max(1, K)
+        counts = lengths.view(K, B).sum(1).tolist() if K else []
+        return {plan.keys[i]: _jagged(torch.empty(counts[i], plan.dims[i], device="meta"),
+                                      lengths[i * B:(i + 1) * B]) for i in plan.order}
+
+    def _materialised(self, what: str) -> None:
+        if self._handle is None:
+            raise InvalidInputError(f"{what}: the collection is on the meta device; materialise it first "
+                                    "(to_empty(device='cpu') or load_state_dict)")
+
+    @property
+    def device(self) -> torch.device:
+        """``meta`` until materialised, then ``cpu``."""
+        return torch.device("meta" if self._handle is None else "cpu")
+
+    def reset_parameters(self) -> None:
+        """(Re-)initialise the tables' weights as the owning collection's ``reset_parameters`` does (with
+        ``share=``, that collection's tables are the ones reset). A no-op on the meta device."""
+        self._owner.reset_parameters()
 
     def embedding_configs(self) -> list[EmbeddingConfig]:
         """The tables' configs (TorchRec's accessor name)."""
@@ -469,6 +514,7 @@ class EmbeddingCollection(nn.Module):
         not lost). Forwards inside the scope see the rows as they were when it opened. One scope at a
         time per owning collection (a second raises); close it before saving a checkpoint.
         """
+        self._materialised("merged_update")
         f = _lib.fn("recgo_ebc_merged_update")
         _lib.call(f, self._owner._handle.value, 1)
         try:
@@ -478,6 +524,7 @@ class EmbeddingCollection(nn.Module):
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
         """Per used table, (distinct IDs, lookups) of a batch."""
+        self._materialised("lookup_stats")
         kjt, plan = self._batch(features)
         _, raw = self._run_forward(plan.key_feature, kjt.values(), kjt.lengths(), plan.dims, True)
         handle = _lib.Handle(raw)
@@ -495,17 +542,36 @@ class EmbeddingCollection(nn.Module):
 
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` into the owning collection's engine memory, with its checks
-        (shapes, optimizer step counters; see :meth:`EmbeddingBagCollection.load_state_dict`)."""
+        (shapes, optimizer step counters; see :meth:`EmbeddingBagCollection.load_state_dict`). On the meta
+        device it materialises the tables first."""
+        if self._handle is None:
+            self._materialise()
         check_checkpoint(state_dict, self, "embeddings.")
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingCollection":
         """As the owning collection's ``_apply``: the tables stay the engine's float32 CPU memory (a cast
-        or a move raises), and what a conversion replaced (``to_empty``) is copied back into it."""
+        or a move raises), and what a conversion replaced (``to_empty``) is copied back into it. On the
+        meta device, a move to the CPU (``to_empty(device="cpu")``) materialises the owning collection
+        (unless it already is) and this one over it."""
+        if self._handle is None:
+            if self._owner._handle is None:
+                self._owner._apply(fn, recurse)  # materialises on a move to the CPU; raises on others
+            else:
+                check_cast(fn)
+            if self._owner._handle is not None:
+                self._attach()
+            return self
         check_cast(fn)
         super()._apply(fn, recurse)
         self._owner._sync_storage()
         return self
+
+    def _materialise(self) -> None:
+        """Materialise the owning collection (unless it already is) and this one over it (zeros)."""
+        if self._owner._handle is None:
+            self._owner._materialise()
+        self._attach()
 
     # -- copies ----------------------------------------------------------------------------------
 

@@ -137,8 +137,9 @@ def build_recgo(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, 
     # DDP (the dense part, torch's tables) and TorchRec's all-to-all backward (its gradient division,
     # on by default) average the ranks' gradients; gradient_division makes recgo's owners do the same,
     # so every backend trains on the gradient of the global-batch mean loss.
+    # _init=False: the rows are copied from ``weights`` next (no draw of every table's initial weights)
     module = cls(cfgs, world.sharding, mode=world.exchange, nodes=world.nodes, optimizer=optim.recgo(), seed=seed,
-                 timeout=world.timeout, gradient_division=True)
+                 timeout=world.timeout, gradient_division=True, _init=False)
     with torch.no_grad():
         for t in tables:
             module.embedding_bags[t.name].weight.copy_(weights[t.name][module.local_ids(t.name)])

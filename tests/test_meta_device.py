@@ -1,0 +1,186 @@
+"""Collections on the meta device: shapes without memory, materialised by ``to_empty`` or
+``load_state_dict``, copied as meta, and the chunked initial draw a sharded rank uses to take only its
+rows of an unsharded table's weights (recgo.modules._init)."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import recgo
+from recgo import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, KeyedJaggedTensor
+from recgo.errors import InvalidInputError
+from recgo.modules import _init, optim
+
+
+def configs() -> list[EmbeddingConfig]:
+    return [EmbeddingConfig(100, 8, "t0", ["a", "b"]), EmbeddingConfig(50, 4, "t1", ["c"])]
+
+
+def batch() -> KeyedJaggedTensor:
+    return KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2, 3, 4, 5, 6]), lengths=torch.tensor([1, 1, 2, 0, 1, 1]))
+
+
+def states_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_ec_on_meta_has_shapes_and_no_memory() -> None:
+    ec = EmbeddingCollection(configs(), device="meta", optimizer=optim.Adagrad(lr=0.1), seed=3)
+    assert ec.device == torch.device("meta")
+    sd = ec.state_dict()
+    assert all(t.is_meta for t in sd.values())
+    assert sd["embeddings.t0.weight"].shape == (100, 8) and sd["embeddings.t1.optimizer_state"].shape == (50, 4)
+    out = ec(batch())
+    assert list(out) == ["a", "b", "c"]
+    assert [tuple(out[k].values().shape) for k in out] == [(2, 8), (2, 8), (2, 4)]
+    assert all(out[k].values().is_meta for k in out)
+    assert out["b"].lengths().tolist() == [2, 0]
+    ec.reset_parameters()  # a no-op on meta
+    for call in (lambda: ec.lookup_stats(batch()), lambda: ec.merged_update().__enter__()):
+        with pytest.raises(InvalidInputError, match="meta device; materialise it first"):
+            call()
+
+
+def test_ec_built_under_the_meta_device_context_is_on_meta() -> None:
+    with torch.device("meta"):
+        ec = EmbeddingCollection(configs())
+    assert ec.device == torch.device("meta") and ec.ebc.device == torch.device("meta")
+
+
+def test_to_empty_and_reset_parameters_give_the_seeded_cpu_collection() -> None:
+    ref = EmbeddingCollection(configs(), optimizer=optim.Adagrad(lr=0.1), seed=3)
+    ec = EmbeddingCollection(configs(), device="meta", optimizer=optim.Adagrad(lr=0.1), seed=3)
+    ec.to_empty(device="cpu")
+    assert ec.device == torch.device("cpu")
+    ec.reset_parameters()
+    assert states_equal(ec, ref)
+    got, want = ec(batch()), ref(batch())
+    for k in want:
+        assert torch.equal(got[k].values(), want[k].values())
+    # and it trains as the CPU one does
+    for m, out in ((ec, got), (ref, want)):
+        sum((jt.values() ** 2).sum() for jt in out.values()).backward()
+    assert states_equal(ec, ref)
+
+
+def test_load_state_dict_materialises_a_meta_ec() -> None:
+    ref = EmbeddingCollection(configs(), seed=5)
+    ec = EmbeddingCollection(configs(), device="meta")
+    ec.load_state_dict(ref.state_dict())
+    assert ec.device == torch.device("cpu") and states_equal(ec, ref)
+    assert torch.equal(ec(batch())["c"].values(), ref(batch())["c"].values())
+
+
+def test_to_on_meta_and_other_devices() -> None:
+    ec = EmbeddingCollection(configs(), device="meta")
+    assert ec.to("meta") is ec and ec.device == torch.device("meta")
+    with pytest.raises(InvalidInputError, match="CPU memory"):
+        EmbeddingCollection(configs(), device="cuda")
+
+
+def test_share_a_meta_ebc_materialised_with_the_model() -> None:
+    """The TorchRec-style flow: a model holding a pooled collection and a sequence collection over its
+    tables, built on meta, then ``to_empty`` and ``reset_parameters`` on the model's modules."""
+    bags = [EmbeddingBagConfig(100, 8, "t0", ["item"]), EmbeddingBagConfig(50, 4, "t1", ["cat"])]
+    for ec_first in (False, True):
+        with torch.device("meta"):
+            ebc = EmbeddingBagCollection(bags, seed=4)
+            ec = EmbeddingCollection(configs(), share=ebc)
+        model = torch.nn.ModuleDict({"ec": ec, "ebc": ebc} if ec_first else {"ebc": ebc, "ec": ec})
+        model.to_empty(device="cpu")
+        ebc.reset_parameters()
+        assert ec.device == torch.device("cpu")
+        assert ec.embeddings.t0 is ebc.embedding_bags.t0
+        ref = EmbeddingBagCollection(bags, seed=4)
+        assert states_equal(ebc, ref)
+        rows = ec(batch())["a"].values()
+        assert torch.equal(rows, ref.embedding_bags.t0.weight.detach()[torch.tensor([1, 2])])
+
+
+def test_a_shared_collection_materialised_on_its_own_is_picked_up_at_forward() -> None:
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(100, 8, "t0", ["item"]), EmbeddingBagConfig(50, 4, "t1", ["cat"])],
+                                 device="meta", seed=4)
+    ec = EmbeddingCollection(configs(), share=ebc)
+    ebc.to_empty(device="cpu")
+    ebc.reset_parameters()
+    out = ec(batch())
+    assert ec.device == torch.device("cpu") and not out["a"].values().is_meta
+    assert torch.equal(out["c"].values(), ebc.embedding_bags.t1.weight.detach()[torch.tensor([5, 6])])
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_copies_of_meta_collections_stay_meta_with_the_seed(how: str) -> None:
+    cp = copy.deepcopy if how == "deepcopy" else (lambda m: pickle.loads(pickle.dumps(m)))
+    ebc = EmbeddingBagCollection([c.bag_config() for c in configs()], device="meta", seed=3)
+    ebc.note = "user attribute"
+    for orig, ref in ((ebc, EmbeddingBagCollection([c.bag_config() for c in configs()], seed=3)),
+                      (EmbeddingCollection(configs(), device="meta", seed=3), EmbeddingCollection(configs(), seed=3))):
+        new = cp(orig)
+        assert new.device == torch.device("meta")
+        new.to_empty(device="cpu")
+        new.reset_parameters()
+        assert states_equal(new, ref)
+    assert cp(ebc).note == "user attribute"
+
+
+def test_a_copy_keeps_the_original_seed_for_reset_parameters() -> None:
+    ebc = EmbeddingBagCollection([c.bag_config() for c in configs()], seed=11)
+    new = copy.deepcopy(ebc)
+    with torch.no_grad():
+        new.embedding_bags.t0.weight.zero_()
+    new.reset_parameters()
+    assert states_equal(new, ebc)
+
+
+def test_a_meta_torchrec_kjt_is_a_named_error() -> None:
+    torchrec = pytest.importorskip("torchrec")
+    ec = EmbeddingCollection(configs(), device="meta")
+    kjt = torchrec.KeyedJaggedTensor(keys=["a", "b", "c"], values=torch.tensor([1, 2, 3], device="meta"),
+                                     lengths=torch.tensor([1, 0, 1, 0, 1, 0], device="meta"))
+    with pytest.raises(InvalidInputError, match="meta"):
+        ec(kjt)
+
+
+# -- the chunked initial draw -------------------------------------------------------------------------
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(0, 300), dim=st.integers(1, 9), chunk=st.integers(1, 64), seed=st.integers(0, 2**31),
+       data=st.data())
+def test_a_ranks_rows_equal_the_unsharded_draw(rows: int, dim: int, chunk: int, seed: int, data: st.DataObject) -> None:
+    """draw_uniform_rows keeps exactly the rows ids[i] of draw_uniform's table, whatever the chunking
+    and the subset (unsorted, empty, all rows) — also into a strided weight, as the engine's are."""
+    ids = torch.tensor(data.draw(st.lists(st.integers(0, max(0, rows - 1)), unique=True, max_size=rows)) if rows else [],
+                       dtype=torch.int64)
+    old = _init.CHUNK_VALUES
+    _init.CHUNK_VALUES = chunk * dim  # several chunks even for small tables
+    try:
+        full = torch.empty(rows, dim)
+        _init.draw_uniform(full, -0.5, 0.25, torch.Generator().manual_seed(seed))
+        strided = torch.full((len(ids), dim + 3), 7.0)
+        mine = strided[:, :dim]
+        _init.draw_uniform_rows(mine, ids, rows, -0.5, 0.25, torch.Generator().manual_seed(seed))
+    finally:
+        _init.CHUNK_VALUES = old
+    assert torch.equal(mine, full[ids])
+    assert bool((strided[:, dim:] == 7.0).all())  # nothing written past the row
+
+
+def test_the_chunked_draw_is_torchs_whole_table_draw() -> None:
+    """On this torch, drawing in chunks consumes the generator as one uniform_ over the table does: the
+    seeded weights did not change when the draw became chunked."""
+    old = _init.CHUNK_VALUES
+    _init.CHUNK_VALUES = 1000
+    try:
+        chunked = torch.empty(1001, 7)
+        _init.draw_uniform(chunked, -1.0, 1.0, torch.Generator().manual_seed(2))
+    finally:
+        _init.CHUNK_VALUES = old
+    whole = torch.empty(1001, 7).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(chunked, whole)
+
