@@ -9,8 +9,11 @@ Give each rank its share of the cores: recgo's Go runtime reads GOMAXPROCS from 
 process started with (setting it from Python is too late), as OpenMP reads OMP_NUM_THREADS — with
 several ranks per machine, GOMAXPROCS = cores ÷ ranks per machine avoids oversubscription.
 
-Each rank feeds its own samples; the embedding tables are hash-sharded (the "small" table is
-replicated), the dense MLP is replicated with its gradients averaged by DDP. A checkpoint of the
+The model is written as for TorchRec and built on the meta device; recgo.distributed.shard_model
+(recgo's DistributedModelParallel) shards its embedding collection and puts the rest under DDP. Each
+rank feeds its own samples; the embedding tables are hash-sharded (the "small" table is replicated),
+the dense MLP is replicated with its gradients averaged by DDP, and each rank's embedding gradients
+are divided by the world size, as DMP does. A checkpoint of the
 shards is written at the end and loaded back (it could be loaded on another world size).
 """
 
@@ -27,7 +30,7 @@ import torch.distributed as dist
 from torch import nn
 
 import recgo
-from recgo.distributed import ShardedEmbeddingBagCollection
+from recgo.distributed import shard_model
 from recgo.modules import optim
 
 
@@ -52,6 +55,19 @@ def batch(step: int, rank: int, size: int, tables: list[recgo.EmbeddingBagConfig
     return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens)), labels
 
 
+class Model(nn.Module):
+    """Every feature's pooled embedding, concatenated, through an MLP to one logit."""
+
+    def __init__(self, tables: list[recgo.EmbeddingBagConfig]) -> None:
+        super().__init__()
+        self.ebc = recgo.EmbeddingBagCollection(tables, optimizer=optim.RowWiseAdagrad(lr=0.05), seed=0)
+        width = sum(t.embedding_dim * len(t.feature_names) for t in tables)
+        self.mlp = nn.Sequential(nn.Linear(width, 64), nn.ReLU(), nn.Linear(64, 1))
+
+    def forward(self, kjt: recgo.KeyedJaggedTensor) -> torch.Tensor:
+        return self.mlp(self.ebc(kjt).values()).squeeze(1)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=100)
@@ -67,18 +83,20 @@ def main() -> None:
         recgo.EmbeddingBagConfig(100_000, 32, "item_table", ["item_id", "clicked_items"], pooling="mean"),
         recgo.EmbeddingBagConfig(100, 32, "small", ["category"]),
     ]
-    ebc = ShardedEmbeddingBagCollection(
-        tables, {"users": "hash", "item_table": "hash", "small": "data_parallel"}, mode=args.mode,
-        nodes=args.nodes, ranks_per_node=world // args.nodes, optimizer=optim.RowWiseAdagrad(lr=0.05),
-        seed=0, timeout=30)
-    width = sum(t.embedding_dim * len(t.feature_names) for t in tables)
-    dense = nn.parallel.DistributedDataParallel(nn.Sequential(nn.Linear(width, 64), nn.ReLU(), nn.Linear(64, 1)))
-    opt = torch.optim.Adam(dense.parameters(), lr=1e-3)
+    # Built on the meta device, as for TorchRec's DistributedModelParallel: no rank ever holds the
+    # whole tables. shard_model replaces the collection by a sharded one (each rank initialises only
+    # its rows), materialises the MLP and wraps the model in DDP over its dense parameters.
+    with torch.device("meta"):
+        model = Model(tables)
+    model = shard_model(model, {"users": "hash", "item_table": "hash", "small": "data_parallel"}, mode=args.mode,
+                        nodes=args.nodes, ranks_per_node=world // args.nodes, timeout=30)
+    ebc = model.module.ebc  # the ShardedEmbeddingBagCollection
+    opt = torch.optim.Adam(model.module.mlp.parameters(), lr=1e-3)
     t0 = time.perf_counter()
     losses: list[float] = []
     for step in range(args.steps):
         kjt, labels = batch(step, rank, args.batch, tables)
-        logits = dense(ebc(kjt).values()).squeeze(1)
+        logits = model(kjt)
         loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
         opt.zero_grad()
         loss.backward()  # the embedding rows are updated on their owners inside this call

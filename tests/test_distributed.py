@@ -645,3 +645,68 @@ def test_save_replaces_the_shard_set_of_another_world_size(tmp_path: Path) -> No
             assert torch.equal(again.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
     finally:
         dist.destroy_process_group()
+
+
+# -- shard_model on a world of one (this process) ------------------------------------------------------
+
+class _OneRank:
+    """This pytest process as a one-rank gloo world, for the checks that need no peer."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+
+    def __enter__(self) -> None:
+        dist.init_process_group("gloo", init_method=f"file://{self.tmp / 'store-one'}", rank=0, world_size=1)
+
+    def __exit__(self, *exc: Any) -> None:
+        dist.destroy_process_group()
+
+
+def test_shard_model_materialises_the_dense_part_and_wraps_it_in_ddp(tmp_path: Path) -> None:
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
+
+    class Raw(torch.nn.Module):  # a meta parameter no reset_parameters() initialises
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(3))
+
+    with torch.device("meta"):
+        model = torch.nn.ModuleDict({
+            "ebc": recgo.EmbeddingBagCollection(configs(), optimizer=optim.SGD(lr=0.1), seed=2),
+            "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["s1"])], optimizer=optim.SGD(lr=0.1)),
+            "att": torch.nn.MultiheadAttention(4, 2), "mlp": torch.nn.Linear(4, 2), "raw": Raw()})
+    with _OneRank(tmp_path), pytest.warns(UserWarning, match=r"\['raw'\] had parameters on the meta device"):
+        wrapped = shard_model(model, {**SHARDING, "tp": "hash"}, timeout=30)
+        assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and wrapped.module is model
+        assert isinstance(model["ebc"], ShardedEmbeddingBagCollection) and isinstance(model["ec"], ShardedEmbeddingCollection)
+        assert not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+        # MultiheadAttention's in-projection has only _reset_parameters (xavier: not zeros, not garbage)
+        w = model["att"].in_proj_weight.detach()
+        assert 0 < float(w.abs().max()) <= (6 / (4 + 12)) ** 0.5 + 1e-6 and bool(torch.isfinite(model["mlp"].weight).all())
+        ref = recgo.EmbeddingBagCollection(configs(), seed=2)
+        for c in configs():
+            assert torch.equal(model["ebc"].embedding_bags[c.name].weight.detach(),
+                               ref.embedding_bags[c.name].weight.detach()[model["ebc"].local_ids(c.name)])
+        assert model["ebc"]._grad_scale == 1.0  # world 1: division by 1
+
+
+def test_shard_model_refuses_shared_tables_and_non_modules(tmp_path: Path) -> None:
+    from recgo.distributed import ShardedEmbeddingBagCollection, shard_model
+    from recgo.errors import InvalidInputError, NotFoundError
+
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(20, 4, "s", ["item"])], optimizer=optim.SGD(lr=0.1))
+    model = torch.nn.ModuleDict({"ebc": ebc, "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["h"])],
+                                                                             share=ebc)})
+    with _OneRank(tmp_path):
+        with pytest.raises(InvalidInputError, match="ec: this EmbeddingCollection looks up the tables of another"):
+            shard_model(model)
+        with pytest.raises(InvalidInputError, match="expected an nn.Module, got list"):
+            shard_model([ebc])  # type: ignore[arg-type]
+        with pytest.raises(NotFoundError, match=r"sharding names tables \['nope'\], which no collection"):
+            shard_model(torch.nn.ModuleDict({"ebc": ebc}), {"s": "hash", "nope": "row_wise"})
+        # a built collection as the whole model, no dense part: its rows, no DDP
+        alone = shard_model(recgo.EmbeddingBagCollection(configs(), seed=4), "hash", timeout=30)
+        assert isinstance(alone, ShardedEmbeddingBagCollection)
+        assert torch.equal(alone.embedding_bags["th"].weight.detach(),
+                           recgo.EmbeddingBagCollection(configs(), seed=4).embedding_bags["th"].weight.detach()[
+                               alone.local_ids("th")])

@@ -15,6 +15,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from torch import nn
 
 import recgo
 from recgo.modules import optim
@@ -129,7 +130,84 @@ def _cases(rank: int, ckpt: str) -> dict[str, Any]:
         except InvalidInputError as exc:
             errors[next(iter(kw))] = str(exc)
     sh.check_peers(30)  # every rank is still in step after the refused batches
-    return {"checked": checked, "errors": errors}
+    return {"checked": checked, "errors": errors, "shard_model": _shard_model_case(rank)}
+
+
+class _Model(nn.Module):
+    """A small BST-shaped model: the sequences summed per sample, the pooled user row, an MLP."""
+
+    def __init__(self, opt: Any) -> None:
+        super().__init__()
+        self.user = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(9, 3, "user", ["user_id"])], optimizer=opt,
+                                                 seed=5)
+        self.seq = recgo.EmbeddingCollection([c for c in configs() if c.name != "user"], optimizer=opt, seed=6)
+        self.mlp = nn.Sequential(nn.Linear(4 + 4 + 8 + 3, 8), nn.ReLU(), nn.Linear(8, 1))
+
+    def forward(self, seq: recgo.KeyedJaggedTensor, user: recgo.KeyedJaggedTensor) -> torch.Tensor:
+        B = user.lengths().numel()
+        parts = []
+        for k, jt in self.seq(seq).items():
+            rows = torch.repeat_interleave(torch.arange(B), jt.lengths())
+            parts.append(torch.zeros(B, jt.values().shape[1]).index_add(0, rows, jt.values()))
+        return self.mlp(torch.cat([*parts, self.user(user).values()], 1)).squeeze(1)
+
+
+def _split(kjt: recgo.KeyedJaggedTensor) -> tuple[recgo.KeyedJaggedTensor, recgo.KeyedJaggedTensor]:
+    """The sequence features and the user feature as two batches (a sharded collection takes its own keys)."""
+    keys = kjt.keys()
+    seq = [i for i, k in enumerate(keys) if k != "user_id"]
+    return kjt.permute(seq), kjt.permute([keys.index("user_id")])
+
+
+def _shard_model_case(rank: int) -> dict[str, Any]:
+    """shard_model on a model built on the meta device: its collections' shards hold the seeded rows,
+    its MLP is materialised and the same on both ranks; with the reference's dense weights, two steps
+    on each rank's half of the global batch (per-rank mean loss) equal one process on the global batch."""
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
+
+    opt = optim.SGD(lr=0.5)
+    torch.manual_seed(rank)  # the ranks' dense draws differ: DDP must start them from rank 0's
+    with torch.device("meta"):
+        meta = _Model(opt)
+    model = shard_model(meta, "hash", timeout=60)
+    inner = model.module
+    assert isinstance(inner.user, ShardedEmbeddingBagCollection) and isinstance(inner.seq, ShardedEmbeddingCollection)
+    torch.manual_seed(0)
+    ref = _Model(opt)  # the same on both ranks
+    start = {}
+    for name, sh, table in (("user", inner.user.embedding_bags, ref.user.embedding_bags),
+                            ("item", inner.seq.embeddings, ref.seq.embeddings), ("cat", inner.seq.embeddings, ref.seq.embeddings)):
+        ids = (inner.user if name == "user" else inner.seq).local_ids(name)
+        start[name] = torch.equal(sh[name].weight.detach(), table[name].weight.detach()[ids])
+    first = [p.detach().clone() for p in inner.mlp.parameters()]
+    gathered: list[Any] = [None] * WORLD
+    dist.all_gather_object(gathered, first)
+    same_dense = all(torch.equal(a, b) for a, b in zip(gathered[0], gathered[1]))
+    with torch.no_grad():
+        for a, b in zip(inner.mlp.parameters(), ref.mlp.parameters()):
+            a.copy_(b)
+    dense = [torch.optim.SGD(m.mlp.parameters(), lr=0.5) for m in (inner, ref)]
+    for step in range(2):
+        kjt = global_batch(step)
+        y = torch.rand(WORLD * B_LOCAL, generator=torch.Generator().manual_seed(step)).round()
+        loss = nn.functional.binary_cross_entropy_with_logits(ref(*_split(kjt)), y)
+        loss.backward()
+        mine, _ = rank_slice(kjt, rank)
+        lo = rank * B_LOCAL
+        nn.functional.binary_cross_entropy_with_logits(model(*_split(mine)), y[lo:lo + B_LOCAL]).backward()
+        for o in dense:
+            o.step()
+            o.zero_grad()
+    after = {}
+    for name in ("user", "item", "cat"):
+        col = inner.user if name == "user" else inner.seq
+        mods = col.embedding_bags
+        table = (ref.user.embedding_bags if name == "user" else ref.seq.embeddings)[name].weight.detach()
+        close(mods[name].weight.detach(), table[col.local_ids(name)], f"shard_model {name} after 2 steps")
+        after[name] = True
+    for a, b in zip(inner.mlp.parameters(), ref.mlp.parameters()):
+        close(a.detach(), b.detach(), "shard_model dense after 2 steps")
+    return {"start": start, "same_dense": same_dense, "moved": not torch.equal(first[0], ref.mlp[0].weight), "after": after}
 
 
 def _entry(rank: int, store: str, out: str, ckpt: str) -> None:
@@ -158,6 +236,8 @@ def test_sharded_sequence_equals_one_process(tmp_path: Path) -> None:
         assert "InvalidInputError" in errs["range"] and "61" in errs["range"]
         assert "InvalidInputError" in errs["negative"] and "-1" in errs["negative"]
         assert "pooled lookups only" in errs["owner_pooling"] and "pooled lookups only" in errs["wire_dtype"]
+        got = res["shard_model"]
+        assert all(got["start"].values()) and got["same_dense"] and got["moved"], got
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["shard-0-of-2.pt", "shard-1-of-2.pt"]
 
 

@@ -5,14 +5,16 @@ rank, contiguous row ranges, table → rank, or a RecShard plan), deduplicates, 
 per-destination buffers with their splits and inverse maps, merges at the owner, looks rows up and
 merges gradients; this package hands the buffers to ``dist.all_to_all_single`` on the world, node
 or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled) and
-:class:`ShardedEmbeddingCollection` (sequences: one row per ID).
+:class:`ShardedEmbeddingCollection` (sequences: one row per ID), and :func:`shard_model` (TorchRec's
+``DistributedModelParallel``: every collection of a model sharded, the rest under DDP).
 """
 
 from ._collection import COUNTERS, MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
 from ._exchange import Groups, PeerFailureError, make_groups
+from ._model import shard_model
 from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
 
 __all__ = ["COUNTERS", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "ShardedEmbeddingCollection",
-           "eq3_reduction", "hash_owners", "make_groups", "simulate_traffic"]
+           "eq3_reduction", "hash_owners", "make_groups", "shard_model", "simulate_traffic"]

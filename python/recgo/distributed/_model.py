@@ -1,0 +1,163 @@
+"""shard_model: what TorchRec's ``DistributedModelParallel(model)`` does, for recgo's collections."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from ..errors import InvalidInputError, NotFoundError
+from ..modules.embedding import EmbeddingBagCollection
+from ..modules.sequence import EmbeddingCollection
+from ._collection import ShardedEmbeddingBagCollection
+from ._sequence import ShardedEmbeddingCollection
+
+_SHARDED = (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)
+
+
+def _kind(m: nn.Module) -> type | None:
+    """The sharded class that replaces ``m`` (a recgo or TorchRec embedding collection), or None."""
+    if isinstance(m, _SHARDED):
+        return None
+    if isinstance(m, EmbeddingBagCollection):
+        return ShardedEmbeddingBagCollection
+    if isinstance(m, EmbeddingCollection):
+        return ShardedEmbeddingCollection
+    if type(m).__module__.startswith("torchrec.") and type(m).__name__ in (
+            "EmbeddingBagCollection", "EmbeddingCollection"):
+        return ShardedEmbeddingBagCollection if type(m).__name__ == "EmbeddingBagCollection" else ShardedEmbeddingCollection
+    return None
+
+
+def _collections(model: nn.Module) -> list[tuple[str, nn.Module, type]]:
+    """``model``'s embedding collections (qualified name, module, sharded class), outermost only, in
+    ``named_modules`` order (the same on every rank: building a sharded collection is a collective)."""
+    found: list[tuple[str, nn.Module, type]] = []
+    taken = _sharded_names(model)  # subtrees not to look into
+    for name, m in model.named_modules():
+        if any(name == n or name.startswith(f"{n}.") or n == "" for n in taken):
+            continue
+        cls = _kind(m)
+        if cls is not None:
+            found.append((name, m, cls))
+            taken.append(name)
+    return found
+
+
+def _sharded_names(model: nn.Module) -> list[str]:
+    return [n for n, m in model.named_modules() if isinstance(m, _SHARDED)]
+
+
+def _check_shareable(model: nn.Module, name: str, m: nn.Module) -> None:
+    """A sequence collection over another collection's tables (``share=``) cannot be sharded on its own."""
+    if not isinstance(m, EmbeddingCollection):
+        return
+    owner = m.ebc
+    if m._remap is not None or any(o is owner for o in model.modules()):
+        raise InvalidInputError(
+            f"{name or 'the model'}: this EmbeddingCollection looks up the tables of another collection "
+            "(share=); sharded collections do not share tables: give it tables of its own")
+
+
+def _configs(m: nn.Module) -> list[Any]:
+    return m.embedding_bag_configs() if hasattr(m, "embedding_bag_configs") else m.embedding_configs()
+
+
+def _replace(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
+    if not name:
+        return new
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, attr, new)
+    return model
+
+
+def _reset(m: nn.Module) -> bool:
+    """Initialise ``m``'s own parameters the module's way; False when it has no way."""
+    for attr in ("reset_parameters", "_reset_parameters"):  # nn.MultiheadAttention has only the latter
+        fn = getattr(m, attr, None)
+        if callable(fn):
+            fn()
+            return True
+    return False
+
+
+def _materialise_dense(model: nn.Module) -> None:
+    """Every module outside the sharded collections that still holds meta tensors: ``to_empty`` on the
+    CPU, then its ``reset_parameters`` (children before parents)."""
+    skip = _sharded_names(model)
+    mods = [(n, m) for n, m in model.named_modules()
+            if not any(n == s or n.startswith(f"{s}.") for s in skip)]
+    meta = [(n, m) for n, m in mods
+            if any(t.is_meta for t in (*m.parameters(recurse=False), *m.buffers(recurse=False)))]
+    with torch.no_grad():
+        for _, m in meta:
+            m.to_empty(device="cpu", recurse=False)
+        missing = [n or type(m).__name__ for n, m in reversed(meta) if not _reset(m)]
+    if missing:
+        warnings.warn(f"shard_model: {missing} had parameters on the meta device and no reset_parameters(): they "
+                      "were materialised uninitialised; set their values before training", stacklevel=3)
+
+
+def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *, ddp: bool = True,
+                gradient_division: bool = True, **kwargs: Any) -> nn.Module:
+    """Shard every embedding collection of ``model`` over the ranks of ``torch.distributed`` and make
+    the rest data parallel — what TorchRec's ``DistributedModelParallel(model)`` does:
+
+    * each recgo or TorchRec ``EmbeddingBagCollection`` is replaced in its parent by a
+      :class:`ShardedEmbeddingBagCollection` (:meth:`~ShardedEmbeddingBagCollection.from_ebc`), each
+      ``EmbeddingCollection`` by a :class:`ShardedEmbeddingCollection` (``from_ec``), with
+      ``sharding`` and ``kwargs`` (``mode``, ``nodes``, ``optimizer``, ``timeout``, ...; a table → value
+      mapping for ``sharding``, ``owner_pooling`` or ``table_ranks`` may name the tables of every
+      collection, each gets its own). A collection
+      built on the meta device (``with torch.device("meta"): model = MyModel()``) is never
+      materialised whole: each rank initialises only its rows, as the collection's seed and its
+      tables' ``init_fn`` say; a built one gives each rank its rows (and fused optimizer state).
+    * every other parameter or buffer still on the meta device is materialised on the CPU and
+      initialised by its module's ``reset_parameters()`` (``nn.MultiheadAttention``'s
+      ``_reset_parameters``); a module with neither gets a warning, as its values are then arbitrary.
+    * with ``ddp`` (default) the model is wrapped in ``DistributedDataParallel`` over its dense
+      parameters, the shards left out (their gradients go to their owners, not through DDP's
+      all-reduce); DDP starts every rank from rank 0's dense weights.
+
+    ``gradient_division`` (default True here, as in TorchRec's DMP; the collections' own default is
+    False): each rank's embedding gradient is divided by the world size, so with a per-rank mean loss
+    the tables step on the global-batch mean, as DDP's averaged dense gradients do.
+
+    Every rank must call it with the same model and arguments. A sequence collection built with
+    ``share=`` another collection raises ``InvalidInputError`` (sharded collections own their tables).
+    Returns the DDP wrapper (its ``.module`` is ``model``), or ``model`` itself with ``ddp=False`` or no
+    dense parameters.
+    """
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
+    found = _collections(model)
+    for name, m, _ in found:
+        _check_shareable(model, name, m)
+    tables = [[c.name for c in _configs(m)] for _, m, _ in found]
+    per_table = {"sharding": sharding, **{k: kwargs.pop(k) for k in ("owner_pooling", "table_ranks") if k in kwargs}}
+    for what, v in per_table.items():  # a table → value mapping covers the tables of every collection
+        if isinstance(v, Mapping):
+            known = {n for ns in tables for n in ns}
+            unknown = sorted(set(v) - known)
+            if unknown:
+                raise NotFoundError(f"shard_model: {what} names tables {unknown}, which no collection of the model "
+                                    f"has (its tables: {sorted(known)})")
+    for (name, m, cls), names in zip(found, tables):
+        mine = {k: ({n: x for n, x in v.items() if n in names} if isinstance(v, Mapping) else v)
+                for k, v in per_table.items()}
+        build = cls.from_ebc if cls is ShardedEmbeddingBagCollection else cls.from_ec
+        model = _replace(model, name, build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine,
+                                            **kwargs))
+    _materialise_dense(model)
+    if not ddp:
+        return model
+    ignore = [f"{n}.{p}" if n else p for n in _sharded_names(model)
+              for p, _ in (*model.get_submodule(n).named_parameters(), *model.get_submodule(n).named_buffers())]
+    dense = [p for n, p in model.named_parameters() if n not in set(ignore) and p.requires_grad]
+    if not dense:
+        return model
+    nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
+    return nn.parallel.DistributedDataParallel(model)
