@@ -710,3 +710,23 @@ def test_shard_model_refuses_shared_tables_and_non_modules(tmp_path: Path) -> No
         assert torch.equal(alone.embedding_bags["th"].weight.detach(),
                            recgo.EmbeddingBagCollection(configs(), seed=4).embedding_bags["th"].weight.detach()[
                                alone.local_ids("th")])
+
+
+def test_shard_model_takes_torchrec_collections(tmp_path: Path) -> None:
+    """A model written with TorchRec's collections: on meta each rank draws its rows; built, it takes them."""
+    torchrec = pytest.importorskip("torchrec")
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
+
+    bag = torchrec.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, name="t", feature_names=["f"])
+    seq = torchrec.EmbeddingConfig(num_embeddings=20, embedding_dim=4, name="s", feature_names=["g"])
+    with torch.device("meta"):
+        meta = torch.nn.ModuleDict({"ebc": torchrec.EmbeddingBagCollection(tables=[bag]),
+                                    "ec": torchrec.EmbeddingCollection(tables=[seq]), "lin": torch.nn.Linear(4, 1)})
+    built = torchrec.EmbeddingBagCollection(tables=[bag])
+    with _OneRank(tmp_path):
+        shard_model(meta, "hash", optimizer=optim.SGD(lr=0.1), timeout=30)
+        assert isinstance(meta["ebc"], ShardedEmbeddingBagCollection) and isinstance(meta["ec"], ShardedEmbeddingCollection)
+        w = meta["ebc"].embedding_bags["t"].weight.detach()
+        assert 0 < float(w.abs().max()) <= (1 / 30) ** 0.5  # TorchRec's default init bounds
+        sh = shard_model(built, "row_wise", optimizer=optim.SGD(lr=0.1), timeout=30)
+        assert torch.equal(sh.embedding_bags["t"].weight.detach(), built.embedding_bags["t"].weight.detach()[sh.local_ids("t")])
