@@ -730,3 +730,29 @@ def test_shard_model_takes_torchrec_collections(tmp_path: Path) -> None:
         assert 0 < float(w.abs().max()) <= (1 / 30) ** 0.5  # TorchRec's default init bounds
         sh = shard_model(built, "row_wise", optimizer=optim.SGD(lr=0.1), timeout=30)
         assert torch.equal(sh.embedding_bags["t"].weight.detach(), built.embedding_bags["t"].weight.detach()[sh.local_ids("t")])
+
+
+def test_sharded_casts_raise_and_conversions_keep_engine_memory(tmp_path: Path) -> None:
+    """A cast would leave the engine updating memory the parameter no longer shows: it raises; a
+    conversion that keeps float32 CPU tensors (to_empty, .float(), share_memory) keeps the shards as
+    they are; reset_parameters draws the seeded rows again."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import InvalidInputError
+
+    with _OneRank(tmp_path):
+        sh = ShardedEmbeddingBagCollection(configs(), {**SHARDING, "tp": "hash"}, optimizer=optim.SGD(lr=0.5), seed=6,
+                                           timeout=30)
+        first = {c.name: sh.embedding_bags[c.name].weight.detach().clone() for c in configs()}
+        for cast, what in ((lambda m: m.double(), "float64"), (lambda m: m.half(), "float16"),
+                           (lambda m: m.to("meta"), "meta")):
+            with pytest.raises(InvalidInputError, match=what):
+                cast(sh)
+        weight = sh.embedding_bags["th"].weight
+        for keep in (lambda m: m.to_empty(device="cpu"), lambda m: m.float(), lambda m: m.share_memory()):
+            assert keep(sh) is sh and sh.embedding_bags["th"].weight is weight
+        kjt = global_batch(0, 1)
+        sh(kjt).values().sum().backward()  # the engine's update shows in the parameter
+        assert not torch.equal(weight.detach(), first["th"])
+        sh.reset_parameters()
+        for c in configs():
+            assert torch.equal(sh.embedding_bags[c.name].weight.detach(), first[c.name]), c.name

@@ -17,6 +17,7 @@ from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
+from ..modules._storage import check_cast
 from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
@@ -152,6 +153,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             raise InvalidInputError(f"gradient_division: expected True or False, got {gradient_division!r}")
         self._gradient_division = gradient_division
         self._grad_scale = 1.0 / self._groups.world_size if gradient_division else 1.0
+        self._seed = seed
         agree(self._groups, type(self).__name__, self._description(seed, wire_dtype))
         self._features = [f for t in self._configs for f in t.feature_names]
         self._feature_index = {f: i for i, f in enumerate(self._features)}
@@ -274,6 +276,24 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 cfg.init_fn(weight)
             else:
                 draw_uniform_rows(weight, self.local_ids(cfg.name), cfg.num_embeddings, *cfg.init_bounds(), gen)
+
+    def reset_parameters(self) -> None:
+        """(Re-)initialise every shard's weights as construction did (the same ``seed``, so the same
+        rows; a table's ``init_fn``; data-parallel replicas from rank 0). Optimizer state and step are
+        left as they are, as for the unsharded collection. A collective: every rank calls it."""
+        gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
+        for cfg in self._configs:
+            self._initialise(cfg, self.embedding_bags[cfg.name].weight, gen)
+        self._agree_replicas()
+
+    def _apply(self, fn: Any, recurse: bool = True) -> "ShardedEmbeddingBagCollection":
+        """The shards are the engine's float32 CPU memory, which the engine keeps updating: a cast or a
+        move (``.half()``, ``.double()``, ``.to("meta")``, ``.cuda()``) raises ``InvalidInputError``, and
+        a conversion that would keep float32 CPU tensors (``.float()``, ``.cpu()``,
+        ``to_empty(device="cpu")``, ``share_memory()``) leaves them as they are instead of replacing
+        them with copies the engine would never see."""
+        check_cast(fn)
+        return self
 
     def _agree_replicas(self) -> None:
         """Give every rank rank 0's initial replica of each data-parallel table (ranks whose global
