@@ -130,7 +130,8 @@ def _cases(rank: int, ckpt: str) -> dict[str, Any]:
         except InvalidInputError as exc:
             errors[next(iter(kw))] = str(exc)
     sh.check_peers(30)  # every rank is still in step after the refused batches
-    return {"checked": checked, "errors": errors, "shard_model": _shard_model_case(rank)}
+    return {"checked": checked, "errors": errors, "shard_model": _shard_model_case(rank),
+            "state_dict": _state_dict_case(rank, os.path.dirname(ckpt))}
 
 
 class _Model(nn.Module):
@@ -210,6 +211,42 @@ def _shard_model_case(rank: int) -> dict[str, Any]:
     return {"start": start, "same_dense": same_dense, "moved": not torch.equal(first[0], ref.mlp[0].weight), "after": after}
 
 
+def _state_dict_case(rank: int, folder: str) -> dict[str, Any]:
+    """A rank's own state_dict loads back and another rank's is refused; torch.distributed.checkpoint
+    saves every rank's shard (the keys name the rank, so it does not take them for replicated tensors
+    and keep one rank's) and loads each rank's own rows back."""
+    import torch.distributed.checkpoint as dcp
+
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import InvalidInputError
+
+    cfgs = [recgo.EmbeddingBagConfig(40, 4, "t", ["f"])]  # row-wise on 2 ranks: equal shard shapes
+    build = lambda seed: ShardedEmbeddingBagCollection(cfgs, "row_wise", optimizer=optim.SGD(lr=0.1),  # noqa: E731
+                                                      seed=seed, timeout=60)
+    sh = build(1)
+    torch.save(sh.state_dict(), os.path.join(folder, f"sd-{rank}.pt"))
+    dcp.save(sh.state_dict(), checkpoint_id=os.path.join(folder, "dcp"))
+    dist.barrier()
+    out: dict[str, Any] = {}
+    for whose in range(WORLD):
+        other = build(2)
+        try:
+            other.load_state_dict(torch.load(os.path.join(folder, f"sd-{whose}.pt")))
+            out[f"own_{whose}"] = torch.equal(other.embedding_bags["t"].weight, sh.embedding_bags["t"].weight)
+        except InvalidInputError as exc:
+            out[f"own_{whose}"] = str(exc)
+    other = build(2)
+    sd = other.state_dict()
+    out["keys"] = list(sd)
+    dcp.load(sd, checkpoint_id=os.path.join(folder, "dcp"))
+    try:
+        other.load_state_dict(sd)
+        out["dcp"] = torch.equal(other.embedding_bags["t"].weight, sh.embedding_bags["t"].weight)
+    except InvalidInputError as exc:
+        out["dcp"] = str(exc)
+    return out
+
+
 def _entry(rank: int, store: str, out: str, ckpt: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     torch.set_num_threads(1)
@@ -238,6 +275,10 @@ def test_sharded_sequence_equals_one_process(tmp_path: Path) -> None:
         assert "pooled lookups only" in errs["owner_pooling"] and "pooled lookups only" in errs["wire_dtype"]
         got = res["shard_model"]
         assert all(got["start"].values()) and got["same_dense"] and got["moved"], got
+        sd = res["state_dict"]
+        assert sd[f"own_{r}"] is True and sd["dcp"] is True, sd  # its own state dict; DCP saved every rank's
+        assert "holds table 't''s shard of rank" in sd[f"own_{1 - r}"], sd
+        assert sd["keys"] == [f"embedding_bags.t.rank{r}_of_2.{k}" for k in ("weight", "optimizer_step", "shard_ids")]
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["shard-0-of-2.pt", "shard-1-of-2.pt"]
 
 
