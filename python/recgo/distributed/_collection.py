@@ -23,6 +23,7 @@ from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from ._exchange import WIRE_DTYPES, Groups, PeerFailureError, agree, check_peers, drive, make_groups
+from ._state import own_keys, rank_keys
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
@@ -68,64 +69,6 @@ class _Lookup(torch.autograd.Function):
         grads = ctx.module._backward(ctx.step, grad)
         ctx.step = None
         return (None, None, None, *grads)
-
-
-SHARD_IDS = "shard_ids"
-
-
-def _tables_prefix(module: "ShardedEmbeddingBagCollection", prefix: str) -> str:
-    """The state_dict key prefix of the module's shards (``embedding_bags.`` or ``embeddings.``)."""
-    name = next(n for n, m in module._modules.items() if m is module.embedding_bags)
-    return f"{prefix}{name}."
-
-
-def _rank_tag(module: "ShardedEmbeddingBagCollection") -> str:
-    g = module._groups
-    return f"rank{g.rank}_of_{g.world_size}"
-
-
-def _rank_keys(module: "ShardedEmbeddingBagCollection", state_dict: dict, prefix: str, _meta: Any) -> None:
-    """state_dict post-hook: a shard's entries are this rank's alone, so their keys say whose they are
-    (``<table>.rank<r>_of_<world>.weight``, ``.optimizer_state``, ``.optimizer_step``), next to the IDs
-    of its rows (``.shard_ids``). Under the same key on every rank, torch.distributed.checkpoint would
-    take them for replicated tensors and keep one rank's copy of each (not even the same rank's for
-    every key); with these keys it saves every rank's, and loading onto another rank, sharding or world
-    size is refused (:func:`_own_keys`) instead of handing over another rank's rows."""
-    p, tag = _tables_prefix(module, prefix), _rank_tag(module)
-    for cfg in module._configs:
-        head = f"{p}{cfg.name}."
-        for k in [k for k in state_dict if k.startswith(head) and "." not in k[len(head):]]:
-            state_dict[f"{head}{tag}.{k[len(head):]}"] = state_dict.pop(k)
-        state_dict[f"{head}{tag}.{SHARD_IDS}"] = module.local_ids(cfg.name)
-
-
-def _own_keys(module: "ShardedEmbeddingBagCollection", state_dict: dict, prefix: str, _meta: Any,
-              _strict: bool, _missing: list, _unexpected: list, _errors: list) -> None:
-    """load_state_dict pre-hook: take back this rank's entries (:func:`_rank_keys`) under the module's
-    own names, after checking that their ``shard_ids`` are this rank's rows; an entry of another rank
-    or world size, or IDs of another sharding, raise ``InvalidInputError``. Entries under the plain
-    names (a state dict of an earlier version) load as they are."""
-    p, tag = _tables_prefix(module, prefix), _rank_tag(module)
-    g = module._groups
-    for cfg in module._configs:
-        head = f"{p}{cfg.name}."
-        tagged = [k for k in state_dict if k.startswith(f"{head}rank") and k[len(head):].count(".") == 1]
-        others = sorted({k[len(head):].split(".")[0] for k in tagged} - {tag})
-        if others:
-            raise InvalidInputError(
-                f"rank {g.rank} of {g.world_size}: the state dict holds table {cfg.name!r}'s shard of "
-                f"{', '.join(others)} (state dicts of a sharded collection are per rank): load each on the "
-                "rank that saved it, or checkpoint with save()/load(), which re-distribute the rows")
-        ids = state_dict.pop(f"{head}{tag}.{SHARD_IDS}", None)
-        if ids is not None:
-            mine = module.local_ids(cfg.name)
-            if not (isinstance(ids, torch.Tensor) and ids.shape == mine.shape and torch.equal(ids.to(mine.dtype), mine)):
-                raise InvalidInputError(
-                    f"rank {g.rank}: the state dict's rows of table {cfg.name!r} are not this shard's (saved with "
-                    "another sharding): checkpoint with save()/load(), which re-distribute the rows")
-        for k in tagged:
-            if k in state_dict:  # (its shard_ids is popped above)
-                state_dict[f"{head}{k[len(head) + len(tag) + 1:]}"] = state_dict.pop(k)
 
 
 def _on_meta(module: nn.Module) -> bool:
@@ -183,7 +126,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             gradient).
 
     ``state_dict()`` is this rank's (keys ``<table>.rank<r>_of_<world>.*`` with the rows' IDs, see
-    :func:`_rank_keys`), so ``torch.distributed.checkpoint`` saves every rank's shard and
+    :func:`recgo.distributed._state.rank_keys`), so ``torch.distributed.checkpoint`` saves every rank's shard and
     ``load_state_dict`` refuses another rank's; :meth:`save`/:meth:`load` re-distribute across world sizes.
 
     Every rank must run the same sequence of forwards and backwards (as with DDP).
@@ -234,8 +177,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 self._initialise(cfg, weight, gen)
         if _init:
             self._agree_replicas()
-        self.register_state_dict_post_hook(_rank_keys)
-        self.register_load_state_dict_pre_hook(_own_keys)
+        self.register_state_dict_post_hook(rank_keys)
+        self.register_load_state_dict_pre_hook(own_keys)
         self._anchor = torch.zeros((), requires_grad=True)
         self.last_traffic: dict[str, Any] = {}
         self.total_traffic: dict[str, Any] = {}

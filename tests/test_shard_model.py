@@ -1,0 +1,126 @@
+"""recgo.distributed.shard_model and the sharded collections' module contracts on a world of one rank
+(this pytest process): materialising a model built on meta, DDP over the dense part, TorchRec's
+collections, refused shared tables, casts and reset_parameters. The two-rank checks (a model sharded
+from meta trains as one process does; state dicts per rank) are in test_distributed_sequence.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import recgo
+from recgo.modules import optim
+from test_distributed import SHARDING, configs, global_batch
+
+
+class _OneRank:
+    """This pytest process as a one-rank gloo world, for the checks that need no peer."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+
+    def __enter__(self) -> None:
+        dist.init_process_group("gloo", init_method=f"file://{self.tmp / 'store-one'}", rank=0, world_size=1)
+
+    def __exit__(self, *exc: Any) -> None:
+        dist.destroy_process_group()
+
+
+def test_shard_model_materialises_the_dense_part_and_wraps_it_in_ddp(tmp_path: Path) -> None:
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
+
+    class Raw(torch.nn.Module):  # a meta parameter no reset_parameters() initialises
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(3))
+
+    with torch.device("meta"):
+        model = torch.nn.ModuleDict({
+            "ebc": recgo.EmbeddingBagCollection(configs(), optimizer=optim.SGD(lr=0.1), seed=2),
+            "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["s1"])], optimizer=optim.SGD(lr=0.1)),
+            "att": torch.nn.MultiheadAttention(4, 2), "mlp": torch.nn.Linear(4, 2), "raw": Raw()})
+    with _OneRank(tmp_path), pytest.warns(UserWarning, match=r"\['raw'\] had parameters on the meta device"):
+        wrapped = shard_model(model, {**SHARDING, "tp": "hash"}, timeout=30)
+        assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and wrapped.module is model
+        assert isinstance(model["ebc"], ShardedEmbeddingBagCollection) and isinstance(model["ec"], ShardedEmbeddingCollection)
+        assert not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
+        # MultiheadAttention's in-projection has only _reset_parameters (xavier: not zeros, not garbage)
+        w = model["att"].in_proj_weight.detach()
+        assert 0 < float(w.abs().max()) <= (6 / (4 + 12)) ** 0.5 + 1e-6 and bool(torch.isfinite(model["mlp"].weight).all())
+        ref = recgo.EmbeddingBagCollection(configs(), seed=2)
+        for c in configs():
+            assert torch.equal(model["ebc"].embedding_bags[c.name].weight.detach(),
+                               ref.embedding_bags[c.name].weight.detach()[model["ebc"].local_ids(c.name)])
+        assert model["ebc"]._grad_scale == 1.0  # world 1: division by 1
+
+
+def test_shard_model_refuses_shared_tables_and_non_modules(tmp_path: Path) -> None:
+    from recgo.distributed import ShardedEmbeddingBagCollection, shard_model
+    from recgo.errors import InvalidInputError, NotFoundError
+
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(20, 4, "s", ["item"])], optimizer=optim.SGD(lr=0.1))
+    model = torch.nn.ModuleDict({"ebc": ebc, "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["h"])],
+                                                                             share=ebc)})
+    with _OneRank(tmp_path):
+        with pytest.raises(InvalidInputError, match="ec: this EmbeddingCollection looks up the tables of another"):
+            shard_model(model)
+        with pytest.raises(InvalidInputError, match="expected an nn.Module, got list"):
+            shard_model([ebc])  # type: ignore[arg-type]
+        with pytest.raises(NotFoundError, match=r"sharding names tables \['nope'\], which no collection"):
+            shard_model(torch.nn.ModuleDict({"ebc": ebc}), {"s": "hash", "nope": "row_wise"})
+        # a built collection as the whole model, no dense part: its rows, no DDP
+        alone = shard_model(recgo.EmbeddingBagCollection(configs(), seed=4), "hash", timeout=30)
+        assert isinstance(alone, ShardedEmbeddingBagCollection)
+        assert torch.equal(alone.embedding_bags["th"].weight.detach(),
+                           recgo.EmbeddingBagCollection(configs(), seed=4).embedding_bags["th"].weight.detach()[
+                               alone.local_ids("th")])
+
+
+def test_shard_model_takes_torchrec_collections(tmp_path: Path) -> None:
+    """A model written with TorchRec's collections: on meta each rank draws its rows; built, it takes them."""
+    torchrec = pytest.importorskip("torchrec")
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
+
+    bag = torchrec.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, name="t", feature_names=["f"])
+    seq = torchrec.EmbeddingConfig(num_embeddings=20, embedding_dim=4, name="s", feature_names=["g"])
+    with torch.device("meta"):
+        meta = torch.nn.ModuleDict({"ebc": torchrec.EmbeddingBagCollection(tables=[bag]),
+                                    "ec": torchrec.EmbeddingCollection(tables=[seq]), "lin": torch.nn.Linear(4, 1)})
+    built = torchrec.EmbeddingBagCollection(tables=[bag])
+    with _OneRank(tmp_path):
+        shard_model(meta, "hash", optimizer=optim.SGD(lr=0.1), timeout=30)
+        assert isinstance(meta["ebc"], ShardedEmbeddingBagCollection) and isinstance(meta["ec"], ShardedEmbeddingCollection)
+        w = meta["ebc"].embedding_bags["t"].weight.detach()
+        assert 0 < float(w.abs().max()) <= (1 / 30) ** 0.5  # TorchRec's default init bounds
+        sh = shard_model(built, "row_wise", optimizer=optim.SGD(lr=0.1), timeout=30)
+        assert torch.equal(sh.embedding_bags["t"].weight.detach(), built.embedding_bags["t"].weight.detach()[sh.local_ids("t")])
+
+
+def test_sharded_casts_raise_and_conversions_keep_engine_memory(tmp_path: Path) -> None:
+    """A cast would leave the engine updating memory the parameter no longer shows: it raises; a
+    conversion that keeps float32 CPU tensors (to_empty, .float(), share_memory) keeps the shards as
+    they are; reset_parameters draws the seeded rows again."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import InvalidInputError
+
+    with _OneRank(tmp_path):
+        sh = ShardedEmbeddingBagCollection(configs(), {**SHARDING, "tp": "hash"}, optimizer=optim.SGD(lr=0.5), seed=6,
+                                           timeout=30)
+        first = {c.name: sh.embedding_bags[c.name].weight.detach().clone() for c in configs()}
+        for cast, what in ((lambda m: m.double(), "float64"), (lambda m: m.half(), "float16"),
+                           (lambda m: m.to("meta"), "meta")):
+            with pytest.raises(InvalidInputError, match=what):
+                cast(sh)
+        weight = sh.embedding_bags["th"].weight
+        for keep in (lambda m: m.to_empty(device="cpu"), lambda m: m.float(), lambda m: m.share_memory()):
+            assert keep(sh) is sh and sh.embedding_bags["th"].weight is weight
+        kjt = global_batch(0, 1)
+        sh(kjt).values().sum().backward()  # the engine's update shows in the parameter
+        assert not torch.equal(weight.detach(), first["th"])
+        sh.reset_parameters()
+        for c in configs():
+            assert torch.equal(sh.embedding_bags[c.name].weight.detach(), first[c.name]), c.name
