@@ -42,6 +42,8 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
     torch.set_num_threads(threads_per_rank())
     import recgo
+
+    recgo.set_num_threads(threads_per_rank())  # Go's workers too: the ranks share the cores
     from recgo.data import SyntheticField, SyntheticSource
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.feature import Feature

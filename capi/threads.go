@@ -7,6 +7,8 @@ package main
 import "C"
 
 import (
+	"runtime"
+
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/omp"
 	"github.com/recgo/recgo/internal/parallel"
@@ -27,6 +29,21 @@ func recgo_use_openmp(path *C.char, enable C.int32_t, errbuf *C.char, errlen C.s
 			return errs.NotFoundf("%v", err)
 		}
 		parallel.SetTeam(omp.Team)
+		return nil
+	})
+}
+
+// recgo_set_num_threads sets how many goroutines the engine's parallel loops use off the OpenMP
+// team (GOMAXPROCS); n must be at least 1. Ranks sharing one machine each set their share of its
+// cores, so that their loops do not compete for the same ones.
+//
+//export recgo_set_num_threads
+func recgo_set_num_threads(n C.int, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		if n < 1 {
+			return errs.Invalidf("set_num_threads: the number of threads must be at least 1, got %d", int(n))
+		}
+		runtime.GOMAXPROCS(int(n))
 		return nil
 	})
 }

@@ -2,12 +2,12 @@
 
 Run on one machine with two processes (gloo on CPU):
 
-    GOMAXPROCS=1 torchrun --nproc-per-node 2 examples/train_distributed.py
-    GOMAXPROCS=1 torchrun --nproc-per-node 4 examples/train_distributed.py --nodes 2 --mode hierarchical
+    torchrun --nproc-per-node 2 examples/train_distributed.py
+    torchrun --nproc-per-node 4 examples/train_distributed.py --nodes 2 --mode hierarchical
 
-Give each rank its share of the cores: recgo's Go runtime reads GOMAXPROCS from the environment the
-process started with (setting it from Python is too late), as OpenMP reads OMP_NUM_THREADS — with
-several ranks per machine, GOMAXPROCS = cores ÷ ranks per machine avoids oversubscription.
+Each rank takes its share of the cores: under torchrun recgo sizes its Go workers at import from
+LOCAL_WORLD_SIZE (as torchrun sets OMP_NUM_THREADS=1 for torch); started some other way, call
+recgo.set_num_threads(cores // ranks per machine) next to torch.set_num_threads.
 
 The model is written as for TorchRec and built on the meta device; recgo.distributed.shard_model
 (recgo's DistributedModelParallel) shards its embedding collection and puts the rest under DDP. Each

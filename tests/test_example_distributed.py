@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _torchrun(tmp_path: Path, nproc: int, *args: str) -> str:
-    env = dict(os.environ, GOMAXPROCS="1", OMP_NUM_THREADS="1", RECGO_EXAMPLE_CKPT=str(tmp_path / "ckpt"))
+    env = dict({k: v for k, v in os.environ.items() if k != "GOMAXPROCS"}, OMP_NUM_THREADS="1",
+               RECGO_EXAMPLE_CKPT=str(tmp_path / "ckpt"))
     res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
                           str(ROOT / "examples" / "train_distributed.py"), *args],
                          env=env, capture_output=True, text=True, timeout=300)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import threading
 
 import pytest
 
@@ -17,6 +18,47 @@ def test_version_matches_package() -> None:
 
 def test_num_threads_positive() -> None:
     assert recgo.num_threads() >= 1
+
+
+def test_set_num_threads_round_trip_and_results_unchanged() -> None:
+    """set_num_threads changes the count num_threads reports, and a parallel kernel gives the same
+    values on one worker as on several."""
+    import torch
+
+    before = recgo.num_threads()
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(1000, 16, "t", ["f"])], seed=3)
+    kjt = recgo.KeyedJaggedTensor(["f"], torch.randint(0, 1000, (4096,)), lengths=torch.full((512,), 8))
+
+    def off_main(n: int) -> torch.Tensor:
+        # off the main thread the kernels run on Go's workers, the ones set_num_threads sizes
+        recgo.set_num_threads(n)
+        assert recgo.num_threads() == n
+        got: list[torch.Tensor] = []
+        t = threading.Thread(target=lambda: got.append(ebc(kjt).values()))
+        t.start()
+        t.join()
+        return got[0]
+
+    try:
+        many, one = off_main(3), off_main(1)
+    finally:
+        recgo.set_num_threads(before)
+    assert recgo.num_threads() == before
+    assert torch.equal(many, one)
+
+
+@pytest.mark.parametrize("bad", [0, -2, 1.5, "2", True, None])
+def test_set_num_threads_rejects_bad_counts(bad: object) -> None:
+    before = recgo.num_threads()
+    with pytest.raises(InvalidInputError, match="at least 1"):
+        recgo.set_num_threads(bad)  # type: ignore[arg-type]
+    assert recgo.num_threads() == before
+
+
+def test_set_num_threads_engine_checks_too() -> None:
+    """The C entry point validates on its own, for callers other than the Python package."""
+    with pytest.raises(InvalidInputError, match="at least 1"):
+        _lib.call(_lib.fn("recgo_set_num_threads"), 0)
 
 
 def _debug_fail(mode: int) -> None:

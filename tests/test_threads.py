@@ -70,3 +70,27 @@ def test_one_torch_thread_gives_a_one_thread_team_and_the_same_results() -> None
         _threads.use_openmp(False)
     for a, b in zip(wide, narrow):
         assert torch.equal(a, b)
+
+
+def test_share_of_cores_follows_torchrun_unless_gomaxprocs_is_set() -> None:
+    cores = len(os.sched_getaffinity(0))
+    assert _threads.share_of_cores({}) is None
+    assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": "1"}) is None
+    assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": "2"}) == max(1, cores // 2)
+    assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": str(4 * cores)}) == 1
+    assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": "2", "GOMAXPROCS": "3"}) is None
+    assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": "two"}) is None
+
+
+def test_import_under_torchrun_takes_the_ranks_share() -> None:
+    """A rank started by torchrun (LOCAL_WORLD_SIZE in its environment) sizes Go's workers to its
+    share at import; GOMAXPROCS in the environment still wins."""
+    code = "import recgo; print(recgo.num_threads())"
+    env = {k: v for k, v in os.environ.items() if k != "GOMAXPROCS"}
+    cores = len(os.sched_getaffinity(0))
+    got = subprocess.run([sys.executable, "-c", code], env=dict(env, LOCAL_WORLD_SIZE=str(2 * cores)),
+                         capture_output=True, text=True, check=True).stdout
+    assert int(got) == 1
+    got = subprocess.run([sys.executable, "-c", code], env=dict(env, LOCAL_WORLD_SIZE="2", GOMAXPROCS="3"),
+                         capture_output=True, text=True, check=True).stdout
+    assert int(got) == 3

@@ -6,7 +6,7 @@ pipeline run in ``librecgo.so``; this package wraps them as ordinary ``torch.nn`
 
 from __future__ import annotations
 
-from ._lib import num_threads, version as library_version
+from ._lib import num_threads, set_num_threads, version as library_version
 from .errors import (
     AbiError,
     CapacityError,
@@ -65,5 +65,6 @@ __all__ = [
     "load_features",
     "modules",
     "num_threads",
+    "set_num_threads",
     "planner",
 ]

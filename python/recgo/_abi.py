@@ -552,6 +552,11 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_set_num_threads': ('int', (
+        ('n', 'int'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_shard_backward': ('int', (
         ('sh', 'uintptr_t'),
         ('gradPtr', 'void*'),

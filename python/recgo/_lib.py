@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import _abi
-from .errors import AbiError, InternalError, LibraryNotFoundError, ForkError, error_for_code
+from .errors import AbiError, ForkError, InternalError, InvalidInputError, LibraryNotFoundError, error_for_code
 
 _ERRLEN = 4096
 _lock = threading.Lock()
@@ -267,8 +267,27 @@ def version() -> str:
 
 
 def num_threads() -> int:
-    """Number of goroutines recgo's parallel kernels use (GOMAXPROCS, read once at load)."""
+    """Number of goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS:
+    the machine's cores unless :func:`set_num_threads` or ``GOMAXPROCS`` in the environment said
+    otherwise)."""
     return int(fn("recgo_num_threads")())
+
+
+def set_num_threads(n: int) -> None:
+    """Set how many goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS).
+
+    Several processes on one machine (ranks of ``torch.distributed``, DataLoader workers that use
+    recgo) should each take their share of its cores, as with :func:`torch.set_num_threads`: with
+    every rank using all the cores, their loops compete and each runs slower. Loops called from the
+    main thread while the OpenMP team is in use follow :func:`torch.set_num_threads` instead. May be
+    called at any time, from any thread; loops already running keep their workers.
+
+    Raises:
+        InvalidInputError: ``n`` is not an integer of at least 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise InvalidInputError(f"set_num_threads: the number of threads must be an integer of at least 1, got {n!r}")
+    call(fn("recgo_set_num_threads"), min(n, 1 << 30))
 
 
 class Handle:

@@ -8,6 +8,10 @@ from the main thread: a worker that is spinning picks the work up at once and th
 compete for a core. Calls from other threads and recgo's own pipeline goroutines keep Go's threads.
 
 ``RECGO_OPENMP=0`` in the environment (or :func:`use_openmp(False) <use_openmp>`) turns this off.
+
+Go's workers default to every core of the machine. Under ``torchrun`` (``LOCAL_WORLD_SIZE`` > 1 in the
+environment) each rank takes its share of the cores instead, unless ``GOMAXPROCS`` is set: ranks that
+each ran a worker per core competed for them and every rank's sharded step got slower.
 """
 
 from __future__ import annotations
@@ -41,8 +45,31 @@ def use_openmp(enable: bool = True) -> bool:
     return enable
 
 
+def share_of_cores(environ: dict[str, str] | None = None) -> int | None:
+    """This rank's share of the machine's cores when ``torchrun`` started several ranks here and
+    ``GOMAXPROCS`` is unset; None otherwise."""
+    env = os.environ if environ is None else environ
+    if env.get("GOMAXPROCS"):
+        return None
+    try:
+        local = int(env.get("LOCAL_WORLD_SIZE", "1"))
+    except ValueError:
+        return None
+    if local <= 1:
+        return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // local)
+
+
 def configure_default() -> bool:
-    """Apply the default at library load: OpenMP threads unless ``RECGO_OPENMP=0``."""
+    """Apply the defaults at library load: Go's workers sized by :func:`share_of_cores`, and OpenMP
+    threads unless ``RECGO_OPENMP=0``. Returns whether OpenMP is in use."""
+    share = share_of_cores()
+    if share is not None:
+        try:
+            _lib.set_num_threads(share)
+        except Exception:  # an optimisation: never stop the library from loading
+            pass
     if os.environ.get("RECGO_OPENMP", "1").strip() in ("0", "false", "no", "off"):
         return False
     try:
