@@ -295,7 +295,7 @@ def covering_batches(n: int, seed: int) -> list[KeyedJaggedTensor]:
                          for _ in range(6 - len(feats[f]))]
         lengths = torch.tensor([len(v) for f in "abc" for v in feats[f]])
         values = torch.cat([v for f in "abc" for v in feats[f]])
-        out.append(KeyedJaggedTensor(["a", "b", "c"], values, lengths))
+        out.append(KeyedJaggedTensor(["a", "b", "c"], values, lengths=lengths))
     return out
 
 
@@ -380,3 +380,46 @@ def test_absurd_optimizer_step_is_refused_on_load(tmp_path, step: int) -> None:
     with pytest.raises(InvalidInputError, match="optimizer step"):
         train(other, batches(1, seed=3), seed=4)
     assert torch.isfinite(other.embedding_bags.t0.weight).all()
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "want"), [
+    (torch.optim.SGD, {"lr": 0.1}, optim.SGD(lr=0.1)),
+    (torch.optim.SGD, {"lr": 0.1, "momentum": 0.0, "weight_decay": 1e-4}, optim.SGD(lr=0.1, weight_decay=1e-4)),
+    (torch.optim.Adagrad, {"lr": 0.1}, optim.Adagrad(lr=0.1, eps=1e-8)),  # FBGEMM's eps, as under DMP
+    (torch.optim.Adagrad, {"learning_rate": 0.2, "eps": 1e-10}, optim.Adagrad(lr=0.2, eps=1e-10)),
+    ("torchrec.optim.RowWiseAdagrad", {"lr": 0.05}, optim.RowWiseAdagrad(lr=0.05, eps=1e-8)),
+    (torch.optim.Adam, {"lr": 1e-3, "betas": (0.8, 0.99)}, optim.Adam(lr=1e-3, beta1=0.8, beta2=0.99, eps=1e-8)),
+    (torch.optim.AdamW, {"lr": 1e-3}, optim.AdamW(lr=1e-3, eps=1e-8, beta1=0.9, beta2=0.999, weight_decay=1e-2)),
+    (torch.optim.SGD, {}, optim.SGD(lr=0.01)),  # FBGEMM's default rate
+])
+def test_from_torch_maps_the_in_backward_optimizers(cls: type | str, kwargs: dict, want: optim.FusedOptimizer) -> None:
+    if isinstance(cls, str):
+        cls = pytest.importorskip("torchrec").optim.RowWiseAdagrad
+    assert optim.from_torch(cls, kwargs) == want
+
+
+@pytest.mark.parametrize(("cls", "kwargs", "match"), [
+    (torch.optim.RMSprop, {"lr": 0.1}, "RMSprop has no fused counterpart"),
+    (torch.optim.SGD, {"lr": 0.1, "momentum": 0.9}, "momentum=0.9 is not supported"),
+    (torch.optim.Adam, {"lr": 0.1, "amsgrad": True}, "amsgrad=True is not supported"),
+    (torch.optim.Adagrad, {"lr": 0.1, "lr_decay": 0.5}, "lr_decay=0.5 is not supported"),
+    (torch.optim.SGD, {"lr": 0.1, "eps": 1e-8}, r"options \['eps'\] are not taken"),
+    (torch.optim.Adagrad, {"lr": 0.1, "betas": (0.9, 0.9)}, r"options \['beta1', 'beta2'\] are not taken"),
+])
+def test_from_torch_refuses_what_it_cannot_compute(cls: type, kwargs: dict, match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        optim.from_torch(cls, kwargs)
+
+
+def test_in_backward_needs_one_optimizer_per_collection() -> None:
+    torchrec = pytest.importorskip("torchrec")
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    tables = [torchrec.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name=n, feature_names=[n]) for n in "ab"]
+    ebc = torchrec.EmbeddingBagCollection(tables=tables)
+    assert optim.in_backward(ebc) is None
+    apply_optimizer_in_backward(torch.optim.SGD, [ebc.embedding_bags["a"].weight], {"lr": 0.1})
+    with pytest.raises(InvalidInputError, match="different in-backward optimizers"):
+        optim.in_backward(ebc)
+    apply_optimizer_in_backward(torch.optim.SGD, [ebc.embedding_bags["b"].weight], {"lr": 0.1})
+    assert optim.in_backward(ebc) == optim.SGD(lr=0.1)

@@ -124,3 +124,40 @@ def test_sharded_casts_raise_and_conversions_keep_engine_memory(tmp_path: Path) 
         sh.reset_parameters()
         for c in configs():
             assert torch.equal(sh.embedding_bags[c.name].weight.detach(), first[c.name]), c.name
+
+
+def test_shard_model_takes_the_optimizer_apply_optimizer_in_backward_gave(tmp_path: Path) -> None:
+    """A TorchRec model whose tables got their optimizer from apply_optimizer_in_backward (as for
+    DistributedModelParallel) is sharded with the same fused update, FBGEMM's defaults filling in what
+    the kwargs leave out; it then trains as a recgo collection built with that optimizer."""
+    torchrec = pytest.importorskip("torchrec")
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    from recgo.distributed import shard_model
+    from recgo.errors import InvalidInputError
+
+    bag = torchrec.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, name="t", feature_names=["f"])
+    seq = torchrec.EmbeddingConfig(num_embeddings=20, embedding_dim=4, name="s", feature_names=["g"])
+    ebc, ec = torchrec.EmbeddingBagCollection(tables=[bag]), torchrec.EmbeddingCollection(tables=[seq])
+    apply_optimizer_in_backward(torch.optim.Adagrad, ebc.parameters(), {"lr": 0.1})
+    apply_optimizer_in_backward(torchrec.optim.RowWiseAdagrad, ec.parameters(), {"lr": 0.05, "eps": 1e-6})
+    ref = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(30, 4, "t", ["f"])], optimizer=optim.Adagrad(lr=0.1, eps=1e-8))
+    ref.load_state_dict({"embedding_bags.t.weight": ebc.embedding_bags["t"].weight.detach().clone()}, strict=False)
+    model = torch.nn.ModuleDict({"ebc": ebc, "ec": ec})
+    with _OneRank(tmp_path):
+        shard_model(model, "row_wise", timeout=30)
+        assert model["ebc"].fused_optimizer == optim.Adagrad(lr=0.1, eps=1e-8)
+        assert model["ec"].fused_optimizer == optim.RowWiseAdagrad(lr=0.05, eps=1e-6)
+        g = torch.Generator().manual_seed(5)
+        for _ in range(3):
+            kjt = recgo.KeyedJaggedTensor(["f"], torch.randint(0, 30, (24,), generator=g), lengths=torch.full((8,), 3))
+            w = torch.randn(8, 4, generator=g)
+            (model["ebc"](kjt).values() * w).sum().backward()
+            (ref(kjt).values() * w).sum().backward()
+        got = model["ebc"].embedding_bags["t"].weight.detach()
+        torch.testing.assert_close(got, ref.embedding_bags["t"].weight.detach()[model["ebc"].local_ids("t")],
+                                   rtol=1e-6, atol=1e-7)
+        other = torchrec.EmbeddingBagCollection(tables=[bag])
+        apply_optimizer_in_backward(torch.optim.SGD, other.parameters(), {"lr": 0.1})
+        with pytest.raises(InvalidInputError, match="differs from SGD"):
+            shard_model(other, "hash", optimizer=optim.Adagrad(lr=0.1), timeout=30)

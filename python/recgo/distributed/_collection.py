@@ -19,6 +19,7 @@ from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast
 from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
+from ..modules import optim
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -196,8 +197,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         seed) and the tables' ``init_fn`` say, so a table larger than one rank's memory is never
         allocated whole."""
         cfgs = ebc.embedding_bag_configs()
-        if "optimizer" not in kwargs and isinstance(ebc, EmbeddingBagCollection):
-            kwargs["optimizer"] = ebc.fused_optimizer
+        optim.for_sharding(ebc, kwargs)
         if _on_meta(ebc):
             kwargs.setdefault("seed", getattr(ebc, "_seed", None))
             return cls(cfgs, sharding, **kwargs)
@@ -399,6 +399,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def feature_names(self) -> list[str]:
         """Output feature order."""
         return list(self._features)
+
+    @property
+    def fused_optimizer(self) -> FusedOptimizer | None:
+        """The fused optimizer the owners apply to their rows (None: dense gradients)."""
+        return self._optimizer
 
     def embedding_bag_configs(self) -> list[Any]:
         """The tables' configs."""

@@ -11,6 +11,7 @@ from torch import nn
 from .. import _lib
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
+from ..modules import optim
 from ..modules.sequence import _as_config, _jagged
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -81,8 +82,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         from a recgo collection with the same fused optimizer, their state and step) from ``ec``. On the
         meta device, as :meth:`ShardedEmbeddingBagCollection.from_ebc`: each rank initialises only its
         rows (``seed`` defaults to the recgo collection's)."""
-        # None: a torch optimizer's dense gradients
-        kwargs.setdefault("optimizer", getattr(ec, "fused_optimizer", None))
+        optim.for_sharding(ec, kwargs)
         if _on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
             return cls(ec.embedding_configs(), sharding, **kwargs)

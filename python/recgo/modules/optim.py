@@ -12,8 +12,10 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .. import _lib
+from ..errors import InvalidInputError
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,104 @@ class AdamW(Adam):
 
     weight_decay: float = 1e-2
     kind = _lib.const("OptAdamW")
+
+
+# -- optimizers named the torch way ---------------------------------------------------------------------
+
+# FBGEMM's defaults, which TorchRec's DistributedModelParallel gives a table whose optimizer kwargs
+# leave a value out (it passes them to FBGEMM as they are): the same model then trains the same.
+_FBGEMM_DEFAULTS = {"lr": 0.01, "eps": 1e-8, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0}
+# Options of torch's optimizers that change nothing at their default value (and are refused otherwise).
+_NEUTRAL = {"momentum": 0.0, "dampening": None, "nesterov": False, "lr_decay": 0.0, "initial_accumulator_value": 0.0,
+            "amsgrad": False, "maximize": False, "foreach": None, "fused": None, "capturable": False,
+            "differentiable": False}
+
+
+def _classes() -> dict[str, type[FusedOptimizer]]:
+    """torch / torchrec optimizer class name → the fused optimizer that computes the same update."""
+    return {"SGD": SGD, "Adagrad": Adagrad, "RowWiseAdagrad": RowWiseAdagrad, "Adam": Adam, "AdamW": AdamW}
+
+
+def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> FusedOptimizer:
+    """The fused optimizer for a torch optimizer class and its keyword arguments, as
+    ``apply_optimizer_in_backward`` names them: ``torch.optim`` / ``torchrec.optim``'s ``SGD``,
+    ``Adagrad``, ``Adam``, ``AdamW`` and TorchRec's ``RowWiseAdagrad``. ``lr`` (or ``learning_rate``),
+    ``eps``, ``weight_decay`` and ``betas`` (or ``beta1``/``beta2``) carry over; a value left out is
+    FBGEMM's default, as under TorchRec's DistributedModelParallel (``eps`` 1e-8, ``lr`` 0.01).
+
+    Raises:
+        InvalidInputError: another optimizer class, an option recgo's update does not have (momentum,
+            amsgrad, lr_decay, ...) at a value other than its neutral one, or an unknown option.
+    """
+    name = getattr(optimizer_class, "__name__", repr(optimizer_class))
+    module = getattr(optimizer_class, "__module__", "")
+    cls = _classes().get(name) if module.startswith(("torch.optim", "torchrec.optim")) else None
+    if cls is None:
+        raise InvalidInputError(f"optimizer {module}.{name} has no fused counterpart in recgo; use one of "
+                                f"{sorted(_classes())} from torch.optim or torchrec.optim")
+    args = dict(kwargs or {})
+    if "learning_rate" in args:
+        args["lr"] = args.pop("learning_rate")
+    if "betas" in args:
+        args["beta1"], args["beta2"] = args.pop("betas")
+    for k in sorted(set(args) & set(_NEUTRAL)):
+        v = args.pop(k)
+        if v != _NEUTRAL[k] and k != "dampening":  # dampening only acts with momentum
+            raise InvalidInputError(f"optimizer {name}: {k}={v!r} is not supported by recgo's fused {cls.__name__} "
+                                    f"(only {k}={_NEUTRAL[k]!r})")
+    takes = {"lr", "weight_decay"} | ({"eps"} if cls is not SGD else set()) | (
+        {"beta1", "beta2"} if issubclass(cls, Adam) else set())
+    unknown = sorted(set(args) - takes)
+    if unknown:
+        raise InvalidInputError(f"optimizer {name}: options {unknown} are not taken by recgo's fused {cls.__name__} "
+                                f"(it takes {sorted(takes)})")
+    values = {k: float(args.get(k, _FBGEMM_DEFAULTS[k])) for k in takes}
+    if cls is AdamW and "weight_decay" not in args:
+        values["weight_decay"] = AdamW.weight_decay  # torch's AdamW default, as FBGEMM has no AdamW
+    return cls(**values)
+
+
+def in_backward(module: Any) -> FusedOptimizer | None:
+    """The fused optimizer that ``apply_optimizer_in_backward`` (torch's or TorchRec's) gave the
+    parameters of ``module``, e.g. a TorchRec collection's table weights; None when none was given.
+
+    Raises:
+        InvalidInputError: some parameters have one and others none, they have different ones, or one
+            has several (recgo's collection updates every table with one optimizer).
+    """
+    found: dict[str, FusedOptimizer | None] = {}
+    for n, p in module.named_parameters():
+        classes, params = getattr(p, "_optimizer_classes", None), getattr(p, "_optimizer_kwargs", None)
+        if not classes:
+            found[n] = None
+            continue
+        if len(classes) != 1:
+            raise InvalidInputError(f"{n}: apply_optimizer_in_backward gave it {len(classes)} optimizers; recgo "
+                                    "updates a table with one")
+        found[n] = from_torch(classes[0], (params or [{}])[0])
+    distinct = set(found.values())
+    if len(distinct) > 1:
+        by = {repr(o): sorted(n for n, x in found.items() if x == o) for o in distinct}
+        raise InvalidInputError("the tables of one collection have different in-backward optimizers "
+                                f"({by}); recgo updates a collection's tables with one: put the tables with another "
+                                "optimizer in a collection of their own")
+    return distinct.pop() if distinct else None
+
+
+def for_sharding(module: Any, kwargs: dict[str, Any]) -> None:
+    """Set ``kwargs["optimizer"]`` for sharding ``module`` unless the caller gave one: a recgo
+    collection's own fused optimizer, or what ``apply_optimizer_in_backward`` gave a TorchRec
+    collection's tables (:func:`in_backward`; None: dense gradients for a torch optimizer).
+
+    Raises:
+        InvalidInputError: a given optimizer differs from the one ``apply_optimizer_in_backward`` gave.
+    """
+    if hasattr(module, "fused_optimizer"):
+        kwargs.setdefault("optimizer", module.fused_optimizer)
+        return
+    own = in_backward(module)
+    if "optimizer" not in kwargs:
+        kwargs["optimizer"] = own
+    elif own is not None and kwargs["optimizer"] != own:
+        raise InvalidInputError(f"optimizer={kwargs['optimizer']!r} differs from {own!r}, which "
+                                "apply_optimizer_in_backward gave the tables; give one of them")
