@@ -74,6 +74,20 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 	})
 }
 
+// recgo_shard_set_optimizer changes the hyper-parameters of every shard's fused optimizer (the kind
+// must stay), between steps.
+//
+//export recgo_shard_set_optimizer
+func recgo_shard_set_optimizer(h C.uintptr_t, kind C.int32_t, lr, eps, beta1, beta2, wd C.double, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*shard.Collection](h, "sharded collection")
+		if err != nil {
+			return err
+		}
+		return c.SetOptimizer(optConfig(kind, lr, eps, beta1, beta2, wd))
+	})
+}
+
 func shardTable(h C.uintptr_t, t C.int64_t) (*shard.Collection, int, error) {
 	c, err := lookup[*shard.Collection](h, "sharded collection")
 	if err != nil {

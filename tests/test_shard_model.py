@@ -161,3 +161,33 @@ def test_shard_model_takes_the_optimizer_apply_optimizer_in_backward_gave(tmp_pa
         apply_optimizer_in_backward(torch.optim.SGD, other.parameters(), {"lr": 0.1})
         with pytest.raises(InvalidInputError, match="differs from SGD"):
             shard_model(other, "hash", optimizer=optim.Adagrad(lr=0.1), timeout=30)
+
+
+def test_sharded_set_fused_optimizer_follows_a_schedule(tmp_path: Path) -> None:
+    """A learning-rate schedule on the sharded tables: set_fused_optimizer between steps gives the
+    weights the unsharded collection reaches under the same schedule; another kind is refused."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import InvalidInputError
+
+    ref = recgo.EmbeddingBagCollection(configs(), optimizer=optim.Adagrad(lr=0.1), seed=6)
+    with _OneRank(tmp_path):
+        sh = ShardedEmbeddingBagCollection.from_ebc(ref, {**SHARDING, "tp": "hash"}, timeout=30)
+        width = sum(c.embedding_dim * len(c.feature_names) for c in configs())
+        g = torch.Generator().manual_seed(1)
+        for step in range(4):
+            for m in (ref, sh):
+                m.set_fused_optimizer(optim.Adagrad(lr=0.1 * 0.5 ** step))
+            kjt = global_batch(step, 1)
+            w = torch.randn(kjt.stride(), width, generator=g)
+            (sh(kjt).values() * w).sum().backward()
+            (ref(kjt).values() * w).sum().backward()
+        assert sh.fused_optimizer == optim.Adagrad(lr=0.1 * 0.5 ** 3)
+        for c in configs():
+            torch.testing.assert_close(sh.embedding_bags[c.name].weight.detach(),
+                                       ref.embedding_bags[c.name].weight.detach()[sh.local_ids(c.name)],
+                                       rtol=1e-6, atol=1e-7)
+        with pytest.raises(InvalidInputError, match="kind cannot change"):
+            sh.set_fused_optimizer(optim.SGD(lr=0.1))
+        with pytest.raises(InvalidInputError, match="learning rate"):
+            sh.set_fused_optimizer(optim.Adagrad(lr=-1.0))
+        assert sh.fused_optimizer == optim.Adagrad(lr=0.1 * 0.5 ** 3)

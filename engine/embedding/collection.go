@@ -199,12 +199,19 @@ func (c *Collection) SetOptimizer(opt OptimizerConfig) error {
 	if c.closed {
 		return errs.Invalidf("collection: used after close")
 	}
-	for _, t := range c.Tables {
+	return SetOptimizer(c.Tables, opt)
+}
+
+// SetOptimizer changes the optimizer hyper-parameters of every table (learning-rate schedules):
+// all or none, after checking that the kind stays and the values are valid. The caller keeps
+// updates from running meanwhile.
+func SetOptimizer(tables []*Table, opt OptimizerConfig) error {
+	for _, t := range tables {
 		if err := t.checkOptimizer(opt); err != nil {
 			return err
 		}
 	}
-	for _, t := range c.Tables {
+	for _, t := range tables {
 		t.Opt = opt
 	}
 	return nil

@@ -106,6 +106,17 @@ func (c *Collection) SetReturns(r []Return) error {
 	return nil
 }
 
+// SetOptimizer changes every shard's optimizer hyper-parameters (the kind must stay), for
+// learning-rate schedules. Call it between steps: a step's update reads them.
+func (c *Collection) SetOptimizer(opt embedding.OptimizerConfig) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errs.Invalidf("sharded collection: used after close")
+	}
+	return embedding.SetOptimizer(c.Shards, opt)
+}
+
 // Width is the number of output columns.
 func (c *Collection) Width() int { return c.width }
 

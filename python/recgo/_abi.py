@@ -732,6 +732,17 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_shard_set_optimizer': ('int', (
+        ('h', 'uintptr_t'),
+        ('kind', 'int32_t'),
+        ('lr', 'double'),
+        ('eps', 'double'),
+        ('beta1', 'double'),
+        ('beta2', 'double'),
+        ('wd', 'double'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_shard_simulate': ('int', (
         ('nodes', 'int64_t'),
         ('perNode', 'int64_t'),

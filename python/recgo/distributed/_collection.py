@@ -405,6 +405,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """The fused optimizer the owners apply to their rows (None: dense gradients)."""
         return self._optimizer
 
+    def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
+        """Change the fused optimizer's hyper-parameters on this rank's shards (learning-rate
+        schedules); the kind must stay. Every rank makes the same change between the same steps, from
+        the thread that runs them."""
+        optim.check_replacement(self._optimizer, optimizer)
+        _lib.call(_lib.fn("recgo_shard_set_optimizer"), self._handle.value, *optimizer.params())
+        self._optimizer = optimizer
+
     def embedding_bag_configs(self) -> list[Any]:
         """The tables' configs."""
         return list(self._configs)

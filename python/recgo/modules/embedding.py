@@ -63,7 +63,7 @@ from ..data import _prepared
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
-from . import _eager, _ops
+from . import _eager, _ops, optim
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
@@ -523,8 +523,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """Change the fused optimizer's hyper-parameters (learning-rate schedules); the kind must stay."""
         if self._handle is None:
             raise InvalidInputError("set_fused_optimizer: the collection is on the meta device; materialise it first")
-        if self._optimizer is None or type(optimizer).kind != type(self._optimizer).kind:
-            raise InvalidInputError("set_fused_optimizer: the optimizer kind cannot change after construction")
+        optim.check_replacement(self._optimizer, optimizer)
         _lib.call(_lib.fn("recgo_ebc_set_optimizer"), self._handle.value,
                   *optimizer.params())
         self._optimizer = optimizer

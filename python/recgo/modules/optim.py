@@ -97,6 +97,16 @@ class AdamW(Adam):
     kind = _lib.const("OptAdamW")
 
 
+def check_replacement(current: FusedOptimizer | None, new: Any) -> None:
+    """Refuse ``new`` as the replacement of a collection's fused optimizer ``current`` unless both are
+    fused optimizers of one kind (the rows' state layout depends on it; hyper-parameters may change)."""
+    if not isinstance(new, FusedOptimizer) or new.kind == 0:
+        raise InvalidInputError(f"set_fused_optimizer: expected a recgo fused optimizer, got {type(new).__name__}")
+    if current is None or type(new).kind != type(current).kind:
+        raise InvalidInputError("set_fused_optimizer: the optimizer kind cannot change after construction "
+                                f"(it is {type(current).__name__ if current else 'none: dense gradients'})")
+
+
 # -- optimizers named the torch way ---------------------------------------------------------------------
 
 # FBGEMM's defaults, which TorchRec's DistributedModelParallel gives a table whose optimizer kwargs
