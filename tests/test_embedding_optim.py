@@ -423,3 +423,55 @@ def test_in_backward_needs_one_optimizer_per_collection() -> None:
         optim.in_backward(ebc)
     apply_optimizer_in_backward(torch.optim.SGD, [ebc.embedding_bags["b"].weight], {"lr": 0.1})
     assert optim.in_backward(ebc) == optim.SGD(lr=0.1)
+
+
+def _sched_batches(n: int) -> list[KeyedJaggedTensor]:
+    g = torch.Generator().manual_seed(9)
+    out = []
+    for _ in range(n):
+        lengths = torch.randint(0, 4, (6,), generator=g)
+        out.append(KeyedJaggedTensor(["a"], torch.randint(0, 20, (int(lengths.sum()),), generator=g), lengths=lengths))
+    return out
+
+
+def test_collection_optimizer_lets_a_torch_scheduler_drive_the_fused_rate() -> None:
+    """StepLR over CollectionOptimizer, in the usual loop (zero_grad, backward, step, scheduler.step),
+    gives the weights that setting each step's rate by hand gives; state_dict round-trips it."""
+    cfg = [EmbeddingBagConfig(20, 4, "t", ["a"])]
+    auto = EmbeddingBagCollection(cfg, optimizer=optim.Adagrad(lr=0.4), seed=2)
+    hand = EmbeddingBagCollection(cfg, optimizer=optim.Adagrad(lr=0.4), seed=2)
+    model = nn.ModuleDict({"ebc": auto, "head": nn.Linear(4, 1)})
+    opt = optim.CollectionOptimizer(model)
+    assert [g["name"] for g in opt.param_groups] == ["ebc"] and opt.param_groups[0]["lr"] == 0.4
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    for i, kjt in enumerate(_sched_batches(4)):
+        opt.zero_grad()
+        auto(kjt).values().sum().backward()
+        opt.step()
+        sched.step()
+        hand.set_fused_optimizer(optim.Adagrad(lr=0.4 * 0.5 ** i))
+        hand(kjt).values().sum().backward()
+    assert torch.equal(auto.embedding_bags["t"].weight.detach(), hand.embedding_bags["t"].weight.detach())
+    assert auto.fused_optimizer.lr == 0.4 * 0.5 ** 3  # the rate of the last backward; the scheduler's next is 0.025
+    opt.param_groups[0]["eps"] = 1e-4
+    opt.step()
+    assert auto.fused_optimizer == optim.Adagrad(lr=0.025, eps=1e-4)
+    saved = opt.state_dict()
+    again = optim.CollectionOptimizer(nn.ModuleDict({"ebc": hand}))
+    again.load_state_dict(saved)
+    assert hand.fused_optimizer == optim.Adagrad(lr=0.025, eps=1e-4)
+
+
+def test_collection_optimizer_counts_shared_tables_once_and_needs_one() -> None:
+    from recgo import EmbeddingCollection, EmbeddingConfig
+
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+    seq = EmbeddingCollection([EmbeddingConfig(20, 4, "t", ["h"])], share=ebc)
+    own = EmbeddingCollection([EmbeddingConfig(20, 4, "s", ["g"])], optimizer=optim.SGD(lr=0.2))
+    opt = optim.CollectionOptimizer(nn.ModuleDict({"ebc": ebc, "seq": seq, "own": own}))
+    assert [(g["name"], g["lr"]) for g in opt.param_groups] == [("ebc", 0.1), ("own", 0.2)]
+    opt.param_groups[1]["lr"] = 0.05
+    opt.zero_grad()
+    assert own.fused_optimizer == optim.SGD(lr=0.05) and ebc.fused_optimizer == optim.SGD(lr=0.1)
+    with pytest.raises(InvalidInputError, match="no recgo collection with a fused optimizer"):
+        optim.CollectionOptimizer(nn.ModuleDict({"dense": EmbeddingBagCollection([EmbeddingBagConfig(5, 2, "d", ["d"])])}))

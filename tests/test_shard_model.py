@@ -46,6 +46,11 @@ def test_shard_model_materialises_the_dense_part_and_wraps_it_in_ddp(tmp_path: P
     with _OneRank(tmp_path), pytest.warns(UserWarning, match=r"\['raw'\] had parameters on the meta device"):
         wrapped = shard_model(model, {**SHARDING, "tp": "hash"}, timeout=30)
         assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and wrapped.module is model
+        # as DMP's: the tables' fused optimizers for torch's schedulers, one group per collection
+        assert [(g["name"], g["lr"]) for g in wrapped.fused_optimizer.param_groups] == [("ebc", 0.1), ("ec", 0.1)]
+        wrapped.fused_optimizer.param_groups[1]["lr"] = 0.01
+        wrapped.fused_optimizer.step()
+        assert model["ec"].fused_optimizer == optim.SGD(lr=0.01) and model["ebc"].fused_optimizer == optim.SGD(lr=0.1)
         assert isinstance(model["ebc"], ShardedEmbeddingBagCollection) and isinstance(model["ec"], ShardedEmbeddingCollection)
         assert not any(t.is_meta for t in (*model.parameters(), *model.buffers()))
         # MultiheadAttention's in-projection has only _reset_parameters (xavier: not zeros, not garbage)

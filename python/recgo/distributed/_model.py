@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidInputError, NotFoundError
+from ..modules import optim
 from ..modules.embedding import EmbeddingBagCollection
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
@@ -128,8 +129,9 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
 
     Every rank must call it with the same model and arguments. A sequence collection built with
     ``share=`` another collection raises ``InvalidInputError`` (sharded collections own their tables).
-    Returns the DDP wrapper (its ``.module`` is ``model``), or ``model`` itself with ``ddp=False`` or no
-    dense parameters.
+    Returns the DDP wrapper (its ``.module`` is ``model``; its ``fused_optimizer``, as DMP's, a
+    :class:`~recgo.modules.optim.CollectionOptimizer` over the tables' fused optimizers for torch's
+    learning-rate schedulers), or ``model`` itself with ``ddp=False`` or no dense parameters.
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
@@ -160,4 +162,7 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     if not dense:
         return model
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
-    return nn.parallel.DistributedDataParallel(model)
+    wrapped = nn.parallel.DistributedDataParallel(model)
+    if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
+        wrapped.fused_optimizer = optim.CollectionOptimizer(model)
+    return wrapped

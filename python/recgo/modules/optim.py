@@ -11,8 +11,10 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+import torch
 
 from .. import _lib
 from ..errors import InvalidInputError
@@ -206,3 +208,75 @@ def for_sharding(module: Any, kwargs: dict[str, Any]) -> None:
     elif own is not None and kwargs["optimizer"] != own:
         raise InvalidInputError(f"optimizer={kwargs['optimizer']!r} differs from {own!r}, which "
                                 "apply_optimizer_in_backward gave the tables; give one of them")
+
+
+# -- the torch.optim face, for learning-rate schedulers -------------------------------------------------
+
+_HYPER = ("lr", "eps", "beta1", "beta2", "weight_decay")
+
+
+def fused_collections(model: Any) -> list[tuple[str, Any]]:
+    """The modules of ``model`` (itself included) that own a fused optimizer, outermost first; one per
+    set of tables (a sequence collection and the pooled one it looks up count once)."""
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for name, m in model.named_modules():
+        if any(n == "" or name.startswith(f"{n}.") for n, _ in out):
+            continue  # inside one already taken: the same tables
+        if not hasattr(m, "set_fused_optimizer") or getattr(m, "fused_optimizer", None) is None:
+            continue
+        key = id(getattr(m, "_owner", m))
+        if key not in seen:
+            seen.add(key)
+            out.append((name, m))
+    return out
+
+
+class CollectionOptimizer(torch.optim.Optimizer):
+    """The ``torch.optim.Optimizer`` face of the fused optimizers of the recgo collections in a model
+    (unsharded or sharded), so that torch's learning-rate schedulers drive them, as they drive
+    TorchRec's ``DistributedModelParallel.fused_optimizer``.
+
+    One param group per collection (``"name"``: its path in the model), holding the fused optimizer's
+    hyper-parameters under their recgo names (``lr``, ``eps``, ``beta1``, ``beta2``,
+    ``weight_decay``) and no parameters: the rows are updated inside backward, not here. ``zero_grad()``
+    and ``step()`` hand changed values to the collections (``set_fused_optimizer``), as TorchRec's
+    fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
+    ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
+    ``state_dict()`` holds the hyper-parameters; the tables' optimizer state is in the model's.
+    Call it from the thread that runs the steps (on every rank alike for sharded collections).
+
+    Raises:
+        InvalidInputError: ``model`` has no collection with a fused optimizer.
+    """
+
+    def __init__(self, model: Any) -> None:
+        self._collections = fused_collections(model)
+        if not self._collections:
+            raise InvalidInputError("CollectionOptimizer: the model has no recgo collection with a fused optimizer")
+        groups = [{"params": [], "name": n, **{k: getattr(m.fused_optimizer, k) for k in _HYPER}}
+                  for n, m in self._collections]
+        super().__init__(groups, {})
+
+    def _push(self) -> None:
+        for group, (_, m) in zip(self.param_groups, self._collections):
+            cur = m.fused_optimizer
+            new = replace(cur, **{k: float(group[k]) for k in _HYPER})
+            if new != cur:
+                m.set_fused_optimizer(new)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Hand changed hyper-parameters to the collections (there are no gradients to clear)."""
+        self._push()
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """Hand changed hyper-parameters to the collections; returns ``closure()`` if given."""
+        loss = closure() if closure is not None else None
+        self._push()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the hyper-parameters and hand them to the collections."""
+        super().load_state_dict(state_dict)
+        self._push()
