@@ -1,0 +1,146 @@
+"""A training script written for TorchRec, with ``DistributedModelParallel(model)`` swapped for
+``recgo.distributed.shard_model(model)``, on a world of 2 gloo ranks: ``torchrec.models.dlrm.DLRM``
+around TorchRec's own ``EmbeddingBagCollection`` on the meta device, its tables given their
+optimizer by ``apply_optimizer_in_backward``, the dense optimizer over ``in_backward_optimizer_filter``,
+a ``StepLR`` on ``model.fused_optimizer``. Every step equals TorchRec's model trained in one process
+on the global batch (torch's in-backward Adagrad on the whole tables, its rate set by hand), 1e-6."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from sharded_checks import close
+
+torchrec = pytest.importorskip("torchrec")
+
+WORLD, B_LOCAL, STEPS, DENSE_IN = 2, 6, 3, 5
+LR_SPARSE, LR_DENSE, GAMMA = 0.1, 0.1, 0.5
+
+
+def _tables() -> list[Any]:
+    C = torchrec.EmbeddingBagConfig
+    return [C(num_embeddings=40, embedding_dim=4, name="t_a", feature_names=["fa"]),
+            C(num_embeddings=25, embedding_dim=4, name="t_b", feature_names=["fb", "fc"])]
+
+
+def _batch(step: int, rank: int | None) -> tuple[torch.Tensor, Any, torch.Tensor]:
+    """Dense features, a TorchRec KJT and labels: the global batch (rank None) or a rank's samples."""
+    g = torch.Generator().manual_seed(700 + step)
+    B = WORLD * B_LOCAL
+    dense, labels = torch.randn(B, DENSE_IN, generator=g), torch.rand(B, generator=g).round()
+    keys, vals, lens = [], [], []
+    for t in _tables():
+        for f in t.feature_names:
+            ln = torch.randint(0, 4, (B,), generator=g)
+            ids = (torch.rand(int(ln.sum()), generator=g) ** 2 * t.num_embeddings).long()  # skewed: repeats
+            if rank is not None:
+                offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
+                ids = ids[int(offs[rank * B_LOCAL]):int(offs[(rank + 1) * B_LOCAL])]
+                ln = ln[rank * B_LOCAL:(rank + 1) * B_LOCAL]
+            keys.append(f)
+            vals.append(ids)
+            lens.append(ln)
+    rows = slice(None) if rank is None else slice(rank * B_LOCAL, (rank + 1) * B_LOCAL)
+    kjt = torchrec.KeyedJaggedTensor(keys=keys, values=torch.cat(vals), lengths=torch.cat(lens))
+    return dense[rows], kjt, labels[rows]
+
+
+def _dlrm(ebc: Any) -> nn.Module:
+    from torchrec.models.dlrm import DLRM
+
+    return DLRM(embedding_bag_collection=ebc, dense_in_features=DENSE_IN, dense_arch_layer_sizes=[8, 4],
+                over_arch_layer_sizes=[8, 1])
+
+
+def _case(rank: int) -> dict[str, Any]:
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    from recgo.distributed import shard_model
+
+    # -- the TorchRec script, DMP swapped for shard_model --
+    torch.manual_seed(rank)  # the ranks' dense draws differ, as they may in a script
+    # TorchRec's way: the tables on meta (never materialised whole), the dense part built on its device
+    model = _dlrm(torchrec.EmbeddingBagCollection(tables=_tables(), device=torch.device("meta")))
+    apply_optimizer_in_backward(torch.optim.Adagrad, model.sparse_arch.parameters(), {"lr": LR_SPARSE, "eps": 1e-8})
+    model = shard_model(model, "hash", timeout=60)
+    dense_opt = torch.optim.SGD([p for _, p in in_backward_optimizer_filter(model.named_parameters())], lr=LR_DENSE)
+    sched = torch.optim.lr_scheduler.StepLR(model.fused_optimizer, step_size=1, gamma=GAMMA)
+    sharded = model.module.sparse_arch.embedding_bag_collection
+
+    # -- the reference: TorchRec's model in one process, from the rows the ranks drew --
+    parts: list[Any] = [None] * WORLD
+    dist.all_gather_object(parts, {t.name: (sharded.local_ids(t.name), sharded.embedding_bags[t.name].weight.detach())
+                                   for t in _tables()})
+    torch.manual_seed(0)
+    ref = _dlrm(torchrec.EmbeddingBagCollection(tables=_tables()))
+    with torch.no_grad():
+        for t in _tables():
+            w = ref.sparse_arch.embedding_bag_collection.embedding_bags[t.name].weight
+            w.fill_(float("nan"))  # every row must come from some rank
+            for p in parts:
+                w[p[t.name][0]] = p[t.name][1]
+        mine = dict(model.module.named_parameters())
+        for n, p in ref.named_parameters():
+            if not n.startswith("sparse_arch."):
+                mine[n].copy_(p)  # the same dense start on both sides (and both ranks)
+    apply_optimizer_in_backward(torch.optim.Adagrad, ref.sparse_arch.parameters(), {"lr": LR_SPARSE, "eps": 1e-8})
+    ref_in = [o for p in ref.sparse_arch.parameters() for o in p._in_backward_optimizers]
+    ref_dense = torch.optim.SGD([p for _, p in in_backward_optimizer_filter(ref.named_parameters())], lr=LR_DENSE)
+    bce = nn.functional.binary_cross_entropy_with_logits
+    rates = []
+    for step in range(STEPS):
+        for o in ref_in:
+            o.param_groups[0]["lr"] = LR_SPARSE * GAMMA ** step
+        ref_dense.zero_grad()
+        dense, kjt, y = _batch(step, None)
+        bce(ref(dense, kjt).squeeze(1), y).backward()
+        ref_dense.step()
+
+        model.fused_optimizer.zero_grad()  # hands the scheduler's rate to the tables, as TorchRec's does
+        dense_opt.zero_grad()
+        dense, kjt, y = _batch(step, rank)
+        bce(model(dense, kjt).squeeze(1), y).backward()
+        rates.append(sharded.fused_optimizer.lr)
+        dense_opt.step()
+        model.fused_optimizer.step()
+        sched.step()
+        for t in _tables():
+            want = ref.sparse_arch.embedding_bag_collection.embedding_bags[t.name].weight.detach()
+            close(sharded.embedding_bags[t.name].weight.detach(), want[sharded.local_ids(t.name)],
+                  f"rank {rank} table {t.name} after step {step}")
+        for n, p in ref.named_parameters():
+            if not n.startswith("sparse_arch."):
+                close(mine[n].detach(), p.detach(), f"rank {rank} {n} after step {step}")
+    return {"rates": rates, "optimizer": repr(sharded.fused_optimizer)}
+
+
+def _entry(rank: int, store: str, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+    try:
+        res = _case(rank)
+    except BaseException as exc:  # report to the parent instead of tearing the world down
+        res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
+    torch.save(res, os.path.join(out, f"{rank}.pt"))
+    dist.destroy_process_group()
+
+
+def test_torchrec_dlrm_script_with_shard_model_trains_as_one_process(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    mp.start_processes(_entry, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD, start_method="spawn", join=True)
+    for r in range(WORLD):
+        res = torch.load(out / f"{r}.pt", weights_only=False)
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        assert res["rates"] == [LR_SPARSE * GAMMA ** s for s in range(STEPS)], res
+        assert res["optimizer"].startswith("Adagrad(lr=0.025") and "eps=1e-08" in res["optimizer"], res
