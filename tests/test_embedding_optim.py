@@ -405,6 +405,8 @@ def test_from_torch_maps_the_in_backward_optimizers(cls: type | str, kwargs: dic
     (torch.optim.Adagrad, {"lr": 0.1, "lr_decay": 0.5}, "lr_decay=0.5 is not supported"),
     (torch.optim.SGD, {"lr": 0.1, "eps": 1e-8}, r"options \['eps'\] are not taken"),
     (torch.optim.Adagrad, {"lr": 0.1, "betas": (0.9, 0.9)}, r"options \['beta1', 'beta2'\] are not taken"),
+    (torch.optim.Adam, {"lr": 0.1, "betas": 0.9}, "betas must be a pair"),
+    (torch.optim.Adam, {"lr": "fast"}, "must be numbers"),
 ])
 def test_from_torch_refuses_what_it_cannot_compute(cls: type, kwargs: dict, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):

@@ -146,7 +146,10 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
     if "learning_rate" in args:
         args["lr"] = args.pop("learning_rate")
     if "betas" in args:
-        args["beta1"], args["beta2"] = args.pop("betas")
+        betas = args.pop("betas")
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise InvalidInputError(f"optimizer {name}: betas must be a pair (beta1, beta2), got {betas!r}")
+        args["beta1"], args["beta2"] = betas
     for k in sorted(set(args) & set(_NEUTRAL)):
         v = args.pop(k)
         if v != _NEUTRAL[k] and k != "dampening":  # dampening only acts with momentum
@@ -158,7 +161,10 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
     if unknown:
         raise InvalidInputError(f"optimizer {name}: options {unknown} are not taken by recgo's fused {cls.__name__} "
                                 f"(it takes {sorted(takes)})")
-    values = {k: float(args.get(k, _FBGEMM_DEFAULTS[k])) for k in takes}
+    try:
+        values = {k: float(args.get(k, _FBGEMM_DEFAULTS[k])) for k in takes}
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"optimizer {name}: hyper-parameters must be numbers ({exc})") from None
     if cls is AdamW and "weight_decay" not in args:
         values["weight_decay"] = AdamW.weight_decay  # torch's AdamW default, as FBGEMM has no AdamW
     return cls(**values)
