@@ -13,17 +13,18 @@ from torch import nn
 
 from .. import _lib
 from .._lib import H, I64
-from ..errors import InvalidInputError, NotFoundError, RecgoIOError
+from ..errors import InvalidInputError, NotFoundError
 from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast
-from ..modules.embedding import EmbeddingBagCollection, _check_configs, load_checkpoint, save_checkpoint
+from ..modules.embedding import EmbeddingBagCollection, _check_configs
 from ..modules import optim
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from ._exchange import WIRE_DTYPES, Groups, PeerFailureError, agree, check_peers, drive, make_groups
+from ._checkpoint import load_shards, save_shards
 from ._state import own_keys, rank_keys
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
@@ -551,64 +552,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
         every rank has written its file, rank 0 removes the shard files another world size left in the
         folder, so that the folder holds one set and :meth:`load` takes it."""
-        d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        g = self._groups
-        # Flat name → tensor entries, so the file carries recgo's per-tensor checksums.
-        doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank)}
-        for cfg, shard in zip(self._configs, self.embedding_bags.values()):
-            p = f"tables.{cfg.name}."
-            doc |= {p + "ids": self.local_ids(cfg.name), p + "weight": shard.weight.detach().clone(),
-                    p + "step": shard.optimizer_step.clone(), p + "rows": torch.tensor(cfg.num_embeddings),
-                    p + "dim": torch.tensor(cfg.embedding_dim)}
-            if hasattr(shard, "optimizer_state"):
-                doc[p + "state"] = shard.optimizer_state.clone()
-        path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
-        save_checkpoint(doc, path)
-        import torch.distributed as dist
-
-        try:
-            dist.barrier(group=g.world)  # every rank's new file is in place before the old set goes
-            if g.rank == 0:
-                for old in d.glob("shard-*-of-*.pt"):
-                    if old.stem.split("-of-")[-1] != str(g.world_size):
-                        old.unlink(missing_ok=True)
-            dist.barrier(group=g.world)  # and gone before any rank goes on (to load it, say)
-        except RuntimeError as exc:  # gloo's errors for a dead or late peer
-            raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not finish its part: {exc}") from exc
-        return path
+        return save_shards(self, directory)
 
     def load(self, directory: str | os.PathLike[str]) -> None:
         """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
         keeps the rows its layout gives it (the engine decides), so tables re-distribute."""
-        d = Path(directory)
-        files = sorted(d.glob("shard-*-of-*.pt"))
-        if not files:
-            raise RecgoIOError(f"{d}: no shard-*-of-*.pt checkpoint files")
-        worlds = {int(f.stem.split("-of-")[1]) for f in files}
-        if len(worlds) != 1 or len(files) != next(iter(worlds)):
-            raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
-        covered = [torch.zeros(n, dtype=torch.bool) for n in self._local_rows]
-        with torch.no_grad():
-            for f in files:
-                doc = load_checkpoint(f)
-                for t, (cfg, shard) in enumerate(zip(self._configs, self.embedding_bags.values())):
-                    p = f"tables.{cfg.name}."
-                    e = {k[len(p):]: v for k, v in doc.items() if k.startswith(p)}
-                    if not e or int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
-                        raise RecgoIOError(f"{f.name}: table {cfg.name!r} is missing or has another shape")
-                    rows = self.locate(cfg.name, e["ids"])
-                    mine = rows >= 0
-                    shard.weight[rows[mine]] = e["weight"][mine]
-                    if hasattr(shard, "optimizer_state"):
-                        if "state" not in e or e["state"].shape[1:] != shard.optimizer_state.shape[1:]:
-                            raise RecgoIOError(f"{f.name}: table {cfg.name!r} has no matching optimizer state")
-                        shard.optimizer_state[rows[mine]] = e["state"][mine]
-                    shard.optimizer_step.copy_(e["step"])
-                    covered[t][rows[mine]] = True
-        for cfg, c in zip(self._configs, covered):
-            if not bool(c.all()):
-                raise RecgoIOError(f"{d}: table {cfg.name!r}: {int((~c).sum())} of this rank's rows are in no shard file")
+        load_shards(self, directory)
 
     def extra_repr(self) -> str:
         g = self._groups

@@ -1,0 +1,81 @@
+"""A sharded collection's own checkpoint format: one file per rank, loadable on any world size.
+
+Each rank writes its shards' IDs with their rows, optimizer state and step (recgo's checksummed
+checkpoint files); a load reads every file and keeps the rows its layout gives it, so the tables
+re-distribute over a different world.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..errors import RecgoIOError
+from ..modules.embedding import load_checkpoint, save_checkpoint
+from ._exchange import PeerFailureError
+
+
+def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
+    """``ShardedEmbeddingBagCollection.save``: this rank's file, then (once every rank has written
+    its own) rank 0 removes the files of another world size, so the folder holds one set."""
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    g = coll._groups
+    # Flat name → tensor entries, so the file carries recgo's per-tensor checksums.
+    doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank)}
+    for cfg, shard in zip(coll._configs, coll.embedding_bags.values()):
+        p = f"tables.{cfg.name}."
+        doc |= {p + "ids": coll.local_ids(cfg.name), p + "weight": shard.weight.detach().clone(),
+                p + "step": shard.optimizer_step.clone(), p + "rows": torch.tensor(cfg.num_embeddings),
+                p + "dim": torch.tensor(cfg.embedding_dim)}
+        if hasattr(shard, "optimizer_state"):
+            doc[p + "state"] = shard.optimizer_state.clone()
+    path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
+    save_checkpoint(doc, path)
+    try:
+        dist.barrier(group=g.world)  # every rank's new file is in place before the old set goes
+        if g.rank == 0:
+            for old in d.glob("shard-*-of-*.pt"):
+                if old.stem.split("-of-")[-1] != str(g.world_size):
+                    old.unlink(missing_ok=True)
+        dist.barrier(group=g.world)  # and gone before any rank goes on (to load it, say)
+    except RuntimeError as exc:  # gloo's errors for a dead or late peer
+        raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not finish its part: {exc}") from exc
+    return path
+
+
+def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
+    """``ShardedEmbeddingBagCollection.load``: every file of the set, each rank keeping the rows its
+    layout gives it (the engine's ``locate``); every row of this rank must be in some file."""
+    d = Path(directory)
+    files = sorted(d.glob("shard-*-of-*.pt"))
+    if not files:
+        raise RecgoIOError(f"{d}: no shard-*-of-*.pt checkpoint files")
+    worlds = {int(f.stem.split("-of-")[1]) for f in files}
+    if len(worlds) != 1 or len(files) != next(iter(worlds)):
+        raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
+    covered = [torch.zeros(n, dtype=torch.bool) for n in coll._local_rows]
+    with torch.no_grad():
+        for f in files:
+            doc = load_checkpoint(f)
+            for t, (cfg, shard) in enumerate(zip(coll._configs, coll.embedding_bags.values())):
+                p = f"tables.{cfg.name}."
+                e = {k[len(p):]: v for k, v in doc.items() if k.startswith(p)}
+                if not e or int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
+                    raise RecgoIOError(f"{f.name}: table {cfg.name!r} is missing or has another shape")
+                rows = coll.locate(cfg.name, e["ids"])
+                mine = rows >= 0
+                shard.weight[rows[mine]] = e["weight"][mine]
+                if hasattr(shard, "optimizer_state"):
+                    if "state" not in e or e["state"].shape[1:] != shard.optimizer_state.shape[1:]:
+                        raise RecgoIOError(f"{f.name}: table {cfg.name!r} has no matching optimizer state")
+                    shard.optimizer_state[rows[mine]] = e["state"][mine]
+                shard.optimizer_step.copy_(e["step"])
+                covered[t][rows[mine]] = True
+    for cfg, c in zip(coll._configs, covered):
+        if not bool(c.all()):
+            raise RecgoIOError(f"{d}: table {cfg.name!r}: {int((~c).sum())} of this rank's rows are in no shard file")
