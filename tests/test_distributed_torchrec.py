@@ -7,18 +7,16 @@ on the global batch (torch's in-backward Adagrad on the whole tables, its rate s
 
 from __future__ import annotations
 
-import os
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 from sharded_checks import close
+from test_distributed import spawn
 
 torchrec = pytest.importorskip("torchrec")
 
@@ -61,13 +59,15 @@ def _dlrm(ebc: Any) -> nn.Module:
                 over_arch_layer_sizes=[8, 1])
 
 
-def _case(rank: int) -> dict[str, Any]:
+def _case(rank: int, world: int) -> dict[str, Any]:
+    """One rank of the script, checked against the one-process reference after every step."""
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
     from torchrec.optim.optimizers import in_backward_optimizer_filter
 
     from recgo.distributed import shard_model
 
     # -- the TorchRec script, DMP swapped for shard_model --
+    torch.set_num_threads(1)
     torch.manual_seed(rank)  # the ranks' dense draws differ, as they may in a script
     # TorchRec's way: the tables on meta (never materialised whole), the dense part built on its device
     model = _dlrm(torchrec.EmbeddingBagCollection(tables=_tables(), device=torch.device("meta")))
@@ -124,23 +124,8 @@ def _case(rank: int) -> dict[str, Any]:
     return {"rates": rates, "optimizer": repr(sharded.fused_optimizer)}
 
 
-def _entry(rank: int, store: str, out: str) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    try:
-        res = _case(rank)
-    except BaseException as exc:  # report to the parent instead of tearing the world down
-        res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-    torch.save(res, os.path.join(out, f"{rank}.pt"))
-    dist.destroy_process_group()
-
-
 def test_torchrec_dlrm_script_with_shard_model_trains_as_one_process(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    mp.start_processes(_entry, args=(str(tmp_path / "store"), str(out)), nprocs=WORLD, start_method="spawn", join=True)
-    for r in range(WORLD):
-        res = torch.load(out / f"{r}.pt", weights_only=False)
+    for r, res in enumerate(spawn(_case, WORLD, tmp_path)):
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert res["rates"] == [LR_SPARSE * GAMMA ** s for s in range(STEPS)], res
         assert res["optimizer"].startswith("Adagrad(lr=0.025") and "eps=1e-08" in res["optimizer"], res
