@@ -7,6 +7,7 @@ import math
 import os
 
 import pytest
+from hypothesis import given, settings, strategies as st
 import torch
 from torch import nn
 
@@ -477,3 +478,31 @@ def test_collection_optimizer_counts_shared_tables_once_and_needs_one() -> None:
     assert own.fused_optimizer == optim.SGD(lr=0.05) and ebc.fused_optimizer == optim.SGD(lr=0.1)
     with pytest.raises(InvalidInputError, match="no recgo collection with a fused optimizer"):
         optim.CollectionOptimizer(nn.ModuleDict({"dense": EmbeddingBagCollection([EmbeddingBagConfig(5, 2, "d", ["d"])])}))
+
+
+_KWARG_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-3, 3), st.booleans(),
+                          st.none(), st.text(max_size=3), st.tuples(st.floats(0, 1), st.floats(0, 1)))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cls=st.sampled_from([torch.optim.SGD, torch.optim.Adagrad, torch.optim.Adam, torch.optim.AdamW,
+                            torch.optim.RMSprop]),
+       kwargs=st.dictionaries(st.sampled_from(["lr", "learning_rate", "eps", "weight_decay", "betas", "beta1",
+                                               "momentum", "amsgrad", "maximize", "foreach", "lr_decay", "nesterov",
+                                               "dampening", "centered", "alpha"]), _KWARG_VALUES, max_size=5))
+def test_from_torch_gives_the_values_or_a_named_error(cls: type, kwargs: dict) -> None:
+    """Whatever kwargs apply_optimizer_in_backward carries, from_torch returns a fused optimizer with
+    those values (FBGEMM's defaults for the rest) or raises InvalidInputError, never anything else."""
+    try:
+        got = optim.from_torch(cls, kwargs)
+    except InvalidInputError:
+        return
+    assert not ("lr" in kwargs and "learning_rate" in kwargs)
+    lr = kwargs.get("learning_rate", kwargs.get("lr", 0.01))
+    assert got.lr == float(lr) or (got.lr != got.lr and lr != lr)  # NaN stays NaN: the engine refuses it
+    assert all(not isinstance(v, (bool, str)) for k, v in kwargs.items() if k in ("lr", "learning_rate", "eps"))
+    if "weight_decay" in kwargs:
+        wd = float(kwargs["weight_decay"])
+        assert got.weight_decay == wd or (wd != wd and got.weight_decay != got.weight_decay)
+    if "betas" in kwargs:
+        assert (got.beta1, got.beta2) == tuple(float(b) for b in kwargs["betas"])

@@ -144,6 +144,8 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
                                 f"{sorted(_classes())} from torch.optim or torchrec.optim")
     args = dict(kwargs or {})
     if "learning_rate" in args:
+        if "lr" in args:
+            raise InvalidInputError(f"optimizer {name}: give lr or learning_rate, not both")
         args["lr"] = args.pop("learning_rate")
     if "betas" in args:
         betas = args.pop("betas")
@@ -161,10 +163,11 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
     if unknown:
         raise InvalidInputError(f"optimizer {name}: options {unknown} are not taken by recgo's fused {cls.__name__} "
                                 f"(it takes {sorted(takes)})")
-    try:
-        values = {k: float(args.get(k, _FBGEMM_DEFAULTS[k])) for k in takes}
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"optimizer {name}: hyper-parameters must be numbers ({exc})") from None
+    bad = sorted(k for k in takes & set(args) if isinstance(args[k], bool) or not isinstance(args[k], (int, float)))
+    if bad:
+        raise InvalidInputError(f"optimizer {name}: hyper-parameters must be numbers, got "
+                                f"{ {k: args[k] for k in bad} }")
+    values = {k: float(args.get(k, _FBGEMM_DEFAULTS[k])) for k in takes}
     if cls is AdamW and "weight_decay" not in args:
         values["weight_decay"] = AdamW.weight_decay  # torch's AdamW default, as FBGEMM has no AdamW
     return cls(**values)
