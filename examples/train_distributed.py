@@ -92,6 +92,9 @@ def main() -> None:
                         nodes=args.nodes, ranks_per_node=world // args.nodes, timeout=30)
     ebc = model.module.ebc  # the ShardedEmbeddingBagCollection
     opt = torch.optim.Adam(model.module.mlp.parameters(), lr=1e-3)
+    # The tables' fused optimizer under a torch scheduler, as with DMP's model.fused_optimizer: a
+    # 10-step warm-up of their learning rate (zero_grad hands each step's rate to the shards).
+    warmup = torch.optim.lr_scheduler.LinearLR(model.fused_optimizer, start_factor=0.1, total_iters=10)
     t0 = time.perf_counter()
     losses: list[float] = []
     for step in range(args.steps):
@@ -99,8 +102,10 @@ def main() -> None:
         logits = model(kjt)
         loss = nn.functional.binary_cross_entropy_with_logits(logits, labels)
         opt.zero_grad()
+        model.fused_optimizer.zero_grad()
         loss.backward()  # the embedding rows are updated on their owners inside this call
         opt.step()
+        warmup.step()
         losses.append(loss.item())
         if rank == 0 and ((step + 1) % 20 == 0 or step == args.steps - 1):
             t = ebc.traffic()
@@ -109,7 +114,8 @@ def main() -> None:
                   f"this rank sent {t['ids_intra'] + t['ids_inter']} IDs, returned {t['vecs_intra'] + t['vecs_inter']} "
                   f"vectors ({t['pooled_vecs']} of them pooled partials; {t['bytes']} bytes)", flush=True)
     if rank == 0:
-        print(f"{args.steps} steps in {time.perf_counter() - t0:.2f} s on {world} ranks ({args.mode})")
+        print(f"{args.steps} steps in {time.perf_counter() - t0:.2f} s on {world} ranks ({args.mode}); "
+              f"the tables' learning rate after the warm-up: {ebc.fused_optimizer.lr:g}")
     ckpt = os.environ.get("RECGO_EXAMPLE_CKPT") or os.path.join(tempfile.gettempdir(), "recgo-train-distributed")
     ebc.save(ckpt)  # every rank writes its shards
     dist.barrier()

@@ -29,6 +29,7 @@ def test_two_ranks_flat_learn_and_checkpoint(tmp_path: Path) -> None:
     assert len(losses) == 5, out
     assert losses[-1] < losses[0] - 0.02 and losses[-1] < 0.66, losses  # coin flips stay at 0.693
     assert "100 steps in" in out and "on 2 ranks (flat)" in out
+    assert "the tables' learning rate after the warm-up: 0.05" in out, out  # LinearLR drove the fused rate
     assert "loaded back" in out and any((tmp_path / "ckpt").iterdir())
 
 
