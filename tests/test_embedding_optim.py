@@ -506,3 +506,24 @@ def test_from_torch_gives_the_values_or_a_named_error(cls: type, kwargs: dict) -
         assert got.weight_decay == wd or (wd != wd and got.weight_decay != got.weight_decay)
     if "betas" in kwargs:
         assert (got.beta1, got.beta2) == tuple(float(b) for b in kwargs["betas"])
+
+
+def test_collection_optimizer_inside_torchrec_combined_optimizer() -> None:
+    """As in TorchRec's DLRM example: CombinedOptimizer([fused, dense]) under one scheduler drives
+    both rates, and its state_dict round trip hands the rate back to the tables."""
+    keyed = pytest.importorskip("torchrec.optim.keyed")
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+    model = nn.ModuleDict({"ebc": ebc, "lin": nn.Linear(4, 1)})
+    dense = keyed.KeyedOptimizerWrapper(dict(model["lin"].named_parameters()), lambda ps: torch.optim.SGD(ps, lr=0.2))
+    comb = keyed.CombinedOptimizer([("fused", optim.CollectionOptimizer(model)), dense])
+    sched = torch.optim.lr_scheduler.StepLR(comb, step_size=1, gamma=0.5)
+    for _ in range(2):
+        comb.zero_grad()
+        comb.step()
+        sched.step()
+    comb.zero_grad()
+    assert ebc.fused_optimizer == optim.SGD(lr=0.025) and [g["lr"] for g in comb.param_groups] == [0.025, 0.05]
+    saved = comb.state_dict()
+    ebc.set_fused_optimizer(optim.SGD(lr=1.0))
+    comb.load_state_dict(saved)
+    assert ebc.fused_optimizer == optim.SGD(lr=0.025)

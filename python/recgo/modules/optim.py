@@ -253,7 +253,8 @@ class CollectionOptimizer(torch.optim.Optimizer):
     fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
     ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
     ``state_dict()`` holds the hyper-parameters; the tables' optimizer state is in the model's.
-    Call it from the thread that runs the steps (on every rank alike for sharded collections).
+    It can be one of TorchRec's ``CombinedOptimizer([("fused", it), dense])`` (a named entry: it is
+    not a ``KeyedOptimizer``), whose schedulers then drive both. Call it from the thread that runs the steps (on every rank alike for sharded collections).
 
     Raises:
         InvalidInputError: ``model`` has no collection with a fused optimizer.
@@ -265,7 +266,8 @@ class CollectionOptimizer(torch.optim.Optimizer):
             raise InvalidInputError("CollectionOptimizer: the model has no recgo collection with a fused optimizer")
         groups = [{"params": [], "name": n, **{k: getattr(m.fused_optimizer, k) for k in _HYPER}}
                   for n, m in self._collections]
-        super().__init__(groups, {})
+        super().__init__(groups, {"_save_param_groups": False})  # what TorchRec's CombinedOptimizer reads
+        self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
 
     def _push(self) -> None:
         for group, (_, m) in zip(self.param_groups, self._collections):
@@ -288,4 +290,9 @@ class CollectionOptimizer(torch.optim.Optimizer):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load the hyper-parameters and hand them to the collections."""
         super().load_state_dict(state_dict)
+        self._push()
+
+    def post_load_state_dict(self) -> None:
+        """Hand the hyper-parameters to the collections after TorchRec's ``CombinedOptimizer`` loaded
+        a state dict (the KeyedOptimizer hook)."""
         self._push()
