@@ -392,6 +392,8 @@ def test_absurd_optimizer_step_is_refused_on_load(tmp_path, step: int) -> None:
     (torch.optim.Adam, {"lr": 1e-3, "betas": (0.8, 0.99)}, optim.Adam(lr=1e-3, beta1=0.8, beta2=0.99, eps=1e-8)),
     (torch.optim.AdamW, {"lr": 1e-3}, optim.AdamW(lr=1e-3, eps=1e-8, beta1=0.9, beta2=0.999, weight_decay=1e-2)),
     (torch.optim.SGD, {}, optim.SGD(lr=0.01)),  # FBGEMM's default rate
+    (torch.optim.Adam, {"lr": 0.1, "foreach": False, "fused": None, "maximize": False, "amsgrad": False},
+     optim.Adam(lr=0.1, eps=1e-8)),
 ])
 def test_from_torch_maps_the_in_backward_optimizers(cls: type | str, kwargs: dict, want: optim.FusedOptimizer) -> None:
     if isinstance(cls, str):

@@ -154,7 +154,8 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
         args["beta1"], args["beta2"] = betas
     for k in sorted(set(args) & set(_NEUTRAL)):
         v = args.pop(k)
-        if v != _NEUTRAL[k] and k != "dampening":  # dampening only acts with momentum
+        neutral = not v if _NEUTRAL[k] in (None, False) else v == _NEUTRAL[k]  # foreach=False is foreach=None
+        if not neutral and k != "dampening":  # dampening only acts with momentum
             raise InvalidInputError(f"optimizer {name}: {k}={v!r} is not supported by recgo's fused {cls.__name__} "
                                     f"(only {k}={_NEUTRAL[k]!r})")
     takes = {"lr", "weight_decay"} | ({"eps"} if cls is not SGD else set()) | (
