@@ -162,6 +162,9 @@ def test_shard_model_takes_the_optimizer_apply_optimizer_in_backward_gave(tmp_pa
         got = model["ebc"].embedding_bags["t"].weight.detach()
         torch.testing.assert_close(got, ref.embedding_bags["t"].weight.detach()[model["ebc"].local_ids("t")],
                                    rtol=1e-6, atol=1e-7)
+        dense = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(30, 4, "t", ["f"])], seed=1)
+        apply_optimizer_in_backward(torch.optim.SGD, dense.parameters(), {"lr": 0.3})  # a recgo one, the same way
+        assert shard_model(dense, "hash", timeout=30).fused_optimizer == optim.SGD(lr=0.3)
         other = torchrec.EmbeddingBagCollection(tables=[bag])
         apply_optimizer_in_backward(torch.optim.SGD, other.parameters(), {"lr": 0.1})
         with pytest.raises(InvalidInputError, match="differs from SGD"):

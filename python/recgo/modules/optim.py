@@ -203,16 +203,17 @@ def in_backward(module: Any) -> FusedOptimizer | None:
 
 def for_sharding(module: Any, kwargs: dict[str, Any]) -> None:
     """Set ``kwargs["optimizer"]`` for sharding ``module`` unless the caller gave one: a recgo
-    collection's own fused optimizer, or what ``apply_optimizer_in_backward`` gave a TorchRec
-    collection's tables (:func:`in_backward`; None: dense gradients for a torch optimizer).
+    collection's own fused optimizer, or else what ``apply_optimizer_in_backward`` gave its tables
+    (:func:`in_backward`; None: dense gradients for a torch optimizer).
 
     Raises:
         InvalidInputError: a given optimizer differs from the one ``apply_optimizer_in_backward`` gave.
     """
-    if hasattr(module, "fused_optimizer"):
-        kwargs.setdefault("optimizer", module.fused_optimizer)
+    own = getattr(module, "fused_optimizer", None)
+    if own is not None:  # a recgo collection's own
+        kwargs.setdefault("optimizer", own)
         return
-    own = in_backward(module)
+    own = in_backward(module)  # TorchRec's collection, or a recgo one without a fused optimizer
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
     elif own is not None and kwargs["optimizer"] != own:
