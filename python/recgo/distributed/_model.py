@@ -123,6 +123,10 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
       parameters, the shards left out (their gradients go to their owners, not through DDP's
       all-reduce); DDP starts every rank from rank 0's dense weights.
 
+    The tables' fused optimizer is ``optimizer`` if given, else a recgo collection's own, else the one
+    ``apply_optimizer_in_backward`` gave a collection's tables, as DMP reads it
+    (:func:`recgo.modules.optim.from_torch`); with none, the shards get dense gradients.
+
     ``gradient_division`` (default True here, as in TorchRec's DMP; the collections' own default is
     False): each rank's embedding gradient is divided by the world size, so with a per-rank mean loss
     the tables step on the global-batch mean, as DDP's averaged dense gradients do.
