@@ -18,13 +18,13 @@ from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast
-from ..modules.embedding import EmbeddingBagCollection, _check_configs
 from ..modules import optim
+from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._exchange import WIRE_DTYPES, Groups, PeerFailureError, agree, check_peers, drive, make_groups
 from ._checkpoint import load_shards, save_shards
+from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
 from ._state import own_keys, rank_keys
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}

@@ -120,9 +120,9 @@ _NEUTRAL = {"momentum": 0.0, "dampening": None, "nesterov": False, "lr_decay": 0
             "differentiable": False}
 
 
-def _classes() -> dict[str, type[FusedOptimizer]]:
-    """torch / torchrec optimizer class name → the fused optimizer that computes the same update."""
-    return {"SGD": SGD, "Adagrad": Adagrad, "RowWiseAdagrad": RowWiseAdagrad, "Adam": Adam, "AdamW": AdamW}
+# torch / torchrec optimizer class name → the fused optimizer that computes the same update.
+_TORCH_NAMES: dict[str, type[FusedOptimizer]] = {"SGD": SGD, "Adagrad": Adagrad, "RowWiseAdagrad": RowWiseAdagrad,
+                                                 "Adam": Adam, "AdamW": AdamW}
 
 
 def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> FusedOptimizer:
@@ -138,10 +138,10 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
     """
     name = getattr(optimizer_class, "__name__", repr(optimizer_class))
     module = getattr(optimizer_class, "__module__", "")
-    cls = _classes().get(name) if module.startswith(("torch.optim", "torchrec.optim")) else None
+    cls = _TORCH_NAMES.get(name) if module.startswith(("torch.optim", "torchrec.optim")) else None
     if cls is None:
         raise InvalidInputError(f"optimizer {module}.{name} has no fused counterpart in recgo; use one of "
-                                f"{sorted(_classes())} from torch.optim or torchrec.optim")
+                                f"{sorted(_TORCH_NAMES)} from torch.optim or torchrec.optim")
     args = dict(kwargs or {})
     if "learning_rate" in args:
         if "lr" in args:
@@ -256,7 +256,8 @@ class CollectionOptimizer(torch.optim.Optimizer):
     ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
     ``state_dict()`` holds the hyper-parameters; the tables' optimizer state is in the model's.
     It can be one of TorchRec's ``CombinedOptimizer([("fused", it), dense])`` (a named entry: it is
-    not a ``KeyedOptimizer``), whose schedulers then drive both. Call it from the thread that runs the steps (on every rank alike for sharded collections).
+    not a ``KeyedOptimizer``), whose schedulers then drive both. Call it from the thread that runs the
+    steps (on every rank alike for sharded collections).
 
     Raises:
         InvalidInputError: ``model`` has no collection with a fused optimizer.
