@@ -210,10 +210,9 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    torch.set_num_threads(threads_per_rank())
     import recgo
 
-    recgo.set_num_threads(threads_per_rank())  # Go's workers too: the ranks share the cores
+    recgo.share_cores(WORLD)  # torch's and Go's workers: the ranks share the cores
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.modules import optim
     from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
@@ -316,17 +315,8 @@ def bytes_sweep(counter: ByteCounter, rank: int) -> list[dict[str, Any]]:
     return rows
 
 
-def threads_per_rank() -> int:
-    """Each rank's share of the cores, for torch (TorchRec's kernels) and recgo's Go runtime alike."""
-    return max(1, (os.cpu_count() or 1) // WORLD)
-
-
 def world2(quick: bool) -> dict[str, Any]:
     import torch.multiprocessing as mp
-
-    # The Go runtime in recgo's library reads GOMAXPROCS from the environment its process started
-    # with, so the ranks inherit it from here.
-    os.environ["GOMAXPROCS"] = str(threads_per_rank())
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_worker, args=(os.path.join(tmp, "store"), quick, tmp), nprocs=WORLD, start_method="spawn")

@@ -46,9 +46,7 @@ def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: 
 
     import recgo
 
-    threads = max(1, (os.cpu_count() or 1) // WORLD)
-    torch.set_num_threads(threads)
-    recgo.set_num_threads(threads)  # both libraries' workers sized to the rank's share of the cores
+    recgo.share_cores(WORLD)  # both libraries' workers sized to the rank's share of the cores
     _init(rank, WORLD, cfg.dist_timeout, port)
     world = World(rank, WORLD, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
     source = make_source(cfg).shard(rank, WORLD)

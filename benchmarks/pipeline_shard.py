@@ -40,10 +40,9 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
-    torch.set_num_threads(threads_per_rank())
     import recgo
 
-    recgo.set_num_threads(threads_per_rank())  # Go's workers too: the ranks share the cores
+    recgo.share_cores(WORLD)  # torch's and Go's workers: the ranks share the cores
     from recgo.data import SyntheticField, SyntheticSource
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.feature import Feature
@@ -56,7 +55,8 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     features = [Feature(f"f{t}").mod(ROWS) for t in range(TABLES)]
     cfgs = [recgo.EmbeddingBagConfig(ROWS, DIM, f"t{t}", [f"f{t}"]) for t in range(TABLES)]
     bench = Bench("pipeline_shard", ["--quick"] if quick else [], repeats=9)
-    res: dict[str, Any] = {"cases": [], "format_ms": {}, "B_local": B, "pooling": pooling}
+    res: dict[str, Any] = {"cases": [], "format_ms": {}, "B_local": B, "pooling": pooling,
+                           "threads_per_rank": recgo.num_threads()}
     for sharding in ("hash", "table_wise"):
         col = ShardedEmbeddingBagCollection(cfgs, sharding, optimizer=optim.SGD(lr=0.01), seed=0, timeout=300)
         # FORMAT per batch: after two warm batches (batches dropped at once, so the pool recycles their
@@ -96,16 +96,10 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     dist.destroy_process_group()
 
 
-def threads_per_rank() -> int:
-    """Each rank's share of the cores, for torch and recgo's Go runtime alike."""
-    return max(1, (os.cpu_count() or 1) // WORLD)
-
-
 def main() -> None:
     import torch.multiprocessing as mp
 
     bench = Bench("pipeline_shard", description=__doc__.splitlines()[0], repeats=9)
-    os.environ["GOMAXPROCS"] = str(threads_per_rank())
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_worker, args=(os.path.join(tmp, "store"), bench.quick, tmp), nprocs=WORLD,
                            start_method="spawn")
@@ -124,7 +118,7 @@ def main() -> None:
         summary[f"format_ms_dedup_only_{c['case']}"] = f["dedup_only"]
     bench.summary(**summary)
     bench.data["world2"] = res
-    bench.note(f"world 2 on one machine (gloo), {threads_per_rank()} threads per rank, local batch {res['B_local']}, "
+    bench.note(f"world 2 on one machine (gloo), {res['threads_per_rank']} threads per rank, local batch {res['B_local']}, "
                f"{TABLES} tables × {ROWS} rows × dim {DIM}, bags of mean length {res['pooling']:g}; times of rank 0")
     bench.note("format_ms: the pipeline's FORMAT time per batch (depth 0, batches 3-10 of a run, median over runs) with "
                "shard= (dedup + partition by owner) and with tables only (dedup), on rank 0 while rank 1 does the same")

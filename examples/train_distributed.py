@@ -7,7 +7,7 @@ Run on one machine with two processes (gloo on CPU):
 
 Each rank takes its share of the cores: under torchrun recgo sizes its Go workers at import from
 LOCAL_WORLD_SIZE (as torchrun sets OMP_NUM_THREADS=1 for torch); started some other way, call
-recgo.set_num_threads(cores // ranks per machine) next to torch.set_num_threads.
+recgo.share_cores(ranks per machine), which sizes torch's threads and recgo's alike.
 
 The model is written as for TorchRec and built on the meta device; recgo.distributed.shard_model
 (recgo's DistributedModelParallel) shards its embedding collection and puts the rest under DDP. Each

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import threading
 
+import pytest
 import torch
 
 import recgo
@@ -80,6 +81,24 @@ def test_share_of_cores_follows_torchrun_unless_gomaxprocs_is_set() -> None:
     assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": str(4 * cores)}) == 1
     assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": "2", "GOMAXPROCS": "3"}) is None
     assert _threads.share_of_cores({"LOCAL_WORLD_SIZE": "two"}) is None
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 3, 1000])
+def test_share_cores_sizes_torch_and_recgo_to_the_ranks_share(ranks: int) -> None:
+    before_torch, before_go = torch.get_num_threads(), recgo.num_threads()
+    try:
+        n = recgo.share_cores(ranks)
+        assert n == max(1, len(os.sched_getaffinity(0)) // ranks)
+        assert (torch.get_num_threads(), recgo.num_threads()) == (n, n)
+    finally:
+        torch.set_num_threads(before_torch)
+        recgo.set_num_threads(before_go)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_share_cores_refuses_a_rank_count_that_is_not_a_positive_integer(bad: object) -> None:
+    with pytest.raises(recgo.InvalidInputError, match="share_cores"):
+        recgo.share_cores(bad)  # type: ignore[arg-type]
 
 
 def test_import_under_torchrun_takes_the_ranks_share() -> None:

@@ -7,6 +7,7 @@ pipeline run in ``librecgo.so``; this package wraps them as ordinary ``torch.nn`
 from __future__ import annotations
 
 from ._lib import num_threads, set_num_threads, version as library_version
+from ._threads import share_cores
 from .errors import (
     AbiError,
     CapacityError,
@@ -66,5 +67,6 @@ __all__ = [
     "modules",
     "num_threads",
     "set_num_threads",
+    "share_cores",
     "planner",
 ]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 
 from . import _lib
+from .errors import InvalidInputError
 
 
 def openmp_runtime() -> str | None:
@@ -45,6 +46,16 @@ def use_openmp(enable: bool = True) -> bool:
     return enable
 
 
+def machine_cores() -> int:
+    """The cores this process may run on (its CPU affinity, else the machine's count)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def cores_per_rank(ranks: int) -> int:
+    """Each of ``ranks`` processes' share of :func:`machine_cores` (at least 1)."""
+    return max(1, machine_cores() // max(1, ranks))
+
+
 def share_of_cores(environ: dict[str, str] | None = None) -> int | None:
     """This rank's share of the machine's cores when ``torchrun`` started several ranks here and
     ``GOMAXPROCS`` is unset; None otherwise."""
@@ -57,8 +68,31 @@ def share_of_cores(environ: dict[str, str] | None = None) -> int | None:
         return None
     if local <= 1:
         return None
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // local)
+    return cores_per_rank(local)
+
+
+def share_cores(ranks: int | None = None) -> int:
+    """Size torch's intra-op threads and recgo's Go workers to this process's share of the machine when
+    ``ranks`` processes (default: torchrun's ``LOCAL_WORLD_SIZE``, else 1) run on it; returns that
+    share. Call it in each rank before its first step: ranks that each run a worker per core compete
+    for the cores and every rank's step gets slower.
+
+    Raises:
+        InvalidInputError: ``ranks`` is not an integer of at least 1.
+    """
+    import torch
+
+    if ranks is None:
+        try:
+            ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        except ValueError:
+            ranks = 1
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 1:
+        raise InvalidInputError(f"share_cores: the number of ranks must be an integer of at least 1, got {ranks!r}")
+    n = cores_per_rank(ranks)
+    torch.set_num_threads(n)
+    _lib.set_num_threads(n)
+    return n
 
 
 def configure_default() -> bool:

@@ -50,6 +50,7 @@ import torch
 from torch import nn
 
 from .._lib import set_num_threads
+from .._threads import share_cores
 from ..errors import InvalidInputError, RecgoError
 from ..sparse import KeyedJaggedTensor
 
@@ -315,9 +316,11 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
 
     from .run import train_ranks
 
-    threads = options.get("threads") or max(1, (os.cpu_count() or 1) // size)
-    torch.set_num_threads(threads)
-    set_num_threads(threads)  # Go's workers too: ranks sharing the cores must not compete for them
+    if options.get("threads"):
+        torch.set_num_threads(options["threads"])
+        set_num_threads(options["threads"])
+    else:
+        share_cores(size)  # torch's and Go's workers: ranks sharing the cores must not compete for them
     _init(rank, size, cfg.dist_timeout, port)
     world = World(rank, size, cfg.sharding, cfg.exchange, cfg.dist_timeout, cfg.nodes)
     got = train_ranks(cfg, backends, world, progress=progress and rank == 0,
