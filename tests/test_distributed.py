@@ -5,112 +5,25 @@ spawned world runs many cases so that the suite pays the start-up once per world
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 import recgo
 from recgo.modules import optim
+from sharded_batches import B_LOCAL, SHARDING, configs, global_batch, local_batch
 from sharded_checks import check_update, close
+from spawned import ok, spawn
 
-NODES, PER_NODE, WORLD, B_LOCAL, STEPS = 2, 2, 4, 4, 3
-SHARDING = {"th": "hash", "tt": "table_wise", "tr": "row_wise", "td": "data_parallel", "tp": "plan"}
+NODES, PER_NODE, WORLD, STEPS = 2, 2, 4, 3
 OPTS: list[Any] = [None, optim.SGD(lr=0.3), optim.Adagrad(lr=0.2), optim.RowWiseAdagrad(lr=0.2),
                    optim.Adam(lr=0.05), optim.AdamW(lr=0.05, weight_decay=0.1)]
-
-
-def configs() -> list[recgo.EmbeddingBagConfig]:
-    C = recgo.EmbeddingBagConfig
-    return [C(61, 4, "th", ["h1", "h2"]), C(40, 8, "tt", ["t1"], pooling="mean"), C(45, 3, "tr", ["r1"]),
-            C(12, 5, "td", ["d1"]), C(30, 4, "tp", ["p1"], pooling="mean")]
-
-
-def global_batch(step: int, world: int, local: int = B_LOCAL, weighted: bool = False,
-                 max_len: int = 5) -> recgo.KeyedJaggedTensor:
-    """A duplicate-heavy global batch of world × local samples (skewed IDs, empty bags included;
-    weighted: per-ID weights in [0.25, 1.75))."""
-    g = torch.Generator().manual_seed(1000 + step)
-    keys, vals, lens = [], [], []
-    B = world * local
-    for cfg in configs():
-        for f in cfg.feature_names:
-            ln = torch.randint(0, max_len, (B,), generator=g)
-            ids = (torch.rand(int(ln.sum()), generator=g) ** 3 * cfg.num_embeddings).long()
-            keys.append(f)
-            vals.append(ids)
-            lens.append(ln)
-    values = torch.cat(vals)
-    weights = 0.25 + 1.5 * torch.rand(values.numel(), generator=g) if weighted else None
-    return recgo.KeyedJaggedTensor(keys, values, lengths=torch.cat(lens), weights=weights)
-
-
-def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
-    """Samples [rank·local, (rank+1)·local) of every feature (weights too, when it has them)."""
-    feats = kjt.to_dict()
-    vals, lens, wts = [], [], []
-    for k in kjt.keys():
-        v, ln = feats[k].values(), feats[k].lengths()
-        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
-        lo, hi = int(offs[rank * local]), int(offs[(rank + 1) * local])
-        vals.append(v[lo:hi])
-        lens.append(ln[rank * local:(rank + 1) * local])
-        if kjt.weights_or_none() is not None:
-            wts.append(feats[k].weights()[lo:hi])
-    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens),
-                                   weights=torch.cat(wts) if wts else None)
-
-
-def _entry(rank: int, fn_name: str, world: int, store: str, out: str, args: tuple) -> None:
-    os.environ["RECGO_TEST_OUT"] = out
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
-    try:
-        mod, _, name = fn_name.rpartition(":")  # a function of another test module: "module:name"
-        fn = globals()[name] if mod in ("", __name__) else getattr(importlib.import_module(mod), name)
-        res = fn(rank, world, *args)
-    except BaseException as exc:  # report to the parent instead of tearing the world down
-        res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", "error_type": type(exc).__name__}
-    torch.save(res, os.path.join(out, f"{rank}.pt"))
-    try:
-        dist.destroy_process_group()
-    except Exception:
-        pass
-
-
-def spawn(fn: Callable, world: int, tmp: Path, *args: Any, wait: float = 240.0,
-          expect: list[int] | None = None) -> list[dict]:
-    """Run fn(rank, world, *args) on a fresh gloo world of spawned processes; return each rank's result
-    (once the ranks in ``expect``, default all, have reported, the others are killed)."""
-    out = tmp / f"out-{fn.__name__}-{world}"
-    out.mkdir()
-    target = f"{fn.__module__}:{fn.__name__}"
-    ctx = mp.start_processes(_entry, args=(target, world, str(tmp / f"store-{fn.__name__}-{world}"), str(out), args),
-                             nprocs=world, start_method="spawn", join=False)
-    deadline = time.monotonic() + wait
-    want = list(range(world)) if expect is None else expect
-    while time.monotonic() < deadline and not all((out / f"{r}.pt").exists() for r in want):
-        if not any(p.is_alive() for p in ctx.processes):
-            break
-        time.sleep(0.2)
-    time.sleep(0.5)  # let a finished rank close its file
-    for p in ctx.processes:
-        if p.is_alive():
-            p.kill()
-        p.join()
-    return [torch.load(out / f"{r}.pt", weights_only=False) if (out / f"{r}.pt").exists() else {"error": "no result"}
-            for r in range(world)]
-
-
-def _ok(results: list[dict]) -> None:
-    for r, res in enumerate(results):
-        assert "error" not in res, f"rank {r}: {res['error']}"
 
 
 # -- world 4: equality, Eq. 3, checkpoint --------------------------------------------------------------
@@ -434,7 +347,7 @@ def test_world4_matches_single_process_collection(world4: tuple[list[dict], Path
     intra-node stop), and the flat exchange with owner pooling for three of them: pooled outputs, gradients (torch optimizer), weights and optimizer state
     equal the single-process collection's (asserted in the ranks; any failure comes back with its
     traceback)."""
-    _ok(world4[0])
+    ok(world4[0])
 
 
 @pytest.mark.parametrize("world", [4, 2])
@@ -450,7 +363,7 @@ def test_owner_pooling_matches_single_process_weighted(world4: tuple[list[dict],
 
 def test_eq3_holds_exactly_on_the_counters(world4: tuple[list[dict], Path]) -> None:
     res = world4[0]
-    _ok(res)
+    ok(res)
     inter = res[0]["inter"]
     assert len(inter) == len(OPTS) * STEPS
     saw_reduction = False
@@ -493,7 +406,7 @@ def _in_process_world1(ckpt: Path, out: Path) -> None:
 def test_reshard_checkpoint_continues_identically(world4: tuple[list[dict], Path], world2: tuple[list[dict], Path],
                                                   world: int, tmp_path: Path) -> None:
     """Saved on world 4, loaded on 2 and on 1, trained on: the tables equal the uninterrupted run's."""
-    _ok(world4[0])
+    ok(world4[0])
     ckpt = world4[1]
     if world == 2:
         out = world2[1]

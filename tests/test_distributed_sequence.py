@@ -7,19 +7,18 @@ runs every case."""
 from __future__ import annotations
 
 import os
-import traceback
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
 
 import recgo
 from recgo.modules import optim
 from sharded_checks import check_update, close
+from spawned import spawn
 
 WORLD, B_LOCAL, STEPS = 2, 5, 3
 SHARDINGS: list[Any] = ["hash", "table_wise",
@@ -247,24 +246,13 @@ def _state_dict_case(rank: int, folder: str) -> dict[str, Any]:
     return out
 
 
-def _entry(rank: int, store: str, out: str, ckpt: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
+def _world(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     torch.set_num_threads(1)
-    try:
-        res = _cases(rank, ckpt)
-    except BaseException as exc:  # report to the parent instead of tearing the world down
-        res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-    torch.save(res, os.path.join(out, f"{rank}.pt"))
-    dist.destroy_process_group()
+    return _cases(rank, ckpt)
 
 
 def test_sharded_sequence_equals_one_process(tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    out.mkdir()
-    mp.start_processes(_entry, args=(str(tmp_path / "store"), str(out), str(tmp_path / "ck")), nprocs=WORLD,
-                       start_method="spawn", join=True)
-    for r in range(WORLD):
-        res = torch.load(out / f"{r}.pt", weights_only=False)
+    for r, res in enumerate(spawn(_world, WORLD, tmp_path, str(tmp_path / "ck"))):
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert res["checked"] == 2 * len(SHARDINGS) * len(OPTS) * STEPS
         errs = res["errors"]

@@ -16,7 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from sharded_checks import close
-from test_distributed import spawn
+from spawned import spawn
 
 torchrec = pytest.importorskip("torchrec")
 

@@ -168,7 +168,6 @@ def test_torch_optimizer_step(sparse: bool) -> None:
         assert ebc.embedding_bags["t"].weight.grad.is_sparse == sparse
         opt.step()
         ropt.zero_grad()
-        vals, offs = kjt.values(), kjt.offsets()
         pooled = [nn.functional.embedding_bag(v, ref, torch.cat([torch.zeros(1, dtype=torch.int64),
                                                                    ln.cumsum(0)[:-1]]), mode="sum")
                   for v, ln in ((jt.values(), jt.lengths()) for jt in kjt.to_dict().values())]

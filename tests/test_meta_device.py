@@ -11,7 +11,6 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-import recgo
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, KeyedJaggedTensor
 from recgo.errors import InvalidInputError
 from recgo.modules import _init, optim

@@ -4,8 +4,6 @@ checkpoint (model + reader position) resumes to the same batch stream and the sa
 
 from __future__ import annotations
 
-import io
-import os
 from pathlib import Path
 
 import pytest
@@ -84,7 +82,7 @@ def test_collection_uses_prepared_dedup() -> None:
     with pytest.raises(recgo.InvalidInputError, match="prepared dedup"):
         tp.model(kjt, batch.dense).sum().backward()
     # A copy of the batch is not the prepared memory: the ordinary forward runs.
-    copy = recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), kjt.lengths().clone())
+    copy = recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), lengths=kjt.lengths().clone())
     assert _prepared.prepared_handle(copy.values(), copy.lengths()) is None
     tp.model(copy, batch.dense)
     tp.close()

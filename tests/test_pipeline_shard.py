@@ -23,7 +23,7 @@ from recgo.distributed import ShardedEmbeddingBagCollection
 from recgo.errors import InvalidInputError
 from recgo.feature import Feature
 from recgo.modules import optim
-from test_distributed import spawn
+from spawned import spawn
 
 SOURCE = SyntheticSource(1200, [SyntheticField("u", 300, 1.1), SyntheticField("h", 800, 0.9, 0.8, 4.0),
                                 SyntheticField("i", 500, 1.0, 0.9)], dense=2, seed=11)

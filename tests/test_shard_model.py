@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import recgo
 from recgo.modules import optim
-from test_distributed import SHARDING, configs, global_batch
+from sharded_batches import SHARDING, configs, global_batch
 
 
 class _OneRank:
