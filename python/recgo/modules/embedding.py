@@ -67,6 +67,7 @@ from . import _eager, _ops, optim
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
 from ._contexts import ContextStore
+from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
@@ -407,15 +408,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             return [raw[0] if raw else None]
         out: list[torch.Tensor | None] = []
         for i, (cfg, (weight, _, _)) in enumerate(zip(self._configs, self._storage)):
-            idx, g = raw[2 * i], raw[2 * i + 1]
-            if cfg.dynamic is not None:
-                valid = idx >= 0
-                idx, g = idx[valid], g[valid]
-            if self._sparse_grad:
-                out.append(torch.sparse_coo_tensor(idx.unsqueeze(0), g, tuple(weight.shape),
-                                                   is_coalesced=True, check_invariants=False))
-            else:
-                out.append(torch.zeros(tuple(weight.shape), dtype=torch.float32).index_copy_(0, idx, g))
+            out.append(table_gradient(raw[2 * i], raw[2 * i + 1], tuple(weight.shape), cfg.dynamic is not None,
+                                      self._sparse_grad))
         return out
 
     # -- public API ------------------------------------------------------------------------------

@@ -33,6 +33,7 @@ from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
 from ._contexts import ContextStore
+from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes
 from ._outputs import OutputPool
 from ._storage import check_cast, check_checkpoint, synced_after_load
@@ -388,15 +389,8 @@ class EmbeddingCollection(nn.Module):
         out: list[torch.Tensor | None] = []
         for j, i in enumerate(self._tables):
             weight = self._owner.embedding_bags[cfgs[i].name].weight
-            idx, g = raw[2 * j], raw[2 * j + 1]
-            if cfgs[i].dynamic is not None:
-                valid = idx >= 0
-                idx, g = idx[valid], g[valid]
-            if self._owner._sparse_grad:
-                out.append(torch.sparse_coo_tensor(idx.unsqueeze(0), g, tuple(weight.shape),
-                                                   is_coalesced=True, check_invariants=False))
-            else:
-                out.append(torch.zeros(tuple(weight.shape), dtype=torch.float32).index_copy_(0, idx, g))
+            out.append(table_gradient(raw[2 * j], raw[2 * j + 1], tuple(weight.shape), cfgs[i].dynamic is not None,
+                                      self._owner._sparse_grad))
         return out
 
     # -- public API ------------------------------------------------------------------------------
