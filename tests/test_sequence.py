@@ -332,6 +332,11 @@ def test_bad_input_is_named() -> None:
         ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([99]), torch.tensor([1, 0, 0])))
     with pytest.raises(InvalidInputError, match="lacks features"):
         ec(KeyedJaggedTensor(["a"], torch.tensor([1]), torch.tensor([1])))
+    # lengths that size the per-key outputs are checked before anything is allocated by them
+    with pytest.raises(InvalidInputError, match=r"lengths\[1\] is -1, a negative length"):
+        ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2]), lengths=torch.tensor([3, -1, 0])))
+    with pytest.raises(InvalidInputError, match="add up to 4000000000000, the batch has 2 values"):
+        ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1, 4 * 10**12 - 2])))
     extra = ec(KeyedJaggedTensor(["z", "a", "b", "c"], torch.tensor([7, 1]), lengths=torch.tensor([1, 1, 0, 0])))
     assert list(extra) == ["a", "b", "c"]  # a key no table uses is ignored (as TorchRec and the EBC do)
     torch.testing.assert_close(extra["a"].values(), ec.embeddings.t0.weight[1:2].detach(), rtol=0, atol=0)

@@ -12,7 +12,7 @@ from .. import _lib
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import optim
-from ..modules.sequence import _as_config, _jagged
+from ..modules.sequence import _as_config, _jagged, key_counts
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from ._collection import ShardedEmbeddingBagCollection, _on_meta, _Step
@@ -116,7 +116,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         drive(handle.handle, self._groups, handle.traffic)
         K = len(keys)
         B = lengths.numel() // max(1, K)
-        counts = lengths.view(K, B).sum(1).tolist() if K else []
+        counts = key_counts(lengths, K, values.numel())
         dims = [self._key_dims[k] for k in keys]
         flat = self._lookup(handle, sum(n * d for n, d in zip(counts, dims)))
         out: dict[str, Any] = {}

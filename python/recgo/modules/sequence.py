@@ -42,6 +42,26 @@ from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .optim import FusedOptimizer
 
 
+def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int]:
+    """How many values each of a KJT's ``keys`` keys has (its lengths summed per key), checked before
+    outputs are sized by them: no length is negative and, with ``values``, they add up to it.
+
+    Raises:
+        InvalidInputError: a negative length, or lengths that do not add up to ``values``.
+    """
+    if not keys:
+        return []
+    if lengths.numel() % keys:
+        raise InvalidInputError(f"batch: {lengths.numel()} lengths for {keys} keys (not the same number per key)")
+    counts = lengths.view(keys, -1).sum(1).tolist()
+    if min(counts) < 0 or (values is not None and sum(counts) != values):
+        neg = (lengths < 0).nonzero()
+        raise InvalidInputError(f"batch: lengths[{int(neg[0])}] is {int(lengths[neg[0]])}, a negative length"
+                                if neg.numel() else f"batch: the lengths add up to {sum(counts)}, the batch has "
+                                f"{values} values")
+    return counts
+
+
 @dataclass
 class EmbeddingConfig:
     """One table of unpooled lookups, shaped like ``torchrec.EmbeddingConfig``.
@@ -302,9 +322,8 @@ class EmbeddingCollection(nn.Module):
         """Gather into per-key ``[n_k, D_k]`` outputs; with ``keep``, also the raw handle of the context
         kept for backward (0 without; the caller wraps it at once, see ``_contexts.py``)."""
         F = key_feature.numel()
-        B = lengths.numel() // max(1, F)
         # one key: its rows are the batch's values (the engine checks the lengths add up to them)
-        counts = [values.numel()] if F == 1 else lengths.view(F, B).sum(1).tolist() if F else []
+        counts = [values.numel()] if F == 1 else key_counts(lengths, F, values.numel())
         outs = self._outputs.take(list(zip(counts, dims)))
         f = _lib.fn("recgo_ec_forward")
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in outs])
@@ -441,7 +460,7 @@ class EmbeddingCollection(nn.Module):
                 "come from their values, so pass a CPU batch (or materialise the collection with to_empty)")
         K = len(plan.keys)
         B = lengths.numel() // max(1, K)
-        counts = lengths.view(K, B).sum(1).tolist() if K else []
+        counts = key_counts(lengths, K, None)
         return {plan.keys[i]: _jagged(torch.empty(counts[i], plan.dims[i], device="meta"),
                                       lengths[i * B:(i + 1) * B]) for i in plan.order}
 
