@@ -97,6 +97,19 @@ def test_bound_and_init_range_come_from_the_table_config_unless_overridden() -> 
     assert ebc.embedding_bags["t"].weight.shape == (7, 3), "the parameter spans the bound"
 
 
+def test_one_config_may_serve_several_tables_each_with_its_own_rows() -> None:
+    """A DynamicConfig reused for two tables builds two independent tables (each takes its bound from its
+    own table config); it used to free the first table's builder when the second was made."""
+    dyn = DynamicConfig(min_count=1, seed=4)
+    cfgs = [EmbeddingBagConfig(100, 4, "t0", ["a"], dynamic=dyn), EmbeddingBagConfig(50, 4, "t1", ["b"], dynamic=dyn)]
+    ebc = EmbeddingBagCollection(cfgs, optimizer=SGD(lr=0.1))
+    ebc(kjt({"a": [[1, 2]], "b": [[3]]})).values().sum().backward()
+    assert (dynamic.stats(ebc, "t0").rows, dynamic.stats(ebc, "t1").rows) == (2, 1)
+    assert (dynamic.stats(ebc, "t0").num_embeddings, dynamic.stats(ebc, "t1").num_embeddings) == (100, 50)
+    again = EmbeddingBagCollection(cfgs, optimizer=SGD(lr=0.1))  # and again for another collection
+    assert dynamic.stats(again, "t0").rows == 0
+
+
 def test_memory_bound_sets_the_row_bound_and_default_init() -> None:
     cfg = EmbeddingBagConfig(name="t", embedding_dim=16, num_embeddings=0, feature_names=["f"],
                              dynamic=DynamicConfig(memory_bytes=1 << 20, seed=3))

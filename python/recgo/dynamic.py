@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -98,15 +98,9 @@ class DynamicConfig:
     seed: int = 0
     manual_step: bool = False
     sketch_width: int = 0
-    _builder: Any = field(default=None, init=False, repr=False, compare=False)
-
-    def __getstate__(self) -> dict[str, Any]:
-        # The builder handle belongs to the collection built from it; copies and pickles leave it out.
-        state = dict(self.__dict__)
-        state["_builder"] = None
-        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state.pop("_builder", None)  # pickles of older versions held a builder handle (always None there)
         self.__dict__.update(state)
 
     def _check(self) -> None:
@@ -120,9 +114,10 @@ class DynamicConfig:
             raise InvalidInputError(f"DynamicConfig.evict_fraction must be a number, got {self.evict_fraction!r}")
         # Its range is the engine's rule (engine/dynamic/config.go), checked once there.
 
-    def handle(self, table: Any = None) -> int:
-        """Engine handle of a builder for this table (called by EmbeddingBagCollection; ``table`` is the
-        EmbeddingBagConfig, which supplies the bound and init range this config leaves unset)."""
+    def builder(self, table: Any = None) -> _lib.Handle:
+        """A new engine builder for this table (called by EmbeddingBagCollection, which keeps it alive
+        while it builds the table; ``table`` is the EmbeddingBagConfig, which supplies the bound and
+        init range this config leaves unset). One config may serve several tables: each gets its own."""
         self._check()
         memory = _int("memory_bytes", self.memory_bytes, 0)
         bound = self.num_embeddings if self.num_embeddings is not None else getattr(table, "num_embeddings", None)
@@ -141,12 +136,11 @@ class DynamicConfig:
         default = None
         if self.default is not None:
             default = torch.as_tensor(self.default, dtype=torch.float32).reshape(-1).contiguous()
-        self._builder = _lib.new_handle(
+        return _lib.new_handle(
             "recgo_dynamic_builder_new",
             bound, memory, self.min_count, _POLICIES[self.eviction], self.max_age, float(self.evict_fraction), lo, hi,
             self.seed, ptr(default), 0 if default is None else default.numel(), int(self.manual_step),
             self.sketch_width)
-        return self._builder.value
 
     def attach(self, ebc: Any, index: int) -> None:
         """Hook table ``index`` of ``ebc`` into ``state_dict``/``load_state_dict`` (see :func:`attach`)."""

@@ -251,9 +251,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         rows = torch.tensor([t.num_embeddings if t.dynamic is None else 0 for t in cfgs], dtype=torch.int64)
         dims = torch.tensor([t.embedding_dim for t in cfgs], dtype=torch.int64)
         builders = None
-        if any(t.dynamic is not None for t in cfgs):
-            builders = torch.tensor([int(t.dynamic.handle(t)) if t.dynamic is not None else 0 for t in cfgs],
-                                    dtype=torch.int64)
+        made = [t.dynamic.builder(t) if t.dynamic is not None else None for t in cfgs]  # alive until built
+        if any(b is not None for b in made):
+            builders = torch.tensor([b.value if b is not None else 0 for b in made], dtype=torch.int64)
         feat_table = torch.tensor([i for i, t in enumerate(cfgs) for _ in t.feature_names], dtype=torch.int64)
         feat_pool = torch.tensor([t.pooling_code() for t in cfgs for _ in t.feature_names], dtype=torch.int64)
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
