@@ -12,7 +12,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, KeyedJaggedTensor
-from recgo.errors import InvalidInputError
+from recgo.errors import CapacityError, InvalidInputError
 from recgo.modules import _init, optim
 
 
@@ -135,6 +135,17 @@ def test_a_copy_keeps_the_original_seed_for_reset_parameters() -> None:
         new.embedding_bags.t0.weight.zero_()
     new.reset_parameters()
     assert states_equal(new, ebc)
+
+
+def test_a_meta_table_past_the_engines_bound_may_be_declared_but_not_past_a_tensors() -> None:
+    """On meta a table larger than one engine holds is fine (a sharded collection takes only its rows);
+    one whose size overflows a tensor's byte count is a CapacityError naming it, not torch's RuntimeError."""
+    big = EmbeddingBagCollection([EmbeddingBagConfig(2**41, 4, "t", ["a"])], device="meta")
+    assert big.embedding_bags["t"].weight.shape == (2**41, 4)
+    for make in (lambda: EmbeddingBagCollection([EmbeddingBagConfig(2**62, 4, "huge", ["a"])], device="meta"),
+                 lambda: EmbeddingCollection([EmbeddingConfig(2**62, 4, "huge", ["a"])], device="meta")):
+        with pytest.raises(CapacityError, match="table 'huge'.*too many for a tensor"):
+            make()
 
 
 def test_a_meta_torchrec_kjt_is_a_named_error() -> None:

@@ -60,7 +60,7 @@ from .. import _lib
 from .._memory import wrap
 from .._lib import H, I64
 from ..data import _prepared
-from ..errors import InvalidInputError
+from ..errors import CapacityError, InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, optim
@@ -170,6 +170,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """Shape-only stand-ins of a table's weight, optimizer state and step (as ``_memory`` gives them)."""
         opt = self._optimizer
         w = opt.state_width(cfg.embedding_dim) if opt is not None else 0
+        if cfg.num_embeddings * max(cfg.embedding_dim, w) * 8 >= 1 << 63:  # torch's size arithmetic overflows
+            raise CapacityError(f"table {cfg.name!r}: {cfg.num_embeddings} rows × {max(cfg.embedding_dim, w)} values "
+                                "are too many for a tensor, even on the meta device")
         state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta")
         step = torch.empty(1 if opt is not None else 0, dtype=torch.int64, device="meta")
         return torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta"), True, state, step
