@@ -195,7 +195,8 @@ def test_freezing_some_tables_of_a_fused_collection_is_refused() -> None:
 
 @pytest.mark.parametrize("i", [0, 1])
 @pytest.mark.parametrize("cast,match", [(lambda m: m.half(), "torch.float16"), (lambda m: m.bfloat16(), "bfloat16"),
-                                        (lambda m: m.double(), "float64"), (lambda m: m.to("meta"), "meta")])
+                                        (lambda m: m.double(), "float64"), (lambda m: m.to("meta"), "meta"),
+                                        (lambda m: m.share_memory(), "shared memory")])
 def test_casts_of_a_built_collection_are_refused(i: int, cast, match: str) -> None:
     m, key, batch = _both()[i]
     w0 = m.state_dict()[key].clone()

@@ -106,9 +106,10 @@ def test_shard_model_takes_torchrec_collections(tmp_path: Path) -> None:
 
 
 def test_sharded_casts_raise_and_conversions_keep_engine_memory(tmp_path: Path) -> None:
-    """A cast would leave the engine updating memory the parameter no longer shows: it raises; a
-    conversion that keeps float32 CPU tensors (to_empty, .float(), share_memory) keeps the shards as
-    they are; reset_parameters draws the seeded rows again."""
+    """A cast (or share_memory, which would move the shards off engine memory) would leave the engine
+    updating memory the parameter no longer shows: it raises; a conversion that keeps float32 CPU
+    tensors (to_empty, .float()) keeps the shards as they are; reset_parameters draws the seeded rows
+    again."""
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.errors import InvalidInputError
 
@@ -117,11 +118,11 @@ def test_sharded_casts_raise_and_conversions_keep_engine_memory(tmp_path: Path) 
                                            timeout=30)
         first = {c.name: sh.embedding_bags[c.name].weight.detach().clone() for c in configs()}
         for cast, what in ((lambda m: m.double(), "float64"), (lambda m: m.half(), "float16"),
-                           (lambda m: m.to("meta"), "meta")):
+                           (lambda m: m.to("meta"), "meta"), (lambda m: m.share_memory(), "shared memory")):
             with pytest.raises(InvalidInputError, match=what):
                 cast(sh)
         weight = sh.embedding_bags["th"].weight
-        for keep in (lambda m: m.to_empty(device="cpu"), lambda m: m.float(), lambda m: m.share_memory()):
+        for keep in (lambda m: m.to_empty(device="cpu"), lambda m: m.float()):
             assert keep(sh) is sh and sh.embedding_bags["th"].weight is weight
         kjt = global_batch(0, 1)
         sh(kjt).values().sum().backward()  # the engine's update shows in the parameter

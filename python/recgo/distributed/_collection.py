@@ -296,10 +296,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def _apply(self, fn: Any, recurse: bool = True) -> "ShardedEmbeddingBagCollection":
         """The shards are the engine's float32 CPU memory, which the engine keeps updating: a cast or a
-        move (``.half()``, ``.double()``, ``.to("meta")``, ``.cuda()``) raises ``InvalidInputError``, and
-        a conversion that would keep float32 CPU tensors (``.float()``, ``.cpu()``,
-        ``to_empty(device="cpu")``, ``share_memory()``) leaves them as they are instead of replacing
-        them with copies the engine would never see."""
+        move (``.half()``, ``.double()``, ``.to("meta")``, ``.cuda()``) or ``share_memory()`` raises
+        ``InvalidInputError``, and a conversion that would keep float32 CPU tensors (``.float()``,
+        ``.cpu()``, ``to_empty(device="cpu")``) leaves them as they are instead of replacing them with
+        copies the engine would never see."""
         check_cast(fn)
         return self
 

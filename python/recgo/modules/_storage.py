@@ -96,6 +96,12 @@ def check_cast(fn: Callable[[torch.Tensor], Any]) -> None:
         raise InvalidInputError(
             f"cannot move a built recgo embedding collection to {probe.device} (.to(device), .cuda()): the "
             "engine holds its tables in CPU memory (build it with device='meta' for shapes only)")
+    if probe.is_shared():
+        raise InvalidInputError(
+            "cannot move a recgo embedding collection into shared memory (share_memory(), for Hogwild-style "
+            "torch.multiprocessing): its tables live in the Go engine's memory, which other processes cannot "
+            "share (and a forked child cannot run recgo); train it in one process, whose kernels are already "
+            "parallel, or across ranks with recgo.distributed")
 
 
 def fused_trains(weights: Sequence[tuple[str, torch.Tensor]]) -> bool:
