@@ -110,6 +110,23 @@ def test_one_config_may_serve_several_tables_each_with_its_own_rows() -> None:
     assert dynamic.stats(again, "t0").rows == 0
 
 
+@pytest.mark.parametrize("kind", ["ebc", "ec"])
+def test_lookup_stats_only_looks(kind: str) -> None:
+    """lookup_stats (monitoring) admits no ID to a dynamic table and leaves its clock, also in training mode."""
+    if kind == "ebc":
+        m = EmbeddingBagCollection([EmbeddingBagConfig(100, 4, "t", ["a"], dynamic=DynamicConfig(min_count=1))],
+                                   optimizer=SGD(lr=0.1))
+    else:
+        m = recgo.EmbeddingCollection([recgo.EmbeddingConfig(100, 4, "t", ["a"], dynamic=DynamicConfig(min_count=1))],
+                                      optimizer=SGD(lr=0.1))
+    batch = kjt({"a": [[11, 12, 11]]})
+    assert m.training
+    assert m.lookup_stats(batch) == m.lookup_stats(batch) == {"t": (2, 3)}
+    s = dynamic.stats(m, "t")
+    assert (s.rows, s.step, s.admitted) == (0, 0, 0)
+    assert dynamic.lookup(m, "t", torch.tensor([11, 12])).tolist() == [-1, -1]
+
+
 def test_memory_bound_sets_the_row_bound_and_default_init() -> None:
     cfg = EmbeddingBagConfig(name="t", embedding_dim=16, num_embeddings=0, feature_names=["f"],
                              dynamic=DynamicConfig(memory_bytes=1 << 20, seed=3))

@@ -161,6 +161,12 @@ class DynamicStats:
     resident_bytes: int  # storage memory actually committed
 
 
+def _pooled(m: Any) -> Any:
+    """The pooled collection holding the tables of ``m``: ``m`` itself, or an EmbeddingCollection's
+    (whose tables its ``ebc`` holds)."""
+    return m if hasattr(m, "embedding_bag_configs") else getattr(m, "ebc", m)
+
+
 def _index(ebc: Any, table: str | int) -> int:
     cfgs = ebc.embedding_bag_configs()
     if isinstance(table, int) and not isinstance(table, bool):
@@ -179,6 +185,7 @@ def _index(ebc: Any, table: str | int) -> int:
 
 def stats(ebc: Any, table: str | int) -> DynamicStats:
     """Occupancy and history of dynamic table ``table`` (name or index) of ``ebc``."""
+    ebc = _pooled(ebc)
     n = _lib.const("DynamicStatsLen")
     out = torch.zeros(n, dtype=torch.int64)
     _lib.call(_lib.fn("recgo_dynamic_stats"), ebc._handle.value, _index(ebc, table), ptr(out), n)
@@ -189,6 +196,7 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
     """Rows of ``ids`` in the table's weight (-1 for IDs without one, also in eval mode when the table
     has a ``default`` vector). With ``train=True`` this is a training step: IDs are counted and
     admitted, like a forward pass does."""
+    ebc = _pooled(ebc)
     ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
     rows = torch.empty_like(ids)
     _lib.call(_lib.fn("recgo_dynamic_resolve"), ebc._handle.value, _index(ebc, table),
@@ -198,6 +206,7 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
 
 def advance(ebc: Any, table: str | int) -> None:
     """Move the table's clock one step (for ``manual_step`` tables; runs a due ``max_age`` sweep)."""
+    ebc = _pooled(ebc)
     _lib.call(_lib.fn("recgo_dynamic_advance"), ebc._handle.value, _index(ebc, table))
 
 
@@ -205,6 +214,7 @@ def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     """Write one dynamic table's checkpoint file: its rows in use (weights, optimizer state), ID map,
     admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
     file renamed over ``path``). Its size follows the rows in use, not the bound."""
+    ebc = _pooled(ebc)
     _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 
@@ -214,6 +224,7 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     every checksum and size and the ID map's consistency; a damaged, truncated or foreign file
     raises ``RecgoIOError`` naming the file and the part, a checkpoint of another configuration
     ``InvalidInputError``, and the table is then unchanged."""
+    ebc = _pooled(ebc)
     _lib.call(_lib.fn("recgo_dynamic_load"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 
@@ -228,6 +239,7 @@ def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
 def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
     """export_state, plus with ``rows`` the used rows' ``weight`` ``[hw, dim]`` and ``optimizer_state``
     ``[hw, width]`` (when the optimizer keeps state), from the same snapshot."""
+    ebc = _pooled(ebc)
     i = _index(ebc, table)
     snap = _lib.new_handle("recgo_dynamic_snapshot", ebc._handle.value, i)
     try:
@@ -260,6 +272,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
     """Restore a table from :func:`export_state` entries plus its weight rows (``[rows, dim]``, at least
     the high water mark of them) and optimizer state (``[rows, width]`` or None). The engine checks
     everything (shape, ranges, a consistent ID map) and leaves the table unchanged on error."""
+    ebc = _pooled(ebc)
     i = _index(ebc, table)
     name = ebc.embedding_bag_configs()[i].name
     missing = [k for k in _KEYS if k not in entries]

@@ -349,20 +349,22 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return key_feature, values, lengths, weights
 
     def _forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                 weights: torch.Tensor | None, out: torch.Tensor, keep: bool) -> int:
+                 weights: torch.Tensor | None, out: torch.Tensor, keep: bool, train: bool | None = None) -> int:
         """Forward into ``out``; with ``keep``, the raw handle of the context kept for backward (0
-        without; the caller wraps it at once, see ``_contexts.py``)."""
+        without; the caller wraps it at once, see ``_contexts.py``). ``train`` (default: the module's
+        mode) admits new IDs to dynamic tables and advances their clocks."""
         ctx = H(0)
+        train = self.training if train is None else train
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
             _lib.call(f, self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                      ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(self.training), int(keep), ctypes.byref(ctx))
+                      ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(train), int(keep), ctypes.byref(ctx))
             return ctx.value if keep else 0
         f = _lib.fn("recgo_ebc_forward")
         _lib.call(f, self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                   ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                  0 if weights is None else weights.numel(), ptr(out), out.numel(), int(self.training), int(keep),
+                  0 if weights is None else weights.numel(), ptr(out), out.numel(), int(train), int(keep),
                   ctypes.byref(ctx))
         return ctx.value if keep else 0
 
@@ -526,13 +528,14 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._optimizer = optimizer
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
-        """Per table, (distinct IDs, lookups) of a batch: its dedup hit rate is 1 − distinct/lookups."""
+        """Per table, (distinct IDs, lookups) of a batch: its dedup hit rate is 1 − distinct/lookups. It
+        only looks: a dynamic table admits no ID and its clock stays (an evaluation-mode lookup)."""
         if self._handle is None:
             raise InvalidInputError("lookup_stats: the collection is on the meta device; materialise it first")
         kjt = as_kjt(features)
         out = torch.empty(kjt.stride(), self._width, dtype=torch.float32)
         weights = kjt.weights_or_none() if self._is_weighted else None
-        h = _lib.Handle(self._forward(*self._engine_batch(kjt, weights), out, True))
+        h = _lib.Handle(self._forward(*self._engine_batch(kjt, weights), out, True, train=False))
         try:
             counts = self._counts(h).tolist()
         finally:

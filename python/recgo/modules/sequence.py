@@ -318,9 +318,10 @@ class EmbeddingCollection(nn.Module):
         return kjt, plan
 
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                     dims: list[int], keep: bool) -> tuple[list[torch.Tensor], int]:
+                     dims: list[int], keep: bool, train: bool | None = None) -> tuple[list[torch.Tensor], int]:
         """Gather into per-key ``[n_k, D_k]`` outputs; with ``keep``, also the raw handle of the context
-        kept for backward (0 without; the caller wraps it at once, see ``_contexts.py``)."""
+        kept for backward (0 without; the caller wraps it at once, see ``_contexts.py``). ``train``
+        (default: the module's mode) admits new IDs to dynamic tables and advances their clocks."""
         F = key_feature.numel()
         # one key: its rows are the batch's values (the engine checks the lengths add up to them)
         counts = [values.numel()] if F == 1 else key_counts(lengths, F, values.numel())
@@ -331,7 +332,7 @@ class EmbeddingCollection(nn.Module):
         ctx = H(0)
         _lib.call(f, self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
                   lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
-                  int(self.training), int(keep), ctypes.byref(ctx))
+                  int(self.training if train is None else train), int(keep), ctypes.byref(ctx))
         return outs, ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> list[int]:
@@ -496,8 +497,8 @@ class EmbeddingCollection(nn.Module):
 
     @property
     def ebc(self) -> EmbeddingBagCollection:
-        """The EmbeddingBagCollection that owns the rows (the shared one, or a private one): pass it
-        to ``recgo.dynamic.stats`` and friends."""
+        """The EmbeddingBagCollection that owns the rows (the shared one, or a private one);
+        ``recgo.dynamic.stats`` and friends take it or this collection alike."""
         return self._owner
 
     @property
@@ -536,10 +537,11 @@ class EmbeddingCollection(nn.Module):
             _lib.call(f, self._owner._handle.value, 0)
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
-        """Per used table, (distinct IDs, lookups) of a batch."""
+        """Per used table, (distinct IDs, lookups) of a batch. It only looks: a dynamic table admits no
+        ID and its clock stays (an evaluation-mode lookup)."""
         self._materialised("lookup_stats")
         kjt, plan = self._batch(features)
-        _, raw = self._run_forward(plan.key_feature, kjt.values(), kjt.lengths(), plan.dims, True)
+        _, raw = self._run_forward(plan.key_feature, kjt.values(), kjt.lengths(), plan.dims, True, train=False)
         handle = _lib.Handle(raw)
         try:
             counts = self._counts(handle)
