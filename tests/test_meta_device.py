@@ -102,6 +102,37 @@ def test_share_a_meta_ebc_materialised_with_the_model() -> None:
         assert torch.equal(rows, ref.embedding_bags.t0.weight.detach()[torch.tensor([1, 2])])
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_nested_meta_collection_takes_a_models_assigned_state_dict(shared: bool) -> None:
+    """torch's meta-initialisation pattern, model.load_state_dict(sd, assign=True), materialises nested
+    recgo collections with the checkpoint's weights and optimizer state (they stayed on meta, and their
+    forward returned meta tensors); training then goes on as from the source model."""
+    bags = [EmbeddingBagConfig(100, 8, "t0", ["item"]), EmbeddingBagConfig(50, 4, "t1", ["cat"])]
+
+    def model() -> torch.nn.ModuleDict:
+        ebc = EmbeddingBagCollection(bags, seed=4, optimizer=optim.Adagrad(lr=0.1))
+        ec = (EmbeddingCollection(configs(), share=ebc) if shared else
+              EmbeddingCollection(configs(), seed=5, optimizer=optim.Adagrad(lr=0.1)))
+        return torch.nn.ModuleDict({"ebc": ebc, "ec": ec})
+
+    def step(m: torch.nn.ModuleDict) -> torch.Tensor:
+        rows = m["ec"](batch())["a"].values()
+        pooled = m["ebc"](KeyedJaggedTensor(["item", "cat"], torch.tensor([3, 7, 9]),
+                                            lengths=torch.tensor([2, 1]))).values()
+        (rows.sum() + pooled.pow(2).sum()).backward()
+        return rows.detach()
+
+    src = model()
+    step(src)  # optimizer state and step counters that are not the initial ones
+    with torch.device("meta"):
+        dst = model()
+    dst.load_state_dict(src.state_dict(), assign=True)
+    assert dst["ebc"].device == dst["ec"].device == torch.device("cpu")
+    assert states_equal(dst, src)
+    assert torch.equal(step(dst), step(src))
+    assert states_equal(dst, src)
+
+
 def test_a_shared_collection_materialised_on_its_own_is_picked_up_at_forward() -> None:
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(100, 8, "t0", ["item"]), EmbeddingBagConfig(50, 4, "t1", ["cat"])],
                                  device="meta", seed=4)

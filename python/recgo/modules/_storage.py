@@ -122,10 +122,33 @@ def fused_trains(weights: Sequence[tuple[str, torch.Tensor]]) -> bool:
 
 def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
     """``load_state_dict`` post-hook of both collections (it runs also when the collection is nested in
-    the model being loaded): a parameter replaced by ``assign=True`` is copied back into engine memory."""
+    the model being loaded): a parameter replaced by ``assign=True`` is copied back into engine memory.
+    A collection still on the meta device whose tensors a nested ``load_state_dict(..., assign=True)``
+    replaced (torch's meta-initialisation pattern; the collection's own ``load_state_dict`` materialises
+    first) is materialised here and takes the assigned values."""
     owner = getattr(module, "ebc", module)  # a sequence collection's tables are its owner's
     if owner._handle is not None:
         owner._sync_storage()
+        if getattr(module, "_handle", 0) is None:  # a sequence collection over an owner built since
+            module._materialise()
+        return
+    assigned = []
+    for cfg in owner.embedding_bag_configs():
+        holder = owner.embedding_bags[cfg.name]
+        for name in ("weight", "optimizer_state", "optimizer_step"):
+            t = getattr(holder, name, None)
+            if t is not None and t.device.type != "meta":
+                assigned.append((cfg.name, name, t))
+    if not assigned:
+        return  # nothing assigned: still shapes only
+    module._materialise()
+    for table, name, t in assigned:
+        mine = getattr(owner.embedding_bags[table], name)
+        if t.shape != mine.shape or t.device.type != "cpu":
+            raise InvalidInputError(f"table {table!r}: {name} was assigned a tensor of shape {tuple(t.shape)} on "
+                                    f"{t.device}, expected {tuple(mine.shape)} on cpu")
+        with torch.no_grad():
+            mine.copy_(t.detach())
 
 
 def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str) -> None:
