@@ -33,15 +33,21 @@ func recgo_use_openmp(path *C.char, enable C.int32_t, errbuf *C.char, errlen C.s
 	})
 }
 
+// maxThreads is the most goroutines recgo_set_num_threads accepts: far past any useful count (the
+// engine's loops are memory-bound), and far below where Go's per-P structures (gigabytes at 10^5)
+// and a goroutine per worker and loop make every parallel call crawl.
+func maxThreads() int { return max(1024, 8*runtime.NumCPU()) }
+
 // recgo_set_num_threads sets how many goroutines the engine's parallel loops use off the OpenMP
-// team (GOMAXPROCS); n must be at least 1. Ranks sharing one machine each set their share of its
-// cores, so that their loops do not compete for the same ones.
+// team (GOMAXPROCS); n must be in [1, max(1024, 8 × the machine's CPUs)]. Ranks sharing one machine
+// each set their share of its cores, so that their loops do not compete for the same ones.
 //
 //export recgo_set_num_threads
-func recgo_set_num_threads(n C.int, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_set_num_threads(n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		if n < 1 {
-			return errs.Invalidf("set_num_threads: the number of threads must be at least 1, got %d", int(n))
+		if n < 1 || n > C.int64_t(maxThreads()) {
+			return errs.Invalidf("set_num_threads: the number of threads must be in [1, %d] (this machine has %d CPUs), got %d",
+				maxThreads(), runtime.NumCPU(), int64(n))
 		}
 		runtime.GOMAXPROCS(int(n))
 		return nil

@@ -54,9 +54,19 @@ def test_set_num_threads_rejects_bad_counts(bad: object) -> None:
     assert recgo.num_threads() == before
 
 
+@pytest.mark.parametrize("huge", [100_000, 2**31, 2**70])
+def test_set_num_threads_refuses_counts_past_its_bound(huge: int) -> None:
+    """A count far past the machine's CPUs is refused, naming the bound (10^5 goroutines took seconds to
+    set and gigabytes, and the next parallel call never finished)."""
+    before = recgo.num_threads()
+    with pytest.raises(InvalidInputError, match=r"must be in \[1, \d+\]"):
+        recgo.set_num_threads(huge)
+    assert recgo.num_threads() == before
+
+
 def test_set_num_threads_engine_checks_too() -> None:
     """The C entry point validates on its own, for callers other than the Python package."""
-    with pytest.raises(InvalidInputError, match="at least 1"):
+    with pytest.raises(InvalidInputError, match=r"must be in \[1, "):
         _lib.call(_lib.fn("recgo_set_num_threads"), 0)
 
 

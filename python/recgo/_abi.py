@@ -553,7 +553,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errlen', 'size_t'),
     )),
     'recgo_set_num_threads': ('int', (
-        ('n', 'int'),
+        ('n', 'int64_t'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),

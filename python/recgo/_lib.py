@@ -283,11 +283,13 @@ def set_num_threads(n: int) -> None:
     called at any time, from any thread; loops already running keep their workers.
 
     Raises:
-        InvalidInputError: ``n`` is not an integer of at least 1.
+        InvalidInputError: ``n`` is not an integer in ``[1, max(1024, 8 × the machine's CPUs)]`` (more
+            goroutines only slow every parallel loop down, and Go's per-thread structures take
+            gigabytes at 10^5).
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidInputError(f"set_num_threads: the number of threads must be an integer of at least 1, got {n!r}")
-    call(fn("recgo_set_num_threads"), min(n, 1 << 30))
+    call(fn("recgo_set_num_threads"), min(n, 1 << 62))  # the engine names the bound when n is past it
 
 
 class Handle:
