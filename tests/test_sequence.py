@@ -276,10 +276,12 @@ def test_planner_remap_applies_to_sequences() -> None:
     torch.testing.assert_close(planned.original_weight("b"), ref.embedding_bags["b"].weight.detach() - 0.5 * count)
 
 
+@pytest.mark.parametrize("fullgraph", [True, False])
 @pytest.mark.parametrize("fused", [False, True])
-def test_torch_compile_full_graph(fused: bool) -> None:
+def test_torch_compile_full_graph(fused: bool, fullgraph: bool, compile_failures: list[str]) -> None:
     """A sequence model (lookup, padded view with its mask, a dense layer) compiles as one graph with
-    aot_eager, and training through it matches eager."""
+    aot_eager, and training through it matches eager; also under torch.compile's default
+    fullgraph=False, with no backend failure."""
     cfgs = [EmbeddingConfig(40, 8, "t", ["hist"])]
     opt = optim.SGD(lr=0.1) if fused else None
     torch.manual_seed(0)
@@ -292,7 +294,7 @@ def test_torch_compile_full_graph(fused: bool) -> None:
         y = lin(x).masked_fill(mask.unsqueeze(-1), 0.0)
         return y.square().sum() + jt.values().sum()
 
-    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True, dynamic=True)
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=fullgraph, dynamic=True)
     gen = torch.Generator().manual_seed(5)
     for _ in range(3):
         kjt = seq_batch({"hist": 40}, 4, 6, gen)
@@ -304,17 +306,20 @@ def test_torch_compile_full_graph(fused: bool) -> None:
     torch.testing.assert_close(w_c, w_e)
     if not fused:
         torch.testing.assert_close(w_c.grad, w_e.grad)
+    assert compile_failures == []
 
 
-def test_compile_multi_key() -> None:
-    """Several keys: each key's row count is a data-dependent size in the traced graph."""
+@pytest.mark.parametrize("fullgraph", [True, False])
+def test_compile_multi_key(fullgraph: bool, compile_failures: list[str]) -> None:
+    """Several keys: each key's row count is a data-dependent size in the traced graph (without
+    fullgraph=True, torch.compile runs the lookup between graphs; no backend fails either way)."""
     ec = EmbeddingCollection(CFGS, seed=0)
     eager = EmbeddingCollection(CFGS, seed=0)
 
     def loss(m: EmbeddingCollection, kjt: KeyedJaggedTensor) -> torch.Tensor:
         return sum(jt.values().square().sum() for jt in m(kjt).values())
 
-    compiled = torch.compile(loss, backend="aot_eager", fullgraph=True, dynamic=True)
+    compiled = torch.compile(loss, backend="aot_eager", fullgraph=fullgraph, dynamic=True)
     gen = torch.Generator().manual_seed(3)
     for _ in range(2):
         kjt = seq_batch(ROWS, 3, 4, gen)
@@ -324,6 +329,7 @@ def test_compile_multi_key() -> None:
         b.backward()
     for c in CFGS:
         torch.testing.assert_close(ec.embeddings[c.name].weight.grad, eager.embeddings[c.name].weight.grad)
+    assert compile_failures == []
 
 
 def test_bad_input_is_named() -> None:

@@ -61,12 +61,23 @@ def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, len
             lengths.new_empty((1,), dtype=torch.int64))
 
 
+def dense_in_op(m: Any) -> bool:
+    """Whether the backward op returns each table's dense weight gradient itself (static shapes, so a
+    compiled backward needs no data-dependent sizes, which ``torch.compile`` without ``fullgraph=True``
+    refuses) rather than its distinct rows and their gradients (sparse gradients: their count is the
+    data's)."""
+    return m._dense_grads
+
+
 @torch.library.custom_op("recgo::ebc_backward", mutates_args=())
 def ebc_backward(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
-    """Fused: applies the optimizer, returns ``[zeros(())]``. Otherwise ``[rows_t, grads_t, ...]`` per table."""
+    """Fused: applies the optimizer, returns ``[zeros(())]``. Dense gradients: one weight-shaped gradient
+    per table. Sparse: ``[rows_t, grads_t, ...]`` per table."""
     m = module(key)
     raw = m._run_backward(int(ctx_id.item()), grad)
-    return [torch.zeros(())] if m._optimizer is not None else raw
+    if m._optimizer is not None:
+        return [torch.zeros(())]
+    return m._grads_from(raw) if dense_in_op(m) else raw  # type: ignore[return-value]
 
 
 @ebc_backward.register_fake
@@ -74,6 +85,8 @@ def _(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
     m = module(key)
     if m._optimizer is not None:
         return [grad.new_empty(())]
+    if dense_in_op(m):
+        return [grad.new_empty(shape) for shape in m._grad_shapes()]
     ctx = torch.library.get_ctx()
     out = []
     for cfg in m._configs:
@@ -90,7 +103,8 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
 def _backward(ctx: Any, grad: torch.Tensor, _grad_ctx: Any) -> tuple[Any, ...]:
     (ctx_id,) = ctx.saved_tensors
     raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad)
-    return None, None, None, None, None, None, module(ctx.key)._grads_from(raw)
+    m = module(ctx.key)
+    return None, None, None, None, None, None, raw if dense_in_op(m) else m._grads_from(raw)
 
 
 ebc_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._ops import module as _module
+from ._ops import dense_in_op, module as _module
 
 if TYPE_CHECKING:
     from .sequence import EmbeddingCollection
@@ -54,10 +54,13 @@ def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, len
 
 @torch.library.custom_op("recgo::ec_backward", mutates_args=())
 def ec_backward(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Fused: applies the optimizer, returns ``[zeros(())]``. Otherwise ``[rows_t, grads_t, ...]`` per used table."""
+    """Fused: applies the optimizer, returns ``[zeros(())]``. Dense gradients: one weight-shaped gradient
+    per used table. Sparse: ``[rows_t, grads_t, ...]`` per used table."""
     m = module(key)
     raw = m._run_backward(int(ctx_id.item()), grads)
-    return [torch.zeros(())] if m._fused else raw
+    if m._fused:
+        return [torch.zeros(())]
+    return m._grads_from(raw) if dense_in_op(m) else raw  # type: ignore[return-value]
 
 
 @ec_backward.register_fake
@@ -65,6 +68,8 @@ def _(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.T
     m = module(key)
     if m._fused:
         return [ctx_id.new_empty((), dtype=torch.float32)]
+    if dense_in_op(m):
+        return [ctx_id.new_empty(shape, dtype=torch.float32) for shape in m._grad_shapes()]
     ctx = torch.library.get_ctx()
     out = []
     for d in m._table_dims:
@@ -83,7 +88,8 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None], _grad_ctx: Any) -> tup
     (ctx_id,) = ctx.saved_tensors
     filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.dims)]
     raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled)
-    return None, None, None, None, None, None, module(ctx.key)._grads_from(raw)
+    m = module(ctx.key)
+    return None, None, None, None, None, None, raw if dense_in_op(m) else m._grads_from(raw)
 
 
 ec_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -406,6 +406,15 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
         return out
 
+    @property
+    def _dense_grads(self) -> bool:
+        """Gradients for a torch optimizer, dense ones (see ``_ops.dense_in_op``)."""
+        return self._optimizer is None and not self._sparse_grad
+
+    def _grad_shapes(self) -> list[tuple[int, ...]]:
+        """Each table's weight shape, in table order (the dense gradients')."""
+        return [tuple(w.shape) for w, _, _ in self._storage]
+
     def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """Per-parameter gradients from ``recgo::ebc_backward``'s result (when fused, the anchor's: the op's
         zero, or None in eager mode, which skips accumulating it)."""

@@ -400,6 +400,16 @@ class EmbeddingCollection(nn.Module):
         outs, raw = self._run_forward(key_feature, values, lengths, dims, True)
         return outs, self._contexts.own(raw)
 
+    @property
+    def _dense_grads(self) -> bool:
+        """Gradients for a torch optimizer, dense ones (see ``_ops.dense_in_op``)."""
+        return not self._fused and not self._owner._sparse_grad
+
+    def _grad_shapes(self) -> list[tuple[int, ...]]:
+        """Each used table's weight shape, in ``_tables`` order (the dense gradients')."""
+        cfgs = self._owner.embedding_bag_configs()
+        return [tuple(self._owner.embedding_bags[cfgs[i].name].weight.shape) for i in self._tables]
+
     def _grads_from(self, raw: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """Per-parameter gradients from ``recgo::ec_backward``'s result (when fused, the anchor's: the op's
         zero, or None in eager mode, which skips accumulating it)."""
