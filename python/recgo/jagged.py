@@ -139,6 +139,18 @@ class JaggedTensor:
         """Batch size B."""
         return int(self.lengths().numel())
 
+    def device(self) -> torch.device:
+        """The values' device (TorchRec's accessor)."""
+        return self._values.device
+
+    def to(self, device: Any, non_blocking: bool = False) -> "JaggedTensor":
+        """A copy on ``device`` (values, weights, lengths and offsets), as TorchRec's ``to``."""
+        jt = JaggedTensor.__new__(JaggedTensor)
+        move = (lambda t: None if t is None else t.to(device, non_blocking=non_blocking))
+        jt._values, jt._weights, jt._lengths, jt._offsets = (move(self._values), move(self._weights),
+                                                             move(self._lengths), move(self._offsets))
+        return jt
+
     def to_dense(self) -> list[torch.Tensor]:
         """One tensor (view) per sample."""
         return list(torch.split(self._values, self.lengths().tolist()))

@@ -330,6 +330,11 @@ class KeyedJaggedTensor:
             raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
         return self
 
+    def flatten_lengths(self) -> "KeyedJaggedTensor":
+        """TorchRec's ``flatten_lengths``: the same batch with 1-D lengths, which recgo's always are
+        (``self``)."""
+        return self
+
     def stride(self) -> int:
         """Batch size B."""
         return self._stride

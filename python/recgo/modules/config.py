@@ -31,8 +31,37 @@ _INT64_MAX = 2**63 - 1
 _FP32_NAMES = ("fp32", "float32", "float")
 
 
+class TableAccessors:
+    """TorchRec's ``BaseEmbeddingConfig`` accessors, shared by both table configs (they read
+    ``num_embeddings``, ``weight_init_min``/``weight_init_max`` and ``feature_names``)."""
+
+    num_embeddings: int
+    weight_init_min: float | None
+    weight_init_max: float | None
+    feature_names: list[str]
+
+    def init_bounds(self) -> tuple[float, float]:
+        """``(weight_init_min, weight_init_max)`` with TorchRec's ±√(1/num_embeddings) defaults."""
+        bound = math.sqrt(1.0 / self.num_embeddings) if self.num_embeddings else 0.0
+        lo = -bound if self.weight_init_min is None else float(self.weight_init_min)
+        hi = bound if self.weight_init_max is None else float(self.weight_init_max)
+        return lo, hi
+
+    def get_weight_init_min(self) -> float:
+        """TorchRec's accessor: the lower init bound."""
+        return self.init_bounds()[0]
+
+    def get_weight_init_max(self) -> float:
+        """TorchRec's accessor: the upper init bound."""
+        return self.init_bounds()[1]
+
+    def num_features(self) -> int:
+        """TorchRec's accessor: how many features read the table."""
+        return len(self.feature_names)
+
+
 @dataclass
-class EmbeddingBagConfig:
+class EmbeddingBagConfig(TableAccessors):
     """One table, shaped like ``torchrec.EmbeddingBagConfig``.
 
     ``pooling`` is ``"sum"`` or ``"mean"`` (TorchRec's ``PoolingType`` is accepted too). An empty
@@ -41,8 +70,8 @@ class EmbeddingBagConfig:
     in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings) as in TorchRec, or as
     ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). ``data_type`` must be FP32 (the
     engine stores float32; TorchRec's ``DataType.FP32`` is accepted, others raise). ``dynamic`` is for
-    dynamic-ID tables: an object with a ``handle(config)`` method returning the engine handle (an
-    int) of an ``embedding.TableBuilder``; ``num_embeddings`` is then ignored.
+    dynamic-ID tables: a :class:`recgo.DynamicConfig` (an object whose ``builder(config)`` makes the
+    engine handle of an ``embedding.TableBuilder``); ``num_embeddings`` is then its default row bound.
     """
 
     num_embeddings: int
@@ -84,25 +113,6 @@ class EmbeddingBagConfig:
         if code is None:
             raise InvalidInputError(f"table {self.name!r}: pooling {p!r} is not supported (use 'sum' or 'mean')")
         return code
-
-    def init_bounds(self) -> tuple[float, float]:
-        """``(weight_init_min, weight_init_max)`` with TorchRec's ±√(1/num_embeddings) defaults."""
-        bound = math.sqrt(1.0 / self.num_embeddings) if self.num_embeddings else 0.0
-        lo = -bound if self.weight_init_min is None else float(self.weight_init_min)
-        hi = bound if self.weight_init_max is None else float(self.weight_init_max)
-        return lo, hi
-
-    def get_weight_init_min(self) -> float:
-        """TorchRec's accessor: the lower init bound."""
-        return self.init_bounds()[0]
-
-    def get_weight_init_max(self) -> float:
-        """TorchRec's accessor: the upper init bound."""
-        return self.init_bounds()[1]
-
-    def num_features(self) -> int:
-        """TorchRec's accessor: how many features read the table."""
-        return len(self.feature_names)
 
 
 def _is_default_uniform(fn: Any, cfg: Any) -> bool:

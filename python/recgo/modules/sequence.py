@@ -37,7 +37,7 @@ from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes
 from ._outputs import OutputPool
 from ._storage import check_cast, check_checkpoint, synced_after_load
-from .config import _check_data_type, _is_default_uniform
+from .config import TableAccessors, _check_data_type, _is_default_uniform
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .optim import FusedOptimizer
 
@@ -63,7 +63,7 @@ def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int
 
 
 @dataclass
-class EmbeddingConfig:
+class EmbeddingConfig(TableAccessors):
     """One table of unpooled lookups, shaped like ``torchrec.EmbeddingConfig``.
 
     Weights start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings)
@@ -175,6 +175,8 @@ class EmbeddingCollection(nn.Module):
             by storage row for backward instead (a radix sort of the rows), so each row's gradients
             are still summed and it is updated once: results equal ``dedup=True``'s. For ablations;
             it applies to this collection's lookups only, not to ``share``'s pooled ones.
+        need_indices: each output JaggedTensor carries its feature's IDs as its ``weights()``, as
+            TorchRec's ``EmbeddingCollection(need_indices=True)`` does.
 
     Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
     also with the shared collection's, as long as concurrent fused updates touch different rows).
@@ -201,7 +203,7 @@ class EmbeddingCollection(nn.Module):
 
     def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
                  sparse_grad: bool = False, seed: int | None = None,
-                 share: Any = None, dedup: bool = True) -> None:
+                 share: Any = None, dedup: bool = True, need_indices: bool = False) -> None:
         super().__init__()
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
@@ -223,6 +225,9 @@ class EmbeddingCollection(nn.Module):
             self._check_shared(cfgs, owner)
         self._configs = cfgs
         self._dedup = bool(dedup)
+        if not isinstance(need_indices, bool):
+            raise InvalidInputError(f"need_indices must be a bool, got {need_indices!r}")
+        self._need_indices = need_indices
         self.__dict__["_owner"] = owner  # not a submodule: state_dict keys are embeddings.<table>.*
         names = [c.name for c in owner.embedding_bag_configs()]
         self._features = [f for c in cfgs for f in c.feature_names]
@@ -457,9 +462,27 @@ class EmbeddingCollection(nn.Module):
         else:  # config order, as TorchRec's collection returns them
             B = lengths.shape[0] // max(1, len(keys))
             res = {keys[i]: _jagged(outs[i], lengths[i * B:(i + 1) * B]) for i in plan.order}
+        if self._need_indices:
+            res = self._with_indices(res, features)
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
+
+    def _with_indices(self, res: dict[str, JaggedTensor], features: Any) -> dict[str, JaggedTensor]:
+        """``need_indices``: each output's weights are its feature's IDs as the batch gave them (TorchRec's
+        ``EmbeddingCollection(need_indices=True)``)."""
+        ids = as_kjt(features).to_dict()
+        out = {}
+        for k, jt in res.items():
+            with_ids = JaggedTensor.__new__(JaggedTensor)
+            with_ids._values, with_ids._weights, with_ids._lengths, with_ids._offsets = (
+                jt._values, ids[k].values(), jt._lengths, jt._offsets)
+            out[k] = with_ids
+        return out
+
+    def need_indices(self) -> bool:
+        """Whether each output carries its feature's IDs as its weights (TorchRec's accessor)."""
+        return self._need_indices
 
     def _meta_forward(self, kjt: KeyedJaggedTensor, plan: _KeyPlan) -> dict[str, JaggedTensor]:
         """The output's shapes on the meta device (no lookups): per feature ``[n, D]`` meta values with
@@ -610,14 +633,15 @@ class EmbeddingCollection(nn.Module):
                 "pickled (the plan's remap holds engine state); build the copy from the plan, or copy its "
                 "weights with state_dict()/load_state_dict()")
         flags = {"training": {n: m.training for n, m in self.named_modules()}, "extra": extra_attributes(self)}
-        return (_rebuild_sequence, (self._owner, {"tables": list(self._configs), "dedup": self._dedup}, flags))
+        return (_rebuild_sequence, (self._owner, {"tables": list(self._configs), "dedup": self._dedup,
+                                                  "need_indices": self._need_indices}, flags))
 
 
 def _rebuild_sequence(owner: EmbeddingBagCollection, spec: dict[str, Any], state: dict[str, Any]) -> EmbeddingCollection:
     """Copy and unpickling target of :meth:`EmbeddingCollection.__reduce_ex__`: the collection over
     ``owner`` (the copied owning collection), with its training flags and user attributes."""
     tables = [dataclasses.replace(c, init_fn=None) for c in spec["tables"]]  # the owner's rows are already set
-    new = EmbeddingCollection(tables, share=owner, dedup=spec["dedup"])
+    new = EmbeddingCollection(tables, share=owner, dedup=spec["dedup"], need_indices=spec.get("need_indices", False))
     new._configs = list(spec["tables"])
     apply_portable_state(new, state)
     return new

@@ -1,0 +1,71 @@
+"""TorchRec calls a drop-in script makes on recgo's types: each behaves as TorchRec's does (compared
+with TorchRec's own objects on the same inputs)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import recgo
+
+torchrec = pytest.importorskip("torchrec")
+from torchrec.sparse.jagged_tensor import JaggedTensor as TJT  # noqa: E402
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT  # noqa: E402
+
+
+@pytest.mark.parametrize("cls,tcls", [(recgo.EmbeddingConfig, "EmbeddingConfig"),
+                                      (recgo.EmbeddingBagConfig, "EmbeddingBagConfig")])
+def test_table_config_accessors(cls: type, tcls: str) -> None:
+    for kw in ({}, {"weight_init_min": -0.5, "weight_init_max": 0.25}):
+        ours = cls(num_embeddings=64, embedding_dim=4, name="t", feature_names=["a", "b"], **kw)
+        theirs = getattr(torchrec, tcls)(num_embeddings=64, embedding_dim=4, name="t", feature_names=["a", "b"], **kw)
+        assert ours.get_weight_init_min() == pytest.approx(theirs.get_weight_init_min())
+        assert ours.get_weight_init_max() == pytest.approx(theirs.get_weight_init_max())
+        assert ours.num_features() == theirs.num_features() == 2
+
+
+def test_jagged_tensor_device_and_to() -> None:
+    jt = recgo.JaggedTensor(torch.tensor([1.0, 2.0, 3.0]), lengths=torch.tensor([2, 1]), weights=torch.ones(3))
+    assert jt.device() == TJT(values=jt.values(), lengths=jt.lengths()).device() == torch.device("cpu")
+    moved = jt.to("cpu")
+    assert moved is not jt
+    assert torch.equal(moved.values(), jt.values()) and torch.equal(moved.weights(), jt.weights())
+    assert torch.equal(moved.lengths(), jt.lengths()) and torch.equal(moved.offsets(), jt.offsets())
+
+
+def test_flatten_lengths_keeps_the_batch() -> None:
+    kw = {"keys": ["a", "b"], "values": torch.tensor([1, 2, 3]), "lengths": torch.tensor([1, 0, 2, 0])}
+    ours, theirs = recgo.KeyedJaggedTensor(**kw).flatten_lengths(), TKJT(**kw).flatten_lengths()
+    assert ours.keys() == theirs.keys()
+    assert torch.equal(ours.values(), theirs.values()) and torch.equal(ours.lengths(), theirs.lengths())
+
+
+@pytest.mark.parametrize("need", [False, True])
+def test_need_indices_gives_each_output_its_ids_as_weights(need: bool) -> None:
+    """EmbeddingCollection(need_indices=True): as TorchRec's, each JaggedTensor's weights are its IDs."""
+    cfgs = [torchrec.EmbeddingConfig(num_embeddings=20, embedding_dim=4, name="t0", feature_names=["a", "b"]),
+            torchrec.EmbeddingConfig(num_embeddings=9, embedding_dim=4, name="t1", feature_names=["c"])]
+    theirs = torchrec.EmbeddingCollection(tables=cfgs, device=torch.device("cpu"), need_indices=need)
+    ours = recgo.EmbeddingCollection(cfgs, need_indices=need)
+    ours.load_state_dict(theirs.state_dict())
+    kjt = TKJT(keys=["a", "b", "c"], values=torch.tensor([3, 7, 7, 1, 8, 0]), lengths=torch.tensor([2, 0, 1, 1, 1, 1]))
+    got, want = ours(kjt), theirs(kjt)
+    assert ours.need_indices() == theirs.need_indices() == need
+    assert list(got) == list(want)
+    for k in want:
+        torch.testing.assert_close(got[k].values(), want[k].values())
+        assert torch.equal(got[k].lengths(), want[k].lengths())
+        w, tw = got[k].weights_or_none(), want[k].weights_or_none()
+        assert (w is None) == (tw is None) == (not need)
+        if need:
+            assert torch.equal(w, tw)
+    mine = ours(recgo.KeyedJaggedTensor.from_torchrec(kjt))  # a recgo batch: recgo JaggedTensors, same weights
+    if need:
+        assert torch.equal(mine["c"].weights(), torch.tensor([8, 0]))
+    copy = __import__("copy").deepcopy(ours)
+    assert copy.need_indices() == need
+
+
+def test_need_indices_must_be_a_bool() -> None:
+    with pytest.raises(recgo.InvalidInputError, match="need_indices"):
+        recgo.EmbeddingCollection([recgo.EmbeddingConfig(5, 2, "t", ["a"])], need_indices="yes")  # type: ignore[arg-type]
