@@ -467,6 +467,35 @@ def test_collection_optimizer_lets_a_torch_scheduler_drive_the_fused_rate() -> N
     assert hand.fused_optimizer == optim.Adagrad(lr=0.025, eps=1e-4)
 
 
+def test_one_cycle_lr_cycles_adams_beta1_as_for_torch_adam() -> None:
+    """OneCycleLR with its default cycle_momentum=True drives a fused Adam's lr and beta1 through the
+    betas pair, step for step as it drives torch.optim.Adam's; with Adagrad it raises, as for torch's."""
+    cfg = [EmbeddingBagConfig(20, 4, "t", ["a"])]
+    ebc = EmbeddingBagCollection(cfg, optimizer=optim.Adam(lr=0.01, beta1=0.9, beta2=0.99), seed=2)
+    opt = optim.CollectionOptimizer(ebc)
+    ref = torch.optim.Adam([nn.Parameter(torch.zeros(1))], lr=0.01, betas=(0.9, 0.99))
+    kw = {"max_lr": 0.05, "total_steps": 6}
+    sched, ref_sched = (torch.optim.lr_scheduler.OneCycleLR(o, **kw) for o in (opt, ref))
+    for kjt in _sched_batches(5):
+        opt.zero_grad()
+        ebc(kjt).values().sum().backward()
+        opt.step()
+        ref.step()
+        sched.step()
+        ref_sched.step()
+        opt.zero_grad()  # hands the scheduler's new values over
+        want = ref.param_groups[0]
+        assert ebc.fused_optimizer.lr == pytest.approx(want["lr"])
+        assert (ebc.fused_optimizer.beta1, ebc.fused_optimizer.beta2) == pytest.approx(want["betas"])
+    opt.param_groups[0]["beta2"] = 0.95  # a change by the recgo name shows in betas too
+    opt.step()
+    assert ebc.fused_optimizer.beta2 == 0.95 and opt.param_groups[0]["betas"][1] == 0.95
+    ada = optim.CollectionOptimizer(EmbeddingBagCollection(cfg, optimizer=optim.Adagrad(lr=0.1)))
+    for o in (ada, torch.optim.Adagrad([nn.Parameter(torch.zeros(1))], lr=0.1)):
+        with pytest.raises(ValueError, match="momentum"):
+            torch.optim.lr_scheduler.OneCycleLR(o, **kw)
+
+
 def test_collection_optimizer_counts_shared_tables_once_and_needs_one() -> None:
     from recgo import EmbeddingCollection, EmbeddingConfig
 

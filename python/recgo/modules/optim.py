@@ -250,7 +250,10 @@ class CollectionOptimizer(torch.optim.Optimizer):
 
     One param group per collection (``"name"``: its path in the model), holding the fused optimizer's
     hyper-parameters under their recgo names (``lr``, ``eps``, ``beta1``, ``beta2``,
-    ``weight_decay``) and no parameters: the rows are updated inside backward, not here. ``zero_grad()``
+    ``weight_decay``) and no parameters: the rows are updated inside backward, not here. When every
+    collection's optimizer is Adam or AdamW, each group also holds torch's ``betas`` pair (kept equal to
+    ``beta1``/``beta2``, whichever was changed), so ``OneCycleLR``'s default ``cycle_momentum`` cycles
+    beta1 as it does for ``torch.optim.Adam``; with SGD or Adagrad it raises, as for torch's. ``zero_grad()``
     and ``step()`` hand changed values to the collections (``set_fused_optimizer``), as TorchRec's
     fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
     ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
@@ -269,10 +272,28 @@ class CollectionOptimizer(torch.optim.Optimizer):
             raise InvalidInputError("CollectionOptimizer: the model has no recgo collection with a fused optimizer")
         groups = [{"params": [], "name": n, **{k: getattr(m.fused_optimizer, k) for k in _HYPER}}
                   for n, m in self._collections]
-        super().__init__(groups, {"_save_param_groups": False})  # what TorchRec's CombinedOptimizer reads
+        defaults: dict[str, Any] = {"_save_param_groups": False}  # what TorchRec's CombinedOptimizer reads
+        if all(isinstance(m.fused_optimizer, Adam) for _, m in self._collections):
+            for g in groups:
+                g["betas"] = (g["beta1"], g["beta2"])
+            defaults["betas"] = groups[0]["betas"]  # torch's schedulers look for the key here
+        super().__init__(groups, defaults)
+        self._betas = [(g["beta1"], g["beta2"]) for g in self.param_groups]  # as last handed over
         self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
 
+    def _sync_betas(self) -> None:
+        """Make ``betas`` and ``beta1``/``beta2`` agree, taking whichever changed since the last push."""
+        for i, group in enumerate(self.param_groups):
+            if "betas" not in group:
+                continue
+            pair, old = tuple(float(b) for b in group["betas"]), self._betas[i]
+            if pair != old:
+                group["beta1"], group["beta2"] = pair
+            group["betas"] = (group["beta1"], group["beta2"])
+            self._betas[i] = group["betas"]
+
     def _push(self) -> None:
+        self._sync_betas()
         for group, (_, m) in zip(self.param_groups, self._collections):
             cur = m.fused_optimizer
             new = replace(cur, **{k: float(group[k]) for k in _HYPER})
