@@ -127,6 +127,13 @@ def test_lookup_stats_only_looks(kind: str) -> None:
     assert dynamic.lookup(m, "t", torch.tensor([11, 12])).tolist() == [-1, -1]
 
 
+def test_a_memory_bound_too_small_for_one_row_names_the_table_and_its_dim() -> None:
+    with pytest.raises(InvalidInputError, match=r'dynamic table "small": memory bound of 100 bytes holds no row: '
+                                                r"the smallest table of dim 3 .* takes \d+ bytes"):
+        EmbeddingBagCollection([EmbeddingBagConfig(10, 3, "small", ["a"], dynamic=DynamicConfig(memory_bytes=100))],
+                               optimizer=Adagrad(lr=0.1))
+
+
 def test_memory_bound_sets_the_row_bound_and_default_init() -> None:
     cfg = EmbeddingBagConfig(name="t", embedding_dim=16, num_embeddings=0, feature_names=["f"],
                              dynamic=DynamicConfig(memory_bytes=1 << 20, seed=3))

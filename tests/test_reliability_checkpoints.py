@@ -103,6 +103,17 @@ def test_truncated_empty_and_foreign_files_raise_recgo_io_error(tmp_path: Path) 
     ebc.load_state_dict(torch.load(plain, weights_only=True))  # the documented way for plain files
 
 
+def test_a_failed_save_names_the_target_not_the_temporary_file(tmp_path: Path) -> None:
+    ebc = small("fixed")
+    with pytest.raises(RecgoIOError, match=r"no-such-folder/ck\.pt: cannot write the checkpoint") as err:
+        ebc.save(tmp_path / "no-such-folder" / "ck.pt")
+    assert ".tmp" not in str(err.value)
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(RecgoIOError, match=r"taken: cannot write the checkpoint"):  # a folder in the file's place
+        ebc.save(tmp_path / "taken")
+    assert [p.name for p in tmp_path.iterdir()] == ["taken"]  # no temporary file left behind
+
+
 def test_dynamic_checkpoint_holds_only_the_rows_in_use(tmp_path: Path) -> None:
     """A 2M-row bound with a handful of IDs writes a small file, and round-trips bit-exactly."""
     def make() -> EmbeddingBagCollection:

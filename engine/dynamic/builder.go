@@ -19,7 +19,9 @@ func NewBuilder(cfg Config) (*Builder, error) {
 	if probe.Dim == 0 {
 		probe.Dim = max(1, len(cfg.Default))
 	}
-	if _, err := probe.withDefaults(); err != nil {
+	// Only the fields: whether a memory bound holds a row depends on the dim and optimizer state of
+	// the table it builds, which BuildTable checks with the table's name.
+	if err := probe.checkFields(); err != nil {
 		return nil, err
 	}
 	return &Builder{Config: cfg}, nil

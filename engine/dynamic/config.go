@@ -73,43 +73,57 @@ type Config struct {
 	SketchWidth int
 }
 
-// withDefaults validates c and fills its defaults.
-func (c Config) withDefaults() (Config, error) {
-	bad := func(format string, args ...any) (Config, error) {
-		return c, errs.Invalidf("dynamic table %q: "+format, append([]any{c.Name}, args...)...)
+// invalid is an input error about c, naming its table when it has one (a builder's config has none
+// until it builds a table).
+func (c Config) invalid(format string, args ...any) error {
+	if c.Name == "" {
+		return errs.Invalidf("dynamic table: "+format, args...)
 	}
+	return errs.Invalidf("dynamic table %q: "+format, append([]any{c.Name}, args...)...)
+}
+
+// checkFields validates each field of c on its own (what needs the row layout is withDefaults').
+func (c Config) checkFields() error {
 	switch {
 	case c.Dim <= 0:
-		return bad("embedding dim must be positive, got %d", c.Dim)
+		return c.invalid("embedding dim must be positive, got %d", c.Dim)
 	case c.Stride < 0 || (c.Stride != 0 && c.Stride < c.Dim):
-		return bad("stride %d must be at least the dim %d", c.Stride, c.Dim)
+		return c.invalid("stride %d must be at least the dim %d", c.Stride, c.Dim)
 	case c.StateWidth < 0:
-		return bad("optimizer state width must be non-negative, got %d", c.StateWidth)
+		return c.invalid("optimizer state width must be non-negative, got %d", c.StateWidth)
 	case c.MaxRows < 0 || (c.MaxRows == 0 && c.MaxBytes == 0):
-		return bad("row bound (num_embeddings) must be positive, got %d", c.MaxRows)
+		return c.invalid("row bound (num_embeddings) must be positive, got %d", c.MaxRows)
 	case c.MaxBytes < 0:
-		return bad("memory bound must be non-negative, got %d bytes", c.MaxBytes)
+		return c.invalid("memory bound must be non-negative, got %d bytes", c.MaxBytes)
 	case c.MaxRows > MaxRowBound:
-		return bad("row bound %d exceeds the maximum %d", c.MaxRows, MaxRowBound)
+		return c.invalid("row bound %d exceeds the maximum %d", c.MaxRows, MaxRowBound)
 	case c.MinCount < 0 || c.MinCount > MaxCount:
-		return bad("min_count must be in [0, %d], got %d", MaxCount, c.MinCount)
+		return c.invalid("min_count must be in [0, %d], got %d", MaxCount, c.MinCount)
 	case c.Policy != LRU && c.Policy != LFU:
-		return bad("unknown eviction policy %d", int(c.Policy))
+		return c.invalid("unknown eviction policy %d", int(c.Policy))
 	case c.MaxAge < 0:
-		return bad("max_age must be non-negative, got %d", c.MaxAge)
+		return c.invalid("max_age must be non-negative, got %d", c.MaxAge)
 	case math.IsNaN(c.EvictFrac) || c.EvictFrac < 0 || c.EvictFrac > 1:
-		return bad("evict_fraction must be in (0, 1] (0: the default 1/32), got %v", c.EvictFrac)
+		return c.invalid("evict_fraction must be in (0, 1] (0: the default 1/32), got %v", c.EvictFrac)
 	case c.SketchWidth < 0:
-		return bad("sketch width must be non-negative, got %d", c.SketchWidth)
+		return c.invalid("sketch width must be non-negative, got %d", c.SketchWidth)
 	case isBad(c.InitLow) || isBad(c.InitHigh) || c.InitLow > c.InitHigh:
-		return bad("init range [%v, %v) is not a finite, ordered interval", c.InitLow, c.InitHigh)
+		return c.invalid("init range [%v, %v) is not a finite, ordered interval", c.InitLow, c.InitHigh)
 	case c.Default != nil && len(c.Default) != c.Dim:
-		return bad("default vector has %d values, expected dim %d", len(c.Default), c.Dim)
+		return c.invalid("default vector has %d values, expected dim %d", len(c.Default), c.Dim)
 	}
 	for i, v := range c.Default {
 		if isBad(v) {
-			return bad("default vector value %d is %v", i, v)
+			return c.invalid("default vector value %d is %v", i, v)
 		}
+	}
+	return nil
+}
+
+// withDefaults validates c and fills its defaults.
+func (c Config) withDefaults() (Config, error) {
+	if err := c.checkFields(); err != nil {
+		return c, err
 	}
 	if c.Stride == 0 {
 		c.Stride = c.Dim
@@ -117,7 +131,8 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBytes > 0 {
 		rows := c.rowsFitting(c.MaxBytes)
 		if rows < 1 {
-			return bad("memory bound of %d bytes holds no row (one row takes %d bytes)", c.MaxBytes, c.withRows(1).layout().total)
+			return c, c.invalid("memory bound of %d bytes holds no row: the smallest table of dim %d (one row, its "+
+				"optimizer state and the ID map, in whole pages) takes %d bytes", c.MaxBytes, c.Dim, c.withRows(1).layout().total)
 		}
 		if c.MaxRows == 0 || rows < c.MaxRows {
 			c.MaxRows = rows

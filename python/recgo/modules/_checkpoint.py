@@ -103,9 +103,13 @@ def _umask() -> int:
 
 def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
     """``torch.save(obj, path)`` that never leaves a half-written file: it writes a temporary file in
-    the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched."""
+    the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched (an
+    ``OSError`` is raised as ``RecgoIOError`` naming ``path``, not the temporary file)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise RecgoIOError(f"{path}: cannot write the checkpoint: {exc.strerror or exc}") from exc
     try:
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; a checkpoint gets open()'s usual mode
         with os.fdopen(fd, "wb") as fh:
@@ -113,11 +117,13 @@ def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(exc, OSError):  # disk full, a folder in the path's place, ...
+            raise RecgoIOError(f"{path}: cannot write the checkpoint: {exc.strerror or exc}") from exc
         raise
 
 
