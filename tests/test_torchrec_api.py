@@ -69,3 +69,38 @@ def test_need_indices_gives_each_output_its_ids_as_weights(need: bool) -> None:
 def test_need_indices_must_be_a_bool() -> None:
     with pytest.raises(recgo.InvalidInputError, match="need_indices"):
         recgo.EmbeddingCollection([recgo.EmbeddingConfig(5, 2, "t", ["a"])], need_indices="yes")  # type: ignore[arg-type]
+
+
+def test_a_weights_only_torchrec_state_dict_loads_strictly_into_fused_collections() -> None:
+    """TorchRec's fused tables save only weights (their optimizer state goes through
+    fused_optimizer.state_dict()): such a state dict loads with strict=True into fused recgo collections,
+    directly or nested in a model, leaving the optimizer state as it was; a checkpoint with one table's
+    optimizer entries and not another's is still refused."""
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+    cfg = [torchrec.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name=n, feature_names=[f])
+           for n, f in (("t", "a"), ("u", "b"))]
+    theirs = FusedEmbeddingBagCollection(tables=cfg, optimizer_type=torch.optim.Adagrad,
+                                         optimizer_kwargs={"lr": 0.1}, device=torch.device("cpu"))
+    sd = theirs.state_dict()
+    assert sorted(sd) == ["embedding_bags.t.weight", "embedding_bags.u.weight"]
+    ours = recgo.EmbeddingBagCollection(cfg, optimizer=recgo.modules.optim.Adagrad(lr=0.1), seed=3)
+    state = ours.embedding_bags["t"].optimizer_state.clone()
+    assert not ours.load_state_dict(sd).missing_keys
+    for n in ("t", "u"):
+        assert torch.equal(ours.embedding_bags[n].weight, sd[f"embedding_bags.{n}.weight"])
+    assert torch.equal(ours.embedding_bags["t"].optimizer_state, state)
+    model = torch.nn.ModuleDict({"sparse": recgo.EmbeddingBagCollection(cfg, optimizer=recgo.modules.optim.SGD(lr=1.0)),
+                                 "seq": recgo.EmbeddingCollection(
+                                     [torchrec.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="s",
+                                                               feature_names=["h"])],
+                                     optimizer=recgo.modules.optim.Adagrad(lr=0.1))})
+    seq_w = torch.randn(10, 4)
+    nested = {f"sparse.{k}": v for k, v in sd.items()} | {"seq.embeddings.s.weight": seq_w}
+    model.load_state_dict(nested)  # strict
+    assert torch.equal(model["seq"].embeddings["s"].weight, seq_w)
+    partial = dict(ours.state_dict())
+    del partial["embedding_bags.u.optimizer_state"], partial["embedding_bags.u.optimizer_step"]
+    partial.pop("embedding_bags.t.optimizer_step")
+    with pytest.raises(RuntimeError, match=r"Missing key\(s\).*embedding_bags\.t\.optimizer_step"):
+        ours.load_state_dict(partial)

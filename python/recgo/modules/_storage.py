@@ -120,6 +120,33 @@ def fused_trains(weights: Sequence[tuple[str, torch.Tensor]]) -> bool:
         "optimizer=None and a torch optimizer")
 
 
+_OPTIMIZER_ENTRIES = ("optimizer_state", "optimizer_step")
+
+
+def _allow_weights_only(module: nn.Module, owner: nn.Module, incompatible_keys: Any) -> None:
+    """A strict load of a checkpoint that has this fused collection's weights and none of its optimizer
+    entries (a TorchRec state_dict: its fused optimizer's state is saved apart, through
+    ``fused_optimizer.state_dict()``) is not refused for the missing entries; the optimizer state stays
+    as it is. Some entries of a collection present and others missing is still reported."""
+    if owner.fused_optimizer is None:
+        return
+    attr = "embedding_bags" if module is owner else "embeddings"
+    opt, weights = [], []
+    for name, holder in getattr(module, attr).items():
+        weights.append(f"{attr}.{name}.weight")
+        opt += [f"{attr}.{name}.{b}" for b in _OPTIMIZER_ENTRIES
+                if b in holder._buffers and b not in holder._non_persistent_buffers_set]
+    missing = incompatible_keys.missing_keys
+    if not opt or not missing:
+        return
+    first = opt[0]
+    for key in [k for k in missing if k.endswith(first) and (k == first or k[:-len(first)].endswith("."))]:
+        prefix = key[:-len(first)]  # where the collection sits in the loaded model
+        ours = {prefix + k for k in opt}
+        if ours <= set(missing) and not any(prefix + w in missing for w in weights):
+            missing[:] = [k for k in missing if k not in ours]
+
+
 def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
     """``load_state_dict`` post-hook of both collections (it runs also when the collection is nested in
     the model being loaded): a parameter replaced by ``assign=True`` is copied back into engine memory.
@@ -127,6 +154,7 @@ def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
     replaced (torch's meta-initialisation pattern; the collection's own ``load_state_dict`` materialises
     first) is materialised here and takes the assigned values."""
     owner = getattr(module, "ebc", module)  # a sequence collection's tables are its owner's
+    _allow_weights_only(module, owner, incompatible_keys)
     if owner._handle is not None:
         owner._sync_storage()
         if getattr(module, "_handle", 0) is None:  # a sequence collection over an owner built since
