@@ -242,7 +242,7 @@ func pendingOp(sh C.uintptr_t) (*shard.Step, *shard.Op, error) {
 	return s, op, nil
 }
 
-// recgo_shard_op copies the pending op's send buffer (nsend elements of its type) and its send and
+// recgo_shard_op writes the pending op's send buffer (nsend elements of its type) and its send and
 // receive splits (nsplits int64 each) into the caller's buffers.
 //
 //export recgo_shard_op
@@ -270,8 +270,12 @@ func recgo_shard_op(sh C.uintptr_t, sendPtr unsafe.Pointer, nsend C.int64_t, sen
 			return errs.Invalidf("shard op: send buffer of %d for %d values", nsend, op.SendLen())
 		}
 		switch op.Elem {
-		case shard.ElemFloat32:
-			return fill(sendPtr, op.SendF, "send")
+		case shard.ElemFloat32: // rows and gradients are built straight into the caller's buffer
+			dst, err := viewSlice[float32](sendPtr, int64(nsend), "send")
+			if err != nil {
+				return err
+			}
+			return op.WriteFloats(dst)
 		case shard.ElemByte:
 			return fill(sendPtr, op.SendB, "send")
 		}

@@ -18,7 +18,8 @@ const (
 
 // Op is one all-to-all the caller must run on Group (torch.distributed's all_to_all_single): send
 // SendSplits[i] elements of the send buffer to group index i and receive RecvSplits[i] elements
-// from it, in group order. The send buffer is SendI (int64), SendF (float32) or SendB (bytes), by Elem.
+// from it, in group order. The send buffer is SendI (int64), SendF (float32) or SendB (bytes), by Elem;
+// a float32 op may instead leave it unbuilt until the caller says where it goes (WriteFloats, Floats).
 type Op struct {
 	Group      Group
 	Elem       Elem
@@ -29,12 +30,57 @@ type Op struct {
 	RecvSplits []int64
 
 	recycle bool // the send buffer came from the collection's free lists
+
+	// buildF, when set, writes the float32 send buffer (nF values) into its argument and reports a
+	// length that disagrees with nF. The rows and gradients are a step's largest sends: built straight
+	// into the transport's buffer they skip a copy through a Go buffer. It only reads the step's state,
+	// so it may run more than once.
+	buildF func(dst []float32) error
+	nF     int
+}
+
+// deferredFloats is a float32 op of n values whose send buffer build writes when asked.
+func deferredFloats(g Group, n int, build func(dst []float32) error, sendSplits, recvSplits []int64) *Op {
+	return &Op{Group: g, Elem: ElemFloat32, buildF: build, nF: n, SendSplits: sendSplits, RecvSplits: recvSplits}
+}
+
+// WriteFloats writes a float32 op's send buffer into dst (SendLen values, memory the caller owns and
+// that is not kept past the call): built in place when it was deferred, copied otherwise.
+func (o *Op) WriteFloats(dst []float32) error {
+	if o.Elem != ElemFloat32 {
+		return errs.Invalidf("shard op: WriteFloats on an op of element type %d", o.Elem)
+	}
+	if len(dst) != o.SendLen() {
+		return errs.Invalidf("shard op: send buffer of %d for %d values", len(dst), o.SendLen())
+	}
+	if o.buildF != nil && o.SendF == nil {
+		return o.buildF(dst)
+	}
+	copy(dst, o.SendF)
+	return nil
+}
+
+// Floats returns a float32 op's send buffer, building a deferred one into a buffer of free (nil:
+// allocated) first.
+func (o *Op) Floats(free *freeList[float32]) ([]float32, error) {
+	if o.buildF != nil && o.SendF == nil {
+		buf := free.get(o.nF)
+		if err := o.buildF(buf); err != nil {
+			free.put(buf)
+			return nil, err
+		}
+		o.SendF, o.recycle = buf, true
+	}
+	return o.SendF, nil
 }
 
 // SendLen is the number of elements the op sends.
 func (o *Op) SendLen() int {
 	switch o.Elem {
 	case ElemFloat32:
+		if o.buildF != nil {
+			return o.nF
+		}
 		return len(o.SendF)
 	case ElemByte:
 		return len(o.SendB)
@@ -222,7 +268,11 @@ func (x *Exchange) Next() (*Op, error) {
 			continue
 		}
 		if op.selfOnly() {
-			if err := s.feed(op, op.SendI, op.SendF, op.SendB); err != nil {
+			sendF, err := op.Floats(x.pools.floats())
+			if err == nil {
+				err = s.feed(op, op.SendI, sendF, op.SendB)
+			}
+			if err != nil {
 				x.stages = nil
 				return nil, err
 			}

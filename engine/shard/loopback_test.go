@@ -10,9 +10,10 @@ import (
 )
 
 // runLockstep drives the exchanges of every rank of topo together, moving each op's buffers as
-// all_to_all_single would on the op's group (the ranks emit the same op sequence); it returns the
-// bytes the ranks sent to other ranks.
-func runLockstep(t *testing.T, topo Topology, xs []*Exchange) int64 {
+// all_to_all_single would on the op's group (the ranks emit the same op sequence), each float send
+// written into a buffer of the caller's as the C ABI's is; it returns the bytes the ranks sent to
+// other ranks. Each inspect function sees every rank's op before it moves.
+func runLockstep(t *testing.T, topo Topology, xs []*Exchange, inspect ...func(rank int, op *Op)) int64 {
 	t.Helper()
 	W := topo.World()
 	var sent int64
@@ -49,6 +50,18 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) int64 {
 			}
 			return out
 		}
+		for r, op := range ops {
+			for _, f := range inspect {
+				f(r, op)
+			}
+		}
+		sendFs := make([][]float32, W) // float sends written as the C ABI writes them: into the caller's buffer
+		for r, op := range ops {
+			if op.Elem == ElemFloat32 {
+				sendFs[r] = make([]float32, op.SendLen())
+				require.NoError(t, op.WriteFloats(sendFs[r]))
+			}
+		}
 		recvIs, recvFs, recvBs := make([][]int64, W), make([][]float32, W), make([][]byte, W)
 		for r, op := range ops {
 			m := members(r, op.Group)
@@ -74,7 +87,7 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange) int64 {
 				require.Equal(t, op.Elem, qo.Elem, "ranks disagree on the op's element type")
 				switch op.Elem {
 				case ElemFloat32:
-					recvF = append(recvF, qo.SendF[lo:hi]...)
+					recvF = append(recvF, sendFs[q][lo:hi]...)
 				case ElemByte:
 					recvB = append(recvB, qo.SendB[lo:hi]...)
 				default:

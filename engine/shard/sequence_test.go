@@ -175,7 +175,9 @@ func FuzzBeginSequence(f *testing.F) {
 		}
 		for op, err := q.Step.X.Next(); op != nil || err != nil; op, err = q.Step.X.Next() {
 			require.NoError(t, err)
-			require.NoError(t, q.Step.X.Feed(op.SendI, op.SendF, op.SendB))
+			sendF, err := op.Floats(nil)
+			require.NoError(t, err)
+			require.NoError(t, q.Step.X.Feed(op.SendI, sendF, op.SendB))
 		}
 		out := make([]float32, q.OutputLen())
 		require.NoError(t, q.Gather(out))

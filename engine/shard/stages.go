@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
 )
 
@@ -155,31 +156,19 @@ func (x *Exchange) vecStage(h int) stage {
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			src := x.vecs[h+1]
-			send := x.pools.floats().get(rowSum(lg.recvVec, x.dims))[:0]
-			base, seg := make([]int, T), make([]int, T) // per table: received-ID and segment cursors
 			for s := 0; s < lg.size; s++ {
 				for t := 0; t < T; t++ {
-					n, d, nv := int(lg.recvCnt[s*T+t]), x.dims[t], int(lg.recvVec[s*T+t])
-					switch {
-					case s == lg.self:
-					case lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0:
-						send = x.segs[t].pool(send, seg[t], nv, src[t], d)
-						seg[t] += nv
-						x.Counters.PooledVecs[t] += int64(nv)
-					default:
-						for _, u := range lg.inv[t][base[t] : base[t]+n] {
-							send = append(send, src[t][int(u)*d:int(u+1)*d]...)
+					if nv := lg.recvVec[s*T+t]; s != lg.self {
+						if lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+							x.Counters.PooledVecs[t] += nv
 						}
-					}
-					base[t] += n
-					if s != lg.self {
-						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), int64(nv))
+						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), nv)
 					}
 				}
 			}
-			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: x.vecSplits(lg, lg.recvVec),
-				RecvSplits: x.vecSplits(lg, lg.sendVec), recycle: true}, nil
+			splits := x.vecSplits(lg, lg.recvVec)
+			return deferredFloats(lg.group, int(sum(splits)), func(dst []float32) error { return x.buildVecs(h, dst) },
+				splits, x.vecSplits(lg, lg.sendVec)), nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
@@ -218,6 +207,45 @@ func (x *Exchange) vecStage(h int) stage {
 	}
 }
 
+// buildVecs writes leg h's vector send buffer into dst: per source block (source-major, then
+// table), the partial sum of each bag segment this rank pools for it, or each received ID's row.
+func (x *Exchange) buildVecs(h int, dst []float32) error {
+	T := len(x.layouts)
+	lg := &x.legs[h]
+	src := x.vecs[h+1]
+	send := dst[:0]
+	base, seg := make([]int, T), make([]int, T) // per table: received-ID and segment cursors
+	for s := 0; s < lg.size; s++ {
+		for t := 0; t < T; t++ {
+			n, d, nv := int(lg.recvCnt[s*T+t]), x.dims[t], int(lg.recvVec[s*T+t])
+			switch {
+			case s == lg.self:
+			case lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0:
+				if len(send)+nv*d > cap(send) {
+					return errs.Invalidf("exchange: vector send buffer of %d values overflows", len(dst))
+				}
+				send = x.segs[t].pool(send, seg[t], nv, src[t], d)
+				seg[t] += nv
+			default:
+				for _, u := range lg.inv[t][base[t] : base[t]+n] {
+					send = append(send, src[t][int(u)*d:int(u+1)*d]...)
+				}
+			}
+			base[t] += n
+		}
+	}
+	return checkBuilt("vector", send, dst)
+}
+
+// checkBuilt reports a send buffer whose builder wrote another length than the op announced (an
+// append past dst's capacity would have moved the values to a new array, away from dst).
+func checkBuilt(what string, send, dst []float32) error {
+	if len(send) != len(dst) || (len(dst) > 0 && &send[0] != &dst[0]) {
+		return errs.Invalidf("exchange: %s send buffer: %d values built for %d announced", what, len(send), len(dst))
+	}
+	return nil
+}
+
 // vecSplits is rowSums of a leg's per-block vector counts, without the rank's own block (which
 // never travels).
 func (x *Exchange) vecSplits(lg *leg, cnt []int64) []int64 {
@@ -234,31 +262,19 @@ func (x *Exchange) gradStage(h int) stage {
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			g := x.grads[h]
-			send := x.pools.floats().get(rowSum(lg.sendVec, x.dims))[:0]
-			pos := make([]int, T)
 			for d := 0; d < lg.size; d++ {
 				for t := 0; t < T; t++ {
-					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
-					switch {
-					case d == lg.self:
-					case lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0:
-						at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
-						send = append(send, g[t][at:at+nv*dim]...)
-						x.Counters.PooledGrads[t] += int64(nv)
-					default:
-						for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
-							send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
+					if nv := lg.sendVec[d*T+t]; d != lg.self {
+						if lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+							x.Counters.PooledGrads[t] += nv
 						}
-					}
-					pos[t] += n
-					if d != lg.self {
-						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), int64(nv))
+						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), nv)
 					}
 				}
 			}
-			return &Op{Group: lg.group, Elem: ElemFloat32, SendF: send, SendSplits: x.vecSplits(lg, lg.sendVec),
-				RecvSplits: x.vecSplits(lg, lg.recvVec), recycle: true}, nil
+			splits := x.vecSplits(lg, lg.sendVec)
+			return deferredFloats(lg.group, int(sum(splits)), func(dst []float32) error { return x.buildGrads(h, dst) },
+				splits, x.vecSplits(lg, lg.recvVec)), nil
 		},
 		feed: func(_ *Op, _ []int64, recv []float32, _ []byte) error {
 			lg := &x.legs[h]
@@ -293,6 +309,33 @@ func (x *Exchange) gradStage(h int) stage {
 			return nil
 		},
 	}
+}
+
+// buildGrads writes leg h's gradient send buffer into dst: per destination block, the merged
+// gradient of each ID sent there (in send order), or of each bag segment its owner pooled.
+func (x *Exchange) buildGrads(h int, dst []float32) error {
+	T := len(x.layouts)
+	lg := &x.legs[h]
+	g := x.grads[h]
+	send := dst[:0]
+	pos := make([]int, T)
+	for d := 0; d < lg.size; d++ {
+		for t := 0; t < T; t++ {
+			n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
+			switch {
+			case d == lg.self:
+			case lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0:
+				at := (len(lg.items[t]) + x.plans[t].partStart[d]) * dim
+				send = append(send, g[t][at:at+nv*dim]...)
+			default:
+				for _, i := range lg.perm[t][pos[t] : pos[t]+n] {
+					send = append(send, g[t][int(i)*dim:int(i+1)*dim]...)
+				}
+			}
+			pos[t] += n
+		}
+	}
+	return checkBuilt("gradient", send, dst)
 }
 
 // blockOffsets is, per (source, table) block of a float32 buffer a leg received (source-major,
