@@ -52,6 +52,7 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 		return nil, errs.Invalidf("sharded collection: unknown exchange mode %d", int(mode))
 	}
 	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode, featPos: make([]int, len(features))}
+	c.pools.sizeFor(len(layouts))
 	dims, names := make([]int, len(layouts)), make([]string, len(layouts))
 	for i, l := range layouts {
 		if l.World != topo.World() {

@@ -13,10 +13,21 @@ import (
 type freeList[T any] struct {
 	mu   sync.Mutex
 	bufs [][]T
+	keep int // the most buffers kept; 0: freeListMin
+	made int // buffers of a keepable size get allocated because none kept fitted (tests read it)
 }
 
-// freeListMax is the most buffers a list keeps (a step uses a few per route leg).
-const freeListMax = 32
+// freeMinCap is the smallest buffer capacity a list keeps (smaller ones are cheap to allocate).
+const freeMinCap = 1024
+
+// freeListMin is the fewest buffers a list keeps (a step uses a few per route leg and table).
+const freeListMin = 32
+
+// buffersPerTable is how many of a list's buffers one table may hold at once within a step
+// (rows and gradients per leg and level, the pooled gradient, the send buffers). A list kept to
+// fewer than a step holds misses on every step: with 26 tables it allocated (and zeroed) a
+// quarter of the buffers afresh each step.
+const buffersPerTable = 8
 
 // get returns a buffer of length n (contents undefined): the smallest kept one that fits, or a new one.
 func (l *freeList[T]) get(n int) []T {
@@ -32,6 +43,9 @@ func (l *freeList[T]) get(n int) []T {
 		}
 	}
 	if best < 0 {
+		if n >= freeMinCap {
+			l.made++
+		}
 		return make([]T, n, n+n/4)
 	}
 	b := l.bufs[best]
@@ -48,10 +62,10 @@ func (l *freeList[T]) put(bs ...[]T) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, b := range bs {
-		if cap(b) < 1024 {
+		if cap(b) < freeMinCap {
 			continue
 		}
-		if len(l.bufs) < freeListMax {
+		if len(l.bufs) < max(l.keep, freeListMin) {
 			l.bufs = append(l.bufs, b)
 			continue
 		}
@@ -166,6 +180,12 @@ func nextPow2(n int) int {
 		p <<= 1
 	}
 	return p
+}
+
+// sizeFor keeps enough buffers for a step over tables tables (call before the first step).
+func (p *pools) sizeFor(tables int) {
+	n := freeListMin + buffersPerTable*tables
+	p.f32.keep, p.i64.keep, p.u8.keep = n, n, n
 }
 
 func (p *pools) floats() *freeList[float32] {

@@ -88,3 +88,45 @@ func TestPoolsDedupConcurrent(t *testing.T) {
 		require.NoError(t, <-errs)
 	}
 }
+
+// TestWarmStepsReuseBuffers runs the same step of a 26-table world (the DLRM shape) again and
+// again: once warm, every buffer a step takes from them comes from the collection's free lists. With
+// a fixed list length of 32 a quarter of them were allocated (and zeroed) afresh every step.
+func TestWarmStepsReuseBuffers(t *testing.T) {
+	const T, Bl, dim = 26, 64, 32
+	kinds, rows, dims := make([]Kind, T), make([]int64, T), make([]int, T)
+	for i := range kinds {
+		kinds[i], rows[i], dims[i] = Hash, 5000, dim
+	}
+	w := newTestWorld(t, 1, 2, Flat, kinds, rows, dims, embedding.OptimizerConfig{Kind: embedding.OptAdagrad, LR: 0.1, Eps: 1e-8})
+	rng := rand.New(rand.NewPCG(5, 6))
+	W := w.topo.World()
+	_, lens, vals := randBatch(rng, T, W*Bl, rows)
+	made := func() (n int) {
+		for _, c := range w.ranks {
+			n += c.pools.f32.made + c.pools.i64.made + c.pools.u8.made
+		}
+		return n
+	}
+	var warm int
+	for step := 0; step < 4; step++ {
+		if step == 2 {
+			warm = made()
+		}
+		steps, xs := make([]*Step, W), make([]*Exchange, W)
+		for r, c := range w.ranks {
+			s, err := c.Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl))
+			require.NoError(t, err)
+			steps[r], xs[r] = s, s.X
+		}
+		runLockstep(t, w.topo, xs)
+		for _, s := range steps {
+			out := make([]float32, Bl*w.ref.Width())
+			require.NoError(t, s.Pool(out))
+			require.NoError(t, s.Backward(out, true))
+		}
+		runLockstep(t, w.topo, xs)
+	}
+	require.Positive(t, warm, "the first steps fill the lists")
+	require.Equal(t, warm, made(), "warm steps allocate no pooled buffer")
+}
