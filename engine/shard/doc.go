@@ -17,7 +17,10 @@
 // owner's local index) may instead pool the requester's bag segments and return one partial sum
 // per (bag, table), chosen per table, destination and step by the bytes each return costs (ownerpool.go;
 // [Return], [Exchange.ForwardBags]). IDs and bag structure travel packed in their narrowest
-// widths; a rank's own block never enters the all-to-all. Backward mirrors it:
+// widths; a rank's own block never enters the all-to-all, and the rows, partial sums and gradients
+// a rank sends are built straight into the caller's transport buffer ([Op.WriteFloats]), not into a
+// Go buffer first. The step's large buffers come from the collection's free lists, sized to its
+// tables (pool.go). Backward mirrors it:
 // gradients merged per distinct row at the requester (kernels.SegmentScatter), sent along the
 // same route, merged at every stop ([MergeRows]) and applied by the owner's fused optimizer
 // ([embedding.Table.ApplyRows]); a linear update (SGD without weight decay) skips the owner's
