@@ -156,16 +156,7 @@ func (x *Exchange) vecStage(h int) stage {
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			for s := 0; s < lg.size; s++ {
-				for t := 0; t < T; t++ {
-					if nv := lg.recvVec[s*T+t]; s != lg.self {
-						if lg.recvMeta[(s*T+t)*metaFields+metaFlags]&flagPooled != 0 {
-							x.Counters.PooledVecs[t] += nv
-						}
-						x.Counters.addVecs(t, x.sameNode(lg.rank(s)), nv)
-					}
-				}
-			}
+			x.countVecs(lg, lg.recvVec, lg.recvMeta, x.Counters.PooledVecs, x.Counters.addVecs)
 			splits := x.vecSplits(lg, lg.recvVec)
 			return deferredFloats(lg.group, int(sum(splits)), func(dst []float32) error { return x.buildVecs(h, dst) },
 				splits, x.vecSplits(lg, lg.sendVec)), nil
@@ -246,6 +237,22 @@ func checkBuilt(what string, send, dst []float32) error {
 	return nil
 }
 
+// countVecs counts the vectors a leg moves to or from other ranks (cnt and meta per (rank, table)
+// block, this rank's own block left out): every one through add, the pooled blocks' also in pooled.
+func (x *Exchange) countVecs(lg *leg, cnt, meta, pooled []int64, add func(t int, intra bool, n int64)) {
+	T := len(x.layouts)
+	for q := 0; q < lg.size; q++ {
+		for t := 0; t < T; t++ {
+			if nv := cnt[q*T+t]; q != lg.self {
+				if meta[(q*T+t)*metaFields+metaFlags]&flagPooled != 0 {
+					pooled[t] += nv
+				}
+				add(t, x.sameNode(lg.rank(q)), nv)
+			}
+		}
+	}
+}
+
 // vecSplits is rowSums of a leg's per-block vector counts, without the rank's own block (which
 // never travels).
 func (x *Exchange) vecSplits(lg *leg, cnt []int64) []int64 {
@@ -262,16 +269,7 @@ func (x *Exchange) gradStage(h int) stage {
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			for d := 0; d < lg.size; d++ {
-				for t := 0; t < T; t++ {
-					if nv := lg.sendVec[d*T+t]; d != lg.self {
-						if lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled != 0 {
-							x.Counters.PooledGrads[t] += nv
-						}
-						x.Counters.addGrads(t, x.sameNode(lg.rank(d)), nv)
-					}
-				}
-			}
+			x.countVecs(lg, lg.sendVec, lg.sendMeta, x.Counters.PooledGrads, x.Counters.addGrads)
 			splits := x.vecSplits(lg, lg.sendVec)
 			return deferredFloats(lg.group, int(sum(splits)), func(dst []float32) error { return x.buildGrads(h, dst) },
 				splits, x.vecSplits(lg, lg.recvVec)), nil
