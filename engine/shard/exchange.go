@@ -434,16 +434,6 @@ func rowSums(cnt []int64, size, T int, dims []int) []int64 {
 	return out
 }
 
-// rowSum is Σ_i Σ_t cnt[i·T+t]·dims[t].
-func rowSum(cnt []int64, dims []int) int {
-	T := len(dims)
-	var n int64
-	for i, c := range cnt {
-		n += c * int64(dims[i%T])
-	}
-	return int(n)
-}
-
 // splitByTable regroups a source-major buffer ([source][table] blocks of cnt entries of dims[t]
 // elements each; dims nil: 1) into one contiguous slice per table, sources in order (the slices
 // from free, which may be nil).

@@ -110,9 +110,9 @@ func TestWarmStepsReuseBuffers(t *testing.T) {
 		}
 		return n
 	}
-	const steps, warmUp = 8, 2
+	const rounds, warmUp = 8, 2
 	var warm int
-	for step := 0; step < steps; step++ {
+	for step := 0; step < rounds; step++ {
 		if step == warmUp {
 			warm = made()
 		}
@@ -131,5 +131,5 @@ func TestWarmStepsReuseBuffers(t *testing.T) {
 		runLockstep(t, w.topo, xs)
 	}
 	require.Positive(t, warm, "the first steps fill the lists")
-	require.LessOrEqual(t, made()-warm, steps-warmUp, "warm steps allocate (almost) no pooled buffer")
+	require.LessOrEqual(t, made()-warm, rounds-warmUp, "warm steps allocate (almost) no pooled buffer")
 }
