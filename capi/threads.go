@@ -10,9 +10,15 @@ import (
 	"runtime"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/gcpace"
 	"github.com/recgo/recgo/internal/omp"
 	"github.com/recgo/recgo/internal/parallel"
 )
+
+// The library paces Go's garbage collector from the moment it loads (internal/gcpace: the heap
+// grows by about a cache's size between collections, not by as much as the collections' pooled
+// buffers hold), unless the process set GOGC or RECGO_GC_HEADROOM=0.
+func init() { gcpace.Start() }
 
 // recgo_use_openmp runs the engine's parallel loops on the OpenMP team of the already-loaded runtime
 // at path (enable != 0), or back on Go's threads (enable == 0).

@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/gcpace"
 )
 
 // Version is the library's version; Python checks it against the package's own.
@@ -27,6 +28,12 @@ func recgo_version(buf *C.char, buflen C.size_t) C.int {
 //
 //export recgo_num_threads
 func recgo_num_threads() C.int { return C.int(runtime.GOMAXPROCS(0)) }
+
+// recgo_gc_percent returns the GOGC the library's collector pacing last set (internal/gcpace), or
+// -1 when pacing is off (GOGC or RECGO_GC_HEADROOM=0 in the environment).
+//
+//export recgo_gc_percent
+func recgo_gc_percent() C.int { return C.int(gcpace.Current()) }
 
 // recgo_debug_fail fails on purpose, for tests of the error path: mode 0 returns an invalid-input
 // error, 1 panics in the calling goroutine, 2 panics in a worker goroutine that the engine joins.

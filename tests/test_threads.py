@@ -113,3 +113,18 @@ def test_import_under_torchrun_takes_the_ranks_share() -> None:
     got = subprocess.run([sys.executable, "-c", code], env=dict(env, LOCAL_WORLD_SIZE="2", GOMAXPROCS="3"),
                          capture_output=True, text=True, check=True).stdout
     assert int(got) == 3
+
+
+@pytest.mark.parametrize("env, paced", [({}, True), ({"GOGC": "50"}, False), ({"RECGO_GC_HEADROOM": "0"}, False),
+                                        ({"RECGO_GC_HEADROOM": "64"}, True)])
+def test_gc_pacing_follows_the_environment(env: dict[str, str], paced: bool) -> None:
+    """The library paces Go's collector from load unless the process set GOGC or RECGO_GC_HEADROOM=0
+    (the pacer's own behaviour is tested in internal/gcpace)."""
+    code = "import recgo, recgo._lib as l; print(l.gc_percent())"
+    base = {k: v for k, v in os.environ.items() if k not in ("GOGC", "RECGO_GC_HEADROOM")}
+    got = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True, check=True)
+    percent = int(got.stdout.strip().splitlines()[-1])
+    if paced:
+        assert 10 <= percent <= 100, percent
+    else:
+        assert percent == -1

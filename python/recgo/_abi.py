@@ -338,6 +338,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_gc_percent': ('int', ()),
     'recgo_gpu_info': ('int', (
         ('buf', 'void*'),
         ('buflen', 'int64_t'),

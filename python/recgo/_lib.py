@@ -273,6 +273,13 @@ def num_threads() -> int:
     return int(fn("recgo_num_threads")())
 
 
+def gc_percent() -> int:
+    """The GOGC the library's garbage-collector pacing last set (100 until the live Go heap passes
+    the headroom, lower above it), or -1 when pacing is off because the environment sets ``GOGC`` or
+    ``RECGO_GC_HEADROOM=0``. See the README's "Go's garbage collector" note."""
+    return int(fn("recgo_gc_percent")())
+
+
 def set_num_threads(n: int) -> None:
     """Set how many goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS).
 
