@@ -67,6 +67,10 @@ def machine_info() -> dict[str, Any]:
 
         info["recgo"] = recgo.__version__
         info["recgo_threads"] = recgo.num_threads()
+        from recgo import _lib
+
+        # the collector pacing in force when the report was written (-1: off; see the README)
+        info["recgo_gc_percent"] = _lib.gc_percent()
     except Exception:
         pass
     return info
