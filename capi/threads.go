@@ -7,6 +7,7 @@ package main
 import "C"
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -15,10 +16,16 @@ import (
 	"github.com/recgo/recgo/internal/parallel"
 )
 
-// The library paces Go's garbage collector from the moment it loads (internal/gcpace: the heap
-// grows by about a cache's size between collections, not by as much as the collections' pooled
-// buffers hold), unless the process set GOGC or RECGO_GC_HEADROOM=0.
-func init() { gcpace.Start() }
+// At load the library paces Go's garbage collector (internal/gcpace: the heap grows by about a
+// cache's size between collections, not by as much as the collections' pooled buffers hold) unless
+// the process set GOGC or RECGO_GC_HEADROOM=0, and keeps Go's default worker count (the machine's
+// cores) with one spare P (parallel.SetWorkers) unless the process set GOMAXPROCS.
+func init() {
+	gcpace.Start()
+	if os.Getenv("GOMAXPROCS") == "" {
+		parallel.SetWorkers(runtime.GOMAXPROCS(0))
+	}
+}
 
 // recgo_use_openmp runs the engine's parallel loops on the OpenMP team of the already-loaded runtime
 // at path (enable != 0), or back on Go's threads (enable == 0).
@@ -45,8 +52,9 @@ func recgo_use_openmp(path *C.char, enable C.int32_t, errbuf *C.char, errlen C.s
 func maxThreads() int { return max(1024, 8*runtime.NumCPU()) }
 
 // recgo_set_num_threads sets how many goroutines the engine's parallel loops use off the OpenMP
-// team (GOMAXPROCS); n must be in [1, max(1024, 8 × the machine's CPUs)]. Ranks sharing one machine
-// each set their share of its cores, so that their loops do not compete for the same ones.
+// team (GOMAXPROCS becomes n + 1: parallel.SetWorkers says why); n must be in [1, max(1024, 8 × the
+// machine's CPUs)]. Ranks sharing one machine each set their share of its cores, so that their
+// loops do not compete for the same ones.
 //
 //export recgo_set_num_threads
 func recgo_set_num_threads(n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
@@ -55,7 +63,7 @@ func recgo_set_num_threads(n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 			return errs.Invalidf("set_num_threads: the number of threads must be in [1, %d] (this machine has %d CPUs), got %d",
 				maxThreads(), runtime.NumCPU(), int64(n))
 		}
-		runtime.GOMAXPROCS(int(n))
+		parallel.SetWorkers(int(n))
 		return nil
 	})
 }

@@ -7,10 +7,10 @@ import "C"
 
 import (
 	"errors"
-	"runtime"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/gcpace"
+	"github.com/recgo/recgo/internal/parallel"
 )
 
 // Version is the library's version; Python checks it against the package's own.
@@ -24,10 +24,10 @@ func recgo_version(buf *C.char, buflen C.size_t) C.int {
 	return 0
 }
 
-// recgo_num_threads returns GOMAXPROCS, the number of goroutines parallel kernels use.
+// recgo_num_threads returns the number of goroutines parallel kernels use (parallel.Workers).
 //
 //export recgo_num_threads
-func recgo_num_threads() C.int { return C.int(runtime.GOMAXPROCS(0)) }
+func recgo_num_threads() C.int { return C.int(parallel.Workers()) }
 
 // recgo_gc_percent returns the GOGC the library's collector pacing last set (internal/gcpace), or
 // -1 when pacing is off (GOGC or RECGO_GC_HEADROOM=0 in the environment).

@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"math"
-	"runtime"
 	"slices"
 	"time"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/parallel"
 	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/highs"
 )
@@ -29,7 +29,7 @@ type MILPOptions struct {
 	MaxNodes int
 	// MemoryLimit caps the MILP's estimated memory (0: DefaultMemoryLimit).
 	MemoryLimit int64
-	// Threads for HiGHS (0: all of GOMAXPROCS).
+	// Threads for HiGHS (0: the engine's worker count, parallel.Workers).
 	Threads int
 	// Symmetry orders the GPUs of each node by load (GPUs of a node are interchangeable).
 	Symmetry bool
@@ -311,7 +311,7 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 	}
 	threads := opts.Threads
 	if threads <= 0 {
-		threads = runtime.GOMAXPROCS(0)
+		threads = parallel.Workers()
 	}
 	ho := highs.Options{MipRelGap: opts.MipRelGap, Threads: threads, MaxNodes: opts.MaxNodes, Done: ctx.Done(),
 		StopBound: lb / p.scale, StopGap: gap}

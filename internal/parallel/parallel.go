@@ -9,8 +9,32 @@ import (
 	"sync/atomic"
 )
 
-// Workers returns the number of goroutines parallel loops use: GOMAXPROCS.
-func Workers() int { return runtime.GOMAXPROCS(0) }
+// Workers returns the number of threads parallel loops use: what SetWorkers set, or GOMAXPROCS
+// before any call (as when GOMAXPROCS in the environment sizes the process).
+func Workers() int {
+	if n := workers.Load(); n > 0 {
+		return int(n)
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+var workers atomic.Int64
+
+// SetWorkers makes parallel loops use n threads (n >= 1) and gives Go's scheduler one P more
+// (GOMAXPROCS = n + 1).
+//
+// Why the spare P: every thread that calls into Go from C (Python's main thread for each export, an
+// OpenMP worker for each chunk it runs) needs a P, and between calls leaves its P in the syscall
+// state. With no P idle, Go's sysmon thread retakes such a P after 20 µs, so the next call waits for
+// a handoff, and having retaken one sysmon keeps polling every 20 µs instead of backing off: in
+// perf, sysmon alone took 7 % of a sharded rank's CPU time. With one P idle, sysmon leaves a P in a
+// syscall alone (for up to 10 ms) and backs off. The spare P runs no loop of the engine's, whose
+// thread counts come from Workers.
+func SetWorkers(n int) {
+	n = max(n, 1)
+	workers.Store(int64(n))
+	runtime.GOMAXPROCS(n + 1)
+}
 
 // For calls body(lo, hi) over [0, n) cut into equal contiguous chunks of at least minChunk items (a
 // few per worker) and returns when all are done. The calling goroutine and up to Workers()-1 helpers

@@ -1,6 +1,7 @@
 package parallel
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -57,4 +58,28 @@ func TestForNKeepsToItsBudget(t *testing.T) {
 			assert.EqualValues(t, 1, calls.Load(), "one worker runs the whole range inline")
 		}
 	}
+}
+
+// TestSetWorkersKeepsASpareP checks that loops use the set count while the scheduler gets one P
+// more, and that loops keep to the set count (not GOMAXPROCS) when they run.
+func TestSetWorkersKeepsASpareP(t *testing.T) {
+	prevWorkers, prevProcs := workers.Load(), runtime.GOMAXPROCS(0)
+	defer func() { workers.Store(prevWorkers); runtime.GOMAXPROCS(prevProcs) }()
+	for _, c := range []struct{ set, workers, procs int }{{1, 1, 2}, {3, 3, 4}, {0, 1, 2}, {-2, 1, 2}} {
+		SetWorkers(c.set)
+		assert.Equal(t, c.workers, Workers(), "SetWorkers(%d)", c.set)
+		assert.Equal(t, c.procs, runtime.GOMAXPROCS(0), "SetWorkers(%d)", c.set)
+	}
+	SetWorkers(2)
+	var inFlight, peak atomic.Int32
+	For(64, 1, func(lo, hi int) {
+		now := inFlight.Add(1)
+		for p := peak.Load(); now > p && !peak.CompareAndSwap(p, now); p = peak.Load() {
+		}
+		time.Sleep(time.Millisecond)
+		inFlight.Add(-1)
+	})
+	assert.LessOrEqual(t, int(peak.Load()), 2, "the spare P runs no chunk")
+	workers.Store(0)
+	assert.Equal(t, runtime.GOMAXPROCS(0), Workers(), "unset: GOMAXPROCS")
 }

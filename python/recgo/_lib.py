@@ -267,9 +267,10 @@ def version() -> str:
 
 
 def num_threads() -> int:
-    """Number of goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS:
-    the machine's cores unless :func:`set_num_threads` or ``GOMAXPROCS`` in the environment said
-    otherwise)."""
+    """Number of goroutines recgo's parallel kernels use off the OpenMP team: the machine's cores
+    unless :func:`set_num_threads` or ``GOMAXPROCS`` in the environment said otherwise. Go's
+    GOMAXPROCS is one more than this (a spare P, so a thread calling into Go never waits for one)
+    unless the environment set it."""
     return int(fn("recgo_num_threads")())
 
 
@@ -281,7 +282,9 @@ def gc_percent() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Set how many goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS).
+    """Set how many goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS
+    becomes ``n + 1``: the spare P runs none of the kernels' work, it keeps Go's scheduler from
+    taking the P of a thread that calls into Go from Python or OpenMP between its calls).
 
     Several processes on one machine (ranks of ``torch.distributed``, DataLoader workers that use
     recgo) should each take their share of its cores, as with :func:`torch.set_num_threads`: with
