@@ -8,8 +8,8 @@
 // step's fresh allocations then walk through that much address space before it is reused: cold
 // cache lines, TLB misses and page faults where the memory was returned to the OS. Keeping the
 // growth near a fixed size instead (GOGC = 100 × Headroom ÷ live heap, capped at 100) reuses
-// freed memory while it is still cached. The collections this costs are cheap: the live heap is
-// almost all pointer-free, so marking it is quick.
+// freed memory while it is still cached. The extra garbage-collection cycles are cheap: the live
+// heap is almost all pointer-free, so marking it is quick.
 //
 // A process that sets GOGC itself keeps its setting; RECGO_GC_HEADROOM (MiB, 0 = off) overrides
 // the default headroom.
