@@ -88,6 +88,28 @@ def test_ec_config_init_fn_and_data_type() -> None:
         EmbeddingCollection([EmbeddingConfig(10, 4, "item", ["h"], init_fn=nn.init.zeros_)], share=owner)
 
 
+def test_ec_refuses_what_torchrec_configs_ask_for_and_recgo_cannot_honour() -> None:
+    torchrec = pytest.importorskip("torchrec")
+    virtual = torchrec.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="item", feature_names=["h"],
+                                       use_virtual_table=True)
+    with pytest.raises(InvalidInputError, match=r"use_virtual_table.*EmbeddingConfig\(dynamic=recgo.DynamicConfig"):
+        EmbeddingCollection([virtual])
+    pos = torchrec.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="item", feature_names=["h"], need_pos=True)
+    with pytest.raises(InvalidInputError, match="need_pos is not supported"):
+        EmbeddingCollection([pos])
+    with pytest.raises(InvalidInputError, match="need_pos is not supported"):
+        EmbeddingConfig.from_torchrec(pos)
+
+
+def test_ec_config_pickled_under_its_earlier_module_still_loads() -> None:
+    """EmbeddingConfig moved from recgo.modules.sequence to recgo.modules.config; copies pickled
+    before name the old module, which still exports it."""
+    cfg = EmbeddingConfig(10, 4, "item", ["h"])
+    old = pickle.dumps(cfg, protocol=0).replace(b"recgo.modules.config", b"recgo.modules.sequence")
+    assert b"recgo.modules.sequence" in old
+    assert pickle.loads(old) == cfg
+
+
 # -- EmbeddingCollection: copies -------------------------------------------------------------------
 
 def _trained_ec() -> EmbeddingCollection:

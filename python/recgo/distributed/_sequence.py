@@ -12,7 +12,8 @@ from .. import _lib
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import optim
-from ..modules.sequence import _as_config, _jagged, key_counts
+from ..modules._sequence_batch import jagged, key_counts
+from ..modules.config import _as_sequence_config
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from ._collection import ShardedEmbeddingBagCollection, _on_meta, _Step
@@ -59,7 +60,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
                 raise InvalidInputError(f"ShardedEmbeddingCollection: {bad} applies to pooled lookups only")
         if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
             raise InvalidInputError("ShardedEmbeddingCollection needs at least one table (a list of EmbeddingConfig)")
-        self._seq_configs = [_as_config(t) for t in tables]
+        self._seq_configs = [_as_sequence_config(t) for t in tables]
         super().__init__([c.bag_config() for c in self._seq_configs], sharding, optimizer=optimizer,
                          owner_pooling="rows", **kwargs)
         self._modules["embeddings"] = self._modules.pop("embedding_bags")
@@ -122,7 +123,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         out: dict[str, Any] = {}
         start = 0
         for i, (k, n, d) in enumerate(zip(keys, counts, dims)):
-            jt: JaggedTensor = _jagged(flat[start:start + n * d].view(n, d), lengths[i * B:(i + 1) * B])
+            jt: JaggedTensor = jagged(flat[start:start + n * d].view(n, d), lengths[i * B:(i + 1) * B])
             out[k] = jt.to_torchrec() if torchrec_in else jt
             start += n * d
         return out

@@ -1,6 +1,7 @@
 """Embedding table configs shaped like TorchRec's, and the checks every collection applies to them.
 
-:class:`EmbeddingBagConfig` mirrors ``torchrec.EmbeddingBagConfig``; :func:`_check_configs` accepts
+:class:`EmbeddingBagConfig` mirrors ``torchrec.EmbeddingBagConfig`` and :class:`EmbeddingConfig`
+``torchrec.EmbeddingConfig``; :func:`_check_configs` accepts
 recgo's or TorchRec's configs and refuses what recgo cannot honour (with the reason);
 :func:`_check_optimizer` names the recgo optimizer matching a torch/FBGEMM one passed by mistake.
 """
@@ -91,13 +92,8 @@ class EmbeddingBagConfig(TableAccessors):
         (uniform over the same bounds, which recgo draws itself, honouring ``seed``); a virtual table
         (``use_virtual_table``) raises — recgo's dynamic-ID tables (:class:`recgo.DynamicConfig`) are the
         equivalent."""
-        if getattr(cfg, "use_virtual_table", False):
-            raise InvalidInputError(
-                f"table {cfg.name!r}: use_virtual_table is not supported; use recgo's dynamic-ID tables "
-                "(EmbeddingBagConfig(dynamic=recgo.DynamicConfig(...)))")
-        init_fn = getattr(cfg, "init_fn", None)
-        if _is_default_uniform(init_fn, cfg):
-            init_fn = None
+        _refuse_virtual_table(cfg, "EmbeddingBagConfig")
+        init_fn = _torchrec_init_fn(cfg)
         return EmbeddingBagConfig(
             num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
             feature_names=list(cfg.feature_names), pooling=cfg.pooling,
@@ -115,6 +111,87 @@ class EmbeddingBagConfig(TableAccessors):
         return code
 
 
+@dataclass
+class EmbeddingConfig(TableAccessors):
+    """One table of unpooled lookups, shaped like ``torchrec.EmbeddingConfig``.
+
+    Weights start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings)
+    as in TorchRec, or as ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). An empty
+    ``feature_names`` means one feature named like the table (as in TorchRec). ``data_type`` must be
+    FP32 (the engine stores float32; others raise). ``dynamic`` makes it a dynamic-ID table (a
+    :class:`recgo.DynamicConfig`; see :class:`recgo.EmbeddingBagConfig`).
+    """
+
+    num_embeddings: int
+    embedding_dim: int
+    name: str = ""
+    feature_names: list[str] = field(default_factory=list)
+    weight_init_max: float | None = None
+    weight_init_min: float | None = None
+    dynamic: Any = None
+    data_type: Any = "fp32"
+    init_fn: Callable[[torch.Tensor], Any] | None = None
+
+    @staticmethod
+    def from_torchrec(cfg: Any) -> "EmbeddingConfig":
+        """Convert a ``torchrec.EmbeddingConfig``: ``init_fn`` is kept unless it is TorchRec's default
+        (uniform over the same bounds, which recgo draws itself, honouring ``seed``); ``need_pos`` and a
+        virtual table (``use_virtual_table``) raise."""
+        _refuse_virtual_table(cfg, "EmbeddingConfig")
+        if getattr(cfg, "need_pos", False):
+            raise InvalidInputError(f"table {getattr(cfg, 'name', '')!r}: need_pos is not supported")
+        return EmbeddingConfig(
+            num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
+            feature_names=list(cfg.feature_names), weight_init_max=cfg.weight_init_max,
+            weight_init_min=cfg.weight_init_min, data_type=getattr(cfg, "data_type", "fp32"),
+            init_fn=_torchrec_init_fn(cfg),
+        )
+
+    def bag_config(self) -> EmbeddingBagConfig:
+        """The same table as an EmbeddingBagConfig (sum pooling) for the collection that owns the rows."""
+        return EmbeddingBagConfig(
+            num_embeddings=self.num_embeddings, embedding_dim=self.embedding_dim, name=self.name,
+            feature_names=list(self.feature_names), pooling="sum", weight_init_max=self.weight_init_max,
+            weight_init_min=self.weight_init_min, dynamic=self.dynamic, data_type=self.data_type,
+            init_fn=self.init_fn,
+        )
+
+
+def _as_sequence_config(t: Any) -> EmbeddingConfig:
+    """``t`` (recgo's or TorchRec's config) as a recgo EmbeddingConfig whose empty ``feature_names`` is
+    ``[name]`` (TorchRec's rule) and whose ``data_type`` is FP32 (others raise)."""
+    if not isinstance(t, EmbeddingConfig):
+        if not (hasattr(t, "num_embeddings") and hasattr(t, "feature_names") and hasattr(t, "embedding_dim")):
+            raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
+        t = EmbeddingConfig.from_torchrec(t)
+    _check_data_type(t)
+    return dataclasses.replace(t, feature_names=list(t.feature_names) or [t.name])
+
+
+def _check_device(device: Any) -> torch.device:
+    """A collection's device (``None``: torch's default device): CPU or meta, else InvalidInputError."""
+    if device is None and hasattr(torch, "get_default_device"):
+        device = torch.get_default_device()
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+    if dev.type not in ("cpu", "meta"):
+        raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
+    return dev
+
+
+def _refuse_virtual_table(cfg: Any, kind: str) -> None:
+    """A TorchRec config asking for a virtual table raises: recgo's dynamic-ID tables are the equivalent."""
+    if getattr(cfg, "use_virtual_table", False):
+        raise InvalidInputError(
+            f"table {cfg.name!r}: use_virtual_table is not supported; use recgo's dynamic-ID tables "
+            f"({kind}(dynamic=recgo.DynamicConfig(...)))")
+
+
+def _torchrec_init_fn(cfg: Any) -> Callable[[torch.Tensor], Any] | None:
+    """A TorchRec config's ``init_fn``, or None when it is TorchRec's default (recgo draws that itself)."""
+    init_fn = getattr(cfg, "init_fn", None)
+    return None if _is_default_uniform(init_fn, cfg) else init_fn
+
+
 def _is_default_uniform(fn: Any, cfg: Any) -> bool:
     """Whether ``fn`` is TorchRec's default ``init_fn``: ``partial(uniform_, a=min, b=max)`` of the config."""
     if not isinstance(fn, functools.partial) or fn.func is not torch.nn.init.uniform_ or fn.args:
@@ -126,7 +203,7 @@ def _is_default_uniform(fn: Any, cfg: Any) -> bool:
     return dict(fn.keywords) == want
 
 
-def _check_data_type(t: EmbeddingBagConfig) -> None:
+def _check_data_type(t: EmbeddingBagConfig | EmbeddingConfig) -> None:
     d = t.data_type
     name = getattr(d, "name", None) or (str(d).replace("torch.", "") if d is not None else "fp32")
     if d is not None and d is not torch.float32 and name.lower() not in _FP32_NAMES:

@@ -71,7 +71,7 @@ from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
-from .config import EmbeddingBagConfig, _check_configs, _check_optimizer, _embedding_names
+from .config import EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
 
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
@@ -132,11 +132,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                  seed: int | None = None, dedup: bool = True) -> None:
         super().__init__()
         self._dedup = bool(dedup)
-        if device is None and hasattr(torch, "get_default_device"):
-            device = torch.get_default_device()
-        dev = torch.device(device) if device is not None else torch.device("cpu")
-        if dev.type not in ("cpu", "meta"):
-            raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
+        dev = _check_device(device)
         self._optimizer = _check_optimizer(optimizer)
         self._configs = _check_configs(tables)
         if dev.type == "meta" and any(c.dynamic is not None for c in self._configs):

@@ -19,8 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, NamedTuple, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 from torch import nn
@@ -28,7 +27,6 @@ from torch import nn
 from .. import _lib
 from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
-from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
@@ -36,115 +34,13 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes
 from ._outputs import OutputPool
+from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, synced_after_load
-from .config import TableAccessors, _check_data_type, _is_default_uniform
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
+from .config import EmbeddingConfig, _as_sequence_config, _check_device
+from .embedding import EmbeddingBagCollection
 from .optim import FusedOptimizer
 
-
-def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int]:
-    """How many values each of a KJT's ``keys`` keys has (its lengths summed per key), checked before
-    outputs are sized by them: no length is negative and, with ``values``, they add up to it.
-
-    Raises:
-        InvalidInputError: a negative length, or lengths that do not add up to ``values``.
-    """
-    if not keys:
-        return []
-    if lengths.numel() % keys:
-        raise InvalidInputError(f"batch: {lengths.numel()} lengths for {keys} keys (not the same number per key)")
-    counts = lengths.view(keys, -1).sum(1).tolist()
-    if min(counts) < 0 or (values is not None and sum(counts) != values):
-        neg = (lengths < 0).nonzero()
-        raise InvalidInputError(f"batch: lengths[{int(neg[0])}] is {int(lengths[neg[0]])}, a negative length"
-                                if neg.numel() else f"batch: the lengths add up to {sum(counts)}, the batch has "
-                                f"{values} values")
-    return counts
-
-
-@dataclass
-class EmbeddingConfig(TableAccessors):
-    """One table of unpooled lookups, shaped like ``torchrec.EmbeddingConfig``.
-
-    Weights start uniform in ``[weight_init_min, weight_init_max]``, by default ±√(1/num_embeddings)
-    as in TorchRec, or as ``init_fn(weight)`` sets them in place (TorchRec's ``init_fn``). An empty
-    ``feature_names`` means one feature named like the table (as in TorchRec). ``data_type`` must be
-    FP32 (the engine stores float32; others raise). ``dynamic`` makes it a dynamic-ID table (a
-    :class:`recgo.DynamicConfig`; see :class:`recgo.EmbeddingBagConfig`).
-    """
-
-    num_embeddings: int
-    embedding_dim: int
-    name: str = ""
-    feature_names: list[str] = field(default_factory=list)
-    weight_init_max: float | None = None
-    weight_init_min: float | None = None
-    dynamic: Any = None
-    data_type: Any = "fp32"
-    init_fn: Callable[[torch.Tensor], Any] | None = None
-
-    @staticmethod
-    def from_torchrec(cfg: Any) -> "EmbeddingConfig":
-        """Convert a ``torchrec.EmbeddingConfig``: ``init_fn`` is kept unless it is TorchRec's default
-        (uniform over the same bounds, which recgo draws itself, honouring ``seed``)."""
-        init_fn = getattr(cfg, "init_fn", None)
-        if _is_default_uniform(init_fn, cfg):
-            init_fn = None
-        return EmbeddingConfig(
-            num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
-            feature_names=list(cfg.feature_names), weight_init_max=cfg.weight_init_max,
-            weight_init_min=cfg.weight_init_min, data_type=getattr(cfg, "data_type", "fp32"), init_fn=init_fn,
-        )
-
-    def bag_config(self) -> EmbeddingBagConfig:
-        """The same table as an EmbeddingBagConfig (sum pooling) for the collection that owns the rows."""
-        return EmbeddingBagConfig(
-            num_embeddings=self.num_embeddings, embedding_dim=self.embedding_dim, name=self.name,
-            feature_names=list(self.feature_names), pooling="sum", weight_init_max=self.weight_init_max,
-            weight_init_min=self.weight_init_min, dynamic=self.dynamic, data_type=self.data_type,
-            init_fn=self.init_fn,
-        )
-
-
-def _as_config(t: Any) -> EmbeddingConfig:
-    """``t`` (recgo's or TorchRec's config) as a recgo EmbeddingConfig whose empty ``feature_names`` is
-    ``[name]`` (TorchRec's rule) and whose ``data_type`` is FP32 (others raise)."""
-    if not isinstance(t, EmbeddingConfig):
-        if not (hasattr(t, "num_embeddings") and hasattr(t, "feature_names") and hasattr(t, "embedding_dim")):
-            raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
-        if getattr(t, "need_pos", False):
-            raise InvalidInputError(f"table {getattr(t, 'name', '')!r}: need_pos is not supported")
-        t = EmbeddingConfig.from_torchrec(t)
-    _check_data_type(t)  # type: ignore[arg-type]  # reads name and data_type only
-    return dataclasses.replace(t, feature_names=list(t.feature_names) or [t.name])
-
-
-def _device(device: Any) -> torch.device:
-    """The collection's device (``None``: torch's default device): CPU or meta, else InvalidInputError."""
-    if device is None and hasattr(torch, "get_default_device"):
-        device = torch.get_default_device()
-    dev = torch.device(device) if device is not None else torch.device("cpu")
-    if dev.type not in ("cpu", "meta"):
-        raise InvalidInputError(f"device {device}: recgo's embedding engine runs on CPU memory")
-    return dev
-
-
-class _KeyPlan(NamedTuple):
-    """How a KJT's keys reach the engine (:meth:`EmbeddingCollection._keys`)."""
-
-    key_feature: torch.Tensor   # per used key (KJT order) its feature index
-    dims: list[int]             # per used key its embedding dim
-    select: list[int] | None    # the KJT positions of the used keys, None when every key is used
-    keys: list[str]             # the used keys, KJT order (the engine's output order)
-    order: list[int]            # positions in ``keys`` of the collection's features, config order
-
-
-def _jagged(values: torch.Tensor, lengths: torch.Tensor) -> JaggedTensor:
-    """A JaggedTensor whose lengths are known to match (the engine produced the values): skips the
-    checks that read tensor values, so the result stays traceable under ``torch.compile``."""
-    jt = JaggedTensor.__new__(JaggedTensor)
-    jt._values, jt._weights, jt._lengths, jt._offsets = values, None, lengths, None
-    return jt
+__all__ = ["EmbeddingCollection", "EmbeddingConfig"]  # EmbeddingConfig lives in config.py; earlier pickles name it here
 
 
 class EmbeddingCollection(nn.Module):
@@ -207,8 +103,8 @@ class EmbeddingCollection(nn.Module):
         super().__init__()
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
-        _device(device)
-        cfgs = [_as_config(t) for t in tables]
+        _check_device(device)
+        cfgs = [_as_sequence_config(t) for t in tables]
         self._remap = None
         if share is not None and not isinstance(share, EmbeddingBagCollection) and hasattr(share, "remap") \
                 and isinstance(getattr(share, "ebc", None), EmbeddingBagCollection):
@@ -238,7 +134,7 @@ class EmbeddingCollection(nn.Module):
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         self._feature_tables = [names.index(c.name) for c in cfgs for _ in c.feature_names]
         self._fused = owner.fused_optimizer is not None
-        self._key_cache: dict[tuple[str, ...], _KeyPlan] = {}
+        self._key_cache: dict[tuple[str, ...], KeyPlan] = {}
         self._handle: _lib.Handle | None = None
         self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in cfgs})
         if owner._handle is not None:
@@ -293,7 +189,7 @@ class EmbeddingCollection(nn.Module):
 
     # -- engine plumbing -------------------------------------------------------------------------
 
-    def _keys(self, keys: list[str]) -> _KeyPlan:
+    def _keys(self, keys: list[str]) -> KeyPlan:
         """How the KJT keys ``keys`` reach the engine: keys no table uses are left out (as TorchRec's
         collection ignores them), the others mapped to their features."""
         tk = tuple(keys)
@@ -306,12 +202,12 @@ class EmbeddingCollection(nn.Module):
         used = [i for i, k in enumerate(keys) if k in self._feature_index]
         ukeys = [keys[i] for i in used]
         idx = [self._feature_index[k] for k in ukeys]
-        out = _KeyPlan(torch.tensor(idx, dtype=torch.int64, device="cpu"), [self._feature_dims[i] for i in idx],
+        out = KeyPlan(torch.tensor(idx, dtype=torch.int64, device="cpu"), [self._feature_dims[i] for i in idx],
                        None if len(used) == len(keys) else used, ukeys, [ukeys.index(f) for f in self._features])
         self._key_cache[tk] = out
         return out
 
-    def _batch(self, features: Any) -> tuple[KeyedJaggedTensor, _KeyPlan]:
+    def _batch(self, features: Any) -> tuple[KeyedJaggedTensor, KeyPlan]:
         """The batch as the engine takes it (unused keys dropped, IDs remapped by the plan of a shared
         planned collection) and its key plan."""
         kjt = as_kjt(features)
@@ -438,11 +334,11 @@ class EmbeddingCollection(nn.Module):
         if self._handle is None and self._owner._handle is not None:
             self._attach()  # the shared collection was materialised on its own
         if self._handle is None:
-            res = self._meta_forward(kjt, plan)
+            res = meta_results(kjt, plan)
             return {k: v.to_torchrec() for k, v in res.items()} if torchrec_in else res
         if not torch.compiler.is_compiling():
             self._owner._check_storage()
-        key_feature, dims, keys = plan.key_feature, plan.dims, plan.keys
+        key_feature, dims = plan.key_feature, plan.dims
         params = self._params()
         if self._fused:
             keep = torch.is_grad_enabled() and self._owner._fused_trains(self._tables)
@@ -457,46 +353,16 @@ class EmbeddingCollection(nn.Module):
                                  self._eager_backward, params, once=self._fused)
         else:
             outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
-        if len(keys) == 1:  # its lengths are the batch's (one slicing op fewer)
-            res = {keys[0]: _jagged(outs[0], lengths)}
-        else:  # config order, as TorchRec's collection returns them
-            B = lengths.shape[0] // max(1, len(keys))
-            res = {keys[i]: _jagged(outs[i], lengths[i * B:(i + 1) * B]) for i in plan.order}
+        res = results(outs, lengths, plan)
         if self._need_indices:
-            res = self._with_indices(res, features)
+            res = with_indices(res, features)
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
 
-    def _with_indices(self, res: dict[str, JaggedTensor], features: Any) -> dict[str, JaggedTensor]:
-        """``need_indices``: each output's weights are its feature's IDs as the batch gave them (TorchRec's
-        ``EmbeddingCollection(need_indices=True)``)."""
-        ids = as_kjt(features).to_dict()
-        out = {}
-        for k, jt in res.items():
-            with_ids = JaggedTensor.__new__(JaggedTensor)
-            with_ids._values, with_ids._weights, with_ids._lengths, with_ids._offsets = (
-                jt._values, ids[k].values(), jt._lengths, jt._offsets)
-            out[k] = with_ids
-        return out
-
     def need_indices(self) -> bool:
         """Whether each output carries its feature's IDs as its weights (TorchRec's accessor)."""
         return self._need_indices
-
-    def _meta_forward(self, kjt: KeyedJaggedTensor, plan: _KeyPlan) -> dict[str, JaggedTensor]:
-        """The output's shapes on the meta device (no lookups): per feature ``[n, D]`` meta values with
-        the batch's lengths."""
-        lengths = kjt.lengths()
-        if lengths.device.type != "cpu":
-            raise InvalidInputError(
-                f"forward on the meta device: the batch's lengths are on {lengths.device}; the output sizes "
-                "come from their values, so pass a CPU batch (or materialise the collection with to_empty)")
-        K = len(plan.keys)
-        B = lengths.numel() // max(1, K)
-        counts = key_counts(lengths, K, None)
-        return {plan.keys[i]: _jagged(torch.empty(counts[i], plan.dims[i], device="meta"),
-                                      lengths[i * B:(i + 1) * B]) for i in plan.order}
 
     def _materialised(self, what: str) -> None:
         if self._handle is None:

@@ -1,0 +1,87 @@
+"""How a KeyedJaggedTensor's keys and lengths become a sequence collection's outputs, shared by
+:class:`recgo.EmbeddingCollection` and :class:`recgo.distributed.ShardedEmbeddingCollection`: the
+per-key value counts (checked before outputs are sized by them), the key plan, and the
+``{feature: JaggedTensor}`` results (engine outputs, meta shapes, ``need_indices``)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+
+from ..errors import InvalidInputError
+from ..jagged import JaggedTensor
+from ..sparse import KeyedJaggedTensor, as_kjt
+
+
+def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int]:
+    """How many values each of a KJT's ``keys`` keys has (its lengths summed per key), checked before
+    outputs are sized by them: no length is negative and, with ``values``, they add up to it.
+
+    Raises:
+        InvalidInputError: a negative length, or lengths that do not add up to ``values``.
+    """
+    if not keys:
+        return []
+    if lengths.numel() % keys:
+        raise InvalidInputError(f"batch: {lengths.numel()} lengths for {keys} keys (not the same number per key)")
+    counts = lengths.view(keys, -1).sum(1).tolist()
+    if min(counts) < 0 or (values is not None and sum(counts) != values):
+        neg = (lengths < 0).nonzero()
+        raise InvalidInputError(f"batch: lengths[{int(neg[0])}] is {int(lengths[neg[0]])}, a negative length"
+                                if neg.numel() else f"batch: the lengths add up to {sum(counts)}, the batch has "
+                                f"{values} values")
+    return counts
+
+
+class KeyPlan(NamedTuple):
+    """How a KJT's keys reach the engine (``EmbeddingCollection._keys``)."""
+
+    key_feature: torch.Tensor   # per used key (KJT order) its feature index
+    dims: list[int]             # per used key its embedding dim
+    select: list[int] | None    # the KJT positions of the used keys, None when every key is used
+    keys: list[str]             # the used keys, KJT order (the engine's output order)
+    order: list[int]            # positions in ``keys`` of the collection's features, config order
+
+
+def jagged(values: torch.Tensor, lengths: torch.Tensor) -> JaggedTensor:
+    """A JaggedTensor whose lengths are known to match (the engine produced the values): skips the
+    checks that read tensor values, so the result stays traceable under ``torch.compile``."""
+    jt = JaggedTensor.__new__(JaggedTensor)
+    jt._values, jt._weights, jt._lengths, jt._offsets = values, None, lengths, None
+    return jt
+
+
+def results(outs: list[torch.Tensor], lengths: torch.Tensor, plan: KeyPlan) -> dict[str, JaggedTensor]:
+    """``{feature: JaggedTensor}`` in config order from the engine's per-key outputs (KJT order) and
+    the batch's lengths."""
+    keys = plan.keys
+    if len(keys) == 1:  # its lengths are the batch's (one slicing op fewer)
+        return {keys[0]: jagged(outs[0], lengths)}
+    B = lengths.shape[0] // max(1, len(keys))
+    return {keys[i]: jagged(outs[i], lengths[i * B:(i + 1) * B]) for i in plan.order}
+
+
+def meta_results(kjt: KeyedJaggedTensor, plan: KeyPlan) -> dict[str, JaggedTensor]:
+    """The output's shapes on the meta device (no lookups): per feature ``[n, D]`` meta values with
+    the batch's lengths."""
+    lengths = kjt.lengths()
+    if lengths.device.type != "cpu":
+        raise InvalidInputError(
+            f"forward on the meta device: the batch's lengths are on {lengths.device}; the output sizes "
+            "come from their values, so pass a CPU batch (or materialise the collection with to_empty)")
+    counts = key_counts(lengths, len(plan.keys), None)
+    return results([torch.empty(n, d, device="meta") for n, d in zip(counts, plan.dims)], lengths, plan)
+
+
+def with_indices(res: dict[str, JaggedTensor], features: Any) -> dict[str, JaggedTensor]:
+    """``need_indices``: each output's weights are its feature's IDs as the batch gave them (TorchRec's
+    ``EmbeddingCollection(need_indices=True)``)."""
+    ids = as_kjt(features).to_dict()
+    out = {}
+    for k, jt in res.items():
+        with_ids = JaggedTensor.__new__(JaggedTensor)
+        with_ids._values, with_ids._weights, with_ids._lengths, with_ids._offsets = (
+            jt._values, ids[k].values(), jt._lengths, jt._offsets)
+        out[k] = with_ids
+    return out
