@@ -14,17 +14,21 @@ import (
 	"github.com/recgo/recgo/internal/gcpace"
 	"github.com/recgo/recgo/internal/omp"
 	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/internal/sysmon"
 )
 
 // At load the library paces Go's garbage collector (internal/gcpace: the heap grows by about a
 // cache's size between collections, not by as much as the collections' pooled buffers hold) unless
-// the process set GOGC or RECGO_GC_HEADROOM=0, and keeps Go's default worker count (the machine's
-// cores) with one spare P (parallel.SetWorkers) unless the process set GOMAXPROCS.
+// the process set GOGC or RECGO_GC_HEADROOM=0, keeps Go's default worker count (the machine's
+// cores) with one spare P (parallel.SetWorkers) unless the process set GOMAXPROCS, and starts the
+// search for Go's sysmon thread, to set it to SCHED_BATCH (internal/sysmon), unless the process set
+// RECGO_SYSMON_BATCH=0.
 func init() {
 	gcpace.Start()
 	if os.Getenv("GOMAXPROCS") == "" {
 		parallel.SetWorkers(runtime.GOMAXPROCS(0))
 	}
+	go sysmon.Quiet() // a few ms of /proc reads: off the load's path
 }
 
 // recgo_use_openmp runs the engine's parallel loops on the OpenMP team of the already-loaded runtime

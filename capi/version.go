@@ -2,6 +2,7 @@ package main
 
 /*
 #include <stddef.h>
+#include <stdint.h>
 */
 import "C"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/gcpace"
 	"github.com/recgo/recgo/internal/parallel"
+	"github.com/recgo/recgo/internal/sysmon"
 )
 
 // Version is the library's version; Python checks it against the package's own.
@@ -34,6 +36,13 @@ func recgo_num_threads() C.int { return C.int(parallel.Workers()) }
 //
 //export recgo_gc_percent
 func recgo_gc_percent() C.int { return C.int(gcpace.Current()) }
+
+// recgo_sysmon_thread returns the thread ID of Go's sysmon, which the library set to SCHED_BATCH at
+// load (internal/sysmon), or 0 when it set none (RECGO_SYSMON_BATCH=0, a process already under
+// SCHED_BATCH, not Linux, or no thread stood out). It waits for the search started at load.
+//
+//export recgo_sysmon_thread
+func recgo_sysmon_thread() C.int64_t { return C.int64_t(sysmon.Quiet()) }
 
 // recgo_debug_fail fails on purpose, for tests of the error path: mode 0 returns an invalid-input
 // error, 1 panics in the calling goroutine, 2 panics in a worker goroutine that the engine joins.

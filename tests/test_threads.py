@@ -128,3 +128,30 @@ def test_gc_pacing_follows_the_environment(env: dict[str, str], paced: bool) -> 
         assert 10 <= percent <= 100, percent
     else:
         assert percent == -1
+
+
+_POLICY_FIELD = 38  # sched policy in /proc/<pid>/task/<tid>/stat, counted after the ")" of the name
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SCHED_BATCH and /proc are Linux's")
+@pytest.mark.parametrize("env, batched", [({}, True), ({"RECGO_SYSMON_BATCH": "0"}, False)])
+def test_sysmon_is_set_to_batch_at_load_unless_turned_off(env: dict[str, str], batched: bool) -> None:
+    """At load the library sets Go's sysmon thread, and only it, to SCHED_BATCH (how it is found is
+    tested in internal/sysmon); RECGO_SYSMON_BATCH=0 leaves every thread as it was."""
+    code = (
+        "import os, recgo, recgo._lib as l\n"
+        "recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(8, 4, 't', ['f'])])  # the library at work\n"
+        "t = l.sysmon_thread()\n"
+        "pol = {int(x): open(f'/proc/self/task/{x}/stat').read().rsplit(')', 1)[1].split()"
+        f"[{_POLICY_FIELD}] for x in os.listdir('/proc/self/task')}}\n"
+        "print(t, os.getpid(), sorted(x for x, p in pol.items() if p == '3'))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if k != "RECGO_SYSMON_BATCH"}
+    out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True,
+                         check=True).stdout.strip().splitlines()[-1]
+    tid, pid, batch = out.split(" ", 2)
+    if batched:
+        assert int(tid) > 0 and tid != pid  # a thread of its own, not Python's
+        assert batch == f"[{tid}]", out
+    else:
+        assert (int(tid), batch) == (0, "[]")

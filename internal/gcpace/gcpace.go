@@ -18,12 +18,13 @@ package gcpace
 import (
 	"math"
 	"os"
-	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"strconv"
 	"sync"
 	"sync/atomic"
+
+	"github.com/recgo/recgo/internal/gccycle"
 )
 
 // DefaultHeadroom is the heap growth allowed between collections when RECGO_GC_HEADROOM is unset:
@@ -51,7 +52,7 @@ func Start() int64 {
 		}
 		headroom.Store(h)
 		percent.Store(100)
-		arm()
+		gccycle.Each(adjust)
 	})
 	return headroom.Load()
 }
@@ -87,17 +88,8 @@ func Percent(live, h int64) int {
 	return int(min(100, max(MinPercent, p)))
 }
 
-// sentinel is a heap object whose cleanup runs once per collection cycle (it is unreachable as
-// soon as it is made); each run re-arms with a fresh one.
-type sentinel struct{ _ [32]byte }
-
-func arm() {
-	s := new(sentinel)
-	runtime.AddCleanup(s, func(struct{}) { adjust(); arm() }, struct{}{})
-}
-
-// adjust sets GOGC from the live heap the last collection measured. It runs on a cleanup
-// goroutine; the mutex keeps two runs from interleaving their stores.
+// adjust sets GOGC from the live heap the last collection measured. It runs after each collection
+// (gccycle); the mutex keeps two runs from interleaving their stores.
 func adjust() {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	metrics.Read(sample)

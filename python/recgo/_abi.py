@@ -794,6 +794,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_sysmon_thread': ('int64_t', ()),
     'recgo_use_openmp': ('int', (
         ('path', 'char*'),
         ('enable', 'int32_t'),

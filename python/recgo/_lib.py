@@ -281,6 +281,14 @@ def gc_percent() -> int:
     return int(fn("recgo_gc_percent")())
 
 
+def sysmon_thread() -> int:
+    """The thread ID of Go's sysmon, which the library set to the ``SCHED_BATCH`` policy at load so
+    that its wakeups wait for a free core instead of preempting the step's threads, or 0 when it set
+    none (``RECGO_SYSMON_BATCH=0``, a process already under ``SCHED_BATCH``, not Linux, or no thread
+    stood out). See the README's "Threads and fork" section."""
+    return int(fn("recgo_sysmon_thread")())
+
+
 def set_num_threads(n: int) -> None:
     """Set how many goroutines recgo's parallel kernels use off the OpenMP team (Go's GOMAXPROCS
     becomes ``n + 1``: the spare P runs none of the kernels' work, it keeps Go's scheduler from
