@@ -71,6 +71,8 @@ def machine_info() -> dict[str, Any]:
 
         # the collector pacing in force when the report was written (-1: off; see the README)
         info["recgo_gc_percent"] = _lib.gc_percent()
+        # whether Go's sysmon thread runs under SCHED_BATCH (its thread ID) or not (0; see the README)
+        info["recgo_sysmon_batch"] = _lib.sysmon_thread() != 0
     except Exception:
         pass
     return info
