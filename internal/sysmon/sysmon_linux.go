@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/gccycle"
@@ -22,12 +23,15 @@ const (
 )
 
 // Quiet samples the process's threads in passes until one thread was found in nanosleep minHits
-// times with no other thread there more than an eighth as often, or gives up after maxPasses.
+// times with no other thread there more than an eighth as often, or gives up after maxPasses or
+// maxSearch, whichever comes first (a pass reads one file per thread: a process with hundreds of
+// threads makes slow passes).
 // (Sysmon is not always there: between sleeps it runs, or waits for a core that the process's
 // other threads hold. Under load it was found in 2 to 64 of 64 passes, and no other thread in any.)
 const (
 	minHits   = 16
 	maxPasses = 1024
+	maxSearch = 250 * time.Millisecond
 )
 
 var (
@@ -45,7 +49,7 @@ func Quiet() int {
 		if !Enabled(os.Getenv("RECGO_SYSMON_BATCH")) || policy(os.Getpid()) == schedBatch {
 			return
 		}
-		tid, ok := find(maxPasses)
+		tid, ok := find(maxPasses, maxSearch)
 		if !ok {
 			return
 		}
@@ -67,14 +71,19 @@ func Quiet() int {
 // Thread returns the thread Quiet set to SCHED_BATCH, or 0.
 func Thread() int { return int(thread.Load()) }
 
-// find samples until pick names a thread (every 16 passes, up to passes passes).
-func find(passes int) (int, bool) {
+// find samples until pick names a thread (checked every 16 passes), for at most passes passes and
+// about d.
+func find(passes int, d time.Duration) (int, bool) {
 	counts := map[int]int{}
+	deadline := time.Now().Add(d)
 	for p := 1; p <= passes; p++ {
 		sample(counts)
 		if p%16 == 0 {
 			if tid, ok := pick(counts); ok {
 				return tid, true
+			}
+			if time.Now().After(deadline) {
+				break
 			}
 		}
 	}
