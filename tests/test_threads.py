@@ -147,9 +147,13 @@ def test_sysmon_is_set_to_batch_at_load_unless_turned_off(env: dict[str, str], b
         "print(t, os.getpid(), sorted(x for x, p in pol.items() if p == '3'))\n"
     )
     base = {k: v for k, v in os.environ.items() if k != "RECGO_SYSMON_BATCH"}
-    out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True,
-                         check=True).stdout.strip().splitlines()[-1]
-    tid, pid, batch = out.split(" ", 2)
+    for _ in range(3):  # the search is bounded (250 ms): on a loaded machine it may give up, setting nothing
+        out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True,
+                             check=True).stdout.strip().splitlines()[-1]
+        tid, pid, batch = out.split(" ", 2)
+        if tid != "0" or not batched:
+            break
+        assert batch == "[]", out
     if batched:
         assert int(tid) > 0 and tid != pid  # a thread of its own, not Python's
         assert batch == f"[{tid}]", out
