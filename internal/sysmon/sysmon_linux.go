@@ -24,10 +24,10 @@ const (
 
 // Quiet samples the process's threads in passes until one thread was found in nanosleep minHits
 // times with no other thread there more than an eighth as often, or gives up after maxPasses or
-// maxSearch, whichever comes first (a pass reads one file per thread: a process with hundreds of
-// threads makes slow passes).
-// (Sysmon is not always there: between sleeps it runs, or waits for a core that the process's
-// other threads hold. Under load it was found in 2 to 64 of 64 passes, and no other thread in any.)
+// maxSearch, whichever comes first (a pass reads one file per thread, so a process with hundreds of
+// threads makes slow passes). Sysmon is not in nanosleep at every pass: between sleeps it runs, or
+// waits for a core that the process's other threads hold, so on a loaded machine the search needs
+// more passes; no other thread is found there but in passing.
 const (
 	minHits   = 16
 	maxPasses = 1024
