@@ -101,18 +101,21 @@ def test_share_cores_refuses_a_rank_count_that_is_not_a_positive_integer(bad: ob
         recgo.share_cores(bad)  # type: ignore[arg-type]
 
 
+def _fresh_python(code: str, drop: tuple[str, ...], env: dict[str, str]) -> str:
+    """The last line a fresh Python prints running ``code``, with the variables ``drop`` removed from
+    this process's environment and ``env`` added (how the library reads its environment at load)."""
+    base = {k: v for k, v in os.environ.items() if k not in drop}
+    out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1]
+
+
 def test_import_under_torchrun_takes_the_ranks_share() -> None:
     """A rank started by torchrun (LOCAL_WORLD_SIZE in its environment) sizes Go's workers to its
     share at import; GOMAXPROCS in the environment still wins."""
     code = "import recgo; print(recgo.num_threads())"
-    env = {k: v for k, v in os.environ.items() if k != "GOMAXPROCS"}
     cores = len(os.sched_getaffinity(0))
-    got = subprocess.run([sys.executable, "-c", code], env=dict(env, LOCAL_WORLD_SIZE=str(2 * cores)),
-                         capture_output=True, text=True, check=True).stdout
-    assert int(got) == 1
-    got = subprocess.run([sys.executable, "-c", code], env=dict(env, LOCAL_WORLD_SIZE="2", GOMAXPROCS="3"),
-                         capture_output=True, text=True, check=True).stdout
-    assert int(got) == 3
+    assert int(_fresh_python(code, ("GOMAXPROCS",), {"LOCAL_WORLD_SIZE": str(2 * cores)})) == 1
+    assert int(_fresh_python(code, ("GOMAXPROCS",), {"LOCAL_WORLD_SIZE": "2", "GOMAXPROCS": "3"})) == 3
 
 
 @pytest.mark.parametrize("env, paced", [({}, True), ({"GOGC": "50"}, False), ({"RECGO_GC_HEADROOM": "0"}, False),
@@ -121,9 +124,7 @@ def test_gc_pacing_follows_the_environment(env: dict[str, str], paced: bool) -> 
     """The library paces Go's collector from load unless the process set GOGC or RECGO_GC_HEADROOM=0
     (the pacer's own behaviour is tested in internal/gcpace)."""
     code = "import recgo, recgo._lib as l; print(l.gc_percent())"
-    base = {k: v for k, v in os.environ.items() if k not in ("GOGC", "RECGO_GC_HEADROOM")}
-    got = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True, check=True)
-    percent = int(got.stdout.strip().splitlines()[-1])
+    percent = int(_fresh_python(code, ("GOGC", "RECGO_GC_HEADROOM"), env))
     if paced:
         assert 10 <= percent <= 100, percent
     else:
@@ -146,10 +147,8 @@ def test_sysmon_is_set_to_batch_at_load_unless_turned_off(env: dict[str, str], b
         f"[{_POLICY_FIELD}] for x in os.listdir('/proc/self/task')}}\n"
         "print(t, os.getpid(), sorted(x for x, p in pol.items() if p == '3'))\n"
     )
-    base = {k: v for k, v in os.environ.items() if k != "RECGO_SYSMON_BATCH"}
     for _ in range(3):  # the search is bounded (250 ms): on a loaded machine it may give up, setting nothing
-        out = subprocess.run([sys.executable, "-c", code], env=base | env, capture_output=True, text=True,
-                             check=True).stdout.strip().splitlines()[-1]
+        out = _fresh_python(code, ("RECGO_SYSMON_BATCH",), env)
         tid, pid, batch = out.split(" ", 2)
         if tid != "0" or not batched:
             break
