@@ -199,7 +199,7 @@ def taobao_auc(bench: Bench) -> dict[str, float]:
                "from step 0 (the previous configuration) this run is chaotic: a ReLU of one sample flipping on a "
                "rounding error changes the gradient of its rows whole, and Adagrad's near ±lr moves on rows with "
                "tiny accumulated gradients make that an lr-sized change of the rows, so two runs one ulp apart end "
-               "at visibly different AUCs (README, main job section)")
+               "at visibly different AUCs (docs/training.md, 'Whole models')")
     return out
 
 

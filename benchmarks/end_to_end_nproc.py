@@ -125,7 +125,7 @@ def nproc_cases(bench: Any, names: list[str]) -> dict[str, float]:
                           dim=16 if q else 64, max_len=20 if q else 50, seed=0, nproc=WORLD)
         out |= throughput(bench, bst, names, case="sequenceL50_taobao_nproc2", key="sequence")
         # end_to_end.py's Taobao AUC run (GELU, warmed-up and decayed dense rate), its batch split over
-        # the ranks: the older ReLU run at constant rates is chaotic (README), so its 2-rank AUC moved
+        # the ranks: the older ReLU run at constant rates is chaotic (docs/training.md), so its 2-rank AUC moved
         # by 0.01 with the machine's float rounding alone
         from end_to_end import taobao_config
 

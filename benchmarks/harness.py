@@ -69,9 +69,9 @@ def machine_info() -> dict[str, Any]:
         info["recgo_threads"] = recgo.num_threads()
         from recgo import _lib
 
-        # the collector pacing in force when the report was written (-1: off; see the README)
+        # the collector pacing in force when the report was written (-1: off; see docs/threads.md)
         info["recgo_gc_percent"] = _lib.gc_percent()
-        # whether Go's sysmon thread runs under SCHED_BATCH (its thread ID) or not (0; see the README)
+        # whether Go's sysmon thread runs under SCHED_BATCH (its thread ID) or not (0; see docs/threads.md)
         info["recgo_sysmon_batch"] = _lib.sysmon_thread() != 0
     except Exception:
         pass

@@ -45,7 +45,7 @@ def test_wheel_is_python_independent_manylinux_and_carries_the_library(wheel: Pa
     names = zf.namelist()
     assert "recgo/librecgo.so" in names and "recgo/__init__.py" in names and "recgo/_abi.py" in names
     assert not any(n.endswith(".h") for n in names)
-    assert "recgo/feature/configs/criteo.yaml" in names  # the example config the README names ships
+    assert "recgo/feature/configs/criteo.yaml" in names  # the example config docs/features.md names ships
     meta = zf.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     for extra in ("plots", "yaml", "compare"):
         assert f"Provides-Extra: {extra}" in meta, meta

@@ -277,7 +277,7 @@ def num_threads() -> int:
 def gc_percent() -> int:
     """The GOGC the library's garbage-collector pacing last set (100 until the live Go heap passes
     the headroom, lower above it), or -1 when pacing is off because the environment sets ``GOGC`` or
-    ``RECGO_GC_HEADROOM=0``. See the README's "Go's garbage collector" note."""
+    ``RECGO_GC_HEADROOM=0``. See docs/threads.md, "Go's garbage collector"."""
     return int(fn("recgo_gc_percent")())
 
 
@@ -285,7 +285,7 @@ def sysmon_thread() -> int:
     """The thread ID of Go's sysmon, which the library set to the ``SCHED_BATCH`` policy at load so
     that its wakeups wait for a free core instead of preempting the step's threads, or 0 when it set
     none (``RECGO_SYSMON_BATCH=0``, a process already under ``SCHED_BATCH``, not Linux, or no thread
-    stood out). See the README's "Threads and fork" section."""
+    stood out). See docs/threads.md."""
     return int(fn("recgo_sysmon_thread")())
 
 

@@ -2,7 +2,7 @@
 
 A ``torch.library`` custom op has a fixed cost per call in eager mode (argument schema checks,
 pytree flattening of the list arguments, the autograd wrapper and two redispatches) that a training
-step pays in forward and again in backward, and that dominates a small step (README). When nothing needs
+step pays in forward and again in backward, and that dominates a small step (docs/sequence.md). When nothing needs
 the op — not ``torch.compile`` or ``torch.export`` tracing, no ``TorchDispatchMode`` active, plain
 tensors — a collection calls its engine directly: through :class:`_Lookup`, an
 ``autograd.Function``, when the forward keeps a context for backward, or plainly when it does not.
