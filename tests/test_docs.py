@@ -110,3 +110,42 @@ def test_the_feature_pages_example_builds_and_runs() -> None:
     kjt = scope["kjt"]
     assert set(kjt.keys()) == {"hist", "price", "site", "hist_x_site"}
     assert kjt["hist"].lengths().tolist() == [2, 50]
+
+
+class _SmallDLRM(torch.nn.Module):
+    """The model the pipeline page leaves to the reader: a fused collection named ``ebc`` over the
+    page's 26 features and a linear layer over the pooled rows and the 13 dense columns."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        tables = [recgo.EmbeddingBagConfig(100_000, 4, f"t{i}", [f"C{i}"]) for i in range(1, 27)]
+        self.ebc = recgo.EmbeddingBagCollection(tables, optimizer=optim.SGD(lr=0.1), seed=0)
+        self.top = torch.nn.Linear(26 * 4 + 13, 1)
+
+    def forward(self, sparse: recgo.KeyedJaggedTensor, dense: torch.Tensor) -> torch.Tensor:
+        return self.top(torch.cat([self.ebc(sparse).values(), dense], dim=1))
+
+
+def _write_criteo_gz(path: Path, lines: int) -> None:
+    import gzip
+    g = torch.Generator().manual_seed(1)
+    labels = torch.randint(0, 2, (lines,), generator=g).tolist()
+    ints = torch.randint(0, 50, (lines, 13), generator=g).tolist()
+    cats = torch.randint(0, 2**32, (lines, 26), generator=g).tolist()
+    with gzip.open(path, "wt") as f:
+        for y, i, c in zip(labels, ints, cats):
+            f.write("\t".join([str(y), *map(str, i), *(format(v, "08x") for v in c)]) + "\n")
+
+
+@pytest.mark.filterwarnings("error")
+def test_the_pipeline_pages_whole_script_trains_on_a_criteo_file(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    _write_criteo_gz(tmp_path / "day_0.gz", 5000)
+    code = _block(ROOT / "docs" / "pipeline.md", "import torch, recgo")
+    scope = {"MyDLRM": _SmallDLRM}
+    exec(compile(code, "docs/pipeline.md", "exec"), scope)
+    losses = scope["losses"]
+    assert len(losses) == 2  # 4096 samples, then the 904 left
+    assert all(0.0 < float(x) < 10.0 for x in losses)
+    assert (tmp_path / "ckpt.pt").exists()
