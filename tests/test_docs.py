@@ -5,6 +5,7 @@ would teach it)."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,15 @@ def _block(page: Path, starts_with: str) -> str:
         if lang == "python" and body.startswith(starts_with):
             return body
     raise AssertionError(f"{page.name} has no python block starting with {starts_with!r}")
+
+
+def _run(code: str, filename: str, scope: dict) -> None:
+    """Run a page's example with recgo's warnings as errors (an example must not teach a deprecated
+    name); TorchRec's and FBGEMM's import-time DeprecationWarnings are theirs, not the page's."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"(fbgemm_gpu|torchrec)(\.|$)")
+        exec(compile(code, filename, "exec"), scope)
 
 
 def test_the_slug_rule_matches_githubs_on_this_projects_headings() -> None:
@@ -76,14 +86,13 @@ def _kjt(keys: list[str], lengths: list[int], rows: int) -> recgo.KeyedJaggedTen
     return recgo.KeyedJaggedTensor(keys=keys, values=values, lengths=lengths_t)
 
 
-@pytest.mark.filterwarnings("error")
 def test_the_readmes_first_example_trains_and_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     code = _block(ROOT / "README.md", "import recgo")
     # two samples: user_id, friend_ids, item_id bags
     scope = {"kjt": _kjt(["user_id", "friend_ids", "item_id"], [1, 1, 3, 0, 1, 2], 50_000),
              "loss_fn": lambda x: (x ** 2).sum()}
-    exec(compile(code, "README.md", "exec"), scope)
+    _run(code, "README.md", scope)
     pooled, ebc = scope["pooled"], scope["ebc"]
     assert pooled.values().shape == (2, 3 * 64)  # user_id and friend_ids on users, item_id on item
     assert (tmp_path / "ckpt.pt").exists()
@@ -91,22 +100,20 @@ def test_the_readmes_first_example_trains_and_checkpoints(tmp_path: Path, monkey
     assert not torch.equal(ebc(scope["kjt"]).values(), pooled.values())
 
 
-@pytest.mark.filterwarnings("error")
 def test_the_sequence_pages_first_example_pads_the_history() -> None:
     code = _block(ROOT / "docs" / "sequence.md", "ec = recgo.EmbeddingCollection(")
     scope = {"recgo": recgo, "optim": optim, "kjt": _kjt(["hist_item_ids"], [3, 0, 250], 1_000_000)}
-    exec(compile(code, "docs/sequence.md", "exec"), scope)
+    _run(code, "docs/sequence.md", scope)
     x, mask = scope["x"], scope["mask"]
     assert x.shape == (3, 200, 64) and mask.shape == (3, 200)
     assert int((~mask).sum()) == 3 + 0 + 200  # the third history keeps its last 200 events
 
 
-@pytest.mark.filterwarnings("error")
 def test_the_feature_pages_example_builds_and_runs() -> None:
     code = _block(ROOT / "docs" / "features.md", "from recgo import Feature, FeatureEngine")
     scope = {"recgo": recgo, "raw_kjt": _kjt(["hist"], [2, 60], 10**9),
              "prices": torch.tensor([0.5, 20.0]), "sites": [b"a.example", b""]}
-    exec(compile(code, "docs/features.md", "exec"), scope)
+    _run(code, "docs/features.md", scope)
     kjt = scope["kjt"]
     assert set(kjt.keys()) == {"hist", "price", "site", "hist_x_site"}
     assert kjt["hist"].lengths().tolist() == [2, 50]
@@ -137,15 +144,30 @@ def _write_criteo_gz(path: Path, lines: int) -> None:
             f.write("\t".join([str(y), *map(str, i), *(format(v, "08x") for v in c)]) + "\n")
 
 
-@pytest.mark.filterwarnings("error")
 def test_the_pipeline_pages_whole_script_trains_on_a_criteo_file(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     _write_criteo_gz(tmp_path / "day_0.gz", 5000)
     code = _block(ROOT / "docs" / "pipeline.md", "import torch, recgo")
     scope = {"MyDLRM": _SmallDLRM}
-    exec(compile(code, "docs/pipeline.md", "exec"), scope)
+    _run(code, "docs/pipeline.md", scope)
     losses = scope["losses"]
     assert len(losses) == 2  # 4096 samples, then the 904 left
     assert all(0.0 < float(x) < 10.0 for x in losses)
     assert (tmp_path / "ckpt.pt").exists()
+
+
+def test_the_planner_pages_example_plans_and_remaps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")  # plan.save draws the plan's PNGs
+    monkeypatch.chdir(tmp_path)
+    code = _block(ROOT / "docs" / "planner.md", "from recgo import planner as P")
+    tables = [recgo.EmbeddingBagConfig(5_000, 16, f"t{i}", [f"f{i}"]) for i in range(3)]
+    keys = [f"f{i}" for i in range(3)]
+    # 1 % is kept: 8 × 8,192 samples of 2 IDs on average leave about 1,300 lookups per table, enough
+    batches = [_kjt(keys, [1 + (i % 3) for i in range(3 * 8192)], 5_000) for _ in range(8)]
+    scope = {"kjt_batches": batches, "tables": tables, "my_ebc": recgo.EmbeddingBagCollection(tables, seed=0)}
+    _run(code, "docs/planner.md", scope)
+    assert (tmp_path / "plan" / "plan.json").exists() and (tmp_path / "plan" / "remap.bin").exists()
+    ebc = scope["ebc"]
+    # remapped hot rows first, the collection still pools each ID's own row
+    assert torch.allclose(ebc(batches[0]).values(), scope["my_ebc"](batches[0]).values())

@@ -102,6 +102,39 @@ def test_profiler_rejects_out_of_range_ids_and_empty_profile() -> None:
         p.profile()
 
 
+def test_configs_feature_names_route_keys_to_their_tables() -> None:
+    # the same batches under feature keys, profiled with EmbeddingBagConfigs that list those keys
+    configs = [recgo.EmbeddingBagConfig(t.rows, t.dim, t.name, [f"{t.name}_id"]) for t in TABLES]
+    renamed = [recgo.KeyedJaggedTensor([f"{k}_id" for k in b.keys()], b.values(), lengths=b.lengths())
+               for b in _batches(seed=5, n=2)]
+    by_config = P.profile(renamed, configs, sample_rate=1.0)
+    by_name = P.profile(_batches(seed=5, n=2), TABLES, sample_rate=1.0)
+    assert by_config.to_dict(ranked=True) == by_name.to_dict(ranked=True)
+    assert all(t["lookups"] > 0 for t in by_config.tables)
+
+
+def test_a_profile_no_key_fed_raises_naming_keys_and_tables() -> None:
+    configs = [recgo.EmbeddingBagConfig(t.rows, t.dim, t.name, [f"{t.name}_id"]) for t in TABLES]
+    p = P.Profiler(configs, sample_rate=1.0)
+    p.add(recgo.KeyedJaggedTensor(["user", "item"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1])))
+    with pytest.raises(InvalidInputError, match=r"no batch key feeds a profiled table \(keys seen: user, item; "
+                                                r"tables: a, b, c\).*feature_to_table"):
+        p.profile()
+    # the explicit mapping makes the same batch count
+    q = P.Profiler(configs, sample_rate=1.0, feature_to_table={"user": "a", "item": "c"})
+    q.add(recgo.KeyedJaggedTensor(["user", "item"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1])))
+    prof = q.profile()
+    assert prof.table("a")["lookups"] == 1 and prof.table("c")["lookups"] == 1 and prof.table("b")["lookups"] == 0
+
+
+def test_plots_skip_a_table_no_lookup_reached(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    prof = P.profile([{"a": torch.tensor([1, 1, 2])}], TABLES, sample_rate=1.0)
+    assert prof.table("b")["cdf"] in (None, [])
+    P.plan(prof, small_topo(), "greedy_lookups").save(tmp_path / "plan")
+    assert (tmp_path / "plan" / "cdfs.png").stat().st_size > 0
+
+
 def _brute_force(prof: P.Profile, topo: P.Topology) -> float:
     """The least slowest-GPU time over every placement of the tables on the CDF-step options."""
     names = [t["name"] for t in prof.tables]

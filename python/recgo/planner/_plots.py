@@ -57,16 +57,19 @@ def plot_cdfs(profile: "Profile", path: str | os.PathLike[str], top: int = 8) ->
     plt = _pyplot()
     tables = sorted(profile.tables, key=lambda t: -t["coverage"] * t["pooling"])[:top]
     fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = 0
     for t in tables:
-        pts = [p for p in t["cdf"] if p["rows"] > 0]
+        pts = [p for p in t["cdf"] or () if p["rows"] > 0]  # a table no sampled lookup reached has none
         if not pts:
             continue
         ax.plot([p["rows"] / t["rows"] for p in pts], [p["frac"] for p in pts], marker=".", label=t["name"])
+        drawn += 1
     ax.set_xscale("log")
     ax.set_xlabel("share of rows (hottest first)")
     ax.set_ylabel("share of lookups")
     ax.set_title(f"Access CDF of the {len(tables)} heaviest tables")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
+    if drawn:
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0, frameon=False)
     fig.tight_layout()
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)

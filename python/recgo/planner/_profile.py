@@ -123,8 +123,10 @@ class TableSpec:
 class Profiler:
     """Counts table accesses from KJT batches (recgo's or TorchRec's) in Go, one call per batch.
 
-    ``feature_to_table`` maps KJT keys to table names (default: a key feeds the table of the same
-    name); keys mapping to no profiled table are skipped.
+    ``feature_to_table`` maps KJT keys to table names. By default a key feeds the table whose config
+    lists it in ``feature_names`` (recgo's or TorchRec's ``EmbeddingBagConfig``), else the table of the
+    same name; explicit entries win. Keys mapping to no profiled table are skipped, but a profile in
+    which no key ever matched a table raises instead of planning on zero lookups.
     """
 
     def __init__(self, tables: Sequence[TableSpec | Any], sample_rate: float = 0.01, seed: int = 0,
@@ -134,8 +136,10 @@ class Profiler:
         self._h = _lib.new_handle("recgo_profiler_new",
                                   buf, n, float(sample_rate), int(seed), int(steps))
         self._index = {s.name: i for i, s in enumerate(specs)}
-        self._f2t = dict(feature_to_table or {})
+        self._f2t = {**_feature_tables(tables), **dict(feature_to_table or {})}
         self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        self._matched = False
+        self._unmatched: list[str] = []  # keys seen that feed no profiled table, in first-seen order
 
     def _tables_for(self, keys: list[str]) -> torch.Tensor:
         k = tuple(keys)
@@ -143,6 +147,8 @@ class Profiler:
         if t is None:
             t = torch.tensor([self._index.get(self._f2t.get(key, key), -1) for key in keys], dtype=torch.int64)
             self._key_cache[k] = t
+            self._unmatched += [key for key, i in zip(keys, t.tolist()) if i < 0 and key not in self._unmatched]
+        self._matched = self._matched or bool((t >= 0).any())
         return t
 
     def add(self, batch: Any) -> None:
@@ -173,8 +179,25 @@ class Profiler:
         return int(out[0]), int(out[1])
 
     def profile(self) -> Profile:
-        """Freeze the counts into a :class:`Profile` (raises InvalidInputError when nothing was kept)."""
+        """Freeze the counts into a :class:`Profile` (raises InvalidInputError when nothing was kept, or
+        when batches came but none of their keys feeds a profiled table)."""
+        if not self._matched and self._unmatched:
+            shown = ", ".join(self._unmatched[:8]) + (", ..." if len(self._unmatched) > 8 else "")
+            raise InvalidInputError(
+                f"profile: no batch key feeds a profiled table (keys seen: {shown}; tables: "
+                f"{', '.join(list(self._index)[:8])}{', ...' if len(self._index) > 8 else ''}): list the keys in the "
+                "tables' feature_names or pass feature_to_table={key: table}")
         return Profile(_lib.new_handle("recgo_profiler_profile", self._h.value), self.samples())
+
+
+def _feature_tables(tables: Sequence[Any]) -> dict[str, str]:
+    """{feature: table} from the configs' ``feature_names`` (a feature several tables list counts
+    for the first)."""
+    out: dict[str, str] = {}
+    for t in tables:
+        for f in getattr(t, "feature_names", None) or ():
+            out.setdefault(str(f), str(t.name))
+    return out
 
 
 def _spec(t: Any) -> TableSpec:
