@@ -171,3 +171,53 @@ def test_the_planner_pages_example_plans_and_remaps(tmp_path: Path, monkeypatch:
     ebc = scope["ebc"]
     # remapped hot rows first, the collection still pools each ID's own row
     assert torch.allclose(ebc(batches[0]).values(), scope["my_ebc"](batches[0]).values())
+
+
+def _sharding_page_rank(rank: int, world: int) -> dict:
+    """One rank of the sharding page's first example on 2 nodes × 2 ranks, in the world's folder."""
+    import os
+    os.chdir(os.environ["RECGO_TEST_OUT"])
+    code = _block(ROOT / "docs" / "sharding.md", "from recgo.distributed import ShardedEmbeddingBagCollection")
+    tables = [recgo.EmbeddingBagConfig(1_000, 8, "users", ["user_id"]),
+              recgo.EmbeddingBagConfig(500, 8, "item", ["item_id"]),
+              recgo.EmbeddingBagConfig(10, 4, "small", ["hour"])]
+    keys, b = ["user_id", "item_id", "hour"], 3
+    g = torch.Generator().manual_seed(rank)
+    lengths = torch.randint(0, 3, (len(keys) * b,), generator=g)
+    values = torch.cat([torch.randint(0, rows, (int(n),), generator=g)
+                        for rows, n in zip([1_000] * b + [500] * b + [10] * b, lengths)])
+    local_kjt = recgo.KeyedJaggedTensor(keys, values, lengths=lengths)
+    scope = {"tables": tables, "local_kjt": local_kjt, "optim": optim}
+    _run(code, "docs/sharding.md", scope)
+    # the same rows as one process's collection with the same seed
+    whole = recgo.EmbeddingBagCollection(tables, seed=0)
+    return {"pooled": scope["pooled"].values().detach(), "want": whole(local_kjt).values().detach(),
+            "traffic": scope["ebc"].traffic()}
+
+
+def test_the_sharding_pages_example_runs_on_2_nodes_of_2(tmp_path: Path) -> None:
+    from spawned import ok, spawn
+    res = spawn(_sharding_page_rank, 4, tmp_path)
+    ok(res)
+    for r in res:
+        assert r["pooled"].shape == (3, 8 + 8 + 4)
+        assert torch.allclose(r["pooled"], r["want"], rtol=1e-6, atol=1e-7)
+        assert r["traffic"]
+
+
+def test_the_sequence_pages_shared_table_takes_one_merged_step() -> None:
+    page = ROOT / "docs" / "sequence.md"
+    scope: dict = {"recgo": recgo, "optim": optim}
+    _run(_block(page, "ebc = recgo.EmbeddingBagCollection("), "docs/sequence.md", scope)
+    ebc, ec = scope["ebc"], scope["ec"]
+    assert ec.embeddings.item is ebc.embedding_bags.item
+    batch = recgo.KeyedJaggedTensor(["item_id", "hist_item_ids"], torch.tensor([7, 8, 7, 7, 9]),
+                                    lengths=torch.tensor([1, 1, 2, 1]))
+    before = ebc.embedding_bags.item.weight.detach()[[7, 8, 9]].clone()
+    scope["model"] = lambda b: ebc(b).values().sum() + ec(b)["hist_item_ids"].values().sum()
+    scope["batch"] = batch
+    _run(_block(page, "with ec.merged_update():"), "docs/sequence.md", scope)
+    assert int(ebc.state_dict()["embedding_bags.item.optimizer_step"]) == 1  # one step for both uses
+    # SGD on a sum: each row moves by lr × its number of lookups over both collections
+    after = ebc.embedding_bags.item.weight.detach()[[7, 8, 9]]
+    assert torch.allclose(before - after, 0.05 * torch.tensor([3.0, 1.0, 1.0])[:, None].expand(3, 64))
