@@ -110,6 +110,16 @@ def _cases(rank: int, ckpt: str) -> dict[str, Any]:
     with torch.no_grad():
         out = sh(mine)
         assert not out["hist_item"].values().requires_grad
+        # a key no table reads (one KJT feeding a pooled and a sequence collection) is ignored, and
+        # the outputs come in config order whatever the KJT's
+        n = mine.stride()
+        extra = recgo.KeyedJaggedTensor(["user", *reversed(mine.keys())],
+                                        torch.cat([torch.full((n,), 10**9), *[mine[k].values() for k in reversed(mine.keys())]]),
+                                        lengths=torch.cat([torch.ones(n, dtype=torch.int64),
+                                                           *[mine[k].lengths() for k in reversed(mine.keys())]]))
+        got = sh(extra)
+        assert list(got) == [f for c in cfgs for f in c.feature_names]
+        assert all(torch.equal(got[k].values(), out[k].values()) for k in out)
     # bad input, on every rank alike (so no rank waits in an exchange)
     errors = {}
     bad = {"unknown": recgo.KeyedJaggedTensor(["nope"], torch.tensor([1]), lengths=torch.tensor([1])),
@@ -256,7 +266,7 @@ def test_sharded_sequence_equals_one_process(tmp_path: Path) -> None:
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert res["checked"] == 2 * len(SHARDINGS) * len(OPTS) * STEPS
         errs = res["errors"]
-        assert "NotFoundError" in errs["unknown"] and "nope" in errs["unknown"]
+        assert "lacks features" in errs["unknown"] and "nope" in errs["unknown"]  # the keys it had
         assert "InvalidInputError" in errs["missing"] and "lacks features" in errs["missing"]
         assert "InvalidInputError" in errs["range"] and "61" in errs["range"]
         assert "InvalidInputError" in errs["negative"] and "-1" in errs["negative"]

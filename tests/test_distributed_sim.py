@@ -96,6 +96,12 @@ def test_bad_arguments_raise_named_errors(world1: None) -> None:
         sh(kjt)
     with pytest.raises(InvalidInputError, match="lacks features"):
         sh(recgo.KeyedJaggedTensor(["fa"], torch.tensor([1]), torch.tensor([1])))
+    # a key no table reads is ignored, its IDs never looked at (as by the unsharded collection)
+    with torch.no_grad():
+        plain = sh(recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1])))
+        extra = sh(recgo.KeyedJaggedTensor(["zz", "fb", "fa"], torch.tensor([10**12, 3, 1, 2]),
+                                           lengths=torch.tensor([1, 1, 2])))
+    assert torch.equal(plain.values(), extra.values()) and plain.keys() == extra.keys() == ["fa", "fb"]
     with pytest.raises(RecgoError, match="no shard"):
         sh.load(Path("/nonexistent-recgo-ckpt"))
     assert issubclass(PeerFailureError, RuntimeError) and issubclass(PeerFailureError, RecgoError)

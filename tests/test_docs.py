@@ -191,8 +191,28 @@ def _sharding_page_rank(rank: int, world: int) -> dict:
     _run(code, "docs/sharding.md", scope)
     # the same rows as one process's collection with the same seed
     whole = recgo.EmbeddingBagCollection(tables, seed=0)
-    return {"pooled": scope["pooled"].values().detach(), "want": whole(local_kjt).values().detach(),
-            "traffic": scope["ebc"].traffic()}
+    out = {"pooled": scope["pooled"].values().detach(), "want": whole(local_kjt).values().detach(),
+           "traffic": scope["ebc"].traffic()}
+    # the page's whole-model example, with the model and loss it leaves to the reader
+    model_code = _block(ROOT / "docs" / "sharding.md", 'with torch.device("meta"):')
+    scope = {"torch": torch, "shard_model": recgo.distributed.shard_model, "tables": tables[::2],
+             "Model": _ShardedPageModel, "local_kjt": local_kjt, "labels": torch.ones(b, 1),
+             "loss_fn": torch.nn.functional.binary_cross_entropy_with_logits}
+    _run(model_code, "docs/sharding.md", scope)
+    out["loss"] = float(scope["loss"])
+    return out
+
+
+class _ShardedPageModel(torch.nn.Module):
+    """The sharding page's ``Model``: a fused collection over the given tables and a linear layer."""
+
+    def __init__(self, tables: list) -> None:
+        super().__init__()
+        self.ebc = recgo.EmbeddingBagCollection(tables, optimizer=optim.SGD(lr=0.1), seed=0)
+        self.top = torch.nn.Linear(sum(t.embedding_dim for t in tables), 1)
+
+    def forward(self, kjt: recgo.KeyedJaggedTensor) -> torch.Tensor:
+        return self.top(self.ebc(kjt).values())
 
 
 def test_the_sharding_pages_example_runs_on_2_nodes_of_2(tmp_path: Path) -> None:
@@ -203,6 +223,7 @@ def test_the_sharding_pages_example_runs_on_2_nodes_of_2(tmp_path: Path) -> None
         assert r["pooled"].shape == (3, 8 + 8 + 4)
         assert torch.allclose(r["pooled"], r["want"], rtol=1e-6, atol=1e-7)
         assert r["traffic"]
+        assert 0.0 < r["loss"] < 10.0
 
 
 def test_the_sequence_pages_shared_table_takes_one_merged_step() -> None:

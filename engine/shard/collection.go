@@ -209,12 +209,17 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 	s.scales = make([]float32, len(b.Lengths))
 	offsets := make([]int64, len(b.Lengths)+1)
 	for k, f := range b.KeyFeature {
-		s.featKey[f] = k
+		if f != embedding.IgnoredKey {
+			s.featKey[f] = k
+		}
 	}
 	for i, n := range b.Lengths {
 		offsets[i+1] = offsets[i] + n
 	}
 	for k, f := range b.KeyFeature {
+		if f == embedding.IgnoredKey { // a key no table reads: its values are never looked at
+			continue
+		}
 		mean := c.Features[f].Pooling == embedding.PoolMean
 		for i, n := range b.Lengths[int(k)*B : (int(k)+1)*B] {
 			s.scales[int(k)*B+i] = 1

@@ -115,6 +115,24 @@ type testWorld struct {
 	// gradScale, when set, is the ranks' BackwardScaled factor; the reference gets the gradient
 	// times it
 	gradScale float32
+	// ignoredKey puts a key no table reads in front of the ranks' batches (out-of-range IDs: they
+	// must never be looked at)
+	ignoredKey bool
+}
+
+// withIgnoredKey returns b (B samples) with a first key that no feature reads, one huge ID per bag.
+func withIgnoredKey(b embedding.Batch, B int) embedding.Batch {
+	out := embedding.Batch{KeyFeature: append([]int64{embedding.IgnoredKey}, b.KeyFeature...)}
+	for range B {
+		out.Lengths = append(out.Lengths, 1)
+		out.Values = append(out.Values, 1<<40)
+	}
+	out.Lengths = append(out.Lengths, b.Lengths...)
+	out.Values = append(out.Values, b.Values...)
+	if b.Weights != nil {
+		out.Weights = append(make([]float32, B), b.Weights...)
+	}
+	return out
 }
 
 // scale is the ranks' gradient scale (1 when unset).
@@ -275,6 +293,20 @@ func TestShardedStepsMatchOneCollection(t *testing.T) {
 	})
 }
 
+// TestKeysNoTableReadsAreIgnored: a batch key mapped to embedding.IgnoredKey (one KJT feeding
+// several collections) changes nothing, weighted or not, whatever the exchange.
+func TestKeysNoTableReadsAreIgnored(t *testing.T) {
+	for _, mode := range []Mode{Flat, Hierarchical} {
+		for _, weighted := range []bool{false, true} {
+			t.Run(fmt.Sprintf("2x2/%s/weighted=%v", mode, weighted), func(t *testing.T) {
+				w := newTestWorld(t, 2, 2, mode, mixedKinds, mixedRows, mixedDims, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+				w.ignoredKey = true
+				checkSteps(t, w, mixedKinds, mixedRows, weighted)
+			})
+		}
+	}
+}
+
 // checkSteps runs three training steps of w against its reference collection (pooled outputs and
 // every table row after the fused updates) and returns the partial sums the ranks returned.
 func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted bool) int64 {
@@ -290,7 +322,11 @@ func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted
 		steps := make([]*Step, W)
 		xs := make([]*Exchange, W)
 		for r := range w.ranks {
-			steps[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted))
+			b := sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted)
+			if w.ignoredKey {
+				b = withIgnoredKey(b, Bl)
+			}
+			steps[r], err = w.ranks[r].Begin(b)
 			require.NoError(t, err)
 			xs[r] = steps[r].X
 		}

@@ -421,17 +421,16 @@ class ShardedEmbeddingBagCollection(nn.Module):
     # -- forward / backward -----------------------------------------------------------------------
 
     def _keys(self, keys: list[str]) -> torch.Tensor:
-        idx = []
-        for k in keys:
-            if k not in self._feature_index:
-                raise NotFoundError(f"feature {k!r} is not in this collection (features: {self._features})")
-            idx.append(self._feature_index[k])
-        if len(set(keys)) != len(self._features):
-            raise InvalidInputError(f"the batch lacks features {[f for f in self._features if f not in keys]}")
-        return torch.tensor(idx, dtype=torch.int64)
+        """Each key's feature index, -1 for a key no table reads (ignored, as by the unsharded
+        collections and TorchRec's: one KJT may feed several collections)."""
+        missing = [f for f in self._features if f not in keys]
+        if missing:
+            raise InvalidInputError(f"the batch lacks features {missing} (keys: {keys})")
+        return torch.tensor([self._feature_index.get(k, -1) for k in keys], dtype=torch.int64)
 
     def forward(self, features: Any) -> KeyedTensor:
-        """Pool this rank's batch (recgo or TorchRec KJT with every feature) across the world.
+        """Pool this rank's batch (recgo or TorchRec KJT with every feature; keys no table reads are
+        ignored) across the world.
 
         A batch of a :class:`recgo.DataPipeline` built with ``shard=`` this collection carries each
         table's distinct IDs and their partition by owner: the step uses them instead of computing
@@ -457,7 +456,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
                       0 if weights is None else weights.numel(), ctypes.byref(step))
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
-        batch = lengths.numel() // max(1, len(self._features))
+        batch = lengths.numel() // max(1, len(kjt.keys()))
         return KeyedTensor(self._features, self._dims, self._lookup(handle, batch))
 
     def _lookup(self, step: "_Step", size: int) -> torch.Tensor:

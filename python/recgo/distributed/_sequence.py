@@ -102,8 +102,9 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     # -- forward / backward -----------------------------------------------------------------------
 
     def forward(self, features: Any) -> dict[str, Any]:  # type: ignore[override]
-        """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature) across the
-        world: ``{feature: JaggedTensor}`` with ``[n, D]`` values."""
+        """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature; keys no
+        table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
+        in config order."""
         torchrec_in = not isinstance(features, KeyedJaggedTensor)
         kjt = as_kjt(features)
         keys = kjt.keys()
@@ -118,14 +119,18 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         K = len(keys)
         B = lengths.numel() // max(1, K)
         counts = key_counts(lengths, K, values.numel())
-        dims = [self._key_dims[k] for k in keys]
-        flat = self._lookup(handle, sum(n * d for n, d in zip(counts, dims)))
+        dims = [self._key_dims.get(k, 0) for k in keys]  # 0: a key no table reads has no rows
+        starts = [0]
+        for n, d in zip(counts, dims):
+            starts.append(starts[-1] + n * d)
+        flat = self._lookup(handle, starts[-1])
+        pos = {k: i for i, k in enumerate(keys)}
         out: dict[str, Any] = {}
-        start = 0
-        for i, (k, n, d) in enumerate(zip(keys, counts, dims)):
-            jt: JaggedTensor = jagged(flat[start:start + n * d].view(n, d), lengths[i * B:(i + 1) * B])
+        for k in self._features:  # config order, as the unsharded collection returns them
+            i = pos[k]
+            n, d = counts[i], dims[i]
+            jt: JaggedTensor = jagged(flat[starts[i]:starts[i] + n * d].view(n, d), lengths[i * B:(i + 1) * B])
             out[k] = jt.to_torchrec() if torchrec_in else jt
-            start += n * d
         return out
 
     def _output(self, step: _SeqStep, total: int) -> torch.Tensor:  # type: ignore[override]
