@@ -83,7 +83,7 @@ def test_bst_without_data_trains_to_a_meaningful_auc(cache: Path) -> None:
 
 
 def test_a_header_line_is_skipped_and_a_bad_row_is_named(cache: Path, tmp_path: Path) -> None:
-    from recgo.errors import RecgoIOError
+    from recgo.errors import InvalidInputError
     from recgo.train.data import TaobaoSequences
 
     plain = st.userbehavior_file(users=60, seed=2)
@@ -95,5 +95,6 @@ def test_a_header_line_is_skipped_and_a_bad_row_is_named(cache: Path, tmp_path: 
         assert torch.equal(x.sparse.values(), y.sparse.values()) and torch.equal(x.labels, y.labels)
     bad = tmp_path / "bad.csv"
     bad.write_text(plain.read_text() + "7,x,3,pv,9\n")
-    with pytest.raises(RecgoIOError, match=r"bad\.csv: invalid literal for int\(\) with base 10: 'x'"):
+    line = len(plain.read_text().splitlines()) + 1
+    with pytest.raises(InvalidInputError, match=rf"bad\.csv, line {line}, column 2 \(item\): expected an integer ID, got 'x'"):
         TaobaoSequences(bad, batch_size=32)

@@ -225,3 +225,23 @@ def test_ablation_dedup_off_swap_keeps_weights_and_results() -> None:
     assert on.history.train_loss == pytest.approx(off.history.train_loss, rel=1e-6)
     on.close()
     off.close()
+
+
+@pytest.mark.parametrize("text, match", [
+    ("1,2,3,pv,100\n1,x7,3,pv,101\n", r"line 2, column 2 \(item\): expected an integer ID, got 'x7'"),
+    ("1,2,3,pv,100\n1,2\n1,4,3,pv,102\n", r"line 2: 2 of the 5 columns"),
+])
+def test_a_malformed_userbehavior_line_is_named(tmp_path: Path, text: str, match: str) -> None:
+    from recgo.errors import InvalidInputError
+    from recgo.train.data import TaobaoSequences
+    path = tmp_path / "ub.csv"
+    path.write_text(text)
+    with pytest.raises(InvalidInputError, match=match):
+        TaobaoSequences(path)
+
+
+def test_a_short_last_userbehavior_line_is_dropped(tmp_path: Path) -> None:
+    from recgo.train.data import _userbehavior_columns
+    path = tmp_path / "ub.csv"
+    path.write_text("user_id,item_id,category_id,behavior,ts\n1,2,3,pv,100\n1,4,3,pv,101\n1,5")  # the sample's cut end
+    assert _userbehavior_columns(path) == ([1, 1], [2, 4], [3, 3])

@@ -215,6 +215,34 @@ class SyntheticCriteo(_PipelineSource):
         return self._val
 
 
+def _userbehavior_columns(path: Path) -> tuple[list[int], list[int], list[int]]:
+    """The user, item and category columns of a UserBehavior CSV. A short last line (the public
+    sample's is cut) is dropped; a short line elsewhere or a non-integer ID raises, naming line and
+    column, since skipping it would lose data silently."""
+    users, items, cats = [], [], []
+    short: tuple[int, int] | None = None  # (line, columns) of a short line, allowed only as the last one
+    try:
+        with path.open(newline="") as fh:
+            for line, row in enumerate(csv.reader(fh), start=1):
+                if short:
+                    raise InvalidInputError(f"{path}, line {short[0]}: {short[1]} of the 5 columns "
+                                            "(user, item, category, behavior, timestamp)")
+                if len(row) < 5:
+                    short = (line, len(row))
+                    continue
+                if line == 1 and not row[0].strip().lstrip("-").isdigit():
+                    continue  # a header (user_id,item_id,...): the dataset has none, exports may
+                for out, col, name in ((users, 0, "user"), (items, 1, "item"), (cats, 2, "category")):
+                    try:
+                        out.append(int(row[col]))
+                    except ValueError:
+                        raise InvalidInputError(f"{path}, line {line}, column {col + 1} ({name}): expected an "
+                                                f"integer ID, got {row[col][:40]!r}") from None
+    except OSError as exc:
+        raise RecgoIOError(f"{path}: {exc}") from exc
+    return users, items, cats
+
+
 def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
     """The file's first (1 − fraction) and last ``fraction`` of lines as two cached files (keyed by the
     file's size, mtime and the fraction), and the training line count."""
@@ -332,19 +360,7 @@ class TaobaoSequences(_PipelineSource):
         self.holdout = holdout
         self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
         self.seed, self.pipeline, self.catalog = seed, bool(pipeline), bool(catalog)
-        users, items, cats = [], [], []
-        try:
-            with self.path.open(newline="") as fh:
-                for line, row in enumerate(csv.reader(fh)):
-                    if len(row) < 5:
-                        continue  # the sample's last line is cut short
-                    if line == 0 and not row[0].strip().lstrip("-").isdigit():
-                        continue  # a header (user_id,item_id,...): the dataset has none, exports may
-                    users.append(int(row[0]))
-                    items.append(int(row[1]))
-                    cats.append(int(row[2]))
-        except (OSError, ValueError) as exc:
-            raise RecgoIOError(f"{self.path}: {exc}") from exc
+        users, items, cats = _userbehavior_columns(self.path)
         if not users:
             raise RecgoIOError(f"{self.path}: no complete rows")
         u, it, ct = (torch.unique(torch.tensor(x), return_inverse=True)[1] for x in (users, items, cats))
