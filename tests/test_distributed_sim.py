@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from torch import nn
 
 import recgo
 from recgo.distributed import (PeerFailureError, ShardedEmbeddingBagCollection, eq3_reduction, hash_owners,
@@ -121,3 +122,18 @@ def test_world1_is_the_single_process_collection(world1: None) -> None:
         torch.testing.assert_close(sh.embedding_bags[c.name].weight.grad, ref.embedding_bags[c.name].weight.grad[ids])
     t = sh.traffic()
     assert t["requested"] == 3 and t["lookups"] == 3 and t["ids_inter"] == 0 and t["bytes"] == 0
+
+
+def test_shard_model_takes_a_torchrec_fused_collection(world1: None) -> None:
+    tr = pytest.importorskip("torchrec")
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+    from recgo.distributed import shard_model
+    from recgo.modules import optim
+    tables = [tr.EmbeddingBagConfig(name="a", embedding_dim=4, num_embeddings=20, feature_names=["fa"])]
+    fused = FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.Adagrad,
+                                        optimizer_kwargs={"lr": 0.2}, device=torch.device("cpu"))
+    model = shard_model(nn.ModuleDict({"e": fused}), ddp=False)
+    sh = model["e"]
+    assert isinstance(sh, ShardedEmbeddingBagCollection) and sh.fused_optimizer == optim.Adagrad(lr=0.2, eps=1e-8)  # FBGEMM's eps
+    assert torch.equal(sh.embedding_bags["a"].weight, fused.state_dict()["embedding_bags.a.weight"])

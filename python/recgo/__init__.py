@@ -24,7 +24,7 @@ from .errors import (
 from .jagged import JaggedTensor
 from .sparse import KeyedJaggedTensor, KeyedTensor
 from . import modules
-from .modules import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig
+from .modules import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, from_torchrec
 from . import dynamic
 from .dynamic import DynamicConfig
 from . import planner
@@ -46,6 +46,7 @@ __all__ = [
     "EmbeddingConfig",
     "Feature",
     "FeatureEngine",
+    "from_torchrec",
     "ForkError",
     "InternalError",
     "InvalidInputError",

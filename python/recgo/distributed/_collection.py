@@ -198,7 +198,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         seed) and the tables' ``init_fn`` say, so a table larger than one rank's memory is never
         allocated whole."""
         cfgs = ebc.embedding_bag_configs()
-        optim.for_sharding(ebc, kwargs)
+        optim.adopt(ebc, kwargs)
         if _on_meta(ebc):
             kwargs.setdefault("seed", getattr(ebc, "_seed", None))
             return cls(cfgs, sharding, **kwargs)

@@ -11,6 +11,7 @@ from torch import nn
 from ..errors import InvalidInputError, NotFoundError
 from ..modules import optim
 from ..modules.embedding import EmbeddingBagCollection
+from ..modules._walk import outermost, replace, torchrec_kind
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
 from ._sequence import ShardedEmbeddingCollection
@@ -26,25 +27,16 @@ def _kind(m: nn.Module) -> type | None:
         return ShardedEmbeddingBagCollection
     if isinstance(m, EmbeddingCollection):
         return ShardedEmbeddingCollection
-    if type(m).__module__.startswith("torchrec.") and type(m).__name__ in (
-            "EmbeddingBagCollection", "EmbeddingCollection"):
-        return ShardedEmbeddingBagCollection if type(m).__name__ == "EmbeddingBagCollection" else ShardedEmbeddingCollection
-    return None
+    kind = torchrec_kind(m)
+    if kind is None:
+        return None
+    return ShardedEmbeddingBagCollection if kind == "pooled" else ShardedEmbeddingCollection
 
 
 def _collections(model: nn.Module) -> list[tuple[str, nn.Module, type]]:
     """``model``'s embedding collections (qualified name, module, sharded class), outermost only, in
     ``named_modules`` order (the same on every rank: building a sharded collection is a collective)."""
-    found: list[tuple[str, nn.Module, type]] = []
-    taken = _sharded_names(model)  # subtrees not to look into
-    for name, m in model.named_modules():
-        if any(name == n or name.startswith(f"{n}.") or n == "" for n in taken):
-            continue
-        cls = _kind(m)
-        if cls is not None:
-            found.append((name, m, cls))
-            taken.append(name)
-    return found
+    return outermost(model, _kind, inside=lambda m: isinstance(m, _SHARDED))
 
 
 def _sharded_names(model: nn.Module) -> list[str]:
@@ -64,15 +56,6 @@ def _check_shareable(model: nn.Module, name: str, m: nn.Module) -> None:
 
 def _configs(m: nn.Module) -> list[Any]:
     return m.embedding_bag_configs() if hasattr(m, "embedding_bag_configs") else m.embedding_configs()
-
-
-def _replace(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
-    if not name:
-        return new
-    parent_name, _, attr = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, attr, new)
-    return model
 
 
 def _reset(m: nn.Module) -> bool:
@@ -107,7 +90,8 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     """Shard every embedding collection of ``model`` over the ranks of ``torch.distributed`` and make
     the rest data parallel — what TorchRec's ``DistributedModelParallel(model)`` does:
 
-    * each recgo or TorchRec ``EmbeddingBagCollection`` is replaced in its parent by a
+    * each recgo or TorchRec ``EmbeddingBagCollection`` (or TorchRec's ``FusedEmbeddingBagCollection``,
+      whose optimizer carries over) is replaced in its parent by a
       :class:`ShardedEmbeddingBagCollection` (:meth:`~ShardedEmbeddingBagCollection.from_ebc`), each
       ``EmbeddingCollection`` by a :class:`ShardedEmbeddingCollection` (``from_ec``), with
       ``sharding`` and ``kwargs`` (``mode``, ``nodes``, ``optimizer``, ``timeout``, ...; a table → value
@@ -155,7 +139,7 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
         mine = {k: ({n: x for n, x in v.items() if n in names} if isinstance(v, Mapping) else v)
                 for k, v in per_table.items()}
         build = cls.from_ebc if cls is ShardedEmbeddingBagCollection else cls.from_ec
-        model = _replace(model, name, build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine,
+        model = replace(model, name, build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine,
                                             **kwargs))
     _materialise_dense(model)
     if not ddp:

@@ -83,7 +83,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         from a recgo collection with the same fused optimizer, their state and step) from ``ec``. On the
         meta device, as :meth:`ShardedEmbeddingBagCollection.from_ebc`: each rank initialises only its
         rows (``seed`` defaults to the recgo collection's)."""
-        optim.for_sharding(ec, kwargs)
+        optim.adopt(ec, kwargs)
         if _on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
             return cls(ec.embedding_configs(), sharding, **kwargs)

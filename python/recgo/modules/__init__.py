@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import optim
 from ._checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
+from .convert import from_torchrec
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, stage_times
 from .sequence import EmbeddingCollection, EmbeddingConfig
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
@@ -19,6 +20,7 @@ __all__ = [
     "EmbeddingCollection",
     "EmbeddingConfig",
     "FusedOptimizer",
+    "from_torchrec",
     "RowWiseAdagrad",
     "SGD",
     "load_checkpoint",

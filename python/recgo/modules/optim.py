@@ -201,24 +201,34 @@ def in_backward(module: Any) -> FusedOptimizer | None:
     return distinct.pop() if distinct else None
 
 
-def for_sharding(module: Any, kwargs: dict[str, Any]) -> None:
-    """Set ``kwargs["optimizer"]`` for sharding ``module`` unless the caller gave one: a recgo
-    collection's own fused optimizer, or else what ``apply_optimizer_in_backward`` gave its tables
+def of_torchrec_fused(module: Any) -> FusedOptimizer | None:
+    """The fused optimizer a TorchRec ``FusedEmbeddingBagCollection`` was built with
+    (``optimizer_type``, ``optimizer_kwargs``), or None for any other module."""
+    if type(module).__name__ != "FusedEmbeddingBagCollection" or not type(module).__module__.startswith("torchrec."):
+        return None
+    return from_torch(module._optimizer_type, dict(module._optimizer_kwargs or {}))
+
+
+def adopt(module: Any, kwargs: dict[str, Any]) -> None:
+    """Set ``kwargs["optimizer"]`` for a collection built from ``module`` (sharded, or converted from
+    TorchRec) unless the caller gave one: a recgo collection's own fused optimizer, a TorchRec
+    ``FusedEmbeddingBagCollection``'s, or else what ``apply_optimizer_in_backward`` gave its tables
     (:func:`in_backward`; None: dense gradients for a torch optimizer).
 
     Raises:
-        InvalidInputError: a given optimizer differs from the one ``apply_optimizer_in_backward`` gave.
+        InvalidInputError: a given optimizer differs from the one the module's tables were given.
     """
     own = getattr(module, "fused_optimizer", None)
-    if own is not None:  # a recgo collection's own
+    if isinstance(own, FusedOptimizer):  # a recgo collection's own
         kwargs.setdefault("optimizer", own)
         return
-    own = in_backward(module)  # TorchRec's collection, or a recgo one without a fused optimizer
+    # TorchRec's collections, or a recgo one without a fused optimizer
+    own = of_torchrec_fused(module) or in_backward(module)
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
     elif own is not None and kwargs["optimizer"] != own:
-        raise InvalidInputError(f"optimizer={kwargs['optimizer']!r} differs from {own!r}, which "
-                                "apply_optimizer_in_backward gave the tables; give one of them")
+        raise InvalidInputError(f"optimizer={kwargs['optimizer']!r} differs from {own!r}, which the tables were "
+                                "given (apply_optimizer_in_backward or the fused collection's own); give one of them")
 
 
 # -- the torch.optim face, for learning-rate schedulers -------------------------------------------------

@@ -1,0 +1,50 @@
+"""Finding and replacing a model's embedding collections: the one walk ``shard_model`` and
+``from_torchrec`` share."""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+from torch import nn
+
+K = TypeVar("K")
+
+# TorchRec's CPU embedding modules by class name: "pooled" or "sequence".
+_TORCHREC_KINDS = {"EmbeddingBagCollection": "pooled", "FusedEmbeddingBagCollection": "pooled",
+                   "EmbeddingCollection": "sequence"}
+
+
+def torchrec_kind(m: nn.Module) -> str | None:
+    """``"pooled"`` or ``"sequence"`` for TorchRec's ``EmbeddingBagCollection``,
+    ``FusedEmbeddingBagCollection`` and ``EmbeddingCollection``; None for any other module."""
+    if not type(m).__module__.startswith("torchrec."):
+        return None
+    return _TORCHREC_KINDS.get(type(m).__name__)
+
+
+def outermost(model: nn.Module, kind: Callable[[nn.Module], K | None],
+              inside: Callable[[nn.Module], bool] = lambda m: False) -> list[tuple[str, nn.Module, K]]:
+    """The modules of ``model`` (itself included) for which ``kind`` says something, as (qualified name,
+    module, kind), outermost only, in ``named_modules`` order; nothing inside a found module or inside
+    one for which ``inside`` is true is looked at."""
+    found: list[tuple[str, nn.Module, K]] = []
+    taken = [n for n, m in model.named_modules() if inside(m)]
+    for name, m in model.named_modules():
+        if any(n == "" or name == n or name.startswith(f"{n}.") for n in taken):
+            continue
+        k = kind(m)
+        if k is not None:
+            found.append((name, m, k))
+            taken.append(name)
+    return found
+
+
+def replace(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
+    """``model`` with its submodule ``name`` replaced by ``new`` (``new`` itself when ``name`` is
+    empty: the model was the module)."""
+    if not name:
+        return new
+    parent_name, _, attr = name.rpartition(".")
+    parent = model.get_submodule(parent_name) if parent_name else model
+    setattr(parent, attr, new)
+    return model

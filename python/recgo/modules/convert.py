@@ -1,0 +1,65 @@
+"""``from_torchrec``: a TorchRec model's embedding modules swapped for recgo's, in one process."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ..errors import InvalidInputError
+from . import optim
+from ._walk import outermost, replace, torchrec_kind
+from .embedding import EmbeddingBagCollection
+from .optim import FusedOptimizer
+from .sequence import EmbeddingCollection
+
+
+def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, seed: int | None = None) -> nn.Module:
+    """Replace every TorchRec ``EmbeddingBagCollection``, ``FusedEmbeddingBagCollection`` and
+    ``EmbeddingCollection`` of ``model`` (itself included) by recgo's collection with the same tables,
+    so a TorchRec training script runs on recgo by adding one line after the model is built:
+
+    * the tables' weights are carried over (state-dict keys are the same); a module on the meta device
+      gives a recgo collection on the meta device (materialise it with ``to_empty`` or
+      ``load_state_dict``, as for TorchRec's), whose ``reset_parameters()`` draws from ``seed``;
+    * the fused optimizer is ``optimizer`` if given, else the one a ``FusedEmbeddingBagCollection``
+      was built with, else the one ``apply_optimizer_in_backward`` gave the tables; with none, the
+      weights get gradients for a torch optimizer (build it after this call: it must hold the new
+      parameters);
+    * weighted collections stay weighted, and ``need_indices`` carries over.
+
+    Returns ``model`` with the modules replaced (or the new collection when ``model`` was one).
+
+    Raises:
+        InvalidInputError: ``model`` holds none of TorchRec's embedding modules, a table of one
+            collection has another in-backward optimizer than the rest, or one recgo does not have
+            (see :func:`recgo.modules.optim.from_torch`).
+    """
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
+    found = outermost(model, torchrec_kind)
+    if not found:
+        raise InvalidInputError("from_torchrec: the model holds no TorchRec EmbeddingBagCollection, "
+                                "FusedEmbeddingBagCollection or EmbeddingCollection")
+    for name, m, kind in found:
+        kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
+        optim.adopt(m, kwargs)
+        meta = any(t.is_meta for t in (*m.parameters(), *m.buffers()))
+        common = {"optimizer": kwargs["optimizer"], "seed": seed, "device": "meta" if meta else None}
+        if kind == "pooled":
+            new: nn.Module = EmbeddingBagCollection(m.embedding_bag_configs(), is_weighted=m.is_weighted(), **common)
+        else:
+            new = EmbeddingCollection(m.embedding_configs(), need_indices=bool(m.need_indices()), **common)
+        if not meta:
+            _carry_weights(m, new, name)
+        model = replace(model, name, new)
+    return model
+
+
+def _carry_weights(old: nn.Module, new: nn.Module, name: str) -> None:
+    """Load ``old``'s table weights into ``new`` (the same keys); recgo's optimizer entries stay as built."""
+    res = new.load_state_dict(old.state_dict(), strict=False)
+    missing = [k for k in res.missing_keys if not k.rsplit(".", 1)[-1].startswith("optimizer_")]
+    if missing or res.unexpected_keys:
+        raise InvalidInputError(f"from_torchrec: {name or 'the model'}: the weights did not map onto recgo's "
+                                f"collection (missing {missing}, unexpected {res.unexpected_keys})")

@@ -1,0 +1,124 @@
+"""``recgo.from_torchrec``: a TorchRec model's embedding modules swapped for recgo's in one line, the
+weights and the in-backward optimizer carried over, and the converted model training as the TorchRec
+one does."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+import recgo
+from recgo.errors import InvalidInputError
+from recgo.modules import optim
+
+tr = pytest.importorskip("torchrec")
+from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward  # noqa: E402
+from torchrec.models.dlrm import DLRM  # noqa: E402
+from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection  # noqa: E402
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT  # noqa: E402
+
+TABLES = [
+    tr.EmbeddingBagConfig(name="t_user", embedding_dim=8, num_embeddings=40, feature_names=["user"]),
+    tr.EmbeddingBagConfig(name="t_item", embedding_dim=8, num_embeddings=60, feature_names=["item", "hist"]),
+]
+KEYS, ROWS = ["user", "item", "hist", "other"], [40, 60, 60, 1000]
+
+
+def _batch(gen: torch.Generator, b: int = 16) -> tuple[torch.Tensor, TKJT, torch.Tensor]:
+    lengths = torch.randint(0, 4, (len(KEYS) * b,), generator=gen)
+    vals = [torch.randint(0, n, (int(lengths[i * b:(i + 1) * b].sum()),), generator=gen) for i, n in enumerate(ROWS)]
+    kjt = TKJT.from_lengths_sync(keys=KEYS, values=torch.cat(vals), lengths=lengths)
+    return torch.randn(b, 5, generator=gen), kjt, torch.randint(0, 2, (b,), generator=gen).float()
+
+
+def _dlrm(ebc: nn.Module) -> DLRM:
+    torch.manual_seed(0)
+    return DLRM(embedding_bag_collection=ebc, dense_in_features=5, dense_arch_layer_sizes=[16, 8],
+                over_arch_layer_sizes=[16, 1])
+
+
+def _train(model: nn.Module, batches: list, dense_params: list[nn.Parameter]) -> list[float]:
+    opt = torch.optim.SGD(dense_params, lr=0.1)
+    losses = []
+    for dense, kjt, label in batches:
+        opt.zero_grad()
+        loss = nn.functional.binary_cross_entropy_with_logits(model(dense, kjt).squeeze(1), label)
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def test_a_dlrm_with_an_in_backward_optimizer_trains_as_torchrecs() -> None:
+    ref = _dlrm(tr.EmbeddingBagCollection(tables=TABLES))
+    apply_optimizer_in_backward(torch.optim.Adagrad, ref.sparse_arch.embedding_bag_collection.parameters(),
+                                {"lr": 0.1, "eps": 1e-8})
+    model = copy.deepcopy(ref)  # the same weights (deepcopy drops the in-backward marks: mark the copy too)
+    apply_optimizer_in_backward(torch.optim.Adagrad, model.sparse_arch.embedding_bag_collection.parameters(),
+                                {"lr": 0.1, "eps": 1e-8})
+    out = recgo.from_torchrec(model)
+    assert out is model
+    ebc = model.sparse_arch.embedding_bag_collection
+    assert isinstance(ebc, recgo.EmbeddingBagCollection)
+    assert ebc.fused_optimizer == optim.Adagrad(lr=0.1, eps=1e-8)
+    for c in TABLES:
+        assert torch.equal(ebc.embedding_bags[c.name].weight,
+                           ref.sparse_arch.embedding_bag_collection.embedding_bags[c.name].weight)
+    gen = torch.Generator().manual_seed(1)
+    batches = [_batch(gen) for _ in range(4)]  # "other" is a key no table reads: both ignore it
+
+    def dense(m: nn.Module) -> list[nn.Parameter]:
+        return [p for n, p in m.named_parameters() if "embedding_bag_collection" not in n]
+    ours, theirs = _train(model, batches, dense(model)), _train(ref, batches, dense(ref))
+    assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-6)
+    want = ref.state_dict()
+    for k, v in model.state_dict().items():
+        if "optimizer_" not in k:
+            torch.testing.assert_close(v, want[k], rtol=1e-4, atol=1e-6, msg=k)
+
+
+def test_a_fused_collection_keeps_its_optimizer_and_weights() -> None:
+    fused = FusedEmbeddingBagCollection(tables=TABLES, optimizer_type=torch.optim.SGD,
+                                        optimizer_kwargs={"lr": 0.05}, device=torch.device("cpu"))
+    got = recgo.from_torchrec(fused)
+    assert isinstance(got, recgo.EmbeddingBagCollection)
+    assert got.fused_optimizer == optim.SGD(lr=0.05)
+    for c in TABLES:
+        assert torch.equal(got.embedding_bags[c.name].weight, fused.state_dict()[f"embedding_bags.{c.name}.weight"])
+    # an explicit optimizer that disagrees with the collection's own is refused, not silently chosen
+    fused2 = FusedEmbeddingBagCollection(tables=TABLES, optimizer_type=torch.optim.SGD,
+                                         optimizer_kwargs={"lr": 0.05}, device=torch.device("cpu"))
+    with pytest.raises(InvalidInputError, match="differs from"):
+        recgo.from_torchrec(fused2, optimizer=optim.SGD(lr=0.5))
+
+
+def test_a_sequence_collection_and_a_meta_model_convert() -> None:
+    ec = tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name="hist", embedding_dim=4, num_embeddings=30,
+                                                           feature_names=["h"])], need_indices=True)
+    model = nn.ModuleDict({"seq": ec})
+    recgo.from_torchrec(model, optimizer=optim.SGD(lr=0.1))
+    new = model["seq"]
+    assert isinstance(new, recgo.EmbeddingCollection) and new.need_indices()
+    assert torch.equal(new.embeddings["hist"].weight, ec.embeddings["hist"].weight)
+    kjt = TKJT.from_lengths_sync(keys=["h"], values=torch.tensor([3, 4, 3]), lengths=torch.tensor([2, 1]))
+    torch.testing.assert_close(new(kjt)["h"].values(), ec(kjt)["h"].values())
+    # built on meta, as models are for TorchRec: recgo's collection stays on meta until materialised
+    with torch.device("meta"):
+        meta_model = nn.ModuleDict({"ebc": tr.EmbeddingBagCollection(tables=TABLES, device=torch.device("meta"))})
+    recgo.from_torchrec(meta_model, optimizer=optim.SGD(lr=0.1), seed=3)
+    m = meta_model["ebc"]
+    assert isinstance(m, recgo.EmbeddingBagCollection) and m.embedding_bags["t_user"].weight.is_meta
+    m.to_empty(device="cpu")
+    m.reset_parameters()
+    seeded = recgo.EmbeddingBagCollection(TABLES, optimizer=optim.SGD(lr=0.1), seed=3)
+    assert torch.equal(m.embedding_bags["t_item"].weight, seeded.embedding_bags["t_item"].weight)
+
+
+def test_a_model_without_torchrec_modules_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="holds no TorchRec EmbeddingBagCollection"):
+        recgo.from_torchrec(nn.Linear(2, 2))
+    with pytest.raises(InvalidInputError, match="expected an nn.Module"):
+        recgo.from_torchrec("model")  # type: ignore[arg-type]
