@@ -19,7 +19,8 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     ``EmbeddingCollection`` of ``model`` (itself included) by recgo's collection with the same tables,
     so a TorchRec training script runs on recgo by adding one line after the model is built:
 
-    * the tables' weights are carried over (state-dict keys are the same); a module on the meta device
+    * the tables' weights are carried over (state-dict keys are the same; TorchRec's optimizer state,
+      which it keeps outside the state dict, is not: accumulators start from zero); a module on the meta device
       gives a recgo collection on the meta device (materialise it with ``to_empty`` or
       ``load_state_dict``, as for TorchRec's), whose ``reset_parameters()`` draws from ``seed``;
     * the fused optimizer is ``optimizer`` if given, else the one a ``FusedEmbeddingBagCollection``
