@@ -48,8 +48,9 @@ type MILPResult struct {
 	Gap            float64
 	StartObjective float64
 	StartAccepted  bool
-	// Proof names what proved the gap: "highs" (its dual bound) or "bound" ([lowerBound], which
-	// settles the trivial case, everything in the fast tier, without building the MILP).
+	// Proof names what proved the gap: "highs" (its dual bound), "bound" ([lowerBound], which
+	// settles the trivial case, everything in the fast tier, without building the MILP) or
+	// "search" ([exactBalance]'s exhaustive search of a fast-tier model's load balance).
 	Proof         string
 	Seconds       float64
 	Columns, Rows int
@@ -283,6 +284,13 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 		m = r // everything fits the fast tier: only the balance is left to decide
 		if start != nil || opts.Start != nil {
 			start = cheapestPacking(ctx, m)
+		}
+		if !opts.Cold { // a cold solve measures HiGHS alone
+			a, exhaustive := exactBalance(ctx, m, start)
+			if exhaustive {
+				return result(a, highs.StatusOptimal.String(), "search", modelCost(m, a)), nil
+			}
+			start = a
 		}
 	}
 	if err := checkMILP(m, opts.MemoryLimit); err != nil {

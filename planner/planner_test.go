@@ -178,25 +178,32 @@ func TestMILPInterruptDuringTheSolve(t *testing.T) {
 }
 
 // When the fast tier holds every table: with few tables the bound proves the cheapest packing
-// optimal at once (no MILP); with many, the MILP is the load balance alone (T×G columns), and no
-// table is split into host memory either way.
+// optimal at once; with many, the exact balance search settles it (no MILP either way); a cold
+// solve skips the search and the MILP is the load balance alone (T×G columns), at the same
+// optimum. No table is split into host memory in any case.
 func TestFastTierCase(t *testing.T) {
+	var searched float64
 	for _, tc := range []struct {
 		n, gpus int
+		cold    bool
 		proof   string
-	}{{3, 4, "bound"}, {12, 4, "highs"}} {
+	}{{3, 4, false, "bound"}, {12, 4, false, "search"}, {12, 4, true, "highs"}} {
 		m := tinyModel(t, 5, tc.n, 1, tc.gpus, 6)
 		m.Topo.HBMBytes = 1 << 40 // every table fits one GPU's HBM many times over
 		m, err := cost.New(m.Topo, profileOf(m), nil, cost.Full)
 		require.NoError(t, err)
-		res, err := SolveMILP(m, MILPOptions{MipRelGap: 1e-6, Symmetry: true})
+		res, err := SolveMILP(m, MILPOptions{MipRelGap: 1e-6, Symmetry: true, Cold: tc.cold})
 		require.NoError(t, err)
 		assert.Equal(t, "optimal", res.Status)
 		assert.Equal(t, tc.proof, res.Proof)
-		if tc.proof == "bound" {
+		switch tc.proof {
+		case "bound", "search":
 			assert.Zero(t, res.Columns, "no MILP was built")
-		} else {
+			assert.Zero(t, res.Gap)
+			searched = res.Objective
+		default:
 			assert.Equal(t, tc.n*tc.gpus+1, res.Columns, "one column per (table, GPU) and z")
+			assert.InDelta(t, searched, res.Objective, 1e-6*searched, "HiGHS reaches the search's optimum")
 		}
 		for i, a := range res.Assign {
 			assert.Equal(t, m.Tables[i].Rows, a.Hot, "table %d entirely in HBM", i)

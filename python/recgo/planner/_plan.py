@@ -56,7 +56,7 @@ class Plan:
 
     @property
     def solver(self) -> dict[str, Any] | None:
-        """MILP status, gap, dual bound, proof ("highs" or "bound") and warm start (None for heuristics)."""
+        """MILP status, gap, dual bound, proof ("highs", "bound" or "search") and warm start (None for heuristics)."""
         return self._doc.get("solver")
 
     @property
