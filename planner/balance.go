@@ -9,8 +9,9 @@ import (
 	"github.com/recgo/recgo/planner/cost"
 )
 
-// balanceNodes bounds [exactBalance]'s search: past it the search gives up and the MILP decides.
-const balanceNodes = 2_000_000
+// balanceWork bounds [exactBalance]'s search in units of GPU loads looked at (about 1 ns each): past
+// it the search gives up and the MILP decides.
+const balanceWork = 100_000_000
 
 // exactBalance searches for the placement of a fast-tier model (every table one option, every GPU
 // able to hold them all: [fastTierModel]) with the least slowest-GPU cost, a pure load balance of
@@ -41,37 +42,40 @@ func exactBalance(ctx context.Context, m *cost.Model, start []cost.Assignment) (
 	}
 	load := make([]float64, G)
 	gpu := make([]int, T)
-	nodes := 0
-	var search func(d int, top float64) bool // false: gave up (node limit or ctx)
-	search = func(d int, top float64) bool {
-		if nodes++; nodes > balanceNodes || (nodes%4096 == 0 && ctx.Err() != nil) {
-			return false
-		}
+	tried := make([][]float64, T) // per depth, the distinct loads tried there
+	work, checked := 0, 0
+	var search func(d int, top, placed float64) bool // false: gave up (work bound or ctx)
+	search = func(d int, top, placed float64) bool {
 		if d == T {
 			best, bestGPU = top, slices.Clone(gpu)
 			return true
 		}
-		var placed float64
-		for _, l := range load {
-			placed += l
-		}
 		if max(top, (placed+rest[d])/float64(G)) >= best*(1-1e-12) {
 			return true // nothing below here beats the best
 		}
+		if work > balanceWork {
+			return false
+		}
+		if work-checked > 1<<16 {
+			if checked = work; ctx.Err() != nil {
+				return false
+			}
+		}
 		cost := c(order[d])
-		tried := make([]float64, 0, G)
+		tried[d] = tried[d][:0]
 		for g := range G {
-			if slices.Contains(tried, load[g]) {
+			work += 1 + len(tried[d])
+			if slices.Contains(tried[d], load[g]) {
 				continue // a GPU with the same load was tried: the same subtrees
 			}
-			tried = append(tried, load[g])
+			tried[d] = append(tried[d], load[g])
 			old := load[g]
 			next := old + cost
 			if next >= best*(1-1e-12) {
 				continue
 			}
 			load[g], gpu[d] = next, g
-			ok := search(d+1, max(top, next))
+			ok := search(d+1, max(top, next), placed+cost)
 			load[g] = old
 			if !ok {
 				return false
@@ -79,7 +83,7 @@ func exactBalance(ctx context.Context, m *cost.Model, start []cost.Assignment) (
 		}
 		return true
 	}
-	complete := search(0, 0)
+	complete := search(0, 0, 0)
 	if bestGPU == nil {
 		return start, complete && start != nil
 	}

@@ -85,18 +85,20 @@ func TestExactBalanceFindsTheOptimum(t *testing.T) {
 	}
 }
 
-// A cancelled context stops the search: the start comes back, not proven.
+// A cancelled context stops the search: what it returns is no worse than the start, not proven.
+// Sixty random real costs on 7 GPUs have no perfect balance, so proving the optimum takes far more
+// than the work between two looks at the context.
 func TestExactBalanceGivesUpWhenCancelled(t *testing.T) {
-	costs := make([]float64, 40)
+	rng := rand.New(rand.NewPCG(5, 6))
+	costs := make([]float64, 60)
 	for i := range costs {
-		costs[i] = float64(1000 + i*7%13)
+		costs[i] = 1000 + 1000*rng.Float64()
 	}
 	m := balanceModel(costs, 7)
 	start := cheapestPacking(context.Background(), m)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	a, exhaustive := exactBalance(ctx, m, start)
-	if !exhaustive { // a search that finished within 4096 nodes may still prove it
-		assert.Equal(t, modelCost(m, start), modelCost(m, a))
-	}
+	assert.False(t, exhaustive)
+	assert.LessOrEqual(t, modelCost(m, a), modelCost(m, start))
 }
