@@ -137,3 +137,19 @@ def test_shard_model_takes_a_torchrec_fused_collection(world1: None) -> None:
     sh = model["e"]
     assert isinstance(sh, ShardedEmbeddingBagCollection) and sh.fused_optimizer == optim.Adagrad(lr=0.2, eps=1e-8)  # FBGEMM's eps
     assert torch.equal(sh.embedding_bags["a"].weight, fused.state_dict()["embedding_bags.a.weight"])
+
+
+def test_dynamic_tables_and_copies_are_refused_by_name(world1: None) -> None:
+    import copy
+    import pickle
+
+    from recgo.distributed import ShardedEmbeddingCollection
+    dyn = recgo.DynamicConfig(min_count=1)
+    with pytest.raises(InvalidInputError, match=r"tables \['u'\] are dynamic-ID tables"):
+        ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"], dynamic=dyn)])
+    with pytest.raises(InvalidInputError, match=r"tables \['s'\] are dynamic-ID tables"):
+        ShardedEmbeddingCollection([recgo.EmbeddingConfig(100, 4, "s", ["hist"], dynamic=dyn)])
+    sh = ShardedEmbeddingBagCollection(CFGS, "hash", seed=0)
+    for copier in (copy.deepcopy, pickle.dumps):
+        with pytest.raises(InvalidInputError, match="cannot be copied or pickled.*save\\(\\)"):
+            copier(sh)

@@ -147,6 +147,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if mode not in MODES:
             raise InvalidInputError(f"mode {mode!r}: expected one of {sorted(MODES)}")
         self._configs = _check_configs(tables)
+        dynamic = [c.name for c in self._configs if c.dynamic is not None]
+        if dynamic:  # refused, not silently taken as fixed tables of num_embeddings rows
+            raise InvalidInputError(
+                f"tables {dynamic} are dynamic-ID tables, which sharded collections do not support: map their "
+                "IDs into a fixed table first (e.g. recgo.Feature(name).hash().mod(num_embeddings)) and shard that")
         self._mode = mode
         self._optimizer = optimizer
         self._is_weighted = bool(is_weighted)
@@ -184,6 +189,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._anchor = torch.zeros((), requires_grad=True)
         self.last_traffic: dict[str, Any] = {}
         self.total_traffic: dict[str, Any] = {}
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        raise InvalidInputError(f"{type(self).__name__} cannot be copied or pickled: its shards are bound to "
+                                "this world's process group; save() it and load() into a collection built on "
+                                "the ranks that need it")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return self.__deepcopy__({})
 
     # -- construction -----------------------------------------------------------------------------
 
