@@ -382,3 +382,14 @@ def test_profile_reports_progress(capsys: pytest.CaptureFixture[str]) -> None:
     P.profile(_batches(n=3), TABLES, sample_rate=1.0, progress=1e-9)
     err = capsys.readouterr().err
     assert err.count("[recgo profile]") == 3 and "192 samples" in err
+
+
+def test_planned_collections_refuse_dynamic_tables_by_name(prof: P.Profile) -> None:
+    plan = P.plan(prof, small_topo(), "greedy_lookups")
+    dyn = recgo.DynamicConfig(min_count=1)
+    cfgs = [recgo.EmbeddingBagConfig(t.rows, t.dim, t.name, [t.name], dynamic=dyn if t.name == "b" else None)
+            for t in TABLES]
+    with pytest.raises(InvalidInputError, match=r"the plan covers dynamic-ID tables \['b'\].*plan the fixed tables only"):
+        P.PlannedEmbeddingBagCollection(cfgs, plan)
+    with pytest.raises(InvalidInputError, match=r"from_ebc: tables \['b'\] are dynamic-ID tables"):
+        P.PlannedEmbeddingBagCollection.from_ebc(recgo.EmbeddingBagCollection(cfgs, seed=0), plan)

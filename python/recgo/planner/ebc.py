@@ -46,6 +46,12 @@ class PlannedEmbeddingBagCollection(nn.Module):
                 f"plan and collection disagree on table names: the plan has {sorted(planned)}, the collection "
                 f"{sorted(names)} ({sorted(planned - names)} not in the collection); plan the collection's "
                 "tables (their EmbeddingBagConfig names)")
+        dynamic = sorted(c.name for c in self._configs if c.name in planned and c.dynamic is not None)
+        if dynamic:
+            raise InvalidInputError(
+                f"the plan covers dynamic-ID tables {dynamic}: their IDs are not row numbers, so a hot-rows-first "
+                "remap does not apply; profile and plan the fixed tables only (tables the plan leaves out keep "
+                "their own layout)")
         for c in self._configs:
             if c.name in planned:
                 rm = self.remap.tables[[t["name"] for t in self.remap.tables].index(c.name)]
@@ -60,6 +66,10 @@ class PlannedEmbeddingBagCollection(nn.Module):
         """Build from an existing recgo or TorchRec EmbeddingBagCollection, moving its rows hot-first."""
         cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
                 for c in ebc.embedding_bag_configs()]
+        dynamic = [c.name for c in cfgs if c.dynamic is not None]
+        if dynamic:  # copying rows would leave their ID maps behind
+            raise InvalidInputError(f"from_ebc: tables {dynamic} are dynamic-ID tables, whose rows belong to their "
+                                    "ID maps; keep them in a collection of their own")
         out = cls(cfgs, plan, remap, profile, **ebc_kwargs)
         with torch.no_grad():
             for c in cfgs:
