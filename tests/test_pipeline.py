@@ -4,6 +4,7 @@ checkpoint (model + reader position) resumes to the same batch stream and the sa
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,13 @@ def test_shared_table_takes_one_merged_update_per_step() -> None:
     torch.testing.assert_close(got, merged.ebc.embedding_bags["t_ui"].weight.detach(), rtol=0, atol=0)
     assert not torch.allclose(got, separate.ebc.embedding_bags["t_ui"].weight.detach())
     tp.close()
+
+
+def test_optimizer_none_warns_about_parameters_nothing_would_train() -> None:
+    with pytest.warns(RuntimeWarning, match=r"2 trainable parameters \(top.weight, top.bias\) are in no optimizer"):
+        recgo.TrainPipeline(SharedModel(), None, SOURCE, FEATURES, 100, depth=0)
+    model = SharedModel()
+    model.top.requires_grad_(False)  # only the fused tables train: nothing to say
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        recgo.TrainPipeline(model, None, SOURCE, FEATURES, 100, depth=0)

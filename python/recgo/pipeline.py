@@ -21,6 +21,7 @@ import ctypes
 import operator
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
@@ -283,10 +284,25 @@ def shared_collections(model: torch.nn.Module) -> list[Any]:
     return list(out.values())
 
 
+def _warn_untrained(model: torch.nn.Module) -> None:
+    """Warn, naming them, about the trainable parameters no fused optimizer updates: with
+    ``optimizer=None`` nothing steps them, so they would never train."""
+    from .modules.optim import fused_collections
+
+    fused = [name for name, _ in fused_collections(model)]
+    idle = [n for n, p in model.named_parameters()
+            if p.requires_grad and not any(f == "" or n.startswith(f"{f}.") for f in fused)]
+    if idle:
+        shown = ", ".join(idle[:6]) + (", ..." if len(idle) > 6 else "")
+        warnings.warn(f"TrainPipeline(optimizer=None): {len(idle)} trainable parameters ({shown}) are in no "
+                      "optimizer and will not train; pass a torch optimizer over them", RuntimeWarning, stacklevel=3)
+
+
 class TrainPipeline:
     """Trains ``model`` on prepared batches: ``model(sparse, dense)`` gives logits, ``loss_fn(out,
     labels)`` the loss (default :func:`bce_loss`), then backward and ``optimizer.step()`` (``None``
-    when the collection's fused optimizer is the only one). The batch of step t+1..t+depth is
+    when the collection's fused optimizer is the only one; a ``RuntimeWarning`` names any trainable
+    parameter that nothing would then update). The batch of step t+1..t+depth is
     prepared while step t runs. The collection's dedup groups come from the model (:func:`tables_of`)
     unless ``tables`` is given; when they come from a
     :class:`recgo.distributed.ShardedEmbeddingBagCollection` (:func:`sharded_of`), the pipeline also
@@ -321,6 +337,8 @@ class TrainPipeline:
         self.unused_batches = 0  # batches this rank held when another rank ran out (see the class doc)
         self._merged = shared_collections(model)
         self._world = _step_group(self.data, kwargs.get("shard"))
+        if optimizer is None:
+            _warn_untrained(model)
 
     def progress(self, iterator: Iterator[Batch] | None = None) -> torch.Tensor:
         """Run one training step on the next batch (of ``iterator`` if given) and return the loss; on
