@@ -309,3 +309,14 @@ def test_gradient_only_contexts_under_saved_tensor_hooks(i: int) -> None:
     grad = dict(m.named_parameters())[key].grad
     assert torch.equal(grad[1], torch.full((4,), 4.0)) and torch.equal(grad[3], torch.full((4,), 4.0))
     assert len(m._contexts) == 0
+
+
+@pytest.mark.parametrize("build", [
+    lambda: recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])],
+                                         optimizer=optim.SGD(lr=0.1), sparse_grad=True),
+    lambda: recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "t", ["f"])],
+                                      optimizer=optim.SGD(lr=0.1), sparse_grad=True),
+])
+def test_sparse_grad_with_a_fused_optimizer_is_refused(build) -> None:
+    with pytest.raises(InvalidInputError, match="sparse_grad=True applies to optimizer=None"):
+        build()
