@@ -14,12 +14,16 @@ _TORCHREC_KINDS = {"EmbeddingBagCollection": "pooled", "FusedEmbeddingBagCollect
                    "EmbeddingCollection": "sequence"}
 
 
+def torchrec_class(m: object) -> str | None:
+    """The class name of ``m`` when the class is TorchRec's, else None."""
+    return type(m).__name__ if type(m).__module__.startswith("torchrec.") else None
+
+
 def torchrec_kind(m: nn.Module) -> str | None:
     """``"pooled"`` or ``"sequence"`` for TorchRec's ``EmbeddingBagCollection``,
     ``FusedEmbeddingBagCollection`` and ``EmbeddingCollection``; None for any other module."""
-    if not type(m).__module__.startswith("torchrec."):
-        return None
-    return _TORCHREC_KINDS.get(type(m).__name__)
+    name = torchrec_class(m)
+    return None if name is None else _TORCHREC_KINDS.get(name)
 
 
 def outermost(model: nn.Module, kind: Callable[[nn.Module], K | None],

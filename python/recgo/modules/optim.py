@@ -18,6 +18,7 @@ import torch
 
 from .. import _lib
 from ..errors import InvalidInputError
+from ._walk import torchrec_class
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def in_backward(module: Any) -> FusedOptimizer | None:
 def of_torchrec_fused(module: Any) -> FusedOptimizer | None:
     """The fused optimizer a TorchRec ``FusedEmbeddingBagCollection`` was built with
     (``optimizer_type``, ``optimizer_kwargs``), or None for any other module."""
-    if type(module).__name__ != "FusedEmbeddingBagCollection" or not type(module).__module__.startswith("torchrec."):
+    if torchrec_class(module) != "FusedEmbeddingBagCollection":
         return None
     return from_torch(module._optimizer_type, dict(module._optimizer_kwargs or {}))
 
