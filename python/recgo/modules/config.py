@@ -276,11 +276,15 @@ _FBGEMM_TO_RECGO = {"SGD": "SGD", "EXACT_SGD": "SGD", "EXACT_ADAGRAD": "Adagrad"
                     "EXACT_ROWWISE_ADAGRAD": "RowWiseAdagrad", "ROWWISE_ADAGRAD": "RowWiseAdagrad", "ADAM": "Adam"}
 
 
-def _check_optimizer(optimizer: Any) -> FusedOptimizer | None:
+def _check_optimizer(optimizer: Any, sparse_grad: bool = False) -> FusedOptimizer | None:
     """``optimizer`` if it is a recgo fused optimizer (or None); otherwise an error naming the recgo
     optimizer that corresponds to what was passed (a torch optimizer class or instance, FBGEMM's
-    ``EmbOptimType``, or a recgo optimizer class instead of an instance)."""
+    ``EmbOptimType``, or a recgo optimizer class instead of an instance). ``sparse_grad`` with a fused
+    optimizer is refused, not silently ignored: a fused collection leaves no gradient."""
     if optimizer is None or (isinstance(optimizer, FusedOptimizer) and optimizer.kind != 0):
+        if optimizer is not None and sparse_grad:
+            raise InvalidInputError("sparse_grad=True applies to optimizer=None (gradients for a torch optimizer); "
+                                    "a fused optimizer updates the rows in backward and leaves no gradient")
         return optimizer
     cls = optimizer if isinstance(optimizer, type) else type(optimizer)
     if isinstance(optimizer, type) and issubclass(optimizer, FusedOptimizer) and optimizer.kind != 0:

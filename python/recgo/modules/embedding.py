@@ -133,14 +133,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         super().__init__()
         self._dedup = bool(dedup)
         dev = _check_device(device)
-        self._optimizer = _check_optimizer(optimizer)
+        self._optimizer = _check_optimizer(optimizer, sparse_grad)
         self._configs = _check_configs(tables)
         if dev.type == "meta" and any(c.dynamic is not None for c in self._configs):
             raise InvalidInputError("device='meta' is not supported for dynamic-ID tables")
         self._is_weighted = bool(is_weighted)
-        if sparse_grad and self._optimizer is not None:  # refused, not silently ignored
-            raise InvalidInputError("sparse_grad=True applies to optimizer=None (gradients for a torch optimizer); "
-                                    "a fused optimizer updates the rows in backward and leaves no gradient")
         self._sparse_grad = bool(sparse_grad)
         self._seed = seed
         # Engine features, in output order: the KJT key each reads and its output key.
