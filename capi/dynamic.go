@@ -13,6 +13,7 @@ import (
 
 	"github.com/recgo/recgo/engine/dynamic"
 	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 )
 
@@ -63,18 +64,25 @@ func recgo_dynamic_builder_new(maxRows, maxBytes, minCount C.int64_t, policy C.i
 	})
 }
 
-// dynamicTable returns table t of collection h when it is a dynamic table.
+// dynamicTable returns table t of collection h (an embedding collection, or a sharded one: then
+// this rank's shard of the table) when it is a dynamic table.
 func dynamicTable(h C.uintptr_t, t C.int64_t) (*dynamic.Table, error) {
-	c, err := lookup[*embedding.Collection](h, "embedding collection")
-	if err != nil {
-		return nil, err
+	var tables []*embedding.Table
+	if c, err := lookup[*shard.Collection](h, "sharded collection"); err == nil {
+		tables = c.Shards
+	} else {
+		c, err := lookup[*embedding.Collection](h, "embedding collection")
+		if err != nil {
+			return nil, err
+		}
+		tables = c.Tables
 	}
-	if t < 0 || int(t) >= len(c.Tables) {
-		return nil, errs.NotFoundf("table index %d of %d", int64(t), len(c.Tables))
+	if t < 0 || int(t) >= len(tables) {
+		return nil, errs.NotFoundf("table index %d of %d", int64(t), len(tables))
 	}
-	d := dynamic.Of(c.Tables[t])
+	d := dynamic.Of(tables[t])
 	if d == nil {
-		return nil, errs.Invalidf("table %q is not a dynamic-ID table", c.Tables[t].Name)
+		return nil, errs.Invalidf("table %q is not a dynamic-ID table", tables[t].Name)
 	}
 	return d, nil
 }

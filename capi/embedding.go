@@ -95,9 +95,8 @@ func recgo_ebc_new(ntables C.int64_t, tableNames *C.char, rowsPtr, dimsPtr, buil
 		}
 		for i := range rows {
 			var t *embedding.Table
-			if builders != nil && builders[i] != 0 {
-				var b embedding.TableBuilder
-				if b, err = lookup[embedding.TableBuilder](C.uintptr_t(builders[i]), fmt.Sprintf("table %q builder", tnames[i])); err == nil {
+			if b, berr := tableBuilder(builders, i, tnames[i]); berr != nil || b != nil {
+				if err = berr; err == nil {
 					t, err = b.BuildTable(tnames[i], int(dims[i]), opt)
 				}
 			} else {
@@ -296,4 +295,13 @@ func recgo_ebc_set_dedup(h C.uintptr_t, on C.int32_t, errbuf *C.char, errlen C.s
 		}
 		return c.SetDedup(on != 0)
 	})
+}
+
+// tableBuilder returns the embedding.TableBuilder whose handle is builders[i] (a dynamic table's),
+// or nil when builders is nil or builders[i] is 0 (a fixed table).
+func tableBuilder(builders []uintptr, i int, table string) (embedding.TableBuilder, error) {
+	if builders == nil || builders[i] == 0 {
+		return nil, nil
+	}
+	return lookup[embedding.TableBuilder](C.uintptr_t(builders[i]), fmt.Sprintf("table %q builder", table))
 }

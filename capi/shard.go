@@ -11,6 +11,7 @@ import (
 	"math"
 	"unsafe"
 
+	"github.com/recgo/recgo/engine/dynamic"
 	"github.com/recgo/recgo/engine/shard"
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -19,11 +20,13 @@ import (
 // nodes × perNode ranks exchanging in mode (0 flat, 1 hierarchical). Table i (line i of tableNames)
 // has rows[i] × dims[i] values, sharding kinds[i] (0 hash, 1 table-wise on rank ranks[i],
 // 2 row-wise, 3 data-parallel) and owner-pooling return returns[i] (0 auto, 1 rows, 2 pooled);
-// features as in recgo_ebc_new.
+// features as in recgo_ebc_new. When builders is non-null and builders[i] != 0, table i is a
+// dynamic-ID table whose shards that builder (recgo_dynamic_builder_new) builds on every rank (hash
+// or table-wise; rows[i] is then ignored).
 //
 //export recgo_shard_new
 func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, tableNames *C.char,
-	rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
+	rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr, buildersPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
 	nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer,
 	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
@@ -34,6 +37,10 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 				return err
 			}
 			cols[i] = v
+		}
+		builders, err := optionalSlice[uintptr](buildersPtr, int64(ntables), "builders")
+		if err != nil {
+			return err
 		}
 		feats, err := featureArgs(nfeat, featureNames, featTablePtr, featPoolPtr)
 		if err != nil {
@@ -53,7 +60,17 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 		}
 		layouts := make([]*shard.Layout, ntables)
 		for i := range layouts {
-			if layouts[i], err = shard.NewLayout(tnames[i], cols[0][i], int(cols[1][i]), shard.Kind(cols[2][i]), int(cols[3][i]), world); err != nil {
+			b, err := tableBuilder(builders, i, tnames[i])
+			if err != nil {
+				return err
+			}
+			kind, dim, trank := shard.Kind(cols[2][i]), int(cols[1][i]), int(cols[3][i])
+			if b != nil {
+				layouts[i], err = shard.NewDynamicLayout(tnames[i], dim, kind, trank, world, b)
+			} else {
+				layouts[i], err = shard.NewLayout(tnames[i], cols[0][i], dim, kind, trank, world)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -70,6 +87,21 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 			return err
 		}
 		*out = newHandle(c)
+		return nil
+	})
+}
+
+// recgo_shard_set_training sets whether the steps begun from now on train (train != 0) or evaluate
+// (dynamic tables then admit no ID; see shard.Collection.SetTraining).
+//
+//export recgo_shard_set_training
+func recgo_shard_set_training(h C.uintptr_t, train C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*shard.Collection](h, "sharded collection")
+		if err != nil {
+			return err
+		}
+		c.SetTraining(train != 0)
 		return nil
 	})
 }
@@ -116,7 +148,8 @@ func shardTableIDs(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.int64_
 }
 
 // recgo_shard_table_memory reports where this rank's shard of table t lives, as
-// recgo_ebc_table_memory does; *localRows is the number of the shard's rows that hold IDs.
+// recgo_ebc_table_memory does; *localRows is the number of the shard's rows that hold IDs (a
+// dynamic table's: its row bound).
 //
 //export recgo_shard_table_memory
 func recgo_shard_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.uintptr_t, n, stride, localRows *C.int64_t,
@@ -128,6 +161,9 @@ func recgo_shard_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *
 		}
 		tb := c.Shards[ti]
 		*localRows = C.int64_t(c.Layouts[ti].LocalRows(c.Rank))
+		if d := dynamic.Of(tb); d != nil { // its row bound: the rows a training step may give out
+			*localRows = C.int64_t(d.Config().MaxRows)
+		}
 		var p unsafe.Pointer
 		switch which {
 		case 0:
@@ -469,8 +505,7 @@ func recgo_shard_owners(h C.uintptr_t, t C.int64_t, idsPtr unsafe.Pointer, n C.i
 			if err := l.Check(id); err != nil {
 				return err
 			}
-			o, _ := l.Owner(id, c.Rank)
-			ranks[i] = int64(o)
+			ranks[i] = int64(l.OwnerRank(id, c.Rank))
 		}
 		return nil
 	})

@@ -139,16 +139,35 @@ def test_shard_model_takes_a_torchrec_fused_collection(world1: None) -> None:
     assert torch.equal(sh.embedding_bags["a"].weight, fused.state_dict()["embedding_bags.a.weight"])
 
 
-def test_dynamic_tables_and_copies_are_refused_by_name(world1: None) -> None:
+def test_dynamic_tables_shard_by_id_and_copies_are_refused_by_name(world1: None) -> None:
     import copy
     import pickle
 
-    from recgo.distributed import ShardedEmbeddingCollection
+    from recgo.distributed import ShardedEmbeddingCollection, shard_model
+    from recgo.modules import optim
     dyn = recgo.DynamicConfig(min_count=1)
-    with pytest.raises(InvalidInputError, match=r"tables \['u'\] are dynamic-ID tables"):
-        ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"], dynamic=dyn)])
-    with pytest.raises(InvalidInputError, match=r"tables \['s'\] are dynamic-ID tables"):
+    with pytest.raises(InvalidInputError, match=r"shard by ID.*\{'u': 'row_wise'\}"):
+        ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"], dynamic=dyn)], "row_wise",
+                                      optimizer=optim.SGD(lr=0.1))
+    with pytest.raises(InvalidInputError, match=r"dynamic-ID tables \['s'\] need a fused optimizer"):
         ShardedEmbeddingCollection([recgo.EmbeddingConfig(100, 4, "s", ["hist"], dynamic=dyn)])
+    # an unsharded collection's admitted IDs, rows, optimizer state and step carry over (from_ebc and
+    # shard_model), and both go on alike
+    kjt = recgo.KeyedJaggedTensor(["uid"], torch.tensor([5, 10**12, -7, 5]), lengths=torch.tensor([1, 3]))
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"], dynamic=dyn)],
+                                       optimizer=optim.Adagrad(lr=0.1))
+    ebc(kjt).values().sum().backward()
+    for sharded in (ShardedEmbeddingBagCollection.from_ebc(ebc, "hash"),
+                    shard_model(nn.ModuleDict({"e": copy.deepcopy(ebc)}), ddp=False)["e"]):
+        assert isinstance(sharded, ShardedEmbeddingBagCollection)
+        assert int(sharded.embedding_bags["u"].optimizer_step) == 1
+        assert sorted(sharded.local_ids("u").tolist()) == [-7, 5, 10**12]
+        twin = copy.deepcopy(ebc)
+        for _ in range(2):
+            a, b = sharded(kjt).values(), twin(kjt).values()
+            assert torch.equal(a, b)
+            a.sum().backward()
+            b.sum().backward()
     sh = ShardedEmbeddingBagCollection(CFGS, "hash", seed=0)
     for copier in (copy.deepcopy, pickle.dumps):
         with pytest.raises(InvalidInputError, match="cannot be copied or pickled.*save\\(\\)"):

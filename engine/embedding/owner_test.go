@@ -43,6 +43,10 @@ func TestOwnerPrimitives(t *testing.T) {
 	require.NoError(t, tb.GatherRows([]int64{3, 0, 3}, dst))
 	require.Equal(t, []float32{7, 8, 1, 2, 7, 8}, dst)
 	require.ErrorContains(t, tb.GatherRows([]int64{4}, make([]float32, 2)), "row 4 out of range")
+	require.ErrorContains(t, tb.GatherRows([]int64{-2}, make([]float32, 2)), "row -2 out of range")
+	dst = []float32{9, 9, 9, 9}
+	require.NoError(t, tb.GatherRows([]int64{-1, 0}, dst), "−1: an ID without a row (dynamic tables)")
+	require.Equal(t, []float32{0, 0, 1, 2}, dst)
 	require.ErrorContains(t, tb.GatherRows([]int64{1}, make([]float32, 3)), "need 2")
 
 	require.NoError(t, tb.ApplyRows([]int64{1, -1}, []float32{2, 4, 100, 100}))
@@ -83,6 +87,10 @@ func TestApplyLinearMatchesMergedApplyRows(t *testing.T) {
 	for j := range ids {
 		ids[j] = int64(rng.IntN(rows))
 		offs[j] = int64(rng.IntN(n+3)) * dim
+		if j%7 == 0 { // an ID without a row (dynamic tables): skipped
+			ids[j] = -1
+			continue
+		}
 		for k := 0; k < dim; k++ {
 			merged[ids[j]*dim+int64(k)] += grads[offs[j]+int64(k)]
 		}
@@ -102,7 +110,7 @@ func TestApplyLinearMatchesMergedApplyRows(t *testing.T) {
 		want       string
 	}{
 		{"row out of range", []int64{rows}, []int64{0}, make([]float32, dim), "out of range"},
-		{"negative row", []int64{-1}, []int64{0}, make([]float32, dim), "out of range"},
+		{"negative row", []int64{-2}, []int64{0}, make([]float32, dim), "out of range"},
 		{"offset past the gradients", []int64{0}, []int64{1}, make([]float32, dim), "gradient offset 1"},
 		{"negative offset", []int64{0}, []int64{-dim}, make([]float32, dim), "gradient offset"},
 		{"offsets and rows differ", []int64{0, 1}, []int64{0}, make([]float32, dim), "1 gradient offsets for 2 rows"},

@@ -38,6 +38,7 @@ type Collection struct {
 
 	mu     sync.RWMutex
 	closed bool
+	eval   bool // steps begun now look dynamic tables up without admitting IDs (SetTraining)
 }
 
 // NewCollection checks the arguments and allocates this rank's shards (zero weights and state).
@@ -77,9 +78,14 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	}
 	c.part = newPartitioner(c)
 	for _, l := range layouts {
-		// A rank that holds none of a table's rows keeps a one-row shard, so every rank has the
-		// table's step counter and optimizer config.
-		s, err := embedding.NewFixedTable(l.Name, max(1, l.LocalRows(rank)), l.Dim, opt)
+		var s *embedding.Table
+		if l.Dynamic { // every rank has a shard (reserved, committed as rows are used)
+			s, err = l.Builder.BuildTable(l.Name, l.Dim, opt)
+		} else {
+			// A rank that holds none of a table's rows keeps a one-row shard, so every rank has the
+			// table's step counter and optimizer config.
+			s, err = embedding.NewFixedTable(l.Name, max(1, l.LocalRows(rank)), l.Dim, opt)
+		}
 		if err != nil {
 			_ = c.Close()
 			return nil, err
@@ -105,6 +111,15 @@ func (c *Collection) SetReturns(r []Return) error {
 	defer c.mu.Unlock()
 	c.Returns = append([]Return(nil), r...)
 	return nil
+}
+
+// SetTraining sets whether the steps begun from now on train (the default) or evaluate: an
+// evaluation step's dynamic shards admit no ID and keep their clocks (unseen IDs read zeros, or the
+// table's default vector). Fixed tables look the same either way.
+func (c *Collection) SetTraining(train bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.eval = !train
 }
 
 // SetOptimizer changes every shard's optimizer hyper-parameters (the kind must stay), for
@@ -135,6 +150,11 @@ func (c *Collection) Close() error {
 // Lookup implements Store.
 func (c *Collection) Lookup(t int, rows []int64, dst []float32) error {
 	return c.Shards[t].GatherRows(rows, dst)
+}
+
+// Resolve implements ResolveStore: table t's dynamic shard resolves ids.
+func (c *Collection) Resolve(t int, ids, rows []int64, train bool) error {
+	return c.Shards[t].Source.Resolve(ids, rows, train)
 }
 
 // Apply implements Store.
@@ -195,6 +215,14 @@ func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 		return nil, err
 	}
 	return &Step{c: c, B: B, featKey: make([]int, len(c.Features)), uniq: make([][]int64, len(c.Layouts))}, nil
+}
+
+// newExchange is a step's exchange over the collection's shards, its buffers from the collection's
+// free lists and its mode (training or evaluation) the collection's now. The caller holds c.mu.
+func (c *Collection) newExchange() *Exchange {
+	x := NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
+	x.pools, x.train = &c.pools, !c.eval
+	return x
 }
 
 // begin is Begin, with each table's dedup and partition taken from ds and ps when they are given.
@@ -292,8 +320,7 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 	if err := errors.Join(errsT...); err != nil {
 		return nil, err
 	}
-	s.X = NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
-	s.X.pools = &c.pools
+	s.X = c.newExchange()
 	s.X.pre = pre
 	if err := s.X.ForwardBags(s.uniq, bags, c.Returns); err != nil {
 		return nil, err

@@ -6,7 +6,10 @@
 // Ownership ([Layout]): hash sharding maps an ID to one of [VirtualBuckets] buckets and buckets to
 // ranks in contiguous ranges, so a checkpoint re-distributes by moving whole buckets; table-wise
 // (also a RecShard plan's table → rank), row-wise (contiguous ranges) and data-parallel (a replica
-// per rank) layouts complete the set.
+// per rank) layouts complete the set. A dynamic-ID table ([NewDynamicLayout], hash or table-wise)
+// has no ID range: every rank's shard is a dynamic table (engine/dynamic) that the owner asks, once
+// per step, for the rows of the IDs it received ([ResolveStore]); an ID without a row reads zeros
+// and takes no update.
 //
 // A step ([Collection.Begin], [Exchange]): each rank deduplicates its batch per table, sends the
 // distinct IDs along a route of all-to-all legs — one leg over the world (flat) or the two legs of

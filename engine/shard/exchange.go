@@ -106,6 +106,15 @@ type Store interface {
 	Apply(t int, rows []int64, grads []float32) error
 }
 
+// ResolveStore is a Store with dynamic-ID tables (Layout.Dynamic): the owner's shard maps the IDs
+// it receives to rows once per step (embedding.RowSource.Resolve), also when none arrive.
+type ResolveStore interface {
+	Store
+	// Resolve writes table t's row of each id into rows, −1 for an id without one; train admits
+	// new IDs and advances the shard's clock.
+	Resolve(t int, ids, rows []int64, train bool) error
+}
+
 // LinearStore is a Store whose tables may take a linear update (SGD without weight decay) straight
 // from every requested entry's gradient: duplicates add up in the row, so the owner skips the
 // merge per distinct row and its buffer (embedding.Table.ApplyLinear).
@@ -153,6 +162,7 @@ type Exchange struct {
 	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	direct    []gradEntries // owner, fused: per table with a linear update, its unmerged gradients
 	fused     bool
+	train     bool // a training step: dynamic shards admit IDs and count the step
 
 	pre []TablePartition // requester: leg 0's partition per table, computed ahead (nil: countStage computes it)
 
@@ -176,7 +186,7 @@ type stage struct {
 // NewExchange starts a step for rank self of topology topo, routing tables laid out by layouts
 // with mode, whose shards store holds.
 func NewExchange(layouts []*Layout, topo Topology, self int, mode Mode, store Store) *Exchange {
-	x := &Exchange{layouts: layouts, topo: topo, self: self, store: store, dims: make([]int, len(layouts))}
+	x := &Exchange{layouts: layouts, topo: topo, self: self, store: store, dims: make([]int, len(layouts)), train: true}
 	for t, l := range layouts {
 		x.dims[t] = l.Dim
 	}

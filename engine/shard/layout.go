@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 
+	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/kernels"
 )
@@ -48,7 +49,7 @@ func BucketRank(b, world int) int { return b * world / VirtualBuckets }
 func HashOwner(id int64, world int) int { return BucketRank(Bucket(id), world) }
 
 // Layout is one table's placement over a world of ranks: which rank owns each ID and at which row
-// of that rank's shard. IDs are the table's rows 0..Rows-1.
+// of that rank's shard. IDs are the table's rows 0..Rows-1, except in a dynamic layout.
 type Layout struct {
 	Name  string
 	Rows  int64
@@ -56,6 +57,12 @@ type Layout struct {
 	Kind  Kind
 	Rank  int // TableWise: the owning rank
 	World int
+	// Dynamic marks a dynamic-ID table (engine/dynamic): every int64 is an ID, and the owner's
+	// shard maps the IDs it receives to rows on demand (Store's Resolve), so there is no ID range
+	// (Rows is 0), no fixed id → row map and no LocalIDs or Locate.
+	Dynamic bool
+	// Builder builds each rank's shard of a dynamic table (dynamic.Builder); nil otherwise.
+	Builder embedding.TableBuilder
 
 	block int64   // RowWise: rows per rank (the last ranks may hold fewer, or none)
 	local []int32 // Hash: id → row on its owner
@@ -106,8 +113,32 @@ func NewLayout(name string, rows int64, dim int, kind Kind, rank, world int) (*L
 	return l, nil
 }
 
-// Check returns an error naming the table when id is not one of its rows.
+// NewDynamicLayout returns the layout of a dynamic-ID table whose shards b builds: hash (RecIS: its
+// IDs spread over every rank by bucket) or table-wise on rank.
+func NewDynamicLayout(name string, dim int, kind Kind, rank, world int, b embedding.TableBuilder) (*Layout, error) {
+	switch {
+	case b == nil:
+		return nil, errs.Invalidf("table %q: a dynamic layout needs the builder of its shards", name)
+	case kind != Hash && kind != TableWise:
+		return nil, errs.Invalidf("table %q: a dynamic-ID table is sharded hash or table-wise, not %s "+
+			"(its IDs have no range to cut into rows or to replicate)", name, kind)
+	case world <= 0:
+		return nil, errs.Invalidf("table %q: world size %d must be > 0", name, world)
+	case dim <= 0 || dim > 1<<20:
+		return nil, errs.Invalidf("table %q: embedding_dim %d must be in [1, 2^20]", name, dim)
+	case kind == TableWise && (rank < 0 || rank >= world):
+		return nil, errs.Invalidf("table %q: table-wise rank %d is outside the world of %d ranks", name, rank, world)
+	}
+	return &Layout{Name: name, Dim: dim, Kind: kind, Rank: rank, World: world, Dynamic: true, Builder: b,
+		count: make([]int64, world)}, nil
+}
+
+// Check returns an error naming the table when id is not one of its rows (any id is one of a
+// dynamic table's).
 func (l *Layout) Check(id int64) error {
+	if l.Dynamic {
+		return nil
+	}
 	if id < 0 || id >= l.Rows {
 		return errs.Invalidf("table %q: id %d out of range [0, %d)", l.Name, id, l.Rows)
 	}
@@ -120,12 +151,14 @@ func (l *Layout) Owner(id int64, self int) (rank int, row int64) {
 	return l.OwnerRank(id, self), l.row(id)
 }
 
-// row is id's row on its owner.
+// row is id's row on its owner (−1 in a dynamic layout, where the owner's shard decides).
 func (l *Layout) row(id int64) int64 {
-	switch l.Kind {
-	case Hash:
+	switch {
+	case l.Dynamic:
+		return -1
+	case l.Kind == Hash:
 		return int64(l.local[id])
-	case RowWise:
+	case l.Kind == RowWise:
 		return id % l.block
 	default:
 		return id
@@ -147,20 +180,22 @@ func (l *Layout) OwnerRank(id int64, self int) int {
 	}
 }
 
-// LocalRows is the number of rows rank holds.
+// LocalRows is the number of rows rank holds (0 in a dynamic layout: its shards grow on demand).
 func (l *Layout) LocalRows(rank int) int64 { return l.count[rank] }
 
-// LocalIDs returns the IDs rank holds, in the order of its shard's rows.
+// LocalIDs returns the IDs rank holds, in the order of its shard's rows (none in a dynamic layout:
+// its shard knows them).
 func (l *Layout) LocalIDs(rank int) []int64 {
 	out := make([]int64, 0, l.count[rank])
-	switch l.Kind {
-	case Hash:
+	switch {
+	case l.Dynamic:
+	case l.Kind == Hash:
 		for id := int64(0); id < l.Rows; id++ {
 			if HashOwner(id, l.World) == rank {
 				out = append(out, id)
 			}
 		}
-	case RowWise:
+	case l.Kind == RowWise:
 		for id := int64(rank) * l.block; id < min(l.Rows, int64(rank+1)*l.block); id++ {
 			out = append(out, id)
 		}
@@ -173,7 +208,7 @@ func (l *Layout) LocalIDs(rank int) []int64 {
 }
 
 // OwnRows writes into rows the row on rank self of each id, which self must own (an error names the
-// first that it does not). The ownership check runs first over all IDs and the reads of hash
+// first that it does not); in a dynamic layout it only checks ownership (the shard resolves rows). The ownership check runs first over all IDs and the reads of hash
 // sharding's id → row map follow back to back: independent loads the CPU overlaps, where one
 // loop with the hash between them kept fewer of those cache misses in flight.
 func (l *Layout) OwnRows(self int, ids, rows []int64) error {
@@ -181,6 +216,9 @@ func (l *Layout) OwnRows(self int, ids, rows []int64) error {
 		if o := l.OwnerRank(id, self); o != self {
 			return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", l.Name, id, self, o)
 		}
+	}
+	if l.Dynamic {
+		return nil
 	}
 	for i, id := range ids {
 		rows[i] = l.row(id)
@@ -193,6 +231,9 @@ func (l *Layout) OwnRows(self int, ids, rows []int64) error {
 func (l *Layout) Locate(rank int, ids, rows []int64) error {
 	if len(rows) != len(ids) {
 		return errs.Invalidf("table %q: %d rows for %d ids", l.Name, len(rows), len(ids))
+	}
+	if l.Dynamic {
+		return errs.Invalidf("table %q: a dynamic-ID table's rows are found by its shard, not its layout", l.Name)
 	}
 	for i, id := range ids {
 		if err := l.Check(id); err != nil {

@@ -74,8 +74,7 @@ func (c *Collection) BeginSequence(b embedding.Batch) (*SequenceStep, error) {
 		q.inv[t] = make([]int32, len(ids))
 		s.uniq[t] = c.pools.dedup(ids, q.inv[t])
 	})
-	s.X = NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
-	s.X.pools = &c.pools
+	s.X = c.newExchange()
 	// Forward checks every distinct ID against its table's layout.
 	if err := s.X.Forward(s.uniq); err != nil {
 		return nil, err

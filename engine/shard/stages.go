@@ -103,6 +103,9 @@ func (x *Exchange) idStage(h int) stage {
 				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
 			})
 			for t, ids := range next {
+				if x.layouts[t].Dynamic {
+					continue
+				}
 				rows := uint64(x.layouts[t].Rows)
 				for _, id := range ids {
 					if uint64(id) >= rows { // negative IDs wrap past rows
@@ -125,6 +128,16 @@ func (x *Exchange) idStage(h int) stage {
 	}
 }
 
+// resolve has table t's dynamic shard give rows to the owner's distinct IDs (−1 for an ID without
+// one: it reads zeros and takes no update), admitting new IDs in a training step.
+func (x *Exchange) resolve(t int, ids, rows []int64) error {
+	rs, ok := x.store.(ResolveStore)
+	if !ok {
+		return errs.Invalidf("exchange: table %q is dynamic but the store resolves no IDs", x.layouts[t].Name)
+	}
+	return rs.Resolve(t, ids, rows, x.train)
+}
+
 // lookup resolves the owner's distinct IDs to shard rows and reads them once each.
 func (x *Exchange) lookup() error {
 	T := len(x.layouts)
@@ -137,6 +150,11 @@ func (x *Exchange) lookup() error {
 		rows := make([]int64, len(ids))
 		if fail[t] = x.layouts[t].OwnRows(x.self, ids, rows); fail[t] != nil {
 			return
+		}
+		if x.layouts[t].Dynamic { // every step, IDs or none: the shard's clock counts steps
+			if fail[t] = x.resolve(t, ids, rows); fail[t] != nil {
+				return
+			}
 		}
 		x.ownerRows[t] = rows
 		top[t] = x.pools.floats().get(len(rows) * x.dims[t])

@@ -153,7 +153,12 @@ func boolInt(b bool) int64 {
 }
 
 // idWidth is the bytes per ID of table t on the wire (both sides know the table's size).
-func (x *Exchange) idWidth(t int) int { return widthFor(uint64(x.layouts[t].Rows - 1)) }
+func (x *Exchange) idWidth(t int) int {
+	if x.layouts[t].Dynamic { // any int64, negative ones included
+		return 8
+	}
+	return widthFor(uint64(x.layouts[t].Rows - 1))
+}
 
 // indexWidth is the bytes per value index of a pooled block of n distinct IDs.
 func indexWidth(n int64) int { return widthFor(uint64(max(0, n-1))) }

@@ -2,7 +2,9 @@
 
 Each rank writes its shards' IDs with their rows, optimizer state and step (recgo's checksummed
 checkpoint files); a load reads every file and keeps the rows its layout gives it, so the tables
-re-distribute over a different world.
+re-distribute over a different world. A dynamic-ID table's shard is saved with its ID map (the rows
+in use) and restored by ID (``_dynamic.restore``): as it was on the same world, re-distributed on
+another.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import torch.distributed as dist
 
 from ..errors import RecgoIOError
 from ..modules.embedding import load_checkpoint, save_checkpoint
+from . import _dynamic
 from ._exchange import PeerFailureError
 
 
@@ -29,6 +32,11 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
     doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank)}
     for cfg, shard in zip(coll._configs, coll.embedding_bags.values()):
         p = f"tables.{cfg.name}."
+        if cfg.dynamic is not None:  # the rows in use with the ID map (dynamic_*), from one snapshot
+            doc |= {p + k: v for k, v in _dynamic.export(coll, cfg.name).items()}
+            doc |= {p + "step": shard.optimizer_step.clone(), p + "rows": torch.tensor(cfg.num_embeddings),
+                    p + "dim": torch.tensor(cfg.embedding_dim)}
+            continue
         doc |= {p + "ids": coll.local_ids(cfg.name), p + "weight": shard.weight.detach().clone(),
                 p + "step": shard.optimizer_step.clone(), p + "rows": torch.tensor(cfg.num_embeddings),
                 p + "dim": torch.tensor(cfg.embedding_dim)}
@@ -59,14 +67,27 @@ def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
     if len(worlds) != 1 or len(files) != next(iter(worlds)):
         raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
     covered = [torch.zeros(n, dtype=torch.bool) for n in coll._local_rows]
+    parts: dict[str, list[dict[str, torch.Tensor]]] = {c.name: [] for c in coll._configs if c.dynamic is not None}
+    g = coll._groups
+    own = None
     with torch.no_grad():
-        for f in files:
+        for i, f in enumerate(files):
             doc = load_checkpoint(f)
+            if int(doc["world"]) == g.world_size and int(doc["rank"]) == g.rank:
+                own = i
             for t, (cfg, shard) in enumerate(zip(coll._configs, coll.embedding_bags.values())):
                 p = f"tables.{cfg.name}."
                 e = {k[len(p):]: v for k, v in doc.items() if k.startswith(p)}
                 if not e or int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
                     raise RecgoIOError(f"{f.name}: table {cfg.name!r} is missing or has another shape")
+                if (cfg.dynamic is not None) != ("dynamic_ids" in e):
+                    raise RecgoIOError(f"{f.name}: table {cfg.name!r} was saved as a "
+                                       f"{'fixed' if cfg.dynamic is not None else 'dynamic-ID'} table")
+                if cfg.dynamic is not None:  # restored once every file is read (below)
+                    parts[cfg.name].append(e)
+                    shard.optimizer_step.copy_(e["step"])
+                    covered[t][:] = True
+                    continue
                 rows = coll.locate(cfg.name, e["ids"])
                 mine = rows >= 0
                 shard.weight[rows[mine]] = e["weight"][mine]
@@ -76,6 +97,8 @@ def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
                     shard.optimizer_state[rows[mine]] = e["state"][mine]
                 shard.optimizer_step.copy_(e["step"])
                 covered[t][rows[mine]] = True
+        for name, ps in parts.items():
+            _dynamic.restore(coll, name, ps, own, str(d))
     for cfg, c in zip(coll._configs, covered):
         if not bool(c.all()):
             raise RecgoIOError(f"{d}: table {cfg.name!r}: {int((~c).sum())} of this rank's rows are in no shard file")

@@ -23,6 +23,7 @@ from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
+from . import _dynamic
 from ._checkpoint import load_shards, save_shards
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
 from ._state import own_keys, rank_keys
@@ -147,16 +148,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if mode not in MODES:
             raise InvalidInputError(f"mode {mode!r}: expected one of {sorted(MODES)}")
         self._configs = _check_configs(tables)
-        dynamic = [c.name for c in self._configs if c.dynamic is not None]
-        if dynamic:  # refused, not silently taken as fixed tables of num_embeddings rows
-            raise InvalidInputError(
-                f"tables {dynamic} are dynamic-ID tables, which sharded collections do not support: map their "
-                "IDs into a fixed table first (e.g. recgo.Feature(name).hash().mod(num_embeddings)) and shard that")
         self._mode = mode
         self._optimizer = optimizer
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
         self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
+        _dynamic.check(self._configs, self._sharding_names, optimizer)
+        self._dynamic = [c.dynamic is not None for c in self._configs]
+        self._engine_training = True
         self._returns = self._resolve_returns(owner_pooling)
         if wire_dtype not in WIRE_DTYPES:
             raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
@@ -180,7 +179,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
             self._local_rows.append(local)
             has_state = optimizer is not None and optimizer.state_width(cfg.embedding_dim) > 0
             self.embedding_bags[cfg.name] = _Shard(weight, optimizer is None, state if has_state else None, step)
-            if _init:
+            if cfg.dynamic is not None:
+                cfg.dynamic.attach(self, i)  # state_dict carries the shard's ID map and rows in use
+            elif _init:
                 self._initialise(cfg, weight, gen)
         if _init:
             self._agree_replicas()
@@ -224,12 +225,17 @@ class ShardedEmbeddingBagCollection(nn.Module):
         unsharded collection's state_dict whose table keys start with ``prefix``."""
         with torch.no_grad():
             for cfg in self._configs:
-                ids = self.local_ids(cfg.name)
                 shard = self.embedding_bags[cfg.name]
-                shard.weight.copy_(src[f"{prefix}.{cfg.name}.weight"].to(torch.float32)[ids])
-                st = src.get(f"{prefix}.{cfg.name}.optimizer_state")
-                if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
-                    shard.optimizer_state[: len(ids)].copy_(st[ids])
+                if cfg.dynamic is not None:  # the rows of the IDs this rank owns, with their ID map
+                    head = f"{prefix}.{cfg.name}."
+                    part = {k[len(head):]: v for k, v in src.items() if k.startswith(head)}
+                    _dynamic.restore(self, cfg.name, [part], None, "from_ebc")
+                else:
+                    ids = self.local_ids(cfg.name)
+                    shard.weight.copy_(src[f"{prefix}.{cfg.name}.weight"].to(torch.float32)[ids])
+                    st = src.get(f"{prefix}.{cfg.name}.optimizer_state")
+                    if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
+                        shard.optimizer_state[: len(ids)].copy_(st[ids])
                 step = src.get(f"{prefix}.{cfg.name}.optimizer_step")
                 if step is not None:
                     shard.optimizer_step.copy_(step)
@@ -240,7 +246,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         g = self._groups
         desc: dict[str, Any] = {
             f"table {i}": (c.name, c.num_embeddings, c.embedding_dim, tuple(c.feature_names),
-                           ("sum", "mean")[c.pooling_code()], c.weight_init_min, c.weight_init_max)
+                           ("sum", "mean")[c.pooling_code()], c.weight_init_min, c.weight_init_max, repr(c.dynamic))
             for i, c in enumerate(self._configs)}
         # names, not the engine's codes: a rank that differs sees what it passed in the message
         sharding = tuple(f"{n} on rank {r}" if SHARDING_TYPES[n] == SHARDING_TYPES["table_wise"] else n
@@ -299,12 +305,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 draw_uniform_rows(weight, self.local_ids(cfg.name), cfg.num_embeddings, *cfg.init_bounds(), gen)
 
     def reset_parameters(self) -> None:
-        """(Re-)initialise every shard's weights as construction did (the same ``seed``, so the same
-        rows; a table's ``init_fn``; data-parallel replicas from rank 0). Optimizer state and step are
-        left as they are, as for the unsharded collection. A collective: every rank calls it."""
+        """(Re-)initialise every fixed table's shard as construction did (the same ``seed``, so the same
+        rows; a table's ``init_fn``; data-parallel replicas from rank 0); dynamic-ID tables initialise
+        their rows as IDs arrive. Optimizer state and step are left as they are, as for the unsharded
+        collection. A collective: every rank calls it."""
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
         for cfg in self._configs:
-            self._initialise(cfg, self.embedding_bags[cfg.name].weight, gen)
+            if cfg.dynamic is None:  # dynamic tables draw a row's weights as its ID arrives
+                self._initialise(cfg, self.embedding_bags[cfg.name].weight, gen)
         self._agree_replicas()
 
     def _apply(self, fn: Any, recurse: bool = True) -> "ShardedEmbeddingBagCollection":
@@ -339,11 +347,18 @@ class ShardedEmbeddingBagCollection(nn.Module):
         feat_pool = col([t.pooling_code() for t in cfgs for _ in t.feature_names])
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self._keep = (rows, dims, kinds, ranks, returns, feat_table, feat_pool)
-        return _lib.new_handle(
-            "recgo_shard_new",
-            g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
-            ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), ptr(returns), *opt,
-            len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
+        made = [c.dynamic.builder(c) if c.dynamic is not None else None for c in cfgs]  # alive until built
+        try:
+            builders = torch.tensor([b.value if b is not None else 0 for b in made], dtype=torch.int64)
+            return _lib.new_handle(
+                "recgo_shard_new",
+                g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
+                ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), ptr(returns), ptr(builders) if any(made) else None, *opt,
+                len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
+        finally:
+            for b in made:
+                if b is not None:
+                    b.free()
 
     def _memory(self, t: int, dim: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
         f = _lib.fn("recgo_shard_table_memory")
@@ -374,8 +389,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         raise NotFoundError(f"no table {name!r} (tables: {[c.name for c in self._configs]})")
 
     def local_ids(self, table: str) -> torch.Tensor:
-        """The IDs of ``table`` this rank holds, in the order of its shard's rows."""
+        """The IDs of ``table`` this rank holds, in the order of its shard's rows (a dynamic-ID table's:
+        those holding a row now)."""
         t = self._table(table)
+        if self._dynamic[t]:
+            return _dynamic.local_ids(self, table)
         out = torch.empty(self._local_rows[t], dtype=torch.int64)
         _lib.call(_lib.fn("recgo_shard_local_ids"), self._handle.value, t, ptr(out), out.numel())
         return out
@@ -389,8 +407,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return out
 
     def locate(self, table: str, ids: torch.Tensor) -> torch.Tensor:
-        """Each ID's row in this rank's shard of ``table``, or −1 where another rank holds it."""
+        """Each ID's row in this rank's shard of ``table``, or −1 where another rank holds it (or, in a
+        dynamic-ID table, where it has no row: this looks, it admits nothing)."""
         t = self._table(table)
+        if self._dynamic[t]:
+            return _dynamic.locate(self, table, check_tensor(ids, "ids", (torch.int64,), ndim=1))
         ids = check_tensor(ids, "ids", (torch.int64,), ndim=1)
         out = torch.empty_like(ids)
         _lib.call(_lib.fn("recgo_shard_locate"), self._handle.value, t, ptr(ids), ids.numel(), ptr(out))
@@ -451,6 +472,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         sharding, mode, tables) raises :class:`InvalidInputError`."""
         kjt = as_kjt(features)
         key_feature = self._keys(kjt.keys())
+        self._sync_training()
         values, lengths = kjt.values(), kjt.lengths()
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
@@ -471,6 +493,13 @@ class ShardedEmbeddingBagCollection(nn.Module):
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(kjt.keys()))
         return KeyedTensor(self._features, self._dims, self._lookup(handle, batch))
+
+    def _sync_training(self) -> None:
+        """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic
+        tables admit no ID and keep their clocks; fixed tables look the same either way."""
+        if self.training != self._engine_training:
+            _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, int(self.training))
+            self._engine_training = self.training
 
     def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
         """The output of a step whose forward exchange ran: through autograd when a parameter it

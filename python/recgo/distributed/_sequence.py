@@ -109,6 +109,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         kjt = as_kjt(features)
         keys = kjt.keys()
         key_feature = self._keys(keys)
+        self._sync_training()
         values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
         lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
         step, seq = _lib.H(0), _lib.H(0)

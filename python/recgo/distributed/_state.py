@@ -61,7 +61,12 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
                 f"{', '.join(others)} (state dicts of a sharded collection are per rank): load each on the "
                 "rank that saved it, or checkpoint with save()/load(), which re-distribute the rows")
         ids = state_dict.pop(f"{head}{tag}.{SHARD_IDS}", None)
-        if ids is not None:
+        if ids is not None and cfg.dynamic is not None:  # a dynamic shard's IDs change as it trains
+            if not (isinstance(ids, torch.Tensor) and bool((module.owners(cfg.name, ids.to(torch.int64)) == g.rank).all())):
+                raise InvalidInputError(
+                    f"rank {g.rank}: the state dict holds IDs of table {cfg.name!r} that another rank owns (saved "
+                    "with another sharding): checkpoint with save()/load(), which re-distribute the rows")
+        elif ids is not None:
             mine = module.local_ids(cfg.name)
             if not (isinstance(ids, torch.Tensor) and ids.shape == mine.shape and torch.equal(ids.to(mine.dtype), mine)):
                 raise InvalidInputError(

@@ -1,0 +1,220 @@
+package shard
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/recgo/recgo/engine/dynamic"
+	"github.com/recgo/recgo/engine/embedding"
+	"github.com/stretchr/testify/require"
+)
+
+// dynamicIDs is the pool the dynamic tables' IDs are drawn from: spread over int64, negative ones
+// included (a dynamic table has no ID range).
+var dynamicIDs = func() []int64 {
+	out := make([]int64, 40)
+	for k := range out {
+		out[k] = int64(uint64(k+1) * 0x9E3779B97F4A7C15)
+	}
+	return out
+}()
+
+// dynamicWorld is a world whose tables 0 and 1 are dynamic (hash with admission after two
+// sightings and a default vector; table-wise on rank 1), table 2 fixed (hash), beside the
+// single-process reference collection with the same tables.
+type dynamicWorld struct {
+	testWorld
+	cfgs []dynamic.Config
+}
+
+func newDynamicWorld(t *testing.T, nodes, per int, mode Mode, opt embedding.OptimizerConfig) *dynamicWorld {
+	topo, err := NewTopology(nodes, per, nodes*per)
+	require.NoError(t, err)
+	cfgs := []dynamic.Config{
+		{MaxRows: 1000, MinCount: 2, InitLow: -0.5, InitHigh: 0.5, Seed: 3, Default: []float32{1, 2, 3, 4}},
+		{MaxRows: 1000, MinCount: 1, InitLow: -0.5, InitHigh: 0.5, Seed: 4},
+	}
+	dims := []int{4, 3, 5}
+	build := func(i int) *embedding.Table {
+		b, err := dynamic.NewBuilder(cfgs[i])
+		require.NoError(t, err)
+		tb, err := b.BuildTable(fmt.Sprintf("t%d", i), dims[i], opt)
+		require.NoError(t, err)
+		return tb
+	}
+	feats := []embedding.Feature{{Name: "f0", Table: 0}, {Name: "f1", Table: 1, Pooling: embedding.PoolMean}, {Name: "f2", Table: 2}}
+	fixed, err := embedding.NewFixedTable("t2", 20, dims[2], opt)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for j := range fixed.Data {
+		fixed.Data[j] = rng.Float32() - 0.5
+	}
+	ref, err := embedding.NewCollection([]*embedding.Table{build(0), build(1), fixed}, feats)
+	require.NoError(t, err)
+	w := &dynamicWorld{testWorld: testWorld{topo: topo, ref: ref}, cfgs: cfgs}
+	for r := 0; r < topo.World(); r++ {
+		var ls []*Layout
+		for i, kind := range []Kind{Hash, TableWise} {
+			b, err := dynamic.NewBuilder(cfgs[i])
+			require.NoError(t, err)
+			l, err := NewDynamicLayout(fmt.Sprintf("t%d", i), dims[i], kind, 1, topo.World(), b)
+			require.NoError(t, err)
+			ls = append(ls, l)
+		}
+		l, err := NewLayout("t2", 20, dims[2], Hash, 0, topo.World())
+		require.NoError(t, err)
+		c, err := NewCollection(append(ls, l), topo, r, mode, opt, feats)
+		require.NoError(t, err)
+		for j, id := range l.LocalIDs(r) {
+			copy(c.Shards[2].Row(int64(j)), fixed.Row(id))
+		}
+		w.ranks = append(w.ranks, c)
+	}
+	t.Cleanup(func() {
+		for _, c := range w.ranks {
+			require.NoError(t, c.Close())
+		}
+		require.NoError(t, ref.Close())
+	})
+	return w
+}
+
+// dynamicBatch draws per-feature lengths and values for B samples: dynamic features from ids,
+// the fixed one from its 20 rows.
+func dynamicBatch(rng *rand.Rand, B int, ids []int64) (lens, vals [][]int64) {
+	lens, vals = make([][]int64, 3), make([][]int64, 3)
+	for f := range lens {
+		for range B {
+			n := rng.IntN(4)
+			lens[f] = append(lens[f], int64(n))
+			for range n {
+				if f == 2 {
+					vals[f] = append(vals[f], rng.Int64N(20))
+				} else {
+					vals[f] = append(vals[f], ids[rng.IntN(len(ids))])
+				}
+			}
+		}
+	}
+	return lens, vals
+}
+
+// row reads id's row of dynamic table i in the reference (nil when it has none) and at its owner.
+func (w *dynamicWorld) rows(t *testing.T, i int, id int64) (ref, owned []float32) {
+	get := func(tb *embedding.Table) []float32 {
+		r := []int64{0}
+		require.NoError(t, dynamic.Of(tb).Lookup([]int64{id}, r, false))
+		if r[0] < 0 {
+			return nil
+		}
+		return tb.Row(r[0])
+	}
+	owner := w.ranks[0].Layouts[i].OwnerRank(id, 0)
+	return get(w.ref.Tables[i]), get(w.ranks[owner].Shards[i])
+}
+
+// TestDynamicTablesShardedMatchOneCollection: dynamic tables sharded hash or table-wise train as
+// the single-process collection does — the same admissions (after two sightings), pooled outputs,
+// fused updates and, in an evaluation step, the same zeros or default vector for unseen IDs,
+// without admitting them.
+func TestDynamicTablesShardedMatchOneCollection(t *testing.T) {
+	opts := []embedding.OptimizerConfig{
+		{Kind: embedding.OptSGD, LR: 0.1},
+		{Kind: embedding.OptAdam, LR: 0.01, Eps: 1e-8, Beta1: 0.9, Beta2: 0.999},
+	}
+	for _, sh := range []shape{{2, 2}, {1, 2}} {
+		for _, mode := range []Mode{Flat, Hierarchical} {
+			for _, opt := range opts {
+				t.Run(fmt.Sprintf("%dx%d/%s/%s", sh.nodes, sh.per, mode, opt.Kind), func(t *testing.T) {
+					w := newDynamicWorld(t, sh.nodes, sh.per, mode, opt)
+					W, Bl := w.topo.World(), 5
+					rng := rand.New(rand.NewPCG(7, 8))
+					run := func(train bool, ids []int64) {
+						lens, vals := dynamicBatch(rng, W*Bl, ids)
+						width := w.ref.Width()
+						refOut := make([]float32, W*Bl*width)
+						ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl), refOut, train, true)
+						require.NoError(t, err)
+						steps, xs := make([]*Step, W), make([]*Exchange, W)
+						for r, c := range w.ranks {
+							c.SetTraining(train)
+							steps[r], err = c.Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl))
+							require.NoError(t, err)
+							xs[r] = steps[r].X
+						}
+						runLockstep(t, w.topo, xs)
+						grad := make([]float32, len(refOut))
+						for i := range grad {
+							grad[i] = rng.Float32() - 0.5
+						}
+						for r, s := range steps {
+							out := make([]float32, Bl*width)
+							require.NoError(t, s.Pool(out))
+							require.InDeltaSlice(t, refOut[r*Bl*width:(r+1)*Bl*width], out, 1e-6, "pooled, rank %d", r)
+							if train {
+								require.NoError(t, s.Backward(grad[r*Bl*width:(r+1)*Bl*width], true))
+							}
+						}
+						if train {
+							runLockstep(t, w.topo, xs)
+							require.NoError(t, w.ref.Backward(ctx, grad, nil, nil))
+						}
+					}
+					for range 4 {
+						run(true, dynamicIDs[:30])
+					}
+					admitted := 0
+					for i := range 2 {
+						for _, id := range dynamicIDs {
+							ref, owned := w.rows(t, i, id)
+							require.Equal(t, ref == nil, owned == nil, "table %d id %d: admitted in one, not the other", i, id)
+							if ref != nil {
+								admitted++
+								require.InDeltaSlice(t, ref, owned, 1e-5, "table %d id %d", i, id)
+							}
+						}
+						for r, c := range w.ranks {
+							require.Equal(t, dynamic.Of(w.ref.Tables[i]).Step(), dynamic.Of(c.Shards[i]).Step(), "table %d rank %d clock", i, r)
+							require.Equal(t, w.ref.Tables[i].Step[0], c.Shards[i].Step[0], "table %d rank %d optimizer step", i, r)
+						}
+					}
+					require.Positive(t, admitted)
+					// evaluation: every ID, seen or not, pools as the reference's; nothing is admitted
+					before := w.admittedIDs(t)
+					run(false, dynamicIDs)
+					require.Equal(t, before, w.admittedIDs(t), "an evaluation step admitted IDs")
+				})
+			}
+		}
+	}
+}
+
+// admittedIDs counts, per dynamic table, the IDs holding a row on any rank.
+func (w *dynamicWorld) admittedIDs(t *testing.T) [2]int {
+	var n [2]int
+	for i := range n {
+		for _, c := range w.ranks {
+			st, err := dynamic.Of(c.Shards[i]).Stats()
+			require.NoError(t, err)
+			n[i] += st.Rows
+		}
+	}
+	return n
+}
+
+func TestDynamicLayoutRefusesRangeShardings(t *testing.T) {
+	b, err := dynamic.NewBuilder(dynamic.Config{MaxRows: 10})
+	require.NoError(t, err)
+	for _, k := range []Kind{RowWise, DataParallel} {
+		_, err := NewDynamicLayout("d", 4, k, 0, 2, b)
+		require.ErrorContains(t, err, "hash or table-wise")
+	}
+	_, err = NewDynamicLayout("d", 4, Hash, 0, 2, nil)
+	require.ErrorContains(t, err, "builder")
+	l, err := NewDynamicLayout("d", 4, Hash, 0, 2, b)
+	require.NoError(t, err)
+	require.NoError(t, l.Check(-1<<63), "every int64 is an ID of a dynamic table")
+	require.ErrorContains(t, l.Locate(0, []int64{1}, []int64{0}), "found by its shard")
+	require.Empty(t, l.LocalIDs(0))
+}

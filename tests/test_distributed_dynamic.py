@@ -1,0 +1,245 @@
+"""Dynamic-ID tables sharded over torch.distributed (hash by virtual bucket, or table-wise), against
+the single-process recgo.EmbeddingBagCollection with the same tables on the global batch: pooled
+outputs, admissions after ``min_count`` sightings, every ID's row and optimizer state after each
+fused step, evaluation lookups (default vector, nothing admitted), state_dict, a checkpoint saved on
+2 ranks and loaded on 1 and on 2 that continues as the uninterrupted run, and the refusals."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import recgo
+from recgo.modules import optim
+from sharded_checks import close
+from spawned import ok, spawn
+
+B_LOCAL, STEPS, SAVE_AT = 4, 4, 2
+# IDs spread over int64, negative ones included; the last ten are never trained on
+IDS = torch.tensor([v - 2**64 if v >= 2**63 else v for v in ((k + 1) * 0x9E3779B97F4A7C15 % 2**64 for k in range(40))],
+                   dtype=torch.int64)
+SHARDING = {"user": "hash", "item": "table_wise", "cat": "hash"}
+
+
+def configs() -> list[recgo.EmbeddingBagConfig]:
+    C, D = recgo.EmbeddingBagConfig, recgo.DynamicConfig
+    return [C(100, 4, "user", ["user_id"], dynamic=D(min_count=2, default=[1.0, 2.0, 3.0, 4.0], seed=3)),
+            C(100, 3, "item", ["item_id", "item_hist"], pooling="mean", dynamic=D(seed=4)),
+            C(20, 5, "cat", ["cat_id"])]
+
+
+def global_batch(step: int, world: int, ids: torch.Tensor = IDS[:30]) -> recgo.KeyedJaggedTensor:
+    g = torch.Generator().manual_seed(900 + step)
+    B = world * B_LOCAL
+    keys, vals, lens = [], [], []
+    for f in ("user_id", "item_id", "item_hist", "cat_id"):
+        ln = torch.randint(0, 4, (B,), generator=g)
+        n = int(ln.sum())
+        v = torch.randint(0, 20, (n,), generator=g) if f == "cat_id" else ids[torch.randint(0, len(ids), (n,), generator=g)]
+        keys.append(f)
+        vals.append(v)
+        lens.append(ln)
+    return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens))
+
+
+def rank_slice(kjt: recgo.KeyedJaggedTensor, rank: int) -> recgo.KeyedJaggedTensor:
+    feats = kjt.to_dict()
+    vals, lens = [], []
+    for k in kjt.keys():
+        v, ln = feats[k].values(), feats[k].lengths()
+        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
+        vals.append(v[int(offs[rank * B_LOCAL]):int(offs[(rank + 1) * B_LOCAL])])
+        lens.append(ln[rank * B_LOCAL:(rank + 1) * B_LOCAL])
+    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens))
+
+
+def make(world_kwargs: dict[str, Any]) -> Any:
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    return ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.Adam(lr=0.05), seed=5, timeout=60,
+                                         **world_kwargs)
+
+
+def reference() -> recgo.EmbeddingBagCollection:
+    return recgo.EmbeddingBagCollection(configs(), optimizer=optim.Adam(lr=0.05), seed=5)
+
+
+def train_step(sh: Any, ref: recgo.EmbeddingBagCollection, step: int, rank: int, world: int, what: str) -> None:
+    """One step of both on the global batch (the sharded one on this rank's samples): equal outputs."""
+    kjt = global_batch(step, world)
+    want = ref(kjt).values()
+    got = sh(rank_slice(kjt, rank)).values()
+    close(got.detach(), want.detach()[rank * B_LOCAL:(rank + 1) * B_LOCAL], f"{what} step {step} pooled")
+    R = torch.randn(want.shape, generator=torch.Generator().manual_seed(step))
+    (want * R).sum().backward()
+    (got * R[rank * B_LOCAL:(rank + 1) * B_LOCAL]).sum().backward()
+
+
+def check_rows(sh: Any, ref: recgo.EmbeddingBagCollection, rank: int, what: str) -> int:
+    """Every ID's row and Adam state on its owner equal the reference's, admitted in both or neither;
+    returns the IDs this rank holds."""
+    held = 0
+    for c in configs():
+        if c.dynamic is None:
+            close(sh.embedding_bags[c.name].weight.detach(), ref.embedding_bags[c.name].weight.detach()[sh.local_ids(c.name)],
+                  f"{what} {c.name}")
+            continue
+        mine = sh.owners(c.name, IDS) == rank
+        rows = sh.locate(c.name, IDS)
+        want = recgo.dynamic.lookup(ref, c.name, IDS)
+        assert bool((rows[~mine] == -1).all()), f"{what} {c.name}: rows of IDs another rank owns"
+        assert torch.equal(rows[mine] >= 0, want[mine] >= 0), f"{what} {c.name}: admitted differently"
+        have = rows >= 0
+        a, b = sh.embedding_bags[c.name], ref.embedding_bags[c.name]
+        close(a.weight.detach()[rows[have]], b.weight.detach()[want[have]], f"{what} {c.name} weights")
+        close(a.optimizer_state[rows[have]], b.optimizer_state[want[have]], f"{what} {c.name} state")
+        assert int(a.optimizer_step) == int(b.optimizer_step)
+        assert sorted(sh.local_ids(c.name).tolist()) == sorted(IDS[have].tolist())
+        held += int(have.sum())
+    return held
+
+
+def _world(rank: int, world: int, ck: str) -> dict[str, Any]:
+    from recgo.errors import InvalidInputError
+
+    out: dict[str, Any] = {"held": {}}
+    for mode, nodes in (("flat", 1), ("hierarchical", 2)):
+        ref, sh = reference(), make({"mode": mode, "nodes": nodes})
+        for step in range(STEPS):
+            train_step(sh, ref, step, rank, world, mode)
+            out["held"][(mode, step)] = check_rows(sh, ref, rank, f"{mode} step {step}")
+            if mode == "flat" and step == SAVE_AT - 1:
+                sh.save(ck)
+                sd = {k: v.clone() for k, v in sh.state_dict().items()}  # the fixed table's weight is live
+        if mode == "flat":
+            # evaluation: unseen IDs pool as the default vector (or zeros), and nothing is admitted
+            sh.eval()
+            ref.eval()
+            before = [recgo.dynamic.stats(sh, n).rows for n in ("user", "item")]
+            kjt = global_batch(99, world, IDS)
+            with torch.no_grad():
+                close(sh(rank_slice(kjt, rank)).values(), ref(kjt).values()[rank * B_LOCAL:(rank + 1) * B_LOCAL], "eval")
+            assert [recgo.dynamic.stats(sh, n).rows for n in ("user", "item")] == before
+            out["stats"] = recgo.dynamic.stats(sh, "user")
+            # state_dict: a fresh collection on the same ranks takes the step-SAVE_AT state and continues
+            # as the original did
+            again = make({})
+            assert f"embedding_bags.user.rank{rank}_of_{world}.dynamic_ids" in sd
+            again.load_state_dict(sd)
+            out["state_dict_held"] = check_rows(again, _replay(SAVE_AT, world), rank, "state_dict")
+    out["sequence_rows"] = _sequence(rank, world)
+    errors = {}
+    for name, kw in {"row_wise": {"sharding": {"user": "row_wise"}}, "data_parallel": {"sharding": {"user": "data_parallel"}},
+                     "torch optimizer": {"optimizer": None}}.items():
+        try:
+            from recgo.distributed import ShardedEmbeddingBagCollection
+
+            ShardedEmbeddingBagCollection(configs(), kw.get("sharding", SHARDING), optimizer=kw.get("optimizer", optim.SGD(lr=0.1)),
+                                          timeout=60)
+        except InvalidInputError as exc:
+            errors[name] = str(exc)
+    out["errors"] = errors
+    dist.barrier()
+    return out
+
+
+def _sequence(rank: int, world: int) -> int:
+    """A sharded sequence collection with a dynamic table looks up and trains as the unsharded one."""
+    from recgo.distributed import ShardedEmbeddingCollection
+
+    cfgs = [recgo.EmbeddingConfig(100, 4, "user", ["user_id", "item_hist"], dynamic=recgo.DynamicConfig(seed=9))]
+    ref = recgo.EmbeddingCollection(cfgs, optimizer=optim.Adagrad(lr=0.3))
+    sh = ShardedEmbeddingCollection(cfgs, "hash", optimizer=optim.Adagrad(lr=0.3), timeout=60)
+    n = 0
+    for step in range(3):
+        full = global_batch(step, world)
+        kjt = recgo.KeyedJaggedTensor(["user_id", "item_hist"], torch.cat([full["user_id"].values(), full["item_hist"].values()]),
+                                      lengths=torch.cat([full["user_id"].lengths(), full["item_hist"].lengths()]))
+        mine = rank_slice(kjt, rank)
+        want, got = ref(kjt), sh(mine)
+        loss_ref, loss = torch.zeros(()), torch.zeros(())
+        for i, k in enumerate(kjt.keys()):
+            w, g = want[k].values(), got[k].values()
+            lo = int(kjt[k].lengths()[:rank * B_LOCAL].sum())
+            close(g.detach(), w.detach()[lo:lo + len(g)], f"sequence step {step} {k}")
+            R = torch.randn(w.shape, generator=torch.Generator().manual_seed(step * 10 + i))
+            loss_ref = loss_ref + (w * R).sum()
+            loss = loss + (g * R[lo:lo + len(g)]).sum()
+            n += len(g)
+        loss_ref.backward()
+        loss.backward()
+    mine = sh.owners("user", IDS) == rank
+    rows, want_rows = sh.locate("user", IDS), recgo.dynamic.lookup(ref, "user", IDS)
+    assert torch.equal(rows[mine] >= 0, want_rows[mine] >= 0)
+    have = rows >= 0
+    close(sh.embeddings["user"].weight.detach()[rows[have]], ref.embeddings["user"].weight.detach()[want_rows[have]],
+          "sequence weights")
+    return n
+
+
+def _replay(steps: int, world: int) -> recgo.EmbeddingBagCollection:
+    """The reference after ``steps`` training steps on the global batches of a world of ``world``."""
+    ref = reference()
+    for step in range(steps):
+        kjt = global_batch(step, world)
+        want = ref(kjt).values()
+        R = torch.randn(want.shape, generator=torch.Generator().manual_seed(step))
+        (want * R).sum().backward()
+    return ref
+
+
+def _resume(rank: int, world: int, ck: str, saved_world: int) -> dict[str, Any]:
+    """Load the step-SAVE_AT checkpoint of a world of ``saved_world`` and train on: equal to the
+    uninterrupted reference at every later step (the global batches are the saving world's)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    sh = ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.Adam(lr=0.05), seed=11, timeout=60)
+    sh.load(ck)
+    ref = _replay(SAVE_AT, saved_world)
+    out = {"held": check_rows(sh, ref, rank, "loaded")}
+    per = saved_world * B_LOCAL // world
+    for step in range(SAVE_AT, STEPS):
+        kjt = global_batch(step, saved_world)
+        want = ref(kjt).values()
+        got = sh(_slice(kjt, rank, per)).values()
+        close(got.detach(), want.detach()[rank * per:(rank + 1) * per], f"resumed step {step}")
+        R = torch.randn(want.shape, generator=torch.Generator().manual_seed(step))
+        (want * R).sum().backward()
+        (got * R[rank * per:(rank + 1) * per]).sum().backward()
+        out["held"] = check_rows(sh, ref, rank, f"resumed step {step}")
+    return out
+
+
+def _slice(kjt: recgo.KeyedJaggedTensor, rank: int, per: int) -> recgo.KeyedJaggedTensor:
+    feats = kjt.to_dict()
+    vals, lens = [], []
+    for k in kjt.keys():
+        v, ln = feats[k].values(), feats[k].lengths()
+        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
+        vals.append(v[int(offs[rank * per]):int(offs[(rank + 1) * per])])
+        lens.append(ln[rank * per:(rank + 1) * per])
+    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens))
+
+
+def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
+    ck = str(tmp_path / "ck")
+    res = spawn(_world, 2, tmp_path, ck)
+    ok(res)
+    for mode in ("flat", "hierarchical"):
+        held = [sum(r["held"][(mode, s)] for r in res) for s in range(STEPS)]
+        assert held[0] > 0 and held[-1] > held[0], f"{mode}: the tables admitted no IDs over the steps: {held}"
+        assert all(r["held"][(mode, STEPS - 1)] > 0 for r in res), "a rank holds none of the hash table's IDs"
+    assert all(r["sequence_rows"] > 0 for r in res)
+    for r in res:
+        assert "shard by ID" in r["errors"]["row_wise"]
+        assert "shard by ID" in r["errors"]["data_parallel"]
+        assert "fused optimizer" in r["errors"]["torch optimizer"]
+    # the checkpoint of 2 ranks continues on 1 rank and on 2 (re-distributed, and as saved)
+    for world in (1, 2):
+        out = spawn(_resume, world, tmp_path, ck, 2)
+        ok(out)
+        assert sum(o["held"] for o in out) > 0
