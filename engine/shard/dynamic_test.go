@@ -28,12 +28,12 @@ type dynamicWorld struct {
 	cfgs []dynamic.Config
 }
 
-func newDynamicWorld(t *testing.T, nodes, per int, mode Mode, opt embedding.OptimizerConfig) *dynamicWorld {
+func newDynamicWorld(t *testing.T, nodes, per int, mode Mode, opt embedding.OptimizerConfig, bound int) *dynamicWorld {
 	topo, err := NewTopology(nodes, per, nodes*per)
 	require.NoError(t, err)
 	cfgs := []dynamic.Config{
-		{MaxRows: 1000, MinCount: 2, InitLow: -0.5, InitHigh: 0.5, Seed: 3, Default: []float32{1, 2, 3, 4}},
-		{MaxRows: 1000, MinCount: 1, InitLow: -0.5, InitHigh: 0.5, Seed: 4},
+		{MaxRows: bound, MinCount: 2, InitLow: -0.5, InitHigh: 0.5, Seed: 3, Default: []float32{1, 2, 3, 4}},
+		{MaxRows: bound, MinCount: 1, InitLow: -0.5, InitHigh: 0.5, Seed: 4},
 	}
 	dims := []int{4, 3, 5}
 	build := func(i int) *embedding.Table {
@@ -126,8 +126,13 @@ func TestDynamicTablesShardedMatchOneCollection(t *testing.T) {
 	for _, sh := range []shape{{2, 2}, {1, 2}} {
 		for _, mode := range []Mode{Flat, Hierarchical} {
 			for _, opt := range opts {
-				t.Run(fmt.Sprintf("%dx%d/%s/%s", sh.nodes, sh.per, mode, opt.Kind), func(t *testing.T) {
-					w := newDynamicWorld(t, sh.nodes, sh.per, mode, opt)
+				// SGD's owners pool the bags (an ID without a row adds zeros), Adam's return rows
+				ret := map[embedding.OptimizerKind]Return{embedding.OptSGD: ReturnPooled, embedding.OptAdam: ReturnRows}[opt.Kind]
+				t.Run(fmt.Sprintf("%dx%d/%s/%s/%s", sh.nodes, sh.per, mode, opt.Kind, ret), func(t *testing.T) {
+					w := newDynamicWorld(t, sh.nodes, sh.per, mode, opt, 1000)
+					for _, c := range w.ranks {
+						require.NoError(t, c.SetReturns([]Return{ret, ret, ret}))
+					}
 					W, Bl := w.topo.World(), 5
 					rng := rand.New(rand.NewPCG(7, 8))
 					run := func(train bool, ids []int64) {
@@ -201,6 +206,44 @@ func (w *dynamicWorld) admittedIDs(t *testing.T) [2]int {
 		}
 	}
 	return n
+}
+
+// TestFullDynamicShardsEvict: shards fed more IDs than they hold evict and reuse rows step after
+// step and stay within their bound.
+func TestFullDynamicShardsEvict(t *testing.T) {
+	const bound = 25 // above the distinct IDs of one batch (the table-wise shard gets all of them)
+	w := newDynamicWorld(t, 1, 2, Flat, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1}, bound)
+	rng := rand.New(rand.NewPCG(9, 9))
+	for range 8 {
+		lens, vals := dynamicBatch(rng, 2*5, dynamicIDs)
+		steps, xs := make([]*Step, 2), make([]*Exchange, 2)
+		for r, c := range w.ranks {
+			var err error
+			steps[r], err = c.Begin(sliceBatch(lens, vals, r*5, (r+1)*5))
+			require.NoError(t, err)
+			xs[r] = steps[r].X
+		}
+		runLockstep(t, w.topo, xs)
+		for _, s := range steps {
+			require.NoError(t, s.Pool(make([]float32, 5*w.ranks[0].Width())))
+			g := make([]float32, 5*w.ranks[0].Width())
+			for i := range g {
+				g[i] = 1
+			}
+			require.NoError(t, s.Backward(g, true))
+		}
+		runLockstep(t, w.topo, xs)
+	}
+	var evicted int64
+	for _, c := range w.ranks {
+		for i := range 2 {
+			st, err := dynamic.Of(c.Shards[i]).Stats()
+			require.NoError(t, err)
+			require.LessOrEqual(t, st.Rows, bound, "a shard outgrew its bound")
+			evicted += st.Evicted
+		}
+	}
+	require.Positive(t, evicted, "40 IDs through shards of 25 rows evicted nothing")
 }
 
 func TestDynamicLayoutRefusesRangeShardings(t *testing.T) {

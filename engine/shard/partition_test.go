@@ -212,51 +212,70 @@ func TestBeginPreparedEqualsBegin(t *testing.T) {
 				t.Run(fmt.Sprintf("%dx%d/%s/%s", sh.nodes, sh.per, mode, ret), func(t *testing.T) {
 					plain := newTestWorld(t, sh.nodes, sh.per, mode, kinds, rows, dims, opt)
 					prep := newTestWorld(t, sh.nodes, sh.per, mode, kinds, rows, dims, opt)
-					for r := range plain.ranks {
-						require.NoError(t, plain.ranks[r].SetReturns([]Return{ret, ret, ret, ret}))
-						require.NoError(t, prep.ranks[r].SetReturns([]Return{ret, ret, ret, ret}))
-					}
-					rng := rand.New(rand.NewPCG(7, 8))
-					W, Bl := plain.topo.World(), 6
-					width := plain.ranks[0].Width()
-					for step := 0; step < 3; step++ {
-						_, lens, vals := randBatch(rng, len(kinds), W*Bl, rows)
-						xa, xb := make([]*Exchange, W), make([]*Exchange, W)
-						sa, sb := make([]*Step, W), make([]*Step, W)
-						for r := 0; r < W; r++ {
-							b := sliceBatch(lens, vals, r*Bl, (r+1)*Bl)
-							var err error
-							sa[r], err = plain.ranks[r].Begin(b)
-							require.NoError(t, err)
-							ds, part := prepare(t, prep.ranks[r], b, Bl)
-							sb[r], err = prep.ranks[r].BeginPrepared(b, ds, part)
-							require.NoError(t, err)
-							xa[r], xb[r] = sa[r].X, sb[r].X
-							require.Len(t, xb[r].pre, len(kinds), "the prepared step takes the partition it was given")
-						}
-						require.Equal(t, runLockstep(t, plain.topo, xa), runLockstep(t, prep.topo, xb))
-						for r := 0; r < W; r++ {
-							oa, ob := make([]float32, Bl*width), make([]float32, Bl*width)
-							require.NoError(t, sa[r].Pool(oa))
-							require.NoError(t, sb[r].Pool(ob))
-							require.Equal(t, oa, ob, "rank %d step %d pooled", r, step)
-							g := make([]float32, len(oa))
-							for i := range g {
-								g[i] = rng.Float32() - 0.5
-							}
-							require.NoError(t, sa[r].Backward(g, true))
-							require.NoError(t, sb[r].Backward(g, true))
-						}
-						require.Equal(t, runLockstep(t, plain.topo, xa), runLockstep(t, prep.topo, xb))
-						for r := 0; r < W; r++ {
-							require.Equal(t, xa[r].Counters, xb[r].Counters, "rank %d step %d counters", r, step)
-							for i := range kinds {
-								require.Equal(t, plain.ranks[r].Shards[i].Data, prep.ranks[r].Shards[i].Data, "rank %d table %d", r, i)
-								require.Equal(t, plain.ranks[r].Shards[i].State, prep.ranks[r].Shards[i].State, "rank %d table %d state", r, i)
-							}
-						}
-					}
+					checkPreparedEqualsBegin(t, plain, prep, ret, func(rng *rand.Rand, B int) ([][]int64, [][]int64) {
+						_, lens, vals := randBatch(rng, len(kinds), B, rows)
+						return lens, vals
+					})
 				})
+			}
+		}
+	}
+	// dynamic-ID tables: the input pipeline partitions their IDs by hash alone, ahead of the step
+	t.Run("dynamic/2x2/hierarchical", func(t *testing.T) {
+		plain := newDynamicWorld(t, 2, 2, Hierarchical, opt, 1000)
+		prep := newDynamicWorld(t, 2, 2, Hierarchical, opt, 1000)
+		checkPreparedEqualsBegin(t, &plain.testWorld, &prep.testWorld, ReturnAuto, func(rng *rand.Rand, B int) ([][]int64, [][]int64) {
+			return dynamicBatch(rng, B, dynamicIDs)
+		})
+	})
+}
+
+// checkPreparedEqualsBegin runs three training steps on two identical worlds, one begun by Begin,
+// one from prepared batches, and requires the same outputs, counters, bytes and shards, bit for bit.
+func checkPreparedEqualsBegin(t *testing.T, plain, prep *testWorld, ret Return, batch func(rng *rand.Rand, B int) ([][]int64, [][]int64)) {
+	T := len(plain.ranks[0].Layouts)
+	for r := range plain.ranks {
+		rets := slices.Repeat([]Return{ret}, T)
+		require.NoError(t, plain.ranks[r].SetReturns(rets))
+		require.NoError(t, prep.ranks[r].SetReturns(rets))
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	W, Bl := plain.topo.World(), 6
+	width := plain.ranks[0].Width()
+	for step := 0; step < 3; step++ {
+		lens, vals := batch(rng, W*Bl)
+		xa, xb := make([]*Exchange, W), make([]*Exchange, W)
+		sa, sb := make([]*Step, W), make([]*Step, W)
+		for r := 0; r < W; r++ {
+			b := sliceBatch(lens, vals, r*Bl, (r+1)*Bl)
+			var err error
+			sa[r], err = plain.ranks[r].Begin(b)
+			require.NoError(t, err)
+			ds, part := prepare(t, prep.ranks[r], b, Bl)
+			sb[r], err = prep.ranks[r].BeginPrepared(b, ds, part)
+			require.NoError(t, err)
+			xa[r], xb[r] = sa[r].X, sb[r].X
+			require.Len(t, xb[r].pre, T, "the prepared step takes the partition it was given")
+		}
+		require.Equal(t, runLockstep(t, plain.topo, xa), runLockstep(t, prep.topo, xb))
+		for r := 0; r < W; r++ {
+			oa, ob := make([]float32, Bl*width), make([]float32, Bl*width)
+			require.NoError(t, sa[r].Pool(oa))
+			require.NoError(t, sb[r].Pool(ob))
+			require.Equal(t, oa, ob, "rank %d step %d pooled", r, step)
+			g := make([]float32, len(oa))
+			for i := range g {
+				g[i] = rng.Float32() - 0.5
+			}
+			require.NoError(t, sa[r].Backward(g, true))
+			require.NoError(t, sb[r].Backward(g, true))
+		}
+		require.Equal(t, runLockstep(t, plain.topo, xa), runLockstep(t, prep.topo, xb))
+		for r := 0; r < W; r++ {
+			require.Equal(t, xa[r].Counters, xb[r].Counters, "rank %d step %d counters", r, step)
+			for i := range T {
+				require.Equal(t, plain.ranks[r].Shards[i].Data, prep.ranks[r].Shards[i].Data, "rank %d table %d", r, i)
+				require.Equal(t, plain.ranks[r].Shards[i].State, prep.ranks[r].Shards[i].State, "rank %d table %d state", r, i)
 			}
 		}
 	}
