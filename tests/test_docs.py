@@ -193,6 +193,15 @@ def _sharding_page_rank(rank: int, world: int) -> dict:
     whole = recgo.EmbeddingBagCollection(tables, seed=0)
     out = {"pooled": scope["pooled"].values().detach(), "want": whole(local_kjt).values().detach(),
            "traffic": scope["ebc"].traffic()}
+    # the dynamic-ID table example: IDs far outside any range, admitted on their second sighting
+    scope = {"recgo": recgo, "optim": optim, "ShardedEmbeddingBagCollection": recgo.distributed.ShardedEmbeddingBagCollection,
+             "local_kjt": recgo.KeyedJaggedTensor(["user_id", "hour"], torch.tensor([-(10**15), 2**62, 3]),
+                                                  lengths=torch.tensor([1, 1, 0, 1]))}
+    code = _block(ROOT / "docs" / "sharding.md", "users = recgo.EmbeddingBagConfig(")
+    _run(code, "docs/sharding.md", scope)
+    first = scope["pooled"].values().detach()
+    _run(code.split("\n", 3)[3], "docs/sharding.md", scope)  # the same batch again, on the same collection
+    out["dynamic"] = (first, scope["pooled"].values().detach(), recgo.dynamic.stats(scope["ebc"], "users").rows)
     # the page's whole-model example, with the model and loss it leaves to the reader
     model_code = _block(ROOT / "docs" / "sharding.md", 'with torch.device("meta"):')
     scope = {"torch": torch, "shard_model": recgo.distributed.shard_model, "tables": tables[::2],
@@ -224,6 +233,9 @@ def test_the_sharding_pages_example_runs_on_2_nodes_of_2(tmp_path: Path) -> None
         assert torch.allclose(r["pooled"], r["want"], rtol=1e-6, atol=1e-7)
         assert r["traffic"]
         assert 0.0 < r["loss"] < 10.0
+        first, second, _ = r["dynamic"]
+        assert not first.any() and second[:2].abs().sum(1).gt(0).all()  # admitted on the second sighting
+    assert sum(r["dynamic"][2] for r in res) == 2  # every rank fed the same two user IDs: one owner each
 
 
 def test_the_sequence_pages_shared_table_takes_one_merged_step() -> None:
