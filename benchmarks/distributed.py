@@ -229,6 +229,10 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
 
     ours = {"recgo_table_wise": sharded("table_wise", "auto"), "recgo_hash": sharded("hash", "auto")}
     lossy = {"recgo_table_wise_fp16_LOSSY": sharded("table_wise", "auto", "fp16")}
+    # the same tables as dynamic-ID tables (each rank's shard maps its IDs to rows on demand)
+    dyn = [recgo.EmbeddingBagConfig(ROWS, DIM, f"t{t}", [f"f{t}"], dynamic=recgo.DynamicConfig(seed=t)) for t in range(TABLES)]
+    dynamic = {"recgo_hash_dynamic": ShardedEmbeddingBagCollection(dyn, "hash", mode="flat", optimizer=optim.SGD(lr=LR),
+                                                                   timeout=300)}
     rows_only = {"recgo_table_wise": sharded("table_wise", "rows"), "recgo_hash": sharded("hash", "rows")}
     owners = {"recgo_table_wise": lambda t, ids: torch.full_like(ids, table_ranks[f"t{t}"]),
               "recgo_hash": lambda t, ids: ours["recgo_hash"].owners(f"t{t}", ids)}
@@ -260,7 +264,7 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
             got[name + "_rows_only"] = statistics.median(counter.measure(step_of(name + "_rows", rows_only[name]))
                                                          for _ in range(3))
             got[name + "_floor"] = statistics.median(byte_floor(b, owners[name]) for b in batches)
-        for name, m in lossy.items():
+        for name, m in {**lossy, **dynamic}.items():
             steps[name] = step_of(name, m)
             got[name] = statistics.median(counter.measure(steps[name]) for _ in range(3))
         got["torchrec"] = statistics.median(counter.measure(torchrec_step) for _ in range(3))
@@ -424,6 +428,8 @@ def main() -> None:
         summary[f"exchange_bytes_vs_torchrec{suffix}_fp16_LOSSY"] = v["recgo_table_wise_fp16_LOSSY"] / tr
         summary[f"speedup_vs_torchrec_dmp{suffix}_fp16_LOSSY"] = main_case[case].ratio("recgo_table_wise_fp16_LOSSY",
                                                                                         "torchrec_dmp")
+        summary[f"dynamic_hash_speed_vs_fixed_hash{suffix}"] = main_case[case].ratio("recgo_hash_dynamic", "recgo_hash")
+        summary[f"exchange_bytes_dynamic_vs_fixed_hash{suffix}"] = v["recgo_hash_dynamic"] / v["recgo_hash"]
         pr = w2["profile"][case]
         summary[f"cpu_speedup_vs_torchrec_dmp{suffix}"] = pr["torchrec_dmp"]["cpu"] / pr["recgo_table_wise"]["cpu"]
         if case == "zipf":
@@ -447,6 +453,11 @@ def main() -> None:
                f"placement {w2['recgo_table_ranks']}, recgo_hash RecIS hash sharding; both with owner_pooling='auto'. "
                "The headline speedup_vs_torchrec_dmp / exchange_bytes_vs_torchrec are recgo_table_wise's (the same plan "
                "on both sides); the _hash keys are hash sharding's.")
+    bench.note("recgo_hash_dynamic: the same 8 tables as dynamic-ID tables (recgo.DynamicConfig, admission at the first "
+               "sighting), hash-sharded: each owner resolves the IDs it receives in its shard's ID map, and the IDs "
+               "travel as full int64 (a dynamic table has no range to narrow them to). dynamic_hash_speed_vs_fixed_hash "
+               "is its step speed over recgo_hash's (below 1: slower), exchange_bytes_dynamic_vs_fixed_hash its bytes "
+               "over recgo_hash's.")
     for case, v in b.items():
         tr = v["torchrec"]
         bench.note(f"{case}: bytes sent to the other rank per step (rank 0): TorchRec {tr:,.0f}; "

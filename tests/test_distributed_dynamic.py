@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
 import torch
 import torch.distributed as dist
 
@@ -124,7 +123,7 @@ def _world(rank: int, world: int, ck: str) -> dict[str, Any]:
             with torch.no_grad():
                 close(sh(rank_slice(kjt, rank)).values(), ref(kjt).values()[rank * B_LOCAL:(rank + 1) * B_LOCAL], "eval")
             assert [recgo.dynamic.stats(sh, n).rows for n in ("user", "item")] == before
-            out["stats"] = recgo.dynamic.stats(sh, "user")
+            out["stats"], out["ref_stats"] = recgo.dynamic.stats(sh, "user"), recgo.dynamic.stats(ref, "user")
             # state_dict: a fresh collection on the same ranks takes the step-SAVE_AT state and continues
             # as the original did
             again = make({})
@@ -234,6 +233,10 @@ def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
         assert held[0] > 0 and held[-1] > held[0], f"{mode}: the tables admitted no IDs over the steps: {held}"
         assert all(r["held"][(mode, STEPS - 1)] > 0 for r in res), "a rank holds none of the hash table's IDs"
     assert all(r["sequence_rows"] > 0 for r in res)
+    # the shards together hold, admitted and step as the one table did
+    assert sum(r["stats"].rows for r in res) == res[0]["ref_stats"].rows
+    assert sum(r["stats"].admitted for r in res) == res[0]["ref_stats"].admitted
+    assert all(r["stats"].step == res[0]["ref_stats"].step for r in res)
     for r in res:
         assert "shard by ID" in r["errors"]["row_wise"]
         assert "shard by ID" in r["errors"]["data_parallel"]

@@ -162,6 +162,8 @@ def test_dynamic_tables_shard_by_id_and_copies_are_refused_by_name(world1: None)
         assert isinstance(sharded, ShardedEmbeddingBagCollection)
         assert int(sharded.embedding_bags["u"].optimizer_step) == 1
         assert sorted(sharded.local_ids("u").tolist()) == [-7, 5, 10**12]
+        with pytest.raises(InvalidInputError, match="use its own save"):
+            recgo.dynamic.save(sharded, "u", "/nonexistent/u.bin")
         twin = copy.deepcopy(ebc)
         for _ in range(2):
             a, b = sharded(kjt).values(), twin(kjt).values()

@@ -183,8 +183,18 @@ def _index(ebc: Any, table: str | int) -> int:
     return i
 
 
+def _unsharded(ebc: Any, what: str) -> Any:
+    """``ebc``, unless it is a sharded collection: one table file holds a whole table, and a shard is
+    a part of one (the sharded collection's own save/load re-distribute its shards by ID)."""
+    if hasattr(ebc, "groups") and hasattr(ebc, "locate"):
+        raise InvalidInputError(f"recgo.dynamic.{what}: {type(ebc).__name__} holds this rank's shard of each table; "
+                                f"use its own {what}(directory), which handles every rank's shard")
+    return ebc
+
+
 def stats(ebc: Any, table: str | int) -> DynamicStats:
-    """Occupancy and history of dynamic table ``table`` (name or index) of ``ebc``."""
+    """Occupancy and history of dynamic table ``table`` (name or index) of ``ebc`` (of a sharded
+    collection: this rank's shard of it)."""
     ebc = _pooled(ebc)
     n = _lib.const("DynamicStatsLen")
     out = torch.zeros(n, dtype=torch.int64)
@@ -194,8 +204,9 @@ def stats(ebc: Any, table: str | int) -> DynamicStats:
 
 def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -> torch.Tensor:
     """Rows of ``ids`` in the table's weight (-1 for IDs without one, also in eval mode when the table
-    has a ``default`` vector). With ``train=True`` this is a training step: IDs are counted and
-    admitted, like a forward pass does."""
+    has a ``default`` vector); of a sharded collection, in this rank's shard, which knows only the IDs
+    it owns. With ``train=True`` this is a training step: IDs are counted and admitted, like a forward
+    pass does."""
     ebc = _pooled(ebc)
     ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
     rows = torch.empty_like(ids)
@@ -214,7 +225,7 @@ def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     """Write one dynamic table's checkpoint file: its rows in use (weights, optimizer state), ID map,
     admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
     file renamed over ``path``). Its size follows the rows in use, not the bound."""
-    ebc = _pooled(ebc)
+    ebc = _unsharded(_pooled(ebc), "save")
     _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 
@@ -224,7 +235,7 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     every checksum and size and the ID map's consistency; a damaged, truncated or foreign file
     raises ``RecgoIOError`` naming the file and the part, a checkpoint of another configuration
     ``InvalidInputError``, and the table is then unchanged."""
-    ebc = _pooled(ebc)
+    ebc = _unsharded(_pooled(ebc), "load")
     _lib.call(_lib.fn("recgo_dynamic_load"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 
