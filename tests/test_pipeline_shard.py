@@ -2,7 +2,7 @@
 training steps of a :class:`ShardedEmbeddingBagCollection` from batches prepared with ``shard=``
 equal, bit for bit, the same batches through the collection's own dedup and partition (outputs,
 gradients, updated weights and optimizer state, traffic counters), for hash and table-wise
-sharding; a batch partitioned for a collection laid out otherwise, or modified after preparation,
+sharding and a hash-sharded dynamic-ID table; a batch partitioned for a collection laid out otherwise, or modified after preparation,
 is refused; TrainPipeline wires ``shard=`` itself. One spawned gloo world of two ranks runs every
 case (see test_distributed.spawn)."""
 
@@ -32,14 +32,16 @@ FEATURES = [Feature("u").hash().mod(200), Feature("h").truncate(6, keep="last").
 BATCH, STEPS = 48, 3
 
 
-def configs() -> list[recgo.EmbeddingBagConfig]:
+def configs(dynamic: bool = False) -> list[recgo.EmbeddingBagConfig]:
     C = recgo.EmbeddingBagConfig
-    return [C(name="t_ui", embedding_dim=4, num_embeddings=300, feature_names=["u", "i"]),
+    dyn = recgo.DynamicConfig(min_count=2) if dynamic else None  # t_ui as a dynamic-ID table
+    return [C(name="t_ui", embedding_dim=4, num_embeddings=300, feature_names=["u", "i"], dynamic=dyn),
             C(name="t_h", embedding_dim=8, num_embeddings=400, feature_names=["h"], pooling="mean")]
 
 
-def collection(sharding: str, fused: bool) -> ShardedEmbeddingBagCollection:
-    return ShardedEmbeddingBagCollection(configs(), sharding, optimizer=optim.Adagrad(lr=0.1) if fused else None, seed=3)
+def collection(sharding: str, fused: bool, dynamic: bool = False) -> ShardedEmbeddingBagCollection:
+    return ShardedEmbeddingBagCollection(configs(dynamic), sharding, optimizer=optim.Adagrad(lr=0.1) if fused else None,
+                                         seed=3)
 
 
 def plain_copy(kjt: recgo.KeyedJaggedTensor) -> recgo.KeyedJaggedTensor:
@@ -66,9 +68,9 @@ def same_state(a: nn.Module, b: nn.Module, what: str) -> None:
         assert torch.equal(sa[k], sb[k]), f"{what}: {k} differs"
 
 
-def _equal_steps(rank: int, sharding: str, fused: bool) -> dict[str, int]:
+def _equal_steps(rank: int, sharding: str, fused: bool, dynamic: bool = False) -> dict[str, int]:
     """STEPS training steps of a twin pair: prepared batches to one, plain copies to the other."""
-    plain, prep = collection(sharding, fused), collection(sharding, fused)
+    plain, prep = collection(sharding, fused, dynamic), collection(sharding, fused, dynamic)
     opts = [None, None] if fused else [torch.optim.SGD(c.parameters(), lr=0.2) for c in (plain, prep)]
     pipe = recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=2, shard=prep)
     gen = torch.Generator().manual_seed(rank)
@@ -172,6 +174,7 @@ def _world(rank: int, world: int) -> dict[str, Any]:
     for sharding in ("hash", "table_wise"):
         for fused in (True, False):
             res[f"{sharding}/{fused}"] = _equal_steps(rank, sharding, fused)
+    res["dynamic/True"] = _equal_steps(rank, "hash", True, dynamic=True)
     res["rejections"] = _rejections(rank)
     res["train"] = _train_pipeline(rank)
     res["uneven"] = _uneven_end(rank)
@@ -189,7 +192,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 def test_prepared_partition_trains_bit_identically(world: list[dict[str, Any]]) -> None:
     for rank in world:
-        for case in ("hash/True", "hash/False", "table_wise/True", "table_wise/False"):
+        for case in ("hash/True", "hash/False", "table_wise/True", "table_wise/False", "dynamic/True"):
             assert rank[case]["requested"] > 0, case  # the steps looked IDs up
     # the ranks exchanged IDs with each other (the partition sent some to the other rank)
     assert sum(r["hash/True"]["ids_sent"] for r in world) > 0

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	dyn "github.com/recgo/recgo/engine/dynamic"
 	"github.com/stretchr/testify/require"
 )
 
@@ -36,15 +37,21 @@ func FuzzSplitCounts(f *testing.F) {
 }
 
 // FuzzExchangeFeed: a peer's announced block metadata and the IDs and bag structure it sends
-// (owner pooling included) are checked, never trusted into a panic or an out-of-range read.
+// (owner pooling included), to a fixed or a dynamic-ID table, are checked, never trusted into a
+// panic or an out-of-range read.
 func FuzzExchangeFeed(f *testing.F) {
 	// rank 0's view: its own block (1 ID, rows), then rank 1's (2 IDs, pooled: 2 bags, 3 values)
 	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
 		2, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0},
-		[]byte{4, 6, 8, 2, 1, 0, 1, 0})
-	f.Fuzz(func(t *testing.T, rawCounts, rawIDs []byte) {
+		[]byte{4, 6, 8, 2, 1, 0, 1, 0}, false)
+	f.Fuzz(func(t *testing.T, rawCounts, rawIDs []byte, dynamic bool) {
 		topo, _ := NewTopology(1, 2, 2)
 		l, _ := NewLayout("t", 20, 2, Hash, 0, 2)
+		if dynamic { // 8-byte IDs of any value, resolved by the owner's shard
+			b, err := dyn.NewBuilder(dyn.Config{MaxRows: 8})
+			require.NoError(t, err)
+			l, _ = NewDynamicLayout("t", 2, Hash, 0, 2, b)
+		}
 		x := NewExchange([]*Layout{l}, topo, 0, Flat, nopStore{})
 		bags := []Bags{{Inv: []int32{0, 1, 2, 1}, Bounds: []int64{0, 2, 4}}}
 		require.NoError(t, x.ForwardBags([][]int64{{1, 2, 3}}, bags, []Return{ReturnPooled}))

@@ -99,6 +99,14 @@ type nopStore struct{}
 func (nopStore) Lookup(t int, rows []int64, dst []float32) error  { return nil }
 func (nopStore) Apply(t int, rows []int64, grads []float32) error { return nil }
 
+// Resolve gives every ID of a dynamic table no row (it reads zeros).
+func (nopStore) Resolve(t int, ids, rows []int64, train bool) error {
+	for i := range rows {
+		rows[i] = -1
+	}
+	return nil
+}
+
 func TestLayoutsPartitionTheRows(t *testing.T) {
 	for _, k := range []Kind{Hash, TableWise, RowWise, DataParallel} {
 		for _, W := range []int{1, 3, 4} {
