@@ -164,6 +164,10 @@ def test_dynamic_tables_shard_by_id_and_copies_are_refused_by_name(world1: None)
         assert sorted(sharded.local_ids("u").tolist()) == [-7, 5, 10**12]
         with pytest.raises(InvalidInputError, match="use its own save"):
             recgo.dynamic.save(sharded, "u", "/nonexistent/u.bin")
+        fixed = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"])], "hash",
+                                              optimizer=optim.Adagrad(lr=0.1))
+        with pytest.raises(InvalidInputError, match="as a dynamic-ID table"):
+            fixed.load_state_dict(sharded.state_dict())
         twin = copy.deepcopy(ebc)
         for _ in range(2):
             a, b = sharded(kjt).values(), twin(kjt).values()

@@ -60,6 +60,9 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
                 f"rank {g.rank} of {g.world_size}: the state dict holds table {cfg.name!r}'s shard of "
                 f"{', '.join(others)} (state dicts of a sharded collection are per rank): load each on the "
                 "rank that saved it, or checkpoint with save()/load(), which re-distribute the rows")
+        if cfg.dynamic is None and f"{head}{tag}.dynamic_ids" in state_dict:
+            raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a dynamic-ID table "
+                                    "(an ID map and the rows in use); this collection's is a fixed table")
         ids = state_dict.pop(f"{head}{tag}.{SHARD_IDS}", None)
         if ids is not None and cfg.dynamic is not None:  # a dynamic shard's IDs change as it trains
             if not (isinstance(ids, torch.Tensor) and bool((module.owners(cfg.name, ids.to(torch.int64)) == g.rank).all())):
