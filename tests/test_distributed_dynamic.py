@@ -45,14 +45,15 @@ def global_batch(step: int, world: int, ids: torch.Tensor = IDS[:30]) -> recgo.K
     return recgo.KeyedJaggedTensor(keys, torch.cat(vals), lengths=torch.cat(lens))
 
 
-def rank_slice(kjt: recgo.KeyedJaggedTensor, rank: int) -> recgo.KeyedJaggedTensor:
+def rank_slice(kjt: recgo.KeyedJaggedTensor, rank: int, per: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
+    """Samples [rank·per, (rank+1)·per) of every feature."""
     feats = kjt.to_dict()
     vals, lens = [], []
     for k in kjt.keys():
         v, ln = feats[k].values(), feats[k].lengths()
         offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
-        vals.append(v[int(offs[rank * B_LOCAL]):int(offs[(rank + 1) * B_LOCAL])])
-        lens.append(ln[rank * B_LOCAL:(rank + 1) * B_LOCAL])
+        vals.append(v[int(offs[rank * per]):int(offs[(rank + 1) * per])])
+        lens.append(ln[rank * per:(rank + 1) * per])
     return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens))
 
 
@@ -204,24 +205,13 @@ def _resume(rank: int, world: int, ck: str, saved_world: int) -> dict[str, Any]:
     for step in range(SAVE_AT, STEPS):
         kjt = global_batch(step, saved_world)
         want = ref(kjt).values()
-        got = sh(_slice(kjt, rank, per)).values()
+        got = sh(rank_slice(kjt, rank, per)).values()
         close(got.detach(), want.detach()[rank * per:(rank + 1) * per], f"resumed step {step}")
         R = torch.randn(want.shape, generator=torch.Generator().manual_seed(step))
         (want * R).sum().backward()
         (got * R[rank * per:(rank + 1) * per]).sum().backward()
         out["held"] = check_rows(sh, ref, rank, f"resumed step {step}")
     return out
-
-
-def _slice(kjt: recgo.KeyedJaggedTensor, rank: int, per: int) -> recgo.KeyedJaggedTensor:
-    feats = kjt.to_dict()
-    vals, lens = [], []
-    for k in kjt.keys():
-        v, ln = feats[k].values(), feats[k].lengths()
-        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
-        vals.append(v[int(offs[rank * per]):int(offs[(rank + 1) * per])])
-        lens.append(ln[rank * per:(rank + 1) * per])
-    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens))
 
 
 def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:

@@ -141,18 +141,11 @@ func TestDynamicTablesShardedMatchOneCollection(t *testing.T) {
 						refOut := make([]float32, W*Bl*width)
 						ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl), refOut, train, true)
 						require.NoError(t, err)
-						steps, xs := make([]*Step, W), make([]*Exchange, W)
-						for r, c := range w.ranks {
+						for _, c := range w.ranks {
 							c.SetTraining(train)
-							steps[r], err = c.Begin(sliceBatch(lens, vals, r*Bl, (r+1)*Bl))
-							require.NoError(t, err)
-							xs[r] = steps[r].X
 						}
-						runLockstep(t, w.topo, xs)
-						grad := make([]float32, len(refOut))
-						for i := range grad {
-							grad[i] = rng.Float32() - 0.5
-						}
+						steps, xs := w.forward(t, func(r int) embedding.Batch { return sliceBatch(lens, vals, r*Bl, (r+1)*Bl) })
+						grad := randGrad(rng, len(refOut))
 						for r, s := range steps {
 							out := make([]float32, Bl*width)
 							require.NoError(t, s.Pool(out))
@@ -216,14 +209,7 @@ func TestFullDynamicShardsEvict(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 9))
 	for range 8 {
 		lens, vals := dynamicBatch(rng, 2*5, dynamicIDs)
-		steps, xs := make([]*Step, 2), make([]*Exchange, 2)
-		for r, c := range w.ranks {
-			var err error
-			steps[r], err = c.Begin(sliceBatch(lens, vals, r*5, (r+1)*5))
-			require.NoError(t, err)
-			xs[r] = steps[r].X
-		}
-		runLockstep(t, w.topo, xs)
+		steps, xs := w.forward(t, func(r int) embedding.Batch { return sliceBatch(lens, vals, r*5, (r+1)*5) })
 		for _, s := range steps {
 			require.NoError(t, s.Pool(make([]float32, 5*w.ranks[0].Width())))
 			g := make([]float32, 5*w.ranks[0].Width())

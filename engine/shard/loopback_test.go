@@ -307,6 +307,29 @@ func TestKeysNoTableReadsAreIgnored(t *testing.T) {
 	}
 }
 
+// forward begins a step on every rank of w with its batch and runs the forward exchanges.
+func (w *testWorld) forward(t *testing.T, batch func(rank int) embedding.Batch) ([]*Step, []*Exchange) {
+	W := len(w.ranks)
+	steps, xs := make([]*Step, W), make([]*Exchange, W)
+	for r, c := range w.ranks {
+		var err error
+		steps[r], err = c.Begin(batch(r))
+		require.NoError(t, err)
+		xs[r] = steps[r].X
+	}
+	runLockstep(t, w.topo, xs)
+	return steps, xs
+}
+
+// randGrad is n values uniform in [−0.5, 0.5).
+func randGrad(rng *rand.Rand, n int) []float32 {
+	g := make([]float32, n)
+	for i := range g {
+		g[i] = rng.Float32() - 0.5
+	}
+	return g
+}
+
 // checkSteps runs three training steps of w against its reference collection (pooled outputs and
 // every table row after the fused updates) and returns the partial sums the ranks returned.
 func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted bool) int64 {
@@ -319,22 +342,14 @@ func checkSteps(t *testing.T, w *testWorld, kinds []Kind, rows []int64, weighted
 		refOut := make([]float32, W*Bl*width)
 		ctx, err := w.ref.Forward(sliceBatch(lens, vals, 0, W*Bl, weighted), refOut, true, true)
 		require.NoError(t, err)
-		steps := make([]*Step, W)
-		xs := make([]*Exchange, W)
-		for r := range w.ranks {
+		steps, xs := w.forward(t, func(r int) embedding.Batch {
 			b := sliceBatch(lens, vals, r*Bl, (r+1)*Bl, weighted)
 			if w.ignoredKey {
 				b = withIgnoredKey(b, Bl)
 			}
-			steps[r], err = w.ranks[r].Begin(b)
-			require.NoError(t, err)
-			xs[r] = steps[r].X
-		}
-		runLockstep(t, w.topo, xs)
-		gradOut := make([]float32, len(refOut))
-		for i := range gradOut {
-			gradOut[i] = rng.Float32() - 0.5
-		}
+			return b
+		})
+		gradOut := randGrad(rng, len(refOut))
 		for r, s := range steps {
 			out := make([]float32, Bl*width)
 			require.NoError(t, s.Pool(out))
