@@ -148,12 +148,7 @@ func (t *Table) Resolve(ids []int64, rows []int64, train bool) error {
 		}
 	}
 	step := t.step.Load()
-	lookup := func(lo, hi int) { t.lookup(ids[lo:hi], rows[lo:hi], train, step) }
-	if len(ids) >= parallelMin {
-		parallel.For(len(ids), parallelMin/4, lookup)
-	} else {
-		lookup(0, len(ids))
-	}
+	t.lookup(ids, rows, train, step)
 	if !train {
 		return nil
 	}
@@ -187,29 +182,84 @@ func (t *Table) Lookup(ids []int64, rows []int64, train bool) error {
 }
 
 // lookup is Resolve's first pass: rows of known IDs (stamped and counted in training), sightings of
-// unknown ones, and toAdmit marks for those that reached MinCount.
+// unknown ones, and toAdmit marks for those that reached MinCount. The IDs are grouped by the shard
+// of their hash (a stable counting sort), and each shard is locked once for its group, in index
+// order within it: one lock round trip per shard instead of one per ID, and the same result, bit
+// for bit, whichever goroutine takes which shard (large batches spread the shards over the workers).
 func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
+	g := groupByShard(ids, t.cfg.Seed)
+	defer groupPool.Put(g)
 	def := t.DefaultRow()
-	for i, id := range ids {
-		h := hashID(id, t.cfg.Seed)
-		s := &t.shards[shardOf(h)]
-		s.mu.Lock()
-		r := s.get(h, id)
-		switch {
-		case r >= 0:
-			if train {
-				t.touch(r, step)
+	visit := func(lo, hi int) {
+		for sh := lo; sh < hi; sh++ {
+			idx := g.order[g.start[sh]:g.start[sh+1]]
+			if len(idx) == 0 {
+				continue
 			}
-			rows[i] = int64(r)
-		case !train:
-			rows[i] = def
-		case t.cfg.MinCount <= 1 || s.sketch.add(h) >= t.cfg.MinCount:
-			rows[i] = toAdmit
-		default:
-			rows[i] = noRow
+			s := &t.shards[sh]
+			s.mu.Lock()
+			for _, i := range idx {
+				h, id := g.hash[i], ids[i]
+				r := s.get(h, id)
+				switch {
+				case r >= 0:
+					if train {
+						t.touch(r, step)
+					}
+					rows[i] = int64(r)
+				case !train:
+					rows[i] = def
+				case t.cfg.MinCount <= 1 || s.sketch.add(h) >= t.cfg.MinCount:
+					rows[i] = toAdmit
+				default:
+					rows[i] = noRow
+				}
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}
+	if len(ids) >= parallelMin {
+		parallel.For(numShards, 1, visit)
+	} else {
+		visit(0, numShards)
+	}
+}
+
+// shardGroups is a batch of IDs grouped by shard: order lists the IDs' indices shard by shard (in
+// index order within one), shard s's from start[s] to start[s+1]; hash is each ID's hash.
+type shardGroups struct {
+	hash  []uint64
+	order []int32
+	start [numShards + 1]int
+}
+
+// groupPool recycles the groupings of Resolve calls (two slices per call the size of its batch).
+var groupPool = sync.Pool{New: func() any { return new(shardGroups) }}
+
+// groupByShard hashes ids with seed and groups them by shard, in a grouping from groupPool (the
+// caller puts it back).
+func groupByShard(ids []int64, seed uint64) *shardGroups {
+	g := groupPool.Get().(*shardGroups)
+	if cap(g.hash) < len(ids) {
+		g.hash, g.order = make([]uint64, len(ids)), make([]int32, len(ids))
+	}
+	g.hash, g.order, g.start = g.hash[:len(ids)], g.order[:len(ids)], [numShards + 1]int{}
+	var next [numShards]int
+	for i, id := range ids {
+		h := hashID(id, seed)
+		g.hash[i] = h
+		g.start[shardOf(h)+1]++
+	}
+	for s := range numShards {
+		g.start[s+1] += g.start[s]
+		next[s] = g.start[s]
+	}
+	for i, h := range g.hash {
+		s := shardOf(h)
+		g.order[next[s]] = int32(i)
+		next[s]++
+	}
+	return g
 }
 
 // touch records a training sighting of row r (caller holds the owner's shard lock).
