@@ -11,7 +11,9 @@ recgo.share_cores(ranks per machine), which sizes torch's threads and recgo's al
 
 The model is written as for TorchRec and built on the meta device; recgo.distributed.shard_model
 (recgo's DistributedModelParallel) shards its embedding collection and puts the rest under DDP. Each
-rank feeds its own samples; the embedding tables are hash-sharded (the "small" table is replicated),
+rank feeds its own samples; the embedding tables are hash-sharded (the "small" table is replicated;
+"users" is a dynamic-ID table, which takes any int64 user ID and gives it a row on its owner when it
+first arrives),
 the dense MLP is replicated with its gradients averaged by DDP, and each rank's embedding gradients
 are divided by the world size, as DMP does. A checkpoint of the
 shards is written at the end and loaded back (it could be loaded on another world size).
@@ -79,7 +81,8 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=timedelta(seconds=60))
     rank, world = dist.get_rank(), dist.get_world_size()
     tables = [
-        recgo.EmbeddingBagConfig(200_000, 32, "users", ["user_id"]),
+        # a dynamic-ID table: up to 200,000 users per rank, the stalest evicted when a shard is full
+        recgo.EmbeddingBagConfig(200_000, 32, "users", ["user_id"], dynamic=recgo.DynamicConfig(eviction="lru")),
         recgo.EmbeddingBagConfig(100_000, 32, "item_table", ["item_id", "clicked_items"], pooling="mean"),
         recgo.EmbeddingBagConfig(100, 32, "small", ["category"]),
     ]

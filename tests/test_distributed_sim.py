@@ -157,6 +157,13 @@ def test_dynamic_tables_shard_by_id_and_copies_are_refused_by_name(world1: None)
     ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"], dynamic=dyn)],
                                        optimizer=optim.Adagrad(lr=0.1))
     ebc(kjt).values().sum().backward()
+    with torch.device("meta"):  # a model built for sharding: its dynamic table starts empty on every rank
+        on_meta = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "u", ["uid"], dynamic=dyn)],
+                                               optimizer=optim.Adagrad(lr=0.1))
+    fresh = shard_model(nn.ModuleDict({"e": on_meta}), ddp=False)["e"]
+    assert isinstance(fresh, ShardedEmbeddingBagCollection) and len(fresh.local_ids("u")) == 0
+    assert torch.equal(fresh(kjt).values(), recgo.EmbeddingBagCollection(on_meta.embedding_bag_configs(),
+                                                                          optimizer=optim.Adagrad(lr=0.1))(kjt).values())
     for sharded in (ShardedEmbeddingBagCollection.from_ebc(ebc, "hash"),
                     shard_model(nn.ModuleDict({"e": copy.deepcopy(ebc)}), ddp=False)["e"]):
         assert isinstance(sharded, ShardedEmbeddingBagCollection)

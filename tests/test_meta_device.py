@@ -168,6 +168,29 @@ def test_a_copy_keeps_the_original_seed_for_reset_parameters() -> None:
     assert states_equal(new, ebc)
 
 
+def test_a_meta_collection_with_a_dynamic_table_materialises_as_built_on_cpu() -> None:
+    """A dynamic-ID table on meta holds its config (as a model built for sharding needs); to_empty and
+    reset_parameters, or an assigned load, give the collection built on the CPU."""
+    from recgo import DynamicConfig
+    cfgs = [EmbeddingBagConfig(100, 4, "u", ["a"], dynamic=DynamicConfig(min_count=2, seed=1)),
+            EmbeddingBagConfig(50, 4, "c", ["c"])]
+    kjt = KeyedJaggedTensor(["a", "c"], torch.tensor([10**12, -5, 10**12, 3]), lengths=torch.tensor([2, 1, 1, 0]))
+    meta = EmbeddingBagCollection(cfgs, optimizer=optim.Adagrad(lr=0.1), seed=0, device="meta")
+    assert meta.embedding_bags["u"].weight.is_meta
+    meta.to_empty(device="cpu")
+    meta.reset_parameters()
+    cpu = EmbeddingBagCollection(cfgs, optimizer=optim.Adagrad(lr=0.1), seed=0)
+    for _ in range(3):  # the second sighting admits
+        a, b = meta(kjt).values(), cpu(kjt).values()
+        assert torch.equal(a, b)
+        a.sum().backward()
+        b.sum().backward()
+    assert states_equal(meta, cpu) and "embedding_bags.u.dynamic_ids" in cpu.state_dict()
+    assigned = EmbeddingBagCollection(cfgs, optimizer=optim.Adagrad(lr=0.1), seed=0, device="meta")
+    assigned.load_state_dict(cpu.state_dict(), assign=True)
+    assert torch.equal(assigned(kjt).values(), cpu(kjt).values())
+
+
 def test_a_meta_table_past_the_engines_bound_may_be_declared_but_not_past_a_tensors() -> None:
     """On meta a table larger than one engine holds is fine (a sharded collection takes only its rows);
     one whose size overflows a tensor's byte count is a CapacityError naming it, not torch's RuntimeError."""

@@ -135,8 +135,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         dev = _check_device(device)
         self._optimizer = _check_optimizer(optimizer, sparse_grad)
         self._configs = _check_configs(tables)
-        if dev.type == "meta" and any(c.dynamic is not None for c in self._configs):
-            raise InvalidInputError("device='meta' is not supported for dynamic-ID tables")
         self._is_weighted = bool(is_weighted)
         self._sparse_grad = bool(sparse_grad)
         self._seed = seed
