@@ -95,6 +95,50 @@ def test_a_fused_collection_keeps_its_optimizer_and_weights() -> None:
         recgo.from_torchrec(fused2, optimizer=optim.SGD(lr=0.5))
 
 
+def _rows_batch(step: int, every_row: bool) -> TKJT:
+    """A batch of both tables' features; with every_row, each row appears (a dense Adam then equals a
+    lazy one, recgo's)."""
+    g = torch.Generator().manual_seed(step)
+    if every_row:
+        vals = [torch.randperm(40, generator=g), torch.randperm(60, generator=g), torch.randint(0, 60, (5,), generator=g)]
+        lengths = [torch.tensor([20, 20]), torch.tensor([30, 30]), torch.tensor([2, 3])]
+    else:
+        lengths = [torch.randint(0, 4, (2,), generator=g) for _ in range(3)]
+        vals = [torch.randint(0, n, (int(ln.sum()),), generator=g) for n, ln in zip((40, 60, 60), lengths)]
+    return TKJT.from_lengths_sync(keys=["user", "item", "hist"], values=torch.cat(vals), lengths=torch.cat(lengths))
+
+
+@pytest.mark.parametrize("source, opt_class, every_row", [
+    ("in_backward", torch.optim.Adagrad, False), ("in_backward", tr.optim.RowWiseAdagrad, False),
+    ("in_backward", torch.optim.Adam, True), ("fused", torch.optim.Adagrad, False),
+    ("fused", tr.optim.RowWiseAdagrad, False)])
+def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, every_row: bool) -> None:
+    """Converted after some training, the collection goes on as TorchRec's does: the accumulators
+    (and Adam's moments and step) came along, not zeros."""
+    kw = {"lr": 0.1, "eps": 1e-8}
+
+    def build() -> nn.Module:
+        torch.manual_seed(5)
+        if source == "fused":
+            return FusedEmbeddingBagCollection(tables=TABLES, optimizer_type=opt_class, optimizer_kwargs=kw,
+                                               device=torch.device("cpu"))
+        m = tr.EmbeddingBagCollection(tables=TABLES)
+        apply_optimizer_in_backward(opt_class, m.parameters(), kw)
+        return m
+    ref, model = build(), build()
+    for m in (ref, model):
+        for step in range(2):
+            m(_rows_batch(step, every_row)).values().pow(2).sum().backward()
+    model = recgo.from_torchrec(model)
+    assert int(model.embedding_bags["t_user"].optimizer_step) == (2 if source == "in_backward" else 0)
+    assert model.embedding_bags["t_user"].optimizer_state.abs().sum() > 0
+    for step in range(2, 5):
+        a, b = model(_rows_batch(step, every_row)).values(), ref(_rows_batch(step, every_row)).values()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        a.pow(2).sum().backward()
+        b.pow(2).sum().backward()
+
+
 def test_a_sequence_collection_and_a_meta_model_convert() -> None:
     ec = tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name="hist", embedding_dim=4, num_embeddings=30,
                                                            feature_names=["h"])], need_indices=True)

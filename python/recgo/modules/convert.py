@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
+import torch
 from torch import nn
 
 from ..errors import InvalidInputError
@@ -19,8 +21,11 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     ``EmbeddingCollection`` of ``model`` (itself included) by recgo's collection with the same tables,
     so a TorchRec training script runs on recgo by adding one line after the model is built:
 
-    * the tables' weights are carried over (state-dict keys are the same; TorchRec's optimizer state,
-      which it keeps outside the state dict, is not: accumulators start from zero); a module on the meta device
+    * the tables' weights are carried over (state-dict keys are the same), and so is TorchRec's
+      optimizer state, which it keeps outside the state dict, when recgo's fused optimizer runs the
+      same update: Adagrad's and row-wise Adagrad's accumulators (from ``apply_optimizer_in_backward``
+      or a ``FusedEmbeddingBagCollection``), Adam's and AdamW's moments and step; with another
+      optimizer the state starts from zero; a module on the meta device
       gives a recgo collection on the meta device (materialise it with ``to_empty`` or
       ``load_state_dict``, as for TorchRec's), whose ``reset_parameters()`` draws from ``seed``;
     * the fused optimizer is ``optimizer`` if given, else the one a ``FusedEmbeddingBagCollection``
@@ -53,6 +58,7 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
             new = EmbeddingCollection(m.embedding_configs(), need_indices=bool(m.need_indices()), **common)
         if not meta:
             _carry_weights(m, new, name)
+            _carry_optimizer_state(m, new, name, kind)
         model = replace(model, name, new)
     return model
 
@@ -64,3 +70,37 @@ def _carry_weights(old: nn.Module, new: nn.Module, name: str) -> None:
     if missing or res.unexpected_keys:
         raise InvalidInputError(f"from_torchrec: {name or 'the model'}: the weights did not map onto recgo's "
                                 f"collection (missing {missing}, unexpected {res.unexpected_keys})")
+
+
+def _carry_optimizer_state(old: nn.Module, new: nn.Module, name: str, kind: str) -> None:
+    """Copy TorchRec's per-row optimizer state (and step) into ``new``'s fused optimizer state when
+    both run the same update: a FusedEmbeddingBagCollection's FBGEMM ``momentum_1``, or the state of
+    the torch optimizer ``apply_optimizer_in_backward`` attached to each table's weight."""
+    fused = new.fused_optimizer
+    prefix = "embedding_bags" if kind == "pooled" else "embeddings"
+    source = optim.of_torchrec_fused(old)
+    if fused is None or type(source or optim.in_backward(old) or fused).kind != type(fused).kind:
+        return  # another update (or none): recgo's state starts from zero, as built
+    entries: dict[str, torch.Tensor] = {}
+    if source is not None:  # FBGEMM keeps Adagrad's accumulators as momentum_1 ([rows, dim] or [rows])
+        for key, st in old.fused_optimizer().state_dict()["state"].items():
+            m1 = st.get(f"{key}.momentum_1")
+            if m1 is not None:
+                entries[f"{prefix}.{key.rsplit('.', 1)[0]}.optimizer_state"] = m1.reshape(m1.shape[0], -1)
+    else:
+        for table, module in getattr(old, prefix).items():
+            opts = getattr(module.weight, "_in_backward_optimizers", None) or []
+            st = opts[0].state.get(module.weight, {}) if opts else {}
+            parts = [st[k] for k in ("sum", "exp_avg", "exp_avg_sq") if k in st]
+            if parts:
+                entries[f"{prefix}.{table}.optimizer_state"] = torch.cat([p.reshape(p.shape[0], -1) for p in parts], 1)
+            if "step" in st:
+                entries[f"{prefix}.{table}.optimizer_step"] = torch.as_tensor(st["step"]).reshape(1).to(torch.int64)
+    own = new.state_dict()
+    wrong = {k: (tuple(v.shape), tuple(own[k].shape)) for k, v in entries.items() if k in own and v.shape != own[k].shape}
+    if wrong or any(k not in own for k in entries):
+        warnings.warn(f"from_torchrec: {name or 'the model'}: TorchRec's optimizer state does not map onto recgo's "
+                      f"({wrong or sorted(set(entries) - set(own))}); the accumulators start from zero", stacklevel=3)
+        return
+    with torch.no_grad():
+        new.load_state_dict(entries, strict=False)
