@@ -225,6 +225,35 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 	}
 }
 
+// Evictions implements embedding.EvictingSource: the rows freed by eviction so far (a checkpoint
+// import restores the count it saved).
+func (t *Table) Evictions() int64 { return t.evicted.Load() }
+
+// Recheck implements embedding.EvictingSource: rows[i] becomes −1 where ids[i] no longer holds it.
+func (t *Table) Recheck(ids, rows []int64) {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return
+	}
+	g := groupByShard(ids, t.cfg.Seed)
+	defer groupPool.Put(g)
+	for sh := range numShards {
+		idx := g.order[g.start[sh]:g.start[sh+1]]
+		if len(idx) == 0 {
+			continue
+		}
+		s := &t.shards[sh]
+		s.mu.Lock()
+		for _, i := range idx {
+			if r := rows[i]; r >= 0 && r < int64(t.cfg.MaxRows) && int64(s.get(g.hash[i], ids[i])) != r {
+				rows[i] = noRow
+			}
+		}
+		s.mu.Unlock()
+	}
+}
+
 // shardGroups is a batch of IDs grouped by shard: order lists the IDs' indices shard by shard (in
 // index order within one), shard s's from start[s] to start[s+1]; hash is each ID's hash.
 type shardGroups struct {

@@ -38,6 +38,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	if len(gradOut) != ctx.B*c.width {
 		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), ctx.B*c.width, ctx.B, c.width)
 	}
+	for i, t := range c.Tables {
+		ctx.recheck(i, t)
+	}
 	valBase := make([]int, len(c.Tables))
 	var nVals int
 	if !fused && (len(gradRows) != len(c.Tables) || len(gradVals) != len(c.Tables)) {

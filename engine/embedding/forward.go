@@ -65,6 +65,26 @@ type tableCtx struct {
 	// instead of deduplicating (uniq, rows and inv are stale until materialize)
 	planned, lazy bool
 	own           ownedSGD
+	evictions     int64 // an EvictingSource's count when it resolved rows (see recheck)
+}
+
+// recheck drops (sets to −1) the rows of table t's distinct IDs that its row source has given to
+// other IDs since the forward resolved them, so that backward updates no other ID's row; a planned
+// linear update's per-lookup rows follow. It reports whether it looked.
+func (x *Context) recheck(t int, tb *Table) bool {
+	tc := &x.tables[t]
+	es, ok := tb.Source.(EvictingSource)
+	if !ok || tc.lazy || es.Evictions() == tc.evictions {
+		return false
+	}
+	es.Recheck(tc.uniq, tc.rows)
+	tc.evictions = es.Evictions()
+	if tc.planned {
+		for i, u := range tc.inv {
+			tc.own.ids[i] = tc.rows[u]
+		}
+	}
+	return true
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.
@@ -358,6 +378,9 @@ func (c *Collection) resolveRows(ti int, b Batch, B int, featKey []int, offsets 
 	tc.rows = resize(tc.rows, len(tc.uniq))
 	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)
+	}
+	if es, ok := t.Source.(EvictingSource); ok {
+		tc.evictions = es.Evictions() // after Resolve: its own admissions never free its rows
 	}
 	for i, r := range tc.rows {
 		if r < -1 || r >= t.rows {

@@ -17,6 +17,20 @@ type RowSource interface {
 	Resolve(ids []int64, rows []int64, train bool) error
 }
 
+// EvictingSource is a RowSource whose rows can pass to other IDs between a forward and its backward
+// (a dynamic table evicts rows to admit new IDs: under gradient accumulation a second training
+// forward may take a row the first one looked up). Backward asks it which rows still belong to
+// their IDs before it updates them.
+type EvictingSource interface {
+	RowSource
+	// Evictions counts the rows freed so far: unchanged since a Resolve, every row it gave out
+	// still belongs to its ID.
+	Evictions() int64
+	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] (evicted since it was
+	// resolved: its gradient is dropped, as the ID's row is gone).
+	Recheck(ids, rows []int64)
+}
+
 // RangeSource is the RowSource of a fixed-size table: ID i is row i, for 0 ≤ i < Rows.
 type RangeSource struct {
 	Table string // the table's name, for error messages

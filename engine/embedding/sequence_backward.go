@@ -45,6 +45,9 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	if !fused && (len(gradRows) != len(c.Tables) || len(gradVals) != len(c.Tables)) {
 		return errs.Invalidf("sequence backward: %d/%d gradient buffers for %d tables", len(gradRows), len(gradVals), len(c.Tables))
 	}
+	for i, t := range c.Tables {
+		ctx.recheck(i, t)
+	}
 	valBase := make([]int, len(c.Tables))
 	var nVals int
 	for i, t := range c.Tables {

@@ -157,6 +157,21 @@ func (c *Collection) Resolve(t int, ids, rows []int64, train bool) error {
 	return c.Shards[t].Source.Resolve(ids, rows, train)
 }
 
+// Evictions implements ResolveStore (0 for a shard that never evicts).
+func (c *Collection) Evictions(t int) int64 {
+	if es, ok := c.Shards[t].Source.(embedding.EvictingSource); ok {
+		return es.Evictions()
+	}
+	return 0
+}
+
+// Recheck implements ResolveStore.
+func (c *Collection) Recheck(t int, ids, rows []int64) {
+	if es, ok := c.Shards[t].Source.(embedding.EvictingSource); ok {
+		es.Recheck(ids, rows)
+	}
+}
+
 // Apply implements Store.
 func (c *Collection) Apply(t int, rows []int64, grads []float32) error {
 	return c.Shards[t].ApplyRows(rows, grads)

@@ -247,3 +247,61 @@ func TestDynamicLayoutRefusesRangeShardings(t *testing.T) {
 	require.ErrorContains(t, l.Locate(0, []int64{1}, []int64{0}), "found by its shard")
 	require.Empty(t, l.LocalIDs(0))
 }
+
+// TestAccumulatedStepsAcrossAnEviction: two steps' forwards before their backwards (gradient
+// accumulation), the second's admission evicting a row the first looked up: the owner drops the
+// evicted ID's gradient instead of writing it into the row's new ID (see TestBackwardAfterAnEviction-
+// LeavesTheNewOwnerAlone in engine/dynamic for one process).
+func TestAccumulatedStepsAcrossAnEviction(t *testing.T) {
+	cfg := dynamic.Config{MaxRows: 4, Policy: dynamic.LFU, EvictFrac: 0.25, InitLow: -0.5, InitHigh: 0.5, Seed: 7}
+	topo, err := NewTopology(1, 2, 2)
+	require.NoError(t, err)
+	var ids []int64 // five IDs rank 0 owns
+	for id := int64(1); len(ids) < 5; id++ {
+		if HashOwner(id, 2) == 0 {
+			ids = append(ids, id)
+		}
+	}
+	w := &testWorld{topo: topo}
+	for r := range 2 {
+		b, err := dynamic.NewBuilder(cfg)
+		require.NoError(t, err)
+		l, err := NewDynamicLayout("d", 2, Hash, 0, 2, b)
+		require.NoError(t, err)
+		c, err := NewCollection([]*Layout{l}, topo, r, Flat, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1},
+			[]embedding.Feature{{Name: "f", Table: 0}})
+		require.NoError(t, err)
+		defer c.Close()
+		w.ranks = append(w.ranks, c)
+	}
+	// rank 1 asks for rank 0's IDs: their gradients cross the exchange
+	batch := func(vals ...int64) func(int) embedding.Batch {
+		return func(r int) embedding.Batch {
+			if r == 0 {
+				return embedding.Batch{KeyFeature: []int64{0}, Lengths: []int64{0}}
+			}
+			return embedding.Batch{KeyFeature: []int64{0}, Values: vals, Lengths: []int64{int64(len(vals))}}
+		}
+	}
+	stepsA, xsA := w.forward(t, batch(ids[:4]...)) // fills rank 0's shard
+	stepsB, xsB := w.forward(t, batch(ids[4]))     // evicts one of them for ids[4]
+	for k, steps := range [][]*Step{stepsA, stepsB} {
+		for r, s := range steps {
+			require.NoError(t, s.Pool(make([]float32, 2)))
+			g := float32([]int{10, 1}[k] * r) // rank 1's bag: 10 in the first step, 1 in the second
+			require.NoError(t, s.Backward([]float32{g, g}, true))
+		}
+	}
+	runLockstep(t, topo, xsA)
+	runLockstep(t, topo, xsB)
+	d := dynamic.Of(w.ranks[0].Shards[0])
+	st, err := d.Stats()
+	require.NoError(t, err)
+	require.Equal(t, int64(1), st.Evicted)
+	rows := []int64{0}
+	require.NoError(t, d.Lookup(ids[4:], rows, false))
+	want := make([]float32, 2)
+	dynamic.InitVector(want, ids[4], cfg.Seed, cfg.InitLow, cfg.InitHigh)
+	require.InDeltaSlice(t, []float32{want[0] - 1, want[1] - 1}, w.ranks[0].Shards[0].Row(rows[0]), 1e-6,
+		"the new ID took the gradient of the ID evicted for it")
+}

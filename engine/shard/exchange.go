@@ -113,6 +113,10 @@ type ResolveStore interface {
 	// Resolve writes table t's row of each id into rows, −1 for an id without one; train admits
 	// new IDs and advances the shard's clock.
 	Resolve(t int, ids, rows []int64, train bool) error
+	// Evictions counts the rows table t's shard has freed (see embedding.EvictingSource).
+	Evictions(t int) int64
+	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] in table t's shard.
+	Recheck(t int, ids, rows []int64)
 }
 
 // LinearStore is a Store whose tables may take a linear update (SGD without weight decay) straight
@@ -162,7 +166,8 @@ type Exchange struct {
 	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	direct    []gradEntries // owner, fused: per table with a linear update, its unmerged gradients
 	fused     bool
-	train     bool // a training step: dynamic shards admit IDs and count the step
+	train     bool    // a training step: dynamic shards admit IDs and count the step
+	evictions []int64 // owner, per dynamic table: its shard's evictions when it resolved the step's rows
 
 	pre []TablePartition // requester: leg 0's partition per table, computed ahead (nil: countStage computes it)
 
@@ -352,6 +357,7 @@ func (x *Exchange) apply() error {
 	// the tables' shards are independent: one goroutine updates each
 	fail := make([]error, len(x.layouts))
 	parallel.ForEach(len(x.layouts), 1, func(t int) {
+		x.recheck(t)
 		if e := x.direct[t]; e.g != nil {
 			fail[t] = x.applyDirect(t, e)
 			return
@@ -364,6 +370,17 @@ func (x *Exchange) apply() error {
 	x.release([][][]float32{top})
 	x.grads[len(x.legs)] = make([][]float32, len(x.layouts)) // applied: nothing left to hand out
 	return nil
+}
+
+// recheck drops the owner's rows of dynamic table t whose IDs its shard evicted since the step
+// resolved them (another step's admissions in between, as under gradient accumulation): their
+// gradients are dropped instead of landing on the rows' new IDs.
+func (x *Exchange) recheck(t int) {
+	rs, ok := x.store.(ResolveStore)
+	if !ok || !x.layouts[t].Dynamic || rs.Evictions(t) == x.evictions[t] {
+		return
+	}
+	rs.Recheck(t, x.owner[t], x.ownerRows[t])
 }
 
 // firstError returns the first non-nil error of per-table results (the lowest table's, so the

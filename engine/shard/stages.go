@@ -135,13 +135,18 @@ func (x *Exchange) resolve(t int, ids, rows []int64) error {
 	if !ok {
 		return errs.Invalidf("exchange: table %q is dynamic but the store resolves no IDs", x.layouts[t].Name)
 	}
-	return rs.Resolve(t, ids, rows, x.train)
+	if err := rs.Resolve(t, ids, rows, x.train); err != nil {
+		return err
+	}
+	x.evictions[t] = rs.Evictions(t) // after Resolve: its own admissions never free its rows
+	return nil
 }
 
 // lookup resolves the owner's distinct IDs to shard rows and reads them once each.
 func (x *Exchange) lookup() error {
 	T := len(x.layouts)
 	x.ownerRows = make([][]int64, T)
+	x.evictions = make([]int64, T)
 	x.vecs = make([][][]float32, len(x.legs)+1)
 	top := make([][]float32, T)
 	fail := make([]error, T)
