@@ -555,3 +555,30 @@ def test_collection_attaches_dynamic_tables_itself() -> None:
                                    optimizer=SGD(lr=0.1))
     other.load_state_dict(sd)
     _assert_state_dicts_equal(sd, other.state_dict())
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_gradient_accumulation_across_an_eviction_leaves_the_new_owner_alone(sequence: bool) -> None:
+    """Two micro-batches' forwards, one loss, one backward: the second forward's admission evicts a
+    row the first looked up; the first's gradient for the evicted ID is dropped, not written into the
+    row's new owner (which moves by its own gradient only: SGD, lr 1, gradient 1)."""
+    cfg = EmbeddingBagConfig(4, 2, "t", ["f"], dynamic=DynamicConfig(eviction="lfu", evict_fraction=0.25))
+    if sequence:
+        coll: torch.nn.Module = recgo.EmbeddingCollection([recgo.EmbeddingConfig(4, 2, "t", ["f"], dynamic=cfg.dynamic)],
+                                                          optimizer=SGD(lr=1.0))
+    else:
+        coll = EmbeddingBagCollection([cfg], optimizer=SGD(lr=1.0))
+
+    def out(ids: list[int]) -> torch.Tensor:
+        kjt = KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.tensor([len(ids)]))
+        res = coll(kjt)
+        return res["f"].values() if sequence else res.values()
+
+    first = out([11, 12, 13, 14])  # fills the table
+    second = out([15])  # evicts one of 11..14 for 15
+    assert dynamic.stats(coll, "t").evicted == 1
+    row = int(dynamic.lookup(coll, "t", torch.tensor([15]))[0])
+    weight = (coll.embeddings if sequence else coll.embedding_bags)["t"].weight
+    before = weight.detach()[row].clone()
+    (10 * first.sum() + second.sum()).backward()
+    torch.testing.assert_close(weight.detach()[row], before - 1)
