@@ -139,6 +139,42 @@ def test_shard_model_takes_a_torchrec_fused_collection(world1: None) -> None:
     assert torch.equal(sh.embedding_bags["a"].weight, fused.state_dict()["embedding_bags.a.weight"])
 
 
+@pytest.mark.parametrize("fused_source", [False, True])
+def test_sharding_a_trained_torchrec_collection_keeps_its_optimizer_state(world1: None, fused_source: bool) -> None:
+    """shard_model of a TorchRec collection that has trained (in-backward row-wise Adagrad, or a fused
+    Adagrad collection) takes its accumulators along: the sharded collection goes on as TorchRec's."""
+    tr = pytest.importorskip("torchrec")
+    from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
+
+    from recgo.distributed import shard_model
+    tables = [tr.EmbeddingBagConfig(name="a", embedding_dim=4, num_embeddings=20, feature_names=["fa"])]
+
+    def build() -> nn.Module:
+        torch.manual_seed(3)
+        if fused_source:
+            return FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.Adagrad,
+                                               optimizer_kwargs={"lr": 0.2}, device=torch.device("cpu"))
+        m = tr.EmbeddingBagCollection(tables=tables)
+        apply_optimizer_in_backward(tr.optim.RowWiseAdagrad, m.parameters(), {"lr": 0.2, "eps": 1e-8})
+        return m
+
+    def batch(step: int) -> TKJT:
+        g = torch.Generator().manual_seed(step)
+        return TKJT.from_lengths_sync(["fa"], torch.randint(0, 20, (6,), generator=g), torch.tensor([2, 4]))
+    ref, mine = build(), build()
+    for m in (ref, mine):
+        for step in range(2):
+            m(batch(step)).values().pow(2).sum().backward()
+    sh = shard_model(nn.ModuleDict({"e": mine}), ddp=False, gradient_division=False)["e"]
+    for step in range(2, 5):
+        a, b = sh(batch(step)).values(), ref(batch(step)).values()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        a.pow(2).sum().backward()
+        b.pow(2).sum().backward()
+
+
 def test_dynamic_tables_shard_by_id_and_copies_are_refused_by_name(world1: None) -> None:
     import copy
     import pickle

@@ -25,6 +25,7 @@ from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _dynamic
 from ._checkpoint import load_shards, save_shards
+from ._source import on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
 from ._state import own_keys, rank_keys
 
@@ -72,11 +73,6 @@ class _Lookup(torch.autograd.Function):
         grads = ctx.module._backward(ctx.step, grad)
         ctx.step = None
         return (None, None, None, *grads)
-
-
-def _on_meta(module: nn.Module) -> bool:
-    """Whether ``module``'s tables are on the meta device (shapes only: no rows to take)."""
-    return any(t.is_meta for t in module.state_dict().values() if isinstance(t, torch.Tensor))
 
 
 class ShardedEmbeddingBagCollection(nn.Module):
@@ -204,7 +200,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
     @classmethod
     def from_ebc(cls, ebc: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> "ShardedEmbeddingBagCollection":
         """Shard an existing recgo (or TorchRec) EmbeddingBagCollection: every rank takes its rows (and,
-        from a recgo collection with the same fused optimizer, their state and step) from ``ebc``.
+        where the fused optimizer runs the same update, their state and step: a recgo collection's, or
+        the state TorchRec keeps outside its state dict, as :func:`recgo.from_torchrec` takes it) from
+        ``ebc``.
 
         A collection on the meta device (built with ``device="meta"`` or under ``with
         torch.device("meta")``, as models are built for TorchRec's ``DistributedModelParallel``) holds no
@@ -213,32 +211,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         allocated whole."""
         cfgs = ebc.embedding_bag_configs()
         optim.adopt(ebc, kwargs)
-        if _on_meta(ebc):
+        if on_meta(ebc):
             kwargs.setdefault("seed", getattr(ebc, "_seed", None))
             return cls(cfgs, sharding, **kwargs)
         out = cls(cfgs, sharding, _init=False, **kwargs)
-        out._take_rows(ebc.state_dict(), "embedding_bags")
+        take_rows(out, ebc, "embedding_bags")
         return out
-
-    def _take_rows(self, src: Mapping[str, torch.Tensor], prefix: str) -> None:
-        """Copy this rank's rows (and, where the shapes match, their optimizer state and step) from an
-        unsharded collection's state_dict whose table keys start with ``prefix``."""
-        with torch.no_grad():
-            for cfg in self._configs:
-                shard = self.embedding_bags[cfg.name]
-                if cfg.dynamic is not None:  # the rows of the IDs this rank owns, with their ID map
-                    head = f"{prefix}.{cfg.name}."
-                    part = {k[len(head):]: v for k, v in src.items() if k.startswith(head)}
-                    _dynamic.restore(self, cfg.name, [part], None, "from_ebc")
-                else:
-                    ids = self.local_ids(cfg.name)
-                    shard.weight.copy_(src[f"{prefix}.{cfg.name}.weight"].to(torch.float32)[ids])
-                    st = src.get(f"{prefix}.{cfg.name}.optimizer_state")
-                    if st is not None and hasattr(shard, "optimizer_state") and st.shape[1:] == shard.optimizer_state.shape[1:]:
-                        shard.optimizer_state[: len(ids)].copy_(st[ids])
-                step = src.get(f"{prefix}.{cfg.name}.optimizer_step")
-                if step is not None:
-                    shard.optimizer_step.copy_(step)
 
     def _description(self, seed: int | None, wire_dtype: str) -> dict[str, Any]:
         """What every rank must agree on (tables in order, their sharding and returns, the topology, the

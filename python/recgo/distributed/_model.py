@@ -99,7 +99,9 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
       collection, each gets its own). A collection
       built on the meta device (``with torch.device("meta"): model = MyModel()``) is never
       materialised whole: each rank initialises only its rows, as the collection's seed and its
-      tables' ``init_fn`` say; a built one gives each rank its rows (and fused optimizer state).
+      tables' ``init_fn`` say; a built one gives each rank its rows and their optimizer state (a recgo
+      collection's, or TorchRec's where recgo's optimizer runs the same update: see
+      :func:`recgo.from_torchrec`).
     * every other parameter or buffer still on the meta device is materialised on the CPU and
       initialised by its module's ``reset_parameters()`` (``nn.MultiheadAttention``'s
       ``_reset_parameters``); a module with neither gets a warning, as its values are then arbitrary.

@@ -16,7 +16,8 @@ from ..modules._sequence_batch import jagged, key_counts
 from ..modules.config import _as_sequence_config
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._collection import ShardedEmbeddingBagCollection, _on_meta, _Step
+from ._collection import ShardedEmbeddingBagCollection, _Step
+from ._source import on_meta, take_rows
 from ._exchange import drive
 
 
@@ -84,11 +85,11 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         meta device, as :meth:`ShardedEmbeddingBagCollection.from_ebc`: each rank initialises only its
         rows (``seed`` defaults to the recgo collection's)."""
         optim.adopt(ec, kwargs)
-        if _on_meta(ec):
+        if on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
             return cls(ec.embedding_configs(), sharding, **kwargs)
         out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
-        out._take_rows(ec.state_dict(), "embeddings")
+        take_rows(out, ec, "embeddings")
         return out
 
     def embedding_configs(self) -> list[Any]:

@@ -72,30 +72,37 @@ def _carry_weights(old: nn.Module, new: nn.Module, name: str) -> None:
                                 f"collection (missing {missing}, unexpected {res.unexpected_keys})")
 
 
-def _carry_optimizer_state(old: nn.Module, new: nn.Module, name: str, kind: str) -> None:
-    """Copy TorchRec's per-row optimizer state (and step) into ``new``'s fused optimizer state when
-    both run the same update: a FusedEmbeddingBagCollection's FBGEMM ``momentum_1``, or the state of
-    the torch optimizer ``apply_optimizer_in_backward`` attached to each table's weight."""
-    fused = new.fused_optimizer
-    prefix = "embedding_bags" if kind == "pooled" else "embeddings"
+def torchrec_optimizer_state(old: nn.Module, fused: FusedOptimizer | None, prefix: str) -> dict[str, torch.Tensor]:
+    """TorchRec's per-row optimizer state of ``old``'s tables (and the step) under recgo's state-dict
+    keys (``<prefix>.<table>.optimizer_state`` / ``.optimizer_step``), when ``fused`` runs the same
+    update as TorchRec's optimizer: a FusedEmbeddingBagCollection's FBGEMM ``momentum_1``, or the state
+    of the torch optimizer ``apply_optimizer_in_backward`` attached to each table's weight (Adagrad's
+    ``sum``, Adam's ``exp_avg`` and ``exp_avg_sq`` side by side, ``step``). Empty otherwise."""
     source = optim.of_torchrec_fused(old)
     if fused is None or type(source or optim.in_backward(old) or fused).kind != type(fused).kind:
-        return  # another update (or none): recgo's state starts from zero, as built
+        return {}  # another update (or none): recgo's state starts from zero, as built
     entries: dict[str, torch.Tensor] = {}
     if source is not None:  # FBGEMM keeps Adagrad's accumulators as momentum_1 ([rows, dim] or [rows])
         for key, st in old.fused_optimizer().state_dict()["state"].items():
             m1 = st.get(f"{key}.momentum_1")
             if m1 is not None:
                 entries[f"{prefix}.{key.rsplit('.', 1)[0]}.optimizer_state"] = m1.reshape(m1.shape[0], -1)
-    else:
-        for table, module in getattr(old, prefix).items():
-            opts = getattr(module.weight, "_in_backward_optimizers", None) or []
-            st = opts[0].state.get(module.weight, {}) if opts else {}
-            parts = [st[k] for k in ("sum", "exp_avg", "exp_avg_sq") if k in st]
-            if parts:
-                entries[f"{prefix}.{table}.optimizer_state"] = torch.cat([p.reshape(p.shape[0], -1) for p in parts], 1)
-            if "step" in st:
-                entries[f"{prefix}.{table}.optimizer_step"] = torch.as_tensor(st["step"]).reshape(1).to(torch.int64)
+        return entries
+    for table, module in getattr(old, prefix).items():
+        opts = getattr(module.weight, "_in_backward_optimizers", None) or []
+        st = opts[0].state.get(module.weight, {}) if opts else {}
+        parts = [st[k] for k in ("sum", "exp_avg", "exp_avg_sq") if k in st]
+        if parts:
+            entries[f"{prefix}.{table}.optimizer_state"] = torch.cat([p.reshape(p.shape[0], -1) for p in parts], 1)
+        if "step" in st:
+            entries[f"{prefix}.{table}.optimizer_step"] = torch.as_tensor(st["step"]).reshape(1).to(torch.int64)
+    return entries
+
+
+def _carry_optimizer_state(old: nn.Module, new: nn.Module, name: str, kind: str) -> None:
+    """Load TorchRec's optimizer state (:func:`torchrec_optimizer_state`) into ``new``; one that does
+    not map onto recgo's warns and leaves recgo's state at zero."""
+    entries = torchrec_optimizer_state(old, new.fused_optimizer, "embedding_bags" if kind == "pooled" else "embeddings")
     own = new.state_dict()
     wrong = {k: (tuple(v.shape), tuple(own[k].shape)) for k, v in entries.items() if k in own and v.shape != own[k].shape}
     if wrong or any(k not in own for k in entries):
