@@ -2,6 +2,7 @@ package dynamic
 
 import (
 	"fmt"
+	"iter"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -191,12 +192,7 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 	defer groupPool.Put(g)
 	def := t.DefaultRow()
 	visit := func(lo, hi int) {
-		for sh := lo; sh < hi; sh++ {
-			idx := g.order[g.start[sh]:g.start[sh+1]]
-			if len(idx) == 0 {
-				continue
-			}
-			s := &t.shards[sh]
+		for s, idx := range g.groups(t, lo, hi) {
 			s.mu.Lock()
 			for _, i := range idx {
 				h, id := g.hash[i], ids[i]
@@ -238,12 +234,7 @@ func (t *Table) Recheck(ids, rows []int64) {
 	}
 	g := groupByShard(ids, t.cfg.Seed)
 	defer groupPool.Put(g)
-	for sh := range numShards {
-		idx := g.order[g.start[sh]:g.start[sh+1]]
-		if len(idx) == 0 {
-			continue
-		}
-		s := &t.shards[sh]
+	for s, idx := range g.groups(t, 0, numShards) {
 		s.mu.Lock()
 		for _, i := range idx {
 			if r := rows[i]; r >= 0 && r < int64(t.cfg.MaxRows) && int64(s.get(g.hash[i], ids[i])) != r {
@@ -260,6 +251,18 @@ type shardGroups struct {
 	hash  []uint64
 	order []int32
 	start [numShards + 1]int
+}
+
+// groups yields, for each of t's shards lo..hi-1 that has IDs of the batch, the shard and its IDs'
+// indices (in index order); the caller locks the shard once for its group.
+func (g *shardGroups) groups(t *Table, lo, hi int) iter.Seq2[*shard, []int32] {
+	return func(yield func(*shard, []int32) bool) {
+		for sh := lo; sh < hi; sh++ {
+			if idx := g.order[g.start[sh]:g.start[sh+1]]; len(idx) > 0 && !yield(&t.shards[sh], idx) {
+				return
+			}
+		}
+	}
 }
 
 // groupPool recycles the groupings of Resolve calls (two slices per call the size of its batch).
