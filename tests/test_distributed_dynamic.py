@@ -104,6 +104,7 @@ def check_rows(sh: Any, ref: recgo.EmbeddingBagCollection, rank: int, what: str)
 
 
 def _world(rank: int, world: int, ck: str) -> dict[str, Any]:
+    from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.errors import InvalidInputError
 
     out: dict[str, Any] = {"held": {}}
@@ -132,6 +133,12 @@ def _world(rank: int, world: int, ck: str) -> dict[str, Any]:
             again.load_state_dict(sd)
             out["state_dict_held"] = check_rows(again, _replay(SAVE_AT, world), rank, "state_dict")
     out["sequence_rows"] = _sequence(rank, world)
+    # shards of 4 rows, each holding 3 IDs: together more than one rank's bound
+    small = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(4, 2, "s", ["s_id"], dynamic=recgo.DynamicConfig())],
+                                          "hash", optimizer=optim.SGD(lr=0.1), timeout=60)
+    mine = [i for i in range(1, 200) if int(small.owners("s", torch.tensor([i]))) == rank][:3]
+    small(recgo.KeyedJaggedTensor(["s_id"], torch.tensor(mine), lengths=torch.tensor([3]))).values().sum().backward()
+    small.save(ck + "-small")
     errors = {}
     for name, kw in {"row_wise": {"sharding": {"user": "row_wise"}}, "data_parallel": {"sharding": {"user": "data_parallel"}},
                      "torch optimizer": {"optimizer": None}}.items():
@@ -179,6 +186,20 @@ def _sequence(rank: int, world: int) -> int:
     close(sh.embeddings["user"].weight.detach()[rows[have]], ref.embeddings["user"].weight.detach()[want_rows[have]],
           "sequence weights")
     return n
+
+
+def _overfull(rank: int, world: int, ck: str) -> dict[str, Any]:
+    """Load shards that together hold more IDs than this rank's shard may: a named CapacityError."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import CapacityError
+
+    small = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(4, 2, "s", ["s_id"], dynamic=recgo.DynamicConfig())],
+                                          "hash", optimizer=optim.SGD(lr=0.1), timeout=60)
+    try:
+        small.load(ck)
+    except CapacityError as exc:
+        return {"error_message": str(exc)}
+    return {"loaded": True}
 
 
 def _replay(steps: int, world: int) -> recgo.EmbeddingBagCollection:
@@ -236,3 +257,6 @@ def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
         out = spawn(_resume, world, tmp_path, ck, 2)
         ok(out)
         assert sum(o["held"] for o in out) > 0
+    # 6 IDs saved by 2 ranks do not fit one rank's 4-row shard: refused by name, nothing half-loaded
+    over = spawn(_overfull, 1, tmp_path, ck + "-small")
+    assert "6 saved IDs belong to rank 0" in over[0].get("error_message", ""), over
