@@ -188,6 +188,17 @@ def _sequence(rank: int, world: int) -> int:
     return n
 
 
+def _moved(rank: int, world: int, ck: str) -> dict[str, Any]:
+    """Load the 2-rank checkpoint on 2 ranks whose table-wise table now lives on the other rank: the
+    rows follow their IDs (not each rank's own file)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    sh = ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.Adam(lr=0.05), timeout=60,
+                                       table_ranks={"item": 0})
+    sh.load(ck)
+    return {"held": check_rows(sh, _replay(SAVE_AT, 2), rank, "moved"), "item": len(sh.local_ids("item"))}
+
+
 def _overfull(rank: int, world: int, ck: str) -> dict[str, Any]:
     """Load shards that together hold more IDs than this rank's shard may: a named CapacityError."""
     from recgo.distributed import ShardedEmbeddingBagCollection
@@ -257,6 +268,9 @@ def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
         out = spawn(_resume, world, tmp_path, ck, 2)
         ok(out)
         assert sum(o["held"] for o in out) > 0
+    moved = spawn(_moved, 2, tmp_path, ck)
+    ok(moved)
+    assert moved[0]["item"] > 0 and moved[1]["item"] == 0, moved  # the item table moved to rank 0, whole
     # 6 IDs saved by 2 ranks do not fit one rank's 4-row shard: refused by name, nothing half-loaded
     over = spawn(_overfull, 1, tmp_path, ck + "-small")
     assert "6 saved IDs belong to rank 0" in over[0].get("error_message", ""), over

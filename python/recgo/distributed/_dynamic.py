@@ -61,21 +61,24 @@ def export(coll: Any, table: str) -> dict[str, torch.Tensor]:
 def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None, where: str) -> None:
     """Load table ``table``'s shard from the saved shards ``parts`` (:func:`export` entries, or an
     unsharded collection's state for the table). ``own`` is the index of this rank's own part when the
-    world is the one that saved them: it loads as it was (bit-exact, its free list and admission sketch
-    included). Otherwise each part gives the rows whose IDs this rank now owns, in part order, and the
-    admission sketches merge by their largest counters (a pending ID's sightings are counted at
-    least as often as before, so it is admitted no later)."""
-    if own is not None:
+    world is the one that saved them: when the layout has not moved an ID either (the same sharding),
+    it loads as it was (bit-exact, its free list and admission sketch included). Otherwise each part
+    gives the rows whose IDs this rank now owns, in part order, and the admission sketches merge by
+    their largest counters (a pending ID's sightings are counted at least as often as before, so it is
+    admitted no later)."""
+    keeps = []
+    for p in parts:
+        hw = int(p["dynamic_meta"][_META["HighWater"]])
+        used = p["dynamic_counts"][:hw] > 0
+        keeps.append((hw, used, used & (coll.owners(table, p["dynamic_ids"][:hw]) == coll.groups.rank)))
+    if own is not None and all(bool(torch.equal(k, u)) if i == own else not bool(k.any())
+                               for i, (_, u, k) in enumerate(keeps)):
         p = parts[own]
         dynamic.import_state(coll, table, p, p["weight"], p.get("optimizer_state"))
         return
     ids, counts, last, weights, states = [], [], [], [], []
-    for p in parts:
-        hw = int(p["dynamic_meta"][_META["HighWater"]])
-        used = p["dynamic_counts"][:hw] > 0
-        i = p["dynamic_ids"][:hw]
-        keep = used & (coll.owners(table, i) == coll.groups.rank)
-        ids.append(i[keep])
+    for p, (hw, _, keep) in zip(parts, keeps):
+        ids.append(p["dynamic_ids"][:hw][keep])
         counts.append(p["dynamic_counts"][:hw][keep])
         last.append(p["dynamic_last_seen"][:hw][keep])
         weights.append(p["weight"][:hw][keep])
