@@ -6,7 +6,8 @@ EmbeddingBagCollection. Every 100 steps it records the process RSS and the table
 storage; the table fills early, and from then on memory must stay flat while rows keep being evicted
 and reused. Side by side it times a training step of the dynamic table (LRU and LFU) against a
 fixed table of the same bound fed the same IDs hashed modulo the bound (the usual ID-map-free
-alternative, which lets unrelated IDs collide).
+alternative, which lets unrelated IDs collide), and, with SGD, against TorchRec's managed-collision
+(MCH) collection on the same stream.
 
     python benchmarks/dynamic_memory.py            # 10,000 steps, bound 200,000 rows × 64
     python benchmarks/dynamic_memory.py --quick    # 1,000 steps, bound 20,000 rows
@@ -115,6 +116,71 @@ def plot(series: dict, fill_step: int | None, path: Path) -> None:
     fig.savefig(path, dpi=100)
 
 
+def vs_torchrec(bench: Bench, bound: int, dim: int, batch: int, pooling: int) -> dict[str, float]:
+    """The same stream through TorchRec's answer to dynamic IDs on CPU, a ManagedCollisionEmbeddingBag-
+    Collection (MCH remapping with LRU eviction into a table of the bound) over an EmbeddingBagCollection
+    trained by apply_optimizer_in_backward, beside recgo's dynamic table (LRU, min_count 1) and both
+    sides' fixed tables fed the IDs modulo the bound. SGD everywhere: TorchRec's fused CPU collection
+    cannot sit under the MCH module, and its in-backward optimizer on a CPU table gets dense gradients,
+    so SGD is its cheapest update. Empty without torchrec."""
+    try:
+        import torchrec
+        from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
+        from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingBagCollection
+        from torchrec.modules.mc_modules import LRU_EvictionPolicy, ManagedCollisionCollection, MCHManagedCollisionModule
+        from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
+    except ImportError:
+        return {}
+    lr = 0.01
+
+    def torchrec_model(mch: bool) -> torch.nn.Module:
+        cfg = [torchrec.EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=bound, feature_names=["f"])]
+        ebc = torchrec.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
+        apply_optimizer_in_backward(torch.optim.SGD, ebc.parameters(), {"lr": lr})
+        if not mch:
+            return ebc
+        mc = ManagedCollisionCollection(
+            managed_collision_modules={"t": MCHManagedCollisionModule(
+                zch_size=bound, device=torch.device("cpu"), eviction_policy=LRU_EvictionPolicy(), eviction_interval=1,
+                input_hash_size=2**62)},
+            embedding_configs=cfg)
+        return ManagedCollisionEmbeddingBagCollection(ebc, mc, return_remapped_features=False)
+
+    def recgo_model(dynamic_ids: bool) -> EmbeddingBagCollection:
+        dyn = recgo.DynamicConfig(eviction="lru", evict_fraction=0.05) if dynamic_ids else None
+        cfg = EmbeddingBagConfig(name="t", embedding_dim=dim, num_embeddings=bound, feature_names=["f"], dynamic=dyn)
+        return EmbeddingBagCollection([cfg], optimizer=recgo.modules.SGD(lr=lr))
+
+    def run(model: torch.nn.Module, b: KeyedJaggedTensor, theirs: bool, modulo: bool) -> None:
+        ids = b.values() % bound if modulo else b.values()
+        if theirs:
+            out = model(TKJT.from_lengths_sync(["f"], ids, b.lengths()))
+            out = out[0] if isinstance(out, tuple) else out  # the MCH module also returns remapped features
+        else:
+            out = model(KeyedJaggedTensor(["f"], ids, lengths=b.lengths()))
+        vals = out.values()
+        vals.backward(torch.ones_like(vals))
+
+    variants = {}
+    for name, model, theirs, modulo in (("recgo_dynamic_lru", recgo_model(True), False, False),
+                                        ("torchrec_mch_lru", torchrec_model(True), True, False),
+                                        ("recgo_fixed_mod_bound", recgo_model(False), False, True),
+                                        ("torchrec_fixed_mod_bound", torchrec_model(False), True, True)):
+        stream = Stream(batch, pooling, seed=2)
+        model.train()
+        for _ in range(100 if bench.quick else 400):  # the ID maps fill first
+            run(model, stream(), theirs, modulo)
+        variants[name] = lambda model=model, stream=stream, theirs=theirs, modulo=modulo: run(model, stream(), theirs, modulo)
+    res = bench.compare("train_step_vs_torchrec", variants, items=batch * pooling, inner=5)
+    ours = res.median("recgo_dynamic_lru") - res.median("recgo_fixed_mod_bound")  # what the ID map adds, each side
+    theirs = res.median("torchrec_mch_lru") - res.median("torchrec_fixed_mod_bound")
+    return {"dynamic_speedup_vs_torchrec_mch": round(res.ratio("recgo_dynamic_lru", "torchrec_mch_lru"), 2),
+            "id_map_cost_ms_recgo": round(ours * 1e3, 3), "id_map_cost_ms_torchrec_mch": round(theirs * 1e3, 3),
+            "torchrec_mch_vs_torchrec_fixed_step_time": round(res.median("torchrec_mch_lru")
+                                                              / res.median("torchrec_fixed_mod_bound"), 2),
+            "fixed_speedup_vs_torchrec": round(res.ratio("recgo_fixed_mod_bound", "torchrec_fixed_mod_bound"), 2)}
+
+
 def main() -> None:
     bench = Bench("dynamic_memory", description=__doc__)
     steps = 1000 if bench.quick else 10_000
@@ -147,6 +213,7 @@ def main() -> None:
             train_step(ebc, b if ev else KeyedJaggedTensor(["f"], b.values() % tbound, lengths=b.lengths()))
         variants[name] = step
     res = bench.compare("train_step_full_table", variants, items=batch * pooling, inner=20)
+    versus = vs_torchrec(bench, tbound, dim, batch, pooling)
 
     bench.summary(
         steps=steps,
@@ -165,6 +232,7 @@ def main() -> None:
         steps_per_s=round(steps / run["seconds"], 1),
         dynamic_lru_vs_fixed_step_time=round(res.median("dynamic_lru") / res.median("fixed_mod_bound"), 3),
         dynamic_lfu_vs_fixed_step_time=round(res.median("dynamic_lfu") / res.median("fixed_mod_bound"), 3),
+        **versus,
     )
     bench.note(f"memory run: {steps} steps of {batch}×{pooling} IDs (30 % never seen before), table bound "
                f"{bound} rows × {dim} (Adam state 2×{dim}), min_count 2, LRU, evict_fraction 0.05; full at step "
@@ -174,6 +242,13 @@ def main() -> None:
                "thousands of steps after the fill are heap, not table storage (the eviction pass's scratch list, "
                "16 B per row, allocated at the first pass; the Go and torch allocators settling); the ID map's "
                "shards are sized for the bound up front. The second half of the run is flat.")
+    if versus:
+        bench.note("train_step_vs_torchrec: the same stream (SGD, lr 0.01, the same bound, ID maps filled first) "
+                   "through recgo's dynamic table (LRU, min_count 1) and TorchRec's ManagedCollisionEmbeddingBag"
+                   "Collection (MCHManagedCollisionModule, LRU_EvictionPolicy, eviction_interval 1) over an "
+                   "EmbeddingBagCollection with apply_optimizer_in_backward(SGD), as TorchRec runs it on CPU; beside "
+                   "them both sides' fixed tables fed the IDs modulo the bound. TorchRec's CPU table takes a dense "
+                   "gradient, so its update touches every row; torchrec_fixed_mod_bound shows that part alone.")
     png = bench.args.out / "dynamic_memory.png"
     bench.args.out.mkdir(parents=True, exist_ok=True)
     plot(ser, fill, png)
