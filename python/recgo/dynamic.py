@@ -45,7 +45,7 @@ from typing import Any, Sequence
 import torch
 
 from . import _lib
-from .errors import InvalidInputError, NotFoundError
+from .errors import CapacityError, InvalidInputError, NotFoundError
 from .tensors import check_tensor, ptr
 
 _POLICIES = {"lru": _lib.const("PolicyLRU"), "lfu": _lib.const("PolicyLFU")}
@@ -323,6 +323,34 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
               ebc._handle.value, i, ptr(meta), meta.numel(), ptr(ids), ptr(counts), ptr(last), hw,
               ptr(free), nfree, ptr(w), w.numel(), ptr(s), s.numel(), ptr(sketch), sketch.numel(),
               ptr(adds), adds.numel())
+
+
+def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Tensor,
+                optimizer_state: torch.Tensor | None = None, *, counts: torch.Tensor | None = None,
+                last_seen: torch.Tensor | None = None, **meta: Any) -> None:
+    """Replace the table's contents by the given rows: ``ids[i]`` gets row ``i`` with weights
+    ``weight[i]`` (and ``optimizer_state[i]``), seen ``counts[i]`` times (default 1), last at step
+    ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
+    table's unless ``meta`` overrides them (``sketch``, ``sketch_adds``, ``step``, ``admitted``,
+    ``evicted``). More IDs than the row bound raise ``CapacityError``; the engine checks the rest
+    (distinct IDs, shapes) and leaves the table unchanged on error."""
+    cur = export_state(ebc, table)
+    m = cur["dynamic_meta"].clone()
+    n = int(ids.numel())
+    name = table if isinstance(table, str) else _pooled(ebc).embedding_bag_configs()[table].name
+    if n > int(m[_M_ROWS]):
+        raise CapacityError(f"table {name!r}: {n} IDs for a row bound of {int(m[_M_ROWS])}")
+    sketch = meta.get("sketch", cur["dynamic_sketch"])
+    step = int(meta.get("step", m[_M_STEP]))
+    m[_M_STEP], m[_M_HW], m[_M_FREE], m[_M_SKETCH] = step, n, 0, sketch.numel()
+    m[_M_ADMIT], m[_M_EVICT] = int(meta.get("admitted", n)), int(meta.get("evicted", m[_M_EVICT]))
+    entries = {"dynamic_meta": m, "dynamic_ids": ids.to(torch.int64).contiguous(),
+               "dynamic_counts": torch.ones(n, dtype=torch.int64) if counts is None else counts.to(torch.int64),
+               "dynamic_last_seen": torch.full((n,), step, dtype=torch.int64) if last_seen is None
+               else last_seen.to(torch.int64),
+               "dynamic_free": torch.zeros(0, dtype=torch.int64), "dynamic_sketch": sketch,
+               "dynamic_sketch_adds": meta.get("sketch_adds", cur["dynamic_sketch_adds"])}
+    import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, int(m[_M_DIM])), optimizer_state)
 
 
 def _attach_table(ebc: Any, index: int) -> None:

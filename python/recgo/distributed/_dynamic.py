@@ -19,8 +19,7 @@ from .. import _lib, dynamic
 from ..errors import CapacityError, InvalidInputError, RecgoIOError
 
 SHARDINGS = ("hash", "table_wise", "plan")
-_META = {n: _lib.const(f"DynamicMeta{n}") for n in
-         ("Dim", "StateWidth", "MaxRows", "Step", "Admitted", "Evicted", "HighWater", "Free", "Sketch")}
+_META = {n: _lib.const(f"DynamicMeta{n}") for n in ("Dim", "MaxRows", "Step", "Admitted", "Evicted", "HighWater")}
 
 
 def check(configs: Sequence[Any], shardings: Sequence[str], optimizer: Any) -> None:
@@ -84,7 +83,7 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
         weights.append(p["weight"][:hw][keep])
         if "optimizer_state" in p:
             states.append(p["optimizer_state"][:hw][keep])
-    meta = parts[0]["dynamic_meta"].clone()
+    meta = parts[0]["dynamic_meta"]
     n = sum(len(x) for x in ids)
     if n > int(meta[_META["MaxRows"]]):
         raise CapacityError(f"{where}: table {table!r}: {n} saved IDs belong to rank {coll.groups.rank}, more than "
@@ -96,13 +95,9 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     sketch = torch.stack(sketches).amax(0) if sketches[0].numel() else sketches[0]
     adds = torch.stack([p["dynamic_sketch_adds"] for p in parts]).amax(0) if sketch.numel() else \
         parts[0]["dynamic_sketch_adds"][:0]
-    for k, agg in (("Step", max), ("Admitted", sum), ("Evicted", sum)):
-        meta[_META[k]] = agg(int(p["dynamic_meta"][_META[k]]) for p in parts)
-    meta[_META["HighWater"]], meta[_META["Free"]], meta[_META["Sketch"]] = n, 0, sketch.numel()
-    entries = {"dynamic_meta": meta, "dynamic_ids": torch.cat(ids), "dynamic_counts": torch.cat(counts),
-               "dynamic_last_seen": torch.cat(last), "dynamic_free": torch.zeros(0, dtype=torch.int64),
-               "dynamic_sketch": sketch, "dynamic_sketch_adds": adds}
+    totals = {k.lower(): agg(int(p["dynamic_meta"][_META[k]]) for p in parts)
+              for k, agg in (("Step", max), ("Admitted", sum), ("Evicted", sum))}
     dim = int(meta[_META["Dim"]])
-    weight = torch.cat(weights) if weights else torch.zeros(0, dim)
-    state = torch.cat(states) if states else None
-    dynamic.import_state(coll, table, entries, weight.reshape(n, dim), state)
+    dynamic.import_rows(coll, table, torch.cat(ids), torch.cat(weights) if weights else torch.zeros(0, dim),
+                        torch.cat(states) if states else None, counts=torch.cat(counts), last_seen=torch.cat(last),
+                        sketch=sketch, sketch_adds=adds, **totals)
