@@ -139,47 +139,58 @@ def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, ev
         b.pow(2).sum().backward()
 
 
-def _managed(return_remapped: bool) -> nn.Module:
-    """TorchRec's managed-collision collection: an LRU MCH module of 16 slots over a table trained by
-    an in-backward Adagrad."""
-    from torchrec.modules.mc_embedding_modules import ManagedCollisionEmbeddingBagCollection
+def _managed(return_remapped: bool, sequence: bool = False) -> nn.Module:
+    """TorchRec's managed-collision collection (pooled or sequence): an LRU MCH module of 16 slots over a
+    table trained by an in-backward Adagrad."""
+    from torchrec.modules.mc_embedding_modules import (ManagedCollisionEmbeddingBagCollection,
+                                                       ManagedCollisionEmbeddingCollection)
     from torchrec.modules.mc_modules import LRU_EvictionPolicy, ManagedCollisionCollection, MCHManagedCollisionModule
 
     torch.manual_seed(0)
-    cfg = [tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
-    ebc = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
-    apply_optimizer_in_backward(torch.optim.Adagrad, ebc.parameters(), {"lr": 0.1, "eps": 1e-8})
+    if sequence:
+        cfg: list = [tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+        coll: nn.Module = tr.EmbeddingCollection(tables=cfg, device=torch.device("cpu"))
+    else:
+        cfg = [tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+        coll = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
+    apply_optimizer_in_backward(torch.optim.Adagrad, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
     mch = MCHManagedCollisionModule(zch_size=16, device=torch.device("cpu"), eviction_policy=LRU_EvictionPolicy(),
                                     eviction_interval=1, input_hash_size=2**62)
     mc = ManagedCollisionCollection(managed_collision_modules={"t": mch}, embedding_configs=cfg)
-    return ManagedCollisionEmbeddingBagCollection(ebc, mc, return_remapped_features=return_remapped)
+    cls = ManagedCollisionEmbeddingCollection if sequence else ManagedCollisionEmbeddingBagCollection
+    return cls(coll, mc, return_remapped_features=return_remapped)
 
 
+@pytest.mark.parametrize("sequence", [False, True])
 @pytest.mark.parametrize("return_remapped", [False, True])
-def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: bool) -> None:
+def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: bool, sequence: bool) -> None:
     """The MCH module's IDs, their rows and the Adagrad accumulators come along into a dynamic-ID table
     of the same bound and policy; the converted module is called as TorchRec's and goes on as it does."""
     ids = torch.tensor([5, 10**12, 7, -3, 5, 9])
 
     def batch() -> TKJT:
         return TKJT.from_lengths_sync(keys=["f"], values=ids, lengths=torch.tensor([2, 1, 3]))
-    ref, model = _managed(return_remapped), _managed(return_remapped)
+
+    def values(out: object) -> torch.Tensor:
+        return out["f"].values() if sequence else out.values()  # type: ignore[index, attr-defined]
+    ref, model = _managed(return_remapped, sequence), _managed(return_remapped, sequence)
     for m in (ref, model):
         m.train()
         for _ in range(2):
-            m(batch())[0].values().pow(2).sum().backward()
+            values(m(batch())[0]).pow(2).sum().backward()
     new = recgo.from_torchrec(nn.ModuleDict({"mc": model}))["mc"]
-    cfg = new.embedding_bag_configs()[0]
+    coll = new.ec if sequence else new.ebc
+    cfg = (coll.embedding_configs() if sequence else coll.embedding_bag_configs())[0]
     assert cfg.num_embeddings == 16 and cfg.dynamic.eviction == "lru"
-    assert recgo.dynamic.stats(new.ebc, "t").rows == 5  # the five distinct IDs the MCH module had mapped
+    assert recgo.dynamic.stats(coll, "t").rows == 5  # the five distinct IDs the MCH module had mapped
     for step in range(3):
         (a, remapped), (b, _) = new(batch()), ref(batch())
-        torch.testing.assert_close(a.values(), b.values(), rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        torch.testing.assert_close(values(a), values(b), rtol=1e-5, atol=1e-6, msg=f"step {step}")
         assert (remapped is None) != return_remapped
         if remapped is not None:
             assert torch.equal(remapped.lengths(), batch().lengths()) and bool((remapped.values() >= 0).all())
-        a.values().pow(2).sum().backward()
-        b.values().pow(2).sum().backward()
+        values(a).pow(2).sum().backward()
+        values(b).pow(2).sum().backward()
 
 
 def test_a_sequence_collection_and_a_meta_model_convert() -> None:

@@ -13,9 +13,9 @@ from ..dynamic import DynamicConfig
 from ..errors import InvalidInputError
 from . import optim
 from ._walk import outermost, replace, torchrec_class, torchrec_kind
-from .config import EmbeddingBagConfig
+from .config import EmbeddingBagConfig, EmbeddingConfig
 from .embedding import EmbeddingBagCollection
-from .managed import ManagedCollisionEmbeddingBagCollection
+from .managed import ManagedCollisionEmbeddingBagCollection, ManagedCollisionEmbeddingCollection
 from .optim import FusedOptimizer
 from .sequence import EmbeddingCollection
 
@@ -37,10 +37,10 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
       weights get gradients for a torch optimizer (build it after this call: it must hold the new
       parameters);
     * weighted collections stay weighted, and ``need_indices`` carries over;
-    * a ``ManagedCollisionEmbeddingBagCollection`` becomes a
-      :class:`recgo.modules.managed.ManagedCollisionEmbeddingBagCollection` of dynamic-ID tables with
-      its MCH modules' bounds and eviction policies, holding the IDs they had mapped with their rows
-      (and optimizer state), called as TorchRec's module is.
+    * a ``ManagedCollisionEmbeddingBagCollection`` / ``ManagedCollisionEmbeddingCollection`` becomes
+      recgo's (:mod:`recgo.modules.managed`): a collection of dynamic-ID tables with its MCH modules'
+      bounds and eviction policies, holding the IDs they had mapped with their rows (and optimizer
+      state), called as TorchRec's module is.
 
     Returns ``model`` with the modules replaced (or the new collection when ``model`` was one).
 
@@ -75,49 +75,55 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
 
 
 def _kind(m: nn.Module) -> str | None:
-    """torchrec_kind, plus ``"managed"`` for TorchRec's ManagedCollisionEmbeddingBagCollection (found
-    before the collection inside it)."""
-    return "managed" if torchrec_class(m) == "ManagedCollisionEmbeddingBagCollection" else torchrec_kind(m)
+    """torchrec_kind, plus ``"managed"`` for TorchRec's managed-collision collections (found before the
+    collection inside them)."""
+    managed = ("ManagedCollisionEmbeddingBagCollection", "ManagedCollisionEmbeddingCollection")
+    return "managed" if torchrec_class(m) in managed else torchrec_kind(m)
 
 
 def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | None) -> nn.Module:
-    """recgo's stand-in for TorchRec's managed-collision collection ``m``: each table a dynamic-ID table
-    with the MCH module's bound (``zch_size``) and eviction policy (LRU, else LFU), holding the IDs the
-    MCH module had mapped with their rows, last access and (where the update is the same) optimizer
-    state, and the inner collection's fused optimizer."""
+    """recgo's stand-in for TorchRec's managed-collision collection ``m`` (pooled or sequence): each table
+    a dynamic-ID table with the MCH module's bound (``zch_size``) and eviction policy (LRU, else LFU),
+    holding the IDs the MCH module had mapped with their rows, last access and (where the update is the
+    same) optimizer state, and the inner collection's fused optimizer."""
     inner, mcc = m._embedding_module, m._managed_collision_collection
-    if torchrec_kind(inner) != "pooled":
-        raise InvalidInputError(f"from_torchrec: a managed-collision collection over {type(inner).__name__} is not "
-                                "supported (only over an EmbeddingBagCollection)")
+    pooled = torchrec_kind(inner) == "pooled"
     kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
     optim.adopt(inner, kwargs)
     cfgs, hashes, modules = [], {}, {}
-    for c in inner.embedding_bag_configs():
+    for c in (inner.embedding_bag_configs() if pooled else inner.embedding_configs()):
         mch = mcc._managed_collision_modules[c.name]
-        policy = "lru" if "LRU" in type(mch._eviction_policy).__name__ else "lfu"
-        dyn = DynamicConfig(eviction=policy, num_embeddings=int(mch._zch_size))
-        cfgs.append(EmbeddingBagConfig(num_embeddings=int(mch._zch_size), embedding_dim=c.embedding_dim, name=c.name,
-                                       feature_names=list(c.feature_names), pooling=c.pooling,
-                                       dynamic=dyn))
+        dyn = DynamicConfig(eviction="lru" if "LRU" in type(mch._eviction_policy).__name__ else "lfu",
+                            num_embeddings=int(mch._zch_size))
+        common = {"num_embeddings": int(mch._zch_size), "embedding_dim": c.embedding_dim, "name": c.name,
+                  "feature_names": list(c.feature_names), "dynamic": dyn}
+        cfgs.append(EmbeddingBagConfig(pooling=c.pooling, **common) if pooled else EmbeddingConfig(**common))
         if getattr(mch, "_input_hash_func", None) is not None:
             hashes.update({f: (mch._input_hash_func, int(mch._input_hash_size)) for f in c.feature_names})
         modules[c.name] = mch
-    new = EmbeddingBagCollection(cfgs, is_weighted=inner.is_weighted(), optimizer=kwargs["optimizer"], seed=seed)
-    states = torchrec_optimizer_state(inner, new.fused_optimizer, "embedding_bags")
+    prefix = "embedding_bags" if pooled else "embeddings"
+    if pooled:
+        new: nn.Module = EmbeddingBagCollection(cfgs, is_weighted=inner.is_weighted(), optimizer=kwargs["optimizer"],
+                                                seed=seed)
+    else:
+        new = EmbeddingCollection(cfgs, need_indices=bool(inner.need_indices()), optimizer=kwargs["optimizer"], seed=seed)
+    states = torchrec_optimizer_state(inner, new.fused_optimizer, prefix)
+    tables = getattr(new, prefix)
     for c in cfgs:
         mch = modules[c.name]
         raw = mch._mch_sorted_raw_ids
         used = raw != torch.iinfo(torch.int64).max  # empty slots hold the largest int64
         slots = mch._mch_remapped_ids_mapping[used]
-        st = states.get(f"embedding_bags.{c.name}.optimizer_state")
+        st = states.get(f"{prefix}.{c.name}.optimizer_state")
         with torch.no_grad():
-            dynamic.import_rows(new, c.name, raw[used], inner.embedding_bags[c.name].weight.detach()[slots],
+            dynamic.import_rows(new, c.name, raw[used], getattr(inner, prefix)[c.name].weight.detach()[slots],
                                 None if st is None else st[slots],
                                 last_seen=mch._mch_last_access_iter[used], step=int(mch._current_iter_tensor))
-        step = states.get(f"embedding_bags.{c.name}.optimizer_step")
+        step = states.get(f"{prefix}.{c.name}.optimizer_step")
         if step is not None:
-            new.embedding_bags[c.name].optimizer_step.copy_(step)
-    return ManagedCollisionEmbeddingBagCollection(new, hashes, m._return_remapped_features)
+            tables[c.name].optimizer_step.copy_(step)
+    managed = ManagedCollisionEmbeddingBagCollection if pooled else ManagedCollisionEmbeddingCollection
+    return managed(new, hashes, m._return_remapped_features)
 
 
 def _carry_weights(old: nn.Module, new: nn.Module, name: str) -> None:

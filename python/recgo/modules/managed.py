@@ -1,5 +1,6 @@
-"""What ``recgo.from_torchrec`` puts in place of TorchRec's ``ManagedCollisionEmbeddingBagCollection``:
-a collection of dynamic-ID tables, called as TorchRec's module is.
+"""What ``recgo.from_torchrec`` puts in place of TorchRec's ``ManagedCollisionEmbeddingBagCollection``
+and ``ManagedCollisionEmbeddingCollection``: a collection of dynamic-ID tables, called as TorchRec's
+module is.
 
 TorchRec maps IDs outside a table's range with a managed-collision (MCH) module in front of a fixed
 table. A recgo dynamic-ID table maps any int64 ID to a row itself, with the same bound and eviction
@@ -16,35 +17,37 @@ from torch import nn
 
 from .. import dynamic
 from ..sparse import KeyedJaggedTensor, as_kjt
-from .embedding import EmbeddingBagCollection
 
 
-class ManagedCollisionEmbeddingBagCollection(nn.Module):
-    """An :class:`EmbeddingBagCollection` of dynamic-ID tables called as TorchRec's
-    ``ManagedCollisionEmbeddingBagCollection``: ``forward(features)`` returns ``(pooled, remapped)``,
-    ``remapped`` being None, or with ``return_remapped_features`` each ID's row in its table (−1 for an
-    ID without one) in a KeyedJaggedTensor of the input's keys and lengths.
+class _Managed(nn.Module):
+    """A recgo collection of dynamic-ID tables (pooled or sequence), held under the subclass's ``_attr``
+    name, called as TorchRec's managed-collision module: ``forward(features)`` returns
+    ``(output, remapped)``, ``remapped`` being None, or with ``return_remapped_features`` each ID's row in
+    its table (−1 for an ID without one) in a KeyedJaggedTensor of the input's keys and lengths.
 
     Args:
-        ebc: the collection (``ebc`` attribute); every table a dynamic-ID table.
+        collection: the recgo collection (every table a dynamic-ID table).
         input_hash: per feature, ``(input_hash_func, input_hash_size)`` applied to its IDs first (TorchRec's
             MCH ``preprocess``); features without an entry take their IDs as they come.
         return_remapped_features: as TorchRec's argument.
     """
 
-    def __init__(self, ebc: EmbeddingBagCollection, input_hash: dict[str, tuple[Callable[..., torch.Tensor], int]],
+    _attr = ""  # the collection's attribute name (TorchRec's module names it so): "ebc" or "ec"
+    _configs = ""  # the collection's config accessor
+
+    def __init__(self, collection: nn.Module, input_hash: dict[str, tuple[Callable[..., torch.Tensor], int]],
                  return_remapped_features: bool = False) -> None:
         super().__init__()
-        self.ebc = ebc
+        setattr(self, self._attr, collection)
         self._input_hash = dict(input_hash)
         self._return_remapped_features = bool(return_remapped_features)
+        self._tables = {f: c.name for c in self._table_configs() for f in c.feature_names}  # feature → table
 
-    def embedding_bag_configs(self) -> list[Any]:
-        """The tables' configs."""
-        return self.ebc.embedding_bag_configs()
+    def _table_configs(self) -> list[Any]:
+        return list(getattr(getattr(self, self._attr), self._configs)())
 
     def forward(self, features: Any) -> tuple[Any, KeyedJaggedTensor | None]:
-        """Pool ``features`` (recgo or TorchRec KJT); see the class doc for the pair returned."""
+        """Look ``features`` up (recgo or TorchRec KJT); see the class doc for the pair returned."""
         if self._input_hash:
             kjt = as_kjt(features)
             parts = []
@@ -56,11 +59,34 @@ class ManagedCollisionEmbeddingBagCollection(nn.Module):
                 parts.append(v)
             features = KeyedJaggedTensor(kjt.keys(), torch.cat(parts), lengths=kjt.lengths(),
                                          weights=kjt.weights_or_none())
-        pooled = self.ebc(features)
+        coll = getattr(self, self._attr)
+        out = coll(features)
         if not self._return_remapped_features:
-            return pooled, None
+            return out, None
         kjt = as_kjt(features)
-        table = {f: c.name for c in self.ebc.embedding_bag_configs() for f in c.feature_names}
-        rows = [dynamic.lookup(self.ebc, table[k], kjt[k].values()) if k in table else kjt[k].values()
+        rows = [dynamic.lookup(coll, self._tables[k], kjt[k].values()) if k in self._tables else kjt[k].values()
                 for k in kjt.keys()]
-        return pooled, KeyedJaggedTensor(kjt.keys(), torch.cat(rows), lengths=kjt.lengths())
+        return out, KeyedJaggedTensor(kjt.keys(), torch.cat(rows), lengths=kjt.lengths())
+
+
+class ManagedCollisionEmbeddingBagCollection(_Managed):
+    """TorchRec's ``ManagedCollisionEmbeddingBagCollection`` as dynamic-ID tables: an
+    :class:`EmbeddingBagCollection` (``ebc``) returning ``(pooled, remapped)`` (see ``_Managed``)."""
+
+    _attr, _configs = "ebc", "embedding_bag_configs"
+
+    def embedding_bag_configs(self) -> list[Any]:
+        """The tables' configs."""
+        return self._table_configs()
+
+
+class ManagedCollisionEmbeddingCollection(_Managed):
+    """TorchRec's ``ManagedCollisionEmbeddingCollection`` as dynamic-ID tables: an
+    :class:`EmbeddingCollection` (``ec``) returning ``({feature: JaggedTensor}, remapped)`` (see
+    ``_Managed``)."""
+
+    _attr, _configs = "ec", "embedding_configs"
+
+    def embedding_configs(self) -> list[Any]:
+        """The tables' configs."""
+        return self._table_configs()
