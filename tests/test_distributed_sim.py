@@ -139,6 +139,32 @@ def test_shard_model_takes_a_torchrec_fused_collection(world1: None) -> None:
     assert torch.equal(sh.embedding_bags["a"].weight, fused.state_dict()["embedding_bags.a.weight"])
 
 
+def test_shard_model_converts_a_managed_collision_collection(world1: None) -> None:
+    """A trained TorchRec managed-collision collection in a model: shard_model turns it into dynamic-ID
+    tables (MCH state carried over) and shards them; the model goes on as TorchRec's."""
+    pytest.importorskip("torchrec")
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT
+
+    from managed_collision import managed_collection
+    from recgo.distributed import shard_model
+    from recgo.modules.managed import ManagedCollisionEmbeddingBagCollection
+
+    def batch() -> TKJT:
+        return TKJT.from_lengths_sync(keys=["f"], values=torch.tensor([5, 10**12, 7, -3]), lengths=torch.tensor([2, 2]))
+    ref, mine = managed_collection(False), managed_collection(False)
+    for m in (ref, mine):
+        m.train()
+        m(batch())[0].values().pow(2).sum().backward()
+    model = shard_model(nn.ModuleDict({"mc": mine}), ddp=False, gradient_division=False)
+    assert isinstance(model["mc"], ManagedCollisionEmbeddingBagCollection)
+    assert isinstance(model["mc"].ebc, ShardedEmbeddingBagCollection)
+    for step in range(2):
+        (a, _), (b, _) = model["mc"](batch()), ref(batch())
+        torch.testing.assert_close(a.values(), b.values(), rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        a.values().pow(2).sum().backward()
+        b.values().pow(2).sum().backward()
+
+
 @pytest.mark.parametrize("fused_source", [False, True])
 def test_sharding_a_trained_torchrec_collection_keeps_its_optimizer_state(world1: None, fused_source: bool) -> None:
     """shard_model of a TorchRec collection that has trained (in-backward row-wise Adagrad, or a fused

@@ -20,6 +20,8 @@ from torchrec.models.dlrm import DLRM  # noqa: E402
 from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection  # noqa: E402
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TKJT  # noqa: E402
 
+from managed_collision import managed_collection  # noqa: E402
+
 TABLES = [
     tr.EmbeddingBagConfig(name="t_user", embedding_dim=8, num_embeddings=40, feature_names=["user"]),
     tr.EmbeddingBagConfig(name="t_item", embedding_dim=8, num_embeddings=60, feature_names=["item", "hist"]),
@@ -139,28 +141,6 @@ def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, ev
         b.pow(2).sum().backward()
 
 
-def _managed(return_remapped: bool, sequence: bool = False) -> nn.Module:
-    """TorchRec's managed-collision collection (pooled or sequence): an LRU MCH module of 16 slots over a
-    table trained by an in-backward Adagrad."""
-    from torchrec.modules.mc_embedding_modules import (ManagedCollisionEmbeddingBagCollection,
-                                                       ManagedCollisionEmbeddingCollection)
-    from torchrec.modules.mc_modules import LRU_EvictionPolicy, ManagedCollisionCollection, MCHManagedCollisionModule
-
-    torch.manual_seed(0)
-    if sequence:
-        cfg: list = [tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
-        coll: nn.Module = tr.EmbeddingCollection(tables=cfg, device=torch.device("cpu"))
-    else:
-        cfg = [tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
-        coll = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
-    apply_optimizer_in_backward(torch.optim.Adagrad, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
-    mch = MCHManagedCollisionModule(zch_size=16, device=torch.device("cpu"), eviction_policy=LRU_EvictionPolicy(),
-                                    eviction_interval=1, input_hash_size=2**62)
-    mc = ManagedCollisionCollection(managed_collision_modules={"t": mch}, embedding_configs=cfg)
-    cls = ManagedCollisionEmbeddingCollection if sequence else ManagedCollisionEmbeddingBagCollection
-    return cls(coll, mc, return_remapped_features=return_remapped)
-
-
 @pytest.mark.parametrize("sequence", [False, True])
 @pytest.mark.parametrize("return_remapped", [False, True])
 def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: bool, sequence: bool) -> None:
@@ -173,7 +153,7 @@ def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: 
 
     def values(out: object) -> torch.Tensor:
         return out["f"].values() if sequence else out.values()  # type: ignore[index, attr-defined]
-    ref, model = _managed(return_remapped, sequence), _managed(return_remapped, sequence)
+    ref, model = managed_collection(return_remapped, sequence), managed_collection(return_remapped, sequence)
     for m in (ref, model):
         m.train()
         for _ in range(2):

@@ -12,6 +12,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..modules import optim
 from ..modules.embedding import EmbeddingBagCollection
 from ..modules._walk import outermost, replace, torchrec_kind
+from ..modules.convert import convert_managed
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
 from ._sequence import ShardedEmbeddingCollection
@@ -102,6 +103,9 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
       tables' ``init_fn`` say; a built one gives each rank its rows and their optimizer state (a recgo
       collection's, or TorchRec's where recgo's optimizer runs the same update: see
       :func:`recgo.from_torchrec`).
+    * a TorchRec managed-collision collection becomes recgo's dynamic-ID tables first (as
+      :func:`recgo.from_torchrec` converts it, its MCH state carried over), whose collection is then
+      sharded (its tables by ID hash unless ``sharding`` says otherwise);
     * every other parameter or buffer still on the meta device is materialised on the CPU and
       initialised by its module's ``reset_parameters()`` (``nn.MultiheadAttention``'s
       ``_reset_parameters``); a module with neither gets a warning, as its values are then arbitrary.
@@ -125,6 +129,7 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
+    model = convert_managed(model, kwargs.get("optimizer"))  # their MCH state into dynamic-ID tables first
     found = _collections(model)
     for name, m, _ in found:
         _check_shareable(model, name, m)

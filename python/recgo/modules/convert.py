@@ -74,6 +74,15 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     return model
 
 
+def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None) -> nn.Module:
+    """Replace TorchRec's managed-collision collections in ``model`` (itself included) by recgo's
+    dynamic-ID tables, as :func:`from_torchrec` does, leaving every other module; returns ``model``
+    (or the new collection when ``model`` was one). ``shard_model`` starts with it."""
+    for name, m, _ in outermost(model, lambda m: "managed" if _kind(m) == "managed" else None):
+        model = replace(model, name, _from_managed(m, optimizer, seed))
+    return model
+
+
 def _kind(m: nn.Module) -> str | None:
     """torchrec_kind, plus ``"managed"`` for TorchRec's managed-collision collections (found before the
     collection inside them)."""

@@ -1,0 +1,31 @@
+"""A TorchRec managed-collision collection for the tests of its conversion to recgo's dynamic-ID tables
+(test_from_torchrec.py, test_distributed_sim.py). Import it after importorskip("torchrec")."""
+
+from __future__ import annotations
+
+import torch
+import torchrec as tr
+from torch import nn
+from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
+
+
+def managed_collection(return_remapped: bool, sequence: bool = False) -> nn.Module:
+    """TorchRec's managed-collision collection (pooled or sequence): an LRU MCH module of 16 slots over a
+    table trained by an in-backward Adagrad."""
+    from torchrec.modules.mc_embedding_modules import (ManagedCollisionEmbeddingBagCollection,
+                                                       ManagedCollisionEmbeddingCollection)
+    from torchrec.modules.mc_modules import LRU_EvictionPolicy, ManagedCollisionCollection, MCHManagedCollisionModule
+
+    torch.manual_seed(0)
+    if sequence:
+        cfg: list = [tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+        coll: nn.Module = tr.EmbeddingCollection(tables=cfg, device=torch.device("cpu"))
+    else:
+        cfg = [tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+        coll = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
+    apply_optimizer_in_backward(torch.optim.Adagrad, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
+    mch = MCHManagedCollisionModule(zch_size=16, device=torch.device("cpu"), eviction_policy=LRU_EvictionPolicy(),
+                                    eviction_interval=1, input_hash_size=2**62)
+    mc = ManagedCollisionCollection(managed_collision_modules={"t": mch}, embedding_configs=cfg)
+    cls = ManagedCollisionEmbeddingCollection if sequence else ManagedCollisionEmbeddingBagCollection
+    return cls(coll, mc, return_remapped_features=return_remapped)
