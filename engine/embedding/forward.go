@@ -70,12 +70,12 @@ type tableCtx struct {
 
 // recheck drops (sets to −1) the rows of table t's distinct IDs that its row source has given to
 // other IDs since the forward resolved them, so that backward updates no other ID's row; a planned
-// linear update's per-lookup rows follow. It reports whether it looked.
-func (x *Context) recheck(t int, tb *Table) bool {
+// linear update's per-lookup rows follow.
+func (x *Context) recheck(t int, tb *Table) {
 	tc := &x.tables[t]
 	es, ok := tb.Source.(EvictingSource)
 	if !ok || tc.lazy || es.Evictions() == tc.evictions {
-		return false
+		return
 	}
 	es.Recheck(tc.uniq, tc.rows)
 	tc.evictions = es.Evictions()
@@ -84,7 +84,6 @@ func (x *Context) recheck(t int, tb *Table) bool {
 			tc.own.ids[i] = tc.rows[u]
 		}
 	}
-	return true
 }
 
 // Unique returns the number of distinct IDs table t saw in the batch.

@@ -92,9 +92,9 @@ func (t *Table) Linear() bool { return linearUpdate(t.Opt) && t.pending == nil }
 
 // ApplyLinear takes one step of the table's linear fused update (see Linear) straight from
 // unmerged gradients: for each j in order, row rows[j] gets −lr times the Dim values of grads at
-// offs[j] (−1 entries and read-only rows are skipped). Rows may repeat; their contributions add up, so the result equals ApplyRows on the
-// gradients merged per row, up to float rounding, without the merge pass or its buffer. The step
-// counter advances by one, as in ApplyRows.
+// offs[j] (−1 entries and read-only rows are skipped). Rows may repeat; their contributions add
+// up, so the result equals ApplyRows on the gradients merged per row, up to float rounding, without
+// the merge pass or its buffer. The step counter advances by one, as in ApplyRows.
 func (t *Table) ApplyLinear(rows []int64, grads []float32, offs []int64) error {
 	if !t.Linear() {
 		return errs.Invalidf("table %q: its update (%v) is not linear in the gradient; merge the gradients and use ApplyRows", t.Name, t.Opt.Kind)

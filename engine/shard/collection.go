@@ -79,7 +79,7 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	c.part = newPartitioner(c)
 	for _, l := range layouts {
 		var s *embedding.Table
-		if l.Dynamic { // every rank has a shard (reserved, committed as rows are used)
+		if l.Dynamic() { // every rank has a shard (reserved, committed as rows are used)
 			s, err = l.Builder.BuildTable(l.Name, l.Dim, opt)
 		} else {
 			// A rank that holds none of a table's rows keeps a one-row shard, so every rank has the

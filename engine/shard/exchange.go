@@ -377,7 +377,7 @@ func (x *Exchange) apply() error {
 // gradients are dropped instead of landing on the rows' new IDs.
 func (x *Exchange) recheck(t int) {
 	rs, ok := x.store.(ResolveStore)
-	if !ok || !x.layouts[t].Dynamic || rs.Evictions(t) == x.evictions[t] {
+	if !ok || !x.layouts[t].Dynamic() || rs.Evictions(t) == x.evictions[t] {
 		return
 	}
 	rs.Recheck(t, x.owner[t], x.ownerRows[t])

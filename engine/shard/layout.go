@@ -57,11 +57,8 @@ type Layout struct {
 	Kind  Kind
 	Rank  int // TableWise: the owning rank
 	World int
-	// Dynamic marks a dynamic-ID table (engine/dynamic): every int64 is an ID, and the owner's
-	// shard maps the IDs it receives to rows on demand (Store's Resolve), so there is no ID range
-	// (Rows is 0), no fixed id → row map and no LocalIDs or Locate.
-	Dynamic bool
-	// Builder builds each rank's shard of a dynamic table (dynamic.Builder); nil otherwise.
+	// Builder builds each rank's shard of a dynamic-ID table (dynamic.Builder; see Dynamic); nil
+	// for a fixed table.
 	Builder embedding.TableBuilder
 
 	block int64   // RowWise: rows per rank (the last ranks may hold fewer, or none)
@@ -129,14 +126,19 @@ func NewDynamicLayout(name string, dim int, kind Kind, rank, world int, b embedd
 	case kind == TableWise && (rank < 0 || rank >= world):
 		return nil, errs.Invalidf("table %q: table-wise rank %d is outside the world of %d ranks", name, rank, world)
 	}
-	return &Layout{Name: name, Dim: dim, Kind: kind, Rank: rank, World: world, Dynamic: true, Builder: b,
+	return &Layout{Name: name, Dim: dim, Kind: kind, Rank: rank, World: world, Builder: b,
 		count: make([]int64, world)}, nil
 }
+
+// Dynamic reports whether the layout is a dynamic-ID table's (engine/dynamic): every int64 is an ID,
+// and the owner's shard maps the IDs it receives to rows on demand (ResolveStore), so there is no ID
+// range (Rows is 0), no fixed id → row map and no LocalIDs or Locate.
+func (l *Layout) Dynamic() bool { return l.Builder != nil }
 
 // Check returns an error naming the table when id is not one of its rows (any id is one of a
 // dynamic table's).
 func (l *Layout) Check(id int64) error {
-	if l.Dynamic {
+	if l.Dynamic() {
 		return nil
 	}
 	if id < 0 || id >= l.Rows {
@@ -154,7 +156,7 @@ func (l *Layout) Owner(id int64, self int) (rank int, row int64) {
 // row is id's row on its owner (−1 in a dynamic layout, where the owner's shard decides).
 func (l *Layout) row(id int64) int64 {
 	switch {
-	case l.Dynamic:
+	case l.Dynamic():
 		return -1
 	case l.Kind == Hash:
 		return int64(l.local[id])
@@ -188,7 +190,7 @@ func (l *Layout) LocalRows(rank int) int64 { return l.count[rank] }
 func (l *Layout) LocalIDs(rank int) []int64 {
 	out := make([]int64, 0, l.count[rank])
 	switch {
-	case l.Dynamic:
+	case l.Dynamic():
 	case l.Kind == Hash:
 		for id := int64(0); id < l.Rows; id++ {
 			if HashOwner(id, l.World) == rank {
@@ -208,16 +210,17 @@ func (l *Layout) LocalIDs(rank int) []int64 {
 }
 
 // OwnRows writes into rows the row on rank self of each id, which self must own (an error names the
-// first that it does not); in a dynamic layout it only checks ownership (the shard resolves rows). The ownership check runs first over all IDs and the reads of hash
-// sharding's id → row map follow back to back: independent loads the CPU overlaps, where one
-// loop with the hash between them kept fewer of those cache misses in flight.
+// first that it does not); in a dynamic layout it only checks ownership (the shard resolves rows).
+// The ownership check runs first over all IDs and the reads of hash sharding's id → row map follow
+// back to back: independent loads the CPU overlaps, where one loop with the hash between them kept
+// fewer of those cache misses in flight.
 func (l *Layout) OwnRows(self int, ids, rows []int64) error {
 	for _, id := range ids {
 		if o := l.OwnerRank(id, self); o != self {
 			return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", l.Name, id, self, o)
 		}
 	}
-	if l.Dynamic {
+	if l.Dynamic() {
 		return nil
 	}
 	for i, id := range ids {
@@ -232,7 +235,7 @@ func (l *Layout) Locate(rank int, ids, rows []int64) error {
 	if len(rows) != len(ids) {
 		return errs.Invalidf("table %q: %d rows for %d ids", l.Name, len(rows), len(ids))
 	}
-	if l.Dynamic {
+	if l.Dynamic() {
 		return errs.Invalidf("table %q: a dynamic-ID table's rows are found by its shard, not its layout", l.Name)
 	}
 	for i, id := range ids {

@@ -103,7 +103,7 @@ func (x *Exchange) idStage(h int) stage {
 				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
 			})
 			for t, ids := range next {
-				if x.layouts[t].Dynamic {
+				if x.layouts[t].Dynamic() {
 					continue
 				}
 				rows := uint64(x.layouts[t].Rows)
@@ -156,7 +156,7 @@ func (x *Exchange) lookup() error {
 		if fail[t] = x.layouts[t].OwnRows(x.self, ids, rows); fail[t] != nil {
 			return
 		}
-		if x.layouts[t].Dynamic { // every step, IDs or none: the shard's clock counts steps
+		if x.layouts[t].Dynamic() { // every step, IDs or none: the shard's clock counts steps
 			if fail[t] = x.resolve(t, ids, rows); fail[t] != nil {
 				return
 			}

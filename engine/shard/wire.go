@@ -154,7 +154,7 @@ func boolInt(b bool) int64 {
 
 // idWidth is the bytes per ID of table t on the wire (both sides know the table's size).
 func (x *Exchange) idWidth(t int) int {
-	if x.layouts[t].Dynamic { // any int64, negative ones included
+	if x.layouts[t].Dynamic() { // any int64, negative ones included
 		return 8
 	}
 	return widthFor(uint64(x.layouts[t].Rows - 1))
