@@ -66,7 +66,9 @@ def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
     worlds = {int(f.stem.split("-of-")[1]) for f in files}
     if len(worlds) != 1 or len(files) != next(iter(worlds)):
         raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
-    covered = [torch.zeros(n, dtype=torch.bool) for n in coll._local_rows]
+    # which of this rank's fixed rows some file held (a dynamic shard has no fixed rows to cover)
+    covered = [torch.zeros(n if c.dynamic is None else 0, dtype=torch.bool)
+               for n, c in zip(coll._local_rows, coll._configs)]
     parts: dict[str, list[dict[str, torch.Tensor]]] = {c.name: [] for c in coll._configs if c.dynamic is not None}
     g = coll._groups
     own = None
@@ -86,7 +88,6 @@ def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
                 if cfg.dynamic is not None:  # restored once every file is read (below)
                     parts[cfg.name].append(e)
                     shard.optimizer_step.copy_(e["step"])
-                    covered[t][:] = True
                     continue
                 rows = coll.locate(cfg.name, e["ids"])
                 mine = rows >= 0

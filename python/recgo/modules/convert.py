@@ -51,14 +51,11 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
-    found = outermost(model, _kind)
-    if not found:
+    if not outermost(model, _kind):
         raise InvalidInputError("from_torchrec: the model holds no TorchRec EmbeddingBagCollection, "
                                 "FusedEmbeddingBagCollection or EmbeddingCollection")
-    for name, m, kind in found:
-        if kind == "managed":
-            model = replace(model, name, _from_managed(m, optimizer, seed))
-            continue
+    model = convert_managed(model, optimizer, seed)  # their inner collections become recgo's with them
+    for name, m, kind in outermost(model, torchrec_kind):
         kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
         optim.adopt(m, kwargs)
         meta = any(t.is_meta for t in (*m.parameters(), *m.buffers()))
