@@ -27,12 +27,13 @@ func Each(f func()) {
 }
 
 // sentinel is a heap object whose cleanup runs once per collection cycle (it is unreachable as
-// soon as it is made); each run re-arms with a fresh one.
+// soon as it is made); each run re-arms with a fresh one first, so that a collection that starts
+// while the functions run (they may take a while) has a sentinel to find and is not skipped.
 type sentinel struct{ _ [32]byte }
 
 func arm() {
 	s := new(sentinel)
-	runtime.AddCleanup(s, func(struct{}) { run(); arm() }, struct{}{})
+	runtime.AddCleanup(s, func(struct{}) { arm(); run() }, struct{}{})
 }
 
 func run() {
