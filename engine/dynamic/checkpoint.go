@@ -148,6 +148,7 @@ func (t *Table) Import(s *Snapshot) error {
 	clear(t.ids[:t.highWater])
 	clear(t.last[:t.highWater])
 	clear(t.counts[:t.highWater])
+	t.reserve = t.reserve[:0] // the kept candidates describe rows this import replaces
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.presize(c.MaxRows)

@@ -72,6 +72,32 @@ func TestCheckpointRoundTripResumesIdentically(t *testing.T) {
 	}
 }
 
+// TestRollbackForgetsKeptCandidates imports an earlier snapshot into the table that went on from it
+// (a rollback). The LRU candidates its later eviction pass kept describe the later state: there, ID 1
+// had just been seen, so it was not among them; after the rollback it is again the stalest row and
+// must be the one evicted, exactly as in a fresh table that imported the same snapshot.
+func TestRollbackForgetsKeptCandidates(t *testing.T) {
+	c := Config{Name: "lru", Dim: 2, MaxRows: 8, EvictFrac: 0.125} // one row per pass, 3 kept
+	a := newTable(t, c)
+	for id := int64(1); id <= 8; id++ {
+		resolve(t, a, true, id) // ID i has row i-1, last seen at step i
+	}
+	snap, err := a.Export()
+	require.NoError(t, err)
+	resolve(t, a, true, 1, 100) // sees ID 1, evicts ID 2, keeps IDs 3, 4, 5 as candidates
+	require.NoError(t, a.Import(snap))
+	b := newTable(t, c)
+	require.NoError(t, b.Import(snap))
+
+	require.Equal(t, resolve(t, b, true, 200), resolve(t, a, true, 200))
+	require.Equal(t, []int64{-1}, resolve(t, a, false, 1), "ID 1, the stalest after the rollback, is evicted")
+	sa, err := a.Export()
+	require.NoError(t, err)
+	sb, err := b.Export()
+	require.NoError(t, err)
+	require.Equal(t, sb, sa)
+}
+
 func TestImportRejectsBadSnapshots(t *testing.T) {
 	c := Config{Name: "t", Dim: 2, StateWidth: 2, MaxRows: 64, MinCount: 2, MaxAge: 3}
 	src := newTable(t, c)

@@ -67,15 +67,52 @@ func (t *Table) evictFull(step uint32) error {
 	}
 	t.lockAll()
 	defer t.unlockAll()
+	k := t.cfg.evictBatch()
+	if t.cfg.Policy == LRU && t.takeReserve(k) {
+		return nil
+	}
 	cands := t.collect(func(r int) bool { return t.last[r] != step })
 	if len(cands) == 0 {
 		return errs.Capacityf("dynamic table %q: all %d rows hold IDs of the current batch; raise the row "+
 			"bound (num_embeddings) above the number of distinct IDs one batch can have", t.cfg.Name, t.cfg.MaxRows)
 	}
-	k := min(t.cfg.evictBatch(), len(cands))
+	k = min(k, len(cands))
+	if t.cfg.Policy == LRU {
+		n := min(len(cands), reserveBatches*k)
+		selectSmallest(cands, n)
+		cands = cands[:n]
+	}
 	selectSmallest(cands, k)
+	if t.cfg.Policy == LRU {
+		t.reserve = append(t.reserve[:0], cands[k:]...)
+	}
 	t.release(cands[:k])
 	return nil
+}
+
+// reserveBatches is how many passes' worth of LRU candidates a full pass selects: it frees the first
+// batch and keeps the others for the next passes, which then cost O(reserve) instead of O(rows).
+const reserveBatches = 4
+
+// takeReserve frees the k stalest rows from the candidates a full LRU pass kept, and reports whether
+// it could (caller holds evictMu and every shard lock). This is exact because LRU keys only grow: a
+// kept candidate whose last step is unchanged still ranks below every row outside the reserve, and a
+// row touched or admitted since has the current step or a later one, above every kept key.
+func (t *Table) takeReserve(k int) bool {
+	live := t.reserve[:0]
+	for _, c := range t.reserve {
+		if t.counts[c.row] != 0 && uint64(t.last[c.row]) == c.key {
+			live = append(live, c)
+		}
+	}
+	t.reserve = live
+	if len(live) < k {
+		return false
+	}
+	selectSmallest(live, k)
+	t.release(live[:k])
+	t.reserve = append(live[:0], live[k:]...)
+	return true
 }
 
 // evictStale frees every row not seen in the last MaxAge steps.

@@ -38,8 +38,9 @@ type Table struct {
 	highWater int        // rows [0, highWater) have been handed out at least once
 	nfree     int
 
-	evictMu sync.Mutex // one eviction pass at a time; guards scratch
+	evictMu sync.Mutex // one eviction pass at a time; guards scratch and reserve
 	scratch []candidate
+	reserve []candidate // LRU candidates kept from the last full pass (see takeReserve)
 
 	step              atomic.Uint32
 	admitted, evicted atomic.Int64
