@@ -19,7 +19,9 @@
 //   - Eviction: when the row bound is reached and the free list is empty, one pass selects the
 //     EvictFraction of rows that are stalest (LRU: oldest last step seen) or least frequent (LFU:
 //     lowest count, staler first) with a linear-time selection, resets them and frees them. The cost of
-//     a pass is spread over the rows it frees, so Resolve stays amortised O(1) per ID. Rows used in the
+//     a pass is spread over the rows it frees, so Resolve stays amortised O(1) per ID. An LRU pass also
+//     keeps the next few batches of candidates, and later passes take from them while their last step
+//     is unchanged (exact, since LRU keys only grow), so most LRU passes skip the scan. Rows used in the
 //     current step are never evicted. Independently, MaxAge evicts rows unseen for that many steps.
 //   - Eval mode: unseen IDs resolve to -1 (they pool as zeros) or, with a configured default vector, to a
 //     reserved default row; nothing is inserted or counted.
