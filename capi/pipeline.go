@@ -152,11 +152,7 @@ func recgo_ebc_forward_prepared(h, prepared C.uintptr_t, keyFeaturePtr unsafe.Po
 		if err != nil {
 			return err
 		}
-		d, err := c.MatchDedup(pb.Dedup)
-		if err != nil {
-			return err
-		}
-		b := embedding.Batch{Values: pb.Values, Lengths: pb.Lengths, Dedup: d}
+		b := embedding.Batch{Values: pb.Values, Lengths: pb.Lengths, Dedup: c.MatchDedup(pb.Dedup)}
 		if b.KeyFeature, err = viewSlice[int64](keyFeaturePtr, int64(nkeys), "key_features"); err != nil {
 			return err
 		}

@@ -4,6 +4,7 @@ checkpoint (model + reader position) resumes to the same batch stream and the sa
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -78,14 +79,18 @@ def test_collection_uses_prepared_dedup() -> None:
     assert _prepared.prepared_handle(kjt.values(), kjt.lengths()) is not None
     out = tp.model(kjt, batch.dense)
     assert out.shape == (100, 1)
-    # Changing an ID in place makes the prepared dedup stale: the engine refuses instead of pooling it.
+    # Changing an ID in place makes the prepared dedup stale: the collection deduplicates the batch
+    # itself, so the gradient is the one of a plain copy of the changed batch.
     kjt.values()[0] += 1
-    with pytest.raises(recgo.InvalidInputError, match="prepared dedup"):
-        tp.model(kjt, batch.dense).sum().backward()
-    # A copy of the batch is not the prepared memory: the ordinary forward runs.
-    copy = recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), lengths=kjt.lengths().clone())
-    assert _prepared.prepared_handle(copy.values(), copy.lengths()) is None
-    tp.model(copy, batch.dense)
+    twin = copy.deepcopy(tp.model)
+    tp.model(kjt, batch.dense).sum().backward()  # the fused update runs in backward
+    plain = recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), lengths=kjt.lengths().clone())
+    twin(plain, batch.dense).sum().backward()
+    want = twin.state_dict()
+    for k, v in tp.model.state_dict().items():
+        assert torch.equal(v, want[k]), k
+    # A copy of the batch is not the prepared memory: the ordinary forward ran.
+    assert _prepared.prepared_handle(plain.values(), plain.lengths()) is None
     tp.close()
 
 
@@ -210,3 +215,44 @@ def test_optimizer_none_warns_about_parameters_nothing_would_train() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         recgo.TrainPipeline(model, None, SOURCE, FEATURES, 100, depth=0)
+
+
+class TwoTower(nn.Module):
+    """Two recgo collections over the same batch; ``shared`` names both towers' tables alike while
+    grouping other features, so the pipeline can deduplicate only the first's."""
+
+    def __init__(self, shared: bool) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        C, opt = recgo.EmbeddingBagConfig, recgo.modules.optim.SGD(lr=0.1)
+        self.user = recgo.EmbeddingBagCollection([C(name="t", embedding_dim=4, num_embeddings=300,
+                                                    feature_names=["u", "i"])], optimizer=opt)
+        self.item = recgo.EmbeddingBagCollection([C(name="t" if shared else "t_h", embedding_dim=4, num_embeddings=400,
+                                                    feature_names=["h"])], optimizer=opt)
+        self.top = nn.Linear(2 * 4 + 4 + 3, 1)
+
+    def forward(self, sparse: recgo.KeyedJaggedTensor, dense: torch.Tensor) -> torch.Tensor:
+        return self.top(torch.cat([self.user(sparse).values(), self.item(sparse).values(), dense], dim=1))
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_two_collections_train_from_prepared_batches(shared: bool) -> None:
+    """TrainPipeline deduplicates every collection's tables (the first of two of one name); each
+    collection takes what was prepared for it and deduplicates the rest, ending equal to a run in
+    which both deduplicate themselves."""
+    def run(tables: list | None) -> tuple[recgo.TrainPipeline, list[float]]:
+        m = TwoTower(shared)
+        tp = recgo.TrainPipeline(m, torch.optim.SGD(m.top.parameters(), lr=0.05), SOURCE, FEATURES, 100, depth=2,
+                                 tables=tables)
+        return tp, tp.run(progress=False)
+
+    tp, losses = run(None)
+    want = [{"name": "t", "keys": ["u", "i"]}] + ([] if shared else [{"name": "t_h", "keys": ["h"]}])
+    assert tp.data.tables == want
+    ref, ref_losses = run([])
+    assert losses == ref_losses and len(losses) == 24
+    want_state = ref.model.state_dict()
+    for k, v in tp.model.state_dict().items():
+        assert torch.equal(v, want_state[k]), k
+    tp.close()
+    ref.close()

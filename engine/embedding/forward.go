@@ -346,12 +346,10 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	if c.opts.NoDedup {
 		return c.resolveEach(ti, b, B, featKey, offsets, ctx, train, keep)
 	}
-	prepared, err := c.usePrepared(ti, b, B, featKey, offsets, tc)
-	if err != nil {
-		return err
-	}
+	prepared := c.usePrepared(ti, b, B, featKey, offsets, tc)
 	if dense && t.rows <= c.opts.denseDedupMaxRows() {
 		// ID i is row i: the pass that deduplicates also range-checks.
+		var err error
 		if prepared {
 			err = fixed.checkAll(tc.uniq)
 		} else {

@@ -42,15 +42,19 @@ func (d *Deduper) Dedup(ids []int64, uniq []int64, inv []int32) []int64 {
 	return uniq
 }
 
-// PreparedDedup is a batch's dedup for every table of a collection, in table order (see
-// [Collection.MatchDedup]); a [Batch] that carries one skips the forward's own deduplication.
+// PreparedDedup is a batch's dedup for the tables of a collection it describes, in table order (see
+// [Collection.MatchDedup]); a [Batch] that carries one skips the forward's own deduplication for
+// those tables.
 type PreparedDedup struct {
-	tables []*TableDedup
+	tables []*TableDedup // nil where the table deduplicates itself
 }
 
-// MatchDedup orders a pipeline's per-table dedup results by this collection's tables, checking
-// that each table's features are the same in the same order. Any table it cannot match is an error.
-func (c *Collection) MatchDedup(ds []TableDedup) (*PreparedDedup, error) {
+// MatchDedup orders a pipeline's per-table dedup results by this collection's tables. A table the
+// pipeline did not deduplicate, or deduplicated over other features (another collection's table of
+// the same name), is left to deduplicate itself, as is any table whose prepared dedup no longer
+// matches the batch at forward time (an ID changed in place): a prepared batch is a valid batch for
+// every collection, whatever the pipeline prepared it for.
+func (c *Collection) MatchDedup(ds []TableDedup) *PreparedDedup {
 	p := &PreparedDedup{tables: make([]*TableDedup, len(c.Tables))}
 	for ti, t := range c.Tables {
 		var names []string
@@ -58,19 +62,12 @@ func (c *Collection) MatchDedup(ds []TableDedup) (*PreparedDedup, error) {
 			names = append(names, c.Features[f].Name)
 		}
 		for i := range ds {
-			if ds[i].Table == t.Name {
-				if !slices.Equal(ds[i].Features, names) {
-					return nil, errs.Invalidf("prepared dedup: table %q has features %v here, the pipeline deduplicated %v",
-						t.Name, names, ds[i].Features)
-				}
+			if ds[i].Table == t.Name && slices.Equal(ds[i].Features, names) {
 				p.tables[ti] = &ds[i]
 			}
 		}
-		if p.tables[ti] == nil {
-			return nil, errs.Invalidf("prepared dedup: the pipeline did not deduplicate table %q", t.Name)
-		}
 	}
-	return p, nil
+	return p
 }
 
 // Verify checks the dedup against the lookups it describes, given as the values of each of its
@@ -103,10 +100,11 @@ func (d *TableDedup) Verify(values [][]int64) error {
 }
 
 // usePrepared fills table ti's context from the batch's prepared dedup after checking it against
-// the batch (TableDedup.Verify); it reports false when the batch carries none.
-func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) (bool, error) {
-	if b.Dedup == nil {
-		return false, nil
+// the batch (TableDedup.Verify); it reports false when the batch carries none for the table or the
+// batch no longer matches it (the table then deduplicates itself).
+func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) bool {
+	if b.Dedup == nil || b.Dedup.tables[ti] == nil {
+		return false
 	}
 	d := b.Dedup.tables[ti]
 	values := make([][]int64, 0, len(c.features[ti]))
@@ -114,12 +112,12 @@ func (c *Collection) usePrepared(ti int, b Batch, B int, featKey []int, offsets 
 		k := featKey[f]
 		values = append(values, b.Values[offsets[k*B]:offsets[(k+1)*B]])
 	}
-	if err := d.Verify(values); err != nil {
-		return false, err
+	if d.Verify(values) != nil {
+		return false
 	}
 	copy(tc.inv, d.Inv)
 	tc.uniq = append(tc.uniq[:0], d.Uniq...)
-	return true, nil
+	return true
 }
 
 // checkAll range-checks distinct IDs.

@@ -205,9 +205,10 @@ func (c *Collection) Begin(b embedding.Batch) (*Step, error) { return c.begin(b,
 
 // BeginPrepared is Begin for a batch the input pipeline prepared. With part (the batch's leg-0
 // partition, made by the Partitioner of this collection or of one laid out the same way: same
-// world, rank, topology, mode, tables and features, else an error) it takes each table's distinct
-// IDs from dedup (checked against the batch's values) and their partition from part instead of
-// computing them; the step is the one Begin would give. Without part it is Begin.
+// world, rank, topology, mode, tables and features) it takes each table's distinct IDs from dedup
+// and their partition from part instead of computing them, for every table whose dedup still
+// matches the batch's values; the step is the one Begin would give. Without part, or with one made
+// for a collection laid out otherwise, it is Begin.
 func (c *Collection) BeginPrepared(b embedding.Batch, dedup []embedding.TableDedup, part *Partition) (*Step, error) {
 	if part == nil {
 		return c.Begin(b)
@@ -273,39 +274,21 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 	}
 	bags := make([]Bags, T)
 	errsT := make([]error, T)
-	var pre []TablePartition
+	var pre []*TablePartition
 	if ps != nil {
-		pre = make([]TablePartition, T)
+		pre = make([]*TablePartition, T)
 	}
 	parallel.ForEach(T, 1, func(t int) {
-		var ids []int64
-		var segs [][]int64 // prepared: the values of each feature
 		bg := &bags[t]
 		bg.Bounds = make([]int64, 1, len(c.features[t])*B+1)
 		if b.Weights != nil {
 			bg.Weights = []float32{}
 		}
-		// One feature: its values as they are (only read here, within the call); several: one copy.
-		single := len(c.features[t]) == 1
-		if ds == nil && !single {
-			var n int64
-			for _, f := range c.features[t] {
-				k := s.featKey[f]
-				n += offsets[(k+1)*B] - offsets[k*B]
-			}
-			ids = make([]int64, 0, n)
-		}
+		var segs [][]int64 // the values of each of the table's features (only read here, within the call)
 		for _, f := range c.features[t] {
 			k := s.featKey[f]
 			v0, v1 := offsets[k*B], offsets[(k+1)*B]
-			switch {
-			case ds != nil:
-				segs = append(segs, b.Values[v0:v1])
-			case single:
-				ids = b.Values[v0:v1]
-			default:
-				ids = append(ids, b.Values[v0:v1]...)
-			}
+			segs = append(segs, b.Values[v0:v1])
 			if b.Weights != nil {
 				bg.Weights = append(bg.Weights, b.Weights[v0:v1]...)
 			}
@@ -314,14 +297,17 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 				bg.Bounds = append(bg.Bounds, base+o)
 			}
 		}
-		if ds != nil { // copies: the step outlives the prepared batch's memory
-			if errsT[t] = ds[t].Verify(segs); errsT[t] != nil {
-				return
-			}
+		// A prepared table whose batch still matches its dedup takes it (copies: the step outlives the
+		// prepared batch's memory); the others, and any whose IDs changed in place, deduplicate here.
+		if ds != nil && ds[t] != nil && ds[t].Verify(segs) == nil {
 			bg.Inv, s.uniq[t] = slices.Clone(ds[t].Inv), slices.Clone(ds[t].Uniq)
 			p := ps[t]
-			pre[t] = TablePartition{Dest: slices.Clone(p.Dest), Perm: slices.Clone(p.Perm), Count: slices.Clone(p.Count)}
+			pre[t] = &TablePartition{Dest: slices.Clone(p.Dest), Perm: slices.Clone(p.Perm), Count: slices.Clone(p.Count)}
 			return
+		}
+		ids := slices.Concat(segs...)
+		if len(segs) == 1 {
+			ids = segs[0]
 		}
 		for _, id := range ids {
 			if err := c.Layouts[t].Check(id); err != nil {

@@ -169,7 +169,7 @@ type Exchange struct {
 	train     bool    // a training step: dynamic shards admit IDs and count the step
 	evictions []int64 // owner, per dynamic table: its shard's evictions when it resolved the step's rows
 
-	pre []TablePartition // requester: leg 0's partition per table, computed ahead (nil: countStage computes it)
+	pre []*TablePartition // requester: leg 0's partition per table computed ahead (nil, or a nil entry: countStage computes it)
 
 	bags    []Bags      // requester: per table, the bags over its distinct IDs (nil: rows only)
 	returns []Return    // per table: how owners return vectors (ReturnAuto when nil)

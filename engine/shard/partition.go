@@ -126,14 +126,12 @@ type Partition struct {
 }
 
 // prepared matches a batch's dedup and partition to the collection's tables (per table: its dedup
-// and partition), checking that the partition was made for a collection laid out like this one.
+// and partition). A batch partitioned for a collection laid out otherwise gives none (the step
+// computes them, as Begin does), and so does, per table, a table the pipeline did not deduplicate or
+// deduplicated over other features: a prepared batch is a valid batch for every collection.
 func (c *Collection) prepared(dedup []embedding.TableDedup, part *Partition) ([]*embedding.TableDedup, []*TablePartition, error) {
 	if part.By == nil || part.By.sig != c.part.sig {
-		by := "nothing"
-		if part.By != nil {
-			by = part.By.sig
-		}
-		return nil, nil, errs.Invalidf("prepared batch: it was partitioned for another sharded collection (%s); this one is %s", by, c.part.sig)
+		return nil, nil, nil
 	}
 	if len(part.Tables) != len(dedup) {
 		return nil, nil, errs.Invalidf("prepared batch: %d partitions for %d deduplicated tables", len(part.Tables), len(dedup))
@@ -142,16 +140,12 @@ func (c *Collection) prepared(dedup []embedding.TableDedup, part *Partition) ([]
 	ds, ps := make([]*embedding.TableDedup, T), make([]*TablePartition, T)
 	for t, l := range c.Layouts {
 		for i := range dedup {
-			if dedup[i].Table == l.Name {
+			if dedup[i].Table == l.Name && slices.Equal(dedup[i].Features, c.part.features[t]) {
 				ds[t], ps[t] = &dedup[i], &part.Tables[i]
 			}
 		}
 		if ds[t] == nil {
-			return nil, nil, errs.Invalidf("prepared batch: table %q was not deduplicated", l.Name)
-		}
-		if !slices.Equal(ds[t].Features, c.part.features[t]) {
-			return nil, nil, errs.Invalidf("prepared batch: table %q has features %v here, the pipeline deduplicated %v",
-				l.Name, c.part.features[t], ds[t].Features)
+			continue
 		}
 		if p := ps[t]; len(p.Dest) != len(ds[t].Uniq) || len(p.Perm) != len(ds[t].Uniq) || len(p.Count) != c.part.first.size {
 			return nil, nil, errs.Invalidf("prepared batch: table %q: partition of %d IDs for %d distinct IDs", l.Name, len(p.Dest), len(ds[t].Uniq))

@@ -21,8 +21,8 @@ func (x *Exchange) countStage(h int) stage {
 			dests := make([][]int32, T)
 			for t, ids := range lg.items {
 				var tp TablePartition
-				if h == 0 && x.pre != nil { // computed ahead (Collection.BeginPrepared)
-					tp = x.pre[t]
+				if h == 0 && x.pre != nil && x.pre[t] != nil { // computed ahead (Collection.BeginPrepared)
+					tp = *x.pre[t]
 				} else {
 					tp = TablePartition{Dest: make([]int32, len(ids)), Perm: make([]int32, len(ids)), Count: make([]int64, lg.size)}
 					partition(x.layouts[t], x.self, &lg.hop, ids, tp)

@@ -89,13 +89,25 @@ def _first_collection(model: torch.nn.Module) -> Any:
 
 
 def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
-    """The dedup groups of the first :class:`recgo.EmbeddingBagCollection` (or
-    :class:`recgo.distributed.ShardedEmbeddingBagCollection`) in ``model``: one per table, its
-    features in the collection's order (what its forward deduplicates together)."""
-    m = _first_collection(model)
-    if m is None:
+    """The dedup groups for ``model``: one per table, its features in the collection's order (what
+    its forward deduplicates together). When the first collection in ``model`` is a
+    :class:`recgo.distributed.ShardedEmbeddingBagCollection`, its tables (the ones the pipeline
+    partitions for it); else the tables of every :class:`recgo.EmbeddingBagCollection` in ``model``
+    (a two-tower model's both towers), the first of two tables of one name. A collection whose
+    table the pipeline did not deduplicate, or deduplicated over other features, deduplicates it
+    itself."""
+    from .modules import EmbeddingBagCollection
+
+    first = _first_collection(model)
+    if first is None:
         return []
-    return [{"name": c.name, "keys": list(c.feature_names)} for c in m.embedding_bag_configs()]
+    found = [first] if not isinstance(first, EmbeddingBagCollection) else \
+        [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
+    groups: dict[str, dict[str, Any]] = {}
+    for m in found:
+        for c in m.embedding_bag_configs():
+            groups.setdefault(c.name, {"name": c.name, "keys": list(c.feature_names)})
+    return list(groups.values())
 
 
 def sharded_of(model: torch.nn.Module) -> Any:
@@ -122,8 +134,9 @@ class DataPipeline:
     :class:`recgo.distributed.ShardedEmbeddingBagCollection`) makes FORMAT also partition each of its
     tables' distinct IDs by owner, as its step would (``tables`` default to its tables, and must
     contain them with the same features in the same order): that collection's forward then skips
-    both the dedup and the partition. A batch partitioned for one sharded collection given to another
-    laid out differently (other world, rank, sharding, mode or tables) raises InvalidInputError.
+    both the dedup and the partition. A prepared batch is a valid batch for any collection: one
+    laid out otherwise (other world, rank, sharding, mode or tables), or a batch whose IDs were
+    changed in place, deduplicates and partitions what the pipeline did not prepare for it itself.
     ``rank``/``world_size`` shard the source (default: the process group's, under torchrun).
     ``position`` resumes from :meth:`state_dict`'s position. Iterate it; each :class:`Batch` is valid
     as long as you keep it. Every batch holds ``batch_size`` samples except the last, which holds
