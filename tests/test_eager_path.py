@@ -12,7 +12,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import recgo
 from recgo import modules
-from recgo.modules import _ops, _sequence_ops
+from recgo.modules import _eager, _ops, _sequence_ops
 
 
 class _PassThrough(TorchDispatchMode):
@@ -158,3 +158,27 @@ def test_backward_twice_and_a_dropped_graph() -> None:
     assert len(m._contexts) == 5
     del pending
     assert len(m._contexts) == 0
+
+
+@pytest.mark.parametrize("make", [_pooled, _sequence], ids=["pooled", "sequence"])
+@pytest.mark.parametrize("path", ["eager", "ops"])
+def test_create_graph_gradients_refuse_a_double_backward(make, path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A weight gradient taken with ``create_graph=True`` is the first-order gradient, and a gradient
+    penalty built on it raises instead of back-propagating without its second-order term (it did,
+    silently, before); a loss linear in the outputs has no such term and needs no refusal."""
+    if path == "ops":
+        monkeypatch.setattr(_eager, "allowed", lambda *tensors: False)
+    m = make(None)
+    weights = [p for p in m.parameters()]
+    ref = make(None)
+    ref.load_state_dict(m.state_dict())
+    loss = sum((o ** 2).sum() for o in _outputs(m, _batch(0)))
+    grads = torch.autograd.grad(loss, weights, create_graph=True)
+    sum((o ** 2).sum() for o in _outputs(ref, _batch(0))).backward()
+    for g, p in zip(grads, ref.parameters()):
+        assert torch.allclose(g.to_dense(), p.grad.to_dense())
+    with pytest.raises(recgo.InvalidInputError, match="no double backward"):
+        sum((g.to_dense() ** 2).sum() for g in grads).backward()
+    linear = sum(o.sum() for o in _outputs(m, _batch(1)))
+    grads = torch.autograd.grad(linear, weights, create_graph=True)
+    assert not any(g.requires_grad for g in grads)

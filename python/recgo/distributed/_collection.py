@@ -17,6 +17,7 @@ from ..errors import InvalidInputError, NotFoundError
 from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
+from ..modules._second_order import first_order
 from ..modules._storage import check_cast
 from ..modules import optim
 from ..modules.embedding import _check_configs
@@ -70,7 +71,7 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        grads = ctx.module._backward(ctx.step, grad)
+        grads = first_order([grad], lambda: ctx.module._backward(ctx.step, grad))
         ctx.step = None
         return (None, None, None, *grads)
 

@@ -20,6 +20,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 from .._lib import Handle
 from ..errors import InvalidInputError
 from ._contexts import NO_CONTEXT
+from ._second_order import first_order
 
 #: Runs a forward: returns the outputs and the handle of the context it kept (``ContextStore.own``).
 Forward = Callable[[], "tuple[list[torch.Tensor], Handle]"]
@@ -106,4 +107,4 @@ class _Lookup(torch.autograd.Function):
         if handle is None:
             raise InvalidInputError(NO_CONTEXT)
         filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.shapes)]
-        return (None, None, None, *ctx.backward(handle, filled))
+        return (None, None, None, *first_order(grads, lambda: ctx.backward(handle, filled)))

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import torch
 
 from ..errors import InvalidInputError
+from ._second_order import first_order
 
 if TYPE_CHECKING:
     from .embedding import EmbeddingBagCollection
@@ -102,9 +103,13 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor
 
 def _backward(ctx: Any, grad: torch.Tensor, _grad_ctx: Any) -> tuple[Any, ...]:
     (ctx_id,) = ctx.saved_tensors
-    raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad)
     m = module(ctx.key)
-    return None, None, None, None, None, None, raw if dense_in_op(m) else m._grads_from(raw)
+
+    def run() -> Any:
+        raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad)
+        return raw if dense_in_op(m) else m._grads_from(raw)
+
+    return None, None, None, None, None, None, first_order([grad], run)
 
 
 ebc_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ._ops import dense_in_op, module as _module
+from ._second_order import first_order
 
 if TYPE_CHECKING:
     from .sequence import EmbeddingCollection
@@ -87,9 +88,13 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[list[torch.T
 def _backward(ctx: Any, grads: list[torch.Tensor | None], _grad_ctx: Any) -> tuple[Any, ...]:
     (ctx_id,) = ctx.saved_tensors
     filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.dims)]
-    raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled)
     m = module(ctx.key)
-    return None, None, None, None, None, None, raw if dense_in_op(m) else m._grads_from(raw)
+
+    def run() -> Any:
+        raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled)
+        return raw if dense_in_op(m) else m._grads_from(raw)
+
+    return None, None, None, None, None, None, first_order(grads, run)
 
 
 ec_forward.register_autograd(_backward, setup_context=_setup_context)
