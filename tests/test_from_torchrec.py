@@ -141,6 +141,32 @@ def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, ev
         b.pow(2).sum().backward()
 
 
+@pytest.mark.parametrize("opt_class", [torch.optim.SGD, torch.optim.Adam, torch.optim.Adagrad, tr.optim.RowWiseAdagrad])
+def test_options_left_out_take_the_optimizer_classes_defaults(opt_class: type) -> None:
+    """An unsharded TorchRec collection runs apply_optimizer_in_backward's torch optimizer itself, so
+    options left out are that class's defaults (torch's SGD: lr 1e-3, Adagrad: eps 1e-10), not the
+    FBGEMM defaults DMP and shard_model use; converted, it trains as TorchRec's."""
+    def build() -> nn.Module:
+        torch.manual_seed(5)
+        m = tr.EmbeddingBagCollection(tables=TABLES)
+        apply_optimizer_in_backward(opt_class, m.parameters(), {})
+        return m
+    ref, model = build(), recgo.from_torchrec(build())
+    torch_defaults = opt_class([torch.zeros(1, 1, requires_grad=True)]).defaults
+    fused = model.fused_optimizer
+    assert fused.lr == torch_defaults["lr"]
+    if "eps" in torch_defaults:
+        assert fused.eps == torch_defaults["eps"]
+    assert optim.from_torch(opt_class, {}).lr == 0.01  # FBGEMM's, for the sharded path
+    for step in range(4):
+        a, b = model(_rows_batch(step, True)).values(), ref(_rows_batch(step, True)).values()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        a.pow(2).sum().backward()
+        b.pow(2).sum().backward()
+    for t in ("t_user", "t_item"):
+        torch.testing.assert_close(model.embedding_bags[t].weight, ref.embedding_bags[t].weight, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("sequence", [False, True])
 @pytest.mark.parametrize("return_remapped", [False, True])
 def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: bool, sequence: bool) -> None:

@@ -54,10 +54,12 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     if not outermost(model, _kind):
         raise InvalidInputError("from_torchrec: the model holds no TorchRec EmbeddingBagCollection, "
                                 "FusedEmbeddingBagCollection or EmbeddingCollection")
-    model = convert_managed(model, optimizer, seed)  # their inner collections become recgo's with them
+    # Unsharded, TorchRec's modules ran apply_optimizer_in_backward's torch optimizer itself: options
+    # left out take that class's defaults (shard_model, like DMP, takes FBGEMM's).
+    model = convert_managed(model, optimizer, seed, class_defaults=True)  # inner collections convert with them
     for name, m, kind in outermost(model, torchrec_kind):
         kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
-        optim.adopt(m, kwargs)
+        optim.adopt(m, kwargs, class_defaults=True)
         meta = any(t.is_meta for t in (*m.parameters(), *m.buffers()))
         common = {"optimizer": kwargs["optimizer"], "seed": seed, "device": "meta" if meta else None}
         if kind == "pooled":
@@ -71,12 +73,14 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     return model
 
 
-def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None) -> nn.Module:
+def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None,
+                    class_defaults: bool = False) -> nn.Module:
     """Replace TorchRec's managed-collision collections in ``model`` (itself included) by recgo's
     dynamic-ID tables, as :func:`from_torchrec` does, leaving every other module; returns ``model``
-    (or the new collection when ``model`` was one). ``shard_model`` starts with it."""
+    (or the new collection when ``model`` was one). ``shard_model`` starts with it.
+    ``class_defaults``: see :func:`recgo.modules.optim.adopt`."""
     for name, m, _ in outermost(model, lambda m: "managed" if _kind(m) == "managed" else None):
-        model = replace(model, name, _from_managed(m, optimizer, seed))
+        model = replace(model, name, _from_managed(m, optimizer, seed, class_defaults))
     return model
 
 
@@ -87,7 +91,7 @@ def _kind(m: nn.Module) -> str | None:
     return "managed" if torchrec_class(m) in managed else torchrec_kind(m)
 
 
-def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | None) -> nn.Module:
+def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | None, class_defaults: bool) -> nn.Module:
     """recgo's stand-in for TorchRec's managed-collision collection ``m`` (pooled or sequence): each table
     a dynamic-ID table with the MCH module's bound (``zch_size``) and eviction policy (LRU, else LFU),
     holding the IDs the MCH module had mapped with their rows, last access and (where the update is the
@@ -95,7 +99,7 @@ def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | No
     inner, mcc = m._embedding_module, m._managed_collision_collection
     pooled = torchrec_kind(inner) == "pooled"
     kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
-    optim.adopt(inner, kwargs)
+    optim.adopt(inner, kwargs, class_defaults)
     cfgs, hashes, modules = [], {}, {}
     for c in (inner.embedding_bag_configs() if pooled else inner.embedding_configs()):
         mch = mcc._managed_collision_modules[c.name]

@@ -11,6 +11,7 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -126,12 +127,15 @@ _TORCH_NAMES: dict[str, type[FusedOptimizer]] = {"SGD": SGD, "Adagrad": Adagrad,
                                                  "Adam": Adam, "AdamW": AdamW}
 
 
-def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> FusedOptimizer:
+def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
+               class_defaults: bool = False) -> FusedOptimizer:
     """The fused optimizer for a torch optimizer class and its keyword arguments, as
     ``apply_optimizer_in_backward`` names them: ``torch.optim`` / ``torchrec.optim``'s ``SGD``,
     ``Adagrad``, ``Adam``, ``AdamW`` and TorchRec's ``RowWiseAdagrad``. ``lr`` (or ``learning_rate``),
     ``eps``, ``weight_decay`` and ``betas`` (or ``beta1``/``beta2``) carry over; a value left out is
-    FBGEMM's default, as under TorchRec's DistributedModelParallel (``eps`` 1e-8, ``lr`` 0.01).
+    FBGEMM's default, as under TorchRec's DistributedModelParallel (``eps`` 1e-8, ``lr`` 0.01), or with
+    ``class_defaults`` the optimizer class's own (what an unsharded TorchRec module runs: torch's
+    ``SGD`` has ``lr`` 1e-3, ``Adagrad`` ``eps`` 1e-10).
 
     Raises:
         InvalidInputError: another optimizer class, an option recgo's update does not have (momentum,
@@ -169,15 +173,36 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None) -> F
     if bad:
         raise InvalidInputError(f"optimizer {name}: hyper-parameters must be numbers, got "
                                 f"{ {k: args[k] for k in bad} }")
-    values = {k: float(args.get(k, _FBGEMM_DEFAULTS[k])) for k in takes}
-    if cls is AdamW and "weight_decay" not in args:
-        values["weight_decay"] = AdamW.weight_decay  # torch's AdamW default, as FBGEMM has no AdamW
+    defaults = dict(_FBGEMM_DEFAULTS)
+    if cls is AdamW:
+        defaults["weight_decay"] = AdamW.weight_decay  # torch's AdamW default, as FBGEMM has no AdamW
+    if class_defaults:
+        defaults.update(_class_defaults(optimizer_class))
+    values = {k: float(args.get(k, defaults[k])) for k in takes}
     return cls(**values)
 
 
-def in_backward(module: Any) -> FusedOptimizer | None:
+def _class_defaults(optimizer_class: type) -> dict[str, float]:
+    """The numeric defaults of ``lr``, ``eps``, ``weight_decay`` and ``betas`` in the optimizer class's
+    signature (those it leaves required, or gives no number, are left out)."""
+    try:
+        params = inspect.signature(optimizer_class.__init__).parameters  # type: ignore[misc]
+    except (TypeError, ValueError):
+        return {}
+    out: dict[str, float] = {}
+    for k in ("lr", "eps", "weight_decay", "betas"):
+        d = params[k].default if k in params else None
+        if k == "betas" and isinstance(d, (tuple, list)) and len(d) == 2:
+            out["beta1"], out["beta2"] = float(d[0]), float(d[1])
+        elif isinstance(d, (int, float, torch.Tensor)) and not isinstance(d, bool) and k != "betas":
+            out[k] = float(d)
+    return out
+
+
+def in_backward(module: Any, class_defaults: bool = False) -> FusedOptimizer | None:
     """The fused optimizer that ``apply_optimizer_in_backward`` (torch's or TorchRec's) gave the
     parameters of ``module``, e.g. a TorchRec collection's table weights; None when none was given.
+    ``class_defaults``: see :func:`from_torch`.
 
     Raises:
         InvalidInputError: some parameters have one and others none, they have different ones, or one
@@ -192,7 +217,7 @@ def in_backward(module: Any) -> FusedOptimizer | None:
         if len(classes) != 1:
             raise InvalidInputError(f"{n}: apply_optimizer_in_backward gave it {len(classes)} optimizers; recgo "
                                     "updates a table with one")
-        found[n] = from_torch(classes[0], (params or [{}])[0])
+        found[n] = from_torch(classes[0], (params or [{}])[0], class_defaults)
     distinct = set(found.values())
     if len(distinct) > 1:
         by = {repr(o): sorted(n for n, x in found.items() if x == o) for o in distinct}
@@ -210,11 +235,13 @@ def of_torchrec_fused(module: Any) -> FusedOptimizer | None:
     return from_torch(module._optimizer_type, dict(module._optimizer_kwargs or {}))
 
 
-def adopt(module: Any, kwargs: dict[str, Any]) -> None:
+def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> None:
     """Set ``kwargs["optimizer"]`` for a collection built from ``module`` (sharded, or converted from
     TorchRec) unless the caller gave one: a recgo collection's own fused optimizer, a TorchRec
     ``FusedEmbeddingBagCollection``'s, or else what ``apply_optimizer_in_backward`` gave its tables
-    (:func:`in_backward`; None: dense gradients for a torch optimizer).
+    (:func:`in_backward`; None: dense gradients for a torch optimizer). ``class_defaults`` (an
+    unsharded TorchRec module converted in place, which ran the torch optimizer itself): options
+    left out of ``apply_optimizer_in_backward`` take the optimizer class's defaults, not FBGEMM's.
 
     Raises:
         InvalidInputError: a given optimizer differs from the one the module's tables were given.
@@ -224,7 +251,7 @@ def adopt(module: Any, kwargs: dict[str, Any]) -> None:
         kwargs.setdefault("optimizer", own)
         return
     # TorchRec's collections, or a recgo one without a fused optimizer
-    own = of_torchrec_fused(module) or in_backward(module)
+    own = of_torchrec_fused(module) or in_backward(module, class_defaults)
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
     elif own is not None and kwargs["optimizer"] != own:
