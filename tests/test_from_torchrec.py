@@ -221,6 +221,18 @@ def test_a_sequence_collection_and_a_meta_model_convert() -> None:
     assert torch.equal(m.embedding_bags["t_item"].weight, seeded.embedding_bags["t_item"].weight)
 
 
+def test_a_collection_used_at_two_places_stays_one() -> None:
+    """A TorchRec collection the model holds at two paths (tied towers) becomes one recgo collection
+    at both, still shared (it used to be converted at the first path only)."""
+    shared = tr.EmbeddingBagCollection(tables=TABLES)
+    m = nn.Module()
+    m.query_tower, m.tower = shared, nn.ModuleDict({"doc": shared})
+    recgo.from_torchrec(m)
+    assert isinstance(m.query_tower, recgo.EmbeddingBagCollection)
+    assert m.tower["doc"] is m.query_tower
+    assert len(list(m.parameters())) == len(TABLES)
+
+
 def test_a_model_without_torchrec_modules_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="holds no TorchRec EmbeddingBagCollection"):
         recgo.from_torchrec(nn.Linear(2, 2))

@@ -44,11 +44,14 @@ def outermost(model: nn.Module, kind: Callable[[nn.Module], K | None],
 
 
 def replace(model: nn.Module, name: str, new: nn.Module) -> nn.Module:
-    """``model`` with its submodule ``name`` replaced by ``new`` (``new`` itself when ``name`` is
-    empty: the model was the module)."""
+    """``model`` with its submodule ``name`` replaced by ``new`` at every path that holds that module
+    (a collection shared by two towers stays shared), or ``new`` itself when ``name`` is empty: the
+    model was the module."""
     if not name:
         return new
-    parent_name, _, attr = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, attr, new)
+    old = model.get_submodule(name)
+    paths = [n for n, m in model.named_modules(remove_duplicate=False) if m is old]
+    for path in paths:
+        parent_name, _, attr = path.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, attr, new)
     return model
