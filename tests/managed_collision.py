@@ -9,9 +9,14 @@ from torch import nn
 from torch.distributed.optim import _apply_optimizer_in_backward as apply_optimizer_in_backward
 
 
-def managed_collection(return_remapped: bool, sequence: bool = False) -> nn.Module:
+def _hash(ids: torch.Tensor, size: int) -> torch.Tensor:
+    return (ids * 7919) % size
+
+
+def managed_collection(return_remapped: bool, sequence: bool = False, hashed: bool = False) -> nn.Module:
     """TorchRec's managed-collision collection (pooled or sequence): an LRU MCH module of 16 slots over a
-    table trained by an in-backward Adagrad."""
+    table trained by an in-backward Adagrad; with ``hashed``, the module hashes IDs into 1000 first
+    (``input_hash_func``)."""
     from torchrec.modules.mc_embedding_modules import (ManagedCollisionEmbeddingBagCollection,
                                                        ManagedCollisionEmbeddingCollection)
     from torchrec.modules.mc_modules import LRU_EvictionPolicy, ManagedCollisionCollection, MCHManagedCollisionModule
@@ -25,7 +30,8 @@ def managed_collection(return_remapped: bool, sequence: bool = False) -> nn.Modu
         coll = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
     apply_optimizer_in_backward(torch.optim.Adagrad, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
     mch = MCHManagedCollisionModule(zch_size=16, device=torch.device("cpu"), eviction_policy=LRU_EvictionPolicy(),
-                                    eviction_interval=1, input_hash_size=2**62)
+                                    eviction_interval=1, input_hash_size=1000 if hashed else 2**62,
+                                    input_hash_func=_hash if hashed else None)
     mc = ManagedCollisionCollection(managed_collision_modules={"t": mch}, embedding_configs=cfg)
     cls = ManagedCollisionEmbeddingCollection if sequence else ManagedCollisionEmbeddingBagCollection
     return cls(coll, mc, return_remapped_features=return_remapped)

@@ -168,10 +168,12 @@ def test_options_left_out_take_the_optimizer_classes_defaults(opt_class: type) -
 
 
 @pytest.mark.parametrize("sequence", [False, True])
-@pytest.mark.parametrize("return_remapped", [False, True])
-def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: bool, sequence: bool) -> None:
+@pytest.mark.parametrize("return_remapped, hashed", [(False, False), (True, False), (True, True)])
+def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: bool, hashed: bool,
+                                                               sequence: bool) -> None:
     """The MCH module's IDs, their rows and the Adagrad accumulators come along into a dynamic-ID table
-    of the same bound and policy; the converted module is called as TorchRec's and goes on as it does."""
+    of the same bound and policy; the converted module is called as TorchRec's and goes on as it does,
+    answering in TorchRec's types (an input hash function included)."""
     ids = torch.tensor([5, 10**12, 7, -3, 5, 9])
 
     def batch() -> TKJT:
@@ -179,7 +181,7 @@ def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: 
 
     def values(out: object) -> torch.Tensor:
         return out["f"].values() if sequence else out.values()  # type: ignore[index, attr-defined]
-    ref, model = managed_collection(return_remapped, sequence), managed_collection(return_remapped, sequence)
+    ref, model = (managed_collection(return_remapped, sequence, hashed) for _ in range(2))
     for m in (ref, model):
         m.train()
         for _ in range(2):
@@ -190,10 +192,14 @@ def test_a_managed_collision_collection_becomes_dynamic_tables(return_remapped: 
     assert cfg.num_embeddings == 16 and cfg.dynamic.eviction == "lru"
     assert recgo.dynamic.stats(coll, "t").rows == 5  # the five distinct IDs the MCH module had mapped
     for step in range(3):
-        (a, remapped), (b, _) = new(batch()), ref(batch())
+        (a, remapped), (b, ref_remapped) = new(batch()), ref(batch())
         torch.testing.assert_close(values(a), values(b), rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        assert type(a) is type(b) and type(values(a)) is type(values(b))
         assert (remapped is None) != return_remapped
+        if sequence:
+            assert type(a["f"]) is type(b["f"])
         if remapped is not None:
+            assert type(remapped) is type(ref_remapped)
             assert torch.equal(remapped.lengths(), batch().lengths()) and bool((remapped.values() >= 0).all())
         values(a).pow(2).sum().backward()
         values(b).pow(2).sum().backward()

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .. import dynamic
-from ..sparse import KeyedJaggedTensor, as_kjt
+from ..sparse import KeyedJaggedTensor, _is_torchrec_kjt, as_kjt
 
 
 class _Managed(nn.Module):
@@ -47,7 +47,9 @@ class _Managed(nn.Module):
         return list(getattr(getattr(self, self._attr), self._configs)())
 
     def forward(self, features: Any) -> tuple[Any, KeyedJaggedTensor | None]:
-        """Look ``features`` up (recgo or TorchRec KJT); see the class doc for the pair returned."""
+        """Look ``features`` up (recgo or TorchRec KJT); see the class doc for the pair returned (of
+        TorchRec's types for a TorchRec input, as TorchRec's module returns)."""
+        torchrec_in = _is_torchrec_kjt(features)
         if self._input_hash:
             kjt = as_kjt(features)
             parts = []
@@ -59,6 +61,8 @@ class _Managed(nn.Module):
                 parts.append(v)
             features = KeyedJaggedTensor(kjt.keys(), torch.cat(parts), lengths=kjt.lengths(),
                                          weights=kjt.weights_or_none())
+            if torchrec_in:  # the collection then answers in TorchRec's types
+                features = features.to_torchrec()
         coll = getattr(self, self._attr)
         out = coll(features)
         if not self._return_remapped_features:
@@ -66,7 +70,8 @@ class _Managed(nn.Module):
         kjt = as_kjt(features)
         rows = [dynamic.lookup(coll, self._tables[k], kjt[k].values()) if k in self._tables else kjt[k].values()
                 for k in kjt.keys()]
-        return out, KeyedJaggedTensor(kjt.keys(), torch.cat(rows), lengths=kjt.lengths())
+        remapped = KeyedJaggedTensor(kjt.keys(), torch.cat(rows), lengths=kjt.lengths(), weights=kjt.weights_or_none())
+        return out, remapped.to_torchrec() if torchrec_in else remapped
 
 
 class ManagedCollisionEmbeddingBagCollection(_Managed):
