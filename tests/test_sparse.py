@@ -98,6 +98,11 @@ def test_keyed_tensor_views_and_torchrec() -> None:
     kt = recgo.KeyedTensor(["a", "b"], [2, 4], vals)
     assert kt.offset_per_key() == [0, 2, 6]
     assert torch.equal(kt["b"], vals[:, 2:])
+    leaf = vals.clone().requires_grad_(True)
+    moved = recgo.KeyedTensor(["a", "b"], [2, 4], leaf).to("cpu", non_blocking=True)  # as TorchRec's .to
+    assert moved.keys() == ["a", "b"] and moved.length_per_key() == [2, 4]
+    moved["b"].sum().backward()
+    assert torch.equal(leaf.grad, torch.tensor([[0.0, 0, 1, 1, 1, 1]] * 2))
     pytest.importorskip("torchrec")
     tkt = kt.to_torchrec()
     assert torch.equal(tkt.to_dict()["a"], vals[:, :2])

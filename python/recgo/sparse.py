@@ -519,6 +519,11 @@ class KeyedTensor:
         """The values' device."""
         return self._values.device
 
+    def to(self, device: Any, non_blocking: bool = False) -> "KeyedTensor":
+        """The same keys with the values on ``device`` (TorchRec's ``KeyedTensor.to``; autograd follows
+        the copy, as for ``Tensor.to``): e.g. pooled embeddings for a dense part on a GPU."""
+        return KeyedTensor(self._keys, self._length_per_key, self._values.to(device, non_blocking=non_blocking))
+
     def length_per_key(self) -> list[int]:
         """Embedding width of each key."""
         return list(self._length_per_key)
