@@ -256,3 +256,18 @@ def test_two_collections_train_from_prepared_batches(shared: bool) -> None:
         assert torch.equal(v, want_state[k]), k
     tp.close()
     ref.close()
+
+
+def test_a_second_pass_over_an_ended_pipeline_raises() -> None:
+    """A loop that stops early is continued by the next loop; a loop started after the data ended
+    raises (an epoch loop over one DataPipeline used to run its later epochs with no step, silently)."""
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, 1000, depth=1)
+    for _ in pipe:
+        break
+    assert len(list(pipe)) == 2  # 2400 rows: the two batches left
+    with pytest.raises(StopIteration):
+        next(pipe)
+    with pytest.raises(recgo.InvalidInputError, match="build a new one for another epoch"):
+        for _ in pipe:
+            pass
+    pipe.close()

@@ -173,6 +173,7 @@ class DataPipeline:
         self._lock = threading.Lock()  # serializes next() and the info calls with close()
         self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
+        self._ended = False  # next() reached the end of the data
         self._start(position)
 
     def _start(self, position: dict[str, Any] | None) -> None:
@@ -203,6 +204,12 @@ class DataPipeline:
         return self._h.value
 
     def __iter__(self) -> "DataPipeline":
+        """The pipeline itself: one pass over the data, which later loops continue. A loop started
+        after the pass ended raises instead of silently running no step (build a new pipeline for
+        another epoch)."""
+        if self._ended:
+            raise InvalidInputError("the pipeline has delivered all its data: a DataPipeline is one pass "
+                                    "(an iterator, not a DataLoader); build a new one for another epoch")
         return self
 
     def __next__(self) -> Batch:
@@ -211,6 +218,7 @@ class DataPipeline:
             _lib.call(self._next, self._handle(), ctypes.addressof(info))
             h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
         if h == 0:
+            self._ended = True
             raise StopIteration
         owner = _lib.Handle(h)
         values = _wrap(vp, nv, ctypes.c_int64, torch.int64, owner)
