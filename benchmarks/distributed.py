@@ -225,7 +225,8 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
 
     def sharded(sharding: str, pooling: str, wire: str = "fp32") -> Any:
         return ShardedEmbeddingBagCollection(cfgs, sharding, mode="flat", optimizer=optim.SGD(lr=LR), seed=0, timeout=300,
-                                             table_ranks=table_ranks, owner_pooling=pooling, wire_dtype=wire)
+                                             table_ranks=table_ranks if sharding == "table_wise" else None,
+                                             owner_pooling=pooling, wire_dtype=wire)
 
     ours = {"recgo_table_wise": sharded("table_wise", "auto"), "recgo_hash": sharded("hash", "auto")}
     lossy = {"recgo_table_wise_fp16_LOSSY": sharded("table_wise", "auto", "fp16")}

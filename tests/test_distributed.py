@@ -233,7 +233,27 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
                         "division": _division_case(rank, world), "meta": _meta_case(rank, world)}
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-    return {**pooled, "mismatch": _mismatch_phase(rank, world), "kill": _fail_phase(rank, world, "kill")}
+    return {**pooled, "mismatch": _mismatch_phase(rank, world), "skipped": _skipped_backward(rank, world),
+            "kill": _fail_phase(rank, world, "kill")}
+
+
+def _skipped_backward(rank: int, world: int) -> dict:
+    """The last rank skips its first step's backward (a loop that catches an exception between forward
+    and backward): its next forward meets the others' backward, and every rank raises
+    InvalidInputError naming both (gloo aborted the processes on the ops' unequal sizes before the
+    exchange opened each drive with the step's phase and number)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
+                                       timeout=FAIL_TIMEOUT)
+    try:
+        for step in range(2):
+            out = sh(local_batch(global_batch(step, world), rank)).values()
+            if not (step == 0 and rank == world - 1):
+                out.sum().backward()
+    except recgo.InvalidInputError as exc:
+        return {"error_type": type(exc).__name__, "message": str(exc)}
+    return {"error_type": None}
 
 
 def _meta_case(rank: int, world: int) -> dict:
@@ -525,6 +545,12 @@ def test_ranks_that_build_different_collections_all_raise_a_named_error(world2: 
     assert other["error_type"] == "InvalidInputError", other
     assert "sharding: ('row_wise', 'table_wise on rank 1'" in other["message"], other
     assert "('hash', 'table_wise on rank 1'" in other["message"], other
+
+
+def test_a_rank_that_skips_a_backward_makes_every_rank_raise(world2: tuple[list[dict], Path]) -> None:
+    got = world2[0][0]["skipped"]
+    assert got["error_type"] == "InvalidInputError", got
+    assert "rank 1 is at the forward of step 2 while rank 0 is at the backward of step 1" in got["message"], got
 
 
 def test_a_killed_rank_makes_the_survivor_raise_within_the_timeout(world2: tuple[list[dict], Path]) -> None:

@@ -91,6 +91,20 @@ def test_bad_arguments_raise_named_errors(world1: None) -> None:
         ShardedEmbeddingBagCollection(CFGS, "plan")
     with pytest.raises(InvalidInputError, match="mode"):
         ShardedEmbeddingBagCollection(CFGS, mode="ring")
+    with pytest.raises(NotFoundError, match="table_ranks names table 'usr'"):
+        ShardedEmbeddingBagCollection(CFGS, "table_wise", table_ranks={"usr": 0})
+    with pytest.raises(InvalidInputError, match="table_ranks places table 'a', whose sharding is 'hash'"):
+        ShardedEmbeddingBagCollection(CFGS, "hash", table_ranks={"a": 0})
+    for bad in (-1, 0, "5"):
+        with pytest.raises(InvalidInputError, match="timeout must be"):
+            ShardedEmbeddingBagCollection(CFGS, timeout=bad)
+    weighted = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 2, "w", ["fw"])], is_weighted=True)
+    learned = torch.tensor([0.5, 2.0], requires_grad=True)
+    batch = recgo.KeyedJaggedTensor(["fw"], torch.tensor([1, 2]), weights=learned, lengths=torch.tensor([2]))
+    with pytest.raises(InvalidInputError, match="per-ID weights"):  # it detached them silently
+        weighted(batch)
+    with torch.no_grad():
+        assert weighted(batch).values().shape == (1, 2)
     sh = ShardedEmbeddingBagCollection(CFGS, {"a": "row_wise", "b": "data_parallel"}, seed=3)
     kjt = recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 25]), torch.tensor([1, 1]))
     with pytest.raises(InvalidInputError, match=r'table "b": id 25 out of range \[0, 10\)'):

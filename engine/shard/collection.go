@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
@@ -38,7 +39,8 @@ type Collection struct {
 
 	mu     sync.RWMutex
 	closed bool
-	eval   bool // steps begun now look dynamic tables up without admitting IDs (SetTraining)
+	eval   bool         // steps begun now look dynamic tables up without admitting IDs (SetTraining)
+	steps  atomic.Int64 // forward exchanges driven so far: each one's number (sync.go)
 }
 
 // NewCollection checks the arguments and allocates this rank's shards (zero weights and state).
@@ -237,7 +239,7 @@ func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 // free lists and its mode (training or evaluation) the collection's now. The caller holds c.mu.
 func (c *Collection) newExchange() *Exchange {
 	x := NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
-	x.pools, x.train = &c.pools, !c.eval
+	x.pools, x.train, x.steps = &c.pools, !c.eval, &c.steps
 	return x
 }
 

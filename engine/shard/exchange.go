@@ -1,6 +1,8 @@
 package shard
 
 import (
+	"sync/atomic"
+
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/parallel"
 )
@@ -166,8 +168,10 @@ type Exchange struct {
 	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	direct    []gradEntries // owner, fused: per table with a linear update, its unmerged gradients
 	fused     bool
-	train     bool    // a training step: dynamic shards admit IDs and count the step
-	evictions []int64 // owner, per dynamic table: its shard's evictions when it resolved the step's rows
+	train     bool          // a training step: dynamic shards admit IDs and count the step
+	seq       int64         // the step's number in its collection (the same on every rank; sync.go)
+	steps     *atomic.Int64 // the collection's count of forwards driven, which numbers this one (nil: 0)
+	evictions []int64       // owner, per dynamic table: its shard's evictions when it resolved the step's rows
 
 	pre []*TablePartition // requester: leg 0's partition per table computed ahead (nil, or a nil entry: countStage computes it)
 
@@ -250,7 +254,7 @@ func (x *Exchange) Backward(grads [][]float32, fused bool) error {
 	x.grads = make([][][]float32, len(x.legs)+1)
 	x.grads[0] = grads
 	for h := range x.legs {
-		x.stages = append(x.stages, x.gradStage(h))
+		x.stages = append(x.stages, x.syncStage(h), x.gradStage(h))
 	}
 	if x.hasDataParallel() {
 		x.stages = append(x.stages, x.replicaStages()...)

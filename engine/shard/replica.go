@@ -39,9 +39,15 @@ func (x *Exchange) replicaStages() []stage {
 					sendCnt[d*T+t] = mine(t)
 				}
 			}
-			return &Op{Group: GroupWorld, SendI: sendCnt, SendSplits: fill(W, int64(T)), RecvSplits: fill(W, int64(T))}, nil
+			split := fill(W, int64(hdrFields+T)) // the header: this may be the backward's first op on the world group
+			return &Op{Group: GroupWorld, SendI: x.withHeaders(phaseBackward, sendCnt, W, T), SendSplits: split,
+				RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
+			recv, err := x.stripHeaders(phaseBackward, recv, W, T, func(r int) int { return r })
+			if err != nil {
+				return err
+			}
 			for _, c := range recv {
 				if c < 0 || c > 1<<40 {
 					return errs.Invalidf("exchange: a peer announced %d replica rows", c)

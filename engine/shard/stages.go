@@ -10,11 +10,15 @@ import (
 // back, last leg first) and in backward gradStage (gradients along the IDs' path).
 
 // countStage exchanges leg h's block metadata ([size × tables × metaFields] int64: the IDs of
-// each block, and on the flat route whether its owner pools bags for it, see ownerpool.go).
+// each block, and on the flat route whether its owner pools bags for it, see ownerpool.go), each
+// peer's block after the forward's header (sync.go).
 func (x *Exchange) countStage(h int) stage {
 	T := len(x.layouts)
 	return stage{
 		op: func() (*Op, error) {
+			if h == 0 && x.steps != nil { // the forward's drive starts: number it (steps may be begun in any order)
+				x.seq = x.steps.Add(1)
+			}
 			lg := &x.legs[h]
 			lg.sendCnt = make([]int64, lg.size*T)
 			lg.perm = make([][]int32, T)
@@ -41,11 +45,16 @@ func (x *Exchange) countStage(h int) stage {
 			if h == 0 && x.bags != nil {
 				x.planReturns(lg, dests)
 			}
-			return &Op{Group: lg.group, SendI: lg.sendMeta, SendSplits: fill(lg.size, int64(T*metaFields)),
-				RecvSplits: fill(lg.size, int64(T*metaFields))}, nil
+			split := fill(lg.size, int64(hdrFields+T*metaFields))
+			return &Op{Group: lg.group, SendI: x.withHeaders(phaseForward, lg.sendMeta, lg.size, T*metaFields),
+				SendSplits: split, RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			lg := &x.legs[h]
+			recv, err := x.stripHeaders(phaseForward, recv, lg.size, T*metaFields, lg.rank)
+			if err != nil {
+				return err
+			}
 			lg.recvCnt = make([]int64, lg.size*T)
 			for i := range lg.recvCnt {
 				if err := checkMeta(recv[i*metaFields:(i+1)*metaFields], h == 0); err != nil {
@@ -53,7 +62,7 @@ func (x *Exchange) countStage(h int) stage {
 				}
 				lg.recvCnt[i] = recv[i*metaFields+metaIDs]
 			}
-			lg.recvMeta = append([]int64(nil), recv...)
+			lg.recvMeta = recv
 			return nil
 		},
 	}

@@ -20,7 +20,7 @@ from ..modules._init import draw_uniform_rows
 from ..modules._second_order import first_order
 from ..modules._storage import check_cast
 from ..modules import optim
-from ..modules.embedding import _check_configs
+from ..modules.embedding import _check_configs, refuse_weight_grads
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -244,6 +244,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         for n in per:
             if n not in names:
                 raise NotFoundError(f"sharding names table {n!r}, which is not among {names}")
+        for n in table_ranks or {}:
+            if n not in names:
+                raise NotFoundError(f"table_ranks names table {n!r}, which is not among {names}")
+            if per.get(n, "hash") != "table_wise":
+                raise InvalidInputError(f"table_ranks places table {n!r}, whose sharding is {per.get(n, 'hash')!r}: "
+                                        "only table_wise tables take a rank")
         out = []
         W = self._groups.world_size
         for i, n in enumerate(names):
@@ -457,6 +463,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
         if weights is not None:
+            refuse_weight_grads(weights)
             weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
         step = _lib.H(0)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None

@@ -69,7 +69,11 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     if timeout is None:
         timeout = timedelta(seconds=60)
     elif not isinstance(timeout, timedelta):
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise InvalidInputError(f"timeout must be seconds (a number) or a timedelta, got {timeout!r}")
         timeout = timedelta(seconds=float(timeout))
+    if not timeout.total_seconds() > 0:
+        raise InvalidInputError(f"timeout must be > 0 seconds, got {timeout.total_seconds():g}")
     wg = dist.new_group(list(range(world)), timeout=timeout)
     node_g = rail_g = None
     if hierarchical:

@@ -78,6 +78,13 @@ from .optim import FusedOptimizer
 # (no torch optimizer stepped the weights) warns once: the tables never train.
 _UNTRAINED_WARN_BACKWARDS = 32  # above the usual gradient-accumulation lengths
 
+def refuse_weight_grads(weights: torch.Tensor | None) -> None:
+    """Raise when autograd would want gradients of the per-ID ``weights``, which recgo's lookups do not
+    give (silently detaching them would leave the module producing them untrained)."""
+    if weights is not None and weights.requires_grad and torch.is_grad_enabled():
+        raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
+
+
 class _Table(nn.Module):
     """Holds one table's parameter and buffers, so state_dict keys read ``embedding_bags.<name>.weight``."""
 
@@ -452,8 +459,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
-        if weights is not None and weights.requires_grad and torch.is_grad_enabled():
-            raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
+        refuse_weight_grads(weights)
         if self._optimizer is not None:
             params = [self._anchor]
             keep = torch.is_grad_enabled() and self._fused_trains(range(len(self._configs)))

@@ -1,0 +1,88 @@
+package shard
+
+import (
+	"fmt"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// Every rank must run the same steps: each forward, and each backward on every rank or on none. A
+// rank that does not (a training loop that skips one batch's backward on one rank, a forward one
+// rank runs alone) would meet its peers in ops of other sizes, and gloo aborts the process on a size
+// mismatch before anything can check it. So on every group a drive (a step's forward, or its
+// backward) uses, its first op has a size that does not depend on the phase and opens each peer's
+// block with a header: the phase and the step's number. Forward's first op on a leg's group is
+// that leg's count stage, which carries the header; backward opens each leg with syncStage, an op
+// of the count stage's size holding only the header; the replicas' count stage on the world group
+// carries one too. A peer at another phase or step makes every rank that meets it raise, naming both.
+
+// Header fields, before each peer's block.
+const (
+	hdrPhase = iota
+	hdrStep
+	hdrFields
+)
+
+// Phases of a drive, as sent (tagged so that other data is not mistaken for a header).
+const (
+	phaseForward  int64 = 0x5ec0_0001
+	phaseBackward int64 = 0x5ec0_0002
+)
+
+func phaseName(p int64) string {
+	switch p {
+	case phaseForward:
+		return "forward"
+	case phaseBackward:
+		return "backward"
+	}
+	return fmt.Sprintf("unknown phase %#x", p)
+}
+
+// withHeaders returns blocks (size blocks of per int64) with the header of phase before each.
+func (x *Exchange) withHeaders(phase int64, blocks []int64, size, per int) []int64 {
+	out := make([]int64, size*(hdrFields+per))
+	for d := range size {
+		b := out[d*(hdrFields+per):]
+		b[hdrPhase], b[hdrStep] = phase, x.seq
+		copy(b[hdrFields:hdrFields+per], blocks[d*per:(d+1)*per])
+	}
+	return out
+}
+
+// stripHeaders checks every peer block's header of recv (size blocks of hdrFields+per int64) against
+// this rank's phase and step, and returns the blocks without them; rank gives a group index's world
+// rank for the message.
+func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per int, rank func(int) int) ([]int64, error) {
+	out := make([]int64, size*per)
+	for d := range size {
+		b := recv[d*(hdrFields+per):]
+		if b[hdrPhase] != phase || b[hdrStep] != x.seq {
+			return nil, errs.Invalidf("exchange: rank %d is at the %s of step %d while rank %d is at the %s of "+
+				"step %d: every rank must run the same steps (each forward on every rank, and each backward on "+
+				"every rank or on none); a rank that skips a backward, or runs a forward the others do not, "+
+				"falls out of step", rank(d), phaseName(b[hdrPhase]), b[hdrStep], x.self, phaseName(phase), x.seq)
+		}
+		copy(out[d*per:(d+1)*per], b[hdrFields:hdrFields+per])
+	}
+	return out, nil
+}
+
+// syncStage opens leg h's part of the backward with the header alone, in an op the size of the
+// leg's count stage.
+func (x *Exchange) syncStage(h int) stage {
+	per := len(x.layouts) * metaFields
+	return stage{
+		op: func() (*Op, error) {
+			lg := &x.legs[h]
+			send := x.withHeaders(phaseBackward, make([]int64, lg.size*per), lg.size, per)
+			split := fill(lg.size, int64(hdrFields+per))
+			return &Op{Group: lg.group, SendI: send, SendSplits: split, RecvSplits: split}, nil
+		},
+		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
+			lg := &x.legs[h]
+			_, err := x.stripHeaders(phaseBackward, recv, lg.size, per, lg.rank)
+			return err
+		},
+	}
+}

@@ -1,0 +1,74 @@
+package shard
+
+import (
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/recgo/recgo/engine/embedding"
+)
+
+// pairOnce runs the next op of two ranks' exchanges against each other (a group of the two) and
+// returns what each Feed said. The ops must have the same element type and size: that is what keeps
+// gloo from aborting the process before the headers are read.
+func pairOnce(t *testing.T, xs [2]*Exchange) [2]error {
+	t.Helper()
+	var ops [2]*Op
+	for r, x := range xs {
+		op, err := x.Next()
+		require.NoError(t, err)
+		require.NotNil(t, op)
+		require.Len(t, op.SendSplits, 2)
+		ops[r] = op
+	}
+	require.Equal(t, ElemInt64, ops[0].Elem)
+	require.Equal(t, ops[0].Elem, ops[1].Elem)
+	require.Equal(t, ops[0].SendSplits, ops[1].SendSplits, "the first op of a drive has one size whatever the phase")
+	var out [2]error
+	for r := range xs {
+		var recv []int64
+		for q := range xs {
+			lo := ops[q].SendSplits[0] * int64(r)
+			recv = append(recv, ops[q].SendI[lo:lo+ops[q].SendSplits[r]]...)
+		}
+		out[r] = xs[r].Feed(recv, nil, nil)
+	}
+	return out
+}
+
+// A rank that skips a step's backward meets its peer's backward with its next forward: on every route
+// (the first collective on a leg's group or the second leg's, when the first is the rank alone) both
+// ranks raise, naming the phases and steps, instead of exchanging buffers of different sizes.
+func TestRanksOutOfStepRaiseOnBothSides(t *testing.T) {
+	kinds, rows, dims := []Kind{Hash, TableWise}, []int64{50, 30}, []int{4, 8}
+	opt := embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1}
+	for _, tc := range []struct {
+		name       string
+		nodes, per int
+		mode       Mode
+	}{{"flat", 1, 2, Flat}, {"hierarchical/one node", 1, 2, Hierarchical}, {"hierarchical/two nodes", 2, 1, Hierarchical}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newTestWorld(t, tc.nodes, tc.per, tc.mode, kinds, rows, dims, opt)
+			rng := rand.New(rand.NewPCG(3, 4))
+			_, lens, vals := randBatch(rng, len(kinds), 4, rows)
+			var first [2]*Step
+			for r := range first {
+				var err error
+				first[r], err = w.ranks[r].Begin(sliceBatch(lens, vals, r*2, (r+1)*2))
+				require.NoError(t, err)
+			}
+			runLockstep(t, w.topo, []*Exchange{first[0].X, first[1].X})
+			for r, s := range first {
+				require.NoError(t, s.Pool(make([]float32, 2*w.ranks[r].Width())))
+			}
+			// rank 0 goes on to its next forward; rank 1 runs the first step's backward
+			next, err := w.ranks[0].Begin(sliceBatch(lens, vals, 0, 2))
+			require.NoError(t, err)
+			require.NoError(t, first[1].Backward(make([]float32, 2*w.ranks[1].Width()), true))
+			errs := pairOnce(t, [2]*Exchange{next.X, first[1].X})
+			require.ErrorContains(t, errs[0], "rank 1 is at the backward of step 1 while rank 0 is at the forward of step 2")
+			require.ErrorContains(t, errs[1], "rank 0 is at the forward of step 2 while rank 1 is at the backward of step 1")
+		})
+	}
+}
