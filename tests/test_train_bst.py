@@ -136,17 +136,20 @@ def test_bst_inputs_sum_before_padding() -> None:
 
 
 @needs_taobao
-def test_bst_resume_through_the_pipeline_equals_uninterrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["recgo", "torchrec"])
+def test_bst_resume_through_the_pipeline_equals_uninterrupted(tmp_path: Path, backend: str) -> None:
+    """Resume equals the uninterrupted run, TorchRec's included: its EmbeddingCollection's
+    in-backward Adagrad state is saved with the checkpoint (it was dropped, and the runs parted)."""
     cfg = TrainConfig(model="bst", data=str(TAOBAO), batch_size=64, dim=8, max_len=7, steps=6, eval_every=6,
                       seed=3, checkpoint=str(tmp_path / "ck"))
     source = make_source(cfg)
-    whole = Trainer(cfg, source, "recgo")
+    whole = Trainer(cfg, source, backend)
     whole.run()
-    first = Trainer(cfg, source, "recgo")
+    first = Trainer(cfg, source, backend)
     first.run(steps=3)
     first.save(tmp_path / "ck")
     first.close()
-    second = Trainer(cfg, source, "recgo")
+    second = Trainer(cfg, source, backend)
     second.load(tmp_path / "ck")
     second.run()
     for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):

@@ -213,13 +213,18 @@ class SparseArch(nn.Module):
             self._opt.step()
 
     def optimizer_state(self) -> dict[str, Any]:
-        """Optimizer state kept outside the module's state_dict (for checkpoints)."""
+        """Optimizer state kept outside the module's state_dict (for checkpoints): the torch optimizer's,
+        TorchRec's fused optimizer's, or (TorchRec's EmbeddingCollection) the state of the optimizers
+        ``apply_optimizer_in_backward`` attached to each weight."""
         if self._opt is not None:
             return self._opt.state_dict()
-        fused = getattr(self.module, "fused_optimizer", None)
-        if self.backend == "torchrec" and fused is not None:
+        if self.backend != "torchrec":
+            return {}
+        fused = self._torchrec_fused()
+        if fused is not None:
             return fused.state_dict()
-        return {}
+        return {"in_backward": {n: [o.state_dict() for o in getattr(p, "_in_backward_optimizers", ())]
+                                for n, p in self.module.named_parameters()}}
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         """Restore :meth:`optimizer_state`."""
@@ -227,8 +232,21 @@ class SparseArch(nn.Module):
             return
         if self._opt is not None:
             self._opt.load_state_dict(state)
+        elif self.backend == "torchrec" and "in_backward" in state:
+            for n, p in self.module.named_parameters():
+                for o, s in zip(getattr(p, "_in_backward_optimizers", ()), state["in_backward"].get(n, ())):
+                    o.load_state_dict(s)
         elif self.backend == "torchrec":
-            self.module.fused_optimizer.load_state_dict(state)
+            fused = self._torchrec_fused()
+            if fused is None:
+                raise InvalidInputError("the checkpoint holds a fused optimizer's state, this TorchRec module has none")
+            fused.load_state_dict(state)
+
+    def _torchrec_fused(self) -> Any:
+        """TorchRec's fused optimizer of the module, or None: ``FusedEmbeddingBagCollection`` gives it
+        from a method, ``DistributedModelParallel`` from a property."""
+        fused = getattr(self.module, "fused_optimizer", None)
+        return fused() if callable(fused) else fused
 
 
 def _jagged(kjt: KeyedJaggedTensor) -> list[JaggedTensor]:
