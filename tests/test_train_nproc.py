@@ -121,3 +121,47 @@ def test_a_failing_rank_stops_the_job_with_its_error() -> None:
         launch(_cfg(nproc=2, sharding="table_wise", dist_timeout=30.0), ["recgo"], 2, progress=False, fail_at=(1, 2),
                threads=1)
     assert time.monotonic() - t0 < 60  # the peer waiting in a collective is stopped, not left to hang
+
+
+def _children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid`` (from /proc)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def test_a_terminated_launcher_stops_its_ranks(tmp_path: Path) -> None:
+    """SIGTERM (a scheduler stopping the job) to ``recgo train --nproc 2``: the launcher stops its ranks
+    and exits (its ranks trained on as orphans before), with Ctrl-C's one-line message."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "python")}
+    proc = subprocess.Popen([sys.executable, "-m", "recgo", "train", "--nproc", "2", "--steps", "100000",
+                             "--batch-size", "32", "--backend", "torch", "--no-progress", "--out", str(tmp_path)],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while len(ranks := _children(proc.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(ranks) >= 2, "the ranks did not start"
+    time.sleep(3)  # let them reach training
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().endswith("interrupted"), err
+    deadline = time.monotonic() + 10
+    while any(Path(f"/proc/{r}").exists() for r in ranks) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    alive = [r for r in ranks if Path(f"/proc/{r}").exists()]
+    for r in alive:  # do not leave them running if the test fails
+        os.kill(r, signal.SIGKILL)
+    assert not alive, "ranks outlived their launcher"

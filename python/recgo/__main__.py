@@ -208,18 +208,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except KeyboardInterrupt:  # spawned ranks get the same SIGINT from the terminal and stop with it
-        every = getattr(args, "checkpoint_every", None)
-        hint = (f"; --resume continues from the last checkpoint ({args.checkpoint}, every {every} steps)"
-                if getattr(args, "checkpoint", None) and every else "")
-        print(f"interrupted{hint}", file=sys.stderr)
-        return 130
-    except RecgoError as exc:
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under --nproc (the launcher stops its ranks)
+        return _interrupted(args)
+    except Exception as exc:
+        if _caused_by_interrupt(exc):  # e.g. torch's zip writer failing as a Ctrl-C unwinds a checkpoint save
+            return _interrupted(args)
+        if not isinstance(exc, (RecgoError, OSError)):
+            raise
         print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
-    except OSError as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a KeyboardInterrupt was being handled or unwound."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _interrupted(args: argparse.Namespace) -> int:
+    """Say the job was interrupted (and how to resume it); the shell's status for SIGINT."""
+    every = getattr(args, "checkpoint_every", None)
+    hint = (f"; --resume continues from the last checkpoint ({args.checkpoint}, every {every} steps)"
+            if getattr(args, "checkpoint", None) and every else "")
+    print(f"interrupted{hint}", file=sys.stderr)
+    return 130
 
 
 if __name__ == "__main__":

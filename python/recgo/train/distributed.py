@@ -359,6 +359,38 @@ def _first_error(result: str, nproc: int) -> str | None:
         return fh.read().strip()
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _run_world(ctx: Any) -> None:
+    """Wait for the spawned ranks of ``ctx`` (torch.multiprocessing's context). If this process is
+    interrupted or terminated (SIGTERM, as a job scheduler stops it) the ranks are stopped with it
+    instead of training on as orphans: SIGTERM becomes a KeyboardInterrupt here, and on any exception
+    the live ranks get SIGTERM, then SIGKILL after 5 s."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
+    try:
+        while not ctx.join():
+            pass
+    except BaseException:
+        for p in ctx.processes:
+            if p.is_alive():
+                p.terminate()
+        for p in ctx.processes:
+            p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join()
+        raise
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None = None, progress: bool = True,
            **options: Any) -> dict[str, Any] | None:
     """Train on ``nproc`` ranks and return the report (on rank 0; None on the other torchrun ranks).
@@ -390,7 +422,7 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
             result = os.path.join(tmp, "runs.pt")
             args = (nproc, free_port(), cfg, group, progress, result, options)
             try:
-                mp.start_processes(_spawned, args=args, nprocs=nproc, join=True, start_method="spawn")
+                _run_world(mp.start_processes(_spawned, args=args, nprocs=nproc, join=False, start_method="spawn"))
             except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
                 msg = _first_error(result, nproc)
                 if msg is None:
