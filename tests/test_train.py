@@ -9,6 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from recgo.errors import InvalidInputError
 from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source
 from recgo.train.data import SyntheticCriteo, TaobaoSequences
 
@@ -274,7 +275,7 @@ def test_checkpoint_in_a_new_folder_is_written(tmp_path: Path) -> None:
     assert (tmp_path / "new" / "deeper" / "run.recgo").is_file()
 
 
-@pytest.mark.parametrize("text, message", [("dist_timeout: abc\n", "dist_timeout must be positive seconds, got 'abc'"),
+@pytest.mark.parametrize("text, message", [("dist_timeout: abc\n", "dist_timeout must be positive, finite seconds, got 'abc'"),
                                            ("steps: '5'\n", "steps must be a positive integer, got '5'"),
                                            ("steps: [\n", "not valid YAML")])
 def test_bad_yaml_values_are_one_line_errors(text: str, message: str, tmp_path: Path,
@@ -326,3 +327,40 @@ def test_a_bad_criteo_line_is_named_by_the_users_file_and_line(bad: int, tmp_pat
         it = src.stream(depth=0)
         for _ in range(18):
             next(it)
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("data", 5, "data must be a path"), ("checkpoint", 5, "checkpoint must be a path"),
+    ("checkpoint", "runs/new/", "names a folder"), ("dist_timeout", float("inf"), "positive, finite seconds")])
+def test_config_fields_of_the_wrong_kind_are_named(field: str, value: object, message: str) -> None:
+    """YAML can give any type: each field's problem is named (these gave tracebacks, a trailing '/'
+    failed only after the whole run, an infinite timeout inside the ranks)."""
+    with pytest.raises(InvalidInputError, match=message):
+        _small(**{field: value}).validate()
+
+
+def test_resume_says_when_it_starts_over_and_refuses_a_shorter_run(tmp_path: Path) -> None:
+    from recgo.train.run import train
+
+    cfg = _small(steps=4, eval_every=4, checkpoint=str(tmp_path / "ck"))
+    with pytest.warns(UserWarning, match=r"--resume: torch has no checkpoint at .*ck\.torch; it starts from step 0"):
+        train(cfg, ["torch"], resume=True, progress=False)
+    shorter = _small(steps=2, eval_every=2, checkpoint=str(tmp_path / "ck"))
+    with pytest.raises(InvalidInputError, match="at step 4, past steps 2"):
+        train(shorter, ["torch"], resume=True, progress=False)
+
+
+def test_cli_refuses_steps_with_epochs_and_runs_a_backend_once(monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    assert main(["train", "--steps", "3", "--epochs", "1", "--no-progress"]) == 2
+    assert "give --steps or --epochs, not both" in capsys.readouterr().err
+    seen: list[list[str]] = []
+
+    def fake_train(cfg: TrainConfig, backends: list[str], **kw: object) -> None:
+        seen.append(list(backends))
+
+    monkeypatch.setattr("recgo.train.run.train", fake_train)
+    assert main(["train", "--steps", "1", "--backend", "torch,recgo,torch", "--no-progress"]) == 0
+    assert seen == [["torch", "recgo"]]

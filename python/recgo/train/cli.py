@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -85,12 +86,16 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
             fields["nproc"] = started[1]
     cfg = TrainConfig(**fields)
     cfg.validate()  # before the arithmetic below uses its numbers
+    if args.sharding is not None and cfg.nproc == 1:
+        warnings.warn("--sharding applies with --nproc > 1; one process holds every table whole", stacklevel=2)
     source = None
     if args.epochs is not None:
         from .loop import make_source
 
         if not args.epochs > 0:  # also NaN
             raise InvalidInputError(f"--epochs must be a positive number, got {args.epochs}")
+        if args.steps is not None:
+            raise InvalidInputError("give --steps or --epochs, not both")
 
         source = make_source(cfg)
         cfg.steps = max(1, int(args.epochs * source.batches_per_epoch() / cfg.nproc))
@@ -102,7 +107,8 @@ def run_cli(args: argparse.Namespace) -> int:
     """Run the subcommand; returns the exit status."""
     from .run import train
 
-    backends = list(BACKENDS) if args.backend == "all" else [b.strip() for b in args.backend.split(",") if b.strip()]
+    backends = list(BACKENDS) if args.backend == "all" else list(dict.fromkeys(  # each once, in the order given
+        b.strip() for b in args.backend.split(",") if b.strip()))
     if args.backend == "all" and not _extras.has("torchrec"):  # every backend there is: run the others
         backends.remove("torchrec")
         print("note: torchrec is not installed, so --backend all runs recgo and torch "

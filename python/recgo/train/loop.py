@@ -87,6 +87,13 @@ class TrainConfig:
             raise InvalidInputError(f"lr_decay {self.lr_decay!r}: choose one of {LR_DECAYS}")
         if self.activation not in ACTIVATIONS:
             raise InvalidInputError(f"activation {self.activation!r}: choose one of {tuple(ACTIVATIONS)}")
+        for name in ("data", "checkpoint"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, Path)):
+                raise InvalidInputError(f"{name} must be a path, got {v!r}")
+        if self.checkpoint is not None and (not str(self.checkpoint) or str(self.checkpoint).endswith(("/", os.sep))):
+            raise InvalidInputError(f"checkpoint {self.checkpoint!r} names a folder: give a file path (each backend "
+                                    "writes <checkpoint>.<backend>)")
         if self.data is not None and not Path(self.data).is_file():
             raise InvalidInputError(f"data: {self.data} is not a file")
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
@@ -100,8 +107,8 @@ class TrainConfig:
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes <= 0 or self.nproc % self.nodes:
             raise InvalidInputError(f"nodes must be a positive divisor of nproc ({self.nproc}), got {self.nodes!r}")
         if isinstance(self.dist_timeout, bool) or not isinstance(self.dist_timeout, (int, float)) \
-                or not self.dist_timeout > 0:
-            raise InvalidInputError(f"dist_timeout must be positive seconds, got {self.dist_timeout!r}")
+                or not 0 < self.dist_timeout < float("inf"):
+            raise InvalidInputError(f"dist_timeout must be positive, finite seconds, got {self.dist_timeout!r}")
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
@@ -360,6 +367,9 @@ class Trainer:
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")
+        if int(state["step"]) > self.cfg.steps:
+            raise InvalidInputError(f"{path}: the checkpoint is at step {int(state['step'])}, past steps "
+                                    f"{self.cfg.steps}: resume with steps ≥ {int(state['step'])}")
         if self.world is not None:
             from .nproc_checkpoint import restore_model
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import gc
+import warnings
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..errors import InvalidInputError
 from .. import _extras
@@ -50,7 +51,7 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     for backend in backends:
         per_backend = _per_backend(cfg, backend)
         trainer = Trainer(per_backend, source, backend)
-        if resume and per_backend.checkpoint and Path(per_backend.checkpoint).exists():
+        if resumable(resume, per_backend.checkpoint, lambda p: Path(p).exists(), backend):
             trainer.load(per_backend.checkpoint)
         bar = _progress(cfg.steps, backend, progress)
         if bar is not None:
@@ -87,6 +88,18 @@ def _check_checkpoints(cfg: TrainConfig, backends: Sequence[str]) -> None:
             raise InvalidInputError(f"--checkpoint: {path} is a folder (an --nproc run's checkpoint); one process "
                                     "writes a file: run with the --nproc it was written with, or give another "
                                     "--checkpoint")
+
+
+def resumable(resume: bool, path: str | None, found: Callable[[str], bool], backend: str, say: bool = True) -> bool:
+    """Whether a ``--resume`` run of ``backend`` loads its checkpoint ``path``; one that finds none
+    starts from step 0, and says so (a mistyped --checkpoint would otherwise retrain in silence)."""
+    if not resume or not path:
+        return False
+    if found(path):
+        return True
+    if say:
+        warnings.warn(f"--resume: {backend} has no checkpoint at {path}; it starts from step 0", stacklevel=2)
+    return False
 
 
 def _per_backend(cfg: TrainConfig, backend: str) -> TrainConfig:
@@ -155,7 +168,7 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress:
     for backend in backends:
         per_backend = _per_backend(cfg, backend)
         trainer = Trainer(per_backend, source, backend, world)
-        if resume and per_backend.checkpoint and exists(per_backend.checkpoint):
+        if resumable(resume, per_backend.checkpoint, exists, backend, say=world.rank == 0):
             trainer.load(per_backend.checkpoint)
         bar = _progress(cfg.steps, f"{backend} ×{world.size}", progress)
         if bar is not None:
