@@ -98,7 +98,7 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
             raise InvalidInputError("give --steps or --epochs, not both")
 
         source = make_source(cfg)
-        cfg.steps = max(1, int(args.epochs * source.batches_per_epoch() / cfg.nproc))
+        cfg.steps = max(1, int(args.epochs * source.batches_per_epoch(cfg.nproc)))  # steps of nproc × batch_size
     cfg.eval_every = min(cfg.eval_every, cfg.steps)
     return cfg, source
 

@@ -5,12 +5,12 @@
   a *planted* label model (hidden per-ID weights and dense weights through a sigmoid), so the loss
   falls and the AUC means something. Validation samples come from the same generator after the
   training range.
-* :class:`CriteoFile` — a Criteo display-advertising TSV (label, I1..I13, C1..C26) read by recgo's
-  Go reader; categorical values hashed and reduced modulo the table size by the FeatureEngine; the
-  last ``validation_fraction`` of the lines is held out.
-* :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp; a
-  header line, which the dataset lacks, is skipped):
-  for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
+* :class:`CriteoFile` — a Criteo display-advertising TSV (label, I1..I13, C1..C26; plain or gzip) read
+  by recgo's Go reader; categorical values hashed and reduced modulo the table size by the
+  FeatureEngine; the last ``validation_fraction`` of the lines is held out.
+* :class:`TaobaoSequences` — Taobao UserBehavior CSV (user, item, category, behaviour, timestamp; plain
+  or gzip; a header line, which the dataset lacks, is skipped; events in any order, sorted by user and
+  time): for each event, the user's previous ``max_len`` events as the history, the event's item as a positive
   target and a uniformly sampled item as a negative; each user's last event (or last ``holdout``
   events) is held out.
   Without a file, :func:`recgo.train.synthetic_taobao.userbehavior_file` writes one from a planted
@@ -24,7 +24,6 @@ stream's position goes into checkpoints so a resumed run continues where it stop
 from __future__ import annotations
 
 import copy
-import csv
 import hashlib
 import os
 import re
@@ -38,6 +37,8 @@ import torch
 from ..errors import InvalidInputError, RecgoError, RecgoIOError
 from ..sparse import KeyedJaggedTensor
 from ._files import derived_path, write_once
+from ._inputs import split_file as _split_file
+from ._inputs import userbehavior_events
 
 SPARSE_KEYS = tuple(f"C{i}" for i in range(1, 27))
 
@@ -92,34 +93,56 @@ class Source:
     def validation(self) -> list[Batch]:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def batches_per_epoch(self) -> int:
-        """Steps in one pass over the training split."""
+    def batches_per_epoch(self, world_size: int = 1) -> int:
+        """Steps in one pass over the training split, on ``world_size`` ranks of ``batch_size`` rows each."""
         raise NotImplementedError
 
 
 class _PipelineStream(Stream):
-    """Epochs of a :class:`recgo.DataPipeline` over one source."""
+    """Epochs of a :class:`recgo.DataPipeline` over one source, each of ``per_epoch`` batches (``None``:
+    until the pipeline ends). Of ``rows`` training rows shared by ``world_size`` ranks (row g is rank
+    g mod world_size's), every rank takes ``rows // (world_size × batch_size)`` batches per epoch, so
+    that the ranks stay in step and each step's global batch is the single-process one of
+    ``world_size × batch_size`` rows. ``check(batch, k)`` inspects the epoch's k-th batch."""
 
     def __init__(self, make: Any, state: dict[str, Any] | None,
-                 relabel: Callable[[RecgoError], RecgoError] = lambda e: e) -> None:
-        self._make, self._relabel = make, relabel
+                 relabel: Callable[[RecgoError], RecgoError] = lambda e: e, per_epoch: int | None = None,
+                 rank: int = 0, world_size: int = 1, batch_size: int = 1,
+                 check: Callable[[Batch, int], None] | None = None) -> None:
+        self._make, self._relabel, self._per_epoch, self._check = make, relabel, per_epoch, check
         self.epoch = int(state["epoch"]) if state else 0
         self._pipe = make(state["position"] if state else None)
+        # batches of this epoch handed out: this rank's rows before the position's global row, in batches
+        g = int(state["position"].get("global", 0)) if state else 0
+        self._k = max(0, g - rank + world_size - 1) // world_size // batch_size
+
+    def _next_epoch(self) -> None:
+        self._pipe.close()
+        self.epoch += 1
+        self._k = 0
+        self._pipe = self._make(None)
 
     def __next__(self) -> Batch:
         for _ in range(2):
+            if self._per_epoch is not None and self._k >= self._per_epoch:
+                if self._per_epoch == 0:
+                    break
+                self._next_epoch()
             try:
                 b = next(self._pipe)
-                return Batch(b.dense, b.sparse, b.labels)
             except StopIteration:
-                self._pipe.close()
-                self.epoch += 1
-                self._pipe = self._make(None)
+                self._next_epoch()
+                continue
             except RecgoError as exc:
                 new = self._relabel(exc)
                 if new is exc:
                     raise
                 raise new from exc
+            batch = Batch(b.dense, b.sparse, b.labels)
+            if self._check is not None:
+                self._check(batch, self._k)
+            self._k += 1
+            return batch
         raise InvalidInputError("the training data holds less than one batch (with --nproc N each rank reads "
                                 "1/N of it and --batch-size is per rank): lower --batch-size or give more data")
 
@@ -171,8 +194,20 @@ class _PipelineSource(Source):
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
+        per_epoch = self.batches_per_epoch(self.world_size)
         return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables, self.rank,
-                                                          self.world_size, shard), state, self._relabel)
+                                                          self.world_size, shard), state, self._relabel,
+                               per_epoch, self.rank, self.world_size, self.batch_size, self._check_train)
+
+    def batches_per_epoch(self, world_size: int = 1) -> int:
+        return self._train_rows() // (self.batch_size * world_size)
+
+    def _train_rows(self) -> int:  # pragma: no cover - interface
+        """Rows of the training split (all ranks' together)."""
+        raise NotImplementedError
+
+    def _check_train(self, batch: Batch, k: int) -> None:
+        """Inspect this rank's k-th training batch of an epoch (nothing to check by default)."""
 
     def _relabel(self, exc: RecgoError) -> RecgoError:
         """The error a reader raised, in the terms of the user's input (the source's own files as is)."""
@@ -204,8 +239,8 @@ class SyntheticCriteo(_PipelineSource):
 
         return replace(self._template, samples=self._samples)
 
-    def batches_per_epoch(self) -> int:
-        return self._samples // self.batch_size
+    def _train_rows(self) -> int:
+        return self._samples
 
     def validation(self) -> list[Batch]:
         if self._val is None:
@@ -216,56 +251,29 @@ class SyntheticCriteo(_PipelineSource):
 
 
 def _userbehavior_columns(path: Path) -> tuple[list[int], list[int], list[int]]:
-    """The user, item and category columns of a UserBehavior CSV. A short last line (the public
-    sample's is cut) is dropped; a short line elsewhere or a non-integer ID raises, naming line and
-    column, since skipping it would lose data silently."""
-    users, items, cats = [], [], []
-    short: tuple[int, int] | None = None  # (line, columns) of a short line, allowed only as the last one
-    try:
-        with path.open(newline="") as fh:
-            for line, row in enumerate(csv.reader(fh), start=1):
-                if short:
-                    raise InvalidInputError(f"{path}, line {short[0]}: {short[1]} of the 5 columns "
-                                            "(user, item, category, behavior, timestamp)")
-                if len(row) < 5:
-                    short = (line, len(row))
-                    continue
-                if line == 1 and not row[0].strip().lstrip("-").isdigit():
-                    continue  # a header (user_id,item_id,...): the dataset has none, exports may
-                for out, col, name in ((users, 0, "user"), (items, 1, "item"), (cats, 2, "category")):
-                    try:
-                        out.append(int(row[col]))
-                    except ValueError:
-                        raise InvalidInputError(f"{path}, line {line}, column {col + 1} ({name}): expected an "
-                                                f"integer ID, got {row[col][:40]!r}") from None
-    except OSError as exc:
-        raise RecgoIOError(f"{path}: {exc}") from exc
-    return users, items, cats
+    """The user, item and category columns of a UserBehavior CSV (plain or gzip), in file order; see
+    :func:`recgo.train._inputs.userbehavior_events` for what it accepts and what raises."""
+    users, items, cats, _ = userbehavior_events(Path(path))
+    return users.tolist(), items.tolist(), cats.tolist()
 
 
-def _split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
-    """The file's first (1 − fraction) and last ``fraction`` of lines as two cached files (keyed by the
-    file's size, mtime and the fraction), and the training line count."""
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{fraction}".encode()).hexdigest()[:16]
-    train, val = (derived_path(f"recgo-split-{key}", name) for name in ("train.txt", "validation.txt"))
-    try:
-        lines = path.read_bytes().splitlines(keepends=True)
-    except OSError as exc:
-        raise RecgoIOError(f"{path}: {exc}") from exc
-    if len(lines) < 2:
-        raise InvalidInputError(f"{path}: {len(lines)} lines; the run needs training lines and at least one "
-                                "validation line")
-    n_val = max(1, int(len(lines) * fraction))
-    for target, part in ((train, lines[:-n_val]), (val, lines[-n_val:])):
-        write_once(target, lambda tmp, part=part: tmp.write_bytes(b"".join(part)))
-    return train, val, len(lines) - n_val
+def _label_check(labels: torch.Tensor, path: Path, line_of: Callable[[int], int]) -> None:
+    """Raise naming ``path`` and the line (``line_of(j)`` for sample j) of the first label not 0 or 1."""
+    bad = ~((labels == 0) | (labels == 1))
+    if bool(bad.any()):
+        j = int(bad.nonzero()[0, 0])
+        v = float(labels[j])
+        shown = int(v) if v.is_integer() else v
+        raise InvalidInputError(f"{path} line {line_of(j)} column 1 (label): label {shown} is not 0 or 1 (the "
+                                "models are trained for a binary click label)")
 
 
 class CriteoFile(_PipelineSource):
-    """A labelled Criteo TSV file; the last ``validation_fraction`` of its lines is held out. Dense
-    ``I1..I13`` as log(1 + max(x, 0)) (0 when missing); ``C1..C26`` hashed, reduced modulo ``rows``;
-    an empty value is an empty bag. A short last batch of each epoch is dropped."""
+    """A labelled Criteo TSV file (plain or gzip); the last ``validation_fraction`` of its lines is held
+    out (blank lines at the file's very end are not lines). Dense ``I1..I13`` as log(1 + max(x, 0)) (0
+    when missing); ``C1..C26`` hashed, reduced modulo ``rows``; an empty value is an empty bag. A label
+    other than 0 or 1 raises, naming the file's line. A short last batch of each epoch is dropped (on
+    ``world_size`` ranks: whatever is left after ``n_train // (world_size × batch_size)`` steps)."""
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 1024, rows: int = 100_000,
                  validation_fraction: float = 0.1) -> None:
@@ -286,8 +294,13 @@ class CriteoFile(_PipelineSource):
 
         return CriteoSource(self._train)
 
-    def batches_per_epoch(self) -> int:
-        return self._n_train // self.batch_size
+    def _train_rows(self) -> int:
+        return self._n_train
+
+    def _check_train(self, batch: Batch, k: int) -> None:
+        # this rank's k-th batch holds the training rows (k·B + j)·N + rank, j < B: line one more
+        b, n, r = self.batch_size, self.world_size, self.rank
+        _label_check(batch.labels, self.path, lambda j: (k * b + j) * n + r + 1)
 
     def validation(self) -> list[Batch]:
         if self._val is None:
@@ -297,9 +310,14 @@ class CriteoFile(_PipelineSource):
             try:
                 pipe = DataPipeline(CriteoSource(self._valpath), self._engine, self.batch_size, depth=0, rank=0,
                                     world_size=1)
-                self._val = _collect(pipe)
+                val = _collect(pipe)
             except RecgoError as exc:
                 raise self._relabel(exc) from exc
+            start = self._n_train + 1
+            for batch in val:
+                _label_check(batch.labels, self.path, lambda j, start=start: start + j)
+                start += batch.size
+            self._val = val
         return self._val
 
     def _relabel(self, exc: RecgoError) -> RecgoError:
@@ -360,10 +378,14 @@ class TaobaoSequences(_PipelineSource):
         self.holdout = holdout
         self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
         self.seed, self.pipeline, self.catalog = seed, bool(pipeline), bool(catalog)
-        users, items, cats = _userbehavior_columns(self.path)
-        if not users:
+        users, items, cats, times = userbehavior_events(self.path)
+        if not users.numel():
             raise RecgoIOError(f"{self.path}: no complete rows")
-        u, it, ct = (torch.unique(torch.tensor(x), return_inverse=True)[1] for x in (users, items, cats))
+        # The events by user (ascending ID) and time, whatever the file's order; a stable sort, so one
+        # user's events of the same timestamp keep their order in the file.
+        order = torch.argsort(times, stable=True)
+        order = order[torch.argsort(users[order], stable=True)]
+        u, it, ct = (torch.unique(x[order], return_inverse=True)[1] for x in (users, items, cats))
         n_items, n_cats, n_users = int(it.max()) + 1, int(ct.max()) + 1, int(u.max()) + 1
         counts = {"item": n_items, "cat": n_cats, "user": n_users}
         self.table_rows = dict(USERBEHAVIOR_VOCABULARY) if self.catalog else counts
@@ -428,8 +450,8 @@ class TaobaoSequences(_PipelineSource):
         lengths = torch.cat([hist_len, hist_len, ones, ones, ones])
         return Batch(torch.zeros(b, 0), KeyedJaggedTensor(list(self.keys), values, lengths=lengths), lab.to(torch.float32))
 
-    def batches_per_epoch(self) -> int:
-        return self._train.shape[0] // self.batch_size
+    def _train_rows(self) -> int:
+        return int(self._train.shape[0])
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
@@ -475,7 +497,7 @@ class TaobaoSequences(_PipelineSource):
         st = self.path.stat()
         held = f"|{self.holdout}" if self.holdout != 1 else ""  # keys of runs holding out one event kept
         held += "|catalog" if self.catalog else ""
-        key = hashlib.sha256(f"taobao-v1|{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{self.max_len}|"
+        key = hashlib.sha256(f"taobao-v2|{self.path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{self.max_len}|"
                              f"{self.seed}{held}".encode()).hexdigest()[:16]
         self._csv = write_once(derived_path(f"recgo-taobao-{key}", "train.csv"), self._write_samples)
         return self._csv
