@@ -281,3 +281,23 @@ def test_same_results_as_torchrec(batch, rnd) -> None:
     same(KeyedJaggedTensor.from_jt_dict(ours.to_dict()), tr.KeyedJaggedTensor.from_jt_dict(theirs.to_dict()))
     same(KeyedJaggedTensor.from_offsets_sync(keys, values, ours.offsets(), weights),
          tr.KeyedJaggedTensor.from_offsets_sync(keys, values, theirs.offsets(), weights))
+
+
+def test_size_in_bytes_and_pin_memory_as_torchrecs() -> None:
+    """``size_in_bytes`` counts what TorchRec's counts for the same batch; ``pin_memory`` is the batch
+    (pinned where an accelerator is present), so TorchRec code that calls either keeps working."""
+    kjt = KeyedJaggedTensor(["a", "b"], torch.tensor([1, 2, 3]), torch.tensor([0.5, 1.0, 2.0]),
+                            lengths=torch.tensor([2, 0, 1, 0]))
+    jt = JaggedTensor(torch.arange(6.0).view(3, 2), lengths=torch.tensor([1, 2]))
+    # values (3 × 8) + weights (3 × 4) + lengths (4 × 8); offsets only once computed
+    assert kjt.size_in_bytes() == 3 * 8 + 3 * 4 + 4 * 8
+    assert jt.size_in_bytes() == 6 * 4 + 2 * 8
+    tr = pytest.importorskip("torchrec.sparse.jagged_tensor")
+    theirs = tr.KeyedJaggedTensor(["a", "b"], torch.tensor([1, 2, 3]), torch.tensor([0.5, 1.0, 2.0]),
+                                  lengths=torch.tensor([2, 0, 1, 0]))
+    assert kjt.size_in_bytes() == theirs.size_in_bytes()
+    pinned = kjt.pin_memory()
+    assert pinned.keys() == kjt.keys() and torch.equal(pinned.values(), kjt.values())
+    assert torch.equal(pinned.lengths(), kjt.lengths()) and torch.equal(pinned.weights(), kjt.weights())
+    if not torch.cuda.is_available():
+        assert pinned is kjt

@@ -25,6 +25,11 @@ def _int_tensor(t: Any, what: str) -> torch.Tensor:
     return t.to(torch.int64)
 
 
+def tensors_bytes(*tensors: torch.Tensor | None) -> int:
+    """The bytes of the given tensors' elements (None counts nothing)."""
+    return sum(t.element_size() * t.numel() for t in tensors if t is not None)
+
+
 class JaggedTensor:
     """Rows of variable length per sample: ``values`` (``[N, ...]``), ``lengths`` (``[B]``) or ``offsets``
     (``[B+1]``), optional per-row ``weights`` (``[N]``). Argument order matches TorchRec's."""
@@ -150,6 +155,10 @@ class JaggedTensor:
         jt._values, jt._weights, jt._lengths, jt._offsets = (move(self._values), move(self._weights),
                                                              move(self._lengths), move(self._offsets))
         return jt
+
+    def size_in_bytes(self) -> int:
+        """Bytes held by the values, weights, lengths and offsets (TorchRec's ``size_in_bytes``)."""
+        return tensors_bytes(self._values, self._weights, self._lengths, self._offsets)
 
     def to_dense(self) -> list[torch.Tensor]:
         """One tensor (view) per sample."""

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .errors import InvalidInputError, NotFoundError
-from .jagged import JaggedTensor
+from .jagged import JaggedTensor, tensors_bytes
 from .tensors import check_tensor
 
 _INTS = (torch.int64, torch.int32)
@@ -329,6 +329,19 @@ class KeyedJaggedTensor:
         if torch.device(device).type != "cpu":
             raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
         return self
+
+    def size_in_bytes(self) -> int:
+        """Bytes held by the values, weights, lengths and offsets (TorchRec's ``size_in_bytes``)."""
+        return tensors_bytes(self._values, self._weights, self._lengths, self._offsets)
+
+    def pin_memory(self) -> "KeyedJaggedTensor":
+        """TorchRec's ``pin_memory``: the batch in page-locked host memory when an accelerator is there
+        (for asynchronous copies of it); ``self`` without one. recgo's engine reads host memory either way."""
+        if not torch.cuda.is_available():
+            return self
+        pin = (lambda t: None if t is None else t.pin_memory())
+        return KeyedJaggedTensor(self._keys, pin(self._values), pin(self._weights), lengths=pin(self._lengths),
+                                 stride=self._stride)
 
     def flatten_lengths(self) -> "KeyedJaggedTensor":
         """TorchRec's ``flatten_lengths``: the same batch with 1-D lengths, which recgo's always are
