@@ -239,6 +239,20 @@ def test_a_collection_used_at_two_places_stays_one() -> None:
     assert len(list(m.parameters())) == len(TABLES)
 
 
+def test_a_sequence_feature_in_two_tables_converts() -> None:
+    """TorchRec's EmbeddingCollection looks a feature two tables list up in both (``f@a``, ``f@b``);
+    the converted collection answers with the same keys and rows (it refused such a model)."""
+    tabs = [tr.EmbeddingConfig(name="a", embedding_dim=4, num_embeddings=10, feature_names=["f", "g"]),
+            tr.EmbeddingConfig(name="b", embedding_dim=4, num_embeddings=10, feature_names=["f"])]
+    kjt = TKJT.from_lengths_sync(keys=["g", "f"], values=torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([1, 1, 2, 0]))
+    ref = tr.EmbeddingCollection(tables=tabs)
+    want, got = ref(kjt), recgo.from_torchrec(copy.deepcopy(ref))(kjt)
+    assert list(got) == list(want) == ["f@a", "g", "f@b"]
+    for k in want:
+        torch.testing.assert_close(got[k].values(), want[k].values(), rtol=0, atol=0)
+        assert torch.equal(got[k].lengths(), want[k].lengths())
+
+
 def test_a_model_without_torchrec_modules_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="holds no TorchRec EmbeddingBagCollection"):
         recgo.from_torchrec(nn.Linear(2, 2))

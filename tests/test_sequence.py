@@ -348,8 +348,6 @@ def test_bad_input_is_named() -> None:
     torch.testing.assert_close(extra["a"].values(), ec.embeddings.t0.weight[1:2].detach(), rtol=0, atol=0)
     with pytest.raises(InvalidInputError, match="at least one table"):
         EmbeddingCollection([])
-    with pytest.raises(InvalidInputError, match="more than one table"):
-        EmbeddingCollection([EmbeddingConfig(3, 2, "x", ["f"]), EmbeddingConfig(3, 2, "y", ["f"])])
     out = ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1]), torch.tensor([1, 0, 0])))["a"].values().sum()
     out.backward(retain_graph=True)
     out.backward()  # optimizer=None: a retained graph's second backward adds its gradient
@@ -373,3 +371,35 @@ def test_checkpoint_roundtrip(tmp_path) -> None:
     assert sorted(ec.state_dict()) == ["embeddings.t0.optimizer_state", "embeddings.t0.optimizer_step",
                                        "embeddings.t0.weight", "embeddings.t1.optimizer_state",
                                        "embeddings.t1.optimizer_step", "embeddings.t1.weight"]
+
+
+@pytest.mark.parametrize("optimizer", [None, "sgd"])
+def test_a_feature_several_tables_look_up(optimizer: str | None) -> None:
+    """A feature in two tables is looked up in each, under TorchRec's output names (``f@x``, ``f@y``),
+    beside a feature of its own; rows and gradients equal plain torch's (float64), indices included.
+    (It was refused.)"""
+    from recgo.modules import optim
+
+    cfgs = [EmbeddingConfig(5, 2, "x", ["f"]), EmbeddingConfig(6, 3, "y", ["f", "g"])]
+    ec = EmbeddingCollection(cfgs, need_indices=True, seed=4,
+                             optimizer=optim.SGD(lr=0.5) if optimizer else None)
+    assert ec.embedding_names() == ["f@x", "f@y", "g"] and ec.feature_names() == ["f", "f", "g"]
+    w = {t: ec.embeddings[t].weight.detach().double().clone().requires_grad_(True) for t in ("x", "y")}
+    kjt = KeyedJaggedTensor(["g", "zz", "f"], torch.tensor([5, 0, 7, 1, 4, 4]), lengths=torch.tensor([1, 0, 1, 1, 0, 3]))
+    out = ec(kjt)
+    assert list(out) == ["f@x", "f@y", "g"]
+    f_ids, g_ids = torch.tensor([1, 4, 4]), torch.tensor([5])
+    want = {"f@x": w["x"][f_ids], "f@y": w["y"][f_ids], "g": w["y"][g_ids]}
+    for k, jt in out.items():
+        torch.testing.assert_close(jt.values().double(), want[k].detach(), rtol=0, atol=1e-7)
+        assert torch.equal(jt.weights(), f_ids if k.startswith("f") else g_ids)
+        assert torch.equal(jt.lengths(), torch.tensor([0, 3]) if k.startswith("f") else torch.tensor([1, 0]))
+    loss = sum((jt.values() * (i + 1)).sum() for i, jt in enumerate(out.values()))
+    loss.backward()
+    sum((v * (i + 1)).sum() for i, v in enumerate(want.values())).backward()
+    for t in ("x", "y"):
+        grad = w[t].grad.float()
+        if optimizer:  # one SGD step of lr 0.5
+            torch.testing.assert_close(ec.embeddings[t].weight.detach(), (w[t].detach() - 0.5 * w[t].grad).float())
+        else:
+            torch.testing.assert_close(ec.embeddings[t].weight.grad.to_dense(), grad)

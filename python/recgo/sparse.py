@@ -452,14 +452,18 @@ class KeyedJaggedTensor:
         if any(i < -f or i >= f for i in idx):
             raise InvalidInputError(f"permute: indices {idx} out of range for {f} keys")
         idx = [i % f for i in idx] if f else idx
+        return self._take(idx, [self._keys[i] for i in idx])
+
+    def _take(self, idx: Sequence[int], keys: Sequence[str]) -> "KeyedJaggedTensor":
+        """The batch of keys ``idx`` (valid positions, in that order, a position possibly repeated)
+        under the names ``keys`` (unique): values, weights and lengths moved with them."""
         offs, b = self.offset_per_key(), self._stride
 
         def cat(t: torch.Tensor) -> torch.Tensor:
             return torch.cat([t[offs[i]:offs[i + 1]] for i in idx]) if idx else t[:0]
 
         lengths = torch.cat([self._lengths[i * b:(i + 1) * b] for i in idx]) if idx else self._lengths[:0]
-        return KeyedJaggedTensor([self._keys[i] for i in idx], cat(self._values),
-                                 None if self._weights is None else cat(self._weights),
+        return KeyedJaggedTensor(list(keys), cat(self._values), None if self._weights is None else cat(self._weights),
                                  lengths=lengths, stride=b)
 
     def __repr__(self) -> str:

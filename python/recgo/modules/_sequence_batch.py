@@ -74,14 +74,14 @@ def meta_results(kjt: KeyedJaggedTensor, plan: KeyPlan) -> dict[str, JaggedTenso
     return results([torch.empty(n, d, device="meta") for n, d in zip(counts, plan.dims)], lengths, plan)
 
 
-def with_indices(res: dict[str, JaggedTensor], features: Any) -> dict[str, JaggedTensor]:
+def with_indices(res: dict[str, JaggedTensor], features: Any, key_of: dict[str, str]) -> dict[str, JaggedTensor]:
     """``need_indices``: each output's weights are its feature's IDs as the batch gave them (TorchRec's
-    ``EmbeddingCollection(need_indices=True)``)."""
+    ``EmbeddingCollection(need_indices=True)``); ``key_of`` gives each output's batch key."""
     ids = as_kjt(features).to_dict()
     out = {}
     for k, jt in res.items():
         with_ids = JaggedTensor.__new__(JaggedTensor)
         with_ids._values, with_ids._weights, with_ids._lengths, with_ids._offsets = (
-            jt._values, ids[k].values(), jt._lengths, jt._offsets)
+            jt._values, ids[key_of[k]].values(), jt._lengths, jt._offsets)
         out[k] = with_ids
     return out

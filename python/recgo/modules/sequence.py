@@ -36,7 +36,7 @@ from ._copies import apply_portable_state, extra_attributes
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, synced_after_load
-from .config import EmbeddingConfig, _as_sequence_config, _check_device
+from .config import EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names
 from .embedding import EmbeddingBagCollection
 from .optim import FusedOptimizer
 
@@ -126,11 +126,14 @@ class EmbeddingCollection(nn.Module):
         self._need_indices = need_indices
         self.__dict__["_owner"] = owner  # not a submodule: state_dict keys are embeddings.<table>.*
         names = [c.name for c in owner.embedding_bag_configs()]
-        self._features = [f for c in cfgs for f in c.feature_names]
-        if len(set(self._features)) != len(self._features):
-            raise InvalidInputError(f"a feature appears in more than one table: {self._features}")
-        self._feature_index = {f: i for i, f in enumerate(self._features)}
-        self._f2t = {f: c.name for c in cfgs for f in c.feature_names}
+        # A feature several tables look up is looked up in each, its outputs named feature@table (TorchRec's
+        # embedding names); _features are those names, _feature_keys the batch key each one reads.
+        self._feature_keys = [f for c in cfgs for f in c.feature_names]
+        self._features = _embedding_names(cfgs)
+        self._readers: dict[str, list[int]] = {}
+        for i, k in enumerate(self._feature_keys):
+            self._readers.setdefault(k, []).append(i)
+        self._f2t = dict(zip(self._features, (c.name for c in cfgs for _ in c.feature_names)))
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         self._feature_tables = [names.index(c.name) for c in cfgs for _ in c.feature_names]
         self._fused = owner.fused_optimizer is not None
@@ -191,29 +194,31 @@ class EmbeddingCollection(nn.Module):
 
     def _keys(self, keys: list[str]) -> KeyPlan:
         """How the KJT keys ``keys`` reach the engine: keys no table uses are left out (as TorchRec's
-        collection ignores them), the others mapped to their features."""
+        collection ignores them), the others mapped to their features; a key several tables read is
+        taken once per table, under each feature's output name."""
         tk = tuple(keys)
         cached = self._key_cache.get(tk)
         if cached is not None:
             return cached
-        missing = [f for f in self._features if f not in set(keys)]
+        missing = [f for f in dict.fromkeys(self._feature_keys) if f not in set(keys)]
         if missing:
             raise InvalidInputError(f"the batch lacks features {missing} (its keys: {list(keys)})")
-        used = [i for i, k in enumerate(keys) if k in self._feature_index]
-        ukeys = [keys[i] for i in used]
-        idx = [self._feature_index[k] for k in ukeys]
+        select = [i for i, k in enumerate(keys) for _ in self._readers.get(k, ())]
+        idx = [f for k in keys for f in self._readers.get(k, ())]
+        names = [self._features[f] for f in idx]
         out = KeyPlan(torch.tensor(idx, dtype=torch.int64, device="cpu"), [self._feature_dims[i] for i in idx],
-                       None if len(used) == len(keys) else used, ukeys, [ukeys.index(f) for f in self._features])
+                      None if select == list(range(len(keys))) else select, names,
+                      [names.index(f) for f in self._features])
         self._key_cache[tk] = out
         return out
 
     def _batch(self, features: Any) -> tuple[KeyedJaggedTensor, KeyPlan]:
-        """The batch as the engine takes it (unused keys dropped, IDs remapped by the plan of a shared
-        planned collection) and its key plan."""
+        """The batch as the engine takes it (unused keys dropped, shared keys repeated under their output
+        names, IDs remapped by the plan of a shared planned collection) and its key plan."""
         kjt = as_kjt(features)
         plan = self._keys(kjt.keys())
         if plan.select is not None:
-            kjt = kjt.permute(plan.select)
+            kjt = kjt._take(plan.select, plan.keys)
         if self._remap is not None:
             kjt = self._remap.apply_kjt(kjt, self._f2t)
         return kjt, plan
@@ -355,7 +360,7 @@ class EmbeddingCollection(nn.Module):
             outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
         res = results(outs, lengths, plan)
         if self._need_indices:
-            res = with_indices(res, features)
+            res = with_indices(res, features, dict(zip(self._features, self._feature_keys)))
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
@@ -384,7 +389,13 @@ class EmbeddingCollection(nn.Module):
         return list(self._configs)
 
     def feature_names(self) -> list[str]:
-        """The sequence features, tables in order, each table's features in order."""
+        """The sequence features, tables in order, each table's features in order (a feature several
+        tables look up once per table)."""
+        return list(self._feature_keys)
+
+    def embedding_names(self) -> list[str]:
+        """The output keys, config order: each feature's name, or ``feature@table`` for a feature several
+        tables look up (TorchRec's naming)."""
         return list(self._features)
 
     def embedding_dim(self) -> int:
