@@ -167,6 +167,16 @@ def test_bad_arguments() -> None:
         recgo.DataPipeline("file.txt", FEATURES, 10)  # type: ignore[arg-type]
     with pytest.raises(recgo.InvalidInputError, match="shard must be a ShardedEmbeddingBagCollection"):
         recgo.DataPipeline(SOURCE, FEATURES, 10, shard=Model(True).ebc)
+    # world_size 0 read everything as one rank, and a float rank was truncated
+    for rank, world, message in ((0, 0, "world_size must be ≥ 1"), (2, 2, "rank in \\[0, world_size\\)"),
+                                 (0.0, 2, "rank must be an integer")):
+        with pytest.raises(recgo.InvalidInputError, match=message):
+            recgo.DataPipeline(SOURCE, FEATURES, 10, rank=rank, world_size=world)
+    # a float op argument was truncated: mod(1.5) made every ID 0
+    for op in (lambda f: f.mod(1.5), lambda f: f.truncate(2.7), lambda f: f.hash(seed=True),
+               lambda f: f.fill_missing(0.5)):
+        with pytest.raises(recgo.InvalidInputError, match="must be an integer"):
+            op(Feature("u"))
 
 
 class SharedModel(nn.Module):

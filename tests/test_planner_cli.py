@@ -104,6 +104,26 @@ def test_profile_refuses_flags_it_would_ignore_and_names_bad_values(args: list[s
     assert not (tmp_path / "p.json").exists()
 
 
+@pytest.mark.parametrize("flag, value, message", [("--hbm-gb", "nan", "--hbm-gb must be a finite number"),
+                                                  ("--host-gb", "inf", "--host-gb must be a finite number"),
+                                                  ("--memory-limit-gb", "0", "--memory-limit-gb must be a positive size"),
+                                                  ("--memory-limit-gb", "1e-12", "--memory-limit-gb must be a positive")])
+def test_plan_names_sizes_it_cannot_use(flag: str, value: str, message: str, tmp_path: Path) -> None:
+    """NaN or infinite memory sizes ended in a traceback; a memory limit of 0 (or under a byte)
+    silently meant HiGHS's default."""
+    import contextlib
+    import io
+
+    from recgo.__main__ import main
+
+    prof = tmp_path / "p.json"
+    assert main(["profile", "--synthetic", "rm1", "--tables", "2", "--out", str(prof)]) == 0
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        assert main(["plan", "--profile", str(prof), "--out", str(tmp_path / "o"), "--no-plots", flag, value]) == 2
+    assert f"InvalidInputError: {message}" in err.getvalue()
+
+
 _HIDDEN = """
 import sys
 sys.modules["matplotlib"] = None  # as if recgo[plots] were not installed

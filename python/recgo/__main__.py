@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import warnings
@@ -144,6 +145,8 @@ def _topology(args: argparse.Namespace) -> tuple[Any, list[str]]:
             value = default
             defaulted.append("--" + flag.replace("_", "-"))
         facts[field] = value * 1e9 if flag.endswith(("_gb", "_gbs")) else value
+        if not isinstance(facts[field], (int, float)) or not math.isfinite(facts[field]):
+            raise InvalidInputError(f"--{flag.replace('_', '-')} must be a finite number, got {value!r}")
     for k in ("hbm_bytes", "host_bytes"):
         facts[k] = int(facts[k])
     return P.Topology(**facts), defaulted
@@ -162,7 +165,11 @@ def _plan(args: argparse.Namespace) -> int:
     if defaulted:
         note = f" [defaults: {', '.join(defaulted)}; set them for your cluster]"
     print(f"topology: {topo.describe()}{note}", flush=True)
-    limit = int(args.memory_limit_gb * 1e9) if args.memory_limit_gb else None
+    limit = None
+    if args.memory_limit_gb is not None:
+        if not args.memory_limit_gb * 1e9 >= 1:  # 0 bytes is HiGHS's "default", NaN compares false
+            raise InvalidInputError(f"--memory-limit-gb must be a positive size, got {args.memory_limit_gb}")
+        limit = int(args.memory_limit_gb * 1e9)
     strategies = P.STRATEGIES if args.strategy == "all" else (args.strategy,)
     plans = {}
     for s in strategies:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import operator
 import threading
 import time
 import warnings
@@ -34,6 +33,7 @@ from .data.sources import spec_json
 from .errors import InvalidInputError
 from .feature import Feature, FeatureEngine
 from .sparse import KeyedJaggedTensor
+from .tensors import integer
 
 _INFO_WORDS = 10
 
@@ -53,18 +53,12 @@ def _world(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
-    return int(rank or 0), int(world_size or 1)
-
-
-def _integer(name: str, value: Any) -> int:
-    """``value`` as an int: a Python, NumPy or one-element torch integer (a float such as 2.7, or a
-    bool, raises rather than being truncated)."""
-    try:
-        if isinstance(value, bool):
-            raise TypeError
-        return operator.index(value)
-    except TypeError:
-        raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
+    world_size = 1 if world_size is None else integer("world_size", world_size)
+    rank = 0 if rank is None else integer("rank", rank)
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InvalidInputError(f"rank {rank} of world_size {world_size}: world_size must be ≥ 1 and rank in "
+                                f"[0, world_size)")
+    return rank, world_size
 
 
 def _wrap(address: int, n: int, ctype: Any, dtype: torch.dtype, owner: _lib.Handle) -> torch.Tensor:
@@ -161,8 +155,8 @@ class DataPipeline:
         self._shard = shard
         self.engine = features if isinstance(features, FeatureEngine) else FeatureEngine(features)
         self.source = source
-        self.batch_size, self.depth = _integer("batch_size", batch_size), _integer("depth", depth)
-        self.threads = _integer("threads", threads)
+        self.batch_size, self.depth = integer("batch_size", batch_size), integer("depth", depth)
+        self.threads = integer("threads", threads)
         if self.threads < 1:  # Go takes 0 as its default of 1
             raise InvalidInputError(f"threads must be at least 1, got {self.threads}")
         self.drop_last = bool(drop_last)

@@ -5,11 +5,23 @@ Python checks dtype, device and shape and makes tensors contiguous; Go checks th
 
 from __future__ import annotations
 
-from typing import Iterable
+import operator
+from typing import Any, Iterable
 
 import torch
 
 from .errors import InvalidInputError
+
+
+def integer(name: str, value: Any) -> int:
+    """``value`` as an int: a Python, NumPy or one-element torch integer (a float such as 2.7, or a
+    bool, raises rather than being truncated)."""
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
 def check_tensor(

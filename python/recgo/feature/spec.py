@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from .._json import strict_json
 from ..errors import InvalidInputError, RecgoIOError
+from ..tensors import integer
 
 # The op names (engine/feature's opNames, plus the "mask" alias) and the parameter a scalar in the
 # compact op form stands for.
@@ -73,17 +74,22 @@ class Feature:
         self.output = output
         self.ops: list[dict[str, Any]] = []
 
+    def _integer(self, op: str, param: str, v: Any) -> int:
+        """``v`` as an int; a float or a bool would be truncated silently (``mod(1.5)`` turning every
+        ID into 0), so it raises."""
+        return integer(f"feature {self.name!r}: {op} {param}", v)
+
     def _add(self, op: str, **params: Any) -> "Feature":
         self.ops.append({"op": op, **{k: v for k, v in params.items() if v is not None}})
         return self
 
     def hash(self, seed: int = 0) -> "Feature":
         """XXH64 of each int64 ID (8 little-endian bytes) or byte string, with a 64-bit ``seed``."""
-        return self._add("hash", seed=int(seed))
+        return self._add("hash", seed=self._integer("hash", "seed", seed))
 
     def mod(self, n: int) -> "Feature":
         """Floor modulo ``x mod n`` in ``[0, n)`` (``torch.remainder``)."""
-        return self._add("mod", n=int(n))
+        return self._add("mod", n=self._integer("mod", "n", n))
 
     def bucketize(self, boundaries: Sequence[int | float]) -> "Feature":
         """Bucket index = number of boundaries ``<= x`` (``torch.bucketize(right=True)``), the
@@ -94,7 +100,7 @@ class Feature:
 
     def truncate(self, n: int, keep: str = "first") -> "Feature":
         """Keep the first (``keep="first"``) or last (``keep="last"``) ``n`` values of each bag."""
-        return self._add("truncate", n=int(n), keep=keep)
+        return self._add("truncate", n=self._integer("truncate", "n", n), keep=keep)
 
     def filter(self, values: Iterable[float] | None = None, *, range: tuple[float, float] | None = None,
                mode: str = "drop") -> "Feature":
@@ -117,7 +123,7 @@ class Feature:
         for f in names:
             if not isinstance(f, str):
                 raise InvalidInputError(f"feature {self.name!r}: cross fields are feature names, got {f!r}")
-        return self._add("cross", fields=names, seed=int(seed))
+        return self._add("cross", fields=names, seed=self._integer("cross", "seed", seed))
 
     def position(self, start: str = "first") -> "Feature":
         """Each value's index in its bag, counted from the first (``start="first"``: 0, 1, ...) or
@@ -132,7 +138,7 @@ class Feature:
 
     def fill_missing(self, default: int = 0) -> "Feature":
         """Turn each empty bag into the one-value bag ``[default]``."""
-        return self._add("fill_missing", default=int(default))
+        return self._add("fill_missing", default=self._integer("fill_missing", "default", default))
 
     def to_dict(self) -> dict[str, Any]:
         """The canonical spec entry (what the Go engine receives)."""
