@@ -193,9 +193,15 @@ func (p *csvParser) header(file string, line []byte) error {
 	for i, c := range p.plan.cols {
 		p.index[i] = -1
 		for j, n := range p.names {
-			if n == c.Name {
+			if n != c.Name {
+				continue
+			}
+			if p.index[i] >= 0 && c.Role != RoleSkip {
+				return &ParseError{File: file, Line: 1, Row: -1, Name: c.Name, Msg: fmt.Sprintf(
+					"column %q is in the header twice (fields %d and %d): rename one", c.Name, p.index[i]+1, j+1)}
+			}
+			if p.index[i] < 0 {
 				p.index[i] = j
-				break
 			}
 		}
 		if p.index[i] < 0 && c.Role != RoleSkip {

@@ -76,6 +76,7 @@ func TestCSVMalformed(t *testing.T) {
 		"bad sequence":   {"id,click,user,site,cat,hist,price\n1,1,2,a,b,1|q,2\n", "line 2 column 6 (hist): sequence element 2 \"q\""},
 		"bad dense":      {"id,click,user,site,cat,hist,price\n1,1,2,a,b,1,nan\n", "line 2 column 7 (price)"},
 		"empty file":     {"", "line 1: empty file"},
+		"column twice":   {"id,click,user,site,cat,hist,user,price\n1,1,2,a,b,1,3,2\n", "column \"user\" is in the header twice (fields 3 and 7)"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -214,8 +215,39 @@ func TestParquet(t *testing.T) {
 		require.NoError(t, again.Seek(src.Position()))
 		check(readAll(t, again, 9), 0, 1, 9*k)
 	}
+	// A position past a file's end (saved from a longer file): named, as the text readers name it
+	// (it read nothing, silently). The end itself is a valid position.
+	past, err := NewParquet(paths, ParquetOptions{Columns: pqCols})
+	require.NoError(t, err)
+	assert.ErrorContains(t, past.Seek(Position{File: 0, Row: 61, Global: 61}), "a.parquet has fewer than 61 rows (it has 60)")
+	require.NoError(t, past.Seek(Position{File: 0, Row: 60, Global: 60}))
+	// A group column names its leaves; a leaf is named by its dotted path.
+	type inner struct {
+		A int64 `parquet:"a"`
+		B int64 `parquet:"b"`
+	}
+	type grouped struct {
+		Label float64 `parquet:"label"`
+		G     inner   `parquet:"g"`
+	}
+	gpath := filepath.Join(dir, "g.parquet")
+	gf, err := os.Create(gpath)
+	require.NoError(t, err)
+	gw := parquet.NewGenericWriter[grouped](gf)
+	_, err = gw.Write([]grouped{{1, inner{5, 6}}, {0, inner{7, 8}}})
+	require.NoError(t, err)
+	require.NoError(t, gw.Close())
+	require.NoError(t, gf.Close())
+	label := Column{Name: "label", Role: RoleLabel}
+	_, err = NewParquet([]string{gpath}, ParquetOptions{Columns: []Column{label, {Name: "g", Role: RoleSparse}}})
+	assert.ErrorContains(t, err, `column "g" is a group of 2 leaves (g.a, g.b)`)
+	leaf, err := NewParquet([]string{gpath}, ParquetOptions{Columns: []Column{label, {Name: "g.b", Role: RoleSparse}}})
+	require.NoError(t, err)
+	got := readAll(t, leaf, 10)
+	require.Len(t, got, 1)
+	assert.Equal(t, []int64{6, 8}, got[0].Inputs[0].Ints)
 	// A missing column, a repeated column declared sparse, a truncated file.
-	_, err := NewParquet(paths, ParquetOptions{Columns: []Column{{Name: "nope", Role: RoleSparse}}})
+	_, err = NewParquet(paths, ParquetOptions{Columns: []Column{{Name: "nope", Role: RoleSparse}}})
 	assert.ErrorContains(t, err, "a.parquet: missing column \"nope\"")
 	_, err = NewParquet(paths, ParquetOptions{Columns: []Column{{Name: "hist", Role: RoleSparse}}})
 	assert.ErrorContains(t, err, "declare it as a sequence")

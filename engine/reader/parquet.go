@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strings"
 
 	"github.com/parquet-go/parquet-go"
 
@@ -116,12 +117,27 @@ func (s *parquetSource) openFile(i int) (err error) {
 			continue
 		}
 		leaf, ok := schema.Lookup(c.Name)
-		if !ok {
+		if !ok && strings.Contains(c.Name, ".") { // a leaf of a group, by its dotted path
+			leaf, ok = schema.Lookup(strings.Split(c.Name, ".")...)
+		}
+		if !ok { // a LIST column: the one leaf below its name
+			var under [][]string
 			for _, p := range schema.Columns() {
 				if len(p) > 0 && p[0] == c.Name {
-					leaf, ok = schema.Lookup(p...)
-					break
+					under = append(under, p)
 				}
+			}
+			if len(under) > 1 {
+				names := make([]string, len(under))
+				for i, p := range under {
+					names[i] = strings.Join(p, ".")
+				}
+				return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name, Msg: fmt.Sprintf(
+					"column %q is a group of %d leaves (%s): name one leaf by its dotted path", c.Name, len(under),
+					strings.Join(names, ", "))}
+			}
+			if len(under) == 1 {
+				leaf, ok = schema.Lookup(under[0]...)
 			}
 		}
 		if !ok {
@@ -377,6 +393,9 @@ func (s *parquetSource) Seek(p Position) (err error) {
 			err = errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, r)
 		}
 	}()
+	if n := s.r.NumRows(); p.Row > n { // SeekToRow past the end succeeds and then reads nothing
+		return errs.Invalidf("reader: %s has fewer than %d rows (it has %d)", s.name(), p.Row, n)
+	}
 	if err := s.r.SeekToRow(p.Row); err != nil {
 		return errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, err)
 	}
