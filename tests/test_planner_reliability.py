@@ -169,3 +169,41 @@ def test_sigint_interrupts_the_solve_and_returns_the_incumbent() -> None:
     assert "status interrupted" in out and "warned True" in out, out + err
     # The 300 s limit did not run out: the interrupt, not the solve's end, returned the plan.
     assert reacted < 60, reacted
+
+
+def _criteo_line(i: int, label: bool = True) -> str:
+    dense = [str(i % 7)] * 13
+    cats = [f"{(i * 2654435761 + j) % 2**32:08x}" if (i + j) % 5 else "" for j in range(26)]
+    return "\t".join(([str(i % 2)] if label else []) + dense + cats)
+
+
+def test_criteo_profiling_reads_gzip_and_names_bad_lines(tmp_path: Path) -> None:
+    """``criteo_batches`` (``recgo profile --criteo``) reads a gzip file as the plain one and, CRLF
+    endings included, yields what the lines hold; a short line, a non-ASCII byte or a batch size of 0
+    are named (a gzip file profiled nothing, a short line failed on mismatched batch sizes, bytes
+    were replaced)."""
+    import gzip
+
+    from recgo.planner.criteo import COLUMNS, criteo_batches
+
+    lines = [_criteo_line(i) for i in range(50)]
+    plain, packed, crlf = tmp_path / "d.txt", tmp_path / "d.txt.gz", tmp_path / "crlf.txt"
+    plain.write_text("\n".join(lines) + "\n")
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    crlf.write_bytes(("\r\n".join(lines) + "\r\n").encode())
+    want = list(criteo_batches(plain, rows=97, batch_size=16))
+    assert [b.stride() for b in want] == [16, 16, 16, 2] and want[0].keys() == COLUMNS
+    assert want[0]["C1"].lengths().tolist() == [1 if line.split("\t")[14] else 0 for line in lines[:16]]
+    for other in (packed, crlf):
+        for a, b in zip(want, criteo_batches(other, rows=97, batch_size=16)):
+            assert torch.equal(a.values(), b.values()) and torch.equal(a.lengths(), b.lengths())
+    short = tmp_path / "short.txt"
+    short.write_text("\n".join(lines[:3] + ["\t".join(lines[3].split("\t")[:30])] + lines[4:]) + "\n")
+    with pytest.raises(InvalidInputError, match=r"short\.txt line 4: 30 tab-separated fields, expected 40"):
+        list(criteo_batches(short, batch_size=8))
+    binary = tmp_path / "bin.txt"
+    binary.write_bytes(plain.read_bytes()[:200] + b"\xff" + plain.read_bytes()[200:])
+    with pytest.raises(InvalidInputError, match=r"bin\.txt line 1: a byte that is not ASCII"):
+        list(criteo_batches(binary))
+    with pytest.raises(InvalidInputError, match="batch_size must be ≥ 1"):
+        list(criteo_batches(plain, batch_size=0))

@@ -7,11 +7,15 @@ that table).
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import RecgoIOError
+from .._textfiles import open_binary
+from ..errors import InvalidInputError, RecgoIOError
+from ..tensors import integer
 from ..sparse import KeyedJaggedTensor
 from ._profile import TableSpec
 
@@ -25,28 +29,49 @@ def criteo_tables(rows: int = 100_000, dim: int = 64) -> list[TableSpec]:
 
 def criteo_batches(path: str | os.PathLike[str], rows: int = 100_000, batch_size: int = 1024,
                    has_label: bool | None = None) -> Iterator[KeyedJaggedTensor]:
-    """Yield KJTs (keys C1..C26) of hashed categorical IDs read from a Criteo TSV file.
+    """Yield KJTs (keys C1..C26) of hashed categorical IDs read from a Criteo TSV file (plain or gzip).
 
-    ``has_label`` defaults to auto-detection (40 fields: train with label, 39: test).
+    ``has_label`` defaults to detection from the first line (40 fields: train with label, 39: test);
+    every line must then have that many fields.
+
+    Raises:
+        InvalidInputError: a line with another number of fields, or bytes that are not ASCII (named
+            by file and line), or a batch size below 1.
+        RecgoIOError: the file cannot be read, or is a damaged gzip stream.
     """
     from ..feature import Feature, FeatureEngine, encode_strings
 
+    batch_size = integer("batch_size", batch_size)
+    if batch_size < 1:
+        raise InvalidInputError(f"criteo: batch_size must be ≥ 1, got {batch_size}")
     engine = FeatureEngine([Feature(c, dtype="bytes").hash().mod(rows) for c in COLUMNS])
     p = Path(path)
     try:
-        fh = p.open("r", encoding="ascii", errors="replace")
+        fh = open_binary(p)
     except OSError as exc:
         raise RecgoIOError(f"criteo: {exc}") from exc
-    with fh:
-        cols: list[list[list[str]]] = [[] for _ in COLUMNS]
-        for line in fh:
-            fields = line.rstrip("\n").split("\t")
-            label = has_label if has_label is not None else len(fields) == 40
-            cats = fields[14:40] if label else fields[13:39]
-            for j, v in enumerate(cats):
-                cols[j].append([v] if v else [])
-            if len(cols[0]) == batch_size:
+    width = None if has_label is None else (40 if has_label else 39)
+    try:
+        with fh:
+            cols: list[list[list[str]]] = [[] for _ in COLUMNS]
+            for n, raw in enumerate(fh, 1):
+                try:
+                    fields = raw.decode("ascii").rstrip("\r\n").split("\t")
+                except UnicodeDecodeError as exc:
+                    raise InvalidInputError(f"criteo: {p} line {n}: a byte that is not ASCII ({exc.reason} at "
+                                            f"{exc.start})") from None
+                if width is None:
+                    width = len(fields)
+                if len(fields) != width or width not in (39, 40):
+                    raise InvalidInputError(f"criteo: {p} line {n}: {len(fields)} tab-separated fields, expected "
+                                            f"{width if width in (39, 40) else '40 (with a label) or 39'}")
+                cats = fields[width - 26:]
+                for j, v in enumerate(cats):
+                    cols[j].append([v] if v else [])
+                if len(cols[0]) == batch_size:
+                    yield engine({c: encode_strings(bags) for c, bags in zip(COLUMNS, cols)})
+                    cols = [[] for _ in COLUMNS]
+            if cols[0]:
                 yield engine({c: encode_strings(bags) for c, bags in zip(COLUMNS, cols)})
-                cols = [[] for _ in COLUMNS]
-        if cols[0]:
-            yield engine({c: encode_strings(bags) for c, bags in zip(COLUMNS, cols)})
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise RecgoIOError(f"criteo: {p}: truncated or corrupt gzip stream: {exc}") from exc

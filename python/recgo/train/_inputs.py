@@ -18,23 +18,13 @@ from typing import IO
 import torch
 
 from ..errors import InvalidInputError, RecgoIOError
+from .._textfiles import open_binary
 from ._files import derived_path
 
 _CHUNK = 1 << 20
 _WHITESPACE = b" \t\r\n\f\v"
 _SPLIT_VERSION = "v2"  # v1 (one folder per file version, never removed) copied gzip bytes as they were
 _I64 = (-(1 << 63), (1 << 63) - 1)
-
-
-def is_gzip(path: Path) -> bool:
-    """Whether the file starts with gzip's magic bytes."""
-    with path.open("rb") as fh:
-        return fh.read(2) == b"\x1f\x8b"
-
-
-def open_binary(path: Path) -> IO[bytes]:
-    """The file's bytes, decompressed when it is gzip."""
-    return gzip.open(path, "rb") if is_gzip(path) else path.open("rb")
 
 
 def _bad_gzip(path: Path, exc: BaseException) -> InvalidInputError:
