@@ -281,3 +281,19 @@ def test_a_second_pass_over_an_ended_pipeline_raises() -> None:
         for _ in pipe:
             pass
     pipe.close()
+
+
+def test_a_position_resumes_only_its_own_rank_and_world() -> None:
+    """A position carries the rank and world size it was taken by: resuming another rank from it, or
+    another world size (which read other rows or repeated some, silently), raises."""
+    pipes = [recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, rank=r, world_size=2) for r in range(2)]
+    pos = [next(iter(p)) and p.position() for p in pipes]
+    assert [(p["rank"], p["world_size"]) for p in pos] == [(0, 2), (1, 2)]
+    again = recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, rank=1, world_size=2, position=pos[1])
+    want = next(iter(pipes[1]))
+    assert torch.equal(next(iter(again)).sparse.values(), want.sparse.values())  # its own: resumes
+    for rank, world in ((1, 2), (0, 1), (0, 3)):
+        with pytest.raises(recgo.InvalidInputError, match="position was taken by rank 0 of a world of 2"):
+            recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, rank=rank, world_size=world, position=pos[0])
+    for p in (*pipes, again):
+        p.close()

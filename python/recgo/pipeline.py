@@ -174,7 +174,7 @@ class DataPipeline:
         spec = {"source": self.source.spec(self.rank, self.world_size), "batch_size": self.batch_size,
                 "depth": self.depth, "workers": self.threads, "drop_last": bool(self.drop_last), "tables": self.tables}
         if position is not None:
-            spec["position"] = position
+            spec["position"] = self._own_position(position)
         data = spec_json(spec, "pipeline spec")
         buf = ctypes.create_string_buffer(data, len(data))
         remap_h = self._remap._h.value if self._remap is not None else 0
@@ -224,8 +224,22 @@ class DataPipeline:
         return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
 
     def position(self) -> dict[str, Any]:
-        """The source position after the last batch handed out (resume from it with ``position=``)."""
-        return dict(self._info()["position"])
+        """The source position after the last batch handed out (resume from it with ``position=``), with
+        the rank and world size it belongs to."""
+        return {**self._info()["position"], "rank": self.rank, "world_size": self.world_size}
+
+    def _own_position(self, position: dict[str, Any]) -> dict[str, Any]:
+        """``position`` for the reader, after checking that it was taken by this rank of a world of this
+        size (another rank's, or one of another world size, would read other rows or repeat some)."""
+        if not isinstance(position, dict):
+            raise InvalidInputError(f"position must be a dict from DataPipeline.position(), got {position!r}")
+        mine = {k: v for k, v in position.items() if k not in ("rank", "world_size")}
+        taken = (position.get("rank", self.rank), position.get("world_size", self.world_size))
+        if taken != (self.rank, self.world_size):
+            raise InvalidInputError(f"position was taken by rank {taken[0]} of a world of {taken[1]}; this pipeline "
+                                    f"is rank {self.rank} of {self.world_size}: resume each rank from its own "
+                                    "position, on the world size it was taken with")
+        return mine
 
     @property
     def step(self) -> int:
