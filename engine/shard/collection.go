@@ -307,9 +307,9 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 			pre[t] = &TablePartition{Dest: slices.Clone(p.Dest), Perm: slices.Clone(p.Perm), Count: slices.Clone(p.Count)}
 			return
 		}
-		ids := slices.Concat(segs...)
-		if len(segs) == 1 {
-			ids = segs[0]
+		ids := segs[0] // one feature: its values as they are; several: one copy
+		if len(segs) > 1 {
+			ids = slices.Concat(segs...)
 		}
 		for _, id := range ids {
 			if err := c.Layouts[t].Check(id); err != nil {
