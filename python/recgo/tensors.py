@@ -24,6 +24,13 @@ def integer(name: str, value: Any) -> int:
         raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
+def refuse_weight_grads(weights: torch.Tensor | None) -> None:
+    """Raise when autograd would want gradients of the per-ID ``weights``, which recgo's lookups do not
+    give (silently detaching them would leave the module producing them untrained)."""
+    if weights is not None and weights.requires_grad and torch.is_grad_enabled():
+        raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
+
+
 def check_tensor(
     t: object,
     name: str,

@@ -20,10 +20,10 @@ from ..modules._init import draw_uniform_rows
 from ..modules._second_order import first_order
 from ..modules._storage import check_cast
 from ..modules import optim
-from ..modules.embedding import _check_configs, refuse_weight_grads
+from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
-from ..tensors import check_tensor, ptr
+from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _dynamic
 from ._checkpoint import load_shards, save_shards
 from ._source import on_meta, take_rows

@@ -62,7 +62,7 @@ from .._lib import H, I64
 from ..data import _prepared
 from ..errors import CapacityError, InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
-from ..tensors import check_tensor, ptr
+from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _eager, _ops, optim
 from ._copies import PortableCopies, rebuild
 from ._checkpoint import load_checkpoint, save_checkpoint
@@ -77,13 +77,6 @@ from .optim import FusedOptimizer
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
 # (no torch optimizer stepped the weights) warns once: the tables never train.
 _UNTRAINED_WARN_BACKWARDS = 32  # above the usual gradient-accumulation lengths
-
-def refuse_weight_grads(weights: torch.Tensor | None) -> None:
-    """Raise when autograd would want gradients of the per-ID ``weights``, which recgo's lookups do not
-    give (silently detaching them would leave the module producing them untrained)."""
-    if weights is not None and weights.requires_grad and torch.is_grad_enabled():
-        raise InvalidInputError("gradients with respect to per-ID weights are not supported; pass weights.detach()")
-
 
 class _Table(nn.Module):
     """Holds one table's parameter and buffers, so state_dict keys read ``embedding_bags.<name>.weight``."""
