@@ -112,3 +112,64 @@ def test_keyed_tensor_regroup_model_matches_torchrec() -> None:
     b.square().sum().backward()
     for (name, p), (_, q) in zip(ours.named_parameters(), ref.named_parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+class _Sequence(nn.Module):
+    """Sums a sequence collection's per-ID embeddings into one score per ID."""
+
+    def __init__(self, ec: nn.Module) -> None:
+        super().__init__()
+        self.ec = ec
+        self.proj = nn.Linear(8, 1)
+
+    def forward(self, kjt: TKJT) -> torch.Tensor:
+        jt = self.ec(kjt)["hist"]
+        return self.proj(jt.values()).sum()
+
+
+def _traced_models() -> list[tuple[str, nn.Module, bool]]:
+    """(name, model, takes dense input) for each recgo module kind a traced model may hold."""
+    with torch.device("meta"):
+        dlrm = DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=TABLES), dense_in_features=5,
+                    dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
+    dlrm.to_empty(device="cpu")
+    torch.manual_seed(0)
+    _reset(dlrm)
+    f = dlrm.inter_arch.F
+    dlrm.inter_arch.triu_indices = torch.triu_indices(f + 1, f + 1, offset=1)
+    ec = tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name="t", embedding_dim=8, num_embeddings=60,
+                                                           feature_names=["hist", "item"])])
+    return [("dlrm", recgo.from_torchrec(dlrm), True), ("sequence", recgo.from_torchrec(_Sequence(ec)), False)]
+
+
+@pytest.mark.parametrize("trace", ["torch.fx", "torchrec.fx"])
+def test_models_with_recgo_collections_trace_with_fx(trace: str) -> None:
+    """``symbolic_trace`` used to fail inside the collection ("expected a KeyedJaggedTensor, got Proxy").
+    Each recgo collection is now one ``call_module`` leaf of the graph, and the traced model predicts and
+    trains as the model itself does."""
+    import copy
+
+    import torchrec.fx
+
+    tracer = torch.fx.symbolic_trace if trace == "torch.fx" else torchrec.fx.symbolic_trace
+    for name, model, dense_in in _traced_models():
+        twin = copy.deepcopy(model)
+        graph = tracer(twin)
+        leaves = {n.target for n in graph.graph.nodes if n.op == "call_module"}
+        recgo_paths = {p for p, m in twin.named_modules() if type(m).__module__.startswith("recgo.")}
+        recgo_paths = {p for p in recgo_paths if not any(p.startswith(q + ".") for q in recgo_paths)}  # outermost
+        assert recgo_paths and recgo_paths <= leaves, (name, leaves)
+        opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, graph)]
+        gen = torch.Generator().manual_seed(2)
+        for _ in range(3):
+            dense, kjt, _ = _batch(gen)
+            outs = []
+            for m, opt in zip((model, graph), opts):
+                opt.zero_grad()
+                out = m(dense, kjt) if dense_in else m(kjt)
+                out.sum().backward()
+                opt.step()
+                outs.append(out.detach())
+            torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0, msg=name)
+        for (k, v), w in zip(model.state_dict().items(), twin.state_dict().values()):
+            torch.testing.assert_close(w, v, rtol=0, atol=0, msg=f"{name}: {k}")

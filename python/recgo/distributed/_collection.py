@@ -19,6 +19,7 @@ from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._second_order import first_order
 from ..modules._storage import check_cast
+from ..modules._trace import traced_as_leaf
 from ..modules import optim
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
@@ -447,6 +448,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             raise InvalidInputError(f"the batch lacks features {missing} (keys: {keys})")
         return torch.tensor([self._feature_index.get(k, -1) for k in keys], dtype=torch.int64)
 
+    @traced_as_leaf
     def forward(self, features: Any) -> KeyedTensor:
         """Pool this rank's batch (recgo or TorchRec KJT with every feature; keys no table reads are
         ignored) across the world.

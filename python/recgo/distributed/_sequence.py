@@ -13,6 +13,7 @@ from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import optim
 from ..modules._sequence_batch import jagged, key_counts
+from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
@@ -102,6 +103,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
 
     # -- forward / backward -----------------------------------------------------------------------
 
+    @traced_as_leaf
     def forward(self, features: Any) -> dict[str, Any]:  # type: ignore[override]
         """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature; keys no
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,

@@ -70,6 +70,7 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import draw_uniform
+from ._trace import traced_as_leaf
 from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
 from .config import EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names
 from .optim import FusedOptimizer
@@ -422,6 +423,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     # -- public API ------------------------------------------------------------------------------
 
+    @traced_as_leaf
     def forward(self, features: Any) -> Any:
         """Pool ``features`` (recgo or TorchRec KeyedJaggedTensor) into ``[B, ΣD]`` embeddings: a
         ``torchrec.KeyedTensor`` for a TorchRec input, else a :class:`recgo.KeyedTensor`."""

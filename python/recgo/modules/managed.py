@@ -17,6 +17,7 @@ from torch import nn
 
 from .. import dynamic
 from ..sparse import KeyedJaggedTensor, _is_torchrec_kjt, as_kjt
+from ._trace import traced_as_leaf
 
 
 class _Managed(nn.Module):
@@ -46,6 +47,7 @@ class _Managed(nn.Module):
     def _table_configs(self) -> list[Any]:
         return list(getattr(getattr(self, self._attr), self._configs)())
 
+    @traced_as_leaf
     def forward(self, features: Any) -> tuple[Any, KeyedJaggedTensor | None]:
         """Look ``features`` up (recgo or TorchRec KJT); see the class doc for the pair returned (of
         TorchRec's types for a TorchRec input, as TorchRec's module returns)."""

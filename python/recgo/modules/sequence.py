@@ -36,6 +36,7 @@ from ._copies import apply_portable_state, extra_attributes
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, synced_after_load
+from ._trace import traced_as_leaf
 from .config import EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names
 from .embedding import EmbeddingBagCollection
 from .optim import FusedOptimizer
@@ -331,6 +332,7 @@ class EmbeddingCollection(nn.Module):
 
     # -- public API ------------------------------------------------------------------------------
 
+    @traced_as_leaf
     def forward(self, features: Any) -> dict[str, Any]:
         """Look up every ID of ``features`` (recgo or TorchRec KJT): ``{feature: JaggedTensor}`` with
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""

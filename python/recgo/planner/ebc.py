@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidInputError
+from ..modules._trace import traced_as_leaf
 from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from ..sparse import KeyedTensor, _is_torchrec_kjt, as_kjt
 from ._plan import Plan
@@ -100,6 +101,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
         w = self.ebc.embedding_bags[table].weight.detach()
         return w[self._new_ids(table, w.shape[0])]
 
+    @traced_as_leaf
     def forward(self, features: Any) -> Any:
         """Remap the batch's IDs hot-first (Go) and pool them: a ``torchrec.KeyedTensor`` for a TorchRec
         input (as :class:`recgo.EmbeddingBagCollection` gives), else a :class:`recgo.KeyedTensor`."""

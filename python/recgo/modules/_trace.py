@@ -1,0 +1,41 @@
+"""torch.fx tracing of recgo's modules: each collection is one leaf of the traced graph.
+
+A TorchRec model is traced with ``torch.fx.symbolic_trace`` (or ``torchrec.fx.symbolic_trace``) to
+rewrite or inspect its dense half. recgo's collections run in Go, not in torch ops, so their insides
+cannot be traced; traced as a leaf (``call_module``), the graph calls the very module at run time,
+which keeps its tables, optimizer and engine state, and the dense ops around it trace as usual.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, TypeVar
+
+import torch.fx
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _proxy_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
+    for a in args:
+        if isinstance(a, torch.fx.Proxy):
+            return a
+    for a in kwargs.values():
+        if isinstance(a, torch.fx.Proxy):
+            return a
+    return None
+
+
+def traced_as_leaf(forward: F) -> F:
+    """Wrap a module's ``forward`` so that, called with a ``torch.fx.Proxy`` during symbolic tracing,
+    it records one ``call_module`` node for the module instead of running on the proxy."""
+
+    @functools.wraps(forward)
+    def wrapper(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        proxy = _proxy_in(args, kwargs)
+        if proxy is None:
+            return forward(self, *args, **kwargs)
+        tracer = proxy.tracer
+        return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)
+
+    return wrapper  # type: ignore[return-value]
