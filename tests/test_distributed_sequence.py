@@ -18,6 +18,7 @@ from torch import nn
 import recgo
 from recgo.modules import optim
 from sharded_checks import check_update, close
+from sharded_shared import shared_feature_case
 from spawned import spawn
 
 WORLD, B_LOCAL, STEPS = 2, 5, 3
@@ -258,11 +259,19 @@ def _state_dict_case(rank: int, folder: str) -> dict[str, Any]:
 
 def _world(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return _cases(rank, ckpt)
+    return {**_cases(rank, ckpt), "shared": shared_feature_case(rank, world)}
 
 
-def test_sharded_sequence_equals_one_process(tmp_path: Path) -> None:
-    for r, res in enumerate(spawn(_world, WORLD, tmp_path, str(tmp_path / "ck"))):
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
+    """Every case of this module, run once on a spawned world of WORLD ranks."""
+    tmp = tmp_path_factory.mktemp("sequence-world")
+    return spawn(_world, WORLD, tmp, str(tmp / "ck")), tmp
+
+
+def test_sharded_sequence_equals_one_process(world: tuple[list[dict[str, Any]], Path]) -> None:
+    results, tmp_path = world
+    for r, res in enumerate(results):
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert res["checked"] == 2 * len(SHARDINGS) * len(OPTS) * STEPS
         errs = res["errors"]
@@ -278,6 +287,19 @@ def test_sharded_sequence_equals_one_process(tmp_path: Path) -> None:
         assert "holds table 't''s shard of rank" in sd[f"own_{1 - r}"], sd
         assert sd["keys"] == [f"embedding_bags.t.rank{r}_of_2.{k}" for k in ("weight", "optimizer_step", "shard_ids")]
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["shard-0-of-2.pt", "shard-1-of-2.pt"]
+
+
+def test_a_feature_several_tables_read_is_looked_up_in_each(world: tuple[list[dict[str, Any]], Path]) -> None:
+    """A feature listed by several tables (hash, table-wise and row-wise ones) is looked up in each, its
+    outputs keyed ``feature@table`` as the single-process collections key them; pooled (weighted or not)
+    and sequence outputs and the trained rows equal theirs. The sharded collections used to refuse such
+    a feature ("duplicate feature name")."""
+    for r, res in enumerate(world[0]):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        got = res["shared"]
+        assert got["checked"] == 3 * STEPS
+        assert got["pooled_keys"] == ["h@th", "g", "t@tt", "h@tt", "h@tr", "t@tr"], got
+        assert got["sequence_keys"] == got["pooled_keys"], got
 
 
 def test_needs_an_initialised_process_group() -> None:

@@ -150,20 +150,25 @@ type FeatureLayout struct {
 	PerTable [][]int
 }
 
-// LayOutFeatures checks features against tables of the given dims and names (distinct feature
-// names, valid table indices and poolings, every table read by a feature) and lays out their
-// output columns; what names the collection in the errors.
+// LayOutFeatures checks features against tables of the given dims and names (feature names distinct
+// within a table, valid table indices and poolings, every table read by a feature) and lays out
+// their output columns; what names the collection in the errors. A name may recur across tables:
+// the same batch key looked up in each (the caller feeds the key once per feature).
 func LayOutFeatures(what string, features []Feature, dims []int, tableNames []string) (FeatureLayout, error) {
 	lay := FeatureLayout{ColOff: make([]int, len(features)), PerTable: make([][]int, len(dims))}
-	seen := map[string]bool{}
+	type tableFeature struct {
+		table int
+		name  string
+	}
+	seen := map[tableFeature]bool{}
 	for f, ft := range features {
-		if seen[ft.Name] {
-			return lay, errs.Invalidf("%s: duplicate feature name %q", what, ft.Name)
-		}
-		seen[ft.Name] = true
 		if ft.Table < 0 || ft.Table >= len(dims) {
 			return lay, errs.Invalidf("%s: feature %q references table %d of %d", what, ft.Name, ft.Table, len(dims))
 		}
+		if seen[tableFeature{ft.Table, ft.Name}] {
+			return lay, errs.Invalidf("%s: duplicate feature name %q in table %q", what, ft.Name, tableNames[ft.Table])
+		}
+		seen[tableFeature{ft.Table, ft.Name}] = true
 		if ft.Pooling != PoolSum && ft.Pooling != PoolMean {
 			return lay, errs.Invalidf("%s: feature %q has unknown pooling %d", what, ft.Name, int(ft.Pooling))
 		}

@@ -404,3 +404,28 @@ func ExamplePartitioner() {
 	fmt.Println("destinations", p.Dest, "send order", p.Perm, "counts", p.Count)
 	// Output: destinations [1 0 1 0] send order [1 3 0 2] counts [2 2]
 }
+
+// A feature name may recur across tables (one batch key looked up in each, fed once per feature):
+// the collection takes it and the partitioner lists it under each table, so an input pipeline
+// deduplicating the tables by their batch keys matches. Within one table a name still may not recur.
+func TestAFeatureNameMayRecurAcrossTables(t *testing.T) {
+	topo, _ := NewTopology(1, 2, 2)
+	layouts := func() []*Layout {
+		a, err := NewLayout("a", 10, 4, Hash, 0, 2)
+		require.NoError(t, err)
+		b, err := NewLayout("b", 12, 4, RowWise, 0, 2)
+		require.NoError(t, err)
+		return []*Layout{a, b}
+	}
+	c, err := NewCollection(layouts(), topo, 0, Flat, embedding.OptimizerConfig{},
+		[]embedding.Feature{{Name: "f", Table: 0}, {Name: "f", Table: 1}, {Name: "g", Table: 1}})
+	require.NoError(t, err)
+	defer c.Close()
+	for i, want := range [][]string{{"f"}, {"f", "g"}} {
+		_, feats := c.Partitioner().Table(i)
+		assert.Equal(t, want, feats)
+	}
+	_, err = NewCollection(layouts(), topo, 0, Flat, embedding.OptimizerConfig{},
+		[]embedding.Feature{{Name: "f", Table: 0}, {Name: "g", Table: 1}, {Name: "g", Table: 1}})
+	require.ErrorContains(t, err, `duplicate feature name "g" in table "b"`)
+}

@@ -21,6 +21,7 @@ from ..modules._second_order import first_order
 from ..modules._storage import check_cast
 from ..modules._trace import traced_as_leaf
 from ..modules import optim
+from ..modules.config import _embedding_names
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
@@ -164,8 +165,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._grad_scale = 1.0 / self._groups.world_size if gradient_division else 1.0
         self._seed = seed
         agree(self._groups, type(self).__name__, self._description(seed, wire_dtype))
+        # The engine's features, config order: a key several tables read is one feature per table (the
+        # batch carries that key once per feature, see _engine_batch), named feature@table in outputs.
         self._features = [f for t in self._configs for f in t.feature_names]
-        self._feature_index = {f: i for i, f in enumerate(self._features)}
+        self._names = _embedding_names(self._configs)
+        self._readers: dict[str, list[int]] = {}
+        for i, f in enumerate(self._features):
+            self._readers.setdefault(f, []).append(i)
+        self._shared = len(self._readers) < len(self._features)
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
         self._width = sum(self._dims)
         self._handle = self._create()
@@ -418,8 +425,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return {c.name: names[r] for c, r in zip(self._configs, self._returns)}
 
     def feature_names(self) -> list[str]:
-        """Output feature order."""
-        return list(self._features)
+        """Output keys, config order: each feature's name, or ``feature@table`` for a feature several
+        tables look up (TorchRec's embedding names)."""
+        return list(self._names)
 
     @property
     def fused_optimizer(self) -> FusedOptimizer | None:
@@ -440,13 +448,22 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     # -- forward / backward -----------------------------------------------------------------------
 
-    def _keys(self, keys: list[str]) -> torch.Tensor:
-        """Each key's feature index, -1 for a key no table reads (ignored, as by the unsharded
-        collections and TorchRec's: one KJT may feed several collections)."""
-        missing = [f for f in self._features if f not in keys]
+    def _engine_batch(self, kjt: KeyedJaggedTensor) -> tuple[KeyedJaggedTensor, torch.Tensor]:
+        """The batch as the engine takes it and each of its keys' feature index (-1 for a key no table
+        reads: ignored, as by the unsharded collections and TorchRec's, since one KJT may feed several
+        collections). A key several tables read is repeated once per table (keys named as the
+        outputs), so the engine looks it up in each."""
+        keys = kjt.keys()
+        missing = [f for f in self._readers if f not in keys]
         if missing:
             raise InvalidInputError(f"the batch lacks features {missing} (keys: {keys})")
-        return torch.tensor([self._feature_index.get(k, -1) for k in keys], dtype=torch.int64)
+        if not self._shared:
+            return kjt, torch.tensor([self._readers[k][0] if k in self._readers else -1 for k in keys],
+                                     dtype=torch.int64)
+        feats = [f for k in keys for f in self._readers.get(k, ())]
+        kjt = kjt._take([i for i, k in enumerate(keys) for _ in self._readers.get(k, ())],  # noqa: SLF001
+                        [self._names[f] for f in feats])
+        return kjt, torch.tensor(feats, dtype=torch.int64)
 
     @traced_as_leaf
     def forward(self, features: Any) -> KeyedTensor:
@@ -457,8 +474,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         table's distinct IDs and their partition by owner: the step uses them instead of computing
         them (same result). A batch partitioned for a collection laid out otherwise (world, rank,
         sharding, mode, tables) raises :class:`InvalidInputError`."""
-        kjt = as_kjt(features)
-        key_feature = self._keys(kjt.keys())
+        kjt, key_feature = self._engine_batch(as_kjt(features))
         self._sync_training()
         values, lengths = kjt.values(), kjt.lengths()
         weights = kjt.weights_or_none() if self._is_weighted else None
@@ -480,7 +496,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(kjt.keys()))
-        return KeyedTensor(self._features, self._dims, self._lookup(handle, batch))
+        return KeyedTensor(self._names, self._dims, self._lookup(handle, batch))
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic

@@ -66,7 +66,6 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         super().__init__([c.bag_config() for c in self._seq_configs], sharding, optimizer=optimizer,
                          owner_pooling="rows", **kwargs)
         self._modules["embeddings"] = self._modules.pop("embedding_bags")
-        self._key_dims = {f: c.embedding_dim for c in self._seq_configs for f in c.feature_names}
 
     @property
     def embedding_bags(self) -> nn.ModuleDict:  # type: ignore[override]
@@ -109,9 +108,8 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
         torchrec_in = not isinstance(features, KeyedJaggedTensor)
-        kjt = as_kjt(features)
-        keys = kjt.keys()
-        key_feature = self._keys(keys)
+        kjt, key_feature = self._engine_batch(as_kjt(features))
+        feats = key_feature.tolist()
         self._sync_training()
         values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
         lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
@@ -120,17 +118,17 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
                   ptr(values), values.numel(), ptr(lengths), lengths.numel(), ctypes.byref(step), ctypes.byref(seq))
         handle = _SeqStep(_lib.Handle(step.value), _lib.Handle(seq.value))
         drive(handle.handle, self._groups, handle.traffic)
-        K = len(keys)
+        K = len(feats)
         B = lengths.numel() // max(1, K)
         counts = key_counts(lengths, K, values.numel())
-        dims = [self._key_dims.get(k, 0) for k in keys]  # 0: a key no table reads has no rows
+        dims = [self._dims[f] if f >= 0 else 0 for f in feats]  # 0: a key no table reads has no rows
         starts = [0]
         for n, d in zip(counts, dims):
             starts.append(starts[-1] + n * d)
         flat = self._lookup(handle, starts[-1])
-        pos = {k: i for i, k in enumerate(keys)}
+        pos = {self._names[f]: i for i, f in enumerate(feats) if f >= 0}
         out: dict[str, Any] = {}
-        for k in self._features:  # config order, as the unsharded collection returns them
+        for k in self._names:  # config order, as the unsharded collection returns them
             i = pos[k]
             n, d = counts[i], dims[i]
             jt: JaggedTensor = jagged(flat[starts[i]:starts[i] + n * d].view(n, d), lengths[i * B:(i + 1) * B])

@@ -1,0 +1,100 @@
+"""A feature several tables read, sharded (test_distributed_sequence.py runs it in its spawned world):
+the pooled and the sequence sharded collections against the single-process ones, whose outputs key
+such a feature ``feature@table`` (TorchRec's embedding names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import recgo
+from recgo.modules import optim
+from sharded_checks import check_update, close
+
+B_LOCAL, STEPS = 3, 3
+
+
+def _tables(cls: Any) -> list[Any]:
+    # "h" is read by three tables (hash, table-wise, row-wise), "t" by two
+    return [cls(61, 4, "th", ["h", "g"]), cls(64, 8, "tt", ["t", "h"]), cls(70, 3, "tr", ["h", "t"])]
+
+
+def _batch(step: int, world: int, weighted: bool) -> recgo.KeyedJaggedTensor:
+    g = torch.Generator().manual_seed(70 + step)
+    B = world * B_LOCAL
+    keys, vals, lens = ["g", "h", "t", "unread"], [], []
+    for _ in keys:
+        ln = torch.randint(0, 4, (B,), generator=g)
+        vals.append((torch.rand(int(ln.sum()), generator=g) ** 3 * 61).long())
+        lens.append(ln)
+    values = torch.cat(vals)
+    weights = 0.5 + torch.rand(values.numel(), generator=g) if weighted else None
+    return recgo.KeyedJaggedTensor(keys, values, lengths=torch.cat(lens), weights=weights)
+
+
+def _slice(kjt: recgo.KeyedJaggedTensor, rank: int) -> tuple[recgo.KeyedJaggedTensor, dict[str, slice]]:
+    feats, vals, lens, wts, ranges = kjt.to_dict(), [], [], [], {}
+    for k in kjt.keys():
+        v, ln = feats[k].values(), feats[k].lengths()
+        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
+        lo, hi = int(offs[rank * B_LOCAL]), int(offs[(rank + 1) * B_LOCAL])
+        vals.append(v[lo:hi])
+        lens.append(ln[rank * B_LOCAL:(rank + 1) * B_LOCAL])
+        if kjt.weights_or_none() is not None:
+            wts.append(feats[k].weights()[lo:hi])
+        ranges[k] = slice(lo, hi)
+    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens),
+                                   weights=torch.cat(wts) if wts else None), ranges
+
+
+def shared_feature_case(rank: int, world: int) -> dict[str, Any]:
+    """Train STEPS steps of each collection beside the single-process one; returns the output keys and
+    how many steps were checked (each check raises on a difference)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection
+
+    sharding = {"th": "hash", "tt": "table_wise", "tr": "row_wise"}
+    out: dict[str, Any] = {"checked": 0}
+    for weighted in (False, True):
+        cfgs = _tables(recgo.EmbeddingBagConfig)
+        opt = optim.Adagrad(lr=0.2)
+        ref = recgo.EmbeddingBagCollection(cfgs, optimizer=opt, seed=5, is_weighted=weighted)
+        sh = ShardedEmbeddingBagCollection(cfgs, sharding, optimizer=opt, seed=5, timeout=60, is_weighted=weighted)
+        ids = {c.name: sh.local_ids(c.name) for c in cfgs}
+        for step in range(STEPS):
+            kjt = _batch(step, world, weighted)
+            want, got = ref(kjt), sh(_slice(kjt, rank)[0])
+            out["pooled_keys"] = got.keys()
+            assert got.keys() == want.keys() and sh.feature_names() == want.keys(), (got.keys(), want.keys())
+            what = f"pooled weighted={weighted} step {step}"
+            w = want.values()
+            close(got.values(), w[rank * B_LOCAL:(rank + 1) * B_LOCAL].detach(), what)
+            R = torch.randn(w.shape, generator=torch.Generator().manual_seed(step))
+            (w * R).sum().backward()
+            (got.values() * R[rank * B_LOCAL:(rank + 1) * B_LOCAL]).sum().backward()
+            check_update(sh.embedding_bags, ref.embedding_bags, cfgs, ids, None, what)
+            out["checked"] += 1
+    cfgs = _tables(recgo.EmbeddingConfig)
+    ref_s = recgo.EmbeddingCollection(cfgs, optimizer=optim.SGD(lr=0.3), seed=6)
+    sh_s = ShardedEmbeddingCollection.from_ec(ref_s, sharding, timeout=60)
+    ids = {c.name: sh_s.local_ids(c.name) for c in cfgs}
+    for step in range(STEPS):
+        kjt = _batch(step, world, False)
+        mine, ranges = _slice(kjt, rank)
+        want_s, got_s = ref_s(kjt), sh_s(mine)
+        out["sequence_keys"] = list(got_s)
+        assert list(got_s) == list(want_s), (list(got_s), list(want_s))
+        loss_ref, loss = torch.zeros(()), torch.zeros(())
+        for i, k in enumerate(want_s):
+            key = k.split("@")[0]
+            rows = want_s[k].values()
+            close(got_s[k].values(), rows[ranges[key]].detach(), f"sequence step {step} rows {k}")
+            assert torch.equal(got_s[k].lengths(), mine[key].lengths())
+            R = torch.randn(rows.shape, generator=torch.Generator().manual_seed(10 * step + i))
+            loss_ref = loss_ref + (rows * R).sum()
+            loss = loss + (got_s[k].values() * R[ranges[key]]).sum()
+        loss_ref.backward()
+        loss.backward()
+        check_update(sh_s.embeddings, ref_s.embeddings, cfgs, ids, None, f"sequence step {step}")
+        out["checked"] += 1
+    return out
