@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 )
 
@@ -82,8 +81,7 @@ func WholeTableGreedy(m *cost.Model, key GreedyKey) ([]cost.Assignment, error) {
 			}
 		}
 		if !placed {
-			return nil, errs.Capacityf("%s: table %q fits neither any GPU's HBM nor any node's remaining host memory",
-				key, m.Tables[i].Name)
+			return nil, s.noRoom(key.String(), i)
 		}
 		keyLoad[s.choice[i].gpu] += weight[i]
 	}

@@ -323,3 +323,34 @@ func TestSolverInfoIsJSONSafe(t *testing.T) {
 	kept := solverInfo(&MILPResult{Objective: 2, DualBound: 1.5, Gap: 0.25, StartObjective: 3})
 	assert.Equal(t, SolverInfo{Objective: 2, DualBound: 1.5, Gap: 0.25, StartObjective: 3}, *kept)
 }
+
+// A table that fits no GPU at any of its splits gets an error saying why: with room left for its
+// bytes split between two of the profile's CDF steps, that a split between steps may fit; without,
+// how much it needs and how much the roomiest GPU has. Both greedy strategies say the same.
+func TestNoRoomSaysWhetherASplitBetweenStepsMightFit(t *testing.T) {
+	m := tinyModel(t, 3, 1, 1, 1, 4)
+	opts := m.Tables[0].Options
+	require.GreaterOrEqual(t, len(opts), 2)
+	require.Zero(t, opts[0].HotBytes)
+	total := opts[0].ColdBytes
+	between := opts[1].HotBytes / 2 // HBM for half the first step's hot rows: no step fits, a split would
+	for _, tc := range []struct {
+		name      string
+		hbm, host int64
+		want      string
+	}{
+		{"between steps", between, total - between, "so a split between two steps may fit"},
+		{"too big", between, total - between - 1, "more than any GPU has left (the most: GPU 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m.Topo.HBMBytes, m.Topo.HostBytes = tc.hbm, tc.host
+			_, err := RowGreedy(m)
+			assert.ErrorIs(t, err, errs.ErrCapacity)
+			assert.ErrorContains(t, err, "row greedy: table \"t0\"")
+			assert.ErrorContains(t, err, tc.want)
+			_, err = WholeTableGreedy(m, BySize)
+			assert.ErrorIs(t, err, errs.ErrCapacity)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}

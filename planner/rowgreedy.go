@@ -7,7 +7,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 )
 
@@ -112,7 +111,7 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 			}
 		}
 		if !placed {
-			return nil, errs.Capacityf("row greedy: table %q does not fit any GPU's remaining memory", m.Tables[i].Name)
+			return nil, s.noRoom("row greedy", i)
 		}
 	}
 	improve(ctx, s)

@@ -3,6 +3,7 @@ package planner
 import (
 	"container/heap"
 
+	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 )
 
@@ -33,6 +34,30 @@ func (s *state) opt(i, k int) cost.Option { return s.m.Tables[i].Options[k] }
 func (s *state) fits(i, k, g int) bool {
 	o := s.opt(i, k)
 	return s.hbm[g]+o.HotBytes <= s.m.Topo.HBMBytes && s.host[s.m.Topo.Node(g)]+o.ColdBytes <= s.m.Topo.HostBytes
+}
+
+// noRoom is the ErrCapacity error for table i, which fits no GPU at any of its options (what names
+// the strategy). It says whether the GPU with the most room left could hold the table's bytes split
+// another way: the options are the profile's CDF steps only, so a split between two steps may fit.
+func (s *state) noRoom(what string, i int) error {
+	t := s.m.Tables[i]
+	need := t.Options[0].HotBytes + t.Options[0].ColdBytes
+	best, bestHBM, bestHost, bestG := int64(-1), int64(0), int64(0), 0
+	for g := range s.hbm {
+		hbm, host := s.m.Topo.HBMBytes-s.hbm[g], s.m.Topo.HostBytes-s.host[s.m.Topo.Node(g)]
+		if hbm+host > best {
+			best, bestHBM, bestHost, bestG = hbm+host, hbm, host, g
+		}
+	}
+	if best >= need {
+		return errs.Capacityf("%s: table %q (%s) fits no GPU at any of its %d splits, the profile's CDF steps; GPU %d "+
+			"has %s of HBM and %s of its node's host memory left, so a split between two steps may fit (profile with "+
+			"more CDF steps, or give the GPUs more memory)", what, t.Name, cost.FormatBytes(need), len(t.Options), bestG,
+			cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost))
+	}
+	return errs.Capacityf("%s: table %q needs %s of HBM and host memory together, more than any GPU has left (the "+
+		"most: GPU %d, %s of HBM and %s of its node's host memory)", what, t.Name, cost.FormatBytes(need), bestG,
+		cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost))
 }
 
 func (s *state) place(i, k, g int) {
