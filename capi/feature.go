@@ -15,11 +15,12 @@ import (
 	"github.com/recgo/recgo/internal/errs"
 )
 
-// inputDesc is one row of the descriptor array Python passes per batch (seven 8-byte words): the
-// element kind (feature.Kind), the values (or, for byte strings, the bytes) and their count, the
-// per-sample bag lengths (null: dense, one value per sample), the per-string lengths and the value
-// count (for byte strings the string count), and the per-value float32 weights (null: unweighted;
-// the value count of them; a non-null pointer with no values still marks the input weighted).
+// inputDesc is one row of the descriptor array Python passes per batch (FeatureDescWords 8-byte
+// words): the element kind (feature.Kind), the values (or, for byte strings, the bytes) and their
+// count, the per-sample bag lengths (null: dense, one value per sample), the per-string lengths and
+// the value count (for byte strings the string count), and the per-value float32 weights (null:
+// unweighted; a non-null pointer with no values still marks the input weighted) and their count,
+// which must be the value count.
 type inputDesc struct {
 	Kind     int64
 	Data     unsafe.Pointer
@@ -28,6 +29,7 @@ type inputDesc struct {
 	ElemLens unsafe.Pointer
 	NElems   int64
 	Weights  unsafe.Pointer
+	NWeights int64
 }
 
 // recgo_feature_new compiles a JSON feature spec (feature.Spec) into an engine handle.
@@ -155,14 +157,15 @@ func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalue
 	start := int64(0)
 	for k, row := range keyRows {
 		lens := lengths[k*B : (k+1)*B : (k+1)*B]
-		n := int64(0)
+		n, past := int64(0), false
 		for _, l := range lens {
 			if l < 0 {
 				return errs.Invalidf("kjt lengths: negative length %d for key %d", l, k)
 			}
+			past = past || l > int64(len(values))-start-n // before adding: a sum past int64 would wrap around
 			n += l
 		}
-		if start+n > int64(len(values)) {
+		if past {
 			return errs.Invalidf("kjt: lengths sum past the %d values", len(values))
 		}
 		if row >= 0 {
@@ -220,9 +223,12 @@ func viewInput(d inputDesc, batch int64) (feature.Input, error) {
 		return in, errs.Invalidf("unknown value kind %d", d.Kind)
 	}
 	if err == nil && d.Weights != nil {
-		n := d.NData
+		n, what := d.NData, "values"
 		if in.Kind == feature.KindBytes {
-			n = d.NElems
+			n, what = d.NElems, "strings"
+		}
+		if d.NWeights != n {
+			return in, errs.Invalidf("weights: %d of them for %d %s (one weight per value)", d.NWeights, n, what)
 		}
 		in.Weights, err = viewSlice[float32](d.Weights, n, "weights")
 		if in.Weights == nil {

@@ -300,3 +300,77 @@ def test_random_weighted_specs_match_reference(case) -> None:
     ref = reference_weighted(feats, batch, size)
     assert_same_weighted(FeatureEngine(feats)(batch), ref)
     assert_same_weighted(FeatureEngine(feats, fuse=False)(batch), ref)
+
+
+# --- inputs an adversarial pass found unchecked (session 26) -----------------------------------------
+
+def test_weights_must_have_one_entry_per_value() -> None:
+    """A dict input's weights were passed by address only: too few read past their end (a segfault for
+    large batches, garbage weights for small ones), too many were cut silently."""
+    eng = FeatureEngine([Feature("a").hash(), Feature("s", dtype="bytes").hash()])
+    data, slens = recgo.feature.encode_strings(["ab", "c"])
+    good = {"s": (data, slens, torch.tensor([1, 1]), torch.tensor([2.0, 3.0]))}
+    vals, lens = torch.zeros(1 << 20, dtype=torch.int64), torch.full((2,), 1 << 19)
+    for w in (torch.ones(1), torch.empty(0), torch.ones((1 << 20) + 1)):
+        with pytest.raises(recgo.InvalidInputError, match=rf"input 'a': {w.numel()} weights for 1048576 values"):
+            eng({"a": (vals, lens, w), **good})
+    with pytest.raises(recgo.InvalidInputError, match="input 's': 3 weights for 2 strings"):
+        eng({"a": (vals, lens), "s": (data, slens, torch.tensor([1, 1]), torch.ones(3))})
+    out = eng({"a": (torch.arange(4), torch.tensor([1, 3]), torch.tensor([1.0, 2, 3, 4])), **good})
+    assert out.weights().tolist() == [1.0, 2.0, 3.0, 4.0, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("how", ["dict", "kjt", "bytes"])
+def test_lengths_whose_sum_wraps_around_int64_are_refused(how: str) -> None:
+    """[2^63-1, 2^63-1, 5] sums to 3 in int64: the batch passed as three values with two huge bags (or
+    an internal error for ops that walk the bags)."""
+    big = 2**63 - 1
+    lens = torch.tensor([big, big, 5])
+    if how == "bytes":
+        eng = FeatureEngine([Feature("s", dtype="bytes").hash()])
+        with pytest.raises(recgo.InvalidInputError, match="byte string lengths sum past the 3 bytes"):
+            eng({"s": (torch.tensor([97, 98, 99], dtype=torch.uint8), lens)})
+        return
+    eng = FeatureEngine([Feature("a").truncate(2)])
+    with pytest.raises(recgo.InvalidInputError, match="lengths sum past the 3 values"):
+        if how == "dict":
+            eng({"a": (torch.arange(3), lens)})
+        else:  # the engine's own KJT path (recgo's KJT checks the sum in Python; bypass it as a buggy caller would)
+            kjt = recgo.KeyedJaggedTensor(["a"], torch.arange(3), lengths=torch.tensor([1, 1, 1]))
+            kjt._lengths = lens
+            eng(kjt)
+
+
+def test_builder_refuses_what_is_not_a_list_of_numbers() -> None:
+    """Strings were split into characters or parsed as numbers, a three-number range was cut to two,
+    and a lone number raised a raw TypeError."""
+    cases = [(lambda: Feature("p", dtype="float").bucketize("123"), "boundaries must be a sequence of numbers, got str"),
+             (lambda: Feature("a").filter(["7"]), "expected a number, got '7'"),
+             (lambda: Feature("a").filter(range=(1, 2, 3)), r"range must be \(lo, hi\), got 3 numbers"),
+             (lambda: Feature("a").bucketize(["abc"]), "expected a number, got 'abc'"),
+             (lambda: Feature("a").bucketize(5), "boundaries must be a sequence of numbers, got int 5"),
+             (lambda: Feature("a").filter(range=5), "range must be a sequence of numbers, got int 5")]
+    for make, msg in cases:
+        with pytest.raises(recgo.InvalidInputError, match=msg):
+            make()
+    assert Feature("a").bucketize(torch.tensor([1, 5])).ops[0]["boundaries"] == [1, 5]
+    assert Feature("a").filter(range=(1, 2.5)).ops[0]["range"] == [1, 2.5]
+
+
+def test_names_without_a_utf8_form_are_refused_when_the_engine_is_built() -> None:
+    """A lone surrogate became U+FFFD in Go, so the feature could not be fed by its own name."""
+    with pytest.raises(recgo.InvalidInputError, match="not valid Unicode text"):
+        FeatureEngine([Feature("a\ud800").hash()])
+    assert FeatureEngine([Feature("é").hash()])({"é": torch.tensor([1])}).keys() == ["é"]
+
+
+def test_small_input_errors_name_the_problem() -> None:
+    nan = FeatureEngine([Feature("p", dtype="float").bucketize([1.0])])
+    with pytest.raises(recgo.InvalidInputError, match=r'feature "p": value 2 \(in sample 1\) is NaN'):
+        nan({"p": (torch.tensor([1.0, 2, float("nan"), 1]), torch.tensor([2, 2]))})
+    strings = FeatureEngine([Feature("s", dtype="bytes").hash()])
+    assert strings({"s": []}).lengths().tolist() == []  # an empty batch of strings
+    with pytest.raises(recgo.InvalidInputError, match="expected str or bytes, got NoneType"):
+        strings({"s": ["a", None]})
+    with pytest.raises(recgo.InvalidInputError, match="1180591620717411303424 threads is past the bound"):
+        recgo.set_num_threads(2**70)

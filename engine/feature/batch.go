@@ -97,12 +97,18 @@ func validate(info InputInfo, in *Input, size int, alloc func(int) []int64) ([]i
 		if len(in.Lengths) != size {
 			return nil, errs.Invalidf("lengths has %d entries for a batch of %d", len(in.Lengths), size)
 		}
-		sum := int64(0)
+		sum, past := int64(0), -1
 		for b, l := range in.Lengths {
 			if l < 0 {
 				return nil, errs.Invalidf("lengths[%d] = %d is negative", b, l)
 			}
+			if past < 0 && l > int64(n)-sum { // before adding: a sum past int64 would wrap around to a plausible one
+				past = b
+			}
 			sum += l
+		}
+		if past >= 0 {
+			return nil, errs.Invalidf("lengths sum past the %d values (at lengths[%d] = %d)", n, past, in.Lengths[past])
 		}
 		if sum != int64(n) {
 			return nil, errs.Invalidf("lengths sum to %d but there are %d values", sum, n)
@@ -126,6 +132,9 @@ func validate(info InputInfo, in *Input, size int, alloc func(int) []int64) ([]i
 	for i, l := range in.ByteLens {
 		if l < 0 {
 			return nil, errs.Invalidf("byte string %d has negative length %d", i, l)
+		}
+		if l > int64(len(in.Bytes))-offs[i] {
+			return nil, errs.Invalidf("byte string lengths sum past the %d bytes (at string %d, of length %d)", len(in.Bytes), i, l)
 		}
 		offs[i+1] = offs[i] + l
 	}
@@ -160,6 +169,20 @@ func (s *state) count() int {
 		return len(s.boffs) - 1
 	}
 	return len(s.ints)
+}
+
+// sampleOf is the sample whose bag holds value v (for error messages: a linear scan).
+func (s *state) sampleOf(v int) int {
+	if s.lens == nil {
+		return v // dense: one value per sample
+	}
+	end := int64(0)
+	for b, l := range s.lens {
+		if end += l; int64(v) < end {
+			return b
+		}
+	}
+	return len(s.lens) - 1
 }
 
 func (s *state) ensureOffs(alloc func(int) []int64) {

@@ -250,8 +250,8 @@ func (r *run) applyOp(f, oi int, inDst bool, dst []int64, a, b int) error {
 			nan = kernels.BucketizeFloat64(d, s.f64[a:b], o.fbounds)
 		}
 		if nan >= 0 {
-			return errs.Invalidf("feature %q: a value of samples [%d, %d) is NaN; bucketize needs numbers (leave missing values out, as empty bags, and use fill_missing)",
-				r.e.feats[f].name, 0, r.size)
+			return errs.Invalidf("feature %q: value %d (in sample %d) is NaN; bucketize needs numbers (leave missing values out, as empty bags, and use fill_missing)",
+				r.e.feats[f].name, a+nan, s.sampleOf(a+nan))
 		}
 	case OpPosition, OpRecency:
 		offs := s.offs

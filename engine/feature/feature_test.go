@@ -224,12 +224,17 @@ func TestApplyErrors(t *testing.T) {
 		want   string
 	}{
 		{"lengths sum", func(b *Batch) { b.Inputs[0].Lengths = []int64{1, 1} }, "lengths sum to 2 but there are 3 values"},
-		{"negative length", func(b *Batch) { b.Inputs[0].Lengths = []int64{4, -1} }, "negative"},
+		{"negative length", func(b *Batch) { b.Inputs[0].Lengths = []int64{1, -1} }, "negative"},
 		{"lengths count", func(b *Batch) { b.Inputs[0].Lengths = []int64{3} }, "1 entries for a batch of 2"},
 		{"kind", func(b *Batch) { b.Inputs[1] = Input{Kind: KindInt64, Ints: []int64{1, 2}} }, "dtype mismatch"},
 		{"dense count", func(b *Batch) { b.Inputs[1].F32 = []float32{1} }, "dense input has 1 values"},
-		{"nan", func(b *Batch) { b.Inputs[1].F32[1] = float32(math.NaN()) }, "samples [0, 2) is NaN"},
+		{"nan", func(b *Batch) { b.Inputs[1].F32[1] = float32(math.NaN()) }, "value 1 (in sample 1) is NaN"},
 		{"byte lens", func(b *Batch) { b.Inputs[2].ByteLens = []int64{1, 1} }, "sum to 2 but there are 3 bytes"},
+		// lengths whose int64 sum wraps around to the value count (the sum of 2^63-1, 2^63-1 and 5 is 3)
+		{"lengths wrap", func(b *Batch) { b.Inputs[0].Lengths = []int64{math.MaxInt64, math.MaxInt64 - 1} },
+			"lengths sum past the 3 values (at lengths[0]"},
+		{"byte lens wrap", func(b *Batch) { b.Inputs[2].ByteLens = []int64{math.MaxInt64, math.MaxInt64 - 10} },
+			"byte string lengths sum past the 3 bytes (at string 0"},
 		{"inputs", func(b *Batch) { b.Inputs = b.Inputs[:2] }, "2 inputs given"},
 	}
 	for _, c := range cases {

@@ -861,7 +861,7 @@ CONSTANTS: dict[str, int] = {
     'FeatureKindFloat32': 2,
     'FeatureKindFloat64': 3,
     'FeatureKindBytes': 4,
-    'FeatureDescWords': 7,
+    'FeatureDescWords': 8,
     'HighsStatusNotSet': 0,
     'HighsStatusLoadError': 1,
     'HighsStatusModelError': 2,

@@ -1,4 +1,5 @@
-"""Strict JSON for the specs the Go engine reads: NaN and infinities are refused with the place they are."""
+"""Strict JSON for the specs the Go engine reads: NaN and infinities are refused with the place they are,
+and so is text with no UTF-8 form."""
 
 from __future__ import annotations
 
@@ -35,6 +36,12 @@ def strict_json(value: Any, what: str) -> str:
     if bad is not None:
         raise InvalidInputError(f"{what}: {bad[0]} is {bad[1]} (NaN and infinities are not allowed)")
     try:
-        return json.dumps(value, allow_nan=False)
+        out = json.dumps(value, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"{what}: a parameter is not JSON-encodable: {exc}") from exc
+    try:  # Go reads UTF-8: a lone surrogate has no UTF-8 form (Go's decoder would make it U+FFFD)
+        out.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = out[max(0, exc.start - 20):exc.end + 20]
+        raise InvalidInputError(f"{what}: {bad!r} is not valid Unicode text (a lone surrogate)") from None
+    return out

@@ -307,7 +307,10 @@ def set_num_threads(n: int) -> None:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidInputError(f"set_num_threads: the number of threads must be an integer of at least 1, got {n!r}")
-    call(fn("recgo_set_num_threads"), min(n, 1 << 62))  # the engine names the bound when n is past it
+    if n >= 1 << 62:  # past what the engine's argument holds; it names the bound for smaller ones
+        raise InvalidInputError(f"set_num_threads: {n} threads is past the bound of "
+                                f"max(1024, 8 × the machine's CPUs)")
+    call(fn("recgo_set_num_threads"), n)
 
 
 class Handle:

@@ -67,6 +67,11 @@ def encode_strings(bags: Sequence[Sequence[str | bytes]] | Sequence[str | bytes]
     one string per sample, or ``(data, string_lengths, bag_lengths)`` for bags of strings (UTF-8)."""
     jagged = len(bags) > 0 and not isinstance(bags[0], (str, bytes))
     flat = [s for bag in bags for s in bag] if jagged else list(bags)
+    for bad in flat:
+        if isinstance(bad, (str, bytes, bytearray)):
+            continue
+        raise InvalidInputError(f"encode_strings: expected str or bytes, got {type(bad).__name__} {bad!r} (leave a "
+                                "missing value out of its bag, or use an empty string)")
     enc = [s.encode() if isinstance(s, str) else bytes(s) for s in flat]
     data = torch.frombuffer(bytearray(b"".join(enc)), dtype=torch.uint8) if any(enc) else torch.empty(0, dtype=torch.uint8)
     slens = torch.tensor([len(s) for s in enc], dtype=torch.int64)
@@ -233,33 +238,35 @@ _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
-def _weights(name: str, w: Any, tensors: list[torch.Tensor]) -> int:
-    """Check one input's weights, keep them alive, and return their address."""
+def _weights(name: str, w: Any, count: int, what: str, tensors: list[torch.Tensor]) -> tuple[int, int]:
+    """Check one input's weights (one per value: ``count`` of the input's ``what``), keep them alive,
+    and return their address and count (the descriptor's last two words)."""
     w = check_tensor(w, f"{name}.weights", _FLOATS, ndim=1, convert_to=torch.float32)
+    if w.numel() != count:
+        raise InvalidInputError(f"input {name!r}: {w.numel()} weights for {count} {what} (one weight per value)")
     tensors.append(w)
-    return w.data_ptr() if w.numel() else ctypes.addressof(_NO_WEIGHTS)
+    return (w.data_ptr() if w.numel() else ctypes.addressof(_NO_WEIGHTS)), w.numel()
 
 
 def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[torch.Tensor]]:
     """One descriptor row for a dict input: (row, value count, tensors to keep alive; the bag
     lengths last when the input is jagged)."""
     if dtype == "bytes":
-        if isinstance(entry, (list, tuple)) and entry and isinstance(entry[0], (str, bytes, list, tuple)) \
-                and not isinstance(entry[0], torch.Tensor):
-            entry = encode_strings(entry)
+        if isinstance(entry, list) or (isinstance(entry, tuple) and entry and isinstance(entry[0], (str, bytes, list, tuple))):
+            entry = encode_strings(entry)  # a list of strings (an empty list: an empty batch)
         if not isinstance(entry, tuple) or len(entry) not in (2, 3, 4):
             raise InvalidInputError(f"input {name!r}: a bytes input takes (data, string_lengths[, bag_lengths[, weights]]) "
                                     "or a list of strings")
         data = check_tensor(entry[0], f"{name}.data", (torch.uint8, torch.int8), ndim=1)
         slens = check_tensor(entry[1], f"{name}.string_lengths", _INTS, ndim=1, convert_to=torch.int64)
         tensors = [data, slens]
-        wptr = _weights(name, entry[3], tensors) if len(entry) == 4 else 0
+        wptr, nw = _weights(name, entry[3], slens.numel(), "strings", tensors) if len(entry) == 4 else (0, 0)
         lens_ptr = 0
         if len(entry) >= 3 and entry[2] is not None:
             lens = check_tensor(entry[2], f"{name}.lengths", _INTS, ndim=1, convert_to=torch.int64)
             tensors.append(lens)
             lens_ptr = lens.data_ptr()
-        return ([KIND_BYTES, data.data_ptr(), data.numel(), lens_ptr, slens.data_ptr(), slens.numel(), wptr],
+        return ([KIND_BYTES, data.data_ptr(), data.numel(), lens_ptr, slens.data_ptr(), slens.numel(), wptr, nw],
                 slens.numel(), tensors)
     if isinstance(entry, list):
         if entry and all(isinstance(x, (str, bytes)) for x in entry[:8]):
@@ -269,12 +276,12 @@ def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[t
                                 "(torch.tensor(values)) or (values, lengths), or declare dtype=\"bytes\" for strings")
     lens = None
     tensors: list[torch.Tensor] = []
-    wptr = 0
+    weights = None
     if isinstance(entry, tuple):
         if len(entry) not in (2, 3):
             raise InvalidInputError(f"input {name!r}: expected a tensor, (values, lengths) or (values, lengths, weights)")
         if len(entry) == 3:
-            wptr = _weights(name, entry[2], tensors)
+            weights = entry[2]
         entry, lens = entry[0], entry[1]
         lens = check_tensor(lens, f"{name}.lengths", _INTS, ndim=1, convert_to=torch.int64)
     if dtype == "float":
@@ -287,6 +294,7 @@ def _describe(name: str, dtype: str, entry: Any) -> tuple[list[int], int, list[t
             raise InvalidInputError(f"input {name!r}: dtype mismatch, the feature declares int64 IDs but got {entry.dtype}")
         vals = check_tensor(entry, f"{name}.values", _INTS, ndim=1, convert_to=torch.int64)
         kind = KIND_INT64
+    wptr, nw = _weights(name, weights, vals.numel(), "values", tensors) if weights is not None else (0, 0)
     tensors = [vals] + tensors + ([lens] if lens is not None else [])
-    return ([kind, vals.data_ptr(), vals.numel(), lens.data_ptr() if lens is not None else 0, 0, vals.numel(), wptr],
-            vals.numel(), tensors)
+    return ([kind, vals.data_ptr(), vals.numel(), lens.data_ptr() if lens is not None else 0, 0, vals.numel(), wptr,
+             nw], vals.numel(), tensors)

@@ -38,14 +38,25 @@ _TOP_KEYS = {"features", "max_values"}
 
 
 def _number(v: Any) -> int | float:
-    """An integer stays an exact int (IDs and int64 boundaries need all 64 bits); anything else
-    becomes a float."""
-    if isinstance(v, bool):
+    """An integer stays an exact int (IDs and int64 boundaries need all 64 bits); another real number
+    becomes a float. Strings (even numeric ones) and bools are refused: a typo, not a number."""
+    if isinstance(v, (bool, str, bytes)):
         raise InvalidInputError(f"expected a number, got {v!r}")
     try:
         return operator.index(v)
     except TypeError:
-        return float(v)
+        try:
+            return float(v)
+        except (TypeError, ValueError):
+            raise InvalidInputError(f"expected a number, got {type(v).__name__} {v!r}") from None
+
+
+def _numbers(op: str, what: str, vs: Any) -> list[int | float]:
+    """A list of numbers given as a list, tuple, range or 1-d tensor/array (a string or a lone number
+    is refused, not split into characters or raised as a TypeError)."""
+    if isinstance(vs, (str, bytes)) or not isinstance(vs, Iterable):
+        raise InvalidInputError(f"{op}: {what} must be a sequence of numbers, got {type(vs).__name__} {vs!r}")
+    return [_number(v) for v in vs]
 
 
 class Feature:
@@ -96,7 +107,7 @@ class Feature:
         boundaries strictly increasing. An int64 field compares exactly in int64: integer boundaries
         stay exact ints (``2**53 + 1``, nanosecond timestamps), and each must be an integer in int64's
         range. A float field compares in float64."""
-        return self._add("bucketize", boundaries=[_number(b) for b in boundaries])
+        return self._add("bucketize", boundaries=_numbers("bucketize", "boundaries", boundaries))
 
     def truncate(self, n: int, keep: str = "first") -> "Feature":
         """Keep the first (``keep="first"``) or last (``keep="last"``) ``n`` values of each bag."""
@@ -107,8 +118,12 @@ class Feature:
         """Drop (``mode="drop"``) or keep (``mode="keep"``) the values in ``values`` or in
         ``[lo, hi)``: IDs compare exactly as int64, a float field's values (before ``bucketize``) in
         float64; a NaN is in no set and no range. Per-ID weights stay with their values."""
-        return self._add("filter", values=None if values is None else [_number(v) for v in values],
-                         range=None if range is None else [_number(range[0]), _number(range[1])], mode=mode)
+        if range is not None:
+            range = _numbers("filter", "range", range)  # type: ignore[assignment]
+            if len(range) != 2:
+                raise InvalidInputError(f"filter: range must be (lo, hi), got {len(range)} numbers")
+        return self._add("filter", values=None if values is None else _numbers("filter", "values", values),
+                         range=range, mode=mode)
 
     mask = filter
 
