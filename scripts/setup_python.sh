@@ -13,6 +13,7 @@ PINS=(
   # torchrec's own runtime needs, minus the CUDA fbgemm-gpu it names (fbgemm-gpu-cpu provides it)
   "tensordict" "torchmetrics==1.0.3" "tqdm" "pyre-extensions" "numpy"
   "pytest" "hypothesis" "scikit-learn" "matplotlib" "pyyaml" "setuptools" "wheel" "pip"
+  "pyarrow==26.0.1"  # writes the Parquet files the reader tests compare against (an independent writer)
 )
 TORCHREC="torchrec==1.9.2"
 stamp_want=$(printf '%s\n' "$UV_VERSION" "${PINS[@]}" "$TORCHREC" | sha256sum | cut -c1-16)

@@ -3,14 +3,12 @@ package reader
 import (
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"runtime"
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
 
-	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
 )
 
@@ -59,6 +57,7 @@ type parquetSource struct {
 	f      *os.File
 	r      *parquet.Reader
 	colOf  map[int]int // leaf column index -> declared column
+	uns    []bool      // per declared column: the open file's leaf holds unsigned integers
 	rows   []parquet.Row
 	at, n  int // buffered rows: rows[at:n] not yet consumed
 	pos    Position
@@ -112,6 +111,7 @@ func (s *parquetSource) openFile(i int) (err error) {
 	}
 	schema := pf.Schema()
 	s.colOf = map[int]int{}
+	s.uns = make([]bool, len(s.plan.cols))
 	for ci, c := range s.plan.cols {
 		if c.Role == RoleSkip {
 			continue
@@ -148,6 +148,7 @@ func (s *parquetSource) openFile(i int) (err error) {
 				Msg: fmt.Sprintf("column %q is repeated; declare it as a sequence", c.Name)}
 		}
 		s.colOf[leaf.ColumnIndex] = ci
+		s.uns[ci] = unsignedLeaf(leaf.Node)
 	}
 	s.r = parquet.NewReader(pf)
 	if s.rows == nil {
@@ -166,6 +167,10 @@ func (s *parquetSource) fill() (err error) {
 	}()
 	for i := range s.rows {
 		s.rows[i] = s.rows[i][:0]
+	}
+	if s.pos.Row >= s.r.NumRows() { // read to the end (or a file of no rows, whose row group of 0 rows fails to seek)
+		s.at, s.n = 0, 0
+		return io.EOF
 	}
 	n, err := s.r.ReadRows(s.rows)
 	s.at, s.n = 0, n
@@ -256,7 +261,7 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 		}
 		switch c.Role {
 		case RoleLabel, RoleDense:
-			x, err := parquetFloat(v)
+			x, err := parquetFloat(v, s.uns[ci])
 			if err != nil {
 				return s.fail(r, ci, "%v", err)
 			}
@@ -271,7 +276,7 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 			}
 		default:
 			in := &b.Inputs[s.plan.slot[ci]]
-			if err := parquetAppend(c, in, v); err != nil {
+			if err := parquetAppend(c, in, v, s.uns[ci]); err != nil {
 				return s.fail(r, ci, "%v", err)
 			}
 			s.count[ci]++
@@ -293,86 +298,6 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 	}
 	b.Labels = append(b.Labels, label)
 	b.Size++
-	return nil
-}
-
-// parquetFloat reads a numeric (or numeric text) value as a finite float64.
-func parquetFloat(v parquet.Value) (float64, error) {
-	var x float64
-	switch v.Kind() {
-	case parquet.Int32:
-		x = float64(v.Int32())
-	case parquet.Int64:
-		x = float64(v.Int64())
-	case parquet.Float:
-		x = float64(v.Float())
-	case parquet.Double:
-		x = v.Double()
-	case parquet.Boolean:
-		if v.Boolean() {
-			x = 1
-		}
-	case parquet.ByteArray, parquet.FixedLenByteArray:
-		var ok bool
-		if x, ok = parseFloat(v.ByteArray()); !ok {
-			return 0, fmt.Errorf("%s value %q is not a number", v.Kind(), v.ByteArray())
-		}
-	default:
-		return 0, fmt.Errorf("%s values cannot be read as numbers", v.Kind())
-	}
-	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0, fmt.Errorf("%s value %v is not a number", v.Kind(), x)
-	}
-	return x, nil
-}
-
-// parquetAppend appends one value to a sparse or sequence column's input: text is parsed as the
-// column's type, numbers are taken as they are (a FLOAT or DOUBLE must be an integral int64 for an
-// int column).
-func parquetAppend(c *Column, in *feature.Input, v parquet.Value) error {
-	switch v.Kind() {
-	case parquet.ByteArray, parquet.FixedLenByteArray:
-		if !appendValue(c, in, v.ByteArray()) {
-			return fmt.Errorf("%s value %q is not a valid %s value", v.Kind(), v.ByteArray(), typeName(c))
-		}
-		return nil
-	}
-	switch in.Kind {
-	case feature.KindBytes:
-		appendValue(c, in, []byte(v.String()))
-		return nil
-	case feature.KindFloat64:
-		x, err := parquetFloat(v)
-		if err != nil {
-			return err
-		}
-		in.F64 = append(in.F64, x)
-		return nil
-	}
-	switch v.Kind() {
-	case parquet.Int32:
-		in.Ints = append(in.Ints, int64(v.Int32()))
-	case parquet.Int64:
-		in.Ints = append(in.Ints, v.Int64())
-	case parquet.Boolean:
-		x := int64(0)
-		if v.Boolean() {
-			x = 1
-		}
-		in.Ints = append(in.Ints, x)
-	case parquet.Float, parquet.Double:
-		x := v.Double()
-		if v.Kind() == parquet.Float {
-			x = float64(v.Float())
-		}
-		// Integral and inside int64 (-2^63 is, 2^63 is not); NaN fails the first test.
-		if x != math.Trunc(x) || x < math.MinInt64 || x >= math.MaxInt64 {
-			return fmt.Errorf("%s value %v is not a valid %s value", v.Kind(), x, typeName(c))
-		}
-		in.Ints = append(in.Ints, int64(x))
-	default:
-		return fmt.Errorf("%s values cannot be read as %s values", v.Kind(), typeName(c))
-	}
 	return nil
 }
 

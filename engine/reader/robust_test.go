@@ -192,19 +192,24 @@ func TestParquetAppendKinds(t *testing.T) {
 	intCol := &Column{Name: "x", Role: RoleSparse}
 	cases := []struct {
 		v    parquet.Value
+		uns  bool // the column's integers are unsigned
 		want int64
 		err  string
 	}{
-		{parquet.DoubleValue(1e6), 1e6, ""},
-		{parquet.DoubleValue(-1 << 62), -1 << 62, ""},
-		{parquet.FloatValue(7), 7, ""},
-		{parquet.DoubleValue(1 << 63), 0, "DOUBLE value 9.223372036854776e+18 is not a valid int value"},
-		{parquet.DoubleValue(math.Inf(1)), 0, "DOUBLE value +Inf is not a valid int value"},
-		{parquet.Int96Value(deprecated.Int96{1, 2, 3}), 0, "INT96 values cannot be read as int values"},
+		{parquet.Int32Value(-1294967296), false, -1294967296, ""},
+		{parquet.Int32Value(-1294967296), true, 3000000000, ""}, // uint32 3e9 stored in an INT32
+		{parquet.Int64Value(5), true, 5, ""},
+		{parquet.Int64Value(-1), true, 0, "unsigned value 18446744073709551615 is past int64, the IDs' type"},
+		{parquet.DoubleValue(1e6), false, 1e6, ""},
+		{parquet.DoubleValue(-1 << 62), false, -1 << 62, ""},
+		{parquet.FloatValue(7), false, 7, ""},
+		{parquet.DoubleValue(1 << 63), false, 0, "DOUBLE value 9.223372036854776e+18 is not a valid int value"},
+		{parquet.DoubleValue(math.Inf(1)), false, 0, "DOUBLE value +Inf is not a valid int value"},
+		{parquet.Int96Value(deprecated.Int96{1, 2, 3}), false, 0, "INT96 values cannot be read as int values"},
 	}
 	for _, c := range cases {
 		in := feature.Input{Kind: feature.KindInt64}
-		err := parquetAppend(intCol, &in, c.v)
+		err := parquetAppend(intCol, &in, c.v, c.uns)
 		if c.err != "" {
 			assert.EqualError(t, err, c.err)
 			continue
@@ -212,6 +217,18 @@ func TestParquetAppendKinds(t *testing.T) {
 		require.NoError(t, err, c.v.String())
 		assert.Equal(t, []int64{c.want}, in.Ints)
 	}
-	_, err := parquetFloat(parquet.Int96Value(deprecated.Int96{1, 2, 3}))
+	_, err := parquetFloat(parquet.Int96Value(deprecated.Int96{1, 2, 3}), false)
 	assert.EqualError(t, err, "INT96 values cannot be read as numbers")
+	for _, c := range []struct {
+		v    parquet.Value
+		uns  bool
+		want float64
+	}{
+		{parquet.Int32Value(-2), false, -2}, {parquet.Int32Value(-2), true, 1<<32 - 2},
+		{parquet.Int64Value(-1), true, 1 << 64}, {parquet.Int64Value(-1), false, -1},
+	} {
+		x, err := parquetFloat(c.v, c.uns)
+		require.NoError(t, err)
+		assert.Equal(t, c.want, x, "%v unsigned=%v", c.v, c.uns)
+	}
 }
