@@ -297,3 +297,23 @@ def test_a_position_resumes_only_its_own_rank_and_world() -> None:
             recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, rank=rank, world_size=world, position=pos[0])
     for p in (*pipes, again):
         p.close()
+
+
+def test_load_state_dict_restarts_an_ended_pipeline_and_a_refused_one_leaves_it_running() -> None:
+    """load_state_dict after the pass ended resumes from the position (a loop over it raised "delivered
+    all its data"); one that is refused (another rank's position) used to close the pipeline first."""
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, 1000, depth=1)
+    first = pipe.state_dict()
+    want = [b.sparse.values().clone() for b in pipe]  # the whole pass
+    pipe.load_state_dict(first)
+    assert [torch.equal(b.sparse.values(), w) for b, w in zip(pipe, want)] == [True] * len(want)
+    pipe.load_state_dict(first)
+    other = recgo.DataPipeline(SOURCE, FEATURES, 1000, depth=0, rank=1, world_size=2)
+    next(other)
+    with pytest.raises(recgo.InvalidInputError, match="position was taken by rank 1 of a world of 2"):
+        pipe.load_state_dict(other.state_dict())
+    with pytest.raises(recgo.InvalidInputError, match="expected {'position': ...}"):
+        pipe.load_state_dict({})
+    assert torch.equal(next(pipe).sparse.values(), want[0])  # still running, from where it was
+    for p in (pipe, other):
+        p.close()

@@ -294,3 +294,43 @@ func requireMalformed(t *testing.T, src Source) error {
 	assert.True(t, errors.Is(err, errs.ErrInvalid))
 	return err
 }
+
+// Blank lines that end a file are no rows (as csv and pandas read them), plain or gzip, LF or CRLF,
+// before another file; a blank line with rows after it is still malformed (TestCriteoMalformed).
+func TestTrailingBlankLinesEndTheFile(t *testing.T) {
+	for _, tc := range []struct {
+		name, tail string
+		gz         bool
+	}{
+		{"one", "\n", false}, {"several", "\n\n\n", false}, {"crlf", "\r\n\r\n", false}, {"gzip", "\n\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			first := filepath.Join(dir, "a.txt")
+			data := []byte(strings.Repeat(goodLine+"\n", 3) + tc.tail)
+			if tc.gz {
+				first += ".gz"
+				var buf bytes.Buffer
+				w := gzip.NewWriter(&buf)
+				_, _ = w.Write(data)
+				require.NoError(t, w.Close())
+				data = buf.Bytes()
+			}
+			require.NoError(t, os.WriteFile(first, data, 0o644))
+			second := filepath.Join(dir, "b.txt")
+			require.NoError(t, os.WriteFile(second, []byte(goodLine+"\n\n"), 0o644))
+			src, err := NewCriteo([]string{first, second}, CriteoOptions{})
+			require.NoError(t, err)
+			rows := 0
+			for _, b := range readAll(t, src, 2) {
+				rows += b.Size
+			}
+			assert.Equal(t, 4, rows)
+			csv := filepath.Join(dir, "x.csv")
+			require.NoError(t, os.WriteFile(csv, []byte("label,a\n1,2\n0,3\n"+tc.tail), 0o644))
+			cs, err := NewCSV([]string{csv}, CSVOptions{Header: true, Columns: []Column{{Name: "label", Role: RoleLabel}, {Name: "a", Role: RoleSparse}}})
+			require.NoError(t, err)
+			assert.Equal(t, 2, readAll(t, cs, 10)[0].Size)
+		})
+	}
+}

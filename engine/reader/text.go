@@ -179,7 +179,28 @@ func (l *lines) raw() ([]byte, error) {
 	}
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
+	if len(line) == 0 && l.blankToEnd() { // blank lines that end the file are no rows (as for csv and pandas)
+		return nil, io.EOF
+	}
 	return line, nil
+}
+
+// blankToEnd reports whether the rest of the open file is line endings only (looking ahead at most
+// the reader's buffer; a longer run of blank lines is read as lines, and the parser names the first).
+func (l *lines) blankToEnd() bool {
+	for n := 1; ; n *= 2 {
+		n = min(n, l.br.Size())
+		ahead, err := l.br.Peek(n)
+		if bytes.IndexFunc(ahead, func(r rune) bool { return r != '\n' && r != '\r' }) >= 0 {
+			return false
+		}
+		if err != nil { // io.EOF: nothing but line endings is left (another error: the next read reports it)
+			return errors.Is(err, io.EOF)
+		}
+		if n == l.br.Size() {
+			return false
+		}
+	}
 }
 
 // next returns the next data line over all files, its 1-based line number, and whether it is this

@@ -181,9 +181,11 @@ class DataPipeline:
         shard_h = self._shard._handle.value if self._shard is not None else 0  # noqa: SLF001
         h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h, shard_h,
                             ctypes.addressof(buf), len(data))
-        with self._lock:
-            self._h = h
-        info = self._info()
+        info = _lib.call_json("recgo_pipeline_info", h.value)
+        with self._lock:  # the new pipeline replaces a running one only once it has started
+            old, self._h, self._ended = self._h, h, False
+        if old is not None:
+            old.free()
         self.keys: list[str] = list(info["keys"])
         self.dense_width: int = int(info["dense_width"])
 
@@ -259,8 +261,11 @@ class DataPipeline:
         return {"position": self.position()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restart from a :meth:`state_dict` (batches prepared ahead are dropped)."""
-        self.close()
+        """Restart from a :meth:`state_dict` (batches prepared ahead are dropped), also after the pass
+        ended or the pipeline was closed. A position this pipeline cannot take (another rank's, past
+        the data) raises and leaves the pipeline as it was."""
+        if not isinstance(state, dict) or "position" not in state:
+            raise InvalidInputError(f"load_state_dict: expected {{'position': ...}} from state_dict(), got {state!r}")
         self._start(state["position"])
 
     def close(self) -> None:
