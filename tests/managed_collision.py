@@ -13,23 +13,26 @@ def _hash(ids: torch.Tensor, size: int) -> torch.Tensor:
     return (ids * 7919) % size
 
 
-def managed_collection(return_remapped: bool, sequence: bool = False, hashed: bool = False) -> nn.Module:
-    """TorchRec's managed-collision collection (pooled or sequence): an LRU MCH module of 16 slots over a
-    table trained by an in-backward Adagrad; with ``hashed``, the module hashes IDs into 1000 first
-    (``input_hash_func``)."""
+def managed_collection(return_remapped: bool, sequence: bool = False, hashed: bool = False, policy: str = "LRU",
+                       optimizer: type = torch.optim.Adagrad, zch_size: int = 16) -> nn.Module:
+    """TorchRec's managed-collision collection (pooled or sequence): an MCH module of ``zch_size`` slots
+    (eviction ``policy``: LRU, LFU or DistanceLFU) over a table trained by an in-backward ``optimizer``
+    (Adagrad by default); with ``hashed``, the module hashes IDs into 1000 first (``input_hash_func``)."""
+    from torchrec.modules import mc_modules
     from torchrec.modules.mc_embedding_modules import (ManagedCollisionEmbeddingBagCollection,
                                                        ManagedCollisionEmbeddingCollection)
-    from torchrec.modules.mc_modules import LRU_EvictionPolicy, ManagedCollisionCollection, MCHManagedCollisionModule
+    from torchrec.modules.mc_modules import ManagedCollisionCollection, MCHManagedCollisionModule
 
     torch.manual_seed(0)
     if sequence:
-        cfg: list = [tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+        cfg: list = [tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=zch_size, feature_names=["f"])]
         coll: nn.Module = tr.EmbeddingCollection(tables=cfg, device=torch.device("cpu"))
     else:
-        cfg = [tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=16, feature_names=["f"])]
+        cfg = [tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=zch_size, feature_names=["f"])]
         coll = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
-    apply_optimizer_in_backward(torch.optim.Adagrad, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
-    mch = MCHManagedCollisionModule(zch_size=16, device=torch.device("cpu"), eviction_policy=LRU_EvictionPolicy(),
+    apply_optimizer_in_backward(optimizer, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
+    policy_cls = getattr(mc_modules, f"{policy}_EvictionPolicy")
+    mch = MCHManagedCollisionModule(zch_size=zch_size, device=torch.device("cpu"), eviction_policy=policy_cls(),
                                     eviction_interval=1, input_hash_size=1000 if hashed else 2**62,
                                     input_hash_func=_hash if hashed else None)
     mc = ManagedCollisionCollection(managed_collision_modules={"t": mch}, embedding_configs=cfg)

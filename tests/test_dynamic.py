@@ -582,3 +582,17 @@ def test_gradient_accumulation_across_an_eviction_leaves_the_new_owner_alone(seq
     before = weight.detach()[row].clone()
     (10 * first.sum() + second.sum()).backward()
     torch.testing.assert_close(weight.detach()[row], before - 1)
+
+
+def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_to_zeros() -> None:
+    """A [2, 5] state for two rows of Adagrad's width 2 was read as a flat [4] (ID 2 got ID 1's values);
+    without a state a stateful optimizer's rows start from zeros (a fresh optimizer's)."""
+    e = make(dim=2, bound=4, optimizer=Adagrad(lr=0.1))
+    ids, w = torch.tensor([1, 2]), torch.ones(2, 2)
+    for bad in (torch.arange(10.0).reshape(2, 5), torch.zeros(4, 1), torch.zeros(1, 2)):
+        with pytest.raises(recgo.InvalidInputError, match=r"optimizer_state of shape .* \(expected \[2, 2\]\)"):
+            dynamic.import_rows(e, "t", ids, w, bad)
+    dynamic.import_rows(e, "t", ids, w, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    dynamic.import_rows(e, "t", ids, w)
+    assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[0.0, 0.0], [0.0, 0.0]]

@@ -258,3 +258,34 @@ def test_a_model_without_torchrec_modules_is_refused() -> None:
         recgo.from_torchrec(nn.Linear(2, 2))
     with pytest.raises(InvalidInputError, match="expected an nn.Module"):
         recgo.from_torchrec("model")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("policy", ["LRU", "LFU", "DistanceLFU"])
+def test_managed_collision_policies_carry_their_counts_and_a_fresh_stateful_optimizer_converts(policy: str) -> None:
+    """An LFU MCH module (no last-access buffer) raised AttributeError; LFU and DistanceLFU counts were
+    dropped (every ID converted with count 1, so LFU then evicted the most frequent ID first); a model
+    whose Adam had not stepped yet raised "the checkpoint lacks optimizer_state"; and recgo.dynamic's
+    functions refused the converted module itself."""
+    def batch(i: int) -> TKJT:
+        return TKJT.from_lengths_sync(keys=["f"], values=torch.tensor([i]), lengths=torch.tensor([1]))
+
+    model = managed_collection(False, policy=policy, zch_size=8)
+    model.train()
+    for i in (5, 5, 5, 9):
+        model(batch(i))[0].values().pow(2).sum().backward()
+    new = recgo.from_torchrec(nn.ModuleDict({"mc": model}))["mc"]
+    assert new.ebc.embedding_bag_configs()[0].dynamic.eviction == ("lru" if policy == "LRU" else "lfu")
+    st = recgo.dynamic.export_state(new, "t")  # the managed module itself (it used to raise AttributeError)
+    counts = dict(zip(st["dynamic_ids"].tolist(), st["dynamic_counts"].tolist()))
+    if policy != "LRU":
+        assert counts[5] == 3 and counts[9] == 1, counts
+    assert recgo.dynamic.stats(new, "t").rows == 2
+    for i in range(100, 107):  # fills the 8 rows and evicts: LFU keeps the ID seen three times
+        new(batch(i))[0].values().pow(2).sum().backward()
+    if policy != "LRU":
+        assert int(recgo.dynamic.lookup(new, "t", torch.tensor([5]))[0]) >= 0
+    fresh = managed_collection(False, policy=policy, optimizer=torch.optim.Adam)  # never stepped
+    new = recgo.from_torchrec(nn.ModuleDict({"mc": fresh}))["mc"]
+    assert type(new.ebc.fused_optimizer).__name__ == "Adam"
+    new(batch(3))[0].values().pow(2).sum().backward()
+    assert recgo.dynamic.stats(new, "t").rows == 1

@@ -3,6 +3,7 @@ package dynamic
 import (
 	"fmt"
 	"math"
+	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/offheap"
@@ -55,8 +56,9 @@ type Config struct {
 	Stride     int    // floats per weight row, >= Dim (0: Dim)
 	StateWidth int    // optimizer-state floats per row, >= 0 (see embedding.OptimizerConfig)
 	MaxRows    int    // row bound: the most IDs the table holds at once, > 0 (or 0 with MaxBytes)
-	// MaxBytes caps the memory the table reserves (weights, optimizer state, per-row metadata): the
-	// row bound becomes the most rows that fit, and at most MaxRows when both are set (0: no cap).
+	// MaxBytes caps the memory the table takes when full (weights, optimizer state, per-row metadata,
+	// the ID map, the admission sketch and the eviction scratch; see footprint): the row bound
+	// becomes the most rows that fit, and at most MaxRows when both are set (0: no cap).
 	MaxBytes   int
 	MinCount   int     // batches an ID must be seen in before it gets a row (0 or 1: at once)
 	Policy     Policy  // which rows a full table evicts
@@ -132,7 +134,7 @@ func (c Config) withDefaults() (Config, error) {
 		rows := c.rowsFitting(c.MaxBytes)
 		if rows < 1 {
 			return c, c.invalid("memory bound of %d bytes holds no row: the smallest table of dim %d (one row, its "+
-				"optimizer state and the ID map, in whole pages) takes %d bytes", c.MaxBytes, c.Dim, c.withRows(1).layout().total)
+				"optimizer state and the ID map, in whole pages) takes %d bytes", c.MaxBytes, c.Dim, c.footprint(1))
 		}
 		if c.MaxRows == 0 || rows < c.MaxRows {
 			c.MaxRows = rows
@@ -212,12 +214,29 @@ func (c Config) withRows(rows int) *Config {
 	return &c
 }
 
-// rowsFitting returns the largest row bound whose layout fits in limit bytes (0 if none does).
+// footprint is the memory a table of c with row bound rows takes once full: its reserved sections
+// (weights, optimizer state, per-row metadata), the ID map presized for the bound (16-byte slots,
+// grown no further while it holds at most the bound), the admission sketch (MinCount > 1) and the
+// eviction pass's scratch (16 bytes per row).
+func (c *Config) footprint(rows int) int {
+	n := c.withRows(rows).layout().total + numShards*shardSlots(rows)*int(unsafe.Sizeof(slot{})) +
+		rows*int(unsafe.Sizeof(candidate{}))
+	if c.MinCount > 1 {
+		w := c.SketchWidth
+		if w == 0 {
+			w = max(4096, nextPow2(rows))
+		}
+		n += sketchDepth * max(numShards*minSketchShardWidth, nextPow2(w))
+	}
+	return n
+}
+
+// rowsFitting returns the largest row bound whose footprint fits in limit bytes (0 if none does).
 func (c *Config) rowsFitting(limit int) int {
 	lo, hi := 0, MaxRowBound // invariant: lo fits; the answer is in [lo, hi]
 	for lo < hi {
 		mid := lo + (hi-lo+1)/2
-		if mid <= limit && c.withRows(mid).layout().total <= limit {
+		if mid <= limit && c.footprint(mid) <= limit {
 			lo = mid
 		} else {
 			hi = mid - 1

@@ -79,9 +79,13 @@ func (s *shard) put(h uint64, id int64, row int32) {
 // that fills up does not keep rehashing (and growing its heap) long after. More entries still fit:
 // put grows the table when needed.
 func (s *shard) presize(bound int) {
+	s.slots, s.n = make([]slot, shardSlots(bound)), 0
+}
+
+// shardSlots is the slots presize gives each shard for a table of bound IDs.
+func shardSlots(bound int) int {
 	mean := float64(bound) / numShards
-	want := (mean + 6*math.Sqrt(mean) + 8) * 4 / 3
-	s.slots, s.n = make([]slot, nextPow2(int(want))), 0
+	return nextPow2(int((mean + 6*math.Sqrt(mean) + 8) * 4 / 3))
 }
 
 // grow doubles the table (or creates it) and reinserts every entry.

@@ -2,8 +2,10 @@ package dynamic
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -365,9 +367,42 @@ func TestMemoryBoundSetsTheRowBound(t *testing.T) {
 				return
 			}
 			c := tab.Config()
-			assert.Greater(t, c.withRows(st.MaxRows+1).layout().total, tc.bytes, "one more row would not fit")
-			perRow := (64 + 128) * 4
-			assert.InDelta(t, tc.bytes/(perRow+20), st.MaxRows, 20, "about bytes / row size")
+			assert.LessOrEqual(t, c.footprint(st.MaxRows), tc.bytes, "the full table within the memory bound")
+			assert.Greater(t, c.footprint(st.MaxRows+1), tc.bytes, "one more row would not fit")
+			assert.Less(t, st.MaxRows, tc.bytes/((64+128)*4+20+16), "the ID map and scratch are counted")
+		})
+	}
+}
+
+// A table given a memory bound stays within it once full and evicting: the mapped pages of its
+// region plus the Go heap it grew (ID map, sketch, eviction scratch) after streaming ever-new IDs
+// through it. The ID map, sketch and scratch were left out of the bound (2.6× it, measured).
+func TestAFullTableStaysWithinItsMemoryBound(t *testing.T) {
+	for _, minCount := range []int{1, 2} {
+		t.Run(fmt.Sprintf("min_count=%d", minCount), func(t *testing.T) {
+			const bound = 16 << 20
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			tab := newTable(t, Config{Name: "t", Dim: 4, StateWidth: 4, MaxBytes: bound, MinCount: minCount})
+			rows := tab.Config().MaxRows
+			ids := make([]int64, 4096)
+			out := make([]int64, len(ids))
+			for next := int64(0); next < int64(2*minCount*rows); {
+				for i := range ids {
+					ids[i] = next / int64(minCount) // each ID minCount times in a row: admitted
+					next++
+				}
+				require.NoError(t, tab.Resolve(ids, out, true))
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			st, err := tab.Stats()
+			require.NoError(t, err)
+			require.Greater(t, st.Evicted, int64(0), "the table filled and evicted")
+			heap := int64(after.HeapInuse) - int64(before.HeapInuse)
+			used := int64(st.ResidentBytes) + heap
+			assert.LessOrEqual(t, used, int64(bound)*21/20, "resident %d + heap %d bytes for a bound of %d", st.ResidentBytes, heap, bound)
 		})
 	}
 }

@@ -76,8 +76,9 @@ class DynamicConfig:
         evict_fraction: share of the row bound one eviction pass frees, in (0, 1].
         default: eval-mode vector (``embedding_dim`` values) for IDs without a row; None pools zeros.
         num_embeddings: the row bound; None takes the table's ``num_embeddings``.
-        memory_bytes: a memory bound (weights, optimizer state and per-row metadata); the row bound
-            becomes the most rows that fit, and at most ``num_embeddings`` when that is set too.
+        memory_bytes: a memory bound for the full table (weights, optimizer state, per-row metadata,
+            the ID map, the admission sketch and the eviction pass's scratch); the row bound becomes
+            the most rows that fit, and at most ``num_embeddings`` when that is set too.
         init_min, init_max: new rows are uniform in [init_min, init_max); None takes the table's
             ``weight_init_min``/``weight_init_max``, else ±√(1/row bound) as TorchRec does.
         seed: seeds the per-ID initial vectors (an ID's first vector depends only on seed and ID).
@@ -162,8 +163,12 @@ class DynamicStats:
 
 
 def _pooled(m: Any) -> Any:
-    """The pooled collection holding the tables of ``m``: ``m`` itself, or an EmbeddingCollection's
-    (whose tables its ``ebc`` holds)."""
+    """The pooled collection holding the tables of ``m``: ``m`` itself, an EmbeddingCollection's (whose
+    tables its ``ebc`` holds), or that of a managed-collision module (``from_torchrec`` of TorchRec's)."""
+    from .modules.managed import _Managed
+
+    if isinstance(m, _Managed):
+        m = getattr(m, m._attr)
     return m if hasattr(m, "embedding_bag_configs") else getattr(m, "ebc", m)
 
 
@@ -224,7 +229,9 @@ def advance(ebc: Any, table: str | int) -> None:
 def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     """Write one dynamic table's checkpoint file: its rows in use (weights, optimizer state), ID map,
     admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
-    file renamed over ``path``). Its size follows the rows in use, not the bound."""
+    file renamed over ``path``). Its size follows the rows in use, not the bound, except for the
+    admission sketch a table with ``min_count`` ≥ 2 keeps (4 bytes per row of the bound, rounded up to
+    a power of two)."""
     ebc = _unsharded(_pooled(ebc), "save")
     _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
@@ -311,10 +318,12 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
         if optimizer_state is None:
             raise InvalidInputError(f"table {name!r}: the checkpoint lacks optimizer_state")
         optimizer_state = check_tensor(optimizer_state, f"{name}.optimizer_state", (torch.float32,))
-        s = optimizer_state.reshape(-1)[:hw * width].contiguous()
-        if s.numel() != hw * width:
-            raise InvalidInputError(f"table {name!r}: optimizer_state has {optimizer_state.numel()} values, "
-                                    f"need {hw * width}")
+        shape = tuple(optimizer_state.shape)
+        if (len(shape) != 2 or shape[1] != width or shape[0] < hw) and not (width == 1 and len(shape) == 1
+                                                                           and shape[0] >= hw):
+            raise InvalidInputError(f"table {name!r}: optimizer_state of shape {shape} cannot hold {hw} rows of "
+                                    f"the optimizer's {width} values (expected [{hw}, {width}])")
+        s = optimizer_state.reshape(shape[0], width)[:hw].contiguous().reshape(-1)
     else:
         s = torch.empty(0, dtype=torch.float32)
     ids, counts, last = (t[k][:hw].contiguous() for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen"))
@@ -329,8 +338,8 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
                 optimizer_state: torch.Tensor | None = None, *, counts: torch.Tensor | None = None,
                 last_seen: torch.Tensor | None = None, **meta: Any) -> None:
     """Replace the table's contents by the given rows: ``ids[i]`` gets row ``i`` with weights
-    ``weight[i]`` (and ``optimizer_state[i]``), seen ``counts[i]`` times (default 1), last at step
-    ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
+    ``weight[i]`` (and ``optimizer_state[i]``, ``[n, width]``; default zeros, a fresh optimizer's),
+    seen ``counts[i]`` times (default 1), last at step ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
     table's unless ``meta`` overrides them (``sketch``, ``sketch_adds``, ``step``, ``admitted``,
     ``evicted``). More IDs than the row bound raise ``CapacityError``; the engine checks the rest
     (distinct IDs, shapes) and leaves the table unchanged on error."""
@@ -350,6 +359,8 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
                else last_seen.to(torch.int64),
                "dynamic_free": torch.zeros(0, dtype=torch.int64), "dynamic_sketch": sketch,
                "dynamic_sketch_adds": meta.get("sketch_adds", cur["dynamic_sketch_adds"])}
+    if optimizer_state is None and int(m[_M_STATE]):
+        optimizer_state = torch.zeros(n, int(m[_M_STATE]))
     import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, int(m[_M_DIM])), optimizer_state)
 
 

@@ -125,10 +125,13 @@ def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | No
         used = raw != torch.iinfo(torch.int64).max  # empty slots hold the largest int64
         slots = mch._mch_remapped_ids_mapping[used]
         st = states.get(f"{prefix}.{c.name}.optimizer_state")
+        meta = getattr(mch, "_mch_metadata", {})  # per policy: LRU last_access_iter, LFU counts, DistanceLFU both
+        last, counts = meta.get("last_access_iter"), meta.get("counts")
         with torch.no_grad():
             dynamic.import_rows(new, c.name, raw[used], getattr(inner, prefix)[c.name].weight.detach()[slots],
                                 None if st is None else st[slots],
-                                last_seen=mch._mch_last_access_iter[used], step=int(mch._current_iter_tensor))
+                                counts=None if counts is None else counts[used].clamp(min=1),
+                                last_seen=None if last is None else last[used], step=int(mch._current_iter_tensor))
         step = states.get(f"{prefix}.{c.name}.optimizer_step")
         if step is not None:
             tables[c.name].optimizer_step.copy_(step)

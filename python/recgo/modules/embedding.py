@@ -112,8 +112,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         seed: seed of the initial weights (default: torch's global generator); ``reset_parameters()``
             draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
         dedup: deduplicate each table's IDs per batch (default). ``False`` resolves every occurrence on
-            its own (a dynamic table counts each as a sighting) and merges the lookups by storage row
-            for backward instead, so results equal ``dedup=True``'s (see ``EmbeddingCollection``).
+            its own and merges the lookups by storage row for backward instead, so a fixed table's
+            results equal ``dedup=True``'s (see ``EmbeddingCollection``). A dynamic table counts each
+            occurrence as a sighting, so its admission (``min_count``) and LFU counts can differ.
 
     The weights are the engine's float32 CPU memory: casts and moves of a built collection
     (``.half()``, ``.to("meta")``, ...) raise, and so does a forward with a swapped weight

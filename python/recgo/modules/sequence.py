@@ -68,9 +68,10 @@ class EmbeddingCollection(nn.Module):
             hyper-parameters; this collection's ``embeddings.<table>`` are the same modules as its
             ``embedding_bags.<table>``.
         dedup: deduplicate each table's IDs per batch (default). ``False`` resolves and gathers every
-            occurrence on its own (a dynamic table counts each as a sighting) and merges the lookups
-            by storage row for backward instead (a radix sort of the rows), so each row's gradients
-            are still summed and it is updated once: results equal ``dedup=True``'s. For ablations;
+            occurrence on its own and merges the lookups by storage row for backward instead (a
+            radix sort of the rows), so each row's gradients are still summed and it is updated once:
+            a fixed table's results equal ``dedup=True``'s (a dynamic table counts each occurrence
+            as a sighting, so its admission and LFU counts can differ). For ablations;
             it applies to this collection's lookups only, not to ``share``'s pooled ones.
         need_indices: each output JaggedTensor carries its feature's IDs as its ``weights()``, as
             TorchRec's ``EmbeddingCollection(need_indices=True)`` does.
