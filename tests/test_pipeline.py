@@ -317,3 +317,25 @@ def test_load_state_dict_restarts_an_ended_pipeline_and_a_refused_one_leaves_it_
     assert torch.equal(next(pipe).sparse.values(), want[0])  # still running, from where it was
     for p in (pipe, other):
         p.close()
+
+
+def test_a_torchrec_dlrm_trains_with_its_own_argument_order() -> None:
+    """TorchRec's DLRM takes (dense_features, sparse_features): TrainPipeline called it (sparse, dense)
+    and torch raised inside a Linear ("must be Tensor, not KeyedJaggedTensor"). It now reads the order
+    from the forward's parameter names; ``forward=`` overrides it."""
+    tr = pytest.importorskip("torchrec")
+    from torchrec.models.dlrm import DLRM
+
+    tables = [tr.EmbeddingBagConfig(name="t_ui", embedding_dim=8, num_embeddings=300, feature_names=["u", "i"]),
+              tr.EmbeddingBagConfig(name="t_h", embedding_dim=8, num_embeddings=400, feature_names=["h"])]
+    torch.manual_seed(0)
+    model = recgo.from_torchrec(DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=tables),
+                                     dense_in_features=3, dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[8, 1]),
+                                optimizer=recgo.modules.optim.Adagrad(lr=0.05))
+    twin = copy.deepcopy(model)
+    dense = [p for n, p in model.named_parameters() if "embedding_bag" not in n]
+    losses = recgo.TrainPipeline(model, torch.optim.SGD(dense, lr=0.05), SOURCE, FEATURES, 100).run(3, progress=False)
+    twin_dense = [p for n, p in twin.named_parameters() if "embedding_bag" not in n]
+    swapped = recgo.TrainPipeline(twin, torch.optim.SGD(twin_dense, lr=0.05), SOURCE, FEATURES, 100,
+                                  forward=lambda m, b: m(dense_features=b.dense, sparse_features=b.sparse))
+    assert swapped.run(3, progress=False) == losses and len(losses) == 3

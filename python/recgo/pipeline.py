@@ -318,6 +318,21 @@ def shared_collections(model: torch.nn.Module) -> list[Any]:
     return list(out.values())
 
 
+def _model_call(model: torch.nn.Module) -> Callable[[torch.nn.Module, Batch], torch.Tensor]:
+    """How :class:`TrainPipeline` calls ``model`` on a batch: ``model(dense, sparse)`` when the forward's
+    first parameter is named ``dense...`` (TorchRec's ``DLRM(dense_features, sparse_features)``), else
+    ``model(sparse, dense)``."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):  # no signature to read: the documented order
+        params = []
+    if params and params[0].startswith("dense"):
+        return lambda m, b: m(b.dense, b.sparse)
+    return lambda m, b: m(b.sparse, b.dense)
+
+
 def _warn_untrained(model: torch.nn.Module) -> None:
     """Warn, naming them, about the trainable parameters no fused optimizer updates: with
     ``optimizer=None`` nothing steps them, so they would never train."""
@@ -333,8 +348,10 @@ def _warn_untrained(model: torch.nn.Module) -> None:
 
 
 class TrainPipeline:
-    """Trains ``model`` on prepared batches: ``model(sparse, dense)`` gives logits, ``loss_fn(out,
-    labels)`` the loss (default :func:`bce_loss`), then backward and ``optimizer.step()`` (``None``
+    """Trains ``model`` on prepared batches: ``model(sparse, dense)`` gives logits (``model(dense,
+    sparse)`` when its forward's first parameter is named ``dense...``, as TorchRec's ``DLRM`` and
+    ``DLRM_DCN`` forwards are; ``forward(model, batch)`` overrides both), ``loss_fn(out, labels)`` the
+    loss (default :func:`bce_loss`), then backward and ``optimizer.step()`` (``None``
     when the collection's fused optimizer is the only one; a ``RuntimeWarning`` names any trainable
     parameter that nothing would then update). The batch of step t+1..t+depth is
     prepared while step t runs. The collection's dedup groups come from the model (:func:`tables_of`)
@@ -360,8 +377,10 @@ class TrainPipeline:
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, source: Source,
                  features: FeatureEngine | Sequence[Feature] | str | Path, batch_size: int, depth: int = 2,
                  threads: int = 1, *, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = bce_loss,
-                 tables: Sequence[dict[str, Any]] | None = None, **kwargs: Any) -> None:
+                 tables: Sequence[dict[str, Any]] | None = None,
+                 forward: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None, **kwargs: Any) -> None:
         self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self._forward = forward if forward is not None else _model_call(model)
         if tables is None and "shard" not in kwargs:
             kwargs["shard"] = sharded_of(model)
         self.data = DataPipeline(source, features, batch_size, depth, threads,
@@ -396,7 +415,7 @@ class TrainPipeline:
         with contextlib.ExitStack() as scopes:  # tables used pooled and as sequences: one merged update
             for ec in self._merged:
                 scopes.enter_context(ec.merged_update())
-            loss = self.loss_fn(self.model(batch.sparse, batch.dense), batch.labels)
+            loss = self.loss_fn(self._forward(self.model, batch), batch.labels)
             loss.backward()
         if self.optimizer is not None:
             self.optimizer.step()
