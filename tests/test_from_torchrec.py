@@ -289,3 +289,29 @@ def test_managed_collision_policies_carry_their_counts_and_a_fresh_stateful_opti
     assert type(new.ebc.fused_optimizer).__name__ == "Adam"
     new(batch(3))[0].values().pow(2).sum().backward()
     assert recgo.dynamic.stats(new, "t").rows == 1
+
+
+def test_trained_position_weights_are_refused_and_frozen_ones_convert() -> None:
+    """A FeatureProcessedEmbeddingBagCollection's trainable position weights converted silently, and the
+    first training step raised "gradients with respect to per-ID weights are not supported; pass
+    weights.detach()" about weights the user never passed. Frozen ones convert and pool as TorchRec's."""
+    from torchrec.modules.feature_processor_ import PositionWeightedModuleCollection
+    from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
+
+    def model() -> nn.Module:
+        torch.manual_seed(0)
+        ebc = tr.EmbeddingBagCollection(tables=[tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=10,
+                                                                      feature_names=["f"])], is_weighted=True)
+        return nn.Sequential(FeatureProcessedEmbeddingBagCollection(ebc, PositionWeightedModuleCollection({"f": 5})))
+
+    with pytest.raises(recgo.InvalidInputError, match=r"0 is a FeatureProcessedEmbeddingBagCollection whose feature "
+                                                      r"processors train per-ID weights \(position_weights\.f\)"):
+        recgo.from_torchrec(model())
+    ref = model()
+    with torch.no_grad():
+        ref[0]._feature_processors.position_weights_dict["f"].uniform_(0.5, 1.5)
+    ref.requires_grad_(False)
+    ref[0]._feature_processors.requires_grad_(False)
+    new = recgo.from_torchrec(copy.deepcopy(ref))
+    kjt = TKJT.from_lengths_sync(keys=["f"], values=torch.tensor([1, 2, 3, 4, 5]), lengths=torch.tensor([3, 2]))
+    torch.testing.assert_close(new(kjt).values(), ref(kjt).values())

@@ -12,7 +12,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..modules import optim
 from ..modules.embedding import EmbeddingBagCollection
 from ..modules._walk import outermost, replace, torchrec_kind
-from ..modules.convert import convert_managed
+from ..modules.convert import convert_managed, refuse_trained_feature_processors
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
 from ._sequence import ShardedEmbeddingCollection
@@ -129,6 +129,7 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
+    refuse_trained_feature_processors(model, "shard_model")
     model = convert_managed(model, kwargs.get("optimizer"))  # their MCH state into dynamic-ID tables first
     found = _collections(model)
     for name, m, _ in found:
