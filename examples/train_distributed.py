@@ -108,6 +108,7 @@ def main() -> None:
         model.fused_optimizer.zero_grad()
         loss.backward()  # the embedding rows are updated on their owners inside this call
         opt.step()
+        model.fused_optimizer.step()  # nothing left to update; the scheduler expects it before its own step
         warmup.step()
         losses.append(loss.item())
         if rank == 0 and ((step + 1) % 20 == 0 or step == args.steps - 1):

@@ -27,8 +27,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                                                 "for bst)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 300)")
     p.add_argument("--epochs", type=float, default=None, help="passes over a data file (instead of --steps)")
-    p.add_argument("--batch-size", type=int, default=None)
-    p.add_argument("--backend", default="recgo", help=f"one of {', '.join(BACKENDS)} or 'all' (comma-separated list ok)")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per step (per rank with --nproc; default 1024)")
+    p.add_argument("--backend", default="recgo",
+                   help=f"one of {', '.join(BACKENDS)} or 'all' (comma-separated list ok; default recgo)")
     p.add_argument("--nproc", type=int, default=None,
                    help="ranks (default 1, or torchrun's world size under torchrun): spawns them, or runs as one "
                         "rank of torchrun's world; --batch-size is per rank")
@@ -39,8 +40,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint", default=None, help="checkpoint path prefix (one file per backend)")
     p.add_argument("--checkpoint-every", type=int, default=None, help="steps between checkpoints (default 0: only at the end)")
     p.add_argument("--resume", action="store_true", help="continue each backend from its checkpoint")
-    p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes")
-    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes (default 100)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the data split, initial weights and synthetic data (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--ablation", action="store_true",
                    help="bst only: also measure samples/s with the pipeline, fused transforms and dedup switched "
