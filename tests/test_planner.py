@@ -125,6 +125,10 @@ def test_a_profile_no_key_fed_raises_naming_keys_and_tables() -> None:
     q.add(recgo.KeyedJaggedTensor(["user", "item"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1])))
     prof = q.profile()
     assert prof.table("a")["lookups"] == 1 and prof.table("c")["lookups"] == 1 and prof.table("b")["lookups"] == 0
+    # a typo in a mapped table was accepted, and the table planned on no lookups
+    with pytest.raises(NotFoundError, match=r"feature_to_table maps \{'item': 'z'\} to no profiled table "
+                                            r"\(tables: \['a', 'b', 'c'\]\)"):
+        P.Profiler(configs, sample_rate=1.0, feature_to_table={"user": "a", "item": "z"})
 
 
 def test_plots_skip_a_table_no_lookup_reached(tmp_path: Path) -> None:

@@ -136,6 +136,9 @@ class Profiler:
         self._h = _lib.new_handle("recgo_profiler_new",
                                   buf, n, float(sample_rate), int(seed), int(steps))
         self._index = {s.name: i for i, s in enumerate(specs)}
+        unknown = {k: v for k, v in dict(feature_to_table or {}).items() if v not in self._index}
+        if unknown:  # a typo: the key's lookups would go uncounted and its table planned on none
+            raise NotFoundError(f"feature_to_table maps {unknown} to no profiled table (tables: {list(self._index)})")
         self._f2t = {**_feature_tables(tables), **dict(feature_to_table or {})}
         self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
         self._matched = False
