@@ -307,10 +307,11 @@ def set_num_threads(n: int) -> None:
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise InvalidInputError(f"set_num_threads: the number of threads must be an integer of at least 1, got {n!r}")
-    if n >= 1 << 62:  # past what the engine's argument holds; it names the bound for smaller ones
-        raise InvalidInputError(f"set_num_threads: {n} threads is past the bound of "
-                                f"max(1024, 8 × the machine's CPUs)")
-    call(fn("recgo_set_num_threads"), n)
+    clamped = min(n, 1 << 62)  # the engine's argument holds no more; it names the bound it refuses
+    try:
+        call(fn("recgo_set_num_threads"), clamped)
+    except InvalidInputError as exc:
+        raise InvalidInputError(str(exc).replace(f"got {clamped}", f"got {n}")) from None
 
 
 class Handle:

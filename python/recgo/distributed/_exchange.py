@@ -43,6 +43,7 @@ class Groups:
     timeout: timedelta
 
     def get(self, code: int) -> Any:
+        """The process group of the engine's group ``code`` (0 world, 1 node, 2 rail)."""
         return (self.world, self.node, self.rail)[code]
 
     def index(self, code: int) -> int:

@@ -76,6 +76,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
 
     @classmethod
     def from_ebc(cls, ebc: Any, sharding: str | Mapping[str, str] = "hash", **kwargs: Any) -> Any:
+        """Not for sequence tables: raises :class:`InvalidInputError` pointing to :meth:`from_ec`."""
         raise InvalidInputError("ShardedEmbeddingCollection.from_ebc: use from_ec")
 
     @classmethod
