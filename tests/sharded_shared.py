@@ -98,3 +98,41 @@ def shared_feature_case(rank: int, world: int) -> dict[str, Any]:
         check_update(sh_s.embeddings, ref_s.embeddings, cfgs, ids, None, f"sequence step {step}")
         out["checked"] += 1
     return out
+
+
+def shared_feature_pipeline_case(rank: int, world: int) -> dict[str, Any]:
+    """TrainPipeline over a sharded collection with a feature two tables list, against the same steps
+    on the unsharded collection fed the whole batch (the pipeline refused both: "feature is in two
+    tables"); and DataPipeline(shard=) of such a collection names why it cannot partition."""
+    from recgo.data import SyntheticField, SyntheticSource
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.feature import Feature
+
+    source = SyntheticSource(64 * world, [SyntheticField("u", 300, 1.1), SyntheticField("i", 500, 1.0, 0.9)],
+                             dense=2, seed=11)
+    features = [Feature("u").hash().mod(200), Feature("i").fill_missing(0).mod(300)]
+    C = recgo.EmbeddingBagConfig
+    cfgs = [C(name="t_ui", embedding_dim=4, num_embeddings=300, feature_names=["u", "i"]),
+            C(name="t_u2", embedding_dim=4, num_embeddings=300, feature_names=["u"])]
+    sh = ShardedEmbeddingBagCollection(cfgs, "hash", optimizer=optim.SGD(lr=0.1), seed=3, timeout=60)
+    ref = recgo.EmbeddingBagCollection(cfgs, optimizer=optim.SGD(lr=0.1), seed=3)
+    out: dict[str, Any] = {}
+    try:
+        recgo.DataPipeline(source, features, 16, shard=sh)
+    except recgo.InvalidInputError as exc:
+        out["shard_error"] = str(exc)
+    pooled = []
+    tp = recgo.TrainPipeline(torch.nn.ModuleDict({"ebc": sh}), None, source, features, 16,
+                             forward=lambda m, b: m["ebc"](b.sparse).values().sum(1),
+                             loss_fn=lambda o, y: o.pow(2).sum())
+    whole = recgo.DataPipeline(source, features, 16 * world, rank=0, world_size=1)
+    for batch in whole:  # the same rows, all ranks' samples in one batch
+        loss = tp.progress()
+        pooled.append(float(loss))
+        ref(batch.sparse).values().sum(1).pow(2).sum().backward()
+    ids = {c.name: sh.local_ids(c.name) for c in cfgs}
+    for c in cfgs:
+        close(sh.embedding_bags[c.name].weight.detach(), ref.embedding_bags[c.name].weight.detach()[ids[c.name]],
+              f"pipeline weights {c.name}")
+    out["steps"] = len(pooled)
+    return out

@@ -18,7 +18,7 @@ from torch import nn
 import recgo
 from recgo.modules import optim
 from sharded_checks import check_update, close
-from sharded_shared import shared_feature_case
+from sharded_shared import shared_feature_case, shared_feature_pipeline_case
 from spawned import spawn
 
 WORLD, B_LOCAL, STEPS = 2, 5, 3
@@ -259,7 +259,8 @@ def _state_dict_case(rank: int, folder: str) -> dict[str, Any]:
 
 def _world(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return {**_cases(rank, ckpt), "shared": shared_feature_case(rank, world)}
+    return {**_cases(rank, ckpt), "shared": shared_feature_case(rank, world),
+            "shared_pipeline": shared_feature_pipeline_case(rank, world)}
 
 
 @pytest.fixture(scope="module")
@@ -300,6 +301,9 @@ def test_a_feature_several_tables_read_is_looked_up_in_each(world: tuple[list[di
         assert got["checked"] == 3 * STEPS
         assert got["pooled_keys"] == ["h@th", "g", "t@tt", "h@tt", "h@tr", "t@tr"], got
         assert got["sequence_keys"] == got["pooled_keys"], got
+        pipe = res["shared_pipeline"]  # TrainPipeline trains it (weights checked on the rank) ...
+        assert pipe["steps"] == 4, pipe
+        assert "cannot be partitioned for it ahead; leave shard= out" in pipe["shard_error"], pipe  # ... shard= says why
 
 
 def test_needs_an_initialised_process_group() -> None:

@@ -339,3 +339,25 @@ def test_a_torchrec_dlrm_trains_with_its_own_argument_order() -> None:
     swapped = recgo.TrainPipeline(twin, torch.optim.SGD(twin_dense, lr=0.05), SOURCE, FEATURES, 100,
                                   forward=lambda m, b: m(dense_features=b.dense, sparse_features=b.sparse))
     assert swapped.run(3, progress=False) == losses and len(losses) == 3
+
+
+def test_a_feature_two_tables_list_trains_through_the_pipeline() -> None:
+    """The pipeline deduplicates a batch key in one group only, so a collection with a feature two tables
+    list was refused ("feature is in tables ..."); the key now goes with the first table, the other
+    deduplicates itself, and training equals a run without prepared dedups."""
+    def model() -> nn.Module:
+        return nn.ModuleDict({"ebc": recgo.EmbeddingBagCollection([
+            recgo.EmbeddingBagConfig(name="t_ui", embedding_dim=4, num_embeddings=300, feature_names=["u", "i"]),
+            recgo.EmbeddingBagConfig(name="t_u2", embedding_dim=4, num_embeddings=300, feature_names=["u"])],
+            optimizer=recgo.modules.optim.SGD(lr=0.1), seed=3)})
+
+    assert recgo.pipeline.tables_of(model()) == [{"name": "t_ui", "keys": ["u", "i"]}]
+    runs = []
+    for tables in (None, []):  # prepared dedups, none
+        tp = recgo.TrainPipeline(model(), None, SOURCE, FEATURES, 100, tables=tables,
+                                 forward=lambda m, b: m["ebc"](b.sparse).values().sum(1), loss_fn=lambda o, y: o.pow(2).sum())
+        runs.append((tp.run(4, progress=False), {k: v.clone() for k, v in tp.model.state_dict().items()}))
+        tp.close()
+    assert runs[0][0] == runs[1][0]
+    for k, v in runs[0][1].items():
+        assert torch.equal(v, runs[1][1][k]), k

@@ -87,9 +87,10 @@ def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
     its forward deduplicates together). When the first collection in ``model`` is a
     :class:`recgo.distributed.ShardedEmbeddingBagCollection`, its tables (the ones the pipeline
     partitions for it); else the tables of every :class:`recgo.EmbeddingBagCollection` in ``model``
-    (a two-tower model's both towers), the first of two tables of one name. A collection whose
-    table the pipeline did not deduplicate, or deduplicated over other features, deduplicates it
-    itself."""
+    (a two-tower model's both towers), the first of two tables of one name. A batch key several
+    tables list is deduplicated with the first of them only (the pipeline deduplicates each key in
+    one group). A collection whose table the pipeline did not deduplicate, or deduplicated over
+    other features, deduplicates it itself."""
     from .modules import EmbeddingBagCollection
 
     first = _first_collection(model)
@@ -98,20 +99,29 @@ def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
     found = [first] if not isinstance(first, EmbeddingBagCollection) else \
         [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
     groups: dict[str, dict[str, Any]] = {}
+    taken: set[str] = set()  # a batch key is deduplicated in one group: the first table that lists it
     for m in found:
         for c in m.embedding_bag_configs():
-            groups.setdefault(c.name, {"name": c.name, "keys": list(c.feature_names)})
+            if c.name in groups:
+                continue
+            keys = [k for k in c.feature_names if k not in taken]
+            taken.update(keys)
+            if keys:
+                groups[c.name] = {"name": c.name, "keys": keys}
     return list(groups.values())
 
 
 def sharded_of(model: torch.nn.Module) -> Any:
     """The :class:`recgo.distributed.ShardedEmbeddingBagCollection` whose tables :func:`tables_of`
     takes (the first collection of ``model`` when it is a sharded one), or None: what
-    :class:`TrainPipeline` hands :class:`DataPipeline` as ``shard=``."""
+    :class:`TrainPipeline` hands :class:`DataPipeline` as ``shard=``; None too for one with a feature
+    several tables list, whose batches cannot be partitioned ahead."""
     from .distributed import ShardedEmbeddingBagCollection
 
     m = _first_collection(model)
-    return m if isinstance(m, ShardedEmbeddingBagCollection) else None
+    if not isinstance(m, ShardedEmbeddingBagCollection) or m._shared:  # noqa: SLF001 (see DataPipeline's shard)
+        return None
+    return m
 
 
 class DataPipeline:
@@ -150,6 +160,11 @@ class DataPipeline:
 
             if not isinstance(shard, ShardedEmbeddingBagCollection):
                 raise InvalidInputError(f"shard must be a ShardedEmbeddingBagCollection, got {type(shard).__name__}")
+            if shard._shared:  # noqa: SLF001
+                raise InvalidInputError(
+                    "shard: the collection has a feature several tables list, whose IDs its step repeats per table "
+                    "before its exchange, so a batch cannot be partitioned for it ahead; leave shard= out (its "
+                    "step partitions the batch itself)")
             if tables is None:
                 tables = tables_of(shard)
         self._shard = shard
