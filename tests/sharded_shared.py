@@ -97,7 +97,25 @@ def shared_feature_case(rank: int, world: int) -> dict[str, Any]:
         loss.backward()
         check_update(sh_s.embeddings, ref_s.embeddings, cfgs, ids, None, f"sequence step {step}")
         out["checked"] += 1
+    # traced with torch.fx inside a model that iterates its output (a leaf whose output is a dict)
+    model = torch.nn.ModuleDict({"ec": sh_s})
+    graph = torch.fx.symbolic_trace(_Summed(sh_s))
+    mine = _slice(_batch(9, world, False), rank)[0]
+    with torch.no_grad():
+        want_sum = sum(jt.values().sum() for jt in model["ec"](mine).values())
+        out["traced_equal"] = bool(torch.equal(graph(mine), want_sum))
     return out
+
+
+class _Summed(torch.nn.Module):
+    """Sums every output of a sequence collection, iterating its dict."""
+
+    def __init__(self, ec: torch.nn.Module) -> None:
+        super().__init__()
+        self.ec = ec
+
+    def forward(self, kjt: Any) -> torch.Tensor:
+        return sum(jt.values().sum() for jt in self.ec(kjt).values())
 
 
 def shared_feature_pipeline_case(rank: int, world: int) -> dict[str, Any]:

@@ -123,8 +123,8 @@ class _Sequence(nn.Module):
         self.proj = nn.Linear(8, 1)
 
     def forward(self, kjt: TKJT) -> torch.Tensor:
-        jt = self.ec(kjt)["hist"]
-        return self.proj(jt.values()).sum()
+        out = self.ec(kjt)  # iterated, as model code does: traced, it is a dict of the leaf's entries
+        return sum(self.proj(jt.values()).sum() for jt in out.values()) + self.proj(out["hist"].values()).mean()
 
 
 def _traced_models() -> list[tuple[str, nn.Module, bool]]:
@@ -173,3 +173,18 @@ def test_models_with_recgo_collections_trace_with_fx(trace: str) -> None:
             torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0, msg=name)
         for (k, v), w in zip(model.state_dict().items(), twin.state_dict().values()):
             torch.testing.assert_close(w, v, rtol=0, atol=0, msg=f"{name}: {k}")
+    # a collection as the root of the trace: a named error (it was "has no attribute ''")
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])], seed=1)
+    with pytest.raises(recgo.InvalidInputError, match="cannot be the root of a trace"):
+        tracer(ebc)
+
+
+def test_keyed_tensor_regroup_takes_a_repeated_key_from_the_last_input_as_torchrec() -> None:
+    """recgo's regroup took a key present in several inputs from the first; TorchRec's from the last."""
+    def kts(cls: type) -> list:
+        return [cls(keys=["a", "b"], length_per_key=[2, 4], values=torch.arange(12.0).view(2, 6)),
+                cls(keys=["a"], length_per_key=[1], values=torch.ones(2, 1))]
+
+    want = TKT.regroup(kts(TKT), [["a", "b"]])[0]
+    assert torch.equal(recgo.KeyedTensor.regroup(kts(recgo.KeyedTensor), [["a", "b"]])[0], want)
+    assert torch.equal(recgo.KeyedTensor.regroup(kts(TKT), [["a", "b"]])[0], want)

@@ -512,6 +512,14 @@ class KeyedTensor:
                 f"values of shape {tuple(values.shape)} do not hold the keys' {sum(self._length_per_key)} columns")
         self._values = values
 
+    @classmethod
+    def _over(cls, keys: Sequence[str], length_per_key: Sequence[int], values: Any) -> "KeyedTensor":
+        """A KeyedTensor over ``values`` without checking them: a ``torch.fx`` proxy while tracing, whose
+        shape is not known (the collection that made it checked the layout)."""
+        kt = cls.__new__(cls)
+        kt._keys, kt._length_per_key, kt._values = list(keys), [int(x) for x in length_per_key], values
+        return kt
+
     @staticmethod
     def from_tensor_list(keys: Sequence[str], tensors: Sequence[torch.Tensor], key_dim: int = 1,
                          cat_dim: int = 1) -> "KeyedTensor":
@@ -568,14 +576,14 @@ class KeyedTensor:
     @staticmethod
     def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
         """One ``[B, Σ D]`` tensor per group, the groups' keys' columns in group order, taken from the
-        first of ``keyed_tensors`` (recgo's or TorchRec's) that has the key (TorchRec's ``regroup``).
-        Differentiable with respect to every input's values."""
+        last of ``keyed_tensors`` (recgo's or TorchRec's) that has the key, as TorchRec's ``regroup``
+        takes it. Differentiable with respect to every input's values."""
         where: dict[str, torch.Tensor] = {}
         for kt in keyed_tensors:
             offs = kt.offset_per_key()
             offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
             for i, k in enumerate(kt.keys()):
-                where.setdefault(k, kt.values()[:, offs[i]:offs[i + 1]])
+                where[k] = kt.values()[:, offs[i]:offs[i + 1]]
         out = []
         for g in groups:
             missing = [k for k in g if k not in where]

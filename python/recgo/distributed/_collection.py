@@ -429,6 +429,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
         tables look up (TorchRec's embedding names)."""
         return list(self._names)
 
+    def _traced_output(self, node: Any) -> Any:
+        """Under ``torch.fx`` tracing: the output over the node (``modules._trace``): a KeyedTensor over
+        its values (the sequence subclass: the dict of its entries)."""
+        return KeyedTensor._over(self._names, self._dims, node.values())
+
     @property
     def fused_optimizer(self) -> FusedOptimizer | None:
         """The fused optimizer the owners apply to their rows (None: dense gradients)."""

@@ -101,6 +101,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """The tables as the pooled configs the shards are built from."""
         return list(self._configs)
 
+    def _traced_output(self, node: Any) -> dict[str, Any]:  # type: ignore[override]
+        """Under ``torch.fx`` tracing: the output dict of the node's entries (``modules._trace``)."""
+        return {k: node[k] for k in self._names}
+
     # -- forward / backward -----------------------------------------------------------------------
 
     @traced_as_leaf

@@ -13,6 +13,8 @@ from typing import Any, Callable, TypeVar
 
 import torch.fx
 
+from ..errors import InvalidInputError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -28,7 +30,10 @@ def _proxy_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy |
 
 def traced_as_leaf(forward: F) -> F:
     """Wrap a module's ``forward`` so that, called with a ``torch.fx.Proxy`` during symbolic tracing,
-    it records one ``call_module`` node for the module instead of running on the proxy."""
+    it records one ``call_module`` node for the module instead of running on the proxy. The result is
+    the module's ``_traced_output(node)`` when it defines one (an output of the same structure over
+    the node: a KeyedTensor over its values, a dict of its entries, so that code iterating the output
+    traces), else the node."""
 
     @functools.wraps(forward)
     def wrapper(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -36,6 +41,13 @@ def traced_as_leaf(forward: F) -> F:
         if proxy is None:
             return forward(self, *args, **kwargs)
         tracer = proxy.tracer
-        return tracer.create_proxy("call_module", tracer.path_of_module(self), args, kwargs)
+        path = tracer.path_of_module(self)
+        if not path:
+            raise InvalidInputError(
+                f"torch.fx: a {type(self).__name__} cannot be the root of a trace (its lookups run in Go, not in "
+                "torch ops); trace a model that holds it, where it is one call_module leaf")
+        node = tracer.create_proxy("call_module", path, args, kwargs)
+        shape = getattr(self, "_traced_output", None)
+        return shape(node) if shape is not None else node
 
     return wrapper  # type: ignore[return-value]

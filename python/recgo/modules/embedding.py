@@ -510,6 +510,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """Output feature order (tables in order, each table's features in order)."""
         return list(self._features)
 
+    def _traced_output(self, node: Any) -> KeyedTensor:
+        """Under ``torch.fx`` tracing: the output as a KeyedTensor over the node's values (``_trace``)."""
+        return KeyedTensor._over(self._features, self._dims, node.values())
+
     def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
         """The tables' configs."""
         return list(self._configs)

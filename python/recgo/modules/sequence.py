@@ -401,6 +401,10 @@ class EmbeddingCollection(nn.Module):
         tables look up (TorchRec's naming)."""
         return list(self._features)
 
+    def _traced_output(self, node: Any) -> dict[str, Any]:
+        """Under ``torch.fx`` tracing: the output dict of the node's entries (``_trace``)."""
+        return {k: node[k] for k in self._features}
+
     def embedding_dim(self) -> int:
         """The tables' common embedding dim (TorchRec's accessor; raises when dims differ)."""
         dims = set(self._feature_dims)

@@ -111,3 +111,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
     def feature_names(self) -> list[str]:
         """Output feature order (as the wrapped EmbeddingBagCollection's)."""
         return self.ebc.feature_names()
+
+    def _traced_output(self, node: Any) -> KeyedTensor:
+        """Under ``torch.fx`` tracing: the wrapped collection's traced output shape (``_trace``)."""
+        return self.ebc._traced_output(node)
