@@ -170,3 +170,43 @@ def test_deepcopy_in_a_parent_module_and_buffer_io() -> None:
     buf.seek(0)
     again = torch.load(buf, weights_only=False)
     assert same_state(parent["emb"], again["emb"])
+
+
+def test_deepcopy_keeps_what_shares_the_collections_parameters_shared() -> None:
+    """deepcopy((collection, optimizer)) gave an optimizer over orphan clones (the copy never trained),
+    and a dense weight tied to a table came back untied; plain torch modules keep both."""
+    ebc = make("fixed", None)
+    opt = torch.optim.SGD(ebc.parameters(), lr=0.1)
+    e2, o2 = copy.deepcopy((ebc, opt))
+    assert [id(p) for g in o2.param_groups for p in g["params"]] == [id(p) for p in e2.parameters()]
+    before = e2.embedding_bags["t0"].weight.detach().clone()
+    train(e2, range(1))
+    o2.step()
+    assert not torch.equal(e2.embedding_bags["t0"].weight, before)
+    assert torch.equal(ebc.embedding_bags["t0"].weight, before)  # the original is not touched
+
+    class Tied(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = make("fixed", None)
+            self.proj = torch.nn.Linear(4, 20, bias=False)
+            self.proj.weight = self.ebc.embedding_bags["t0"].weight
+
+    tied = copy.deepcopy(Tied())
+    assert tied.proj.weight is tied.ebc.embedding_bags["t0"].weight
+    assert len(list(tied.parameters())) == 2
+
+
+def test_an_assigning_load_from_another_collection_leaves_that_one_alone() -> None:
+    """b.load_state_dict(a.state_dict(keep_vars=True), assign=True) re-pointed a's own parameter and
+    buffers at b's engine memory: training b changed a, and a's forward then raised."""
+    a, b = make("fixed"), make("fixed")
+    own = b.embedding_bags["t0"].weight
+    want = {k: v.clone() for k, v in a.state_dict().items()}
+    b.load_state_dict(a.state_dict(keep_vars=True), assign=True)
+    assert b.embedding_bags["t0"].weight is own  # b keeps its objects (optimizers built on them work)
+    assert same_state(a, b)
+    train(b, range(3))
+    assert all(torch.equal(v, want[k]) for k, v in a.state_dict().items())
+    train(a, range(1))  # a still runs on its own memory
+    assert not same_state(a, b)

@@ -145,6 +145,15 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_ebc_copy_exclusive': ('int', (
+        ('h', 'uintptr_t'),
+        ('n', 'int64_t'),
+        ('srcs', 'void*'),
+        ('dsts', 'void*'),
+        ('sizes', 'void*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_ebc_forward': ('int', (
         ('h', 'uintptr_t'),
         ('keyFeaturePtr', 'void*'),

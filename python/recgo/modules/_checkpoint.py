@@ -42,6 +42,34 @@ def _meta_crc(entries: Any) -> int:
     return zlib.crc32(json.dumps([_FORMAT, _VERSION, entries], separators=(",", ":")).encode())
 
 
+def snapshot(handle: Any, state: dict[str, Any], engine: list[torch.Tensor]) -> dict[str, Any]:
+    """``state`` with every entry that views one of the ``engine`` tensors (a collection's weights,
+    optimizer state and step counters) replaced by a copy taken while no pass runs on the collection
+    (``handle``'s engine lock, which fused updates hold): one consistent step of every table, whatever
+    other threads train meanwhile (the views read a moving table, and a file's checksums then disagreed
+    with the bytes written after them)."""
+    from .. import _lib
+
+    by_addr = {t.data_ptr(): t for t in engine if t.numel()}
+    copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # engine address -> (engine tensor, buffer)
+    for v in state.values():
+        if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in by_addr:
+            t = by_addr[v.data_ptr()]
+            extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))  # elements the view spans
+            copies.setdefault(t.data_ptr(), (t, torch.empty(extent, dtype=t.dtype)))
+    if not copies:
+        return dict(state)
+    n = len(copies)
+    pairs = list(copies.values())
+    srcs = (ctypes.c_void_p * n)(*[t.data_ptr() for t, _ in pairs])
+    dsts = (ctypes.c_void_p * n)(*[b.data_ptr() for _, b in pairs])
+    sizes = (ctypes.c_int64 * n)(*[b.numel() * b.element_size() for _, b in pairs])
+    _lib.call(_lib.fn("recgo_ebc_copy_exclusive"), handle.value, n, srcs, dsts, sizes)
+    snap = {addr: b.as_strided(t.shape, t.stride()).contiguous() for addr, (t, b) in copies.items()}
+    return {k: snap[v.data_ptr()] if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in snap else v
+            for k, v in state.items()}
+
+
 def save_checkpoint(state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> None:
     """Write a state dict (str → tensor) to ``path`` with per-tensor and metadata CRC-32s (read it
     back with :func:`load_checkpoint`). The file is written with ``torch.save`` to a temporary file in

@@ -45,6 +45,13 @@ class PortableCopies:
         """An independent module with its own engine storage and the same state."""
         new = type(self)(**self._spec(), seed=0)  # type: ignore[call-arg]
         memo[id(self)] = new
+        # Copies of objects holding our parameters or buffers (an optimizer, a tied weight) copied after
+        # this module get the new module's, as deepcopy of a plain module gives (they are alive in self).
+        for old, mine in ((self.named_parameters, new.named_parameters), (self.named_buffers, new.named_buffers)):
+            copies = dict(mine())  # type: ignore[operator]
+            for n, t in old():  # type: ignore[operator]
+                if n in copies:
+                    memo.setdefault(id(t), copies[n])
         if getattr(self, "_handle", None) is not None:
             with torch.no_grad():
                 new.load_state_dict(self.state_dict())  # type: ignore[attr-defined]  # engine memory to engine memory

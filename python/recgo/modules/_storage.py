@@ -27,27 +27,28 @@ from ..errors import InvalidInputError
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
 _MAX_STEP = 1 << 53
 
-#: One engine-held tensor: (table, holder module, attribute, engine tensor, its address).
-View = tuple[str, nn.Module, str, torch.Tensor, int]
+#: One engine-held tensor: (table, holder module, attribute, engine tensor, its address, the parameter
+#: or buffer object the collection made for it).
+View = tuple[str, nn.Module, str, torch.Tensor, int, torch.Tensor]
 
 
-def _replaced(views: Sequence[View]) -> list[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor]]:
-    """(table, holder, attribute, engine tensor, current tensor) of each view that is not the engine's
-    memory any more."""
+def _replaced(views: Sequence[View]) -> list[tuple[str, nn.Module, str, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(table, holder, attribute, engine tensor, current tensor, own object) of each view that is not
+    the engine's memory any more."""
     out = []
-    for table, holder, name, mine, addr in views:
+    for table, holder, name, mine, addr, own in views:
         cur = getattr(holder, name, None)
         if cur is None:
             continue
-        if cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype != mine.dtype:
-            out.append((table, holder, name, mine, cur))
+        if cur is not own or cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype != mine.dtype:
+            out.append((table, holder, name, mine, cur, own))
     return out
 
 
 def sync_storage(views: Sequence[View]) -> None:
     """Copy the values of each replaced parameter or buffer back into the engine's memory and point it
     there again (loading: ``load_state_dict(assign=True)``, ``_apply``, ``reset_parameters``)."""
-    for table, _, name, mine, cur in _replaced(views):
+    for table, holder, name, mine, cur, own in _replaced(views):
         if cur.shape != mine.shape:
             raise InvalidInputError(
                 f"table {table!r}: {name} was replaced by a tensor of shape {tuple(cur.shape)}, "
@@ -58,7 +59,12 @@ def sync_storage(views: Sequence[View]) -> None:
                 "engine holds its tables in CPU memory")
         with torch.no_grad():
             mine.copy_(cur.detach())
-        cur.data = mine
+        if own.data_ptr() != mine.data_ptr() or own.shape != mine.shape:
+            own.data = mine  # moved by an _apply conversion (to_empty, .float()): back, the object kept
+        if cur is not own:  # another object put in its place (assign=True, maybe another module's): ours back
+            if isinstance(cur, nn.Parameter):
+                own.requires_grad_(cur.requires_grad)
+            (holder._parameters if name in holder._parameters else holder._buffers)[name] = own
 
 
 def check_storage(views: Sequence[View]) -> None:
@@ -67,7 +73,7 @@ def check_storage(views: Sequence[View]) -> None:
     bad = _replaced(views)
     if not bad:
         return
-    table, _, name, _, _ = bad[0]
+    table, _, name, _, _, _ = bad[0]
     raise InvalidInputError(
         f"table {table!r}: its {name} is not the engine's memory at forward time (it was swapped, e.g. by "
         "torch.func.functional_call or a stateless reparametrisation, or reassigned). recgo's collections "
@@ -186,7 +192,7 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str) -> None:
     tables' rows are checked by the engine."""
     owner = getattr(module, "ebc", module)
     dynamic = {f"{prefix}{c.name}." for c in owner.embedding_bag_configs() if c.dynamic is not None}
-    own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _ in owner._engine_views}
+    own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
     for k, v in state_dict.items():
         if not isinstance(v, torch.Tensor) or k not in own:
             continue

@@ -65,7 +65,7 @@ from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _eager, _ops, optim
 from ._copies import PortableCopies, rebuild
-from ._checkpoint import load_checkpoint, save_checkpoint
+from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
@@ -280,15 +280,16 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             out.append(flat)
         return out[0], out[1], out[2]
 
-    def _engine_tensors(self) -> list[tuple[str, nn.Module, str, torch.Tensor, int]]:
-        """(table, holder module, attribute, engine tensor, its address) of every parameter and buffer
-        that must stay in engine memory."""
+    def _engine_tensors(self) -> list[tuple[str, nn.Module, str, torch.Tensor, int, torch.Tensor]]:
+        """(table, holder module, attribute, engine tensor, its address, the parameter or buffer object)
+        of every parameter and buffer that must stay in engine memory (``_storage.View``)."""
         out = []
         for cfg, (weight, state, step) in zip(self._configs, self._storage):
             holder = self.embedding_bags[cfg.name]
             for name, mine in (("weight", weight), ("optimizer_state", state), ("optimizer_step", step)):
-                if mine.numel() and getattr(holder, name, None) is not None:
-                    out.append((cfg.name, holder, name, mine, mine.data_ptr()))
+                own = getattr(holder, name, None)
+                if mine.numel() and own is not None:
+                    out.append((cfg.name, holder, name, mine, mine.data_ptr(), own))
         return out
 
     def _sync_storage(self) -> None:
@@ -565,8 +566,12 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``state_dict()`` to ``path`` atomically, with a CRC-32 of every tensor and of the
-        metadata (see :func:`save_checkpoint`)."""
-        save_checkpoint(self.state_dict(), path)
+        metadata (see :func:`save_checkpoint`): one consistent step of every table, also while other
+        threads train the collection (copied under the engine's lock first)."""
+        state = self.state_dict()
+        if self._handle is not None:
+            state = snapshot(self._handle, state, [t for st in self._storage for t in st])
+        save_checkpoint(state, path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load a checkpoint written by :meth:`save` (weights and optimizer state, bit-exact) after
