@@ -104,3 +104,45 @@ def test_a_weights_only_torchrec_state_dict_loads_strictly_into_fused_collection
     partial.pop("embedding_bags.t.optimizer_step")
     with pytest.raises(RuntimeError, match=r"Missing key\(s\).*embedding_bags\.t\.optimizer_step"):
         ours.load_state_dict(partial)
+
+
+def test_accessors_torchrec_pipelines_call() -> None:
+    """stride_per_key_per_rank, record_stream, size_in_bytes, embedding_names_by_table and
+    JaggedTensor.empty(device=, weights_dtype=) were missing (AttributeError / TypeError)."""
+    kw = {"keys": ["a", "b"], "values": torch.tensor([1, 2, 3]), "lengths": torch.tensor([1, 0, 2, 0])}
+    ours, theirs = recgo.KeyedJaggedTensor(**kw), TKJT(**kw)
+    assert ours.stride_per_key_per_rank() == theirs.stride_per_key_per_rank()
+    for x in (ours, ours["a"], recgo.KeyedTensor(["a"], [2], torch.ones(3, 2))):
+        x.record_stream(None)  # CPU tensors: nothing to record (TorchRec's pipelines call it)
+    with pytest.raises(recgo.InvalidInputError, match="no inverse_indices"):
+        ours.inverse_indices()
+    tkt = torchrec.KeyedTensor(keys=["a", "b"], length_per_key=[2, 4], values=torch.ones(3, 6))
+    assert recgo.KeyedTensor(["a", "b"], [2, 4], torch.ones(3, 6)).size_in_bytes() == tkt.size_in_bytes()
+    cfgs = [torchrec.EmbeddingConfig(num_embeddings=20, embedding_dim=4, name="t0", feature_names=["a", "b"]),
+            torchrec.EmbeddingConfig(num_embeddings=9, embedding_dim=4, name="t1", feature_names=["c", "a"])]
+    assert recgo.EmbeddingCollection(cfgs).embedding_names_by_table() == \
+        torchrec.EmbeddingCollection(tables=cfgs, device=torch.device("cpu")).embedding_names_by_table()
+    e = recgo.JaggedTensor.empty(is_weighted=True, device="meta", values_dtype=torch.float32,
+                                 weights_dtype=torch.float64)
+    t = TJT.empty(is_weighted=True, device=torch.device("meta"), values_dtype=torch.float32,
+                  weights_dtype=torch.float64)
+    assert (e.values().device, e.values().dtype, e.weights().dtype) == (t.values().device, t.values().dtype,
+                                                                       t.weights().dtype)
+
+
+def test_padding_off_the_cpu_and_lengths_given_as_numpy_or_tensors() -> None:
+    """offsets() and to_padded built their indices on the CPU: a meta collection's output (or a CUDA
+    JaggedTensor) could not be padded; a NumPy or 0-d tensor length was refused. TorchRec takes both."""
+    np = pytest.importorskip("numpy")
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(12, 4, "t0", ["a"])], device="meta")
+    out = ec(recgo.KeyedJaggedTensor(["a"], torch.tensor([3, 3, 0]), lengths=torch.tensor([0, 3])))["a"]
+    padded, mask = out.to_padded(4)
+    assert (padded.shape, padded.device, mask.shape) == ((2, 4, 4), torch.device("meta"), (2, 4))
+    vals, lengths = torch.randn(5, 4), torch.tensor([2, 0, 3])
+    meta = recgo.JaggedTensor(vals, lengths=lengths).to("meta")
+    want = TJT(values=vals, lengths=lengths).to(torch.device("meta"))
+    assert meta.offsets().shape == want.offsets().shape and meta.offsets().device.type == "meta"
+    assert meta.to_padded_dense(3).shape == want.to_padded_dense(3).shape
+    cpu = recgo.JaggedTensor(vals, lengths=lengths)
+    for n in (np.int64(2), torch.tensor(2)):
+        assert torch.equal(cpu.to_padded_dense(n), TJT(values=vals, lengths=lengths).to_padded_dense(n))

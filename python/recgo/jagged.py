@@ -13,6 +13,7 @@ from typing import Any, Literal
 import torch
 
 from .errors import InvalidInputError
+from .tensors import integer
 
 _INTS = (torch.int64, torch.int32)
 
@@ -28,6 +29,14 @@ def _int_tensor(t: Any, what: str) -> torch.Tensor:
 def tensors_bytes(*tensors: torch.Tensor | None) -> int:
     """The bytes of the given tensors' elements (None counts nothing)."""
     return sum(t.element_size() * t.numel() for t in tensors if t is not None)
+
+
+def record_streams(stream: Any, *tensors: torch.Tensor | None) -> None:
+    """``Tensor.record_stream(stream)`` for each of the tensors on a device that has streams (TorchRec's
+    ``record_stream`` of its batch types, which its pipelines call); CPU tensors have none to record."""
+    for t in tensors:
+        if t is not None and t.device.type not in ("cpu", "meta"):
+            t.record_stream(stream)
 
 
 class JaggedTensor:
@@ -62,10 +71,13 @@ class JaggedTensor:
     # -- construction ----------------------------------------------------------------------------
 
     @staticmethod
-    def empty(is_weighted: bool = False, values_dtype: torch.dtype | None = None) -> "JaggedTensor":
-        """A JaggedTensor with no samples."""
-        return JaggedTensor(torch.empty(0, dtype=values_dtype or torch.int64),
-                            torch.empty(0) if is_weighted else None, lengths=torch.empty(0, dtype=torch.int64))
+    def empty(is_weighted: bool = False, device: Any = None, values_dtype: torch.dtype | None = None,
+              weights_dtype: torch.dtype | None = None, lengths_dtype: torch.dtype = torch.int64) -> "JaggedTensor":
+        """A JaggedTensor with no samples (TorchRec's signature; lengths are int64, as always here)."""
+        return JaggedTensor._unchecked(  # nothing to check (and on meta nothing could be read)
+            torch.empty(0, dtype=values_dtype or torch.int64, device=device),
+            torch.empty(0, dtype=weights_dtype or torch.float32, device=device) if is_weighted else None,
+            torch.empty(0, dtype=torch.int64, device=device))
 
     @classmethod
     def _unchecked(cls, values: torch.Tensor, weights: torch.Tensor | None, lengths: torch.Tensor) -> "JaggedTensor":
@@ -86,7 +98,8 @@ class JaggedTensor:
                            weights: torch.Tensor | None = None) -> "JaggedTensor":
         """The first ``lengths[b]`` entries of each row ``values[b]`` of a ``[B, L, ...]`` tensor."""
         lengths = _int_tensor(lengths, "lengths")
-        mask = torch.arange(values.shape[1]).expand(values.shape[0], -1) < lengths.unsqueeze(1)
+        mask = torch.arange(values.shape[1], device=values.device).expand(values.shape[0], -1) < \
+            lengths.to(values.device).unsqueeze(1)
         return JaggedTensor(values[mask], None if weights is None else weights[mask], lengths=lengths)
 
     @staticmethod
@@ -131,7 +144,7 @@ class JaggedTensor:
         """Start of each sample's rows (``[B+1]`` int64, first 0, last N)."""
         if self._offsets is None:
             lengths = self.lengths()
-            out = torch.zeros(lengths.numel() + 1, dtype=torch.int64)
+            out = torch.zeros(lengths.numel() + 1, dtype=torch.int64, device=lengths.device)
             torch.cumsum(lengths, 0, out=out[1:])
             self._offsets = out
         return self._offsets
@@ -160,6 +173,10 @@ class JaggedTensor:
         """Bytes held by the values, weights, lengths and offsets (TorchRec's ``size_in_bytes``)."""
         return tensors_bytes(self._values, self._weights, self._lengths, self._offsets)
 
+    def record_stream(self, stream: Any) -> None:
+        """Mark the tensors used on ``stream`` (TorchRec's; see :func:`record_streams`)."""
+        record_streams(stream, self._values, self._weights, self._lengths, self._offsets)
+
     def to_dense(self) -> list[torch.Tensor]:
         """One tensor (view) per sample."""
         return list(torch.split(self._values, self.lengths().tolist()))
@@ -175,20 +192,25 @@ class JaggedTensor:
         cut off; whether each row is cut off; mask ``[B, L]`` True where a slot is padding)."""
         if keep not in ("first", "last"):
             raise InvalidInputError(f"keep must be 'first' or 'last', got {keep!r}")
-        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+        length = integer("length", length)
+        if length < 0:
             raise InvalidInputError(f"length must be a non-negative int, got {length!r}")
-        lengths, starts = self.lengths(), self.offsets()[:-1]
+        # Built where the values are (lengths may be elsewhere: a meta collection's output keeps the
+        # batch's CPU lengths), so the scatter's indices and the mask live beside what they index.
+        dev = self._values.device
+        lengths = self.lengths().to(dev)
+        starts = self.offsets()[:-1].to(dev)
         b = lengths.numel()
         kept = lengths.clamp(max=length)  # [B]
-        pad = torch.arange(length, dtype=torch.int64).unsqueeze(0) >= kept.unsqueeze(1)  # [B, L]
-        sample = torch.repeat_interleave(torch.arange(b, dtype=torch.int64), lengths,
+        pad = torch.arange(length, dtype=torch.int64, device=dev).unsqueeze(0) >= kept.unsqueeze(1)  # [B, L]
+        sample = torch.repeat_interleave(torch.arange(b, dtype=torch.int64, device=dev), lengths,
                                          output_size=self._values.shape[0])  # [N]
         # keep="last": row j of a sample goes to slot j − (len − kept), so the newest events come last.
-        pos = torch.arange(self._values.shape[0], dtype=torch.int64) - starts[sample]
+        pos = torch.arange(self._values.shape[0], dtype=torch.int64, device=dev) - starts[sample]
         if keep == "last":
             pos = pos - (lengths - kept)[sample]
         cut = (pos < 0) | (pos >= length)
-        slot = torch.where(cut, torch.full((), b * length, dtype=torch.int64), sample * length + pos)
+        slot = torch.where(cut, torch.full((), b * length, dtype=torch.int64, device=dev), sample * length + pos)
         return slot, cut, pad
 
     def to_padded(self, length: int | None = None, keep: Literal["first", "last"] = "last",

@@ -401,6 +401,14 @@ class EmbeddingCollection(nn.Module):
         tables look up (TorchRec's naming)."""
         return list(self._features)
 
+    def embedding_names_by_table(self) -> list[list[str]]:
+        """The output keys of each table, config order (TorchRec's accessor)."""
+        out, i = [], 0
+        for c in self._configs:
+            out.append(self._features[i:i + len(c.feature_names)])
+            i += len(c.feature_names)
+        return out
+
     def _traced_output(self, node: Any) -> dict[str, Any]:
         """Under ``torch.fx`` tracing: the output dict of the node's entries (``_trace``)."""
         return {k: node[k] for k in self._features}

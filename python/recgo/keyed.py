@@ -1,0 +1,134 @@
+"""recgo's pooled output, shaped like TorchRec's ``KeyedTensor``: one dense ``[B, ΣD]`` tensor with each
+feature's slice in key order, with TorchRec's ``regroup``; it converts to and from
+``torchrec.sparse.jagged_tensor.KeyedTensor`` without copying."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+
+from .errors import InvalidInputError, NotFoundError
+from .jagged import record_streams, tensors_bytes
+
+
+class KeyedTensor:
+    """Pooled embeddings: a ``[B, ΣD]`` tensor with one column slice per key, in key order."""
+
+    def __init__(self, keys: Sequence[str], length_per_key: Sequence[int], values: torch.Tensor,
+                 key_dim: int = 1) -> None:
+        if key_dim != 1:
+            raise InvalidInputError(f"key_dim {key_dim}: recgo's KeyedTensor keeps keys along dim 1")
+        self._keys = list(keys)
+        self._length_per_key = [int(x) for x in length_per_key]
+        if len(self._keys) != len(self._length_per_key):
+            raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
+        if values.dim() != 2 or values.shape[1] != sum(self._length_per_key):
+            raise InvalidInputError(
+                f"values of shape {tuple(values.shape)} do not hold the keys' {sum(self._length_per_key)} columns")
+        self._values = values
+
+    @classmethod
+    def _over(cls, keys: Sequence[str], length_per_key: Sequence[int], values: Any) -> "KeyedTensor":
+        """A KeyedTensor over ``values`` without checking them: a ``torch.fx`` proxy while tracing, whose
+        shape is not known (the collection that made it checked the layout)."""
+        kt = cls.__new__(cls)
+        kt._keys, kt._length_per_key, kt._values = list(keys), [int(x) for x in length_per_key], values
+        return kt
+
+    @staticmethod
+    def from_tensor_list(keys: Sequence[str], tensors: Sequence[torch.Tensor], key_dim: int = 1,
+                         cat_dim: int = 1) -> "KeyedTensor":
+        """Concatenate ``[B, D_k]`` tensors along dim 1 (TorchRec's ``from_tensor_list``)."""
+        if key_dim != 1 or cat_dim != 1:
+            raise InvalidInputError("from_tensor_list: recgo's KeyedTensor keeps keys along dim 1")
+        return KeyedTensor(keys, [t.shape[1] for t in tensors], torch.cat(list(tensors), 1))
+
+    def keys(self) -> list[str]:
+        """Feature names, in column order."""
+        return list(self._keys)
+
+    def values(self) -> torch.Tensor:
+        """The dense ``[B, ΣD]`` tensor."""
+        return self._values
+
+    def key_dim(self) -> int:
+        """The dimension the keys are laid along (1)."""
+        return 1
+
+    def device(self) -> torch.device:
+        """The values' device."""
+        return self._values.device
+
+    def to(self, device: Any, non_blocking: bool = False) -> "KeyedTensor":
+        """The same keys with the values on ``device`` (TorchRec's ``KeyedTensor.to``; autograd follows
+        the copy, as for ``Tensor.to``): e.g. pooled embeddings for a dense part on a GPU."""
+        return KeyedTensor(self._keys, self._length_per_key, self._values.to(device, non_blocking=non_blocking))
+
+    def size_in_bytes(self) -> int:
+        """Bytes held by the values (TorchRec's ``size_in_bytes``)."""
+        return tensors_bytes(self._values)
+
+    def record_stream(self, stream: Any) -> None:
+        """Mark the values used on ``stream`` (TorchRec's; a no-op for CPU tensors)."""
+        record_streams(stream, self._values)
+
+    def length_per_key(self) -> list[int]:
+        """Embedding width of each key."""
+        return list(self._length_per_key)
+
+    def offset_per_key(self) -> list[int]:
+        """Column offsets, len(keys)+1 entries."""
+        out = [0]
+        for n in self._length_per_key:
+            out.append(out[-1] + n)
+        return out
+
+    def to_dict(self) -> dict[str, torch.Tensor]:
+        """``{key: [B, D_key]}`` column views."""
+        offs = self.offset_per_key()
+        return {k: self._values[:, offs[i]:offs[i + 1]] for i, k in enumerate(self._keys)}
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        try:
+            i = self._keys.index(key)
+        except ValueError:
+            raise NotFoundError(f"key {key!r} is not in this KeyedTensor (keys: {self._keys})") from None
+        offs = self.offset_per_key()
+        return self._values[:, offs[i]:offs[i + 1]]
+
+    @staticmethod
+    def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
+        """One ``[B, Σ D]`` tensor per group, the groups' keys' columns in group order, taken from the
+        last of ``keyed_tensors`` (recgo's or TorchRec's) that has the key, as TorchRec's ``regroup``
+        takes it. Differentiable with respect to every input's values."""
+        where: dict[str, torch.Tensor] = {}
+        for kt in keyed_tensors:
+            offs = kt.offset_per_key()
+            offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
+            for i, k in enumerate(kt.keys()):
+                where[k] = kt.values()[:, offs[i]:offs[i + 1]]
+        out = []
+        for g in groups:
+            missing = [k for k in g if k not in where]
+            if missing:
+                raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
+            out.append(torch.cat([where[k] for k in g], 1))
+        return out
+
+    @staticmethod
+    def regroup_as_dict(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]],
+                        keys: Sequence[str]) -> dict[str, torch.Tensor]:
+        """:meth:`regroup` with each group's tensor under the matching name of ``keys``."""
+        if len(groups) != len(keys):
+            raise InvalidInputError(f"regroup_as_dict: {len(groups)} groups but {len(keys)} keys")
+        return dict(zip(keys, KeyedTensor.regroup(keyed_tensors, groups)))
+
+    def to_torchrec(self) -> Any:
+        """The same result as a ``torchrec.sparse.jagged_tensor.KeyedTensor`` (the same values tensor)."""
+        from torchrec.sparse.jagged_tensor import KeyedTensor as TorchrecKT
+
+        return TorchrecKT(keys=self._keys, length_per_key=self._length_per_key, values=self._values)
+
+    def __repr__(self) -> str:
+        return f"KeyedTensor(keys={self._keys}, shape={tuple(self._values.shape)})"
