@@ -37,10 +37,12 @@ def global_batch(step: int, world: int, local: int = B_LOCAL, weighted: bool = F
     return recgo.KeyedJaggedTensor(keys, values, lengths=torch.cat(lens), weights=weights)
 
 
-def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
-    """Samples [rank·local, (rank+1)·local) of every feature (weights too, when it has them)."""
+def local_slice(kjt: recgo.KeyedJaggedTensor, rank: int,
+                local: int = B_LOCAL) -> tuple[recgo.KeyedJaggedTensor, dict[str, slice]]:
+    """Samples [rank·local, (rank+1)·local) of every feature (weights too, when it has them), and each
+    key's value range in the global batch."""
     feats = kjt.to_dict()
-    vals, lens, wts = [], [], []
+    vals, lens, wts, ranges = [], [], [], {}
     for k in kjt.keys():
         v, ln = feats[k].values(), feats[k].lengths()
         offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
@@ -49,5 +51,11 @@ def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -
         lens.append(ln[rank * local:(rank + 1) * local])
         if kjt.weights_or_none() is not None:
             wts.append(feats[k].weights()[lo:hi])
+        ranges[k] = slice(lo, hi)
     return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens),
-                                   weights=torch.cat(wts) if wts else None)
+                                   weights=torch.cat(wts) if wts else None), ranges
+
+
+def local_batch(kjt: recgo.KeyedJaggedTensor, rank: int, local: int = B_LOCAL) -> recgo.KeyedJaggedTensor:
+    """Samples [rank·local, (rank+1)·local) of every feature (weights too, when it has them)."""
+    return local_slice(kjt, rank, local)[0]

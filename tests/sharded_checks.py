@@ -34,3 +34,21 @@ def check_update(mine: Mapping[str, Any], ref: Mapping[str, Any], cfgs: Sequence
         if hasattr(b, "optimizer_state"):
             close(a.optimizer_state, b.optimizer_state[ids[c.name]], f"{what} state {c.name}")
             assert int(a.optimizer_step) == int(b.optimizer_step), f"{what} optimizer step {c.name}"
+
+
+def sequence_losses(want: Mapping[str, Any], got: Mapping[str, Any], mine: Any, ranges: Mapping[str, slice],
+                    step: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check a sharded sequence collection's outputs ``got`` (this rank's batch ``mine``) against the
+    single-process ones ``want`` (the global batch; ``ranges`` each key's values of this rank in it):
+    rows and lengths per output key (``feature@table`` reads key ``feature``). Returns the two losses
+    of one random projection per key, the rank's slice of the reference's, for the backward."""
+    loss_ref, loss = torch.zeros(()), torch.zeros(())
+    for i, k in enumerate(want):
+        key = k.split("@")[0]
+        rows = want[k].values()
+        close(got[k].values(), rows[ranges[key]].detach(), f"{what} step {step} rows {k}")
+        assert torch.equal(got[k].lengths(), mine[key].lengths()), f"{what} step {step} lengths {k}"
+        R = torch.randn(rows.shape, generator=torch.Generator().manual_seed(10 * step + i))
+        loss_ref = loss_ref + (rows * R).sum()
+        loss = loss + (got[k].values() * R[ranges[key]]).sum()
+    return loss_ref, loss

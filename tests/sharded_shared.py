@@ -10,7 +10,8 @@ import torch
 
 import recgo
 from recgo.modules import optim
-from sharded_checks import check_update, close
+from sharded_batches import local_slice
+from sharded_checks import check_update, close, sequence_losses
 
 B_LOCAL, STEPS = 3, 3
 
@@ -34,18 +35,7 @@ def _batch(step: int, world: int, weighted: bool) -> recgo.KeyedJaggedTensor:
 
 
 def _slice(kjt: recgo.KeyedJaggedTensor, rank: int) -> tuple[recgo.KeyedJaggedTensor, dict[str, slice]]:
-    feats, vals, lens, wts, ranges = kjt.to_dict(), [], [], [], {}
-    for k in kjt.keys():
-        v, ln = feats[k].values(), feats[k].lengths()
-        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
-        lo, hi = int(offs[rank * B_LOCAL]), int(offs[(rank + 1) * B_LOCAL])
-        vals.append(v[lo:hi])
-        lens.append(ln[rank * B_LOCAL:(rank + 1) * B_LOCAL])
-        if kjt.weights_or_none() is not None:
-            wts.append(feats[k].weights()[lo:hi])
-        ranges[k] = slice(lo, hi)
-    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens),
-                                   weights=torch.cat(wts) if wts else None), ranges
+    return local_slice(kjt, rank, B_LOCAL)
 
 
 def shared_feature_case(rank: int, world: int) -> dict[str, Any]:
@@ -84,15 +74,7 @@ def shared_feature_case(rank: int, world: int) -> dict[str, Any]:
         want_s, got_s = ref_s(kjt), sh_s(mine)
         out["sequence_keys"] = list(got_s)
         assert list(got_s) == list(want_s), (list(got_s), list(want_s))
-        loss_ref, loss = torch.zeros(()), torch.zeros(())
-        for i, k in enumerate(want_s):
-            key = k.split("@")[0]
-            rows = want_s[k].values()
-            close(got_s[k].values(), rows[ranges[key]].detach(), f"sequence step {step} rows {k}")
-            assert torch.equal(got_s[k].lengths(), mine[key].lengths())
-            R = torch.randn(rows.shape, generator=torch.Generator().manual_seed(10 * step + i))
-            loss_ref = loss_ref + (rows * R).sum()
-            loss = loss + (got_s[k].values() * R[ranges[key]]).sum()
+        loss_ref, loss = sequence_losses(want_s, got_s, mine, ranges, step, "sequence")
         loss_ref.backward()
         loss.backward()
         check_update(sh_s.embeddings, ref_s.embeddings, cfgs, ids, None, f"sequence step {step}")

@@ -17,7 +17,8 @@ from torch import nn
 
 import recgo
 from recgo.modules import optim
-from sharded_checks import check_update, close
+from sharded_batches import local_slice
+from sharded_checks import check_update, close, sequence_losses
 from sharded_shared import shared_feature_case, shared_feature_pipeline_case
 from spawned import spawn
 
@@ -48,16 +49,7 @@ def global_batch(step: int) -> recgo.KeyedJaggedTensor:
 
 def rank_slice(kjt: recgo.KeyedJaggedTensor, rank: int) -> tuple[recgo.KeyedJaggedTensor, dict[str, slice]]:
     """Samples [rank·local, (rank+1)·local) of every feature, and each key's value range in the global batch."""
-    feats = kjt.to_dict()
-    vals, lens, ranges = [], [], {}
-    for k in kjt.keys():
-        v, ln = feats[k].values(), feats[k].lengths()
-        offs = torch.cat([torch.zeros(1, dtype=torch.int64), ln.cumsum(0)])
-        lo, hi = int(offs[rank * B_LOCAL]), int(offs[(rank + 1) * B_LOCAL])
-        vals.append(v[lo:hi])
-        lens.append(ln[rank * B_LOCAL:(rank + 1) * B_LOCAL])
-        ranges[k] = slice(lo, hi)
-    return recgo.KeyedJaggedTensor(kjt.keys(), torch.cat(vals), lengths=torch.cat(lens)), ranges
+    return local_slice(kjt, rank, B_LOCAL)
 
 
 def _cases(rank: int, ckpt: str) -> dict[str, Any]:
@@ -81,14 +73,7 @@ def _cases(rank: int, ckpt: str) -> dict[str, Any]:
                     mine, ranges = rank_slice(kjt, rank)
                     want, got = ref(kjt), sh(mine)
                     assert list(got) == kjt.keys()
-                    loss_ref, loss = torch.zeros(()), torch.zeros(())
-                    for i, k in enumerate(kjt.keys()):
-                        w = want[k].values()
-                        close(got[k].values(), w[ranges[k]].detach(), f"{what} step {step} rows {k}")
-                        assert torch.equal(got[k].lengths(), mine.to_dict()[k].lengths())
-                        R = torch.randn(w.shape, generator=torch.Generator().manual_seed(10 * step + i))
-                        loss_ref = loss_ref + (w * R).sum()
-                        loss = loss + (got[k].values() * R[ranges[k]]).sum()
+                    loss_ref, loss = sequence_losses(want, got, mine, ranges, step, what)
                     loss_ref.backward()
                     loss.backward()
                     check_update(sh.embeddings, ref.embeddings, cfgs, ids, torch_opts, f"{what} step {step}")

@@ -43,18 +43,28 @@ def _reset(model: nn.Module) -> None:
             m.reset_parameters()
 
 
-def test_dlrm_meta_construction_and_training_match_torchrec() -> None:
+def _meta_dlrm(ebc: nn.Module, check: bool = False) -> DLRM:
+    """A DLRM around ``ebc`` built on the meta device, materialised and initialised from seed 0, as
+    TorchRec models are (``check``: the collection stays on meta until then)."""
     with torch.device("meta"):
-        ours = DLRM(embedding_bag_collection=recgo.EmbeddingBagCollection(TABLES, seed=0), dense_in_features=5,
-                    dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
-    assert ours.sparse_arch.embedding_bag_collection.device == torch.device("meta")
-    ours.to_empty(device="cpu")
+        model = DLRM(embedding_bag_collection=ebc, dense_in_features=5, dense_arch_layer_sizes=[16, 8],
+                     over_arch_layer_sizes=[16, 1])
+    if check:
+        assert model.sparse_arch.embedding_bag_collection.device == torch.device("meta")
+    model.to_empty(device="cpu")
     torch.manual_seed(0)
-    _reset(ours)
+    _reset(model)
     # DLRM's non-persistent index buffer is data, not a parameter: to_empty leaves it uninitialised
     # (TorchRec's own meta flow recomputes it too).
-    f = ours.inter_arch.F
-    ours.inter_arch.triu_indices = torch.triu_indices(f + 1, f + 1, offset=1)
+    f = model.inter_arch.F
+    model.inter_arch.triu_indices = torch.triu_indices(f + 1, f + 1, offset=1)
+    return model
+
+
+def test_dlrm_meta_construction_and_training_match_torchrec() -> None:
+    with torch.device("meta"):
+        ebc = recgo.EmbeddingBagCollection(TABLES, seed=0)
+    ours = _meta_dlrm(ebc, check=True)
     ref = DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=TABLES), dense_in_features=5,
                dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
     assert set(ours.state_dict()) == set(ref.state_dict())
@@ -130,13 +140,8 @@ class _Sequence(nn.Module):
 def _traced_models() -> list[tuple[str, nn.Module, bool]]:
     """(name, model, takes dense input) for each recgo module kind a traced model may hold."""
     with torch.device("meta"):
-        dlrm = DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=TABLES), dense_in_features=5,
-                    dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
-    dlrm.to_empty(device="cpu")
-    torch.manual_seed(0)
-    _reset(dlrm)
-    f = dlrm.inter_arch.F
-    dlrm.inter_arch.triu_indices = torch.triu_indices(f + 1, f + 1, offset=1)
+        ebc = tr.EmbeddingBagCollection(tables=TABLES)
+    dlrm = _meta_dlrm(ebc)
     ec = tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name="t", embedding_dim=8, num_embeddings=60,
                                                            feature_names=["hist", "item"])])
     return [("dlrm", recgo.from_torchrec(dlrm), True), ("sequence", recgo.from_torchrec(_Sequence(ec)), False)]
