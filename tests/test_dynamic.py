@@ -596,3 +596,35 @@ def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_
     assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[1.0, 2.0], [3.0, 4.0]]
     dynamic.import_rows(e, "t", ids, w)
     assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_dcp_loads_dynamic_tables_with_the_planner(tmp_path: Path) -> None:
+    """torch.distributed.checkpoint loads into the state dict's current shapes, which a dynamic table's
+    entries outgrow as it trains (DCP raised a size mismatch); DCPLoadPlanner resizes them to the
+    checkpoint's, and the loaded model trains on as the saved one does."""
+    import torch.distributed.checkpoint as dcp
+
+    def model(seed: int) -> EmbeddingBagCollection:
+        return EmbeddingBagCollection([
+            EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=64, feature_names=["f"],
+                               dynamic=DynamicConfig(min_count=2)),
+            EmbeddingBagConfig(name="u", embedding_dim=4, num_embeddings=10, feature_names=["g"])],
+            optimizer=Adagrad(lr=0.1), seed=seed)
+
+    a, b = model(1), model(2)
+    batch = KeyedJaggedTensor(["f", "g"], torch.tensor([1, 2, 3, 1, 2, 5, 1, 2]), lengths=torch.tensor([3, 3, 1, 1]))
+    for _ in range(3):
+        a(batch).values().sum().backward()
+    dcp.save({"model": a.state_dict()}, checkpoint_id=tmp_path)
+    sd = {"model": b.state_dict()}
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    with pytest.raises(CheckpointException, match="Size mismatch"):  # DCP's own planner
+        dcp.load({"model": model(3).state_dict()}, checkpoint_id=tmp_path)
+    dcp.load(sd, checkpoint_id=tmp_path, planner=dynamic.DCPLoadPlanner())
+    b.load_state_dict(sd["model"])
+    for _ in range(2):
+        a(batch).values().sum().backward()
+        b(batch).values().sum().backward()
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)

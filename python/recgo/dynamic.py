@@ -413,3 +413,13 @@ def attach(ebc: Any) -> Any:
         if cfg.dynamic is not None:
             _attach_table(ebc, i)
     return ebc
+
+
+def __getattr__(name: str) -> Any:
+    """``DCPLoadPlanner`` (``torch.distributed.checkpoint`` loads of dynamic tables, see
+    :mod:`recgo._dcp`), imported on first use: it pulls in ``torch.distributed.checkpoint``."""
+    if name == "DCPLoadPlanner":
+        from ._dcp import DCPLoadPlanner
+
+        return DCPLoadPlanner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
