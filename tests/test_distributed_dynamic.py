@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
 
 import recgo
 from recgo.modules import optim
@@ -132,6 +133,13 @@ def _world(rank: int, world: int, ck: str) -> dict[str, Any]:
             assert f"embedding_bags.user.rank{rank}_of_{world}.dynamic_ids" in sd
             again.load_state_dict(sd)
             out["state_dict_held"] = check_rows(again, _replay(SAVE_AT, world), rank, "state_dict")
+            # the same through torch.distributed.checkpoint: every rank's entries, resized on load
+            dcp.save({"model": sd}, checkpoint_id=ck + "-dcp")
+            third = make({})
+            loaded = {"model": third.state_dict()}
+            dcp.load(loaded, checkpoint_id=ck + "-dcp", planner=recgo.dynamic.DCPLoadPlanner())
+            third.load_state_dict(loaded["model"])
+            out["dcp_held"] = check_rows(third, _replay(SAVE_AT, world), rank, "dcp")
     out["sequence_rows"] = _sequence(rank, world)
     # shards of 4 rows, each holding 3 IDs: together more than one rank's bound
     small = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(4, 2, "s", ["s_id"], dynamic=recgo.DynamicConfig())],
@@ -255,6 +263,7 @@ def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
         assert held[0] > 0 and held[-1] > held[0], f"{mode}: the tables admitted no IDs over the steps: {held}"
         assert all(r["held"][(mode, STEPS - 1)] > 0 for r in res), "a rank holds none of the hash table's IDs"
     assert all(r["sequence_rows"] > 0 for r in res)
+    assert all(r["dcp_held"] == r["state_dict_held"] > 0 for r in res), res  # DCP loads them too
     # the shards together hold, admitted and step as the one table did
     assert sum(r["stats"].rows for r in res) == res[0]["ref_stats"].rows
     assert sum(r["stats"].admitted for r in res) == res[0]["ref_stats"].admitted
