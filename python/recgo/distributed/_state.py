@@ -38,9 +38,14 @@ def rank_keys(module: Any, state_dict: dict, prefix: str, _meta: Any) -> None:
     p, tag = _tables_prefix(module, prefix), _rank_tag(module)
     for cfg in module._configs:
         head = f"{p}{cfg.name}."
+        ids, counts = state_dict.get(f"{head}dynamic_ids"), state_dict.get(f"{head}dynamic_counts")
+        if cfg.dynamic is not None and ids is not None and counts is not None:
+            shard_ids = ids[counts > 0]  # the IDs of the snapshot the table's entries came from (no second one)
+        else:
+            shard_ids = module.local_ids(cfg.name)
         for k in [k for k in state_dict if k.startswith(head) and "." not in k[len(head):]]:
             state_dict[f"{head}{tag}.{k[len(head):]}"] = state_dict.pop(k)
-        state_dict[f"{head}{tag}.{SHARD_IDS}"] = module.local_ids(cfg.name)
+        state_dict[f"{head}{tag}.{SHARD_IDS}"] = shard_ids
 
 
 def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
