@@ -339,8 +339,11 @@ def _model_call(model: torch.nn.Module) -> Callable[[torch.nn.Module, Batch], to
     ``model(sparse, dense)``."""
     import inspect
 
+    from torch.nn.parallel import DistributedDataParallel
+
+    inner = model.module if isinstance(model, DistributedDataParallel) else model  # shard_model's wrapper
     try:
-        params = list(inspect.signature(model.forward).parameters)
+        params = list(inspect.signature(inner.forward).parameters)
     except (TypeError, ValueError):  # no signature to read: the documented order
         params = []
     if params and params[0].startswith("dense"):
@@ -386,7 +389,10 @@ class TrainPipeline:
     that all of them have a batch; at the first step where one has none, every rank stops there
     (``StopIteration``) instead of the others waiting forever in their next all-to-all. A rank that
     stops with a batch in hand counts it in :attr:`unused_batches` and warns; ``drop_last=True``
-    leaves at most that one short batch's difference.
+    leaves at most that one short batch's difference. The agreement runs on the world of the model's
+    sharded collection when it has one (within that collection's ``timeout``, so a rank that failed
+    to read makes the others raise :class:`recgo.distributed.PeerFailureError` in time), also when
+    each rank reads a source of its own.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, source: Source,
@@ -404,7 +410,7 @@ class TrainPipeline:
         self.last_batch_size = 0  # samples in the batch of the last step (the final one may be short)
         self.unused_batches = 0  # batches this rank held when another rank ran out (see the class doc)
         self._merged = shared_collections(model)
-        self._world = _step_group(self.data, kwargs.get("shard"))
+        self._world = _step_group(self.data, model)
         if optimizer is None:
             _warn_untrained(model)
 
@@ -492,14 +498,21 @@ class TrainPipeline:
         self.data.close()
 
 
-def _step_group(data: DataPipeline, shard: Any) -> Any:
-    """The group whose ranks must take their steps together (the sharded collection's world, else the
-    default group), or None on one rank."""
+def _step_group(data: DataPipeline, model: torch.nn.Module) -> Any:
+    """The group whose ranks must take their steps together, or None on one rank: the world of the
+    model's sharded collection when it has one (with the collection's timeout, whether or not the
+    pipeline partitions batches for it, and also when each rank reads a source of its own), else the
+    default group when the source is sharded over several ranks."""
     import torch.distributed as dist
 
-    if data.world_size <= 1 or not dist.is_available() or not dist.is_initialized():
+    if not dist.is_available() or not dist.is_initialized():
         return None
-    return shard._groups.world if shard is not None else dist.group.WORLD  # noqa: SLF001
+    from .distributed import ShardedEmbeddingBagCollection
+
+    sharded = next((m for m in model.modules() if isinstance(m, ShardedEmbeddingBagCollection)), None)
+    if sharded is not None and sharded._groups.world_size > 1:  # noqa: SLF001
+        return sharded._groups.world  # noqa: SLF001
+    return dist.group.WORLD if data.world_size > 1 else None
 
 
 def _all_have(mine: bool, group: Any) -> bool:
