@@ -37,9 +37,8 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench, CaseResult  # noqa: E402
+from harness import DATA, Bench, worker_argv, CaseResult  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TABLES, ROWS, DIM, LR = 8, 100_000, 64, 0.05
 WORLD = 2
 B_LOCAL = 512
@@ -206,7 +205,7 @@ def byte_floor(batch: Any, owner_of, dim: int = DIM) -> int:
     return (mine + served) * dim * 4
 
 
-def _worker(rank: int, store: str, quick: bool, out: str) -> None:
+def _worker(rank: int, store: str, argv: list[str], out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
@@ -237,7 +236,8 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     rows_only = {"recgo_table_wise": sharded("table_wise", "rows"), "recgo_hash": sharded("hash", "rows")}
     owners = {"recgo_table_wise": lambda t, ids: torch.full_like(ids, table_ranks[f"t{t}"]),
               "recgo_hash": lambda t, ids: ours["recgo_hash"].owners(f"t{t}", ids)}
-    bench = Bench("distributed", ["--quick"] if quick else [], repeats=9)
+    bench = Bench("distributed", argv, repeats=9)  # the parent's --quick and --repeats
+    quick = bench.quick
     B = B_LOCAL
     res: dict[str, Any] = {"torchrec_plan": plan_types, "recgo_table_ranks": table_ranks, "cases": [], "bytes": {},
                            "threads_per_rank": {"torch": torch.get_num_threads(), "recgo": recgo.num_threads()}}
@@ -320,11 +320,11 @@ def bytes_sweep(counter: ByteCounter, rank: int) -> list[dict[str, Any]]:
     return rows
 
 
-def world2(quick: bool) -> dict[str, Any]:
+def world2(argv: list[str]) -> dict[str, Any]:
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_worker, args=(os.path.join(tmp, "store"), quick, tmp), nprocs=WORLD, start_method="spawn")
+        mp.start_processes(_worker, args=(os.path.join(tmp, "store"), argv, tmp), nprocs=WORLD, start_method="spawn")
         return torch.load(os.path.join(tmp, "world2.pt"), weights_only=False)
 
 
@@ -408,7 +408,7 @@ def simulate(name: str, nodes: int = 16, per: int = 8) -> dict[str, Any] | None:
 def main() -> None:
     bench = Bench("distributed", description=__doc__)
     print("world 2: recgo sharded vs TorchRec DMP (gloo, spawn)", flush=True)
-    w2 = world2(bench.quick)
+    w2 = world2(worker_argv(bench))
     for c in w2["cases"]:
         bench.cases.append(CaseResult(c["case"], c["times"], c["items"]))
     main_case = {c.case: c for c in bench.cases}

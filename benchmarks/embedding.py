@@ -31,12 +31,12 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import DATA as SAMPLES, Bench  # noqa: E402
 
 import recgo  # noqa: E402
 from recgo import modules  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "criteo"
+DATA = SAMPLES / "criteo"
 LR = 0.01
 
 

@@ -34,14 +34,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _steps import embedding_only_step, first_batches, steppers  # noqa: E402
-from harness import Bench  # noqa: E402
+from harness import DATA, Bench  # noqa: E402
 
 import recgo  # noqa: E402
 from recgo.train import TrainConfig, Trainer, make_source  # noqa: E402
 from recgo.train.ablation import markdown as ablation_markdown, run_ablation  # noqa: E402
 from recgo.train.models import bst_inputs  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"
 TAOBAO = DATA / "taobao" / "taobao_UserBehavior_head.csv"
 
@@ -238,12 +237,13 @@ def _merge_into_previous(bench: Bench, summary: dict[str, float]) -> None:
 
 
 def main() -> None:
-    bench = Bench("end_to_end", description=__doc__, repeats=9)
+    bench = Bench("end_to_end", description=__doc__, repeats=9, options=lambda p: p.add_argument(
+        "--only", choices=["taobao-auc"], help="run only this case and merge it into the results in --out"))
     q = bench.quick
-    only = bench.rest[bench.rest.index("--only") + 1] if "--only" in bench.rest[:-1] else None
-    if only is not None:
-        if only != "taobao-auc" or not TAOBAO.exists():
-            raise SystemExit(f"--only {only}: only 'taobao-auc' can run alone, and it needs {TAOBAO}")
+    if bench.args.only is not None:
+        previous = bench.args.out / "end_to_end.json"
+        if not TAOBAO.exists() or not previous.exists():  # checked before any training
+            raise SystemExit(f"--only {bench.args.only}: needs {TAOBAO} and a full run's {previous} to merge into")
         _merge_into_previous(bench, taobao_auc(bench))
         return
     names = backends()

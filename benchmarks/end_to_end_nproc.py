@@ -29,14 +29,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import DATA  # noqa: E402
 
 WORLD = 2
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"
 TAOBAO = DATA / "taobao" / "taobao_UserBehavior_head.csv"
 
 
-def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: str, case: str) -> None:
+def _worker(rank: int, port: int, cfg: Any, names: list[str], argv: list[str], out: str, case: str) -> None:
     import torch.distributed as dist
 
     from _steps import first_batches, steppers
@@ -53,7 +53,7 @@ def _worker(rank: int, port: int, cfg: Any, names: list[str], quick: bool, out: 
     batches = first_batches(source)
     trainers = {b: Trainer(cfg, source, b, world) for b in names}
 
-    bench = Bench("end_to_end", ["--quick"] if quick else [], repeats=9)
+    bench = Bench("end_to_end", argv, repeats=9)  # the parent's --quick and --repeats
     res = bench.compare(case, steppers(trainers, batches), items=WORLD * batches[0].size, warmup=2)
     plans = {b: t.model.sparse.plan for b, t in trainers.items()}
     if rank == 0:
@@ -70,11 +70,11 @@ def throughput(bench: Any, cfg: Any, names: list[str], case: str = "dlrm_synthet
     (``throughput_vs_<other>_<key>_nproc2``)."""
     import torch.multiprocessing as mp
 
-    from harness import CaseResult
+    from harness import CaseResult, worker_argv
     from recgo.train.distributed import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_worker, args=(free_port(), cfg, names, bench.quick, tmp, case), nprocs=WORLD,
+        mp.start_processes(_worker, args=(free_port(), cfg, names, worker_argv(bench), tmp, case), nprocs=WORLD,
                            start_method="spawn")
         got = torch.load(os.path.join(tmp, "nproc.pt"), weights_only=False)
     res = CaseResult(case, got["times"], got["items"])

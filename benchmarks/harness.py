@@ -106,15 +106,41 @@ class CaseResult:
         return out
 
 
+def _positive(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
+    return n
+
+
+def worker_argv(bench: "Bench") -> list[str]:
+    """The arguments a spawned worker's own :class:`Bench` takes to time as its parent was asked to
+    (``--quick`` and ``--repeats``; the parent writes the results)."""
+    return (["--quick"] if bench.quick else []) + (["--repeats", str(bench.args.repeats)] if bench.args.repeats else [])
+
+
+#: The sample data folder (Criteo, Avazu and Taobao samples): ../shared/data beside the repository, or
+#: the folder ``RECGO_DATA`` names. Benchmarks skip the cases that need a missing sample.
+DATA = Path(os.environ.get("RECGO_DATA") or Path(__file__).resolve().parents[2] / "shared" / "data")
+
+
 class Bench:
     """One benchmark run: collects cases, a summary and notes, then writes results/<name>.*."""
 
-    def __init__(self, name: str, argv: list[str] | None = None, description: str = "", repeats: int = 7) -> None:
-        p = argparse.ArgumentParser(description=description or f"recgo benchmark {name}")
+    def __init__(self, name: str, argv: list[str] | None = None, description: str = "", repeats: int = 7,
+                 options: Callable[[argparse.ArgumentParser], None] | None = None) -> None:
+        """Parse ``argv`` (default: the command line): ``--quick``, ``--repeats``, ``--out`` and what
+        ``options`` adds to the parser; an unknown or misspelled flag is an error (it used to be dropped,
+        so ``--quik`` ran the full benchmark)."""
+        p = argparse.ArgumentParser(description=description or f"recgo benchmark {name}",
+                                    formatter_class=argparse.RawDescriptionHelpFormatter)
         p.add_argument("--quick", action="store_true", help="smaller inputs, under a minute")
-        p.add_argument("--repeats", type=int, default=None, help="timed rounds per variant")
+        p.add_argument("--repeats", type=_positive, default=None,
+                       help=f"timed rounds per variant (default {repeats}; 3 with --quick)")
         p.add_argument("--out", type=Path, default=RESULTS, help="results folder")
-        self.args, self.rest = p.parse_known_args(argv)
+        if options is not None:
+            options(p)
+        self.args = p.parse_args(argv)
         self.name = name
         self.quick: bool = self.args.quick
         self.repeats: int = self.args.repeats or (3 if self.quick else repeats)
@@ -123,6 +149,10 @@ class Bench:
         self.notes: list[str] = []
         self.data: dict[str, Any] = {}
         self._load_start = os.getloadavg()[0]
+        if not DATA.is_dir():
+            print(f"[{name}] sample data folder {DATA} is absent (set RECGO_DATA to another): the cases that read "
+                  "the Criteo, Avazu or Taobao samples are skipped and their summary keys left out", flush=True)
+            self.notes.append(f"the sample data folder {DATA} was absent: cases reading it were skipped")
 
     def note_load(self) -> None:
         """Record the 1-minute load average at the start and now, with a note on what it means."""
@@ -205,7 +235,8 @@ class Bench:
     def markdown(self) -> str:
         """The comparison table, the summary and notes as markdown."""
         lines = [f"# {self.name}", "", f"`{'python ' + ' '.join(sys.argv)}` — medians over the runs column", ""]
-        lines += ["| case | variant | median ms | items/s | vs slowest | runs |", "|---|---|---:|---:|---:|---:|"]
+        if self.cases:  # benchmarks that time with their own tables have none
+            lines += ["| case | variant | median ms | items/s | vs slowest | runs |", "|---|---|---:|---:|---:|---:|"]
         for c in self.cases:
             slowest = max(c.median(v) for v in c.times)
             for v in c.times:

@@ -31,9 +31,8 @@ from typing import Any, Iterator
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import DATA, Bench  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CRITEO = DATA / "criteo" / "criteo_dac_train_head10109.txt"
 BOUNDS = [0, 1, 2, 4, 8, 16, 64, 256, 1024]
 MOD = 100_000

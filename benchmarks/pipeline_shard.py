@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import Bench, worker_argv  # noqa: E402
 
 WORLD, TABLES, ROWS, DIM = 2, 8, 100_000, 16
 
@@ -36,7 +36,7 @@ def _copy(kjt: Any) -> Any:
     return recgo.KeyedJaggedTensor(kjt.keys(), kjt.values().clone(), lengths=kjt.lengths().clone())
 
 
-def _worker(rank: int, store: str, quick: bool, out: str) -> None:
+def _worker(rank: int, store: str, argv: list[str], out: str) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=WORLD)
@@ -48,13 +48,14 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
     from recgo.feature import Feature
     from recgo.modules import optim
 
+    quick = "--quick" in argv
     B = 1024 if quick else 4096
     pooling = 20.0
     source = SyntheticSource(WORLD * B * 10, [SyntheticField(f"f{t}", ROWS, 1.05, 1.0, pooling) for t in range(TABLES)],
                              seed=7)
     features = [Feature(f"f{t}").mod(ROWS) for t in range(TABLES)]
     cfgs = [recgo.EmbeddingBagConfig(ROWS, DIM, f"t{t}", [f"f{t}"]) for t in range(TABLES)]
-    bench = Bench("pipeline_shard", ["--quick"] if quick else [], repeats=9)
+    bench = Bench("pipeline_shard", argv, repeats=9)  # the parent's --quick and --repeats
     res: dict[str, Any] = {"cases": [], "format_ms": {}, "B_local": B, "pooling": pooling,
                            "threads_per_rank": recgo.num_threads()}
     for sharding in ("hash", "table_wise"):
@@ -99,9 +100,9 @@ def _worker(rank: int, store: str, quick: bool, out: str) -> None:
 def main() -> None:
     import torch.multiprocessing as mp
 
-    bench = Bench("pipeline_shard", description=__doc__.splitlines()[0], repeats=9)
+    bench = Bench("pipeline_shard", description=__doc__, repeats=9)
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(_worker, args=(os.path.join(tmp, "store"), bench.quick, tmp), nprocs=WORLD,
+        mp.start_processes(_worker, args=(os.path.join(tmp, "store"), worker_argv(bench), tmp), nprocs=WORLD,
                            start_method="spawn")
         res = torch.load(os.path.join(tmp, "world2.pt"), weights_only=False)
     from harness import CaseResult

@@ -20,14 +20,13 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import DATA, Bench  # noqa: E402
 
 from recgo import planner as P  # noqa: E402
 from recgo.planner._torchrec import torchrec_placement  # noqa: E402
 from recgo.planner.criteo import criteo_batches, criteo_tables  # noqa: E402
 from recgo.planner.synthetic import fit_real_samples, rm_profile  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 bench = Bench("planner", description=__doc__)
 QUICK = bench.quick

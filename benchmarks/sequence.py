@@ -30,12 +30,12 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import Bench  # noqa: E402
+from harness import DATA as SAMPLES, Bench  # noqa: E402
 
 import recgo  # noqa: E402
 from recgo import modules  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "taobao" / "taobao_UserBehavior_head.csv"
+DATA = SAMPLES / "taobao" / "taobao_UserBehavior_head.csv"
 LR = 0.01
 CAP = 200
 

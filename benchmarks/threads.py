@@ -1,9 +1,10 @@
 """Step-time spread of a small recgo model under torch's default OpenMP settings, with and without
 running recgo's parallel loops on torch's OpenMP threads (``recgo._threads``).
 
-Each configuration runs in fresh processes (OpenMP settings are read when torch loads), ``--runs``
-times: a small DLRM (``recgo.train``, synthetic data, recgo backend) trains ``--steps`` steps and the
-median step time of each run is kept. Configurations:
+Each configuration runs in fresh processes (OpenMP settings are read when torch loads), ``--repeats``
+times (default 8; 3 with ``--quick``): a small DLRM (``recgo.train``, synthetic data, recgo backend)
+trains 40 steps of 2048 (20 of 1024 with ``--quick``) and the median step time of each run is kept.
+Configurations:
 
 * ``openmp_team``: the default environment, recgo on torch's OpenMP team (the fix);
 * ``go_threads``: the default environment, recgo on its own Go threads (``RECGO_OPENMP=0``, before);

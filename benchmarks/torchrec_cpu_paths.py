@@ -29,13 +29,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _steps import embedding_only_loss, embedding_only_step, first_batches  # noqa: E402
-from harness import Bench  # noqa: E402
+from harness import DATA as SAMPLES, Bench  # noqa: E402
 
 from recgo.train import TrainConfig, make_source  # noqa: E402
 from recgo.train.backends import SparseArch, SparseOptim, initial_weights  # noqa: E402
 from recgo.train.loop import _tables  # noqa: E402
 
-TAOBAO = Path(__file__).resolve().parents[2] / "shared" / "data" / "taobao" / "taobao_UserBehavior_head.csv"
+TAOBAO = SAMPLES / "taobao" / "taobao_UserBehavior_head.csv"
 
 
 def _steps(cfg: TrainConfig) -> tuple[dict[str, "callable"], dict[str, str], int]:

@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from .backends import SparseOptim
 from .data import TaobaoSequences
-from .loop import TrainConfig, Trainer
+from .loop import TrainConfig, Trainer, taobao_data
 
 
 @dataclass(frozen=True)
@@ -94,11 +94,14 @@ def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: in
     ``[{"variant", "backend", "pipeline", "fuse", "dedup", "samples_per_second", "runs", "vs_all_on",
     "prep_ms"}]`` (``prep_ms``: median over rounds of the mean time per step the trainer waited for its input)
     (``samples_per_second`` None and a ``note`` for a variant this installation cannot run)."""
-    if cfg.model != "bst" or cfg.data is None:
-        raise InvalidInputError("the ablation runs the sequence model: --model bst --data <Taobao UserBehavior CSV>")
+    if cfg.model != "bst":
+        raise InvalidInputError("the ablation runs the sequence model: --model bst")
     if steps <= 0 or repeats <= 0 or warmup < 0:
         raise InvalidInputError("ablation: steps and repeats must be positive, warmup non-negative")
-    fused = TaobaoSequences(cfg.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed, pipeline=True)
+    # the data the model trained on (the synthetic UserBehavior file without --data: the ablation
+    # required --data and said so only after training)
+    fused = TaobaoSequences(taobao_data(cfg), batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
+                            pipeline=True)
     sources = {True: fused, False: fused.with_fusion(False)}
     runnable = [v for v in variants if v.dedup or dedup_switch_available()]
     runs: dict[str, list[float]] = {v.name: [] for v in runnable}

@@ -121,13 +121,17 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     return 1.0
 
 
+def taobao_data(cfg: TrainConfig) -> Any:
+    """The UserBehavior CSV the sequence model trains on: ``cfg.data``, else the synthetic one."""
+    from .synthetic_taobao import userbehavior_file
+
+    return userbehavior_file(seed=cfg.seed) if cfg.data is None else cfg.data
+
+
 def make_source(cfg: TrainConfig) -> Source:
     """The data source the config names (the model decides the format of a file)."""
     if cfg.model == "bst":
-        from .synthetic_taobao import userbehavior_file
-
-        data = userbehavior_file(seed=cfg.seed) if cfg.data is None else cfg.data
-        return TaobaoSequences(data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
+        return TaobaoSequences(taobao_data(cfg), batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
                                holdout=cfg.holdout_events, catalog=cfg.catalog)
     if cfg.data is None:
         return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
