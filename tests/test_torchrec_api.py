@@ -146,3 +146,16 @@ def test_padding_off_the_cpu_and_lengths_given_as_numpy_or_tensors() -> None:
     cpu = recgo.JaggedTensor(vals, lengths=lengths)
     for n in (np.int64(2), torch.tensor(2)):
         assert torch.equal(cpu.to_padded_dense(n), TJT(values=vals, lengths=lengths).to_padded_dense(n))
+
+
+def test_kjt_takes_torchrecs_precomputed_layouts() -> None:
+    """TorchRec's constructor keywords lengths_offset_per_key, offset_per_key, index_per_key and jt_dict
+    raised TypeError; they are now taken (and checked against the lengths, as length_per_key is)."""
+    kw = {"keys": ["a", "b"], "values": torch.tensor([1, 2, 3]), "lengths": torch.tensor([1, 0, 2, 0])}
+    theirs = TKJT(**kw)
+    layouts = {"lengths_offset_per_key": theirs.lengths_offset_per_key(), "offset_per_key": theirs.offset_per_key(),
+               "index_per_key": {k: i for i, k in enumerate(theirs.keys())}, "length_per_key": theirs.length_per_key()}
+    ours = recgo.KeyedJaggedTensor(**kw, **layouts, jt_dict=None)
+    assert ours.offset_per_key() == theirs.offset_per_key()
+    with pytest.raises(recgo.InvalidInputError, match=r"offset_per_key \[0, 2, 3\] disagrees"):
+        recgo.KeyedJaggedTensor(**kw, offset_per_key=[0, 2, 3])

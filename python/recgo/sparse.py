@@ -58,6 +58,9 @@ class KeyedJaggedTensor:
             has the same total batch size (then it is that B), refused otherwise.
         stride_per_key: the same, per key.
         length_per_key: IDs per key, if known (checked against ``lengths``).
+        lengths_offset_per_key, offset_per_key, index_per_key: TorchRec's precomputed layouts, if
+            known (checked against the keys and lengths, as ``length_per_key``).
+        jt_dict: TorchRec's precomputed ``to_dict()`` cache: recomputed here on first use (ignored).
         inverse_indices: TorchRec's deduplicated variable-batch input: refused.
 
     recgo's first releases took ``lengths`` as the third positional argument; an integer tensor there
@@ -75,6 +78,10 @@ class KeyedJaggedTensor:
         stride_per_key_per_rank: Any = None,
         stride_per_key: Sequence[int] | None = None,
         length_per_key: Sequence[int] | None = None,
+        lengths_offset_per_key: Sequence[int] | None = None,
+        offset_per_key: Sequence[int] | None = None,
+        index_per_key: Mapping[str, int] | None = None,
+        jt_dict: Mapping[str, Any] | None = None,
         inverse_indices: Any = None,
     ) -> None:
         if (isinstance(weights, torch.Tensor) and not weights.is_floating_point()
@@ -141,9 +148,13 @@ class KeyedJaggedTensor:
         self._length_per_key: list[int] | None = None
         self._offset_per_key: list[int] | None = None
         self._jt_dict: dict[str, JaggedTensor] | None = None
-        if length_per_key is not None and [int(x) for x in length_per_key] != self.length_per_key():
-            raise InvalidInputError(
-                f"length_per_key {list(length_per_key)} disagrees with the lengths ({self.length_per_key()})")
+        for name, given, mine in (("length_per_key", length_per_key, self.length_per_key),
+                                  ("offset_per_key", offset_per_key, self.offset_per_key),
+                                  ("lengths_offset_per_key", lengths_offset_per_key, self.lengths_offset_per_key)):
+            if given is not None and [int(x) for x in given] != mine():
+                raise InvalidInputError(f"{name} {list(given)} disagrees with the keys and lengths ({mine()})")
+        if index_per_key is not None and dict(index_per_key) != self.index_per_key():
+            raise InvalidInputError(f"index_per_key {dict(index_per_key)} disagrees with the keys {self._keys}")
 
     # -- construction ----------------------------------------------------------------------------
 
