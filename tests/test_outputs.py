@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import threading
 
 import pytest
@@ -39,6 +40,25 @@ def test_memory_is_reused_only_when_unreferenced() -> None:
     (d,) = pool.take([(10, 8)])
     assert d.data_ptr() not in (ptr, b.data_ptr())
     del view
+
+
+@needs_count
+def test_an_output_held_only_by_its_storage_is_not_reused() -> None:
+    """A Python storage object did not raise the storage's use count, so an output kept only through
+    ``untyped_storage()`` was overwritten by the next forward; NumPy and DLPack holders keep it too."""
+    pool = OutputPool()
+    for keep in (lambda t: t.untyped_storage(), lambda t: t.numpy(), lambda t: torch.utils.dlpack.to_dlpack(t)):
+        (a,) = pool.take([(6, 4)])
+        a.fill_(1.0)
+        ptr, held = a.data_ptr(), keep(a)
+        del a
+        for _ in range(3):
+            (b,) = pool.take([(6, 4)])
+            assert b.data_ptr() != ptr
+            b.fill_(2.0)
+        assert torch.equal(torch.frombuffer(bytearray(ctypes.string_at(ptr, 96)), dtype=torch.float32),
+                           torch.ones(24))
+        del held
 
 
 @needs_count

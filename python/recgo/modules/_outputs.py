@@ -3,8 +3,10 @@
 Fresh memory costs a page fault per 4 KiB on its first write (milliseconds for a large output), so a
 collection hands out the memory of an earlier output again once nothing references it. The caller
 only ever gets tensors on a base buffer's storage (never the base itself), so the base's storage use
-count proves when every one of them is gone. Outputs are built with ``set_`` rather than as views:
-one op each, and autograd lets a Function's caller modify a non-view output in place.
+count proves when every one of them is gone. A Python ``UntypedStorage`` object of an output does not
+raise that count (torch's storage object borrows its storage once tensors share it): it is seen by
+its Python reference count instead (:func:`_storage_free`). Outputs are built with ``set_`` rather
+than as views: one op each, and autograd lets a Function's caller modify a non-view output in place.
 
 Concurrency: :class:`OutputPool` is safe for concurrent forwards (the check and the hand-out are one
 step under its lock, so two threads never share a base); a buffer taken with
@@ -13,6 +15,7 @@ step under its lock, so two threads never share a base); a buffer taken with
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import torch
@@ -27,6 +30,34 @@ storage_use_count = (
     (lambda t: torch._C._storage_Use_Count(t.untyped_storage()._cdata))
     if hasattr(torch._C, "_storage_Use_Count") else _no_use_count
 )
+
+
+def _storage_refs(base: torch.Tensor) -> int:
+    """The Python references of ``base``'s storage object, this probe's two included."""
+    st = base.untyped_storage()
+    return sys.getrefcount(st)
+
+
+def _calibrate() -> int | None:
+    """The storage object's reference count when nothing outside holds it, if holding it raises the
+    count by one as expected in this torch and Python (else None: that check is left out)."""
+    base = torch.empty(1)
+    free = _storage_refs(base)
+    held = base.untyped_storage()
+    busy = _storage_refs(base)
+    del held
+    return free if busy == free + 1 and _storage_refs(base) == free else None
+
+
+_FREE_REFS = _calibrate()
+
+
+def _storage_free(base: torch.Tensor) -> bool:
+    """Whether no output of ``base`` is referenced: no tensor (the use count) and no Python storage
+    object outside the pool (its reference count)."""
+    if storage_use_count(base) != 2:
+        return False
+    return _FREE_REFS is None or _storage_refs(base) <= _FREE_REFS
 
 
 class OutputPool:
@@ -47,7 +78,7 @@ class OutputPool:
             out, taken, fresh = [], set(), []
             for n, d in shapes:
                 for base in self._bases:
-                    if id(base) not in taken and base.numel() >= n * d and storage_use_count(base) == 2:
+                    if id(base) not in taken and base.numel() >= n * d and _storage_free(base):
                         taken.add(id(base))
                         break
                 else:
