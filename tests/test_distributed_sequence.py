@@ -287,6 +287,7 @@ def test_a_feature_several_tables_read_is_looked_up_in_each(world: tuple[list[di
         assert got["pooled_keys"] == ["h@th", "g", "t@tt", "h@tt", "h@tr", "t@tr"], got
         assert got["sequence_keys"] == got["pooled_keys"], got
         assert got["traced_equal"], got  # a model iterating the sharded collection's output traces
+        assert got["marked"], got
         pipe = res["shared_pipeline"]  # TrainPipeline trains it (weights checked on the rank) ...
         assert pipe["steps"] == 4, pipe
         assert "cannot be partitioned for it ahead; leave shard= out" in pipe["shard_error"], pipe  # ... shard= says why

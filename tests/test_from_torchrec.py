@@ -315,3 +315,39 @@ def test_trained_position_weights_are_refused_and_frozen_ones_convert() -> None:
     new = recgo.from_torchrec(copy.deepcopy(ref))
     kjt = TKJT.from_lengths_sync(keys=["f"], values=torch.tensor([1, 2, 3, 4, 5]), lengths=torch.tensor([3, 2]))
     torch.testing.assert_close(new(kjt).values(), ref(kjt).values())
+
+
+@pytest.mark.parametrize("meta", [False, True])
+def test_in_backward_optimizer_filter_leaves_the_converted_tables_out(meta: bool) -> None:
+    """TorchRec's scripts build the dense optimizer from in_backward_optimizer_filter(named_parameters()):
+    the converted tables lacked the _in_backward_optimizers mark, so the dense optimizer took them in
+    (a table-sized Adagrad state; a checkpoint the unconverted script's optimizer could not load)."""
+    from torchrec.optim.keyed import KeyedOptimizerWrapper
+    from torchrec.optim.optimizers import in_backward_optimizer_filter
+
+    def build(convert: bool) -> nn.Module:
+        torch.manual_seed(0)
+        dev = torch.device("meta") if meta and convert else torch.device("cpu")
+        m = DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=TABLES, device=dev), dense_in_features=5,
+                 dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1], dense_device=torch.device("cpu"))
+        apply_optimizer_in_backward(torch.optim.Adagrad, m.sparse_arch.embedding_bag_collection.parameters(),
+                                    {"lr": 0.1})
+        if not convert:
+            return m
+        m = recgo.from_torchrec(m)
+        if meta:
+            m.sparse_arch.embedding_bag_collection.to_empty(device="cpu")
+        return m
+
+    ref, new = build(False), build(True)
+    opts = [KeyedOptimizerWrapper(dict(in_backward_optimizer_filter(m.named_parameters())),
+                                  lambda ps: torch.optim.Adagrad(ps, lr=0.1)) for m in (ref, new)]
+    assert list(opts[1].params) == list(opts[0].params)
+    assert not any("embedding" in n for n in opts[1].params)
+    gen = torch.Generator().manual_seed(3)
+    for m, o in zip((ref, new), opts):
+        dense, kjt, label = _batch(gen)
+        o.zero_grad()
+        nn.functional.binary_cross_entropy_with_logits(m(dense, kjt).squeeze(1), label).backward()
+        o.step()
+    opts[1].load_state_dict(opts[0].state_dict())  # raised "Different parameter count"

@@ -184,6 +184,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
             self._local_rows.append(local)
             has_state = optimizer is not None and optimizer.state_width(cfg.embedding_dim) > 0
             self.embedding_bags[cfg.name] = _Shard(weight, optimizer is None, state if has_state else None, step)
+            if optimizer is not None:  # as DMP marks its sharded tables: dense-optimizer filters leave them out
+                optim.mark_updated_in_backward([self.embedding_bags[cfg.name].weight])
             if cfg.dynamic is not None:
                 cfg.dynamic.attach(self, i)  # state_dict carries the shard's ID map and rows in use
             elif _init:

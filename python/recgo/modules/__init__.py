@@ -7,7 +7,8 @@ from __future__ import annotations
 from . import optim
 from ._checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
 from .convert import from_torchrec
-from .embedding import EmbeddingBagCollection, EmbeddingBagConfig, stage_times
+from ._stages import stage_times
+from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .sequence import EmbeddingCollection, EmbeddingConfig
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 

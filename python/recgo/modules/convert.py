@@ -70,8 +70,19 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
         if not meta:
             _carry_weights(m, new, name)
             _carry_optimizer_state(m, new, name, kind)
+        _keep_in_backward_mark(m, new)
         model = replace(model, name, new)
     return model
+
+
+def _keep_in_backward_mark(old: nn.Module, new: nn.Module) -> None:
+    """Mark ``new``'s tables as updated in backward where ``old``'s weights were
+    (``apply_optimizer_in_backward``), so the TorchRec script's ``in_backward_optimizer_filter`` leaves
+    them out of its dense optimizer as before (it took them in: a table-sized dense state, and a
+    dense-optimizer checkpoint the unconverted script's could not load)."""
+    if getattr(new, "fused_optimizer", None) is not None and any(
+            hasattr(p, "_in_backward_optimizers") for p in old.parameters()):
+        optim.mark_updated_in_backward(new.parameters())
 
 
 def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None,
@@ -152,6 +163,7 @@ def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | No
         step = states.get(f"{prefix}.{c.name}.optimizer_step")
         if step is not None:
             tables[c.name].optimizer_step.copy_(step)
+    _keep_in_backward_mark(inner, new)
     managed = ManagedCollisionEmbeddingBagCollection if pooled else ManagedCollisionEmbeddingCollection
     return managed(new, hashes, m._return_remapped_features)
 

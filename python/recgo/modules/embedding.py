@@ -32,17 +32,14 @@ Concurrency contract (enforced by the engine's per-collection lock and tested in
   a fused optimizer a graph's backward runs once (it updates the rows), and a second one raises.
 * Not synchronized by recgo, so not to be run concurrently with passes on the same collection:
   writes to its parameters and buffers from Python (a torch optimizer's ``step()``,
-  ``load_state_dict``, ``load``, in-place edits). Run them between steps.
+  ``load_state_dict``, ``load``, in-place edits), and reads of ``state_dict()``'s live views. Run
+  them between steps. :meth:`EmbeddingBagCollection.save` may run concurrently: it copies every table
+  under the engine's lock, then writes a CRC-32 of every tensor and of the metadata, which
+  :meth:`EmbeddingBagCollection.load` verifies (``RecgoIOError`` names the file and the damaged part).
 
-Copies: ``copy.deepcopy`` (and what uses it: ``torch.optim.swa_utils.AveragedModel``, EMA helpers),
-pickling and ``torch.save(module)`` build a new, independent collection with its own engine storage
-holding the same weights, optimizer state and step, and dynamic-ID maps; unpickling (in any process)
-rebuilds the engine state from those tensors. Engine handles themselves are never copied.
-
-Checkpoints: :meth:`EmbeddingBagCollection.save` writes the state dict with a CRC-32 of every tensor
-and of the metadata; :meth:`EmbeddingBagCollection.load` verifies them and raises
-:class:`recgo.errors.RecgoIOError` naming the file and the damaged part (truncated and unreadable
-files too).
+Copies: ``copy.deepcopy`` (``AveragedModel``, EMA helpers), pickling and ``torch.save(module)`` build
+an independent collection with its own engine storage holding the same weights, optimizer state and
+step, and dynamic-ID maps; unpickling (in any process) rebuilds the engine state from those tensors.
 """
 
 from __future__ import annotations
@@ -184,7 +181,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             if self._optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
                 step = torch.empty(0, dtype=torch.int64)
             # requires_grad=True also when fused (as TorchRec's fused tables): requires_grad_(False) freezes
-            self.embedding_bags[cfg.name] = _Table(weight, True, state, step)
+            table = _Table(weight, True, state, step)
+            if cfg.name in self.embedding_bags:  # the meta stand-in's marks (e.g. _in_backward_optimizers) carry over
+                table.weight.__dict__.update(self.embedding_bags[cfg.name].weight.__dict__)
+            self.embedding_bags[cfg.name] = table
         for i, cfg in enumerate(self._configs):
             # Dynamic tables hook state_dict/load_state_dict so checkpoints carry their ID maps.
             if cfg.dynamic is not None and hasattr(cfg.dynamic, "attach"):
@@ -594,16 +594,3 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 def _rebuild_collection(spec: dict[str, Any], state: dict[str, Any]) -> EmbeddingBagCollection:
     """Unpickling target of collections pickled before ``_copies`` existed (kept so they still load)."""
     return rebuild(EmbeddingBagCollection, spec, state)
-
-
-STAGES = ("dedup", "pool", "group", "update")
-
-
-def stage_times() -> dict[str, float]:
-    """Seconds the engine has spent in each embedding stage since the library loaded (all collections):
-    dedup (deduplicate and resolve IDs), pool (forward segments), group (forward kept for
-    backward: contributions grouped by row), update (backward: per-row reduction and optimizer). Take differences around a
-    region to see how its time splits."""
-    out = torch.zeros(len(STAGES), dtype=torch.int64)
-    _lib.call(_lib.fn("recgo_ebc_stage_times"), out.data_ptr(), len(STAGES))
-    return {name: ns / 1e9 for name, ns in zip(STAGES, out.tolist())}

@@ -101,6 +101,37 @@ class AdamW(Adam):
     kind = _lib.const("OptAdamW")
 
 
+class UpdatedInBackward:
+    """What a fused table's weight carries as ``_in_backward_optimizers`` where TorchRec's carries one:
+    after ``apply_optimizer_in_backward`` (``from_torchrec``), and on sharded tables (as DMP marks its
+    sharded tables with TorchRec's ``EmptyFusedOptimizer``). So ``torchrec.optim.in_backward_optimizer_filter``
+    leaves the tables out of a dense optimizer, as in the TorchRec script: their collection's fused
+    optimizer updates them in backward. Its ``step`` and ``zero_grad`` do nothing."""
+
+    param_groups: list[dict[str, Any]] = []
+    state: dict[Any, Any] = {}
+
+    def step(self, closure: Any = None) -> Any:
+        """Nothing to do (the collection updated the rows in backward); returns ``closure()`` if given."""
+        return closure() if closure is not None else None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Nothing to clear: fused tables get no gradient."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """No state (the collection keeps its optimizer state in its own state dict)."""
+        return {"state": {}, "param_groups": []}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Nothing to load."""
+
+
+def mark_updated_in_backward(weights: Any) -> None:
+    """Give each of ``weights`` (fused tables' parameters) the ``_in_backward_optimizers`` mark."""
+    for w in weights:
+        w._in_backward_optimizers = [UpdatedInBackward()]
+
+
 def check_replacement(current: FusedOptimizer | None, new: Any) -> None:
     """Refuse ``new`` as the replacement of a collection's fused optimizer ``current`` unless both are
     fused optimizers of one kind (the rows' state layout depends on it; hyper-parameters may change)."""
