@@ -11,6 +11,12 @@ import (
 // starting each table from its smallest option that fits the node's host memory.
 func reoptGPU(s *state, g int) {
 	m := s.m
+	saved := snapshot(s, g)
+	defer func() { // the fresh splits overflowed the GPU or its node: keep the ones it had
+		if s.hbm[g] > m.Topo.HBMBytes || s.host[m.Topo.Node(g)] > m.Topo.HostBytes {
+			restore(s, saved)
+		}
+	}()
 	var tabs []int
 	for i, c := range s.choice {
 		if c.gpu == g {

@@ -118,7 +118,7 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 	before := s.assignments()
 	_, top := s.maxLoad()
 	rebalance(ctx, s, rebalanceBudget)
-	if _, after := s.maxLoad(); after > top {
+	if _, after := s.maxLoad(); after > top || s.overCapacity() {
 		return before, nil
 	}
 	return s.assignments(), nil

@@ -60,6 +60,19 @@ func (s *state) noRoom(what string, i int) error {
 		cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost))
 }
 
+// overCapacity reports whether some GPU's HBM or some node's host memory holds more than its budget.
+func (s *state) overCapacity() bool {
+	for g, b := range s.hbm {
+		if b > s.m.Topo.HBMBytes {
+			return true
+		}
+		if s.host[s.m.Topo.Node(g)] > s.m.Topo.HostBytes {
+			return true
+		}
+	}
+	return false
+}
+
 func (s *state) place(i, k, g int) {
 	o := s.opt(i, k)
 	s.load[g] += o.Cost

@@ -397,3 +397,17 @@ def test_planned_collections_refuse_dynamic_tables_by_name(prof: P.Profile) -> N
         P.PlannedEmbeddingBagCollection(cfgs, plan)
     with pytest.raises(InvalidInputError, match=r"from_ebc: tables \['b'\] are dynamic-ID tables"):
         P.PlannedEmbeddingBagCollection.from_ebc(recgo.EmbeddingBagCollection(cfgs, seed=0), plan)
+
+
+# A profile on which the row greedy's local search overflowed the node's host memory (found by a random
+# brute-force sweep, 1 case in 120): re-splitting a GPU restarted its tables from their all-UVM options in
+# index order and placed one that found no host memory left anyway, while MILP and every greedy fit.
+_OVERFLOWED = {"version": 1, "sample_rate": 1.0, "tables": [{"name": "t0", "rows": 100, "dim": 4, "elem_bytes": 4, "samples": 1000, "lookups": 1000, "coverage": 0.5839586148109814, "pooling": 2.258565798121886, "touched": 44, "cdf": [{"rows": 0, "frac": 0.0}, {"rows": 2, "frac": 0.46443128136208256}, {"rows": 7, "frac": 0.7046824748521638}, {"rows": 17, "frac": 0.8108713748589025}, {"rows": 44, "frac": 1.0}]}, {"name": "t1", "rows": 50, "dim": 16, "elem_bytes": 4, "samples": 1000, "lookups": 1000, "coverage": 0.26114744848182736, "pooling": 3.4808149604214442, "touched": 46, "cdf": [{"rows": 0, "frac": 0.0}, {"rows": 28, "frac": 0.9072464418329662}, {"rows": 46, "frac": 1.0}]}, {"name": "t2", "rows": 50, "dim": 4, "elem_bytes": 4, "samples": 1000, "lookups": 1000, "coverage": 0.9422041458196628, "pooling": 3.7608116966193674, "touched": 46, "cdf": [{"rows": 0, "frac": 0.0}, {"rows": 11, "frac": 0.4274251776610529}, {"rows": 12, "frac": 0.5131182686750813}, {"rows": 25, "frac": 0.5853527487931638}, {"rows": 46, "frac": 1.0}]}]}
+
+
+def test_row_greedy_plans_stay_within_capacity() -> None:
+    prof = P.Profile.from_dict(_OVERFLOWED)
+    topo = P.Topology(1, 2, 1715, 3496, batch_size=1024)
+    for strategy in ("row_greedy", "milp"):
+        plan = P.plan(prof, topo, strategy)
+        assert not plan.predicted.get("violation"), (strategy, plan.predicted.get("violation"))
