@@ -411,3 +411,26 @@ def test_row_greedy_plans_stay_within_capacity() -> None:
     for strategy in ("row_greedy", "milp"):
         plan = P.plan(prof, topo, strategy)
         assert not plan.predicted.get("violation"), (strategy, plan.predicted.get("violation"))
+
+
+def test_planned_ebc_from_a_fused_collection_keeps_its_optimizer_and_state(prof: P.Profile) -> None:
+    """from_ebc dropped the fused optimizer (the planned collection stopped training, silently) and its
+    per-row state and step; they now come along, permuted hot-first with the rows."""
+    from recgo.modules import optim
+    from recgo.modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
+
+    cfgs = [EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=t.dim, name=t.name, feature_names=[t.name])
+            for t in TABLES]
+    ref = EmbeddingBagCollection(cfgs, seed=0, optimizer=optim.Adagrad(lr=0.3))
+    batches = _batches(seed=9, n=5)
+    for kjt in batches[:2]:
+        ref(kjt).values().sum().backward()
+    planned = P.PlannedEmbeddingBagCollection.from_ebc(ref, P.plan(prof, small_topo(), "row_greedy"))
+    assert isinstance(planned.ebc.fused_optimizer, optim.Adagrad)
+    for kjt in batches[2:]:  # the two go on alike
+        torch.testing.assert_close(planned(kjt).values(), ref(kjt).values())
+        planned(kjt).values().sum().backward()
+        ref(kjt).values().sum().backward()
+    for t in TABLES:
+        torch.testing.assert_close(planned.original_weight(t.name), ref.embedding_bags[t.name].weight.detach())
+        assert int(planned.ebc.embedding_bags[t.name].optimizer_step) == int(ref.embedding_bags[t.name].optimizer_step)

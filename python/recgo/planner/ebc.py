@@ -15,6 +15,9 @@ from torch import nn
 
 from ..errors import InvalidInputError
 from ..modules._trace import traced_as_leaf
+from ..modules import optim
+from ..modules._walk import torchrec_kind
+from ..modules.convert import torchrec_optimizer_state
 from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from ..sparse import KeyedTensor, _is_torchrec_kjt, as_kjt
 from ._plan import Plan
@@ -64,18 +67,33 @@ class PlannedEmbeddingBagCollection(nn.Module):
     @classmethod
     def from_ebc(cls, ebc: nn.Module, plan: Plan, remap: Remap | None = None,
                  profile: Profile | None = None, **ebc_kwargs: Any) -> "PlannedEmbeddingBagCollection":
-        """Build from an existing recgo or TorchRec EmbeddingBagCollection, moving its rows hot-first."""
+        """Build from an existing recgo or TorchRec EmbeddingBagCollection, moving its rows hot-first, with
+        its fused optimizer (unless ``optimizer=`` is given: recgo's own, a TorchRec fused collection's
+        or what ``apply_optimizer_in_backward`` gave it, as ``recgo.from_torchrec`` takes it) and, where
+        the update is the same, the optimizer state of each row and the step (both were dropped, so a
+        fused collection converted this way stopped training)."""
         cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
                 for c in ebc.embedding_bag_configs()]
         dynamic = [c.name for c in cfgs if c.dynamic is not None]
         if dynamic:  # copying rows would leave their ID maps behind
             raise InvalidInputError(f"from_ebc: tables {dynamic} are dynamic-ID tables, whose rows belong to their "
                                     "ID maps; keep them in a collection of their own")
+        optim.adopt(ebc, ebc_kwargs)
         out = cls(cfgs, plan, remap, profile, **ebc_kwargs)
+        state = ebc.state_dict()
+        if torchrec_kind(ebc):  # the state TorchRec keeps outside its state dict
+            state.update(torchrec_optimizer_state(ebc, out.ebc.fused_optimizer, "embedding_bags"))
         with torch.no_grad():
             for c in cfgs:
-                src = ebc.embedding_bags[c.name].weight.detach().to(torch.float32)
-                out.ebc.embedding_bags[c.name].weight[out._new_ids(c.name, c.num_embeddings)] = src
+                head, table = f"embedding_bags.{c.name}.", out.ebc.embedding_bags[c.name]
+                new = out._new_ids(c.name, c.num_embeddings)
+                table.weight[new] = state[head + "weight"].detach().to(torch.float32)
+                st, mine = state.get(head + "optimizer_state"), getattr(table, "optimizer_state", None)
+                if st is not None and mine is not None and st.shape == mine.shape:
+                    mine[new] = st.to(mine.dtype)
+                step, my_step = state.get(head + "optimizer_step"), getattr(table, "optimizer_step", None)
+                if step is not None and my_step is not None and step.numel() == my_step.numel() > 0:
+                    my_step.copy_(step)
         return out
 
     def _new_ids(self, table: str, rows: int) -> torch.Tensor:
