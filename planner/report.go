@@ -79,7 +79,7 @@ func (p *Plan) nextSteps() string {
 			100*s.Gap, s.Status)
 	}
 	b.WriteString("- Check the topology above against your cluster; the plan is only as good as these budgets and bandwidths.\n")
-	b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir))` puts each table's hot rows first, and `Remap.load(dir + \"/remap.bin\").apply_kjt(batch)` renumbers IDs in a data loader.\n")
+	b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir), remap=recgo.planner.Remap.load(dir + \"/remap.bin\"))` puts each table's hot rows first and renumbers the IDs of raw batches itself; or renumber them in the data loader (`recgo.DataPipeline(..., remap=remap, tables=...)` or `remap.apply_kjt(batch)`) and feed its `.ebc`, so no ID is renumbered twice.\n")
 	b.WriteString("- Keep TorchRec's sharding: `recgo.planner.torchrec_sharding_plan(plan)` or `torchrec_constraints(plan)` carry the ranks and hot-row splits.\n")
 	b.WriteString("- Re-profile when the data drifts (`python -m recgo profile`), then re-plan.\n")
 	return b.String()

@@ -434,3 +434,25 @@ def test_planned_ebc_from_a_fused_collection_keeps_its_optimizer_and_state(prof:
     for t in TABLES:
         torch.testing.assert_close(planned.original_weight(t.name), ref.embedding_bags[t.name].weight.detach())
         assert int(planned.ebc.embedding_bags[t.name].optimizer_step) == int(ref.embedding_bags[t.name].optimizer_step)
+
+
+def test_planned_ebc_refuses_copies_and_a_remap_without_tables(prof: P.Profile) -> None:
+    """copy.deepcopy raised a bare TypeError telling the user to copy the module that owns the handle
+    (which the planned collection is); DataPipeline(remap=) without tables renumbered nothing, silently."""
+    import copy
+    import pickle
+
+    from recgo.data import SyntheticField, SyntheticSource
+    from recgo.feature import Feature
+    from recgo.modules.embedding import EmbeddingBagConfig
+
+    cfgs = [EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=t.dim, name=t.name, feature_names=[t.name])
+            for t in TABLES]
+    plan = P.plan(prof, small_topo(), "row_greedy")
+    planned = P.PlannedEmbeddingBagCollection(cfgs, plan)
+    for copier in (copy.deepcopy, pickle.dumps):
+        with pytest.raises(InvalidInputError, match="cannot be copied"):
+            copier(planned)
+    source = SyntheticSource(100, [SyntheticField(t.name, t.rows, 1.0) for t in TABLES], seed=1)
+    with pytest.raises(InvalidInputError, match="renumbers the IDs of the tables given in tables="):
+        recgo.DataPipeline(source, [Feature(t.name) for t in TABLES], 10, remap=planned.remap)

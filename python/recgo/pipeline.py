@@ -177,6 +177,9 @@ class DataPipeline:
         self.drop_last = bool(drop_last)
         self.rank, self.world_size = _world(rank, world_size)
         self.tables = [dict(t) for t in tables] if tables else []
+        if remap is not None and not self.tables:  # the remap renumbers the IDs of the tables deduplicated
+            raise InvalidInputError("remap: the pipeline renumbers the IDs of the tables given in tables= (e.g. "
+                                    "recgo.pipeline.tables_of(model)); without tables it would renumber none")
         self._remap = remap
         self._h: _lib.Handle | None = None
         self._lock = threading.Lock()  # serializes next() and the info calls with close()

@@ -96,6 +96,15 @@ class PlannedEmbeddingBagCollection(nn.Module):
                     my_step.copy_(step)
         return out
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise InvalidInputError(
+            "a PlannedEmbeddingBagCollection cannot be copied (its remap is engine state): build another from "
+            "the plan (PlannedEmbeddingBagCollection(tables, plan, remap=Remap.load(...))) and load this one's "
+            "state_dict into it")
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        self.__deepcopy__({})  # the same refusal for pickle and torch.save(module)
+
     def _new_ids(self, table: str, rows: int) -> torch.Tensor:
         ids = torch.arange(rows, dtype=torch.int64)
         return self.remap.apply(table, ids) if table in self._planned else ids
