@@ -17,11 +17,10 @@ from ..errors import InvalidInputError, NotFoundError
 from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
-from ..modules._second_order import first_order
 from ..modules._storage import check_cast
 from ..modules._trace import traced_as_leaf
 from ..modules import optim
-from ..modules.config import _embedding_names
+from ..modules.config import _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
@@ -31,51 +30,13 @@ from ._checkpoint import load_shards, save_shards
 from ._source import on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
 from ._state import own_keys, rank_keys
+from ._step import _Lookup, _Shard, _Step
 
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
 RETURNS = {"auto": 0, "rows": 1, "pooled": 2}
 COUNTERS = ("ids_intra", "ids_inter", "vecs_intra", "vecs_inter", "grads_intra", "grads_inter",
             "requested", "lookups", "replica_rows", "pooled_vecs", "pooled_grads")
-
-
-class _Shard(nn.Module):
-    """One table's local shard: ``weight`` [local rows, dim] (and the fused optimizer's state)."""
-
-    def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor | None, step: torch.Tensor) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=requires_grad)
-        if state is not None:
-            self.register_buffer("optimizer_state", state)
-        self.register_buffer("optimizer_step", step)
-
-
-class _Step:
-    """A step's engine handle and the bytes its exchanges sent, per group."""
-
-    __slots__ = ("handle", "traffic")
-
-    def __init__(self, handle: _lib.Handle) -> None:
-        self.handle = handle
-        self.traffic: dict[str, int] = {}
-
-
-class _Lookup(torch.autograd.Function):
-    """The output of a step whose forward exchange already ran (the collection's ``_output``: pooled
-    bags, or one row per lookup); backward runs the gradient exchange and the owners' fused updates
-    (the anchor's zero gradient keeps the node alive), or returns each shard's merged gradient."""
-
-    @staticmethod
-    def forward(ctx: Any, module: "ShardedEmbeddingBagCollection", step: _Step, size: int,
-                anchor: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
-        ctx.module, ctx.step = module, step
-        return module._output(step, size)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
-        grads = first_order([grad], lambda: ctx.module._backward(ctx.step, grad))
-        ctx.step = None
-        return (None, None, None, *grads)
 
 
 class ShardedEmbeddingBagCollection(nn.Module):
@@ -169,9 +130,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         # batch carries that key once per feature, see _engine_batch), named feature@table in outputs.
         self._features = [f for t in self._configs for f in t.feature_names]
         self._names = _embedding_names(self._configs)
-        self._readers: dict[str, list[int]] = {}
-        for i, f in enumerate(self._features):
-            self._readers.setdefault(f, []).append(i)
+        self._readers = key_readers(self._features)
         self._shared = len(self._readers) < len(self._features)
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
         self._width = sum(self._dims)
@@ -461,9 +420,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         collections). A key several tables read is repeated once per table (keys named as the
         outputs), so the engine looks it up in each."""
         keys = kjt.keys()
-        missing = [f for f in self._readers if f not in keys]
-        if missing:
-            raise InvalidInputError(f"the batch lacks features {missing} (keys: {keys})")
+        check_keys(self._readers, keys)
         if not self._shared:
             return kjt, torch.tensor([self._readers[k][0] if k in self._readers else -1 for k in keys],
                                      dtype=torch.int64)

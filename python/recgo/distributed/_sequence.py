@@ -17,7 +17,8 @@ from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from ._collection import ShardedEmbeddingBagCollection, _Step
+from ._collection import ShardedEmbeddingBagCollection
+from ._step import _Step
 from ._source import on_meta, take_rows
 from ._exchange import drive
 

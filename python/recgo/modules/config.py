@@ -12,7 +12,7 @@ import dataclasses
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -268,6 +268,24 @@ def _embedding_names(cfgs: Sequence[EmbeddingBagConfig]) -> list[str]:
         for f in c.feature_names:
             uses[f] = uses.get(f, 0) + 1
     return [f if uses[f] == 1 else f"{f}@{c.name}" for c in cfgs for f in c.feature_names]
+
+
+def key_readers(feature_keys: Sequence[str]) -> dict[str, list[int]]:
+    """Batch key → the indices of the features that read it, in feature order (a key several tables
+    list has several), keys in the order they first appear."""
+    out: dict[str, list[int]] = {}
+    for i, k in enumerate(feature_keys):
+        out.setdefault(k, []).append(i)
+    return out
+
+
+def check_keys(readers: Mapping[str, Sequence[int]], keys: Sequence[str]) -> None:
+    """Raise :class:`InvalidInputError` naming the features a batch with ``keys`` lacks (``readers``:
+    :func:`key_readers` of the collection's features)."""
+    have = set(keys)
+    missing = [k for k in readers if k not in have]
+    if missing:
+        raise InvalidInputError(f"the batch lacks features {missing} (its keys: {list(keys)})")
 
 
 _TORCH_TO_RECGO = {"SGD": "SGD", "Adagrad": "Adagrad", "Adam": "Adam", "AdamW": "AdamW", "SparseAdam": "Adam",

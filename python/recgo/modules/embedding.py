@@ -69,7 +69,8 @@ from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._trace import traced_as_leaf
 from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
-from .config import EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names
+from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
+                     check_keys, key_readers)
 from .optim import FusedOptimizer
 
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
@@ -139,6 +140,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._seed = seed
         # Engine features, in output order: the KJT key each reads and its output key.
         self._feature_keys: list[str] = [f for t in self._configs for f in t.feature_names]
+        self._readers = key_readers(self._feature_keys)  # batch key -> the features reading it
         self._features: list[str] = _embedding_names(self._configs)
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
         self._width = sum(self._dims)
@@ -316,15 +318,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         cached = self._key_cache.get(tk)
         if cached is not None:
             return cached
-        readers: dict[str, list[int]] = {}
-        for f, k in enumerate(self._feature_keys):
-            readers.setdefault(k, []).append(f)
-        missing = sorted({k for k in self._feature_keys if k not in set(keys)}, key=self._feature_keys.index)
-        if missing:
-            raise InvalidInputError(f"the batch lacks features {missing} (its keys: {list(keys)})")
+        check_keys(self._readers, keys)
         idx, extra = [], []
         for i, k in enumerate(keys):
-            fs = readers.get(k, [])
+            fs = self._readers.get(k, [])
             idx.append(fs[0] if fs else -1)
             extra += [(i, f) for f in fs[1:]]
         out = (torch.tensor(idx + [f for _, f in extra], dtype=torch.int64), extra)
@@ -444,10 +441,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """The output's shape on the meta device (no lookups): ``[stride, width]``."""
         if isinstance(features, dict) or not hasattr(features, "stride"):
             as_kjt(features)  # raises the usual error for what is not a KJT
-        keys = list(features.keys())
-        missing = [k for k in dict.fromkeys(self._feature_keys) if k not in set(keys)]
-        if missing:
-            raise InvalidInputError(f"the batch lacks features {missing} (its keys: {keys})")
+        check_keys(self._readers, list(features.keys()))
         return torch.empty(features.stride(), self._width, device="meta")
 
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:

@@ -37,7 +37,8 @@ from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, synced_after_load
 from ._trace import traced_as_leaf
-from .config import EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names
+from .config import (EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names, check_keys,
+                     key_readers)
 from .embedding import EmbeddingBagCollection
 from .optim import FusedOptimizer
 
@@ -132,9 +133,7 @@ class EmbeddingCollection(nn.Module):
         # embedding names); _features are those names, _feature_keys the batch key each one reads.
         self._feature_keys = [f for c in cfgs for f in c.feature_names]
         self._features = _embedding_names(cfgs)
-        self._readers: dict[str, list[int]] = {}
-        for i, k in enumerate(self._feature_keys):
-            self._readers.setdefault(k, []).append(i)
+        self._readers = key_readers(self._feature_keys)
         self._f2t = dict(zip(self._features, (c.name for c in cfgs for _ in c.feature_names)))
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         self._feature_tables = [names.index(c.name) for c in cfgs for _ in c.feature_names]
@@ -202,9 +201,7 @@ class EmbeddingCollection(nn.Module):
         cached = self._key_cache.get(tk)
         if cached is not None:
             return cached
-        missing = [f for f in dict.fromkeys(self._feature_keys) if f not in set(keys)]
-        if missing:
-            raise InvalidInputError(f"the batch lacks features {missing} (its keys: {list(keys)})")
+        check_keys(self._readers, keys)
         select = [i for i, k in enumerate(keys) for _ in self._readers.get(k, ())]
         idx = [f for k in keys for f in self._readers.get(k, ())]
         names = [self._features[f] for f in idx]

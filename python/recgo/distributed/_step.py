@@ -1,0 +1,54 @@
+"""The pieces of a sharded collection's step: a table's local shard module, a step's engine handle
+with its traffic, and the autograd node that runs the backward exchange."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from .. import _lib
+from ..modules._second_order import first_order
+
+if TYPE_CHECKING:
+    from ._collection import ShardedEmbeddingBagCollection
+
+
+class _Shard(nn.Module):
+    """One table's local shard: ``weight`` [local rows, dim] (and the fused optimizer's state)."""
+
+    def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor | None, step: torch.Tensor) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(weight, requires_grad=requires_grad)
+        if state is not None:
+            self.register_buffer("optimizer_state", state)
+        self.register_buffer("optimizer_step", step)
+
+
+class _Step:
+    """A step's engine handle and the bytes its exchanges sent, per group."""
+
+    __slots__ = ("handle", "traffic")
+
+    def __init__(self, handle: _lib.Handle) -> None:
+        self.handle = handle
+        self.traffic: dict[str, int] = {}
+
+
+class _Lookup(torch.autograd.Function):
+    """The output of a step whose forward exchange already ran (the collection's ``_output``: pooled
+    bags, or one row per lookup); backward runs the gradient exchange and the owners' fused updates
+    (the anchor's zero gradient keeps the node alive), or returns each shard's merged gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, module: "ShardedEmbeddingBagCollection", step: _Step, size: int,
+                anchor: torch.Tensor, *weights: torch.Tensor) -> torch.Tensor:
+        ctx.module, ctx.step = module, step
+        return module._output(step, size)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        grads = first_order([grad], lambda: ctx.module._backward(ctx.step, grad))
+        ctx.step = None
+        return (None, None, None, *grads)

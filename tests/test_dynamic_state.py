@@ -1,0 +1,61 @@
+"""Dynamic-ID tables' state moved in and out: rows imported with their optimizer state, and loads
+through torch.distributed.checkpoint (the tables and helpers of test_dynamic.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import recgo
+from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, dynamic
+from recgo.dynamic import DynamicConfig
+from recgo.modules import Adagrad
+from test_dynamic import make
+
+
+def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_to_zeros() -> None:
+    """A [2, 5] state for two rows of Adagrad's width 2 was read as a flat [4] (ID 2 got ID 1's values);
+    without a state a stateful optimizer's rows start from zeros (a fresh optimizer's)."""
+    e = make(dim=2, bound=4, optimizer=Adagrad(lr=0.1))
+    ids, w = torch.tensor([1, 2]), torch.ones(2, 2)
+    for bad in (torch.arange(10.0).reshape(2, 5), torch.zeros(4, 1), torch.zeros(1, 2)):
+        with pytest.raises(recgo.InvalidInputError, match=r"optimizer_state of shape .* \(expected \[2, 2\]\)"):
+            dynamic.import_rows(e, "t", ids, w, bad)
+    dynamic.import_rows(e, "t", ids, w, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    dynamic.import_rows(e, "t", ids, w)
+    assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[0.0, 0.0], [0.0, 0.0]]
+
+
+def test_dcp_loads_dynamic_tables_with_the_planner(tmp_path: Path) -> None:
+    """torch.distributed.checkpoint loads into the state dict's current shapes, which a dynamic table's
+    entries outgrow as it trains (DCP raised a size mismatch); DCPLoadPlanner resizes them to the
+    checkpoint's, and the loaded model trains on as the saved one does."""
+    import torch.distributed.checkpoint as dcp
+
+    def model(seed: int) -> EmbeddingBagCollection:
+        return EmbeddingBagCollection([
+            EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=64, feature_names=["f"],
+                               dynamic=DynamicConfig(min_count=2)),
+            EmbeddingBagConfig(name="u", embedding_dim=4, num_embeddings=10, feature_names=["g"])],
+            optimizer=Adagrad(lr=0.1), seed=seed)
+
+    a, b = model(1), model(2)
+    batch = KeyedJaggedTensor(["f", "g"], torch.tensor([1, 2, 3, 1, 2, 5, 1, 2]), lengths=torch.tensor([3, 3, 1, 1]))
+    for _ in range(3):
+        a(batch).values().sum().backward()
+    dcp.save({"model": a.state_dict()}, checkpoint_id=tmp_path)
+    sd = {"model": b.state_dict()}
+    from torch.distributed.checkpoint.api import CheckpointException  # a BaseException
+
+    with pytest.raises(CheckpointException, match="Size mismatch"):  # DCP's own planner
+        dcp.load({"model": model(3).state_dict()}, checkpoint_id=tmp_path)
+    dcp.load(sd, checkpoint_id=tmp_path, planner=dynamic.DCPLoadPlanner())
+    b.load_state_dict(sd["model"])
+    for _ in range(2):
+        a(batch).values().sum().backward()
+        b(batch).values().sum().backward()
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
