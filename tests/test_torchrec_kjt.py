@@ -15,7 +15,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import recgo
-from recgo import InvalidInputError, JaggedTensor, KeyedJaggedTensor, NotFoundError
+from recgo import InvalidInputError, JaggedTensor, KeyedJaggedTensor, KeyedTensor, NotFoundError
 
 VALUES = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8])
 WEIGHTS = torch.tensor([1.0, 0.5, 1.5, 1.0, 0.5, 1.0, 1.0, 1.5])
@@ -301,3 +301,57 @@ def test_size_in_bytes_and_pin_memory_as_torchrecs() -> None:
     assert torch.equal(pinned.lengths(), kjt.lengths()) and torch.equal(pinned.weights(), kjt.weights())
     if not torch.cuda.is_available():
         assert pinned is kjt
+
+
+def test_buffer_copy_like_torchrec() -> None:
+    """empty_like(device=) gives a buffer of the batch's shapes; copy_ fills it in place, as TorchRec's
+    pipelines do; a buffer of other keys or shapes is refused before anything is overwritten."""
+    src = _kjt()
+    buf = KeyedJaggedTensor.empty_like(src, device="cpu")
+    assert buf.keys() == src.keys() and buf.lengths().tolist() == src.lengths().tolist()
+    values_ptr = buf.values().data_ptr()
+    other = KeyedJaggedTensor(src.keys(), src.values() + 10, src.weights() * 2, lengths=src.lengths())
+    buf.length_per_key()  # a cache that must follow the new batch
+    assert buf.copy_(other) is buf
+    assert buf.values().data_ptr() == values_ptr
+    assert buf.values().tolist() == other.values().tolist()
+    assert buf.weights().tolist() == other.weights().tolist()
+    assert buf["index_1"].values().tolist() == other["index_1"].values().tolist()
+    shorter = KeyedJaggedTensor(src.keys(), src.values()[:-1], src.weights()[:-1],
+                                lengths=torch.tensor([2, 0, 1, 1, 1, 2]))
+    before = buf.values().clone()
+    with pytest.raises(InvalidInputError, match="values has shape"):
+        buf.copy_(shorter)
+    assert torch.equal(buf.values(), before)
+    with pytest.raises(InvalidInputError, match="only the source has weights|only this one has weights"):
+        buf.copy_(KeyedJaggedTensor(src.keys(), src.values(), lengths=src.lengths()))
+    with pytest.raises(InvalidInputError, match="keys"):
+        buf.copy_(src.permute([1, 0]))
+    with pytest.raises(InvalidInputError, match="CPU"):
+        KeyedJaggedTensor.empty_like(src, device="meta")
+    nbytes = buf.size_in_bytes()
+    assert buf.clear_storage() == nbytes and buf.values().untyped_storage().nbytes() == 0
+
+
+def test_jagged_buffer_copy_like_torchrec() -> None:
+    jt = JaggedTensor(torch.arange(5.0), torch.ones(5), lengths=torch.tensor([2, 3]))
+    empty = JaggedTensor.empty_like(jt)
+    assert empty.values().numel() == 0 and empty.weights().dtype == torch.float32
+    buf = JaggedTensor.empty_like(jt, device="cpu")
+    buf.offsets()
+    src = JaggedTensor(torch.arange(5.0) * 3, torch.full((5,), 0.5), lengths=torch.tensor([4, 1]))
+    buf.copy_(src)
+    assert buf.values().tolist() == src.values().tolist() and buf.weights().tolist() == [0.5] * 5
+    assert buf.lengths().tolist() == [4, 1] and buf.offsets().tolist() == [0, 4, 5]
+    with pytest.raises(InvalidInputError, match="shape"):
+        buf.copy_(JaggedTensor(torch.arange(4.0), torch.ones(4), lengths=torch.tensor([2, 2])))
+
+
+def test_keyed_tensor_layout_arguments() -> None:
+    values = torch.randn(2, 5)
+    kt = KeyedTensor(["a", "b"], [2, 3], values, offset_per_key=[0, 2, 5], index_per_key={"a": 0, "b": 1})
+    assert torch.equal(kt["b"], values[:, 2:])
+    with pytest.raises(InvalidInputError, match="offset_per_key"):
+        KeyedTensor(["a", "b"], [2, 3], values, offset_per_key=[0, 3, 5])
+    with pytest.raises(InvalidInputError, match="index_per_key"):
+        KeyedTensor(["a", "b"], [2, 3], values, index_per_key={"a": 1, "b": 0})

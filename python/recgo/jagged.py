@@ -8,7 +8,7 @@ may be given; the other is computed on first use. ``to_padded(L)`` gives the ``[
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import torch
 
@@ -37,6 +37,36 @@ def record_streams(stream: Any, *tensors: torch.Tensor | None) -> None:
     for t in tensors:
         if t is not None and t.device.type not in ("cpu", "meta"):
             t.record_stream(stream)
+
+
+def copy_fields(what: str, fields: Sequence[tuple[str, torch.Tensor | None, torch.Tensor | None]],
+                non_blocking: bool) -> None:
+    """The in-place ``copy_`` of TorchRec's batch types: every ``(name, mine, source)`` pair is copied
+    into ``mine``. Unlike TorchRec's (which skips a field either side lacks and leaves broadcasting to
+    ``Tensor.copy_``), a field one side has and the other lacks, or a shape that differs, raises first,
+    before anything is copied: a buffer half overwritten, or keeping the last batch's weights, would be
+    silently wrong."""
+    for name, mine, source in fields:
+        if (mine is None) != (source is None):
+            has = "this one" if source is None else "the source"
+            raise InvalidInputError(f"{what}.copy_: only {has} has {name}; both need the same fields")
+        if mine is not None and source is not None and mine.shape != source.shape:
+            raise InvalidInputError(f"{what}.copy_: {name} has shape {tuple(mine.shape)} here but "
+                                    f"{tuple(source.shape)} in the source (copy_ fills a buffer of the same shape)")
+    for _, mine, source in fields:
+        if mine is not None and source is not None:
+            mine.copy_(source, non_blocking=non_blocking)
+
+
+def clear_storages(*tensors: torch.Tensor | None) -> int:
+    """TorchRec's ``clear_storage``: free the tensors' memory now (their storage resized to 0 bytes)
+    and return the bytes of their elements. The tensors, and everything viewing their storage, are
+    empty afterwards."""
+    size = tensors_bytes(*tensors)
+    for t in tensors:
+        if t is not None:
+            t.untyped_storage().resize_(0)
+    return size
 
 
 class JaggedTensor:
@@ -78,6 +108,33 @@ class JaggedTensor:
             torch.empty(0, dtype=values_dtype or torch.int64, device=device),
             torch.empty(0, dtype=weights_dtype or torch.float32, device=device) if is_weighted else None,
             torch.empty(0, dtype=torch.int64, device=device))
+
+    @staticmethod
+    def empty_like(jt: "JaggedTensor", device: Any = None) -> "JaggedTensor":
+        """TorchRec's ``empty_like``: with no ``device``, a JaggedTensor with no samples and ``jt``'s dtypes
+        and device; with one, a buffer of ``jt``'s shapes on ``device`` (values and weights uninitialised,
+        lengths and offsets copied so that it is a valid batch) for a later :meth:`copy_`."""
+        if device is None:
+            return JaggedTensor.empty(jt.weights_or_none() is not None, jt.device(), jt.values().dtype,
+                                      None if jt.weights_or_none() is None else jt.weights().dtype)
+        out = JaggedTensor.__new__(JaggedTensor)
+        blank = (lambda t: None if t is None else torch.empty_like(t, device=device))
+        same = (lambda t: None if t is None else t.to(device, copy=True))
+        out._values, out._weights = blank(jt._values), blank(jt._weights)
+        out._lengths, out._offsets = same(jt._lengths), same(jt._offsets)
+        return out
+
+    def copy_(self, jt: "JaggedTensor", non_blocking: bool = False) -> "JaggedTensor":
+        """TorchRec's ``copy_``: ``jt``'s values, weights, lengths and offsets copied into this one's
+        tensors in place (a buffer of the same shapes, e.g. from :meth:`empty_like`); returns ``self``."""
+        if not isinstance(jt, JaggedTensor):
+            jt = JaggedTensor.from_torchrec(jt)
+        # lengths and offsets are computed from each other on demand: both sides get this one's.
+        offsets = (None, None) if self._offsets is None else (self._offsets, jt.offsets())
+        copy_fields("JaggedTensor", [("values", self._values, jt._values), ("weights", self._weights, jt._weights),
+                                     ("lengths", self.lengths(), jt.lengths()), ("offsets", *offsets)],
+                    non_blocking)
+        return self
 
     @classmethod
     def _unchecked(cls, values: torch.Tensor, weights: torch.Tensor | None, lengths: torch.Tensor) -> "JaggedTensor":

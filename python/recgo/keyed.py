@@ -4,7 +4,7 @@ feature's slice in key order, with TorchRec's ``regroup``; it converts to and fr
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -16,7 +16,8 @@ class KeyedTensor:
     """Pooled embeddings: a ``[B, ΣD]`` tensor with one column slice per key, in key order."""
 
     def __init__(self, keys: Sequence[str], length_per_key: Sequence[int], values: torch.Tensor,
-                 key_dim: int = 1) -> None:
+                 key_dim: int = 1, offset_per_key: Sequence[int] | None = None,
+                 index_per_key: Mapping[str, int] | None = None) -> None:
         if key_dim != 1:
             raise InvalidInputError(f"key_dim {key_dim}: recgo's KeyedTensor keeps keys along dim 1")
         self._keys = list(keys)
@@ -27,6 +28,12 @@ class KeyedTensor:
             raise InvalidInputError(
                 f"values of shape {tuple(values.shape)} do not hold the keys' {sum(self._length_per_key)} columns")
         self._values = values
+        # TorchRec's precomputed layouts: checked, as a wrong one would misplace every key.
+        if offset_per_key is not None and [int(x) for x in offset_per_key] != self.offset_per_key():
+            raise InvalidInputError(f"offset_per_key {list(offset_per_key)} disagrees with length_per_key "
+                                    f"{self._length_per_key} (offsets {self.offset_per_key()})")
+        if index_per_key is not None and dict(index_per_key) != {k: i for i, k in enumerate(self._keys)}:
+            raise InvalidInputError(f"index_per_key {dict(index_per_key)} disagrees with the keys {self._keys}")
 
     @classmethod
     def _over(cls, keys: Sequence[str], length_per_key: Sequence[int], values: Any) -> "KeyedTensor":

@@ -21,7 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .errors import InvalidInputError, NotFoundError
-from .jagged import JaggedTensor, record_streams, tensors_bytes
+from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
 from .tensors import check_tensor
 
 _INTS = (torch.int64, torch.int32)
@@ -254,9 +254,17 @@ class KeyedJaggedTensor:
                                  lengths=torch.empty(0, dtype=torch.int64), stride=0)
 
     @staticmethod
-    def empty_like(kjt: "KeyedJaggedTensor") -> "KeyedJaggedTensor":
-        """No keys, the same batch size and weightedness as ``kjt``."""
+    def empty_like(kjt: "KeyedJaggedTensor", device: Any = None) -> "KeyedJaggedTensor":
+        """TorchRec's ``empty_like``: with no ``device``, no keys, the same batch size and weightedness as
+        ``kjt``; with ``device`` (the CPU: recgo's batches live there), a buffer of ``kjt``'s keys and
+        shapes (values and weights uninitialised, lengths copied) for a later :meth:`copy_`."""
         kjt = as_kjt(kjt)
+        if device is not None:
+            if torch.device(device).type != "cpu":
+                raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
+            return KeyedJaggedTensor(kjt._keys, torch.empty_like(kjt._values),
+                                     None if kjt._weights is None else torch.empty_like(kjt._weights),
+                                     lengths=kjt._lengths.clone(), stride=kjt._stride)
         return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64),
                                  torch.empty(0) if kjt.weights_or_none() is not None else None,
                                  lengths=torch.empty(0, dtype=torch.int64), stride=kjt.stride())
@@ -356,6 +364,26 @@ class KeyedJaggedTensor:
         pin = (lambda t: None if t is None else t.pin_memory())
         return KeyedJaggedTensor(self._keys, pin(self._values), pin(self._weights), lengths=pin(self._lengths),
                                  stride=self._stride)
+
+    def copy_(self, kjt: Any, non_blocking: bool = False) -> "KeyedJaggedTensor":
+        """TorchRec's ``copy_``: ``kjt``'s values, weights and lengths copied into this batch's tensors in
+        place (a buffer of the same keys and shapes, e.g. from :meth:`empty_like`); returns ``self``."""
+        kjt = as_kjt(kjt)
+        if kjt._keys != self._keys or kjt._stride != self._stride:
+            raise InvalidInputError(f"KeyedJaggedTensor.copy_: the source has keys {kjt._keys} and batch size "
+                                    f"{kjt._stride}, this one {self._keys} and {self._stride}")
+        offsets = (None, None) if self._offsets is None else (self._offsets, kjt.offsets())
+        copy_fields("KeyedJaggedTensor", [
+            ("values", self._values, kjt._values), ("weights", self._weights, kjt._weights),
+            ("lengths", self._lengths, kjt._lengths), ("offsets", *offsets)], non_blocking)
+        self._length_per_key, self._offset_per_key = kjt._length_per_key, kjt._offset_per_key
+        self._jt_dict = None
+        return self
+
+    def clear_storage(self) -> int:
+        """TorchRec's ``clear_storage``: free the values', weights', lengths' and offsets' memory now and
+        return its size in bytes. The batch (and every view of it) is empty afterwards: use it no more."""
+        return clear_storages(self._values, self._weights, self._lengths, self._offsets)
 
     def flatten_lengths(self) -> "KeyedJaggedTensor":
         """TorchRec's ``flatten_lengths``: the same batch with 1-D lengths, which recgo's always are
