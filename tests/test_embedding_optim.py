@@ -509,6 +509,14 @@ def test_collection_optimizer_counts_shared_tables_once_and_needs_one() -> None:
     assert own.fused_optimizer == optim.SGD(lr=0.05) and ebc.fused_optimizer == optim.SGD(lr=0.1)
     with pytest.raises(InvalidInputError, match="no recgo collection with a fused optimizer"):
         optim.CollectionOptimizer(nn.ModuleDict({"dense": EmbeddingBagCollection([EmbeddingBagConfig(5, 2, "d", ["d"])])}))
+    # a TorchRec fused optimizer's state dict (per-row state, no param_groups) is refused by name,
+    # before anything changed (torch's own load raised a bare KeyError('param_groups'))
+    torchrec_style = {"state": {"t.weight": {"t.weight.momentum_1": torch.zeros(20)}}}
+    with pytest.raises(InvalidInputError, match="from_torchrec"):
+        opt.load_state_dict(torchrec_style)
+    assert own.fused_optimizer == optim.SGD(lr=0.05)
+    opt.load_state_dict({**opt.state_dict(), "param_groups": [dict(g, lr=0.5) for g in opt.state_dict()["param_groups"]]})
+    assert own.fused_optimizer == optim.SGD(lr=0.5) and ebc.fused_optimizer == optim.SGD(lr=0.5)
 
 
 _KWARG_VALUES = st.one_of(st.floats(allow_nan=True, allow_infinity=True, width=32), st.integers(-3, 3), st.booleans(),

@@ -5,6 +5,7 @@ one does."""
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -110,14 +111,21 @@ def _rows_batch(step: int, every_row: bool) -> TKJT:
     return TKJT.from_lengths_sync(keys=["user", "item", "hist"], values=torch.cat(vals), lengths=torch.cat(lengths))
 
 
-@pytest.mark.parametrize("source, opt_class, every_row", [
-    ("in_backward", torch.optim.Adagrad, False), ("in_backward", tr.optim.RowWiseAdagrad, False),
-    ("in_backward", torch.optim.Adam, True), ("fused", torch.optim.Adagrad, False),
-    ("fused", tr.optim.RowWiseAdagrad, False)])
-def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, every_row: bool) -> None:
+@pytest.mark.parametrize("source, opt_class, every_row, decay", [
+    ("in_backward", torch.optim.Adagrad, False, 0.0), ("in_backward", tr.optim.RowWiseAdagrad, False, 0.0),
+    ("in_backward", torch.optim.Adam, True, 0.0), ("fused", torch.optim.Adagrad, False, 0.0),
+    ("fused", tr.optim.RowWiseAdagrad, False, 0.0),
+    # FBGEMM's CPU kernels ignore weight_decay: the converted tables must too (they applied it)
+    ("fused", torch.optim.Adagrad, False, 0.3), ("fused", torch.optim.SGD, False, 0.3),
+    # torch's decay on dense gradients moves every row; recgo's the rows a batch touches: equal when
+    # every row is in every batch, and the conversion says they differ otherwise
+    ("in_backward", torch.optim.Adagrad, True, 0.3)])
+def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, every_row: bool, decay: float) -> None:
     """Converted after some training, the collection goes on as TorchRec's does: the accumulators
     (and Adam's moments and step) came along, not zeros."""
-    kw = {"lr": 0.1, "eps": 1e-8}
+    kw = {"lr": 0.1, "eps": 1e-8} if opt_class is not torch.optim.SGD else {"lr": 0.1}
+    if decay:
+        kw["weight_decay"] = decay
 
     def build() -> nn.Module:
         torch.manual_seed(5)
@@ -131,9 +139,15 @@ def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, ev
     for m in (ref, model):
         for step in range(2):
             m(_rows_batch(step, every_row)).values().pow(2).sum().backward()
-    model = recgo.from_torchrec(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model = recgo.from_torchrec(model)
+    said = [str(w.message) for w in caught if "weight_decay" in str(w.message)]
+    assert len(said) == (1 if decay else 0), said
+    assert model.fused_optimizer.weight_decay == (decay if source == "in_backward" else 0.0)
     assert int(model.embedding_bags["t_user"].optimizer_step) == (2 if source == "in_backward" else 0)
-    assert model.embedding_bags["t_user"].optimizer_state.abs().sum() > 0
+    if opt_class is not torch.optim.SGD:
+        assert model.embedding_bags["t_user"].optimizer_state.abs().sum() > 0
     for step in range(2, 5):
         a, b = model(_rows_batch(step, every_row)).values(), ref(_rows_batch(step, every_row)).values()
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")

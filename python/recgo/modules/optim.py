@@ -12,6 +12,7 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -250,6 +251,12 @@ def in_backward(module: Any, class_defaults: bool = False) -> FusedOptimizer | N
                                     "updates a table with one")
         found[n] = from_torch(classes[0], (params or [{}])[0], class_defaults)
     distinct = set(found.values())
+    decays = sorted({o.weight_decay for o in distinct if o is not None and o.weight_decay})
+    if class_defaults and decays:
+        warnings.warn(f"from_torchrec: the in-backward optimizer has weight_decay={decays[0]}. torch's optimizer "
+                      "on TorchRec's unsharded tables (dense gradients) decays every row at every step; recgo's fused "
+                      "one decays only the rows a batch touches, so rows absent from a batch keep their value and the "
+                      "two drift apart", UserWarning, stacklevel=3)
     if len(distinct) > 1:
         by = {repr(o): sorted(n for n, x in found.items() if x == o) for o in distinct}
         raise InvalidInputError("the tables of one collection have different in-backward optimizers "
@@ -258,12 +265,25 @@ def in_backward(module: Any, class_defaults: bool = False) -> FusedOptimizer | N
     return distinct.pop() if distinct else None
 
 
-def of_torchrec_fused(module: Any) -> FusedOptimizer | None:
+def of_torchrec_fused(module: Any, warn: bool = False) -> FusedOptimizer | None:
     """The fused optimizer a TorchRec ``FusedEmbeddingBagCollection`` was built with
-    (``optimizer_type``, ``optimizer_kwargs``), or None for any other module."""
+    (``optimizer_type``, ``optimizer_kwargs``), or None for any other module. Its ``weight_decay`` is 0,
+    as FBGEMM's CPU kernels apply none (``warn``: say so when the module was given one)."""
     if torchrec_class(module) != "FusedEmbeddingBagCollection":
         return None
-    return from_torch(module._optimizer_type, dict(module._optimizer_kwargs or {}))
+    kwargs = dict(module._optimizer_kwargs or {})
+    # FBGEMM's CPU kernels (the only optimizers TorchRec fuses on CPU are SGD, Adagrad and row-wise
+    # Adagrad) apply no weight decay, whatever weight_decay and weight_decay_mode say: the converted
+    # tables must not either, or the model would train differently from its first step after.
+    kwargs.pop("weight_decay_mode", None)
+    decay = kwargs.get("weight_decay", 0.0)
+    kwargs["weight_decay"] = 0.0
+    if decay and warn:
+        warnings.warn(f"from_torchrec: this FusedEmbeddingBagCollection was given weight_decay={decay}, which "
+                      "FBGEMM's CPU kernels ignore (its tables trained without decay); the converted tables keep "
+                      "training as they did, without it. For recgo's L2 decay on the rows each batch touches, "
+                      "call set_fused_optimizer(...) with weight_decay", UserWarning, stacklevel=3)
+    return from_torch(module._optimizer_type, kwargs)
 
 
 def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> None:
@@ -282,7 +302,7 @@ def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> 
         kwargs.setdefault("optimizer", own)
         return
     # TorchRec's collections, or a recgo one without a fused optimizer
-    own = of_torchrec_fused(module) or in_backward(module, class_defaults)
+    own = of_torchrec_fused(module, warn=True) or in_backward(module, class_defaults)
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
     elif own is not None and kwargs["optimizer"] != own:
@@ -381,7 +401,19 @@ class CollectionOptimizer(torch.optim.Optimizer):
         return loss
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Load the hyper-parameters and hand them to the collections."""
+        """Load the hyper-parameters and hand them to the collections.
+
+        Raises:
+            InvalidInputError: ``state_dict`` is not one this optimizer saved (e.g. a TorchRec fused
+                optimizer's, which holds per-row state under ``state`` and no ``param_groups``)."""
+        if not isinstance(state_dict, dict) or "param_groups" not in state_dict:
+            keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise InvalidInputError(
+                f"CollectionOptimizer.load_state_dict: expected the dict its state_dict() gives (with "
+                f"'param_groups'), got {keys}. A TorchRec fused optimizer's state dict holds the tables' "
+                "optimizer state, which recgo keeps in the model's state dict (the tables' optimizer_state "
+                "entries): load the TorchRec checkpoint into the TorchRec model and its optimizer, then "
+                "convert it with recgo.from_torchrec, which carries that state over")
         super().load_state_dict(state_dict)
         self._push()
 
