@@ -107,6 +107,24 @@ def test_eager_path_skips_the_ops_and_the_ops_serve_dispatch_modes(make, monkeyp
 
 
 @pytest.mark.parametrize("make", [_pooled, _sequence], ids=["pooled", "sequence"])
+def test_a_frozen_fused_collection_backs_a_dense_loss_through_the_ops(make) -> None:  # type: ignore[no-untyped-def]
+    """requires_grad_(False) on a fused collection: the dense part behind it trains, the tables stay,
+    on the ops' path too (compile, dispatch modes). The op's output used to require grad through the
+    anchor, and backward raised 'no saved forward'."""
+    m = make(modules.SGD(lr=0.1))
+    m.requires_grad_(False)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    dense = torch.nn.Linear(16, 1)
+    with _PassThrough():
+        outs = _outputs(m, _batch(0))
+    assert not any(o.requires_grad for o in outs)
+    sum(dense(o.view(-1, 16)).sum() for o in outs).backward()
+    assert dense.weight.grad is not None and dense.weight.grad.abs().sum() > 0
+    for k, v in m.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+@pytest.mark.parametrize("make", [_pooled, _sequence], ids=["pooled", "sequence"])
 def test_outputs_may_be_modified_in_place(make) -> None:  # type: ignore[no-untyped-def]
     """``out.mul_(3)`` before backward (an autograd.Function's view outputs would refuse it): the
     weights' gradient equals an untouched output's with three times the upstream gradient."""

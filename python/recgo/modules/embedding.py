@@ -461,6 +461,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._check_trained(params)
         key_feature, values, lengths, weights = self._engine_batch(kjt, weights)
         if not _eager.allowed(key_feature, values, lengths, weights, *params):
+            # Nothing to keep (frozen, or no grad): the op's output must not require grad through the
+            # anchor, or autograd would run a backward that has no saved forward.
+            params = params if keep else [p.detach() for p in params]
             out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params)
             return out
         if not keep:

@@ -352,6 +352,7 @@ class EmbeddingCollection(nn.Module):
         lengths = kjt.lengths()
         values = kjt.values()
         if not _eager.allowed(key_feature, values, lengths, *params):
+            params = params if keep else [p.detach() for p in params]  # as the pooled collection's
             outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params)
         elif keep:
             outs = _eager.lookup(lambda: self._eager_forward(key_feature, values, lengths, dims),
