@@ -26,7 +26,7 @@ def kjt(seed: int, n: int = 8) -> KeyedJaggedTensor:
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(0, 4, (3 * n,), generator=gen)
     values = torch.randint(0, 12, (int(lengths.sum()),), generator=gen)
-    return KeyedJaggedTensor(["a", "b", "c"], values, lengths)
+    return KeyedJaggedTensor(["a", "b", "c"], values, lengths=lengths)
 
 
 def make(kind: str, opt: optim.FusedOptimizer | None = optim.Adam(lr=0.05)) -> EmbeddingBagCollection:
@@ -210,3 +210,67 @@ def test_an_assigning_load_from_another_collection_leaves_that_one_alone() -> No
     assert all(torch.equal(v, want[k]) for k, v in a.state_dict().items())
     train(a, range(1))  # a still runs on its own memory
     assert not same_state(a, b)
+
+
+def _add_version(module: torch.nn.Module, state: dict, prefix: str, local: object) -> None:
+    state[prefix + "format_version"] = torch.tensor(2)
+
+
+def _drop_version(module: torch.nn.Module, state: dict, prefix: str, *rest: object) -> None:
+    state.pop(prefix + "format_version", None)
+
+
+class _Calls:
+    """Forward hooks that record their calls (picklable: a module-level class)."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def pre(self, module: torch.nn.Module, args: tuple) -> None:
+        self.seen.append("pre")
+
+    def post(self, module: torch.nn.Module, args: tuple, out: object) -> None:
+        self.seen.append("fwd")
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_copies_carry_the_users_hooks_and_do_not_run_them(kind: str, how: str) -> None:
+    """Hooks on the collection come along as they do for any nn.Module; a state-dict hook that adds an
+    entry no longer breaks the copy (which loads strictly), and the copy's state is the original's."""
+    a = make(kind)
+    train(a, range(2))
+    calls = _Calls()
+    a.register_forward_pre_hook(calls.pre)
+    a.register_forward_hook(calls.post)
+    a.register_state_dict_post_hook(_add_version)
+    a.register_load_state_dict_pre_hook(_drop_version)
+    model = torch.nn.Sequential(a, torch.nn.Identity())
+    b = copy.deepcopy(model)[0] if how == "deepcopy" else pickle.loads(pickle.dumps(model))[0]
+    assert b._handle.value != a._handle.value
+    assert b.state_dict()["format_version"].item() == 2  # the hook came along
+    sa, sb = a.state_dict(), b.state_dict()
+    assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    b(kjt(5))
+    copied = next(iter(b._forward_hooks.values())).__self__  # the recorder copied with the hook
+    assert copied is not calls and copied.seen[-2:] == ["pre", "fwd"]
+    b.load_state_dict(sa)  # the copied load hook drops the extra entry, as on the original
+
+
+def _child_lookup(rank: int, model: torch.nn.Module, want: torch.Tensor) -> None:
+    got = model[0](kjt(9)).values().detach()
+    if not torch.equal(got, want):
+        raise AssertionError(f"the child's lookup differs by {(got - want).abs().max()}")
+
+
+def test_a_model_passed_to_spawned_processes_arrives_whole() -> None:
+    """torch.multiprocessing.spawn(args=(model,)): the copies' temporary tensors travel as file
+    descriptors the child opens at launch; they used to be closed by then ('bad value(s) in
+    fds_to_keep' or 'unable to resize file')."""
+    import torch.multiprocessing as mp
+
+    a = make("fixed")
+    train(a, range(2))
+    a.eval()
+    want = a(kjt(9)).values().detach()
+    mp.spawn(_child_lookup, args=(torch.nn.Sequential(a), want), nprocs=1, join=True)

@@ -402,8 +402,10 @@ def _attach_table(ebc: Any, index: int) -> None:
         if state is not None and hasattr(module, "optimizer_state"):
             state_dict[prefix + "optimizer_state"] = module.optimizer_state
 
-    holder.register_state_dict_post_hook(save_hook)
-    holder.register_load_state_dict_pre_hook(load_hook)
+    from .modules._copies import own_hook
+
+    holder.register_state_dict_post_hook(own_hook(save_hook))
+    holder.register_load_state_dict_pre_hook(own_hook(load_hook))
 
 
 def attach(ebc: Any) -> Any:

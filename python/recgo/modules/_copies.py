@@ -3,15 +3,84 @@
 An engine handle cannot be copied, so a copy is rebuilt: a new module from the constructor arguments
 ``_spec()`` gives (its own engine storage), then the original's state loaded into it, with the
 per-parameter ``requires_grad``, per-module ``training`` flags and attributes users set after
-construction carried along.
+construction carried along. The hooks users registered on the module or its submodules come along
+too, as ``nn.Module``'s own deepcopy and pickle carry them; their state-dict hooks do not run while a
+copy is taken or loaded (a hook that renames or adds entries would break the copy), recgo's own do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
+
+
+# nn.Module's hook tables, by attribute name; the last four hold state-dict hooks.
+_HOOK_TABLES = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called",
+                "_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks",
+                "_state_dict_hooks", "_state_dict_pre_hooks", "_load_state_dict_pre_hooks",
+                "_load_state_dict_post_hooks")
+_STATE_HOOK_TABLES = _HOOK_TABLES[-4:]
+
+
+def own_hook(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a hook recgo registers itself (copies keep those a rebuilt module registers anew, and run
+    them while copying); returns ``fn``."""
+    fn._recgo_own_hook = True  # type: ignore[attr-defined]
+    return fn
+
+
+def _is_own(hook: Any) -> bool:
+    if isinstance(hook, bool):  # _forward_hooks_with_kwargs / _always_called hold flags
+        return False
+    inner = getattr(hook, "hook", hook)  # torch wraps load-state-dict pre hooks in _WrappedHook
+    return bool(getattr(getattr(inner, "__func__", inner), "_recgo_own_hook", False))
+
+
+def user_hooks(module: Any) -> dict[str, dict[str, dict[int, Any]]]:
+    """The hooks users registered on ``module`` and its submodules: ``{qualified name: {table: {id:
+    hook}}}`` (the flag tables' entries go with their hooks' ids)."""
+    out: dict[str, dict[str, dict[int, Any]]] = {}
+    for name, m in module.named_modules():
+        tables = {}
+        for attr in _HOOK_TABLES:
+            entries = {k: h for k, h in getattr(m, attr, {}).items() if not _is_own(h)}
+            if entries:
+                tables[attr] = entries
+        if tables:
+            out[name] = tables
+    return out
+
+
+def add_hooks(module: Any, hooks: dict[str, dict[str, dict[int, Any]]]) -> None:
+    """Register ``hooks`` (as :func:`user_hooks` gives them) on ``module``'s submodules of the same names."""
+    mods = dict(module.named_modules())
+    for name, tables in hooks.items():
+        if name in mods:
+            for attr, entries in tables.items():
+                getattr(mods[name], attr).update(entries)
+                if attr == "_backward_hooks":
+                    mods[name]._is_full_backward_hook = True
+
+
+@contextlib.contextmanager
+def without_user_state_hooks(module: Any) -> Iterator[None]:
+    """Users' state-dict hooks taken off ``module`` and its submodules for the duration (restored in
+    their order after)."""
+    saved = [(getattr(m, attr), list(getattr(m, attr).items()))
+             for _, m in module.named_modules() for attr in _STATE_HOOK_TABLES]
+    for table, items in saved:
+        for k, h in items:
+            if not _is_own(h):
+                del table[k]
+    try:
+        yield
+    finally:
+        for table, items in saved:
+            table.clear()
+            table.update(items)
 
 
 class PortableCopies:
@@ -34,12 +103,14 @@ class PortableCopies:
 
     def _portable_state(self) -> dict[str, Any]:
         """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
-        with torch.no_grad():
+        with torch.no_grad(), without_user_state_hooks(self):
             tensors = {k: v.detach().clone() for k, v in self.state_dict().items()}  # type: ignore[attr-defined]
         if getattr(self, "_handle", None) is None:  # meta: shapes only
             tensors = {}
-        return {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes(),
-                "seed": getattr(self, "_seed", None)}
+        state = {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes(),
+                 "seed": getattr(self, "_seed", None), "hooks": user_hooks(self)}
+        keep_for_child(state)
+        return state
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
         """An independent module with its own engine storage and the same state."""
@@ -53,10 +124,11 @@ class PortableCopies:
                 if n in copies:
                     memo.setdefault(id(t), copies[n])
         if getattr(self, "_handle", None) is not None:
-            with torch.no_grad():
+            with torch.no_grad(), without_user_state_hooks(self):
                 new.load_state_dict(self.state_dict())  # type: ignore[attr-defined]  # engine memory to engine memory
         apply_portable_state(new, {**self._portable_flags(), "extra": copy.deepcopy(self._extra_attributes(), memo),
-                                   "seed": getattr(self, "_seed", None)})
+                                   "seed": getattr(self, "_seed", None),
+                                   "hooks": copy.deepcopy(user_hooks(self), memo)})
         return new
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
@@ -90,5 +162,19 @@ def apply_portable_state(new: Any, state: dict[str, Any]) -> None:
         if n in mods:
             mods[n].training = flag
     new.__dict__.update(state.get("extra", {}))
+    add_hooks(new, state.get("hooks", {}))
     if "seed" in state:  # the original's (reset_parameters draws its weights again); built with seed 0
         new._seed = state["seed"]
+
+
+def keep_for_child(state: Any) -> None:
+    """While pickling for a process being started (``torch.multiprocessing.spawn``'s arguments, a
+    spawn-context ``Process``), keep ``state`` alive as long as that process object: torch's default
+    file-descriptor sharing passes each tensor's storage as an fd the child opens at launch, after
+    pickling returns, and the temporary copies pickled here would have closed theirs by then."""
+    from multiprocessing import context
+
+    popen = context.get_spawning_popen()
+    if popen is not None:
+        kept = popen.__dict__.setdefault("_recgo_kept", [])
+        kept.append(state)

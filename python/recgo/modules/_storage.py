@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidInputError
+from ._copies import own_hook
 
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
 _MAX_STEP = 1 << 53
@@ -153,6 +154,7 @@ def _allow_weights_only(module: nn.Module, owner: nn.Module, incompatible_keys: 
             missing[:] = [k for k in missing if k not in ours]
 
 
+@own_hook
 def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
     """``load_state_dict`` post-hook of both collections (it runs also when the collection is nested in
     the model being loaded): a parameter replaced by ``assign=True`` is copied back into engine memory.

@@ -32,7 +32,7 @@ from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
 from ._contexts import ContextStore
 from ._grads import table_gradient
-from ._copies import apply_portable_state, extra_attributes
+from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, synced_after_load
@@ -522,7 +522,8 @@ class EmbeddingCollection(nn.Module):
                 "an EmbeddingCollection built with share=PlannedEmbeddingBagCollection cannot be copied or "
                 "pickled (the plan's remap holds engine state); build the copy from the plan, or copy its "
                 "weights with state_dict()/load_state_dict()")
-        flags = {"training": {n: m.training for n, m in self.named_modules()}, "extra": extra_attributes(self)}
+        flags = {"training": {n: m.training for n, m in self.named_modules()}, "extra": extra_attributes(self),
+                 "hooks": user_hooks(self)}
         return (_rebuild_sequence, (self._owner, {"tables": list(self._configs), "dedup": self._dedup,
                                                   "need_indices": self._need_indices}, flags))
 
