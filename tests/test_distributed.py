@@ -293,9 +293,9 @@ def _mismatch_phase(rank: int, world: int) -> dict:
     raise InvalidInputError naming the rank and the table."""
     from recgo.distributed import ShardedEmbeddingBagCollection
 
-    def build(cfgs: list, sharding: dict) -> dict:
+    def build(cfgs: list, sharding: dict, **kw: Any) -> dict:
         try:
-            ShardedEmbeddingBagCollection(cfgs, sharding, optimizer=optim.SGD(lr=0.1), timeout=FAIL_TIMEOUT)
+            ShardedEmbeddingBagCollection(cfgs, sharding, optimizer=optim.SGD(lr=0.1), timeout=FAIL_TIMEOUT, **kw)
         except recgo.InvalidInputError as exc:
             return {"error_type": type(exc).__name__, "message": str(exc)}
         return {"error_type": None}
@@ -306,6 +306,10 @@ def _mismatch_phase(rank: int, world: int) -> dict:
     got = build(cfgs, SHARDING | {"tp": "hash"})
     last = rank == world - 1
     got["sharding"] = build(configs(), SHARDING | {"tp": "hash", "th": "row_wise" if last else "hash"})
+    # hierarchical on the last rank only: the ranks would create different node and rail groups, and
+    # waited in gloo's store barrier until a bare 'Wait timeout'
+    got["mode"] = build(configs(), SHARDING | {"tp": "hash"}, mode="hierarchical" if last else "flat",
+                        nodes=world if last else None)
     return got
 
 
@@ -545,6 +549,10 @@ def test_ranks_that_build_different_collections_all_raise_a_named_error(world2: 
     assert other["error_type"] == "InvalidInputError", other
     assert "sharding: ('row_wise', 'table_wise on rank 1'" in other["message"], other
     assert "('hash', 'table_wise on rank 1'" in other["message"], other
+    mode = got["mode"]
+    assert mode["error_type"] == "InvalidInputError", mode
+    assert "rank 1 builds the process groups differently from rank 0" in mode["message"], mode
+    assert "mode: 'hierarchical' on rank 1, 'flat' on rank 0" in mode["message"], mode
 
 
 def test_a_rank_that_skips_a_backward_makes_every_rank_raise(world2: tuple[list[dict], Path]) -> None:
@@ -580,6 +588,34 @@ def test_save_replaces_the_shard_set_of_another_world_size(tmp_path: Path) -> No
         assert sorted(p.name for p in ck.iterdir()) == ["shard-0-of-1.pt"]
         again = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), seed=5)
         again.load(ck)
+        for c in configs():
+            assert torch.equal(again.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_load_refuses_a_set_whose_save_did_not_finish_everywhere(tmp_path: Path) -> None:
+    """A save that one rank never finished leaves its new file beside the other rank's file of the save
+    before; load mixed the two silently (rows of two steps, the step of whichever file came last).
+    Every file now carries its save's id. Built here from two world-1 saves named as a world-2 set."""
+    import shutil
+
+    from recgo.distributed import ShardedEmbeddingBagCollection
+    from recgo.errors import RecgoIOError
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), seed=4)
+        sh.save(tmp_path / "a")
+        sh.save(tmp_path / "b")
+        for name, folders in (("torn", ("a", "b")), ("whole", ("a", "a"))):
+            (tmp_path / name).mkdir()
+            for r, src in enumerate(folders):
+                shutil.copy(tmp_path / src / "shard-0-of-1.pt", tmp_path / name / f"shard-{r}-of-2.pt")
+        again = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1), seed=5)
+        with pytest.raises(RecgoIOError, match="different saves"):
+            again.load(tmp_path / "torn")
+        again.load(tmp_path / "whole")
         for c in configs():
             assert torch.equal(again.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
     finally:

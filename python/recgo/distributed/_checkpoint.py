@@ -28,8 +28,16 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     g = coll._groups
+    # One id for every file of this save (rank 0 draws it), so a load can tell a set from one whose
+    # save did not finish on every rank (new files beside the last save's).
+    save_id = torch.tensor(int.from_bytes(os.urandom(7), "little") if g.rank == 0 else 0, dtype=torch.int64)
+    try:
+        dist.broadcast(save_id, src=dist.get_global_rank(g.world, 0), group=g.world)
+    except RuntimeError as exc:
+        raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not join the save: {exc}") from exc
     # Flat name → tensor entries, so the file carries recgo's per-tensor checksums.
-    doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank)}
+    doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank),
+                                    "save_id": save_id}
     for cfg, shard in zip(coll._configs, coll.embedding_bags.values()):
         p = f"tables.{cfg.name}."
         if cfg.dynamic is not None:  # the rows in use with the ID map (dynamic_*), from one snapshot
@@ -56,6 +64,16 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
     return path
 
 
+def _save_id(path: Path) -> int | None:
+    """The id of the save that wrote ``path`` (memory-mapped: nothing else is read), None for a file
+    without one (written before the id was added) or one the full load will refuse anyway."""
+    try:
+        entry = torch.load(path, weights_only=True, mmap=True, map_location="cpu")["state_dict"].get("save_id")
+    except Exception:  # unreadable: load_checkpoint names the problem
+        return None
+    return None if entry is None else int(entry)
+
+
 def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
     """``ShardedEmbeddingBagCollection.load``: every file of the set, each rank keeping the rows its
     layout gives it (the engine's ``locate``); every row of this rank must be in some file."""
@@ -66,6 +84,10 @@ def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
     worlds = {int(f.stem.split("-of-")[1]) for f in files}
     if len(worlds) != 1 or len(files) != next(iter(worlds)):
         raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
+    ids = {f.name: _save_id(f) for f in files}
+    if len(set(ids.values())) > 1:
+        raise RecgoIOError(f"{d}: the shard files come from different saves ({ids}): a save did not finish on "
+                           "every rank, so the folder mixes it with the save before; load an earlier checkpoint")
     # which of this rank's fixed rows some file held (a dynamic shard has no fixed rows to cover)
     covered = [torch.zeros(n if c.dynamic is None else 0, dtype=torch.bool)
                for n, c in zip(coll._local_rows, coll._configs)]

@@ -75,18 +75,30 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
         timeout = timedelta(seconds=float(timeout))
     if not timeout.total_seconds() > 0:
         raise InvalidInputError(f"timeout must be > 0 seconds, got {timeout.total_seconds():g}")
-    wg = dist.new_group(list(range(world)), timeout=timeout)
-    node_g = rail_g = None
+    def group(ranks: list[int]) -> Any:
+        try:
+            return dist.new_group(ranks, timeout=timeout)
+        except Exception as exc:  # gloo's store barrier: 'Wait timeout' when a peer never comes
+            raise PeerFailureError(
+                f"rank {rank}: creating the process group of ranks {ranks}: a peer did not join within the "
+                f"{timeout.total_seconds():g} s timeout (it died, raised before building the collection, or "
+                f"was given another topology or mode): {exc}") from exc
+
+    groups = Groups(group(list(range(world))), None, None, rank, world, nodes, ranks_per_node, timeout)
+    # The node and rail groups depend on the topology and mode: ranks that disagree on them would wait
+    # on different groups until the timeout; compare them first and name the difference.
+    agree(groups, "process groups", {"topology": f"{nodes} nodes × {ranks_per_node} ranks per node",
+                                     "mode": "hierarchical" if hierarchical else "flat"})
     if hierarchical:
         for n in range(nodes):
-            g = dist.new_group([n * ranks_per_node + l for l in range(ranks_per_node)], timeout=timeout)
+            g = group([n * ranks_per_node + l for l in range(ranks_per_node)])
             if n == rank // ranks_per_node:
-                node_g = g
+                groups.node = g
         for l in range(ranks_per_node):
-            g = dist.new_group([n * ranks_per_node + l for n in range(nodes)], timeout=timeout)
+            g = group([n * ranks_per_node + l for n in range(nodes)])
             if l == rank % ranks_per_node:
-                rail_g = g
-    return Groups(wg, node_g, rail_g, rank, world, nodes, ranks_per_node, timeout)
+                groups.rail = g
+    return groups
 
 
 _DTYPES = (torch.int64, torch.float32, torch.uint8)
