@@ -59,3 +59,37 @@ def test_dcp_loads_dynamic_tables_with_the_planner(tmp_path: Path) -> None:
         b(batch).values().sum().backward()
     sa, sb = a.state_dict(), b.state_dict()
     assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("sequence", [False, True])
+def test_activation_checkpointing_counts_each_batch_once(reentrant: bool, sequence: bool) -> None:
+    """torch.utils.checkpoint runs the forward again inside backward; that recomputation used to count
+    as a second training forward (the clock ran twice as fast and an ID seen once passed min_count=2).
+    Now a checkpointed model trains exactly as the plain one: the same rows, state and statistics."""
+    from torch.utils.checkpoint import checkpoint
+
+    def build() -> torch.nn.Module:
+        cfg = [EmbeddingBagConfig(50, 4, "t", ["f"], dynamic=DynamicConfig(min_count=2, eviction="lru"))]
+        ebc = EmbeddingBagCollection(cfg, optimizer=Adagrad(lr=0.1), seed=0)
+        return recgo.EmbeddingCollection([recgo.EmbeddingConfig(50, 4, "t", ["f"])], share=ebc) if sequence else ebc
+
+    def out(m: torch.nn.Module, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        res = m(kjt)
+        return res["f"].values() if sequence else res.values()
+
+    plain, ckpt = build(), build()
+    for step in range(4):
+        ids = torch.tensor([1000 + step, 7, 7, 2000 + (step // 2)])
+        kjt = KeyedJaggedTensor(["f"], ids, lengths=torch.tensor([2, 2]))
+        scale = torch.linspace(0.5, 1.5, 4 * (2 if not sequence else 4)).view(-1, 4)
+        (out(plain, kjt) * scale).sum().backward()
+        one = torch.ones(1, requires_grad=True)  # the reentrant variant needs an input that requires grad
+        checkpoint(lambda k, x: (out(ckpt, k) * scale * x).sum(), kjt, one, use_reentrant=reentrant).backward()
+    owner = (lambda m: m._owner) if sequence else (lambda m: m)
+    a, b = dynamic.stats(owner(plain), "t"), dynamic.stats(owner(ckpt), "t")
+    assert (a.step, a.admitted, a.rows) == (b.step, b.admitted, b.rows) == (4, 3, 3)  # 7, 2000, 2001
+    sa, sb = owner(plain).state_dict(), owner(ckpt).state_dict()
+    assert list(sa) == list(sb)
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k

@@ -378,6 +378,27 @@ def test_untrained_tables_warn_once() -> None:
     assert sum("do not train" in str(w.message) for w in record) == 1
 
 
+@pytest.mark.parametrize("how", ["fused_sgd", "fused_adam", "data"])
+def test_updates_that_leave_the_version_alone_do_not_warn(how: str) -> None:
+    """torch's fused=True optimizers and updates through .data do not bump the weight's version, which
+    the check read alone: it warned that the tables do not train while they did."""
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(5, 4, "t", ["a"])], seed=0)
+    weight = ebc.embedding_bags["t"].weight
+    if how == "data":
+        class Manual(torch.optim.SGD):
+            @torch.no_grad()
+            def step(self, closure=None):  # type: ignore[no-untyped-def,override]
+                weight.data.add_(weight.grad, alpha=-0.1)
+        opt: torch.optim.Optimizer = Manual([weight], lr=0.1)
+    else:
+        opt = (torch.optim.SGD if how == "fused_sgd" else torch.optim.Adam)([weight], lr=0.1, fused=True)
+    before = weight.detach().clone()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _train(ebc, 40, opt)
+    assert not torch.equal(weight.detach(), before)
+
+
 @pytest.mark.parametrize("every", [1, 16])
 def test_trained_tables_do_not_warn(every: int) -> None:
     """A torch optimizer that steps the tables (every step, or after gradient accumulation) and a

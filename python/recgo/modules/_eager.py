@@ -108,3 +108,12 @@ class _Lookup(torch.autograd.Function):
             raise InvalidInputError(NO_CONTEXT)
         filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.shapes)]
         return (None, None, None, *first_order(grads, lambda: ctx.backward(handle, filled)))
+
+
+def admits(training: bool, train: bool | None = None) -> bool:
+    """Whether a forward admits new IDs to dynamic tables and advances their clocks: ``train`` if given,
+    else the module's ``training`` mode, and never for a forward run inside a backward pass. That is
+    ``torch.utils.checkpoint`` recomputing the forward; the first forward counted the batch already, so
+    the recomputation looks rows up as an eval forward does (the same rows, hence the same outputs)."""
+    train = training if train is None else train
+    return bool(train) and torch._C._current_graph_task_id() == -1

@@ -148,6 +148,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._untouched = 0  # backward passes in a row that left every table's weight unchanged
         self._backwards = 0  # non-fused backward passes run
         self._versions: list[int] | None = None
+        self._probe: tuple[torch.Tensor, int, torch.Tensor] | None = None  # a row the last backward touched
         self._warned_untrained = False
         self.embedding_bags = nn.ModuleDict()
         self._handle: _lib.Handle | None = None
@@ -348,7 +349,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         without; the caller wraps it at once, see ``_contexts.py``). ``train`` (default: the module's
         mode) admits new IDs to dynamic tables and advances their clocks."""
         ctx = H(0)
-        train = self.training if train is None else train
+        train = _eager.admits(self.training, train)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
@@ -398,6 +399,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         rows = (ctypes.c_void_p * n)(*[ptr(t) for t in out[0::2]])
         vals = (ctypes.c_void_p * n)(*[ptr(t) for t in out[1::2]])
         _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
+        for (weight, _, _), ids in zip(self._storage, out[0::2]):
+            if ids.numel() and 0 <= int(ids[0]) < weight.shape[0]:  # for _check_trained
+                self._probe = (weight, int(ids[0]), weight[int(ids[0])].detach().clone())
+                break
         return out
 
     @property
@@ -491,11 +496,15 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         (``optimizer=None`` and the parameters left out of every torch optimizer)."""
         versions = [p._version for p in params]
         if self._versions is not None and self._backwards > 0:
-            if versions == self._versions:
+            # torch's fused optimizers and updates through .data leave _version alone: a row the last
+            # backward put a gradient on tells those apart from no update at all
+            probe = self._probe
+            moved = probe is not None and not torch.equal(probe[0][probe[1]], probe[2])
+            if versions == self._versions and not moved:
                 self._untouched += self._backwards
             else:
                 self._untouched = 0
-        self._versions, self._backwards = versions, 0
+        self._versions, self._backwards, self._probe = versions, 0, None
         if self._untouched >= _UNTRAINED_WARN_BACKWARDS and not self._warned_untrained:
             self._warned_untrained = True
             warnings.warn(
