@@ -355,3 +355,36 @@ def test_keyed_tensor_layout_arguments() -> None:
         KeyedTensor(["a", "b"], [2, 3], values, offset_per_key=[0, 3, 5])
     with pytest.raises(InvalidInputError, match="index_per_key"):
         KeyedTensor(["a", "b"], [2, 3], values, index_per_key={"a": 1, "b": 0})
+
+
+def test_batch_types_are_pytree_nodes_and_a_model_exports() -> None:
+    """recgo's KJT, JaggedTensor and KeyedTensor flatten to their tensors and back (as TorchRec
+    registers its own), so torch.export takes a recgo batch: it refused the type before."""
+    import torch.utils._pytree as pytree
+
+    kjt = _kjt()
+    leaves, spec = pytree.tree_flatten(kjt)
+    assert all(x is None or isinstance(x, torch.Tensor) for x in leaves) and len(leaves) == 4
+    back = pytree.tree_unflatten(leaves, spec)
+    assert back.keys() == kjt.keys() and back.stride() == kjt.stride()
+    assert back["index_1"].values().tolist() == kjt["index_1"].values().tolist()
+    jt = JaggedTensor(torch.arange(3.0), lengths=torch.tensor([1, 2]))
+    assert pytree.tree_unflatten(*pytree.tree_flatten(jt)).lengths().tolist() == [1, 2]
+    kt = KeyedTensor(["a", "b"], [1, 2], torch.randn(2, 3))
+    assert torch.equal(pytree.tree_unflatten(*pytree.tree_flatten(kt))["b"], kt["b"])
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(
+                num_embeddings=10, embedding_dim=4, name="t", feature_names=["f"])], seed=0)
+            self.top = torch.nn.Linear(4, 1)
+
+        def forward(self, batch: KeyedJaggedTensor) -> torch.Tensor:
+            return self.top(self.ebc(batch).values())
+
+    model = Model().eval()
+    batch = KeyedJaggedTensor(["f"], torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1]))
+    exported = torch.export.export(model, (batch,), strict=False)
+    other = KeyedJaggedTensor(["f"], torch.tensor([4, 5, 6]), lengths=torch.tensor([1, 2]))
+    assert torch.equal(exported.module()(other), model(other))

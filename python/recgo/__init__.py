@@ -23,6 +23,9 @@ from .errors import (
 )
 from .jagged import JaggedTensor
 from .sparse import KeyedJaggedTensor, KeyedTensor
+from . import _pytree
+
+_pytree.register()
 from . import modules
 from .modules import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, from_torchrec
 from . import dynamic
