@@ -11,6 +11,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"runtime/cgo"
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/embedding"
@@ -101,6 +102,30 @@ func recgo_pipeline_next(h C.uintptr_t, info unsafe.Pointer, errbuf *C.char, err
 		dst[0] = nextInfo{Handle: int64(newHandle(b)), Values: addr(b.Values), NValues: int64(len(b.Values)),
 			Lengths: addr(b.Lengths), NLengths: int64(len(b.Lengths)), Labels: addr(b.Labels), Dense: addr(b.Dense),
 			Size: int64(b.Size), DenseWidth: int64(b.DenseWidth), Step: b.Step}
+		return nil
+	})
+}
+
+// recgo_pipeline_unnext gives back batch, the batch handle the last recgo_pipeline_next wrote, which
+// the caller could not take (Python raised KeyboardInterrupt as the call returned): its handle is
+// released and the pipeline hands the batch out again at the next call, the position and step as
+// before it.
+//
+//export recgo_pipeline_unnext
+func recgo_pipeline_unnext(h, batch C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		p, err := lookup[*pipeline.Pipeline](h, "pipeline")
+		if err != nil {
+			return err
+		}
+		b, err := lookup[*pipeline.Prepared](batch, "batch")
+		if err != nil {
+			return err
+		}
+		if err := p.Unnext(b); err != nil {
+			return err
+		}
+		cgo.Handle(batch).Delete()
 		return nil
 	})
 }

@@ -127,6 +127,9 @@ type Pipeline struct {
 
 	step   int64           // the next step Next hands out
 	pos    reader.Position // source position after the last batch handed out
+	prev   reader.Position // source position before it (what Unnext goes back to)
+	back   *Prepared       // a batch given back with Unnext, handed out again first
+	backAt reader.Position // the position after the batch given back
 	final  error           // io.EOF or the error that ended the stream
 	closed bool
 	serial reader.Batch
@@ -365,6 +368,12 @@ func (p *Pipeline) Next() (*Prepared, error) {
 	if p.closed {
 		return nil, errs.Invalidf("pipeline: closed")
 	}
+	if p.back != nil {
+		out := p.back
+		p.back = nil
+		p.hand(out, p.backAt)
+		return out, nil
+	}
 	if p.final != nil {
 		return nil, p.final
 	}
@@ -407,11 +416,34 @@ func (p *Pipeline) Next() (*Prepared, error) {
 		}
 		return nil, p.final
 	}
+	p.hand(out, pos)
+	return out, nil
+}
+
+// hand counts out as handed out, the source then at pos.
+func (p *Pipeline) hand(out *Prepared, pos reader.Position) {
 	p.step++
-	p.pos = pos
+	p.prev, p.pos = p.pos, pos
 	p.stats.batches.Add(1)
 	p.stats.samples.Add(int64(out.Size))
-	return out, nil
+}
+
+// Unnext gives back b, the batch the last Next returned, which the consumer could not take (an
+// interrupt arrived as Next returned): the position and step go back to before it, and the next
+// Next hands it out again. Only the last batch, and only once.
+func (p *Pipeline) Unnext(b *Prepared) error {
+	if p.closed {
+		return errs.Invalidf("pipeline: closed")
+	}
+	if b == nil || p.back != nil || p.step == 0 {
+		return errs.Invalidf("pipeline: only the batch the last Next returned can be given back, once")
+	}
+	p.back, p.backAt = b, p.pos
+	p.step--
+	p.pos = p.prev
+	p.stats.batches.Add(-1)
+	p.stats.samples.Add(-int64(b.Size))
+	return nil
 }
 
 func (p *Pipeline) cancelled() error {
@@ -441,6 +473,10 @@ func (p *Pipeline) Close() error {
 	p.closed = true
 	p.cancel()
 	p.wg.Wait()
+	if p.back != nil {
+		_ = p.back.Close()
+		p.back = nil
+	}
 	if p.order != nil {
 		for {
 			select {

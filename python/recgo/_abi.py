@@ -409,6 +409,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_pipeline_unnext': ('int', (
+        ('h', 'uintptr_t'),
+        ('batch', 'uintptr_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_plan_cancel': ('int', (
         ('jobH', 'uintptr_t'),
         ('errbuf', 'char*'),

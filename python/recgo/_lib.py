@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import _abi
-from .errors import AbiError, ForkError, InternalError, InvalidInputError, LibraryNotFoundError, error_for_code
+from .errors import (AbiError, ForkError, InternalError, InvalidInputError, LibraryNotFoundError, RecgoError,
+                     error_for_code)
 
 _ERRLEN = 4096
 _lock = threading.Lock()
@@ -237,6 +238,33 @@ def call(f: Any, *args: Any) -> None:
         raise error_for_code(code)(buf.value.decode("utf-8", "replace"))
 
 
+def call_making(f: Any, made: Sequence[Any], *args: Any) -> None:
+    """:func:`call` for an export that makes Go objects and writes their handles into the ctypes cells
+    ``made`` (zero before the call, passed by reference among ``args``). A Ctrl-C during a long call
+    reaches Python as the foreign call returns: Python raises KeyboardInterrupt right there, before the
+    caller could own the handles. Then the objects are freed (else they leaked: a batch's or a
+    context's memory per interrupt) and the exception goes on."""
+    try:
+        call(f, *args)
+    except RecgoError:
+        raise
+    except BaseException:
+        free_made(made)
+        raise
+
+
+def free_made(made: Sequence[Any]) -> None:
+    """Free the objects whose handles are in the ctypes cells ``made`` and clear the cells (an
+    interrupted maker call's, see :func:`call_making`); a handle already freed is skipped."""
+    for cell in made:
+        h, cell.value = cell.value, 0
+        if h:
+            try:
+                call(fn("recgo_free"), h)
+            except Exception:  # already freed (handles are never reused): nothing leaked
+                pass
+
+
 def call_json(name: str, *args: Any) -> Any:
     """Call a JSON-out export ``name(*args, buf, buflen, needed, errbuf, errlen)`` and parse its document,
     retrying with the size the export reports when the first buffer was short."""
@@ -326,9 +354,10 @@ class Handle:
 
     @property
     def value(self) -> int:
-        """The raw handle; raises if already freed."""
+        """The raw handle; raises :class:`InvalidInputError` if already freed (the object was closed)."""
         if not self._h:
-            raise InternalError("use of a freed recgo object")
+            raise InvalidInputError("this recgo object was closed (close() or free() released its engine "
+                                    "memory): build a new one")
         return self._h
 
     def free(self) -> None:
@@ -363,5 +392,11 @@ def new_handle(export: str, *args: Any) -> Handle:
     else:
         f = fn(export)
     out = H(0)
-    call(f, *args, ctypes.byref(out))
-    return Handle(out.value)
+    try:
+        call(f, *args, ctypes.byref(out))
+        return Handle(out.value)
+    except RecgoError:
+        raise
+    except BaseException:  # interrupted before a Handle owned the object (see call_making)
+        free_made([out])
+        raise

@@ -30,7 +30,7 @@ from . import _lib
 from .data import Source
 from .data import _prepared
 from .data.sources import spec_json
-from .errors import InvalidInputError
+from .errors import InvalidInputError, RecgoError
 from .feature import Feature, FeatureEngine
 from .sparse import KeyedJaggedTensor
 from .tensors import integer
@@ -229,7 +229,18 @@ class DataPipeline:
     def __next__(self) -> Batch:
         info = self._info_buf
         with self._lock:
-            _lib.call(self._next, self._handle(), ctypes.addressof(info))
+            info[0] = 0
+            try:
+                _lib.call(self._next, self._handle(), ctypes.addressof(info))
+            except RecgoError:
+                raise
+            except BaseException:
+                # Ctrl-C reaches Python as the call returns, with the batch handed out: give it back
+                # (position and step too), so the next call delivers it and nothing is lost.
+                if info[0]:
+                    with contextlib.suppress(Exception):
+                        _lib.call(_lib.fn("recgo_pipeline_unnext"), self._handle(), info[0])
+                raise
             h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
         if h == 0:
             self._ended = True

@@ -206,11 +206,12 @@ class FeatureEngine:
             desc[i * _DESC_WORDS:(i + 1) * _DESC_WORDS] = row
             keep += tensors
         rh, nv, nl = H(0), I64(0), I64(0)
-        _lib.call(self._run, self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0, *kjt_args,
-                  ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
+        _lib.call_making(self._run, [rh], self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0,
+                         *kjt_args, ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
         vp, lp, wp, weighted, oh = H(0), H(0), H(0), I64(0), H(0)
-        _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(wp),
-                  ctypes.byref(weighted), ctypes.byref(oh))
+        # output frees the result (also when it fails); an interrupt as it returns leaves the buffer's
+        _lib.call_making(self._output, [oh], rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(wp),
+                         ctypes.byref(weighted), ctypes.byref(oh))
         owner = _lib.Handle(oh.value)  # frees the off-heap buffer once every tensor is gone
         del keep
         weights = wrap(wp.value, nv.value, torch.float32, owner) if weighted.value else None

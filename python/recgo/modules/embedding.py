@@ -353,14 +353,16 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
-            _lib.call(f, self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                      ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(train), int(keep), ctypes.byref(ctx))
+            _lib.call_making(f, [ctx], self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values),
+                             values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(train),
+                             int(keep), ctypes.byref(ctx))
             return ctx.value if keep else 0
         f = _lib.fn("recgo_ebc_forward")
-        _lib.call(f, self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                  ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                  0 if weights is None else weights.numel(), ptr(out), out.numel(), int(train), int(keep),
-                  ctypes.byref(ctx))
+        _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values),
+                         values.numel(), ptr(lengths), lengths.numel(),
+                         None if weights is None else (weights.data_ptr() or None),
+                         0 if weights is None else weights.numel(), ptr(out), out.numel(), int(train), int(keep),
+                         ctypes.byref(ctx))
         return ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> torch.Tensor:

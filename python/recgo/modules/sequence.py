@@ -235,9 +235,9 @@ class EmbeddingCollection(nn.Module):
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in outs])
         lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
         ctx = H(0)
-        _lib.call(f, self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
-                  lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
-                  int(_eager.admits(self.training, train)), int(keep), ctypes.byref(ctx))
+        _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
+                         lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
+                         int(_eager.admits(self.training, train)), int(keep), ctypes.byref(ctx))
         return outs, ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> list[int]:
