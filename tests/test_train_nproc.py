@@ -165,3 +165,30 @@ def test_a_terminated_launcher_stops_its_ranks(tmp_path: Path) -> None:
     for r in alive:  # do not leave them running if the test fails
         os.kill(r, signal.SIGKILL)
     assert not alive, "ranks outlived their launcher"
+
+
+def test_a_terminated_single_process_run_cleans_up_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM to ``recgo train`` in one process, checkpointing every step: it ends with Ctrl-C's
+    message and status, and leaves no half-written checkpoint (it died at once before, a temporary
+    file of tens of MB left beside the checkpoint each time), so --resume takes the last one."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "python")}
+    ck = tmp_path / "ck"
+    proc = subprocess.Popen([sys.executable, "-m", "recgo", "train", "--steps", "100000", "--batch-size", "32",
+                             "--backend", "recgo", "--no-progress", "--out", str(tmp_path / "out"),
+                             "--checkpoint", str(ck), "--checkpoint-every", "1"],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("ck*")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    time.sleep(1)  # a few checkpoints in
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; --resume continues" in err, err
+    assert not [p.name for p in tmp_path.glob("*.tmp")] + [p.name for p in tmp_path.glob(".*tmp")], \
+        list(tmp_path.iterdir())

@@ -212,10 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; recgo errors and file errors print as one line and exit with status 2, Ctrl-C prints
     one line and exits with 130 (the shell's code for SIGINT)."""
+    from ._signals import terminate_as_interrupt
+
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM under --nproc (the launcher stops its ranks)
+        with terminate_as_interrupt():  # a scheduler's stop cleans up as Ctrl-C does
+            return args.func(args)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         return _interrupted(args)
     except Exception as exc:
         if _caused_by_interrupt(exc):  # e.g. torch's zip writer failing as a Ctrl-C unwinds a checkpoint save

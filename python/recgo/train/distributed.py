@@ -359,36 +359,27 @@ def _first_error(result: str, nproc: int) -> str | None:
         return fh.read().strip()
 
 
-def _interrupt(signum: int, frame: Any) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 def _run_world(ctx: Any) -> None:
     """Wait for the spawned ranks of ``ctx`` (torch.multiprocessing's context). If this process is
     interrupted or terminated (SIGTERM, as a job scheduler stops it) the ranks are stopped with it
     instead of training on as orphans: SIGTERM becomes a KeyboardInterrupt here, and on any exception
     the live ranks get SIGTERM, then SIGKILL after 5 s."""
-    import signal
-    import threading
+    from .._signals import terminate_as_interrupt
 
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _interrupt) if main else None
-    try:
-        while not ctx.join():
-            pass
-    except BaseException:
-        for p in ctx.processes:
-            if p.is_alive():
-                p.terminate()
-        for p in ctx.processes:
-            p.join(5)
-            if p.is_alive():
-                p.kill()
-                p.join()
-        raise
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+    with terminate_as_interrupt():
+        try:
+            while not ctx.join():
+                pass
+        except BaseException:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.terminate()
+            for p in ctx.processes:
+                p.join(5)
+                if p.is_alive():
+                    p.kill()
+                    p.join()
+            raise
 
 
 def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None = None, progress: bool = True,
