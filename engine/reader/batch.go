@@ -149,6 +149,9 @@ type ParseError struct {
 	Msg    string
 	// Truncated marks a file that ends inside a record or a compressed stream (an errs.ErrIO).
 	Truncated bool
+	// Consumed marks an error after which the reader can go on: it read past the bad line (or, when
+	// Truncated, gives up the rest of the file), so skip_bad skips it as one malformed row.
+	Consumed bool
 }
 
 func (e *ParseError) Error() string {

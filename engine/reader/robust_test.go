@@ -1,8 +1,11 @@
 package reader
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -61,6 +64,83 @@ func TestLongLines(t *testing.T) {
 	var b Batch
 	_, err = src.Read(&b, 10)
 	assert.ErrorContains(t, err, path+" line 2: line longer than 4 MiB")
+}
+
+// Under SkipBad a line longer than maxLine is one malformed row of the rank it falls to: the reader
+// goes past it (plain or gzip) and a position after it resumes; a truncated gzip file gives up its
+// damaged tail as one malformed row and the next file is read.
+func TestSkipBadGoesPastLongLinesAndTruncatedGzip(t *testing.T) {
+	cols := []Column{{Name: "id", Role: RoleSparse}, {Name: "seq", Role: RoleSequence, Type: "string"}}
+	text := "id,seq\n1,a\n2," + strings.Repeat("x|", 2_200_000) + "x\n3,c\n"
+	for _, name := range []string{"long.csv", "long.csv.gz"} {
+		path := writeFile(t, name, text)
+		open := func(rank, world int) Source {
+			src, err := NewCSV([]string{path}, CSVOptions{Columns: cols, Header: true,
+				Options: Options{SkipBad: true, Rank: rank, WorldSize: world}})
+			require.NoError(t, err)
+			return src
+		}
+		for _, c := range []struct {
+			rank, world int
+			ids         []int64
+			skipped     int64
+		}{{0, 1, []int64{1, 3}, 1}, {0, 2, []int64{1, 3}, 0}, {1, 2, nil, 1}} {
+			src := open(c.rank, c.world)
+			var ids []int64
+			for _, b := range readAll(t, src, 1) {
+				ids = append(ids, b.Inputs[0].Ints...)
+			}
+			assert.Equal(t, c.ids, ids, "%s rank %d of %d", name, c.rank, c.world)
+			assert.Equal(t, c.skipped, src.Position().Skipped, "%s rank %d of %d", name, c.rank, c.world)
+		}
+		src := open(0, 1)
+		var b Batch
+		_, err := src.Read(&b, 1)
+		require.NoError(t, err)
+		_, err = src.Read(&b, 1) // past the long line, to row 3
+		require.NoError(t, err)
+		require.Equal(t, []int64{3}, b.Inputs[0].Ints)
+		again := open(0, 1)
+		require.NoError(t, again.Seek(src.Position()), name)
+		_, err = again.Read(&b, 1)
+		assert.ErrorIs(t, err, io.EOF, name)
+	}
+
+	var rows strings.Builder
+	rows.WriteString("id,seq\n")
+	for i := range 2000 {
+		fmt.Fprintf(&rows, "%d,item%d|item%d\n", i, i, i+1)
+	}
+	var zipped bytes.Buffer
+	w := gzip.NewWriter(&zipped)
+	_, err := w.Write([]byte(rows.String()))
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	dir := t.TempDir()
+	cut := filepath.Join(dir, "a.csv.gz")
+	require.NoError(t, os.WriteFile(cut, zipped.Bytes()[:zipped.Len()/2], 0o644))
+	next := writeFile(t, "b.csv", "id,seq\n5000,z\n5001,y\n")
+	for _, skip := range []bool{false, true} {
+		src, err := NewCSV([]string{cut, next}, CSVOptions{Columns: cols, Header: true, Options: Options{SkipBad: skip}})
+		require.NoError(t, err)
+		if !skip {
+			var b Batch
+			_, err = src.Read(&b, 5000)
+			assert.ErrorContains(t, err, "truncated or corrupt gzip stream")
+			continue
+		}
+		var ids []int64
+		for _, b := range readAll(t, src, 300) {
+			ids = append(ids, b.Inputs[0].Ints...)
+		}
+		require.Greater(t, len(ids), 100)
+		n := len(ids) - 2
+		for i := range n {
+			require.Equal(t, int64(i), ids[i]) // every whole row before the damage, in order
+		}
+		assert.Equal(t, []int64{5000, 5001}, ids[n:])
+		assert.Equal(t, int64(1), src.Position().Skipped)
+	}
 }
 
 // textCase is a one-file source whose first data row is malformed: the error names want, and under

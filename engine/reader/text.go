@@ -148,6 +148,32 @@ func (l *lines) openFile(i int) error {
 	return nil
 }
 
+// tooLong reads past the rest of a line longer than maxLine (read bytes of it so far, the last
+// read's err) and returns its error, marked Consumed: the next line can be read (and skip_bad skips
+// this one). A read error on the way is returned instead.
+func (l *lines) tooLong(read int64, err error) error {
+	for errors.Is(err, bufio.ErrBufferFull) {
+		var part []byte
+		part, err = l.br.ReadSlice('\n')
+		read += int64(len(part))
+	}
+	if err != nil && err != io.EOF {
+		return errs.IOf("reader: %s line %d: %v", l.name(), l.lineNo+1, err)
+	}
+	l.lineNo++
+	if l.pos.Offset >= 0 {
+		l.pos.Offset += read
+	}
+	return &ParseError{File: l.name(), Line: l.lineNo, Row: -1, Msg: fmt.Sprintf("line longer than %d MiB", maxLine>>20),
+		Consumed: true}
+}
+
+// skippable reports whether err is a malformed line the reader went past and skip_bad skips.
+func (l *lines) skippable(err error) (*ParseError, bool) {
+	var pe *ParseError
+	return pe, l.opt.SkipBad && errors.As(err, &pe) && pe.Consumed
+}
+
 // raw returns the next line of the open file without its line ending; io.EOF at its end.
 func (l *lines) raw() ([]byte, error) {
 	line, err := l.br.ReadSlice('\n')
@@ -160,13 +186,13 @@ func (l *lines) raw() ([]byte, error) {
 		}
 		line = l.long
 		if errors.Is(err, bufio.ErrBufferFull) || len(line) >= maxLine {
-			return nil, &ParseError{File: l.name(), Line: l.lineNo + 1, Row: -1, Msg: "line longer than 4 MiB"}
+			return nil, l.tooLong(int64(len(line)), err)
 		}
 	}
 	if err != nil && err != io.EOF {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) {
 			return nil, &ParseError{File: l.name(), Line: l.lineNo + 1, Row: -1,
-				Msg: "truncated or corrupt gzip stream: " + err.Error(), Truncated: true}
+				Msg: "truncated or corrupt gzip stream: " + err.Error(), Truncated: true, Consumed: true}
 		}
 		return nil, errs.IOf("reader: %s line %d: %v", l.name(), l.lineNo+1, err)
 	}
@@ -223,6 +249,17 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 			l.closeFile()
 			continue
 		}
+		if pe, ok := l.skippable(err); ok { // one malformed row, of the rank it falls to
+			if pe.Truncated {
+				l.closeFile() // nothing after the damage can be read
+			}
+			if l.pos.Global%int64(l.opt.WorldSize) == int64(l.opt.Rank) {
+				l.pos.Skipped++
+			}
+			l.pos.Row++
+			l.pos.Global++
+			continue
+		}
 		if err != nil {
 			return nil, 0, false, err
 		}
@@ -261,6 +298,10 @@ func (l *lines) seek(p Position) error {
 	}
 	for l.pos.Row < p.Row {
 		if _, err := l.raw(); err != nil {
+			if pe, ok := l.skippable(err); ok && !pe.Truncated { // a row too, as next counted it
+				l.pos.Row++
+				continue
+			}
 			if err == io.EOF {
 				return errs.Invalidf("reader: %s has fewer than %d rows", l.name(), p.Row)
 			}
