@@ -86,6 +86,33 @@ def _materialise_dense(model: nn.Module) -> None:
                       "were materialised uninitialised; set their values before training", stacklevel=3)
 
 
+class ShardedModel(nn.parallel.DistributedDataParallel):
+    """The ``DistributedDataParallel`` wrapper :func:`shard_model` returns (its dense parameters data
+    parallel, the shards left out). Under ``torch.fx`` tracing it is its module: DDP's own forward,
+    which fx cannot trace, only synchronises gradients at run time, and TorchRec's
+    ``TrainPipelineSparseDist`` traces the model it is given (DMP's inner module; this one whole)."""
+
+    def forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        """DDP's forward; under ``torch.fx`` symbolic tracing, the wrapped module's."""
+        if torch.fx._symbolic_trace.is_fx_symbolic_tracing():
+            return self.module(*inputs, **kwargs)
+        return super().forward(*inputs, **kwargs)
+
+    @staticmethod
+    def wrap(model: nn.Module) -> "ShardedModel":
+        """``model`` wrapped; its class's ``forward`` names ``model``'s parameters for torch.fx (which
+        reads a root's placeholders from its forward's code, through ``__wrapped__``: ``*inputs``
+        would be one placeholder that cannot be unpacked)."""
+        def forward(self: ShardedModel, *inputs: Any, **kwargs: Any) -> Any:
+            return ShardedModel.forward(self, *inputs, **kwargs)
+
+        forward.__wrapped__ = type(model).forward  # type: ignore[attr-defined]
+        forward.__doc__ = ShardedModel.forward.__doc__
+        cls = type("ShardedModel", (ShardedModel,), {"forward": forward, "__module__": __name__,
+                                                      "__qualname__": "ShardedModel", "__doc__": ShardedModel.__doc__})
+        return cls(model)
+
+
 def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *, ddp: bool = True,
                 gradient_division: bool = True, **kwargs: Any) -> nn.Module:
     """Shard every embedding collection of ``model`` over the ranks of ``torch.distributed`` and make
@@ -158,7 +185,7 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     if not dense:
         return model
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
-    wrapped = nn.parallel.DistributedDataParallel(model)
+    wrapped = ShardedModel.wrap(model)
     if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
         wrapped.fused_optimizer = optim.CollectionOptimizer(model)
     return wrapped
