@@ -246,3 +246,37 @@ def test_torchrecs_sparse_dist_pipeline_drives_a_sharded_model(tmp_path: Path) -
             opt.step()
             plain.append(float(loss))
     assert piped == pytest.approx(plain, rel=1e-6)
+
+
+def test_shard_model_applies_a_torchrec_sharding_plan(tmp_path: Path) -> None:
+    """DMP's plan= (a TorchRec ShardingPlan) is applied: each table sharded as the plan says (it was
+    ignored, every table hash-sharded without a word); kinds recgo lacks, and a plan beside a sharding
+    that does not use it, raise."""
+    tr = pytest.importorskip("torchrec")
+    from torchrec.distributed.types import EmbeddingModuleShardingPlan, ParameterSharding, ShardingPlan
+
+    from recgo.distributed import ShardedEmbeddingBagCollection, shard_model
+
+    tables = [tr.EmbeddingBagConfig(name=f"t{i}", embedding_dim=4, num_embeddings=20, feature_names=[f"f{i}"])
+              for i in range(3)]
+
+    def planned(kinds: list[str]) -> Any:
+        """A model and a plan as TorchRec's planner writes them (built by hand: on CPU TorchRec's own
+        planner offers neither row-wise nor every kind recgo must refuse)."""
+        model = torch.nn.Sequential(tr.EmbeddingBagCollection(tables=tables))
+        entries = EmbeddingModuleShardingPlan({t.name: ParameterSharding(sharding_type=k, compute_kernel="fused",
+                                                                          ranks=[0]) for t, k in zip(tables, kinds)})
+        return model, ShardingPlan(plan={"0": entries})
+
+    with _OneRank(tmp_path):
+        model, plan = planned(["table_wise", "row_wise", "data_parallel"])
+        sharded = shard_model(model, plan=plan, ddp=False)
+        assert sharded[0]._sharding_names == ["table_wise", "row_wise", "data_parallel"]
+        model, plan = planned(["column_wise", "table_wise", "table_wise"])
+        with pytest.raises(recgo.InvalidInputError, match="'column_wise', which recgo does not have"):
+            shard_model(model, plan=plan)
+        model, plan = planned(["table_wise"] * 3)
+        with pytest.raises(recgo.InvalidInputError, match="give one of them"):
+            shard_model(model, "hash", plan=plan)
+        with pytest.raises(recgo.InvalidInputError, match="no table's sharding is 'plan'"):
+            ShardedEmbeddingBagCollection(configs(), "hash", plan=object())

@@ -219,6 +219,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
             if per.get(n, "hash") != "table_wise":
                 raise InvalidInputError(f"table_ranks places table {n!r}, whose sharding is {per.get(n, 'hash')!r}: "
                                         "only table_wise tables take a rank")
+        if plan is not None and "plan" not in {per.get(n, "hash") for n in names}:
+            raise InvalidInputError(f"plan= is given, but no table's sharding is 'plan' (sharding={sharding!r}): pass "
+                                    "sharding='plan' to place the tables as the plan says, or leave plan= out")
+        if plan is not None and not callable(getattr(plan, "table", None)):
+            raise InvalidInputError(f"plan: expected a recgo.planner.Plan, got {type(plan).__name__} (shard_model "
+                                    "also takes TorchRec's ShardingPlan)")
         out = []
         W = self._groups.world_size
         for i, n in enumerate(names):

@@ -113,7 +113,35 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
         return cls(model)
 
 
-def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *, ddp: bool = True,
+_TORCHREC_KINDS = ("table_wise", "row_wise", "data_parallel")  # TorchRec sharding types recgo has too
+
+
+def _torchrec_plan(plan: Any, path: str, tables: list[str]) -> tuple[dict[str, str], dict[str, int]]:
+    """The sharding and table ranks a TorchRec ``ShardingPlan`` gives the collection at ``path``."""
+    module = plan.plan.get(path)
+    if module is None:
+        raise InvalidInputError(f"shard_model: the TorchRec plan has no entry for the collection at {path!r} "
+                                f"(it plans {sorted(plan.plan)})")
+    sharding, ranks = {}, {}
+    for t in tables:
+        ps = module.get(t) if hasattr(module, "get") else None
+        if ps is None:
+            raise InvalidInputError(f"shard_model: the TorchRec plan of {path!r} has no entry for table {t!r}")
+        kind = str(getattr(ps, "sharding_type", ""))
+        if kind not in _TORCHREC_KINDS:
+            raise InvalidInputError(f"shard_model: the TorchRec plan shards table {t!r} {kind!r}, which recgo does "
+                                    f"not have (it has {list(_TORCHREC_KINDS)}, and hash): plan it with those")
+        sharding[t] = kind
+        if kind == "table_wise":
+            ranks[t] = int(ps.ranks[0])
+    return sharding, ranks
+
+
+def _is_torchrec_plan(plan: Any) -> bool:
+    return type(plan).__name__ == "ShardingPlan" and isinstance(getattr(plan, "plan", None), Mapping)
+
+
+def shard_model(model: nn.Module, sharding: str | Mapping[str, str] | None = None, *, ddp: bool = True,
                 gradient_division: bool = True, **kwargs: Any) -> nn.Module:
     """Shard every embedding collection of ``model`` over the ranks of ``torch.distributed`` and make
     the rest data parallel — what TorchRec's ``DistributedModelParallel(model)`` does:
@@ -140,6 +168,11 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
       parameters, the shards left out (their gradients go to their owners, not through DDP's
       all-reduce); DDP starts every rank from rank 0's dense weights.
 
+    ``sharding`` defaults to ``"plan"`` when ``plan=`` is given, else ``"hash"``. ``plan`` is a
+    :class:`recgo.planner.Plan`, or TorchRec's ``ShardingPlan`` (DMP's ``plan=``: its table-wise,
+    row-wise and data-parallel tables are sharded so, each table-wise one on its rank; column-wise
+    and the table-row/column kinds raise).
+
     The tables' fused optimizer is ``optimizer`` if given, else a recgo collection's own, else the one
     ``apply_optimizer_in_backward`` gave a collection's tables, as DMP reads it
     (:func:`recgo.modules.optim.from_torch`); with none, the shards get dense gradients.
@@ -162,6 +195,12 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     for name, m, _ in found:
         _check_shareable(model, name, m)
     tables = [[c.name for c in _configs(m)] for _, m, _ in found]
+    torchrec_plan = kwargs.pop("plan") if _is_torchrec_plan(kwargs.get("plan")) else None
+    if torchrec_plan is not None and sharding not in (None, "plan"):
+        raise InvalidInputError(f"shard_model: sharding={sharding!r} and a TorchRec plan: the plan says how each "
+                                "table is sharded; give one of them")
+    if sharding is None:
+        sharding = "plan" if kwargs.get("plan") is not None else "hash"
     per_table = {"sharding": sharding, **{k: kwargs.pop(k) for k in ("owner_pooling", "table_ranks") if k in kwargs}}
     for what, v in per_table.items():  # a table → value mapping covers the tables of every collection
         if isinstance(v, Mapping):
@@ -173,6 +212,8 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] = "hash", *,
     for (name, m, cls), names in zip(found, tables):
         mine = {k: ({n: x for n, x in v.items() if n in names} if isinstance(v, Mapping) else v)
                 for k, v in per_table.items()}
+        if torchrec_plan is not None:
+            mine["sharding"], mine["table_ranks"] = _torchrec_plan(torchrec_plan, name, names)
         build = cls.from_ebc if cls is ShardedEmbeddingBagCollection else cls.from_ec
         model = replace(model, name, build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine,
                                             **kwargs))
