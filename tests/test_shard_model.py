@@ -170,6 +170,17 @@ def test_shard_model_takes_the_optimizer_apply_optimizer_in_backward_gave(tmp_pa
         apply_optimizer_in_backward(torch.optim.SGD, other.parameters(), {"lr": 0.1})
         with pytest.raises(InvalidInputError, match="differs from SGD"):
             shard_model(other, "hash", optimizer=optim.Adagrad(lr=0.1), timeout=30)
+        # DMP's FBGEMM kernels ignore an in-backward SGD/Adagrad weight_decay on CPU: so do the shards
+        # (they applied it: the losses left DMP's from the second step), with a warning; a caller's
+        # optimizer keeps its own
+        decayed = torchrec.EmbeddingBagCollection(tables=[bag])
+        apply_optimizer_in_backward(torch.optim.Adagrad, decayed.parameters(), {"lr": 0.1, "weight_decay": 0.5})
+        with pytest.warns(UserWarning, match="DistributedModelParallel ignores on CPU"):
+            assert shard_model(decayed, "hash", timeout=30).fused_optimizer == optim.Adagrad(lr=0.1, eps=1e-8)
+        decayed = torchrec.EmbeddingBagCollection(tables=[bag])
+        apply_optimizer_in_backward(torch.optim.Adagrad, decayed.parameters(), {"lr": 0.1, "weight_decay": 0.5})
+        mine = optim.Adagrad(lr=0.1, eps=1e-8, weight_decay=0.5)
+        assert shard_model(decayed, "hash", optimizer=mine, timeout=30).fused_optimizer == mine
 
 
 def test_sharded_set_fused_optimizer_follows_a_schedule(tmp_path: Path) -> None:

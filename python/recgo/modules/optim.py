@@ -231,10 +231,12 @@ def _class_defaults(optimizer_class: type) -> dict[str, float]:
     return out
 
 
-def in_backward(module: Any, class_defaults: bool = False) -> FusedOptimizer | None:
+def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -> FusedOptimizer | None:
     """The fused optimizer that ``apply_optimizer_in_backward`` (torch's or TorchRec's) gave the
     parameters of ``module``, e.g. a TorchRec collection's table weights; None when none was given.
-    ``class_defaults``: see :func:`from_torch`.
+    ``class_defaults``: see :func:`from_torch`; without it (DMP's reading), SGD's, Adagrad's and
+    row-wise Adagrad's ``weight_decay`` is 0, as FBGEMM's CPU kernels apply none. ``warn``: say when
+    a weight decay is dropped, or (``class_defaults``) differs from torch's dense one.
 
     Raises:
         InvalidInputError: some parameters have one and others none, they have different ones, or one
@@ -252,7 +254,15 @@ def in_backward(module: Any, class_defaults: bool = False) -> FusedOptimizer | N
         found[n] = from_torch(classes[0], (params or [{}])[0], class_defaults)
     distinct = set(found.values())
     decays = sorted({o.weight_decay for o in distinct if o is not None and o.weight_decay})
-    if class_defaults and decays:
+    if not class_defaults and decays and all(type(o) in (SGD, Adagrad, RowWiseAdagrad) for o in distinct):
+        # DMP runs these with FBGEMM's CPU kernels, which apply no weight decay (weight_decay_mode NONE)
+        if warn:
+            warnings.warn(f"shard_model: the in-backward optimizer has weight_decay={decays[0]}, which TorchRec's "
+                          "DistributedModelParallel ignores on CPU (FBGEMM applies none); the sharded tables train "
+                          "as DMP's do, without it. For recgo's L2 decay pass optimizer=... with weight_decay",
+                          UserWarning, stacklevel=4)
+        distinct = {replace(o, weight_decay=0.0) for o in distinct}  # type: ignore[arg-type]
+    if class_defaults and decays and warn:
         warnings.warn(f"from_torchrec: the in-backward optimizer has weight_decay={decays[0]}. torch's optimizer "
                       "on TorchRec's unsharded tables (dense gradients) decays every row at every step; recgo's fused "
                       "one decays only the rows a batch touches, so rows absent from a batch keep their value and the "
@@ -302,10 +312,14 @@ def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> 
         kwargs.setdefault("optimizer", own)
         return
     # TorchRec's collections, or a recgo one without a fused optimizer
-    own = of_torchrec_fused(module, warn=True) or in_backward(module, class_defaults)
+    given = kwargs.get("optimizer")
+    with warnings.catch_warnings():
+        if given is not None:  # the caller's optimizer is used: no word on the decay the source drops
+            warnings.simplefilter("ignore")
+        own = of_torchrec_fused(module, warn=True) or in_backward(module, class_defaults, warn=True)
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
-    elif own is not None and kwargs["optimizer"] != own:
+    elif own is not None and isinstance(given, FusedOptimizer) and replace(given, weight_decay=own.weight_decay) != own:
         raise InvalidInputError(f"optimizer={kwargs['optimizer']!r} differs from {own!r}, which the tables were "
                                 "given (apply_optimizer_in_backward or the fused collection's own); give one of them")
 
