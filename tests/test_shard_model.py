@@ -291,3 +291,30 @@ def test_shard_model_applies_a_torchrec_sharding_plan(tmp_path: Path) -> None:
             shard_model(model, "hash", plan=plan)
         with pytest.raises(recgo.InvalidInputError, match="no table's sharding is 'plan'"):
             ShardedEmbeddingBagCollection(configs(), "hash", plan=object())
+
+
+def test_shard_model_takes_dmps_spellings(tmp_path: Path) -> None:
+    """bert4rec's DMP call — module=, device=, sharders=[EmbeddingCollectionSharder(fused_params)] — ports
+    as is: the sharder's fused optimizer becomes the tables' (it raised TypeError naming the wrong class,
+    and without the sharder the tables silently lost their optimizer); DMP's other arguments and
+    unknown ones raise by name."""
+    tr = pytest.importorskip("torchrec")
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from torchrec.distributed.embedding import EmbeddingCollectionSharder
+
+    from recgo.distributed import shard_model
+
+    def model() -> torch.nn.Module:
+        return torch.nn.ModuleDict({"ec": tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(
+            name="item", embedding_dim=4, num_embeddings=20, feature_names=["item"])]), "out": torch.nn.Linear(4, 1)})
+
+    sharder = EmbeddingCollectionSharder({"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.02})
+    with _OneRank(tmp_path):
+        sharded = shard_model(module=model(), device=torch.device("cpu"), sharders=[sharder])
+        assert sharded.module["ec"].fused_optimizer == optim.RowWiseAdagrad(lr=0.02, eps=1e-8)
+        with pytest.raises(recgo.InvalidInputError, match="CPU memory"):
+            shard_model(model(), device="meta")
+        with pytest.raises(recgo.InvalidInputError, match="init_data_parallel= has no recgo counterpart"):
+            shard_model(model(), init_data_parallel=False)
+        with pytest.raises(recgo.InvalidInputError, match=r"unknown arguments \['shardin'\]"):
+            shard_model(model(), shardin="hash")

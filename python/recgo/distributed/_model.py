@@ -137,12 +137,77 @@ def _torchrec_plan(plan: Any, path: str, tables: list[str]) -> tuple[dict[str, s
     return sharding, ranks
 
 
+# FBGEMM's EmbOptimType names → the torch / torchrec optimizer class recgo's from_torch reads.
+_EMB_OPTIM = {"EXACT_SGD": ("torch.optim", "SGD"), "SGD": ("torch.optim", "SGD"),
+              "EXACT_ADAGRAD": ("torch.optim", "Adagrad"), "ADAGRAD": ("torch.optim", "Adagrad"),
+              "EXACT_ROWWISE_ADAGRAD": ("torchrec.optim", "RowWiseAdagrad"),
+              "ROWWISE_ADAGRAD": ("torchrec.optim", "RowWiseAdagrad"), "ADAM": ("torch.optim", "Adam")}
+# DMP's arguments with no recgo counterpart, and why.
+_DMP_ONLY = {"env": "recgo shards over torch.distributed's default group (or group=)",
+             "init_data_parallel": "the dense part is always wrapped (ddp=False leaves it unwrapped)",
+             "init_parameters": "meta parameters are always initialised",
+             "data_parallel_wrapper": "the dense part is wrapped in DistributedDataParallel (ddp=False: not at all)"}
+
+
+def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
+    """The fused optimizer TorchRec sharders' ``fused_params`` give each sharded class (DMP's
+    ``sharders=[EmbeddingCollectionSharder(fused_params)]``)."""
+    import importlib
+
+    out: dict[type, optim.FusedOptimizer] = {}
+    for s in sharders or []:
+        name = type(s).__name__
+        kind = (ShardedEmbeddingBagCollection if "EmbeddingBag" in name
+                else ShardedEmbeddingCollection if "EmbeddingCollection" in name else None)
+        if kind is None:
+            raise InvalidInputError(f"shard_model: sharder {name} shards no module recgo shards (recgo takes "
+                                    "EmbeddingBagCollectionSharder and EmbeddingCollectionSharder)")
+        params = dict(getattr(s, "fused_params", None) or {})
+        if "optimizer" not in params:
+            continue
+        opt = params.pop("optimizer")
+        found = _EMB_OPTIM.get(str(getattr(opt, "name", opt)).upper())
+        if found is None:
+            raise InvalidInputError(f"shard_model: {name}'s fused optimizer {opt} has no recgo counterpart (recgo "
+                                    f"has {sorted(_EMB_OPTIM)})")
+        kw = {"lr": params.pop("learning_rate")} if "learning_rate" in params else {}
+        kw.update({k: params.pop(k) for k in ("eps", "beta1", "beta2") if k in params})
+        if params.pop("weight_decay", 0.0):  # FBGEMM's CPU kernels apply none (see optim.in_backward)
+            warnings.warn(f"shard_model: {name}'s fused_params weight_decay is ignored on CPU by DMP (FBGEMM applies "
+                          "none); the sharded tables train without it", UserWarning, stacklevel=3)
+        params.pop("weight_decay_mode", None)
+        if params:
+            warnings.warn(f"shard_model: {name}'s fused_params {sorted(params)} tune FBGEMM's kernels; recgo's "
+                          "have no such settings and ignore them", UserWarning, stacklevel=3)
+        out[kind] = optim.from_torch(getattr(importlib.import_module(found[0]), found[1]), kw)
+    return out
+
+
+def _check_dmp_arguments(kwargs: dict[str, Any]) -> None:
+    """Refuse, by name, what shard_model cannot take: DMP's own arguments and unknown ones."""
+    import inspect
+
+    device = kwargs.pop("device", None)
+    if device is not None and torch.device(device).type != "cpu":
+        raise InvalidInputError(f"shard_model: device {device}: recgo's sharded tables live in CPU memory")
+    for k in sorted(set(kwargs) & set(_DMP_ONLY)):
+        raise InvalidInputError(f"shard_model: DistributedModelParallel's {k}= has no recgo counterpart: {_DMP_ONLY[k]}")
+    takes = set()
+    for cls in _SHARDED:
+        takes |= set(inspect.signature(cls.__init__).parameters) - {"self", "tables", "sharding"}
+    unknown = sorted(set(kwargs) - takes)
+    if unknown:
+        raise InvalidInputError(f"shard_model: unknown arguments {unknown} (the sharded collections take "
+                                f"{sorted(takes)})")
+
+
 def _is_torchrec_plan(plan: Any) -> bool:
     return type(plan).__name__ == "ShardingPlan" and isinstance(getattr(plan, "plan", None), Mapping)
 
 
-def shard_model(model: nn.Module, sharding: str | Mapping[str, str] | None = None, *, ddp: bool = True,
-                gradient_division: bool = True, **kwargs: Any) -> nn.Module:
+def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str] | None = None, *, ddp: bool = True,
+                gradient_division: bool = True, module: nn.Module | None = None, sharders: Any = None,
+                **kwargs: Any) -> nn.Module:
     """Shard every embedding collection of ``model`` over the ranks of ``torch.distributed`` and make
     the rest data parallel — what TorchRec's ``DistributedModelParallel(model)`` does:
 
@@ -168,6 +233,10 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] | None = Non
       parameters, the shards left out (their gradients go to their owners, not through DDP's
       all-reduce); DDP starts every rank from rank 0's dense weights.
 
+    DMP's spellings work too: ``module=`` for ``model``, ``device=`` (the CPU), ``sharders=``
+    (TorchRec sharders whose ``fused_params`` name the tables' fused optimizer, as bert4rec's script
+    passes them), ``plan=``; DMP's other arguments, and unknown ones, raise ``InvalidInputError``.
+
     ``sharding`` defaults to ``"plan"`` when ``plan=`` is given, else ``"hash"``. ``plan`` is a
     :class:`recgo.planner.Plan`, or TorchRec's ``ShardingPlan`` (DMP's ``plan=``: its table-wise,
     row-wise and data-parallel tables are sharded so, each table-wise one on its rank; column-wise
@@ -187,8 +256,14 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] | None = Non
     :class:`~recgo.modules.optim.CollectionOptimizer` over the tables' fused optimizers for torch's
     learning-rate schedulers), or ``model`` itself with ``ddp=False`` or no dense parameters.
     """
+    if module is not None:
+        if model is not None:
+            raise InvalidInputError("shard_model: give the model once (model or module=)")
+        model = module
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
+    _check_dmp_arguments(kwargs)
+    by_sharder = _sharder_optimizers(sharders)
     refuse_trained_feature_processors(model, "shard_model")
     model = convert_managed(model, kwargs.get("optimizer"))  # their MCH state into dynamic-ID tables first
     found = _collections(model)
@@ -215,8 +290,9 @@ def shard_model(model: nn.Module, sharding: str | Mapping[str, str] | None = Non
         if torchrec_plan is not None:
             mine["sharding"], mine["table_ranks"] = _torchrec_plan(torchrec_plan, name, names)
         build = cls.from_ebc if cls is ShardedEmbeddingBagCollection else cls.from_ec
+        extra = {"optimizer": by_sharder[cls]} if cls in by_sharder and "optimizer" not in kwargs else {}
         model = replace(model, name, build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine,
-                                            **kwargs))
+                                            **extra, **kwargs))
     _materialise_dense(model)
     if not ddp:
         return model
