@@ -98,7 +98,8 @@ func FuzzCSVSchema(f *testing.F) {
 		cols := []Column{{Name: n1, Role: Role(r1), Type: t1}, {Name: n2, Role: Role(r2), Type: t2, Sep: ";"}}
 		src, err := NewCSV([]string{path}, CSVOptions{Columns: cols, Header: true})
 		if err != nil {
-			if !errors.Is(err, errs.ErrInvalid) {
+			// ErrIO: a header that starts with gzip's magic bytes makes a damaged gzip file
+			if !errors.Is(err, errs.ErrInvalid) && !errors.Is(err, errs.ErrIO) {
 				t.Fatalf("unclassified error %v", err)
 			}
 			return
