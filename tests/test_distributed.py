@@ -325,7 +325,10 @@ def _reshard_run(rank: int, world: int, ckpt: str) -> dict:
     for step in range(RESHARD_SAVE, RESHARD_SAVE + RESHARD_MORE):
         kjt = global_batch(step, WORLD)
         (sh(local_batch(kjt, rank, local)).values() * step_grad(kjt, step, rank, world, local)).sum().backward()
-    return {c.name: (sh.local_ids(c.name), sh.embedding_bags[c.name].weight.detach().clone()) for c in configs()}
+    from recgo.distributed import gather_state_dict
+
+    return {**{c.name: (sh.local_ids(c.name), sh.embedding_bags[c.name].weight.detach().clone()) for c in configs()},
+            "gathered": gather_state_dict(sh)}
 
 
 def _assemble(parts: list[dict]) -> dict[str, torch.Tensor]:
@@ -445,6 +448,14 @@ def test_reshard_checkpoint_continues_identically(world4: tuple[list[dict], Path
     for name in got:
         assert not torch.isnan(got[name]).any() and not torch.isnan(want[name]).any()
         close(got[name], want[name], f"resharded to world {world}: table {name}")
+        # gather_state_dict assembles the same tables on rank 0 (the others get nothing), under the
+        # unsharded collection's names
+        assert torch.equal(res[0]["gathered"][f"embedding_bags.{name}.weight"], got[name]), name
+    assert all(r["gathered"] == {} for r in res[1:])
+    unsharded = recgo.EmbeddingBagCollection(configs(), optimizer=optim.Adam(lr=0.05))
+    unsharded.load_state_dict(res[0]["gathered"], strict=False)  # loads: weights only, no per-rank keys
+    for name in got:
+        assert torch.equal(unsharded.embedding_bags[name].weight.detach(), got[name])
 
 
 def test_fp16_wire_is_opt_in_lossy_and_smaller(world2: tuple[list[dict], Path]) -> None:

@@ -11,10 +11,11 @@ or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled)
 
 from ._collection import COUNTERS, MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
 from ._exchange import Groups, PeerFailureError, make_groups
+from ._gather import gather_state_dict
 from ._model import shard_model
 from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
 
 __all__ = ["COUNTERS", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "ShardedEmbeddingCollection",
-           "eq3_reduction", "hash_owners", "make_groups", "shard_model", "simulate_traffic"]
+           "eq3_reduction", "gather_state_dict", "hash_owners", "make_groups", "shard_model", "simulate_traffic"]

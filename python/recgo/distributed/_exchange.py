@@ -7,6 +7,7 @@ the named group and hands the received buffer back, until the engine has nothing
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import threading
 from dataclasses import dataclass
@@ -51,6 +52,25 @@ class Groups:
         return (self.rank, self.rank % self.ranks_per_node, self.rank // self.ranks_per_node)[code]
 
 
+_created: list[Any] = []  # the process groups make_groups created, destroyed at exit
+
+
+@atexit.register
+def _destroy_groups() -> None:
+    """Destroy the groups recgo created when the process exits with torch.distributed still up (a
+    script that never calls ``destroy_process_group``, as TorchRec's examples): left to interpreter
+    teardown, a gloo group's threads sometimes ended the process with SIGABRT ("terminate called
+    without an active exception"), which a launcher reports as a failed rank."""
+    groups, _created[:] = list(_created), []
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    for g in groups:
+        try:
+            dist.destroy_process_group(g)
+        except Exception:  # already destroyed, or the default group went first
+            pass
+
+
 def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | timedelta | None,
                 hierarchical: bool) -> Groups:
     """Create the world, node and rail groups (every rank must call this in the same order)."""
@@ -77,7 +97,9 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
         raise InvalidInputError(f"timeout must be > 0 seconds, got {timeout.total_seconds():g}")
     def group(ranks: list[int]) -> Any:
         try:
-            return dist.new_group(ranks, timeout=timeout)
+            g = dist.new_group(ranks, timeout=timeout)
+            _created.append(g)
+            return g
         except Exception as exc:  # gloo's store barrier: 'Wait timeout' when a peer never comes
             raise PeerFailureError(
                 f"rank {rank}: creating the process group of ranks {ranks}: a peer did not join within the "

@@ -1,0 +1,71 @@
+"""A sharded model's state dict gathered whole on one rank: what the unsharded model loads.
+
+Training ends on many ranks; serving, evaluation or a conversion back to TorchRec wants one model.
+:func:`gather_state_dict` assembles every sharded collection's tables from their ranks' rows (a
+collective) under the names the unsharded collection uses, next to the dense entries, so
+``unsharded_model.load_state_dict(state)`` takes it: a recgo model, or the TorchRec model the sharded
+one was made from.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..errors import InvalidInputError
+from ._collection import ShardedEmbeddingBagCollection
+from ._exchange import PeerFailureError
+
+
+def gather_state_dict(model: nn.Module, dst: int = 0) -> dict[str, torch.Tensor]:
+    """The state dict of ``model`` (a sharded collection, a model holding some, or
+    :func:`shard_model`'s wrapper) as the unsharded model holds it, on rank ``dst`` of the
+    collections' world; the other ranks get ``{}``. A collective: every rank calls it at the same point.
+
+    Each sharded collection's tables come whole, as ``<path>.embedding_bags.<table>.weight``
+    (``embeddings.`` for sequence collections), assembled from every rank's rows; the dense entries
+    are this rank's (DDP keeps them equal); ``shard_model``'s wrapper adds no ``module.`` prefix.
+    The tables' per-row optimizer state is not gathered (``save``/``load`` carry it onto any world).
+
+    Raises:
+        InvalidInputError: a dynamic-ID table (its rows have no fixed places to assemble; use
+            ``save``/``load``), or ``dst`` outside the world.
+        PeerFailureError: a peer did not join within the collections' timeout.
+    """
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    sharded = {n: m for n, m in inner.named_modules() if isinstance(m, ShardedEmbeddingBagCollection)}
+    state = inner.state_dict()
+    out = {k: v for k, v in state.items()
+           if not any(not p or k.startswith(p + ".") for p in sharded)}  # the dense entries
+    is_dst = True
+    for path, m in sharded.items():
+        g = m._groups
+        if not 0 <= dst < g.world_size:
+            raise InvalidInputError(f"gather_state_dict: dst {dst} is not a rank of the world of {g.world_size}")
+        is_dst = g.rank == dst
+        attr = next(n for n, x in m._modules.items() if x is m.embedding_bags)
+        for cfg, shard in zip(m._configs, m.embedding_bags.values()):
+            if cfg.dynamic is not None:
+                raise InvalidInputError(f"gather_state_dict: table {cfg.name!r} is a dynamic-ID table, whose rows "
+                                        "have no fixed places to assemble; checkpoint it with save()/load()")
+            parts: list[Any] = [None] * g.world_size
+            try:
+                dist.gather_object((m.local_ids(cfg.name), shard.weight.detach().clone()), parts if is_dst else None,
+                                   dst=dist.get_global_rank(g.world, dst), group=g.world)
+            except Exception as exc:
+                raise PeerFailureError(f"rank {g.rank}: gathering table {cfg.name!r}: a peer did not join within "
+                                       f"the {g.timeout.total_seconds():g} s timeout: {exc}") from exc
+            if not is_dst:
+                continue
+            full = torch.empty(cfg.num_embeddings, cfg.embedding_dim, dtype=shard.weight.dtype)
+            seen = torch.zeros(cfg.num_embeddings, dtype=torch.bool)
+            for ids, rows in parts:
+                full[ids] = rows
+                seen[ids] = True
+            if not bool(seen.all()):  # every row lives on some rank: a gap is a bug, not a state
+                raise InvalidInputError(f"gather_state_dict: table {cfg.name!r}: {int((~seen).sum())} rows on no rank")
+            out[f"{path + '.' if path else ''}{attr}.{cfg.name}.weight"] = full
+    return out if is_dst else {}
