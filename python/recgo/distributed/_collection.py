@@ -456,13 +456,14 @@ class ShardedEmbeddingBagCollection(nn.Module):
         step = _lib.H(0)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
-            _lib.call(_lib.fn("recgo_shard_begin_prepared"), self._handle.value, prepared, ptr(key_feature),
-                      key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(), ctypes.byref(step))
+            _lib.call_making(_lib.fn("recgo_shard_begin_prepared"), [step], self._handle.value, prepared,
+                             ptr(key_feature), key_feature.numel(), ptr(values), values.numel(), ptr(lengths),
+                             lengths.numel(), ctypes.byref(step))
         else:
-            _lib.call(_lib.fn("recgo_shard_begin"),
-                      self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                      ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                      0 if weights is None else weights.numel(), ctypes.byref(step))
+            _lib.call_making(_lib.fn("recgo_shard_begin"), [step],
+                             self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
+                             ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
+                             0 if weights is None else weights.numel(), ctypes.byref(step))
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(kjt.keys()))

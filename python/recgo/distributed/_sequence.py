@@ -120,8 +120,9 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
         lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
         step, seq = _lib.H(0), _lib.H(0)
-        _lib.call(_lib.fn("recgo_shard_seq_begin"), self._handle.value, ptr(key_feature), key_feature.numel(),
-                  ptr(values), values.numel(), ptr(lengths), lengths.numel(), ctypes.byref(step), ctypes.byref(seq))
+        _lib.call_making(_lib.fn("recgo_shard_seq_begin"), [step, seq], self._handle.value, ptr(key_feature),
+                         key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(),
+                         ctypes.byref(step), ctypes.byref(seq))
         handle = _SeqStep(_lib.Handle(step.value), _lib.Handle(seq.value))
         drive(handle.handle, self._groups, handle.traffic)
         K = len(feats)
