@@ -93,3 +93,29 @@ def test_activation_checkpointing_counts_each_batch_once(reentrant: bool, sequen
     assert list(sa) == list(sb)
     for k in sa:
         assert torch.equal(sa[k], sb[k]), k
+
+
+def test_activation_checkpointing_counts_each_batch_once_when_sharded(tmp_path: Path) -> None:
+    """The same for a sharded collection (one rank): its engine took the module's mode alone, so the
+    recomputation in backward counted the batch again (step 8, 7 IDs admitted for 4 steps)."""
+    import torch.distributed as dist
+    from torch.utils.checkpoint import checkpoint
+
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        def build() -> ShardedEmbeddingBagCollection:
+            cfg = [EmbeddingBagConfig(50, 4, "t", ["f"], dynamic=DynamicConfig(min_count=2, eviction="lru"))]
+            return ShardedEmbeddingBagCollection.from_ebc(EmbeddingBagCollection(cfg, optimizer=Adagrad(lr=0.1), seed=0))
+        plain, ckpt = build(), build()
+        for step in range(4):
+            kjt = KeyedJaggedTensor(["f"], torch.tensor([1000 + step, 7, 7, 2000 + (step // 2)]),
+                                    lengths=torch.tensor([2, 2]))
+            plain(kjt).values().sum().backward()
+            one = torch.ones(1, requires_grad=True)
+            checkpoint(lambda k, x: (ckpt(k).values() * x).sum(), kjt, one, use_reentrant=False).backward()
+        a, b = dynamic.stats(plain, "t"), dynamic.stats(ckpt, "t")
+        assert (a.step, a.admitted, a.rows) == (b.step, b.admitted, b.rows) == (4, 3, 3)
+    finally:
+        dist.destroy_process_group()

@@ -372,6 +372,13 @@ def test_batch_types_are_pytree_nodes_and_a_model_exports() -> None:
     assert pytree.tree_unflatten(*pytree.tree_flatten(jt)).lengths().tolist() == [1, 2]
     kt = KeyedTensor(["a", "b"], [1, 2], torch.randn(2, 3))
     assert torch.equal(pytree.tree_unflatten(*pytree.tree_flatten(kt))["b"], kt["b"])
+    # leaves mapped to other dtypes or devices go through the constructor's conversions and checks (the
+    # engine read bfloat16 weights as float32 memory when unflattening skipped them)
+    cast = pytree.tree_map(lambda t: t.to(torch.bfloat16) if t.is_floating_point() else t.to(torch.int32), kjt)
+    assert cast.weights().dtype == torch.float32 and cast.values().dtype == torch.int64
+    assert cast.weights().tolist() == kjt.weights().tolist()
+    with pytest.raises(InvalidInputError, match="meta"):
+        pytree.tree_map(lambda t: t.to("meta"), kjt)
 
     class Model(torch.nn.Module):
         def __init__(self) -> None:
@@ -388,3 +395,8 @@ def test_batch_types_are_pytree_nodes_and_a_model_exports() -> None:
     exported = torch.export.export(model, (batch,), strict=False)
     other = KeyedJaggedTensor(["f"], torch.tensor([4, 5, 6]), lengths=torch.tensor([1, 2]))
     assert torch.equal(exported.module()(other), model(other))
+    # a dynamic batch size: the tree spec holds the keys, not the batch size
+    n, b = torch.export.Dim("N", min=2, max=1000), torch.export.Dim("B", min=2, max=100)
+    dynamic = torch.export.export(model, (batch,), dynamic_shapes={"batch": [{0: n}, None, {0: b}, None]}, strict=False)
+    three = KeyedJaggedTensor(["f"], torch.tensor([4, 5, 6, 7]), lengths=torch.tensor([1, 2, 1]))
+    assert torch.allclose(dynamic.module()(three), model(three))

@@ -140,6 +140,29 @@ func TestSkipBadGoesPastLongLinesAndTruncatedGzip(t *testing.T) {
 		}
 		assert.Equal(t, []int64{5000, 5001}, ids[n:])
 		assert.Equal(t, int64(1), src.Position().Skipped)
+		// positions at and after the damaged tail resume: the next file's rows, then nothing
+		src, err = NewCSV([]string{cut, next}, CSVOptions{Columns: cols, Header: true, Options: Options{SkipBad: true}})
+		require.NoError(t, err)
+		var b Batch
+		_, err = src.Read(&b, n) // every whole row of the damaged file
+		require.NoError(t, err)
+		_, err = src.Read(&b, 1) // past the damage: 5000
+		require.NoError(t, err)
+		require.Equal(t, []int64{5000}, b.Inputs[0].Ints)
+		again, err := NewCSV([]string{cut, next}, CSVOptions{Columns: cols, Header: true, Options: Options{SkipBad: true}})
+		require.NoError(t, err)
+		require.NoError(t, again.Seek(src.Position()))
+		rest := readAll(t, again, 10)
+		require.Len(t, rest, 1)
+		assert.Equal(t, []int64{5001}, rest[0].Inputs[0].Ints)
+		last, err := NewCSV([]string{cut}, CSVOptions{Columns: cols, Header: true, Options: Options{SkipBad: true}})
+		require.NoError(t, err)
+		readAll(t, last, 300)
+		end := last.Position()
+		last, err = NewCSV([]string{cut}, CSVOptions{Columns: cols, Header: true, Options: Options{SkipBad: true}})
+		require.NoError(t, err)
+		require.NoError(t, last.Seek(end), "the end of a damaged last file")
+		assert.Empty(t, readAll(t, last, 10))
 	}
 }
 

@@ -298,8 +298,12 @@ func (l *lines) seek(p Position) error {
 	}
 	for l.pos.Row < p.Row {
 		if _, err := l.raw(); err != nil {
-			if pe, ok := l.skippable(err); ok && !pe.Truncated { // a row too, as next counted it
+			if pe, ok := l.skippable(err); ok { // a row too, as next counted it
 				l.pos.Row++
+				if pe.Truncated { // next gave up the rest of the file there: the position is its end
+					l.closeFile()
+					break
+				}
 				continue
 			}
 			if err == io.EOF {

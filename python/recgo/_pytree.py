@@ -1,16 +1,21 @@
 """recgo's batch and output types as ``torch.utils._pytree`` nodes, as TorchRec registers its own: so
 ``torch.export`` (and other pytree users) can take a :class:`KeyedJaggedTensor` input and give a
 :class:`KeyedTensor` or :class:`JaggedTensor` output. The tensors are the children; keys and layout
-the context. Unflattening skips the constructors' checks: the tensors are the flattened ones (or the
-tracer's stand-ins for them), whose layout was checked when the object was built."""
+the context: a batch's keys (its batch size only when it has none, so an export with a dynamic batch
+takes any), a pooled output's keys and widths. Unflattening goes through the constructors' dtype,
+device and shape checks (a ``tree_map`` that casts the leaves to bfloat16 or moves them to another
+device gets the same conversion or error as the constructor gives, never misread memory); those checks
+read no values, so tracers' stand-ins pass them."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.utils._pytree as pytree
 
-from .jagged import JaggedTensor
+from .errors import InvalidInputError
+from .jagged import JaggedTensor, _int_tensor
 from .keyed import KeyedTensor
 from .sparse import KeyedJaggedTensor
 
@@ -26,17 +31,23 @@ def _keyed(obj: Any, names: tuple[str, ...]) -> list[tuple[Any, Any]]:
     return [(pytree.GetAttrKey(n), getattr(obj, n)) for n in names]
 
 
+def _kjt_context(k: KeyedJaggedTensor) -> tuple[tuple[str, ...], int | None]:
+    return tuple(k._keys), None if k._keys else k._stride
+
+
 def _kjt_unflatten(children: Any, context: Any) -> KeyedJaggedTensor:
-    kjt = KeyedJaggedTensor.__new__(KeyedJaggedTensor)
-    kjt._values, kjt._weights, kjt._lengths, kjt._offsets = children
-    kjt._keys, kjt._stride = list(context[0]), context[1]
-    kjt._length_per_key = kjt._offset_per_key = kjt._jt_dict = None
-    return kjt
+    values, weights, lengths, _offsets = children  # offsets follow from the lengths
+    return KeyedJaggedTensor(list(context[0]), values, weights, lengths=lengths, stride=context[1])
 
 
 def _jt_unflatten(children: Any, context: Any) -> JaggedTensor:
-    jt = JaggedTensor.__new__(JaggedTensor)
-    jt._values, jt._weights, jt._lengths, jt._offsets = children
+    values, weights, lengths, offsets = children
+    if not isinstance(values, torch.Tensor) or values.dim() == 0:
+        raise InvalidInputError("JaggedTensor: values must be a tensor with at least one dimension")
+    jt = JaggedTensor.__new__(JaggedTensor)  # the constructor also reads the lengths' values: not here
+    jt._values, jt._weights = values, weights
+    jt._lengths = None if lengths is None else _int_tensor(lengths, "lengths")
+    jt._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
     return jt
 
 
@@ -49,9 +60,9 @@ def register() -> None:
     if KeyedJaggedTensor in pytree.SUPPORTED_NODES:
         return
     pytree.register_pytree_node(
-        KeyedJaggedTensor, lambda k: (_fields(k, _KJT_FIELDS), (tuple(k._keys), k._stride)), _kjt_unflatten,
+        KeyedJaggedTensor, lambda k: (_fields(k, _KJT_FIELDS), _kjt_context(k)), _kjt_unflatten,
         serialized_type_name="recgo.KeyedJaggedTensor",
-        flatten_with_keys_fn=lambda k: (_keyed(k, _KJT_FIELDS), (tuple(k._keys), k._stride)))
+        flatten_with_keys_fn=lambda k: (_keyed(k, _KJT_FIELDS), _kjt_context(k)))
     pytree.register_pytree_node(
         JaggedTensor, lambda j: (_fields(j, _JT_FIELDS), None), _jt_unflatten,
         serialized_type_name="recgo.JaggedTensor",

@@ -19,7 +19,7 @@ from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast
 from ..modules._trace import traced_as_leaf
-from ..modules import optim
+from ..modules import _eager, optim
 from ..modules.config import _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
@@ -472,9 +472,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic
         tables admit no ID and keep their clocks; fixed tables look the same either way."""
-        if self.training != self._engine_training:
-            _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, int(self.training))
-            self._engine_training = self.training
+        train = _eager.admits(self.training)  # a checkpoint's recomputation in backward looks up as eval
+        if train != self._engine_training:
+            _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, int(train))
+            self._engine_training = train
 
     def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
         """The output of a step whose forward exchange ran: through autograd when a parameter it
