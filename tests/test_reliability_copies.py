@@ -274,3 +274,29 @@ def test_a_model_passed_to_spawned_processes_arrives_whole() -> None:
     a.eval()
     want = a(kjt(9)).values().detach()
     mp.spawn(_child_lookup, args=(torch.nn.Sequential(a), want), nprocs=1, join=True)
+
+
+class _HookedEBC(EmbeddingBagCollection):
+    def hook(self, module: torch.nn.Module, args: tuple, out: object) -> None:
+        self.calls = getattr(self, "calls", 0) + 1
+
+
+class _HookedEC(recgo.EmbeddingCollection):
+    def hook(self, module: torch.nn.Module, args: tuple, out: object) -> None:
+        self.calls = getattr(self, "calls", 0) + 1
+
+
+@pytest.mark.parametrize("how", ["deepcopy", "pickle"])
+def test_a_hook_bound_to_the_collection_copies_onto_the_copy(how: str) -> None:
+    """A hook that is the collection's own method refers back to it: the copy's hook must be the copy's
+    (pickle recursed without end, the sequence collection's deepcopy too, or came back as a second copy
+    or as the base class)."""
+    copy_of = copy.deepcopy if how == "deepcopy" else (lambda o: pickle.loads(pickle.dumps(o)))
+    ebc = _HookedEBC([EmbeddingBagConfig(20, 4, "t0", ["a"])], seed=0)
+    ec = _HookedEC([recgo.EmbeddingConfig(20, 4, "s", ["a"])])
+    for m, out in ((ebc, lambda c: c(kjt(1)).values()), (ec, lambda c: c(kjt(1))["a"].values())):
+        m.register_forward_hook(m.hook)
+        c = copy_of(m)
+        assert type(c) is type(m) and next(iter(c._forward_hooks.values())).__self__ is c
+        out(c)
+        assert c.calls == 1 and not hasattr(m, "calls")

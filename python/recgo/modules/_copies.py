@@ -41,7 +41,8 @@ def _is_own(hook: Any) -> bool:
 
 def user_hooks(module: Any) -> dict[str, dict[str, dict[int, Any]]]:
     """The hooks users registered on ``module`` and its submodules: ``{qualified name: {table: {id:
-    hook}}}`` (the flag tables' entries go with their hooks' ids)."""
+    hook}}}`` (the flag tables' entries go with their hooks' ids; with backward hooks, the module's
+    ``_is_full_backward_hook`` flag under its own name)."""
     out: dict[str, dict[str, dict[int, Any]]] = {}
     for name, m in module.named_modules():
         tables = {}
@@ -49,6 +50,8 @@ def user_hooks(module: Any) -> dict[str, dict[str, dict[int, Any]]]:
             entries = {k: h for k, h in getattr(m, attr, {}).items() if not _is_own(h)}
             if entries:
                 tables[attr] = entries
+        if "_backward_hooks" in tables:  # full (register_full_backward_hook) or the old kind
+            tables["_is_full_backward_hook"] = getattr(m, "_is_full_backward_hook", None)  # type: ignore[assignment]
         if tables:
             out[name] = tables
     return out
@@ -60,9 +63,10 @@ def add_hooks(module: Any, hooks: dict[str, dict[str, dict[int, Any]]]) -> None:
     for name, tables in hooks.items():
         if name in mods:
             for attr, entries in tables.items():
-                getattr(mods[name], attr).update(entries)
-                if attr == "_backward_hooks":
-                    mods[name]._is_full_backward_hook = True
+                if attr == "_is_full_backward_hook":
+                    setattr(mods[name], attr, entries)
+                else:
+                    getattr(mods[name], attr).update(entries)
 
 
 @contextlib.contextmanager
@@ -133,8 +137,14 @@ class PortableCopies:
 
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         """Pickle (and ``torch.save(module)``) as constructor arguments plus tensors: unpickling builds
-        a new module, in any process, and loads the state into its own engine storage."""
-        return (rebuild, (type(self), self._spec(), self._portable_state()))
+        a new module, in any process, and loads the state into its own engine storage. The state is
+        the third item (``__setstate__``), so the new module exists before it is read: a hook or an
+        attribute that refers back to the module gets the new one (in the arguments it recursed)."""
+        return (rebuild, (type(self), self._spec()), self._portable_state())
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickling: load the state :meth:`__reduce_ex__` recorded into the module :func:`rebuild` made."""
+        load_portable_state(self, state)
 
 
 def extra_attributes(module: Any) -> dict[str, Any]:
@@ -142,14 +152,21 @@ def extra_attributes(module: Any) -> dict[str, Any]:
     return {k: v for k, v in module.__dict__.items() if k not in module._init_keys}
 
 
-def rebuild(cls: type, spec: dict[str, Any], state: dict[str, Any]) -> Any:
-    """Unpickling target: a new ``cls`` from ``spec`` with ``state`` loaded (see ``__reduce_ex__``)."""
+def rebuild(cls: type, spec: dict[str, Any], state: dict[str, Any] | None = None) -> Any:
+    """Unpickling target: a new ``cls`` from ``spec`` (see ``__reduce_ex__``); with ``state`` (files
+    written before session 27 pass it here) that state loaded."""
     new = cls(**spec, seed=0)  # seeded: copying must not draw from torch's global RNG
+    if state is not None:
+        load_portable_state(new, state)
+    return new
+
+
+def load_portable_state(new: Any, state: dict[str, Any]) -> None:
+    """Load a ``_portable_state`` into a module built from its spec."""
     if state["state_dict"]:
         with torch.no_grad():
             new.load_state_dict(state["state_dict"])
     apply_portable_state(new, state)
-    return new
 
 
 def apply_portable_state(new: Any, state: dict[str, Any]) -> None:

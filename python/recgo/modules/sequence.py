@@ -524,15 +524,24 @@ class EmbeddingCollection(nn.Module):
                 "weights with state_dict()/load_state_dict()")
         flags = {"training": {n: m.training for n, m in self.named_modules()}, "extra": extra_attributes(self),
                  "hooks": user_hooks(self)}
+        # the flags go as the state (third item): the copy exists before a hook referring to it is copied
         return (_rebuild_sequence, (self._owner, {"tables": list(self._configs), "dedup": self._dedup,
-                                                  "need_indices": self._need_indices}, flags))
+                                                  "need_indices": self._need_indices, "cls": type(self)}), flags)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Copies and unpickling: the training flags, user attributes and hooks :meth:`__reduce_ex__` recorded."""
+        apply_portable_state(self, state)
 
 
-def _rebuild_sequence(owner: EmbeddingBagCollection, spec: dict[str, Any], state: dict[str, Any]) -> EmbeddingCollection:
+def _rebuild_sequence(owner: EmbeddingBagCollection, spec: dict[str, Any],
+                      state: dict[str, Any] | None = None) -> EmbeddingCollection:
     """Copy and unpickling target of :meth:`EmbeddingCollection.__reduce_ex__`: the collection over
-    ``owner`` (the copied owning collection), with its training flags and user attributes."""
+    ``owner`` (the copied owning collection); with ``state`` (files written before session 27) its
+    training flags and user attributes."""
     tables = [dataclasses.replace(c, init_fn=None) for c in spec["tables"]]  # the owner's rows are already set
-    new = EmbeddingCollection(tables, share=owner, dedup=spec["dedup"], need_indices=spec.get("need_indices", False))
+    cls = spec.get("cls", EmbeddingCollection)  # a user's subclass copies as itself
+    new = cls(tables, share=owner, dedup=spec["dedup"], need_indices=spec.get("need_indices", False))
     new._configs = list(spec["tables"])
-    apply_portable_state(new, state)
+    if state is not None:
+        apply_portable_state(new, state)
     return new
