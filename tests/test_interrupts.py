@@ -130,3 +130,13 @@ def test_a_closed_feature_engine_raises_a_named_error() -> None:
         engine(recgo.KeyedJaggedTensor(["a"], torch.arange(4), lengths=torch.tensor([2, 2])))
     with pytest.raises(InvalidInputError, match="closed"):
         recgo.DataPipeline(SOURCE, engine, 100)
+
+
+def test_clear_storage_of_a_pipeline_batch_raises_a_named_error() -> None:
+    """A pipeline batch's memory belongs to recgo, not torch: clear_storage says so (torch raised a bare
+    'Trying to resize storage that is not resizable')."""
+    with recgo.DataPipeline(SOURCE, FEATURES, 100) as pipe:
+        batch = next(pipe)
+        with pytest.raises(InvalidInputError, match="belongs to recgo's pipeline"):
+            batch.sparse.clear_storage()
+        assert batch.sparse.values().numel() > 0  # nothing was cleared

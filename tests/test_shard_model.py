@@ -170,6 +170,8 @@ def test_shard_model_takes_the_optimizer_apply_optimizer_in_backward_gave(tmp_pa
         apply_optimizer_in_backward(torch.optim.SGD, other.parameters(), {"lr": 0.1})
         with pytest.raises(InvalidInputError, match="differs from SGD"):
             shard_model(other, "hash", optimizer=optim.Adagrad(lr=0.1), timeout=30)
+        with pytest.raises(InvalidInputError, match="optimizer=None differs from SGD"):  # not dropped silently
+            shard_model(other, "hash", optimizer=None, timeout=30)
         # DMP's FBGEMM kernels ignore an in-backward SGD/Adagrad weight_decay on CPU: so do the shards
         # (they applied it: the losses left DMP's from the second step), with a warning; a caller's
         # optimizer keeps its own
@@ -318,3 +320,18 @@ def test_shard_model_takes_dmps_spellings(tmp_path: Path) -> None:
             shard_model(model(), init_data_parallel=False)
         with pytest.raises(recgo.InvalidInputError, match=r"unknown arguments \['shardin'\]"):
             shard_model(model(), shardin="hash")
+        # SGD takes no eps: FBGEMM ignores it, so does the conversion (it raised)
+        sgd = EmbeddingCollectionSharder({"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1, "eps": 1e-8})
+        assert shard_model(model(), sharders=[sgd]).module["ec"].fused_optimizer == optim.SGD(lr=0.1)
+        # the wrapper pickles as its module does: a sharded one refuses by name (a PicklingError before)
+        import pickle
+
+        with pytest.raises(recgo.InvalidInputError, match="cannot be copied or pickled"):
+            pickle.dumps(sharded)
+        # no sharded collection: the state on dst alone; a dst outside the world raises
+        from recgo.distributed import gather_state_dict
+
+        lin = torch.nn.Linear(2, 1)
+        assert gather_state_dict(lin).keys() == lin.state_dict().keys()
+        with pytest.raises(recgo.InvalidInputError, match="dst 1"):
+            gather_state_dict(lin, dst=1)

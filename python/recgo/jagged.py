@@ -63,6 +63,9 @@ def clear_storages(*tensors: torch.Tensor | None) -> int:
     and return the bytes of their elements. The tensors, and everything viewing their storage, are
     empty afterwards."""
     size = tensors_bytes(*tensors)
+    if not all(t is None or t.untyped_storage().resizable() for t in tensors):
+        raise InvalidInputError("clear_storage: this batch's memory belongs to recgo's pipeline (or another owner), "
+                                "not to torch: it is freed when the batch is dropped")
     for t in tensors:
         if t is not None:
             t.untyped_storage().resize_(0)

@@ -40,7 +40,10 @@ def gather_state_dict(model: nn.Module, dst: int = 0) -> dict[str, torch.Tensor]
     state = inner.state_dict()
     out = {k: v for k, v in state.items()
            if not any(not p or k.startswith(p + ".") for p in sharded)}  # the dense entries
-    is_dst = True
+    world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
+    if not 0 <= dst < world:
+        raise InvalidInputError(f"gather_state_dict: dst {dst} is not a rank of the world of {world}")
+    is_dst = rank == dst  # without sharded collections: the dense entries, on dst alone all the same
     for path, m in sharded.items():
         g = m._groups
         if not 0 <= dst < g.world_size:

@@ -98,6 +98,11 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
             return self.module(*inputs, **kwargs)
         return super().forward(*inputs, **kwargs)
 
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        """Copies and pickles wrap a copy of the module again (the class :meth:`wrap` made has no name
+        to pickle by); a module holding sharded collections refuses, naming what to use instead."""
+        return (ShardedModel.wrap, (self.module,))
+
     @staticmethod
     def wrap(model: nn.Module) -> "ShardedModel":
         """``model`` wrapped; its class's ``forward`` names ``model``'s parameters for torch.fx (which
@@ -171,7 +176,10 @@ def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
             raise InvalidInputError(f"shard_model: {name}'s fused optimizer {opt} has no recgo counterpart (recgo "
                                     f"has {sorted(_EMB_OPTIM)})")
         kw = {"lr": params.pop("learning_rate")} if "learning_rate" in params else {}
-        kw.update({k: params.pop(k) for k in ("eps", "beta1", "beta2") if k in params})
+        takes = {"SGD": (), "Adam": ("eps", "beta1", "beta2")}.get(found[1], ("eps",))  # FBGEMM ignores the rest
+        kw.update({k: params.pop(k) for k in takes if k in params})
+        for k in ("eps", "beta1", "beta2"):
+            params.pop(k, None)
         if params.pop("weight_decay", 0.0):  # FBGEMM's CPU kernels apply none (see optim.in_backward)
             warnings.warn(f"shard_model: {name}'s fused_params weight_decay is ignored on CPU by DMP (FBGEMM applies "
                           "none); the sharded tables train without it", UserWarning, stacklevel=3)

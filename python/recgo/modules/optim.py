@@ -319,7 +319,8 @@ def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> 
         own = of_torchrec_fused(module, warn=True) or in_backward(module, class_defaults, warn=True)
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
-    elif own is not None and isinstance(given, FusedOptimizer) and replace(given, weight_decay=own.weight_decay) != own:
+    elif own is not None and (not isinstance(given, FusedOptimizer)
+                              or replace(given, weight_decay=own.weight_decay) != own):
         raise InvalidInputError(f"optimizer={kwargs['optimizer']!r} differs from {own!r}, which the tables were "
                                 "given (apply_optimizer_in_backward or the fused collection's own); give one of them")
 
