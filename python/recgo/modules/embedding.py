@@ -47,7 +47,6 @@ from __future__ import annotations
 import copy
 import ctypes
 import os
-import warnings
 from typing import Any, Sequence
 
 import torch
@@ -62,6 +61,7 @@ from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _eager, _ops, optim
 from ._copies import PortableCopies, rebuild
+from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
 from ._contexts import ContextStore
 from ._grads import table_gradient
@@ -75,7 +75,6 @@ from .optim import FusedOptimizer
 
 # A backward pass with optimizer=None that leaves every table untouched this many times in a row
 # (no torch optimizer stepped the weights) warns once: the tables never train.
-_UNTRAINED_WARN_BACKWARDS = 32  # above the usual gradient-accumulation lengths
 
 class _Table(nn.Module):
     """Holds one table's parameter and buffers, so state_dict keys read ``embedding_bags.<name>.weight``."""
@@ -145,11 +144,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
         self._width = sum(self._dims)
         self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[tuple[int, int]]]] = {}
-        self._untouched = 0  # backward passes in a row that left every table's weight unchanged
-        self._backwards = 0  # non-fused backward passes run
-        self._versions: list[int] | None = None
-        self._probe: tuple[torch.Tensor, int, torch.Tensor] | None = None  # a row the last backward touched
-        self._warned_untrained = False
+        self._untrained = UntrainedCheck()  # the warning for tables nothing updates
         self.embedding_bags = nn.ModuleDict()
         self._handle: _lib.Handle | None = None
         # also when nested in a model's load_state_dict (assign=True): engine memory takes the values
@@ -392,7 +387,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if self._optimizer is not None:
             _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
             return []
-        self._backwards += 1  # read by _check_trained
         n = len(self._configs)
         uniq = self._counts(handle)[:n].tolist()
         out: list[torch.Tensor] = []
@@ -401,10 +395,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         rows = (ctypes.c_void_p * n)(*[ptr(t) for t in out[0::2]])
         vals = (ctypes.c_void_p * n)(*[ptr(t) for t in out[1::2]])
         _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
-        for (weight, _, _), ids in zip(self._storage, out[0::2]):
-            if ids.numel() and 0 <= int(ids[0]) < weight.shape[0]:  # for _check_trained
-                self._probe = (weight, int(ids[0]), weight[int(ids[0])].detach().clone())
-                break
+        self._untrained.backward((weight, rows) for (weight, _, _), rows in zip(self._storage, out[0::2]))
         return out
 
     @property
@@ -465,7 +456,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             params = [self.embedding_bags[c.name].weight for c in self._configs]
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if keep and self._optimizer is None and not torch.compiler.is_compiling():
-            self._check_trained(params)
+            self._untrained.check(params)
         key_feature, values, lengths, weights = self._engine_batch(kjt, weights)
         if not _eager.allowed(key_feature, values, lengths, weights, *params):
             # Nothing to keep (frozen, or no grad): the op's output must not require grad through the
@@ -492,28 +483,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
         """The eager path's backward (``_eager``): ``recgo::ebc_backward`` and its autograd formula in one."""
         return self._grads_from(self._backward(handle, grads[0]))
-
-    def _check_trained(self, params: list[torch.Tensor]) -> None:
-        """Warn once when backward passes keep accumulating gradients into weights nothing updates
-        (``optimizer=None`` and the parameters left out of every torch optimizer)."""
-        versions = [p._version for p in params]
-        if self._versions is not None and self._backwards > 0:
-            # torch's fused optimizers and updates through .data leave _version alone: a row the last
-            # backward put a gradient on tells those apart from no update at all
-            probe = self._probe
-            moved = probe is not None and not torch.equal(probe[0][probe[1]], probe[2])
-            if versions == self._versions and not moved:
-                self._untouched += self._backwards
-            else:
-                self._untouched = 0
-        self._versions, self._backwards, self._probe = versions, 0, None
-        if self._untouched >= _UNTRAINED_WARN_BACKWARDS and not self._warned_untrained:
-            self._warned_untrained = True
-            warnings.warn(
-                f"EmbeddingBagCollection(optimizer=None): {self._untouched} backward passes put gradients on the "
-                "tables' weights but nothing updated them, so the tables do not train. Give the collection's "
-                "parameters to a torch optimizer and step it, or pass a fused optimizer, e.g. "
-                "optimizer=recgo.modules.optim.Adagrad(lr=0.01).", UserWarning, stacklevel=3)
 
     def feature_names(self) -> list[str]:
         """Output feature order (tables in order, each table's features in order)."""
