@@ -20,13 +20,14 @@ that never loaded the library loads its own and works.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
 import platform
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from . import _abi
 from .errors import (AbiError, ForkError, InternalError, InvalidInputError, LibraryNotFoundError, RecgoError,
@@ -238,31 +239,33 @@ def call(f: Any, *args: Any) -> None:
         raise error_for_code(code)(buf.value.decode("utf-8", "replace"))
 
 
-def call_making(f: Any, made: Sequence[Any], *args: Any) -> None:
-    """:func:`call` for an export that makes Go objects and writes their handles into the ctypes cells
-    ``made`` (zero before the call, passed by reference among ``args``). A Ctrl-C during a long call
-    reaches Python as the foreign call returns: Python raises KeyboardInterrupt right there, before the
-    caller could own the handles. Then the objects are freed (else they leaked: a batch's or a
-    context's memory per interrupt) and the exception goes on."""
+@contextlib.contextmanager
+def freed_if_interrupted(made: Sequence[Any]) -> Iterator[None]:
+    """Around a call that makes Go objects and writes their handles into the ctypes cells ``made``
+    (zero before it) and the code that takes them over: a Ctrl-C during a long call reaches Python as
+    the foreign call returns, and Python raises KeyboardInterrupt right there, before the caller owns
+    the handles. Then the objects are freed (else they leaked: a batch's or a context's memory per
+    interrupt) and the exception goes on. A recgo error means the call made nothing."""
     try:
-        call(f, *args)
+        yield
     except RecgoError:
         raise
     except BaseException:
-        free_made(made)
+        for cell in made:
+            h, cell.value = cell.value, 0
+            if h:
+                try:
+                    call(fn("recgo_free"), h)
+                except Exception:  # already freed (handles are never reused): nothing leaked
+                    pass
         raise
 
 
-def free_made(made: Sequence[Any]) -> None:
-    """Free the objects whose handles are in the ctypes cells ``made`` and clear the cells (an
-    interrupted maker call's, see :func:`call_making`); a handle already freed is skipped."""
-    for cell in made:
-        h, cell.value = cell.value, 0
-        if h:
-            try:
-                call(fn("recgo_free"), h)
-            except Exception:  # already freed (handles are never reused): nothing leaked
-                pass
+def call_making(f: Any, made: Sequence[Any], *args: Any) -> None:
+    """:func:`call` for an export that makes Go objects, writing their handles into the ctypes cells
+    ``made`` (passed by reference among ``args``), within :func:`freed_if_interrupted`."""
+    with freed_if_interrupted(made):
+        call(f, *args)
 
 
 def call_json(name: str, *args: Any) -> Any:
@@ -392,11 +395,6 @@ def new_handle(export: str, *args: Any) -> Handle:
     else:
         f = fn(export)
     out = H(0)
-    try:
+    with freed_if_interrupted([out]):  # also if interrupted before the Handle owns it
         call(f, *args, ctypes.byref(out))
         return Handle(out.value)
-    except RecgoError:
-        raise
-    except BaseException:  # interrupted before a Handle owned the object (see call_making)
-        free_made([out])
-        raise

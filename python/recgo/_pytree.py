@@ -19,8 +19,7 @@ from .jagged import JaggedTensor, _int_tensor
 from .keyed import KeyedTensor
 from .sparse import KeyedJaggedTensor
 
-_KJT_FIELDS = ("_values", "_weights", "_lengths", "_offsets")
-_JT_FIELDS = ("_values", "_weights", "_lengths", "_offsets")
+_FIELDS = ("_values", "_weights", "_lengths", "_offsets")  # the children of both jagged types
 
 
 def _fields(obj: Any, names: tuple[str, ...]) -> list[Any]:
@@ -60,13 +59,13 @@ def register() -> None:
     if KeyedJaggedTensor in pytree.SUPPORTED_NODES:
         return
     pytree.register_pytree_node(
-        KeyedJaggedTensor, lambda k: (_fields(k, _KJT_FIELDS), _kjt_context(k)), _kjt_unflatten,
+        KeyedJaggedTensor, lambda k: (_fields(k, _FIELDS), _kjt_context(k)), _kjt_unflatten,
         serialized_type_name="recgo.KeyedJaggedTensor",
-        flatten_with_keys_fn=lambda k: (_keyed(k, _KJT_FIELDS), _kjt_context(k)))
+        flatten_with_keys_fn=lambda k: (_keyed(k, _FIELDS), _kjt_context(k)))
     pytree.register_pytree_node(
-        JaggedTensor, lambda j: (_fields(j, _JT_FIELDS), None), _jt_unflatten,
+        JaggedTensor, lambda j: (_fields(j, _FIELDS), None), _jt_unflatten,
         serialized_type_name="recgo.JaggedTensor",
-        flatten_with_keys_fn=lambda j: (_keyed(j, _JT_FIELDS), None))
+        flatten_with_keys_fn=lambda j: (_keyed(j, _FIELDS), None))
     pytree.register_pytree_node(
         KeyedTensor, lambda t: ([t._values], (tuple(t._keys), tuple(t._length_per_key))), _kt_unflatten,
         serialized_type_name="recgo.KeyedTensor",

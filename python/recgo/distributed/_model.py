@@ -178,12 +178,11 @@ def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
         kw = {"lr": params.pop("learning_rate")} if "learning_rate" in params else {}
         takes = {"SGD": (), "Adam": ("eps", "beta1", "beta2")}.get(found[1], ("eps",))  # FBGEMM ignores the rest
         kw.update({k: params.pop(k) for k in takes if k in params})
-        for k in ("eps", "beta1", "beta2"):
+        for k in ("eps", "beta1", "beta2", "weight_decay_mode"):
             params.pop(k, None)
-        if params.pop("weight_decay", 0.0):  # FBGEMM's CPU kernels apply none (see optim.in_backward)
-            warnings.warn(f"shard_model: {name}'s fused_params weight_decay is ignored on CPU by DMP (FBGEMM applies "
-                          "none); the sharded tables train without it", UserWarning, stacklevel=3)
-        params.pop("weight_decay_mode", None)
+        decay = params.pop("weight_decay", 0.0)
+        if decay:
+            optim.warn_fbgemm_decay(f"shard_model: {name}'s fused_params", "DistributedModelParallel", decay, 4)
         if params:
             warnings.warn(f"shard_model: {name}'s fused_params {sorted(params)} tune FBGEMM's kernels; recgo's "
                           "have no such settings and ignore them", UserWarning, stacklevel=3)
@@ -198,7 +197,9 @@ def _check_dmp_arguments(kwargs: dict[str, Any]) -> None:
     device = kwargs.pop("device", None)
     if device is not None and torch.device(device).type != "cpu":
         raise InvalidInputError(f"shard_model: device {device}: recgo's sharded tables live in CPU memory")
-    for k in sorted(set(kwargs) & set(_DMP_ONLY)):
+    dmp_only = sorted(set(kwargs) & set(_DMP_ONLY))
+    if dmp_only:
+        k = dmp_only[0]
         raise InvalidInputError(f"shard_model: DistributedModelParallel's {k}= has no recgo counterpart: {_DMP_ONLY[k]}")
     takes = set()
     for cls in _SHARDED:

@@ -73,9 +73,6 @@ from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_o
                      check_keys, key_readers)
 from .optim import FusedOptimizer
 
-# A backward pass with optimizer=None that leaves every table untouched this many times in a row
-# (no torch optimizer stepped the weights) warns once: the tables never train.
-
 class _Table(nn.Module):
     """Holds one table's parameter and buffers, so state_dict keys read ``embedding_bags.<name>.weight``."""
 

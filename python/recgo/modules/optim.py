@@ -252,16 +252,13 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
             raise InvalidInputError(f"{n}: apply_optimizer_in_backward gave it {len(classes)} optimizers; recgo "
                                     "updates a table with one")
         found[n] = from_torch(classes[0], (params or [{}])[0], class_defaults)
-    distinct = set(found.values())
-    decays = sorted({o.weight_decay for o in distinct if o is not None and o.weight_decay})
-    if not class_defaults and decays and all(type(o) in (SGD, Adagrad, RowWiseAdagrad) for o in distinct):
+    decays = sorted({o.weight_decay for o in found.values() if o is not None and o.weight_decay})
+    if not class_defaults and decays and all(type(o) in _FBGEMM_CPU for o in found.values()):
         # DMP runs these with FBGEMM's CPU kernels, which apply no weight decay (weight_decay_mode NONE)
         if warn:
-            warnings.warn(f"shard_model: the in-backward optimizer has weight_decay={decays[0]}, which TorchRec's "
-                          "DistributedModelParallel ignores on CPU (FBGEMM applies none); the sharded tables train "
-                          "as DMP's do, without it. For recgo's L2 decay pass optimizer=... with weight_decay",
-                          UserWarning, stacklevel=4)
-        distinct = {replace(o, weight_decay=0.0) for o in distinct}  # type: ignore[arg-type]
+            warn_fbgemm_decay("shard_model: the in-backward optimizer", "DistributedModelParallel", decays[0], 5)
+        found = {n: replace(o, weight_decay=0.0) for n, o in found.items()}  # type: ignore[type-var]
+    distinct = set(found.values())
     if class_defaults and decays and warn:
         warnings.warn(f"from_torchrec: the in-backward optimizer has weight_decay={decays[0]}. torch's optimizer "
                       "on TorchRec's unsharded tables (dense gradients) decays every row at every step; recgo's fused "
@@ -275,6 +272,19 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
     return distinct.pop() if distinct else None
 
 
+# The fused optimizers FBGEMM runs on CPU (the ones TorchRec's fused tables and DMP use there).
+_FBGEMM_CPU = (SGD, Adagrad, RowWiseAdagrad)
+
+
+def warn_fbgemm_decay(what: str, runner: str, decay: float, stacklevel: int) -> None:
+    """Say that ``what``'s ``weight_decay`` is dropped: FBGEMM's CPU kernels apply none, whatever
+    ``weight_decay`` and ``weight_decay_mode`` say, so TorchRec's ``runner`` trained the tables without
+    it and recgo's go on the same way (else the models part from their first step)."""
+    warnings.warn(f"{what} has weight_decay={decay}, which TorchRec's {runner} ignores on CPU (FBGEMM's kernels "
+                  "apply none); the tables train as TorchRec's do, without it. For recgo's L2 decay on the rows "
+                  "each batch touches, give a recgo optimizer with weight_decay", UserWarning, stacklevel=stacklevel)
+
+
 def of_torchrec_fused(module: Any, warn: bool = False) -> FusedOptimizer | None:
     """The fused optimizer a TorchRec ``FusedEmbeddingBagCollection`` was built with
     (``optimizer_type``, ``optimizer_kwargs``), or None for any other module. Its ``weight_decay`` is 0,
@@ -282,17 +292,11 @@ def of_torchrec_fused(module: Any, warn: bool = False) -> FusedOptimizer | None:
     if torchrec_class(module) != "FusedEmbeddingBagCollection":
         return None
     kwargs = dict(module._optimizer_kwargs or {})
-    # FBGEMM's CPU kernels (the only optimizers TorchRec fuses on CPU are SGD, Adagrad and row-wise
-    # Adagrad) apply no weight decay, whatever weight_decay and weight_decay_mode say: the converted
-    # tables must not either, or the model would train differently from its first step after.
-    kwargs.pop("weight_decay_mode", None)
+    kwargs.pop("weight_decay_mode", None)  # no effect on CPU either (see warn_fbgemm_decay)
     decay = kwargs.get("weight_decay", 0.0)
     kwargs["weight_decay"] = 0.0
     if decay and warn:
-        warnings.warn(f"from_torchrec: this FusedEmbeddingBagCollection was given weight_decay={decay}, which "
-                      "FBGEMM's CPU kernels ignore (its tables trained without decay); the converted tables keep "
-                      "training as they did, without it. For recgo's L2 decay on the rows each batch touches, "
-                      "call set_fused_optimizer(...) with weight_decay", UserWarning, stacklevel=3)
+        warn_fbgemm_decay("from_torchrec: this FusedEmbeddingBagCollection", "FusedEmbeddingBagCollection", decay, 4)
     return from_torch(module._optimizer_type, kwargs)
 
 
@@ -313,10 +317,8 @@ def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> 
         return
     # TorchRec's collections, or a recgo one without a fused optimizer
     given = kwargs.get("optimizer")
-    with warnings.catch_warnings():
-        if given is not None:  # the caller's optimizer is used: no word on the decay the source drops
-            warnings.simplefilter("ignore")
-        own = of_torchrec_fused(module, warn=True) or in_backward(module, class_defaults, warn=True)
+    say = given is None  # the caller's optimizer is used: no word on the decay the source drops
+    own = of_torchrec_fused(module, warn=say) or in_backward(module, class_defaults, warn=say)
     if "optimizer" not in kwargs:
         kwargs["optimizer"] = own
     elif own is not None and (not isinstance(given, FusedOptimizer)
