@@ -209,6 +209,7 @@ func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config
 		p.work = make(chan *job, cfg.Depth)
 		p.raws = make(chan *reader.Batch, cfg.Depth+cfg.Workers+1)
 		p.wg.Add(1 + cfg.Workers)
+		running.Add(int64(1 + cfg.Workers)) // counted as they are started, not when first scheduled
 		go p.readLoop()
 		for range cfg.Workers {
 			go p.workLoop()
@@ -304,7 +305,6 @@ func (p *Pipeline) prepare(step int64, raw *reader.Batch, pos reader.Position) (
 
 func (p *Pipeline) readLoop() {
 	defer p.wg.Done()
-	running.Add(1)
 	defer running.Add(-1)
 	for step := int64(0); ; step++ {
 		select {
@@ -344,7 +344,6 @@ func (p *Pipeline) readLoop() {
 
 func (p *Pipeline) workLoop() {
 	defer p.wg.Done()
-	running.Add(1)
 	defer running.Add(-1)
 	for {
 		select {
