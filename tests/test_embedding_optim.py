@@ -3,6 +3,8 @@ steps and with TorchRec's FusedEmbeddingBagCollection; checkpoints; bad hyper-pa
 
 from __future__ import annotations
 
+import copy
+import io
 import math
 import os
 
@@ -547,14 +549,18 @@ def test_from_torch_gives_the_values_or_a_named_error(cls: type, kwargs: dict) -
         assert (got.beta1, got.beta2) == tuple(float(b) for b in kwargs["betas"])
 
 
-def test_collection_optimizer_inside_torchrec_combined_optimizer() -> None:
-    """As in TorchRec's DLRM example: CombinedOptimizer([fused, dense]) under one scheduler drives
-    both rates, and its state_dict round trip hands the rate back to the tables."""
+@pytest.mark.parametrize("named", [False, True])
+def test_collection_optimizer_inside_torchrec_combined_optimizer(named: bool) -> None:
+    """As in TorchRec's DLRM example: CombinedOptimizer([fused, dense]) (the fused entry named or
+    not, as DMP's fused_optimizer may be) under one scheduler drives both rates, and its state_dict
+    round trip hands the rate back to the tables."""
     keyed = pytest.importorskip("torchrec.optim.keyed")
     ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
     model = nn.ModuleDict({"ebc": ebc, "lin": nn.Linear(4, 1)})
     dense = keyed.KeyedOptimizerWrapper(dict(model["lin"].named_parameters()), lambda ps: torch.optim.SGD(ps, lr=0.2))
-    comb = keyed.CombinedOptimizer([("fused", optim.CollectionOptimizer(model)), dense])
+    fused = optim.CollectionOptimizer(model)
+    assert isinstance(fused, keyed.KeyedOptimizer) and fused.state_dict()["param_groups"][0]["lr"] == 0.1
+    comb = keyed.CombinedOptimizer([("fused", fused) if named else fused, dense])
     sched = torch.optim.lr_scheduler.StepLR(comb, step_size=1, gamma=0.5)
     for _ in range(2):
         comb.zero_grad()
@@ -566,3 +572,20 @@ def test_collection_optimizer_inside_torchrec_combined_optimizer() -> None:
     ebc.set_fused_optimizer(optim.SGD(lr=1.0))
     comb.load_state_dict(saved)
     assert ebc.fused_optimizer == optim.SGD(lr=0.025)
+
+
+def test_collection_optimizer_copies_drive_the_copied_collections() -> None:
+    """deepcopy and torch.save/load of a model with its CollectionOptimizer: the copy's optimizer
+    sets the copy's rates and leaves the original's alone (torch's Optimizer pickling kept only
+    defaults, state and param_groups, so a copy lost its collections)."""
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+    model = nn.ModuleDict({"ebc": ebc, "lin": nn.Linear(4, 1)})
+    bundle = {"model": model, "opt": optim.CollectionOptimizer(model)}
+    buf = io.BytesIO()
+    torch.save(bundle, buf)
+    buf.seek(0)
+    for copied, lr in ((copy.deepcopy(bundle), 0.5), (torch.load(buf, weights_only=False), 0.7)):
+        copied["opt"].param_groups[0]["lr"] = lr
+        copied["opt"].step()
+        assert copied["model"]["ebc"].fused_optimizer.lr == lr
+    assert ebc.fused_optimizer.lr == 0.1

@@ -12,6 +12,7 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 from __future__ import annotations
 
 import inspect
+import sys
 import warnings
 from dataclasses import dataclass, replace
 from typing import Any
@@ -364,13 +365,23 @@ class CollectionOptimizer(torch.optim.Optimizer):
     fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
     ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
     ``state_dict()`` holds the hyper-parameters; the tables' optimizer state is in the model's.
-    It can be one of TorchRec's ``CombinedOptimizer([("fused", it), dense])`` (a named entry: it is
-    not a ``KeyedOptimizer``), whose schedulers then drive both. Call it from the thread that runs the
-    steps (on every rank alike for sharded collections).
+    It can be an entry of TorchRec's ``CombinedOptimizer([it, dense])`` (or a named entry,
+    ``("fused", it)``), whose schedulers then drive both: built while ``torchrec`` is imported, it is
+    also a TorchRec ``KeyedOptimizer`` (with no keyed parameters), as DMP's ``fused_optimizer`` is;
+    without ``torchrec`` it is a plain ``torch.optim.Optimizer`` and TorchRec is never imported. Copies
+    (``copy.deepcopy``, pickle) keep driving the copied model's collections. Call it from the thread
+    that runs the steps (on every rank alike for sharded collections).
 
     Raises:
         InvalidInputError: ``model`` has no collection with a fused optimizer.
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "CollectionOptimizer":
+        if cls is CollectionOptimizer and "torchrec" in sys.modules:
+            from ._keyed_optimizer import KeyedCollectionOptimizer  # imports torchrec.optim.keyed
+
+            cls = KeyedCollectionOptimizer
+        return super().__new__(cls)
 
     def __init__(self, model: Any) -> None:
         self._collections = fused_collections(model)
@@ -383,9 +394,13 @@ class CollectionOptimizer(torch.optim.Optimizer):
             for g in groups:
                 g["betas"] = (g["beta1"], g["beta2"])
             defaults["betas"] = groups[0]["betas"]  # torch's schedulers look for the key here
-        super().__init__(groups, defaults)
+        torch.optim.Optimizer.__init__(self, groups, defaults)  # not KeyedOptimizer's, in the keyed subclass
         self._betas = [(g["beta1"], g["beta2"]) for g in self.param_groups]  # as last handed over
         self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
+
+    def __getstate__(self) -> dict[str, Any]:
+        # torch's keeps only defaults, state and param_groups: a copy would lose its collections
+        return self.__dict__
 
     def _sync_betas(self) -> None:
         """Make ``betas`` and ``beta1``/``beta2`` agree, taking whichever changed since the last push."""

@@ -1,0 +1,21 @@
+"""CollectionOptimizer as a TorchRec ``KeyedOptimizer``, so ``CombinedOptimizer([it, dense])`` takes
+it unnamed, as it takes DMP's ``fused_optimizer``. Imported only when ``torchrec`` already is."""
+
+from __future__ import annotations
+
+import torch
+from torchrec.optim.keyed import KeyedOptimizer
+
+from .optim import CollectionOptimizer
+
+
+class KeyedCollectionOptimizer(CollectionOptimizer, KeyedOptimizer):
+    """A :class:`CollectionOptimizer` that TorchRec's ``isinstance(..., KeyedOptimizer)`` checks accept.
+
+    It keeps torch's ``state_dict`` (the hyper-parameters under ``param_groups``) and
+    ``add_param_group`` where ``KeyedOptimizer`` would replace them: it has no keyed parameters, and
+    its state dict loads into a plain ``CollectionOptimizer`` and back.
+    """
+
+    state_dict = torch.optim.Optimizer.state_dict
+    add_param_group = torch.optim.Optimizer.add_param_group
