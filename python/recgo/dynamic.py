@@ -360,7 +360,9 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
                "dynamic_free": torch.zeros(0, dtype=torch.int64), "dynamic_sketch": sketch,
                "dynamic_sketch_adds": meta.get("sketch_adds", cur["dynamic_sketch_adds"])}
     if optimizer_state is None and int(m[_M_STATE]):
-        optimizer_state = torch.zeros(n, int(m[_M_STATE]))
+        optimizer_state = torch.zeros(n, int(m[_M_STATE]), dtype=torch.float32)
+    elif isinstance(optimizer_state, torch.Tensor) and optimizer_state.is_floating_point():
+        optimizer_state = optimizer_state.to(torch.float32)  # as the weights are
     import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, int(m[_M_DIM])), optimizer_state)
 
 

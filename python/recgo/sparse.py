@@ -342,11 +342,18 @@ class KeyedJaggedTensor:
         """Always CPU: recgo's engine reads CPU memory."""
         return self._values.device
 
-    def to(self, device: Any, non_blocking: bool = False) -> "KeyedJaggedTensor":
-        """``self`` for the CPU; other devices raise (recgo's engine reads CPU memory)."""
+    def to(self, device: Any, non_blocking: bool = False, dtype: torch.dtype | None = None) -> "KeyedJaggedTensor":
+        """``self`` for the CPU; other devices raise (recgo's engine reads CPU memory). ``dtype``, as in
+        TorchRec's, casts the weights: a copy whose weights are rounded to ``dtype`` (held as float32,
+        as recgo's weights always are; float32 or float64 leave them as they are)."""
         if torch.device(device).type != "cpu":
             raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
-        return self
+        if dtype is None or self._weights is None or dtype in (torch.float32, torch.float64):
+            return self
+        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+            raise InvalidInputError(f"to(dtype={dtype}): weights are cast to a floating dtype")
+        return KeyedJaggedTensor(self._keys, self._values, self._weights.to(dtype), lengths=self._lengths,
+                                 stride=self._stride)
 
     def size_in_bytes(self) -> int:
         """Bytes held by the values, weights, lengths and offsets (TorchRec's ``size_in_bytes``)."""

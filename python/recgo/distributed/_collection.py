@@ -153,7 +153,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             self._agree_replicas()
         self.register_state_dict_post_hook(rank_keys)
         self.register_load_state_dict_pre_hook(own_keys)
-        self._anchor = torch.zeros((), requires_grad=True)
+        self._anchor = torch.zeros((), dtype=torch.float32, requires_grad=True)
         self.last_traffic: dict[str, Any] = {}
         self.total_traffic: dict[str, Any] = {}
 
@@ -508,7 +508,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         drive(handle, self._groups, step.traffic, self._wire)
         self._record(step)
         if fused:
-            return [torch.zeros(())] + [None] * len(self._configs)
+            return [torch.zeros((), dtype=torch.float32)] + [None] * len(self._configs)
         return [None, *self._owner_grads(handle)]
 
     def _owner_grads(self, handle: _lib.Handle) -> list[torch.Tensor]:
@@ -521,7 +521,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             rows = torch.empty(n.value, dtype=torch.int64)
             vals = torch.empty(n.value, cfg.embedding_dim, dtype=torch.float32)
             _lib.call(f, handle.value, t, ptr(rows), ptr(vals), ctypes.byref(n))
-            out.append(torch.zeros(tuple(shard.weight.shape)).index_copy_(0, rows, vals))
+            out.append(torch.zeros(tuple(shard.weight.shape), dtype=torch.float32).index_copy_(0, rows, vals))
         return out
 
     def _record(self, step: "_Step") -> None:

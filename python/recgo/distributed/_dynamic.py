@@ -98,6 +98,6 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     totals = {k.lower(): agg(int(p["dynamic_meta"][_META[k]]) for p in parts)
               for k, agg in (("Step", max), ("Admitted", sum), ("Evicted", sum))}
     dim = int(meta[_META["Dim"]])
-    dynamic.import_rows(coll, table, torch.cat(ids), torch.cat(weights) if weights else torch.zeros(0, dim),
+    dynamic.import_rows(coll, table, torch.cat(ids), torch.cat(weights) if weights else torch.zeros(0, dim, dtype=torch.float32),
                         torch.cat(states) if states else None, counts=torch.cat(counts), last_seen=torch.cat(last),
                         sketch=sketch, sketch_adds=adds, **totals)

@@ -40,11 +40,11 @@ def draw_uniform_rows(weight: torch.Tensor, ids: torch.Tensor, rows: int, low: f
     dim = weight.shape[1]
     order = torch.argsort(ids)
     sorted_ids = ids[order]
-    buf = torch.empty(0, dim)
+    buf = torch.empty(0, dim, dtype=torch.float32)
     with torch.no_grad():
         for lo, hi in row_chunks(rows, dim):
             if buf.shape[0] < hi - lo:
-                buf = torch.empty(hi - lo, dim)
+                buf = torch.empty(hi - lo, dim, dtype=torch.float32)
             chunk = buf[: hi - lo]
             chunk.uniform_(low, high, generator=gen)
             a, b = torch.searchsorted(sorted_ids, torch.tensor([lo, hi])).tolist()

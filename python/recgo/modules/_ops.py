@@ -77,7 +77,7 @@ def ebc_backward(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[tor
     m = module(key)
     raw = m._run_backward(int(ctx_id.item()), grad)
     if m._optimizer is not None:
-        return [torch.zeros(())]
+        return [torch.zeros((), dtype=torch.float32)]
     return m._grads_from(raw) if dense_in_op(m) else raw  # type: ignore[return-value]
 
 

@@ -71,7 +71,7 @@ def meta_results(kjt: KeyedJaggedTensor, plan: KeyPlan) -> dict[str, JaggedTenso
             f"forward on the meta device: the batch's lengths are on {lengths.device}; the output sizes "
             "come from their values, so pass a CPU batch (or materialise the collection with to_empty)")
     counts = key_counts(lengths, len(plan.keys), None)
-    return results([torch.empty(n, d, device="meta") for n, d in zip(counts, plan.dims)], lengths, plan)
+    return results([torch.empty(n, d, device="meta", dtype=torch.float32) for n, d in zip(counts, plan.dims)], lengths, plan)
 
 
 def with_indices(res: dict[str, JaggedTensor], features: Any, key_of: dict[str, str]) -> dict[str, JaggedTensor]:

@@ -60,7 +60,7 @@ def ec_backward(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> li
     m = module(key)
     raw = m._run_backward(int(ctx_id.item()), grads)
     if m._fused:
-        return [torch.zeros(())]
+        return [torch.zeros((), dtype=torch.float32)]
     return m._grads_from(raw) if dense_in_op(m) else raw  # type: ignore[return-value]
 
 

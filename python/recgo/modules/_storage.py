@@ -94,11 +94,7 @@ def check_cast(fn: Callable[[torch.Tensor], Any]) -> None:
                                 f"conversion failed: {e}") from e
     if not isinstance(probe, torch.Tensor):
         return
-    if probe.dtype != torch.float32:
-        raise InvalidInputError(
-            f"cannot cast a recgo embedding collection to {probe.dtype} (.half(), .bfloat16(), .double(), "
-            ".to(dtype)): the engine holds its tables as float32; cast the output instead, or leave the "
-            "collection out of the cast (it is float32 either way)")
+    check_cast_dtype(probe)
     if probe.device.type != "cpu":
         raise InvalidInputError(
             f"cannot move a built recgo embedding collection to {probe.device} (.to(device), .cuda()): the "
@@ -109,6 +105,17 @@ def check_cast(fn: Callable[[torch.Tensor], Any]) -> None:
             "torch.multiprocessing): its tables live in the Go engine's memory, which other processes cannot "
             "share (and a forked child cannot run recgo); train it in one process, whose kernels are already "
             "parallel, or across ranks with recgo.distributed")
+
+
+def check_cast_dtype(probe: torch.Tensor) -> None:
+    """Refuse a conversion that turned the float32 ``probe`` into another dtype, built or on meta (a
+    meta collection cast to half would materialise as float32 anyway)."""
+    if probe.dtype != torch.float32:
+        raise InvalidInputError(
+            f"cannot cast a recgo embedding collection to {probe.dtype} (.half(), .bfloat16(), .double(), "
+            ".to(dtype)): the engine holds its tables as float32; cast the output instead, or leave the "
+            "collection out of the cast (it is float32 either way; the modules a whole-model cast reached "
+            "before this one are already cast: cast the dense modules one by one)")
 
 
 def fused_trains(weights: Sequence[tuple[str, torch.Tensor]]) -> bool:

@@ -68,7 +68,7 @@ from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._trace import traced_as_leaf
-from ._storage import check_cast, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
+from ._storage import check_cast, check_cast_dtype, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
 from .optim import FusedOptimizer
@@ -161,9 +161,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if cfg.num_embeddings * max(cfg.embedding_dim, w) * 8 >= 1 << 63:  # torch's size arithmetic overflows
             raise CapacityError(f"table {cfg.name!r}: {cfg.num_embeddings} rows × {max(cfg.embedding_dim, w)} values "
                                 "are too many for a tensor, even on the meta device")
-        state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta")
+        state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta", dtype=torch.float32)
         step = torch.empty(1 if opt is not None else 0, dtype=torch.int64, device="meta")
-        return torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta"), True, state, step
+        return (torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta", dtype=torch.float32), True,
+                state, step)
 
     def _materialise(self) -> None:
         """Create the engine collection and point every parameter and buffer at its memory (zeros)."""
@@ -185,7 +186,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             if cfg.dynamic is not None and hasattr(cfg.dynamic, "attach"):
                 cfg.dynamic.attach(self, i)
         self._engine_views = self._engine_tensors()
-        self._anchor = torch.zeros((), requires_grad=True)
+        self._anchor = torch.zeros((), dtype=torch.float32, requires_grad=True)
         self._contexts = ContextStore()
         self._outputs = OutputPool()
         _ops.register(self, self._handle.value)
@@ -227,9 +228,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._sync_storage()
             return self
         try:
-            target = fn(torch.empty(0, device="meta")).device
+            probe = fn(torch.empty(0, device="meta", dtype=torch.float32))
         except (RuntimeError, AssertionError) as e:  # e.g. to_empty(device="cuda") without CUDA
             raise InvalidInputError(f"recgo's embedding engine runs on CPU memory; the move failed: {e}") from e
+        check_cast_dtype(probe)
+        target = probe.device
         if target.type == "meta":
             return self
         if target.type != "cpu":
@@ -437,7 +440,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if isinstance(features, dict) or not hasattr(features, "stride"):
             as_kjt(features)  # raises the usual error for what is not a KJT
         check_keys(self._readers, list(features.keys()))
-        return torch.empty(features.stride(), self._width, device="meta")
+        return torch.empty(features.stride(), self._width, device="meta", dtype=torch.float32)
 
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():

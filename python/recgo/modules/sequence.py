@@ -163,7 +163,7 @@ class EmbeddingCollection(nn.Module):
         self._table_dims = [owner_cfgs[i].embedding_dim for i in used]
         # the owner's tables (new modules if it was just materialised off the meta device)
         self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in self._configs})
-        self._anchor = torch.zeros((), requires_grad=True)
+        self._anchor = torch.zeros((), dtype=torch.float32, requires_grad=True)
         self._contexts = ContextStore()  # forward contexts, owned by their autograd graphs
         self._outputs = OutputPool()  # forward outputs and backward gradient buffers
         _ops.register(self, self._handle.value)  # type: ignore[arg-type]
