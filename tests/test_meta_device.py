@@ -248,3 +248,25 @@ def test_the_chunked_draw_is_torchs_whole_table_draw() -> None:
     whole = torch.empty(1001, 7).uniform_(-1.0, 1.0, generator=torch.Generator().manual_seed(2))
     assert torch.equal(chunked, whole)
 
+
+
+def test_meta_forward_checks_a_cpu_batch_as_a_built_collection_does() -> None:
+    """A meta collection given a CPU batch refuses what the built one refuses (it returned a shape
+    for lengths past the values, and an EmbeddingBagCollection also for a weighted collection given
+    no weights), and a pooled collection refuses a sequence table's config by name."""
+    torchrec = pytest.importorskip("torchrec")
+    cfgs = [EmbeddingBagConfig(10, 4, "t1", ["a"]), EmbeddingBagConfig(10, 4, "t2", ["b"])]
+    ebc = EmbeddingBagCollection(cfgs, device="meta", is_weighted=True)
+    ec = EmbeddingCollection([EmbeddingConfig(10, 4, "t1", ["a"])], device="meta")
+    past = dict(values=torch.tensor([1, 2]), lengths=torch.tensor([2, 2]))
+    for module, keys in ((ebc, ["a", "b"]), (ec, ["a"])):
+        with pytest.raises(InvalidInputError, match="lengths (sum|add up) to 4"):
+            module(torchrec.KeyedJaggedTensor(keys=keys, weights=torch.ones(2), **past))
+    with pytest.raises(InvalidInputError, match="has no weights"):
+        ebc(KeyedJaggedTensor(["a", "b"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1])))
+    ok = KeyedJaggedTensor(["a", "b"], torch.tensor([1, 2]), torch.ones(2), lengths=torch.tensor([1, 1]))
+    assert ebc(ok).values().shape == (1, 8) and ebc(ok).values().is_meta
+    for seq in (EmbeddingConfig(4, 2, "s", ["a"]), torchrec.EmbeddingConfig(num_embeddings=4, embedding_dim=2,
+                                                                               name="s", feature_names=["a"])):
+        with pytest.raises(InvalidInputError, match="sequence \\(unpooled\\) table's config"):
+            EmbeddingBagCollection([seq])

@@ -142,6 +142,12 @@ def test_regroup_multiple_kt_with_duplicates_and_torchrec_inputs() -> None:
         assert torch.equal(a, b)
     mixed = recgo.KeyedTensor.regroup([kt1.to_torchrec(), kt2], groups)  # TorchRec's KT as input too
     assert torch.equal(mixed[1], g[1])
+    # TorchRec's own regroup of recgo's KTs: a repeated key takes its fallback, which reads _key_indices
+    for a, b in zip(g, torchrec.KeyedTensor.regroup([kt1, kt2], groups)):
+        assert torch.equal(a, b)
+    # an empty group is a [B, 0] tensor, as TorchRec's
+    empty, whole = recgo.KeyedTensor.regroup([kt1], [[], ["dense_1"]])
+    assert empty.shape == (2, 0) and torch.equal(whole, t1[1])
     with pytest.raises(recgo.NotFoundError, match=r"\['nope'\]"):
         recgo.KeyedTensor.regroup([kt1], [["nope"]])
 

@@ -179,6 +179,13 @@ def test_variable_batch_per_feature_is_refused() -> None:
     # the same stride for every key is an ordinary KJT
     kjt = KeyedJaggedTensor(values=VALUES, keys=KEYS, offsets=OFFSETS, stride_per_key_per_rank=[[1, 2], [3, 0]])
     assert kjt.stride() == 3 and not kjt.variable_stride_per_key()
+    # malformed descriptions name the problem (a bare torch ValueError, or silence, before)
+    with pytest.raises(InvalidInputError, match="stride_per_key: 1 entries for 2 keys"):
+        KeyedJaggedTensor(values=VALUES, keys=KEYS, offsets=OFFSETS, stride_per_key=[3])
+    with pytest.raises(InvalidInputError, match="one list of per-rank batch sizes per key"):
+        KeyedJaggedTensor(values=VALUES, keys=KEYS, offsets=OFFSETS, stride_per_key_per_rank=[[3], [1, 2]])
+    with pytest.raises(InvalidInputError, match="expected 2 rows"):
+        KeyedJaggedTensor(values=VALUES, keys=KEYS, offsets=OFFSETS, stride_per_key_per_rank=[[3]])
     with pytest.raises(InvalidInputError, match="inverse_indices"):
         KeyedJaggedTensor(keys=["f1", "f2", "f3"], values=torch.tensor([5, 6, 7, 1, 2, 3, 0, 1]),
                           lengths=torch.tensor([3, 3, 2]), stride_per_key_per_rank=[[2], [1]],

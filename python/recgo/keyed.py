@@ -91,6 +91,11 @@ class KeyedTensor:
             out.append(out[-1] + n)
         return out
 
+    def _key_indices(self) -> dict[str, int]:
+        """Each key's position (TorchRec's private accessor, which its ``KeyedTensor.regroup`` reads when
+        a group repeats or leaves out a key)."""
+        return {k: i for i, k in enumerate(self._keys)}
+
     def to_dict(self) -> dict[str, torch.Tensor]:
         """``{key: [B, D_key]}`` column views."""
         offs = self.offset_per_key()
@@ -110,6 +115,8 @@ class KeyedTensor:
         last of ``keyed_tensors`` (recgo's or TorchRec's) that has the key, as TorchRec's ``regroup``
         takes it. Differentiable with respect to every input's values."""
         where: dict[str, torch.Tensor] = {}
+        if not keyed_tensors:
+            raise InvalidInputError("regroup: no KeyedTensors given")
         for kt in keyed_tensors:
             offs = kt.offset_per_key()
             offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
@@ -120,7 +127,8 @@ class KeyedTensor:
             missing = [k for k in g if k not in where]
             if missing:
                 raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
-            out.append(torch.cat([where[k] for k in g], 1))
+            first = keyed_tensors[0].values()
+            out.append(torch.cat([where[k] for k in g], 1) if g else first.new_zeros(first.shape[0], 0))
         return out
 
     @staticmethod

@@ -44,6 +44,21 @@ def _uniform_stride(per_key: Sequence[int], what: str) -> int:
     return int(per_key[0]) if per_key else 0
 
 
+def _stride_of_ranks(per_key_per_rank: Any, nkeys: int) -> int:
+    """The batch size TorchRec's ``stride_per_key_per_rank`` describes when every key's per-rank sizes
+    add up to the same (the rows then pair up as TorchRec's unsharded collections pair them), or an
+    error naming the problem."""
+    try:
+        table = torch.as_tensor(per_key_per_rank, dtype=torch.int64)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise InvalidInputError(f"stride_per_key_per_rank: expected one list of per-rank batch sizes per key "
+                                f"(all of one length), got {per_key_per_rank!r}") from e
+    if table.dim() != 2 or table.shape[0] != nkeys:
+        raise InvalidInputError(f"stride_per_key_per_rank: expected {nkeys} rows (one per key) of per-rank batch "
+                                f"sizes, got shape {list(table.shape)}")
+    return _uniform_stride(table.sum(1).tolist(), "stride_per_key_per_rank")
+
+
 class KeyedJaggedTensor:
     """A batch of jagged sparse features, TorchRec's ``KeyedJaggedTensor``.
 
@@ -131,9 +146,10 @@ class KeyedJaggedTensor:
                 )
         nkeys = len(self._keys)
         if stride_per_key_per_rank is not None and nkeys:
-            spk = torch.as_tensor(stride_per_key_per_rank, dtype=torch.int64).reshape(nkeys, -1).sum(1).tolist()
-            stride = _check_stride(stride, _uniform_stride(spk, "stride_per_key_per_rank"))
+            stride = _check_stride(stride, _stride_of_ranks(stride_per_key_per_rank, nkeys))
         if stride_per_key is not None:
+            if len(stride_per_key) != nkeys:
+                raise InvalidInputError(f"stride_per_key: {len(stride_per_key)} entries for {nkeys} keys")
             stride = _check_stride(stride, _uniform_stride(list(stride_per_key), "stride_per_key"))
         if nkeys == 0:
             if self._lengths.numel() != 0:
@@ -277,7 +293,7 @@ class KeyedJaggedTensor:
                 "this TorchRec KeyedJaggedTensor has inverse_indices (deduplicated variable batch): not supported")
         stride = None
         if getattr(kjt, "variable_stride_per_key", lambda: False)():
-            stride = _uniform_stride([int(s) for s in kjt.stride_per_key()], "TorchRec KeyedJaggedTensor")
+            stride = _stride_of_ranks(kjt.stride_per_key_per_rank(), len(kjt.keys()))
         return KeyedJaggedTensor(kjt.keys(), kjt.values(), kjt.weights_or_none(), lengths=kjt.lengths(),
                                  stride=stride if stride is not None else kjt.stride())
 

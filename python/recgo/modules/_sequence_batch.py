@@ -70,7 +70,7 @@ def meta_results(kjt: KeyedJaggedTensor, plan: KeyPlan) -> dict[str, JaggedTenso
         raise InvalidInputError(
             f"forward on the meta device: the batch's lengths are on {lengths.device}; the output sizes "
             "come from their values, so pass a CPU batch (or materialise the collection with to_empty)")
-    counts = key_counts(lengths, len(plan.keys), None)
+    counts = key_counts(lengths, len(plan.keys), kjt.values().numel())
     return results([torch.empty(n, d, device="meta", dtype=torch.float32) for n, d in zip(counts, plan.dims)], lengths, plan)
 
 

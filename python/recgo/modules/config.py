@@ -225,6 +225,10 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
     out, names = [], set()
     for t in tables:
         if not isinstance(t, EmbeddingBagConfig):
+            if isinstance(t, EmbeddingConfig) or (hasattr(t, "num_embeddings") and not hasattr(t, "pooling")):
+                raise InvalidInputError(
+                    f"tables: {type(t).__name__} {getattr(t, 'name', '')!r} is a sequence (unpooled) table's "
+                    "config; a pooled collection takes EmbeddingBagConfig (EmbeddingCollection takes this one)")
             if hasattr(t, "num_embeddings") and hasattr(t, "feature_names"):
                 t = EmbeddingBagConfig.from_torchrec(t)
             else:

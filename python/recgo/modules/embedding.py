@@ -437,18 +437,25 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
 
     def _meta_forward(self, features: Any) -> torch.Tensor:
         """The output's shape on the meta device (no lookups): ``[stride, width]``."""
-        if isinstance(features, dict) or not hasattr(features, "stride"):
-            as_kjt(features)  # raises the usual error for what is not a KJT
+        if isinstance(features, dict) or not hasattr(features, "stride") or not features.values().is_meta:
+            features = as_kjt(features)  # the built collection's checks (what is not a KJT raises here)
+            self._batch_weights(features)
+            features.length_per_key()  # lengths ≥ 0 that add up to the values
         check_keys(self._readers, list(features.keys()))
         return torch.empty(features.stride(), self._width, device="meta", dtype=torch.float32)
 
-    def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            self._check_storage()
+    def _batch_weights(self, kjt: KeyedJaggedTensor) -> torch.Tensor | None:
+        """The per-ID weights this collection pools ``kjt`` with (None unless weighted), checked."""
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
         refuse_weight_grads(weights)
+        return weights
+
+    def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        if not torch.compiler.is_compiling():
+            self._check_storage()
+        weights = self._batch_weights(kjt)
         if self._optimizer is not None:
             params = [self._anchor]
             keep = torch.is_grad_enabled() and self._fused_trains(range(len(self._configs)))
