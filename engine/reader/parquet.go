@@ -55,11 +55,13 @@ type parquetSource struct {
 	opt    Options
 	plan   *columnPlan
 	f      *os.File
-	r      *parquet.Reader
-	colOf  map[int]int // leaf column index -> declared column
-	uns    []bool      // per declared column: the open file's leaf holds unsigned integers
+	pf     *parquet.File
+	gr     parquet.Rows // the row group being read (nil between groups)
+	colOf  map[int]int  // leaf column index -> declared column
+	uns    []bool       // per declared column: the open file's leaf holds unsigned integers
 	rows   []parquet.Row
-	at, n  int // buffered rows: rows[at:n] not yet consumed
+	ends   []int64 // the open file's row groups: the row each one ends before
+	at, n  int     // buffered rows: rows[at:n] not yet consumed
 	pos    Position
 	open   bool
 	closed bool
@@ -73,11 +75,16 @@ func (s *parquetSource) Schema() Schema { return s.plan.schema }
 
 func (s *parquetSource) name() string { return s.paths[s.pos.File] }
 
-func (s *parquetSource) closeFile() {
-	if s.r != nil {
-		_ = s.r.Close()
-		s.r = nil
+func (s *parquetSource) closeGroup() {
+	if s.gr != nil {
+		_ = s.gr.Close()
+		s.gr = nil
 	}
+}
+
+func (s *parquetSource) closeFile() {
+	s.closeGroup()
+	s.pf = nil
 	if s.f != nil {
 		_ = s.f.Close()
 		s.f = nil
@@ -150,7 +157,13 @@ func (s *parquetSource) openFile(i int) (err error) {
 		s.colOf[leaf.ColumnIndex] = ci
 		s.uns[ci] = unsignedLeaf(leaf.Node)
 	}
-	s.r = parquet.NewReader(pf)
+	s.ends = s.ends[:0]
+	end := int64(0)
+	for _, g := range pf.RowGroups() {
+		end += g.NumRows()
+		s.ends = append(s.ends, end)
+	}
+	s.pf = pf
 	if s.rows == nil {
 		s.rows = make([]parquet.Row, 256)
 	}
@@ -158,7 +171,30 @@ func (s *parquetSource) openFile(i int) (err error) {
 	return nil
 }
 
-// fill buffers the next rows of the open file; io.EOF at its end.
+// group is the index of the open file's row group holding row, and the row it ends before.
+func (s *parquetSource) group(row int64) (int, int64) {
+	for i, e := range s.ends {
+		if row < e {
+			return i, e
+		}
+	}
+	return len(s.ends), s.pf.NumRows()
+}
+
+// openGroup opens a reader of the row group holding the current row, at that row.
+func (s *parquetSource) openGroup() error {
+	g, end := s.group(s.pos.Row)
+	rg := s.pf.RowGroups()[g]
+	s.gr = rg.Rows()
+	if start := end - rg.NumRows(); s.pos.Row > start {
+		return s.gr.SeekToRow(s.pos.Row - start)
+	}
+	return nil
+}
+
+// fill buffers the next rows of the open file from the row group holding them, never past its end
+// (each group is read by a reader of its own, which never reads ahead into the next: a damaged
+// group fails alone, naming its first unread row); io.EOF at the file's end.
 func (s *parquetSource) fill() (err error) {
 	defer func() {
 		if r := recover(); r != nil {
@@ -168,12 +204,21 @@ func (s *parquetSource) fill() (err error) {
 	for i := range s.rows {
 		s.rows[i] = s.rows[i][:0]
 	}
-	if s.pos.Row >= s.r.NumRows() { // read to the end (or a file of no rows, whose row group of 0 rows fails to seek)
+	if s.pos.Row >= s.pf.NumRows() { // read to the end (or a file of no rows)
 		s.at, s.n = 0, 0
 		return io.EOF
 	}
-	n, err := s.r.ReadRows(s.rows)
+	_, end := s.group(s.pos.Row)
+	if s.gr == nil {
+		if err := s.openGroup(); err != nil {
+			return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: "cannot seek to the row: " + err.Error(), Truncated: true}
+		}
+	}
+	n, err := s.gr.ReadRows(s.rows[:min(int64(len(s.rows)), end-s.pos.Row)])
 	s.at, s.n = 0, n
+	if s.pos.Row+int64(n) >= end { // the group is done: the next fill opens the next one
+		s.closeGroup()
+	}
 	if n > 0 {
 		return nil
 	}
@@ -202,7 +247,11 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 				s.closeFile()
 				continue
 			} else if err != nil {
-				return 0, err
+				if !s.opt.SkipBad {
+					return 0, err
+				}
+				s.skipGroup()
+				continue
 			}
 		}
 		row := s.rows[s.at]
@@ -232,6 +281,21 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 		return 0, io.EOF
 	}
 	return b.Size, nil
+}
+
+// skipGroup gives up the rest of a row group that failed to read under SkipBad: its rows of this
+// rank count as skipped, and reading goes on at the next group. Every rank skips the same rows, so
+// the shares stay as they were.
+func (s *parquetSource) skipGroup() {
+	s.closeGroup()
+	_, end := s.group(s.pos.Row)
+	for ; s.pos.Row < end; s.pos.Row++ {
+		if s.pos.Global%int64(s.opt.WorldSize) == int64(s.opt.Rank) {
+			s.pos.Skipped++
+		}
+		s.pos.Global++
+	}
+	s.at, s.n = 0, 0
 }
 
 func (s *parquetSource) fail(row int64, ci int, format string, args ...any) error {
@@ -318,14 +382,18 @@ func (s *parquetSource) Seek(p Position) (err error) {
 			err = errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, r)
 		}
 	}()
-	if n := s.r.NumRows(); p.Row > n { // SeekToRow past the end succeeds and then reads nothing
+	if n := s.pf.NumRows(); p.Row > n {
 		return errs.Invalidf("reader: %s has fewer than %d rows (it has %d)", s.name(), p.Row, n)
 	}
-	if err := s.r.SeekToRow(p.Row); err != nil {
-		return errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, err)
-	}
+	opened := s.pos // the opened file's start: where a failed seek leaves the source
 	s.pos = p
 	s.pos.Offset = -1
+	if p.Row < s.pf.NumRows() {
+		if err := s.openGroup(); err != nil {
+			s.pos = opened
+			return errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, err)
+		}
+	}
 	return nil
 }
 

@@ -335,3 +335,52 @@ func TestParquetAppendKinds(t *testing.T) {
 		assert.Equal(t, c.want, x, "%v unsigned=%v", c.v, c.uns)
 	}
 }
+
+// TestSkipBadGoesPastADamagedParquetRowGroup: a row group whose page header is garbage fails alone.
+// Before, rows were read 256 at a time across groups, so the error named the file's first row, the
+// good groups before the damage were lost with it, and skip_bad did not apply.
+func TestSkipBadGoesPastADamagedParquetRowGroup(t *testing.T) {
+	dir := t.TempDir()
+	rows := pqRows(40) // row groups of 7 rows (writeParquet flushes every 7)
+	bad, good := filepath.Join(dir, "bad.parquet"), filepath.Join(dir, "good.parquet")
+	writeParquet(t, bad, rows[:35])
+	writeParquet(t, good, rows[35:])
+	f, err := os.Open(bad)
+	require.NoError(t, err)
+	st, err := f.Stat()
+	require.NoError(t, err)
+	pf, err := parquet.OpenFile(f, st.Size())
+	require.NoError(t, err)
+	off := pf.Metadata().RowGroups[2].Columns[0].MetaData.DataPageOffset // rows 14..20
+	require.NoError(t, f.Close())
+	data, err := os.ReadFile(bad)
+	require.NoError(t, err)
+	copy(data[off:off+8], bytes.Repeat([]byte{0xff}, 8))
+	require.NoError(t, os.WriteFile(bad, data, 0o644))
+
+	open := func(skip bool, rank, world int) Source {
+		src, err := NewParquet([]string{bad, good}, ParquetOptions{Columns: pqCols,
+			Options: Options{SkipBad: skip, Rank: rank, WorldSize: world}})
+		require.NoError(t, err)
+		return src
+	}
+	var b Batch
+	_, err = open(false, 0, 1).Read(&b, 100)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "row 14")
+	for _, c := range []struct{ rank, world, skipped int }{{0, 1, 7}, {0, 2, 4}, {1, 2, 3}} {
+		src := open(true, c.rank, c.world)
+		var users []int64
+		for _, b := range readAll(t, src, 5) {
+			users = append(users, b.Inputs[0].Ints...)
+		}
+		var want []int64
+		for g := c.rank; g < 40; g += c.world {
+			if g < 14 || g > 20 {
+				want = append(want, rows[g].User)
+			}
+		}
+		assert.Equal(t, want, users, "rank %d of %d", c.rank, c.world)
+		assert.Equal(t, int64(c.skipped), src.Position().Skipped, "rank %d of %d", c.rank, c.world)
+	}
+}

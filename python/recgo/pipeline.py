@@ -399,11 +399,13 @@ class TrainPipeline:
 
     On several ranks (the source sharded over a ``torch.distributed`` world of more than one rank)
     every step is a collective, but the ranks' shares of the rows can differ by a batch (row g goes
-    to rank g mod world_size). So before each step the ranks agree, with one ``all_reduce`` of a flag,
+    to rank g mod world_size), and by more with ``skip_bad`` (a dropped row still counts as its
+    rank's). So before each step the ranks agree, with one ``all_reduce`` of a flag,
     that all of them have a batch; at the first step where one has none, every rank stops there
     (``StopIteration``) instead of the others waiting forever in their next all-to-all. A rank that
-    stops with a batch in hand counts it in :attr:`unused_batches` and warns; ``drop_last=True``
-    leaves at most that one short batch's difference. The agreement runs on the world of the model's
+    stops with batches left counts them in :attr:`unused_batches` (reading its share to the end to
+    count them) and warns with the number of samples; ``drop_last=True`` without ``skip_bad``
+    leaves at most one short batch's difference. The agreement runs on the world of the model's
     sharded collection when it has one (within that collection's ``timeout``, so a rank that failed
     to read makes the others raise :class:`recgo.distributed.PeerFailureError` in time), also when
     each rank reads a source of its own.
@@ -434,12 +436,7 @@ class TrainPipeline:
         batch = next(iterator if iterator is not None else self.data, None)
         if self._world is not None and not _all_have(batch is not None, self._world):
             if batch is not None:
-                import warnings
-
-                self.unused_batches += 1
-                warnings.warn(f"rank {self.data.rank}: another rank ran out of batches at step {self.steps}; "
-                              f"this rank stops with a batch of {int(batch.labels.shape[0])} samples unused",
-                              stacklevel=2)
+                self._count_unused(batch, iterator is None)
             raise StopIteration
         if batch is None:
             raise StopIteration
@@ -456,6 +453,19 @@ class TrainPipeline:
             self.optimizer.step()
         self.steps += 1
         return loss.detach()
+
+    def _count_unused(self, batch: Batch, own_data: bool) -> None:
+        """Count and warn about the batches this rank holds when another rank ran out: the one in hand
+        and, from its own pipeline, every one left (rows ``skip_bad`` dropped shorten a rank's share,
+        so shares can differ by more than a batch)."""
+        import warnings
+
+        batches, samples = 1, int(batch.labels.shape[0])
+        for rest in (self.data if own_data else ()):
+            batches, samples = batches + 1, samples + int(rest.labels.shape[0])
+        self.unused_batches += batches
+        warnings.warn(f"rank {self.data.rank}: another rank ran out of batches at step {self.steps}; this rank "
+                      f"stops with {batches} batch(es) of {samples} samples unused", stacklevel=3)
 
     def run(self, steps: int | None = None, progress: bool = True) -> list[float]:
         """Run ``steps`` steps (default: to the end of the data) and return the losses; with
