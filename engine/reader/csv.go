@@ -243,6 +243,9 @@ func (p *csvParser) fail(line int64, field int, format string, args ...any) erro
 
 // parse appends one delimited line to b.
 func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
+	if len(line) == 0 { // malformed, as in the other formats (one column would read it as an empty value)
+		return p.fail(lineNo, -1, "blank line (rows follow it)")
+	}
 	p.fields = p.fields[:0]
 	for rest := line; ; {
 		i := bytes.IndexByte(rest, p.delim)

@@ -93,6 +93,26 @@ func TestCSVMalformed(t *testing.T) {
 			assert.Contains(t, err.Error(), c.want)
 		})
 	}
+	// one column: a blank line split into one empty field and read as a row with an empty bag
+	path := filepath.Join(t.TempDir(), "one.csv")
+	require.NoError(t, os.WriteFile(path, []byte("id\n10\n11\n\n13\n"), 0o644))
+	for _, skip := range []bool{false, true} {
+		src, err := NewCSV([]string{path}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse}}, Header: true,
+			Options: Options{SkipBad: skip}})
+		require.NoError(t, err)
+		if !skip {
+			var b Batch
+			_, err = src.Read(&b, 10)
+			assert.ErrorContains(t, err, "line 4: blank line")
+			continue
+		}
+		var ids []int64
+		for _, b := range readAll(t, src, 10) {
+			ids = append(ids, b.Inputs[0].Ints...)
+		}
+		assert.Equal(t, []int64{10, 11, 13}, ids)
+		assert.Equal(t, int64(1), src.Position().Skipped)
+	}
 	_, err := NewCSV([]string{"x"}, CSVOptions{Columns: []Column{{Name: "a", Role: "weird"}}})
 	assert.ErrorContains(t, err, "unknown role")
 }

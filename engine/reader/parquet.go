@@ -103,15 +103,11 @@ func (s *parquetSource) openFile(i int) (err error) {
 			err = &ParseError{File: path, Line: -1, Row: -1, Msg: fmt.Sprintf("corrupt Parquet file: %v", r), Truncated: true}
 		}
 	}()
-	f, err := os.Open(path)
+	f, st, err := openRegular(path)
 	if err != nil {
-		return errs.IOf("reader: %v", err)
+		return err
 	}
 	s.f = f
-	st, err := f.Stat()
-	if err != nil {
-		return errs.IOf("reader: %v", err)
-	}
 	pf, err := parquet.OpenFile(f, st.Size())
 	if err != nil {
 		return &ParseError{File: path, Line: -1, Row: -1, Msg: "not a readable Parquet file (truncated?): " + err.Error(), Truncated: true}

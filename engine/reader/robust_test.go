@@ -10,7 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/parquet-go/parquet-go"
 	"github.com/parquet-go/parquet-go/deprecated"
@@ -383,4 +385,74 @@ func TestSkipBadGoesPastADamagedParquetRowGroup(t *testing.T) {
 		assert.Equal(t, want, users, "rank %d of %d", c.rank, c.world)
 		assert.Equal(t, int64(c.skipped), src.Position().Skipped, "rank %d of %d", c.rank, c.world)
 	}
+}
+
+// TestOpenRefusesWhatIsNotATextOrGzipFile: a FIFO blocked the open until a writer came (Ctrl-C
+// could not stop it); bzip2, zstd and xz files were parsed as text into per-line errors (or, under
+// skip_bad, silently into no rows).
+func TestOpenRefusesWhatIsNotATextOrGzipFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "pipe")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o600))
+	cases := map[string]struct {
+		path, want string
+	}{
+		"fifo":        {fifo, "is not a regular file"},
+		"bzip2":       {writeFile(t, "a.bz2", "BZh91AY&SY\x01\x02garbage\n"), "is a bzip2 file"},
+		"empty bzip2": {writeFile(t, "e.bz2", "BZh9\x17\x72\x45\x38\x50\x90\x00\x00\x00\x00"), "is a bzip2 file"},
+		"zstd":        {writeFile(t, "a.zst", "\x28\xb5\x2f\xfd\x00\x58rest\n"), "is a zstd file"},
+		"xz":          {writeFile(t, "a.xz", "\xfd7zXZ\x00rest\n"), "is a xz file"},
+	}
+	for name, c := range cases {
+		done := make(chan error, 1)
+		go func() {
+			_, err := NewCSV([]string{c.path}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse}},
+				Options: Options{SkipBad: true}})
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			assert.ErrorContains(t, err, c.want, name)
+			assert.ErrorIs(t, err, errs.ErrIO, name)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the open blocked", name)
+		}
+	}
+	_, err := NewParquet([]string{fifo}, ParquetOptions{Columns: []Column{{Name: "id", Role: RoleSparse}}})
+	assert.ErrorContains(t, err, "is not a regular file")
+	// text that merely starts like one is read as text
+	plain := writeFile(t, "b.csv", "BZh9 tea\n")
+	src, err := NewCSV([]string{plain}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse, Type: "string"}}})
+	require.NoError(t, err)
+	assert.Len(t, readAll(t, src, 10), 1)
+}
+
+// TestGzipZeroPaddingEndsTheFile: zeros after the last member (as tape and block devices pad) end
+// the file, as for Python's gzip; they raised "invalid header" and failed the last batch.
+func TestGzipZeroPaddingEndsTheFile(t *testing.T) {
+	var z bytes.Buffer
+	for _, part := range []string{"1\n2\n", "3\n"} { // two members, then padding
+		w := gzip.NewWriter(&z)
+		_, err := w.Write([]byte(part))
+		require.NoError(t, err)
+		require.NoError(t, w.Close())
+	}
+	z.Write(make([]byte, 512))
+	path := filepath.Join(t.TempDir(), "pad.csv.gz")
+	require.NoError(t, os.WriteFile(path, z.Bytes(), 0o644))
+	src, err := NewCSV([]string{path}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse}}})
+	require.NoError(t, err)
+	var ids []int64
+	for _, b := range readAll(t, src, 10) {
+		ids = append(ids, b.Inputs[0].Ints...)
+	}
+	assert.Equal(t, []int64{1, 2, 3}, ids)
+	assert.Zero(t, src.Position().Skipped)
+	// bytes other than zeros after a member are still a damaged stream
+	require.NoError(t, os.WriteFile(path, append(z.Bytes(), 'x'), 0o644))
+	src, err = NewCSV([]string{path}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse}}})
+	require.NoError(t, err)
+	var b Batch
+	_, err = src.Read(&b, 10)
+	assert.ErrorContains(t, err, "truncated or corrupt gzip stream")
 }

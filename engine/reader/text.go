@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"runtime"
 
@@ -31,7 +32,7 @@ type lines struct {
 	onOpen func(file string, header []byte) error // called with each file's header (nil: none)
 
 	f          *os.File
-	gz         *gzip.Reader
+	gz         *gzipMembers
 	br         *bufio.Reader
 	long       []byte // a line longer than br's buffer, assembled here (reused)
 	compressed bool
@@ -89,28 +90,25 @@ func (l *lines) closeFile() {
 func (l *lines) openFile(i int) error {
 	l.closeFile()
 	l.pos.File, l.pos.Row, l.lineNo = i, 0, 0
-	f, err := os.Open(l.paths[i])
+	f, st, err := openRegular(l.paths[i])
 	if err != nil {
-		return errs.IOf("reader: %v", err)
+		return err
 	}
 	l.f = f
-	st, err := f.Stat()
-	if err != nil {
-		return errs.IOf("reader: %v", err)
-	}
-	if st.IsDir() {
-		return errs.IOf("reader: %s is a directory, not a file", l.paths[i])
-	}
 	l.size = st.Size()
-	magic := make([]byte, 2)
+	magic := make([]byte, 10)
 	n, _ := io.ReadFull(f, magic)
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return errs.IOf("reader: %s: %v", l.paths[i], err)
 	}
-	l.compressed = n == 2 && magic[0] == 0x1f && magic[1] == 0x8b
+	if kind := otherCompression(magic[:n]); kind != "" {
+		return errs.IOf("reader: %s is a %s file: the text readers take plain or gzip files (decompress it, "+
+			"or recompress it with gzip)", l.paths[i], kind)
+	}
+	l.compressed = n >= 2 && magic[0] == 0x1f && magic[1] == 0x8b
 	var r io.Reader = f
 	if l.compressed {
-		if l.gz, err = gzip.NewReader(f); err != nil {
+		if l.gz, err = newGzipMembers(f); err != nil {
 			return &ParseError{File: l.paths[i], Line: 1, Row: -1, Msg: "bad gzip header: " + err.Error(), Truncated: true}
 		}
 		r = l.gz
@@ -146,6 +144,50 @@ func (l *lines) openFile(i int) error {
 		}
 	}
 	return nil
+}
+
+// openRegular opens path for reading after checking it is a regular file: a FIFO would block the
+// open until a writer came (and could not seek after), a directory reads as nothing.
+func openRegular(path string) (*os.File, os.FileInfo, error) {
+	st, err := os.Stat(path)
+	if pe, ok := err.(*fs.PathError); ok {
+		pe.Op = "open" // what the caller asked for ("stat" would read as a different step)
+	}
+	if err != nil {
+		return nil, nil, errs.IOf("reader: %v", err)
+	}
+	if st.IsDir() {
+		return nil, nil, errs.IOf("reader: %s is a directory, not a file", path)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, nil, errs.IOf("reader: %s is not a regular file (a pipe, socket or device): the readers "+
+			"seek in their files to resume, so give a file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, errs.IOf("reader: %v", err)
+	}
+	return f, st, nil
+}
+
+// otherCompression names the compression format whose magic bytes start head, other than gzip
+// ("" for none): such a file would otherwise be parsed as text, row by row, into errors.
+func otherCompression(head []byte) string {
+	switch {
+	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return "zstd"
+	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return "xz"
+	case bytes.HasPrefix(head, []byte{0x04, 0x22, 0x4d, 0x18}):
+		return "lz4"
+	case len(head) >= 10 && bytes.HasPrefix(head, []byte("BZh")) && head[3] >= '1' && head[3] <= '9' &&
+		(bytes.Equal(head[4:10], []byte{0x31, 0x41, 0x59, 0x26, 0x53, 0x59}) || // a block, or the end of an empty stream
+			bytes.Equal(head[4:10], []byte{0x17, 0x72, 0x45, 0x38, 0x50, 0x90})):
+		return "bzip2"
+	case bytes.HasPrefix(head, []byte("PK\x03\x04")):
+		return "zip"
+	}
+	return ""
 }
 
 // tooLong reads past the rest of a line longer than maxLine (read bytes of it so far, the last
