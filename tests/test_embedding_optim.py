@@ -589,3 +589,18 @@ def test_collection_optimizer_copies_drive_the_copied_collections() -> None:
         copied["opt"].step()
         assert copied["model"]["ebc"].fused_optimizer.lr == lr
     assert ebc.fused_optimizer.lr == 0.1
+
+
+def test_collection_optimizer_state_dict_round_trip_with_torchrec_imported() -> None:
+    """Built while torchrec is imported (a KeyedOptimizer), its own state_dict/load_state_dict are
+    torch's: the hyper-parameters go back to the collections (KeyedOptimizer's load matched them by
+    parameter keys, of which it has none, and loaded nothing)."""
+    keyed = pytest.importorskip("torchrec.optim.keyed")
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.Adagrad(lr=0.4), seed=2)
+    opt = optim.CollectionOptimizer(nn.ModuleDict({"ebc": ebc}))
+    assert isinstance(opt, keyed.KeyedOptimizer)
+    opt.param_groups[0]["lr"], opt.param_groups[0]["eps"] = 0.025, 1e-4
+    saved = opt.state_dict()
+    other = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.Adagrad(lr=0.4), seed=2)
+    optim.CollectionOptimizer(nn.ModuleDict({"ebc": other})).load_state_dict(saved)
+    assert other.fused_optimizer == optim.Adagrad(lr=0.025, eps=1e-4)

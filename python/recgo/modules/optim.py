@@ -446,7 +446,7 @@ class CollectionOptimizer(torch.optim.Optimizer):
                 "optimizer state, which recgo keeps in the model's state dict (the tables' optimizer_state "
                 "entries): load the TorchRec checkpoint into the TorchRec model and its optimizer, then "
                 "convert it with recgo.from_torchrec, which carries that state over")
-        super().load_state_dict(state_dict)
+        torch.optim.Optimizer.load_state_dict(self, state_dict)  # not KeyedOptimizer's, in the keyed subclass
         self._push()
 
     def post_load_state_dict(self) -> None:
