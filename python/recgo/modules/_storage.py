@@ -38,10 +38,14 @@ def _replaced(views: Sequence[View]) -> list[tuple[str, nn.Module, str, torch.Te
     the engine's memory any more."""
     out = []
     for table, holder, name, mine, addr, own in views:
-        cur = getattr(holder, name, None)
+        # the module's dicts, not getattr: nn.Module.__getattr__ is Python code, and every forward runs
+        # this over all tables (3 parameters or buffers each)
+        cur = holder._parameters.get(name)
         if cur is None:
-            continue
-        if cur is not own or cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype != mine.dtype:
+            cur = holder._buffers.get(name)
+            if cur is None:
+                continue
+        if cur is not own or cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype is not mine.dtype:
             out.append((table, holder, name, mine, cur, own))
     return out
 
