@@ -234,6 +234,7 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     return {**pooled, "mismatch": _mismatch_phase(rank, world), "skipped": _skipped_backward(rank, world),
+            "drift": _optimizer_drift(rank, world),
             "kill": _fail_phase(rank, world, "kill")}
 
 
@@ -254,6 +255,21 @@ def _skipped_backward(rank: int, world: int) -> dict:
     except recgo.InvalidInputError as exc:
         return {"error_type": type(exc).__name__, "message": str(exc)}
     return {"error_type": None}
+
+
+def _optimizer_drift(rank: int, world: int) -> str | None:
+    """The last rank's schedule sets another rate: the next step raises on every rank (each owner and
+    data-parallel replica trained on at its own rank's rate)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
+                                       timeout=FAIL_TIMEOUT)
+    sh.set_fused_optimizer(optim.SGD(lr=0.7 if rank == world - 1 else 0.1))
+    try:
+        sh(local_batch(global_batch(0, world), rank)).values().sum().backward()
+    except recgo.InvalidInputError as exc:
+        return str(exc)
+    return None
 
 
 def _meta_case(rank: int, world: int) -> dict:
@@ -310,6 +326,7 @@ def _mismatch_phase(rank: int, world: int) -> dict:
     # waited in gloo's store barrier until a bare 'Wait timeout'
     got["mode"] = build(configs(), SHARDING | {"tp": "hash"}, mode="hierarchical" if last else "flat",
                         nodes=world if last else None)
+    got["float_topology"] = build(configs(), SHARDING | {"tp": "hash"}, mode="hierarchical", nodes=world / 2 + 0.5)
     return got
 
 
@@ -564,6 +581,14 @@ def test_ranks_that_build_different_collections_all_raise_a_named_error(world2: 
     assert mode["error_type"] == "InvalidInputError", mode
     assert "rank 1 builds the process groups differently from rank 0" in mode["message"], mode
     assert "mode: 'hierarchical' on rank 1, 'flat' on rank 0" in mode["message"], mode
+
+
+def test_ranks_whose_schedules_differ_all_raise_and_a_fractional_topology_is_refused(
+        world2: tuple[list[dict], Path]) -> None:
+    res = world2[0][0]  # rank 0's (rank 1 is killed later in the run)
+    assert "rank 1's fused optimizer hyper-parameters differ from rank 0's at step 1" in (res["drift"] or ""), res
+    bad = res["mismatch"]["float_topology"]  # 1.5 nodes was read as 1
+    assert "topology: nodes must be a whole number of ranks, got 1.5" in (bad.get("message") or ""), bad
 
 
 def test_a_rank_that_skips_a_backward_makes_every_rank_raise(world2: tuple[list[dict], Path]) -> None:

@@ -41,6 +41,7 @@ type Collection struct {
 	closed bool
 	eval   bool         // steps begun now look dynamic tables up without admitting IDs (SetTraining)
 	steps  atomic.Int64 // forward exchanges driven so far: each one's number (sync.go)
+	optim  int64        // the optimizer's fingerprint, which the step headers carry (sync.go)
 }
 
 // NewCollection checks the arguments and allocates this rank's shards (zero weights and state).
@@ -54,7 +55,8 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 	if mode != Flat && mode != Hierarchical {
 		return nil, errs.Invalidf("sharded collection: unknown exchange mode %d", int(mode))
 	}
-	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode, featPos: make([]int, len(features))}
+	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode, featPos: make([]int, len(features)),
+		optim: optimFingerprint(opt)}
 	c.pools.sizeFor(len(layouts))
 	dims, names := make([]int, len(layouts)), make([]string, len(layouts))
 	for i, l := range layouts {
@@ -132,7 +134,11 @@ func (c *Collection) SetOptimizer(opt embedding.OptimizerConfig) error {
 	if c.closed {
 		return errs.Invalidf("sharded collection: used after close")
 	}
-	return embedding.SetOptimizer(c.Shards, opt)
+	if err := embedding.SetOptimizer(c.Shards, opt); err != nil {
+		return err
+	}
+	c.optim = optimFingerprint(opt)
+	return nil
 }
 
 // Width is the number of output columns.
@@ -239,7 +245,7 @@ func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 // free lists and its mode (training or evaluation) the collection's now. The caller holds c.mu.
 func (c *Collection) newExchange() *Exchange {
 	x := NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
-	x.pools, x.train, x.steps = &c.pools, !c.eval, &c.steps
+	x.pools, x.train, x.steps, x.optim = &c.pools, !c.eval, &c.steps, c.optim
 	return x
 }
 

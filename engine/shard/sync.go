@@ -2,6 +2,9 @@ package shard
 
 import (
 	"fmt"
+	"math"
+
+	"github.com/recgo/recgo/engine/embedding"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -15,13 +18,30 @@ import (
 // that leg's count stage, which carries the header; backward opens each leg with syncStage, an op
 // of the count stage's size holding only the header; the replicas' count stage on the world group
 // carries one too. A peer at another phase or step makes every rank that meets it raise, naming both.
+// The header also carries a fingerprint of the fused optimizer's hyper-parameters: a rank whose
+// learning-rate schedule changed them differently (or at another step) would update its rows and
+// replicas at its own rate, and the replicas would silently part.
 
 // Header fields, before each peer's block.
 const (
 	hdrPhase = iota
 	hdrStep
+	hdrOptim
 	hdrFields
 )
+
+// optimFingerprint hashes an optimizer config (FNV-1a over the kind and the hyper-parameters' bits).
+func optimFingerprint(o embedding.OptimizerConfig) int64 {
+	h := uint64(14695981039346656037)
+	for _, v := range []uint64{uint64(o.Kind), math.Float64bits(o.LR), math.Float64bits(o.Eps),
+		math.Float64bits(o.Beta1), math.Float64bits(o.Beta2), math.Float64bits(o.WeightDecay)} {
+		for range 8 {
+			h = (h ^ (v & 0xff)) * 1099511628211
+			v >>= 8
+		}
+	}
+	return int64(h)
+}
 
 // Phases of a drive, as sent (tagged so that other data is not mistaken for a header).
 const (
@@ -44,7 +64,7 @@ func (x *Exchange) withHeaders(phase int64, blocks []int64, size, per int) []int
 	out := make([]int64, size*(hdrFields+per))
 	for d := range size {
 		b := out[d*(hdrFields+per):]
-		b[hdrPhase], b[hdrStep] = phase, x.seq
+		b[hdrPhase], b[hdrStep], b[hdrOptim] = phase, x.seq, x.optim
 		copy(b[hdrFields:hdrFields+per], blocks[d*per:(d+1)*per])
 	}
 	return out
@@ -62,6 +82,11 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per int, rank f
 				"step %d: every rank must run the same steps (each forward on every rank, and each backward on "+
 				"every rank or on none); a rank that skips a backward, or runs a forward the others do not, "+
 				"falls out of step", rank(d), phaseName(b[hdrPhase]), b[hdrStep], x.self, phaseName(phase), x.seq)
+		}
+		if b[hdrOptim] != x.optim {
+			return nil, errs.Invalidf("exchange: rank %d's fused optimizer hyper-parameters differ from rank %d's at "+
+				"step %d: every rank must make the same set_fused_optimizer change (a learning-rate schedule) between "+
+				"the same steps, or their rows and replicas train at different rates", rank(d), x.self, x.seq)
 		}
 		copy(out[d*per:(d+1)*per], b[hdrFields:hdrFields+per])
 	}

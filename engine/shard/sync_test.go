@@ -72,3 +72,32 @@ func TestRanksOutOfStepRaiseOnBothSides(t *testing.T) {
 		})
 	}
 }
+
+// A rank whose learning-rate schedule changed the fused optimizer differently meets its peer's next
+// forward with another fingerprint: both raise, naming it, before either updates a row at its rate
+// (they trained on, each owner and replica at its own rate).
+func TestRanksWithDifferentOptimizersRaiseOnBothSides(t *testing.T) {
+	kinds, rows, dims := []Kind{Hash, DataParallel}, []int64{50, 30}, []int{4, 8}
+	opt := embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1}
+	w := newTestWorld(t, 1, 2, Flat, kinds, rows, dims, opt)
+	require.NoError(t, w.ranks[1].SetOptimizer(embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.7}))
+	rng := rand.New(rand.NewPCG(5, 6))
+	_, lens, vals := randBatch(rng, len(kinds), 4, rows)
+	var steps [2]*Exchange
+	for r := range steps {
+		s, err := w.ranks[r].Begin(sliceBatch(lens, vals, r*2, (r+1)*2))
+		require.NoError(t, err)
+		steps[r] = s.X
+	}
+	errs := pairOnce(t, steps)
+	require.ErrorContains(t, errs[0], "rank 1's fused optimizer hyper-parameters differ from rank 0's at step 1")
+	require.ErrorContains(t, errs[1], "rank 0's fused optimizer hyper-parameters differ from rank 1's at step 1")
+	// the same change on both ranks: in step again
+	require.NoError(t, w.ranks[0].SetOptimizer(embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.7}))
+	for r := range steps {
+		s, err := w.ranks[r].Begin(sliceBatch(lens, vals, r*2, (r+1)*2))
+		require.NoError(t, err)
+		steps[r] = s.X
+	}
+	runLockstep(t, w.topo, []*Exchange{steps[0], steps[1]})
+}

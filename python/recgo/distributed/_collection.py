@@ -409,7 +409,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
         """Change the fused optimizer's hyper-parameters on this rank's shards (learning-rate
         schedules); the kind must stay. Every rank makes the same change between the same steps, from
-        the thread that runs them."""
+        the thread that runs them: the next step's header carries the hyper-parameters' fingerprint,
+        and ranks that differ raise ``InvalidInputError`` there, before any row is updated."""
         optim.check_replacement(self._optimizer, optimizer)
         _lib.call(_lib.fn("recgo_shard_set_optimizer"), self._handle.value, *optimizer.params())
         self._optimizer = optimizer

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import numbers
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -77,6 +78,9 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     if not dist.is_available() or not dist.is_initialized():
         raise InvalidInputError("recgo.distributed: call torch.distributed.init_process_group first")
     world, rank = dist.get_world_size(), dist.get_rank()
+    for what, v in (("nodes", nodes), ("ranks_per_node", ranks_per_node)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Integral)):
+            raise InvalidInputError(f"topology: {what} must be a whole number of ranks, got {v!r}")
     if nodes is None and ranks_per_node is None:
         nodes, ranks_per_node = 1, world
     elif nodes is None:
