@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from recgo.errors import RecgoIOError
 from recgo.modules import optim
 from sharded_batches import SHARDING, configs
 
@@ -32,6 +33,14 @@ def test_save_replaces_the_shard_set_of_another_world_size(tmp_path: Path) -> No
         again.load(ck)
         for c in configs():
             assert torch.equal(again.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
+        # a collection with fewer tables: refused by name (it loaded the subset silently), or strict=False
+        rest = {k: v for k, v in (SHARDING | {"tp": "hash"}).items() if k != configs()[0].name}
+        fewer = ShardedEmbeddingBagCollection(configs()[1:], rest, optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(RecgoIOError, match=rf"holds tables \['{configs()[0].name}'\] this collection does not have"):
+            fewer.load(ck)
+        fewer.load(ck, strict=False)
+        for c in configs()[1:]:
+            assert torch.equal(fewer.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
     finally:
         dist.destroy_process_group()
 

@@ -74,9 +74,10 @@ def _save_id(path: Path) -> int | None:
     return None if entry is None else int(entry)
 
 
-def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
+def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = True) -> None:
     """``ShardedEmbeddingBagCollection.load``: every file of the set, each rank keeping the rows its
-    layout gives it (the engine's ``locate``); every row of this rank must be in some file."""
+    layout gives it (the engine's ``locate``); every row of this rank must be in some file, and with
+    ``strict`` every table of the files must be one of the collection's."""
     d = Path(directory)
     files = sorted(d.glob("shard-*-of-*.pt"))
     if not files:
@@ -99,6 +100,10 @@ def load_shards(coll: Any, directory: str | os.PathLike[str]) -> None:
             doc = load_checkpoint(f)
             if int(doc["world"]) == g.world_size and int(doc["rank"]) == g.rank:
                 own = i
+            extra = sorted({k.split(".")[1] for k in doc if k.startswith("tables.")} - {c.name for c in coll._configs})
+            if strict and extra:
+                raise RecgoIOError(f"{f.name}: the checkpoint holds tables {extra} this collection does not have; "
+                                   "load(directory, strict=False) loads the tables it has and leaves those")
             for t, (cfg, shard) in enumerate(zip(coll._configs, coll.embedding_bags.values())):
                 p = f"tables.{cfg.name}."
                 e = {k[len(p):]: v for k, v in doc.items() if k.startswith(p)}

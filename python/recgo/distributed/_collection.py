@@ -572,10 +572,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         folder, so that the folder holds one set and :meth:`load` takes it."""
         return save_shards(self, directory)
 
-    def load(self, directory: str | os.PathLike[str]) -> None:
+    def load(self, directory: str | os.PathLike[str], strict: bool = True) -> None:
         """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
-        keeps the rows its layout gives it (the engine decides), so tables re-distribute."""
-        load_shards(self, directory)
+        keeps the rows its layout gives it (the engine decides), so tables re-distribute. With
+        ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks raises
+        ``RecgoIOError``; ``strict=False`` loads the tables it has and leaves the others."""
+        load_shards(self, directory, strict)
 
     def extra_repr(self) -> str:
         g = self._groups
