@@ -12,8 +12,19 @@ func PrefetchRows(src []float32, offs []int64, mult int64, rowLen int) {
 	if len(src) == 0 || len(offs) == 0 || rowLen <= 0 {
 		return
 	}
-	lines := (rowLen*4 + 63) / 64
+	lines := rowLines(rowLen)
 	prefetchRows(unsafe.Pointer(unsafe.SliceData(src)), unsafe.SliceData(offs), len(offs), mult*4, lines)
+}
+
+// rowLines is the number of cache lines a row of rowLen floats can touch: one more than it fills
+// when its bytes are not a multiple of a line, since such rows start anywhere in a line (a 48-byte
+// row of 12 floats straddles two lines every other row; prefetching only its first line left the
+// second to miss).
+func rowLines(rowLen int) int {
+	if rowLen*4%64 == 0 {
+		return rowLen * 4 / 64
+	}
+	return rowLen*4/64 + 2
 }
 
 // PrefetchStrided is PrefetchRows for rows at a fixed stride: src[base+i·stride : +rowLen] for
@@ -22,7 +33,7 @@ func PrefetchStrided(src []float32, base, stride, n, rowLen int) {
 	if len(src) == 0 || n <= 0 || rowLen <= 0 || base < 0 {
 		return
 	}
-	lines := (rowLen*4 + 63) / 64
+	lines := rowLines(rowLen)
 	prefetchStrided(unsafe.Pointer(unsafe.SliceData(src)), int64(base)*4, int64(stride)*4, n, lines)
 }
 

@@ -15,12 +15,33 @@ var (
 	hasAVX2   = archsimd.X86.AVX2() && archsimd.X86.FMA()
 )
 
+// vectorHead is how many leading columns of a row of dim columns the vector kernels take when dim
+// is not a multiple of their width (0: dim has a kernel of its own, or is too narrow): the widest
+// multiple of 16 (AVX-512) or 8 (AVX2) below dim. Kernels whose rows are strided split a row there
+// and run the rest on the portable path, instead of running all of it there.
+func vectorHead(dim int) int {
+	switch {
+	case dim%16 == 0 && hasAVX512, dim%8 == 0 && hasAVX2:
+		return 0
+	case hasAVX512 && dim > 16:
+		return dim &^ 15
+	case hasAVX2 && dim > 8:
+		return dim &^ 7
+	}
+	return 0
+}
+
 // SIMDEnabled reports whether the archsimd fast paths are in use (built with GOEXPERIMENT=simd on a
 // CPU with AVX-512).
 func SIMDEnabled() bool { return hasAVX512 }
 
 func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
+	if head := vectorHead(dim); head > 0 && head < dim { // the vector columns, then the few left
+		segmentReduce(dst, dstBase, dstStride, head, src, offs, mult, bounds, weights, scales)
+		segmentReduce(dst, dstBase+head, dstStride, dim-head, src[head:], offs, mult, bounds, weights, scales)
+		return
+	}
 	switch {
 	case hasAVX512 && dim == 64:
 		segmentReduce64(dst, dstBase, dstStride, src, offs, mult, bounds, weights, scales)
@@ -28,6 +49,8 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		segmentReduceBlocks(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%8 == 0:
 		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+	case hasAVX2 && dim%4 == 0:
+		segmentReduce4(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	default:
 		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	}
@@ -69,6 +92,36 @@ func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32
 				a1.Store((*[8]float32)(out[c+8 : c+16]))
 				c += 8
 			}
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// segmentReduce4 is the 128-bit path for dims that are a multiple of 4 but not of 8 (narrow
+// tables, and the last columns vectorHead leaves), one 4-column block at a time.
+func segmentReduce4(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
+	d := int64(dim)
+	for i := 0; i+1 < len(bounds); i++ {
+		out := dst[dstBase+i*dstStride:][:dim]
+		for c := int64(0); c < d; c += 4 {
+			var acc archsimd.Float32x4
+			for j := bounds[i]; j < bounds[i+1]; j++ {
+				o := offs[j] * mult
+				if o < 0 {
+					continue
+				}
+				r := archsimd.LoadFloat32x4((*[4]float32)(src[o+c : o+c+4]))
+				if weights == nil {
+					acc = acc.Add(r)
+				} else {
+					acc = r.MulAdd(archsimd.BroadcastFloat32x4(weights[j]), acc)
+				}
+			}
+			if scales != nil {
+				acc = acc.Mul(archsimd.BroadcastFloat32x4(scales[i]))
+			}
+			acc.Store((*[4]float32)(out[c : c+4]))
 		}
 	}
 	archsimd.ClearAVXUpperBits()
