@@ -253,6 +253,11 @@ func (c *Collection) poolBySample(b Batch, out []float32, ctx *Context) {
 // down to poolChunk, while there are fewer than four items per worker).
 const featureChunk = 256
 
+// poolCallBytes bounds the row bytes one feature-major kernel call sums, and so the prefetch issued
+// ahead of it (whole samples, at least one): poolChunk samples of long bags asked for megabytes of
+// rows at once, which evicted each other before the kernel reached them.
+const poolCallBytes = 64 << 10
+
 // poolByFeature pools work items of up to featureChunk samples of one feature, poolChunk samples
 // per kernel call, prefetching the next call's rows.
 func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
@@ -268,13 +273,23 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 		t := c.Tables[c.Features[f].Table]
 		offs, mult := c.rowSource(t, b, ctx)
 		base := ctx.featKey[f] * B
-		for b0 := c0; b0 < c1; b0 += poolChunk {
-			b1 := min(b0+poolChunk, c1)
+		budget := int64(max(1, poolCallBytes/(4*t.Dim)))
+		end := func(b0 int) int { // whole samples up to the budget of rows, at least one
+			b1 := b0 + 1
+			for b1 < min(b0+poolChunk, c1) && offsets[base+b1+1]-offsets[base+b0] <= budget {
+				b1++
+			}
+			return b1
+		}
+		for b0, b1 := c0, end(c0); b0 < c1; {
+			b2 := b1
 			if b1 < c1 {
-				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:offsets[base+min(b1+poolChunk, c1)]], mult, t.Dim)
+				b2 = end(b1)
+				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:offsets[base+b2]], mult, t.Dim)
 			}
 			kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, offs, mult,
 				offsets[base+b0:base+b1+1], b.Weights, ctx.scales[base+b0:base+b1])
+			b0, b1 = b1, b2
 		}
 	})
 }
