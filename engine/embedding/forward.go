@@ -281,17 +281,53 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 			}
 			return b1
 		}
+		var scratch []float32 // a long bag's partial sums
 		for b0, b1 := c0, end(c0); b0 < c1; {
 			b2 := b1
 			if b1 < c1 {
 				b2 = end(b1)
-				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:offsets[base+b2]], mult, t.Dim)
+				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:offsets[base+min(b2, b1+1)]], mult, t.Dim)
 			}
-			kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, offs, mult,
-				offsets[base+b0:base+b1+1], b.Weights, ctx.scales[base+b0:base+b1])
+			lo, hi := offsets[base+b0], offsets[base+b1]
+			if b1 == b0+1 && hi-lo > 2*budget {
+				scratch = poolLongBag(out, b0*c.width+c.colOff[f], t, offs, mult, lo, hi, budget, b.Weights,
+					ctx.scales[base+b0], scratch)
+			} else {
+				kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, offs, mult,
+					offsets[base+b0:base+b1+1], b.Weights, ctx.scales[base+b0:base+b1])
+			}
+			if b2 > b1+1 { // the rest of the next call's rows (its first sample's went ahead above)
+				kernels.PrefetchRows(t.Data, offs[offsets[base+b1+1]:offsets[base+b2]], mult, t.Dim)
+			}
 			b0, b1 = b1, b2
 		}
 	})
+}
+
+// poolLongBag pools one bag of entries [lo, hi) (more than twice budget rows) into out[at:] in
+// pieces of budget rows, each piece's rows prefetched while the one before is summed into a
+// partial row of scratch, then sums the partials (and scales them); returns scratch for reuse.
+// A kernel call walks its whole bag before the next call's prefetch is issued, so a bag of
+// thousands of rows otherwise waited on every row's miss.
+func poolLongBag(out []float32, at int, t *Table, offs []int64, mult, lo, hi, budget int64, weights []float32,
+	scale float32, scratch []float32) []float32 {
+	n := int((hi - lo + budget - 1) / budget)
+	if cap(scratch) < n*t.Dim {
+		scratch = make([]float32, n*t.Dim)
+	}
+	scratch = scratch[:n*t.Dim]
+	var bounds [2]int64
+	parts := make([]int64, n) // the partials' offsets in scratch
+	for k := range n {
+		bounds[0], bounds[1] = lo+int64(k)*budget, min(lo+int64(k+1)*budget, hi)
+		if bounds[1] < hi {
+			kernels.PrefetchRows(t.Data, offs[bounds[1]:min(bounds[1]+budget, hi)], mult, t.Dim)
+		}
+		kernels.SegmentReduce(scratch, k*t.Dim, t.Dim, t.Dim, t.Data, offs, mult, bounds[:], weights, nil)
+		parts[k] = int64(k * t.Dim)
+	}
+	kernels.SegmentReduce(out, at, t.Dim, t.Dim, scratch, parts, 1, []int64{0, int64(n)}, nil, []float32{scale})
+	return scratch
 }
 
 // maxPooled bounds the released contexts a collection keeps (a step needs one; gradient
