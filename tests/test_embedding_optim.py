@@ -7,6 +7,7 @@ import copy
 import io
 import math
 import os
+from typing import Any
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -604,3 +605,27 @@ def test_collection_optimizer_state_dict_round_trip_with_torchrec_imported() -> 
     other = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.Adagrad(lr=0.4), seed=2)
     optim.CollectionOptimizer(nn.ModuleDict({"ebc": other})).load_state_dict(saved)
     assert other.fused_optimizer == optim.Adagrad(lr=0.025, eps=1e-4)
+
+
+def test_torchrec_warmup_optimizer_saves_and_restores_its_progress() -> None:
+    """TorchRec's WarmupOptimizer straight around the fused optimizer (as around DMP's) keeps its
+    progress in the wrapped optimizer's state under a parameter of its own: state_dict raised a bare
+    KeyError, and the progress must come back on load."""
+    warmup = pytest.importorskip("torchrec.optim.warmup")
+
+    def build() -> tuple[Any, EmbeddingBagCollection]:
+        ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+        stage = warmup.WarmupStage(policy=warmup.WarmupPolicy.LINEAR, max_iters=10, value=0.1)
+        return warmup.WarmupOptimizer(optim.CollectionOptimizer(nn.ModuleDict({"ebc": ebc})), [stage], lr=1.0), ebc
+
+    opt, ebc = build()
+    for _ in range(3):
+        opt.zero_grad()
+        ebc(KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1]))).values().sum().backward()
+        opt.step()
+    saved = opt.state_dict()
+    again, other = build()
+    again.load_state_dict(saved)
+    again.zero_grad()
+    assert again._get_warmup_state() == (3, 0)
+    assert other.fused_optimizer.lr == pytest.approx(0.1 + 0.9 * 3 / 10)  # the linear warmup's 4th rate

@@ -320,3 +320,25 @@ def test_gradient_only_contexts_under_saved_tensor_hooks(i: int) -> None:
 def test_sparse_grad_with_a_fused_optimizer_is_refused(build) -> None:
     with pytest.raises(InvalidInputError, match="sparse_grad=True applies to optimizer=None"):
         build()
+
+
+def test_model_apply_initialisers_reach_the_tables_as_torchrecs_do() -> None:
+    """TorchRec's tables are nn.EmbeddingBag (pooled) and nn.Embedding (sequence) modules, which
+    model.apply initialisers look for; recgo's per-table modules were plain modules, skipped without
+    a word. The initialiser writes the engine's memory: the lookups see it."""
+    pooled = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"], pooling="mean")])
+    seq = recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "s", ["g"])])
+
+    def init(m: nn.Module) -> None:
+        if isinstance(m, nn.EmbeddingBag):
+            nn.init.constant_(m.weight, 0.5)
+        elif isinstance(m, nn.Embedding):
+            nn.init.constant_(m.weight, 0.25)
+
+    nn.ModuleDict({"pooled": pooled, "seq": seq}).apply(init)
+    bag = pooled.embedding_bags["t"]
+    assert (bag.num_embeddings, bag.embedding_dim, bag.mode) == (10, 4, "mean")
+    out = pooled(recgo.KeyedJaggedTensor(["f"], torch.tensor([1, 2]), lengths=torch.tensor([2])))
+    assert torch.equal(out.values(), torch.full((1, 4), 0.5))
+    got = seq(recgo.KeyedJaggedTensor(["g"], torch.tensor([3]), lengths=torch.tensor([1])))["g"].values()
+    assert torch.equal(got, torch.full((1, 4), 0.25)) and isinstance(seq.embeddings["s"], nn.Embedding)

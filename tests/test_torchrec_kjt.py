@@ -407,3 +407,26 @@ def test_batch_types_are_pytree_nodes_and_a_model_exports() -> None:
     dynamic = torch.export.export(model, (batch,), dynamic_shapes={"batch": [{0: n}, None, {0: b}, None]}, strict=False)
     three = KeyedJaggedTensor(["f"], torch.tensor([4, 5, 6, 7]), lengths=torch.tensor([1, 2, 1]))
     assert torch.allclose(dynamic.module()(three), model(three))
+
+
+def test_script_refuses_by_name_and_a_fused_training_export_warns() -> None:
+    """torch.jit.script of a model with a recgo collection failed inside TorchScript's compiler,
+    naming the wrong file; torch.export of a fused collection in training gave a program whose
+    backward never updates the tables, without a word."""
+    from recgo.modules import optim
+
+    for coll in (recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])]),
+                 recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "t", ["f"])])):
+        with pytest.raises(InvalidInputError, match=f"a recgo {type(coll).__name__} cannot be TorchScripted"):
+            torch.jit.script(torch.nn.ModuleDict({"c": coll}))
+    fused = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])], optimizer=optim.SGD(lr=0.5))
+    batch = KeyedJaggedTensor(["f"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1]))
+    with pytest.warns(UserWarning, match="backward does not run the fused update"):
+        torch.export.export(fused, (batch,), strict=False)
+    import warnings
+
+    fused.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with torch.no_grad():
+            torch.export.export(fused, (batch,), strict=False)  # the eval export: no warning

@@ -18,7 +18,7 @@ from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast
-from ..modules._trace import traced_as_leaf
+from ..modules._trace import refuse_script, traced_as_leaf
 from ..modules import _eager, optim
 from ..modules.config import _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
@@ -94,6 +94,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     Every rank must run the same sequence of forwards and backwards (as with DDP).
     """
+
+    __prepare_scriptable__ = refuse_script
 
     def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *, mode: str = "flat",
                  nodes: int | None = None, ranks_per_node: int | None = None,

@@ -12,6 +12,7 @@ path compile, export, dispatch modes and tensor subclasses see.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -37,6 +38,17 @@ def allowed(*tensors: torch.Tensor | None) -> bool:
     if torch.compiler.is_compiling() or _get_current_dispatch_mode() is not None:
         return False
     return all(t is None or type(t) in _PLAIN for t in tensors)
+
+
+def warn_fused_export(keep: bool, fused: bool) -> None:
+    """Warn when ``torch.export`` traces a fused collection's training forward: the exported program
+    lifts the op's anchor as a constant, so its backward never reaches the fused update (the tables
+    stayed as they were, without a word)."""
+    if keep and fused and torch.compiler.is_exporting():
+        warnings.warn("torch.export of a model with a fused recgo collection in training: the exported "
+                      "program's backward does not run the fused update (the tables do not train); export "
+                      "the eval model (model.eval(), torch.no_grad()) for inference, and train the eager or "
+                      "torch.compile'd model", UserWarning, stacklevel=4)
 
 
 def lookup(forward: Forward, backward: Backward, params: Sequence[torch.Tensor], once: bool) -> list[torch.Tensor]:

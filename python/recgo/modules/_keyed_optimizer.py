@@ -12,10 +12,10 @@ from .optim import CollectionOptimizer
 class KeyedCollectionOptimizer(CollectionOptimizer, KeyedOptimizer):
     """A :class:`CollectionOptimizer` that TorchRec's ``isinstance(..., KeyedOptimizer)`` checks accept.
 
-    It keeps torch's ``state_dict`` (the hyper-parameters under ``param_groups``) and
-    ``add_param_group`` where ``KeyedOptimizer`` would replace them: it has no keyed parameters, and
-    its state dict loads into a plain ``CollectionOptimizer`` and back.
+    It keeps :class:`CollectionOptimizer`'s ``state_dict`` (the hyper-parameters under
+    ``param_groups``, as torch's) and torch's ``add_param_group`` where ``KeyedOptimizer`` would
+    replace them: it has no keyed parameters, and its state dict loads into a plain
+    ``CollectionOptimizer`` and back.
     """
 
-    state_dict = torch.optim.Optimizer.state_dict
     add_param_group = torch.optim.Optimizer.add_param_group

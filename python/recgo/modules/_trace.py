@@ -51,3 +51,12 @@ def traced_as_leaf(forward: F) -> F:
         return shape(node) if shape is not None else node
 
     return wrapper  # type: ignore[return-value]
+
+
+def refuse_script(module: torch.nn.Module) -> torch.nn.Module:
+    """``__prepare_scriptable__`` of recgo's collections: ``torch.jit.script`` of a model holding one
+    raises by name, instead of TorchScript's compiler failing inside the Python forward with an error
+    pointing at the wrong file and line."""
+    raise InvalidInputError(
+        f"torch.jit.script: a recgo {type(module).__name__} cannot be TorchScripted (its lookups run in Go "
+        "through Python); use torch.compile for training, or torch.export of the eval model for inference")

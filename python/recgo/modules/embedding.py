@@ -67,22 +67,48 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import draw_uniform
-from ._trace import traced_as_leaf
+from ._trace import refuse_script, traced_as_leaf
 from ._storage import check_cast, check_cast_dtype, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
 from .optim import FusedOptimizer
 
-class _Table(nn.Module):
-    """Holds one table's parameter and buffers, so state_dict keys read ``embedding_bags.<name>.weight``."""
+_MODES = ("sum", "mean")  # nn.EmbeddingBag's mode per pooling code
 
-    def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor, step: torch.Tensor) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(weight, requires_grad=requires_grad)
-        if state.numel():
-            self.register_buffer("optimizer_state", state)
-        if step.numel():
-            self.register_buffer("optimizer_step", step)
+
+def _hold(table: nn.Module, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor, step: torch.Tensor) -> None:
+    """Give a table module its parameter and buffers (the engine's memory, or meta stand-ins) and the
+    attributes torch's embedding modules have, without the weight their constructors allocate."""
+    nn.Module.__init__(table)
+    table.num_embeddings, table.embedding_dim = int(weight.shape[0]), int(weight.shape[1])
+    table.padding_idx, table.max_norm, table.norm_type = None, None, 2.0
+    table.scale_grad_by_freq, table.sparse = False, False
+    table.weight = nn.Parameter(weight, requires_grad=requires_grad)
+    if state.numel():
+        table.register_buffer("optimizer_state", state)
+    if step.numel():
+        table.register_buffer("optimizer_step", step)
+
+
+class _Table(nn.EmbeddingBag):
+    """One pooled table's parameter and buffers (state_dict keys ``embedding_bags.<name>.weight``): an
+    ``nn.EmbeddingBag``, as TorchRec's tables are, so ``model.apply`` initialisers that look for one
+    reach it (they write the weight in place, which is the engine's memory)."""
+
+    def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor, step: torch.Tensor,
+                 mode: str = "sum") -> None:
+        _hold(self, weight, requires_grad, state, step)
+        self.mode, self.include_last_offset = mode, False
+
+
+class _SequenceTable(nn.Embedding):
+    """One sequence table's parameter and buffers (``embeddings.<name>.weight``): an ``nn.Embedding``,
+    as TorchRec's ``EmbeddingCollection`` tables are (see :class:`_Table`)."""
+
+    def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor, step: torch.Tensor,
+                 mode: str = "sum") -> None:
+        _hold(self, weight, requires_grad, state, step)
+        self._freeze = False
 
 
 class EmbeddingBagCollection(PortableCopies, nn.Module):
@@ -123,6 +149,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     :class:`recgo.KeyedTensor`.
     """
 
+    _table_type: type[nn.Module] = _Table  # the per-table module (a sequence collection's own owner: _SequenceTable)
+    __prepare_scriptable__ = refuse_script
+
     def __init__(self, tables: Sequence[Any], is_weighted: bool = False, device: Any = None,
                  optimizer: FusedOptimizer | None = None, sparse_grad: bool = False,
                  seed: int | None = None, dedup: bool = True) -> None:
@@ -148,7 +177,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self.register_load_state_dict_post_hook(synced_after_load)
         if dev.type == "meta":
             for cfg in self._configs:
-                self.embedding_bags[cfg.name] = _Table(*self._meta_tensors(cfg))
+                self.embedding_bags[cfg.name] = self._table_type(*self._meta_tensors(cfg), mode=_MODES[cfg.pooling_code()])
             self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
         else:
             self._materialise()
@@ -177,7 +206,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             if self._optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
                 step = torch.empty(0, dtype=torch.int64)
             # requires_grad=True also when fused (as TorchRec's fused tables): requires_grad_(False) freezes
-            table = _Table(weight, True, state, step)
+            table = self._table_type(weight, True, state, step, mode=_MODES[cfg.pooling_code()])
             if cfg.name in self.embedding_bags:  # the meta stand-in's marks (e.g. _in_backward_optimizers) carry over
                 table.weight.__dict__.update(self.embedding_bags[cfg.name].weight.__dict__)
             self.embedding_bags[cfg.name] = table
@@ -464,6 +493,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if keep and self._optimizer is None and not torch.compiler.is_compiling():
             self._untrained.check(params)
+        _eager.warn_fused_export(keep, self._optimizer is not None)
         key_feature, values, lengths, weights = self._engine_batch(kjt, weights)
         if not _eager.allowed(key_feature, values, lengths, weights, *params):
             # Nothing to keep (frozen, or no grad): the op's output must not require grad through the

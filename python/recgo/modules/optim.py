@@ -11,6 +11,7 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 
 from __future__ import annotations
 
+import copy
 import inspect
 import sys
 import warnings
@@ -446,8 +447,24 @@ class CollectionOptimizer(torch.optim.Optimizer):
                 "optimizer state, which recgo keeps in the model's state dict (the tables' optimizer_state "
                 "entries): load the TorchRec checkpoint into the TorchRec model and its optimizer, then "
                 "convert it with recgo.from_torchrec, which carries that state over")
-        torch.optim.Optimizer.load_state_dict(self, state_dict)  # not KeyedOptimizer's, in the keyed subclass
+        keyed = state_dict.get("state") or {}
+        # torch's (not KeyedOptimizer's, in the keyed subclass) for the hyper-parameters
+        torch.optim.Optimizer.load_state_dict(self, {**state_dict, "state": {}})
+        for name, st in keyed.items():  # a wrapper's entries (see state_dict)
+            if name in self.params:
+                self.state[self.params[name]] = copy.deepcopy(st)
         self._push()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hyper-parameters, one group per collection, under ``param_groups`` (torch's layout),
+        and under ``state``, by name, the state a TorchRec wrapper keeps in this optimizer for
+        parameters it added to ``params`` (``WarmupOptimizer``'s progress): torch's state_dict found
+        no group holding them and raised a bare ``KeyError``."""
+        names = {id(p): k for k, p in self.params.items()}
+        state = {names[id(p)]: copy.deepcopy(v) for p, v in self.state.items() if id(p) in names}
+        groups = [{**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": []}
+                  for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
 
     def post_load_state_dict(self) -> None:
         """Hand the hyper-parameters to the collections after TorchRec's ``CombinedOptimizer`` loaded

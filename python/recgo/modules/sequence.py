@@ -36,13 +36,20 @@ from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, synced_after_load
-from ._trace import traced_as_leaf
+from ._trace import refuse_script, traced_as_leaf
 from .config import (EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names, check_keys,
                      key_readers)
-from .embedding import EmbeddingBagCollection
+from .embedding import EmbeddingBagCollection, _SequenceTable
 from .optim import FusedOptimizer
 
 __all__ = ["EmbeddingCollection", "EmbeddingConfig"]  # EmbeddingConfig lives in config.py; earlier pickles name it here
+
+
+class _SequenceOwner(EmbeddingBagCollection):
+    """The pooled collection that holds a sequence collection's own tables (no ``share=``): its
+    tables are ``nn.Embedding`` modules, as a TorchRec ``EmbeddingCollection``'s are."""
+
+    _table_type = _SequenceTable
 
 
 class EmbeddingCollection(nn.Module):
@@ -100,6 +107,8 @@ class EmbeddingCollection(nn.Module):
     accumulate into the one ``weight`` parameter, so a torch optimizer takes one merged step.
     """
 
+    __prepare_scriptable__ = refuse_script
+
     def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
                  sparse_grad: bool = False, seed: int | None = None,
                  share: Any = None, dedup: bool = True, need_indices: bool = False) -> None:
@@ -113,8 +122,8 @@ class EmbeddingCollection(nn.Module):
                 and isinstance(getattr(share, "ebc", None), EmbeddingBagCollection):
             self._remap, share = share.remap, share.ebc  # a PlannedEmbeddingBagCollection
         if share is None:
-            owner = EmbeddingBagCollection([c.bag_config() for c in cfgs], device=device, optimizer=optimizer,
-                                           sparse_grad=sparse_grad, seed=seed)
+            owner = _SequenceOwner([c.bag_config() for c in cfgs], device=device, optimizer=optimizer,
+                                   sparse_grad=sparse_grad, seed=seed)
         else:
             if not isinstance(share, EmbeddingBagCollection):
                 raise InvalidInputError(f"share: expected a recgo EmbeddingBagCollection, got {type(share).__name__}")
@@ -349,6 +358,7 @@ class EmbeddingCollection(nn.Module):
             keep = torch.is_grad_enabled() and self._owner._fused_trains(self._tables)
         else:
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
+        _eager.warn_fused_export(keep, self._fused)
         lengths = kjt.lengths()
         values = kjt.values()
         if not _eager.allowed(key_feature, values, lengths, *params):
