@@ -270,3 +270,22 @@ def test_meta_forward_checks_a_cpu_batch_as_a_built_collection_does() -> None:
                                                                                name="s", feature_names=["a"])):
         with pytest.raises(InvalidInputError, match="sequence \\(unpooled\\) table's config"):
             EmbeddingBagCollection([seq])
+
+
+@pytest.mark.parametrize("assign", [False, True])
+def test_a_models_load_state_dict_materialises_nested_meta_collections(assign: bool) -> None:
+    """model.load_state_dict on a model built on meta: the collections inside take the weights (their
+    own load_state_dict materialised, a nested one left them on meta and the next forward failed)."""
+    def build(seed: int | None) -> torch.nn.ModuleDict:
+        return torch.nn.ModuleDict({
+            "e": EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["f"])], optimizer=optim.Adagrad(lr=0.1), seed=seed),
+            "s": EmbeddingCollection([EmbeddingConfig(10, 4, "u", ["g"])], seed=seed)})
+
+    src = build(1)
+    with torch.device("meta"):
+        model = build(None)
+    model.load_state_dict(src.state_dict(), assign=assign)
+    assert states_equal(model, src)
+    kjt = KeyedJaggedTensor(["f", "g"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1]))
+    assert torch.equal(model["e"](kjt).values(), src["e"](kjt).values())
+    assert torch.equal(model["s"](kjt)["g"].values(), src["s"](kjt)["g"].values())

@@ -166,6 +166,16 @@ def _allow_weights_only(module: nn.Module, owner: nn.Module, incompatible_keys: 
 
 
 @own_hook
+def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, *_: Any) -> None:
+    """``load_state_dict`` pre-hook of both collections, which runs also when the collection is nested
+    in the model being loaded: a collection still on the meta device whose entries the state dict
+    holds is materialised first, so torch copies them into engine memory (it copied into the meta
+    tensors, a no-op, and the model stayed on meta; the collection's own ``load_state_dict`` did)."""
+    if getattr(module, "_handle", 0) is None and any(k.startswith(prefix) for k in state_dict):
+        module._materialise()
+
+
+@own_hook
 def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
     """``load_state_dict`` post-hook of both collections (it runs also when the collection is nested in
     the model being loaded): a parameter replaced by ``assign=True`` is copied back into engine memory.

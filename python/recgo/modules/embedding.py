@@ -68,7 +68,8 @@ from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._trace import refuse_script, traced_as_leaf
-from ._storage import check_cast, check_cast_dtype, check_checkpoint, check_storage, fused_trains, sync_storage, synced_after_load
+from ._storage import (check_cast, check_cast_dtype, check_checkpoint, check_storage, fused_trains,
+                       materialised_before_load, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
 from .optim import FusedOptimizer
@@ -174,6 +175,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self.embedding_bags = nn.ModuleDict()
         self._handle: _lib.Handle | None = None
         # also when nested in a model's load_state_dict (assign=True): engine memory takes the values
+        self.register_load_state_dict_pre_hook(materialised_before_load)
         self.register_load_state_dict_post_hook(synced_after_load)
         if dev.type == "meta":
             for cfg in self._configs:

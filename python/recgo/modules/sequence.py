@@ -35,7 +35,7 @@ from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
-from ._storage import check_cast, check_checkpoint, synced_after_load
+from ._storage import check_cast, check_checkpoint, materialised_before_load, synced_after_load
 from ._trace import refuse_script, traced_as_leaf
 from .config import (EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names, check_keys,
                      key_readers)
@@ -152,6 +152,7 @@ class EmbeddingCollection(nn.Module):
         self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in cfgs})
         if owner._handle is not None:
             self._attach()
+        self.register_load_state_dict_pre_hook(materialised_before_load)  # nested loads materialise too
         self.register_load_state_dict_post_hook(synced_after_load)  # assign=True: back into engine memory
         self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
 
