@@ -47,6 +47,26 @@ def test_auc_and_log_loss_match_sklearn() -> None:
     assert log_loss(logits, labels) == pytest.approx(sklearn.log_loss(labels.numpy(), p.numpy()), rel=1e-9)
 
 
+def test_metrics_of_a_diverged_model_and_bad_labels() -> None:
+    """NaN scores (a diverged model) gave an AUC near 0.5 and ±inf logits a NaN log loss; labels
+    other than 0/1 gave -0.0 or NaN."""
+    y = torch.tensor([0.0, 0.0, 1.0, 1.0])
+    assert math.isnan(auc(torch.tensor([0.1, math.nan, 0.3, 0.4]), y))
+    assert auc(torch.tensor([0.1, -math.inf, 0.3, math.inf]), y) == 1.0
+    assert log_loss(torch.tensor([math.inf, -math.inf]), torch.tensor([1.0, 0.0])) == 0.0
+    assert log_loss(torch.tensor([math.inf]), torch.tensor([0.0])) == math.inf
+    with pytest.raises(ValueError, match="labels must be 0 or 1"):
+        auc(torch.tensor([0.1, 0.2]), torch.tensor([0.0, 2.0]))
+
+
+def test_synthetic_validation_scores_every_held_out_sample() -> None:
+    """The synthetic held-out set read with drop_last: a batch of 300 scored 256 of 400 samples, and
+    a batch larger than the set none (evaluate then crashed on an empty list)."""
+    for batch in (300, 1000):
+        s = SyntheticCriteo(batch_size=batch, max_rows=1000, seed=5, samples=batch * 2, validation_samples=400)
+        assert sum(b.size for b in s.validation()) == 400
+
+
 def _small(model: str = "dlrm", **kw) -> TrainConfig:
     base = dict(model=model, steps=12, batch_size=256, dim=8, max_rows=2000, eval_every=6, seed=1)
     base.update(kw)
@@ -127,6 +147,43 @@ def test_resume_refuses_other_settings(tmp_path: Path) -> None:
     other = _small(dim=4)
     with pytest.raises(ValueError, match="dim"):
         Trainer(other, make_source(other), "torch").load(tmp_path / "ck")
+
+
+def _criteo_lines(path: Path, n: int, seed: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(n):
+        ints = torch.randint(0, 50, (13,), generator=g).tolist()
+        cats = torch.randint(0, 1 << 20, (26,), generator=g).tolist()
+        rows.append("\t".join([str(int(torch.rand(1, generator=g) < 0.3))] + [str(v) for v in ints]
+                              + [f"{v:08x}" for v in cats]))
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_resume_refuses_a_changed_schedule_or_data_file_and_takes_the_same_file_by_another_path(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linear decay over other steps switched schedules midway, a data file replaced at the same path
+    resumed with its old reader position, and the same file by a relative path was refused."""
+    cfg = _small(lr_decay="linear", steps=4)
+    tr = Trainer(cfg, make_source(cfg), "torch")
+    tr.run(steps=2)
+    tr.save(tmp_path / "ck")
+    longer = _small(lr_decay="linear", steps=8)
+    with pytest.raises(InvalidInputError, match="decays the learning rate linearly over steps=4"):
+        Trainer(longer, make_source(longer), "torch").load(tmp_path / "ck")
+    data = tmp_path / "day.txt"
+    _criteo_lines(data, 1200, 0)
+    cfg = _small(data=str(data), batch_size=100, steps=4, eval_every=2)
+    tr = Trainer(cfg, make_source(cfg), "torch")
+    tr.run(steps=2)
+    tr.save(tmp_path / "ck2")
+    monkeypatch.chdir(tmp_path)
+    same = _small(data="day.txt", batch_size=100, steps=4, eval_every=2)
+    Trainer(same, make_source(same), "torch").load(tmp_path / "ck2")  # refused as other settings before
+    _criteo_lines(data, 1200, 1)
+    changed = _small(data=str(data), batch_size=100, steps=4, eval_every=2)
+    with pytest.raises(InvalidInputError, match="is another file or changed since"):
+        Trainer(changed, make_source(changed), "torch").load(tmp_path / "ck2")
 
 
 @pytest.mark.skipif(not CRITEO.exists(), reason="Criteo sample not present")
@@ -226,9 +283,10 @@ def test_cli_checks_the_report_folder_before_training(tmp_path: Path, monkeypatc
     assert "RecgoIOError: report folder" in err and str(out) in err
 
 
-@pytest.mark.parametrize("flags, hint", [([], "interrupted\n"),
-                                         (["--checkpoint", "ck", "--checkpoint-every", "5"],
-                                          "interrupted; --resume continues from the last checkpoint (ck, every 5 steps)\n")])
+@pytest.mark.parametrize("flags, hint", [([], "interrupted; no report was written to train-report\n"),
+                                         (["--checkpoint", "ck", "--checkpoint-every", "5", "--out", "r"],
+                                          "interrupted; no report was written to r; --resume continues from the last "
+                                          "checkpoint (ck, every 5 steps)\n")])
 def test_cli_ctrl_c_is_one_line_and_status_130(flags: list[str], hint: str, monkeypatch: pytest.MonkeyPatch,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     from recgo.__main__ import main
@@ -364,3 +422,37 @@ def test_cli_refuses_steps_with_epochs_and_runs_a_backend_once(monkeypatch: pyte
     monkeypatch.setattr("recgo.train.run.train", fake_train)
     assert main(["train", "--steps", "1", "--backend", "torch,recgo,torch", "--no-progress"]) == 0
     assert seen == [["torch", "recgo"]]
+
+
+def test_a_new_run_clears_the_last_report_and_nan_metrics_are_json_null(tmp_path: Path) -> None:
+    """A run that ended without its report left the last run's report.json/md and plots looking like
+    its own; a NaN metric wrote report.json with a bare NaN, which JSON parsers refuse."""
+    import json
+
+    from recgo.train import report
+
+    for name in report.REPORT_FILES:
+        (tmp_path / name).write_text("the last run's")
+    (tmp_path / "notes.txt").write_text("mine")
+    report.prepare(tmp_path, clear=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    cleaned = report._finite({"auc": math.nan, "curve": [1.0, math.inf, torch.tensor(math.nan)], "n": 3})
+    assert json.loads(json.dumps(cleaned, allow_nan=False)) == {"auc": None, "curve": [1.0, None, None], "n": 3}
+
+
+def test_config_fields_of_the_other_model_warn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """catalog/activation/max_len set for a DLRM run (or max_rows for bst) did nothing, silently, and
+    the report listed them as the run's settings."""
+    pytest.importorskip("yaml")
+    from recgo.train import cli
+
+    conf = tmp_path / "c.yaml"
+    conf.write_text("catalog: true\nactivation: gelu\nsparse_lr: 0.1\ndense_lr: 1e-3\n")  # 1e-3: a YAML string
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["train", "--config", str(conf), "--model", "dlrm"])
+    with pytest.warns(UserWarning, match=r"\['activation', 'catalog'\] do not apply to --model dlrm"):
+        cfg, _ = cli._config(args)
+    assert cfg.dense_lr == 1e-3

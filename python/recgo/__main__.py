@@ -246,7 +246,9 @@ def _interrupted(args: argparse.Namespace) -> int:
     every = getattr(args, "checkpoint_every", None)
     hint = (f"; --resume continues from the last checkpoint ({args.checkpoint}, every {every} steps)"
             if getattr(args, "checkpoint", None) and every else "")
-    print(f"interrupted{hint}", file=sys.stderr)
+    out = getattr(args, "out", None)
+    note = f"; no report was written to {out}" if out and getattr(args, "command", None) == "train" else ""
+    print(f"interrupted{note}{hint}", file=sys.stderr)
     return 130
 
 

@@ -53,6 +53,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return p
 
 
+_BST_ONLY = ("max_len", "holdout_events", "catalog", "activation")  # the sequence model's fields
+_CRITEO_ONLY = ("max_rows",)  # the Criteo models' (a cap on the rows read)
+
+
 def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     """The run's config from --config and the flags, and the data source when --epochs needed one to
     count its batches (so a single-process run reads the file once, not twice)."""
@@ -74,6 +78,13 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
         bad = sorted(set(loaded) - known)
         if bad:
             raise InvalidInputError(f"{args.config}: unknown fields {bad} (known: {sorted(known)})")
+        for name in ("sparse_lr", "dense_lr", "dist_timeout"):  # YAML 1.1 reads 1e-3 (no dot) as a string
+            v = loaded.get(name)
+            if isinstance(v, str):
+                try:
+                    loaded[name] = float(v)
+                except ValueError:
+                    pass  # validate names it
         fields.update(loaded)
     for name in ("model", "data", "steps", "batch_size", "checkpoint", "checkpoint_every", "eval_every", "seed",
                  "nproc", "sharding"):
@@ -90,6 +101,9 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     cfg.validate()  # before the arithmetic below uses its numbers
     if args.sharding is not None and cfg.nproc == 1:
         warnings.warn("--sharding applies with --nproc > 1; one process holds every table whole", stacklevel=2)
+    unused = sorted(k for k in fields if k in (_CRITEO_ONLY if cfg.model == "bst" else _BST_ONLY))
+    if unused:  # the report records them as set: say they did nothing
+        warnings.warn(f"{unused} do not apply to --model {cfg.model} and are ignored", stacklevel=2)
     source = None
     if args.epochs is not None:
         from .loop import make_source
@@ -121,7 +135,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
         raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
     if args.ablation:  # train() checks its own out; this report is written after the ablation
-        prepare(args.out)
+        prepare(args.out, clear=True)
     report = train(cfg, backends, out=None if args.ablation else args.out, resume=args.resume,
                    progress=not args.no_progress, source=source)
     if report is None:  # the ranks > 0 of a torchrun world

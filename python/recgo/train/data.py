@@ -186,10 +186,10 @@ class _PipelineSource(Source):
         raise NotImplementedError
 
     def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None,
-                  rank: int = 0, world_size: int = 1, shard: Any = None) -> Any:
+                  rank: int = 0, world_size: int = 1, shard: Any = None, drop_last: bool = True) -> Any:
         from ..pipeline import DataPipeline
 
-        return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=True,
+        return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=drop_last,
                             rank=rank, world_size=world_size, position=position, shard=shard)
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
@@ -246,7 +246,9 @@ class SyntheticCriteo(_PipelineSource):
         if self._val is None:
             n = self._samples
             start = {"file": 0, "row": n, "offset": -1, "global": n, "skipped": 0}
-            self._val = _collect(self._pipeline(self._template, start))
+            # every held-out sample, the last batch short (drop_last scored a multiple of the batch
+            # size, none when the batch was larger than the held-out set)
+            self._val = _collect(self._pipeline(self._template, start, drop_last=False))
         return self._val
 
 

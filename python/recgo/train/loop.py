@@ -121,6 +121,15 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     return 1.0
 
 
+def _file_stamp(path: str | None) -> list[Any] | None:
+    """The data file as a checkpoint identifies it: resolved path, size and modification time."""
+    if path is None:
+        return None
+    p = Path(path).resolve()
+    st = p.stat()
+    return [str(p), st.st_size, st.st_mtime_ns]
+
+
 def taobao_data(cfg: TrainConfig) -> Any:
     """The UserBehavior CSV the sequence model trains on: ``cfg.data``, else the synthetic one."""
     from .synthetic_taobao import userbehavior_file
@@ -331,6 +340,7 @@ class Trainer:
         """Everything a resumed run needs: model, both optimizers, the data position and the history."""
         stream = self._stream.state_dict() if self._stream is not None else self._stream_state
         return {"step": self.step, "backend": self.backend, "config": asdict(self.cfg), "data": stream,
+                "data_file": _file_stamp(self.cfg.data),
                 "model": self.model.state_dict(), "dense_optimizer": self.opt.state_dict(),
                 "sparse_optimizer": self.model.sparse.optimizer_state(), "history": asdict(self.history)}
 
@@ -361,6 +371,18 @@ class Trainer:
             raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
         mine = asdict(self.cfg)
         theirs = dict(state["config"])
+        if theirs.get("lr_decay") == "linear" and theirs.get("steps") != mine["steps"]:
+            raise InvalidInputError(
+                f"{path}: the checkpoint decays the learning rate linearly over steps={theirs.get('steps')}; "
+                f"resuming with steps={mine['steps']} would switch to another schedule midway: resume with the same steps")
+        stamp = state.get("data_file")
+        if stamp is not None:  # the same file, by any path, unchanged since (checkpoints since session 28)
+            if _file_stamp(self.cfg.data) != stamp:
+                raise InvalidInputError(
+                    f"{path}: the checkpoint trained on {stamp[0]} (size {stamp[1]}, modified {stamp[2]} ns); "
+                    f"data {self.cfg.data} is another file or changed since, so its reader position and "
+                    "validation split would not be the checkpoint's")
+            theirs["data"] = mine["data"]
         for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth", "dist_timeout"):
             theirs.pop(k, None)
             mine.pop(k, None)

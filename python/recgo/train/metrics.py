@@ -13,11 +13,19 @@ import torch
 
 
 def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
-    """Exact ROC AUC of ``scores`` against 0/1 ``labels`` (ties averaged). NaN if one class is absent."""
+    """Exact ROC AUC of ``scores`` against 0/1 ``labels`` (ties averaged). NaN if one class is absent
+    or a score is NaN (a diverged model: NaN sorted last made up an AUC near 0.5).
+
+    Raises:
+        ValueError: the lengths differ, or a label is not 0 or 1."""
     s = scores.detach().reshape(-1).to(torch.float64)
     y = labels.detach().reshape(-1).to(torch.float64)
     if s.numel() != y.numel():
         raise ValueError(f"auc: {s.numel()} scores for {y.numel()} labels")
+    if bool(((y != 0) & (y != 1)).any()):
+        raise ValueError(f"auc: labels must be 0 or 1, got {sorted(set(y[(y != 0) & (y != 1)].tolist()))[:5]}")
+    if bool(s.isnan().any()):
+        return math.nan
     pos = float(y.sum())
     neg = y.numel() - pos
     if pos == 0 or neg == 0:
@@ -34,5 +42,9 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
 
 def log_loss(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """Mean binary cross-entropy of ``logits`` (pre-sigmoid) against 0/1 ``labels``, in float64."""
-    return float(torch.nn.functional.binary_cross_entropy_with_logits(
-        logits.detach().reshape(-1).to(torch.float64), labels.detach().reshape(-1).to(torch.float64)))
+    x = logits.detach().reshape(-1).to(torch.float64)
+    y = labels.detach().reshape(-1).to(torch.float64)
+    sp = torch.nn.functional.softplus
+    # per label, so an infinite logit gives 0 or inf (torch's max(x, 0) - x·y gave inf - inf = NaN)
+    per = torch.where(y == 1, sp(-x), torch.where(y == 0, sp(x), y * sp(-x) + (1 - y) * sp(x)))
+    return float(per.mean())

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import platform
 from dataclasses import asdict
 from pathlib import Path
@@ -65,9 +66,15 @@ def _placement(placement: dict[str, dict[str, str]]) -> list[str]:
     return [""] + lines if lines else []
 
 
-def prepare(out: str | Path, what: str = "report folder") -> Path:
+#: The files :func:`write` writes (a report folder's; a new run removes the last run's first).
+REPORT_FILES = ("report.json", "report.md", "curves.png", "ablation.png")
+
+
+def prepare(out: str | Path, what: str = "report folder", clear: bool = False) -> Path:
     """Create the folder ``out`` and check that a file can be written there, so that a run whose report
-    or checkpoint could not be saved fails before it trains, not after (RecgoIOError naming ``what``)."""
+    or checkpoint could not be saved fails before it trains, not after (RecgoIOError naming ``what``).
+    ``clear``: remove the report files a run before left there (:data:`REPORT_FILES`), so a run that
+    ends without its report (interrupted, failed) leaves none that looks like its own."""
     import tempfile
 
     from ..errors import RecgoIOError
@@ -77,16 +84,31 @@ def prepare(out: str | Path, what: str = "report folder") -> Path:
         out.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out):
             pass
+        for name in REPORT_FILES if clear else ():
+            (out / name).unlink(missing_ok=True)
     except OSError as exc:
         raise RecgoIOError(f"{what} {out}: cannot write there ({exc.strerror or exc})") from exc
     return out
+
+
+def _finite(x: Any) -> Any:
+    """``x`` with every non-finite float (or one-element tensor) replaced by None."""
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    if isinstance(x, float) or (isinstance(x, torch.Tensor) and x.numel() == 1 and x.is_floating_point()):
+        v = float(x)
+        return v if math.isfinite(v) else None
+    return x
 
 
 def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     """Write report.json, report.md and the plots (when matplotlib is installed) into ``out``."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=1, default=float) + "\n")
+    # NaN and ±inf (a one-class validation set's AUC, a diverged loss) as null: JSON has no NaN
+    (out / "report.json").write_text(json.dumps(_finite(report), indent=1, default=float, allow_nan=False) + "\n")
     cfg, per = report["config"], report["backends"]
     nproc = int(cfg.get("nproc", 1) or 1)
     batch = (f"batch {cfg['batch_size']} per rank on {nproc} gloo ranks (global batch {nproc * cfg['batch_size']}, "

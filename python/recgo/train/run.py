@@ -38,7 +38,7 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     if "torchrec" in backends:  # before any data is read or rank started
         _extras.require("torchrec", "the torchrec backend")
     if out is not None:  # a report that cannot be written fails now, not after the training
-        prepare(out)
+        prepare(out, clear=True)
     if cfg.checkpoint:
         _check_checkpoints(cfg, backends)
     if cfg.nproc > 1:
