@@ -361,3 +361,28 @@ def test_a_feature_two_tables_list_trains_through_the_pipeline() -> None:
     assert runs[0][0] == runs[1][0]
     for k, v in runs[0][1].items():
         assert torch.equal(v, runs[1][1][k]), k
+
+
+def test_shuffle_delivers_every_row_once_in_a_seeded_order_and_resumes_exactly() -> None:
+    """shuffle= reads windows of rows and hands each out in a seeded order (there was no shuffling):
+    every row once, not in file order, the same for the same seed; a position taken inside a window
+    resumes to exactly the rest, and an unshuffled pipeline refuses it."""
+    plain = torch.cat([b.dense for b in recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0)])
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, 100, depth=2, shuffle=500, seed=3)
+    head = [next(pipe) for _ in range(7)]  # 700 rows: inside the second window
+    state = pipe.state_dict()
+    rest = list(pipe)
+    got = torch.cat([b.dense for b in head + rest])
+    assert got.shape == plain.shape and not torch.equal(got, plain)
+    assert torch.equal(torch.unique(got, dim=0), torch.unique(plain, dim=0)) and len(torch.unique(got, dim=0)) == len(got)
+    again = recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, shuffle=500, seed=3)
+    assert torch.equal(torch.cat([b.dense for b in again]), got)
+    again.load_state_dict(state)
+    resumed = list(again)
+    assert len(resumed) == len(rest)
+    for a, b in zip(resumed, rest):
+        assert torch.equal(a.dense, b.dense) and torch.equal(a.sparse.values(), b.sparse.values())
+    with pytest.raises(recgo.InvalidInputError, match="shuffled in windows of 500 rows"):
+        recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, position=state["position"])
+    for p in (pipe, again):
+        p.close()

@@ -35,6 +35,11 @@ func Open(ctx context.Context, data []byte, eng *feature.Engine, remap *planner.
 		return nil, err
 	}
 	if s.Position != nil {
+		if s.Position.Shuffle != 0 && s.Source.Shuffle == 0 {
+			_ = src.Close()
+			return nil, errs.Invalidf("pipeline spec: the position was taken from a source shuffled in windows of %d "+
+				"rows; resume it with the same shuffle and seed", s.Position.Shuffle)
+		}
 		if err := src.Seek(*s.Position); err != nil {
 			_ = src.Close()
 			return nil, err

@@ -102,6 +102,14 @@ type Position struct {
 	Global int64 `json:"global"`
 	// Skipped counts the malformed rows of this rank dropped so far (Options.SkipBad).
 	Skipped int64 `json:"skipped"`
+	// Shuffle and Seed are the window and seed of a shuffled source ([NewShuffled]; 0: not
+	// shuffled), Window the windows it started, Taken the rows of the last one it handed out (0:
+	// none started; the other fields are then where the source stands, else where that window
+	// began).
+	Shuffle int    `json:"shuffle,omitempty"`
+	Seed    uint64 `json:"seed,omitempty"`
+	Window  int64  `json:"window,omitempty"`
+	Taken   int64  `json:"taken,omitempty"`
 }
 
 // Source is a stream of samples. It is not safe for concurrent use.

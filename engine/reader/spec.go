@@ -21,6 +21,9 @@ type Spec struct {
 	Header    bool             `json:"header,omitempty"`    // csv
 	Delimiter string           `json:"delimiter,omitempty"` // csv: one byte
 	Synthetic *SyntheticConfig `json:"synthetic,omitempty"`
+	// Shuffle (rows, 0: none) and Seed shuffle the rows in windows ([NewShuffled]).
+	Shuffle int    `json:"shuffle,omitempty"`
+	Seed    uint64 `json:"seed,omitempty"`
 }
 
 // ParseSpec decodes a source spec, rejecting unknown keys.
@@ -34,8 +37,19 @@ func ParseSpec(data []byte) (*Spec, error) {
 	return &s, nil
 }
 
-// Open builds the source a spec describes.
+// Open builds the source a spec describes (shuffled when it says so).
 func Open(s *Spec) (Source, error) {
+	if s.Shuffle < 0 || s.Shuffle > MaxShuffleWindow {
+		return nil, errs.Invalidf("source spec: shuffle window %d outside [0, %d]", s.Shuffle, MaxShuffleWindow)
+	}
+	src, err := open(s)
+	if err != nil || s.Shuffle == 0 {
+		return src, err
+	}
+	return NewShuffled(src, s.Shuffle, s.Seed)
+}
+
+func open(s *Spec) (Source, error) {
 	opt := Options{Rank: s.Rank, WorldSize: s.WorldSize, SkipBad: s.SkipBad}
 	switch s.Kind {
 	case "criteo":

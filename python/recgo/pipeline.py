@@ -144,7 +144,11 @@ class DataPipeline:
     ``rank``/``world_size`` shard the source (default: the process group's, under torchrun).
     ``position`` resumes from :meth:`state_dict`'s position. Iterate it; each :class:`Batch` is valid
     as long as you keep it. Every batch holds ``batch_size`` samples except the last, which holds
-    what is left of the data (by default it is delivered; ``drop_last=True`` drops it). One thread may
+    what is left of the data (by default it is delivered; ``drop_last=True`` drops it). ``shuffle``
+    (rows, 0: in file order) reads the source in windows of that many rows and hands each window's
+    rows out in a random order drawn from ``seed`` and the window's number: every row still comes
+    exactly once, each rank keeps its share, and :meth:`state_dict` positions resume exactly (the
+    same ``shuffle`` and ``seed`` are required). Give a new ``seed`` per epoch for a new order. One thread may
     :meth:`close` the pipeline while another is in ``next()``: that call finishes, later ones raise
     InvalidInputError ("the pipeline is closed").
     """
@@ -152,7 +156,8 @@ class DataPipeline:
     def __init__(self, source: Source, features: FeatureEngine | Sequence[Feature] | str | Path,
                  batch_size: int, depth: int = 2, threads: int = 1, *, tables: Sequence[dict[str, Any]] | None = None,
                  remap: Any = None, drop_last: bool = False, rank: int | None = None, world_size: int | None = None,
-                 position: dict[str, Any] | None = None, shard: Any = None) -> None:
+                 position: dict[str, Any] | None = None, shard: Any = None, shuffle: int = 0,
+                 seed: int = 0) -> None:
         if not isinstance(source, Source):
             raise InvalidInputError(f"source must be a recgo.data source, got {type(source).__name__}")
         if shard is not None:
@@ -175,6 +180,9 @@ class DataPipeline:
         if self.threads < 1:  # Go takes 0 as its default of 1
             raise InvalidInputError(f"threads must be at least 1, got {self.threads}")
         self.drop_last = bool(drop_last)
+        self.shuffle, self.seed = integer("shuffle", shuffle), integer("seed", seed)
+        if self.shuffle < 0 or not 0 <= self.seed < 2**64:
+            raise InvalidInputError(f"shuffle must be ≥ 0 rows and seed in [0, 2^64), got {shuffle!r}, {seed!r}")
         self.rank, self.world_size = _world(rank, world_size)
         self.tables = [dict(t) for t in tables] if tables else []
         if remap is not None and not self.tables:  # the remap renumbers the IDs of the tables deduplicated
@@ -189,7 +197,10 @@ class DataPipeline:
         self._start(position)
 
     def _start(self, position: dict[str, Any] | None) -> None:
-        spec = {"source": self.source.spec(self.rank, self.world_size), "batch_size": self.batch_size,
+        source = self.source.spec(self.rank, self.world_size)
+        if self.shuffle:
+            source = {**source, "shuffle": self.shuffle, "seed": self.seed}
+        spec = {"source": source, "batch_size": self.batch_size,
                 "depth": self.depth, "workers": self.threads, "drop_last": bool(self.drop_last), "tables": self.tables}
         if position is not None:
             spec["position"] = self._own_position(position)

@@ -1,0 +1,182 @@
+package reader
+
+import (
+	"io"
+	"math/rand/v2"
+
+	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// MaxShuffleWindow bounds a shuffled source's window (rows held in memory at once).
+const MaxShuffleWindow = 1 << 24
+
+// NewShuffled reads src in windows of window rows and hands each window's rows out in a random
+// order drawn from seed and the window's number: a shuffle buffer (as tf.data's and torchdata's),
+// windowed so that a position stays small and exact. [Source.Position] names where the window
+// began and how many of its rows were handed out; Seek reads that window again, draws the same
+// order and skips those rows. Rows never cross windows, so every row is delivered exactly once;
+// shuffled ranks (src sharded by Options) keep their disjoint shares. The shuffle is within a
+// window: give the window at least a few batches (a window of the whole data set is a full
+// shuffle, at the memory of the whole data set).
+func NewShuffled(src Source, window int, seed uint64) (Source, error) {
+	if window <= 0 || window > MaxShuffleWindow {
+		return nil, errs.Invalidf("reader: shuffle window %d outside [1, %d]", window, MaxShuffleWindow)
+	}
+	return &shuffled{src: src, window: window, seed: seed}, nil
+}
+
+type shuffled struct {
+	src    Source
+	window int
+	seed   uint64
+	buf    Batch     // the current window's rows
+	offs   [][]int64 // per input: the first value of each row of buf (Size+1 entries)
+	boffs  [][]int64 // per byte-string input: the first byte of each row
+	order  []int     // the window's order
+	taken  int       // rows of the window handed out
+	start  Position  // the source's position where the window began
+	index  int64     // windows started
+	eof    bool
+}
+
+func (s *shuffled) Schema() Schema { return s.src.Schema() }
+
+func (s *shuffled) Read(b *Batch, n int) (int, error) {
+	b.Reset(s.Schema())
+	for b.Size < n {
+		if s.taken == s.buf.Size {
+			if s.eof {
+				break
+			}
+			if err := s.fill(); err == io.EOF {
+				s.eof = true
+				break
+			} else if err != nil {
+				return 0, err
+			}
+		}
+		k := min(n-b.Size, s.buf.Size-s.taken)
+		for _, r := range s.order[s.taken : s.taken+k] {
+			s.appendRow(b, r)
+		}
+		s.taken += k
+	}
+	if b.Size == 0 {
+		return 0, io.EOF
+	}
+	return b.Size, nil
+}
+
+// fill reads the next window and draws its order.
+func (s *shuffled) fill() error {
+	s.start = s.src.Position()
+	s.taken = 0
+	n, err := s.src.Read(&s.buf, s.window)
+	if err != nil {
+		s.buf.Size = 0
+		return err
+	}
+	s.index++
+	r := rand.New(rand.NewPCG(s.seed, uint64(s.index)))
+	s.order = s.order[:0]
+	for i := range n {
+		s.order = append(s.order, i)
+	}
+	for i := n - 1; i > 0; i-- { // Fisher–Yates, written out so the order does not depend on Go's Perm
+		j := int(r.Uint64N(uint64(i + 1)))
+		s.order[i], s.order[j] = s.order[j], s.order[i]
+	}
+	if len(s.offs) != len(s.buf.Inputs) {
+		s.offs, s.boffs = make([][]int64, len(s.buf.Inputs)), make([][]int64, len(s.buf.Inputs))
+	}
+	for i := range s.buf.Inputs {
+		in := &s.buf.Inputs[i]
+		o := append(s.offs[i][:0], 0)
+		for _, l := range in.Lengths {
+			o = append(o, o[len(o)-1]+l)
+		}
+		s.offs[i] = o
+		if in.Kind == feature.KindBytes {
+			bo := append(s.boffs[i][:0], 0)
+			for r := range n {
+				var bytes int64
+				for _, l := range in.ByteLens[o[r]:o[r+1]] {
+					bytes += l
+				}
+				bo = append(bo, bo[r]+bytes)
+			}
+			s.boffs[i] = bo
+		}
+	}
+	return nil
+}
+
+// appendRow appends row r of the window to b.
+func (s *shuffled) appendRow(b *Batch, r int) {
+	w := len(s.Schema().Dense)
+	b.Labels = append(b.Labels, s.buf.Labels[r])
+	b.Dense = append(b.Dense, s.buf.Dense[r*w:(r+1)*w]...)
+	for i := range s.buf.Inputs {
+		in, out := &s.buf.Inputs[i], &b.Inputs[i]
+		lo, hi := s.offs[i][r], s.offs[i][r+1]
+		out.Lengths = append(out.Lengths, in.Lengths[r])
+		switch in.Kind {
+		case feature.KindInt64:
+			out.Ints = append(out.Ints, in.Ints[lo:hi]...)
+		case feature.KindFloat32:
+			out.F32 = append(out.F32, in.F32[lo:hi]...)
+		case feature.KindFloat64:
+			out.F64 = append(out.F64, in.F64[lo:hi]...)
+		case feature.KindBytes:
+			out.ByteLens = append(out.ByteLens, in.ByteLens[lo:hi]...)
+			out.Bytes = append(out.Bytes, in.Bytes[s.boffs[i][r]:s.boffs[i][r+1]]...)
+		}
+	}
+	b.Size++
+}
+
+func (s *shuffled) Position() Position {
+	p := s.src.Position()
+	if s.taken < s.buf.Size { // inside a window: where it began, and how much of it is out
+		p = s.start
+		p.Window, p.Taken = s.index-1, int64(s.taken)
+	} else {
+		p.Window = s.index
+	}
+	p.Shuffle, p.Seed = s.window, s.seed
+	return p
+}
+
+func (s *shuffled) Seek(p Position) error {
+	if p.Shuffle != s.window || p.Seed != s.seed {
+		return errs.Invalidf("reader: the position was taken with shuffle window %d and seed %d, this source "+
+			"shuffles with window %d and seed %d (another order: rows would repeat or be lost)", p.Shuffle, p.Seed,
+			s.window, s.seed)
+	}
+	if p.Window < 0 || p.Taken < 0 || p.Taken > int64(s.window) {
+		return errs.Invalidf("reader: shuffled position %+v is out of range", p)
+	}
+	at := p
+	at.Shuffle, at.Seed, at.Window, at.Taken = 0, 0, 0, 0
+	if err := s.src.Seek(at); err != nil {
+		return err
+	}
+	s.index, s.taken, s.buf.Size, s.eof = p.Window, 0, 0, false
+	if p.Taken == 0 {
+		return nil
+	}
+	if err := s.fill(); err != nil {
+		if err == io.EOF {
+			err = errs.Invalidf("reader: shuffled position %+v: the window it names is past the end of the data", p)
+		}
+		return err
+	}
+	if p.Taken > int64(s.buf.Size) {
+		return errs.Invalidf("reader: shuffled position %+v: its window has only %d rows", p, s.buf.Size)
+	}
+	s.taken = int(p.Taken)
+	return nil
+}
+
+func (s *shuffled) Close() error { return s.src.Close() }
