@@ -11,6 +11,7 @@ import (
 	"github.com/recgo/recgo/engine/dynamic"
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/engine/reader"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/highs"
@@ -47,6 +48,9 @@ func abiConstants() []abiConstant {
 	add("OptRowwiseAdagrad", int64(embedding.OptRowwiseAdagrad))
 	add("OptAdam", int64(embedding.OptAdam))
 	add("OptAdamW", int64(embedding.OptAdamW))
+
+	// The largest shuffle window a pipeline spec may ask for (rows held in memory).
+	add("MaxShuffleWindow", reader.MaxShuffleWindow)
 
 	// Pooling codes (recgo_ebc_new featPool).
 	add("PoolSum", int64(embedding.PoolSum))

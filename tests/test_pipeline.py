@@ -386,3 +386,22 @@ def test_shuffle_delivers_every_row_once_in_a_seeded_order_and_resumes_exactly()
         recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, position=state["position"])
     for p in (pipe, again):
         p.close()
+
+
+def test_train_pipeline_load_refuses_a_shuffled_checkpoint_before_touching_the_model(tmp_path: Path) -> None:
+    """TrainPipeline.load loaded the model and optimizer first, then the position: a position the
+    pipeline refuses (here, one of a shuffled run into an unshuffled trainer) left the weights
+    overwritten and the stream at the start."""
+    shuffled = trainer(1, shuffle=500, seed=3)
+    shuffled.run(3, progress=False)
+    shuffled.save(tmp_path / "ck")
+    plain = trainer(1)
+    before = weights(plain)
+    with pytest.raises(recgo.InvalidInputError, match="shuffled in windows of 500 rows"):
+        plain.load(tmp_path / "ck")
+    assert all(torch.equal(v, before[k]) for k, v in plain.model.state_dict().items())
+    resumed = trainer(1, shuffle=500, seed=3)
+    resumed.load(tmp_path / "ck")
+    assert resumed.steps == 3
+    for p in (shuffled, plain, resumed):
+        p.close()

@@ -12,24 +12,26 @@ import (
 const MaxShuffleWindow = 1 << 24
 
 // NewShuffled reads src in windows of window rows and hands each window's rows out in a random
-// order drawn from seed and the window's number: a shuffle buffer (as tf.data's and torchdata's),
+// order drawn from seed, the window's number and rank (src's rank: ranks draw independent orders,
+// so a data-parallel step does not pair neighbouring rows of the file): a shuffle buffer (as tf.data's and torchdata's),
 // windowed so that a position stays small and exact. [Source.Position] names where the window
 // began and how many of its rows were handed out; Seek reads that window again, draws the same
 // order and skips those rows. Rows never cross windows, so every row is delivered exactly once;
 // shuffled ranks (src sharded by Options) keep their disjoint shares. The shuffle is within a
 // window: give the window at least a few batches (a window of the whole data set is a full
 // shuffle, at the memory of the whole data set).
-func NewShuffled(src Source, window int, seed uint64) (Source, error) {
+func NewShuffled(src Source, window int, seed uint64, rank int) (Source, error) {
 	if window <= 0 || window > MaxShuffleWindow {
 		return nil, errs.Invalidf("reader: shuffle window %d outside [1, %d]", window, MaxShuffleWindow)
 	}
-	return &shuffled{src: src, window: window, seed: seed}, nil
+	return &shuffled{src: src, window: window, seed: seed, rank: uint64(rank)}, nil
 }
 
 type shuffled struct {
 	src    Source
 	window int
 	seed   uint64
+	rank   uint64
 	buf    Batch     // the current window's rows
 	offs   [][]int64 // per input: the first value of each row of buf (Size+1 entries)
 	boffs  [][]int64 // per byte-string input: the first byte of each row
@@ -38,6 +40,9 @@ type shuffled struct {
 	start  Position  // the source's position where the window began
 	index  int64     // windows started
 	eof    bool
+	// skipAdj is what Position adds to src's count of skipped rows: a resumed source re-reads the
+	// window it stood in, which counts that window's skipped rows again.
+	skipAdj int64
 }
 
 func (s *shuffled) Schema() Schema { return s.src.Schema() }
@@ -78,7 +83,7 @@ func (s *shuffled) fill() error {
 		return err
 	}
 	s.index++
-	r := rand.New(rand.NewPCG(s.seed, uint64(s.index)))
+	r := rand.New(rand.NewPCG(s.seed, uint64(s.index)*0x9e3779b97f4a7c15^(s.rank+1)*0xbf58476d1ce4e5b9))
 	s.order = s.order[:0]
 	for i := range n {
 		s.order = append(s.order, i)
@@ -138,13 +143,14 @@ func (s *shuffled) appendRow(b *Batch, r int) {
 
 func (s *shuffled) Position() Position {
 	p := s.src.Position()
-	if s.taken < s.buf.Size { // inside a window: where it began, and how much of it is out
+	skipped := p.Skipped + s.skipAdj // the rows dropped reading so far (the window's included)
+	if s.taken < s.buf.Size {        // inside a window: where it began, and how much of it is out
 		p = s.start
 		p.Window, p.Taken = s.index-1, int64(s.taken)
 	} else {
 		p.Window = s.index
 	}
-	p.Shuffle, p.Seed = s.window, s.seed
+	p.Shuffle, p.Seed, p.Skipped = s.window, s.seed, skipped
 	return p
 }
 
@@ -158,11 +164,11 @@ func (s *shuffled) Seek(p Position) error {
 		return errs.Invalidf("reader: shuffled position %+v is out of range", p)
 	}
 	at := p
-	at.Shuffle, at.Seed, at.Window, at.Taken = 0, 0, 0, 0
+	at.Shuffle, at.Seed, at.Window, at.Taken, at.Skipped = 0, 0, 0, 0, 0
 	if err := s.src.Seek(at); err != nil {
 		return err
 	}
-	s.index, s.taken, s.buf.Size, s.eof = p.Window, 0, 0, false
+	s.index, s.taken, s.buf.Size, s.eof, s.skipAdj = p.Window, 0, 0, false, p.Skipped
 	if p.Taken == 0 {
 		return nil
 	}
@@ -176,6 +182,7 @@ func (s *shuffled) Seek(p Position) error {
 		return errs.Invalidf("reader: shuffled position %+v: its window has only %d rows", p, s.buf.Size)
 	}
 	s.taken = int(p.Taken)
+	s.skipAdj = p.Skipped - s.src.Position().Skipped // the window's own were counted in p.Skipped
 	return nil
 }
 

@@ -38,7 +38,7 @@ func TestShuffledDeliversEveryRowOnceAndResumesExactly(t *testing.T) {
 	open := func(rank, world, window int, seed uint64) Source {
 		src, err := NewCSV([]string{path}, CSVOptions{Columns: cols, Header: true, Options: Options{Rank: rank, WorldSize: world}})
 		require.NoError(t, err)
-		sh, err := NewShuffled(src, window, seed)
+		sh, err := NewShuffled(src, window, seed, rank)
 		require.NoError(t, err)
 		return sh
 	}
@@ -82,6 +82,67 @@ func TestShuffledDeliversEveryRowOnceAndResumesExactly(t *testing.T) {
 	require.NoError(t, err)
 	require.ErrorContains(t, open(0, 1, 8, 9).Seek(src.Position()), "taken with shuffle window 16 and seed 9")
 	require.ErrorContains(t, open(0, 1, 16, 1).Seek(src.Position()), "taken with shuffle window 16 and seed 9")
-	_, err = NewShuffled(src, 0, 1)
+	_, err = NewShuffled(src, 0, 1, 0)
 	require.ErrorContains(t, err, "shuffle window 0 outside")
+}
+
+// TestShuffledRanksDrawTheirOwnOrderAndCountSkippedRows: ranks drew the same permutation, so rank 1's
+// k-th row was always rank 0's plus one (a data-parallel step paired neighbouring rows); the skipped
+// count stood at the window's start until the window ended, and a resumed source counted the
+// window's malformed rows twice.
+func TestShuffledRanksDrawTheirOwnOrderAndCountSkippedRows(t *testing.T) {
+	var text strings.Builder
+	text.WriteString("id\n")
+	for i := range 120 {
+		if i%9 == 4 {
+			text.WriteString("bad\n")
+		} else {
+			fmt.Fprintf(&text, "%d\n", i)
+		}
+	}
+	path := writeFile(t, "rows.csv", text.String())
+	open := func(rank, world int) Source {
+		src, err := NewCSV([]string{path}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse}}, Header: true,
+			Options: Options{Rank: rank, WorldSize: world, SkipBad: true}})
+		require.NoError(t, err)
+		sh, err := NewShuffled(src, 30, 3, rank)
+		require.NoError(t, err)
+		return sh
+	}
+	ids := func(src Source) []int64 {
+		var out []int64
+		for _, b := range readAll(t, src, 4) {
+			out = append(out, b.Inputs[0].Ints...)
+		}
+		return out
+	}
+	r0, r1 := ids(open(0, 2)), ids(open(1, 2))
+	paired := 0
+	for i := range min(len(r0), len(r1)) {
+		if r1[i] == r0[i]+1 {
+			paired++
+		}
+	}
+	require.Less(t, paired, len(r0)/4, "rank orders: %v / %v", r0, r1)
+
+	src := open(0, 1)
+	var b Batch
+	_, err := src.Read(&b, 4) // inside the first window of 30 rows, which read past 4 malformed ones (4, 13, 22, 31)
+	require.NoError(t, err)
+	require.Equal(t, int64(4), src.Position().Skipped)
+	again := open(0, 1)
+	require.NoError(t, again.Seek(src.Position()))
+	require.Equal(t, int64(4), again.Position().Skipped)
+	for {
+		if _, err := src.Read(&b, 4); err != nil {
+			break
+		}
+	}
+	for {
+		if _, err := again.Read(&b, 4); err != nil {
+			break
+		}
+	}
+	require.Equal(t, int64(13), src.Position().Skipped) // 120 rows, every 9th from row 4
+	require.Equal(t, int64(13), again.Position().Skipped)
 }

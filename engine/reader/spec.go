@@ -46,7 +46,7 @@ func Open(s *Spec) (Source, error) {
 	if err != nil || s.Shuffle == 0 {
 		return src, err
 	}
-	return NewShuffled(src, s.Shuffle, s.Seed)
+	return NewShuffled(src, s.Shuffle, s.Seed, s.Rank)
 }
 
 func open(s *Spec) (Source, error) {

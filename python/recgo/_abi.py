@@ -843,6 +843,7 @@ CONSTANTS: dict[str, int] = {
     'OptRowwiseAdagrad': 3,
     'OptAdam': 4,
     'OptAdamW': 5,
+    'MaxShuffleWindow': 16777216,
     'PoolSum': 0,
     'PoolMean': 1,
     'TableMemWeights': 0,

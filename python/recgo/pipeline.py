@@ -124,6 +124,9 @@ def sharded_of(model: torch.nn.Module) -> Any:
     return m
 
 
+_MAX_SHUFFLE = _lib.const("MaxShuffleWindow")  # rows a shuffle window may hold
+
+
 class DataPipeline:
     """Prepared batches from ``source`` through ``features``, ``depth`` steps ahead.
 
@@ -181,8 +184,9 @@ class DataPipeline:
             raise InvalidInputError(f"threads must be at least 1, got {self.threads}")
         self.drop_last = bool(drop_last)
         self.shuffle, self.seed = integer("shuffle", shuffle), integer("seed", seed)
-        if self.shuffle < 0 or not 0 <= self.seed < 2**64:
-            raise InvalidInputError(f"shuffle must be ≥ 0 rows and seed in [0, 2^64), got {shuffle!r}, {seed!r}")
+        if not 0 <= self.shuffle <= _MAX_SHUFFLE or not 0 <= self.seed < 2**64:
+            raise InvalidInputError(f"shuffle must be 0..{_MAX_SHUFFLE} rows (a window held in memory) and seed in "
+                                    f"[0, 2^64), got {shuffle!r}, {seed!r}")
         self.rank, self.world_size = _world(rank, world_size)
         self.tables = [dict(t) for t in tables] if tables else []
         if remap is not None and not self.tables:  # the remap renumbers the IDs of the tables deduplicated
@@ -509,11 +513,18 @@ class TrainPipeline:
                 "pipeline": self.data.state_dict(), "steps": self.steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`state_dict`: weights, optimizer state, and the batch stream's position."""
-        self.model.load_state_dict(state["model"])
-        if self.optimizer is not None and state.get("optimizer") is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+        """Restore a :meth:`state_dict`: weights, optimizer state, and the batch stream's position. The
+        position goes first: one this pipeline refuses (another rank's, another shuffle) raises before
+        the model is touched, and a model that refuses its state puts the position back."""
+        before = self.data.state_dict()
         self.data.load_state_dict(state["pipeline"])
+        try:
+            self.model.load_state_dict(state["model"])
+            if self.optimizer is not None and state.get("optimizer") is not None:
+                self.optimizer.load_state_dict(state["optimizer"])
+        except BaseException:
+            self.data.load_state_dict(before)
+            raise
         self.steps = int(state.get("steps", 0))
 
     def save(self, path: str | Path) -> None:
