@@ -268,3 +268,21 @@ func BenchmarkSegmentReduce64(b *testing.B) {
 		}
 	}
 }
+
+// TestSegmentReduceOfEmptyBagsNeedsNoSource: a sharded step pools a table no sample uses from no
+// rows at all; the column split of widths that are not a multiple of the vector width sliced past
+// the empty source and panicked.
+func TestSegmentReduceOfEmptyBagsNeedsNoSource(t *testing.T) {
+	for _, dim := range []int{4, 12, 20, 36, 64, 68} {
+		dst := []float32{9, 9}
+		dst = append(dst, make([]float32, 3*dim)...)
+		for i := 2; i < len(dst); i++ {
+			dst[i] = 7
+		}
+		SegmentReduce(dst, 2, dim, dim, nil, nil, 1, []int64{0, 0, 0, 0}, nil, nil)
+		require.Equal(t, []float32{9, 9}, dst[:2], "dim %d", dim)
+		for _, x := range dst[2:] {
+			require.Zero(t, x, "dim %d", dim)
+		}
+	}
+}

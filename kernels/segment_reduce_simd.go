@@ -39,7 +39,8 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 	bounds []int64, weights, scales []float32) {
 	if head := vectorHead(dim); head > 0 && head < dim { // the vector columns, then the few left
 		segmentReduce(dst, dstBase, dstStride, head, src, offs, mult, bounds, weights, scales)
-		segmentReduce(dst, dstBase+head, dstStride, dim-head, src[head:], offs, mult, bounds, weights, scales)
+		// src is empty when every bag is (a sharded step's rows for a table no sample uses)
+		segmentReduce(dst, dstBase+head, dstStride, dim-head, src[min(head, len(src)):], offs, mult, bounds, weights, scales)
 		return
 	}
 	switch {

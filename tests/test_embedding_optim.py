@@ -629,3 +629,22 @@ def test_torchrec_warmup_optimizer_saves_and_restores_its_progress() -> None:
     again.zero_grad()
     assert again._get_warmup_state() == (3, 0)
     assert other.fused_optimizer.lr == pytest.approx(0.1 + 0.9 * 3 / 10)  # the linear warmup's 4th rate
+
+
+def test_combined_optimizer_param_groups_of_several_collections_are_refused_not_mixed() -> None:
+    """TorchRec keys saved param groups by their parameters' names; a CollectionOptimizer's groups have
+    none, so with save_param_groups(True) every collection's group loaded into the same one (all but
+    the last kept their old rates). It raises instead; one collection still saves."""
+    keyed = pytest.importorskip("torchrec.optim.keyed")
+    a = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+    b = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "u", ["b"])], optimizer=optim.SGD(lr=0.3), seed=0)
+    comb = keyed.CombinedOptimizer([optim.CollectionOptimizer(nn.ModuleDict({"a": a, "b": b}))])
+    with pytest.raises(InvalidInputError, match="has 2 groups"):
+        comb.save_param_groups(True)
+    one = keyed.CombinedOptimizer([optim.CollectionOptimizer(nn.ModuleDict({"a": a}))])
+    one.save_param_groups(True)
+    one.param_groups[0]["lr"] = 0.01
+    saved = one.state_dict()
+    one.param_groups[0]["lr"] = 0.5
+    one.load_state_dict(saved)
+    assert a.fused_optimizer.lr == 0.01

@@ -335,3 +335,17 @@ def test_shard_model_takes_dmps_spellings(tmp_path: Path) -> None:
         assert gather_state_dict(lin).keys() == lin.state_dict().keys()
         with pytest.raises(recgo.InvalidInputError, match="dst 1"):
             gather_state_dict(lin, dst=1)
+
+
+def test_a_sharded_table_of_odd_width_that_no_sample_uses(tmp_path: Path) -> None:
+    """A table of width 20 (not a multiple of the vector width) whose bags are all empty in a batch:
+    the sharded step pools it from no rows, and the kernels' column split sliced past them (an
+    InternalError: slice bounds out of range)."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    cfgs = [recgo.EmbeddingBagConfig(100, 20, "a", ["fa"]), recgo.EmbeddingBagConfig(100, 20, "b", ["fb"])]
+    kjt = recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1, 0, 0]))
+    with _OneRank(tmp_path):
+        out = ShardedEmbeddingBagCollection(cfgs, "hash", seed=1)(kjt).values()
+    assert out.shape == (2, 40) and torch.equal(out[:, 20:], torch.zeros(2, 20))
+    assert torch.allclose(out, recgo.EmbeddingBagCollection(cfgs, seed=1)(kjt).values())

@@ -286,7 +286,9 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 			b2 := b1
 			if b1 < c1 {
 				b2 = end(b1)
-				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:offsets[base+min(b2, b1+1)]], mult, t.Dim)
+				// the next call's first sample, at most a budget of it (a long bag's pieces prefetch their own)
+				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:min(offsets[base+b1]+budget, offsets[base+min(b2, b1+1)])],
+					mult, t.Dim)
 			}
 			lo, hi := offsets[base+b0], offsets[base+b1]
 			if b1 == b0+1 && hi-lo > 2*budget {

@@ -466,6 +466,18 @@ class CollectionOptimizer(torch.optim.Optimizer):
                   for g in self.param_groups]
         return {"state": state, "param_groups": groups}
 
+    def save_param_groups(self, save: bool) -> None:
+        """TorchRec's ``KeyedOptimizer.save_param_groups`` (a ``CombinedOptimizer`` sets it on its
+        entries). Raises for ``True`` with several collections: TorchRec keys a saved group by its
+        parameters' names, and these groups have none, so every group but the last would load into
+        the same one (save this optimizer's own ``state_dict()`` instead)."""
+        if save and len(self.param_groups) > 1:
+            raise InvalidInputError(
+                f"save_param_groups(True): this CollectionOptimizer has {len(self.param_groups)} groups (one per "
+                "collection) and no parameters, which TorchRec keys saved groups by, so they would load into one; "
+                "checkpoint its own state_dict() (the hyper-parameters of every collection) instead")
+        self.defaults["_save_param_groups"] = bool(save)
+
     def post_load_state_dict(self) -> None:
         """Hand the hyper-parameters to the collections after TorchRec's ``CombinedOptimizer`` loaded
         a state dict (the KeyedOptimizer hook)."""
