@@ -160,11 +160,14 @@ func recgo_ec_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.int
 // fused optimizer of each used table (the buffer arrays are ignored); otherwise, for each table t
 // in recgo_ec_tables order, it writes the distinct rows' indices into the int64 buffer rowsPtrs[t]
 // and their merged gradients into the float32 buffer valsPtrs[t] (sizes from
-// recgo_ec_context_counts: unique[t] and unique[t]·dim[t] values).
+// recgo_ec_context_counts: unique[t] and unique[t]·dim[t] values). A fused backward leaves out
+// the tables whose byte in skipPtr (nskip bytes, one per table in recgo_ec_tables order; NULL:
+// none) is not 0: the loss used none of their outputs, so they take no step.
 //
 //export recgo_ec_backward
 func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t,
-	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, skipPtr unsafe.Pointer, nskip C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		x, err := liveECContext(ctxh)
 		if err != nil {
@@ -178,7 +181,18 @@ func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer
 			grad = []float32{}
 		}
 		if fused != 0 {
-			return x.s.Backward(x.ctx, grad, nil, nil)
+			flags, err := viewSlice[byte](skipPtr, int64(nskip), "skip")
+			if err != nil {
+				return err
+			}
+			var skip []bool
+			for i, b := range flags {
+				if i == 0 {
+					skip = make([]bool, len(flags))
+				}
+				skip[i] = b != 0
+			}
+			return x.s.BackwardSome(x.ctx, grad, nil, nil, skip)
 		}
 		dims := make([]int, len(x.s.Tables()))
 		for i := range dims {

@@ -4,6 +4,8 @@ shared with an EmbeddingBagCollection, TorchRec's EmbeddingCollection, the padde
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -403,3 +405,25 @@ def test_a_feature_several_tables_look_up(optimizer: str | None) -> None:
             torch.testing.assert_close(ec.embeddings[t].weight.detach(), (w[t].detach() - 0.5 * w[t].grad).float())
         else:
             torch.testing.assert_close(ec.embeddings[t].weight.grad.to_dense(), grad)
+
+
+@pytest.mark.parametrize("opt", [optim.Adam(lr=0.1), optim.SGD(lr=0.1, weight_decay=0.3), None])
+def test_a_table_whose_outputs_the_loss_leaves_out_takes_no_step(opt: Any) -> None:
+    """torch's optimizers skip a parameter without a gradient, and TorchRec's in-backward ones a table
+    none of whose outputs reach the loss; recgo stepped it with zeros (Adam's momentum moved its rows,
+    weight decay shrank them, its step counter advanced) and, unfused, gave it a zero .grad."""
+    cfgs = [EmbeddingConfig(4, 2, "t0", ["a"]), EmbeddingConfig(4, 2, "t1", ["c"])]
+    kjt = KeyedJaggedTensor(["a", "c"], torch.tensor([0, 1, 2]), lengths=torch.tensor([1, 2]))
+    ec = EmbeddingCollection(cfgs, optimizer=opt, seed=0)
+    ec(kjt)["c"].values().sum().backward()
+    before = {n: t.weight.detach().clone() for n, t in ec.embeddings.items()}
+    if opt is None:
+        for t in ec.embeddings.values():
+            t.weight.grad = None
+    ec(kjt)["a"].values().sum().backward()  # t1's output is left out
+    if opt is None:
+        assert ec.embeddings["t1"].weight.grad is None and ec.embeddings["t0"].weight.grad is not None
+        return
+    assert torch.equal(ec.embeddings["t1"].weight.detach(), before["t1"])
+    assert ec.embeddings["t1"].optimizer_step.tolist() == [1] and ec.embeddings["t0"].optimizer_step.tolist() == [1]
+    assert not torch.equal(ec.embeddings["t0"].weight.detach(), before["t0"])

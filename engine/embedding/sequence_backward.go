@@ -28,6 +28,15 @@ import (
 // merged update up to float rounding and saves writing and reading back the merged gradients
 // (ownedSGD: parts own the rows they look up first; for a fixed table the forward skips the dedup).
 func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32) error {
+	return s.BackwardSome(ctx, grad, gradRows, gradVals, nil)
+}
+
+// BackwardSome is Backward leaving out the tables skip marks (nil: none): tables whose outputs the
+// loss did not use. A fused one takes no step (its step counter, Adam's moments and weight decay
+// stay, as torch's optimizers skip a parameter without a gradient), and an unfused one's gradient
+// buffers are left unwritten.
+func (s *SequenceCollection) BackwardSome(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32,
+	skip []bool) error {
 	unlock, err := s.lock()
 	if err != nil {
 		return err
@@ -42,6 +51,10 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 			len(grad), ctx.B*c.width, ctx.B, c.width)
 	}
 	fused := gradRows == nil
+	if skip != nil && len(skip) != len(c.Tables) {
+		return errs.Invalidf("sequence backward: %d skip flags for %d tables", len(skip), len(c.Tables))
+	}
+	skipped := func(t int) bool { return skip != nil && skip[t] }
 	if !fused && (len(gradRows) != len(c.Tables) || len(gradVals) != len(c.Tables)) {
 		return errs.Invalidf("sequence backward: %d/%d gradient buffers for %d tables", len(gradRows), len(gradVals), len(c.Tables))
 	}
@@ -92,6 +105,9 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 	var items []item
 	var owns []*ownedSGD
 	for t := range c.Tables {
+		if skipped(t) {
+			continue
+		}
 		if !fused || !s.linear(c.Tables[t]) {
 			items = append(items, item{t: t})
 			continue
@@ -124,6 +140,9 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 		type item struct{ t, lo, hi int }
 		var items []item
 		for i, t := range c.Tables {
+			if skipped(i) {
+				continue
+			}
 			if t.pending != nil { // a merged-update scope: the step comes at its end
 				t.pending.took()
 				items = append(items, item{i, 0, ctx.Unique(i)})

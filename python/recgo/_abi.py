@@ -256,6 +256,8 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('rowsPtrs', 'void*'),
         ('valsPtrs', 'void*'),
         ('ntables', 'int64_t'),
+        ('skipPtr', 'void*'),
+        ('nskip', 'int64_t'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),

@@ -119,7 +119,9 @@ class _Lookup(torch.autograd.Function):
         if handle is None:
             raise InvalidInputError(NO_CONTEXT)
         filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.shapes)]
-        return (None, None, None, *first_order(grads, lambda: ctx.backward(handle, filled)))
+        missing = [g is None for g in grads]  # outputs the loss did not use (a sequence collection skips their tables)
+        run = (lambda: ctx.backward(handle, filled, missing)) if any(missing) else (lambda: ctx.backward(handle, filled))
+        return (None, None, None, *first_order(grads, run))
 
 
 def admits(training: bool, train: bool | None = None) -> bool:

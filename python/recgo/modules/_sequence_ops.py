@@ -54,18 +54,19 @@ def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, len
 
 
 @torch.library.custom_op("recgo::ec_backward", mutates_args=())
-def ec_backward(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Fused: applies the optimizer, returns ``[zeros(())]``. Dense gradients: one weight-shaped gradient
-    per used table. Sparse: ``[rows_t, grads_t, ...]`` per used table."""
+def ec_backward(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor], skip: list[bool]) -> list[torch.Tensor]:
+    """Fused: applies the optimizer (leaving out the used tables ``skip`` marks, or none when it is
+    empty), returns ``[zeros(())]``. Dense gradients: one weight-shaped gradient per used table.
+    Sparse: ``[rows_t, grads_t, ...]`` per used table."""
     m = module(key)
-    raw = m._run_backward(int(ctx_id.item()), grads)
+    raw = m._run_backward(int(ctx_id.item()), grads, list(skip) or None)
     if m._fused:
         return [torch.zeros((), dtype=torch.float32)]
     return m._grads_from(raw) if dense_in_op(m) else raw  # type: ignore[return-value]
 
 
 @ec_backward.register_fake
-def _(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+def _(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor], skip: list[bool]) -> list[torch.Tensor]:
     m = module(key)
     if m._fused:
         return [ctx_id.new_empty((), dtype=torch.float32)]
@@ -81,6 +82,11 @@ def _(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor]) -> list[torch.T
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[list[torch.Tensor], torch.Tensor]) -> None:
     ctx.key = inputs[0]
+    # which table each output belongs to, to skip the tables whose outputs the loss leaves out; not
+    # while compiling (reading the values would make data-dependent sizes), where AOTAutograd hands
+    # zeros for unused outputs anyway
+    kf = inputs[2]
+    ctx.key_feature = kf.tolist() if type(kf) is torch.Tensor and not torch.compiler.is_compiling() else None
     ctx.dims = [o.shape for o in output[0]]
     ctx.save_for_backward(output[1])
 
@@ -89,10 +95,11 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None], _grad_ctx: Any) -> tup
     (ctx_id,) = ctx.saved_tensors
     filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.dims)]
     m = module(ctx.key)
+    skip = m._skipped(ctx.key_feature, [g is None for g in grads]) if ctx.key_feature is not None else None
 
     def run() -> Any:
-        raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled)
-        return raw if dense_in_op(m) else m._grads_from(raw)
+        raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled, skip or [])
+        return m._without(raw if dense_in_op(m) else m._grads_from(raw), skip)
 
     return None, None, None, None, None, None, first_order(grads, run)
 

@@ -256,11 +256,23 @@ class EmbeddingCollection(nn.Module):
         _lib.call(_lib.fn("recgo_ec_context_counts"), handle.value, ptr(counts), 2 * n)
         return counts.tolist()
 
-    def _run_backward(self, ctx_id: int, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _run_backward(self, ctx_id: int, grads: list[torch.Tensor], skip: list[bool] | None = None) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ec_backward``)."""
-        return self._backward(self._contexts.take(ctx_id, once=self._fused), grads)
+        return self._backward(self._contexts.take(ctx_id, once=self._fused), grads, skip)
 
-    def _backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor]:
+    def _skipped(self, key_feature: Sequence[int], missing: Sequence[bool]) -> list[bool] | None:
+        """Per used table (``_tables`` order), whether the loss used none of its outputs: ``missing``
+        marks the outputs (one per batch key, ``key_feature`` its feature) whose gradient autograd left
+        out. None when every table has one (torch's optimizers skip a parameter without a gradient,
+        and TorchRec's in-backward ones do: a fused update with zeros would still move Adam's rows,
+        decay them and count a step)."""
+        if not any(missing):
+            return None
+        used = {self._feature_tables[f] for f, m in zip(key_feature, missing) if f >= 0 and not m}
+        skip = [i not in used for i in self._tables]
+        return skip if any(skip) else None
+
+    def _backward(self, handle: _lib.Handle, grads: list[torch.Tensor], skip: list[bool] | None = None) -> list[torch.Tensor]:
         """Backward of a kept context: nothing when fused (the context is freed: its update ran), else
         per used table its distinct rows and their gradients (the context stays with its graph, which
         may run backward again under ``retain_graph=True``)."""
@@ -282,7 +294,9 @@ class EmbeddingCollection(nn.Module):
                     grad[total:].zero_()
             f = _lib.fn("recgo_ec_backward")
             if self._fused:
-                _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
+                flags = None if skip is None else (ctypes.c_uint8 * len(skip))(*map(int, skip))
+                _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0,
+                          None if flags is None else ctypes.addressof(flags), 0 if skip is None else len(skip))
                 return []
             n = len(self._tables)
             uniq = self._counts(handle)[:n]
@@ -291,7 +305,8 @@ class EmbeddingCollection(nn.Module):
                 out += [torch.empty(u, dtype=torch.int64), torch.empty(u, d, dtype=torch.float32)]
             rows = (ctypes.c_void_p * n)(*[ptr(t) for t in out[0::2]])
             vals = (ctypes.c_void_p * n)(*[ptr(t) for t in out[1::2]])
-            _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
+            _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n,
+                      None, 0)
             return out
         finally:
             if self._fused:
@@ -305,9 +320,16 @@ class EmbeddingCollection(nn.Module):
         cfgs = self._owner.embedding_bag_configs()
         return [self._owner.embedding_bags[cfgs[i].name].weight for i in self._tables]
 
-    def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor],
+                        skip: list[bool] | None = None) -> list[torch.Tensor | None]:
         """The eager path's backward (``_eager``): ``recgo::ec_backward`` and its autograd formula in one."""
-        return self._grads_from(self._backward(handle, grads))
+        return self._without(self._grads_from(self._backward(handle, grads, skip)), skip)
+
+    def _without(self, grads: list[Any], skip: list[bool] | None) -> list[Any]:
+        """Per-parameter gradients with None for the tables ``skip`` marks (unfused: one per used table)."""
+        if skip is None or self._fused:
+            return grads
+        return [None if s else g for g, s in zip(grads, skip)]
 
     def _eager_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                        dims: list[int]) -> tuple[list[torch.Tensor], _lib.Handle]:
@@ -366,8 +388,11 @@ class EmbeddingCollection(nn.Module):
             params = params if keep else [p.detach() for p in params]  # as the pooled collection's
             outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params)
         elif keep:
+            keys = key_feature.tolist()
             outs = _eager.lookup(lambda: self._eager_forward(key_feature, values, lengths, dims),
-                                 self._eager_backward, params, once=self._fused)
+                                 lambda h, g, missing=None: self._eager_backward(
+                                     h, g, None if missing is None else self._skipped(keys, missing)),
+                                 params, once=self._fused)
         else:
             outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
         res = results(outs, lengths, plan)
