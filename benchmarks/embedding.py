@@ -35,6 +35,7 @@ from harness import DATA as SAMPLES, Bench  # noqa: E402
 
 import recgo  # noqa: E402
 from recgo import modules  # noqa: E402
+from recgo.modules._stages import STAGES  # noqa: E402
 
 DATA = SAMPLES / "criteo"
 LR = 0.01
@@ -228,7 +229,7 @@ def run_case(bench: Bench, name: str, wl: Workload, dim: int, repeats: int | Non
         inner()
         wall = time.perf_counter() - t0
         after = modules.stage_times()
-        split = {k: after[k] - before[k] for k in modules.embedding.STAGES}
+        split = {k: after[k] - before[k] for k in STAGES}
         # The rest of the step is Python, autograd, the output allocation and the engine's validation.
         split["python_and_other"] = max(0.0, wall - sum(split.values()))
         per_step.append(split)

@@ -110,8 +110,8 @@ def test_the_sequence_pages_first_example_pads_the_history() -> None:
 
 
 def test_the_feature_pages_example_builds_and_runs() -> None:
-    code = _block(ROOT / "docs" / "features.md", "from recgo import Feature, FeatureEngine")
-    scope = {"recgo": recgo, "raw_kjt": _kjt(["hist"], [2, 60], 10**9),
+    code = _block(ROOT / "docs" / "features.md", "import recgo\nfrom recgo import Feature, FeatureEngine")
+    scope = {"raw_kjt": _kjt(["hist"], [2, 60], 10**9),  # recgo: the snippet imports it
              "prices": torch.tensor([0.5, 20.0]), "sites": [b"a.example", b""]}
     _run(code, "docs/features.md", scope)
     kjt = scope["kjt"]
