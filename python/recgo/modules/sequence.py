@@ -36,10 +36,11 @@ from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
 from ._storage import check_cast, check_checkpoint, materialised_before_load, synced_after_load
+from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
 from .config import (EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names, check_keys,
                      key_readers)
-from .embedding import EmbeddingBagCollection, _SequenceTable
+from .embedding import EmbeddingBagCollection
 from .optim import FusedOptimizer
 
 __all__ = ["EmbeddingCollection", "EmbeddingConfig"]  # EmbeddingConfig lives in config.py; earlier pickles name it here
