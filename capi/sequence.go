@@ -185,12 +185,12 @@ func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer
 			if err != nil {
 				return err
 			}
-			var skip []bool
-			for i, b := range flags {
-				if i == 0 {
-					skip = make([]bool, len(flags))
+			var skip []bool // nil: no table skipped
+			if len(flags) > 0 {
+				skip = make([]bool, len(flags))
+				for i, b := range flags {
+					skip[i] = b != 0
 				}
-				skip[i] = b != 0
 			}
 			return x.s.BackwardSome(x.ctx, grad, nil, nil, skip)
 		}

@@ -473,8 +473,6 @@ class TrainPipeline:
         """Count and warn about the batches this rank holds when another rank ran out: the one in hand
         and, from its own pipeline, every one left (rows ``skip_bad`` dropped shorten a rank's share,
         so shares can differ by more than a batch)."""
-        import warnings
-
         batches, samples = 1, int(batch.labels.shape[0])
         for rest in (self.data if own_data else ()):
             batches, samples = batches + 1, samples + int(rest.labels.shape[0])
