@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/shard"
+	"github.com/recgo/recgo/internal/errs"
 )
 
 // recgo_shard_seq_begin starts a step of sequence (unpooled) lookups on this rank's batch (a KJT as
@@ -56,10 +57,13 @@ func recgo_shard_seq_gather(sq C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, 
 
 // recgo_shard_seq_backward merges scale × the per-lookup gradient (recgo_shard_seq_gather's layout, n float32
 // values) per distinct ID and queues the backward exchange on the step (fused != 0: the owners apply
-// their optimizers at its end).
+// their optimizers at its end). unusedPtr (nunused bytes, one per table in config order; NULL:
+// none) marks the tables none of whose outputs this rank's loss used: a table no rank used takes
+// no step (recgo_shard_skipped tells which, after the exchange).
 //
 //export recgo_shard_seq_backward
-func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t,
+	unusedPtr unsafe.Pointer, nunused C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		q, g, err := lookupView[*shard.SequenceStep, float32](sq, "sequence shard step", gradPtr, n, "grad_output")
 		if err != nil {
@@ -69,6 +73,44 @@ func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_
 		if err != nil {
 			return err
 		}
-		return q.BackwardScaled(g, f, fused != 0)
+		flags, err := viewSlice[byte](unusedPtr, int64(nunused), "unused")
+		if err != nil {
+			return err
+		}
+		var unused []bool // nil: every table used
+		if len(flags) > 0 {
+			unused = make([]bool, len(flags))
+			for i, b := range flags {
+				unused[i] = b != 0
+			}
+		}
+		return q.BackwardSome(g, f, fused != 0, unused)
+	})
+}
+
+// recgo_shard_skipped writes, once a step's backward exchange ran, one byte per table (n, in config
+// order): 1 where the table took no step because no rank's loss used its outputs.
+//
+//export recgo_shard_skipped
+func recgo_shard_skipped(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		s, out, err := lookupView[*shard.Step, byte](sh, "shard step", outPtr, n, "out")
+		if err != nil {
+			return err
+		}
+		skipped, err := s.Skipped()
+		if err != nil {
+			return err
+		}
+		if len(out) != len(skipped) {
+			return errs.Invalidf("skipped: %d bytes for %d tables", len(out), len(skipped))
+		}
+		for t, k := range skipped {
+			out[t] = 0
+			if k {
+				out[t] = 1
+			}
+		}
+		return nil
 	})
 }

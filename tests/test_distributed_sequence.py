@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import pytest
 import torch
@@ -242,9 +242,68 @@ def _state_dict_case(rank: int, folder: str) -> dict[str, Any]:
     return out
 
 
+# Per step, the keys each rank's loss uses: step 0 leaves the table-wise "cat" out on both ranks, step 1
+# the hash-sharded "item" (and rank 1 the data-parallel "user"), step 2 uses every table somewhere.
+USES = [{0: ("hist_item", "target_item", "user_id"), 1: ("hist_item", "target_item", "user_id")},
+        {0: ("hist_cat", "user_id"), 1: ("hist_cat",)},
+        {0: ("target_item",), 1: ("hist_item", "hist_cat", "user_id")}]
+
+
+def _partial_loss(out: Any, keys: Sequence[str], ranges: Mapping[str, slice] | None, seed: int) -> torch.Tensor:
+    """A random projection of the outputs of ``keys`` (of this rank's ``ranges`` of the global batch's)."""
+    loss = torch.zeros(())
+    for i, k in enumerate(keys):
+        rows = out[k].values()[ranges[k]] if ranges is not None else out[k].values()
+        loss = loss + (rows * torch.randn(rows.shape, generator=torch.Generator().manual_seed(seed + i))).sum()
+    return loss
+
+
+def _unused_case(rank: int) -> dict[str, Any]:
+    """A table whose outputs no rank's loss uses takes no step (Adam with weight decay would move and
+    decay its rows and count a step), as in the single-process collection and torch's optimizers; one
+    that any rank uses is stepped on every rank. Rows, optimizer state and step counters equal the
+    single-process collection's on the global loss, fused and with torch's Adam."""
+    from recgo.distributed import ShardedEmbeddingCollection
+
+    cfgs = configs()
+    out: dict[str, Any] = {}
+    for mode, nodes in (("flat", 1), ("hierarchical", 2)):
+        for opt in (optim.Adam(lr=0.1, weight_decay=0.01), None):
+            what = f"unused {mode} {'fused' if opt else 'torch'}"
+            ref = recgo.EmbeddingCollection(cfgs, optimizer=opt, seed=9)
+            sh = ShardedEmbeddingCollection.from_ec(ref, {"item": "hash", "cat": "table_wise", "user": "data_parallel"},
+                                                    mode=mode, nodes=nodes, timeout=60)
+            ids = {c.name: sh.local_ids(c.name) for c in cfgs}
+            torch_opts = None if opt else [torch.optim.Adam(m.parameters(), lr=0.1, weight_decay=0.01) for m in (ref, sh)]
+            unchanged = []
+            for step, use in enumerate(USES):
+                before = {c.name: ref.embeddings[c.name].weight.detach().clone() for c in cfgs}
+                kjt = global_batch(step)
+                want = ref(kjt)
+                loss_ref = sum(_partial_loss(want, use[r], rank_slice(kjt, r)[1], 100 * step + 10 * r)
+                               for r in range(WORLD))
+                mine, _ = rank_slice(kjt, rank)
+                loss = _partial_loss(sh(mine), use[rank], None, 100 * step + 10 * rank)
+                loss_ref.backward()
+                loss.backward()
+                for o in torch_opts or []:
+                    o.step()
+                    o.zero_grad()
+                for c in cfgs:
+                    a, b = sh.embeddings[c.name], ref.embeddings[c.name]
+                    close(a.weight.detach(), b.weight.detach()[ids[c.name]], f"{what} step {step} weights {c.name}")
+                    if opt is not None:
+                        close(a.optimizer_state, b.optimizer_state[ids[c.name]], f"{what} step {step} state {c.name}")
+                        assert int(a.optimizer_step) == int(b.optimizer_step), f"{what} step {step} {c.name}"
+                    if torch.equal(b.weight.detach(), before[c.name]):
+                        unchanged.append((step, c.name))
+            out[what] = unchanged
+    return out
+
+
 def _world(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     torch.set_num_threads(1)
-    return {**_cases(rank, ckpt), "shared": shared_feature_case(rank, world),
+    return {**_cases(rank, ckpt), "unused": _unused_case(rank), "shared": shared_feature_case(rank, world),
             "shared_pipeline": shared_feature_pipeline_case(rank, world)}
 
 
@@ -273,6 +332,15 @@ def test_sharded_sequence_equals_one_process(world: tuple[list[dict[str, Any]], 
         assert "holds table 't''s shard of rank" in sd[f"own_{1 - r}"], sd
         assert sd["keys"] == [f"embedding_bags.t.rank{r}_of_2.{k}" for k in ("weight", "optimizer_step", "shard_ids")]
     assert sorted(p.name for p in (tmp_path / "ck").iterdir()) == ["shard-0-of-2.pt", "shard-1-of-2.pt"]
+
+
+def test_a_table_no_rank_uses_takes_no_step(world: tuple[list[dict[str, Any]], Path]) -> None:
+    for r, res in enumerate(world[0]):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        got = res["unused"]
+        assert len(got) == 4, got
+        for what, unchanged in got.items():  # the reference skipped exactly the unused tables, and so did the shards
+            assert unchanged == [(0, "cat"), (1, "item")], (what, unchanged)
 
 
 def test_a_feature_several_tables_read_is_looked_up_in_each(world: tuple[list[dict[str, Any]], Path]) -> None:

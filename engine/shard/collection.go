@@ -442,3 +442,17 @@ func (s *Step) OwnerGradients(t int) ([]int64, []float32, int, error) {
 	rows, g := x.OwnerGradients(t)
 	return rows, g, s.c.Layouts[t].Dim, nil
 }
+
+// Skipped returns, per table, whether the step's backward left it without an optimizer step
+// because no rank's loss used its outputs (SequenceStep.BackwardSome; after the exchange ran).
+func (s *Step) Skipped() ([]bool, error) {
+	x := s.X
+	if x.used == nil || len(x.stages) > 0 || x.cur != nil {
+		return nil, errs.Invalidf("skipped tables: the backward exchange has not finished")
+	}
+	out := make([]bool, len(s.c.Layouts))
+	for t := range out {
+		out[t] = x.Skipped(t)
+	}
+	return out, nil
+}

@@ -168,6 +168,7 @@ type Exchange struct {
 	grads     [][][]float32 // [leg or owner][table]: merged gradients of that level's items (the same)
 	direct    []gradEntries // owner, fused: per table with a linear update, its unmerged gradients
 	fused     bool
+	used      []bool        // backward: per table, whether some rank's loss used its outputs (sync.go)
 	train     bool          // a training step: dynamic shards admit IDs and count the step
 	seq       int64         // the step's number in its collection (the same on every rank; sync.go)
 	optim     int64         // the collection's optimizer fingerprint (the same on every rank; sync.go)
@@ -242,8 +243,23 @@ func (x *Exchange) Rows(t int) []float32 { return x.vecs[0][t] }
 // table t's distinct IDs (in Forward's order). With fused, each owner applies its optimizer
 // (through the store); otherwise OwnerGradients returns the merged gradients at the owner.
 func (x *Exchange) Backward(grads [][]float32, fused bool) error {
+	return x.BackwardSome(grads, fused, nil)
+}
+
+// BackwardSome is Backward where unused[t] (nil: none) marks the tables whose outputs this rank's
+// loss left out. The ranks tell each other in the backward's sync ops; a table no rank used takes
+// no optimizer step (Skipped), as torch's optimizers skip a parameter without a gradient, and one
+// any rank used is stepped everywhere, its rows' zero gradients included.
+func (x *Exchange) BackwardSome(grads [][]float32, fused bool, unused []bool) error {
 	if x.vecs == nil {
 		return errs.Invalidf("exchange: backward before forward")
+	}
+	if unused != nil && len(unused) != len(x.layouts) {
+		return errs.Invalidf("exchange: %d unused-table flags for %d tables", len(unused), len(x.layouts))
+	}
+	x.used = make([]bool, len(x.layouts))
+	for t := range x.used {
+		x.used[t] = unused == nil || !unused[t]
 	}
 	for t, g := range grads {
 		if n := len(x.legs[0].items[t]) + x.partials(t); len(g) != n*x.dims[t] {
@@ -269,6 +285,10 @@ func (x *Exchange) Backward(grads [][]float32, fused bool) error {
 func (x *Exchange) OwnerGradients(t int) ([]int64, []float32) {
 	return x.ownerRows[t], x.grads[len(x.legs)][t]
 }
+
+// Skipped reports whether table t takes no step in this backward: no rank's loss used its outputs
+// (see BackwardSome; known once the backward's ops ran).
+func (x *Exchange) Skipped(t int) bool { return x.used != nil && !x.used[t] }
 
 // Next returns the next all-to-all to run, or nil when the queued work is done. Stages that need
 // no exchange (lookups, updates, legs over a group of one rank) run inside Next.
@@ -362,6 +382,14 @@ func (x *Exchange) apply() error {
 	// the tables' shards are independent: one goroutine updates each
 	fail := make([]error, len(x.layouts))
 	parallel.ForEach(len(x.layouts), 1, func(t int) {
+		if x.Skipped(t) {
+			if e := x.direct[t]; e.g != nil {
+				x.pools.ints().put(e.src)
+				x.pools.floats().put(e.g)
+				x.direct[t] = gradEntries{}
+			}
+			return
+		}
 		x.recheck(t)
 		if e := x.direct[t]; e.g != nil {
 			fail[t] = x.applyDirect(t, e)

@@ -147,6 +147,13 @@ func (q *SequenceStep) Backward(grad []float32, fused bool) error {
 // BackwardScaled is Backward of scale × grad, the factor applied in the merge (gradient division,
 // see Step.BackwardScaled).
 func (q *SequenceStep) BackwardScaled(grad []float32, scale float32, fused bool) error {
+	return q.BackwardSome(grad, scale, fused, nil)
+}
+
+// BackwardSome is BackwardScaled where unused[t] (nil: none) marks the tables none of whose keys'
+// outputs this rank's loss used (their gradient there is zero): a table no rank used takes no
+// optimizer step (Exchange.BackwardSome).
+func (q *SequenceStep) BackwardSome(grad []float32, scale float32, fused bool, unused []bool) error {
 	s := q.Step
 	c := s.c
 	if !q.gathered {
@@ -159,6 +166,9 @@ func (q *SequenceStep) BackwardScaled(grad []float32, scale float32, fused bool)
 		return err
 	}
 	T := len(c.Layouts)
+	if unused != nil && len(unused) != T {
+		return errs.Invalidf("sequence backward: %d unused-table flags for %d tables", len(unused), T)
+	}
 	grads := make([][]float32, T)
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
@@ -177,5 +187,5 @@ func (q *SequenceStep) BackwardScaled(grad []float32, scale float32, fused bool)
 		grads[t] = acc
 	})
 	q.gathered = false
-	return s.X.Backward(grads, fused)
+	return s.X.BackwardSome(grads, fused, unused)
 }

@@ -256,3 +256,69 @@ func TestSequenceStepsBegunConcurrently(t *testing.T) {
 		require.NoError(t, pooled[r].Pool(make([]float32, 3*w.ranks[r].Width())))
 	}
 }
+
+// A table no rank marks used takes no step on any rank (AdamW's decay would shrink its rows); one
+// that a single rank uses (another node, another rail in 2×2) is stepped on every rank, replicas
+// included. The ranks learn it from the backward's sync ops, in both exchange modes.
+func TestBackwardSomeSkipsOnlyTablesNoRankUsed(t *testing.T) {
+	opt := embedding.OptimizerConfig{Kind: embedding.OptAdamW, LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.5}
+	for _, mode := range []Mode{Flat, Hierarchical} {
+		t.Run(mode.String(), func(t *testing.T) {
+			w := newTestWorld(t, 2, 2, mode, mixedKinds, mixedRows, mixedDims, opt)
+			W, T := w.topo.World(), len(mixedKinds)
+			// table 0: no rank uses it; table 1: rank 3 alone; table 3 (data-parallel): rank 0 alone;
+			// table 2: every rank
+			unused := func(r int) []bool { return []bool{true, r != 3, false, r != 0} }
+			before := make([][]float32, T)
+			for i := range T {
+				for id := int64(0); id < mixedRows[i]; id++ {
+					before[i] = append(before[i], w.globalRow(i, id)...)
+				}
+			}
+			rng := rand.New(rand.NewPCG(5, 6))
+			_, lens, vals := randBatch(rng, T, W*4, mixedRows)
+			steps := make([]*SequenceStep, W)
+			xs := make([]*Exchange, W)
+			for r := range W {
+				var err error
+				steps[r], err = w.ranks[r].BeginSequence(sliceBatch(lens, vals, r*4, (r+1)*4))
+				require.NoError(t, err)
+				xs[r] = steps[r].Step.X
+			}
+			runLockstep(t, w.topo, xs)
+			for r, q := range steps {
+				out := make([]float32, q.OutputLen())
+				require.NoError(t, q.Gather(out))
+				grad := make([]float32, len(out))
+				for k := range T {
+					if !unused(r)[k] {
+						off, n := q.KeyOutput(k)
+						copy(grad[off:off+n*mixedDims[k]], randGrad(rng, n*mixedDims[k]))
+					}
+				}
+				require.ErrorContains(t, q.BackwardSome(grad, 1, true, []bool{true}), "1 unused-table flags for 4")
+				require.NoError(t, q.BackwardSome(grad, 1, true, unused(r)))
+			}
+			runLockstep(t, w.topo, xs)
+			for r, q := range steps {
+				skipped, err := q.Step.Skipped()
+				require.NoError(t, err)
+				require.Equal(t, []bool{true, false, false, false}, skipped, "rank %d", r)
+			}
+			for i := range T {
+				var after []float32
+				for id := int64(0); id < mixedRows[i]; id++ {
+					after = append(after, w.globalRow(i, id)...)
+				}
+				if i == 0 {
+					require.Equal(t, before[i], after, "table 0 took a step")
+				} else {
+					require.NotEqual(t, before[i], after, "table %d took no step", i)
+				}
+			}
+			for r := 1; r < W; r++ { // the replicas stayed identical
+				require.Equal(t, w.ranks[0].Shards[3].Data, w.ranks[r].Shards[3].Data)
+			}
+		})
+	}
+}

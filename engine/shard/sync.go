@@ -93,21 +93,45 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per int, rank f
 	return out, nil
 }
 
-// syncStage opens leg h's part of the backward with the header alone, in an op the size of the
-// leg's count stage.
+// syncStage opens leg h's part of the backward with the header, in an op the size of the leg's
+// count stage. Its block tells the peers which tables the rank knows to be used (block[t·metaFields]
+// is 1 when its own loss or a peer it heard from in an earlier leg used table t): after the route's
+// legs (one over the world, or a node's ranks and then a rail's) every rank knows the world's.
 func (x *Exchange) syncStage(h int) stage {
-	per := len(x.layouts) * metaFields
+	T := len(x.layouts)
+	per := T * metaFields
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
-			send := x.withHeaders(phaseBackward, make([]int64, lg.size*per), lg.size, per)
+			blocks := make([]int64, lg.size*per)
+			for d := range lg.size {
+				for t, u := range x.used {
+					blocks[d*per+t*metaFields] = boolInt(u)
+				}
+			}
+			send := x.withHeaders(phaseBackward, blocks, lg.size, per)
 			split := fill(lg.size, int64(hdrFields+per))
 			return &Op{Group: lg.group, SendI: send, SendSplits: split, RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			lg := &x.legs[h]
-			_, err := x.stripHeaders(phaseBackward, recv, lg.size, per, lg.rank)
-			return err
+			blocks, err := x.stripHeaders(phaseBackward, recv, lg.size, per, lg.rank)
+			if err != nil {
+				return err
+			}
+			for d := range lg.size {
+				for t := range T {
+					switch blocks[d*per+t*metaFields] {
+					case 0:
+					case 1:
+						x.used[t] = true
+					default:
+						return errs.Invalidf("exchange: rank %d sent a used-table flag of %d", lg.rank(d),
+							blocks[d*per+t*metaFields])
+					}
+				}
+			}
+			return nil
 		},
 	}
 }

@@ -124,7 +124,8 @@ def sharded_of(model: torch.nn.Module) -> Any:
     return m
 
 
-_MAX_SHUFFLE = _lib.const("MaxShuffleWindow")  # rows a shuffle window may hold
+MAX_SHUFFLE: int = _lib.const("MaxShuffleWindow")
+"""The most rows a shuffle window (``DataPipeline(shuffle=...)``) may hold in memory."""
 
 
 class DataPipeline:
@@ -184,8 +185,8 @@ class DataPipeline:
             raise InvalidInputError(f"threads must be at least 1, got {self.threads}")
         self.drop_last = bool(drop_last)
         self.shuffle, self.seed = integer("shuffle", shuffle), integer("seed", seed)
-        if not 0 <= self.shuffle <= _MAX_SHUFFLE or not 0 <= self.seed < 2**64:
-            raise InvalidInputError(f"shuffle must be 0..{_MAX_SHUFFLE} rows (a window held in memory) and seed in "
+        if not 0 <= self.shuffle <= MAX_SHUFFLE or not 0 <= self.seed < 2**64:
+            raise InvalidInputError(f"shuffle must be 0..{MAX_SHUFFLE} rows (a window held in memory) and seed in "
                                     f"[0, 2^64), got {shuffle!r}, {seed!r}")
         self.rank, self.world_size = _world(rank, world_size)
         self.tables = [dict(t) for t in tables] if tables else []
@@ -574,5 +575,5 @@ def _all_have(mine: bool, group: Any) -> bool:
     return bool(flag.item())
 
 
-__all__ = ["Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "sharded_of", "shared_collections",
-           "tables_of"]
+__all__ = ["MAX_SHUFFLE", "Batch", "DataPipeline", "TrainPipeline", "bce_loss", "goroutines", "sharded_of",
+           "shared_collections", "tables_of"]

@@ -135,6 +135,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._readers = key_readers(self._features)
         self._shared = len(self._readers) < len(self._features)
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
+        self._feature_tables = [i for i, t in enumerate(self._configs) for _ in t.feature_names]
         self._width = sum(self._dims)
         self._handle = self._create()
         self.embedding_bags = nn.ModuleDict()
@@ -305,7 +306,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         kinds = col([k for k, _ in self._kinds])
         ranks = col([r for _, r in self._kinds])
         returns = col(self._returns)
-        feat_table = col([i for i, t in enumerate(cfgs) for _ in t.feature_names])
+        feat_table = col(self._feature_tables)
         feat_pool = col([t.pooling_code() for t in cfgs for _ in t.feature_names])
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self._keep = (rows, dims, kinds, ranks, returns, feat_table, feat_pool)
@@ -497,22 +498,29 @@ class ShardedEmbeddingBagCollection(nn.Module):
         _lib.call(_lib.fn("recgo_shard_pool"), step.handle.value, ptr(out), out.numel())
         return out
 
-    def _begin_backward(self, step: "_Step", grad: torch.Tensor, fused: bool) -> None:
-        """Hand the output's gradient to the engine, which queues the backward exchange."""
+    def _begin_backward(self, step: "_Step", grad: torch.Tensor, fused: bool, unused: list[bool] | None = None) -> None:
+        """Hand the output's gradient to the engine, which queues the backward exchange (a pooled
+        output is one tensor: every table is used, ``unused`` is None)."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
         _lib.call(_lib.fn("recgo_shard_backward"), step.handle.value, ptr(grad), grad.numel(), self._grad_scale,
                   int(fused))
 
-    def _backward(self, step: "_Step", grad: torch.Tensor) -> list[torch.Tensor | None]:
-        """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused)."""
+    def _backward(self, step: "_Step", grad: torch.Tensor, unused: list[bool] | None = None) -> list[torch.Tensor | None]:
+        """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused);
+        ``unused`` marks the tables this rank's loss left out, and a table no rank used gets none."""
         handle = step.handle
         fused = self._optimizer is not None
-        self._begin_backward(step, grad, fused)
+        self._begin_backward(step, grad, fused, unused)
         drive(handle, self._groups, step.traffic, self._wire)
         self._record(step)
         if fused:
             return [torch.zeros((), dtype=torch.float32)] + [None] * len(self._configs)
-        return [None, *self._owner_grads(handle)]
+        grads: list[torch.Tensor | None] = list(self._owner_grads(handle))
+        if unused is not None:
+            skipped = (ctypes.c_uint8 * len(grads))()
+            _lib.call(_lib.fn("recgo_shard_skipped"), handle.value, ctypes.addressof(skipped), len(grads))
+            grads = [None if k else g for g, k in zip(grads, skipped)]
+        return [None, *grads]
 
     def _owner_grads(self, handle: _lib.Handle) -> list[torch.Tensor]:
         """Each shard's dense gradient from a non-fused backward exchange's merged owner gradients."""

@@ -12,7 +12,8 @@ from .. import _lib
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import optim
-from ..modules._sequence_batch import jagged, key_counts
+from ..modules._second_order import first_order
+from ..modules._sequence_batch import jagged, key_counts, unused_tables
 from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
 from ..sparse import KeyedJaggedTensor, as_kjt
@@ -132,15 +133,25 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         starts = [0]
         for n, d in zip(counts, dims):
             starts.append(starts[-1] + n * d)
-        flat = self._lookup(handle, starts[-1])
+        parts = self._lookup_keys(handle, feats, [n * d for n, d in zip(counts, dims)])
         pos = {self._names[f]: i for i, f in enumerate(feats) if f >= 0}
         out: dict[str, Any] = {}
         for k in self._names:  # config order, as the unsharded collection returns them
             i = pos[k]
-            n, d = counts[i], dims[i]
-            jt: JaggedTensor = jagged(flat[starts[i]:starts[i] + n * d].view(n, d), lengths[i * B:(i + 1) * B])
+            jt: JaggedTensor = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:(i + 1) * B])
             out[k] = jt.to_torchrec() if torchrec_in else jt
         return out
+
+    def _lookup_keys(self, step: _SeqStep, feats: list[int], sizes: list[int]) -> Sequence[torch.Tensor]:
+        """The step's rows, one flat tensor per batch key (``sizes`` values each, KJT order): through
+        autograd when a parameter it updates requires grad, else read out at once."""
+        shards = [s.weight for s in self.embedding_bags.values()]
+        params = [self._anchor] if self._optimizer is not None else shards
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return _KeyLookup.apply(self, step, feats, sizes, self._anchor, *shards)
+        out = self._output(step, sum(sizes))
+        self._record(step)
+        return out.split(sizes)
 
     def _output(self, step: _SeqStep, total: int) -> torch.Tensor:  # type: ignore[override]
         """The step's rows, one per lookup, back to back in KJT order (``total`` values)."""
@@ -148,9 +159,38 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         _lib.call(_lib.fn("recgo_shard_seq_gather"), step.seq.value, ptr(out), out.numel())
         return out
 
-    def _begin_backward(self, step: _SeqStep, grad: torch.Tensor, fused: bool) -> None:  # type: ignore[override]
+    def _begin_backward(self, step: _SeqStep, grad: torch.Tensor, fused: bool,  # type: ignore[override]
+                        unused: list[bool] | None = None) -> None:
         """Hand the rows' gradient (``_output``'s layout) to the engine, which merges it per distinct
-        row and queues the backward exchange."""
+        row and queues the backward exchange; ``unused`` marks the tables none of whose outputs this
+        rank's loss used (a table no rank used takes no step)."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=1, convert_to=torch.float32)
+        flags = None if unused is None else (ctypes.c_uint8 * len(unused))(*map(int, unused))
         _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), self._grad_scale,
-                  int(fused))
+                  int(fused), None if flags is None else ctypes.addressof(flags), 0 if unused is None else len(unused))
+
+
+class _KeyLookup(torch.autograd.Function):
+    """A sequence step's rows as one tensor per batch key, so that autograd leaves out the gradient of
+    a key the loss did not use: a table none of whose keys reached the loss on any rank takes no
+    optimizer step, as torch's optimizers skip a parameter without a gradient (a fused update with
+    zeros would still move Adam's rows, decay them and count a step)."""
+
+    @staticmethod
+    def forward(ctx: Any, module: ShardedEmbeddingCollection, step: _SeqStep, feats: list[int], sizes: list[int],
+                anchor: torch.Tensor, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        ctx.module, ctx.step, ctx.feats, ctx.sizes = module, step, feats, sizes
+        ctx.set_materialize_grads(False)
+        # views of one buffer, as torch.split's (an in-place change of one raises, as it does on TorchRec's)
+        return tuple(module._output(step, sum(sizes)).split(sizes))
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
+        m: ShardedEmbeddingCollection = ctx.module
+        missing = [g is None for g in grads]
+        unused = unused_tables(ctx.feats, missing, m._feature_tables, range(len(m._configs)))
+        flat = torch.cat([torch.zeros(n, dtype=torch.float32) if g is None else g.reshape(-1).to(torch.float32)
+                          for g, n in zip(grads, ctx.sizes)]) if grads else torch.zeros(0)
+        out = first_order([g for g in grads if g is not None], lambda: m._backward(ctx.step, flat, unused))
+        ctx.step = None
+        return (None, None, None, None, *out)

@@ -34,6 +34,18 @@ def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int
     return counts
 
 
+def unused_tables(key_feature: Any, missing: Any, feature_tables: Any, tables: Any) -> list[bool] | None:
+    """Per table of ``tables`` (table indices), whether the loss used none of its outputs: ``missing``
+    marks the outputs (one per batch key, ``key_feature`` its feature index, −1 for a key no table
+    reads) whose gradient autograd left out, and ``feature_tables`` gives each feature's table. None
+    when every table has a used output."""
+    if not any(missing):
+        return None
+    used = {feature_tables[f] for f, m in zip(key_feature, missing) if f >= 0 and not m}
+    skip = [t not in used for t in tables]
+    return skip if any(skip) else None
+
+
 class KeyPlan(NamedTuple):
     """How a KJT's keys reach the engine (``EmbeddingCollection._keys``)."""
 

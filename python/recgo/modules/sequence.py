@@ -34,7 +34,7 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
-from ._sequence_batch import KeyPlan, key_counts, meta_results, results, with_indices
+from ._sequence_batch import KeyPlan, key_counts, meta_results, results, unused_tables, with_indices
 from ._storage import check_cast, check_checkpoint, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
@@ -267,11 +267,7 @@ class EmbeddingCollection(nn.Module):
         out. None when every table has one (torch's optimizers skip a parameter without a gradient,
         and TorchRec's in-backward ones do: a fused update with zeros would still move Adam's rows,
         decay them and count a step)."""
-        if not any(missing):
-            return None
-        used = {self._feature_tables[f] for f, m in zip(key_feature, missing) if f >= 0 and not m}
-        skip = [i not in used for i in self._tables]
-        return skip if any(skip) else None
+        return unused_tables(key_feature, missing, self._feature_tables, self._tables)
 
     def _backward(self, handle: _lib.Handle, grads: list[torch.Tensor], skip: list[bool] | None = None) -> list[torch.Tensor]:
         """Backward of a kept context: nothing when fused (the context is freed: its update ran), else

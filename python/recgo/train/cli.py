@@ -43,6 +43,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--eval-every", type=int, default=None, help="steps between validation passes (default 100)")
     p.add_argument("--seed", type=int, default=None,
                    help="seed of the data split, initial weights and synthetic data (default 0)")
+    p.add_argument("--shuffle", type=int, default=None, metavar="ROWS",
+                   help="read the training data in windows of ROWS rows, each in a random order, a new one every "
+                        "epoch (default 0: file order; the same order on every backend)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--ablation", action="store_true",
                    help="bst only: also measure samples/s with the pipeline, fused transforms and dedup switched "
@@ -87,7 +90,7 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
                     pass  # validate names it
         fields.update(loaded)
     for name in ("model", "data", "steps", "batch_size", "checkpoint", "checkpoint_every", "eval_every", "seed",
-                 "nproc", "sharding"):
+                 "nproc", "sharding", "shuffle"):
         v = getattr(args, name)
         if v is not None:
             fields[name] = v

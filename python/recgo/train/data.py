@@ -103,7 +103,8 @@ class _PipelineStream(Stream):
     until the pipeline ends). Of ``rows`` training rows shared by ``world_size`` ranks (row g is rank
     g mod world_size's), every rank takes ``rows // (world_size × batch_size)`` batches per epoch, so
     that the ranks stay in step and each step's global batch is the single-process one of
-    ``world_size × batch_size`` rows. ``check(batch, k)`` inspects the epoch's k-th batch."""
+    ``world_size × batch_size`` rows. ``make(position, epoch)`` opens an epoch's pipeline (at
+    ``position``, or its start for ``None``); ``check(batch, k)`` inspects the epoch's k-th batch."""
 
     def __init__(self, make: Any, state: dict[str, Any] | None,
                  relabel: Callable[[RecgoError], RecgoError] = lambda e: e, per_epoch: int | None = None,
@@ -111,7 +112,7 @@ class _PipelineStream(Stream):
                  check: Callable[[Batch, int], None] | None = None) -> None:
         self._make, self._relabel, self._per_epoch, self._check = make, relabel, per_epoch, check
         self.epoch = int(state["epoch"]) if state else 0
-        self._pipe = make(state["position"] if state else None)
+        self._pipe = make(state["position"] if state else None, self.epoch)
         # batches of this epoch handed out: this rank's rows before the position's global row, in batches
         g = int(state["position"].get("global", 0)) if state else 0
         self._k = max(0, g - rank + world_size - 1) // world_size // batch_size
@@ -120,7 +121,7 @@ class _PipelineStream(Stream):
         self._pipe.close()
         self.epoch += 1
         self._k = 0
-        self._pipe = self._make(None)
+        self._pipe = self._make(None, self.epoch)
 
     def __next__(self) -> Batch:
         for _ in range(2):
@@ -172,6 +173,7 @@ class _PipelineSource(Source):
         self._engine = FeatureEngine(features, fuse=fuse)
         self._val: list[Batch] | None = None
         self.rank, self.world_size = 0, 1
+        self.shuffle_rows, self.shuffle_seed = 0, 0
 
     def shard(self, rank: int, world_size: int) -> "_PipelineSource":
         """Make :meth:`stream` read only rows ``g`` with ``g mod world_size == rank`` (the Go readers'
@@ -182,22 +184,48 @@ class _PipelineSource(Source):
         self.rank, self.world_size = int(rank), int(world_size)
         return self
 
+    def shuffled(self, rows: int, seed: int = 0) -> "_PipelineSource":
+        """Make :meth:`stream` read the training split in windows of ``rows`` rows, each handed out in a
+        random order (:class:`recgo.DataPipeline`'s ``shuffle``), a new order every epoch (drawn from
+        ``seed`` and the epoch); ``rows=0`` reads in file order. Validation keeps its order. Returns
+        ``self``."""
+        from ..pipeline import MAX_SHUFFLE
+
+        if isinstance(rows, bool) or not isinstance(rows, int) or not 0 <= rows <= MAX_SHUFFLE:
+            raise InvalidInputError(f"shuffle must be 0..{MAX_SHUFFLE} rows (a window held in memory), got {rows!r}")
+        self.shuffle_rows, self.shuffle_seed = rows, int(seed)
+        return self
+
+    def epoch_seed(self, epoch: int) -> int:
+        """The shuffle seed of training epoch ``epoch`` (a 64-bit mix of the seed and the epoch, so epochs
+        and seeds draw unrelated orders)."""
+        x = (self.shuffle_seed * 0x9E3779B97F4A7C15 + epoch + 1) % 2**64
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) % 2**64
+        return x ^ (x >> 31)
+
     def _train_source(self) -> Any:  # pragma: no cover - interface
         raise NotImplementedError
 
     def _pipeline(self, source: Any, position: Any = None, depth: int = 0, tables: Any = None,
-                  rank: int = 0, world_size: int = 1, shard: Any = None, drop_last: bool = True) -> Any:
+                  rank: int = 0, world_size: int = 1, shard: Any = None, drop_last: bool = True,
+                  shuffle: int = 0, seed: int = 0) -> Any:
         from ..pipeline import DataPipeline
 
         return DataPipeline(source, self._engine, self.batch_size, depth=depth, tables=tables, drop_last=drop_last,
-                            rank=rank, world_size=world_size, position=position, shard=shard)
+                            rank=rank, world_size=world_size, position=position, shard=shard, shuffle=shuffle,
+                            seed=seed)
 
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
         per_epoch = self.batches_per_epoch(self.world_size)
-        return _PipelineStream(lambda pos: self._pipeline(self._train_source(), pos, depth, tables, self.rank,
-                                                          self.world_size, shard), state, self._relabel,
-                               per_epoch, self.rank, self.world_size, self.batch_size, self._check_train)
+
+        def make(pos: Any, epoch: int) -> Any:
+            return self._pipeline(self._train_source(), pos, depth, tables, self.rank, self.world_size, shard,
+                                  shuffle=self.shuffle_rows, seed=self.epoch_seed(epoch) if self.shuffle_rows else 0)
+
+        return _PipelineStream(make, state, self._relabel, per_epoch, self.rank, self.world_size, self.batch_size,
+                               self._check_train)
 
     def batches_per_epoch(self, world_size: int = 1) -> int:
         return self._train_rows() // (self.batch_size * world_size)
@@ -259,14 +287,16 @@ def _userbehavior_columns(path: Path) -> tuple[list[int], list[int], list[int]]:
     return users.tolist(), items.tolist(), cats.tolist()
 
 
-def _label_check(labels: torch.Tensor, path: Path, line_of: Callable[[int], int]) -> None:
-    """Raise naming ``path`` and the line (``line_of(j)`` for sample j) of the first label not 0 or 1."""
+def _label_check(labels: torch.Tensor, path: Path, line_of: Callable[[int], int | str]) -> None:
+    """Raise naming ``path`` and the line (``line_of(j)`` for sample j: a line number, or words that
+    say where it is) of the first label not 0 or 1."""
     bad = ~((labels == 0) | (labels == 1))
     if bool(bad.any()):
         j = int(bad.nonzero()[0, 0])
         v = float(labels[j])
         shown = int(v) if v.is_integer() else v
-        raise InvalidInputError(f"{path} line {line_of(j)} column 1 (label): label {shown} is not 0 or 1 (the "
+        where = line_of(j)
+        raise InvalidInputError(f"{path} {where if isinstance(where, str) else f'line {where}'} column 1 (label): label {shown} is not 0 or 1 (the "
                                 "models are trained for a binary click label)")
 
 
@@ -300,9 +330,19 @@ class CriteoFile(_PipelineSource):
         return self._n_train
 
     def _check_train(self, batch: Batch, k: int) -> None:
-        # this rank's k-th batch holds the training rows (k·B + j)·N + rank, j < B: line one more
-        b, n, r = self.batch_size, self.world_size, self.rank
-        _label_check(batch.labels, self.path, lambda j: (k * b + j) * n + r + 1)
+        # this rank's k-th batch holds its share's rows k·B + j, j < B (training row (k·B + j)·N + rank,
+        # line one more); shuffled, row k·B + j is one of its window's, (k·B + j) // W
+        b, n, r, w = self.batch_size, self.world_size, self.rank, self.shuffle_rows
+        if not w:
+            _label_check(batch.labels, self.path, lambda j: (k * b + j) * n + r + 1)
+            return
+
+        def lines(j: int) -> str:
+            first = (k * b + j) // w * w
+            last = min(first + w, (self._n_train - r + n - 1) // n) - 1  # the rank's share ends the last window
+            return f"lines {first * n + r + 1}..{last * n + r + 1} (one of these; shuffled in windows of {w} rows)"
+
+        _label_check(batch.labels, self.path, lines)
 
     def validation(self) -> list[Batch]:
         if self._val is None:
@@ -458,6 +498,9 @@ class TaobaoSequences(_PipelineSource):
     def stream(self, state: dict[str, Any] | None = None, depth: int = 2,
                tables: list[dict[str, Any]] | None = None, shard: Any = None) -> Stream:
         if not self.pipeline:
+            if self.shuffle_rows:
+                raise InvalidInputError("TaobaoSequences(pipeline=False) reads its samples in their stored (already "
+                                        "shuffled) order; shuffle windows apply through the pipeline (the default)")
             if self.world_size > 1:
                 raise InvalidInputError("TaobaoSequences(pipeline=False) reads every batch whole; shard it over "
                                         "ranks with the pipeline (the default)")

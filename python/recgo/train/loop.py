@@ -62,6 +62,9 @@ class TrainConfig:
     exchange: str = "flat"  # recgo backend's exchange: flat or hierarchical
     nodes: int = 1  # how many nodes the ranks form for the hierarchical exchange (ranks per node = nproc / nodes)
     dist_timeout: float = 120.0  # seconds any collective may wait for a peer
+    # Rows of the training data's shuffle window (recgo.DataPipeline's shuffle; 0: file order), a new
+    # order every epoch drawn from seed and the epoch. Every backend reads the same order.
+    shuffle: int = 0
 
     def validate(self) -> None:
         """Raise InvalidInputError naming the first bad field."""
@@ -71,7 +74,7 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
-        for name in ("warmup_steps", "checkpoint_every", "depth"):
+        for name in ("warmup_steps", "checkpoint_every", "depth", "shuffle"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise InvalidInputError(f"{name} must be a non-negative integer, got {v!r}")
@@ -106,6 +109,10 @@ class TrainConfig:
             raise InvalidInputError(f"exchange {self.exchange!r}: choose one of {EXCHANGES}")
         if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes <= 0 or self.nproc % self.nodes:
             raise InvalidInputError(f"nodes must be a positive divisor of nproc ({self.nproc}), got {self.nodes!r}")
+        from ..pipeline import MAX_SHUFFLE
+
+        if self.shuffle > MAX_SHUFFLE:
+            raise InvalidInputError(f"shuffle must be 0..{MAX_SHUFFLE} rows (a window held in memory), got {self.shuffle}")
         if isinstance(self.dist_timeout, bool) or not isinstance(self.dist_timeout, (int, float)) \
                 or not 0 < self.dist_timeout < float("inf"):
             raise InvalidInputError(f"dist_timeout must be positive, finite seconds, got {self.dist_timeout!r}")
@@ -138,13 +145,17 @@ def taobao_data(cfg: TrainConfig) -> Any:
 
 
 def make_source(cfg: TrainConfig) -> Source:
-    """The data source the config names (the model decides the format of a file)."""
+    """The data source the config names (the model decides the format of a file), shuffled as
+    ``cfg.shuffle`` says."""
+    source: TaobaoSequences | SyntheticCriteo | CriteoFile
     if cfg.model == "bst":
-        return TaobaoSequences(taobao_data(cfg), batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
-                               holdout=cfg.holdout_events, catalog=cfg.catalog)
-    if cfg.data is None:
-        return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
-    return CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows)
+        source = TaobaoSequences(taobao_data(cfg), batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
+                                 holdout=cfg.holdout_events, catalog=cfg.catalog)
+    elif cfg.data is None:
+        source = SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
+    else:
+        source = CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows)
+    return source.shuffled(cfg.shuffle, cfg.seed)
 
 
 def _tables(source: Source) -> list[TableSpec]:
@@ -388,7 +399,7 @@ class Trainer:
             mine.pop(k, None)
         # checkpoints written before these fields existed
         for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
-                  "activation", "catalog"):
+                  "activation", "catalog", "shuffle"):
             theirs.setdefault(k, mine.get(k))
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
