@@ -9,6 +9,8 @@ import importlib
 import os
 import time
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -62,3 +64,14 @@ def ok(results: list[dict]) -> None:
     """Assert that no rank reported an error (the first one's traceback in the message)."""
     for r, res in enumerate(results):
         assert "error" not in res, f"rank {r}: {res['error']}"
+
+
+@contextmanager
+def one_rank(tmp: Path) -> Iterator[None]:
+    """This process as a one-rank gloo world (its store in folder ``tmp``), for the checks of sharded
+    collections that need no peer."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp / 'store-one'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()

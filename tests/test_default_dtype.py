@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import recgo
 from recgo.errors import InvalidInputError
 from recgo.modules import optim
+from spawned import one_rank
 
 CFGS = [recgo.EmbeddingBagConfig(40, 4, "t", ["f"]), recgo.EmbeddingBagConfig(30, 4, "u", ["g"])]
 
@@ -29,12 +29,9 @@ def float64_default() -> Iterator[None]:
 
 
 @pytest.fixture
-def one_rank(tmp_path: Path) -> Iterator[None]:
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+def one_rank_world(tmp_path: Path) -> Iterator[None]:
+    with one_rank(tmp_path):
         yield
-    finally:
-        dist.destroy_process_group()
 
 
 def _kjt() -> recgo.KeyedJaggedTensor:
@@ -44,7 +41,7 @@ def _kjt() -> recgo.KeyedJaggedTensor:
 
 @pytest.mark.parametrize("sharding", ["hash", "table_wise", "row_wise", "data_parallel"])
 def test_sharded_dense_gradients_and_meta_builds_under_a_float64_default(
-        sharding: str, float64_default: None, one_rank: None) -> None:
+        sharding: str, float64_default: None, one_rank_world: None) -> None:
     """A sharded collection without a fused optimizer (dense gradients) and one built on meta both
     train as the unsharded float32 collection does (the gradient and the seeded rows were allocated
     in the default dtype: a dtype mismatch in backward, and at construction)."""

@@ -10,24 +10,11 @@ from typing import Any
 
 import pytest
 import torch
-import torch.distributed as dist
 
 import recgo
 from recgo.modules import optim
 from sharded_batches import SHARDING, configs, global_batch
-
-
-class _OneRank:
-    """This pytest process as a one-rank gloo world, for the checks that need no peer."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.tmp = tmp
-
-    def __enter__(self) -> None:
-        dist.init_process_group("gloo", init_method=f"file://{self.tmp / 'store-one'}", rank=0, world_size=1)
-
-    def __exit__(self, *exc: Any) -> None:
-        dist.destroy_process_group()
+from spawned import one_rank
 
 
 def test_shard_model_materialises_the_dense_part_and_wraps_it_in_ddp(tmp_path: Path) -> None:
@@ -43,7 +30,7 @@ def test_shard_model_materialises_the_dense_part_and_wraps_it_in_ddp(tmp_path: P
             "ebc": recgo.EmbeddingBagCollection(configs(), optimizer=optim.SGD(lr=0.1), seed=2),
             "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["s1"])], optimizer=optim.SGD(lr=0.1)),
             "att": torch.nn.MultiheadAttention(4, 2), "mlp": torch.nn.Linear(4, 2), "raw": Raw()})
-    with _OneRank(tmp_path), pytest.warns(UserWarning, match=r"\['raw'\] had parameters on the meta device"):
+    with one_rank(tmp_path), pytest.warns(UserWarning, match=r"\['raw'\] had parameters on the meta device"):
         wrapped = shard_model(model, {**SHARDING, "tp": "hash"}, timeout=30)
         assert isinstance(wrapped, torch.nn.parallel.DistributedDataParallel) and wrapped.module is model
         # as DMP's: the tables' fused optimizers for torch's schedulers, one group per collection
@@ -70,7 +57,7 @@ def test_shard_model_refuses_shared_tables_and_non_modules(tmp_path: Path) -> No
     ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(20, 4, "s", ["item"])], optimizer=optim.SGD(lr=0.1))
     model = torch.nn.ModuleDict({"ebc": ebc, "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["h"])],
                                                                              share=ebc)})
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         with pytest.raises(InvalidInputError, match="ec: this EmbeddingCollection looks up the tables of another"):
             shard_model(model)
         with pytest.raises(InvalidInputError, match="expected an nn.Module, got list"):
@@ -96,7 +83,7 @@ def test_shard_model_takes_torchrec_collections(tmp_path: Path) -> None:
         meta = torch.nn.ModuleDict({"ebc": torchrec.EmbeddingBagCollection(tables=[bag]),
                                     "ec": torchrec.EmbeddingCollection(tables=[seq]), "lin": torch.nn.Linear(4, 1)})
     built = torchrec.EmbeddingBagCollection(tables=[bag])
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         shard_model(meta, "hash", optimizer=optim.SGD(lr=0.1), timeout=30)
         assert isinstance(meta["ebc"], ShardedEmbeddingBagCollection) and isinstance(meta["ec"], ShardedEmbeddingCollection)
         w = meta["ebc"].embedding_bags["t"].weight.detach()
@@ -113,7 +100,7 @@ def test_sharded_casts_raise_and_conversions_keep_engine_memory(tmp_path: Path) 
     from recgo.distributed import ShardedEmbeddingBagCollection
     from recgo.errors import InvalidInputError
 
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         sh = ShardedEmbeddingBagCollection(configs(), {**SHARDING, "tp": "hash"}, optimizer=optim.SGD(lr=0.5), seed=6,
                                            timeout=30)
         first = {c.name: sh.embedding_bags[c.name].weight.detach().clone() for c in configs()}
@@ -150,7 +137,7 @@ def test_shard_model_takes_the_optimizer_apply_optimizer_in_backward_gave(tmp_pa
     ref = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(30, 4, "t", ["f"])], optimizer=optim.Adagrad(lr=0.1, eps=1e-8))
     ref.load_state_dict({"embedding_bags.t.weight": ebc.embedding_bags["t"].weight.detach().clone()}, strict=False)
     model = torch.nn.ModuleDict({"ebc": ebc, "ec": ec})
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         shard_model(model, "row_wise", timeout=30)
         assert model["ebc"].fused_optimizer == optim.Adagrad(lr=0.1, eps=1e-8)
         assert model["ec"].fused_optimizer == optim.RowWiseAdagrad(lr=0.05, eps=1e-6)
@@ -192,7 +179,7 @@ def test_sharded_set_fused_optimizer_follows_a_schedule(tmp_path: Path) -> None:
     from recgo.errors import InvalidInputError
 
     ref = recgo.EmbeddingBagCollection(configs(), optimizer=optim.Adagrad(lr=0.1), seed=6)
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         sh = ShardedEmbeddingBagCollection.from_ebc(ref, {**SHARDING, "tp": "hash"}, timeout=30)
         width = sum(c.embedding_dim * len(c.feature_names) for c in configs())
         g = torch.Generator().manual_seed(1)
@@ -245,7 +232,7 @@ def test_torchrecs_sparse_dist_pipeline_drives_a_sharded_model(tmp_path: Path) -
         return iter(RandomRecDataset(keys=["c0", "c1"], batch_size=8, hash_size=50, ids_per_feature=2,
                                      num_dense=3, manual_seed=7, num_batches=4))
 
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         model, opt = build()
         pipe = TrainPipelineSparseDist(model, opt, torch.device("cpu"))
         it = batches()
@@ -281,7 +268,7 @@ def test_shard_model_applies_a_torchrec_sharding_plan(tmp_path: Path) -> None:
                                                                           ranks=[0]) for t, k in zip(tables, kinds)})
         return model, ShardingPlan(plan={"0": entries})
 
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         model, plan = planned(["table_wise", "row_wise", "data_parallel"])
         sharded = shard_model(model, plan=plan, ddp=False)
         assert sharded[0]._sharding_names == ["table_wise", "row_wise", "data_parallel"]
@@ -311,7 +298,7 @@ def test_shard_model_takes_dmps_spellings(tmp_path: Path) -> None:
             name="item", embedding_dim=4, num_embeddings=20, feature_names=["item"])]), "out": torch.nn.Linear(4, 1)})
 
     sharder = EmbeddingCollectionSharder({"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD, "learning_rate": 0.02})
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         sharded = shard_model(module=model(), device=torch.device("cpu"), sharders=[sharder])
         assert sharded.module["ec"].fused_optimizer == optim.RowWiseAdagrad(lr=0.02, eps=1e-8)
         with pytest.raises(recgo.InvalidInputError, match="CPU memory"):
@@ -345,7 +332,7 @@ def test_a_sharded_table_of_odd_width_that_no_sample_uses(tmp_path: Path) -> Non
 
     cfgs = [recgo.EmbeddingBagConfig(100, 20, "a", ["fa"]), recgo.EmbeddingBagConfig(100, 20, "b", ["fb"])]
     kjt = recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1, 0, 0]))
-    with _OneRank(tmp_path):
+    with one_rank(tmp_path):
         out = ShardedEmbeddingBagCollection(cfgs, "hash", seed=1)(kjt).values()
     assert out.shape == (2, 40) and torch.equal(out[:, 20:], torch.zeros(2, 20))
     assert torch.allclose(out, recgo.EmbeddingBagCollection(cfgs, seed=1)(kjt).values())
