@@ -54,8 +54,10 @@ func TestSegmentReduce(t *testing.T) {
 		{64, 10, false, false, false}, {64, 7, true, true, true}, {64, 0, false, false, false},
 		{16, 5, true, false, false}, {48, 9, false, true, true}, {37, 6, true, true, true}, {3, 4, false, false, false},
 		{128, 3, true, true, false}, {128, 6, false, true, true},
-		// multiples of 64: row-major groups of 128 columns, then 64
+		// multiples of 16: row-major groups of 128 columns, then 64, then 16 to 48
 		{192, 5, true, true, true}, {256, 4, false, false, true}, {320, 3, true, false, false},
+		{32, 6, true, false, true}, {80, 5, false, true, false}, {96, 4, true, true, true}, {112, 3, false, false, true},
+		{176, 5, true, true, false},
 		// not multiples of the vector widths: vector columns, then 4-wide or scalar ones
 		{4, 6, true, true, true}, {12, 7, false, false, true}, {20, 5, true, false, false}, {36, 4, false, true, false},
 		{68, 3, true, true, true}, {100, 5, false, false, false}, {24, 6, true, true, true},

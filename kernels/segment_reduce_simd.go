@@ -44,18 +44,21 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		return
 	}
 	switch {
-	case hasAVX512 && dim%64 == 0:
-		// row-major in groups of 128 (then 64) columns: each row's bytes are read in one pass, not
-		// one cache line per pass over the bag (that missed the TLB once per line on large tables)
+	case hasAVX512 && dim%16 == 0:
+		// row-major in column groups of 128, 64, then 16–48: each row's bytes are read in one pass,
+		// not one cache line per pass over the bag (which missed the TLB once per line on large tables)
 		c := 0
 		for ; c+128 <= dim; c += 128 {
 			segmentReduce128(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
 		}
-		if c < dim {
+		if dim-c >= 64 {
 			segmentReduce64(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
+			c += 64
 		}
-	case hasAVX512 && dim%16 == 0:
-		segmentReduceBlocks(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+		if c < dim {
+			segmentReduceNarrow(dst, dstBase+c, dstStride, (dim-c)/16, src[min(c, len(src)):], offs, mult, bounds,
+				weights, scales)
+		}
 	case hasAVX2 && dim%8 == 0:
 		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%4 == 0:
@@ -214,30 +217,42 @@ func segmentReduce128(dst []float32, dstBase, dstStride int, src []float32, offs
 	archsimd.ClearAVXUpperBits()
 }
 
-// segmentReduceBlocks handles any dim that is a multiple of 16, one 16-column block at a time.
-func segmentReduceBlocks(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+// segmentReduceNarrow sums blocks (1 to 3) 16-column blocks of each row, from src's start, in as
+// many registers.
+func segmentReduceNarrow(dst []float32, dstBase, dstStride, blocks int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
-	d := int64(dim)
+	width := int64(16 * blocks)
 	for i := 0; i+1 < len(bounds); i++ {
-		out := dst[dstBase+i*dstStride:][:dim]
-		for c := int64(0); c < d; c += 16 {
-			var acc archsimd.Float32x16
-			for j := bounds[i]; j < bounds[i+1]; j++ {
-				o := offs[j] * mult
-				if o < 0 {
-					continue
-				}
-				r := archsimd.LoadFloat32x16((*[16]float32)(src[o+c : o+c+16]))
-				if weights == nil {
-					acc = acc.Add(r)
-				} else {
-					acc = r.MulAdd(archsimd.BroadcastFloat32x16(weights[j]), acc)
-				}
+		var a0, a1, a2 archsimd.Float32x16
+		for j := bounds[i]; j < bounds[i+1]; j++ {
+			o := offs[j] * mult
+			if o < 0 {
+				continue
 			}
-			if scales != nil {
-				acc = acc.Mul(archsimd.BroadcastFloat32x16(scales[i]))
+			row := src[o : o+width]
+			w := archsimd.BroadcastFloat32x16(1)
+			if weights != nil {
+				w = archsimd.BroadcastFloat32x16(weights[j])
 			}
-			acc.Store((*[16]float32)(out[c : c+16]))
+			a0 = archsimd.LoadFloat32x16(blk(row, 0)).MulAdd(w, a0)
+			if blocks > 1 {
+				a1 = archsimd.LoadFloat32x16(blk(row, 16)).MulAdd(w, a1)
+			}
+			if blocks > 2 {
+				a2 = archsimd.LoadFloat32x16(blk(row, 32)).MulAdd(w, a2)
+			}
+		}
+		if scales != nil {
+			sc := archsimd.BroadcastFloat32x16(scales[i])
+			a0, a1, a2 = a0.Mul(sc), a1.Mul(sc), a2.Mul(sc)
+		}
+		out := dst[dstBase+i*dstStride:][:width]
+		a0.Store(blk(out, 0))
+		if blocks > 1 {
+			a1.Store(blk(out, 16))
+		}
+		if blocks > 2 {
+			a2.Store(blk(out, 32))
 		}
 	}
 	archsimd.ClearAVXUpperBits()
