@@ -68,41 +68,59 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 	}
 }
 
-// segmentReduceAVX2 is the 256-bit path for CPUs without AVX-512 (dim a multiple of 8): two
-// 8-column blocks per pass keep two accumulators in flight.
+// segmentReduceAVX2 is the 256-bit path for CPUs without AVX-512 (dim a multiple of 8): row-major
+// in groups of up to 64 columns, eight accumulators (named, so they stay in registers), so that
+// each row's bytes of a group are read in one pass over the bag.
 func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
-	d := int64(dim)
-	for i := 0; i+1 < len(bounds); i++ {
-		out := dst[dstBase+i*dstStride:][:dim]
-		for c := int64(0); c < d; c += 8 {
-			two := c+16 <= d
-			var a0, a1 archsimd.Float32x8
+	ld := func(row []float32, k int) archsimd.Float32x8 {
+		return archsimd.LoadFloat32x8((*[8]float32)(row[8*k : 8*k+8]))
+	}
+	for c := 0; c < dim; c += 64 {
+		n := min(8, (dim-c)/8) // 8-column blocks in this group
+		for i := 0; i+1 < len(bounds); i++ {
+			var a0, a1, a2, a3, a4, a5, a6, a7 archsimd.Float32x8
 			for j := bounds[i]; j < bounds[i+1]; j++ {
-				o := offs[j]*mult + c
 				if offs[j] < 0 {
 					continue
 				}
-				r0 := archsimd.LoadFloat32x8((*[8]float32)(src[o : o+8]))
-				var r1 archsimd.Float32x8
-				if two {
-					r1 = archsimd.LoadFloat32x8((*[8]float32)(src[o+8 : o+16]))
+				o := offs[j]*mult + int64(c)
+				row := src[o : o+int64(8*n)]
+				w := archsimd.BroadcastFloat32x8(1)
+				if weights != nil {
+					w = archsimd.BroadcastFloat32x8(weights[j])
 				}
-				if weights == nil {
-					a0, a1 = a0.Add(r0), a1.Add(r1)
-				} else {
-					w := archsimd.BroadcastFloat32x8(weights[j])
-					a0, a1 = r0.MulAdd(w, a0), r1.MulAdd(w, a1)
+				a0 = ld(row, 0).MulAdd(w, a0)
+				if n > 1 {
+					a1 = ld(row, 1).MulAdd(w, a1)
+				}
+				if n > 2 {
+					a2 = ld(row, 2).MulAdd(w, a2)
+				}
+				if n > 3 {
+					a3 = ld(row, 3).MulAdd(w, a3)
+				}
+				if n > 4 {
+					a4 = ld(row, 4).MulAdd(w, a4)
+				}
+				if n > 5 {
+					a5 = ld(row, 5).MulAdd(w, a5)
+				}
+				if n > 6 {
+					a6 = ld(row, 6).MulAdd(w, a6)
+				}
+				if n > 7 {
+					a7 = ld(row, 7).MulAdd(w, a7)
 				}
 			}
+			s := archsimd.BroadcastFloat32x8(1)
 			if scales != nil {
-				s := archsimd.BroadcastFloat32x8(scales[i])
-				a0, a1 = a0.Mul(s), a1.Mul(s)
+				s = archsimd.BroadcastFloat32x8(scales[i])
 			}
-			a0.Store((*[8]float32)(out[c : c+8]))
-			if two {
-				a1.Store((*[8]float32)(out[c+8 : c+16]))
-				c += 8
+			out := dst[dstBase+i*dstStride+c:][:8*n]
+			acc := [8]archsimd.Float32x8{a0, a1, a2, a3, a4, a5, a6, a7}
+			for k := range n {
+				acc[k].Mul(s).Store((*[8]float32)(out[8*k : 8*k+8]))
 			}
 		}
 	}

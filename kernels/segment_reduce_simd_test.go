@@ -14,7 +14,7 @@ func TestSegmentReduceAVX2(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("no AVX2+FMA")
 	}
-	for _, dim := range []int{8, 24, 64, 72} {
+	for _, dim := range []int{8, 24, 64, 72, 128, 136, 200} {
 		for _, weighted := range []bool{false, true} {
 			t.Run(fmt.Sprintf("d%d_w%v", dim, weighted), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(dim), 5))
