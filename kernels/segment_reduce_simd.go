@@ -44,6 +44,7 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		return
 	}
 	switch {
+	case weights == nil && segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, scales):
 	case hasAVX512 && dim%16 == 0:
 		// row-major in column groups of 128, 64, then 16–48: each row's bytes are read in one pass,
 		// not one cache line per pass over the bag (which missed the TLB once per line on large tables)

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // TestSegmentReduceAVX2 runs the 256-bit path (used on CPUs without AVX-512) against the portable
@@ -59,6 +61,63 @@ func TestSegmentScatterAVX2(t *testing.T) {
 				SegmentScatterGeneric(want, dim, idx, fresh, src, 0, dim, bounds, w, sc)
 				segmentScatterBlocks8(got, dim, idx, fresh, src, 0, dim, bounds, w, sc)
 				requireClose(t, f64(want), got, 1e-5, "avx2")
+			})
+		}
+	}
+}
+
+// TestInLoopPrefetchKernels: long unweighted bags of widths that are multiples of 64 run on the
+// assembly kernels, which equal the Go kernels bit for bit (each bag summed in entry order) with
+// skipped entries, empty bags, scales and row-index offsets; arguments they cannot trust blindly
+// are left to the Go kernels.
+func TestInLoopPrefetchKernels(t *testing.T) {
+	if !PrefetchesInLoop(64) {
+		t.Skip("no AVX-512")
+	}
+	for _, dim := range []int{64, 128, 192, 256} {
+		for _, byRow := range []bool{false, true} {
+			t.Run(fmt.Sprintf("d%d_row%v", dim, byRow), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(dim), 11))
+				rows, stride := 300, dim+16
+				src := randVec(r, rows*stride)
+				bounds := []int64{0, 70, 70, 75, 200, 241}
+				offs := make([]int64, bounds[len(bounds)-1])
+				for j := range offs {
+					offs[j] = int64(r.IntN(rows))
+					if !byRow {
+						offs[j] *= int64(stride)
+					}
+					if j%17 == 3 {
+						offs[j] = -1
+					}
+				}
+				mult := int64(1)
+				if byRow {
+					mult = int64(stride)
+				}
+				ones := make([]float32, len(offs))
+				for j := range ones {
+					ones[j] = 1
+				}
+				for _, sc := range [][]float32{nil, randVec(r, 5)} {
+					got := make([]float32, 5*(dim+8))
+					want := make([]float32, len(got))
+					require.True(t, segmentReduceInLoop(got, 0, dim+8, dim, src, offs, mult, bounds, sc))
+					SegmentReduce(want, 0, dim+8, dim, src, offs, mult, bounds, ones, sc) // the Go kernels (weights of 1)
+					require.Equal(t, want, got)
+					generic := make([]float32, len(got))
+					SegmentReduceGeneric(generic, 0, dim+8, dim, src, offs, mult, bounds, nil, sc)
+					requireClose(t, f64(generic), got, 1e-5, "generic")
+				}
+				// refused: a row past the source, short bags, a dst too short, bounds out of order
+				bad := append([]int64(nil), offs...)
+				bad[100] = int64(rows*stride) / mult
+				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, bad, mult, bounds, nil))
+				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, offs, mult,
+					[]int64{0, 10, 20}, nil))
+				require.False(t, segmentReduceInLoop(make([]float32, 4*dim), 0, dim, dim, src, offs, mult, bounds, nil))
+				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, offs, mult,
+					[]int64{0, 200, 100, 150, 200, 241}, nil))
 			})
 		}
 	}

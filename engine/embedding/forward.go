@@ -281,24 +281,35 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 			}
 			return b1
 		}
+		// long unweighted bags the kernel prefetches inside its loop: a call then needs only its
+		// first rows prefetched ahead of it
+		eligible := b.Weights == nil && kernels.PrefetchesInLoop(t.Dim)
+		inLoop := func(b0, b1 int) bool {
+			return eligible && offsets[base+b1]-offsets[base+b0] >= int64(kernels.InLoopMinBag*(b1-b0))
+		}
 		var scratch []float32 // a long bag's partial sums
 		for b0, b1 := c0, end(c0); b0 < c1; {
 			b2 := b1
 			if b1 < c1 {
 				b2 = end(b1)
-				// the next call's first sample, at most a budget of it (a long bag's pieces prefetch their own)
-				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:min(offsets[base+b1]+budget, offsets[base+min(b2, b1+1)])],
+				// the next call's first sample, at most a budget of it (a long bag's pieces prefetch their
+				// own; the in-loop kernel all but its first rows)
+				ahead := budget
+				if inLoop(b1, b2) {
+					ahead = int64(kernels.InLoopAhead(t.Dim))
+				}
+				kernels.PrefetchRows(t.Data, offs[offsets[base+b1]:min(offsets[base+b1]+ahead, offsets[base+min(b2, b1+1)])],
 					mult, t.Dim)
 			}
 			lo, hi := offsets[base+b0], offsets[base+b1]
-			if b1 == b0+1 && hi-lo > 2*budget {
+			if b1 == b0+1 && hi-lo > 2*budget && !inLoop(b0, b1) {
 				scratch = poolLongBag(out, b0*c.width+c.colOff[f], t, offs, mult, lo, hi, budget, b.Weights,
 					ctx.scales[base+b0], scratch)
 			} else {
 				kernels.SegmentReduce(out, b0*c.width+c.colOff[f], c.width, t.Dim, t.Data, offs, mult,
 					offsets[base+b0:base+b1+1], b.Weights, ctx.scales[base+b0:base+b1])
 			}
-			if b2 > b1+1 { // the rest of the next call's rows (its first sample's went ahead above)
+			if b2 > b1+1 && !inLoop(b1, b2) { // the rest of the next call's rows (its first sample's went ahead above)
 				kernels.PrefetchRows(t.Data, offs[offsets[base+b1+1]:offsets[base+b2]], mult, t.Dim)
 			}
 			b0, b1 = b1, b2

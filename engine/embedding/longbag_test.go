@@ -2,15 +2,19 @@ package embedding
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
+	"github.com/recgo/recgo/kernels"
 	"github.com/stretchr/testify/require"
 )
 
 // TestLongBagsMatchBruteForce pools bags long enough to be summed in pieces (poolLongBag: more than
-// twice the rows a feature-major kernel call takes), beside short and empty ones, weighted, with sum
-// and mean pooling and widths with and without a vector tail, against a float64 reference.
+// twice the rows a feature-major kernel call takes) or, unweighted of a width a multiple of 64, by
+// the in-loop prefetching kernel (in entry order, as FBGEMM sums), beside short and empty ones,
+// weighted, with sum and mean pooling and widths with and without a vector tail, against a float64
+// reference within the float32 summation bound.
 func TestLongBagsMatchBruteForce(t *testing.T) {
 	for _, dim := range []int{20, 128} {
 		for _, weighted := range []bool{false, true} {
@@ -45,7 +49,8 @@ func TestLongBagsMatchBruteForce(t *testing.T) {
 				for f := range 2 {
 					for s := range 3 {
 						n := int(lengths[f*3+s])
-						want := make([]float64, dim)
+						want, mag := make([]float64, dim), make([]float64, dim)
+						seq := make([]float32, dim) // float32, in entry order (FBGEMM's order)
 						for j := at; j < at+n; j++ {
 							w := 1.0
 							if weighted {
@@ -53,13 +58,23 @@ func TestLongBagsMatchBruteForce(t *testing.T) {
 							}
 							for d, x := range tb.Row(b.Values[j]) {
 								want[d] += w * float64(x)
+								mag[d] += math.Abs(w * float64(x))
+								seq[d] += x
 							}
 						}
 						for d := range want {
+							got := out[s*c.Width()+c.ColumnOffset(f)+d]
 							if f == 1 && n > 0 {
 								want[d] /= float64(n)
+								mag[d] /= float64(n)
+								seq[d] *= 1 / float32(n)
 							}
-							close32(t, want[d], out[s*c.Width()+c.ColumnOffset(f)+d], fmt.Sprintf("feature %d sample %d col %d", f, s, d))
+							msg := fmt.Sprintf("feature %d sample %d col %d", f, s, d)
+							// a float32 sum of n terms is within n·u·Σ|terms| of the exact one (Higham)
+							require.InDelta(t, want[d], float64(got), 1e-5*(1+math.Abs(want[d]))+float64(n)*0x1p-24*mag[d], msg)
+							if !weighted && kernels.PrefetchesInLoop(dim) && n >= kernels.InLoopMinBag {
+								require.Equal(t, seq[d], got, msg) // the in-loop kernel sums in entry order
+							}
 						}
 						at += n
 					}

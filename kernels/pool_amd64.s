@@ -1,0 +1,182 @@
+//go:build goexperiment.simd
+
+#include "textflag.h"
+
+// Unweighted segment sums (AVX-512) with the prefetch inside the loop: while entry j is added, the
+// lines of entry j+dist's row are requested (across segment ends, up to the last entry), so a
+// steady stream of misses stays in flight. A prefetch of a whole kernel call's rows ahead of it
+// asked for hundreds of lines at once, more than the core's miss queue holds, and the core waited
+// for them before it summed anything. Each segment's rows are summed in entry order, as
+// segmentReduce64/128 sum them, so the results are the same bit for bit. The caller checks every
+// offset against the source's length; entries with offs[j] < 0 are skipped. Arguments: dst (the
+// first segment's output; dstStride bytes to the next), src (the group's first column), offs and
+// bounds (segment i is entries bounds[i]..bounds[i+1]-1 of offs), nseg segments, scale (bytes per
+// offset unit), dist (entries ahead to prefetch), scales (one per segment, or nil).
+
+// func sumSegs64(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
+//	dist int, scales *float32)
+TEXT ·sumSegs64(SB), NOSPLIT, $0-72
+	MOVQ dst+0(FP), DX
+	MOVQ src+16(FP), AX
+	MOVQ offs+24(FP), BX
+	MOVQ bounds+32(FP), R8
+	MOVQ nseg+40(FP), R13
+	MOVQ (R8)(R13*8), CX // the last entry: prefetches stop there
+	MOVQ scale+48(FP), R9
+	MOVQ dist+56(FP), R10
+	MOVQ scales+64(FP), DI
+	MOVQ DI, scales+64(FP)
+sumSegs64_seg:
+	DECQ nseg+40(FP)
+	JL sumSegs64_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	MOVQ (R8), R11 // j: the segment's first entry
+	MOVQ 8(R8), R13 // its end
+sumSegs64_loop:
+	CMPQ R11, R13
+	JGE sumSegs64_store
+	LEAQ (R11)(R10*1), R12
+	CMPQ R12, CX
+	JGE sumSegs64_sum
+	MOVQ (BX)(R12*8), SI
+	TESTQ SI, SI
+	JL sumSegs64_sum
+	IMULQ R9, SI
+	LEAQ (AX)(SI*1), DI
+	PREFETCHT0 0(DI)
+	PREFETCHT0 64(DI)
+	PREFETCHT0 128(DI)
+	PREFETCHT0 192(DI)
+	PREFETCHT0 255(DI)
+sumSegs64_sum:
+	MOVQ (BX)(R11*8), SI
+	TESTQ SI, SI
+	JL sumSegs64_next
+	IMULQ R9, SI
+	LEAQ (AX)(SI*1), DI
+	VADDPS 0(DI), Z0, Z0
+	VADDPS 64(DI), Z1, Z1
+	VADDPS 128(DI), Z2, Z2
+	VADDPS 192(DI), Z3, Z3
+sumSegs64_next:
+	INCQ R11
+	JMP sumSegs64_loop
+sumSegs64_store:
+	MOVQ scales+64(FP), DI
+	TESTQ DI, DI
+	JZ sumSegs64_write
+	VBROADCASTSS (DI), Z4
+	VMULPS Z4, Z0, Z0
+	VMULPS Z4, Z1, Z1
+	VMULPS Z4, Z2, Z2
+	VMULPS Z4, Z3, Z3
+	ADDQ $4, DI
+	MOVQ DI, scales+64(FP)
+sumSegs64_write:
+	VMOVUPS Z0, 0(DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, 128(DX)
+	VMOVUPS Z3, 192(DX)
+	ADDQ dstStride+8(FP), DX
+	ADDQ $8, R8
+	JMP sumSegs64_seg
+sumSegs64_done:
+	VZEROUPPER
+	RET
+
+// func sumSegs128(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
+//	dist int, scales *float32)
+TEXT ·sumSegs128(SB), NOSPLIT, $0-72
+	MOVQ dst+0(FP), DX
+	MOVQ src+16(FP), AX
+	MOVQ offs+24(FP), BX
+	MOVQ bounds+32(FP), R8
+	MOVQ nseg+40(FP), R13
+	MOVQ (R8)(R13*8), CX // the last entry: prefetches stop there
+	MOVQ scale+48(FP), R9
+	MOVQ dist+56(FP), R10
+	MOVQ scales+64(FP), DI
+	MOVQ DI, scales+64(FP)
+sumSegs128_seg:
+	DECQ nseg+40(FP)
+	JL sumSegs128_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ (R8), R11 // j: the segment's first entry
+	MOVQ 8(R8), R13 // its end
+sumSegs128_loop:
+	CMPQ R11, R13
+	JGE sumSegs128_store
+	LEAQ (R11)(R10*1), R12
+	CMPQ R12, CX
+	JGE sumSegs128_sum
+	MOVQ (BX)(R12*8), SI
+	TESTQ SI, SI
+	JL sumSegs128_sum
+	IMULQ R9, SI
+	LEAQ (AX)(SI*1), DI
+	PREFETCHT0 0(DI)
+	PREFETCHT0 64(DI)
+	PREFETCHT0 128(DI)
+	PREFETCHT0 192(DI)
+	PREFETCHT0 256(DI)
+	PREFETCHT0 320(DI)
+	PREFETCHT0 384(DI)
+	PREFETCHT0 448(DI)
+	PREFETCHT0 511(DI)
+sumSegs128_sum:
+	MOVQ (BX)(R11*8), SI
+	TESTQ SI, SI
+	JL sumSegs128_next
+	IMULQ R9, SI
+	LEAQ (AX)(SI*1), DI
+	VADDPS 0(DI), Z0, Z0
+	VADDPS 64(DI), Z1, Z1
+	VADDPS 128(DI), Z2, Z2
+	VADDPS 192(DI), Z3, Z3
+	VADDPS 256(DI), Z4, Z4
+	VADDPS 320(DI), Z5, Z5
+	VADDPS 384(DI), Z6, Z6
+	VADDPS 448(DI), Z7, Z7
+sumSegs128_next:
+	INCQ R11
+	JMP sumSegs128_loop
+sumSegs128_store:
+	MOVQ scales+64(FP), DI
+	TESTQ DI, DI
+	JZ sumSegs128_write
+	VBROADCASTSS (DI), Z8
+	VMULPS Z8, Z0, Z0
+	VMULPS Z8, Z1, Z1
+	VMULPS Z8, Z2, Z2
+	VMULPS Z8, Z3, Z3
+	VMULPS Z8, Z4, Z4
+	VMULPS Z8, Z5, Z5
+	VMULPS Z8, Z6, Z6
+	VMULPS Z8, Z7, Z7
+	ADDQ $4, DI
+	MOVQ DI, scales+64(FP)
+sumSegs128_write:
+	VMOVUPS Z0, 0(DX)
+	VMOVUPS Z1, 64(DX)
+	VMOVUPS Z2, 128(DX)
+	VMOVUPS Z3, 192(DX)
+	VMOVUPS Z4, 256(DX)
+	VMOVUPS Z5, 320(DX)
+	VMOVUPS Z6, 384(DX)
+	VMOVUPS Z7, 448(DX)
+	ADDQ dstStride+8(FP), DX
+	ADDQ $8, R8
+	JMP sumSegs128_seg
+sumSegs128_done:
+	VZEROUPPER
+	RET
