@@ -150,26 +150,50 @@ func (t *Table) release(victims []candidate) {
 	if len(victims) == 0 {
 		return
 	}
-	slices.SortFunc(victims, func(a, b candidate) int { return int(a.row) - int(b.row) })
-	c := &t.cfg
-	for _, v := range victims {
-		r := int(v.row)
-		id := t.ids[r]
-		h := hashID(id, c.Seed)
-		if !t.shards[shardOf(h)].del(h, id) {
-			panic(fmt.Sprintf("dynamic table %q: row %d's id %d is missing from the id map", c.Name, r, id))
-		}
-		clear(t.weights[r*c.Stride : (r+1)*c.Stride])
-		clear(t.state[r*c.StateWidth : (r+1)*c.StateWidth])
-		t.ids[r], t.last[r], t.counts[r] = 0, 0, 0
+	rows := make([]int32, len(victims))
+	for i, v := range victims {
+		id := t.ids[v.row]
+		h := hashID(id, t.cfg.Seed)
+		t.clearRow(&t.shards[shardOf(h)], h, v.row)
+		rows[i] = v.row
 	}
+	t.freeRows(rows)
+}
+
+// freeRows pushes cleared rows on the free list so that they are reused in ascending row order
+// (whatever order they were cleared in: lookups clear stale rows shard by shard, in parallel), and
+// counts them as evicted.
+func (t *Table) freeRows(rows []int32) {
+	if len(rows) == 0 {
+		return
+	}
+	slices.Sort(rows)
 	t.allocMu.Lock()
-	for i := len(victims) - 1; i >= 0; i-- {
-		t.free[t.nfree] = victims[i].row
+	for i := len(rows) - 1; i >= 0; i-- {
+		t.free[t.nfree] = rows[i]
 		t.nfree++
 	}
 	t.allocMu.Unlock()
-	t.evicted.Add(int64(len(victims)))
+	t.evicted.Add(int64(len(rows)))
+}
+
+// clearRow removes row r's ID (hash h) from its shard s, and resets the row's weights, state and
+// metadata to zero (caller holds s's lock, and hands r to freeRows).
+func (t *Table) clearRow(s *shard, h uint64, r int32) {
+	c := &t.cfg
+	if !s.del(h, t.ids[r]) {
+		panic(fmt.Sprintf("dynamic table %q: row %d's id %d is missing from the id map", c.Name, r, t.ids[r]))
+	}
+	clear(t.weights[int(r)*c.Stride : int(r+1)*c.Stride])
+	clear(t.state[int(r)*c.StateWidth : int(r+1)*c.StateWidth])
+	t.ids[r], t.last[r], t.counts[r] = 0, 0, 0
+}
+
+// stale reports whether row r was last seen more than MaxAge steps before step. The sweep (every
+// MaxAge/4 steps) frees such rows; a lookup in between treats the row's ID as a new one, so no row
+// outlives MaxAge by the sweep's period.
+func (t *Table) stale(r int32, step uint32) bool {
+	return t.cfg.MaxAge > 0 && step-t.last[r] > uint32(t.cfg.MaxAge)
 }
 
 // selectSmallest reorders a so that its first k elements are its k smallest (in any order), with

@@ -63,7 +63,16 @@ func (m *refTable) resolve(ids []int64, train bool) ([]int64, error) {
 	if c.Default != nil {
 		def = int64(c.MaxRows)
 	}
+	var stale []int // rows past MaxAge the sweep left: their IDs come back as new ones
 	for i, id := range ids {
+		if r, ok := m.rowOf[id]; ok && c.MaxAge > 0 && m.step-m.last[r] > uint32(c.MaxAge) {
+			if !train {
+				rows[i] = def
+				continue
+			}
+			stale = append(stale, r)
+			delete(m.rowOf, id)
+		}
 		if r, ok := m.rowOf[id]; ok {
 			if train {
 				m.last[r] = m.step
@@ -89,6 +98,7 @@ func (m *refTable) resolve(ids []int64, train bool) ([]int64, error) {
 	if !train {
 		return rows, nil
 	}
+	m.release(stale)
 	for i, r := range rows {
 		if r != -2 {
 			continue

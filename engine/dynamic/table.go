@@ -43,6 +43,7 @@ type Table struct {
 	reserve []candidate // LRU candidates kept from the last full pass (see takeReserve)
 
 	step              atomic.Uint32
+	stepIDs           atomic.Int64 // IDs resolved in training since the clock last moved (see checkRoom)
 	admitted, evicted atomic.Int64
 	closeMu           sync.RWMutex
 	closed            bool
@@ -122,6 +123,7 @@ func (t *Table) Advance() error {
 
 func (t *Table) tick() error {
 	step := t.step.Add(1)
+	t.stepIDs.Store(0)
 	if t.cfg.MaxAge > 0 && step%uint32(max(1, t.cfg.MaxAge/4)) == 0 {
 		return t.evictStale(step)
 	}
@@ -144,6 +146,11 @@ func (t *Table) Resolve(ids []int64, rows []int64, train bool) error {
 	if t.closed {
 		return t.closedErr()
 	}
+	if train {
+		if err := t.checkRoom(ids); err != nil {
+			return err
+		}
+	}
 	if train && !t.cfg.ManualStep {
 		if err := t.tick(); err != nil {
 			return err
@@ -162,6 +169,59 @@ func (t *Table) Resolve(ids []int64, rows []int64, train bool) error {
 			}
 			rows[i] = int64(row)
 		}
+	}
+	return nil
+}
+
+// checkRoom fails, before a training Resolve changes anything, when its IDs need more rows than the
+// table has: those that hold a row or will be admitted, plus the rows that calls before it stamped
+// in the same step (a manual-step table's earlier micro-batches). Admission would otherwise fail
+// midway, having evicted rows (their trained weights lost) and admitted part of the batch for a
+// step that raised. The exact count (every shard locked) runs only when the IDs of the step so far
+// could exceed the bound.
+func (t *Table) checkRoom(ids []int64) error {
+	prior := int64(0)
+	if t.cfg.ManualStep { // the clock does not move with this call: earlier calls' rows are this step's
+		prior = t.stepIDs.Add(int64(len(ids))) - int64(len(ids))
+	}
+	if prior+int64(len(ids)) <= int64(t.cfg.MaxRows) {
+		return nil
+	}
+	thaw := t.freeze()
+	defer thaw()
+	step := t.step.Load()
+	stamped := 0 // rows earlier calls of this step touched (none once the clock moves)
+	if t.cfg.ManualStep {
+		for r := range t.highWater {
+			if t.counts[r] != 0 && t.last[r] == step {
+				stamped++
+			}
+		}
+	}
+	seen := make(map[int64]int, len(ids))
+	for _, id := range ids {
+		seen[id]++
+	}
+	if !t.cfg.ManualStep {
+		step++ // the step this call will run at
+	}
+	need := stamped
+	for id, n := range seen {
+		h := hashID(id, t.cfg.Seed)
+		s := &t.shards[shardOf(h)]
+		switch r := s.get(h, id); {
+		case r >= 0 && !t.stale(r, step):
+			if !t.cfg.ManualStep || t.last[r] != step {
+				need++
+			}
+		case t.cfg.MinCount <= 1 || s.sketch.estimate(h)+n >= t.cfg.MinCount:
+			need++
+		}
+	}
+	if need > t.cfg.MaxRows {
+		return errs.Capacityf("dynamic table %q: this batch needs %d rows (its IDs that hold or reach a row, and "+
+			"the rows this step's earlier batches hold), more than its %d; raise the row bound (num_embeddings) "+
+			"above the number of distinct IDs one step can have (nothing was changed)", t.cfg.Name, need, t.cfg.MaxRows)
 	}
 	return nil
 }
@@ -192,12 +252,23 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 	g := groupByShard(ids, t.cfg.Seed)
 	defer groupPool.Put(g)
 	def := t.DefaultRow()
+	var staleMu sync.Mutex
+	var stale []int32 // rows past MaxAge the sweep has not freed yet, freed after the pass
 	visit := func(lo, hi int) {
 		for s, idx := range g.groups(t, lo, hi) {
 			s.mu.Lock()
 			for _, i := range idx {
 				h, id := g.hash[i], ids[i]
 				r := s.get(h, id)
+				if r >= 0 && t.stale(r, step) { // its ID comes back as a new one
+					if train {
+						t.clearRow(s, h, r)
+						staleMu.Lock()
+						stale = append(stale, r)
+						staleMu.Unlock()
+					}
+					r = noRow
+				}
 				switch {
 				case r >= 0:
 					if train {
@@ -220,6 +291,7 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 	} else {
 		visit(0, numShards)
 	}
+	t.freeRows(stale)
 }
 
 // Evictions implements embedding.EvictingSource: the rows freed by eviction so far (a checkpoint

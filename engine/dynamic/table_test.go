@@ -187,6 +187,71 @@ func TestBatchLargerThanBoundIsACapacityError(t *testing.T) {
 	assert.Len(t, resolve(t, tab, true, 5, 6, 7), 3)
 }
 
+// A batch that needs more rows than the table has fails before it changes anything: the clock, the
+// trained rows and their IDs, the counters and the admission sketch stay as they were (evictions
+// used to run, and part of the batch was admitted, before the failure). With a manual clock the
+// rows earlier batches of the step hold count too.
+func TestARefusedBatchChangesNothing(t *testing.T) {
+	cases := []struct {
+		name   string
+		cfg    Config
+		before [][]int64 // training batches first (with a manual clock: all in one step)
+		batch  []int64
+		ok     bool
+	}{
+		{"five new IDs for four rows", Config{MaxRows: 4}, [][]int64{{1, 2, 3, 4}, {1, 2, 3, 4}}, []int64{10, 11, 12, 13, 14}, false},
+		{"known and new IDs", Config{MaxRows: 4}, [][]int64{{1, 2, 3, 4}}, []int64{1, 2, 10, 11, 12}, false},
+		{"repeats count once", Config{MaxRows: 4}, [][]int64{{1, 2, 3, 4}}, []int64{10, 10, 11, 11, 12, 13}, true},
+		{"unadmitted IDs need no row", Config{MaxRows: 4, MinCount: 3}, [][]int64{{1, 2, 3, 4}, {1, 2, 3, 4}, {1, 2, 3, 4}},
+			[]int64{1, 2, 3, 4, 10, 11}, true},
+		{"admissible IDs do", Config{MaxRows: 4, MinCount: 2}, [][]int64{{1, 2, 3, 4}, {1, 2, 3, 4}, {10, 1}},
+			[]int64{1, 2, 3, 4, 10, 11}, false},
+		{"the step's earlier batches", Config{MaxRows: 4, ManualStep: true}, [][]int64{{1, 2, 3}}, []int64{10, 11}, false},
+		{"the step's earlier batches, room left", Config{MaxRows: 4, ManualStep: true}, [][]int64{{1, 2}}, []int64{1, 10, 11}, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.cfg.Name, c.cfg.Dim, c.cfg.InitLow, c.cfg.InitHigh = "t", 2, -1, 1
+			tab := newTable(t, c.cfg)
+			for _, b := range c.before {
+				resolve(t, tab, true, b...)
+			}
+			for i := range tab.Weights() { // trained values the init would not give
+				tab.Weights()[i] = float32(i) + 0.5
+			}
+			weights := append([]float32(nil), tab.Weights()...)
+			stats, err := tab.Stats()
+			require.NoError(t, err)
+			known := resolve(t, tab, false, 1, 2, 3, 4, 10)
+			var sk []int
+			for _, id := range []int64{10, 11, 12, 13, 14} {
+				if c.cfg.MinCount > 1 {
+					h := hashID(id, tab.cfg.Seed)
+					sk = append(sk, tab.shards[shardOf(h)].sketch.estimate(h))
+				}
+			}
+			err = tab.Resolve(c.batch, make([]int64, len(c.batch)), true)
+			if c.ok {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, errs.ErrCapacity)
+			require.ErrorContains(t, err, "nothing was changed")
+			after, err := tab.Stats()
+			require.NoError(t, err)
+			require.Equal(t, stats, after)
+			require.Equal(t, known, resolve(t, tab, false, 1, 2, 3, 4, 10))
+			require.Equal(t, weights, tab.Weights())
+			for i, id := range []int64{10, 11, 12, 13, 14} {
+				if c.cfg.MinCount > 1 {
+					h := hashID(id, tab.cfg.Seed)
+					require.Equal(t, sk[i], tab.shards[shardOf(h)].sketch.estimate(h), "sketch of %d", id)
+				}
+			}
+		})
+	}
+}
+
 func TestMaxAgeEvictsStaleRows(t *testing.T) {
 	tab := newTable(t, Config{Name: "t", Dim: 1, MaxRows: 100, MaxAge: 4})
 	resolve(t, tab, true, 1, 2)
@@ -196,6 +261,30 @@ func TestMaxAgeEvictsStaleRows(t *testing.T) {
 	// step 6: 2 last seen at step 1, age 5 > 4, swept at step 6? sweeps run every MaxAge/4 = 1 step.
 	assert.Equal(t, []int64{0, -1}, resolve(t, tab, false, 1, 2))
 	assert.Equal(t, []int64{1}, resolve(t, tab, true, 3), "the freed row is reused")
+}
+
+// A row unseen for more than MaxAge steps is gone as soon as it is, not only at the next sweep
+// (every MaxAge/4 steps): an eval lookup misses it and a training one admits its ID afresh.
+func TestMaxAgeHoldsBetweenSweeps(t *testing.T) {
+	tab := newTable(t, Config{Name: "t", Dim: 2, MaxRows: 100, MaxAge: 12, InitLow: -1, InitHigh: 1})
+	resolve(t, tab, true, 1, 2) // step 1
+	row := tab.Weights()[0:2]
+	row[0], row[1] = 7, 7 // trained
+	for range 12 {
+		resolve(t, tab, true, 2) // steps 2..13: sweeps at 3, 6, 9, 12
+	}
+	assert.Equal(t, []int64{0}, resolve(t, tab, false, 1), "age 12 at step 13: kept")
+	resolve(t, tab, true, 2) // step 14: id 1 is 13 steps old, the next sweep is at 15
+	assert.Equal(t, []int64{-1}, resolve(t, tab, false, 1), "an eval lookup misses it")
+	stats, err := tab.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), stats.Evicted)
+	assert.Equal(t, []int64{0}, resolve(t, tab, true, 1), "step 15: admitted afresh, in its freed row")
+	assert.NotEqual(t, []float32{7, 7}, tab.Weights()[0:2], "with a new initial row")
+	stats, err = tab.Stats()
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), stats.Evicted)
+	assert.Equal(t, int64(3), stats.Admitted)
 }
 
 func TestManualStep(t *testing.T) {
@@ -230,6 +319,9 @@ func TestMatchesReference(t *testing.T) {
 		{Name: "lfu", Dim: 2, MaxRows: 16, Policy: LFU, EvictFrac: 0.25},
 		{Name: "admit2", Dim: 2, MaxRows: 32, MinCount: 2, SketchWidth: 1 << 20},
 		{Name: "age", Dim: 2, MaxRows: 64, MaxAge: 6, MinCount: 3, Policy: LFU, SketchWidth: 1 << 20},
+		// sweeps every 3 steps: rows past MaxAge in between come back as new IDs
+		{Name: "age12", Dim: 2, MaxRows: 64, MaxAge: 12, Policy: LRU, SketchWidth: 1 << 20},
+		{Name: "age12admit", Dim: 2, MaxRows: 64, MaxAge: 12, MinCount: 2, SketchWidth: 1 << 20},
 		{Name: "default", Dim: 2, MaxRows: 8, Default: []float32{1, 2}, EvictFrac: 1},
 	}
 	for _, c := range cases {

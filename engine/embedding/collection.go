@@ -3,6 +3,7 @@ package embedding
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -354,9 +355,10 @@ func (c *Collection) lock(exclusive bool) (func(), error) {
 	return c.mu.Unlock, nil
 }
 
+// wrapTable names table t in err, unless err already names it (a dynamic table's errors do).
 func wrapTable(t *Table, err error) error {
-	if err == nil {
-		return nil
+	if err == nil || strings.Contains(err.Error(), fmt.Sprintf("table %q", t.Name)) {
+		return err
 	}
 	return fmt.Errorf("table %q: %w", t.Name, err)
 }

@@ -211,13 +211,19 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
     """Rows of ``ids`` in the table's weight (-1 for IDs without one, also in eval mode when the table
     has a ``default`` vector); of a sharded collection, in this rank's shard, which knows only the IDs
     it owns. With ``train=True`` this is a training step: IDs are counted and admitted, like a forward
-    pass does."""
+    pass does (an ID repeated in ``ids`` counts once, as in a batch)."""
     ebc = _pooled(ebc)
     ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
-    rows = torch.empty_like(ids)
+    # deduplicated in order of first appearance, as a forward deduplicates (admissions in that order)
+    uniq, inverse = torch.unique(ids, return_inverse=True)
+    first = torch.full((uniq.numel(),), ids.numel()).scatter_reduce_(0, inverse, torch.arange(ids.numel()), "amin")
+    order = first.argsort()
+    uniq = uniq[order]
+    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel()))[inverse]
+    rows = torch.empty_like(uniq)
     _lib.call(_lib.fn("recgo_dynamic_resolve"), ebc._handle.value, _index(ebc, table),
-              ptr(ids), ptr(rows), ids.numel(), int(train))
-    return rows
+              ptr(uniq), ptr(rows), uniq.numel(), int(train))
+    return rows[inverse]
 
 
 def advance(ebc: Any, table: str | int) -> None:
