@@ -4,20 +4,20 @@ package kernels
 
 import "unsafe"
 
-// sumSegs64 and sumSegs128 write each segment's sum of its rows' first 64 or 128 floats (times
-// its scale), prefetching entry j+dist's row while adding entry j's; see pool_amd64.s. The caller
-// checks the offsets.
+// sumSegs64 and sumSegs128 write each segment's (weighted) sum of its rows' first 64 or 128 floats
+// (times its scale), prefetching entry j+dist's row while adding entry j's; see pool_amd64.s. The
+// caller checks the offsets.
 //
 //go:noescape
 func sumSegs64(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-	dist int, scales *float32)
+	dist int, scales, weights *float32)
 
 //go:noescape
 func sumSegs128(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-	dist int, scales *float32)
+	dist int, scales, weights *float32)
 
-// InLoopMinBag is the mean bag length from which SegmentReduce pools unweighted bags of widths
-// that are a multiple of 64 with the in-loop prefetching kernels (where PrefetchesInLoop): shorter
+// InLoopMinBag is the mean bag length from which SegmentReduce pools bags of widths that are a
+// multiple of 64 with the in-loop prefetching kernels (where PrefetchesInLoop): shorter
 // bags keep the Go kernels, whose callers prefetch a whole call's rows ahead (cheaper per row when
 // a row is one of a few per bag).
 const InLoopMinBag = 32
@@ -26,27 +26,27 @@ const InLoopMinBag = 32
 // rows of 512 bytes (measured best on a 1M-row table: 8 rows left misses exposed, 48 evicted).
 const prefetchAheadBytes = 8192
 
-// PrefetchesInLoop reports whether SegmentReduce pools unweighted bags of width dim, InLoopMinBag
-// entries long on average, with the in-loop prefetching kernels: their callers need to prefetch
+// PrefetchesInLoop reports whether SegmentReduce pools bags of width dim, InLoopMinBag entries long
+// on average, with the in-loop prefetching kernels: their callers need to prefetch
 // only the first InLoopAhead(dim) rows of a call.
 func PrefetchesInLoop(dim int) bool { return hasAVX512 && dim%64 == 0 }
 
 // InLoopAhead is how many rows ahead the in-loop kernels prefetch for width dim.
 func InLoopAhead(dim int) int { return max(4, prefetchAheadBytes/(4*min(dim, 128))) }
 
-// segmentReduceInLoop is segmentReduce for unweighted bags of a mean length of at least
-// inLoopMinBag when dim is a multiple of 64, on the assembly kernels (groups of 128 columns, then
+// segmentReduceInLoop is segmentReduce for bags of a mean length of at least InLoopMinBag when
+// dim is a multiple of 64, on the assembly kernels (groups of 128 columns, then
 // 64); it reports false, having written nothing, when the arguments are not ones it can trust
 // blindly (the Go kernels then run and check them).
 func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
-	bounds []int64, scales []float32) bool {
+	bounds []int64, weights, scales []float32) bool {
 	nseg := len(bounds) - 1
 	if !PrefetchesInLoop(dim) || nseg <= 0 || len(src) == 0 || mult <= 0 || dstBase < 0 || dstStride < dim ||
 		dstBase+(nseg-1)*dstStride+dim > len(dst) || (scales != nil && len(scales) < nseg) {
 		return false
 	}
 	lo, hi := bounds[0], bounds[nseg]
-	if lo < 0 || hi > int64(len(offs)) || hi-lo < int64(InLoopMinBag*nseg) {
+	if lo < 0 || hi > int64(len(offs)) || hi-lo < int64(InLoopMinBag*nseg) || (weights != nil && int64(len(weights)) < hi) {
 		return false
 	}
 	for i := range nseg {
@@ -60,9 +60,12 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 			return false
 		}
 	}
-	var sp *float32
+	var sp, wp *float32
 	if scales != nil {
 		sp = &scales[0]
+	}
+	if weights != nil {
+		wp = &weights[0]
 	}
 	for c := 0; c < dim; {
 		w := 128
@@ -73,9 +76,9 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 		s := unsafe.Pointer(&src[c])
 		dist := InLoopAhead(w)
 		if w == 128 {
-			sumSegs128(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp)
+			sumSegs128(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp)
 		} else {
-			sumSegs64(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp)
+			sumSegs64(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp)
 		}
 		c += w
 	}

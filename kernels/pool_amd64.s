@@ -2,20 +2,21 @@
 
 #include "textflag.h"
 
-// Unweighted segment sums (AVX-512) with the prefetch inside the loop: while entry j is added, the
-// lines of entry j+dist's row are requested (across segment ends, up to the last entry), so a
-// steady stream of misses stays in flight. A prefetch of a whole kernel call's rows ahead of it
-// asked for hundreds of lines at once, more than the core's miss queue holds, and the core waited
-// for them before it summed anything. Each segment's rows are summed in entry order, as
-// segmentReduce64/128 sum them, so the results are the same bit for bit. The caller checks every
-// offset against the source's length; entries with offs[j] < 0 are skipped. Arguments: dst (the
-// first segment's output; dstStride bytes to the next), src (the group's first column), offs and
-// bounds (segment i is entries bounds[i]..bounds[i+1]-1 of offs), nseg segments, scale (bytes per
-// offset unit), dist (entries ahead to prefetch), scales (one per segment, or nil).
+// Segment sums (AVX-512) with the prefetch inside the loop: while entry j is added, the lines of
+// entry j+dist's row are requested (across segment ends, up to the last entry), so a steady stream
+// of misses stays in flight. A prefetch of a whole kernel call's rows ahead of it asked for
+// hundreds of lines at once, more than the core's miss queue holds, and the core waited for them
+// before it summed anything. Each segment's rows are summed in entry order, as segmentReduce64/128
+// sum them (weighted: one fused multiply-add per entry, as theirs), so the results are the same bit
+// for bit. The caller checks every offset against the source's length; entries with offs[j] < 0
+// are skipped. Arguments: dst (the first segment's output; dstStride bytes to the next), src (the
+// group's first column), offs and bounds (segment i is entries bounds[i]..bounds[i+1]-1 of offs),
+// nseg segments, scale (bytes per offset unit), dist (entries ahead to prefetch), scales (one per
+// segment, or nil), weights (one per entry, indexed as offs, or nil).
 
 // func sumSegs64(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-//	dist int, scales *float32)
-TEXT ·sumSegs64(SB), NOSPLIT, $0-72
+//	dist int, scales, weights *float32)
+TEXT ·sumSegs64(SB), NOSPLIT, $0-80
 	MOVQ dst+0(FP), DX
 	MOVQ src+16(FP), AX
 	MOVQ offs+24(FP), BX
@@ -57,10 +58,20 @@ sumSegs64_sum:
 	JL sumSegs64_next
 	IMULQ R9, SI
 	LEAQ (AX)(SI*1), DI
+	MOVQ weights+72(FP), R12
+	TESTQ R12, R12
+	JNZ sumSegs64_weighted
 	VADDPS 0(DI), Z0, Z0
 	VADDPS 64(DI), Z1, Z1
 	VADDPS 128(DI), Z2, Z2
 	VADDPS 192(DI), Z3, Z3
+	JMP sumSegs64_next
+sumSegs64_weighted:
+	VBROADCASTSS (R12)(R11*4), Z4
+	VFMADD231PS 0(DI), Z4, Z0
+	VFMADD231PS 64(DI), Z4, Z1
+	VFMADD231PS 128(DI), Z4, Z2
+	VFMADD231PS 192(DI), Z4, Z3
 sumSegs64_next:
 	INCQ R11
 	JMP sumSegs64_loop
@@ -88,8 +99,8 @@ sumSegs64_done:
 	RET
 
 // func sumSegs128(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-//	dist int, scales *float32)
-TEXT ·sumSegs128(SB), NOSPLIT, $0-72
+//	dist int, scales, weights *float32)
+TEXT ·sumSegs128(SB), NOSPLIT, $0-80
 	MOVQ dst+0(FP), DX
 	MOVQ src+16(FP), AX
 	MOVQ offs+24(FP), BX
@@ -139,6 +150,9 @@ sumSegs128_sum:
 	JL sumSegs128_next
 	IMULQ R9, SI
 	LEAQ (AX)(SI*1), DI
+	MOVQ weights+72(FP), R12
+	TESTQ R12, R12
+	JNZ sumSegs128_weighted
 	VADDPS 0(DI), Z0, Z0
 	VADDPS 64(DI), Z1, Z1
 	VADDPS 128(DI), Z2, Z2
@@ -147,6 +161,17 @@ sumSegs128_sum:
 	VADDPS 320(DI), Z5, Z5
 	VADDPS 384(DI), Z6, Z6
 	VADDPS 448(DI), Z7, Z7
+	JMP sumSegs128_next
+sumSegs128_weighted:
+	VBROADCASTSS (R12)(R11*4), Z8
+	VFMADD231PS 0(DI), Z8, Z0
+	VFMADD231PS 64(DI), Z8, Z1
+	VFMADD231PS 128(DI), Z8, Z2
+	VFMADD231PS 192(DI), Z8, Z3
+	VFMADD231PS 256(DI), Z8, Z4
+	VFMADD231PS 320(DI), Z8, Z5
+	VFMADD231PS 384(DI), Z8, Z6
+	VFMADD231PS 448(DI), Z8, Z7
 sumSegs128_next:
 	INCQ R11
 	JMP sumSegs128_loop

@@ -10,8 +10,8 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 // SIMDEnabled reports whether the archsimd fast paths are in use (never, in this build).
 func SIMDEnabled() bool { return false }
 
-// PrefetchesInLoop reports whether SegmentReduce pools long unweighted bags of width dim with
-// kernels that prefetch inside their loop (never, in this build).
+// PrefetchesInLoop reports whether SegmentReduce pools long bags of width dim with kernels that
+// prefetch inside their loop (never, in this build).
 func PrefetchesInLoop(dim int) bool { return false }
 
 // InLoopMinBag is the mean bag length from which the in-loop kernels would run (none here).

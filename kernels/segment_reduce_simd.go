@@ -44,28 +44,34 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		return
 	}
 	switch {
-	case weights == nil && segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, scales):
+	case segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales):
 	case hasAVX512 && dim%16 == 0:
-		// row-major in column groups of 128, 64, then 16–48: each row's bytes are read in one pass,
-		// not one cache line per pass over the bag (which missed the TLB once per line on large tables)
-		c := 0
-		for ; c+128 <= dim; c += 128 {
-			segmentReduce128(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
-		}
-		if dim-c >= 64 {
-			segmentReduce64(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
-			c += 64
-		}
-		if c < dim {
-			segmentReduceNarrow(dst, dstBase+c, dstStride, (dim-c)/16, src[min(c, len(src)):], offs, mult, bounds,
-				weights, scales)
-		}
+		segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%8 == 0:
 		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%4 == 0:
 		segmentReduce4(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	default:
 		SegmentReduceGeneric(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+	}
+}
+
+// segmentReduce64Groups is the AVX-512 path for dims that are a multiple of 16: row-major in column
+// groups of 128, 64, then 16–48, so that each row's bytes are read in one pass, not one cache line
+// per pass over the bag (which missed the TLB once per line on large tables).
+func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
+	c := 0
+	for ; c+128 <= dim; c += 128 {
+		segmentReduce128(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
+	}
+	if dim-c >= 64 {
+		segmentReduce64(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
+		c += 64
+	}
+	if c < dim {
+		segmentReduceNarrow(dst, dstBase+c, dstStride, (dim-c)/16, src[min(c, len(src)):], offs, mult, bounds,
+			weights, scales)
 	}
 }
 

@@ -66,10 +66,10 @@ func TestSegmentScatterAVX2(t *testing.T) {
 	}
 }
 
-// TestInLoopPrefetchKernels: long unweighted bags of widths that are multiples of 64 run on the
-// assembly kernels, which equal the Go kernels bit for bit (each bag summed in entry order) with
-// skipped entries, empty bags, scales and row-index offsets; arguments they cannot trust blindly
-// are left to the Go kernels.
+// TestInLoopPrefetchKernels: long bags of widths that are multiples of 64 run on the assembly
+// kernels, which equal the Go kernels (AVX-512 and AVX2) bit for bit (each bag summed in entry
+// order, weighted ones with one fused multiply-add per entry) with skipped entries, empty bags,
+// scales and row-index offsets; arguments they cannot trust blindly are left to the Go kernels.
 func TestInLoopPrefetchKernels(t *testing.T) {
 	if !PrefetchesInLoop(64) {
 		t.Skip("no AVX-512")
@@ -99,25 +99,36 @@ func TestInLoopPrefetchKernels(t *testing.T) {
 				for j := range ones {
 					ones[j] = 1
 				}
-				for _, sc := range [][]float32{nil, randVec(r, 5)} {
-					got := make([]float32, 5*(dim+8))
-					want := make([]float32, len(got))
-					require.True(t, segmentReduceInLoop(got, 0, dim+8, dim, src, offs, mult, bounds, sc))
-					SegmentReduce(want, 0, dim+8, dim, src, offs, mult, bounds, ones, sc) // the Go kernels (weights of 1)
-					require.Equal(t, want, got)
-					generic := make([]float32, len(got))
-					SegmentReduceGeneric(generic, 0, dim+8, dim, src, offs, mult, bounds, nil, sc)
-					requireClose(t, f64(generic), got, 1e-5, "generic")
+				for _, w := range [][]float32{nil, randVec(r, len(offs))} {
+					for _, sc := range [][]float32{nil, randVec(r, 5)} {
+						got := make([]float32, 5*(dim+8))
+						want := make([]float32, len(got))
+						require.True(t, segmentReduceInLoop(got, 0, dim+8, dim, src, offs, mult, bounds, w, sc))
+						goW := w
+						if goW == nil {
+							goW = ones // the Go kernels' weighted path: a weight of 1 is an exact add
+						}
+						for _, p := range []func(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64,
+							mult int64, bounds []int64, weights, scales []float32){segmentReduce64Groups, segmentReduceAVX2} {
+							p(want, 0, dim+8, dim, src, offs, mult, bounds, goW, sc)
+							require.Equal(t, want, got)
+						}
+						generic := make([]float32, len(got))
+						SegmentReduceGeneric(generic, 0, dim+8, dim, src, offs, mult, bounds, w, sc)
+						requireClose(t, f64(generic), got, 1e-5, "generic")
+					}
 				}
 				// refused: a row past the source, short bags, a dst too short, bounds out of order
 				bad := append([]int64(nil), offs...)
 				bad[100] = int64(rows*stride) / mult
-				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, bad, mult, bounds, nil))
+				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, bad, mult, bounds, nil, nil))
 				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, offs, mult,
-					[]int64{0, 10, 20}, nil))
-				require.False(t, segmentReduceInLoop(make([]float32, 4*dim), 0, dim, dim, src, offs, mult, bounds, nil))
+					[]int64{0, 10, 20}, nil, nil))
+				require.False(t, segmentReduceInLoop(make([]float32, 4*dim), 0, dim, dim, src, offs, mult, bounds, nil, nil))
 				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, offs, mult,
-					[]int64{0, 200, 100, 150, 200, 241}, nil))
+					[]int64{0, 200, 100, 150, 200, 241}, nil, nil))
+				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, offs, mult, bounds,
+					make([]float32, 10), nil), "too few weights")
 			})
 		}
 	}

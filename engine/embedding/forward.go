@@ -281,9 +281,9 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 			}
 			return b1
 		}
-		// long unweighted bags the kernel prefetches inside its loop: a call then needs only its
-		// first rows prefetched ahead of it
-		eligible := b.Weights == nil && kernels.PrefetchesInLoop(t.Dim)
+		// long bags the kernel prefetches inside its loop: a call then needs only its first rows
+		// prefetched ahead of it
+		eligible := kernels.PrefetchesInLoop(t.Dim)
 		inLoop := func(b0, b1 int) bool {
 			return eligible && offsets[base+b1]-offsets[base+b0] >= int64(kernels.InLoopMinBag*(b1-b0))
 		}

@@ -11,8 +11,8 @@ import (
 )
 
 // TestLongBagsMatchBruteForce pools bags long enough to be summed in pieces (poolLongBag: more than
-// twice the rows a feature-major kernel call takes) or, unweighted of a width a multiple of 64, by
-// the in-loop prefetching kernel (in entry order, as FBGEMM sums), beside short and empty ones,
+// twice the rows a feature-major kernel call takes) or, of a width a multiple of 64, by the in-loop
+// prefetching kernel (in entry order, as FBGEMM sums), beside short and empty ones,
 // weighted, with sum and mean pooling and widths with and without a vector tail, against a float64
 // reference within the float32 summation bound.
 func TestLongBagsMatchBruteForce(t *testing.T) {
