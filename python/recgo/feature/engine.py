@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .. import _lib
+from .._cache import KeyCache
 from .._memory import wrap
 from .._lib import H, I64
 from ..errors import InvalidInputError
@@ -126,7 +127,7 @@ class FeatureEngine:
             int(p["calls_before"]), int(p["calls_after"]),
         )
         self._input_index = {name: i for i, (name, _) in enumerate(self.inputs)}
-        self._kjt_maps: dict[tuple[str, ...], ctypes.Array] = {}
+        self._kjt_maps: dict[tuple[str, ...], ctypes.Array] = KeyCache()
         self._run = _lib.fn("recgo_feature_run")
         self._output = _lib.fn("recgo_feature_output")
 

@@ -53,6 +53,7 @@ import torch
 from torch import nn
 
 from .. import _lib
+from .._cache import KeyCache
 from .._memory import wrap
 from .._lib import H, I64
 from ..data import _prepared
@@ -134,7 +135,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self._features: list[str] = _embedding_names(self._configs)
         self._dims = [t.embedding_dim for t in self._configs for _ in t.feature_names]
         self._width = sum(self._dims)
-        self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[tuple[int, int]]]] = {}
+        self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, list[tuple[int, int]]]] = KeyCache()
         self._untrained = UntrainedCheck()  # the warning for tables nothing updates
         self.embedding_bags = nn.ModuleDict()
         self._handle: _lib.Handle | None = None

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from .. import _lib
+from .._cache import KeyCache
 from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, as_kjt
@@ -148,7 +149,7 @@ class EmbeddingCollection(nn.Module):
         self._feature_dims = [c.embedding_dim for c in cfgs for _ in c.feature_names]
         self._feature_tables = [names.index(c.name) for c in cfgs for _ in c.feature_names]
         self._fused = owner.fused_optimizer is not None
-        self._key_cache: dict[tuple[str, ...], KeyPlan] = {}
+        self._key_cache: dict[tuple[str, ...], KeyPlan] = KeyCache()
         self._handle: _lib.Handle | None = None
         self.embeddings = nn.ModuleDict({c.name: owner.embedding_bags[c.name] for c in cfgs})
         if owner._handle is not None:

@@ -15,6 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 
 from .. import _lib
+from .._cache import KeyCache
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ._json import bytes_arg
@@ -140,7 +141,7 @@ class Profiler:
         if unknown:  # a typo: the key's lookups would go uncounted and its table planned on none
             raise NotFoundError(f"feature_to_table maps {unknown} to no profiled table (tables: {list(self._index)})")
         self._f2t = {**_feature_tables(tables), **dict(feature_to_table or {})}
-        self._key_cache: dict[tuple[str, ...], torch.Tensor] = {}
+        self._key_cache: dict[tuple[str, ...], torch.Tensor] = KeyCache()
         self._matched = False
         self._unmatched: list[str] = []  # keys seen that feed no profiled table, in first-seen order
 

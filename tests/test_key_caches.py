@@ -1,0 +1,33 @@
+"""The modules' caches of what they derive from a batch's key order stay bounded: batches whose keys
+come in ever new orders or subsets grew them by about 1.5 KB per order, without limit."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+import recgo
+from recgo.feature import Feature, FeatureEngine
+
+
+def test_key_order_caches_are_bounded_and_results_stay_right() -> None:
+    names = [f"f{i}" for i in range(6)]
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 2, f"t{i}", [n]) for i, n in enumerate(names)],
+                                       seed=0)
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 2, f"t{i}", [n]) for i, n in enumerate(names)], seed=0)
+    fe = FeatureEngine([Feature(n).mod(10) for n in names])
+    want = ebc(recgo.KeyedJaggedTensor(names, torch.arange(6), lengths=torch.ones(6, dtype=torch.int64))).to_dict()
+    orders = list(itertools.islice(itertools.permutations(names), 400))
+    for order in orders:
+        kjt = recgo.KeyedJaggedTensor(list(order), torch.tensor([names.index(k) for k in order]),
+                                      lengths=torch.ones(6, dtype=torch.int64))
+        got = ebc(kjt).to_dict()
+        assert all(torch.equal(got[k], want[k]) for k in names)
+        ec(kjt)
+        fe(kjt)
+    for cache in (ebc._key_cache, ec._key_cache, fe._kjt_maps):
+        assert 0 < len(cache) <= 256
+    first = recgo.KeyedJaggedTensor(list(orders[0]), torch.tensor([names.index(k) for k in orders[0]]),
+                                    lengths=torch.ones(6, dtype=torch.int64))
+    assert all(torch.equal(ebc(first).to_dict()[k], want[k]) for k in names)  # an evicted order, derived again
