@@ -185,7 +185,10 @@ func (t *Table) Save(path string, optimizerStep int64) error {
 		return err
 	}
 	data := (&Checkpoint{Snapshot: s, OptimizerStep: optimizerStep}).Encode()
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp")
+	// named as recgo's Python checkpoints name theirs (.name.host-pid.*.tmp), so that the next save
+	// can tell a killed writer's file from a live one's and remove it
+	host, _ := os.Hostname()
+	f, err := os.CreateTemp(filepath.Dir(path), fmt.Sprintf(".%s.%s-%d.*.tmp", filepath.Base(path), host, os.Getpid()))
 	if err != nil {
 		return errs.IOf("dynamic table %q: save %s: %v", t.cfg.Name, path, err)
 	}

@@ -40,6 +40,7 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -237,8 +238,11 @@ def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     admission state and optimizer step, each part with a CRC-32C, written atomically (a temporary
     file renamed over ``path``). Its size follows the rows in use, not the bound, except for the
     admission sketch a table with ``min_count`` ≥ 2 keeps (4 bytes per row of the bound, rounded up to
-    a power of two)."""
+    a power of two). Temporary files a killed earlier save left beside ``path`` are removed first."""
+    from .modules._checkpoint import remove_orphans
+
     ebc = _unsharded(_pooled(ebc), "save")
+    remove_orphans(Path(path))
     _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import socket
 import tempfile
+import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -129,13 +131,56 @@ def _umask() -> int:
     return mask
 
 
+ORPHAN_AGE = 86400.0  # seconds after which a temporary checkpoint file of another machine is an orphan
+
+
+def temp_prefix(path: Path) -> str:
+    """The name prefix of ``path``'s temporary files while it is written: ``.{name}.{host}-{pid}.``
+    (the Go engine's dynamic-table files use it too), so that :func:`remove_orphans` can tell a
+    dead writer's file from a live one's."""
+    return f".{path.name}.{socket.gethostname()}-{os.getpid()}."
+
+
+def remove_orphans(path: Path) -> None:
+    """Delete the temporary files an earlier writer of ``path`` left when it was killed mid-write (a
+    preempted job: SIGKILL runs no cleanup, and each left a checkpoint-sized file): those of a dead
+    process of this machine, and any older than a day (another machine's, or an older version's
+    unnamed ones). Errors are ignored: this is housekeeping."""
+    host, mine = socket.gethostname(), os.getpid()
+    start = f".{path.name}."
+    try:
+        names = [n for n in os.listdir(path.parent) if n.startswith(start) and n.endswith(".tmp")]
+    except OSError:
+        return
+    for name in names:
+        f = path.parent / name
+        writer = name[len(start):].split(".", 1)[0]
+        whost, _, pid = writer.rpartition("-")
+        try:
+            if whost == host and pid.isdigit() and int(pid) != mine:
+                try:
+                    os.kill(int(pid), 0)
+                    continue  # alive: still writing
+                except ProcessLookupError:
+                    f.unlink()
+                    continue
+                except PermissionError:
+                    continue  # alive, another user's
+            if time.time() - f.stat().st_mtime > ORPHAN_AGE:
+                f.unlink()
+        except OSError:
+            pass
+
+
 def _save_atomic(obj: Any, path: str | os.PathLike[str]) -> None:
     """``torch.save(obj, path)`` that never leaves a half-written file: it writes a temporary file in
     the same folder, fsyncs it and renames it over ``path``; on failure ``path`` is untouched (an
-    ``OSError`` is raised as ``RecgoIOError`` naming ``path``, not the temporary file)."""
+    ``OSError`` is raised as ``RecgoIOError`` naming ``path``, not the temporary file). Temporary
+    files of killed earlier writers are removed first (:func:`remove_orphans`)."""
     path = Path(path)
+    remove_orphans(path)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=".tmp", dir=path.parent)
     except OSError as exc:
         raise RecgoIOError(f"{path}: cannot write the checkpoint: {exc.strerror or exc}") from exc
     try:
