@@ -54,6 +54,12 @@ class Groups:
 
 
 _created: list[Any] = []  # the process groups make_groups created, destroyed at exit
+# The groups by what they are (see make_groups), for every later collection of the same topology and
+# timeout: each collection used to create its own, and they lived until exit (5 file descriptors
+# and 3 threads per flat collection, 14 and 9 per hierarchical one). Every rank builds the same
+# collections in the same order, so the ranks' caches agree on what new_group (a collective) runs.
+_cache: dict[tuple[Any, ...], Any] = {}
+_cache_world: list[Any] = [None]  # the default group the cached groups belong to
 
 
 @atexit.register
@@ -63,6 +69,7 @@ def _destroy_groups() -> None:
     teardown, a gloo group's threads sometimes ended the process with SIGABRT ("terminate called
     without an active exception"), which a launcher reports as a failed rank."""
     groups, _created[:] = list(_created), []
+    _cache.clear()
     if not (dist.is_available() and dist.is_initialized()):
         return
     for g in groups:
@@ -99,10 +106,18 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
         timeout = timedelta(seconds=float(timeout))
     if not timeout.total_seconds() > 0:
         raise InvalidInputError(f"timeout must be > 0 seconds, got {timeout.total_seconds():g}")
-    def group(ranks: list[int]) -> Any:
+    if _cache_world[0] is not dist.group.WORLD:  # torch.distributed was set up anew: its groups are gone
+        _cache.clear()
+        _cache_world[0] = dist.group.WORLD
+
+    def group(ranks: list[int], key: tuple[Any, ...]) -> Any:
+        key = (*key, timeout.total_seconds())
+        if key in _cache:
+            return _cache[key]
         try:
             g = dist.new_group(ranks, timeout=timeout)
             _created.append(g)
+            _cache[key] = g
             return g
         except Exception as exc:  # gloo's store barrier: 'Wait timeout' when a peer never comes
             raise PeerFailureError(
@@ -110,18 +125,20 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
                 f"{timeout.total_seconds():g} s timeout (it died, raised before building the collection, or "
                 f"was given another topology or mode): {exc}") from exc
 
-    groups = Groups(group(list(range(world))), None, None, rank, world, nodes, ranks_per_node, timeout)
+    # the world group's key leaves the topology out: ranks that disagree on it (refused below) still
+    # agree on whether it exists
+    groups = Groups(group(list(range(world)), ("world",)), None, None, rank, world, nodes, ranks_per_node, timeout)
     # The node and rail groups depend on the topology and mode: ranks that disagree on them would wait
     # on different groups until the timeout; compare them first and name the difference.
     agree(groups, "process groups", {"topology": f"{nodes} nodes × {ranks_per_node} ranks per node",
                                      "mode": "hierarchical" if hierarchical else "flat"})
     if hierarchical:
         for n in range(nodes):
-            g = group([n * ranks_per_node + l for l in range(ranks_per_node)])
+            g = group([n * ranks_per_node + l for l in range(ranks_per_node)], ("node", nodes, ranks_per_node, n))
             if n == rank // ranks_per_node:
                 groups.node = g
         for l in range(ranks_per_node):
-            g = group([n * ranks_per_node + l for n in range(nodes)])
+            g = group([n * ranks_per_node + l for n in range(nodes)], ("rail", nodes, ranks_per_node, l))
             if l == rank % ranks_per_node:
                 groups.rail = g
     return groups
