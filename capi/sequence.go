@@ -181,16 +181,9 @@ func recgo_ec_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer
 			grad = []float32{}
 		}
 		if fused != 0 {
-			flags, err := viewSlice[byte](skipPtr, int64(nskip), "skip")
+			skip, err := boolFlags(skipPtr, nskip, "skip") // nil: no table skipped
 			if err != nil {
 				return err
-			}
-			var skip []bool // nil: no table skipped
-			if len(flags) > 0 {
-				skip = make([]bool, len(flags))
-				for i, b := range flags {
-					skip[i] = b != 0
-				}
 			}
 			return x.s.BackwardSome(x.ctx, grad, nil, nil, skip)
 		}

@@ -73,16 +73,9 @@ func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_
 		if err != nil {
 			return err
 		}
-		flags, err := viewSlice[byte](unusedPtr, int64(nunused), "unused")
+		unused, err := boolFlags(unusedPtr, nunused, "unused") // nil: every table used
 		if err != nil {
 			return err
-		}
-		var unused []bool // nil: every table used
-		if len(flags) > 0 {
-			unused = make([]bool, len(flags))
-			for i, b := range flags {
-				unused[i] = b != 0
-			}
 		}
 		return q.BackwardSome(g, f, fused != 0, unused)
 	})

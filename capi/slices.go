@@ -34,6 +34,19 @@ func optionalSlice[T any](ptr unsafe.Pointer, n int64, name string) ([]T, error)
 	return viewSlice[T](ptr, n, name)
 }
 
+// boolFlags reads n flag bytes at ptr (not 0: true) as a []bool; nil when there are none (n == 0).
+func boolFlags(ptr unsafe.Pointer, n C.int64_t, name string) ([]bool, error) {
+	b, err := viewSlice[byte](ptr, int64(n), name)
+	if err != nil || len(b) == 0 {
+		return nil, err
+	}
+	out := make([]bool, len(b))
+	for i, x := range b {
+		out[i] = x != 0
+	}
+	return out, nil
+}
+
 // bytesArg views n bytes at ptr (caller memory, valid for this call only).
 func bytesArg(ptr unsafe.Pointer, n C.int64_t, name string) ([]byte, error) {
 	return viewSlice[byte](ptr, int64(n), name)

@@ -4,17 +4,13 @@ package kernels
 
 import "unsafe"
 
-// sumSegs64 and sumSegs128 write each segment's (weighted) sum of its rows' first 64 or 128 floats
-// (times its scale), prefetching entry j+dist's row while adding entry j's; see pool_amd64.s. The
-// caller checks the offsets.
+// sumSegs writes each segment's (weighted) sum of its rows' first 64 or 128 floats (blocks: 4 or
+// 8), times its scale, prefetching entry j+dist's row while adding entry j's; see pool_amd64.s.
+// The caller checks the offsets.
 //
 //go:noescape
-func sumSegs64(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-	dist int, scales, weights *float32)
-
-//go:noescape
-func sumSegs128(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-	dist int, scales, weights *float32)
+func sumSegs(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
+	dist int, scales, weights *float32, blocks int)
 
 // InLoopMinBag is the mean bag length from which SegmentReduce pools bags of widths that are a
 // multiple of 64 with the in-loop prefetching kernels (where PrefetchesInLoop): shorter
@@ -75,11 +71,7 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 		d := unsafe.Pointer(&dst[dstBase+c])
 		s := unsafe.Pointer(&src[c])
 		dist := InLoopAhead(w)
-		if w == 128 {
-			sumSegs128(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp)
-		} else {
-			sumSegs64(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp)
-		}
+		sumSegs(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp, w/16)
 		c += w
 	}
 	return true

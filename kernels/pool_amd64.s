@@ -2,7 +2,8 @@
 
 #include "textflag.h"
 
-// Segment sums (AVX-512) with the prefetch inside the loop: while entry j is added, the lines of
+// Segment sums (AVX-512) of 64 or 128 columns (blocks: 4 or 8 16-float blocks) with the prefetch
+// inside the loop: while entry j is added, the lines of
 // entry j+dist's row are requested (across segment ends, up to the last entry), so a steady stream
 // of misses stays in flight. A prefetch of a whole kernel call's rows ahead of it asked for
 // hundreds of lines at once, more than the core's miss queue holds, and the core waited for them
@@ -14,9 +15,9 @@
 // nseg segments, scale (bytes per offset unit), dist (entries ahead to prefetch), scales (one per
 // segment, or nil), weights (one per entry, indexed as offs, or nil).
 
-// func sumSegs64(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-//	dist int, scales, weights *float32)
-TEXT ·sumSegs64(SB), NOSPLIT, $0-80
+// func sumSegs(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
+//	dist int, scales, weights *float32, blocks int)
+TEXT ·sumSegs(SB), NOSPLIT, $0-88
 	MOVQ dst+0(FP), DX
 	MOVQ src+16(FP), AX
 	MOVQ offs+24(FP), BX
@@ -25,95 +26,9 @@ TEXT ·sumSegs64(SB), NOSPLIT, $0-80
 	MOVQ (R8)(R13*8), CX // the last entry: prefetches stop there
 	MOVQ scale+48(FP), R9
 	MOVQ dist+56(FP), R10
-	MOVQ scales+64(FP), DI
-	MOVQ DI, scales+64(FP)
-sumSegs64_seg:
+seg:
 	DECQ nseg+40(FP)
-	JL sumSegs64_done
-	VPXORD Z0, Z0, Z0
-	VPXORD Z1, Z1, Z1
-	VPXORD Z2, Z2, Z2
-	VPXORD Z3, Z3, Z3
-	MOVQ (R8), R11 // j: the segment's first entry
-	MOVQ 8(R8), R13 // its end
-sumSegs64_loop:
-	CMPQ R11, R13
-	JGE sumSegs64_store
-	LEAQ (R11)(R10*1), R12
-	CMPQ R12, CX
-	JGE sumSegs64_sum
-	MOVQ (BX)(R12*8), SI
-	TESTQ SI, SI
-	JL sumSegs64_sum
-	IMULQ R9, SI
-	LEAQ (AX)(SI*1), DI
-	PREFETCHT0 0(DI)
-	PREFETCHT0 64(DI)
-	PREFETCHT0 128(DI)
-	PREFETCHT0 192(DI)
-	PREFETCHT0 255(DI)
-sumSegs64_sum:
-	MOVQ (BX)(R11*8), SI
-	TESTQ SI, SI
-	JL sumSegs64_next
-	IMULQ R9, SI
-	LEAQ (AX)(SI*1), DI
-	MOVQ weights+72(FP), R12
-	TESTQ R12, R12
-	JNZ sumSegs64_weighted
-	VADDPS 0(DI), Z0, Z0
-	VADDPS 64(DI), Z1, Z1
-	VADDPS 128(DI), Z2, Z2
-	VADDPS 192(DI), Z3, Z3
-	JMP sumSegs64_next
-sumSegs64_weighted:
-	VBROADCASTSS (R12)(R11*4), Z4
-	VFMADD231PS 0(DI), Z4, Z0
-	VFMADD231PS 64(DI), Z4, Z1
-	VFMADD231PS 128(DI), Z4, Z2
-	VFMADD231PS 192(DI), Z4, Z3
-sumSegs64_next:
-	INCQ R11
-	JMP sumSegs64_loop
-sumSegs64_store:
-	MOVQ scales+64(FP), DI
-	TESTQ DI, DI
-	JZ sumSegs64_write
-	VBROADCASTSS (DI), Z4
-	VMULPS Z4, Z0, Z0
-	VMULPS Z4, Z1, Z1
-	VMULPS Z4, Z2, Z2
-	VMULPS Z4, Z3, Z3
-	ADDQ $4, DI
-	MOVQ DI, scales+64(FP)
-sumSegs64_write:
-	VMOVUPS Z0, 0(DX)
-	VMOVUPS Z1, 64(DX)
-	VMOVUPS Z2, 128(DX)
-	VMOVUPS Z3, 192(DX)
-	ADDQ dstStride+8(FP), DX
-	ADDQ $8, R8
-	JMP sumSegs64_seg
-sumSegs64_done:
-	VZEROUPPER
-	RET
-
-// func sumSegs128(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
-//	dist int, scales, weights *float32)
-TEXT ·sumSegs128(SB), NOSPLIT, $0-80
-	MOVQ dst+0(FP), DX
-	MOVQ src+16(FP), AX
-	MOVQ offs+24(FP), BX
-	MOVQ bounds+32(FP), R8
-	MOVQ nseg+40(FP), R13
-	MOVQ (R8)(R13*8), CX // the last entry: prefetches stop there
-	MOVQ scale+48(FP), R9
-	MOVQ dist+56(FP), R10
-	MOVQ scales+64(FP), DI
-	MOVQ DI, scales+64(FP)
-sumSegs128_seg:
-	DECQ nseg+40(FP)
-	JL sumSegs128_done
+	JL done
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -124,61 +39,68 @@ sumSegs128_seg:
 	VPXORD Z7, Z7, Z7
 	MOVQ (R8), R11 // j: the segment's first entry
 	MOVQ 8(R8), R13 // its end
-sumSegs128_loop:
+loop:
 	CMPQ R11, R13
-	JGE sumSegs128_store
+	JGE store
 	LEAQ (R11)(R10*1), R12
 	CMPQ R12, CX
-	JGE sumSegs128_sum
+	JGE sum
 	MOVQ (BX)(R12*8), SI
 	TESTQ SI, SI
-	JL sumSegs128_sum
+	JL sum
 	IMULQ R9, SI
 	LEAQ (AX)(SI*1), DI
 	PREFETCHT0 0(DI)
 	PREFETCHT0 64(DI)
 	PREFETCHT0 128(DI)
 	PREFETCHT0 192(DI)
+	PREFETCHT0 255(DI)
+	CMPQ blocks+80(FP), $4
+	JLE sum
 	PREFETCHT0 256(DI)
 	PREFETCHT0 320(DI)
 	PREFETCHT0 384(DI)
 	PREFETCHT0 448(DI)
 	PREFETCHT0 511(DI)
-sumSegs128_sum:
+sum:
 	MOVQ (BX)(R11*8), SI
 	TESTQ SI, SI
-	JL sumSegs128_next
+	JL next
 	IMULQ R9, SI
 	LEAQ (AX)(SI*1), DI
 	MOVQ weights+72(FP), R12
 	TESTQ R12, R12
-	JNZ sumSegs128_weighted
+	JNZ weighted
 	VADDPS 0(DI), Z0, Z0
 	VADDPS 64(DI), Z1, Z1
 	VADDPS 128(DI), Z2, Z2
 	VADDPS 192(DI), Z3, Z3
+	CMPQ blocks+80(FP), $4
+	JLE next
 	VADDPS 256(DI), Z4, Z4
 	VADDPS 320(DI), Z5, Z5
 	VADDPS 384(DI), Z6, Z6
 	VADDPS 448(DI), Z7, Z7
-	JMP sumSegs128_next
-sumSegs128_weighted:
+	JMP next
+weighted:
 	VBROADCASTSS (R12)(R11*4), Z8
 	VFMADD231PS 0(DI), Z8, Z0
 	VFMADD231PS 64(DI), Z8, Z1
 	VFMADD231PS 128(DI), Z8, Z2
 	VFMADD231PS 192(DI), Z8, Z3
+	CMPQ blocks+80(FP), $4
+	JLE next
 	VFMADD231PS 256(DI), Z8, Z4
 	VFMADD231PS 320(DI), Z8, Z5
 	VFMADD231PS 384(DI), Z8, Z6
 	VFMADD231PS 448(DI), Z8, Z7
-sumSegs128_next:
+next:
 	INCQ R11
-	JMP sumSegs128_loop
-sumSegs128_store:
+	JMP loop
+store:
 	MOVQ scales+64(FP), DI
 	TESTQ DI, DI
-	JZ sumSegs128_write
+	JZ write
 	VBROADCASTSS (DI), Z8
 	VMULPS Z8, Z0, Z0
 	VMULPS Z8, Z1, Z1
@@ -190,18 +112,21 @@ sumSegs128_store:
 	VMULPS Z8, Z7, Z7
 	ADDQ $4, DI
 	MOVQ DI, scales+64(FP)
-sumSegs128_write:
+write:
 	VMOVUPS Z0, 0(DX)
 	VMOVUPS Z1, 64(DX)
 	VMOVUPS Z2, 128(DX)
 	VMOVUPS Z3, 192(DX)
+	CMPQ blocks+80(FP), $4
+	JLE advance
 	VMOVUPS Z4, 256(DX)
 	VMOVUPS Z5, 320(DX)
 	VMOVUPS Z6, 384(DX)
 	VMOVUPS Z7, 448(DX)
+advance:
 	ADDQ dstStride+8(FP), DX
 	ADDQ $8, R8
-	JMP sumSegs128_seg
-sumSegs128_done:
+	JMP seg
+done:
 	VZEROUPPER
 	RET
