@@ -3,17 +3,17 @@
 #include "textflag.h"
 
 // Segment sums (AVX-512) of 64 or 128 columns (blocks: 4 or 8 16-float blocks) with the prefetch
-// inside the loop: while entry j is added, the lines of
-// entry j+dist's row are requested (across segment ends, up to the last entry), so a steady stream
-// of misses stays in flight. A prefetch of a whole kernel call's rows ahead of it asked for
-// hundreds of lines at once, more than the core's miss queue holds, and the core waited for them
-// before it summed anything. Each segment's rows are summed in entry order, as segmentReduce64/128
-// sum them (weighted: one fused multiply-add per entry, as theirs), so the results are the same bit
-// for bit. The caller checks every offset against the source's length; entries with offs[j] < 0
-// are skipped. Arguments: dst (the first segment's output; dstStride bytes to the next), src (the
-// group's first column), offs and bounds (segment i is entries bounds[i]..bounds[i+1]-1 of offs),
-// nseg segments, scale (bytes per offset unit), dist (entries ahead to prefetch), scales (one per
-// segment, or nil), weights (one per entry, indexed as offs, or nil).
+// inside the loop: while entry j is added, the lines of entry j+dist's row are requested (across
+// segment ends, up to the last entry), so a steady stream of misses stays in flight. A prefetch of
+// a whole kernel call's rows ahead of it asked for hundreds of lines at once, more than the core's
+// miss queue holds, and the core waited for them before it summed anything. Each segment's rows are
+// summed in entry order, as segmentReduce64/128 sum them (weighted: one fused multiply-add per
+// entry, as theirs), so the results are the same bit for bit. The caller checks every offset
+// against the source's length; entries with offs[j] < 0 are skipped. Arguments: dst (the first
+// segment's output; dstStride bytes to the next), src (the group's first column), offs and bounds
+// (segment i is entries bounds[i]..bounds[i+1]-1 of offs), nseg segments, scale (bytes per offset
+// unit), dist (entries ahead to prefetch), scales (one per segment, or nil), weights (one per
+// entry, indexed as offs, or nil), blocks.
 
 // func sumSegs(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
 //	dist int, scales, weights *float32, blocks int)
