@@ -41,8 +41,9 @@ func (j *Job) Wait(timeout time.Duration) (p *Plan, done bool, err error) {
 	}
 }
 
-// Cancel interrupts the job: the MILP stops within its callback's period and the job ends with
-// the incumbent (status "interrupted"); heuristics stop their improvement phases.
+// Cancel interrupts the job: the MILP stops within a quarter second (highs.InterruptGrace), even
+// while HiGHS presolves, and the job ends with the incumbent (status "interrupted"); heuristics
+// stop their improvement phases.
 func (j *Job) Cancel() { j.cancel() }
 
 // Close cancels the job (a job whose handle is freed stops working).

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -16,6 +17,12 @@ import (
 
 // defaultGap is the target relative gap when MILPOptions.MipRelGap is 0 (HiGHS's default).
 const defaultGap = 1e-4
+
+// setupSecondsPerNonzero is a floor on what building the MILP and HiGHS's reading and presolving it
+// take per nonzero before branch and bound can improve on the warm start (0.6 µs measured for 1.7M
+// columns and 11M nonzeros on a shared 2-core machine; a third of that, so that only a solve that
+// cannot finish its set-up in the time left is skipped). A variable for tests.
+var setupSecondsPerNonzero = 0.2e-6
 
 // MILPOptions control the RecShard MILP solve.
 type MILPOptions struct {
@@ -54,7 +61,17 @@ type MILPResult struct {
 	Proof         string
 	Seconds       float64
 	Columns, Rows int
+	// Warning says why the result did not come from HiGHS although the model needed it (the time
+	// left was too short to build and presolve it); "" otherwise.
+	Warning string
 }
+
+// stopError is the MILP's error when a time limit or an interrupt ended it before any placement
+// was found (an ErrSolver error).
+type stopError struct{ reason string }
+
+func (e *stopError) Error() string        { return "milp: " + e.reason + " before any placement was found" }
+func (e *stopError) Is(target error) bool { return target == errs.ErrSolver }
 
 // milp is the model's layout: column of w[t,g,k] is base[t] + g*len(options[t]) + k; z is last.
 type milp struct {
@@ -233,7 +250,10 @@ func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 // target gap of [lowerBound] it returns the start without building the MILP (Proof "bound").
 // opts.TimeLimit and ctx's deadline bound the whole call; when either ends it, or ctx is
 // cancelled (an interrupt), it returns the best incumbent so far with status "time limit" or
-// "interrupted", its gap and bound.
+// "interrupted", its gap and bound, at once even while HiGHS presolves (see [highs.Options].Done).
+// When the time left cannot cover building and presolving the model, it returns the warm start
+// without building it (status "time limit", with a Warning). With no incumbent at all it returns
+// an ErrSolver error; when HiGHS proves that no placement fits, an ErrCapacity error saying so.
 func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 	t0 := time.Now()
 	if opts.TimeLimit > 0 {
@@ -270,7 +290,7 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 	}
 	stopped := func(a []cost.Assignment, err error) (*MILPResult, error) {
 		if a == nil {
-			return nil, errs.Solverf("milp: %s before any placement was found", stopReason(err))
+			return nil, &stopError{stopReason(err)}
 		}
 		return result(a, stopReason(err), "bound", lb), nil
 	}
@@ -295,6 +315,20 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 	}
 	if err := checkMILP(m, opts.MemoryLimit); err != nil {
 		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// HiGHS checks its time limit only after presolve: a solve that cannot get that far in the
+		// time left would return the start anyway, after building a model of gigabytes for nothing.
+		need := milpColumns(m) * nonzerosPerColumn * setupSecondsPerNonzero
+		if left := time.Until(dl).Seconds(); left < need {
+			res, err := stopped(start, context.DeadlineExceeded)
+			if res != nil {
+				res.Warning = fmt.Sprintf("the MILP (%s) was skipped: its set-up takes about %.1f s or more, "+
+					"and %.1f s of the time limit were left; returned the warm start (raise the time limit)",
+					fmtCount("%s columns", milpColumns(m)+1), need, max(left, 0))
+			}
+			return res, err
+		}
 	}
 	hm, p, err := buildMILP(ctx, m, opts.Symmetry)
 	if err != nil {
@@ -321,15 +355,30 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 	if threads <= 0 {
 		threads = parallel.Workers()
 	}
-	ho := highs.Options{MipRelGap: opts.MipRelGap, Threads: threads, MaxNodes: opts.MaxNodes, Done: ctx.Done(),
-		StopBound: lb / p.scale, StopGap: gap}
+	hctx := ctx
 	if dl, ok := ctx.Deadline(); ok {
+		// HiGHS stops this much early: a run abandoned at its deadline returns InterruptGrace later.
+		hdl := dl.Add(-min(highs.InterruptGrace, time.Until(dl)/10))
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithDeadline(ctx, hdl)
+		defer cancel()
+	}
+	ho := highs.Options{MipRelGap: opts.MipRelGap, Threads: threads, MaxNodes: opts.MaxNodes, Done: hctx.Done(),
+		StopBound: lb / p.scale, StopGap: gap}
+	if dl, ok := hctx.Deadline(); ok {
 		ho.TimeLimit = max(time.Until(dl).Seconds(), 1e-3)
 	}
 	res, err := highs.Solve(hm, ho, x0)
 	if err != nil {
-		if ctx.Err() != nil {
-			return stopped(start, ctx.Err())
+		switch {
+		case hctx.Err() != nil || res != nil && (res.Status == highs.StatusTimeLimit || res.Status == highs.StatusInterrupt):
+			return stopped(start, hctx.Err())
+		case res != nil && (res.Status == highs.StatusInfeasible || res.Status == highs.StatusUnboundedOrInf):
+			// z is bounded below, so "unbounded or infeasible" is infeasible.
+			return nil, errs.Capacityf("milp: no placement fits: HiGHS proved the MILP infeasible (no choice of a GPU "+
+				"and a hot-row split, among the planner's split points, for each of the %d tables fits %d GPUs with %s "+
+				"of HBM each and %d nodes with %s of host memory each)", len(m.Tables), m.Topo.NumGPUs(),
+				cost.FormatBytes(m.Topo.HBMBytes), m.Topo.Nodes, cost.FormatBytes(m.Topo.HostBytes))
 		}
 		return nil, err
 	}
@@ -341,7 +390,7 @@ func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MI
 	case res.StoppedAtBound:
 		out.Status, out.Proof = highs.StatusOptimal.String(), "bound"
 	case res.Status == highs.StatusInterrupt || res.Status == highs.StatusTimeLimit:
-		out.Status = stopReason(ctx.Err())
+		out.Status = stopReason(hctx.Err())
 	}
 	if !(out.DualBound >= lb) { // also when HiGHS proved nothing (NaN, -Inf)
 		out.DualBound = lb

@@ -16,6 +16,7 @@ import (
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/highs"
 	"github.com/recgo/recgo/planner/profile"
 )
 
@@ -108,8 +109,9 @@ func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error
 // MakeContext plans the profiled tables on topo with the chosen strategy. opts.TimeLimit and ctx
 // bound the whole call; cancelling ctx interrupts the MILP, which then returns its incumbent
 // (status "interrupted"). The MILP falls back to the row-level greedy, with a warning in the
-// plan, when HiGHS fails. Sizes that follow from the input are checked against opts.MemoryLimit
-// before anything is allocated (ErrCapacity).
+// plan, when HiGHS fails or stops before any placement; if the greedy cannot place the tables
+// either, the error (ErrSolver) says both. ErrCapacity means no placement fits: HiGHS proved it, or
+// a size that follows from the input is past opts.MemoryLimit (checked before allocating).
 func MakeContext(ctx context.Context, prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error) {
 	t0 := time.Now()
 	if opts.TimeLimit < 0 || math.IsNaN(opts.TimeLimit) {
@@ -163,10 +165,14 @@ func MakeContext(ctx context.Context, prof *profile.Profile, topo cost.Topology,
 		}
 		if err != nil {
 			warning = fmt.Sprintf("MILP failed (%v); fell back to the row-level greedy", err)
-			a, err = rowGreedy(ctx, m)
+			milpErr := err
+			if a, err = rowGreedy(ctx, m); err != nil {
+				return nil, fallbackFailed(milpErr, err)
+			}
 		} else {
 			a = res.Assign
 			info = solverInfo(res)
+			warning = res.Warning
 		}
 	default:
 		return nil, errs.Invalidf("planner: unknown strategy %q (one of %v)", opts.Strategy, Strategies)
@@ -182,6 +188,23 @@ func MakeContext(ctx context.Context, prof *profile.Profile, topo cost.Topology,
 	p.Solver = info
 	p.Warning = warning
 	return p, nil
+}
+
+// fallbackFailed is the error when the MILP returned no placement and the row-level greedy could
+// not place the tables either. Neither proved that no placement fits (HiGHS's proof comes back
+// from the MILP as an ErrCapacity error), so it is an ErrSolver error, not the greedy's ErrCapacity.
+func fallbackFailed(milpErr, greedyErr error) error {
+	var stop *stopError
+	switch {
+	case errors.As(milpErr, &stop) && stop.reason == highs.StatusTimeLimit.String():
+		return errs.Solverf("planner: the MILP found no placement within the time limit (raise time_limit), and its "+
+			"fallback, the row-level greedy, could not place the tables: %v", greedyErr)
+	case errors.As(milpErr, &stop):
+		return errs.Solverf("planner: the MILP was %s before it found a placement, and its fallback, the row-level "+
+			"greedy, could not place the tables: %v", stop.reason, greedyErr)
+	}
+	return errs.Solverf("planner: the MILP failed (%v), and its fallback, the row-level greedy, could not place "+
+		"the tables: %v", milpErr, greedyErr)
 }
 
 // solverInfo copies the MILP's evidence into JSON-safe values: a bound HiGHS never proved (stopped

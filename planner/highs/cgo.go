@@ -58,8 +58,12 @@ static int recgo_cb_stopped_at_bound(recgo_cb* d) {
 import "C"
 
 import (
+	"errors"
+	"math"
 	"runtime"
+	"slices"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -67,12 +71,11 @@ import (
 
 // Values mirrored from highs_c_api.h (static const there; reading them through cgo breaks dlopen).
 const (
-	cStatusError          = -1
-	cMatrixRowwise        = 2
-	cSolutionFeasible     = 2
-	cVarTypeContinuous    = 0
-	cVarTypeInteger       = 1
-	highsInfinityFallback = 1e30
+	cStatusError       = -1
+	cMatrixRowwise     = 2
+	cSolutionFeasible  = 2
+	cVarTypeContinuous = 0
+	cVarTypeInteger    = 1
 	// kHighsCallbackSimplexInterrupt, kHighsCallbackIpmInterrupt, kHighsCallbackMipInterrupt.
 	cCallbackSimplexInterrupt = 1
 	cCallbackIpmInterrupt     = 2
@@ -120,6 +123,17 @@ func (h instance) setString(name, v string) error {
 		return errs.Solverf("highs: cannot set option %s=%s", name, v)
 	}
 	return nil
+}
+
+// doubleOption reads a double option (NaN when HiGHS has none of that name).
+func (h instance) doubleOption(name string) float64 {
+	cs := C.CString(name)
+	defer C.free(unsafe.Pointer(cs))
+	var v C.double
+	if C.Highs_getDoubleOptionValue(h.p, cs, &v) == cStatusError {
+		return math.NaN()
+	}
+	return float64(v)
 }
 
 func (h instance) doubleInfo(name string) float64 {
@@ -220,8 +234,123 @@ func cptr[T any](s []T) *T {
 	return &s[0]
 }
 
-// run owns one HiGHS instance for the whole solve, on one locked OS thread.
+// testHookBeforeRun, when set, runs on the solving goroutine just before Highs_run (tests use it to
+// stand in for a presolve that polls no callback, and to read the instance's options).
+var testHookBeforeRun func(h instance)
+
+// cModel is a Model (and warm start) converted to HiGHS's C types on the caller's goroutine, so
+// that a run abandoned in the background never reads the caller's slices.
+type cModel struct {
+	n, r                 int
+	sense                C.HighsInt
+	offset               C.double
+	cost, cl, cu, rl, ru []C.double
+	aStart, aIndex       []C.HighsInt
+	aValue               []C.double
+	integrality          []C.HighsInt
+	start                []C.double
+}
+
+// convert copies m and start into HiGHS's C types.
+func convert(m *Model, start []float64) *cModel {
+	// HiGHS's infinity, kHighsInf, is +Inf (HConst.h): ±Inf bounds pass through as they are.
+	inf := math.Inf(1)
+	n, r := m.NumCols(), m.NumRows()
+	c := &cModel{n: n, r: r, sense: C.HighsInt(m.Sense), offset: C.double(m.Offset),
+		cost: clampInf(m.ColCost, inf), cl: clampInf(m.ColLower, inf), cu: clampInf(m.ColUpper, inf),
+		rl: clampInf(m.RowLower, inf), ru: clampInf(m.RowUpper, inf), aValue: clampInf(m.AValue, inf)}
+	c.integrality = make([]C.HighsInt, n)
+	for j, isInt := range m.Integer {
+		c.integrality[j] = cVarTypeContinuous
+		if isInt {
+			c.integrality[j] = cVarTypeInteger
+		}
+	}
+	c.aStart = make([]C.HighsInt, r+1)
+	for i := 0; i < r && len(m.AStart) > 0; i++ {
+		c.aStart[i] = C.HighsInt(m.AStart[i])
+	}
+	c.aIndex = make([]C.HighsInt, len(m.AIndex))
+	for k, j := range m.AIndex {
+		c.aIndex[k] = C.HighsInt(j)
+	}
+	if start != nil {
+		c.start = make([]C.double, n)
+		for j, v := range start {
+			c.start[j] = C.double(v)
+		}
+	}
+	return c
+}
+
+// outcome is what the solving goroutine hands back.
+type outcome struct {
+	res *Result
+	err error
+}
+
+// run solves m on a goroutine of its own and waits for it, or for o.Done: then HiGHS is
+// interrupted, and if it does not return within InterruptGrace (it is reading or presolving the
+// model) run returns at once with status Interrupt and the warm start, if any, as the incumbent.
+// The abandoned goroutine finishes on its own, frees HiGHS and drops its result; the interrupt,
+// seen at HiGHS's first callback, and the zero time limit, seen at its next time check (between
+// presolve passes), bound that work.
 func run(m *Model, o Options, start []float64) (*Result, error) {
+	t0 := time.Now()
+	c := convert(m, start)
+	out := make(chan outcome, 1) // buffered: an abandoned solve's send never blocks
+	go func() {
+		res, err := solve(c, o)
+		out <- outcome{res, err}
+	}()
+	finish := func(r outcome) (*Result, error) {
+		if errors.Is(r.err, errNotRun) { // solve saw o.Done closed before it set HiGHS up
+			return interrupted(m, start, t0), nil
+		}
+		return r.res, r.err
+	}
+	select {
+	case r := <-out:
+		return finish(r)
+	case <-o.Done:
+	}
+	grace := time.NewTimer(InterruptGrace)
+	defer grace.Stop()
+	select {
+	case r := <-out:
+		return finish(r)
+	case <-grace.C:
+		return interrupted(m, start, t0), nil
+	}
+}
+
+// errNotRun is solve's answer when o.Done closed before HiGHS began the costly steps.
+var errNotRun = errors.New("highs: interrupted before the run")
+
+// interrupted is the result of a run interrupted before HiGHS reported anything: the warm start,
+// when there is one, is the incumbent (as HiGHS would return it), with no bound proved.
+func interrupted(m *Model, start []float64, t0 time.Time) *Result {
+	r := &Result{Status: StatusInterrupt, Gap: math.Inf(1), DualBound: math.Inf(-int(m.Sense)),
+		Seconds: time.Since(t0).Seconds()}
+	if start != nil {
+		r.HasSolution, r.X, r.Objective = true, slices.Clone(start), m.Objective(start)
+	}
+	return r
+}
+
+// closed reports whether done (possibly nil) is closed.
+func closed(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
+// solve owns one HiGHS instance for the whole solve, on one locked OS thread. It skips the costly
+// steps (passing the model, running) once o.Done is closed, returning errNotRun.
+func solve(c *cModel, o Options) (*Result, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	p := C.Highs_create()
@@ -233,33 +362,13 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 	if err := h.options(o); err != nil {
 		return nil, err
 	}
-	inf := float64(C.Highs_getInfinity(p))
-	if inf <= 0 {
-		inf = highsInfinityFallback
+	n, r := c.n, c.r
+	if closed(o.Done) { // passing a large model alone takes seconds
+		return nil, errNotRun
 	}
-	n, r := m.NumCols(), m.NumRows()
-	integrality := make([]C.HighsInt, n)
-	for j, isInt := range m.Integer {
-		integrality[j] = cVarTypeContinuous
-		if isInt {
-			integrality[j] = cVarTypeInteger
-		}
-	}
-	cost := clampInf(m.ColCost, inf)
-	cl, cu := clampInf(m.ColLower, inf), clampInf(m.ColUpper, inf)
-	rl, ru := clampInf(m.RowLower, inf), clampInf(m.RowUpper, inf)
-	aStart := make([]C.HighsInt, r+1)
-	for i := 0; i < r && len(m.AStart) > 0; i++ {
-		aStart[i] = C.HighsInt(m.AStart[i])
-	}
-	aIndex := make([]C.HighsInt, len(m.AIndex))
-	for k, j := range m.AIndex {
-		aIndex[k] = C.HighsInt(j)
-	}
-	aValue := clampInf(m.AValue, inf)
-	st := C.Highs_passMip(p, C.HighsInt(n), C.HighsInt(r), C.HighsInt(len(aIndex)), cMatrixRowwise,
-		C.HighsInt(m.Sense), C.double(m.Offset), cptr(cost), cptr(cl), cptr(cu), cptr(rl), cptr(ru),
-		cptr(aStart), cptr(aIndex), cptr(aValue), cptr(integrality))
+	st := C.Highs_passMip(p, C.HighsInt(n), C.HighsInt(r), C.HighsInt(len(c.aIndex)), cMatrixRowwise,
+		c.sense, c.offset, cptr(c.cost), cptr(c.cl), cptr(c.cu), cptr(c.rl), cptr(c.ru),
+		cptr(c.aStart), cptr(c.aIndex), cptr(c.aValue), cptr(c.integrality))
 	if st == cStatusError {
 		return nil, errs.Solverf("highs: passMip rejected the model (%d cols, %d rows)", n, r)
 	}
@@ -268,10 +377,10 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 	if cb == nil {
 		return nil, errs.Capacityf("highs: cannot allocate the callback state")
 	}
-	defer C.free(unsafe.Pointer(cb))
+	defer C.free(unsafe.Pointer(cb)) // HiGHS calls back only inside Highs_run
 	if o.StopGap > 0 {
 		cb.gap, cb.bound = C.double(o.StopGap), C.double(o.StopBound)
-		if m.Sense == Minimize {
+		if c.sense == C.HighsInt(Minimize) {
 			cb.minimize = 1
 		}
 	}
@@ -294,21 +403,28 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 			select {
 			case <-o.Done:
 				C.recgo_cb_interrupt(cb)
+				// Presolve and the MIP's inner LP solves poll no callback, only the time limit, which
+				// they read from this instance's options: a zero limit stops them at their next check,
+				// so an abandoned run does not presolve on for minutes. The option is a double the
+				// solve only reads (Highs::setOptionValue stores it and touches nothing else).
+				_ = h.setDouble("time_limit", 0)
 			case <-finished:
 			}
 		}()
 		defer wg.Wait() // before cb is freed (defers run last-in first-out)
 		defer close(finished)
 	}
-	if start != nil {
-		cs := make([]C.double, n)
-		for j, v := range start {
-			cs[j] = C.double(v)
-		}
+	if c.start != nil {
 		// Highs_setSolution orders (col_value, row_value, col_dual, row_dual); only primal columns.
-		if C.Highs_setSolution(p, cptr(cs), nil, nil, nil) == cStatusError {
+		if C.Highs_setSolution(p, cptr(c.start), nil, nil, nil) == cStatusError {
 			return nil, errs.Solverf("highs: setSolution rejected the warm start")
 		}
+	}
+	if testHookBeforeRun != nil {
+		testHookBeforeRun(h)
+	}
+	if closed(o.Done) {
+		return nil, errNotRun
 	}
 	if C.Highs_run(p) == cStatusError {
 		// A run error can still leave an incumbent (for example after a limit); fall through.
@@ -324,6 +440,9 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 		Seconds:   float64(C.Highs_getRunTime(p)),
 	}
 	res.StoppedAtBound = C.recgo_cb_stopped_at_bound(cb) != 0
+	if res.Status == StatusTimeLimit && closed(o.Done) && !(o.TimeLimit > 0 && res.Seconds >= o.TimeLimit) {
+		res.Status = StatusInterrupt // the zero time limit set on Done, not the caller's, stopped it
+	}
 	if h.intInfo("primal_solution_status") == cSolutionFeasible {
 		// Highs_getSolution orders (col_value, col_dual, row_value, row_dual).
 		x := make([]C.double, n)

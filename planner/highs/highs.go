@@ -5,13 +5,15 @@
 // returns the incumbent with its gap and dual bound instead of an empty solution.
 //
 // A [Model] is a MILP in row-wise sparse form; [Solve] passes it to a fresh HiGHS instance, runs it
-// with [Options] and returns a [Result]. Each call owns its HiGHS instance and locks the calling
-// goroutine to its OS thread from create to destroy (HiGHS keeps its scheduler per thread).
+// with [Options] and returns a [Result]. Each call owns its HiGHS instance, on a goroutine of its
+// own locked to its OS thread from create to destroy (HiGHS keeps its scheduler per thread), so
+// that closing [Options].Done returns at once even while HiGHS reads or presolves the model.
 package highs
 
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -204,6 +206,12 @@ func (m *Model) Feasible(x []float64, tol float64) (bool, string) {
 	return true, ""
 }
 
+// InterruptGrace is how long Solve waits, once Options.Done is closed, for HiGHS to see the
+// interrupt at a callback and return its incumbent before abandoning the run: HiGHS polls no
+// callback while it reads or presolves a model, which takes seconds for millions of columns. A
+// caller with a deadline closes Done this much before it to return on time.
+const InterruptGrace = 250 * time.Millisecond
+
 // Options control one solve. Zero values mean HiGHS's defaults.
 type Options struct {
 	// TimeLimit in seconds (0: none).
@@ -226,6 +234,10 @@ type Options struct {
 	// limit where TimeLimit depends on the machine.
 	MaxIterations int
 	// Done, when closed, interrupts the run: HiGHS returns its incumbent with status Interrupt.
+	// HiGHS polls no callback while it reads or presolves a model (seconds for millions of
+	// columns), so closing Done also sets its time limit to zero, which presolve polls between
+	// passes; if HiGHS has not returned within InterruptGrace, Solve returns the warm start (or no
+	// solution) with status Interrupt and leaves the run to end in the background at that check.
 	Done <-chan struct{}
 	// StopGap > 0 stops the run as soon as the incumbent is within StopGap (relative) of
 	// StopBound, a bound the caller proved (a lower bound when minimizing): Result.StoppedAtBound.

@@ -3,7 +3,10 @@ package highs
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/stretchr/testify/assert"
@@ -120,6 +123,77 @@ func TestDoneInterrupts(t *testing.T) {
 	assert.Equal(t, StatusInterrupt, res.Status)
 	assert.True(t, res.StartAccepted)
 	assert.False(t, res.StoppedAtBound)
+}
+
+// HiGHS polls no callback while it reads or presolves a model; the hook stands in for such a
+// phase. Closing Done then returns within the grace period, the warm start (if any) as the
+// incumbent, sets HiGHS's time limit to zero (what presolve does poll), and the abandoned run never
+// reaches Highs_run. A Done closed before the call skips HiGHS's costly steps altogether.
+func TestDoneReturnsWhileHiGHSPollsNoCallback(t *testing.T) {
+	tests := []struct {
+		name       string
+		closeAfter time.Duration // < 0: closed before Solve
+		start      bool
+		wantHook   bool
+	}{
+		{"during presolve, warm start", 50 * time.Millisecond, true, true},
+		{"during presolve, cold", 50 * time.Millisecond, false, true},
+		{"before the call", -1, true, false},
+	}
+	const presolve = 2 * time.Second
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			hookDone := make(chan struct{})
+			var hookRan atomic.Bool
+			var limits [2]float64 // HiGHS's time limit before and after Done closed
+			done := make(chan struct{})
+			testHookBeforeRun = func(h instance) {
+				defer close(hookDone)
+				hookRan.Store(true)
+				limits[0] = h.doubleOption("time_limit")
+				time.Sleep(presolve)
+				limits[1] = h.doubleOption("time_limit")
+			}
+			t.Cleanup(func() { testHookBeforeRun = nil })
+			m := multiKnapsack(120, 10, 3)
+			var start []float64
+			if tc.start {
+				start = make([]float64, m.NumCols())
+				start[0] = 1
+			}
+			if tc.closeAfter < 0 {
+				close(done)
+			} else {
+				time.AfterFunc(tc.closeAfter, func() { close(done) })
+			}
+			t0 := time.Now()
+			res, err := Solve(m, Options{MipRelGap: 1e-12, Threads: 1, Done: done}, start)
+			took := time.Since(t0)
+			assert.Less(t, took, presolve/2, "Solve waited for the phase that polls no callback")
+			require.NotNil(t, res)
+			assert.Equal(t, StatusInterrupt, res.Status)
+			assert.True(t, math.IsInf(res.DualBound, 1), "nothing proved (maximizing): %g", res.DualBound)
+			if tc.start {
+				require.NoError(t, err)
+				assert.Equal(t, start, res.X)
+				assert.InDelta(t, m.Objective(start), res.Objective, 1e-9)
+				assert.True(t, res.StartAccepted)
+			} else {
+				assert.ErrorIs(t, err, errs.ErrSolver)
+				assert.False(t, res.HasSolution)
+			}
+			if !tc.wantHook {
+				assert.False(t, hookRan.Load(), "HiGHS was set up after Done closed")
+				return
+			}
+			x := slices.Clone(res.X)
+			<-hookDone
+			assert.Equal(t, [2]float64{math.Inf(1), 0}, limits, "Done set the time limit to zero")
+			time.Sleep(50 * time.Millisecond) // the abandoned run ends: it must not touch res
+			assert.Equal(t, x, res.X)
+			assert.Equal(t, StatusInterrupt, res.Status)
+		})
+	}
 }
 
 // StopGap ends the run once the incumbent is within the gap of the caller's bound.

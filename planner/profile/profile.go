@@ -29,6 +29,9 @@ const (
 	MaxTableBytes = 1 << 50
 )
 
+// cdfEndTolerance is how far from 1 the last CDF point's share may be (rounding in a writer).
+const cdfEndTolerance = 1e-9
+
 // Point is one step of a table's access CDF: the hottest Rows rows receive Frac of all accesses.
 type Point struct {
 	Rows int64   `json:"rows"`
@@ -115,15 +118,18 @@ func (t *Table) Validate() error {
 		return errs.Invalidf("profile: table %q: CDF needs at least 2 points", t.Name)
 	}
 	for i, p := range t.CDF {
-		if p.Rows < 0 || p.Rows > t.Touched || !(p.Frac >= 0 && p.Frac <= 1+1e-9) {
+		if p.Rows < 0 || p.Rows > t.Touched || !(p.Frac >= 0 && p.Frac <= 1+cdfEndTolerance) {
 			return errs.Invalidf("profile: table %q: CDF point %d (%d, %g) outside [0, %d]x[0, 1]", t.Name, i, p.Rows, p.Frac, t.Touched)
 		}
 		if i > 0 && (p.Rows <= t.CDF[i-1].Rows || p.Frac < t.CDF[i-1].Frac) {
 			return errs.Invalidf("profile: table %q: CDF point %d does not increase", t.Name, i)
 		}
 	}
-	if len(t.CDF) > 0 && (t.CDF[0] != Point{} || t.CDF[len(t.CDF)-1].Rows != t.Touched) {
-		return errs.Invalidf("profile: table %q: CDF must run from (0, 0) to (touched=%d, 1)", t.Name, t.Touched)
+	// The touched rows take every access: a CDF ending below 1 would price accesses no row serves.
+	if last := len(t.CDF) - 1; last >= 0 && (t.CDF[0] != Point{} || t.CDF[last].Rows != t.Touched ||
+		t.Touched > 0 && math.Abs(t.CDF[last].Frac-1) > cdfEndTolerance) {
+		return errs.Invalidf("profile: table %q: CDF must run from (0, 0) to (touched=%d, 1), not to (%d, %g)",
+			t.Name, t.Touched, t.CDF[last].Rows, t.CDF[last].Frac)
 	}
 	if t.Ranked != nil && int64(len(t.Ranked)) != t.Touched {
 		return errs.Invalidf("profile: table %q: %d ranked rows for %d touched", t.Name, len(t.Ranked), t.Touched)

@@ -223,6 +223,35 @@ func TestParseRejects(t *testing.T) {
 	}
 }
 
+// The touched rows take every access, so a CDF must end at share 1 (within rounding).
+func TestValidateCDFEndsAtOne(t *testing.T) {
+	tests := []struct {
+		name    string
+		touched int64
+		cdf     []Point
+		wantErr string
+	}{
+		{"ends at 1", 4, []Point{{}, {2, 0.7}, {4, 1}}, ""},
+		{"rounding below 1", 4, []Point{{}, {2, 0.7}, {4, 1 - 1e-12}}, ""},
+		{"ends at 0.5", 4, []Point{{}, {2, 0.3}, {4, 0.5}}, "not to (4, 0.5)"},
+		{"ends at 0", 4, []Point{{}, {4, 0}}, "not to (4, 0)"},
+		{"ends short of touched", 4, []Point{{}, {3, 1}}, "not to (3, 1)"},
+		{"nothing touched", 0, nil, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tab := Table{Name: "a", Rows: 100, Dim: 8, ElemBytes: 4, Coverage: 1, Pooling: 1, Touched: tc.touched, CDF: tc.cdf}
+			err := tab.Validate()
+			if tc.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+			assert.ErrorContains(t, err, `table "a": CDF must run from (0, 0) to (touched=4, 1), `+tc.wantErr)
+		})
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	f.Add([]byte(`{"version": 1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4,"touched":2,"coverage":0.5,"pooling":2,"cdf":[{"rows":0,"frac":0},{"rows":2,"frac":1}],"ranked":"AQAAAAAAAAACAAAAAAAAAA=="}]}`))
 	f.Add([]byte(`{"version": 1}`))

@@ -130,6 +130,7 @@ def _add_plan(sub: Any) -> None:
     pl.add_argument("--threads", type=int, default=0)
     pl.add_argument("--memory-limit-gb", type=float, default=None, help="cap on the planner's model (GB; default 8 GiB)")
     pl.add_argument("--no-plots", action="store_true")
+    pl.add_argument("--no-progress", action="store_true", help="no progress line on stderr while a plan is solved")
     pl.set_defaults(func=_plan)
 
 
@@ -174,7 +175,8 @@ def _plan(args: argparse.Namespace) -> int:
     plans = {}
     for s in strategies:
         plans[s] = P.plan(prof, topo, s, cost_model=args.cost_model, time_limit=args.time_limit,
-                          mip_rel_gap=args.gap, threads=args.threads, memory_limit=limit)
+                          mip_rel_gap=args.gap, threads=args.threads, memory_limit=limit,
+                          progress=not args.no_progress and sys.stderr.isatty())
         print(plans[s])
         if plans[s].warning:
             print(f"warning: {plans[s].warning}", file=sys.stderr)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import sys
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,6 +26,8 @@ COST_MODELS = ("cdf", "cdf+coverage", "cdf+coverage+pooling", "full")
 
 #: Seconds of each wait for the Go planner: Ctrl-C is seen between waits.
 _WAIT_SLICE = 0.1
+#: Seconds between two progress lines of :func:`plan` with ``progress=True``.
+_PROGRESS_EVERY = 1.0
 
 
 class Plan:
@@ -151,7 +155,38 @@ def _config(topology: Topology, strategy: str, cost_model: str, tables: Sequence
     return bytes_arg(cfg, "planner config")
 
 
-def _wait(job: _lib.Handle) -> _lib.Handle:
+class _Progress:
+    """A tqdm bar on stderr of the seconds a plan job has run against its time limit, redrawn about
+    once a second while it runs; nothing when off."""
+
+    def __init__(self, on: bool, strategy: str, time_limit: float | None) -> None:
+        self._bar: Any = None
+        self._t0 = time.perf_counter()
+        self._next = self._t0 + _PROGRESS_EVERY
+        self._args = (on, strategy, time_limit)
+
+    def tick(self) -> None:
+        """Advance the bar when a second has passed since the last redraw (created on the first)."""
+        now = time.perf_counter()
+        on, strategy, limit = self._args
+        if not on or now < self._next:
+            return
+        self._next = now + _PROGRESS_EVERY
+        if self._bar is None:
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=limit, desc=f"plan ({strategy})", unit="s", file=sys.stderr, leave=False, mininterval=0,
+                             bar_format="{desc}: {bar} {n:.0f}/{total_fmt} s" if limit else "{desc}: {n:.0f} s")
+        self._bar.update(now - self._t0 - self._bar.n)
+
+    def close(self) -> None:
+        """Remove the bar (when one was drawn)."""
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _wait(job: _lib.Handle, progress: _Progress | None = None) -> _lib.Handle:
     """Wait for a plan job in short slices (so Ctrl-C reaches Python between them)."""
     f = _lib.fn("recgo_plan_wait")
     done, out = _lib.I32(0), _lib.H(0)
@@ -159,43 +194,72 @@ def _wait(job: _lib.Handle) -> _lib.Handle:
         _lib.call(f, job.value, _WAIT_SLICE, ctypes.byref(done), ctypes.byref(out))
         if done.value:
             return _lib.Handle(out.value)
+        if progress is not None:
+            progress.tick()
+
+
+def _warn_if_unproven(p: Plan, time_limit: float | None) -> None:
+    """Warn when the MILP stopped at its time limit, or fell back to the row-level greedy: the plan
+    is then not proven optimal."""
+    s = p.solver
+    if s and s.get("status") == "time limit":
+        why = f" ({p.warning})" if p.warning else ""
+        warnings.warn(f"plan: the MILP stopped at the time limit of {time_limit:g} s{why}; the plan is not proven "
+                      f"optimal (within {100 * s['mip_gap']:.2f} % of its bound): raise time_limit to close the gap",
+                      RuntimeWarning, stacklevel=3)
+    elif s is None and p.warning:
+        warnings.warn(f"plan: {p.warning}; the plan is not proven optimal", RuntimeWarning, stacklevel=3)
 
 
 def plan(profile: Profile, topology: Topology | None = None, strategy: str = "milp", *,
          cost_model: str = "full", tables: Sequence[str] | None = None, time_limit: float | None = 60.0,
          mip_rel_gap: float = 0.01, threads: int = 0, symmetry: bool = True, warm_start: bool = True,
-         memory_limit: int | None = None) -> Plan:
+         memory_limit: int | None = None, progress: bool = False) -> Plan:
     """Place the profiled tables on ``topology`` (default: RecShard's 2 × 8 GPUs with 24 GB each)
     with ``strategy`` (default: the MILP).
 
-    ``time_limit`` (seconds, > 0; ``None`` for no limit) bounds the whole call, model building
-    included. The MILP is warm-started from the row-level greedy and stops at the time limit, or
-    when its incumbent is within ``mip_rel_gap`` of the best bound (HiGHS's, or the planner's own,
-    which settles the case where everything fits in HBM without a MILP), returning its incumbent
-    with gap and bound. Ctrl-C interrupts the solve within a fraction of a second and returns the
+    ``time_limit`` (seconds, > 0; ``None`` for no limit) bounds the whole call, model building and
+    HiGHS's presolve included. The MILP is warm-started from the row-level greedy and stops at the
+    time limit (``plan.solver["status"] == "time limit"``, with a RuntimeWarning that the plan is not
+    proven optimal), or when its incumbent is within ``mip_rel_gap`` of the best bound (HiGHS's, or
+    the planner's own, which settles the case where everything fits in HBM without a MILP),
+    returning its incumbent with gap and bound. When the time left cannot cover building and
+    presolving a large MILP, the warm start is returned without it (:attr:`Plan.warning` says so).
+    Ctrl-C interrupts the solve within a fraction of a second, presolve included, and returns the
     incumbent (``plan.solver["status"] == "interrupted"``, with a RuntimeWarning). If HiGHS fails
     the plan falls back to the row-level greedy and says so in :attr:`Plan.warning`
-    (``warm_start=False`` solves cold, to measure what the start is worth).
+    (``warm_start=False`` solves cold, to measure what the start is worth). ``progress=True`` keeps a
+    one-line report of the elapsed time on stderr while the plan is made.
 
     ``memory_limit`` (bytes; default 8 GiB) caps the model the planner may build. Raises
-    CapacityError (naming the size) when the tables cannot fit or the model would pass the limit,
-    NotFoundError for tables missing from the profile, InvalidInputError for an empty or repeated
-    table list, a non-positive time limit or a NaN/infinite argument.
+    CapacityError (naming the size) when the tables cannot fit (proven: by a size check, or by
+    HiGHS, whose proof the message names) or the model would pass the limit; SolverError when the
+    MILP found no placement before the time limit or Ctrl-C and the row-level greedy could not
+    place the tables either (no proof that none fits: raise ``time_limit``); NotFoundError for
+    tables missing from the profile, InvalidInputError for an empty or repeated table list, a
+    non-positive time limit or a NaN/infinite argument.
     """
     buf, n = _config(topology or Topology(), strategy, cost_model, tables, time_limit, mip_rel_gap, threads,
                      symmetry, warm_start, memory_limit)
     job = _lib.new_handle("recgo_plan_start", profile.handle.value, buf, n)
+    bar = _Progress(progress, strategy, time_limit)
+    interrupted = False
     try:
         try:
-            return Plan(_wait(job), profile)
+            p = Plan(_wait(job, bar), profile)
         except KeyboardInterrupt:
+            interrupted = True
             _lib.call(_lib.fn("recgo_plan_cancel"), job.value)
             p = Plan(_wait(job), profile)
-            warnings.warn("plan: interrupted (Ctrl-C); returning the best placement found so far "
-                          f"(status {p.solver['status'] if p.solver else 'heuristic'})", RuntimeWarning, stacklevel=2)
-            return p
     finally:
+        bar.close()
         job.free()
+    if interrupted:
+        warnings.warn("plan: interrupted (Ctrl-C); returning the best placement found so far "
+                      f"(status {p.solver['status'] if p.solver else 'heuristic'})", RuntimeWarning, stacklevel=2)
+    else:
+        _warn_if_unproven(p, time_limit)
+    return p
 
 
 def evaluate(profile: Profile, topology: Topology, placement: Mapping[str, tuple[int, int]],
