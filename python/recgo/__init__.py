@@ -6,6 +6,9 @@ pipeline run in ``librecgo.so``; this package wraps them as ordinary ``torch.nn`
 
 from __future__ import annotations
 
+from ._torch_version import check as _check_torch
+
+_check_torch()
 from ._lib import num_threads, set_num_threads, version as library_version
 from ._threads import share_cores
 from .errors import (
