@@ -52,10 +52,26 @@ def _calibrate() -> int | None:
 _FREE_REFS = _calibrate()
 
 
+def _calibrate_uses() -> int | None:
+    """A base's storage use count when no output of it lives, if an output built as :class:`OutputPool`
+    builds them raises it by one and dropping it lowers it again (else None: nothing is reused). It
+    is 2 on torch 2.12–2.14 and was 1 on 2.7 and older, where a fixed 2 made the pool hand out memory a
+    live output still used."""
+    base = torch.empty(4)
+    free = storage_use_count(base)
+    out = torch.empty(0, dtype=torch.float32).set_(base.untyped_storage(), 0, (2, 2), (2, 1))
+    busy = storage_use_count(base)
+    del out
+    return free if free > 0 and busy == free + 1 and storage_use_count(base) == free else None
+
+
+_FREE_USES = _calibrate_uses()
+
+
 def _storage_free(base: torch.Tensor) -> bool:
     """Whether no output of ``base`` is referenced: no tensor (the use count) and no Python storage
     object outside the pool (its reference count)."""
-    if storage_use_count(base) != 2:
+    if _FREE_USES is None or storage_use_count(base) != _FREE_USES:
         return False
     return _FREE_REFS is None or _storage_refs(base) <= _FREE_REFS
 
