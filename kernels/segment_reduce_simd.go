@@ -69,10 +69,38 @@ func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []flo
 		segmentReduce64(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
 		c += 64
 	}
-	if c < dim {
+	switch {
+	case dim-c == 16: // D=16 tables are common: the one-block loop, a tenth faster than the general one
+		segmentReduce16(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
+	case c < dim:
 		segmentReduceNarrow(dst, dstBase+c, dstStride, (dim-c)/16, src[min(c, len(src)):], offs, mult, bounds,
 			weights, scales)
 	}
+}
+
+// segmentReduce16 sums 16 columns of each row (from src's start) in one register.
+func segmentReduce16(dst []float32, dstBase, dstStride int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
+	for i := 0; i+1 < len(bounds); i++ {
+		var acc archsimd.Float32x16
+		for j := bounds[i]; j < bounds[i+1]; j++ {
+			o := offs[j] * mult
+			if o < 0 {
+				continue
+			}
+			r := archsimd.LoadFloat32x16((*[16]float32)(src[o : o+16]))
+			if weights == nil {
+				acc = acc.Add(r)
+			} else {
+				acc = r.MulAdd(archsimd.BroadcastFloat32x16(weights[j]), acc)
+			}
+		}
+		if scales != nil {
+			acc = acc.Mul(archsimd.BroadcastFloat32x16(scales[i]))
+		}
+		acc.Store(blk(dst[dstBase+i*dstStride:], 0))
+	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // segmentReduceAVX2 is the 256-bit path for CPUs without AVX-512 (dim a multiple of 8): row-major
@@ -82,6 +110,12 @@ func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32
 	bounds []int64, weights, scales []float32) {
 	ld := func(row []float32, k int) archsimd.Float32x8 {
 		return archsimd.LoadFloat32x8((*[8]float32)(row[8*k : 8*k+8]))
+	}
+	ldOr := func(row []float32, k, n int) archsimd.Float32x8 { // block k, or zeros past the group's n blocks
+		if k < n {
+			return ld(row, k)
+		}
+		return archsimd.Float32x8{}
 	}
 	for c := 0; c < dim; c += 64 {
 		n := min(8, (dim-c)/8) // 8-column blocks in this group
@@ -93,41 +127,44 @@ func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32
 				}
 				o := offs[j]*mult + int64(c)
 				row := src[o : o+int64(8*n)]
-				w := archsimd.BroadcastFloat32x8(1)
-				if weights != nil {
-					w = archsimd.BroadcastFloat32x8(weights[j])
+				if weights == nil { // adds: a multiply by a broadcast 1 cost a third more on narrow rows
+					a0 = a0.Add(ld(row, 0))
+					if n > 1 { // nested, so a narrow row tests once or twice per entry, not seven times
+						a1 = a1.Add(ld(row, 1))
+						if n > 2 {
+							a2, a3 = a2.Add(ld(row, 2)), a3.Add(ldOr(row, 3, n))
+							if n > 4 {
+								a4, a5 = a4.Add(ld(row, 4)), a5.Add(ldOr(row, 5, n))
+								if n > 6 {
+									a6, a7 = a6.Add(ld(row, 6)), a7.Add(ldOr(row, 7, n))
+								}
+							}
+						}
+					}
+					continue
 				}
+				w := archsimd.BroadcastFloat32x8(weights[j])
 				a0 = ld(row, 0).MulAdd(w, a0)
 				if n > 1 {
 					a1 = ld(row, 1).MulAdd(w, a1)
+					if n > 2 {
+						a2, a3 = ld(row, 2).MulAdd(w, a2), ldOr(row, 3, n).MulAdd(w, a3)
+						if n > 4 {
+							a4, a5 = ld(row, 4).MulAdd(w, a4), ldOr(row, 5, n).MulAdd(w, a5)
+							if n > 6 {
+								a6, a7 = ld(row, 6).MulAdd(w, a6), ldOr(row, 7, n).MulAdd(w, a7)
+							}
+						}
+					}
 				}
-				if n > 2 {
-					a2 = ld(row, 2).MulAdd(w, a2)
-				}
-				if n > 3 {
-					a3 = ld(row, 3).MulAdd(w, a3)
-				}
-				if n > 4 {
-					a4 = ld(row, 4).MulAdd(w, a4)
-				}
-				if n > 5 {
-					a5 = ld(row, 5).MulAdd(w, a5)
-				}
-				if n > 6 {
-					a6 = ld(row, 6).MulAdd(w, a6)
-				}
-				if n > 7 {
-					a7 = ld(row, 7).MulAdd(w, a7)
-				}
-			}
-			s := archsimd.BroadcastFloat32x8(1)
-			if scales != nil {
-				s = archsimd.BroadcastFloat32x8(scales[i])
 			}
 			out := dst[dstBase+i*dstStride+c:][:8*n]
 			acc := [8]archsimd.Float32x8{a0, a1, a2, a3, a4, a5, a6, a7}
 			for k := range n {
-				acc[k].Mul(s).Store((*[8]float32)(out[8*k : 8*k+8]))
+				if scales != nil {
+					acc[k] = acc[k].Mul(archsimd.BroadcastFloat32x8(scales[i]))
+				}
+				acc[k].Store((*[8]float32)(out[8*k : 8*k+8]))
 			}
 		}
 	}
@@ -255,16 +292,23 @@ func segmentReduceNarrow(dst []float32, dstBase, dstStride, blocks int, src []fl
 				continue
 			}
 			row := src[o : o+width]
-			w := archsimd.BroadcastFloat32x16(1)
-			if weights != nil {
-				w = archsimd.BroadcastFloat32x16(weights[j])
+			if weights == nil { // adds: a multiply by a broadcast 1 cost a fifth more on narrow rows
+				a0 = a0.Add(archsimd.LoadFloat32x16(blk(row, 0)))
+				if blocks > 1 {
+					a1 = a1.Add(archsimd.LoadFloat32x16(blk(row, 16)))
+					if blocks > 2 {
+						a2 = a2.Add(archsimd.LoadFloat32x16(blk(row, 32)))
+					}
+				}
+				continue
 			}
+			w := archsimd.BroadcastFloat32x16(weights[j])
 			a0 = archsimd.LoadFloat32x16(blk(row, 0)).MulAdd(w, a0)
 			if blocks > 1 {
 				a1 = archsimd.LoadFloat32x16(blk(row, 16)).MulAdd(w, a1)
-			}
-			if blocks > 2 {
-				a2 = archsimd.LoadFloat32x16(blk(row, 32)).MulAdd(w, a2)
+				if blocks > 2 {
+					a2 = archsimd.LoadFloat32x16(blk(row, 32)).MulAdd(w, a2)
+				}
 			}
 		}
 		if scales != nil {
