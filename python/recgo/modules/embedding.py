@@ -317,7 +317,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             idx.append(fs[0] if fs else -1)
             extra += [(i, f) for f in fs[1:]]
         out = (torch.tensor(idx + [f for _, f in extra], dtype=torch.int64), extra)
-        self._key_cache[tk] = out
+        if type(out[0]) is torch.Tensor:  # not a tracer's (torch.export's fake tensors must not outlive it)
+            self._key_cache[tk] = out
         return out
 
     def _engine_batch(self, kjt: KeyedJaggedTensor, weights: torch.Tensor | None

@@ -220,7 +220,8 @@ class EmbeddingCollection(nn.Module):
         out = KeyPlan(torch.tensor(idx, dtype=torch.int64, device="cpu"), [self._feature_dims[i] for i in idx],
                       None if select == list(range(len(keys))) else select, names,
                       [names.index(f) for f in self._features])
-        self._key_cache[tk] = out
+        if type(out[0]) is torch.Tensor:  # not a tracer's (torch.export's fake tensors must not outlive it)
+            self._key_cache[tk] = out
         return out
 
     def _batch(self, features: Any) -> tuple[KeyedJaggedTensor, KeyPlan]:
