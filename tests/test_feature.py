@@ -124,6 +124,7 @@ features:
 
 
 def test_kjt_inputs_equal_dict_inputs() -> None:
+    pytest.importorskip("torchrec")
     feats = [Feature("a").hash().mod(100), Feature("b").truncate(1, keep="last"), Feature("d", dtype="float").bucketize([0])]
     a, b = (torch.tensor([5, 6, 7]), torch.tensor([1, 1, 1])), (torch.tensor([1, 2, 3]), torch.tensor([2, 0, 1]))
     dense = {"d": torch.tensor([-1.0, 0.0, 2.0])}

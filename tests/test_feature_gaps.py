@@ -162,6 +162,7 @@ def test_list_for_int_field_suggests_bytes() -> None:
 # --- the issue-11 transforms, by hand and against the reference --------------------------------------
 
 def test_weights_travel_through_truncate_and_filter() -> None:
+    pytest.importorskip("torchrec")
     feats = [Feature("h").filter([3]).truncate(2, keep="last").fill_missing(-1), Feature("u")]
     kjt = recgo.KeyedJaggedTensor(["h", "u"], torch.tensor([1, 3, 2, 4, 3, 7, 8]), torch.tensor([4, 1, 1, 1]),
                                   torch.tensor([0.5, 9, 2, 4, 9, 1.5, 2.5]))

@@ -67,6 +67,7 @@ def test_profile_matches_direct_counts(prof: P.Profile) -> None:
 
 
 def test_torchrec_kjt_and_dict_inputs_profile_the_same() -> None:
+    pytest.importorskip("torchrec")
     batches = _batches(seed=3, n=2)
     a = P.profile(batches, TABLES, sample_rate=1.0)
     b = P.profile([k.to_torchrec() for k in batches], TABLES, sample_rate=1.0)
@@ -168,6 +169,7 @@ def test_milp_equals_brute_force() -> None:
 
 
 def test_strategies_and_plan_files(prof: P.Profile, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     topo = small_topo()
     plans = {s: P.plan(prof, topo, s, time_limit=10) for s in P.STRATEGIES}
     milp = plans["milp"]
@@ -269,6 +271,7 @@ def test_torchrec_bridges(prof: P.Profile) -> None:
 
 
 def test_cli_profile_and_plan(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
     data = ROOT.parent / "shared" / "data" / "criteo" / "criteo_dac_train_head10109.txt"
     if not data.exists():
         pytest.skip("Criteo sample not present")

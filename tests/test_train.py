@@ -99,6 +99,7 @@ def test_synthetic_stream_is_deterministic_resumable_and_held_out() -> None:
 
 @pytest.mark.parametrize("sparse_optimizer", ["sgd", "adagrad"])
 def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
+    pytest.importorskip("torchrec")
     cfg = _small(sparse_optimizer=sparse_optimizer)
     source = make_source(cfg)
     results = {}
@@ -123,6 +124,8 @@ def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
 def test_resume_equals_uninterrupted(tmp_path: Path, backend: str) -> None:
     """Every backend resumes with its optimizer state (TorchRec's FusedEmbeddingBagCollection's save
     raised before: its fused_optimizer is a method)."""
+    if backend == "torchrec":
+        pytest.importorskip("torchrec")
     cfg = _small(checkpoint=str(tmp_path / "ck"))
     source = make_source(cfg)
     whole = Trainer(cfg, source, backend)
@@ -207,6 +210,8 @@ def test_taobao_sequences_hold_out_each_users_last_event() -> None:
 @pytest.mark.skipif(not TAOBAO.exists(), reason="Taobao sample not present")
 @pytest.mark.parametrize("backend", ["torch", "torchrec", "recgo"])
 def test_bst_trains_on_every_backend(backend: str) -> None:
+    if backend == "torchrec":
+        pytest.importorskip("torchrec")
     if backend == "recgo":
         import recgo
 
@@ -220,6 +225,7 @@ def test_bst_trains_on_every_backend(backend: str) -> None:
 @pytest.mark.skipif(not TAOBAO.exists(), reason="Taobao sample not present")
 def test_bst_backends_agree_from_the_same_weights() -> None:
     """The sequence model's shared item/category tables (history and target) train alike on every backend."""
+    pytest.importorskip("torchrec")
     cfg = _small("bst", data=str(TAOBAO), batch_size=64, dim=8, max_len=10, steps=8, eval_every=8, sparse_optimizer="sgd")
     source = make_source(cfg)
     out = {}

@@ -52,6 +52,7 @@ def test_bst_adagrad_tracks_a_float64_reference() -> None:
     """After 1, 5 and 20 Adagrad steps, recgo's and TorchRec's tables differ from the float64 run by a
     rounding-sized fraction of how far that run moved them (observed: about 1e-5, the same as plain
     torch in float32; a real difference in the update is of order 1)."""
+    pytest.importorskip("torchrec")
     cfg = TrainConfig(model="bst", data=str(TAOBAO), batch_size=64, dim=8, max_len=10, steps=20, eval_every=20,
                       seed=3, sparse_optimizer="adagrad")
     source = make_source(cfg)

@@ -87,6 +87,7 @@ def _close_tables(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor], l
 
 
 def test_two_ranks_train_like_one_process_on_the_global_batch(tmp_path: Path) -> None:
+    pytest.importorskip("torchrec")
     cfg = _cfg(nproc=2)
     report = launch(cfg, ["recgo", "torchrec", "torch"], 2, out=tmp_path / "rep", progress=False,
                     weights_dir=str(tmp_path / "w"), threads=1, one_world=True)

@@ -26,6 +26,7 @@ def _cfg(**kw) -> TrainConfig:
 
 @needs_taobao
 def test_bst_on_two_ranks_trains_like_one_process(tmp_path: Path) -> None:
+    pytest.importorskip("torchrec")
     cfg = _cfg(nproc=2)
     report = launch(cfg, ["recgo", "torchrec", "torch"], 2, out=tmp_path / "rep", progress=False,
                     weights_dir=str(tmp_path / "w"), threads=1, one_world=True)

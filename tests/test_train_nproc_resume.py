@@ -25,6 +25,7 @@ def _cfg(**kw) -> TrainConfig:
 
 
 def test_resume_on_two_ranks_equals_uninterrupted(tmp_path: Path) -> None:
+    pytest.importorskip("torchrec")
     ck = str(tmp_path / "ck")
     opts = dict(progress=False, threads=1, one_world=True)
     whole = launch(_cfg(), BACKENDS, 2, weights_dir=str(tmp_path / "whole"), **opts)
