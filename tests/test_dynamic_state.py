@@ -12,7 +12,7 @@ import recgo
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, dynamic
 from recgo.dynamic import DynamicConfig
 from recgo.modules import Adagrad
-from test_dynamic import make
+from test_dynamic import kjt, make
 
 
 def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_to_zeros() -> None:
@@ -119,3 +119,22 @@ def test_activation_checkpointing_counts_each_batch_once_when_sharded(tmp_path: 
         assert (a.step, a.admitted, a.rows) == (b.step, b.admitted, b.rows) == (4, 3, 3)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_training_lookup_counts_a_repeated_id_once_as_a_forward_does() -> None:
+    """lookup(train=True) of [5, 5] with min_count=2 returned [-1, 0] (two answers for one ID, admitted
+    after one step): each occurrence counted as a sighting. It now deduplicates, in order of first
+    appearance, as a forward does; a refused batch leaves the table as it was."""
+    looked, fwd = make(dim=2, bound=8, min_count=2), make(dim=2, bound=8, min_count=2)
+    assert dynamic.lookup(looked, "t", torch.tensor([5, 5]), train=True).tolist() == [-1, -1]
+    fwd(kjt({"f": [[5, 5]]}))
+    assert dynamic.stats(looked, "t") == dynamic.stats(fwd, "t")
+    assert dynamic.lookup(looked, "t", torch.tensor([7, 5, 7, 5, 9]), train=True).tolist() == [-1, 0, -1, 0, -1]
+    assert dynamic.lookup(looked, "t", torch.tensor([9, 7, 9]), train=True).tolist() == [1, 2, 1]  # first seen first
+    full = make(dim=2, bound=2)
+    dynamic.lookup(full, "t", torch.tensor([1, 2]), train=True)
+    before = dynamic.stats(full, "t")
+    with pytest.raises(recgo.CapacityError, match=r'^dynamic table "t": this batch needs 3 rows.*nothing was changed'):
+        full(kjt({"f": [[3, 4, 5]]}))
+    assert dynamic.stats(full, "t") == before
+    assert dynamic.lookup(full, "t", torch.tensor([1, 2])).tolist() == [0, 1]
