@@ -31,3 +31,28 @@ def test_key_order_caches_are_bounded_and_results_stay_right() -> None:
     first = recgo.KeyedJaggedTensor(list(orders[0]), torch.tensor([names.index(k) for k in orders[0]]),
                                     lengths=torch.ones(6, dtype=torch.int64))
     assert all(torch.equal(ebc(first).to_dict()[k], want[k]) for k in names)  # an evicted order, derived again
+
+
+def test_the_cache_takes_concurrent_inserts() -> None:
+    """Forwards may run concurrently: two threads evicting the same oldest key raised KeyError (or
+    'dictionary changed size during iteration'), and the cache grew past its limit."""
+    import threading
+
+    from recgo._cache import KeyCache
+
+    cache = KeyCache(4)
+    errors: list[BaseException] = []
+
+    def insert(t: int) -> None:
+        try:
+            for i in range(20000):
+                cache[(t, i)] = i
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    threads = [threading.Thread(target=insert, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors and len(cache) <= 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 
@@ -14,11 +15,13 @@ class KeyCache(dict):  # type: ignore[type-arg]
     def __init__(self, limit: int = 256) -> None:
         super().__init__()
         self.limit = limit
+        self._lock = threading.Lock()  # forwards may run concurrently; reads need none (a dict read is atomic)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        if key not in self and len(self) >= self.limit:
-            del self[next(iter(self))]
-        super().__setitem__(key, value)
+        with self._lock:
+            if key not in self and len(self) >= self.limit:
+                del self[next(iter(self))]
+            super().__setitem__(key, value)
 
     def __reduce__(self) -> Any:  # copies and pickles keep the limit (and start empty: it is a cache)
         return (type(self), (self.limit,))
