@@ -306,6 +306,7 @@ def _groups_case(rank: int) -> dict[str, Any]:
     kept until exit (5 file descriptors and 3 threads per flat collection, 14 and 9 per hierarchical
     one). Counted after one collection of each mode, over six more."""
     from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection
+    from recgo.errors import InvalidInputError
 
     def build(i: int) -> None:
         mode = ("flat", "hierarchical")[i % 2]
@@ -325,7 +326,17 @@ def _groups_case(rank: int) -> dict[str, Any]:
     before = count()
     for i in range(6):
         build(i)
-    return {"before": before, "after": count()}
+    after = count()
+    # ranks given other timeouts are refused by name, and their caches stay in step for the next build
+    # (keyed by each rank's own timeout, the next build's cache hit on one rank and miss on the other)
+    cfg = [recgo.EmbeddingBagConfig(20, 4, "t", ["f"])]
+    try:
+        ShardedEmbeddingBagCollection(cfg, "hash", timeout=30 + rank, optimizer=optim.SGD(lr=0.1))
+        mismatch = "built"
+    except InvalidInputError as exc:
+        mismatch = str(exc)
+    ShardedEmbeddingBagCollection(cfg, "hash", timeout=31, optimizer=optim.SGD(lr=0.1))
+    return {"before": before, "after": after, "mismatch": mismatch}
 
 
 def _world(rank: int, world: int, ckpt: str) -> dict[str, Any]:
@@ -374,6 +385,7 @@ def test_collections_reuse_their_process_groups(world: tuple[list[dict[str, Any]
     for r, res in enumerate(world[0]):
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert res["groups"]["after"] == res["groups"]["before"], res["groups"]
+        assert "timeout: '31 s' on rank 1, '30 s' on rank 0" in res["groups"]["mismatch"], res["groups"]
 
 
 def test_a_feature_several_tables_read_is_looked_up_in_each(world: tuple[list[dict[str, Any]], Path]) -> None:

@@ -110,10 +110,13 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
         _cache.clear()
         _cache_world[0] = dist.group.WORLD
 
+    made: list[tuple[Any, ...]] = []  # the keys of the groups this call created
+
     def group(ranks: list[int], key: tuple[Any, ...]) -> Any:
         key = (*key, timeout.total_seconds())
         if key in _cache:
             return _cache[key]
+        made.append(key)
         try:
             g = dist.new_group(ranks, timeout=timeout)
             _created.append(g)
@@ -130,8 +133,17 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     groups = Groups(group(list(range(world)), ("world",)), None, None, rank, world, nodes, ranks_per_node, timeout)
     # The node and rail groups depend on the topology and mode: ranks that disagree on them would wait
     # on different groups until the timeout; compare them first and name the difference.
-    agree(groups, "process groups", {"topology": f"{nodes} nodes × {ranks_per_node} ranks per node",
-                                     "mode": "hierarchical" if hierarchical else "flat"})
+    # The timeout too: the cache keys hold it, and ranks that built a group under different keys would
+    # later disagree on whether to create one (new_group is a collective). A refused build forgets the
+    # world group it created, so every rank's cache is as before it.
+    try:
+        agree(groups, "process groups", {"topology": f"{nodes} nodes × {ranks_per_node} ranks per node",
+                                         "mode": "hierarchical" if hierarchical else "flat",
+                                         "timeout": f"{timeout.total_seconds():g} s"})
+    except InvalidInputError:
+        for key in made:
+            _cache.pop(key, None)
+        raise
     if hierarchical:
         for n in range(nodes):
             g = group([n * ranks_per_node + l for l in range(ranks_per_node)], ("node", nodes, ranks_per_node, n))
