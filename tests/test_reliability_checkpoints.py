@@ -213,7 +213,8 @@ def test_checkpoint_files_follow_the_umask(tmp_path: Path, mask: int) -> None:
 def test_a_save_removes_the_temporary_files_of_killed_writers(tmp_path: Path) -> None:
     """A save killed mid-write (a preempted job: SIGKILL runs no cleanup) left a checkpoint-sized
     temporary file beside the target, and later saves never removed it. A save now removes those of a
-    dead writer of this machine and any older than a day, and keeps a live writer's."""
+    dead writer of this machine untouched for five minutes and any older than a day, and keeps a live
+    writer's, a recent one's and another machine's (a host name with dots is read whole)."""
     import os
     import socket
     import subprocess
@@ -229,16 +230,19 @@ def test_a_save_removes_the_temporary_files_of_killed_writers(tmp_path: Path) ->
         for target, save in (("ck.pt", lambda p: small("fixed").save(p)),
                              ("table.bin", lambda p: dynamic.save(small("dynamic"), "t", p))):
             names = {"dead": f".{target}.{host}-{dead.pid}.x1.tmp", "live": f".{target}.{host}-{live.pid}.x2.tmp",
+                     "just_dead": f".{target}.{host}-{dead.pid}.x6.tmp",  # maybe a live writer in another pid namespace
+                     "dotted_host": f".{target}.{host}.example.org-{dead.pid}.x7.tmp",  # another machine
                      "old_foreign": f".{target}.elsewhere-1.x3.tmp", "new_foreign": f".{target}.elsewhere-2.x4.tmp",
                      "old_unnamed": f".{target}.abc123.tmp", "other_target": f".other.pt.{host}-{dead.pid}.x5.tmp"}
             for n in names.values():
                 (tmp_path / n).write_bytes(b"partial")
-            day_ago = time.time() - 2 * 86400
-            for k in ("old_foreign", "old_unnamed"):
-                os.utime(tmp_path / names[k], (day_ago, day_ago))
+            now = time.time()
+            for k, age in (("old_foreign", 2 * 86400), ("old_unnamed", 2 * 86400), ("dead", 600), ("live", 600),
+                           ("dotted_host", 600), ("other_target", 600)):
+                os.utime(tmp_path / names[k], (now - age, now - age))
             save(tmp_path / target)
             left = {k for k, n in names.items() if (tmp_path / n).exists()}
-            assert left == {"live", "new_foreign", "other_target"}, (target, left)
+            assert left == {"live", "just_dead", "dotted_host", "new_foreign", "other_target"}, (target, left)
             assert not [n for n in os.listdir(tmp_path) if n.startswith(f".{target}.{host}-{os.getpid()}.")]
             for n in names.values():
                 (tmp_path / n).unlink(missing_ok=True)

@@ -132,6 +132,9 @@ def _umask() -> int:
 
 
 ORPHAN_AGE = 86400.0  # seconds after which a temporary checkpoint file of another machine is an orphan
+# A dead writer's file must also be this old (s): a file a live writer in another pid namespace with
+# the same host name (a container) is writing keeps a recent modification time.
+DEAD_WRITER_AGE = 300.0
 
 
 def temp_prefix(path: Path) -> str:
@@ -144,8 +147,8 @@ def temp_prefix(path: Path) -> str:
 def remove_orphans(path: Path) -> None:
     """Delete the temporary files an earlier writer of ``path`` left when it was killed mid-write (a
     preempted job: SIGKILL runs no cleanup, and each left a checkpoint-sized file): those of a dead
-    process of this machine, and any older than a day (another machine's, or an older version's
-    unnamed ones). Errors are ignored: this is housekeeping."""
+    process of this machine untouched for five minutes, and any older than a day (another
+    machine's, or an older version's unnamed ones). Errors are ignored: this is housekeeping."""
     host, mine = socket.gethostname(), os.getpid()
     start = f".{path.name}."
     try:
@@ -154,10 +157,11 @@ def remove_orphans(path: Path) -> None:
         return
     for name in names:
         f = path.parent / name
-        writer = name[len(start):].split(".", 1)[0]
-        whost, _, pid = writer.rpartition("-")
+        # .{name}.{host}-{pid}.{random}.tmp: the random part has no dot, a host name may have several
+        whost, _, pid = name[len(start):-len(".tmp")].rpartition(".")[0].rpartition("-")
         try:
-            if whost == host and pid.isdigit() and int(pid) != mine:
+            age = time.time() - f.stat().st_mtime
+            if whost == host and pid.isdigit() and int(pid) != mine and age > DEAD_WRITER_AGE:
                 try:
                     os.kill(int(pid), 0)
                     continue  # alive: still writing
@@ -166,7 +170,7 @@ def remove_orphans(path: Path) -> None:
                     continue
                 except PermissionError:
                     continue  # alive, another user's
-            if time.time() - f.stat().st_mtime > ORPHAN_AGE:
+            if age > ORPHAN_AGE:
                 f.unlink()
         except OSError:
             pass
