@@ -176,6 +176,7 @@ func (t *Table) Import(s *Snapshot) error {
 		}
 	}
 	t.step.Store(uint32(s.Step))
+	t.stepIDs.Store(0) // the IDs of the step so far are the snapshot's rows now (checkRoom counts them exactly)
 	t.admitted.Store(s.Admitted)
 	t.evicted.Store(s.Evicted)
 	return nil

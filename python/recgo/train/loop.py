@@ -399,8 +399,9 @@ class Trainer:
             mine.pop(k, None)
         # checkpoints written before these fields existed
         for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
-                  "activation", "catalog", "shuffle"):
+                  "activation", "catalog"):
             theirs.setdefault(k, mine.get(k))
+        theirs.setdefault("shuffle", 0)  # checkpoints before --shuffle read in file order
         if mine != theirs:
             diff = sorted(k for k in mine if mine[k] != theirs.get(k))
             raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")
