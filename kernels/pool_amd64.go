@@ -4,16 +4,16 @@ package kernels
 
 import "unsafe"
 
-// sumSegs writes each segment's (weighted) sum of its rows' first 64 or 128 floats (blocks: 4 or
-// 8), times its scale, prefetching entry j+dist's row while adding entry j's; see pool_amd64.s.
-// The caller checks the offsets.
+// sumSegs writes each segment's (weighted) sum of its rows' first 16 × blocks floats (blocks: 1 to
+// 4, or 8; no other count), times its scale, prefetching entry j+dist's row while adding entry j's;
+// see pool_amd64.s. The caller checks the offsets.
 //
 //go:noescape
 func sumSegs(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
 	dist int, scales, weights *float32, blocks int)
 
 // InLoopMinBag is the mean bag length from which SegmentReduce pools bags of widths that are a
-// multiple of 64 with the in-loop prefetching kernels (where PrefetchesInLoop): shorter
+// multiple of 16 with the in-loop prefetching kernels (where PrefetchesInLoop): shorter
 // bags keep the Go kernels, whose callers prefetch a whole call's rows ahead (cheaper per row when
 // a row is one of a few per bag).
 const InLoopMinBag = 32
@@ -25,19 +25,19 @@ const prefetchAheadBytes = 8192
 // PrefetchesInLoop reports whether SegmentReduce pools bags of width dim, InLoopMinBag entries long
 // on average, with the in-loop prefetching kernels: their callers need to prefetch
 // only the first InLoopAhead(dim) rows of a call.
-func PrefetchesInLoop(dim int) bool { return hasAVX512 && dim%64 == 0 }
+func PrefetchesInLoop(dim int) bool { return hasAVX512 && dim%16 == 0 }
 
 // InLoopAhead is how many rows ahead the in-loop kernels prefetch for width dim.
 func InLoopAhead(dim int) int { return max(4, prefetchAheadBytes/(4*min(dim, 128))) }
 
 // segmentReduceInLoop is segmentReduce for bags of a mean length of at least InLoopMinBag when
-// dim is a multiple of 64, on the assembly kernels (groups of 128 columns, then
-// 64); it reports false, having written nothing, when the arguments are not ones it can trust
+// dim is a multiple of 16, on the assembly kernel (groups of 128 columns, then 64, then the 16 to
+// 48 left); it reports false, having written nothing, when the arguments are not ones it can trust
 // blindly (the Go kernels then run and check them).
 func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) bool {
 	nseg := len(bounds) - 1
-	if !PrefetchesInLoop(dim) || nseg <= 0 || len(src) == 0 || mult <= 0 || dstBase < 0 || dstStride < dim ||
+	if !PrefetchesInLoop(dim) || nseg <= 0 || len(src) < dim || mult <= 0 || dstBase < 0 || dstStride < dim ||
 		dstBase+(nseg-1)*dstStride+dim > len(dst) || (scales != nil && len(scales) < nseg) {
 		return false
 	}
@@ -64,8 +64,8 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 		wp = &weights[0]
 	}
 	for c := 0; c < dim; {
-		w := 128
-		if dim-c < 128 {
+		w := min(dim-c, 128) // groups of 128 columns, then 64, then the 16 to 48 left
+		if w > 64 && w < 128 {
 			w = 64
 		}
 		d := unsafe.Pointer(&dst[dstBase+c])

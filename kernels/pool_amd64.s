@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// Segment sums (AVX-512) of 64 or 128 columns (blocks: 4 or 8 16-float blocks) with the prefetch
+// Segment sums (AVX-512) of 16 to 64, or 128, columns (blocks: 1 to 4, or 8 16-float blocks) with the prefetch
 // inside the loop: while entry j is added, the lines of entry j+dist's row are requested (across
 // segment ends, up to the last entry), so a steady stream of misses stays in flight. A prefetch of
 // a whole kernel call's rows ahead of it asked for hundreds of lines at once, more than the core's
@@ -51,17 +51,25 @@ loop:
 	IMULQ R9, SI
 	LEAQ (AX)(SI*1), DI
 	PREFETCHT0 0(DI)
+	MOVQ blocks+80(FP), R12
+	CMPQ R12, $2
+	JL pflast
 	PREFETCHT0 64(DI)
+	CMPQ R12, $3
+	JL pflast
 	PREFETCHT0 128(DI)
+	CMPQ R12, $4
+	JL pflast
 	PREFETCHT0 192(DI)
-	PREFETCHT0 255(DI)
-	CMPQ blocks+80(FP), $4
-	JLE sum
+	CMPQ R12, $4
+	JLE pflast
 	PREFETCHT0 256(DI)
 	PREFETCHT0 320(DI)
 	PREFETCHT0 384(DI)
 	PREFETCHT0 448(DI)
-	PREFETCHT0 511(DI)
+pflast:
+	SHLQ $6, R12 // the row's last byte: a row that does not start on a line touches one more
+	PREFETCHT0 -1(DI)(R12*1)
 sum:
 	MOVQ (BX)(R11*8), SI
 	TESTQ SI, SI
@@ -72,8 +80,14 @@ sum:
 	TESTQ R12, R12
 	JNZ weighted
 	VADDPS 0(DI), Z0, Z0
+	CMPQ blocks+80(FP), $2
+	JL next
 	VADDPS 64(DI), Z1, Z1
+	CMPQ blocks+80(FP), $3
+	JL next
 	VADDPS 128(DI), Z2, Z2
+	CMPQ blocks+80(FP), $4
+	JL next
 	VADDPS 192(DI), Z3, Z3
 	CMPQ blocks+80(FP), $4
 	JLE next
@@ -85,8 +99,14 @@ sum:
 weighted:
 	VBROADCASTSS (R12)(R11*4), Z8
 	VFMADD231PS 0(DI), Z8, Z0
+	CMPQ blocks+80(FP), $2
+	JL next
 	VFMADD231PS 64(DI), Z8, Z1
+	CMPQ blocks+80(FP), $3
+	JL next
 	VFMADD231PS 128(DI), Z8, Z2
+	CMPQ blocks+80(FP), $4
+	JL next
 	VFMADD231PS 192(DI), Z8, Z3
 	CMPQ blocks+80(FP), $4
 	JLE next
@@ -114,8 +134,14 @@ store:
 	MOVQ DI, scales+64(FP)
 write:
 	VMOVUPS Z0, 0(DX)
+	CMPQ blocks+80(FP), $2
+	JL advance
 	VMOVUPS Z1, 64(DX)
+	CMPQ blocks+80(FP), $3
+	JL advance
 	VMOVUPS Z2, 128(DX)
+	CMPQ blocks+80(FP), $4
+	JL advance
 	VMOVUPS Z3, 192(DX)
 	CMPQ blocks+80(FP), $4
 	JLE advance

@@ -66,15 +66,15 @@ func TestSegmentScatterAVX2(t *testing.T) {
 	}
 }
 
-// TestInLoopPrefetchKernels: long bags of widths that are multiples of 64 run on the assembly
-// kernels, which equal the Go kernels (AVX-512 and AVX2) bit for bit (each bag summed in entry
+// TestInLoopPrefetchKernels: long bags of widths that are multiples of 16 run on the assembly
+// kernel, which equal the Go kernels (AVX-512 and AVX2) bit for bit (each bag summed in entry
 // order, weighted ones with one fused multiply-add per entry) with skipped entries, empty bags,
 // scales and row-index offsets; arguments they cannot trust blindly are left to the Go kernels.
 func TestInLoopPrefetchKernels(t *testing.T) {
 	if !PrefetchesInLoop(64) {
 		t.Skip("no AVX-512")
 	}
-	for _, dim := range []int{64, 128, 192, 256} {
+	for _, dim := range []int{16, 32, 48, 64, 80, 112, 128, 176, 192, 256} {
 		for _, byRow := range []bool{false, true} {
 			t.Run(fmt.Sprintf("d%d_row%v", dim, byRow), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(dim), 11))
@@ -129,6 +129,8 @@ func TestInLoopPrefetchKernels(t *testing.T) {
 					[]int64{0, 200, 100, 150, 200, 241}, nil, nil))
 				require.False(t, segmentReduceInLoop(make([]float32, 5*dim), 0, dim, dim, src, offs, mult, bounds,
 					make([]float32, 10), nil), "too few weights")
+				require.False(t, segmentReduceInLoop(make([]float32, dim), 0, dim, dim, src[:dim/2], make([]int64, 64),
+					int64(2*dim), []int64{0, 64}, nil, nil), "a source shorter than one row")
 			})
 		}
 	}

@@ -16,7 +16,7 @@ import (
 // weighted, with sum and mean pooling and widths with and without a vector tail, against a float64
 // reference within the float32 summation bound.
 func TestLongBagsMatchBruteForce(t *testing.T) {
-	for _, dim := range []int{20, 128} {
+	for _, dim := range []int{20, 48, 128} {
 		for _, weighted := range []bool{false, true} {
 			t.Run(fmt.Sprintf("d%d_w%v", dim, weighted), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(dim), 3))
