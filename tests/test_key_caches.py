@@ -35,7 +35,8 @@ def test_key_order_caches_are_bounded_and_results_stay_right() -> None:
 
 def test_the_cache_takes_concurrent_inserts() -> None:
     """Forwards may run concurrently: two threads evicting the same oldest key raised KeyError (or
-    'dictionary changed size during iteration'), and the cache grew past its limit."""
+    'dictionary changed size during iteration'). The cache may pass its limit by a key per thread
+    for a moment (it takes no lock: torch.compile traces through it), never more."""
     import threading
 
     from recgo._cache import KeyCache
@@ -55,4 +56,4 @@ def test_the_cache_takes_concurrent_inserts() -> None:
         th.start()
     for th in threads:
         th.join()
-    assert not errors and len(cache) <= 4
+    assert not errors and len(cache) <= 4 + len(threads)

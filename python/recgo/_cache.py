@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 
@@ -15,13 +14,17 @@ class KeyCache(dict):  # type: ignore[type-arg]
     def __init__(self, limit: int = 256) -> None:
         super().__init__()
         self.limit = limit
-        self._lock = threading.Lock()  # forwards may run concurrently; reads need none (a dict read is atomic)
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        with self._lock:
-            if key not in self and len(self) >= self.limit:
-                del self[next(iter(self))]
-            super().__setitem__(key, value)
+        # No lock (torch.compile traces through here, and cannot trace one): concurrent forwards may
+        # race to evict, so the oldest key may be gone or the dict changing, and the cache may pass
+        # its limit by a key per thread for a moment.
+        if key not in self and len(self) >= self.limit:
+            try:
+                self.pop(next(iter(self)), None)
+            except (StopIteration, RuntimeError):  # emptied, or changed size, by another thread
+                pass
+        super().__setitem__(key, value)
 
     def __reduce__(self) -> Any:  # copies and pickles keep the limit (and start empty: it is a cache)
         return (type(self), (self.limit,))
