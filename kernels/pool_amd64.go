@@ -12,37 +12,39 @@ import "unsafe"
 func sumSegs(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
 	dist int, scales, weights *float32, blocks int)
 
-// InLoopMinBag is the mean bag length from which SegmentReduce pools bags of widths that are a
-// multiple of 16 with the in-loop prefetching kernels (where PrefetchesInLoop): shorter
-// bags keep the Go kernels, whose callers prefetch a whole call's rows ahead (cheaper per row when
-// a row is one of a few per bag).
-const InLoopMinBag = 32
+// inLoopMinBag is the mean bag length from which SegmentReduce pools bags of widths that are a
+// multiple of 16 with the in-loop prefetching kernel (see InLoop): shorter bags keep the Go kernels,
+// whose callers prefetch a whole call's rows ahead (cheaper per row when a row is one of a few per
+// bag).
+const inLoopMinBag = 32
 
 // prefetchAheadBytes is how far ahead of the row being added the in-loop kernels prefetch: 16
 // rows of 512 bytes (measured best on a 1M-row table: 8 rows left misses exposed, 48 evicted).
 const prefetchAheadBytes = 8192
 
-// PrefetchesInLoop reports whether SegmentReduce pools bags of width dim, InLoopMinBag entries long
-// on average, with the in-loop prefetching kernels: their callers need to prefetch
-// only the first InLoopAhead(dim) rows of a call.
-func PrefetchesInLoop(dim int) bool { return hasAVX512 && dim%16 == 0 }
+// InLoop reports whether SegmentReduce pools bags of width dim, entries long over bags, with the
+// in-loop prefetching kernel (AVX-512, dim a multiple of 16, a mean bag length of inLoopMinBag or
+// more): its callers need to prefetch only the first InLoopAhead(dim) rows of a call.
+func InLoop(dim int, entries int64, bags int) bool {
+	return hasAVX512 && dim%16 == 0 && bags > 0 && entries >= int64(inLoopMinBag*bags)
+}
 
 // InLoopAhead is how many rows ahead the in-loop kernels prefetch for width dim.
 func InLoopAhead(dim int) int { return max(4, prefetchAheadBytes/(4*min(dim, 128))) }
 
-// segmentReduceInLoop is segmentReduce for bags of a mean length of at least InLoopMinBag when
+// segmentReduceInLoop is segmentReduce for bags of a mean length of at least inLoopMinBag when
 // dim is a multiple of 16, on the assembly kernel (groups of 128 columns, then 64, then the 16 to
 // 48 left); it reports false, having written nothing, when the arguments are not ones it can trust
 // blindly (the Go kernels then run and check them).
 func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) bool {
 	nseg := len(bounds) - 1
-	if !PrefetchesInLoop(dim) || nseg <= 0 || len(src) < dim || mult <= 0 || dstBase < 0 || dstStride < dim ||
-		dstBase+(nseg-1)*dstStride+dim > len(dst) || (scales != nil && len(scales) < nseg) {
+	if nseg <= 0 || !InLoop(dim, bounds[nseg]-bounds[0], nseg) || len(src) < dim || mult <= 0 || dstBase < 0 ||
+		dstStride < dim || dstBase+(nseg-1)*dstStride+dim > len(dst) || (scales != nil && len(scales) < nseg) {
 		return false
 	}
 	lo, hi := bounds[0], bounds[nseg]
-	if lo < 0 || hi > int64(len(offs)) || hi-lo < int64(InLoopMinBag*nseg) || (weights != nil && int64(len(weights)) < hi) {
+	if lo < 0 || hi > int64(len(offs)) || (weights != nil && int64(len(weights)) < hi) {
 		return false
 	}
 	for i := range nseg {
@@ -64,10 +66,7 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 		wp = &weights[0]
 	}
 	for c := 0; c < dim; {
-		w := min(dim-c, 128) // groups of 128 columns, then 64, then the 16 to 48 left
-		if w > 64 && w < 128 {
-			w = 64
-		}
+		w := columnGroup(dim - c)
 		d := unsafe.Pointer(&dst[dstBase+c])
 		s := unsafe.Pointer(&src[c])
 		dist := InLoopAhead(w)

@@ -10,12 +10,9 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 // SIMDEnabled reports whether the archsimd fast paths are in use (never, in this build).
 func SIMDEnabled() bool { return false }
 
-// PrefetchesInLoop reports whether SegmentReduce pools long bags of width dim with kernels that
-// prefetch inside their loop (never, in this build).
-func PrefetchesInLoop(dim int) bool { return false }
-
-// InLoopMinBag is the mean bag length from which the in-loop kernels would run (none here).
-const InLoopMinBag = 32
+// InLoop reports whether SegmentReduce pools bags of width dim, entries long over bags, with a
+// kernel that prefetches inside its loop (never, in this build).
+func InLoop(dim int, entries int64, bags int) bool { return false }
 
 // InLoopAhead is how many rows ahead the in-loop kernels would prefetch (none here).
 func InLoopAhead(dim int) int { return 0 }

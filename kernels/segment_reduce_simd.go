@@ -61,21 +61,32 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 // per pass over the bag (which missed the TLB once per line on large tables).
 func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
-	c := 0
-	for ; c+128 <= dim; c += 128 {
-		segmentReduce128(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
+	for c := 0; c < dim; {
+		w, s := columnGroup(dim-c), src[min(c, len(src)):]
+		switch w {
+		case 128:
+			segmentReduce128(dst, dstBase+c, dstStride, s, offs, mult, bounds, weights, scales)
+		case 64:
+			segmentReduce64(dst, dstBase+c, dstStride, s, offs, mult, bounds, weights, scales)
+		case 16: // D=16 tables are common: the one-block loop, a tenth faster than the general one
+			segmentReduce16(dst, dstBase+c, dstStride, s, offs, mult, bounds, weights, scales)
+		default:
+			segmentReduceNarrow(dst, dstBase+c, dstStride, w/16, s, offs, mult, bounds, weights, scales)
+		}
+		c += w
 	}
-	if dim-c >= 64 {
-		segmentReduce64(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
-		c += 64
-	}
+}
+
+// columnGroup is how many of the rest columns (a multiple of 16) the row-major kernels sum next:
+// 128, then 64, then the 16 to 48 left (the Go kernels and the in-loop one group alike).
+func columnGroup(rest int) int {
 	switch {
-	case dim-c == 16: // D=16 tables are common: the one-block loop, a tenth faster than the general one
-		segmentReduce16(dst, dstBase+c, dstStride, src[min(c, len(src)):], offs, mult, bounds, weights, scales)
-	case c < dim:
-		segmentReduceNarrow(dst, dstBase+c, dstStride, (dim-c)/16, src[min(c, len(src)):], offs, mult, bounds,
-			weights, scales)
+	case rest >= 128:
+		return 128
+	case rest >= 64:
+		return 64
 	}
+	return rest
 }
 
 // segmentReduce16 sums 16 columns of each row (from src's start) in one register.

@@ -71,7 +71,7 @@ func TestSegmentScatterAVX2(t *testing.T) {
 // order, weighted ones with one fused multiply-add per entry) with skipped entries, empty bags,
 // scales and row-index offsets; arguments they cannot trust blindly are left to the Go kernels.
 func TestInLoopPrefetchKernels(t *testing.T) {
-	if !PrefetchesInLoop(64) {
+	if !InLoop(64, inLoopMinBag, 1) {
 		t.Skip("no AVX-512")
 	}
 	for _, dim := range []int{16, 32, 48, 64, 80, 112, 128, 176, 192, 256} {

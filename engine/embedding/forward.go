@@ -283,10 +283,7 @@ func (c *Collection) poolByFeature(b Batch, out []float32, ctx *Context) {
 		}
 		// long bags the kernel prefetches inside its loop: a call then needs only its first rows
 		// prefetched ahead of it
-		eligible := kernels.PrefetchesInLoop(t.Dim)
-		inLoop := func(b0, b1 int) bool {
-			return eligible && offsets[base+b1]-offsets[base+b0] >= int64(kernels.InLoopMinBag*(b1-b0))
-		}
+		inLoop := func(b0, b1 int) bool { return kernels.InLoop(t.Dim, offsets[base+b1]-offsets[base+b0], b1-b0) }
 		var scratch []float32 // a long bag's partial sums
 		for b0, b1 := c0, end(c0); b0 < c1; {
 			b2 := b1

@@ -72,7 +72,7 @@ func TestLongBagsMatchBruteForce(t *testing.T) {
 							msg := fmt.Sprintf("feature %d sample %d col %d", f, s, d)
 							// a float32 sum of n terms is within n·u·Σ|terms| of the exact one (Higham)
 							require.InDelta(t, want[d], float64(got), 1e-5*(1+math.Abs(want[d]))+float64(n)*0x1p-24*mag[d], msg)
-							if !weighted && kernels.PrefetchesInLoop(dim) && n >= kernels.InLoopMinBag {
+							if !weighted && kernels.InLoop(dim, int64(n), 1) {
 								require.Equal(t, seq[d], got, msg) // the in-loop kernel sums in entry order
 							}
 						}
