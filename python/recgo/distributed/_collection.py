@@ -481,12 +481,17 @@ class ShardedEmbeddingBagCollection(nn.Module):
             _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, int(train))
             self._engine_training = train
 
-    def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
-        """The output of a step whose forward exchange ran: through autograd when a parameter it
-        updates requires grad, else read out at once (and the step's counters recorded)."""
+    def _graph_weights(self) -> list[torch.Tensor] | None:
+        """The shards' weights when a step's output goes through autograd (a parameter it updates
+        requires grad), else None: the output is read out at once."""
         shards = [s.weight for s in self.embedding_bags.values()]
         params = [self._anchor] if self._optimizer is not None else shards
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+        return shards if torch.is_grad_enabled() and any(p.requires_grad for p in params) else None
+
+    def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
+        """The output of a step whose forward exchange ran (see _graph_weights; read out at once, its counters)."""
+        shards = self._graph_weights()
+        if shards is not None:
             return _Lookup.apply(self, step, size, self._anchor, *shards)
         out = self._output(step, size)
         self._record(step)

@@ -145,9 +145,8 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     def _lookup_keys(self, step: _SeqStep, feats: list[int], sizes: list[int]) -> Sequence[torch.Tensor]:
         """The step's rows, one flat tensor per batch key (``sizes`` values each, KJT order): through
         autograd when a parameter it updates requires grad, else read out at once."""
-        shards = [s.weight for s in self.embedding_bags.values()]
-        params = [self._anchor] if self._optimizer is not None else shards
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+        shards = self._graph_weights()
+        if shards is not None:
             return _KeyLookup.apply(self, step, feats, sizes, self._anchor, *shards)
         out = self._output(step, sum(sizes))
         self._record(step)
