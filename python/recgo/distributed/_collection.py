@@ -489,7 +489,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return shards if torch.is_grad_enabled() and any(p.requires_grad for p in params) else None
 
     def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
-        """The output of a step whose forward exchange ran (see _graph_weights; read out at once, its counters)."""
+        """The output of a step whose forward exchange ran: through autograd (_graph_weights) or read out now."""
         shards = self._graph_weights()
         if shards is not None:
             return _Lookup.apply(self, step, size, self._anchor, *shards)
