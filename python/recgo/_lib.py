@@ -370,6 +370,10 @@ class Handle:
         if h and _lib is not None and not _forked:
             call(fn("recgo_free"), h)
 
+    def disown(self) -> None:
+        """Forget the handle without freeing it (the engine took the object back and frees it itself)."""
+        self._h = 0
+
     def __reduce__(self) -> Any:
         # A handle number is meaningful only in this process, for this one object: a copy would share
         # (and double-free) it, an unpickled one could name an unrelated object.

@@ -246,29 +246,33 @@ class DataPipeline:
         info = self._info_buf
         with self._lock:
             info[0] = 0
+            owner: _lib.Handle | None = None
             try:
                 _lib.call(self._next, self._handle(), ctypes.addressof(info))
-            except RecgoError:
+                h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
+                if h == 0:
+                    self._ended = True
+                    raise StopIteration
+                owner = _lib.Handle(h)
+                values = _wrap(vp, nv, ctypes.c_int64, torch.int64, owner)
+                lengths = _wrap(lp, nl, ctypes.c_int64, torch.int64, owner)
+                labels = _wrap(labp, size, ctypes.c_float, torch.float32, owner)
+                dense = _wrap(dp, size * width, ctypes.c_float, torch.float32, owner).view(size, width)
+                if self.tables:
+                    _prepared.register(vp, nv, lp, owner)
+                return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
+            except (RecgoError, StopIteration):
                 raise
             except BaseException:
-                # Ctrl-C reaches Python as the call returns, with the batch handed out: give it back
-                # (position and step too), so the next call delivers it and nothing is lost.
+                # Ctrl-C can land anywhere from the call's return to the Batch's hand-over, with the batch
+                # handed out: give it back (position and step too), so the next call delivers it and
+                # nothing is lost. The engine frees its handle; the tensors made of it are dropped.
                 if info[0]:
+                    if owner is not None:
+                        owner.disown()
                     with contextlib.suppress(Exception):
                         _lib.call(_lib.fn("recgo_pipeline_unnext"), self._handle(), info[0])
                 raise
-            h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
-        if h == 0:
-            self._ended = True
-            raise StopIteration
-        owner = _lib.Handle(h)
-        values = _wrap(vp, nv, ctypes.c_int64, torch.int64, owner)
-        lengths = _wrap(lp, nl, ctypes.c_int64, torch.int64, owner)
-        labels = _wrap(labp, size, ctypes.c_float, torch.float32, owner)
-        dense = _wrap(dp, size * width, ctypes.c_float, torch.float32, owner).view(size, width)
-        if self.tables:
-            _prepared.register(vp, nv, lp, owner)
-        return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
 
     def position(self) -> dict[str, Any]:
         """The source position after the last batch handed out (resume from it with ``position=``), with
