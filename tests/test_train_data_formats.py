@@ -197,6 +197,16 @@ def test_timestamps_may_be_fractional_and_must_be_numbers(tmp_path: Path) -> Non
         TaobaoSequences(f, batch_size=1)
 
 
+
+@pytest.mark.parametrize("header", ["", "user_id,item_id,category_id,behavior,timestamp\n"])
+def test_a_byte_order_mark_hides_no_event(tmp_path: Path, header: str) -> None:
+    """A BOM before a headerless file's first event made it look like a header, and it was dropped."""
+    events = userbehavior(users=10)
+    plain, bom = tmp_path / "plain.csv", tmp_path / "bom.csv"
+    plain.write_text(header + "".join(events))
+    bom.write_bytes(b"\xef\xbb\xbf" + (header + "".join(events)).encode())
+    same_samples(TaobaoSequences(plain, batch_size=8), TaobaoSequences(bom, batch_size=8))
+
 # -- 5. IDs outside int64 --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("col, name", [(1, "user"), (2, "item"), (3, "category")])

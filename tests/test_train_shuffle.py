@@ -72,6 +72,30 @@ def test_two_ranks_shuffle_their_own_shares(tmp_path: Path) -> None:
     assert len(set(got)) == 800
 
 
+def test_each_rank_resumes_mid_window_into_the_uninterrupted_epochs(tmp_path: Path) -> None:
+    """79 training rows on 2 ranks in batches of 10: 3 steps an epoch, though rank 0's share holds 40
+    rows. A resume inside a shuffle window counted only the rows before the window as this epoch's,
+    so rank 0 took a 4th batch and its epochs slid against rank 1's (found by a probe)."""
+    data = tmp_path / "day.txt"
+    _numbered(data, 87)  # 79 training lines, 8 validation ones
+
+    def stream(rank: int, state=None):
+        src = CriteoFile(data, batch_size=10, rows=1000, validation_fraction=0.1).shard(rank, 2).shuffled(25, seed=3)
+        return src.stream(state, depth=0)
+    for rank in range(2):
+        s = stream(rank)
+        want = [_rows(next(s)) for _ in range(10)]
+        s.close()
+        for cut in range(1, 9):
+            s = stream(rank)
+            got = [_rows(next(s)) for _ in range(cut)]
+            state = s.state_dict()
+            s.close()
+            s = stream(rank, state)
+            got += [_rows(next(s)) for _ in range(10 - cut)]
+            s.close()
+            assert got == want, (rank, cut, state)
+
 def _cfg(data: Path, **kw) -> TrainConfig:
     base = dict(model="dlrm", data=str(data), steps=12, batch_size=100, dim=4, max_rows=500, eval_every=6, seed=2,
                 shuffle=250)

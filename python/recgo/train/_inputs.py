@@ -218,7 +218,9 @@ def _userbehavior_rows(path: Path, checked: bool) -> tuple[tuple[list, list, lis
     lo, hi = _I64
     names = ("user", "item", "category")
     try:
-        with open_binary(path) as raw, io.TextIOWrapper(raw, newline="") as fh:
+        # utf-8-sig: an export with a byte-order mark had its first event taken for a header and dropped;
+        # bytes that are not UTF-8 reach the integer checks as U+FFFD (named there), not a decode error
+        with open_binary(path) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline="") as fh:
             for line, row in enumerate(csv.reader(fh), start=1):
                 blank = not row or (len(row) == 1 and not row[0].strip())
                 if short and not blank:

@@ -113,9 +113,11 @@ class _PipelineStream(Stream):
         self._make, self._relabel, self._per_epoch, self._check = make, relabel, per_epoch, check
         self.epoch = int(state["epoch"]) if state else 0
         self._pipe = make(state["position"] if state else None, self.epoch)
-        # batches of this epoch handed out: this rank's rows before the position's global row, in batches
-        g = int(state["position"].get("global", 0)) if state else 0
-        self._k = max(0, g - rank + world_size - 1) // world_size // batch_size
+        # batches of this epoch handed out: this rank's rows before the position's global row (where
+        # its shuffle window began, inside one) and those taken of that window, in batches
+        pos = state["position"] if state else {}
+        g, taken = int(pos.get("global", 0)), int(pos.get("taken", 0))
+        self._k = (max(0, g - rank + world_size - 1) // world_size + taken) // batch_size
 
     def _next_epoch(self) -> None:
         self._pipe.close()
