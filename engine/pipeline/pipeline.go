@@ -131,7 +131,8 @@ type Pipeline struct {
 	back    *Prepared       // a batch given back with Unnext, handed out again first
 	backAt  reader.Position // the position after the batch given back
 	final   error           // io.EOF or the error that ended the stream
-	stopped bool            // the goroutines ended and the pooled buffers freed (see stop)
+	stopped bool            // the goroutines ended, the pooled buffers freed and the source closed (see stop)
+	srcErr  error           // what closing the source returned (Close returns it)
 	closed  bool
 	serial  reader.Batch
 }
@@ -477,13 +478,14 @@ func (p *Pipeline) Close() error {
 		_ = p.back.Close()
 		p.back = nil
 	}
-	return p.src.Close()
+	return p.srcErr
 }
 
-// stop ends the goroutines, waits for them and frees the batches prepared but not handed out and
-// the pooled buffers: at Close, and as soon as the stream ends (a pipeline read to its end kept its
-// goroutines and about 0.9 MB until Close, which a caller keeping finished pipelines piled up). The
-// position, step and counters stay readable.
+// stop ends the goroutines, waits for them, frees the batches prepared but not handed out and the
+// pooled buffers, and closes the source: at Close, and as soon as the stream ends or fails (a
+// pipeline read to its end kept its goroutines and about 0.9 MB until Close, and one stopped by a bad
+// line its open file, which a caller keeping finished pipelines piled up). The position, step and
+// counters stay readable.
 func (p *Pipeline) stop() {
 	if p.stopped {
 		return
@@ -505,6 +507,7 @@ func (p *Pipeline) stop() {
 		}
 	}
 	p.pool.close()
+	p.srcErr = p.src.Close() // no goroutine reads it now
 }
 
 // Running is how many pipeline goroutines run now, over all pipelines of the process (tests and

@@ -42,3 +42,41 @@ func TestTheEndStopsTheGoroutines(t *testing.T) {
 		}
 	}
 }
+
+// closeCounter counts its source's Close calls.
+type closeCounter struct {
+	badSource
+	closes int
+}
+
+func (s *closeCounter) Close() error { s.closes++; return s.Source.Close() }
+
+// A stream that ends, or fails at a bad batch, closes its source at once (a pipeline stopped by a
+// malformed line kept its file open until Close), and Close does not close it again.
+func TestTheEndClosesTheSourceOnce(t *testing.T) {
+	eng := synthEngine(t)
+	for _, failAt := range []int{-1, 2} {
+		for _, depth := range []int{0, 2} {
+			syn, err := reader.NewSynthetic(synthCfg(300), reader.Options{})
+			require.NoError(t, err)
+			src := &closeCounter{badSource: badSource{Source: syn, failAt: failAt, readErr: true}}
+			p, err := New(context.Background(), src, eng, Config{BatchSize: 64, Depth: depth, Tables: synthTables})
+			require.NoError(t, err)
+			for err == nil {
+				var b *Prepared
+				if b, err = p.Next(); b != nil {
+					require.NoError(t, b.Close())
+				}
+			}
+			if failAt < 0 {
+				require.ErrorIs(t, err, io.EOF)
+			} else {
+				require.ErrorContains(t, err, "disk on fire")
+			}
+			require.Equal(t, 1, src.closes, "fail at %d, depth %d", failAt, depth)
+			require.Equal(t, 2, p.DenseWidth()) // the schema stays readable
+			require.NoError(t, p.Close())
+			require.Equal(t, 1, src.closes)
+		}
+	}
+}
