@@ -290,3 +290,27 @@ func TestSegmentReduceOfEmptyBagsNeedsNoSource(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkSegmentReduceNarrow pools bags of 1–10 rows from a 100k-row table at narrow widths, the
+// shape of shapes.py's d12 case (rows miss the cache, so the passes over each row matter).
+func BenchmarkSegmentReduceNarrow(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	const rows, bags = 100_000, 4096
+	bounds := make([]int64, bags+1)
+	for i := 1; i <= bags; i++ {
+		bounds[i] = bounds[i-1] + 1 + int64(r.IntN(10))
+	}
+	ids := make([]int64, bounds[bags])
+	for i := range ids {
+		ids[i] = int64(r.IntN(rows))
+	}
+	for _, dim := range []int{4, 8, 12, 16, 20, 24} {
+		src := randVec(r, rows*dim)
+		out := make([]float32, bags*dim)
+		b.Run(fmt.Sprintf("dim%d", dim), func(b *testing.B) {
+			for b.Loop() {
+				SegmentReduce(out, 0, dim, dim, src, ids, int64(dim), bounds, nil, nil)
+			}
+		})
+	}
+}

@@ -21,7 +21,7 @@ var (
 // and run the rest on the portable path, instead of running all of it there.
 func vectorHead(dim int) int {
 	switch {
-	case dim%16 == 0 && hasAVX512, dim%8 == 0 && hasAVX2:
+	case dim%16 == 0 && hasAVX512, dim%8 == 0 && hasAVX2, dim == 12 && hasAVX2:
 		return 0
 	case hasAVX512 && dim > 16:
 		return dim &^ 15
@@ -49,6 +49,8 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%8 == 0:
 		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+	case hasAVX2 && dim == 12:
+		segmentReduce12(dst, dstBase, dstStride, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%4 == 0:
 		segmentReduce4(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	default:
@@ -208,6 +210,38 @@ func segmentReduce4(dst []float32, dstBase, dstStride, dim int, src []float32, o
 			}
 			acc.Store((*[4]float32)(out[c : c+4]))
 		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// segmentReduce12 sums the 12 columns of each row in an 8- and a 4-column register, one pass over
+// the row (split into 8 and 4 columns, D=12 took two passes and 2.5 times as long; a general kernel
+// for widths below 64 that are not a multiple of 16, with full 16-column loads past the row, was
+// slower at every other width: Go's register allocation spilled its loop state).
+func segmentReduce12(dst []float32, dstBase, dstStride int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
+	for i := 0; i+1 < len(bounds); i++ {
+		var lo archsimd.Float32x8
+		var hi archsimd.Float32x4
+		for j := bounds[i]; j < bounds[i+1]; j++ {
+			o := offs[j] * mult
+			if o < 0 {
+				continue
+			}
+			row := src[o : o+12]
+			l, h := archsimd.LoadFloat32x8((*[8]float32)(row[:8])), archsimd.LoadFloat32x4((*[4]float32)(row[8:]))
+			if weights == nil {
+				lo, hi = lo.Add(l), hi.Add(h)
+			} else {
+				lo, hi = l.MulAdd(archsimd.BroadcastFloat32x8(weights[j]), lo), h.MulAdd(archsimd.BroadcastFloat32x4(weights[j]), hi)
+			}
+		}
+		if scales != nil {
+			lo, hi = lo.Mul(archsimd.BroadcastFloat32x8(scales[i])), hi.Mul(archsimd.BroadcastFloat32x4(scales[i]))
+		}
+		out := dst[dstBase+i*dstStride:][:12]
+		lo.Store((*[8]float32)(out[:8]))
+		hi.Store((*[4]float32)(out[8:]))
 	}
 	archsimd.ClearAVXUpperBits()
 }
