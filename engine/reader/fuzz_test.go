@@ -1,11 +1,16 @@
 package reader
 
 import (
+	"encoding/binary"
 	"errors"
+	"math"
+	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/parquet-go/parquet-go"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -110,5 +115,66 @@ func FuzzCSVSchema(f *testing.F) {
 			return
 		}
 		checkBatch(t, src.Schema(), &b)
+	})
+}
+
+// FuzzParquetDecimal reads arbitrary DECIMAL values (INT32, INT64 or two's complement bytes, at any
+// scale the reader takes) against math/big: the float64 is the nearest one to the exact value (the
+// fast float64 division included), the int64 is there exactly when the value fits one, and the
+// text is the exact value.
+func FuzzParquetDecimal(f *testing.F) {
+	f.Add([]byte{0, 0, 0, 0x7d}, uint8(2), uint8(0))                                  // 1.25
+	f.Add([]byte{0xff, 0xff, 0xfe, 0xa2}, uint8(2), uint8(2))                         // -3.50
+	f.Add([]byte{0x0d, 0xe0, 0xb6, 0xb3, 0xa7, 0x63, 0xff, 0xff}, uint8(2), uint8(1)) // past 2^53
+	f.Add([]byte{0, 0x80, 0, 0, 0, 0, 0, 0, 0}, uint8(0), uint8(2))                   // 2^63
+	f.Add([]byte{0xff, 0x80, 0, 0, 0, 0, 0, 0, 0}, uint8(30), uint8(2))               // -2^63
+	f.Add([]byte{0x80}, uint8(76), uint8(2))
+	f.Fuzz(func(t *testing.T, b []byte, scale, kind uint8) {
+		scale %= maxDecimalScale + 1
+		var v parquet.Value
+		var typ parquet.Type
+		var n *big.Int
+		precision := 9
+		switch kind % 3 {
+		case 0:
+			x := int32(binary.BigEndian.Uint32(append(make([]byte, 4), b...)[len(b):]))
+			v, typ, n = parquet.Int32Value(x), parquet.Int32Type, big.NewInt(int64(x))
+		case 1:
+			x := int64(binary.BigEndian.Uint64(append(make([]byte, 8), b...)[len(b):]))
+			v, typ, n, precision = parquet.Int64Value(x), parquet.Int64Type, big.NewInt(x), 18
+		default:
+			if len(b) == 0 {
+				return
+			}
+			v, typ, precision = parquet.ByteArrayValue(b), parquet.ByteArrayType, 80
+			n = new(big.Int).SetBytes(b)
+			if b[0]&0x80 != 0 {
+				n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(8*len(b))))
+			}
+		}
+		lt, err := leafTypeOf(parquet.Decimal(int(scale), precision, typ))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(trimSign(b)) > maxDecimalBytes && kind%3 == 2 {
+			if _, err := decimalFloat(v, lt); err == nil {
+				t.Fatalf("a value of %d bytes read", len(b))
+			}
+			return
+		}
+		exact := new(big.Rat).SetFrac(n, new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(scale)), nil))
+		want, _ := exact.Float64()
+		got, err := decimalFloat(v, lt)
+		if math.IsInf(want, 0) != (err != nil) || err == nil && got != want {
+			t.Fatalf("%s at scale %d: got %v (%v), want %v", n, scale, got, err, want)
+		}
+		x, ok, err := decimalInt(v)
+		if err != nil || ok != n.IsInt64() || ok && x != n.Int64() {
+			t.Fatalf("%s: decimalInt %d, %v, %v", n, x, ok, err)
+		}
+		text := decimalText(n, lt)
+		if r, ok := new(big.Rat).SetString(text); !ok || r.Cmp(exact) != 0 || text != exact.FloatString(int(scale)) {
+			t.Fatalf("%s at scale %d: text %q", n, scale, text)
+		}
 	})
 }

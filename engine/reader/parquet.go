@@ -9,6 +9,7 @@ import (
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
 )
 
@@ -58,7 +59,7 @@ type parquetSource struct {
 	pf     *parquet.File
 	gr     parquet.Rows // the row group being read (nil between groups)
 	colOf  map[int]int  // leaf column index -> declared column
-	uns    []bool       // per declared column: the open file's leaf holds unsigned integers
+	types  []leafType   // per declared column: the open file's leaf's logical type
 	rows   []parquet.Row
 	ends   []int64 // the open file's row groups: the row each one ends before
 	at, n  int     // buffered rows: rows[at:n] not yet consumed
@@ -114,14 +115,24 @@ func (s *parquetSource) openFile(i int) (err error) {
 	}
 	schema := pf.Schema()
 	s.colOf = map[int]int{}
-	s.uns = make([]bool, len(s.plan.cols))
+	s.types = make([]leafType, len(s.plan.cols))
 	for ci, c := range s.plan.cols {
 		if c.Role == RoleSkip {
 			continue
 		}
+		// Lookup takes one of two fields of one name without a word (pyarrow refuses such a
+		// column, as the CSV reader does a name twice in the header).
+		fields := []string{c.Name}
+		if strings.Contains(c.Name, ".") && countNamed(schema, c.Name) == 0 {
+			fields = strings.Split(c.Name, ".")
+		}
+		if name, a, b, twice := duplicateField(schema, fields); twice {
+			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name, Msg: fmt.Sprintf(
+				"column %q is in the schema twice (fields %d and %d): rename one", name, a+1, b+1)}
+		}
 		leaf, ok := schema.Lookup(c.Name)
-		if !ok && strings.Contains(c.Name, ".") { // a leaf of a group, by its dotted path
-			leaf, ok = schema.Lookup(strings.Split(c.Name, ".")...)
+		if !ok && len(fields) > 1 { // a leaf of a group, by its dotted path
+			leaf, ok = schema.Lookup(fields...)
 		}
 		if !ok { // a LIST column: the one leaf below its name
 			var under [][]string
@@ -150,8 +161,20 @@ func (s *parquetSource) openFile(i int) (err error) {
 			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name,
 				Msg: fmt.Sprintf("column %q is repeated; declare it as a sequence", c.Name)}
 		}
+		lt, err := leafTypeOf(leaf.Node)
+		if err != nil {
+			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name, Msg: fmt.Sprintf("column %q %v", c.Name, err)}
+		}
+		// IDs must be integers: a DECIMAL with digits after the point is refused here, once, like a
+		// non-integral DOUBLE value is (rather than every one of its rows failing).
+		if k, _ := c.kind(); lt.decimal != nil && lt.decimal.Scale > 0 && k == feature.KindInt64 &&
+			(c.Role == RoleSparse || c.Role == RoleSequence) {
+			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name, Msg: fmt.Sprintf(
+				"column %q is %s: its values are not valid %s values (IDs must be integers); declare it type \"float\" or \"string\", or store it with scale 0",
+				c.Name, lt.decimal, typeName(&c))}
+		}
 		s.colOf[leaf.ColumnIndex] = ci
-		s.uns[ci] = unsignedLeaf(leaf.Node)
+		s.types[ci] = lt
 	}
 	s.ends = s.ends[:0]
 	end := int64(0)
@@ -165,6 +188,44 @@ func (s *parquetSource) openFile(i int) (err error) {
 	}
 	s.open = true
 	return nil
+}
+
+// countNamed is how many fields of group n are named name.
+func countNamed(n parquet.Node, name string) int {
+	k := 0
+	for _, f := range n.Fields() {
+		if f.Name() == name {
+			k++
+		}
+	}
+	return k
+}
+
+// duplicateField finds the first name along path (from group n down) that two fields of one group
+// share: the path to it (dotted) and their 0-based places in the group; twice is false when the
+// path names one field at each level.
+func duplicateField(n parquet.Node, path []string) (name string, a, b int, twice bool) {
+	for j, p := range path {
+		a, b = -1, -1
+		for i, f := range n.Fields() {
+			if f.Name() != p {
+				continue
+			}
+			if a >= 0 {
+				b = i
+				break
+			}
+			a = i
+		}
+		if b >= 0 {
+			return strings.Join(path[:j+1], "."), a, b, true
+		}
+		if a < 0 || n.Fields()[a].Leaf() {
+			break
+		}
+		n = n.Fields()[a]
+	}
+	return "", 0, 0, false
 }
 
 // group is the index of the open file's row group holding row, and the row it ends before.
@@ -321,13 +382,13 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 		}
 		switch c.Role {
 		case RoleLabel, RoleDense:
-			x, err := parquetFloat(v, s.uns[ci])
+			x, err := parquetFloat(v, s.types[ci])
 			if err != nil {
 				return s.fail(r, ci, "%v", err)
 			}
 			f, ok := toFloat32(x)
 			if !ok {
-				return s.fail(r, ci, "%s value %v is out of float32 range", v.Kind(), v)
+				return s.fail(r, ci, "%s is out of float32 range", describe(v, s.types[ci]))
 			}
 			if c.Role == RoleLabel {
 				label, hasLabel = f, true
@@ -336,7 +397,7 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 			}
 		default:
 			in := &b.Inputs[s.plan.slot[ci]]
-			if err := parquetAppend(c, in, v, s.uns[ci]); err != nil {
+			if err := parquetAppend(c, in, v, s.types[ci]); err != nil {
 				return s.fail(r, ci, "%v", err)
 			}
 			s.count[ci]++

@@ -46,13 +46,16 @@ func parquetInt(v parquet.Value) int64 {
 	return v.Int64()
 }
 
-// parquetFloat reads a numeric (or numeric text) value as a finite float64 (uns: the column's
-// integers are unsigned).
-func parquetFloat(v parquet.Value, uns bool) (float64, error) {
+// parquetFloat reads a numeric (or numeric text) value as a finite float64, as its leaf's type
+// says (unsigned integers, DECIMAL values scaled).
+func parquetFloat(v parquet.Value, lt leafType) (float64, error) {
+	if lt.decimal != nil {
+		return decimalFloat(v, lt)
+	}
 	var x float64
 	switch v.Kind() {
 	case parquet.Int32, parquet.Int64:
-		if uns {
+		if lt.unsigned {
 			x = float64(parquetUint(v))
 		} else {
 			x = float64(parquetInt(v))
@@ -81,8 +84,12 @@ func parquetFloat(v parquet.Value, uns bool) (float64, error) {
 
 // parquetAppend appends one value to a sparse or sequence column's input: text is parsed as the
 // column's type, numbers are taken as they are (a FLOAT or DOUBLE must be an integral int64 for an
-// int column, and an unsigned integer (uns) at most 2^63-1).
-func parquetAppend(c *Column, in *feature.Input, v parquet.Value, uns bool) error {
+// int column, and an unsigned integer at most 2^63-1); DECIMAL values go to decimalAppend.
+func parquetAppend(c *Column, in *feature.Input, v parquet.Value, lt leafType) error {
+	if lt.decimal != nil {
+		return decimalAppend(c, in, v, lt)
+	}
+	uns := lt.unsigned
 	switch v.Kind() {
 	case parquet.ByteArray, parquet.FixedLenByteArray:
 		if !appendValue(c, in, v.ByteArray()) {
@@ -99,7 +106,7 @@ func parquetAppend(c *Column, in *feature.Input, v parquet.Value, uns bool) erro
 		}
 		return nil
 	case feature.KindFloat64:
-		x, err := parquetFloat(v, uns)
+		x, err := parquetFloat(v, lt)
 		if err != nil {
 			return err
 		}

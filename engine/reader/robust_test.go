@@ -314,7 +314,7 @@ func TestParquetAppendKinds(t *testing.T) {
 	}
 	for _, c := range cases {
 		in := feature.Input{Kind: feature.KindInt64}
-		err := parquetAppend(intCol, &in, c.v, c.uns)
+		err := parquetAppend(intCol, &in, c.v, leafType{unsigned: c.uns})
 		if c.err != "" {
 			assert.EqualError(t, err, c.err)
 			continue
@@ -322,7 +322,7 @@ func TestParquetAppendKinds(t *testing.T) {
 		require.NoError(t, err, c.v.String())
 		assert.Equal(t, []int64{c.want}, in.Ints)
 	}
-	_, err := parquetFloat(parquet.Int96Value(deprecated.Int96{1, 2, 3}), false)
+	_, err := parquetFloat(parquet.Int96Value(deprecated.Int96{1, 2, 3}), leafType{})
 	assert.EqualError(t, err, "INT96 values cannot be read as numbers")
 	for _, c := range []struct {
 		v    parquet.Value
@@ -332,7 +332,7 @@ func TestParquetAppendKinds(t *testing.T) {
 		{parquet.Int32Value(-2), false, -2}, {parquet.Int32Value(-2), true, 1<<32 - 2},
 		{parquet.Int64Value(-1), true, 1 << 64}, {parquet.Int64Value(-1), false, -1},
 	} {
-		x, err := parquetFloat(c.v, c.uns)
+		x, err := parquetFloat(c.v, leafType{unsigned: c.uns})
 		require.NoError(t, err)
 		assert.Equal(t, c.want, x, "%v unsigned=%v", c.v, c.uns)
 	}
