@@ -430,3 +430,38 @@ def test_script_refuses_by_name_and_a_fused_training_export_warns() -> None:
         warnings.simplefilter("error")
         with torch.no_grad():
             torch.export.export(fused, (batch,), strict=False)  # the eval export: no warning
+
+
+@pytest.mark.parametrize("kind", ["ebc", "fused", "ec"])
+def test_a_saved_export_refuses_to_run_on_another_collections_tables(tmp_path, kind: str) -> None:
+    """An exported program names its collection by engine handle; the tables live in the engine, not
+    in the program. Saved and loaded in a new process, the handle named whichever collection that
+    process built first, and the program silently pooled its rows (found by a probe). Loading in
+    this process gives the same situation: parameters that are not the named collection's."""
+    from recgo.modules import optim
+
+    if kind == "ec":
+        coll: torch.nn.Module = recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "t", ["f"])], seed=0)
+    else:
+        coll = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])], seed=0,
+                                            optimizer=optim.SGD(lr=0.1) if kind == "fused" else None)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.coll = coll
+
+        def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            out = self.coll(KeyedJaggedTensor(["f"], values, lengths=lengths))
+            return out["f"].values() if kind == "ec" else out.values()
+
+    model = Model().eval()
+    args = (torch.tensor([1, 2, 3]), torch.tensor([2, 1]))
+    with torch.no_grad():
+        want = model(*args)
+        exported = torch.export.export(model, args, strict=False)
+        assert torch.equal(exported.module()(*args), want)  # in place, on the live collection: as eager
+        torch.export.save(exported, tmp_path / "p.pt2")
+        loaded = torch.export.load(tmp_path / "p.pt2")
+        with pytest.raises(InvalidInputError, match="not those of the collection it names"):
+            loaded.module()(*args)

@@ -40,7 +40,27 @@ def module(key: int) -> "EmbeddingBagCollection":
     ref = _MODULES.get(key)
     m = ref() if ref is not None else None
     if m is None:
-        raise InvalidInputError(f"recgo: the EmbeddingBagCollection behind key {key} no longer exists")
+        raise InvalidInputError(f"recgo: the collection behind engine handle {key} no longer exists (a "
+                                "torch.export program of a recgo collection runs only while the collection "
+                                "it was exported from lives, in that process)")
+    return m
+
+
+def module_for(key: int, params: list[torch.Tensor]) -> Any:
+    """The live module under ``key``, after checking that ``params`` are its parameters (the same
+    memory). A ``torch.export`` program names its collection by engine handle, a number that another
+    process gives to whichever collection it builds first: a program saved and loaded there would
+    silently look up that collection's rows, not its own weights."""
+    m = module(key)
+    want = m._params()
+    if len(want) != len(params) or any(p.data_ptr() != w.data_ptr() or p.shape != w.shape
+                                       for p, w in zip(params, want) if w.numel()):
+        raise InvalidInputError(
+            f"recgo: this call's parameters are not those of the collection it names (engine handle {key}): "
+            "a torch.export program of a recgo collection runs on the live collection it was exported "
+            "from, in that process; saved and loaded elsewhere it cannot find its tables (its weights are "
+            "not in the program: the engine holds them). Save the model's state_dict, rebuild the model "
+            "where it is to run and export it there")
     return m
 
 
@@ -48,7 +68,7 @@ def module(key: int) -> "EmbeddingBagCollection":
 def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false)."""
-    m = module(key)
+    m = module_for(key, params)
     out, raw = m._lookup(key_feature, values, lengths, weights, keep)
     return out, m._contexts.ticket(raw)
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._ops import dense_in_op, module as _module
+from ._ops import dense_in_op, module as _module, module_for
 from ._second_order import first_order
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Te
                dims: list[int], params: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per key (KJT order, ``dims[k]`` its embedding dim) its ``[n_k, D_k]`` rows, and the ticket owning
     the saved context (id 0 without ``keep``; see ``_contexts.py``)."""
-    m = module(key)
+    m = module_for(key, params)
     outs, raw = m._run_forward(key_feature, values, lengths, dims, keep)
     return outs, m._contexts.ticket(raw)
 

@@ -291,6 +291,13 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         ``to_empty``): copy its values back into engine memory and re-point it there (``_storage``)."""
         sync_storage(self._engine_views)
 
+    def _params(self) -> list[torch.Tensor]:
+        """What the ops take as the forward's parameters (autograd's inputs): the anchor of a fused
+        collection, else each table's weight."""
+        if self._optimizer is not None:
+            return [self._anchor]
+        return [self.embedding_bags[c.name].weight for c in self._configs]
+
     def _check_storage(self) -> None:
         """Before a forward: refuse a parameter that is not engine memory (``torch.func.functional_call``);
         one address comparison per tensor in the common case."""
@@ -453,11 +460,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if not torch.compiler.is_compiling():
             self._check_storage()
         weights = self._batch_weights(kjt)
+        params = self._params()
         if self._optimizer is not None:
-            params = [self._anchor]
             keep = torch.is_grad_enabled() and self._fused_trains(range(len(self._configs)))
         else:
-            params = [self.embedding_bags[c.name].weight for c in self._configs]
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if keep and self._optimizer is None and not torch.compiler.is_compiling():
             self._untrained.check(params)
