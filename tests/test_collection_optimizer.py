@@ -204,3 +204,12 @@ def test_combined_optimizer_param_groups_of_several_collections_are_refused_not_
     one.param_groups[0]["lr"] = 0.5
     one.load_state_dict(saved)
     assert a.fused_optimizer.lr == 0.01
+
+
+def test_calling_fused_optimizer_as_torchrecs_method_names_the_way() -> None:
+    """TorchRec's FusedEmbeddingBagCollection.fused_optimizer() is a method; a converted script's call
+    failed with "'SGD' object is not callable". It names CollectionOptimizer, which is the object."""
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["f"])], optimizer=optim.SGD(lr=0.1))
+    with pytest.raises(InvalidInputError, match="CollectionOptimizer"):
+        ebc.fused_optimizer()
+    assert optim.CollectionOptimizer(ebc).param_groups[0]["lr"] == 0.1

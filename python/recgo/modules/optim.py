@@ -41,6 +41,15 @@ class FusedOptimizer:
         """Number of float32 state values each row keeps."""
         return 0
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # TorchRec's FusedEmbeddingBagCollection.fused_optimizer is a method returning a KeyedOptimizer;
+        # recgo's collection.fused_optimizer is this (a property): a script's fused_optimizer() got
+        # "'SGD' object is not callable"
+        raise InvalidInputError(
+            f"a recgo collection's fused_optimizer is its optimizer's settings ({self!r}), not a method: "
+            "for the optimizer object TorchRec's fused_optimizer() returns (a KeyedOptimizer to combine, "
+            "schedule or checkpoint), use recgo.modules.optim.CollectionOptimizer(collection_or_model)")
+
     def params(self) -> tuple[int, float, float, float, float, float]:
         """(kind, lr, eps, beta1, beta2, weight_decay) as the C ABI takes them."""
         return (self.kind, float(self.lr), float(self.eps), float(self.beta1), float(self.beta2),
