@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
+import sys
 from collections.abc import Iterator
 
 import pytest
+
+#: Optional packages with compiled parts tied to one torch release: installed but failing to import (e.g.
+#: fbgemm-gpu 1.9.0 under torch 2.15: OSError, undefined symbol c10::report_overflow), they are hidden so
+#: that pytest.importorskip skips their tests instead of erroring at collection; the header says why.
+_UNUSABLE: dict[str, str] = {}
+for _name in ("torchrec",):
+    try:
+        importlib.import_module(_name)
+    except ModuleNotFoundError:
+        pass
+    except Exception as _exc:  # OSError, RuntimeError, AttributeError from an ABI mismatch
+        _UNUSABLE[_name] = f"{type(_exc).__name__}: {(str(_exc).splitlines() or [''])[0]}"
+        for _mod in [m for m in sys.modules if m == _name or m.startswith(_name + ".")]:
+            del sys.modules[_mod]
+        sys.modules[_name] = None  # type: ignore[assignment]  # import → ModuleNotFoundError → importorskip skips
+
+
+def pytest_report_header() -> list[str]:
+    import torch
+
+    return [f"{name}: installed but does not import on torch {torch.__version__}, its tests skip ({why})"
+            for name, why in _UNUSABLE.items()]
 
 
 @pytest.fixture

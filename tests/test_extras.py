@@ -73,3 +73,42 @@ def test_train_all_without_torchrec_runs_the_other_backends(
     report = json.loads((out / "report.json").read_text())
     assert sorted(report["backends"]) == ["recgo", "torch"]
     assert all(b["samples_per_second"] > 0 for b in report["backends"].values())  # the last step is timed
+
+
+def _broken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, top: str) -> None:
+    """Make ``import top`` raise OSError as torchrec does over an fbgemm-gpu built for another torch."""
+    for name in [n for n in sys.modules if n == top or n.startswith(top + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    (tmp_path / top).mkdir(parents=True)
+    (tmp_path / top / "__init__.py").write_text(
+        "raise OSError('Could not load this library: fbgemm_gpu_py.so')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+
+def test_train_all_with_unimportable_torchrec_runs_the_other_backends(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from recgo.__main__ import main
+
+    _broken(monkeypatch, tmp_path / "pkgs", "torchrec")
+    out = tmp_path / "r"
+    assert main(["train", "--backend", "all", "--steps", "2", "--batch-size", "64", "--no-progress",
+                 "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "torchrec does not import on torch" in err and "OSError: Could not load this library" in err
+    assert sorted(json.loads((out / "report.json").read_text())["backends"]) == ["recgo", "torch"]
+
+
+def test_train_torchrec_backend_with_unimportable_torchrec_fails_before_training(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    _broken(monkeypatch, tmp_path / "pkgs", "torchrec")
+    assert main(["train", "--backend", "recgo,torchrec", "--steps", "2", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: MissingExtraError: the torchrec backend needs torchrec, which is installed but "
+                          "does not import on torch") and "\n" not in err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(MissingExtraError, match=r"torchrec_constraints needs torchrec, which is installed but"):
+        recgo.planner.torchrec_constraints(None)  # type: ignore[arg-type]

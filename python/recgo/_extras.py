@@ -3,26 +3,51 @@ that provides it (``pip install 'recgo[plots]'``) instead of a ModuleNotFoundErr
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import sys
 
-from .errors import missing_extra
+from .errors import missing_extra, unusable_extra
 
 #: Module → the recgo extra that installs it.
 EXTRAS = {"matplotlib": "plots", "yaml": "yaml", "torchrec": "compare"}
 
 
 def has(module: str) -> bool:
-    """Whether ``module`` can be imported (a module hidden as ``sys.modules[name] = None`` cannot)."""
-    if module in sys.modules:
-        return sys.modules[module] is not None
+    """Whether ``module`` can be imported (a module hidden as ``sys.modules[name] = None`` cannot, nor one
+    that is installed but fails to import, e.g. torchrec over an fbgemm-gpu built for another torch)."""
+    return _problem(module) is None
+
+
+def _problem(module: str) -> BaseException | None:
+    """None when ``module`` imports; otherwise the exception its import raised."""
+    if module in sys.modules and sys.modules[module] is not None:
+        return None
     try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
+        importlib.import_module(module)
+    except Exception as exc:  # ModuleNotFoundError when absent; OSError etc. when a compiled part fails
+        return exc
+    return None
+
+
+def why_not(module: str) -> str:
+    """Why ``module`` cannot be used, for a one-line note ('' when it can)."""
+    exc = _problem(module)
+    if exc is None:
+        return ""
+    if isinstance(exc, ModuleNotFoundError):
+        return f"{module} is not installed"
+    import torch
+
+    first = (str(exc).splitlines() or [""])[0]
+    return f"{module} does not import on torch {torch.__version__} ({type(exc).__name__}: {first})"
 
 
 def require(module: str, purpose: str) -> None:
     """Raise :class:`MissingExtraError` naming the extra when ``module`` is not importable."""
-    if not has(module):
-        raise missing_extra(module, EXTRAS.get(module, module), purpose)
+    exc = _problem(module)
+    if exc is None:
+        return
+    extra = EXTRAS.get(module, module)
+    if isinstance(exc, ModuleNotFoundError):
+        raise missing_extra(module, extra, purpose) from exc
+    raise unusable_extra(module, extra, purpose, exc) from exc

@@ -82,11 +82,26 @@ def missing_extra(module: str, extra: str, purpose: str) -> MissingExtraError:
     return MissingExtraError(f"{purpose} needs {module}, which is not installed: pip install 'recgo[{extra}]'")
 
 
+def unusable_extra(module: str, extra: str, purpose: str, exc: BaseException) -> MissingExtraError:
+    """The one-line error for optional ``module`` installed but failing to import: typically a compiled
+    dependency built for another torch (fbgemm-gpu under torchrec raises OSError on an undefined symbol)."""
+    import torch
+
+    first = (str(exc).splitlines() or [""])[0]
+    return MissingExtraError(
+        f"{purpose} needs {module}, which is installed but does not import on torch {torch.__version__} "
+        f"({type(exc).__name__}: {first}): its compiled parts (for torchrec, fbgemm-gpu) must be the release "
+        f"built for this torch; reinstall 'recgo[{extra}]' with matching versions, or the torch they were built for")
+
+
 def require_extra(module: str, extra: str, purpose: str) -> object:
-    """Import optional ``module`` or raise :class:`MissingExtraError` naming ``pip install 'recgo[extra]'``."""
+    """Import optional ``module`` or raise :class:`MissingExtraError` naming ``pip install 'recgo[extra]'``
+    (or, when it is installed but its import fails, the error that made it fail)."""
     import importlib
 
     try:
         return importlib.import_module(module)
-    except ImportError as exc:
+    except ModuleNotFoundError as exc:
         raise missing_extra(module, extra, purpose) from exc
+    except Exception as exc:  # installed but broken: OSError/RuntimeError from a .so built for another torch
+        raise unusable_extra(module, extra, purpose, exc) from exc

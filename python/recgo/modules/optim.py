@@ -387,7 +387,7 @@ class CollectionOptimizer(torch.optim.Optimizer):
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "CollectionOptimizer":
-        if cls is CollectionOptimizer and "torchrec" in sys.modules:
+        if cls is CollectionOptimizer and sys.modules.get("torchrec") is not None:  # None: hidden/unusable
             from ._keyed_optimizer import KeyedCollectionOptimizer  # imports torchrec.optim.keyed
 
             cls = KeyedCollectionOptimizer

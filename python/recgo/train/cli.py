@@ -128,10 +128,12 @@ def run_cli(args: argparse.Namespace) -> int:
 
     backends = list(BACKENDS) if args.backend == "all" else list(dict.fromkeys(  # each once, in the order given
         b.strip() for b in args.backend.split(",") if b.strip()))
-    if args.backend == "all" and not _extras.has("torchrec"):  # every backend there is: run the others
+    why = _extras.why_not("torchrec") if args.backend == "all" else ""
+    if why:  # every backend there is: run the others
         backends.remove("torchrec")
-        print("note: torchrec is not installed, so --backend all runs recgo and torch "
-              "(pip install 'recgo[compare]' adds TorchRec)", file=sys.stderr)
+        hint = ("pip install 'recgo[compare]' adds TorchRec" if why.endswith("not installed") else
+                "its fbgemm-gpu must be the release built for this torch")
+        print(f"note: {why}, so --backend all runs recgo and torch ({hint})", file=sys.stderr)
     cfg, source = _config(args)
     if args.ablation and cfg.model != "bst":
         from ..errors import InvalidInputError
