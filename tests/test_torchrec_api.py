@@ -159,3 +159,80 @@ def test_kjt_takes_torchrecs_precomputed_layouts() -> None:
     assert ours.offset_per_key() == theirs.offset_per_key()
     with pytest.raises(recgo.InvalidInputError, match=r"offset_per_key \[0, 2, 3\] disagrees"):
         recgo.KeyedJaggedTensor(**kw, offset_per_key=[0, 2, 3])
+
+
+def test_table_module_called_directly_takes_torchrec_offsets() -> None:
+    """A collection's table module is an nn.EmbeddingBag with include_last_offset=False, where
+    TorchRec's has True: the same (ids, offsets) gave 3 bags from recgo's table and 2 from
+    TorchRec's. The state dict (names, shapes) and the collection's own forward are unchanged."""
+    cfg = torchrec.EmbeddingBagConfig(name="t", embedding_dim=2, num_embeddings=10, feature_names=["a"])
+    theirs = torchrec.EmbeddingBagCollection(tables=[cfg])
+    ours = recgo.from_torchrec(theirs)
+    t_table, r_table = theirs.embedding_bags["t"], ours.embedding_bags["t"]
+    assert r_table.include_last_offset is t_table.include_last_offset is True
+    ids, offsets = torch.tensor([1, 2, 3]), torch.tensor([0, 1, 3])
+    got = r_table(ids, offsets)
+    assert got.shape == (2, 2)
+    torch.testing.assert_close(got, t_table(ids, offsets))
+    w = r_table.weight.detach()
+    torch.testing.assert_close(got, torch.stack([w[1], w[2] + w[3]]))
+    assert {k: v.shape for k, v in ours.state_dict().items()} == {k: v.shape for k, v in theirs.state_dict().items()}
+    kjt = recgo.KeyedJaggedTensor(["a"], ids, lengths=torch.tensor([1, 2]))
+    torch.testing.assert_close(ours(kjt).values(), theirs(kjt.to_torchrec()).values())
+
+
+def test_kjt_to_dict_takes_compute_offsets() -> None:
+    """to_dict(compute_offsets=False) raised TypeError; TorchRec's signature is
+    to_dict(compute_offsets: bool = True): with it, each JaggedTensor's offsets are there at once."""
+    kw = {"keys": ["a", "b"], "values": torch.tensor([1, 2, 3]), "lengths": torch.tensor([1, 0, 2, 0])}
+    lazy = recgo.KeyedJaggedTensor(**kw).to_dict(compute_offsets=False)
+    want = TKJT(**kw).to_dict(compute_offsets=False)
+    assert list(lazy) == list(want) == ["a", "b"]
+    for k in lazy:
+        assert lazy[k].offsets_or_none() is None
+        assert lazy[k].values().tolist() == want[k].values().tolist()
+        assert lazy[k].lengths().tolist() == want[k].lengths().tolist()
+        assert lazy[k].offsets().tolist() == want[k].offsets().tolist()
+    eager, want = recgo.KeyedJaggedTensor(**kw).to_dict(), TKJT(**kw).to_dict(compute_offsets=True)
+    for k, offsets in (("a", [0, 1, 1]), ("b", [0, 2, 2])):
+        got = eager[k].offsets_or_none()
+        assert got is not None and got.tolist() == want[k].offsets_or_none().tolist() == offsets
+
+
+def test_jagged_tensor_empty_dtypes_as_torchrec() -> None:
+    """JaggedTensor.empty() gave int64 values where TorchRec's gives torch's default float dtype."""
+    for kw in ({}, {"is_weighted": True}, {"is_weighted": True, "values_dtype": torch.int32},
+               {"is_weighted": True, "weights_dtype": torch.float64}):
+        ours, theirs = recgo.JaggedTensor.empty(**kw), TJT.empty(**kw)
+        assert ours.values().dtype == theirs.values().dtype, kw
+        assert ours.values().shape == theirs.values().shape == (0,)
+        assert (ours.weights_or_none() is None) == (theirs.weights_or_none() is None)
+        if theirs.weights_or_none() is not None:
+            assert ours.weights().dtype == theirs.weights().dtype, kw
+        assert ours.lengths().numel() == 0
+    assert recgo.JaggedTensor.empty().values().dtype == torch.float32
+
+
+def test_kjt_takes_two_dimensional_lengths_as_torchrec() -> None:
+    """Lengths laid out [F, B] (TorchRec's inference batches; its flatten_lengths and permute read
+    them so) were refused; they are the F·B lengths row by row. A [B, F] layout is refused by name."""
+    keys, values = ["f1", "f2", "f3"], torch.tensor([1, 2, 3, 4, 5, 6])
+    lengths2d = torch.tensor([[1, 1], [1, 0], [2, 1]])
+    ours, theirs = recgo.KeyedJaggedTensor(keys, values, lengths=lengths2d), TKJT(keys, values, lengths=lengths2d)
+    assert ours.lengths().tolist() == theirs.flatten_lengths().lengths().tolist() == [1, 1, 1, 0, 2, 1]
+    assert ours.stride() == theirs.stride() == 2
+    assert ours.length_per_key() == theirs.length_per_key() == [2, 1, 3]
+    per_key = theirs.to_dict()  # (TorchRec's __getitem__ slices 2-D lengths as if they were flat: not compared)
+    for k in keys:
+        flat = theirs.flatten_lengths()[k]
+        assert ours[k].lengths().tolist() == per_key[k].lengths().tolist() == flat.lengths().tolist()
+        assert ours[k].values().tolist() == per_key[k].values().tolist()
+    assert recgo.KeyedJaggedTensor.from_torchrec(theirs).lengths().tolist() == [1, 1, 1, 0, 2, 1]
+    # a recgo collection takes TorchRec's batch with 2-D lengths, as TorchRec's collection does
+    tables = [torchrec.EmbeddingBagConfig(name="t1", embedding_dim=4, num_embeddings=10, feature_names=["f1", "f2"]),
+              torchrec.EmbeddingBagConfig(name="t2", embedding_dim=8, num_embeddings=20, feature_names=["f3"])]
+    tebc = torchrec.EmbeddingBagCollection(tables=tables)
+    rebc = recgo.from_torchrec(tebc)
+    torch.testing.assert_close(rebc(theirs).values(), tebc(theirs).values())
+    with pytest.raises(recgo.InvalidInputError, match=r"not \[F, B\]"):
+        recgo.KeyedJaggedTensor(keys, values, lengths=lengths2d.T)

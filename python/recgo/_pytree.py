@@ -5,10 +5,16 @@ the context: a batch's keys (its batch size only when it has none, so an export 
 takes any), a pooled output's keys and widths. Unflattening goes through the constructors' dtype,
 device and shape checks (a ``tree_map`` that casts the leaves to bfloat16 or moves them to another
 device gets the same conversion or error as the constructor gives, never misread memory); those checks
-read no values, so tracers' stand-ins pass them."""
+read no values, so tracers' stand-ins pass them.
+
+The contexts are tuples (hashable, as guards and caches want them); ``torch.export.save`` writes them
+as JSON, where a tuple becomes a list, so each type registers the pair of functions that write its
+context as JSON and read it back as the same tuples: a loaded program's input spec then equals the
+spec of the batch it is called with (without them it refused its own input type)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import torch
@@ -32,6 +38,29 @@ def _keyed(obj: Any, names: tuple[str, ...]) -> list[tuple[Any, Any]]:
 
 def _kjt_context(k: KeyedJaggedTensor) -> tuple[tuple[str, ...], int | None]:
     return tuple(k._keys), None if k._keys else k._stride
+
+
+def _kjt_context_from_json(text: str) -> tuple[tuple[str, ...], int | None]:
+    keys, stride = json.loads(text)
+    return tuple(str(k) for k in keys), None if stride is None else int(stride)
+
+
+def _kt_context(t: KeyedTensor) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    return tuple(t._keys), tuple(t._length_per_key)
+
+
+def _kt_context_from_json(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    keys, lengths = json.loads(text)
+    return tuple(str(k) for k in keys), tuple(int(n) for n in lengths)
+
+
+def _jt_context_from_json(text: str) -> None:
+    return None  # a JaggedTensor's context is None
+
+
+def _to_json(context: Any) -> str:
+    """A context as JSON text (tuples written as lists; the ``*_from_json`` functions make them tuples)."""
+    return json.dumps(context)
 
 
 def _kjt_unflatten(children: Any, context: Any) -> KeyedJaggedTensor:
@@ -61,13 +90,15 @@ def register() -> None:
     pytree.register_pytree_node(
         KeyedJaggedTensor, lambda k: (_fields(k, _FIELDS), _kjt_context(k)), _kjt_unflatten,
         serialized_type_name="recgo.KeyedJaggedTensor",
+        to_dumpable_context=_to_json, from_dumpable_context=_kjt_context_from_json,
         flatten_with_keys_fn=lambda k: (_keyed(k, _FIELDS), _kjt_context(k)))
     pytree.register_pytree_node(
         JaggedTensor, lambda j: (_fields(j, _FIELDS), None), _jt_unflatten,
         serialized_type_name="recgo.JaggedTensor",
+        to_dumpable_context=_to_json, from_dumpable_context=_jt_context_from_json,
         flatten_with_keys_fn=lambda j: (_keyed(j, _FIELDS), None))
     pytree.register_pytree_node(
-        KeyedTensor, lambda t: ([t._values], (tuple(t._keys), tuple(t._length_per_key))), _kt_unflatten,
+        KeyedTensor, lambda t: ([t._values], _kt_context(t)), _kt_unflatten,
         serialized_type_name="recgo.KeyedTensor",
-        flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("_values"), t._values)],
-                                        (tuple(t._keys), tuple(t._length_per_key))))
+        to_dumpable_context=_to_json, from_dumpable_context=_kt_context_from_json,
+        flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("_values"), t._values)], _kt_context(t)))

@@ -106,10 +106,11 @@ class JaggedTensor:
     @staticmethod
     def empty(is_weighted: bool = False, device: Any = None, values_dtype: torch.dtype | None = None,
               weights_dtype: torch.dtype | None = None, lengths_dtype: torch.dtype = torch.int64) -> "JaggedTensor":
-        """A JaggedTensor with no samples (TorchRec's signature; lengths are int64, as always here)."""
+        """A JaggedTensor with no samples (TorchRec's signature and dtypes: values and weights of torch's
+        default dtype unless given; lengths are int64, as always here)."""
         return JaggedTensor._unchecked(  # nothing to check (and on meta nothing could be read)
-            torch.empty(0, dtype=values_dtype or torch.int64, device=device),
-            torch.empty(0, dtype=weights_dtype or torch.float32, device=device) if is_weighted else None,
+            torch.empty(0, dtype=values_dtype, device=device),
+            torch.empty(0, dtype=weights_dtype, device=device) if is_weighted else None,
             torch.empty(0, dtype=torch.int64, device=device))
 
     @staticmethod

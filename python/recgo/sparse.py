@@ -35,6 +35,20 @@ def _ints(t: Any, name: str) -> torch.Tensor:
     return check_tensor(t, name, _INTS, ndim=1, convert_to=torch.int64)
 
 
+def _lengths(t: Any, nkeys: int) -> torch.Tensor:
+    """The lengths as :func:`_ints` gives them; a tensor of two or more dimensions laid out
+    ``[F, B, ...]`` (one row per key, as TorchRec's inference batches carry them and its
+    ``flatten_lengths`` and ``permute`` read them) is flattened, row-major, into the F·B entries.
+    Another leading size (``[B, F]`` would read samples as features) is refused."""
+    if isinstance(t, torch.Tensor) and t.dim() >= 2:
+        if t.shape[0] != nkeys and t.numel():  # an empty one of any shape: no lengths, as _ints takes it
+            raise InvalidInputError(
+                f"lengths: shape {tuple(t.shape)} is not [F, B] for the {nkeys} keys (give one row of lengths "
+                "per key, or 1-D lengths of F·B entries, entry f·B+b sample b of feature f)")
+        t = t.reshape(-1)
+    return _ints(t, "lengths")
+
+
 def _uniform_stride(per_key: Sequence[int], what: str) -> int:
     """The common batch size of ``per_key`` or an error naming the variable batch sizes."""
     if len(set(per_key)) > 1:
@@ -66,7 +80,8 @@ class KeyedJaggedTensor:
         keys: feature names (F, unique).
         values: all IDs, feature-major (int64 or int32; stored as int64).
         weights: optional per-ID weights (float; stored as float32).
-        lengths: bag lengths, F·B entries (entry f·B+b is sample b of feature f).
+        lengths: bag lengths, F·B entries (entry f·B+b is sample b of feature f); or ``[F, B]``
+            (TorchRec's inference batches), flattened to those F·B.
         offsets: or their exclusive prefix sums, F·B+1 entries (both may be given; they must agree).
         stride: the batch size B (needed only when there are no keys; otherwise checked).
         stride_per_key_per_rank: TorchRec's variable-batch description; accepted only when every key
@@ -129,12 +144,12 @@ class KeyedJaggedTensor:
             if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} values")
             from_offsets = o[1:] - o[:-1]
-            if lengths is not None and not torch.equal(_ints(lengths, "lengths"), from_offsets):
+            if lengths is not None and not torch.equal(_lengths(lengths, len(self._keys)), from_offsets):
                 raise InvalidInputError("lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
             raise InvalidInputError("KeyedJaggedTensor needs lengths or offsets")
-        self._lengths = _ints(lengths, "lengths")
+        self._lengths = _lengths(lengths, len(self._keys))
         self._weights = None
         if weights is not None:
             if isinstance(weights, torch.Tensor) and weights.numel() == 0 and weights.device.type == "cpu":
@@ -495,10 +510,15 @@ class KeyedJaggedTensor:
             raise NotFoundError(f"feature {key!r} is not in this KeyedJaggedTensor (keys: {self._keys})") from None
         return self._jagged(i)
 
-    def to_dict(self) -> dict[str, JaggedTensor]:
-        """``{name: JaggedTensor}`` views per feature, in key order (cached, like TorchRec's)."""
+    def to_dict(self, compute_offsets: bool = True) -> dict[str, JaggedTensor]:
+        """``{name: JaggedTensor}`` views per feature, in key order (cached, like TorchRec's). With
+        ``compute_offsets`` (TorchRec's argument and default) each one's offsets are computed now
+        (``offsets_or_none()`` gives them); without, on first use of ``offsets()``."""
         if self._jt_dict is None:
             self._jt_dict = {k: self._jagged(i) for i, k in enumerate(self._keys)}
+        if compute_offsets:
+            for jt in self._jt_dict.values():
+                jt.offsets()
         return dict(self._jt_dict)
 
     def split(self, segments: Sequence[int]) -> list["KeyedJaggedTensor"]:

@@ -89,7 +89,7 @@ def meta_results(kjt: KeyedJaggedTensor, plan: KeyPlan) -> dict[str, JaggedTenso
 def with_indices(res: dict[str, JaggedTensor], features: Any, key_of: dict[str, str]) -> dict[str, JaggedTensor]:
     """``need_indices``: each output's weights are its feature's IDs as the batch gave them (TorchRec's
     ``EmbeddingCollection(need_indices=True)``); ``key_of`` gives each output's batch key."""
-    ids = as_kjt(features).to_dict()
+    ids = as_kjt(features).to_dict(compute_offsets=False)
     out = {}
     for k, jt in res.items():
         with_ids = JaggedTensor.__new__(JaggedTensor)

@@ -27,12 +27,15 @@ def _hold(table: nn.Module, weight: torch.Tensor, requires_grad: bool, state: to
 class _Table(nn.EmbeddingBag):
     """One pooled table's parameter and buffers (state_dict keys ``embedding_bags.<name>.weight``): an
     ``nn.EmbeddingBag``, as TorchRec's tables are, so ``model.apply`` initialisers that look for one
-    reach it (they write the weight in place, which is the engine's memory)."""
+    reach it (they write the weight in place, which is the engine's memory). The collection pools
+    through the engine, never through this module's ``forward``; a direct call ``table(ids, offsets)``
+    is ``nn.EmbeddingBag``'s, with TorchRec's ``include_last_offset=True``: ``offsets`` holds B+1
+    entries, the last the number of IDs, and gives B bags."""
 
     def __init__(self, weight: torch.Tensor, requires_grad: bool, state: torch.Tensor, step: torch.Tensor,
                  mode: str = "sum") -> None:
         _hold(self, weight, requires_grad, state, step)
-        self.mode, self.include_last_offset = mode, False
+        self.mode, self.include_last_offset = mode, True
 
 
 class _SequenceTable(nn.Embedding):
