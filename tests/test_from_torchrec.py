@@ -365,3 +365,152 @@ def test_in_backward_optimizer_filter_leaves_the_converted_tables_out(meta: bool
         nn.functional.binary_cross_entropy_with_logits(m(dense, kjt).squeeze(1), label).backward()
         o.step()
     opts[1].load_state_dict(opts[0].state_dict())  # raised "Different parameter count"
+
+
+def _two_tables(sequence: bool, device: str = "cpu") -> nn.Module:
+    """A TorchRec collection of TABLES' two tables (pooled, or sequence), built on ``device``."""
+    torch.manual_seed(0)
+    if sequence:
+        return tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name=c.name, embedding_dim=c.embedding_dim,
+                                                                 num_embeddings=c.num_embeddings,
+                                                                 feature_names=c.feature_names) for c in TABLES],
+                                      device=torch.device(device))
+    return tr.EmbeddingBagCollection(tables=TABLES, device=torch.device(device))
+
+
+_SCALE = nn.Parameter(torch.tensor(1.5))  # a dense weight: a loss requires grad with every table frozen
+
+
+def _loss(coll: nn.Module, kjt: TKJT) -> torch.Tensor:
+    """A loss over every output of ``coll`` (pooled or sequence) that also trains a dense weight, so it
+    requires grad when every table is frozen."""
+    out = coll(kjt)
+    vals = torch.cat([out[k].values().flatten() for k in out]) if isinstance(out, dict) else out.values().flatten()
+    return (vals * _SCALE).pow(2).sum()
+
+
+@pytest.mark.parametrize("meta", [False, True])
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_frozen_table_stays_frozen_for_a_torch_optimizer(sequence: bool, meta: bool) -> None:
+    """A TorchRec table frozen with weight.requires_grad_(False) (a pretrained one) came back trainable
+    from from_torchrec: a torch optimizer built after conversion over the parameters that require grad,
+    as TorchRec's scripts build it, trained it."""
+    prefix = "embeddings" if sequence else "embedding_bags"
+    ref = _two_tables(sequence, "meta" if meta else "cpu")
+    getattr(ref, prefix)["t_user"].weight.requires_grad_(False)
+    new = recgo.from_torchrec(ref)
+    if meta:
+        new.to_empty(device="cpu")
+        new.reset_parameters()
+    assert {t: m.weight.requires_grad for t, m in getattr(new, prefix).items()} == {"t_user": False, "t_item": True}
+    before = {t: m.weight.detach().clone() for t, m in getattr(new, prefix).items()}
+    opt = torch.optim.SGD([p for p in new.parameters() if p.requires_grad], lr=0.5)
+    _loss(new, _rows_batch(0, every_row=True)).backward()
+    opt.step()
+    assert torch.equal(getattr(new, prefix)["t_user"].weight, before["t_user"])
+    assert not torch.equal(getattr(new, prefix)["t_item"].weight, before["t_item"])
+
+
+@pytest.mark.parametrize("source, sequence", [("in_backward", False), ("in_backward", True), ("fused", False)])
+def test_a_fused_collection_frozen_whole_takes_no_step_and_a_partly_frozen_one_is_refused(source: str,
+                                                                                          sequence: bool) -> None:
+    """With apply_optimizer_in_backward (or a FusedEmbeddingBagCollection) and a frozen table, TorchRec
+    updated no row of it; the converted collection's fused SGD updated them. A collection frozen whole now
+    converts frozen (no row changes); one frozen in part is refused at conversion, as recgo's fused
+    update covers every table (before, the frozen table trained)."""
+    prefix = "embeddings" if sequence else "embedding_bags"
+
+    def build() -> nn.Module:
+        if source == "fused":
+            return FusedEmbeddingBagCollection(tables=TABLES, optimizer_type=torch.optim.SGD,
+                                               optimizer_kwargs={"lr": 0.5}, device=torch.device("cpu"))
+        m = _two_tables(sequence)
+        apply_optimizer_in_backward(torch.optim.SGD, m.parameters(), {"lr": 0.5})
+        return m
+
+    part = nn.ModuleDict({"coll": build()})
+    getattr(part["coll"], prefix)["t_user"].weight.requires_grad_(False)
+    with pytest.raises(InvalidInputError, match=r"coll: tables \['t_user'\] are frozen \(requires_grad=False\) "
+                                                r"but its other tables train"):
+        recgo.from_torchrec(part)
+    assert not isinstance(part["coll"], (recgo.EmbeddingBagCollection, recgo.EmbeddingCollection))  # untouched
+    whole = build()
+    whole.requires_grad_(False)
+    new = recgo.from_torchrec(whole)
+    assert new.fused_optimizer == optim.SGD(lr=0.5)
+    assert not any(p.requires_grad for p in new.parameters())
+    before = {k: v.clone() for k, v in new.state_dict().items()}
+    _loss(new, _rows_batch(0, every_row=True)).backward()
+    for k, v in new.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    new.requires_grad_(True)  # unfrozen, the fused optimizer steps again
+    _loss(new, _rows_batch(1, every_row=True)).backward()
+    assert not torch.equal(getattr(new, prefix)["t_user"].weight, before[f"{prefix}.t_user.weight"])
+
+
+def test_a_managed_collision_collection_keeps_eval_mode_and_a_frozen_table() -> None:
+    """A managed-collision collection converted in eval mode came back training: unseen IDs were admitted
+    (given rows) during what was evaluation. Its frozen table came back trainable, and its fused Adagrad
+    stepped it."""
+    def batch(ids: list[int]) -> TKJT:
+        return TKJT.from_lengths_sync(keys=["f"], values=torch.tensor(ids), lengths=torch.tensor([1, len(ids) - 1]))
+
+    m = managed_collection(True)
+    m.train()
+    for ids in ([1, 2, 3], [4, 5, 6]):
+        m(batch(ids))[0].values().pow(2).sum().backward()
+    m.eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the MCH module's own TorchRec hook is no user's: no warning
+        new = recgo.from_torchrec(nn.ModuleDict({"mc": m}))["mc"]
+    assert not new.training and not new.ebc.training
+    assert recgo.dynamic.stats(new, "t").rows == 6
+    _, remapped = new(batch([100, 101, 1]))
+    assert remapped.values().tolist()[:2] == [-1, -1]  # not admitted
+    assert recgo.dynamic.stats(new, "t").rows == 6
+    frozen = managed_collection(False)
+    frozen.train()
+    frozen(batch([1, 2, 3]))[0].values().pow(2).sum().backward()
+    frozen.requires_grad_(False)
+    new = recgo.from_torchrec(nn.ModuleDict({"mc": frozen}))["mc"]
+    assert new.training and not new.ebc.embedding_bags["t"].weight.requires_grad
+    before = new.ebc.embedding_bags["t"].weight.detach().clone()
+    (new(batch([1, 2, 3]))[0].values() * _SCALE).pow(2).sum().backward()
+    assert torch.equal(new.ebc.embedding_bags["t"].weight, before)
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_training_flag_and_hooks_carry_over(sequence: bool) -> None:
+    """from_torchrec left the new collections training in an eval model, and the hooks registered on
+    TorchRec's collection (forward, forward-pre with kwargs, always_call, state-dict) stopped firing
+    silently. They carry over, and their handles still remove them."""
+    coll = _two_tables(sequence)
+    calls: list[str] = []
+    h_fwd = coll.register_forward_hook(lambda mod, inp, out: calls.append("forward"), always_call=True)
+    coll.register_forward_pre_hook(lambda mod, args, kwargs: calls.append("pre") or None, with_kwargs=True)
+    coll.register_forward_hook(lambda mod, args, kwargs, out: calls.append("kw"), with_kwargs=True)
+    coll.register_state_dict_post_hook(lambda mod, sd, prefix, local: calls.append("state_dict"))
+    model = nn.ModuleDict({"coll": coll})
+    model.eval()
+    recgo.from_torchrec(model)
+    new = model["coll"]
+    assert isinstance(new, recgo.EmbeddingCollection if sequence else recgo.EmbeddingBagCollection)
+    assert not model.training and not any(m.training for m in new.modules())
+    calls.clear()  # conversion read TorchRec's state_dict
+    new(_rows_batch(0, every_row=False))
+    assert calls == ["pre", "forward", "kw"]
+    assert new._forward_hooks_always_called == {h_fwd.id: True}
+    new.state_dict()
+    assert calls[-1] == "state_dict"
+    h_fwd.remove()
+    calls.clear()
+    new(_rows_batch(0, every_row=False))
+    assert calls == ["pre", "kw"]
+    model.train()
+    assert new.training
+    # a hook on a table's module has nothing to run on (the engine looks rows up): a warning names it
+    coll = _two_tables(sequence)
+    getattr(coll, "embeddings" if sequence else "embedding_bags")["t_user"].register_forward_hook(lambda *a: None)
+    where = "embeddings" if sequence else "embedding_bags"
+    with pytest.warns(UserWarning, match=f"not carried over to recgo's module: hooks of submodule '{where}.t_user'"):
+        recgo.from_torchrec(coll)

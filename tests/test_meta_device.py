@@ -289,3 +289,42 @@ def test_a_models_load_state_dict_materialises_nested_meta_collections(assign: b
     kjt = KeyedJaggedTensor(["f", "g"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1]))
     assert torch.equal(model["e"](kjt).values(), src["e"](kjt).values())
     assert torch.equal(model["s"](kjt)["g"].values(), src["s"](kjt)["g"].values())
+
+
+@pytest.mark.parametrize("how", ["to_empty", "load_state_dict", "load_state_dict_assign", "model_load_state_dict"])
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_table_frozen_on_meta_stays_frozen_when_materialised(how: str, sequence: bool) -> None:
+    """A collection built on meta and frozen (wholly or one table) came back with every table trainable
+    from to_empty / load_state_dict (each table was rebuilt with requires_grad=True), so a torch optimizer
+    built over the parameters that require grad trained a frozen, pretrained table; torch's modules keep
+    the flag."""
+    def build() -> torch.nn.Module:
+        if sequence:
+            return EmbeddingCollection(configs(), device="meta")
+        return EmbeddingBagCollection([EmbeddingBagConfig(100, 8, "t0", ["a", "b"]),
+                                       EmbeddingBagConfig(50, 4, "t1", ["c"])], device="meta")
+
+    src = build().to_empty(device="cpu")
+    prefix = "embeddings" if sequence else "embedding_bags"
+    coll = build()
+    getattr(coll, prefix)["t0"].weight.requires_grad_(False)
+    model = torch.nn.ModuleDict({"c": coll})
+    if how == "to_empty":
+        model.to_empty(device="cpu")
+    elif how == "model_load_state_dict":
+        model.load_state_dict({f"c.{k}": v for k, v in src.state_dict().items()})
+    else:
+        coll.load_state_dict(src.state_dict(), assign=how.endswith("assign"))
+    coll = model["c"]
+    assert {t: m.weight.requires_grad for t, m in getattr(coll, prefix).items()} == {"t0": False, "t1": True}
+    assert not getattr(coll, prefix)["t0"].weight.is_meta
+    before = getattr(coll, prefix)["t0"].weight.detach().clone()
+    opt = torch.optim.SGD([p for p in coll.parameters() if p.requires_grad], lr=0.5)
+    out = coll(batch())
+    (sum(v.values().sum() for v in out.values()) if sequence else out.values().sum()).backward()
+    opt.step()
+    assert torch.equal(getattr(coll, prefix)["t0"].weight, before)
+    whole = build()
+    whole.requires_grad_(False)
+    whole.to_empty(device="cpu")
+    assert not any(p.requires_grad for p in whole.parameters())

@@ -336,3 +336,43 @@ def test_a_sharded_table_of_odd_width_that_no_sample_uses(tmp_path: Path) -> Non
         out = ShardedEmbeddingBagCollection(cfgs, "hash", seed=1)(kjt).values()
     assert out.shape == (2, 40) and torch.equal(out[:, 20:], torch.zeros(2, 20))
     assert torch.allclose(out, recgo.EmbeddingBagCollection(cfgs, seed=1)(kjt).values())
+
+
+@pytest.mark.parametrize("meta", [False, True])
+def test_a_frozen_table_stays_frozen_when_sharded(tmp_path: Path, meta: bool) -> None:
+    """A table frozen with requires_grad_(False) came back trainable in the sharded collection
+    (shard_model, from_ebc, from_ec), so a torch optimizer over the parameters that require grad
+    trained it; a fused sharded collection, whose update covers every table, trained it silently and
+    now refuses it."""
+    from recgo.distributed import shard_model
+    from recgo.errors import InvalidInputError
+
+    def build(fused: bool) -> torch.nn.ModuleDict:
+        opt = optim.SGD(lr=0.5) if fused else None
+        with torch.device("meta" if meta else "cpu"):
+            m = torch.nn.ModuleDict({
+                "ebc": recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(20, 4, "a", ["fa"]),
+                                                     recgo.EmbeddingBagConfig(20, 4, "b", ["fb"])], optimizer=opt, seed=1),
+                "ec": recgo.EmbeddingCollection([recgo.EmbeddingConfig(20, 4, "s", ["g"]),
+                                                 recgo.EmbeddingConfig(20, 4, "u", ["h"])], optimizer=opt, seed=1)})
+        m["ebc"].embedding_bags["a"].weight.requires_grad_(False)
+        m["ec"].embeddings["s"].weight.requires_grad_(False)
+        return m
+
+    kjt = recgo.KeyedJaggedTensor(["fa", "fb", "g", "h"], torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]),
+                                  lengths=torch.ones(8, dtype=torch.int64))
+    with one_rank(tmp_path):
+        model = shard_model(build(False), "hash", ddp=False, timeout=30)
+        assert {n: p.requires_grad for n, p in model.named_parameters()} == {
+            "ebc.embedding_bags.a.weight": False, "ebc.embedding_bags.b.weight": True,
+            "ec.embeddings.s.weight": False, "ec.embeddings.u.weight": True}
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        ec_out = model["ec"](kjt)
+        (model["ebc"](kjt).values().sum() + sum(ec_out[k].values().sum() for k in ec_out)).backward()
+        opt.step()
+        changed = {n: not torch.equal(p.detach(), before[n]) for n, p in model.named_parameters()}
+        assert changed == {"ebc.embedding_bags.a.weight": False, "ebc.embedding_bags.b.weight": True,
+                           "ec.embeddings.s.weight": False, "ec.embeddings.u.weight": True}
+        with pytest.raises(InvalidInputError, match=r"from_ebc: tables \['a'\] are frozen"):
+            shard_model(build(True), "hash", ddp=False, timeout=30)

@@ -27,7 +27,7 @@ from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _dynamic
 from ._checkpoint import load_shards, save_shards
-from ._source import on_meta, take_rows
+from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
 from ._state import own_keys, rank_keys
 from ._step import _Lookup, _Shard, _Step
@@ -181,15 +181,20 @@ class ShardedEmbeddingBagCollection(nn.Module):
         torch.device("meta")``, as models are built for TorchRec's ``DistributedModelParallel``) holds no
         rows: each rank then initialises only its own, as ``seed`` (default: a recgo collection's own
         seed) and the tables' ``init_fn`` say, so a table larger than one rank's memory is never
-        allocated whole."""
+        allocated whole.
+
+        A table of ``ebc`` frozen with ``requires_grad_(False)`` gives a frozen shard (a torch optimizer
+        over the parameters that require grad leaves it); with a fused optimizer, whose update covers
+        every shard, a frozen table raises ``InvalidInputError``."""
         cfgs = ebc.embedding_bag_configs()
         optim.adopt(ebc, kwargs)
+        frozen = frozen_tables(ebc, "embedding_bags", kwargs.get("optimizer"), "from_ebc")
         if on_meta(ebc):
             kwargs.setdefault("seed", getattr(ebc, "_seed", None))
-            return cls(cfgs, sharding, **kwargs)
+            return freeze(cls(cfgs, sharding, **kwargs), frozen)
         out = cls(cfgs, sharding, _init=False, **kwargs)
         take_rows(out, ebc, "embedding_bags")
-        return out
+        return freeze(out, frozen)
 
     def _description(self, seed: int | None, wire_dtype: str) -> dict[str, Any]:
         """What every rank must agree on (tables in order, their sharding and returns, the topology, the

@@ -20,7 +20,7 @@ from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from ._collection import ShardedEmbeddingBagCollection
 from ._step import _Step
-from ._source import on_meta, take_rows
+from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import drive
 
 
@@ -86,14 +86,16 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """Shard an existing recgo (or TorchRec) ``EmbeddingCollection``: every rank takes its rows (and,
         from a recgo collection with the same fused optimizer, their state and step) from ``ec``. On the
         meta device, as :meth:`ShardedEmbeddingBagCollection.from_ebc`: each rank initialises only its
-        rows (``seed`` defaults to the recgo collection's)."""
+        rows (``seed`` defaults to the recgo collection's). Frozen tables as for ``from_ebc``: frozen
+        shards, or ``InvalidInputError`` with a fused optimizer."""
         optim.adopt(ec, kwargs)
+        frozen = frozen_tables(ec, "embeddings", kwargs.get("optimizer"), "from_ec")
         if on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
-            return cls(ec.embedding_configs(), sharding, **kwargs)
+            return freeze(cls(ec.embedding_configs(), sharding, **kwargs), frozen)
         out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
         take_rows(out, ec, "embeddings")
-        return out
+        return freeze(out, frozen)
 
     def embedding_configs(self) -> list[Any]:
         """The tables' configs (TorchRec's accessor name)."""

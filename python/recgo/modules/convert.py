@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -12,6 +13,7 @@ from .. import dynamic
 from ..dynamic import DynamicConfig
 from ..errors import InvalidInputError
 from . import optim
+from ._copies import _HOOK_TABLES, _STATE_HOOK_TABLES
 from ._walk import outermost, replace, torchrec_class, torchrec_kind
 from .config import EmbeddingBagConfig, EmbeddingConfig
 from .embedding import EmbeddingBagCollection
@@ -37,6 +39,15 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
       weights get gradients for a torch optimizer (build it after this call: it must hold the new
       parameters);
     * weighted collections stay weighted, and ``need_indices`` carries over;
+    * a table frozen with ``weight.requires_grad_(False)`` stays frozen (also on the meta device, once
+      materialised); a collection with a fused optimizer of which some tables but not all are frozen
+      raises, since recgo's fused update covers every table of a collection (TorchRec's in-backward
+      optimizer skipped the frozen ones);
+    * each module's ``training`` flag carries over (a model converted in eval mode stays in eval mode:
+      dynamic-ID tables admit no ID), and so do the hooks registered on it (forward, forward-pre,
+      backward, state-dict), whose handles still remove them; hooks that cannot carry over warn (on the
+      tables' or an MCH module, or a managed-collision collection's state-dict hooks, written for
+      TorchRec's keys);
     * a ``ManagedCollisionEmbeddingBagCollection`` / ``ManagedCollisionEmbeddingCollection`` becomes
       recgo's (:mod:`recgo.modules.managed`): a collection of dynamic-ID tables with its MCH modules'
       bounds and eviction policies, holding the IDs they had mapped with their rows (and optimizer
@@ -47,7 +58,8 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     Raises:
         InvalidInputError: ``model`` holds none of TorchRec's embedding modules, a table of one
             collection has another in-backward optimizer than the rest, or one recgo does not have
-            (see :func:`recgo.modules.optim.from_torch`).
+            (see :func:`recgo.modules.optim.from_torch`), or a fused collection has some tables
+            frozen and others not (nothing is replaced then).
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
@@ -57,6 +69,7 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
                                 "FusedEmbeddingBagCollection or EmbeddingCollection")
     # Unsharded, TorchRec's modules ran apply_optimizer_in_backward's torch optimizer itself: options
     # left out take that class's defaults (shard_model, like DMP, takes FBGEMM's).
+    refuse_partly_frozen_fused(model, optimizer, "from_torchrec")  # before any module is replaced
     model = convert_managed(model, optimizer, seed, class_defaults=True)  # inner collections convert with them
     for name, m, kind in outermost(model, torchrec_kind):
         kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
@@ -73,6 +86,8 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
             _carry_weights(m, new, name)
             _carry_optimizer_state(m, new, name, kind)
         _keep_in_backward_mark(m, new)
+        _keep_frozen(m, new, _prefix(m))
+        _carry_module_state([(m, new)], name)
         model = replace(model, name, new)
     return model
 
@@ -87,6 +102,109 @@ def _keep_in_backward_mark(old: nn.Module, new: nn.Module) -> None:
         optim.mark_updated_in_backward(new.parameters())
 
 
+def _prefix(m: nn.Module) -> str:
+    """The attribute under which TorchRec's collection ``m`` holds its tables."""
+    return "embedding_bags" if torchrec_kind(m) == "pooled" else "embeddings"
+
+
+def _table_flags(old: nn.Module, prefix: str) -> dict[str, bool]:
+    """Whether each table's weight of the collection ``old`` requires grad, by table name (a table frozen
+    with ``weight.requires_grad_(False)``, e.g. a pretrained one, is False)."""
+    return {k[len(prefix) + 1:-len(".weight")]: p.requires_grad
+            for k, p in old.named_parameters(remove_duplicate=False)
+            if k.startswith(f"{prefix}.") and k.endswith(".weight")}
+
+
+def _keep_frozen(old: nn.Module, new: nn.Module, prefix: str) -> None:
+    """Freeze the tables of ``new`` whose weights in ``old`` do not require grad (recgo's collections are
+    built with every table trainable; a table on the meta device stays frozen when materialised)."""
+    tables = getattr(new, prefix)
+    for table, trains in _table_flags(old, prefix).items():
+        if not trains and table in tables:
+            tables[table].weight.requires_grad_(False)
+
+
+def refuse_partly_frozen_fused(model: nn.Module, optimizer: FusedOptimizer | None, what: str) -> None:
+    """Raise for a TorchRec collection of ``model`` (a managed-collision one's included) of which some
+    but not all tables are frozen (``requires_grad=False``) and that becomes a fused collection
+    (``optimizer`` given, a ``FusedEmbeddingBagCollection``, or ``apply_optimizer_in_backward`` on its
+    tables): TorchRec's in-backward optimizer skips the frozen tables, but recgo's fused update covers
+    every table of a collection (freezing only some of a fused collection's tables raises, see
+    :class:`~recgo.modules.embedding.EmbeddingBagCollection`). A collection frozen whole converts frozen.
+
+    Raises:
+        InvalidInputError: naming the collection and its frozen tables.
+    """
+    for name, m, kind in outermost(model, _kind):
+        coll = m._embedding_module if kind == "managed" else m
+        flags = _table_flags(coll, _prefix(coll))
+        frozen = [t for t, trains in flags.items() if not trains]
+        if not frozen or len(frozen) == len(flags):
+            continue
+        fused = optimizer if optimizer is not None else (optim.of_torchrec_fused(coll) or optim.in_backward(coll))
+        if fused is None:
+            continue
+        raise InvalidInputError(
+            f"{what}: {name or 'the model'}: tables {frozen} are frozen (requires_grad=False) but its other tables "
+            f"train, and recgo's collection updates every table of a collection with its fused optimizer ({fused!r}); "
+            "freeze all of its tables or none, put the frozen tables in a collection of their own, or give this "
+            "collection no fused optimizer (no apply_optimizer_in_backward, not a FusedEmbeddingBagCollection) and "
+            "step its trainable tables with a torch optimizer")
+
+
+def _torchrec_own(hook: Any) -> bool:
+    """Whether ``hook`` is one TorchRec's module registered itself (its function is TorchRec's): it
+    belongs to TorchRec's internals, not to the user, and is neither carried over nor warned about."""
+    fn = getattr(hook, "hook", hook)  # torch wraps load-state-dict pre hooks in _WrappedHook
+    fn = getattr(fn, "__func__", fn)
+    return str(getattr(fn, "__module__", None) or "").startswith("torchrec.")
+
+
+def _carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, state_hooks: bool = True,
+                        stacklevel: int = 3) -> None:
+    """Give each new module of ``pairs`` (TorchRec's module, recgo's that replaces it; the outer pair
+    first) the old one's ``training`` flag (an eval model converts to eval collections, whose dynamic-ID
+    tables admit no ID) and the hooks users registered on it: forward, forward-pre and backward hooks
+    and, with ``state_hooks``, state-dict hooks, with their flags (``with_kwargs``, ``always_call``). The
+    hook tables themselves move (the old module keeps none), so the handles users hold still remove the
+    hooks. Hooks that do not carry over warn, naming where they were: state-dict hooks without
+    ``state_hooks`` (a managed-collision collection's: they were written for TorchRec's keys, which
+    recgo's differ from), and hooks on submodules of the first old module that no pair maps (its tables'
+    modules, an MCH module: recgo's engine looks rows up without calling such modules). Hooks TorchRec
+    registered itself stay behind silently."""
+    for old, new in pairs:  # outer first: train() sets the submodules, an inner pair then its own flag
+        new.train(old.training)
+    dropped = []
+    for old, new in pairs:
+        # TorchRec's own hooks, by id (a flag table's entries share their hook's id)
+        internal = {k for attr in _HOOK_TABLES for k, h in old.__dict__.get(attr, {}).items() if _torchrec_own(h)}
+        for attr in _HOOK_TABLES:
+            table = old.__dict__.get(attr)
+            if not table or all(k in internal for k in table):
+                continue
+            if attr in _STATE_HOOK_TABLES and not state_hooks:
+                dropped.append(f"{attr} of {type(old).__name__}")
+                continue
+            own = list(new.__dict__[attr].items())  # recgo's (load_state_dict hooks) run first, as built
+            theirs = list(table.items())
+            table.clear()
+            table.update(own)
+            table.update((k, h) for k, h in theirs if k not in internal)
+            new.__dict__[attr] = table  # the dict the users' handles refer to: remove() still works
+            old.__dict__[attr] = OrderedDict((k, h) for k, h in theirs if k in internal)
+            if attr == "_backward_hooks":
+                new._is_full_backward_hook = old._is_full_backward_hook
+    mapped = {id(old) for old, _ in pairs}
+    for sub, m in pairs[0][0].named_modules():
+        if id(m) not in mapped and any(not _torchrec_own(h) for attr in _HOOK_TABLES
+                                       for h in getattr(m, attr, {}).values()):
+            dropped.append(f"hooks of submodule {sub!r}")
+    if dropped:
+        warnings.warn(f"from_torchrec: {name or 'the model'}: not carried over to recgo's module: {', '.join(dropped)} "
+                      "(state-dict hooks of a managed-collision collection expect TorchRec's keys; recgo's engine "
+                      "calls no per-table or MCH module)", stacklevel=stacklevel)
+
+
 def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None,
                     class_defaults: bool = False) -> nn.Module:
     """Replace TorchRec's managed-collision collections in ``model`` (itself included) by recgo's
@@ -94,7 +212,10 @@ def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, s
     (or the new collection when ``model`` was one). ``shard_model`` starts with it.
     ``class_defaults``: see :func:`recgo.modules.optim.adopt`."""
     for name, m, _ in outermost(model, lambda m: "managed" if _kind(m) == "managed" else None):
-        model = replace(model, name, _from_managed(m, optimizer, seed, class_defaults))
+        new = _from_managed(m, optimizer, seed, class_defaults)
+        _carry_module_state([(m, new), (m._embedding_module, getattr(new, new._attr))], name, state_hooks=False,
+                            stacklevel=4)  # the caller of from_torchrec or shard_model
+        model = replace(model, name, new)
     return model
 
 
@@ -166,6 +287,7 @@ def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | No
         if step is not None:
             tables[c.name].optimizer_step.copy_(step)
     _keep_in_backward_mark(inner, new)
+    _keep_frozen(inner, new, prefix)
     managed = ManagedCollisionEmbeddingBagCollection if pooled else ManagedCollisionEmbeddingCollection
     return managed(new, hashes, m._return_remapped_features)
 

@@ -172,8 +172,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._storage.append((weight, state, step))
             if self._optimizer is None:  # no fused step: keep the state_dict TorchRec-compatible
                 step = torch.empty(0, dtype=torch.int64)
-            # requires_grad=True also when fused (as TorchRec's fused tables): requires_grad_(False) freezes
-            table = self._table_type(weight, True, state, step, mode=_MODES[cfg.pooling_code()])
+            # requires_grad=True also when fused (as TorchRec's fused tables): requires_grad_(False) freezes;
+            # a meta stand-in's flag carries over (frozen before to_empty / load_state_dict stays frozen)
+            stand_in = self.embedding_bags[cfg.name] if cfg.name in self.embedding_bags else None
+            trains = True if stand_in is None else stand_in.weight.requires_grad
+            table = self._table_type(weight, trains, state, step, mode=_MODES[cfg.pooling_code()])
             if cfg.name in self.embedding_bags:  # the meta stand-in's marks (e.g. _in_backward_optimizers) carry over
                 table.weight.__dict__.update(self.embedding_bags[cfg.name].weight.__dict__)
             self.embedding_bags[cfg.name] = table
