@@ -376,3 +376,25 @@ def test_a_frozen_table_stays_frozen_when_sharded(tmp_path: Path, meta: bool) ->
                            "ec.embeddings.s.weight": False, "ec.embeddings.u.weight": True}
         with pytest.raises(InvalidInputError, match=r"from_ebc: tables \['a'\] are frozen"):
             shard_model(build(True), "hash", ddp=False, timeout=30)
+
+
+def test_sharding_keeps_the_training_flag_and_the_users_hooks(tmp_path: Path) -> None:
+    """shard_model left the sharded collections in training mode under an eval model and dropped the
+    forward hooks registered on the collection it replaced."""
+    from recgo.distributed import shard_model
+
+    model = torch.nn.ModuleDict({"ebc": recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(20, 4, "a", ["fa"])],
+                                                                       seed=1)}).eval()
+    seen: list[tuple[int, ...]] = []
+    handle = model["ebc"].register_forward_hook(lambda mod, args, out: seen.append(tuple(out.values().shape)))
+    kjt = recgo.KeyedJaggedTensor(["fa"], torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1]))
+    with one_rank(tmp_path):
+        sharded = shard_model(model, "hash", ddp=False, timeout=30)
+        assert not sharded["ebc"].training
+        with torch.no_grad():
+            sharded["ebc"](kjt)
+        assert seen == [(2, 4)]
+        handle.remove()  # the user's handle still removes it
+        with torch.no_grad():
+            sharded["ebc"](kjt)
+        assert seen == [(2, 4)]

@@ -12,7 +12,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..modules import optim
 from ..modules.embedding import EmbeddingBagCollection
 from ..modules._walk import outermost, replace, torchrec_kind
-from ..modules.convert import convert_managed, refuse_trained_feature_processors
+from ..modules.convert import carry_module_state, convert_managed, refuse_trained_feature_processors
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
 from ._sequence import ShardedEmbeddingCollection
@@ -300,8 +300,11 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
             mine["sharding"], mine["table_ranks"] = _torchrec_plan(torchrec_plan, name, names)
         build = cls.from_ebc if cls is ShardedEmbeddingBagCollection else cls.from_ec
         extra = {"optimizer": by_sharder[cls]} if cls in by_sharder and "optimizer" not in kwargs else {}
-        model = replace(model, name, build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine,
-                                            **extra, **kwargs))
+        new = build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine, **extra, **kwargs)
+        # its training flag and the user's forward and backward hooks (state-dict hooks were written for
+        # the unsharded keys: they warn)
+        carry_module_state([(m, new)], name, state_hooks=False, what="shard_model")
+        model = replace(model, name, new)
     _materialise_dense(model)
     if not ddp:
         return model

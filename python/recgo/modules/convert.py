@@ -87,7 +87,7 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
             _carry_optimizer_state(m, new, name, kind)
         _keep_in_backward_mark(m, new)
         _keep_frozen(m, new, _prefix(m))
-        _carry_module_state([(m, new)], name)
+        carry_module_state([(m, new)], name)
         model = replace(model, name, new)
     return model
 
@@ -152,16 +152,16 @@ def refuse_partly_frozen_fused(model: nn.Module, optimizer: FusedOptimizer | Non
             "step its trainable tables with a torch optimizer")
 
 
-def _torchrec_own(hook: Any) -> bool:
-    """Whether ``hook`` is one TorchRec's module registered itself (its function is TorchRec's): it
-    belongs to TorchRec's internals, not to the user, and is neither carried over nor warned about."""
+def _internal(hook: Any) -> bool:
+    """Whether ``hook`` is one TorchRec's or recgo's module registered itself (its function is theirs):
+    it belongs to the module's internals, not to the user, and is neither carried over nor warned about."""
     fn = getattr(hook, "hook", hook)  # torch wraps load-state-dict pre hooks in _WrappedHook
     fn = getattr(fn, "__func__", fn)
-    return str(getattr(fn, "__module__", None) or "").startswith("torchrec.")
+    return str(getattr(fn, "__module__", None) or "").startswith(("torchrec.", "recgo."))
 
 
-def _carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, state_hooks: bool = True,
-                        stacklevel: int = 3) -> None:
+def carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, state_hooks: bool = True,
+                       stacklevel: int = 3, what: str = "from_torchrec") -> None:
     """Give each new module of ``pairs`` (TorchRec's module, recgo's that replaces it; the outer pair
     first) the old one's ``training`` flag (an eval model converts to eval collections, whose dynamic-ID
     tables admit no ID) and the hooks users registered on it: forward, forward-pre and backward hooks
@@ -171,13 +171,13 @@ def _carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, sta
     ``state_hooks`` (a managed-collision collection's: they were written for TorchRec's keys, which
     recgo's differ from), and hooks on submodules of the first old module that no pair maps (its tables'
     modules, an MCH module: recgo's engine looks rows up without calling such modules). Hooks TorchRec
-    registered itself stay behind silently."""
+    registered itself (and recgo's) stay behind silently; ``what`` names the caller in the warning."""
     for old, new in pairs:  # outer first: train() sets the submodules, an inner pair then its own flag
         new.train(old.training)
     dropped = []
     for old, new in pairs:
         # TorchRec's own hooks, by id (a flag table's entries share their hook's id)
-        internal = {k for attr in _HOOK_TABLES for k, h in old.__dict__.get(attr, {}).items() if _torchrec_own(h)}
+        internal = {k for attr in _HOOK_TABLES for k, h in old.__dict__.get(attr, {}).items() if _internal(h)}
         for attr in _HOOK_TABLES:
             table = old.__dict__.get(attr)
             if not table or all(k in internal for k in table):
@@ -196,11 +196,11 @@ def _carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, sta
                 new._is_full_backward_hook = old._is_full_backward_hook
     mapped = {id(old) for old, _ in pairs}
     for sub, m in pairs[0][0].named_modules():
-        if id(m) not in mapped and any(not _torchrec_own(h) for attr in _HOOK_TABLES
+        if id(m) not in mapped and any(not _internal(h) for attr in _HOOK_TABLES
                                        for h in getattr(m, attr, {}).values()):
             dropped.append(f"hooks of submodule {sub!r}")
     if dropped:
-        warnings.warn(f"from_torchrec: {name or 'the model'}: not carried over to recgo's module: {', '.join(dropped)} "
+        warnings.warn(f"{what}: {name or 'the model'}: not carried over to recgo's module: {', '.join(dropped)} "
                       "(state-dict hooks of a managed-collision collection expect TorchRec's keys; recgo's engine "
                       "calls no per-table or MCH module)", stacklevel=stacklevel)
 
@@ -213,7 +213,7 @@ def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, s
     ``class_defaults``: see :func:`recgo.modules.optim.adopt`."""
     for name, m, _ in outermost(model, lambda m: "managed" if _kind(m) == "managed" else None):
         new = _from_managed(m, optimizer, seed, class_defaults)
-        _carry_module_state([(m, new), (m._embedding_module, getattr(new, new._attr))], name, state_hooks=False,
+        carry_module_state([(m, new), (m._embedding_module, getattr(new, new._attr))], name, state_hooks=False,
                             stacklevel=4)  # the caller of from_torchrec or shard_model
         model = replace(model, name, new)
     return model
