@@ -4,7 +4,6 @@ uninterrupted run (final weights, losses and AUC) on every backend."""
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -50,7 +49,7 @@ def test_resume_on_two_ranks_equals_uninterrupted(tmp_path: Path) -> None:
         assert got["evals"] == want["evals"] and got["final_auc"] == want["final_auc"], b
     # Another world size cannot take over the reader positions: a clear error naming the files.
     with pytest.raises(RecgoIOError, match="rank-2-of-3.pt.*resume with the --nproc it was written with"):
-        load_rank_state(SimpleNamespace(world=World(2, 3)), f"{ck}.recgo")
+        load_rank_state(World(2, 3), f"{ck}.recgo")
 
 
 def test_an_incomplete_checkpoint_folder_is_refused(tmp_path: Path) -> None:

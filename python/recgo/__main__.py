@@ -245,9 +245,12 @@ def _caused_by_interrupt(exc: BaseException) -> bool:
 
 def _interrupted(args: argparse.Namespace) -> int:
     """Say the job was interrupted (and how to resume it); the shell's status for SIGINT."""
-    every = getattr(args, "checkpoint_every", None)
-    hint = (f"; --resume continues from the last checkpoint ({args.checkpoint}, every {every} steps)"
-            if getattr(args, "checkpoint", None) and every else "")
+    # train's effective config (flags over the YAML) once it is built; the flags before that
+    cfg = getattr(args, "effective_config", None) or args
+    every = getattr(cfg, "checkpoint_every", None)
+    checkpoint = getattr(cfg, "checkpoint", None)
+    hint = (f"; --resume continues from the last checkpoint ({checkpoint}, every {every} steps)"
+            if checkpoint and every else "")
     out = getattr(args, "out", None)
     note = f"; no report was written to {out}" if out and getattr(args, "command", None) == "train" else ""
     print(f"interrupted{note}{hint}", file=sys.stderr)

@@ -84,15 +84,29 @@ def save_checkpoint(state: dict[str, torch.Tensor], path: str | os.PathLike[str]
                   "state_dict": dict(state)}, path)
 
 
+def _cause(exc: BaseException) -> str:
+    """One line of why torch.load failed: for a weights-only unpickling failure the unpickler's own
+    reason (torch's message around it advises loading with weights_only=False), else the first line."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1]
+    return next((line.strip() for line in text.splitlines() if line.strip()), "no reason given")
+
+
 def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     """The state dict of a checkpoint written by :func:`save_checkpoint`, after checking its format,
     metadata checksum and every tensor's checksum, dtype and shape. Raises ``RecgoIOError`` naming
     the file and the damaged part for a missing, truncated, corrupted or foreign file."""
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
+    except OSError as exc:  # missing, unreadable: the OS's reason says it
+        raise RecgoIOError(f"{path}: cannot read the checkpoint: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # torch raises EOFError, RuntimeError, UnpicklingError, UnicodeDecodeError, ...
-        raise RecgoIOError(f"{path}: cannot read the checkpoint (truncated or corrupted?): "
-                           f"{type(exc).__name__}: {exc}") from exc
+        # (not torch's own advice, which for a weights-only failure is to load with weights_only=False:
+        # wrong for a damaged file, and unsafe)
+        raise RecgoIOError(f"{path}: cannot read the checkpoint: not a readable recgo checkpoint (the file is "
+                           f"truncated, corrupted or in another format): {type(exc).__name__}: {_cause(exc)}") from exc
     if not isinstance(obj, dict) or obj.get("format") != _FORMAT:
         raise RecgoIOError(f"{path}: not a recgo checkpoint (no checksummed envelope); a plain torch.save of "
                            "a state dict loads with ebc.load_state_dict(torch.load(path))")

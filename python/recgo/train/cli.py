@@ -135,6 +135,7 @@ def run_cli(args: argparse.Namespace) -> int:
                 "its fbgemm-gpu must be the release built for this torch")
         print(f"note: {why}, so --backend all runs recgo and torch ({hint})", file=sys.stderr)
     cfg, source = _config(args)
+    args.effective_config = cfg
     if args.ablation and cfg.model != "bst":
         from ..errors import InvalidInputError
 

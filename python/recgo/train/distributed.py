@@ -27,7 +27,9 @@ updates then equal the single-process run on the global batch (tested).
 Evaluation: every rank takes an equal slice of each validation batch, the scores and labels are
 gathered, and AUC / log loss are computed on the whole held-out split (the same numbers as one process
 computing them on the same scores). A rank that raises makes the launcher raise
-:class:`TrainingProcessError` naming it; the others are stopped, and every collective waits at most
+:class:`TrainingProcessError` naming it, with its traceback (a user-facing :class:`~recgo.errors.RecgoError`,
+such as a bad setting, is raised again as the same class, prefixed with the rank, without one); the
+others are stopped, and every collective waits at most
 ``dist_timeout`` seconds, so the job never hangs.
 """
 
@@ -340,10 +342,39 @@ def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str],
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         # Write the traceback for the launcher, then leave at once: tearing gloo down while the peers
         # are inside a collective can abort the process and lose the message.
-        text = f"rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+        if _user_error(exc):  # the user's mistake (a bad setting, a checkpoint of other settings): no traceback
+            text = f"{_USER_ERROR}{type(exc).__name__}\n{exc}"
+        else:
+            text = f"rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         with open(_error_file(result, rank), "w") as fh:
             fh.write(text)
         os._exit(1)
+
+
+# An error file starting with this marker holds a user-facing RecgoError: its class name on the rest of
+# the first line, its message on the following lines (the launcher raises the same class again).
+_USER_ERROR = "recgo-user-error: "
+
+
+def _user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a user-facing recgo error (shown as one line, no traceback): a RecgoError
+    except the ones that mean a bug in recgo."""
+    from .. import errors
+
+    return (isinstance(exc, errors.RecgoError) and not isinstance(exc, (errors.InternalError, errors.AbiError))
+            and type(exc).__name__ in vars(errors))
+
+
+def _reraise_user_error(text: str, prefix: str) -> None:
+    """If ``text`` (an error file) holds a user-facing error, raise the same class with ``prefix``."""
+    if not text.startswith(_USER_ERROR):
+        return
+    from .. import errors
+
+    name, _, msg = text[len(_USER_ERROR):].partition("\n")
+    cls = vars(errors).get(name)
+    if isinstance(cls, type) and issubclass(cls, errors.RecgoError):
+        raise cls(f"{prefix}{msg}") from None
 
 
 def _error_file(result: str, rank: int) -> str:
@@ -359,6 +390,12 @@ def _first_error(result: str, nproc: int) -> str | None:
         return fh.read().strip()
 
 
+def _first_rank(result: str, nproc: int) -> int | None:
+    """The rank whose error file is the earliest (the rank :func:`_first_error` reads)."""
+    found = [r for r in range(nproc) if os.path.exists(_error_file(result, r))]
+    return min(found, key=lambda r: os.path.getmtime(_error_file(result, r))) if found else None
+
+
 def _run_world(ctx: Any) -> None:
     """Wait for the spawned ranks of ``ctx`` (torch.multiprocessing's context). If this process is
     interrupted or terminated (SIGTERM, as a job scheduler stops it) the ranks are stopped with it
@@ -366,8 +403,13 @@ def _run_world(ctx: Any) -> None:
     the live ranks get SIGTERM, then SIGKILL after 5 s."""
     from .._signals import terminate_as_interrupt
 
+    spawn_log = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_log.level
     with terminate_as_interrupt():
         try:
+            # torch logs a warning as it stops the other ranks after one failed; the launcher reports
+            # the failure itself
+            spawn_log.setLevel(logging.ERROR)
             while not ctx.join():
                 pass
         except BaseException:
@@ -380,6 +422,8 @@ def _run_world(ctx: Any) -> None:
                     p.kill()
                     p.join()
             raise
+        finally:
+            spawn_log.setLevel(level)
 
 
 def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None = None, progress: bool = True,
@@ -416,6 +460,8 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
                 _run_world(mp.start_processes(_spawned, args=args, nprocs=nproc, join=False, start_method="spawn"))
             except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
                 msg = _first_error(result, nproc)
+                if msg is not None:
+                    _reraise_user_error(msg, f"--nproc {nproc}, backend {backend}, rank {_first_rank(result, nproc)}: ")
                 if msg is None:
                     msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
                 raise TrainingProcessError(f"--nproc {nproc}, backend {backend}: the job stopped because "

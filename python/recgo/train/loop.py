@@ -9,8 +9,10 @@ sparse optimizer of the plain-torch backend).
 from __future__ import annotations
 
 import copy
+import math
 import os
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,7 @@ import torch
 from torch import nn
 
 from ..errors import InvalidInputError
-from .backends import SparseArch, SparseOptim, TableSpec, initial_weights
+from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss
 from .models import ACTIVATIONS, BST, DCNv2, DLRM, bst_inputs
@@ -86,6 +88,8 @@ class TrainConfig:
                 raise InvalidInputError(f"{name} must be a finite number ≥ 0, got {v!r}")
         if not isinstance(self.catalog, bool):
             raise InvalidInputError(f"catalog must be true or false, got {self.catalog!r}")
+        if self.sparse_optimizer not in OPTIMIZERS:
+            raise InvalidInputError(f"sparse_optimizer {self.sparse_optimizer!r}: choose one of {OPTIMIZERS}")
         if self.lr_decay not in LR_DECAYS:
             raise InvalidInputError(f"lr_decay {self.lr_decay!r}: choose one of {LR_DECAYS}")
         if self.activation not in ACTIVATIONS:
@@ -336,6 +340,8 @@ class Trainer:
                 self.history.stage_seconds["prep"] += prep_extra
             self.history.train_loss.append(loss)
             self.step += 1
+            if not math.isfinite(loss):
+                self._warn_diverged(loss)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(backend=self.backend, loss=f"{loss:.4f}")
@@ -343,7 +349,20 @@ class Trainer:
                 self.history.evals.append(self.evaluate())
             if self.cfg.checkpoint and self.cfg.checkpoint_every and self.step % self.cfg.checkpoint_every == 0:
                 self.save(self.cfg.checkpoint)
+        evals = self.history.evals
+        if self.step == end and self.step and (not evals or evals[-1]["step"] != self.step):
+            evals.append(self.evaluate())  # resumed at its last step: load() dropped the run's final one
         return self.history
+
+    def _warn_diverged(self, loss: float) -> None:
+        """Warn (once per trainer, on rank 0) that the training loss is no longer finite: the run goes
+        on and reports it, but its metrics mean nothing."""
+        if getattr(self, "_diverged", False):
+            return
+        self._diverged = True
+        if self.world is None or self.world.rank == 0:
+            warnings.warn(f"backend {self.backend}: the training loss is {loss} at step {self.step}: training "
+                          "diverged (lower sparse_lr / dense_lr); the run goes on and reports it", stacklevel=2)
 
     # -- checkpoints -----------------------------------------------------------------------------
 
@@ -370,44 +389,7 @@ class Trainer:
     def load(self, path: str | os.PathLike[str]) -> None:
         """Resume from a checkpoint written by :meth:`save` for the same backend and config (on ``N``
         ranks: the same ``N``; a collective)."""
-        if self.world is not None:
-            from .nproc_checkpoint import load_rank_state
-
-            state = load_rank_state(self, path)
-        else:
-            from ..modules import load_state
-
-            state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
-        if state.get("backend") != self.backend:
-            raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {self.backend!r}")
-        mine = asdict(self.cfg)
-        theirs = dict(state["config"])
-        if theirs.get("lr_decay") == "linear" and theirs.get("steps") != mine["steps"]:
-            raise InvalidInputError(
-                f"{path}: the checkpoint decays the learning rate linearly over steps={theirs.get('steps')}; "
-                f"resuming with steps={mine['steps']} would switch to another schedule midway: resume with the same steps")
-        stamp = state.get("data_file")
-        if stamp is not None:  # the same file, by any path, unchanged since (checkpoints since session 28)
-            if _file_stamp(self.cfg.data) != stamp:
-                raise InvalidInputError(
-                    f"{path}: the checkpoint trained on {stamp[0]} (size {stamp[1]}, modified {stamp[2]} ns); "
-                    f"data {self.cfg.data} is another file or changed since, so its reader position and "
-                    "validation split would not be the checkpoint's")
-            theirs["data"] = mine["data"]
-        for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth", "dist_timeout"):
-            theirs.pop(k, None)
-            mine.pop(k, None)
-        # checkpoints written before these fields existed
-        for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
-                  "activation", "catalog"):
-            theirs.setdefault(k, mine.get(k))
-        theirs.setdefault("shuffle", 0)  # checkpoints before --shuffle read in file order
-        if mine != theirs:
-            diff = sorted(k for k in mine if mine[k] != theirs.get(k))
-            raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")
-        if int(state["step"]) > self.cfg.steps:
-            raise InvalidInputError(f"{path}: the checkpoint is at step {int(state['step'])}, past steps "
-                                    f"{self.cfg.steps}: resume with steps ≥ {int(state['step'])}")
+        state = read_checkpoint(self.cfg, self.backend, self.world, path)
         if self.world is not None:
             from .nproc_checkpoint import restore_model
 
@@ -421,3 +403,55 @@ class Trainer:
         self._stream_state = state.get("data")
         h = state["history"]
         self.history = History(**{k: copy.deepcopy(v) for k, v in h.items()})
+        # The run that wrote the checkpoint ended at its step with an evaluation off the eval_every grid:
+        # the resumed run does not have it (its report equals the uninterrupted run's).
+        every = int(state["config"].get("eval_every") or 0)
+        ev = self.history.evals
+        if ev and every and int(ev[-1]["step"]) == self.step and self.step % every:
+            ev.pop()
+
+
+def read_checkpoint(cfg: TrainConfig, backend: str, world: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The state of the checkpoint at ``path`` for ``backend`` trained with ``cfg`` (on ``world``'s rank
+    of its size, or one process for None), after every check a resume makes before it restores: the
+    file(s) read and verified, the backend, the settings, the data file and the step. Raises
+    ``InvalidInputError`` or ``RecgoIOError`` naming the problem."""
+    if world is not None:
+        from .nproc_checkpoint import load_rank_state
+
+        state = load_rank_state(world, path)
+    else:
+        from ..modules import load_state
+
+        state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
+    if state.get("backend") != backend:
+        raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {backend!r}")
+    mine = asdict(cfg)
+    theirs = dict(state["config"])
+    if theirs.get("lr_decay") == "linear" and theirs.get("steps") != mine["steps"]:
+        raise InvalidInputError(
+            f"{path}: the checkpoint decays the learning rate linearly over steps={theirs.get('steps')}; "
+            f"resuming with steps={mine['steps']} would switch to another schedule midway: resume with the same steps")
+    stamp = state.get("data_file")
+    if stamp is not None:  # the same file, by any path, unchanged since (checkpoints since session 28)
+        if _file_stamp(cfg.data) != stamp:
+            raise InvalidInputError(
+                f"{path}: the checkpoint trained on {stamp[0]} (size {stamp[1]}, modified {stamp[2]} ns); "
+                f"data {cfg.data} is another file or changed since, so its reader position and "
+                "validation split would not be the checkpoint's")
+        theirs["data"] = mine["data"]
+    for k in ("steps", "checkpoint", "checkpoint_every", "eval_every", "depth", "dist_timeout"):
+        theirs.pop(k, None)
+        mine.pop(k, None)
+    # checkpoints written before these fields existed
+    for k in ("nproc", "sharding", "exchange", "nodes", "warmup_steps", "lr_decay", "holdout_events",
+              "activation", "catalog"):
+        theirs.setdefault(k, mine.get(k))
+    theirs.setdefault("shuffle", 0)  # checkpoints before --shuffle read in file order
+    if mine != theirs:
+        diff = sorted(k for k in mine if mine[k] != theirs.get(k))
+        raise InvalidInputError(f"{path}: the checkpoint was trained with other settings: {diff}")
+    if int(state["step"]) > cfg.steps:
+        raise InvalidInputError(f"{path}: the checkpoint is at step {int(state['step'])}, past steps "
+                                f"{cfg.steps}: resume with steps ≥ {int(state['step'])}")
+    return state

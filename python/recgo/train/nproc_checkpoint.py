@@ -99,13 +99,12 @@ def _latest(root: Path) -> Path:
         raise RecgoIOError(f"{root}: no complete --nproc checkpoint ({LATEST} is missing): {exc}") from exc
 
 
-def load_rank_state(trainer: "Trainer", path: str | os.PathLike[str]) -> dict[str, Any]:
-    """This rank's file of the newest complete checkpoint under ``path`` (step, config, optimizers,
-    reader position, history, dense weights); ``RecgoIOError`` when the folder holds no complete
-    checkpoint or one written by another world size."""
+def load_rank_state(world: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The file of rank ``world.rank`` (of ``world.size``) of the newest complete checkpoint under
+    ``path`` (step, config, optimizers, reader position, history, dense weights); ``RecgoIOError`` when
+    the folder holds no complete checkpoint or one written by another world size."""
     from ..modules import load_state
 
-    world = trainer.world
     step_dir = _latest(Path(path))
     rank_file = _rank_file(step_dir, world.rank, world.size)
     if not rank_file.is_file():

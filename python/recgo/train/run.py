@@ -5,13 +5,14 @@ from __future__ import annotations
 import gc
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from ..errors import InvalidInputError
 from .. import _extras
 from .backends import BACKENDS
 from .data import Source
-from .loop import History, TrainConfig, Trainer, make_source
+from .loop import History, TrainConfig, Trainer, make_source, read_checkpoint
 from .report import prepare, summarize, write
 
 
@@ -37,10 +38,10 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
         raise InvalidInputError("resume needs a checkpoint path (--checkpoint)")
     if "torchrec" in backends:  # before any data is read or rank started
         _extras.require("torchrec", "the torchrec backend")
+    if cfg.checkpoint:  # before the last report is cleared and before any backend trains
+        _check_checkpoints(cfg, backends, resume)
     if out is not None:  # a report that cannot be written fails now, not after the training
         prepare(out, clear=True)
-    if cfg.checkpoint:
-        _check_checkpoints(cfg, backends)
     if cfg.nproc > 1:
         from .distributed import launch
 
@@ -75,9 +76,13 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     return report
 
 
-def _check_checkpoints(cfg: TrainConfig, backends: Sequence[str]) -> None:
-    """Before training: the checkpoints' folder can be written, and no backend's checkpoint path is
-    of the other kind (one process writes a file, N ranks a folder of per-rank files)."""
+def _check_checkpoints(cfg: TrainConfig, backends: Sequence[str], resume: bool = False) -> None:
+    """Before training: the checkpoints' folder can be written, no backend's checkpoint path is of the
+    other kind (one process writes a file, N ranks a folder of per-rank files), a run without
+    ``resume`` would not overwrite a checkpoint already there, and with ``resume`` every backend's
+    checkpoint loads for it (readable, same settings, data and a step within ``steps``): a backend
+    whose checkpoint is refused then stops the run before the backends before it train and overwrite
+    theirs."""
     prepare(Path(cfg.checkpoint).parent, "--checkpoint folder")  # type: ignore[arg-type]
     for backend in backends:
         path = Path(_per_backend(cfg, backend).checkpoint)  # type: ignore[arg-type]
@@ -88,6 +93,61 @@ def _check_checkpoints(cfg: TrainConfig, backends: Sequence[str]) -> None:
             raise InvalidInputError(f"--checkpoint: {path} is a folder (an --nproc run's checkpoint); one process "
                                     "writes a file: run with the --nproc it was written with, or give another "
                                     "--checkpoint")
+    for backend in backends:
+        per_backend = _per_backend(cfg, backend)
+        path = Path(per_backend.checkpoint)  # type: ignore[arg-type]
+        if not _holds_checkpoint(cfg, path):
+            continue
+        if not resume:
+            step = _saved_step(cfg, path)
+            at = f" (step {step})" if step is not None else ""
+            raise InvalidInputError(f"--checkpoint {cfg.checkpoint}: {path} already holds a checkpoint{at}: add "
+                                    "--resume to continue it, or remove it / give another --checkpoint")
+        _verify_resumable(per_backend, backend, path)
+
+
+def _holds_checkpoint(cfg: TrainConfig, path: Path) -> bool:
+    """Whether a backend's checkpoint ``path`` holds a checkpoint a run would load (``--resume``) or
+    overwrite: a file; with ``nproc`` > 1 a folder with a complete step."""
+    if cfg.nproc > 1:
+        from .nproc_checkpoint import exists
+
+        return exists(path)
+    return path.is_file()
+
+
+def _saved_step(cfg: TrainConfig, path: Path) -> int | None:
+    """The step of the checkpoint at ``path``, read without verifying (or loading) the whole file;
+    None when it cannot be read so."""
+    try:
+        if cfg.nproc > 1:  # ``latest`` names the newest complete step: "step-00000012"
+            return int((path / "latest").read_text().strip().rsplit("-", 1)[-1])
+        import json
+
+        import torch
+
+        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
+        skeleton = obj["state_dict"]["__structure__"]  # recgo.modules.save_state's structure entry
+        top = json.loads(bytes(skeleton.numpy()))["d"]  # the saved dict's [key, value] pairs
+        return int(dict((k, v) for k, v in top if isinstance(k, str))["step"])
+    except Exception:  # noqa: BLE001 - the step only adds to the message
+        return None
+
+
+def _verify_resumable(cfg: TrainConfig, backend: str, path: Path) -> None:
+    """The checks a resume of ``backend`` from ``path`` makes before it restores (:func:`read_checkpoint`:
+    its file(s) read and verified, the backend, settings, data file and step compared), without building
+    a model: its ``InvalidInputError`` or ``RecgoIOError`` comes now, not when the backend's turn comes.
+    With ``nproc`` > 1 every rank's file is checked (under torchrun, this rank's)."""
+    worlds: list[Any] = [None]
+    if cfg.nproc > 1:
+        from .distributed import env_world
+
+        env = env_world()
+        pairs = [(env[0], env[1])] if env is not None else [(r, cfg.nproc) for r in range(cfg.nproc)]
+        worlds = [SimpleNamespace(rank=r, size=n) for r, n in pairs]
+    for world in worlds:
+        read_checkpoint(cfg, backend, world, path)
 
 
 def resumable(resume: bool, path: str | None, found: Callable[[str], bool], backend: str, say: bool = True) -> bool:

@@ -1,0 +1,123 @@
+"""``recgo train``'s errors and notes: a user's mistake under ``--nproc`` is the one-line error of one
+process, a YAML typo fails before anything starts, an interrupted run hints --resume whatever set the
+checkpoint, a resumed run's report equals the uninterrupted one's, a diverged run warns, and a damaged
+checkpoint says so in one line."""
+
+from __future__ import annotations
+
+import argparse
+import warnings
+from pathlib import Path
+
+import pytest
+
+from recgo.__main__ import _interrupted, main
+from recgo.errors import InvalidInputError, RecgoIOError
+from recgo.train import TrainConfig, Trainer, make_source
+from recgo.train.distributed import TrainingProcessError, launch
+
+
+def _cfg(**kw) -> TrainConfig:
+    base = dict(model="dlrm", steps=4, batch_size=32, dim=4, max_rows=200, eval_every=2, seed=1)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_a_sparse_optimizer_typo_fails_validation() -> None:
+    with pytest.raises(InvalidInputError, match=r"^sparse_optimizer 'adamw': choose one of \('sgd', 'adagrad'\)$"):
+        _cfg(sparse_optimizer="adamw").validate()
+
+
+def test_a_user_error_in_a_rank_is_the_same_one_line_error() -> None:
+    """The rank's InvalidInputError reaches the caller as InvalidInputError naming the rank, without
+    a traceback (an unexpected exception still gives TrainingProcessError with it: test_train_nproc)."""
+    with pytest.raises(InvalidInputError) as got:
+        launch(_cfg(nproc=2, steps=2, sparse_optimizer="adamw", dist_timeout=30.0), ["recgo"], 2, progress=False,
+               threads=1)
+    assert not isinstance(got.value, TrainingProcessError)
+    assert got.value.__cause__ is None and got.value.__suppress_context__
+    msg = str(got.value)
+    assert msg.startswith("--nproc 2, backend recgo, rank ")
+    assert msg.endswith(": sparse_optimizer 'adamw': choose one of ('sgd', 'adagrad')")
+    assert "Traceback" not in msg and "\n" not in msg
+
+
+def test_the_resume_hint_uses_the_effective_config(capsys) -> None:
+    args = argparse.Namespace(command="train", out="o", checkpoint=None, checkpoint_every=None,
+                              effective_config=_cfg(checkpoint="ck/run", checkpoint_every=3))
+    assert _interrupted(args) == 130
+    err = capsys.readouterr().err
+    assert "--resume continues from the last checkpoint (ck/run, every 3 steps)" in err
+
+
+def test_an_interrupted_train_hints_resume_for_a_yaml_checkpoint(tmp_path: Path, monkeypatch, capsys) -> None:
+    """checkpoint and checkpoint_every from the YAML only: Ctrl-C still says how to resume."""
+    import recgo.train.run as run
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(run, "train", interrupted)
+    yaml = tmp_path / "c.yaml"
+    yaml.write_text(f"max_rows: 200\ncheckpoint: {tmp_path}/ck\ncheckpoint_every: 2\n")
+    rc = main(["train", "--no-progress", "--config", str(yaml), "--steps", "4", "--out", str(tmp_path / "o")])
+    assert rc == 130
+    err = capsys.readouterr().err
+    assert f"--resume continues from the last checkpoint ({tmp_path}/ck, every 2 steps)" in err
+
+
+def _eval_steps(t: Trainer) -> list[int]:
+    return [int(e["step"]) for e in t.history.evals]
+
+
+def test_a_resumed_run_reports_the_evaluations_of_the_uninterrupted_one(tmp_path: Path) -> None:
+    cfg = _cfg(steps=12, eval_every=5)
+    whole = Trainer(cfg, make_source(cfg), "recgo")
+    whole.run()
+    assert _eval_steps(whole) == [5, 10, 12]  # the end of the run is evaluated off the grid
+    first = Trainer(cfg, make_source(cfg), "recgo")
+    first.run(7)
+    assert _eval_steps(first) == [5, 7]
+    first.save(tmp_path / "ck")
+    first.close()
+    resumed = Trainer(cfg, make_source(cfg), "recgo")
+    resumed.load(tmp_path / "ck")
+    assert _eval_steps(resumed) == [5]
+    resumed.run()
+    assert _eval_steps(resumed) == [5, 10, 12]
+    assert resumed.history.evals == whole.history.evals
+    whole.close()
+    resumed.close()
+    again = Trainer(cfg, make_source(cfg), "recgo")  # resumed at the step it stopped: its final evaluation
+    again.load(tmp_path / "ck")
+    again.run(7)
+    assert again.history.evals == first.history.evals
+    again.close()
+
+
+def test_a_diverged_run_warns_once(tmp_path: Path) -> None:
+    cfg = _cfg(steps=6, sparse_lr=1e30, dense_lr=1e30)
+    t = Trainer(cfg, make_source(cfg), "recgo")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t.run()
+    t.close()
+    bad = [i + 1 for i, v in enumerate(t.history.train_loss) if v != v or abs(v) == float("inf")]
+    assert bad, "the run did not diverge"
+    got = [str(w.message) for w in caught if "diverged" in str(w.message)]
+    assert len(got) == 1
+    assert got[0].startswith(f"backend recgo: the training loss is nan at step {bad[0]}: training diverged") or \
+        got[0].startswith(f"backend recgo: the training loss is inf at step {bad[0]}: training diverged")
+
+
+def test_a_garbage_checkpoint_is_not_a_readable_recgo_checkpoint(tmp_path: Path) -> None:
+    from recgo.modules import load_state
+
+    path = tmp_path / "ck.recgo"
+    path.write_text("garbage\n")
+    with pytest.raises(RecgoIOError) as got:
+        load_state(path)
+    msg = str(got.value)
+    assert msg.startswith(f"{path}: cannot read the checkpoint: not a readable recgo checkpoint (the file is "
+                          "truncated, corrupted or in another format): UnpicklingError: ")
+    assert "weights_only" not in msg and "\n" not in msg
