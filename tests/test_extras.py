@@ -73,6 +73,9 @@ def test_train_all_without_torchrec_runs_the_other_backends(
     report = json.loads((out / "report.json").read_text())
     assert sorted(report["backends"]) == ["recgo", "torch"]
     assert all(b["samples_per_second"] > 0 for b in report["backends"].values())  # the last step is timed
+    # and the report says so (the note went to stderr only)
+    assert report["notes"] == ["torchrec is not installed, so --backend all ran recgo and torch"]
+    assert "Note: torchrec is not installed, so --backend all ran recgo and torch." in (out / "report.md").read_text()
 
 
 def _broken(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, top: str) -> None:
@@ -97,7 +100,9 @@ def test_train_all_with_unimportable_torchrec_runs_the_other_backends(
                  "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "torchrec does not import on torch" in err and "OSError: Could not load this library" in err
-    assert sorted(json.loads((out / "report.json").read_text())["backends"]) == ["recgo", "torch"]
+    report = json.loads((out / "report.json").read_text())
+    assert sorted(report["backends"]) == ["recgo", "torch"]
+    assert report["notes"][0].startswith("torchrec does not import on torch")
 
 
 def test_train_torchrec_backend_with_unimportable_torchrec_fails_before_training(

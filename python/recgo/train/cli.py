@@ -146,11 +146,15 @@ def run_cli(args: argparse.Namespace) -> int:
                    progress=not args.no_progress, source=source)
     if report is None:  # the ranks > 0 of a torchrun world
         return 0
+    if why:  # the report says which backend --backend all left out, and why
+        report["notes"] = [f"{why}, so --backend all ran recgo and torch"]
     if args.ablation:
         from .ablation import run_ablation
-        from .report import write
 
         report["ablation"] = run_ablation(cfg, steps=args.ablation_steps, repeats=args.ablation_repeats)
+    if why or args.ablation:
+        from .report import write
+
         write(args.out, report)
     print((Path(args.out) / "report.md").read_text())
     return 0

@@ -118,6 +118,7 @@ def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
              f"{cfg['steps']} steps of {batch}, embedding dim {cfg['dim']}, sparse optimizer "
              f"{cfg['sparse_optimizer']} (lr {cfg['sparse_lr']}), dense Adam (lr {cfg['dense_lr']}), seed {cfg['seed']}; "
              "every backend starts from the same weights and sees the same batches.", "",
+             *(f"Note: {n}." for n in report.get("notes", ())), *([""] if report.get("notes") else []),
              "| backend | samples/s | prep ms | sparse ms | dense+backward ms | update ms | val AUC | val log loss |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, p in per.items():
