@@ -5,7 +5,6 @@ identically, bounded memory, and named errors for bad configs and checkpoints.""
 from __future__ import annotations
 
 import math
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor,
 from recgo.dynamic import DynamicConfig
 from recgo.errors import InvalidInputError, NotFoundError
 from recgo.modules import SGD, Adagrad, Adam, AdamW, RowWiseAdagrad
+from threaded import run_threads
 
 M64 = (1 << 64) - 1
 
@@ -459,25 +459,16 @@ def test_id_map_invariants_and_export_import(ops, min_count, policy) -> None:
 
 def test_concurrent_lookups_from_threads() -> None:
     ebc = make(dim=2, bound=64, min_count=2, evict_fraction=0.1, manual_step=True)
-    errors: list[BaseException] = []
 
     def worker(seed: int) -> None:
         gen = torch.Generator().manual_seed(seed)
-        try:
-            for _ in range(100):
-                ids = torch.unique(torch.randint(0, 500, (16,), generator=gen))
-                rows = dynamic.lookup(ebc, "t", ids, train=True)
-                assert bool(((rows >= -1) & (rows < 64)).all())
-                dynamic.advance(ebc, "t")
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
+        for _ in range(100):
+            ids = torch.unique(torch.randint(0, 500, (16,), generator=gen))
+            rows = dynamic.lookup(ebc, "t", ids, train=True)
+            assert bool(((rows >= -1) & (rows < 64)).all())
+            dynamic.advance(ebc, "t")
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    run_threads(4, worker, switch_interval=None)  # raises what a thread raised
     sd = ebc.state_dict()
     hw = int(sd["embedding_bags.t.dynamic_meta"][7])
     ids = sd["embedding_bags.t.dynamic_ids"][:hw]

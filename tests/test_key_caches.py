@@ -37,23 +37,15 @@ def test_the_cache_takes_concurrent_inserts() -> None:
     """Forwards may run concurrently: two threads evicting the same oldest key raised KeyError (or
     'dictionary changed size during iteration'). The cache may pass its limit by a key per thread
     for a moment (it takes no lock: torch.compile traces through it), never more."""
-    import threading
-
     from recgo._cache import KeyCache
+    from threaded import run_threads
 
     cache = KeyCache(4)
-    errors: list[BaseException] = []
 
     def insert(t: int) -> None:
-        try:
-            for i in range(20000):
-                cache[(t, i)] = i
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
-            errors.append(exc)
+        for i in range(20000):
+            cache[(t, i)] = i
 
-    threads = [threading.Thread(target=insert, args=(t,)) for t in range(4)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    assert not errors and len(cache) <= 4 + len(threads)
+    threads = 4
+    run_threads(threads, insert, switch_interval=None)  # raises what a thread raised
+    assert len(cache) <= 4 + threads

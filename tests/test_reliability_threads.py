@@ -5,9 +5,7 @@ belong to their autograd graph, and N threads x M steps equal a serial run where
 from __future__ import annotations
 
 import gc
-import sys
 import threading
-from typing import Callable
 
 import pytest
 import torch
@@ -15,6 +13,7 @@ import torch
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor
 from recgo.errors import InvalidInputError
 from recgo.modules import optim
+from threaded import run_threads
 
 TABLES = [EmbeddingBagConfig(400, 16, "t0", ["a", "b"]), EmbeddingBagConfig(300, 8, "t1", ["c"], pooling="mean")]
 
@@ -29,33 +28,6 @@ def batch(seed: int, lo: int = 0, span: int = 300, n: int = 16) -> KeyedJaggedTe
 
 def grad_for(seed: int, shape: torch.Size) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(10_000 + seed))
-
-
-def run_threads(n: int, body: Callable[[int], None], switch_interval: float | None = 1e-6) -> None:
-    """Run body(0..n-1) on n threads started together (switching the GIL every ``switch_interval``
-    seconds, so that Python-side races show up; None keeps the default); re-raise the first failure."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(n)
-
-    def wrap(i: int) -> None:
-        try:
-            start.wait()
-            body(i)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-
-    threads = [threading.Thread(target=wrap, args=(i,)) for i in range(n)]
-    old = sys.getswitchinterval()
-    sys.setswitchinterval(switch_interval or old)
-    try:
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        sys.setswitchinterval(old)
-    if errors:
-        raise errors[0]
 
 
 def state(ebc: EmbeddingBagCollection) -> dict[str, torch.Tensor]:
