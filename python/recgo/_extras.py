@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from .errors import missing_extra, unusable_extra
+from .errors import import_failure, require_extra
 
 #: Module → the recgo extra that installs it.
 EXTRAS = {"matplotlib": "plots", "yaml": "yaml", "torchrec": "compare"}
@@ -36,18 +36,9 @@ def why_not(module: str) -> str:
         return ""
     if isinstance(exc, ModuleNotFoundError):
         return f"{module} is not installed"
-    import torch
-
-    first = (str(exc).splitlines() or [""])[0]
-    return f"{module} does not import on torch {torch.__version__} ({type(exc).__name__}: {first})"
+    return f"{module} {import_failure(exc)}"
 
 
 def require(module: str, purpose: str) -> None:
     """Raise :class:`MissingExtraError` naming the extra when ``module`` is not importable."""
-    exc = _problem(module)
-    if exc is None:
-        return
-    extra = EXTRAS.get(module, module)
-    if isinstance(exc, ModuleNotFoundError):
-        raise missing_extra(module, extra, purpose) from exc
-    raise unusable_extra(module, extra, purpose, exc) from exc
+    require_extra(module, EXTRAS.get(module, module), purpose)

@@ -82,15 +82,20 @@ def missing_extra(module: str, extra: str, purpose: str) -> MissingExtraError:
     return MissingExtraError(f"{purpose} needs {module}, which is not installed: pip install 'recgo[{extra}]'")
 
 
-def unusable_extra(module: str, extra: str, purpose: str, exc: BaseException) -> MissingExtraError:
-    """The one-line error for optional ``module`` installed but failing to import: typically a compiled
-    dependency built for another torch (fbgemm-gpu under torchrec raises OSError on an undefined symbol)."""
+def import_failure(exc: BaseException) -> str:
+    """``does not import on torch <version> (<type>: <first line>)``: why an installed optional module
+    cannot be used, in one line (``exc`` is what importing it raised)."""
     import torch
 
     first = (str(exc).splitlines() or [""])[0]
+    return f"does not import on torch {torch.__version__} ({type(exc).__name__}: {first})"
+
+
+def unusable_extra(module: str, extra: str, purpose: str, exc: BaseException) -> MissingExtraError:
+    """The one-line error for optional ``module`` installed but failing to import: typically a compiled
+    dependency built for another torch (fbgemm-gpu under torchrec raises OSError on an undefined symbol)."""
     return MissingExtraError(
-        f"{purpose} needs {module}, which is installed but does not import on torch {torch.__version__} "
-        f"({type(exc).__name__}: {first}): its compiled parts (for torchrec, fbgemm-gpu) must be the release "
+        f"{purpose} needs {module}, which is installed but {import_failure(exc)}: its compiled parts (for torchrec, fbgemm-gpu) must be the release "
         f"built for this torch; reinstall 'recgo[{extra}]' with matching versions, or the torch they were built for")
 
 
