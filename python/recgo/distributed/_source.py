@@ -11,7 +11,7 @@ from torch import nn
 
 from ..errors import InvalidInputError
 from ..modules._walk import torchrec_kind
-from ..modules.convert import _table_flags, torchrec_optimizer_state
+from ..modules.convert import table_flags, torchrec_optimizer_state
 from . import _dynamic
 
 
@@ -25,7 +25,7 @@ def frozen_tables(src: nn.Module, prefix: str, optimizer: Any, what: str) -> lis
         InvalidInputError: some are frozen and the sharded collection gets a fused ``optimizer``: its
             update covers every table it holds, frozen or not.
     """
-    frozen = [t for t, trains in _table_flags(src, prefix).items() if not trains]
+    frozen = [t for t, trains in table_flags(src, prefix).items() if not trains]
     if frozen and optimizer is not None:
         raise InvalidInputError(
             f"{what}: tables {frozen} are frozen (requires_grad=False), but a sharded collection's fused optimizer "

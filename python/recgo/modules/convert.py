@@ -107,7 +107,7 @@ def _prefix(m: nn.Module) -> str:
     return "embedding_bags" if torchrec_kind(m) == "pooled" else "embeddings"
 
 
-def _table_flags(old: nn.Module, prefix: str) -> dict[str, bool]:
+def table_flags(old: nn.Module, prefix: str) -> dict[str, bool]:
     """Whether each table's weight of the collection ``old`` requires grad, by table name (a table frozen
     with ``weight.requires_grad_(False)``, e.g. a pretrained one, is False)."""
     return {k[len(prefix) + 1:-len(".weight")]: p.requires_grad
@@ -119,7 +119,7 @@ def _keep_frozen(old: nn.Module, new: nn.Module, prefix: str) -> None:
     """Freeze the tables of ``new`` whose weights in ``old`` do not require grad (recgo's collections are
     built with every table trainable; a table on the meta device stays frozen when materialised)."""
     tables = getattr(new, prefix)
-    for table, trains in _table_flags(old, prefix).items():
+    for table, trains in table_flags(old, prefix).items():
         if not trains and table in tables:
             tables[table].weight.requires_grad_(False)
 
@@ -137,7 +137,7 @@ def refuse_partly_frozen_fused(model: nn.Module, optimizer: FusedOptimizer | Non
     """
     for name, m, kind in outermost(model, _kind):
         coll = m._embedding_module if kind == "managed" else m
-        flags = _table_flags(coll, _prefix(coll))
+        flags = table_flags(coll, _prefix(coll))
         frozen = [t for t, trains in flags.items() if not trains]
         if not frozen or len(frozen) == len(flags):
             continue
