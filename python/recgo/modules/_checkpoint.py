@@ -259,6 +259,19 @@ def save_state(obj: Any, path: str | os.PathLike[str]) -> None:
     save_checkpoint(tensors, path)
 
 
+def peek_state(path: str | os.PathLike[str], key: str) -> Any:
+    """The value under the top-level ``key`` of the dict :func:`save_state` wrote at ``path`` (a number,
+    string or None: not a tensor), read without verifying the checksums or reading the tensors (for a
+    message about a checkpoint, not to resume from it); None when it cannot be read so."""
+    try:
+        tensors = torch.load(path, weights_only=True, map_location="cpu", mmap=True)["state_dict"]
+        top = json.loads(bytes(tensors[_SKELETON].numpy())).get("d", [])  # the dict's [key, value] pairs
+    except Exception:  # noqa: BLE001 - not readable so: the caller goes without it
+        return None
+    value = next((v for k, v in top if k == key), None)
+    return None if isinstance(value, dict) else value
+
+
 def load_state(path: str | os.PathLike[str]) -> Any:
     """The object :func:`save_state` wrote, after verifying every checksum (``RecgoIOError`` otherwise)."""
     tensors = load_checkpoint(path)

@@ -89,6 +89,14 @@ def exists(path: str | os.PathLike[str]) -> bool:
     return (Path(path) / LATEST).is_file()
 
 
+def saved_step(path: str | os.PathLike[str]) -> int | None:
+    """The step of the newest complete checkpoint under ``path`` (from ``latest``); None without one."""
+    try:
+        return int(_latest(Path(path)).name.rsplit("-", 1)[-1])
+    except (RecgoIOError, ValueError):
+        return None
+
+
 STEP_DIR = "_step_dir"  # key load_rank_state adds: the step folder the state was read from
 
 

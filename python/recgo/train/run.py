@@ -119,19 +119,14 @@ def _holds_checkpoint(cfg: TrainConfig, path: Path) -> bool:
 def _saved_step(cfg: TrainConfig, path: Path) -> int | None:
     """The step of the checkpoint at ``path``, read without verifying (or loading) the whole file;
     None when it cannot be read so."""
-    try:
-        if cfg.nproc > 1:  # ``latest`` names the newest complete step: "step-00000012"
-            return int((path / "latest").read_text().strip().rsplit("-", 1)[-1])
-        import json
+    if cfg.nproc > 1:
+        from .nproc_checkpoint import saved_step
 
-        import torch
+        return saved_step(path)
+    from ..modules._checkpoint import peek_state
 
-        obj = torch.load(path, weights_only=True, map_location="cpu", mmap=True)
-        skeleton = obj["state_dict"]["__structure__"]  # recgo.modules.save_state's structure entry
-        top = json.loads(bytes(skeleton.numpy()))["d"]  # the saved dict's [key, value] pairs
-        return int(dict((k, v) for k, v in top if isinstance(k, str))["step"])
-    except Exception:  # noqa: BLE001 - the step only adds to the message
-        return None
+    step = peek_state(path, "step")
+    return step if isinstance(step, int) else None
 
 
 def _verify_resumable(cfg: TrainConfig, backend: str, path: Path) -> None:
