@@ -381,19 +381,14 @@ def _error_file(result: str, rank: int) -> str:
     return os.path.join(os.path.dirname(result), f"error-{rank}.txt")
 
 
-def _first_error(result: str, nproc: int) -> str | None:
-    """The traceback the first failing rank wrote (the earliest file), if any."""
-    found = [p for p in (_error_file(result, r) for r in range(nproc)) if os.path.exists(p)]
+def _first_error(result: str, nproc: int) -> tuple[int, str] | None:
+    """The first failing rank (the earliest error file) and what it wrote, if any rank wrote one."""
+    found = [r for r in range(nproc) if os.path.exists(_error_file(result, r))]
     if not found:
         return None
-    with open(min(found, key=os.path.getmtime)) as fh:
-        return fh.read().strip()
-
-
-def _first_rank(result: str, nproc: int) -> int | None:
-    """The rank whose error file is the earliest (the rank :func:`_first_error` reads)."""
-    found = [r for r in range(nproc) if os.path.exists(_error_file(result, r))]
-    return min(found, key=lambda r: os.path.getmtime(_error_file(result, r))) if found else None
+    rank = min(found, key=lambda r: os.path.getmtime(_error_file(result, r)))
+    with open(_error_file(result, rank)) as fh:
+        return rank, fh.read().strip()
 
 
 def _run_world(ctx: Any) -> None:
@@ -459,10 +454,11 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
             try:
                 _run_world(mp.start_processes(_spawned, args=args, nprocs=nproc, join=False, start_method="spawn"))
             except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-                msg = _first_error(result, nproc)
-                if msg is not None:
-                    _reraise_user_error(msg, f"--nproc {nproc}, backend {backend}, rank {_first_rank(result, nproc)}: ")
-                if msg is None:
+                first = _first_error(result, nproc)
+                if first is not None:
+                    rank, msg = first
+                    _reraise_user_error(msg, f"--nproc {nproc}, backend {backend}, rank {rank}: ")
+                else:
                     msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
                 raise TrainingProcessError(f"--nproc {nproc}, backend {backend}: the job stopped because "
                                            f"{msg}") from None
