@@ -235,6 +235,7 @@ class Trainer:
         self._val = source.validation()
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
+        self._diverged = False  # the non-finite loss was reported (once per trainer)
 
     def _tables(self) -> list[dict[str, Any]] | None:
         """The recgo collection's dedup groups, so the pipeline deduplicates for it (recgo backend)."""
@@ -357,7 +358,7 @@ class Trainer:
     def _warn_diverged(self, loss: float) -> None:
         """Warn (once per trainer, on rank 0) that the training loss is no longer finite: the run goes
         on and reports it, but its metrics mean nothing."""
-        if getattr(self, "_diverged", False):
+        if self._diverged:
             return
         self._diverged = True
         if self.world is None or self.world.rank == 0:
