@@ -5,12 +5,13 @@ trained on and overwrote ck.torch before recgo's load failed)."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from recgo.errors import InvalidInputError, RecgoIOError
-from recgo.modules import load_state
+from recgo.modules import load_state, save_state
 from recgo.train import TrainConfig, Trainer
 from recgo.train.run import train
 
@@ -113,3 +114,21 @@ def test_nproc_checkpoint_folders_are_guarded_before_the_ranks_start(tmp_path: P
     monkeypatch.setattr(distributed, "launch", lambda *a, **kw: seen.append(kw) or {"ok": True})
     assert train(_small(nproc=2, checkpoint=str(ck)), ["recgo", "torch"], progress=False) == {"ok": True}
     assert seen and seen[0]["resume"] is False  # type: ignore[index]
+
+
+def test_under_torchrun_every_rank_checks_every_rank_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torchrun rank used to check only its own file: the rank whose file was bad stopped while the
+    others went on into the process group and waited for it until ``dist_timeout``. Every rank now
+    reads every rank's file, so all refuse alike (here rank 0, whose own file is good)."""
+    import recgo.train.distributed as distributed
+
+    monkeypatch.setattr(distributed, "launch", lambda *a, **kw: pytest.fail("the rank went on to train"))
+    for k, v in {"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(k, v)
+    ck = tmp_path / "ck"
+    cfg = _small(nproc=2, checkpoint=str(ck))
+    _nproc_folder(Path(f"{ck}.torch"), 2)
+    good = {"backend": "torch", "config": asdict(cfg), "step": 2}
+    save_state(good, Path(f"{ck}.torch") / "step-00000002" / "rank-0-of-2.pt")
+    with pytest.raises(RecgoIOError, match=r"step-00000002: no rank-1-of-2\.pt"):
+        train(cfg, ["torch"], resume=True, progress=False)

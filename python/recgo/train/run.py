@@ -133,14 +133,11 @@ def _verify_resumable(cfg: TrainConfig, backend: str, path: Path) -> None:
     """The checks a resume of ``backend`` from ``path`` makes before it restores (:func:`read_checkpoint`:
     its file(s) read and verified, the backend, settings, data file and step compared), without building
     a model: its ``InvalidInputError`` or ``RecgoIOError`` comes now, not when the backend's turn comes.
-    With ``nproc`` > 1 every rank's file is checked (under torchrun, this rank's)."""
+    With ``nproc`` > 1 every rank's file is checked, under torchrun too (the ranks share the folder):
+    each rank then reaches the same verdict, and none is left waiting for a peer that stopped here."""
     worlds: list[Any] = [None]
     if cfg.nproc > 1:
-        from .distributed import env_world
-
-        env = env_world()
-        pairs = [(env[0], env[1])] if env is not None else [(r, cfg.nproc) for r in range(cfg.nproc)]
-        worlds = [SimpleNamespace(rank=r, size=n) for r, n in pairs]
+        worlds = [SimpleNamespace(rank=r, size=cfg.nproc) for r in range(cfg.nproc)]
     for world in worlds:
         read_checkpoint(cfg, backend, world, path)
 
