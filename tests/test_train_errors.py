@@ -121,3 +121,29 @@ def test_a_garbage_checkpoint_is_not_a_readable_recgo_checkpoint(tmp_path: Path)
     assert msg.startswith(f"{path}: cannot read the checkpoint: not a readable recgo checkpoint (the file is "
                           "truncated, corrupted or in another format): UnpicklingError: ")
     assert "weights_only" not in msg and "\n" not in msg
+
+
+def test_the_cli_prints_recgo_warnings_as_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``recgo train``'s warnings came out in Python's format (file, line, ``UserWarning`` and the
+    ``warnings.warn(...)`` source under it); the CLI prints recgo's as one ``warning:`` line, as its
+    errors, and leaves other packages' warnings in Python's format."""
+    yaml = pytest.importorskip("yaml")
+    conf = tmp_path / "c.yaml"
+    conf.write_text(yaml.safe_dump({"dim": 8, "max_rows": 1000, "eval_every": 2}))
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        code = main(["train", "--config", str(conf), "--steps", "2", "--batch-size", "64", "--sharding", "hash",
+                     "--no-progress", "--out", str(tmp_path / "r")])
+        assert code == 0
+        err = capsys.readouterr().err
+        assert "warning: --sharding applies with --nproc > 1; one process holds every table whole\n" in err
+        assert "UserWarning" not in err and "warnings.warn" not in err
+        import recgo._cli_warnings as shown
+
+        passed_on: list[str] = []
+        warnings.showwarning = lambda message, category, filename, lineno, *a: passed_on.append(filename)
+        with shown.one_line_warnings():  # a warning from outside recgo goes to the format in place
+            warnings.warn_explicit("from elsewhere", UserWarning, "/elsewhere/mod.py", 7)
+            warnings.warn_explicit("from recgo", UserWarning, shown.__file__, 7)
+        assert passed_on == ["/elsewhere/mod.py"]
+        assert capsys.readouterr().err == "warning: from recgo\n"

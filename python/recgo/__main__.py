@@ -212,13 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; recgo errors and file errors print as one line and exit with status 2, Ctrl-C prints
-    one line and exits with 130 (the shell's code for SIGINT)."""
+    """Run the CLI; recgo errors and file errors print as one line and exit with status 2, recgo's
+    warnings as one line each, Ctrl-C prints one line and exits with 130 (the shell's code for SIGINT)."""
+    from ._cli_warnings import one_line_warnings
     from ._signals import terminate_as_interrupt
 
     args = build_parser().parse_args(argv)
     try:
-        with terminate_as_interrupt():  # a scheduler's stop cleans up as Ctrl-C does
+        with terminate_as_interrupt(), one_line_warnings():  # a scheduler's stop cleans up as Ctrl-C does
             return args.func(args)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         return _interrupted(args)

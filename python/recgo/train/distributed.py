@@ -337,8 +337,11 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
 
 def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str], progress: bool,
              result: str, options: dict[str, Any]) -> None:
+    from .._cli_warnings import one_line_warnings
+
     try:
-        _worker(rank, size, port, cfg, backends, progress, result, options)
+        with one_line_warnings():  # as the launcher shows them (a spawned rank starts with Python's format)
+            _worker(rank, size, port, cfg, backends, progress, result, options)
     except BaseException as exc:  # noqa: BLE001 - every failure must reach the launcher
         # Write the traceback for the launcher, then leave at once: tearing gloo down while the peers
         # are inside a collective can abort the process and lose the message.
