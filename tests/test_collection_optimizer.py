@@ -213,3 +213,15 @@ def test_calling_fused_optimizer_as_torchrecs_method_names_the_way() -> None:
     with pytest.raises(InvalidInputError, match="CollectionOptimizer"):
         ebc.fused_optimizer()
     assert optim.CollectionOptimizer(ebc).param_groups[0]["lr"] == 0.1
+
+
+def test_add_param_group_is_refused_not_ignored() -> None:
+    """torch's add_param_group was inherited: the added parameters were never stepped (SGD) or the
+    next step() raised a bare IndexError (Adam). TorchRec's KeyedOptimizer refuses it; so does this."""
+    for opt in (optim.SGD(lr=0.1), optim.Adam(lr=0.1)):
+        ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["f"])], optimizer=opt)
+        co = optim.CollectionOptimizer(ebc)
+        with pytest.raises(InvalidInputError, match="add_param_group"):
+            co.add_param_group({"params": [nn.Parameter(torch.ones(3))], "lr": 0.5})
+        assert len(co.param_groups) == 1
+        co.step()  # still works

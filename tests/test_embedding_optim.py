@@ -394,6 +394,10 @@ def test_absurd_optimizer_step_is_refused_on_load(tmp_path, step: int) -> None:
     (torch.optim.SGD, {}, optim.SGD(lr=0.01)),  # FBGEMM's default rate
     (torch.optim.Adam, {"lr": 0.1, "foreach": False, "fused": None, "maximize": False, "amsgrad": False},
      optim.Adam(lr=0.1, eps=1e-8)),
+    # torch's Adam(decoupled_weight_decay=True) is AdamW; False is plain Adam (it was refused as unknown)
+    (torch.optim.Adam, {"lr": 0.1, "decoupled_weight_decay": False}, optim.Adam(lr=0.1, eps=1e-8)),
+    (torch.optim.Adam, {"lr": 0.1, "weight_decay": 0.1, "decoupled_weight_decay": True},
+     optim.AdamW(lr=0.1, eps=1e-8, weight_decay=0.1)),
 ])
 def test_from_torch_maps_the_in_backward_optimizers(cls: type | str, kwargs: dict, want: optim.FusedOptimizer) -> None:
     if isinstance(cls, str):
@@ -410,6 +414,8 @@ def test_from_torch_maps_the_in_backward_optimizers(cls: type | str, kwargs: dic
     (torch.optim.Adagrad, {"lr": 0.1, "betas": (0.9, 0.9)}, r"options \['beta1', 'beta2'\] are not taken"),
     (torch.optim.Adam, {"lr": 0.1, "betas": 0.9}, "betas must be a pair"),
     (torch.optim.Adam, {"lr": "fast"}, "must be numbers"),
+    (torch.optim.AdamW, {"lr": 0.1, "decoupled_weight_decay": False}, "is Adam: use Adam"),
+    (torch.optim.SGD, {"lr": 0.1, "decoupled_weight_decay": False}, r"options \['decoupled_weight_decay'\] are not"),
 ])
 def test_from_torch_refuses_what_it_cannot_compute(cls: type, kwargs: dict, match: str) -> None:
     with pytest.raises(InvalidInputError, match=match):

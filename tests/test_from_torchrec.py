@@ -514,3 +514,32 @@ def test_training_flag_and_hooks_carry_over(sequence: bool) -> None:
     where = "embeddings" if sequence else "embedding_bags"
     with pytest.warns(UserWarning, match=f"not carried over to recgo's module: hooks of submodule '{where}.t_user'"):
         recgo.from_torchrec(coll)
+
+
+@pytest.mark.parametrize("source", ["fused", "in_backward"])
+def test_the_learning_rate_a_scheduler_reached_carries_over(source: str) -> None:
+    """Converted in the middle of training, the tables went back to the rate they were built with
+    (1.0), not the one TorchRec's scheduler had brought them to (0.01), so the next step moved them a
+    hundred times too far."""
+    tables = [tr.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["f"])]
+    kjt = TKJT.from_lengths_sync(keys=["f"], values=torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 1]))
+    if source == "fused":
+        module = FusedEmbeddingBagCollection(tables=tables, optimizer_type=torch.optim.SGD,
+                                             optimizer_kwargs={"lr": 1.0}, device=torch.device("cpu"))
+        opt = module.fused_optimizer()
+    else:
+        module = tr.EmbeddingBagCollection(tables=tables, device=torch.device("cpu"))
+        apply_optimizer_in_backward(torch.optim.SGD, module.parameters(), {"lr": 1.0})
+        opt = module.embedding_bags["t"].weight._in_backward_optimizers[0]
+    sched = torch.optim.lr_scheduler.StepLR(opt, 1, gamma=0.1)
+    for _ in range(2):
+        opt.zero_grad()
+        module(kjt).values().sum().backward()
+        opt.step()
+        sched.step()
+    before = module.state_dict()["embedding_bags.t.weight"].clone()
+    got = recgo.from_torchrec(module)
+    assert got.fused_optimizer.lr == pytest.approx(0.01)
+    got(kjt).values().sum().backward()
+    moved = got.embedding_bags["t"].weight.detach() - before
+    assert torch.allclose(moved[1], torch.full((4,), -0.01), atol=1e-6)  # row 1: in bag 0 once, SUM

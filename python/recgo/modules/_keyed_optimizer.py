@@ -13,9 +13,9 @@ class KeyedCollectionOptimizer(CollectionOptimizer, KeyedOptimizer):
     """A :class:`CollectionOptimizer` that TorchRec's ``isinstance(..., KeyedOptimizer)`` checks accept.
 
     It keeps :class:`CollectionOptimizer`'s ``state_dict`` (the hyper-parameters under
-    ``param_groups``, as torch's) and torch's ``add_param_group`` where ``KeyedOptimizer`` would
-    replace them: it has no keyed parameters, and its state dict loads into a plain
-    ``CollectionOptimizer`` and back.
+    ``param_groups``, as torch's) and ``add_param_group`` (torch's while building, refused after)
+    where ``KeyedOptimizer`` would replace them: it has no keyed parameters, and its state dict loads
+    into a plain ``CollectionOptimizer`` and back.
     """
 
-    add_param_group = torch.optim.Optimizer.add_param_group
+    add_param_group = CollectionOptimizer.add_param_group

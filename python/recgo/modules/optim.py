@@ -200,6 +200,13 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise InvalidInputError(f"optimizer {name}: betas must be a pair (beta1, beta2), got {betas!r}")
         args["beta1"], args["beta2"] = betas
+    if "decoupled_weight_decay" in args and issubclass(cls, Adam):  # torch's Adam(decoupled_weight_decay=True) is AdamW
+        decoupled = args.pop("decoupled_weight_decay")
+        if decoupled not in (True, False):
+            raise InvalidInputError(f"optimizer {name}: decoupled_weight_decay must be True or False, got {decoupled!r}")
+        if cls is AdamW and not decoupled:
+            raise InvalidInputError(f"optimizer {name}: AdamW with decoupled_weight_decay=False is Adam: use Adam")
+        cls = AdamW if decoupled else cls
     for k in sorted(set(args) & set(_NEUTRAL)):
         v = args.pop(k)
         neutral = not v if _NEUTRAL[k] in (None, False) else v == _NEUTRAL[k]  # foreach=False is foreach=None
@@ -262,7 +269,10 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
         if len(classes) != 1:
             raise InvalidInputError(f"{n}: apply_optimizer_in_backward gave it {len(classes)} optimizers; recgo "
                                     "updates a table with one")
-        found[n] = from_torch(classes[0], (params or [{}])[0], class_defaults)
+        kwargs = (params or [{}])[0]
+        if class_defaults:  # the module ran torch's optimizer itself: its scheduler may have moved it
+            kwargs = _live_kwargs(kwargs, getattr(p, "_in_backward_optimizers", None))
+        found[n] = from_torch(classes[0], kwargs, class_defaults)
     decays = sorted({o.weight_decay for o in found.values() if o is not None and o.weight_decay})
     if not class_defaults and decays and all(type(o) in _FBGEMM_CPU for o in found.values()):
         # DMP runs these with FBGEMM's CPU kernels, which apply no weight decay (weight_decay_mode NONE)
@@ -283,6 +293,28 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
     return distinct.pop() if distinct else None
 
 
+def _live_kwargs(kwargs: dict[str, Any], optimizers: Any) -> dict[str, Any]:
+    """``kwargs`` (``apply_optimizer_in_backward``'s) with the values the parameter's in-backward torch
+    optimizer holds now (``param_groups[0]``: where a learning-rate scheduler moves them), so a model
+    converted in the middle of training goes on at the rate it reached, not the one it started with."""
+    if not optimizers:
+        return kwargs
+    group = getattr(optimizers[0], "param_groups", [{}])[0]
+    out = dict(kwargs)
+    for k in ("lr", "eps", "betas", "weight_decay"):
+        if k in group:
+            v = group[k]
+            out[k] = tuple(_number(b) for b in v) if k == "betas" else _number(v)
+    if "lr" in out:
+        out.pop("learning_rate", None)
+    return out
+
+
+def _number(v: Any) -> Any:
+    """A one-element tensor hyper-parameter (torch's optimizers take a tensor ``lr``) as a float."""
+    return float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v
+
+
 # The fused optimizers FBGEMM runs on CPU (the ones TorchRec's fused tables and DMP use there).
 _FBGEMM_CPU = (SGD, Adagrad, RowWiseAdagrad)
 
@@ -298,17 +330,41 @@ def warn_fbgemm_decay(what: str, runner: str, decay: float, stacklevel: int) -> 
 
 def of_torchrec_fused(module: Any, warn: bool = False) -> FusedOptimizer | None:
     """The fused optimizer a TorchRec ``FusedEmbeddingBagCollection`` was built with
-    (``optimizer_type``, ``optimizer_kwargs``), or None for any other module. Its ``weight_decay`` is 0,
+    (``optimizer_type``, ``optimizer_kwargs``) at the learning rate its ``fused_optimizer()`` holds now,
+    or None for any other module. Its ``weight_decay`` is 0,
     as FBGEMM's CPU kernels apply none (``warn``: say so when the module was given one)."""
     if torchrec_class(module) != "FusedEmbeddingBagCollection":
         return None
     kwargs = dict(module._optimizer_kwargs or {})
     kwargs.pop("weight_decay_mode", None)  # no effect on CPU either (see warn_fbgemm_decay)
+    lr, built = _fused_lr(module), kwargs.get("lr", kwargs.get("learning_rate"))
+    if lr is not None and not (isinstance(built, (int, float)) and _f32(built) == _f32(lr)):
+        kwargs.pop("learning_rate", None)  # moved since it was built (FBGEMM holds it in float32)
+        kwargs["lr"] = lr
     decay = kwargs.get("weight_decay", 0.0)
     kwargs["weight_decay"] = 0.0
     if decay and warn:
         warn_fbgemm_decay("from_torchrec: this FusedEmbeddingBagCollection", "FusedEmbeddingBagCollection", decay, 4)
     return from_torch(module._optimizer_type, kwargs)
+
+
+def _f32(x: float) -> float:
+    return float(torch.tensor(float(x), dtype=torch.float32))
+
+
+def _fused_lr(module: Any) -> float | None:
+    """The learning rate a TorchRec ``FusedEmbeddingBagCollection``'s ``fused_optimizer()`` holds now
+    (a scheduler moves it there; TorchRec hands it to FBGEMM at the next ``zero_grad``/``step``), or
+    None when it has none to read."""
+    try:
+        groups = module.fused_optimizer().param_groups
+    except Exception:  # noqa: BLE001 - an older or partly built module: its constructor's rate stands
+        return None
+    lrs = {float(_number(g["lr"])) for g in groups if "lr" in g}
+    if len(lrs) > 1:
+        raise InvalidInputError(f"this FusedEmbeddingBagCollection's fused optimizer holds several learning rates "
+                                f"{sorted(lrs)}; recgo updates a collection's tables at one: set one rate first")
+    return lrs.pop() if lrs else None
 
 
 def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> None:
@@ -407,6 +463,21 @@ class CollectionOptimizer(torch.optim.Optimizer):
         torch.optim.Optimizer.__init__(self, groups, defaults)  # not KeyedOptimizer's, in the keyed subclass
         self._betas = [(g["beta1"], g["beta2"]) for g in self.param_groups]  # as last handed over
         self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
+        self._built = True  # add_param_group refuses from here
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Refused once built (TorchRec's ``KeyedOptimizer`` refuses it too): the groups are the
+        collections' fused optimizers, so an added group's parameters would never be updated.
+
+        Raises:
+            InvalidInputError: always, after construction.
+        """
+        if getattr(self, "_built", False):
+            raise InvalidInputError("CollectionOptimizer.add_param_group: its groups are the collections' fused "
+                                    "optimizers (one each) and an added group would never be stepped; give other "
+                                    "parameters a torch optimizer of their own (TorchRec's CombinedOptimizer "
+                                    "takes both)")
+        torch.optim.Optimizer.add_param_group(self, param_group)
 
     def __getstate__(self) -> dict[str, Any]:
         # torch's keeps only defaults, state and param_groups: a copy would lose its collections
