@@ -13,7 +13,7 @@ import copy
 import ctypes
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 
@@ -23,7 +23,7 @@ from .._memory import wrap
 from .._lib import H, I64
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor
-from ..tensors import check_tensor
+from ..tensors import check_tensor, refuse_weight_grads
 from .spec import Feature, load_config, spec_json
 
 # Descriptor kinds (engine/feature.Kind) and the words of one descriptor row (capi/feature.go's
@@ -63,17 +63,44 @@ class FeaturePlan:
         return "\n".join(lines)
 
 
+_STRING = (str, bytes, bytearray, memoryview)
+
+
 def encode_strings(bags: Sequence[Sequence[str | bytes]] | Sequence[str | bytes]) -> tuple[torch.Tensor, ...]:
     """Pack Python strings for a ``bytes`` input: returns ``(data uint8, string_lengths int64)`` for
-    one string per sample, or ``(data, string_lengths, bag_lengths)`` for bags of strings (UTF-8)."""
-    jagged = len(bags) > 0 and not isinstance(bags[0], (str, bytes))
+    one string per sample, or ``(data, string_lengths, bag_lengths)`` for bags of strings (``str`` as
+    UTF-8; ``bytes``, ``bytearray`` and ``memoryview`` as they are). Either every sample is one string
+    or every sample is a bag (a list or tuple of strings); a mix is refused.
+
+    Raises:
+        InvalidInputError: a value that is not a string, a mix of strings and bags, or a ``str`` that
+            cannot be UTF-8 (a lone surrogate).
+    """
+    if isinstance(bags, _STRING) or not isinstance(bags, Sequence):
+        raise InvalidInputError(f"encode_strings: expected a list of strings or of bags of strings, got "
+                                f"{type(bags).__name__}")
+    strings = [isinstance(b, _STRING) for b in bags]
+    jagged = bool(bags) and not any(strings)
+    if any(strings) and not all(strings) and isinstance(bags[strings.index(False)], Sequence):
+        i = strings.index(False)
+        raise InvalidInputError(f"encode_strings: sample {i} is a {type(bags[i]).__name__} {bags[i]!r} where the "
+                                "others are strings: give one string per sample, or a bag (list) of strings per sample")
+    if jagged:
+        for i, bag in enumerate(bags):
+            if not isinstance(bag, Sequence):
+                raise InvalidInputError(f"encode_strings: sample {i}: expected a string or a bag (list) of strings, "
+                                        f"got {type(bag).__name__} {bag!r}")
     flat = [s for bag in bags for s in bag] if jagged else list(bags)
-    for bad in flat:
-        if isinstance(bad, (str, bytes, bytearray)):
-            continue
-        raise InvalidInputError(f"encode_strings: expected str or bytes, got {type(bad).__name__} {bad!r} (leave a "
-                                "missing value out of its bag, or use an empty string)")
-    enc = [s.encode() if isinstance(s, str) else bytes(s) for s in flat]
+    enc = []
+    for s in flat:
+        if not isinstance(s, _STRING):
+            raise InvalidInputError(f"encode_strings: expected str or bytes, got {type(s).__name__} {s!r} (leave a "
+                                    "missing value out of its bag, or use an empty string)")
+        try:
+            enc.append(s.encode() if isinstance(s, str) else bytes(s))
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(f"encode_strings: {s!r} is not valid UTF-8 text ({exc.reason}); pass bytes "
+                                    "to hash its bytes as they are") from None
     data = torch.frombuffer(bytearray(b"".join(enc)), dtype=torch.uint8) if any(enc) else torch.empty(0, dtype=torch.uint8)
     slens = torch.tensor([len(s) for s in enc], dtype=torch.int64)
     if jagged:
@@ -105,15 +132,22 @@ class FeatureEngine:
 
     def __init__(self, features: Sequence[Feature] | str | Path | Mapping[str, Any], fuse: bool = True,
                  max_values: int | None = None) -> None:
-        if isinstance(features, (str, Path, Mapping)):
-            features, options = load_config(features)
+        if isinstance(features, Feature):
+            raise InvalidInputError(f"FeatureEngine: expected a list of features, got one: write [{features!r}]")
+        if isinstance(features, (str, Path, Mapping)) or (
+                isinstance(features, Sequence) and features and all(isinstance(f, Mapping) for f in features)):
+            features, options = load_config(features)  # a path, a parsed config, or a list of its entries
             if max_values is None:
                 max_values = options.get("max_values")
-        self.features = list(features)
-        self._fuse = bool(fuse)
-        for f in self.features:
+        if not isinstance(features, Iterable):
+            raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(features).__name__}")
+        for f in features:
             if not isinstance(f, Feature):
                 raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(f).__name__}")
+        # its own copies: a caller chaining more ops onto a Feature later changes neither this engine
+        # nor what it shows (features, repr) or what its copies and pickles rebuild
+        self.features = copy.deepcopy(list(features))
+        self._fuse = bool(fuse)
         spec = spec_json(self.features, fuse, max_values).encode()
         buf = ctypes.create_string_buffer(spec, len(spec))
         self._h = _lib.new_handle("recgo_feature_new", ctypes.addressof(buf), len(spec))
@@ -182,6 +216,7 @@ class FeatureEngine:
             size = kjt.stride()
             vals, lens, wts = kjt.values(), kjt.lengths(), kjt.weights_or_none()
             if wts is not None:
+                refuse_weight_grads(wts)
                 wts = check_tensor(wts, "weights", _FLOATS, ndim=1, convert_to=torch.float32)
                 keep.append(wts)
             keys = kjt.keys()
@@ -190,9 +225,10 @@ class FeatureEngine:
                 if i is not None and self.inputs[i][1] != "int64" and k not in extra:
                     raise InvalidInputError(f"input {k!r}: dtype mismatch, the feature declares {self.inputs[i][1]} "
                                             "values but the KeyedJaggedTensor holds int64 IDs")
+            rows = self._kjt_rows(keys)  # held here: another thread's call may evict it from the cache
             kjt_args = (vals.data_ptr() if vals.numel() else None, vals.numel(),
                         None if wts is None else wts.data_ptr() if wts.numel() else ctypes.addressof(_NO_WEIGHTS),
-                        lens.data_ptr() if lens.numel() else None, ctypes.addressof(self._kjt_rows(keys)), len(keys))
+                        lens.data_ptr() if lens.numel() else None, ctypes.addressof(rows), len(keys))
             keep += [vals, lens]
         for name, entry in extra.items():
             i = self._input_index.get(name)
@@ -243,6 +279,8 @@ _INTS = (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 def _weights(name: str, w: Any, count: int, what: str, tensors: list[torch.Tensor]) -> tuple[int, int]:
     """Check one input's weights (one per value: ``count`` of the input's ``what``), keep them alive,
     and return their address and count (the descriptor's last two words)."""
+    if isinstance(w, torch.Tensor):
+        refuse_weight_grads(w)  # the engine's outputs carry no gradient back to them
     w = check_tensor(w, f"{name}.weights", _FLOATS, ndim=1, convert_to=torch.float32)
     if w.numel() != count:
         raise InvalidInputError(f"input {name!r}: {w.numel()} weights for {count} {what} (one weight per value)")

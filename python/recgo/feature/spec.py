@@ -17,7 +17,9 @@ list, even of one op. A config file's top level holds ``features`` and optionall
 from __future__ import annotations
 
 import copy
+import decimal
 import json
+import math
 import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
@@ -51,10 +53,27 @@ def _number(v: Any) -> int | float:
             raise InvalidInputError(f"expected a number, got {type(v).__name__} {v!r}") from None
 
 
+def _exact(v: Any) -> Any:
+    """``v`` (an op parameter, nested lists included) with every integer-valued number from 2^53 up
+    to the int64 range as an int: JSON would carry such a float as its shortest repr
+    (``1.152921504606847e+18`` for 2^60), which the engine reads digit by digit as another integer
+    than the float's value the reference compares with. A ``Decimal`` (a JSON config's literal, read
+    exactly) becomes that int, or else the nearest float."""
+    if isinstance(v, decimal.Decimal):
+        if v.is_finite() and v == v.to_integral_value() and abs(v) < 2**63:
+            return int(v)
+        return float(v)
+    if isinstance(v, float) and math.isfinite(v) and 2.0**53 <= abs(v) < 2.0**63 and v == int(v):
+        return int(v)
+    if isinstance(v, list):
+        return [_exact(x) for x in v]
+    return v
+
+
 def _numbers(op: str, what: str, vs: Any) -> list[int | float]:
     """A list of numbers given as a list, tuple, range or 1-d tensor/array (a string or a lone number
     is refused, not split into characters or raised as a TypeError)."""
-    if isinstance(vs, (str, bytes)) or not isinstance(vs, Iterable):
+    if isinstance(vs, (str, bytes)) or not isinstance(vs, Iterable) or getattr(vs, "ndim", 1) != 1:
         raise InvalidInputError(f"{op}: {what} must be a sequence of numbers, got {type(vs).__name__} {vs!r}")
     return [_number(v) for v in vs]
 
@@ -90,13 +109,19 @@ class Feature:
         ID into 0), so it raises."""
         return integer(f"feature {self.name!r}: {op} {param}", v)
 
+    def _seed(self, op: str, seed: Any) -> int:
+        """A 64-bit seed; a negative int64 one (``-1``) as its two's-complement bits, as the reference
+        hashes with it (the engine's spec takes seeds as unsigned 64-bit numbers)."""
+        v = self._integer(op, "seed", seed)
+        return v + 2**64 if -2**63 <= v < 0 else v
+
     def _add(self, op: str, **params: Any) -> "Feature":
-        self.ops.append({"op": op, **{k: v for k, v in params.items() if v is not None}})
+        self.ops.append({"op": op, **{k: _exact(v) for k, v in params.items() if v is not None}})
         return self
 
     def hash(self, seed: int = 0) -> "Feature":
         """XXH64 of each int64 ID (8 little-endian bytes) or byte string, with a 64-bit ``seed``."""
-        return self._add("hash", seed=self._integer("hash", "seed", seed))
+        return self._add("hash", seed=self._seed("hash", seed))
 
     def mod(self, n: int) -> "Feature":
         """Floor modulo ``x mod n`` in ``[0, n)`` (``torch.remainder``)."""
@@ -138,7 +163,7 @@ class Feature:
         for f in names:
             if not isinstance(f, str):
                 raise InvalidInputError(f"feature {self.name!r}: cross fields are feature names, got {f!r}")
-        return self._add("cross", fields=names, seed=self._integer("cross", "seed", seed))
+        return self._add("cross", fields=names, seed=self._seed("cross", seed))
 
     def position(self, start: str = "first") -> "Feature":
         """Each value's index in its bag, counted from the first (``start="first"``: 0, 1, ...) or
@@ -158,7 +183,11 @@ class Feature:
     def to_dict(self) -> dict[str, Any]:
         """The canonical spec entry (what the Go engine receives)."""
         d: dict[str, Any] = {"name": self.name, "ops": copy.deepcopy(self.ops)}
-        if not (self.ops and self.ops[0]["op"] == "cross"):
+        if self.ops and self.ops[0]["op"] == "cross":
+            if self.input is not None or self.dtype != "int64":
+                raise InvalidInputError(f"feature {self.name!r}: a cross feature reads the features it crosses, so "
+                                        f"input={self.input!r} / dtype={self.dtype!r} would be ignored: leave them out")
+        else:
             d["input"] = self.input or self.name
             d["dtype"] = self.dtype
         if not self.output:
@@ -197,7 +226,7 @@ def _canonical_op(feature: str, index: int, op: Any) -> dict[str, Any]:
     if isinstance(op, Mapping) and "op" in op:
         if not isinstance(op["op"], str):
             raise InvalidInputError(f"{where}: field 'op' must be an op name, got {op['op']!r}")
-        return dict(op)
+        return {k: _exact(v) for k, v in op.items()}
     if isinstance(op, Mapping) and len(op) == 1:
         (name, params), = op.items()
         if not isinstance(name, str) or name not in _MAIN_PARAM:
@@ -205,10 +234,10 @@ def _canonical_op(feature: str, index: int, op: Any) -> dict[str, Any]:
         if isinstance(params, Mapping):
             if "op" in params:
                 raise InvalidInputError(f"{where}: {name!r} parameters cannot hold another 'op'")
-            return {"op": name, **params}
+            return {"op": name, **{k: _exact(v) for k, v in params.items()}}
         if params is None:
             return {"op": name}
-        return {"op": name, _MAIN_PARAM[name]: params}
+        return {"op": name, _MAIN_PARAM[name]: _exact(params)}
     raise InvalidInputError(f"{where}: cannot read op {op!r} (write a name, {{name: parameter}} or {{op: name, ...}})")
 
 
@@ -226,13 +255,13 @@ def load_config(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, A
             text = path.read_text()
         except OSError as exc:
             raise RecgoIOError(f"cannot read feature config {path}: {exc}") from exc
-        if path.suffix in (".yaml", ".yml"):
+        if path.suffix.lower() in (".yaml", ".yml"):
             from ..errors import require_extra
 
             source = require_extra("yaml", "yaml", f"reading the YAML feature config {path}").safe_load(text)
         else:
-            try:
-                source = json.loads(text)
+            try:  # literals exactly (9007199254740993.0 is 2^53 + 1, not the float 2^53)
+                source = json.loads(text, parse_float=decimal.Decimal)
             except json.JSONDecodeError as exc:
                 raise InvalidInputError(f"{path}: invalid JSON: {exc}") from exc
     options: dict[str, Any] = {}
