@@ -118,10 +118,13 @@ class UpdatedInBackward:
     after ``apply_optimizer_in_backward`` (``from_torchrec``), and on sharded tables (as DMP marks its
     sharded tables with TorchRec's ``EmptyFusedOptimizer``). So ``torchrec.optim.in_backward_optimizer_filter``
     leaves the tables out of a dense optimizer, as in the TorchRec script: their collection's fused
-    optimizer updates them in backward. Its ``step`` and ``zero_grad`` do nothing."""
+    optimizer updates them in backward. Its ``step`` and ``zero_grad`` do nothing, and it has no param
+    groups for a scheduler to move: the collection's rate is set through
+    :class:`CollectionOptimizer` (or ``set_fused_optimizer``)."""
 
-    param_groups: list[dict[str, Any]] = []
-    state: dict[Any, Any] = {}
+    def __init__(self) -> None:
+        self.param_groups: list[dict[str, Any]] = []  # each its own: a caller's edit stays on this one
+        self.state: dict[Any, Any] = {}
 
     def step(self, closure: Any = None) -> Any:
         """Nothing to do (the collection updated the rows in backward); returns ``closure()`` if given."""
