@@ -41,6 +41,26 @@ def test_save_replaces_the_shard_set_of_another_world_size(tmp_path: Path) -> No
         fewer.load(ck, strict=False)
         for c in configs()[1:]:
             assert torch.equal(fewer.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
+        # a collection with a table the checkpoint lacks (a model grown since): refused by name with
+        # strict; strict=False left it refused too ("missing or has another shape"), now it stays as built
+        from recgo import EmbeddingBagConfig
+
+        grown_cfgs = [*configs(), EmbeddingBagConfig(7, 4, "grown", ["f_grown"])]
+        grown = ShardedEmbeddingBagCollection(grown_cfgs, SHARDING | {"tp": "hash", "grown": "hash"},
+                                              optimizer=optim.SGD(lr=0.1), seed=6)
+        built = grown.embedding_bags["grown"].weight.detach().clone()
+        with pytest.raises(RecgoIOError, match=r"has no table 'grown'; load\(directory, strict=False\)"):
+            grown.load(ck)
+        grown.load(ck, strict=False)
+        assert torch.equal(grown.embedding_bags["grown"].weight, built)
+        for c in configs():
+            assert torch.equal(grown.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
+        # another shape is refused whatever strict says, naming both shapes
+        c0 = configs()[0]
+        wider = [EmbeddingBagConfig(c0.num_embeddings, c0.embedding_dim * 2, c0.name, c0.feature_names), *configs()[1:]]
+        other = ShardedEmbeddingBagCollection(wider, SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1))
+        with pytest.raises(RecgoIOError, match=rf"table '{c0.name}' has another shape in the checkpoint"):
+            other.load(ck, strict=False)
     finally:
         dist.destroy_process_group()
 

@@ -398,3 +398,45 @@ def test_sharding_keeps_the_training_flag_and_the_users_hooks(tmp_path: Path) ->
         with torch.no_grad():
             sharded["ebc"](kjt)
         assert seen == [(2, 4)]
+
+
+def test_the_wrapper_names_and_trains_as_dmps(tmp_path: Path) -> None:
+    """As TorchRec's DMP: state_dict / named_parameters without DDP's ``module.`` prefix (they had it),
+    a load_state_dict of those keys, a dense head the forward leaves unused (DDP's reduction failed at
+    the second step: DMP builds DDP with static_graph=True), ddp_kwargs for DDP's other arguments; and a
+    second backward through a sharded output is a named error (a bare AttributeError before)."""
+    from recgo.distributed import shard_model
+    from recgo.errors import InvalidInputError
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(20, 4, "a", ["fa"])],
+                                                    optimizer=optim.SGD(lr=0.1), seed=1)
+            self.main, self.aux = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)  # aux: not in this forward
+
+        def forward(self, kjt: recgo.KeyedJaggedTensor) -> torch.Tensor:
+            return self.main(self.ebc(kjt).values()).sum()
+
+    kjt = recgo.KeyedJaggedTensor(["fa"], torch.arange(4), lengths=torch.ones(4, dtype=torch.int64))
+    with one_rank(tmp_path):
+        m = shard_model(M(), "hash", timeout=30)
+        names = sorted(n for n, _ in m.named_parameters())
+        assert names == sorted(n for n, _ in m.module.named_parameters()) and "main.weight" in names
+        sd = {k: v.clone() for k, v in m.state_dict().items()}
+        assert "main.weight" in sd and not any(k.startswith("module.") for k in sd)
+        assert not any(k.startswith("module.") for k, _ in m.named_buffers())
+        opt = torch.optim.SGD([p for n, p in m.named_parameters() if not n.startswith("ebc.")], lr=0.1)
+        for _ in range(3):
+            m(kjt).backward()
+            opt.step()
+            opt.zero_grad()
+        assert not torch.equal(m.state_dict()["main.weight"], sd["main.weight"])
+        m.load_state_dict(sd)
+        assert torch.equal(m.module.main.weight, sd["main.weight"])
+        loss = m(kjt)
+        loss.backward(retain_graph=True)
+        with pytest.raises(InvalidInputError, match="a sharded collection's output takes one backward"):
+            loss.backward()
+        with pytest.raises(InvalidInputError, match=r"ddp_kwargs \['no_such_argument'\]"):
+            shard_model(M(), "hash", timeout=30, ddp_kwargs={"no_such_argument": 1})

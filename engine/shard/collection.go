@@ -42,6 +42,7 @@ type Collection struct {
 	eval   bool         // steps begun now look dynamic tables up without admitting IDs (SetTraining)
 	steps  atomic.Int64 // forward exchanges driven so far: each one's number (sync.go)
 	optim  int64        // the optimizer's fingerprint, which the step headers carry (sync.go)
+	ident  int64        // the collection's identity, which the step headers carry (sync.go)
 }
 
 // NewCollection checks the arguments and allocates this rank's shards (zero weights and state).
@@ -56,7 +57,7 @@ func NewCollection(layouts []*Layout, topo Topology, rank int, mode Mode, opt em
 		return nil, errs.Invalidf("sharded collection: unknown exchange mode %d", int(mode))
 	}
 	c := &Collection{Layouts: layouts, Features: features, Topo: topo, Rank: rank, Mode: mode, featPos: make([]int, len(features)),
-		optim: optimFingerprint(opt)}
+		optim: optimFingerprint(opt), ident: collectionIdent(layouts, features)}
 	c.pools.sizeFor(len(layouts))
 	dims, names := make([]int, len(layouts)), make([]string, len(layouts))
 	for i, l := range layouts {
@@ -245,7 +246,7 @@ func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 // free lists and its mode (training or evaluation) the collection's now. The caller holds c.mu.
 func (c *Collection) newExchange() *Exchange {
 	x := NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
-	x.pools, x.train, x.steps, x.optim = &c.pools, !c.eval, &c.steps, c.optim
+	x.pools, x.train, x.steps, x.optim, x.ident = &c.pools, !c.eval, &c.steps, c.optim, c.ident
 	return x
 }
 

@@ -75,6 +75,7 @@ func (c *Collection) BeginSequence(b embedding.Batch) (*SequenceStep, error) {
 		s.uniq[t] = c.pools.dedup(ids, q.inv[t])
 	})
 	s.X = c.newExchange()
+	s.X.ident ^= sequenceIdent
 	// Forward checks every distinct ID against its table's layout.
 	if err := s.X.Forward(s.uniq); err != nil {
 		return nil, err

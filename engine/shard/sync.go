@@ -20,21 +20,25 @@ import (
 // carries one too. A peer at another phase or step makes every rank that meets it raise, naming both.
 // The header also carries a fingerprint of the fused optimizer's hyper-parameters: a rank whose
 // learning-rate schedule changed them differently (or at another step) would update its rows and
-// replicas at its own rate, and the replicas would silently part.
+// replicas at its own rate, and the replicas would silently part. And it carries the collection's
+// identity (its tables, features and kind): collections share their groups, so a rank that calls
+// two collections in another order than its peers (or skips one) would otherwise exchange one
+// collection's IDs with another's at the same step number and get wrong rows back, silently when
+// the first ops' sizes happen to agree.
 
 // Header fields, before each peer's block.
 const (
 	hdrPhase = iota
 	hdrStep
 	hdrOptim
+	hdrIdent
 	hdrFields
 )
 
-// optimFingerprint hashes an optimizer config (FNV-1a over the kind and the hyper-parameters' bits).
-func optimFingerprint(o embedding.OptimizerConfig) int64 {
+// fnv is FNV-1a over the bytes of words, little-endian.
+func fnv(words ...uint64) int64 {
 	h := uint64(14695981039346656037)
-	for _, v := range []uint64{uint64(o.Kind), math.Float64bits(o.LR), math.Float64bits(o.Eps),
-		math.Float64bits(o.Beta1), math.Float64bits(o.Beta2), math.Float64bits(o.WeightDecay)} {
+	for _, v := range words {
 		for range 8 {
 			h = (h ^ (v & 0xff)) * 1099511628211
 			v >>= 8
@@ -42,6 +46,37 @@ func optimFingerprint(o embedding.OptimizerConfig) int64 {
 	}
 	return int64(h)
 }
+
+// optimFingerprint hashes an optimizer config (the kind and the hyper-parameters' bits).
+func optimFingerprint(o embedding.OptimizerConfig) int64 {
+	return fnv(uint64(o.Kind), math.Float64bits(o.LR), math.Float64bits(o.Eps),
+		math.Float64bits(o.Beta1), math.Float64bits(o.Beta2), math.Float64bits(o.WeightDecay))
+}
+
+// collectionIdent hashes what tells a collection from another on every rank alike: each table's
+// name, rows, width and sharding kind, and each feature's name, table and pooling.
+func collectionIdent(layouts []*Layout, features []embedding.Feature) int64 {
+	words := []uint64{uint64(len(layouts)), uint64(len(features))}
+	text := func(s string) {
+		words = append(words, uint64(len(s)))
+		for _, b := range []byte(s) {
+			words = append(words, uint64(b))
+		}
+	}
+	for _, l := range layouts {
+		text(l.Name)
+		words = append(words, uint64(l.Rows), uint64(l.Dim), uint64(l.Kind))
+	}
+	for _, f := range features {
+		text(f.Name)
+		words = append(words, uint64(f.Table), uint64(f.Pooling))
+	}
+	return fnv(words...)
+}
+
+// sequenceIdent marks a sequence step's exchanges (its ops differ from a pooled step's of the same
+// tables).
+const sequenceIdent int64 = 0x5ec0_5e90
 
 // Phases of a drive, as sent (tagged so that other data is not mistaken for a header).
 const (
@@ -64,7 +99,7 @@ func (x *Exchange) withHeaders(phase int64, blocks []int64, size, per int) []int
 	out := make([]int64, size*(hdrFields+per))
 	for d := range size {
 		b := out[d*(hdrFields+per):]
-		b[hdrPhase], b[hdrStep], b[hdrOptim] = phase, x.seq, x.optim
+		b[hdrPhase], b[hdrStep], b[hdrOptim], b[hdrIdent] = phase, x.seq, x.optim, x.ident
 		copy(b[hdrFields:hdrFields+per], blocks[d*per:(d+1)*per])
 	}
 	return out
@@ -77,6 +112,12 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per int, rank f
 	out := make([]int64, size*per)
 	for d := range size {
 		b := recv[d*(hdrFields+per):]
+		if b[hdrIdent] != x.ident {
+			return nil, errs.Invalidf("exchange: rank %d is running another sharded collection's step (its %s "+
+				"of step %d) while rank %d runs the %s of step %d of the collection of tables %v: every rank must "+
+				"call the sharded collections in the same order, each on every rank", rank(d), phaseName(b[hdrPhase]),
+				b[hdrStep], x.self, phaseName(phase), x.seq, x.tableNames())
+		}
 		if b[hdrPhase] != phase || b[hdrStep] != x.seq {
 			return nil, errs.Invalidf("exchange: rank %d is at the %s of step %d while rank %d is at the %s of "+
 				"step %d: every rank must run the same steps (each forward on every rank, and each backward on "+
@@ -134,4 +175,13 @@ func (x *Exchange) syncStage(h int) stage {
 			return nil
 		},
 	}
+}
+
+// tableNames lists the exchange's tables (for messages).
+func (x *Exchange) tableNames() []string {
+	names := make([]string, len(x.layouts))
+	for i, l := range x.layouts {
+		names[i] = l.Name
+	}
+	return names
 }

@@ -77,7 +77,9 @@ def _save_id(path: Path) -> int | None:
 def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = True) -> None:
     """``ShardedEmbeddingBagCollection.load``: every file of the set, each rank keeping the rows its
     layout gives it (the engine's ``locate``); every row of this rank must be in some file, and with
-    ``strict`` every table of the files must be one of the collection's."""
+    ``strict`` every table of the files must be one of the collection's and every table of the
+    collection in the files (``strict=False`` leaves a table no file holds as it is, as torch's
+    ``load_state_dict`` leaves a missing key)."""
     d = Path(directory)
     files = sorted(d.glob("shard-*-of-*.pt"))
     if not files:
@@ -95,6 +97,7 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
     parts: dict[str, list[dict[str, torch.Tensor]]] = {c.name: [] for c in coll._configs if c.dynamic is not None}
     g = coll._groups
     own = None
+    absent = [True] * len(coll._configs)  # tables no file holds (refused with strict)
     with torch.no_grad():
         for i, f in enumerate(files):
             doc = load_checkpoint(f)
@@ -107,8 +110,16 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
             for t, (cfg, shard) in enumerate(zip(coll._configs, coll.embedding_bags.values())):
                 p = f"tables.{cfg.name}."
                 e = {k[len(p):]: v for k, v in doc.items() if k.startswith(p)}
-                if not e or int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
-                    raise RecgoIOError(f"{f.name}: table {cfg.name!r} is missing or has another shape")
+                if not e:
+                    if strict:
+                        raise RecgoIOError(f"{f.name}: the checkpoint has no table {cfg.name!r}; load(directory, "
+                                           "strict=False) loads the tables it has and leaves this one as it is")
+                    continue
+                absent[t] = False
+                if int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
+                    raise RecgoIOError(f"{f.name}: table {cfg.name!r} has another shape in the checkpoint "
+                                       f"({int(e['rows'])} × {int(e['dim'])}, the collection's is "
+                                       f"{cfg.num_embeddings} × {cfg.embedding_dim})")
                 if (cfg.dynamic is not None) != ("dynamic_ids" in e):
                     raise RecgoIOError(f"{f.name}: table {cfg.name!r} was saved as a "
                                        f"{'fixed' if cfg.dynamic is not None else 'dynamic-ID'} table")
@@ -126,7 +137,8 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
                 shard.optimizer_step.copy_(e["step"])
                 covered[t][rows[mine]] = True
         for name, ps in parts.items():
-            _dynamic.restore(coll, name, ps, own, str(d))
-    for cfg, c in zip(coll._configs, covered):
-        if not bool(c.all()):
+            if ps:
+                _dynamic.restore(coll, name, ps, own, str(d))
+    for cfg, c, gone in zip(coll._configs, covered, absent):
+        if not gone and not bool(c.all()):
             raise RecgoIOError(f"{d}: table {cfg.name!r}: {int((~c).sum())} of this rank's rows are in no shard file")

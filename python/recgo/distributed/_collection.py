@@ -595,8 +595,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def load(self, directory: str | os.PathLike[str], strict: bool = True) -> None:
         """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
         keeps the rows its layout gives it (the engine decides), so tables re-distribute. With
-        ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks raises
-        ``RecgoIOError``; ``strict=False`` loads the tables it has and leaves the others."""
+        ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks, or
+        lacking one of its tables, raises ``RecgoIOError``; ``strict=False`` loads the tables both have
+        and leaves the others (a table the checkpoint lacks keeps its values)."""
         load_shards(self, directory, strict)
 
     def extra_repr(self) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -86,11 +86,18 @@ def _materialise_dense(model: nn.Module) -> None:
                       "were materialised uninitialised; set their values before training", stacklevel=3)
 
 
+# DistributedDataParallel's arguments as TorchRec's DMP wraps the dense part (DefaultDataParallelWrapper):
+# a static graph, so dense parameters a forward leaves unused do not stop the next step's reduction.
+DDP_DEFAULTS: dict[str, Any] = {"static_graph": True}
+
+
 class ShardedModel(nn.parallel.DistributedDataParallel):
     """The ``DistributedDataParallel`` wrapper :func:`shard_model` returns (its dense parameters data
     parallel, the shards left out). Under ``torch.fx`` tracing it is its module: DDP's own forward,
     which fx cannot trace, only synchronises gradients at run time, and TorchRec's
-    ``TrainPipelineSparseDist`` traces the model it is given (DMP's inner module; this one whole)."""
+    ``TrainPipelineSparseDist`` traces the model it is given (DMP's inner module; this one whole).
+    As DMP's, its ``state_dict``, ``load_state_dict``, ``named_parameters`` and ``named_buffers`` use
+    the model's own names, without DDP's ``module.`` prefix."""
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
         """DDP's forward; under ``torch.fx`` symbolic tracing, the wrapped module's."""
@@ -98,14 +105,33 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
             return self.module(*inputs, **kwargs)
         return super().forward(*inputs, **kwargs)
 
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The model's state dict (its keys as the unwrapped model's, as DMP's)."""
+        return self.module.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """Load a state dict keyed as the unwrapped model's (what :meth:`state_dict` gives)."""
+        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True,
+                         remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:
+        """The model's parameters under its own names (no ``module.``), as DMP's."""
+        return self.module.named_parameters(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
+
+    def named_buffers(self, prefix: str = "", recurse: bool = True,
+                      remove_duplicate: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """The model's buffers under its own names (no ``module.``), as DMP's."""
+        return self.module.named_buffers(prefix=prefix, recurse=recurse, remove_duplicate=remove_duplicate)
+
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         """Copies and pickles wrap a copy of the module again (the class :meth:`wrap` made has no name
         to pickle by); a module holding sharded collections refuses, naming what to use instead."""
-        return (ShardedModel.wrap, (self.module,))
+        return (ShardedModel.wrap, (self.module, self._recgo_ddp_kwargs))
 
     @staticmethod
-    def wrap(model: nn.Module) -> "ShardedModel":
-        """``model`` wrapped; its class's ``forward`` names ``model``'s parameters for torch.fx (which
+    def wrap(model: nn.Module, ddp_kwargs: Mapping[str, Any] | None = None) -> "ShardedModel":
+        """``model`` wrapped, with ``DistributedDataParallel``'s arguments ``ddp_kwargs`` over
+        :data:`DDP_DEFAULTS`; its class's ``forward`` names ``model``'s parameters for torch.fx (which
         reads a root's placeholders from its forward's code, through ``__wrapped__``: ``*inputs``
         would be one placeholder that cannot be unpacked)."""
         def forward(self: ShardedModel, *inputs: Any, **kwargs: Any) -> Any:
@@ -115,7 +141,13 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
         forward.__doc__ = ShardedModel.forward.__doc__
         cls = type("ShardedModel", (ShardedModel,), {"forward": forward, "__module__": __name__,
                                                       "__qualname__": "ShardedModel", "__doc__": ShardedModel.__doc__})
-        return cls(model)
+        kwargs = {**DDP_DEFAULTS, **(ddp_kwargs or {})}
+        try:
+            wrapped = cls(model, **kwargs)
+        except TypeError as exc:  # an argument DistributedDataParallel does not take
+            raise InvalidInputError(f"shard_model: ddp_kwargs {sorted(ddp_kwargs or {})}: {exc}") from None
+        wrapped._recgo_ddp_kwargs = dict(ddp_kwargs or {})
+        return wrapped
 
 
 _TORCHREC_KINDS = ("table_wise", "row_wise", "data_parallel")  # TorchRec sharding types recgo has too
@@ -216,7 +248,7 @@ def _is_torchrec_plan(plan: Any) -> bool:
 
 def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str] | None = None, *, ddp: bool = True,
                 gradient_division: bool = True, module: nn.Module | None = None, sharders: Any = None,
-                **kwargs: Any) -> nn.Module:
+                ddp_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> nn.Module:
     """Shard every embedding collection of ``model`` over the ranks of ``torch.distributed`` and make
     the rest data parallel — what TorchRec's ``DistributedModelParallel(model)`` does:
 
@@ -240,7 +272,10 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       ``_reset_parameters``); a module with neither gets a warning, as its values are then arbitrary.
     * with ``ddp`` (default) the model is wrapped in ``DistributedDataParallel`` over its dense
       parameters, the shards left out (their gradients go to their owners, not through DDP's
-      all-reduce); DDP starts every rank from rank 0's dense weights.
+      all-reduce); DDP starts every rank from rank 0's dense weights. As under DMP it is built with
+      ``static_graph=True`` (dense parameters a forward leaves unused then train on); ``ddp_kwargs``
+      gives DDP other arguments (``{"static_graph": False, "find_unused_parameters": True}`` for a
+      forward whose used parameters change from step to step).
 
     DMP's spellings work too: ``module=`` for ``model``, ``device=`` (the CPU), ``sharders=``
     (TorchRec sharders whose ``fused_params`` name the tables' fused optimizer, as bert4rec's script
@@ -314,7 +349,7 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     if not dense:
         return model
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
-    wrapped = ShardedModel.wrap(model)
+    wrapped = ShardedModel.wrap(model, ddp_kwargs)
     if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
         wrapped.fused_optimizer = optim.CollectionOptimizer(model)
     return wrapped

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .. import _lib
+from ..errors import InvalidInputError
 from ..modules._second_order import first_order
 
 if TYPE_CHECKING:
@@ -49,6 +50,11 @@ class _Lookup(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        if ctx.step is None:  # a graph kept by retain_graph=True, backward again
+            raise InvalidInputError(
+                "a sharded collection's output takes one backward: its gradient exchange ran with every rank "
+                "(and, with a fused optimizer, updated the rows), so backward(retain_graph=True) followed by a "
+                "second backward is not supported; sum the losses and call backward once")
         grads = first_order([grad], lambda: ctx.module._backward(ctx.step, grad))
         ctx.step = None
         return (None, None, None, *grads)
