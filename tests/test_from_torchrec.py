@@ -543,3 +543,27 @@ def test_the_learning_rate_a_scheduler_reached_carries_over(source: str) -> None
     got(kjt).values().sum().backward()
     moved = got.embedding_bags["t"].weight.detach() - before
     assert torch.allclose(moved[1], torch.full((4,), -0.01), atol=1e-6)  # row 1: in bag 0 once, SUM
+
+
+def test_a_fused_sequence_collection_on_meta_converts_with_its_optimizer(tmp_path) -> None:
+    """TorchRec builds FusedEmbeddingCollection on meta (for DMP) or CUDA only; from_torchrec left it
+    unconverted beside another collection, and alone said the model held no collection. It converts
+    as a FusedEmbeddingBagCollection does, its fused optimizer carried over; shard_model takes it too."""
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingCollection
+
+    from spawned import one_rank
+
+    def model() -> nn.Module:
+        cfg = [tr.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["f"])]
+        return nn.ModuleDict({"ec": FusedEmbeddingCollection(cfg, torch.optim.Adagrad, {"lr": 0.05, "eps": 1e-6},
+                                                             device=torch.device("meta"))})
+
+    got = recgo.from_torchrec(model())
+    assert isinstance(got["ec"], recgo.EmbeddingCollection)
+    assert got["ec"].fused_optimizer == optim.Adagrad(lr=0.05, eps=1e-6)
+    with one_rank(tmp_path):
+        from recgo.distributed import ShardedEmbeddingCollection, shard_model
+
+        sharded = shard_model(model(), "hash", ddp=False, timeout=30)
+        assert isinstance(sharded["ec"], ShardedEmbeddingCollection)
+        assert sharded["ec"].fused_optimizer == optim.Adagrad(lr=0.05, eps=1e-6)

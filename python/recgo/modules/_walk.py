@@ -11,7 +11,7 @@ K = TypeVar("K")
 
 # TorchRec's CPU embedding modules by class name: "pooled" or "sequence".
 _TORCHREC_KINDS = {"EmbeddingBagCollection": "pooled", "FusedEmbeddingBagCollection": "pooled",
-                   "EmbeddingCollection": "sequence"}
+                   "EmbeddingCollection": "sequence", "FusedEmbeddingCollection": "sequence"}
 
 
 def torchrec_class(m: object) -> str | None:
@@ -21,7 +21,8 @@ def torchrec_class(m: object) -> str | None:
 
 def torchrec_kind(m: nn.Module) -> str | None:
     """``"pooled"`` or ``"sequence"`` for TorchRec's ``EmbeddingBagCollection``,
-    ``FusedEmbeddingBagCollection`` and ``EmbeddingCollection``; None for any other module."""
+    ``FusedEmbeddingBagCollection``, ``EmbeddingCollection`` and ``FusedEmbeddingCollection`` (which
+    TorchRec builds on meta or CUDA only); None for any other module."""
     name = torchrec_class(m)
     return None if name is None else _TORCHREC_KINDS.get(name)
 

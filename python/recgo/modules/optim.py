@@ -336,7 +336,7 @@ def of_torchrec_fused(module: Any, warn: bool = False) -> FusedOptimizer | None:
     (``optimizer_type``, ``optimizer_kwargs``) at the learning rate its ``fused_optimizer()`` holds now,
     or None for any other module. Its ``weight_decay`` is 0,
     as FBGEMM's CPU kernels apply none (``warn``: say so when the module was given one)."""
-    if torchrec_class(module) != "FusedEmbeddingBagCollection":
+    if torchrec_class(module) not in ("FusedEmbeddingBagCollection", "FusedEmbeddingCollection"):
         return None
     kwargs = dict(module._optimizer_kwargs or {})
     kwargs.pop("weight_decay_mode", None)  # no effect on CPU either (see warn_fbgemm_decay)
