@@ -236,3 +236,24 @@ def test_kjt_takes_two_dimensional_lengths_as_torchrec() -> None:
     torch.testing.assert_close(rebc(theirs).values(), tebc(theirs).values())
     with pytest.raises(recgo.InvalidInputError, match=r"not \[F, B\]"):
         recgo.KeyedJaggedTensor(keys, values, lengths=lengths2d.T)
+
+
+def test_configs_convert_to_torchrecs_and_rebuild_its_modules() -> None:
+    """torchrec.EmbeddingBagCollection(tables=recgo_ebc.embedding_bag_configs()) failed on a bare
+    AssertionError (recgo's configs keep init_fn None); to_torchrec() gives TorchRec's configs, and
+    the module built from them has the same tables."""
+    tr = pytest.importorskip("torchrec")
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "a", ["fa"], pooling="mean"),
+                                        recgo.EmbeddingBagConfig(7, 8, "b", ["fb", "fc"])])
+    cfgs = [c.to_torchrec() for c in ebc.embedding_bag_configs()]
+    assert [type(c) for c in cfgs] == [tr.EmbeddingBagConfig] * 2
+    assert cfgs[0].pooling == tr.PoolingType.MEAN and cfgs[1].pooling == tr.PoolingType.SUM
+    theirs = tr.EmbeddingBagCollection(tables=cfgs)
+    assert {k: tuple(v.shape) for k, v in theirs.state_dict().items()} == {
+        k: tuple(v.shape) for k, v in ebc.state_dict().items() if k.endswith(".weight")}
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(5, 4, "s", ["h"])])
+    (seq,) = [c.to_torchrec() for c in ec.embedding_configs()]
+    assert isinstance(seq, tr.EmbeddingConfig) and seq.num_embeddings == 5 and seq.feature_names == ["h"]
+    tr.EmbeddingCollection(tables=[seq])
+    with pytest.raises(recgo.InvalidInputError, match="dynamic-ID table has no TorchRec config"):
+        recgo.EmbeddingBagConfig(10, 4, "d", ["fd"], dynamic=recgo.DynamicConfig()).to_torchrec()

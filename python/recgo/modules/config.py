@@ -60,6 +60,32 @@ class TableAccessors:
         """TorchRec's accessor: how many features read the table."""
         return len(self.feature_names)
 
+    def to_torchrec(self) -> Any:
+        """The same table as TorchRec's config (``torchrec.EmbeddingBagConfig`` for an
+        :class:`EmbeddingBagConfig`, ``torchrec.EmbeddingConfig`` for an :class:`EmbeddingConfig`), so
+        ``torchrec.EmbeddingBagCollection(tables=[c.to_torchrec() for c in ebc.embedding_bag_configs()])``
+        builds TorchRec's module of the same tables (its ``init_fn`` TorchRec's default unless one is set).
+
+        Raises:
+            MissingExtraError: TorchRec is not installed.
+            InvalidInputError: a dynamic-ID table (TorchRec's configs have no counterpart).
+        """
+        from ..errors import require_extra
+
+        tr = require_extra("torchrec", "compare", "TorchRec's table configs")
+        if getattr(self, "dynamic", None) is not None:
+            raise InvalidInputError(f"table {getattr(self, 'name', '')!r}: a dynamic-ID table has no TorchRec config "
+                                    "(TorchRec's managed-collision modules are its counterpart)")
+        common: dict[str, Any] = {
+            "num_embeddings": self.num_embeddings, "embedding_dim": getattr(self, "embedding_dim"),
+            "name": getattr(self, "name"), "feature_names": list(self.feature_names),
+            "weight_init_max": self.weight_init_max, "weight_init_min": self.weight_init_min,
+            "init_fn": getattr(self, "init_fn", None)}
+        if isinstance(self, EmbeddingBagConfig):
+            names = {_POOLINGS["sum"]: "SUM", _POOLINGS["mean"]: "MEAN"}
+            return tr.EmbeddingBagConfig(**common, pooling=tr.PoolingType[names[self.pooling_code()]])
+        return tr.EmbeddingConfig(**common)
+
 
 @dataclass
 class EmbeddingBagConfig(TableAccessors):
