@@ -106,6 +106,20 @@ func recgo_shard_set_training(h C.uintptr_t, train C.int32_t, errbuf *C.char, er
 	})
 }
 
+// recgo_shard_set_pad_tables sizes the first op of every later drive for n tables at least (the
+// largest table count of the collections sharing the groups; see shard.Collection.SetPadTables).
+//
+//export recgo_shard_set_pad_tables
+func recgo_shard_set_pad_tables(h C.uintptr_t, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*shard.Collection](h, "sharded collection")
+		if err != nil {
+			return err
+		}
+		return c.SetPadTables(int(n))
+	})
+}
+
 // recgo_shard_set_optimizer changes the hyper-parameters of every shard's fused optimizer (the kind
 // must stay), between steps.
 //

@@ -43,6 +43,7 @@ type Collection struct {
 	steps  atomic.Int64 // forward exchanges driven so far: each one's number (sync.go)
 	optim  int64        // the optimizer's fingerprint, which the step headers carry (sync.go)
 	ident  int64        // the collection's identity, which the step headers carry (sync.go)
+	pad    atomic.Int64 // tables the drives' first ops are sized for, at least (SetPadTables)
 }
 
 // NewCollection checks the arguments and allocates this rank's shards (zero weights and state).
@@ -247,7 +248,19 @@ func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 func (c *Collection) newExchange() *Exchange {
 	x := NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
 	x.pools, x.train, x.steps, x.optim, x.ident = &c.pools, !c.eval, &c.steps, c.optim, c.ident
+	x.pad = int(c.pad.Load())
 	return x
+}
+
+// SetPadTables sizes the first op of every later drive on each group for n tables at least: the
+// caller gives every collection that shares groups the largest table count among them (the same
+// on every rank, between the same steps), so their first ops are of one size (sync.go).
+func (c *Collection) SetPadTables(n int) error {
+	if n < 0 || n > 1<<24 {
+		return errs.Invalidf("sharded collection: %d pad tables", n)
+	}
+	c.pad.Store(int64(n))
+	return nil
 }
 
 // begin is Begin, with each table's dedup and partition taken from ds and ps when they are given.

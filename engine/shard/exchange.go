@@ -173,6 +173,7 @@ type Exchange struct {
 	seq       int64         // the step's number in its collection (the same on every rank; sync.go)
 	optim     int64         // the collection's optimizer fingerprint (the same on every rank; sync.go)
 	ident     int64         // the collection's identity, and a sequence step's mark (the same on every rank; sync.go)
+	pad       int           // tables the first ops are sized for, at least (padTables; sync.go)
 	steps     *atomic.Int64 // the collection's count of forwards driven, which numbers this one (nil: 0)
 	evictions []int64       // owner, per dynamic table: its shard's evictions when it resolved the step's rows
 

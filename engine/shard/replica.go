@@ -39,12 +39,13 @@ func (x *Exchange) replicaStages() []stage {
 					sendCnt[d*T+t] = mine(t)
 				}
 			}
-			split := fill(W, int64(hdrFields+T)) // the header: this may be the backward's first op on the world group
-			return &Op{Group: GroupWorld, SendI: x.withHeaders(phaseBackward, sendCnt, W, T), SendSplits: split,
+			P := x.padTables()
+			split := fill(W, int64(hdrFields+P)) // the header: this may be the backward's first op on the world group
+			return &Op{Group: GroupWorld, SendI: x.withHeaders(phaseBackward, sendCnt, W, T, P), SendSplits: split,
 				RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
-			recv, err := x.stripHeaders(phaseBackward, recv, W, T, func(r int) int { return r })
+			recv, err := x.stripHeaders(phaseBackward, recv, W, T, x.padTables(), func(r int) int { return r })
 			if err != nil {
 				return err
 			}

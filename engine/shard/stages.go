@@ -45,13 +45,14 @@ func (x *Exchange) countStage(h int) stage {
 			if h == 0 && x.bags != nil {
 				x.planReturns(lg, dests)
 			}
-			split := fill(lg.size, int64(hdrFields+T*metaFields))
-			return &Op{Group: lg.group, SendI: x.withHeaders(phaseForward, lg.sendMeta, lg.size, T*metaFields),
+			width := x.padTables() * metaFields
+			split := fill(lg.size, int64(hdrFields+width))
+			return &Op{Group: lg.group, SendI: x.withHeaders(phaseForward, lg.sendMeta, lg.size, T*metaFields, width),
 				SendSplits: split, RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			lg := &x.legs[h]
-			recv, err := x.stripHeaders(phaseForward, recv, lg.size, T*metaFields, lg.rank)
+			recv, err := x.stripHeaders(phaseForward, recv, lg.size, T*metaFields, x.padTables()*metaFields, lg.rank)
 			if err != nil {
 				return err
 			}

@@ -94,24 +94,34 @@ func phaseName(p int64) string {
 	return fmt.Sprintf("unknown phase %#x", p)
 }
 
-// withHeaders returns blocks (size blocks of per int64) with the header of phase before each.
-func (x *Exchange) withHeaders(phase int64, blocks []int64, size, per int) []int64 {
-	out := make([]int64, size*(hdrFields+per))
+// withHeaders returns blocks (size blocks of per int64) with the header of phase before each, each
+// peer's block widened to width ≥ per with zeros (see padTables).
+func (x *Exchange) withHeaders(phase int64, blocks []int64, size, per, width int) []int64 {
+	out := make([]int64, size*(hdrFields+width))
 	for d := range size {
-		b := out[d*(hdrFields+per):]
+		b := out[d*(hdrFields+width):]
 		b[hdrPhase], b[hdrStep], b[hdrOptim], b[hdrIdent] = phase, x.seq, x.optim, x.ident
 		copy(b[hdrFields:hdrFields+per], blocks[d*per:(d+1)*per])
 	}
 	return out
 }
 
-// stripHeaders checks every peer block's header of recv (size blocks of hdrFields+per int64) against
-// this rank's phase and step, and returns the blocks without them; rank gives a group index's world
-// rank for the message.
-func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per int, rank func(int) int) ([]int64, error) {
+// padTables is the number of tables a drive's first op on a group is sized for: at least the
+// collection's, and as many as the largest collection sharing its groups (SetPadTables), so that
+// two collections' first ops have one size and a rank in another collection's step than its peers
+// meets them in an op gloo accepts, where the header names the mismatch (gloo aborts the process on
+// unequal sizes before anything could check them).
+func (x *Exchange) padTables() int {
+	return max(len(x.layouts), x.pad)
+}
+
+// stripHeaders checks every peer block's header of recv (size blocks of hdrFields+width int64)
+// against this rank's collection, phase and step, and returns the blocks' first per values without
+// the headers; rank gives a group index's world rank for the message.
+func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per, width int, rank func(int) int) ([]int64, error) {
 	out := make([]int64, size*per)
 	for d := range size {
-		b := recv[d*(hdrFields+per):]
+		b := recv[d*(hdrFields+width):]
 		if b[hdrIdent] != x.ident {
 			return nil, errs.Invalidf("exchange: rank %d is running another sharded collection's step (its %s "+
 				"of step %d) while rank %d runs the %s of step %d of the collection of tables %v: every rank must "+
@@ -140,7 +150,7 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per int, rank f
 // legs (one over the world, or a node's ranks and then a rail's) every rank knows the world's.
 func (x *Exchange) syncStage(h int) stage {
 	T := len(x.layouts)
-	per := T * metaFields
+	per, width := T*metaFields, x.padTables()*metaFields
 	return stage{
 		op: func() (*Op, error) {
 			lg := &x.legs[h]
@@ -150,13 +160,13 @@ func (x *Exchange) syncStage(h int) stage {
 					blocks[d*per+t*metaFields] = boolInt(u)
 				}
 			}
-			send := x.withHeaders(phaseBackward, blocks, lg.size, per)
-			split := fill(lg.size, int64(hdrFields+per))
+			send := x.withHeaders(phaseBackward, blocks, lg.size, per, width)
+			split := fill(lg.size, int64(hdrFields+width))
 			return &Op{Group: lg.group, SendI: send, SendSplits: split, RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			lg := &x.legs[h]
-			blocks, err := x.stripHeaders(phaseBackward, recv, lg.size, per, lg.rank)
+			blocks, err := x.stripHeaders(phaseBackward, recv, lg.size, per, width, lg.rank)
 			if err != nil {
 				return err
 			}

@@ -101,3 +101,41 @@ func TestRanksWithDifferentOptimizersRaiseOnBothSides(t *testing.T) {
 	}
 	runLockstep(t, w.topo, []*Exchange{steps[0], steps[1]})
 }
+
+// Two collections share their groups. A rank that runs the other collection's step than its peer
+// meets it, with every collection's first ops sized for the most tables among them (SetPadTables), in
+// an op of one size: both raise, naming the mismatch (unpadded, one table against two, gloo aborted
+// the process on the sizes; with equal sizes the rows of the other collection came back). Padded, the
+// steps of each collection still match the unsharded collection.
+func TestCollectionsCalledOutOfOrderRaiseOnBothSides(t *testing.T) {
+	opt := embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1}
+	for _, mode := range []Mode{Flat, Hierarchical} {
+		t.Run(mode.String(), func(t *testing.T) {
+			a := newTestWorld(t, 1, 2, mode, []Kind{Hash}, []int64{50}, []int{4}, opt)
+			b := newTestWorld(t, 1, 2, mode, []Kind{Hash, RowWise}, []int64{40, 30}, []int{4, 8}, opt)
+			for _, w := range []*testWorld{a, b} {
+				for _, c := range w.ranks {
+					require.NoError(t, c.SetPadTables(2))
+				}
+			}
+			rng := rand.New(rand.NewPCG(7, 8))
+			_, lensA, valsA := randBatch(rng, 1, 4, []int64{50})
+			_, lensB, valsB := randBatch(rng, 2, 4, []int64{40, 30})
+			sa, err := a.ranks[0].Begin(sliceBatch(lensA, valsA, 0, 2))
+			require.NoError(t, err)
+			sb, err := b.ranks[1].Begin(sliceBatch(lensB, valsB, 2, 4))
+			require.NoError(t, err)
+			errs := pairOnce(t, [2]*Exchange{sa.X, sb.X})
+			require.ErrorContains(t, errs[0], "rank 1 is running another sharded collection's step (its forward of step 1)")
+			require.ErrorContains(t, errs[1], "rank 0 is running another sharded collection's step")
+			require.ErrorContains(t, errs[1], "of the collection of tables [t0 t1]")
+			// in order, padded past its tables: a collection's steps are the unsharded collection's
+			fresh := newTestWorld(t, 1, 2, mode, mixedKinds, mixedRows, mixedDims, opt)
+			for _, c := range fresh.ranks {
+				require.NoError(t, c.SetPadTables(len(mixedKinds)+3))
+			}
+			checkSteps(t, fresh, mixedKinds, mixedRows, false)
+		})
+	}
+	require.Error(t, (&Collection{}).SetPadTables(-1))
+}

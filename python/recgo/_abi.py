@@ -764,6 +764,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_shard_set_pad_tables': ('int', (
+        ('h', 'uintptr_t'),
+        ('n', 'int64_t'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_shard_set_training': ('int', (
         ('h', 'uintptr_t'),
         ('train', 'int32_t'),

@@ -28,7 +28,7 @@ from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _dynamic
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
-from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups
+from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
 from ._state import own_keys, rank_keys
 from ._step import _Lookup, _Shard, _Step
 
@@ -128,6 +128,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._grad_scale = 1.0 / self._groups.world_size if gradient_division else 1.0
         self._seed = seed
         agree(self._groups, type(self).__name__, self._description(seed, wire_dtype))
+        register_tables(len(self._configs))
+        self._pad = 0  # the engine's pad table count (_sync_training)
         # The engine's features, config order: a key several tables read is one feature per table (the
         # batch carries that key once per feature, see _engine_batch), named feature@table in outputs.
         self._features = [f for t in self._configs for f in t.feature_names]
@@ -480,11 +482,16 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic
-        tables admit no ID and keep their clocks; fixed tables look the same either way."""
+        tables admit no ID and keep their clocks; fixed tables look the same either way. And the
+        table count its first ops are sized for, once a larger collection was built (``pad_tables``)."""
         train = _eager.admits(self.training)  # a checkpoint's recomputation in backward looks up as eval
         if train != self._engine_training:
             _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, int(train))
             self._engine_training = train
+        pad = pad_tables()
+        if pad != self._pad:
+            _lib.call(_lib.fn("recgo_shard_set_pad_tables"), self._handle.value, pad)
+            self._pad = pad
 
     def _graph_weights(self) -> list[torch.Tensor] | None:
         """The shards' weights when a step's output goes through autograd (a parameter it updates

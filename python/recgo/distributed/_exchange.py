@@ -60,6 +60,22 @@ _created: list[Any] = []  # the process groups make_groups created, destroyed at
 # collections in the same order, so the ranks' caches agree on what new_group (a collective) runs.
 _cache: dict[tuple[Any, ...], Any] = {}
 _cache_world: list[Any] = [None]  # the default group the cached groups belong to
+# The most tables of any sharded collection built on this world: every collection sizes its drives'
+# first ops for as many (engine/shard/sync.go, padTables), so that a rank running another
+# collection's step than its peers meets them in ops of one size and the step headers name the
+# mismatch (gloo aborted the process on the sizes). Every rank builds the same collections in the
+# same order, so the ranks agree on it between the same steps.
+_pad_tables: list[int] = [0]
+
+
+def register_tables(n: int) -> None:
+    """Count a collection of ``n`` tables built on this world (after the build's collective checks)."""
+    _pad_tables[0] = max(_pad_tables[0], n)
+
+
+def pad_tables() -> int:
+    """The table count every collection's first ops are sized for (see :func:`register_tables`)."""
+    return _pad_tables[0]
 
 
 @atexit.register
@@ -109,6 +125,7 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     if _cache_world[0] is not dist.group.WORLD:  # torch.distributed was set up anew: its groups are gone
         _cache.clear()
         _cache_world[0] = dist.group.WORLD
+        _pad_tables[0] = 0
 
     made: list[tuple[Any, ...]] = []  # the keys of the groups this call created
 
