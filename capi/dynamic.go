@@ -119,6 +119,8 @@ func recgo_dynamic_stats(h C.uintptr_t, t C.int64_t, outPtr unsafe.Pointer, n C.
 
 // recgo_dynamic_resolve resolves ids to rows like a forward pass does (train != 0 counts, admits and
 // advances the clock); rows gets -1 for IDs without a row (also in eval mode with a default vector).
+// On an embedding collection it takes the collection's lock as a forward does: exclusive when
+// training (admissions and evictions move rows other passes read), shared otherwise.
 //
 //export recgo_dynamic_resolve
 func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Pointer, n C.int64_t, train C.int32_t,
@@ -128,16 +130,24 @@ func recgo_dynamic_resolve(h C.uintptr_t, t C.int64_t, idsPtr, rowsPtr unsafe.Po
 		if err != nil {
 			return err
 		}
-		ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
-		if err != nil {
-			return err
+		if c, err := lookup[*embedding.Collection](h, "embedding collection"); err == nil {
+			return c.Locked(train != 0, func() error { return dynamicResolve(d, idsPtr, rowsPtr, n, train != 0) })
 		}
-		rows, err := viewSlice[int64](rowsPtr, int64(n), "rows")
-		if err != nil {
-			return err
-		}
-		return d.Lookup(ids, rows, train != 0)
+		return dynamicResolve(d, idsPtr, rowsPtr, n, train != 0)
 	})
+}
+
+// dynamicResolve is recgo_dynamic_resolve's lookup, on the caller's n IDs and rows.
+func dynamicResolve(d *dynamic.Table, idsPtr, rowsPtr unsafe.Pointer, n C.int64_t, train bool) error {
+	ids, err := viewSlice[int64](idsPtr, int64(n), "ids")
+	if err != nil {
+		return err
+	}
+	rows, err := viewSlice[int64](rowsPtr, int64(n), "rows")
+	if err != nil {
+		return err
+	}
+	return d.Lookup(ids, rows, train)
 }
 
 // recgo_dynamic_advance moves a dynamic table's clock one step (for manual_step tables).

@@ -237,8 +237,12 @@ func (c *Collection) SetDedup(on bool) error {
 
 // Exclusive runs fn while no pass runs on the collection (for work that rewrites tables outside the
 // passes, such as loading a checkpoint into them).
-func (c *Collection) Exclusive(fn func() error) error {
-	unlock, err := c.lock(true)
+func (c *Collection) Exclusive(fn func() error) error { return c.Locked(true, fn) }
+
+// Locked runs fn under the collection's lock: exclusive (as Exclusive) or shared with other passes
+// (work that reads the tables, or changes them only as an evaluation forward may).
+func (c *Collection) Locked(exclusive bool, fn func() error) error {
+	unlock, err := c.lock(exclusive)
 	if err != nil {
 		return err
 	}

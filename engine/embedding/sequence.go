@@ -139,16 +139,21 @@ func (s *SequenceCollection) Close() error {
 	return nil
 }
 
-// lock takes the owner's and the view's read locks (the tables stay open while they are held).
-func (s *SequenceCollection) lock() (func(), error) {
-	if err := s.owner.rlock(); err != nil {
+// lock takes the owner's lock, exclusive when asked (as Collection's own calls take it: a fused
+// backward, a training forward that admits dynamic IDs), and the view's read lock (the tables stay
+// open while they are held). The owner's lock guards the tables, which the view shares: a view that
+// took only read locks let a forward read half of a fused update, evictions swap rows another
+// forward had resolved, and two fused backwards lose step counts.
+func (s *SequenceCollection) lock(exclusive bool) (func(), error) {
+	unlockOwner, err := s.owner.lock(exclusive)
+	if err != nil {
 		return nil, err
 	}
 	if err := s.view.rlock(); err != nil {
-		s.owner.mu.RUnlock()
+		unlockOwner()
 		return nil, err
 	}
-	return func() { s.view.mu.RUnlock(); s.owner.mu.RUnlock() }, nil
+	return func() { s.view.mu.RUnlock(); unlockOwner() }, nil
 }
 
 // gatherRun is the number of rows one gather work item copies (streamRows: rowChunk per kernel call).
@@ -173,7 +178,7 @@ func iota64(n int) []int64 {
 // OutputSizes(b) values each, overwritten) and, when keep is true, returns the context
 // [SequenceCollection.Backward] needs. Unresolved IDs (dynamic tables) give zero rows.
 func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool) (*Context, error) {
-	unlock, err := s.lock()
+	unlock, err := s.lock(train && s.view.exclusiveTrain)
 	if err != nil {
 		return nil, err
 	}

@@ -37,7 +37,8 @@ func (s *SequenceCollection) Backward(ctx *Context, grad []float32, gradRows [][
 // buffers are left unwritten.
 func (s *SequenceCollection) BackwardSome(ctx *Context, grad []float32, gradRows [][]int64, gradVals [][]float32,
 	skip []bool) error {
-	unlock, err := s.lock()
+	fused := gradRows == nil
+	unlock, err := s.lock(fused) // a fused step is atomic, as Collection.Backward's
 	if err != nil {
 		return err
 	}
@@ -50,7 +51,6 @@ func (s *SequenceCollection) BackwardSome(ctx *Context, grad []float32, gradRows
 		return errs.Invalidf("sequence backward: gradient has %d values, need %d (%d rows × width %d)",
 			len(grad), ctx.B*c.width, ctx.B, c.width)
 	}
-	fused := gradRows == nil
 	if skip != nil && len(skip) != len(c.Tables) {
 		return errs.Invalidf("sequence backward: %d skip flags for %d tables", len(skip), len(c.Tables))
 	}
