@@ -4,7 +4,10 @@ would teach it)."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -257,3 +260,18 @@ def test_the_sequence_pages_shared_table_takes_one_merged_step() -> None:
     # SGD on a sum: each row moves by lr × its number of lookups over both collections
     after = ebc.embedding_bags.item.weight.detach()[[7, 8, 9]]
     assert torch.allclose(before - after, 0.05 * torch.tensor([3.0, 1.0, 1.0])[:, None].expand(3, 64))
+
+
+def test_the_documented_submodules_need_no_import_of_their_own() -> None:
+    """README's one-line switch, ``recgo.distributed.shard_model(model)`` after ``import recgo``,
+    raised AttributeError: the submodule was never imported. recgo imports it on first use (and
+    recgo.train, recgo.feature.reference, recgo.planner.synthetic/criteo, which the docs also use so)."""
+    code = ("import recgo; assert 'recgo.distributed' not in __import__('sys').modules; "
+            "print(recgo.distributed.shard_model.__name__, recgo.train.TrainConfig.__name__, "
+            "recgo.feature.reference.reference.__name__, recgo.planner.synthetic.__name__, "
+            "recgo.planner.criteo.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "python")})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["shard_model", "TrainConfig", "reference", "recgo.planner.synthetic",
+                                  "recgo.planner.criteo"]

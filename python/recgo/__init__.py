@@ -41,6 +41,10 @@ from .pipeline import DataPipeline, TrainPipeline
 
 __version__ = "0.1.0"
 
+from ._lazy import submodules as _submodules
+
+__getattr__ = _submodules(__name__, ("distributed", "train"))  # imported on first use (torch.distributed, the models)
+
 __all__ = [
     "AbiError",
     "CapacityError",

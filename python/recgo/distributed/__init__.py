@@ -9,12 +9,13 @@ or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled)
 ``DistributedModelParallel``: every collection of a model sharded, the rest under DDP).
 """
 
-from ._collection import COUNTERS, MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
+from ._collection import MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
 from ._exchange import Groups, PeerFailureError, make_groups
 from ._gather import gather_state_dict
 from ._model import shard_model
 from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
+from ._traffic import COUNTERS
 
 __all__ = ["COUNTERS", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "ShardedEmbeddingCollection",

@@ -25,7 +25,7 @@ from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
-from . import _dynamic
+from . import _dynamic, _traffic
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
@@ -35,8 +35,6 @@ from ._step import _Lookup, _Shard, _Step
 SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
 MODES = {"flat": 0, "hierarchical": 1}
 RETURNS = {"auto": 0, "rows": 1, "pooled": 2}
-COUNTERS = ("ids_intra", "ids_inter", "vecs_intra", "vecs_inter", "grads_intra", "grads_inter",
-            "requested", "lookups", "replica_rows", "pooled_vecs", "pooled_grads")
 
 
 class ShardedEmbeddingBagCollection(nn.Module):
@@ -553,22 +551,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return out
 
     def _record(self, step: "_Step") -> None:
-        handle = step.handle
-        n = len(self._configs)
-        raw = torch.empty(len(COUNTERS) * n, dtype=torch.int64)
-        _lib.call(_lib.fn("recgo_shard_counters"), handle.value, ptr(raw), raw.numel())
-        rows = raw.view(len(COUNTERS), n).tolist()  # one conversion, not one tensor index per counter
-        per_table = {c.name: {k: rows[i][t] for i, k in enumerate(COUNTERS)} for t, c in enumerate(self._configs)}
-        last = {"tables": per_table, "bytes": dict(step.traffic)}
-        self.last_traffic = last
-        tot = self.total_traffic
-        for name, cs in per_table.items():
-            acc = tot.setdefault("tables", {}).setdefault(name, dict.fromkeys(COUNTERS, 0))
-            for k, v in cs.items():
-                acc[k] += v
-        for g, b in last["bytes"].items():
-            tot.setdefault("bytes", {}).setdefault(g, 0)
-            tot["bytes"][g] += b
+        """Add the step's counters and bytes to ``last_traffic`` / ``total_traffic``."""
+        self.last_traffic = _traffic.record(step, [c.name for c in self._configs], self.total_traffic)
 
     def traffic(self, total: bool = False) -> dict[str, int]:
         """This rank's counters summed over tables (the last step's, or since construction with
@@ -578,13 +562,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         vectors this rank returned as an owner — rows, or per (bag, table) partial sums where it
         pooled, of which there are ``pooled_vecs`` — and ``grads_*`` the gradients it sent, one per
         row or per pooled segment (``pooled_grads``)."""
-        src = self.total_traffic if total else self.last_traffic
-        out = dict.fromkeys(COUNTERS, 0)
-        for cs in src.get("tables", {}).values():
-            for k, v in cs.items():
-                out[k] += v
-        out["bytes"] = sum(src.get("bytes", {}).values())
-        return out
+        return _traffic.summed(self.total_traffic if total else self.last_traffic)
 
     def check_peers(self, timeout: float | None = None) -> None:
         """Raise :class:`PeerFailureError` unless every rank reaches this barrier within ``timeout``."""

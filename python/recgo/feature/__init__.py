@@ -14,4 +14,8 @@ from .configs import example_config
 from .engine import FeatureEngine, FeaturePlan, FusionGroup, encode_strings
 from .spec import Feature, load_config, load_features
 
+from .._lazy import submodules as _submodules
+
+__getattr__ = _submodules(__name__, ("reference",))  # imported on first use
+
 __all__ = ["Feature", "FeatureEngine", "example_config", "FeaturePlan", "FusionGroup", "encode_strings", "load_config", "load_features"]

@@ -17,6 +17,10 @@ from ._torchrec import torchrec_constraints, torchrec_placement, torchrec_shardi
 from .ebc import PlannedEmbeddingBagCollection
 from ._plots import plot_cdfs, plot_gpu_costs
 
+from .._lazy import submodules as _submodules
+
+__getattr__ = _submodules(__name__, ("synthetic", "criteo"))  # imported on first use
+
 __all__ = [
     "COST_MODELS",
     "STRATEGIES",
