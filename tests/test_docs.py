@@ -105,7 +105,7 @@ def test_the_readmes_first_example_trains_and_checkpoints(tmp_path: Path, monkey
 
 
 def test_the_sequence_pages_first_example_pads_the_history() -> None:
-    code = _block(ROOT / "docs" / "sequence.md", "ec = recgo.EmbeddingCollection(")
+    code = _block(ROOT / "docs" / "sequence.md", "import recgo\nfrom recgo.modules import optim\n\nec = recgo.EmbeddingCollection(")
     scope = {"recgo": recgo, "optim": optim, "kjt": _kjt(["hist_item_ids"], [3, 0, 250], 1_000_000)}
     _run(code, "docs/sequence.md", scope)
     x, mask = scope["x"], scope["mask"]
