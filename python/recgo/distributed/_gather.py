@@ -20,7 +20,7 @@ from ._collection import ShardedEmbeddingBagCollection
 from ._exchange import PeerFailureError
 
 
-def gather_state_dict(model: nn.Module, dst: int = 0) -> dict[str, torch.Tensor]:
+def gather_state_dict(model: nn.Module, dst: int = 0, optimizer_state: bool = False) -> dict[str, torch.Tensor]:
     """The state dict of ``model`` (a sharded collection, a model holding some, or
     :func:`shard_model`'s wrapper) as the unsharded model holds it, on rank ``dst`` of the
     collections' world; the other ranks get ``{}``. A collective: every rank calls it at the same point.
@@ -28,7 +28,11 @@ def gather_state_dict(model: nn.Module, dst: int = 0) -> dict[str, torch.Tensor]
     Each sharded collection's tables come whole, as ``<path>.embedding_bags.<table>.weight``
     (``embeddings.`` for sequence collections), assembled from every rank's rows; the dense entries
     are this rank's (DDP keeps them equal); ``shard_model``'s wrapper adds no ``module.`` prefix.
-    The tables' per-row optimizer state is not gathered (``save``/``load`` carry it onto any world).
+    With ``optimizer_state`` the fused optimizer's per-row state and step come too, as the unsharded
+    recgo collection names them (``<table>.optimizer_state``, ``<table>.optimizer_step``), so an
+    unsharded recgo model loads the whole training state with ``strict=True`` and trains on as the
+    sharded one would; without it (the default) the state dict is the weights TorchRec's unsharded
+    modules load too. (``save``/``load`` carry everything onto any world size.)
 
     Raises:
         InvalidInputError: a dynamic-ID table (its rows have no fixed places to assemble; use
@@ -54,21 +58,33 @@ def gather_state_dict(model: nn.Module, dst: int = 0) -> dict[str, torch.Tensor]
             if cfg.dynamic is not None:
                 raise InvalidInputError(f"gather_state_dict: table {cfg.name!r} is a dynamic-ID table, whose rows "
                                         "have no fixed places to assemble; checkpoint it with save()/load()")
+            state = getattr(shard, "optimizer_state", None) if optimizer_state else None
+            mine = (m.local_ids(cfg.name), shard.weight.detach().clone(), None if state is None else state.clone())
             parts: list[Any] = [None] * g.world_size
             try:
-                dist.gather_object((m.local_ids(cfg.name), shard.weight.detach().clone()), parts if is_dst else None,
-                                   dst=dist.get_global_rank(g.world, dst), group=g.world)
+                dist.gather_object(mine, parts if is_dst else None, dst=dist.get_global_rank(g.world, dst), group=g.world)
             except Exception as exc:
                 raise PeerFailureError(f"rank {g.rank}: gathering table {cfg.name!r}: a peer did not join within "
                                        f"the {g.timeout.total_seconds():g} s timeout: {exc}") from exc
             if not is_dst:
                 continue
-            full = torch.empty(cfg.num_embeddings, cfg.embedding_dim, dtype=shard.weight.dtype)
-            seen = torch.zeros(cfg.num_embeddings, dtype=torch.bool)
-            for ids, rows in parts:
-                full[ids] = rows
-                seen[ids] = True
-            if not bool(seen.all()):  # every row lives on some rank: a gap is a bug, not a state
-                raise InvalidInputError(f"gather_state_dict: table {cfg.name!r}: {int((~seen).sum())} rows on no rank")
-            out[f"{path + '.' if path else ''}{attr}.{cfg.name}.weight"] = full
+            key = f"{path + '.' if path else ''}{attr}.{cfg.name}"
+            out[f"{key}.weight"] = _assemble(cfg, [(ids, rows) for ids, rows, _ in parts])
+            if state is not None:
+                out[f"{key}.optimizer_state"] = _assemble(cfg, [(ids, st) for ids, _, st in parts])
+            if optimizer_state:  # every rank steps a table any rank used: its count is the same everywhere
+                out[f"{key}.optimizer_step"] = shard.optimizer_step.detach().clone()
     return out if is_dst else {}
+
+
+def _assemble(cfg: Any, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    """Table ``cfg``'s rows whole from every rank's (ids, rows) (replicas give the same rows twice)."""
+    first = parts[0][1]
+    full = torch.empty(cfg.num_embeddings, *first.shape[1:], dtype=first.dtype)
+    seen = torch.zeros(cfg.num_embeddings, dtype=torch.bool)
+    for ids, rows in parts:
+        full[ids] = rows
+        seen[ids] = True
+    if not bool(seen.all()):  # every row lives on some rank: a gap is a bug, not a state
+        raise InvalidInputError(f"gather_state_dict: table {cfg.name!r}: {int((~seen).sum())} rows on no rank")
+    return full
