@@ -17,6 +17,7 @@ processes: the Go runtime does not survive ``fork()``, and the pipeline's own go
 from __future__ import annotations
 
 import contextlib
+import copy
 import ctypes
 import threading
 import time
@@ -415,7 +416,12 @@ class TrainPipeline:
 
     :meth:`progress` runs one step and returns its loss (``StopIteration`` at the end of the data),
     :meth:`run` runs many with a progress bar (samples/s); :meth:`state_dict`/:meth:`save` checkpoint
-    the model, the optimizer and the reader position, :meth:`load` resumes exactly.
+    the model, the optimizer and the reader position, :meth:`load` resumes exactly. As TorchRec's train
+    pipelines, a step follows the model's mode: in ``model.eval()`` it runs the forward and the loss
+    only (no backward, no optimizer step, not counted in :attr:`steps`). A step that raises before its
+    backward (Ctrl-C or an error in the forward or the loss) keeps its batch: the next
+    :meth:`progress` runs it, and a checkpoint taken meanwhile resumes before it. The optimizer is
+    ``self.optimizer`` (``self._optimizer``, where TorchRec's ``GradientAccumulationWrapper`` puts its own).
 
     On several ranks (the source sharded over a ``torch.distributed`` world of more than one rank)
     every step is a collective, but the ranks' shares of the rows can differ by a batch (row g goes
@@ -436,7 +442,8 @@ class TrainPipeline:
                  threads: int = 1, *, loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = bce_loss,
                  tables: Sequence[dict[str, Any]] | None = None,
                  forward: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None, **kwargs: Any) -> None:
-        self.model, self.optimizer, self.loss_fn = model, optimizer, loss_fn
+        self.model, self._optimizer, self.loss_fn = model, optimizer, loss_fn
+        self._pending: tuple[Batch, dict[str, Any]] | None = None  # a failed step's batch, its position before
         self._forward = forward if forward is not None else _model_call(model)
         if tables is None and "shard" not in kwargs:
             kwargs["shard"] = sharded_of(model)
@@ -450,27 +457,54 @@ class TrainPipeline:
         if optimizer is None:
             _warn_untrained(model)
 
+    @property
+    def optimizer(self) -> torch.optim.Optimizer | None:
+        """The torch optimizer each training step steps (None: the fused optimizers alone)."""
+        return self._optimizer
+
+    @optimizer.setter
+    def optimizer(self, value: torch.optim.Optimizer | None) -> None:
+        self._optimizer = value
+
     def progress(self, iterator: Iterator[Batch] | None = None) -> torch.Tensor:
-        """Run one training step on the next batch (of ``iterator`` if given) and return the loss; on
-        several ranks, ``StopIteration`` as soon as any rank has no batch left (see the class doc)."""
-        batch = next(iterator if iterator is not None else self.data, None)
+        """Run one step on the next batch (of ``iterator`` if given; a batch whose step raised before its
+        backward comes first) and return the loss: a training step in training mode, the forward and
+        loss alone in eval mode. On several ranks, ``StopIteration`` as soon as any rank has no batch
+        left (see the class doc)."""
+        own = iterator is None
+        if own and self._pending is not None:
+            (batch, before), self._pending = self._pending, None
+        else:
+            before = self.data.state_dict() if own else {}
+            batch = next(self.data if own else iterator, None)
         if self._world is not None and not _all_have(batch is not None, self._world):
             if batch is not None:
-                self._count_unused(batch, iterator is None)
+                self._count_unused(batch, own)
             raise StopIteration
         if batch is None:
             raise StopIteration
         self.last_batch_size = int(batch.labels.shape[0])
-        self.model.train()
-        if self.optimizer is not None:
-            self.optimizer.zero_grad(set_to_none=True)
-        with contextlib.ExitStack() as scopes:  # tables used pooled and as sequences: one merged update
-            for ec in self._merged:
-                scopes.enter_context(ec.merged_update())
-            loss = self.loss_fn(self._forward(self.model, batch), batch.labels)
-            loss.backward()
-        if self.optimizer is not None:
-            self.optimizer.step()
+        trains = self.model.training  # as TorchRec's pipelines: eval mode runs the forward only
+        optimizer = self._optimizer
+        backward = False
+        try:
+            if trains and optimizer is not None:
+                optimizer.zero_grad(set_to_none=True)
+            with contextlib.ExitStack() as scopes:  # tables used pooled and as sequences: one merged update
+                if trains:
+                    for ec in self._merged:
+                        scopes.enter_context(ec.merged_update())
+                loss = self.loss_fn(self._forward(self.model, batch), batch.labels)
+                if not trains:
+                    return loss.detach()
+                backward = True
+                loss.backward()
+        except BaseException:
+            if own and not backward:  # nothing updated: the next step runs this batch
+                self._pending = (batch, before)
+            raise
+        if optimizer is not None:
+            optimizer.step()
         self.steps += 1
         return loss.detach()
 
@@ -510,24 +544,35 @@ class TrainPipeline:
         return losses
 
     def state_dict(self) -> dict[str, Any]:
-        """The model's and optimizer's state and the reader position after the last step."""
+        """The model's and optimizer's state and the reader position after the last step (before a
+        batch whose step raised before its backward: resuming runs it)."""
         return {"model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-                "pipeline": self.data.state_dict(), "steps": self.steps}
+                "optimizer": self._optimizer.state_dict() if self._optimizer is not None else None,
+                "pipeline": self._pending[1] if self._pending is not None else self.data.state_dict(),
+                "steps": self.steps}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore a :meth:`state_dict`: weights, optimizer state, and the batch stream's position. The
-        position goes first: one this pipeline refuses (another rank's, another shuffle) raises before
-        the model is touched, and a model that refuses its state puts the position back."""
+        position goes first, then the optimizer's state, then the model's: a position this pipeline
+        refuses (another rank's, another shuffle) or an optimizer state it refuses (other parameter
+        groups; torch checks before it changes anything) raises with the model untouched, and the
+        position and the optimizer are put back when the model refuses its state. (A model that refuses
+        may keep the entries that matched, as torch's ``load_state_dict`` copies them before it raises;
+        backing the whole model up first would double its memory.)"""
         before = self.data.state_dict()
         self.data.load_state_dict(state["pipeline"])
+        opt = self._optimizer if state.get("optimizer") is not None else None
+        opt_before = copy.deepcopy(opt.state_dict()) if opt is not None else None
         try:
+            if opt is not None:
+                opt.load_state_dict(state["optimizer"])
             self.model.load_state_dict(state["model"])
-            if self.optimizer is not None and state.get("optimizer") is not None:
-                self.optimizer.load_state_dict(state["optimizer"])
         except BaseException:
             self.data.load_state_dict(before)
+            if opt is not None:
+                opt.load_state_dict(opt_before)
             raise
+        self._pending = None
         self.steps = int(state.get("steps", 0))
 
     def save(self, path: str | Path) -> None:

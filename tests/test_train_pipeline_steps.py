@@ -1,0 +1,78 @@
+"""recgo.TrainPipeline's step contract beside TorchRec's train pipelines: a step that raises before its
+backward keeps its batch (it was lost, and a checkpoint taken then resumed past it), eval mode runs
+the forward only (the model was switched to training and trained on the evaluation batch), the
+optimizer is ``_optimizer`` where TorchRec's GradientAccumulationWrapper puts its own (ignored
+before), and an optimizer that refuses a checkpoint leaves the model untouched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_pipeline import trainer, weights
+
+
+def test_a_step_that_raises_before_backward_keeps_its_batch() -> None:
+    want = trainer(0).run(progress=False)
+    tp = trainer(2)
+    loss_fn, calls = tp.loss_fn, {"n": 0}
+
+    def interrupted(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return loss_fn(out, labels)
+
+    tp.loss_fn = interrupted
+    got = [float(tp.progress()) for _ in range(2)]
+    with pytest.raises(KeyboardInterrupt):
+        tp.progress()
+    saved = tp.state_dict()
+    got += tp.run(progress=False)
+    assert got == want  # every batch trained once, in order
+    resumed = trainer(2)
+    resumed.load_state_dict(saved)
+    assert resumed.steps == 2 and len(resumed.run(progress=False)) == len(want) - 2
+    with pytest.raises(RuntimeError), torch.no_grad():  # no graph: refused in backward, the batch kept
+        trainer(0).progress()
+
+
+def test_eval_mode_runs_the_forward_only_as_torchrecs_pipelines() -> None:
+    tp = trainer(1)
+    tp.model.eval()
+    before = weights(tp)
+    loss = tp.progress()
+    assert not tp.model.training and tp.steps == 0 and torch.isfinite(loss)
+    assert all(torch.equal(v, before[k]) for k, v in weights(tp).items())
+    tp.model.train()
+    tp.progress()
+    assert tp.steps == 1 and any(not torch.equal(v, before[k]) for k, v in weights(tp).items())
+
+
+def test_the_optimizer_is_where_torchrecs_wrappers_put_theirs() -> None:
+    tp = trainer(0)
+    calls: list[str] = []
+
+    class Counting:
+        def zero_grad(self, set_to_none: bool = True) -> None:
+            calls.append("zero_grad")
+
+        def step(self) -> None:
+            calls.append("step")
+
+    tp._optimizer = Counting()  # what GradientAccumulationWrapper does to a pipeline
+    tp.progress()
+    assert calls == ["zero_grad", "step"] and tp.optimizer is tp._optimizer
+
+
+def test_an_optimizer_that_refuses_a_checkpoint_leaves_the_model_untouched() -> None:
+    src = trainer(0)
+    src.run(3, progress=False)
+    state = src.state_dict()
+    state["optimizer"]["param_groups"].append(dict(state["optimizer"]["param_groups"][0]))
+    tp = trainer(0)
+    before, position = weights(tp), tp.data.state_dict()
+    with pytest.raises(ValueError, match="parameter groups"):
+        tp.load_state_dict(state)
+    assert all(torch.equal(v, before[k]) for k, v in weights(tp).items())
+    assert tp.data.state_dict() == position
