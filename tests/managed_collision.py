@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torchrec as tr
 from torch import nn
@@ -14,10 +16,11 @@ def _hash(ids: torch.Tensor, size: int) -> torch.Tensor:
 
 
 def managed_collection(return_remapped: bool, sequence: bool = False, hashed: bool = False, policy: str = "LRU",
-                       optimizer: type = torch.optim.Adagrad, zch_size: int = 16) -> nn.Module:
+                       optimizer: type = torch.optim.Adagrad, zch_size: int = 16, threshold: Any = None) -> nn.Module:
     """TorchRec's managed-collision collection (pooled or sequence): an MCH module of ``zch_size`` slots
     (eviction ``policy``: LRU, LFU or DistanceLFU) over a table trained by an in-backward ``optimizer``
-    (Adagrad by default); with ``hashed``, the module hashes IDs into 1000 first (``input_hash_func``)."""
+    (Adagrad by default); with ``hashed``, the module hashes IDs into 1000 first (``input_hash_func``);
+    ``threshold``: the eviction policy's ``threshold_filtering_func``."""
     from torchrec.modules import mc_modules
     from torchrec.modules.mc_embedding_modules import (ManagedCollisionEmbeddingBagCollection,
                                                        ManagedCollisionEmbeddingCollection)
@@ -32,7 +35,8 @@ def managed_collection(return_remapped: bool, sequence: bool = False, hashed: bo
         coll = tr.EmbeddingBagCollection(tables=cfg, device=torch.device("cpu"))
     apply_optimizer_in_backward(optimizer, coll.parameters(), {"lr": 0.1, "eps": 1e-8})
     policy_cls = getattr(mc_modules, f"{policy}_EvictionPolicy")
-    mch = MCHManagedCollisionModule(zch_size=zch_size, device=torch.device("cpu"), eviction_policy=policy_cls(),
+    policy_args = {} if threshold is None else {"threshold_filtering_func": threshold}
+    mch = MCHManagedCollisionModule(zch_size=zch_size, device=torch.device("cpu"), eviction_policy=policy_cls(**policy_args),
                                     eviction_interval=1, input_hash_size=1000 if hashed else 2**62,
                                     input_hash_func=_hash if hashed else None)
     mc = ManagedCollisionCollection(managed_collision_modules={"t": mch}, embedding_configs=cfg)

@@ -72,6 +72,7 @@ def kjt(features: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
     (dict(default=[1.0, 2.0]), "default vector has 2 values"),
     (dict(init_min=1.0, init_max=-1.0), "init range"),
     (dict(default=[0.0, float("nan"), 0.0, 0.0]), "default vector value 1"),
+    (dict(seed=2**64), "seed must be below 2\\*\\*64"),  # was seed 0 in silence (ctypes' uint64)
 ])
 def test_bad_config_raises_named_error(kwargs, match) -> None:
     cfg = EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=8, feature_names=["f"],

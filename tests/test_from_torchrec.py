@@ -567,3 +567,15 @@ def test_a_fused_sequence_collection_on_meta_converts_with_its_optimizer(tmp_pat
         sharded = shard_model(model(), "hash", ddp=False, timeout=30)
         assert isinstance(sharded["ec"], ShardedEmbeddingCollection)
         assert sharded["ec"].fused_optimizer == optim.Adagrad(lr=0.05, eps=1e-6)
+
+
+def test_an_mch_threshold_filter_is_named_when_it_is_dropped() -> None:
+    """An MCH eviction policy's threshold_filtering_func (per-batch count filters) was dropped in
+    silence: the converted tables admit every ID at once."""
+    from torchrec.modules.mc_modules import average_threshold_filter
+
+    with pytest.warns(UserWarning, match=r"table 't': the MCH eviction policy's threshold_filtering_func"):
+        recgo.from_torchrec(managed_collection(False, threshold=average_threshold_filter))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none without a filter
+        recgo.from_torchrec(managed_collection(False))

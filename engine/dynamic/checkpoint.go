@@ -176,7 +176,16 @@ func (t *Table) Import(s *Snapshot) error {
 		}
 	}
 	t.step.Store(uint32(s.Step))
-	t.stepIDs.Store(0) // the IDs of the step so far are the snapshot's rows now (checkRoom counts them exactly)
+	// The rows the snapshot's step already stamped stand for the IDs of the step so far (a manual-step
+	// table saved between micro-batches): checkRoom's fast path then counts them, as it counted the
+	// IDs before the save (with 0, a batch past the bound admitted part of itself before it raised).
+	stamped := int64(0)
+	for r := range t.highWater {
+		if t.counts[r] != 0 && t.last[r] == uint32(s.Step) {
+			stamped++
+		}
+	}
+	t.stepIDs.Store(stamped)
 	t.admitted.Store(s.Admitted)
 	t.evicted.Store(s.Evicted)
 	return nil

@@ -108,7 +108,8 @@ class DynamicConfig:
     def _check(self) -> None:
         _int("min_count", self.min_count, 0)
         _int("max_age", self.max_age, 0)
-        _int("seed", self.seed, 0)
+        if _int("seed", self.seed, 0) >= 2**64:  # ctypes' uint64 would keep its low 64 bits in silence
+            raise InvalidInputError(f"DynamicConfig.seed must be below 2**64, got {self.seed!r}")
         _int("sketch_width", self.sketch_width, 0)
         if self.eviction not in _POLICIES:
             raise InvalidInputError(f"DynamicConfig.eviction must be 'lru' or 'lfu', got {self.eviction!r}")

@@ -254,6 +254,11 @@ def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | No
     cfgs, hashes, modules = [], {}, {}
     for c in (inner.embedding_bag_configs() if pooled else inner.embedding_configs()):
         mch = mcc._managed_collision_modules[c.name]
+        if getattr(getattr(mch, "_eviction_policy", None), "_threshold_filtering_func", None) is not None:
+            warnings.warn(f"from_torchrec: table {c.name!r}: the MCH eviction policy's threshold_filtering_func "
+                          "(TorchRec's per-batch count filter) has no recgo counterpart; the dynamic-ID table admits "
+                          "every ID at its first sighting (DynamicConfig.min_count admits by count across batches)",
+                          UserWarning, stacklevel=5)
         dyn = DynamicConfig(eviction="lru" if "LRU" in type(mch._eviction_policy).__name__ else "lfu",
                             num_embeddings=int(mch._zch_size))
         common = {"num_embeddings": int(mch._zch_size), "embedding_dim": c.embedding_dim, "name": c.name,
