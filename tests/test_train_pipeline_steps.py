@@ -76,3 +76,45 @@ def test_an_optimizer_that_refuses_a_checkpoint_leaves_the_model_untouched() -> 
         tp.load_state_dict(state)
     assert all(torch.equal(v, before[k]) for k, v in weights(tp).items())
     assert tp.data.state_dict() == position
+
+
+def test_torchrecs_pipelines_take_recgo_batches_for_a_torchrec_model() -> None:
+    """TorchRec's TrainPipelineBase asserted that recgo's Batch was no Pipelineable, and TorchRec's
+    DLRMTrain reads batch.dense_features / sparse_features: a DataPipeline now feeds it as is, and
+    the steps equal a plain loop over the same batches."""
+    tr = pytest.importorskip("torchrec")
+    from torchrec.distributed.train_pipeline import TrainPipelineBase
+    from torchrec.models.dlrm import DLRM, DLRMTrain
+
+    import recgo
+    from test_pipeline import FEATURES, SOURCE
+
+    def model() -> torch.nn.Module:
+        torch.manual_seed(0)
+        tables = [tr.EmbeddingBagConfig(name="t_ui", embedding_dim=8, num_embeddings=300, feature_names=["u", "i"]),
+                  tr.EmbeddingBagConfig(name="t_h", embedding_dim=8, num_embeddings=400, feature_names=["h"])]
+        dlrm = DLRM(embedding_bag_collection=tr.EmbeddingBagCollection(tables=tables, device=torch.device("cpu")),
+                    dense_in_features=3, dense_arch_layer_sizes=[16, 8], over_arch_layer_sizes=[16, 1])
+        return recgo.from_torchrec(DLRMTrain(dlrm))
+
+    def data(m: torch.nn.Module) -> recgo.DataPipeline:
+        return recgo.DataPipeline(SOURCE, FEATURES, 100, depth=2, tables=recgo.pipeline.tables_of(m))
+
+    plain = model()
+    opt = torch.optim.SGD(plain.parameters(), lr=0.05)
+    want = []
+    for batch in data(plain):
+        opt.zero_grad()
+        loss, _ = plain(batch)
+        loss.backward()
+        opt.step()
+        want.append(float(loss))
+    piped = model()
+    pipe = TrainPipelineBase(piped, torch.optim.SGD(piped.parameters(), lr=0.05), torch.device("cpu"))
+    it, got = iter(data(piped)), []
+    while True:
+        try:
+            got.append(float(pipe.progress(it)[0]))
+        except StopIteration:
+            break
+    assert got == pytest.approx(want, rel=1e-6) and len(got) == 24

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import ctypes
+import sys
 import threading
 import time
 import warnings
@@ -40,11 +41,50 @@ _INFO_WORDS = 10
 
 
 class Batch(NamedTuple):
-    """One prepared batch: the sparse features, the dense columns and the labels."""
+    """One prepared batch: the sparse features, the dense columns and the labels.
+
+    It is also what TorchRec's train pipelines take (``torchrec.datasets.utils.Batch``'s face):
+    ``dense_features`` and ``sparse_features`` name the same tensors, ``to``, ``pin_memory`` and
+    ``record_stream`` move or mark all three, and it counts as TorchRec's ``Pipelineable`` once
+    ``torchrec`` is imported, so ``TrainPipelineSparseDist(...).progress(iter(data_pipeline))`` runs
+    a model written for TorchRec's batches (``DLRMTrain``)."""
 
     sparse: KeyedJaggedTensor
     dense: torch.Tensor
     labels: torch.Tensor
+
+    @property
+    def dense_features(self) -> torch.Tensor:
+        """TorchRec's name of :attr:`dense`."""
+        return self.dense
+
+    @property
+    def sparse_features(self) -> KeyedJaggedTensor:
+        """TorchRec's name of :attr:`sparse`."""
+        return self.sparse
+
+    def to(self, device: Any, non_blocking: bool = False) -> "Batch":
+        """The batch on ``device`` (itself when it is there already, as ``Tensor.to``)."""
+        return Batch(self.sparse.to(device, non_blocking=non_blocking), self.dense.to(device, non_blocking=non_blocking),
+                     self.labels.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Batch":
+        """The batch in pinned memory."""
+        return Batch(self.sparse.pin_memory(), self.dense.pin_memory(), self.labels.pin_memory())
+
+    def record_stream(self, stream: Any) -> None:
+        """Mark every tensor as used by ``stream`` (TorchRec's ``Multistreamable``)."""
+        self.sparse.record_stream(stream)
+        self.dense.record_stream(stream)
+        self.labels.record_stream(stream)
+
+
+def _register_pipelineable() -> None:
+    """Make :class:`Batch` a virtual subclass of TorchRec's ``Pipelineable`` (its pipelines assert it)
+    when torchrec is imported already (recgo never imports it for this)."""
+    streamable = sys.modules.get("torchrec.streamable")
+    if streamable is not None and not issubclass(Batch, streamable.Pipelineable):
+        streamable.Pipelineable.register(Batch)
 
 
 def _world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -200,6 +240,7 @@ class DataPipeline:
         self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
         self._ended = False  # next() reached the end of the data
+        _register_pipelineable()
         self._start(position)
 
     def _start(self, position: dict[str, Any] | None) -> None:
@@ -241,6 +282,7 @@ class DataPipeline:
         if self._ended:
             raise InvalidInputError("the pipeline has delivered all its data: a DataPipeline is one pass "
                                     "(an iterator, not a DataLoader); build a new one for another epoch")
+        _register_pipelineable()  # torchrec imported since the pipeline was built
         return self
 
     def __next__(self) -> Batch:
