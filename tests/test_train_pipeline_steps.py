@@ -118,3 +118,23 @@ def test_torchrecs_pipelines_take_recgo_batches_for_a_torchrec_model() -> None:
         except StopIteration:
             break
     assert got == pytest.approx(want, rel=1e-6) and len(got) == 24
+
+
+def test_progress_over_an_iterator_takes_torchrecs_batches_and_names_others() -> None:
+    """An iterator yielding None ended the run as if the data had; a tuple or dict batch failed with
+    AttributeError 'labels' after it was taken. TorchRec-shaped batches are taken, others refused by name."""
+    from types import SimpleNamespace
+
+    from recgo.errors import InvalidInputError
+
+    src = trainer(0)
+    batch = next(iter(src.data))
+    tp = trainer(0)
+    torchrec_like = SimpleNamespace(dense_features=batch.dense, sparse_features=batch.sparse, labels=batch.labels)
+    assert torch.isfinite(tp.progress(iter([torchrec_like]))) and tp.steps == 1
+    with pytest.raises(InvalidInputError, match="the iterator gave a NoneType"):
+        tp.progress(iter([None, batch]))
+    with pytest.raises(InvalidInputError, match="the iterator gave a tuple"):
+        tp.progress(iter([(batch.sparse, batch.dense, batch.labels)]))
+    with pytest.raises(StopIteration):
+        tp.progress(iter([]))

@@ -79,6 +79,22 @@ class Batch(NamedTuple):
         self.labels.record_stream(stream)
 
 
+_END = object()  # what next() gives TrainPipeline.progress at the end of the batches
+
+
+def _as_batch(item: Any) -> Batch:
+    """A batch an iterator handed :meth:`TrainPipeline.progress`: recgo's :class:`Batch`, or one with
+    TorchRec's field names (``torchrec.datasets.utils.Batch``: ``dense_features``, ``sparse_features``,
+    ``labels``); anything else is refused by name before a step starts."""
+    if isinstance(item, Batch):
+        return item
+    if all(hasattr(item, k) for k in ("dense_features", "sparse_features", "labels")):
+        return Batch(item.sparse_features, item.dense_features, item.labels)
+    raise InvalidInputError(f"TrainPipeline.progress: the iterator gave a {type(item).__name__}; expected a "
+                            "recgo.pipeline.Batch (sparse, dense, labels) or a batch with TorchRec's dense_features, "
+                            "sparse_features and labels")
+
+
 def _register_pipelineable() -> None:
     """Make :class:`Batch` a virtual subclass of TorchRec's ``Pipelineable`` (its pipelines assert it)
     when torchrec is imported already (recgo never imports it for this)."""
@@ -518,7 +534,8 @@ class TrainPipeline:
             (batch, before), self._pending = self._pending, None
         else:
             before = self.data.state_dict() if own else {}
-            batch = next(self.data if own else iterator, None)
+            item = next(self.data if own else iterator, _END)  # a sentinel: an iterator may yield None
+            batch = None if item is _END else _as_batch(item)
         if self._world is not None and not _all_have(batch is not None, self._world):
             if batch is not None:
                 self._count_unused(batch, own)
