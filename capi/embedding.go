@@ -219,11 +219,14 @@ func recgo_ebc_context_counts(ctxh C.uintptr_t, countsPtr unsafe.Pointer, n C.in
 // recgo_ebc_backward runs backward for a forward context: with fused != 0 it applies the fused
 // optimizers (the buffer arrays are ignored); otherwise, for each table t, it writes the distinct
 // rows' indices into the int64 buffer rowsPtrs[t] and their gradients into the float32 buffer
-// valsPtrs[t] (sizes from recgo_ebc_context_counts: unique[t] and unique[t]·dim[t] values).
+// valsPtrs[t] (sizes from recgo_ebc_context_counts: unique[t] and unique[t]·dim[t] values). It
+// leaves out the tables whose byte in skipPtr (nskip bytes, one per table; NULL: none) is not 0,
+// the frozen ones: a fused backward steps none of them, an unfused one leaves their buffers unwritten.
 //
 //export recgo_ebc_backward
 func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointer, ngrad C.int64_t,
-	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	rowsPtrs, valsPtrs unsafe.Pointer, ntables C.int64_t, skipPtr unsafe.Pointer, nskip C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		x, err := lookup[*ebcContext](ctxh, "forward context")
 		if err != nil {
@@ -236,8 +239,12 @@ func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointe
 		if err != nil {
 			return err
 		}
+		skip, err := boolFlags(skipPtr, nskip, "skip") // nil: no table skipped
+		if err != nil {
+			return err
+		}
 		if fused != 0 {
-			return x.c.Backward(x.ctx, grad, nil, nil)
+			return x.c.BackwardSome(x.ctx, grad, nil, nil, skip)
 		}
 		dims := make([]int, len(x.c.Tables))
 		for t, tb := range x.c.Tables {
@@ -247,7 +254,7 @@ func recgo_ebc_backward(ctxh C.uintptr_t, fused C.int32_t, gradPtr unsafe.Pointe
 		if err != nil {
 			return err
 		}
-		return x.c.Backward(x.ctx, grad, rows, vals)
+		return x.c.BackwardSome(x.ctx, grad, rows, vals, skip)
 	})
 }
 

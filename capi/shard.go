@@ -388,10 +388,12 @@ func recgo_shard_pool(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf
 
 // recgo_shard_backward merges scale × the step's output gradient ([B, width] float32) per distinct
 // ID and queues the backward exchange (fused != 0: the owners apply their optimizers at its end;
-// scale 1/world is TorchRec's gradient division).
+// scale 1/world is TorchRec's gradient division). frozenPtr (nfrozen bytes, one per table in config
+// order; NULL: none) marks the frozen tables, which no rank steps; every rank must freeze the same.
 //
 //export recgo_shard_backward
-func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
+func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t,
+	frozenPtr unsafe.Pointer, nfrozen C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		s, g, err := lookupView[*shard.Step, float32](sh, "shard step", gradPtr, n, "grad_output")
 		if err != nil {
@@ -401,7 +403,11 @@ func recgo_shard_backward(sh C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, s
 		if err != nil {
 			return err
 		}
-		return s.BackwardScaled(g, f, fused != 0)
+		frozen, err := boolFlags(frozenPtr, nfrozen, "frozen") // nil: none frozen
+		if err != nil {
+			return err
+		}
+		return s.BackwardSome(g, f, fused != 0, frozen)
 	})
 }
 

@@ -59,11 +59,13 @@ func recgo_shard_seq_gather(sq C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, 
 // values) per distinct ID and queues the backward exchange on the step (fused != 0: the owners apply
 // their optimizers at its end). unusedPtr (nunused bytes, one per table in config order; NULL:
 // none) marks the tables none of whose outputs this rank's loss used: a table no rank used takes
-// no step (recgo_shard_skipped tells which, after the exchange).
+// no step (recgo_shard_skipped tells which, after the exchange). frozenPtr (nfrozen bytes, the same
+// order; NULL: none) marks the frozen tables, which no rank steps; every rank must freeze the same.
 //
 //export recgo_shard_seq_backward
 func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_t, scale C.double, fused C.int32_t,
-	unusedPtr unsafe.Pointer, nunused C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	unusedPtr unsafe.Pointer, nunused C.int64_t, frozenPtr unsafe.Pointer, nfrozen C.int64_t,
+	errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		q, g, err := lookupView[*shard.SequenceStep, float32](sq, "sequence shard step", gradPtr, n, "grad_output")
 		if err != nil {
@@ -77,12 +79,16 @@ func recgo_shard_seq_backward(sq C.uintptr_t, gradPtr unsafe.Pointer, n C.int64_
 		if err != nil {
 			return err
 		}
-		return q.BackwardSome(g, f, fused != 0, unused)
+		frozen, err := boolFlags(frozenPtr, nfrozen, "frozen") // nil: none frozen
+		if err != nil {
+			return err
+		}
+		return q.BackwardSome(g, f, fused != 0, shard.Skip{Unused: unused, Frozen: frozen})
 	})
 }
 
 // recgo_shard_skipped writes, once a step's backward exchange ran, one byte per table (n, in config
-// order): 1 where the table took no step because no rank's loss used its outputs.
+// order): 1 where the table took no step because no rank's loss used its outputs, or it is frozen.
 //
 //export recgo_shard_skipped
 func recgo_shard_skipped(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *C.char, errlen C.size_t) C.int {

@@ -205,16 +205,6 @@ def test_a_frozen_fused_collection_does_not_update(i: int) -> None:
     assert not torch.equal(m.state_dict()[key], w0) and int(m.state_dict()[step]) == 1
 
 
-def test_freezing_some_tables_of_a_fused_collection_is_refused() -> None:
-    ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"]), EmbeddingBagConfig(10, 4, "u", ["b"])],
-                                 optimizer=optim.SGD(lr=1.0))
-    ebc.embedding_bags.u.weight.requires_grad_(False)
-    with pytest.raises(InvalidInputError, match=r"tables \['u'\] have requires_grad=False"):
-        ebc(kjt(["a", "b"], [1, 2], [1, 1]))
-    with torch.no_grad():
-        ebc(kjt(["a", "b"], [1, 2], [1, 1]))  # nothing to keep: fine
-
-
 @pytest.mark.parametrize("i", [0, 1])
 @pytest.mark.parametrize("cast,match", [(lambda m: m.half(), "torch.float16"), (lambda m: m.bfloat16(), "bfloat16"),
                                         (lambda m: m.double(), "float64"), (lambda m: m.to("meta"), "meta"),

@@ -26,6 +26,15 @@ type grouped struct {
 // Unique(t) row indices into gradRows[t] (-1 for unresolved IDs) and Unique(t)·dim values into gradVals[t].
 // Each distinct row is written exactly once, so work splits across goroutines without atomics.
 func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int64, gradVals [][]float32) error {
+	return c.BackwardSome(ctx, gradOut, gradRows, gradVals, nil)
+}
+
+// BackwardSome is Backward leaving out the tables skip marks (nil: none), the frozen ones
+// (requires_grad=False): a fused one takes no step (its rows, step counter and optimizer state
+// stay, as torch's optimizers skip a parameter without a gradient) and its gradient is not even
+// merged; an unfused one's gradient buffers are left unwritten.
+func (c *Collection) BackwardSome(ctx *Context, gradOut []float32, gradRows [][]int64, gradVals [][]float32,
+	skip []bool) error {
 	fused := gradRows == nil
 	unlock, err := c.lock(fused) // a fused update writes rows: one at a time, and no forward meanwhile
 	if err != nil {
@@ -38,6 +47,10 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	if len(gradOut) != ctx.B*c.width {
 		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), ctx.B*c.width, ctx.B, c.width)
 	}
+	if skip != nil && len(skip) != len(c.Tables) {
+		return errs.Invalidf("backward: %d skip flags for %d tables", len(skip), len(c.Tables))
+	}
+	skipped := func(t int) bool { return skip != nil && skip[t] }
 	for i, t := range c.Tables {
 		ctx.recheck(i, t)
 	}
@@ -55,7 +68,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 				t.Name, t.Step[0], int64(MaxStep))
 		}
 		valBase[i] = nVals
-		nVals += ctx.Unique(i) * t.Dim
+		if !fused || !skipped(i) {
+			nVals += ctx.Unique(i) * t.Dim
+		}
 		if !fused && (len(gradRows[i]) != ctx.Unique(i) || len(gradVals[i]) != ctx.Unique(i)*t.Dim) {
 			return errs.Invalidf("backward: table %q gradient buffers hold %d rows / %d values, need %d / %d",
 				t.Name, len(gradRows[i]), len(gradVals[i]), ctx.Unique(i), ctx.Unique(i)*t.Dim)
@@ -68,6 +83,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	updaters := make([]rowUpdater, len(c.Tables))
 	if fused {
 		for i, t := range c.Tables {
+			if skipped(i) {
+				continue
+			}
 			if t.pending != nil { // in a merged-update scope the step comes at its end
 				t.pending.took()
 			} else {
@@ -95,6 +113,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	}
 	if ctx.scatter {
 		parallel.ForEach(len(c.Tables), 1, func(t int) {
+			if skipped(t) {
+				return
+			}
 			c.scatterTable(ctx, gradOut, t, merged(t))
 			finish(t, 0, ctx.Unique(t), merged(t))
 		})
@@ -104,6 +125,9 @@ func (c *Collection) Backward(ctx *Context, gradOut []float32, gradRows [][]int6
 	type item struct{ t, lo, hi int }
 	var items []item
 	for i := range c.Tables {
+		if skipped(i) {
+			continue
+		}
 		for lo := 0; lo < ctx.Unique(i); lo += updateChunk {
 			items = append(items, item{i, lo, min(lo+updateChunk, ctx.Unique(i))})
 		}

@@ -398,6 +398,12 @@ func (s *Step) Backward(gradOut []float32, fused bool) error {
 // BackwardScaled is Backward of scale × gradOut, the factor applied in the merge's one pass over
 // the gradient (gradient division: 1/world makes the owners' sum over the ranks a mean).
 func (s *Step) BackwardScaled(gradOut []float32, scale float32, fused bool) error {
+	return s.BackwardSome(gradOut, scale, fused, nil)
+}
+
+// BackwardSome is BackwardScaled leaving out the tables frozen marks (nil: none; see Skip): no rank
+// steps them, and every rank must freeze the same ones.
+func (s *Step) BackwardSome(gradOut []float32, scale float32, fused bool, frozen []bool) error {
 	c := s.c
 	if !s.pooled {
 		return errs.Invalidf("backward: the step's forward did not finish")
@@ -409,6 +415,10 @@ func (s *Step) BackwardScaled(gradOut []float32, scale float32, fused bool) erro
 		return err
 	}
 	B, T := s.B, len(c.Layouts)
+	skip := Skip{Frozen: frozen}
+	if err := skip.check(T, "backward"); err != nil {
+		return err
+	}
 	scales := s.scales // per bag: 1, or 1/length for mean pooling
 	if scale != 1 {
 		scales = make([]float32, len(s.scales))
@@ -435,7 +445,7 @@ func (s *Step) BackwardScaled(gradOut []float32, scale float32, fused bool) erro
 		grads[t] = acc
 	})
 	s.pooled = false
-	return s.X.Backward(grads, fused)
+	return s.X.BackwardSome(grads, fused, skip)
 }
 
 // String describes the collection (tables, kinds, rank, mode).
@@ -458,7 +468,7 @@ func (s *Step) OwnerGradients(t int) ([]int64, []float32, int, error) {
 }
 
 // Skipped returns, per table, whether the step's backward left it without an optimizer step
-// because no rank's loss used its outputs (SequenceStep.BackwardSome; after the exchange ran).
+// because no rank's loss used its outputs or it is frozen (Skip; after the exchange ran).
 func (s *Step) Skipped() ([]bool, error) {
 	x := s.X
 	if x.used == nil || len(x.stages) > 0 || x.cur != nil {

@@ -169,6 +169,7 @@ type Exchange struct {
 	direct    []gradEntries // owner, fused: per table with a linear update, its unmerged gradients
 	fused     bool
 	used      []bool        // backward: per table, whether some rank's loss used its outputs (sync.go)
+	frozen    []bool        // backward: per table, whether it is frozen (on every rank alike; sync.go)
 	train     bool          // a training step: dynamic shards admit IDs and count the step
 	seq       int64         // the step's number in its collection (the same on every rank; sync.go)
 	optim     int64         // the collection's optimizer fingerprint (the same on every rank; sync.go)
@@ -245,23 +246,45 @@ func (x *Exchange) Rows(t int) []float32 { return x.vecs[0][t] }
 // table t's distinct IDs (in Forward's order). With fused, each owner applies its optimizer
 // (through the store); otherwise OwnerGradients returns the merged gradients at the owner.
 func (x *Exchange) Backward(grads [][]float32, fused bool) error {
-	return x.BackwardSome(grads, fused, nil)
+	return x.BackwardSome(grads, fused, Skip{})
 }
 
-// BackwardSome is Backward where unused[t] (nil: none) marks the tables whose outputs this rank's
-// loss left out. The ranks tell each other in the backward's sync ops; a table no rank used takes
-// no optimizer step (Skipped), as torch's optimizers skip a parameter without a gradient, and one
-// any rank used is stepped everywhere, its rows' zero gradients included.
-func (x *Exchange) BackwardSome(grads [][]float32, fused bool, unused []bool) error {
+// Skip marks the tables a backward leaves out, one flag per table (a nil slice: none). Unused: the
+// tables whose outputs this rank's loss left out; a table no rank used takes no optimizer step, as
+// torch's optimizers skip a parameter without a gradient, and one any rank used is stepped
+// everywhere, its rows' zero gradients included. Frozen: the tables frozen with
+// requires_grad_(False), which no rank steps; every rank must freeze the same ones (the backward's
+// sync ops compare them).
+type Skip struct{ Unused, Frozen []bool }
+
+// check refuses flags of another length than the T tables'.
+func (k Skip) check(T int, what string) error {
+	for _, f := range []struct {
+		name  string
+		flags []bool
+	}{{"unused", k.Unused}, {"frozen", k.Frozen}} {
+		if f.flags != nil && len(f.flags) != T {
+			return errs.Invalidf("%s: %d %s-table flags for %d tables", what, len(f.flags), f.name, T)
+		}
+	}
+	return nil
+}
+
+// BackwardSome is Backward leaving out the tables skip marks. The ranks tell each other which
+// tables they used, and check that they froze the same ones, in the backward's sync ops; a table
+// none used, or frozen, takes no optimizer step (Skipped).
+func (x *Exchange) BackwardSome(grads [][]float32, fused bool, skip Skip) error {
 	if x.vecs == nil {
 		return errs.Invalidf("exchange: backward before forward")
 	}
-	if unused != nil && len(unused) != len(x.layouts) {
-		return errs.Invalidf("exchange: %d unused-table flags for %d tables", len(unused), len(x.layouts))
+	if err := skip.check(len(x.layouts), "exchange"); err != nil {
+		return err
 	}
 	x.used = make([]bool, len(x.layouts))
+	x.frozen = make([]bool, len(x.layouts))
 	for t := range x.used {
-		x.used[t] = unused == nil || !unused[t]
+		x.frozen[t] = skip.Frozen != nil && skip.Frozen[t]
+		x.used[t] = (skip.Unused == nil || !skip.Unused[t]) && !x.frozen[t]
 	}
 	for t, g := range grads {
 		if n := len(x.legs[0].items[t]) + x.partials(t); len(g) != n*x.dims[t] {

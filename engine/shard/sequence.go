@@ -148,13 +148,13 @@ func (q *SequenceStep) Backward(grad []float32, fused bool) error {
 // BackwardScaled is Backward of scale × grad, the factor applied in the merge (gradient division,
 // see Step.BackwardScaled).
 func (q *SequenceStep) BackwardScaled(grad []float32, scale float32, fused bool) error {
-	return q.BackwardSome(grad, scale, fused, nil)
+	return q.BackwardSome(grad, scale, fused, Skip{})
 }
 
-// BackwardSome is BackwardScaled where unused[t] (nil: none) marks the tables none of whose keys'
-// outputs this rank's loss used (their gradient there is zero): a table no rank used takes no
-// optimizer step (Exchange.BackwardSome).
-func (q *SequenceStep) BackwardSome(grad []float32, scale float32, fused bool, unused []bool) error {
+// BackwardSome is BackwardScaled leaving out the tables skip marks: skip.Unused those none of whose
+// keys' outputs this rank's loss used (their gradient there is zero), skip.Frozen the frozen ones;
+// a table no rank used, or frozen, takes no optimizer step (Exchange.BackwardSome).
+func (q *SequenceStep) BackwardSome(grad []float32, scale float32, fused bool, skip Skip) error {
 	s := q.Step
 	c := s.c
 	if !q.gathered {
@@ -167,8 +167,8 @@ func (q *SequenceStep) BackwardSome(grad []float32, scale float32, fused bool, u
 		return err
 	}
 	T := len(c.Layouts)
-	if unused != nil && len(unused) != T {
-		return errs.Invalidf("sequence backward: %d unused-table flags for %d tables", len(unused), T)
+	if err := skip.check(T, "sequence backward"); err != nil {
+		return err
 	}
 	grads := make([][]float32, T)
 	parallel.ForEach(T, 1, func(t int) {
@@ -188,5 +188,5 @@ func (q *SequenceStep) BackwardSome(grad []float32, scale float32, fused bool, u
 		grads[t] = acc
 	})
 	q.gathered = false
-	return s.X.BackwardSome(grads, fused, unused)
+	return s.X.BackwardSome(grads, fused, skip)
 }

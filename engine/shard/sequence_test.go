@@ -296,8 +296,8 @@ func TestBackwardSomeSkipsOnlyTablesNoRankUsed(t *testing.T) {
 						copy(grad[off:off+n*mixedDims[k]], randGrad(rng, n*mixedDims[k]))
 					}
 				}
-				require.ErrorContains(t, q.BackwardSome(grad, 1, true, []bool{true}), "1 unused-table flags for 4")
-				require.NoError(t, q.BackwardSome(grad, 1, true, unused(r)))
+				require.ErrorContains(t, q.BackwardSome(grad, 1, true, Skip{Unused: []bool{true}}), "1 unused-table flags for 4")
+				require.NoError(t, q.BackwardSome(grad, 1, true, Skip{Unused: unused(r)}))
 			}
 			runLockstep(t, w.topo, xs)
 			for r, q := range steps {

@@ -157,7 +157,7 @@ func (x *Exchange) syncStage(h int) stage {
 			blocks := make([]int64, lg.size*per)
 			for d := range lg.size {
 				for t, u := range x.used {
-					blocks[d*per+t*metaFields] = boolInt(u)
+					blocks[d*per+t*metaFields] = boolInt(u) | boolInt(x.frozen[t])<<1
 				}
 			}
 			send := x.withHeaders(phaseBackward, blocks, lg.size, per, width)
@@ -172,19 +172,32 @@ func (x *Exchange) syncStage(h int) stage {
 			}
 			for d := range lg.size {
 				for t := range T {
-					switch blocks[d*per+t*metaFields] {
-					case 0:
-					case 1:
+					v := blocks[d*per+t*metaFields]
+					if v < 0 || v > 2 {
+						return errs.Invalidf("exchange: rank %d sent a used-table flag of %d", lg.rank(d), v)
+					}
+					if frozen := v == 2; frozen != x.frozen[t] {
+						return errs.Invalidf("exchange: table %q is frozen (requires_grad=False) on rank %d but not "+
+							"on rank %d: freeze a sharded table on every rank or on none (a table some ranks "+
+							"train and others do not would take only some ranks' gradients)", x.layouts[t].Name,
+							pick(frozen, lg.rank(d), x.self), pick(frozen, x.self, lg.rank(d)))
+					}
+					if v == 1 {
 						x.used[t] = true
-					default:
-						return errs.Invalidf("exchange: rank %d sent a used-table flag of %d", lg.rank(d),
-							blocks[d*per+t*metaFields])
 					}
 				}
 			}
 			return nil
 		},
 	}
+}
+
+// pick returns a when cond holds, else b.
+func pick(cond bool, a, b int) int {
+	if cond {
+		return a
+	}
+	return b
 }
 
 // tableNames lists the exchange's tables (for messages).

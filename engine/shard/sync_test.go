@@ -139,3 +139,69 @@ func TestCollectionsCalledOutOfOrderRaiseOnBothSides(t *testing.T) {
 	}
 	require.Error(t, (&Collection{}).SetPadTables(-1))
 }
+
+// Frozen tables take no step on any rank, the others train as ever (AdamW's decay would shrink a
+// frozen table's rows; a data-parallel replica must stay put too). A table one rank froze and its
+// peer did not makes both raise in the backward's first op, naming it, before any row moves.
+func TestFrozenTablesTakeNoStepAndMustAgree(t *testing.T) {
+	opt := embedding.OptimizerConfig{Kind: embedding.OptAdamW, LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.5}
+	for _, mode := range []Mode{Flat, Hierarchical} {
+		t.Run(mode.String(), func(t *testing.T) {
+			w := newTestWorld(t, 1, 2, mode, mixedKinds, mixedRows, mixedDims, opt)
+			T := len(mixedKinds)
+			frozen := []bool{true, false, false, true} // a hash table and the data-parallel one
+			rows := func() [][]float32 {
+				out := make([][]float32, T)
+				for i := range T {
+					for id := int64(0); id < mixedRows[i]; id++ {
+						out[i] = append(out[i], w.globalRow(i, id)...)
+					}
+				}
+				return out
+			}
+			rng := rand.New(rand.NewPCG(9, 10))
+			_, lens, vals := randBatch(rng, T, 8, mixedRows)
+			step := func(frozenOn func(r int) []bool) ([2]*Step, [2]*Exchange) {
+				var steps [2]*Step
+				var xs [2]*Exchange
+				for r := range steps {
+					s, err := w.ranks[r].Begin(sliceBatch(lens, vals, r*4, (r+1)*4))
+					require.NoError(t, err)
+					steps[r], xs[r] = s, s.X
+				}
+				runLockstep(t, w.topo, xs[:])
+				for r, s := range steps {
+					width := w.ranks[r].Width()
+					require.NoError(t, s.Pool(make([]float32, 4*width)))
+					require.ErrorContains(t, s.BackwardSome(randGrad(rng, 4*width), 1, true, []bool{true}),
+						"1 frozen-table flags for 4 tables")
+					require.NoError(t, s.BackwardSome(randGrad(rng, 4*width), 1, true, frozenOn(r)))
+				}
+				return steps, xs
+			}
+			before := rows()
+			steps, xs := step(func(int) []bool { return frozen })
+			runLockstep(t, w.topo, xs[:])
+			after := rows()
+			for i := range T {
+				if frozen[i] {
+					require.Equal(t, before[i], after[i], "frozen table %d took a step", i)
+				} else {
+					require.NotEqual(t, before[i], after[i], "table %d took no step", i)
+				}
+			}
+			for r, s := range steps {
+				skipped, err := s.Skipped()
+				require.NoError(t, err)
+				require.Equal(t, frozen, skipped, "rank %d", r)
+			}
+			require.Equal(t, w.ranks[0].Shards[3].Data, w.ranks[1].Shards[3].Data)
+			// rank 1 froze table 2 as well: both raise in the backward's first op
+			_, xs = step(func(r int) []bool { return []bool{true, false, r == 1, true} })
+			errs := pairOnce(t, xs)
+			require.ErrorContains(t, errs[0], `table "t2" is frozen (requires_grad=False) on rank 1 but not on rank 0`)
+			require.ErrorContains(t, errs[1], `table "t2" is frozen (requires_grad=False) on rank 1 but not on rank 0`)
+			require.Equal(t, after, rows(), "a refused backward moved rows")
+		})
+	}
+}

@@ -345,6 +345,22 @@ def set_num_threads(n: int) -> None:
         raise InvalidInputError(str(exc).replace(f"got {clamped}", f"got {n}")) from None
 
 
+class ByteFlags:
+    """Per-table flags as the engine takes them: one byte each, 1 where set (``args``: the bytes'
+    address and count, or ``(None, 0)`` for no flags). Keep the object until the call returns: it
+    owns the bytes."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self, flags: Sequence[bool] | None) -> None:
+        self._buf = None if flags is None else (ctypes.c_uint8 * len(flags))(*map(int, flags))
+
+    @property
+    def args(self) -> tuple[int | None, int]:
+        """(address, count) for the export's pointer and length arguments."""
+        return (None, 0) if self._buf is None else (ctypes.addressof(self._buf), len(self._buf))
+
+
 class Handle:
     """Owns one Go object handle and frees it exactly once (explicitly or when collected)."""
 

@@ -145,7 +145,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
             weight, state, step, local = self._memory(i, cfg.embedding_dim)
             self._local_rows.append(local)
             has_state = optimizer is not None and optimizer.state_width(cfg.embedding_dim) > 0
-            self.embedding_bags[cfg.name] = _Shard(weight, optimizer is None, state if has_state else None, step)
+            # requires_grad fused or not, as the unsharded collections' weights: requires_grad_(False) freezes
+            self.embedding_bags[cfg.name] = _Shard(weight, True, state if has_state else None, step)
             if optimizer is not None:  # as DMP marks its sharded tables: dense-optimizer filters leave them out
                 optim.mark_updated_in_backward([self.embedding_bags[cfg.name].weight])
             if cfg.dynamic is not None:
@@ -183,12 +184,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         seed) and the tables' ``init_fn`` say, so a table larger than one rank's memory is never
         allocated whole.
 
-        A table of ``ebc`` frozen with ``requires_grad_(False)`` gives a frozen shard (a torch optimizer
-        over the parameters that require grad leaves it); with a fused optimizer, whose update covers
-        every shard, a frozen table raises ``InvalidInputError``."""
+        A table of ``ebc`` frozen with ``requires_grad_(False)`` gives a frozen shard: a torch optimizer
+        over the parameters that require grad leaves it, and a fused optimizer updates the other tables
+        alone."""
         cfgs = ebc.embedding_bag_configs()
         optim.adopt(ebc, kwargs)
-        frozen = frozen_tables(ebc, "embedding_bags", kwargs.get("optimizer"), "from_ebc")
+        frozen = frozen_tables(ebc, "embedding_bags")
         if on_meta(ebc):
             kwargs.setdefault("seed", getattr(ebc, "_seed", None))
             return freeze(cls(cfgs, sharding, **kwargs), frozen)
@@ -491,16 +492,23 @@ class ShardedEmbeddingBagCollection(nn.Module):
             _lib.call(_lib.fn("recgo_shard_set_pad_tables"), self._handle.value, pad)
             self._pad = pad
 
-    def _graph_weights(self) -> list[torch.Tensor] | None:
-        """The shards' weights when a step's output goes through autograd (a parameter it updates
-        requires grad), else None: the output is read out at once."""
+    def _graph_weights(self, step: "_Step") -> list[torch.Tensor] | None:
+        """The shards' weights when a step's output goes through autograd (some shard's weight requires
+        grad), else None: the output is read out at once. The step keeps which shards are frozen
+        (``requires_grad_(False)``), which its backward leaves out: no rank steps them (with a fused
+        optimizer) or gets their gradients, and every rank must freeze the same ones."""
         shards = [s.weight for s in self.embedding_bags.values()]
-        params = [self._anchor] if self._optimizer is not None else shards
-        return shards if torch.is_grad_enabled() and any(p.requires_grad for p in params) else None
+        if not torch.is_grad_enabled():
+            return None
+        frozen = [not w.requires_grad for w in shards]
+        if all(frozen):
+            return None
+        step.frozen = frozen if any(frozen) else None
+        return shards
 
     def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
         """The output of a step whose forward exchange ran: through autograd (_graph_weights) or read out now."""
-        shards = self._graph_weights()
+        shards = self._graph_weights(step)
         if shards is not None:
             return _Lookup.apply(self, step, size, self._anchor, *shards)
         out = self._output(step, size)
@@ -517,8 +525,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """Hand the output's gradient to the engine, which queues the backward exchange (a pooled
         output is one tensor: every table is used, ``unused`` is None)."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
+        frozen = _lib.ByteFlags(step.frozen)
         _lib.call(_lib.fn("recgo_shard_backward"), step.handle.value, ptr(grad), grad.numel(), self._grad_scale,
-                  int(fused))
+                  int(fused), *frozen.args)
 
     def _backward(self, step: "_Step", grad: torch.Tensor, unused: list[bool] | None = None) -> list[torch.Tensor | None]:
         """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused);
@@ -531,7 +540,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if fused:
             return [torch.zeros((), dtype=torch.float32)] + [None] * len(self._configs)
         grads: list[torch.Tensor | None] = list(self._owner_grads(handle))
-        if unused is not None:
+        if unused is not None or step.frozen is not None:
             skipped = (ctypes.c_uint8 * len(grads))()
             _lib.call(_lib.fn("recgo_shard_skipped"), handle.value, ctypes.addressof(skipped), len(grads))
             grads = [None if k else g for g, k in zip(grads, skipped)]

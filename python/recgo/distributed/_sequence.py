@@ -86,10 +86,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """Shard an existing recgo (or TorchRec) ``EmbeddingCollection``: every rank takes its rows (and,
         from a recgo collection with the same fused optimizer, their state and step) from ``ec``. On the
         meta device, as :meth:`ShardedEmbeddingBagCollection.from_ebc`: each rank initialises only its
-        rows (``seed`` defaults to the recgo collection's). Frozen tables as for ``from_ebc``: frozen
-        shards, or ``InvalidInputError`` with a fused optimizer."""
+        rows (``seed`` defaults to the recgo collection's). Frozen tables give frozen shards, as for
+        ``from_ebc``."""
         optim.adopt(ec, kwargs)
-        frozen = frozen_tables(ec, "embeddings", kwargs.get("optimizer"), "from_ec")
+        frozen = frozen_tables(ec, "embeddings")
         if on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
             return freeze(cls(ec.embedding_configs(), sharding, **kwargs), frozen)
@@ -147,7 +147,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     def _lookup_keys(self, step: _SeqStep, feats: list[int], sizes: list[int]) -> Sequence[torch.Tensor]:
         """The step's rows, one flat tensor per batch key (``sizes`` values each, KJT order): through
         autograd when a parameter it updates requires grad, else read out at once."""
-        shards = self._graph_weights()
+        shards = self._graph_weights(step)
         if shards is not None:
             return _KeyLookup.apply(self, step, feats, sizes, self._anchor, *shards)
         out = self._output(step, sum(sizes))
@@ -164,11 +164,11 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
                         unused: list[bool] | None = None) -> None:
         """Hand the rows' gradient (``_output``'s layout) to the engine, which merges it per distinct
         row and queues the backward exchange; ``unused`` marks the tables none of whose outputs this
-        rank's loss used (a table no rank used takes no step)."""
+        rank's loss used (a table no rank used takes no step), the step's ``frozen`` those frozen."""
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=1, convert_to=torch.float32)
-        flags = None if unused is None else (ctypes.c_uint8 * len(unused))(*map(int, unused))
+        flags, frozen = _lib.ByteFlags(unused), _lib.ByteFlags(step.frozen)
         _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), self._grad_scale,
-                  int(fused), None if flags is None else ctypes.addressof(flags), 0 if unused is None else len(unused))
+                  int(fused), *flags.args, *frozen.args)
 
 
 class _KeyLookup(torch.autograd.Function):

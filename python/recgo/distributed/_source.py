@@ -9,29 +9,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError
 from ..modules._walk import torchrec_kind
 from ..modules.convert import table_flags, torchrec_optimizer_state
 from . import _dynamic
 
 
-def frozen_tables(src: nn.Module, prefix: str, optimizer: Any, what: str) -> list[str]:
+def frozen_tables(src: nn.Module, prefix: str) -> list[str]:
     """The tables of the unsharded collection ``src`` (recgo's or TorchRec's; state-dict table keys
     under ``prefix``) frozen with ``requires_grad_(False)``, whose shards :func:`freeze` freezes in the
     sharded collection built from it (a torch optimizer over the parameters that require grad then
-    leaves them, as it left the unsharded ones).
-
-    Raises:
-        InvalidInputError: some are frozen and the sharded collection gets a fused ``optimizer``: its
-            update covers every table it holds, frozen or not.
-    """
-    frozen = [t for t, trains in table_flags(src, prefix).items() if not trains]
-    if frozen and optimizer is not None:
-        raise InvalidInputError(
-            f"{what}: tables {frozen} are frozen (requires_grad=False), but a sharded collection's fused optimizer "
-            f"({optimizer!r}) updates every table it holds: unfreeze them, or shard a collection without a fused "
-            "optimizer (its frozen tables then get no gradient)")
-    return frozen
+    leaves them, as it left the unsharded ones, and a fused optimizer updates the other tables alone)."""
+    return [t for t, trains in table_flags(src, prefix).items() if not trains]
 
 
 def freeze(coll: Any, tables: list[str]) -> Any:

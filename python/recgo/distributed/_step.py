@@ -28,13 +28,15 @@ class _Shard(nn.Module):
 
 
 class _Step:
-    """A step's engine handle and the bytes its exchanges sent, per group."""
+    """A step's engine handle, the bytes its exchanges sent, per group, and the tables frozen when its
+    forward ran (``frozen``: None when none was; the backward leaves them out)."""
 
-    __slots__ = ("handle", "traffic")
+    __slots__ = ("handle", "traffic", "frozen")
 
     def __init__(self, handle: _lib.Handle) -> None:
         self.handle = handle
         self.traffic: dict[str, int] = {}
+        self.frozen: list[bool] | None = None
 
 
 class _Lookup(torch.autograd.Function):

@@ -66,8 +66,11 @@ def module_for(key: int, params: list[torch.Tensor]) -> Any:
 
 @torch.library.custom_op("recgo::ebc_forward", mutates_args=())
 def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false)."""
+                weights: Optional[torch.Tensor], params: list[torch.Tensor],
+                frozen: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false).
+    ``frozen`` marks, per table, those a fused backward leaves out (a list of one flag per table: torch's
+    custom ops take an empty list for a list of tensors)."""
     m = module_for(key, params)
     out, raw = m._lookup(key_feature, values, lengths, weights, keep)
     return out, m._contexts.ticket(raw)
@@ -75,7 +78,8 @@ def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.T
 
 @ebc_forward.register_fake
 def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-      weights: Optional[torch.Tensor], params: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+      weights: Optional[torch.Tensor], params: list[torch.Tensor],
+      frozen: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
     m = module(key)
     batch = lengths.shape[0] // max(1, key_feature.shape[0])
     return (lengths.new_empty((batch, m._width), dtype=torch.float32),
@@ -91,18 +95,19 @@ def dense_in_op(m: Any) -> bool:
 
 
 @torch.library.custom_op("recgo::ebc_backward", mutates_args=())
-def ebc_backward(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
-    """Fused: applies the optimizer, returns ``[zeros(())]``. Dense gradients: one weight-shaped gradient
-    per table. Sparse: ``[rows_t, grads_t, ...]`` per table."""
+def ebc_backward(key: int, ctx_id: torch.Tensor, grad: torch.Tensor, frozen: list[bool]) -> list[torch.Tensor]:
+    """Fused: applies the optimizer (leaving out the tables ``frozen`` marks), returns
+    ``[zeros(())]``. Dense gradients: one weight-shaped gradient per table. Sparse: ``[rows_t, grads_t,
+    ...]`` per table."""
     m = module(key)
-    raw = m._run_backward(int(ctx_id.item()), grad)
+    raw = m._run_backward(int(ctx_id.item()), grad, list(frozen) if any(frozen) else None)
     if m._optimizer is not None:
         return [torch.zeros((), dtype=torch.float32)]
     return m._grads_from(raw) if dense_in_op(m) else raw  # type: ignore[return-value]
 
 
 @ebc_backward.register_fake
-def _(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
+def _(key: int, ctx_id: torch.Tensor, grad: torch.Tensor, frozen: list[bool]) -> list[torch.Tensor]:
     m = module(key)
     if m._optimizer is not None:
         return [grad.new_empty(())]
@@ -117,7 +122,7 @@ def _(key: int, ctx_id: torch.Tensor, grad: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[torch.Tensor, torch.Tensor]) -> None:
-    ctx.key = inputs[0]
+    ctx.key, ctx.frozen = inputs[0], inputs[7]
     ctx.save_for_backward(output[1])
 
 
@@ -126,10 +131,10 @@ def _backward(ctx: Any, grad: torch.Tensor, _grad_ctx: Any) -> tuple[Any, ...]:
     m = module(ctx.key)
 
     def run() -> Any:
-        raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad)
+        raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad, ctx.frozen)
         return raw if dense_in_op(m) else m._grads_from(raw)
 
-    return None, None, None, None, None, None, first_order([grad], run)
+    return None, None, None, None, None, None, first_order([grad], run), None
 
 
 ebc_forward.register_autograd(_backward, setup_context=_setup_context)

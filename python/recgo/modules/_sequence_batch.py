@@ -46,6 +46,14 @@ def unused_tables(key_feature: Any, missing: Any, feature_tables: Any, tables: A
     return skip if any(skip) else None
 
 
+def either(a: list[bool] | None, b: list[bool] | None) -> list[bool] | None:
+    """Per table, whether ``a`` or ``b`` marks it (None: neither marks any): the tables a backward
+    leaves out, frozen ones and those the loss did not use."""
+    if a is None or b is None:
+        return a if b is None else b
+    return [x or y for x, y in zip(a, b)]
+
+
 class KeyPlan(NamedTuple):
     """How a KJT's keys reach the engine (``EmbeddingCollection._keys``)."""
 

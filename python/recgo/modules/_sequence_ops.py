@@ -20,6 +20,7 @@ import torch
 
 from ._ops import dense_in_op, module as _module, module_for
 from ._second_order import first_order
+from ._sequence_batch import either
 
 if TYPE_CHECKING:
     from .sequence import EmbeddingCollection
@@ -33,9 +34,10 @@ def module(key: int) -> "EmbeddingCollection":
 
 @torch.library.custom_op("recgo::ec_forward", mutates_args=())
 def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-               dims: list[int], params: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+               dims: list[int], params: list[torch.Tensor], frozen: list[bool]) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per key (KJT order, ``dims[k]`` its embedding dim) its ``[n_k, D_k]`` rows, and the ticket owning
-    the saved context (id 0 without ``keep``; see ``_contexts.py``)."""
+    the saved context (id 0 without ``keep``; see ``_contexts.py``). ``frozen`` marks, per used table,
+    those a fused backward leaves out."""
     m = module_for(key, params)
     outs, raw = m._run_forward(key_feature, values, lengths, dims, keep)
     return outs, m._contexts.ticket(raw)
@@ -43,7 +45,7 @@ def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Te
 
 @ec_forward.register_fake
 def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-      dims: list[int], params: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
+      dims: list[int], params: list[torch.Tensor], frozen: list[bool]) -> tuple[list[torch.Tensor], torch.Tensor]:
     if len(dims) == 1:
         sizes: list[Any] = [values.shape[0]]
     else:
@@ -81,7 +83,7 @@ def _(key: int, ctx_id: torch.Tensor, grads: list[torch.Tensor], skip: list[bool
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[list[torch.Tensor], torch.Tensor]) -> None:
-    ctx.key = inputs[0]
+    ctx.key, ctx.frozen = inputs[0], list(inputs[7]) if any(inputs[7]) else None
     # which table each output belongs to, to skip the tables whose outputs the loss leaves out; not
     # while compiling (reading the values would make data-dependent sizes), where AOTAutograd hands
     # zeros for unused outputs anyway
@@ -96,12 +98,13 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None], _grad_ctx: Any) -> tup
     filled = [g if g is not None else torch.zeros(s, dtype=torch.float32) for g, s in zip(grads, ctx.dims)]
     m = module(ctx.key)
     skip = m._skipped(ctx.key_feature, [g is None for g in grads]) if ctx.key_feature is not None else None
+    skip = either(ctx.frozen, skip)
 
     def run() -> Any:
         raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled, skip or [])
         return m._without(raw if dense_in_op(m) else m._grads_from(raw), skip)
 
-    return None, None, None, None, None, None, first_order(grads, run)
+    return None, None, None, None, None, None, first_order(grads, run), None
 
 
 ec_forward.register_autograd(_backward, setup_context=_setup_context)

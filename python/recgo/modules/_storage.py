@@ -11,8 +11,8 @@ as *views*: ``(table, holder module, attribute, engine tensor, its address)``). 
   would otherwise overwrite the module's weights for good: :func:`check_storage`.
 * A cast or move (``.half()``, ``.bfloat16()``, ``.double()``, ``.to("meta")``, ``.to("cuda")``) of a
   built collection is refused, since the engine reads float32 CPU memory: :func:`check_cast`.
-* A fused collection trains when its tables' weights require grad; ``requires_grad_(False)`` freezes
-  it (no context kept, no update, no step): :func:`fused_trains`.
+* A fused collection trains the tables whose weights require grad; ``requires_grad_(False)`` freezes
+  a table (no update, no step), or the collection (no context kept either): :func:`frozen_flags`.
 """
 
 from __future__ import annotations
@@ -122,20 +122,12 @@ def check_cast_dtype(probe: torch.Tensor) -> None:
             "before this one are already cast: cast the dense modules one by one)")
 
 
-def fused_trains(weights: Sequence[tuple[str, torch.Tensor]]) -> bool:
-    """Whether a fused collection's forward keeps a context for its update: True when every table's
-    weight requires grad, False when none does (frozen with ``requires_grad_(False)``). Some but not
-    all raises: the fused update covers every table of the batch."""
-    flags = [w.requires_grad for _, w in weights]
-    if all(flags):
-        return True
-    if not any(flags):
-        return False
-    frozen = [name for (name, _), f in zip(weights, flags) if not f]
-    raise InvalidInputError(
-        f"tables {frozen} have requires_grad=False but the others do not: a fused collection's update covers "
-        "all its tables, so freeze all of them (collection.requires_grad_(False)) or none, or train with "
-        "optimizer=None and a torch optimizer")
+def frozen_flags(weights: Sequence[torch.Tensor]) -> list[bool]:
+    """Per table, whether a fused collection's update leaves it out: its weight does not require grad
+    (frozen with ``requires_grad_(False)``, a pretrained table). Its rows, optimizer state and
+    ``optimizer_step`` stay, as torch's optimizers skip a parameter without a gradient and TorchRec's
+    in-backward ones skip a frozen table; with every table frozen the forward keeps no context."""
+    return [not w.requires_grad for w in weights]
 
 
 _OPTIMIZER_ENTRIES = ("optimizer_state", "optimizer_step")

@@ -40,9 +40,7 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
       parameters);
     * weighted collections stay weighted, and ``need_indices`` carries over;
     * a table frozen with ``weight.requires_grad_(False)`` stays frozen (also on the meta device, once
-      materialised); a collection with a fused optimizer of which some tables but not all are frozen
-      raises, since recgo's fused update covers every table of a collection (TorchRec's in-backward
-      optimizer skipped the frozen ones);
+      materialised): the fused optimizer leaves it out, as TorchRec's in-backward optimizer did;
     * each module's ``training`` flag carries over (a model converted in eval mode stays in eval mode:
       dynamic-ID tables admit no ID), and so do the hooks registered on it (forward, forward-pre,
       backward, state-dict), whose handles still remove them; hooks that cannot carry over warn (on the
@@ -58,8 +56,7 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     Raises:
         InvalidInputError: ``model`` holds none of TorchRec's embedding modules, a table of one
             collection has another in-backward optimizer than the rest, or one recgo does not have
-            (see :func:`recgo.modules.optim.from_torch`), or a fused collection has some tables
-            frozen and others not (nothing is replaced then).
+            (see :func:`recgo.modules.optim.from_torch`).
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
@@ -69,7 +66,6 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
                                 "FusedEmbeddingBagCollection or EmbeddingCollection")
     # Unsharded, TorchRec's modules ran apply_optimizer_in_backward's torch optimizer itself: options
     # left out take that class's defaults (shard_model, like DMP, takes FBGEMM's).
-    refuse_partly_frozen_fused(model, optimizer, "from_torchrec")  # before any module is replaced
     model = convert_managed(model, optimizer, seed, class_defaults=True)  # inner collections convert with them
     for name, m, kind in outermost(model, torchrec_kind):
         kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
@@ -122,34 +118,6 @@ def _keep_frozen(old: nn.Module, new: nn.Module, prefix: str) -> None:
     for table, trains in table_flags(old, prefix).items():
         if not trains and table in tables:
             tables[table].weight.requires_grad_(False)
-
-
-def refuse_partly_frozen_fused(model: nn.Module, optimizer: FusedOptimizer | None, what: str) -> None:
-    """Raise for a TorchRec collection of ``model`` (a managed-collision one's included) of which some
-    but not all tables are frozen (``requires_grad=False``) and that becomes a fused collection
-    (``optimizer`` given, a ``FusedEmbeddingBagCollection``, or ``apply_optimizer_in_backward`` on its
-    tables): TorchRec's in-backward optimizer skips the frozen tables, but recgo's fused update covers
-    every table of a collection (freezing only some of a fused collection's tables raises, see
-    :class:`~recgo.modules.embedding.EmbeddingBagCollection`). A collection frozen whole converts frozen.
-
-    Raises:
-        InvalidInputError: naming the collection and its frozen tables.
-    """
-    for name, m, kind in outermost(model, _kind):
-        coll = m._embedding_module if kind == "managed" else m
-        flags = table_flags(coll, _prefix(coll))
-        frozen = [t for t, trains in flags.items() if not trains]
-        if not frozen or len(frozen) == len(flags):
-            continue
-        fused = optimizer if optimizer is not None else (optim.of_torchrec_fused(coll) or optim.in_backward(coll))
-        if fused is None:
-            continue
-        raise InvalidInputError(
-            f"{what}: {name or 'the model'}: tables {frozen} are frozen (requires_grad=False) but its other tables "
-            f"train, and recgo's collection updates every table of a collection with its fused optimizer ({fused!r}); "
-            "freeze all of its tables or none, put the frozen tables in a collection of their own, or give this "
-            "collection no fused optimizer (no apply_optimizer_in_backward, not a FusedEmbeddingBagCollection) and "
-            "step its trainable tables with a torch optimizer")
 
 
 def _internal(hook: Any) -> bool:

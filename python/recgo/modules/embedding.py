@@ -70,7 +70,7 @@ from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
-from ._storage import (check_cast, check_cast_dtype, check_checkpoint, check_storage, fused_trains,
+from ._storage import (check_cast, check_cast_dtype, check_checkpoint, check_storage, frozen_flags,
                        materialised_before_load, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
@@ -306,11 +306,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         one address comparison per tensor in the common case."""
         check_storage(self._engine_views)
 
-    def _fused_trains(self, tables: Sequence[int]) -> bool:
-        """Whether a fused forward over ``tables`` (indices) is kept for its update: the weights'
-        ``requires_grad`` (``requires_grad_(False)`` freezes the collection; see ``_storage``)."""
-        cfgs = self._configs
-        return fused_trains([(cfgs[i].name, self.embedding_bags[cfgs[i].name].weight) for i in tables])
+    def _frozen(self, tables: Sequence[int]) -> list[bool]:
+        """Per table of ``tables`` (indices), whether a fused update leaves it out: frozen with
+        ``requires_grad_(False)`` (see ``_storage.frozen_flags``)."""
+        return frozen_flags([self.embedding_bags[self._configs[i].name].weight for i in tables])
 
     def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """(per KJT key: the engine feature it feeds or -1 when no table reads it; and for each further
@@ -373,26 +372,28 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         _lib.call(_lib.fn("recgo_ebc_context_counts"), handle.value, ptr(counts), 2 * n)
         return counts
 
-    def _run_backward(self, ctx_id: int, grad: torch.Tensor) -> list[torch.Tensor]:
+    def _run_backward(self, ctx_id: int, grad: torch.Tensor, frozen: list[bool] | None = None) -> list[torch.Tensor]:
         """Backward of the context behind ticket ``ctx_id`` (see ``recgo::ebc_backward``)."""
-        return self._backward(self._contexts.take(ctx_id, once=self._optimizer is not None), grad)
+        return self._backward(self._contexts.take(ctx_id, once=self._optimizer is not None), grad, frozen)
 
-    def _backward(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
-        """Backward of a kept context: nothing when fused (the context is freed: its update ran), else per
-        table its distinct rows and their gradients (the context stays with its graph, which may run
-        backward again under ``retain_graph=True``; it only reads the context)."""
+    def _backward(self, handle: _lib.Handle, grad: torch.Tensor, frozen: list[bool] | None = None) -> list[torch.Tensor]:
+        """Backward of a kept context: nothing when fused (the context is freed: its update ran, leaving
+        out the tables ``frozen`` marks), else per table its distinct rows and their gradients (the
+        context stays with its graph, which may run backward again under ``retain_graph=True``; it only
+        reads the context)."""
         try:
-            return self._backward_raw(handle, grad)
+            return self._backward_raw(handle, grad, frozen)
         finally:
             if self._optimizer is not None:
                 handle.free()
 
-    def _backward_raw(self, handle: _lib.Handle, grad: torch.Tensor) -> list[torch.Tensor]:
+    def _backward_raw(self, handle: _lib.Handle, grad: torch.Tensor, frozen: list[bool] | None) -> list[torch.Tensor]:
         grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64, torch.float16, torch.bfloat16),
                             ndim=2, convert_to=torch.float32)
         f = _lib.fn("recgo_ebc_backward")
         if self._optimizer is not None:
-            _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0)
+            skip = _lib.ByteFlags(frozen)
+            _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0, *skip.args)
             return []
         n = len(self._configs)
         uniq = self._counts(handle)[:n].tolist()
@@ -401,7 +402,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             out += [torch.empty(u, dtype=torch.int64), torch.empty(u, cfg.embedding_dim, dtype=torch.float32)]
         rows = (ctypes.c_void_p * n)(*[ptr(t) for t in out[0::2]])
         vals = (ctypes.c_void_p * n)(*[ptr(t) for t in out[1::2]])
-        _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n)
+        _lib.call(f, handle.value, 0, ptr(grad), grad.numel(), ctypes.addressof(rows), ctypes.addressof(vals), n,
+                  None, 0)
         self._untrained.backward((weight, rows) for (weight, _, _), rows in zip(self._storage, out[0::2]))
         return out
 
@@ -464,8 +466,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._check_storage()
         weights = self._batch_weights(kjt)
         params = self._params()
+        frozen: list[bool] | None = None  # a fused update's frozen tables, when some are
         if self._optimizer is not None:
-            keep = torch.is_grad_enabled() and self._fused_trains(range(len(self._configs)))
+            flags = self._frozen(range(len(self._configs)))
+            keep = torch.is_grad_enabled() and not all(flags)
+            frozen = flags if keep and any(flags) else None
         else:
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if keep and self._optimizer is None and not torch.compiler.is_compiling():
@@ -476,7 +481,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             # Nothing to keep (frozen, or no grad): the op's output must not require grad through the
             # anchor, or autograd would run a backward that has no saved forward.
             params = params if keep else [p.detach() for p in params]
-            out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params)
+            out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params,
+                                      frozen or [False] * len(self._configs))
             return out
         if not keep:
             return self._lookup(key_feature, values, lengths, weights, False)[0]
@@ -485,7 +491,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             out, raw = self._lookup(key_feature, values, lengths, weights, True)
             return [out], self._contexts.own(raw)
 
-        return _eager.lookup(forward, self._eager_backward, params, once=self._optimizer is not None)[0]
+        return _eager.lookup(forward, lambda h, g: self._eager_backward(h, g, frozen), params,
+                             once=self._optimizer is not None)[0]
 
     def _lookup(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, int]:
@@ -494,9 +501,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         out = self._outputs.take([(lengths.numel() // max(1, key_feature.numel()), self._width)])[0]
         return out, self._forward(key_feature, values, lengths, weights, out, keep)
 
-    def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor],
+                        frozen: list[bool] | None = None) -> list[torch.Tensor | None]:
         """The eager path's backward (``_eager``): ``recgo::ebc_backward`` and its autograd formula in one."""
-        return self._grads_from(self._backward(handle, grads[0]))
+        return self._grads_from(self._backward(handle, grads[0], frozen))
 
     def feature_names(self) -> list[str]:
         """Output feature order (tables in order, each table's features in order)."""

@@ -35,7 +35,7 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
-from ._sequence_batch import KeyPlan, key_counts, meta_results, results, unused_tables, with_indices
+from ._sequence_batch import KeyPlan, either, key_counts, meta_results, results, unused_tables, with_indices
 from ._storage import check_cast, check_checkpoint, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
@@ -97,8 +97,9 @@ class EmbeddingCollection(nn.Module):
     As for :class:`EmbeddingBagCollection`: ``copy.deepcopy``, pickle and ``torch.save(module)`` give
     an independent collection (over a copy of the owning collection, copied once when a model holds it
     too); casts and moves (``.half()``, ``.to("meta")``) and a forward with swapped weights
-    (``torch.func.functional_call``) raise; ``requires_grad_(False)`` on the tables freezes it (a fused
-    one keeps no context and updates nothing). With ``optimizer=None`` a graph kept by
+    (``torch.func.functional_call``) raise; ``requires_grad_(False)`` on a table freezes it (a fused
+    update leaves it out: no row, state or step moves), on every table the collection (a fused one then
+    keeps no context). With ``optimizer=None`` a graph kept by
     ``backward(retain_graph=True)`` may run backward again; with a fused optimizer it runs once.
 
     With ``share`` and a fused optimizer, a step that uses a table both pooled and as a sequence
@@ -293,9 +294,8 @@ class EmbeddingCollection(nn.Module):
                     grad[total:].zero_()
             f = _lib.fn("recgo_ec_backward")
             if self._fused:
-                flags = None if skip is None else (ctypes.c_uint8 * len(skip))(*map(int, skip))
-                _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0,
-                          None if flags is None else ctypes.addressof(flags), 0 if skip is None else len(skip))
+                flags = _lib.ByteFlags(skip)
+                _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0, *flags.args)
                 return []
             n = len(self._tables)
             uniq = self._counts(handle)[:n]
@@ -376,8 +376,11 @@ class EmbeddingCollection(nn.Module):
             self._owner._check_storage()
         key_feature, dims = plan.key_feature, plan.dims
         params = self._params()
+        frozen: list[bool] | None = None  # a fused update's frozen tables, when some are
         if self._fused:
-            keep = torch.is_grad_enabled() and self._owner._fused_trains(self._tables)
+            flags = self._owner._frozen(self._tables)
+            keep = torch.is_grad_enabled() and not all(flags)
+            frozen = flags if keep and any(flags) else None
         else:
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         _eager.warn_fused_export(keep, self._fused)
@@ -385,12 +388,13 @@ class EmbeddingCollection(nn.Module):
         values = kjt.values()
         if not _eager.allowed(key_feature, values, lengths, *params):
             params = params if keep else [p.detach() for p in params]  # as the pooled collection's
-            outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params)
+            outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params,
+                                               frozen or [False] * len(self._tables))
         elif keep:
             keys = key_feature.tolist()
             outs = _eager.lookup(lambda: self._eager_forward(key_feature, values, lengths, dims),
                                  lambda h, g, missing=None: self._eager_backward(
-                                     h, g, None if missing is None else self._skipped(keys, missing)),
+                                     h, g, either(frozen, None if missing is None else self._skipped(keys, missing))),
                                  params, once=self._fused)
         else:
             outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
