@@ -70,3 +70,31 @@ def test_a_checkpoint_with_a_malformed_entry_list_is_refused(tmp_path: Path, ent
     with pytest.raises(RecgoIOError, match="checkpoint metadata is malformed"):
         ebc.load(path)
     assert torch.equal(ebc.state_dict()["embedding_bags.t.weight"], before)
+
+
+@pytest.mark.parametrize("bad", [torch.tensor([-5]), torch.tensor([float("nan")]), torch.tensor([2**53])],
+                         ids=["negative", "nan", "past_2_53"])
+@pytest.mark.parametrize("sequence", [False, True], ids=["pooled", "sequence"])
+def test_a_nested_load_checks_step_counters_as_a_direct_one(bad: torch.Tensor, sequence: bool) -> None:
+    """A fused collection inside a model: ``model.load_state_dict`` skipped the collection's checks, so a
+    step counter of −5 or NaN loaded (refused only at the next backward). It is refused by name, before
+    any entry is copied."""
+    if sequence:
+        coll: torch.nn.Module = recgo.EmbeddingCollection(
+            [recgo.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["f"])],
+            optimizer=optim.Adam(lr=0.1))
+        key = "c.embeddings.t.optimizer_step"
+    else:
+        coll = recgo.EmbeddingBagCollection(
+            [recgo.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["f"])],
+            optimizer=optim.Adam(lr=0.1))
+        key = "c.embedding_bags.t.optimizer_step"
+    model = torch.nn.ModuleDict({"c": coll})
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    weight = [k for k in sd if k.endswith("weight")][0]
+    sd[weight] += 1
+    sd[key] = bad
+    before = model.state_dict()[weight].clone()
+    with pytest.raises(InvalidInputError, match=f"checkpoint entry '{key}' = "):
+        model.load_state_dict(sd)
+    assert torch.equal(model.state_dict()[weight], before)
