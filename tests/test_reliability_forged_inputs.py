@@ -98,3 +98,25 @@ def test_a_nested_load_checks_step_counters_as_a_direct_one(bad: torch.Tensor, s
     with pytest.raises(InvalidInputError, match=f"checkpoint entry '{key}' = "):
         model.load_state_dict(sd)
     assert torch.equal(model.state_dict()[weight], before)
+
+
+@pytest.mark.parametrize("lo, hi, match", [
+    (float("nan"), None, "weight_init_min must be a finite number or None, got nan"),
+    (None, float("inf"), "weight_init_max must be a finite number or None, got inf"),
+    (1.0, 0.5, "weight_init_min 1.0 is above weight_init_max 0.5"),
+    (0.5, None, r"weight_init_min 0.5 is above weight_init_max 0.31"),  # the default max, 1/sqrt(10)
+])
+@pytest.mark.parametrize("sequence", [False, True], ids=["pooled", "sequence"])
+def test_init_bounds_that_cannot_draw_rows_are_refused(lo: float | None, hi: float | None, match: str,
+                                                       sequence: bool) -> None:
+    """NaN bounds filled the table with NaN; min > max raised torch's own error at materialisation."""
+    with pytest.raises(InvalidInputError, match=match):
+        if sequence:
+            recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "t", ["f"], weight_init_min=lo, weight_init_max=hi)])
+        else:
+            recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"], weight_init_min=lo,
+                                                                   weight_init_max=hi)])
+    ok = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"], weight_init_min=-0.5,
+                                                                weight_init_max=0.5)])
+    w = ok.embedding_bags["t"].weight
+    assert float(w.min()) >= -0.5 and float(w.max()) <= 0.5
