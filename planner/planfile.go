@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/files"
 	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/profile"
 )
@@ -132,14 +133,17 @@ func ParsePlan(data []byte) (*Plan, error) {
 	return &p, nil
 }
 
+// maxPlanBytes bounds the plan files LoadPlan reads (a plan holds a line per table).
+const maxPlanBytes = 1 << 30
+
 // LoadPlan reads and verifies dir/plan.json (or the file itself when path names one).
 func LoadPlan(path string) (*Plan, error) {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		path = filepath.Join(path, "plan.json")
 	}
-	data, err := os.ReadFile(path)
+	data, err := files.ReadRegular(path, maxPlanBytes, "plan")
 	if err != nil {
-		return nil, errs.IOf("plan: %v", err)
+		return nil, err
 	}
 	p, err := ParsePlanFile(data)
 	if err != nil {

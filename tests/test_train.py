@@ -360,7 +360,11 @@ def test_a_missing_config_file_is_named(tmp_path: Path, capsys: pytest.CaptureFi
     missing = tmp_path / "nope.yaml"
     assert main(["train", "--config", str(missing), "--no-progress", "--out", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
-    assert f"config: {missing} is not a file" in err and err.count("\n") == 1
+    assert f"config: cannot read {missing}: No such file or directory" in err and err.count("\n") == 1
+    # a device is refused before it is read (/dev/zero was read until memory ran out)
+    assert main(["train", "--config", "/dev/zero", "--no-progress", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "config: /dev/zero is not a regular file (a pipe, socket or device)" in err and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("lines", [0, 1])

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/files"
 )
 
 // The checkpoint file of one dynamic table (written by [Table.Save], read by [Table.Load]) holds the
@@ -214,16 +215,9 @@ func (t *Table) Save(path string, optimizerStep int64) error {
 // optimizer step counter the file holds. On any error (naming the file and the damaged part) the
 // table is unchanged.
 func (t *Table) Load(path string) (int64, error) {
-	st, err := os.Stat(path)
+	data, err := files.ReadRegular(path, maxFileBytes, fmt.Sprintf("dynamic table %q: load", t.cfg.Name))
 	if err != nil {
-		return 0, errs.IOf("dynamic table %q: load %s: %v", t.cfg.Name, path, err)
-	}
-	if st.Size() > maxFileBytes {
-		return 0, errs.IOf("dynamic table %q: load %s: %d bytes is past the %d-byte limit", t.cfg.Name, path, st.Size(), int64(maxFileBytes))
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, errs.IOf("dynamic table %q: load %s: %v", t.cfg.Name, path, err)
+		return 0, err
 	}
 	c, err := DecodeCheckpoint(data)
 	if err != nil {

@@ -7,11 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"runtime"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/files"
 )
 
 // yieldEvery is how many rows a source parses between yields to the Go scheduler. With few Ps
@@ -146,28 +146,10 @@ func (l *lines) openFile(i int) error {
 	return nil
 }
 
-// openRegular opens path for reading after checking it is a regular file: a FIFO would block the
-// open until a writer came (and could not seek after), a directory reads as nothing.
+// openRegular opens an input file: a regular one only (files.OpenRegular), since the readers seek
+// in their files to resume.
 func openRegular(path string) (*os.File, os.FileInfo, error) {
-	st, err := os.Stat(path)
-	if pe, ok := err.(*fs.PathError); ok {
-		pe.Op = "open" // what the caller asked for ("stat" would read as a different step)
-	}
-	if err != nil {
-		return nil, nil, errs.IOf("reader: %v", err)
-	}
-	if st.IsDir() {
-		return nil, nil, errs.IOf("reader: %s is a directory, not a file", path)
-	}
-	if !st.Mode().IsRegular() {
-		return nil, nil, errs.IOf("reader: %s is not a regular file (a pipe, socket or device): the readers "+
-			"seek in their files to resume, so give a file", path)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, nil, errs.IOf("reader: %v", err)
-	}
-	return f, st, nil
+	return files.OpenRegular(path, "reader", "the readers seek in their files to resume, so give a file")
 }
 
 // otherCompression names the compression format whose magic bytes start head, other than gzip

@@ -16,6 +16,7 @@ import (
 	"os"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/files"
 )
 
 // Version is the profile file format version.
@@ -222,11 +223,15 @@ func Parse(data []byte) (*Profile, error) {
 	return &p, nil
 }
 
+// maxFileBytes bounds the profile files Load reads (a profile holds per table a CDF of a few
+// thousand points).
+const maxFileBytes = 1 << 30
+
 // Load reads a profile file.
 func Load(path string) (*Profile, error) {
-	data, err := os.ReadFile(path)
+	data, err := files.ReadRegular(path, maxFileBytes, "profile")
 	if err != nil {
-		return nil, errs.IOf("profile: %v", err)
+		return nil, err
 	}
 	p, err := Parse(data)
 	if err != nil {

@@ -1,11 +1,42 @@
 """Opening the user's data files as bytes, plain or gzip (recognised by its magic bytes, as recgo's Go
-readers do): shared by the training job's inputs and the planner's Criteo profiling."""
+readers do): shared by the training job's inputs and the planner's Criteo profiling; and reading a
+whole small file (a config, a profile) only when it is a regular file."""
 
 from __future__ import annotations
 
 import gzip
+import os
+import stat
 from pathlib import Path
 from typing import IO
+
+from .errors import RecgoIOError
+
+#: The most bytes :func:`read_regular` reads (configs and profiles are far smaller).
+READ_LIMIT = 1 << 30
+
+
+def read_regular(path: str | os.PathLike[str], what: str, limit: int = READ_LIMIT) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit``. A missing file, a directory, a pipe,
+    socket or device (``/dev/zero`` was read until memory ran out, a FIFO blocked the read until a
+    writer came) and a larger file raise :class:`RecgoIOError` naming ``what`` (as the engine's
+    ``internal/files`` does for the files it reads)."""
+    p = Path(path)
+    try:
+        st = p.stat()
+        if stat.S_ISDIR(st.st_mode):
+            raise RecgoIOError(f"{what}: {p} is a directory, not a file")
+        if not stat.S_ISREG(st.st_mode):
+            raise RecgoIOError(f"{what}: {p} is not a regular file (a pipe, socket or device): give the file itself")
+        if st.st_size > limit:
+            raise RecgoIOError(f"{what}: {p}: more than the {limit}-byte limit")
+        with p.open("rb") as fh:
+            data = fh.read(limit + 1)
+    except OSError as exc:
+        raise RecgoIOError(f"{what}: cannot read {p}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise RecgoIOError(f"{what}: {p}: more than the {limit}-byte limit")
+    return data
 
 
 def is_gzip(path: Path) -> bool:

@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 import torch
 
 from .errors import InvalidInputError
-from .tensors import integer
+from .tensors import integer, lengths_sum
 
 _INTS = (torch.int64, torch.int32)
 
@@ -87,8 +87,7 @@ class JaggedTensor:
         self._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
         n = values.shape[0]
         if self._lengths is not None:
-            if self._lengths.numel() and int(self._lengths.min()) < 0:
-                raise InvalidInputError("lengths: negative entry")
+            lengths_sum(self._lengths, n)
             if int(self._lengths.sum()) != n:
                 raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
         if self._offsets is not None:

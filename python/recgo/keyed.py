@@ -24,6 +24,8 @@ class KeyedTensor:
         self._length_per_key = [int(x) for x in length_per_key]
         if len(self._keys) != len(self._length_per_key):
             raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
+        if any(n < 0 for n in self._length_per_key):  # negative ones could still sum to the width
+            raise InvalidInputError(f"length_per_key {self._length_per_key}: a key's width cannot be negative")
         if values.dim() != 2 or values.shape[1] != sum(self._length_per_key):
             raise InvalidInputError(
                 f"values of shape {tuple(values.shape)} do not hold the keys' {sum(self._length_per_key)} columns")

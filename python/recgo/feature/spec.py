@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from .._json import strict_json
-from ..errors import InvalidInputError, RecgoIOError
+from .._textfiles import read_regular
+from ..errors import InvalidInputError
 from ..tensors import integer
 
 # The op names (engine/feature's opNames, plus the "mask" alias) and the parameter a scalar in the
@@ -251,10 +252,11 @@ def load_config(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, A
     """:func:`load_features`, plus the config's engine options (``{"max_values": ...}`` when given)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
+        raw = read_regular(path, "feature config")
         try:
-            text = path.read_text()
-        except OSError as exc:
-            raise RecgoIOError(f"cannot read feature config {path}: {exc}") from exc
+            text = raw.decode()
+        except UnicodeDecodeError as exc:
+            raise InvalidInputError(f"feature config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
         if path.suffix.lower() in (".yaml", ".yml"):
             from ..errors import require_extra
 

@@ -119,6 +119,12 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
         meta_ok = False
     if not meta_ok or not isinstance(state, dict):
         raise RecgoIOError(f"{path}: checkpoint metadata checksum mismatch (the file is corrupted)")
+    # a well-checksummed envelope of another shape (a forged or foreign file) is refused as one
+    if not isinstance(entries, list) or not all(
+            isinstance(e, (list, tuple)) and len(e) == 4 and isinstance(e[0], str) and isinstance(e[1], str)
+            and isinstance(e[2], list) and all(type(d) is int for d in e[2]) and type(e[3]) is int for e in entries):
+        raise RecgoIOError(f"{path}: checkpoint metadata is malformed (each entry must be key, dtype, shape, "
+                           "checksum; the file is corrupted or not recgo's)")
     if [e[0] for e in entries] != list(state):
         raise RecgoIOError(f"{path}: checkpoint entries {list(state)} differ from its metadata (the file is corrupted)")
     for key, dtype, shape, crc in entries:

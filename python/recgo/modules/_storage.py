@@ -162,9 +162,15 @@ def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, *_
     """``load_state_dict`` pre-hook of both collections, which runs also when the collection is nested
     in the model being loaded: a collection still on the meta device whose entries the state dict
     holds is materialised first, so torch copies them into engine memory (it copied into the meta
-    tensors, a no-op, and the model stayed on meta; the collection's own ``load_state_dict`` did)."""
-    if getattr(module, "_handle", 0) is None and any(k.startswith(prefix) for k in state_dict):
+    tensors, a no-op, and the model stayed on meta; the collection's own ``load_state_dict`` did).
+    Its entries are checked before torch copies any (:func:`check_checkpoint`; a nested load skipped
+    the check, and a step counter of −5 or NaN loaded, to be refused only at the next backward)."""
+    mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    if not mine:
+        return
+    if getattr(module, "_handle", 0) is None:
         module._materialise()
+    check_checkpoint(mine, module, "embeddings." if hasattr(module, "embeddings") else "embedding_bags.", prefix)
 
 
 @own_hook
@@ -200,11 +206,12 @@ def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
             mine.copy_(t.detach())
 
 
-def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str) -> None:
+def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str = "") -> None:
     """Refuse, before anything is loaded, a checkpoint entry of an engine-held tensor with another
     shape (another configuration), and an optimizer step counter outside ``[0, 2^53)``. ``prefix`` is
-    the collection's key prefix for its tables (``embedding_bags.`` or ``embeddings.``); dynamic-ID
-    tables' rows are checked by the engine."""
+    the collection's key prefix for its tables (``embedding_bags.`` or ``embeddings.``), ``shown`` the
+    collection's own in the model being loaded (for messages); dynamic-ID tables' rows are checked by
+    the engine."""
     owner = getattr(module, "ebc", module)
     dynamic = {f"{prefix}{c.name}." for c in owner.embedding_bag_configs() if c.dynamic is not None}
     own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
@@ -215,9 +222,9 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str) -> None:
             step = v.reshape(-1)
             if step.numel() != 1 or step.dtype != torch.int64 or not 0 <= int(step[0]) < _MAX_STEP:
                 raise InvalidInputError(
-                    f"checkpoint entry {k!r} = {step.tolist()} ({step.dtype}) is not an optimizer step in "
+                    f"checkpoint entry {shown + k!r} = {step.tolist()} ({step.dtype}) is not an optimizer step in "
                     "[0, 2^53): a corrupted or foreign checkpoint")
         if k.rpartition(".")[0] + "." not in dynamic and tuple(v.shape) != tuple(own[k].shape):
             raise InvalidInputError(
-                f"checkpoint entry {k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
+                f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
                 " (a checkpoint of another configuration?)")

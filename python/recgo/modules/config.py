@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -30,6 +31,18 @@ _POOLINGS = {"sum": _lib.const("PoolSum"), "mean": _lib.const("PoolMean")}
 _INT64_MAX = 2**63 - 1
 
 _FP32_NAMES = ("fp32", "float32", "float")
+
+
+def _check_init_bounds(t: Any) -> None:
+    """Refuse init bounds that are not finite numbers with min ≤ max (torch's ``uniform_`` raised its own
+    error at materialisation for min > max, and NaN filled the table with NaN)."""
+    for what in ("weight_init_min", "weight_init_max"):
+        v = getattr(t, what)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)):
+            raise InvalidInputError(f"table {t.name!r}: {what} must be a finite number or None, got {v!r}")
+    lo, hi = t.init_bounds()
+    if lo > hi:
+        raise InvalidInputError(f"table {t.name!r}: weight_init_min {lo} is above weight_init_max {hi}")
 
 
 class TableAccessors:
@@ -275,6 +288,7 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
                 raise InvalidInputError(
                     f"table {t.name!r}: {what}={v} does not fit in int64 (at most 2**63-1; memory limits it far sooner)")
         _check_data_type(t)
+        _check_init_bounds(t)
         if t.init_fn is not None and not callable(t.init_fn):
             raise InvalidInputError(f"table {t.name!r}: init_fn must be callable, got {type(t.init_fn).__name__}")
         feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name

@@ -70,7 +70,7 @@ from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
-from ._storage import (check_cast, check_cast_dtype, check_checkpoint, check_storage, frozen_flags,
+from ._storage import (check_cast, check_cast_dtype, check_storage, frozen_flags,
                        materialised_before_load, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
@@ -560,7 +560,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         which leaves the table unchanged on error."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
-        check_checkpoint(state_dict, self, "embedding_bags.")
         return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 
     def save(self, path: str | os.PathLike[str]) -> None:

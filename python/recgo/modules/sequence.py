@@ -36,7 +36,7 @@ from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, either, key_counts, meta_results, results, unused_tables, with_indices
-from ._storage import check_cast, check_checkpoint, materialised_before_load, synced_after_load
+from ._storage import check_cast, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
 from .config import (EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names, check_keys,
@@ -523,7 +523,6 @@ class EmbeddingCollection(nn.Module):
         device it materialises the tables first."""
         if self._handle is None:
             self._materialise()
-        check_checkpoint(state_dict, self, "embeddings.")
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingCollection":

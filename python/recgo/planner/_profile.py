@@ -16,6 +16,7 @@ import torch
 
 from .. import _lib
 from .._cache import KeyCache
+from .._textfiles import read_regular
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ._json import bytes_arg
@@ -86,10 +87,7 @@ class Profile:
     @staticmethod
     def load(path: str | os.PathLike[str]) -> "Profile":
         """Read a profile written by :meth:`save` (or by ``python -m recgo profile``)."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError as exc:
-            raise RecgoIOError(f"profile: {exc}") from exc
+        data = read_regular(path, "profile")
         buf = ctypes.create_string_buffer(data, len(data))
         return Profile(_lib.new_handle("recgo_profile_parse", buf, len(data)))
 

@@ -68,11 +68,11 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     fields: dict[str, Any] = {}
     if args.config:
         yaml: Any = require_extra("yaml", "yaml", f"--config {args.config}")
-        cfg_path = Path(args.config)
-        if not cfg_path.is_file():
-            raise InvalidInputError(f"config: {args.config} is not a file")
+        from .._textfiles import read_regular
+
+        text = read_regular(args.config, "config")
         try:
-            loaded = yaml.safe_load(cfg_path.read_text()) or {}
+            loaded = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise InvalidInputError(f"{args.config}: not valid YAML: {exc}".replace("\n", " ")) from exc
         if not isinstance(loaded, dict):
