@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import csv
 import gzip
+import json
 import math
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -284,3 +288,120 @@ def test_fit_and_generate_criteo_file(tmp_path: Path) -> None:
     assert first.labels.numel() == 500
     gen = recgo.DataPipeline(fitted, [Feature("C3").mod(10**9)], 500, depth=0)
     assert torch.equal(next(gen).sparse.values(), first.sparse.values() & 0xFFFFFFFF)
+
+
+# A minimal Parquet writer (one required INT64 column "a", PLAIN pages, thrift compact by hand), so
+# that the sizes a file declares can be forged without a Parquet library.
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _zz(n: int) -> bytes:
+    return _varint((n << 1) ^ (n >> 63))
+
+
+def _struct(*fields: tuple[int, int, bytes]) -> bytes:
+    out, last = bytearray(), 0
+    for fid, typ, payload in fields:  # ids ascending, each within 15 of the last
+        out += bytes([(fid - last) << 4 | typ]) + payload
+        last = fid
+    return bytes(out + b"\x00")
+
+
+def _list(typ: int, items: list[bytes]) -> bytes:
+    return bytes([len(items) << 4 | typ]) + b"".join(items)
+
+
+I32, I64, BIN, LIST, STRUCT = 5, 6, 8, 9, 12
+
+
+def _parquet(groups: list[list[int]], rows: list[int] | None = None, page_values: list[int] | None = None) -> bytes:
+    """A file of one row group per list of values; rows and page_values forge what each declares."""
+    body, chunks = bytearray(b"PAR1"), []
+    for g, vals in enumerate(groups):
+        data = b"".join(v.to_bytes(8, "little", signed=True) for v in vals)
+        nv = page_values[g] if page_values else len(vals)
+        header = _struct((1, I32, _zz(0)), (2, I32, _zz(len(data))), (3, I32, _zz(len(data))),
+                         (5, STRUCT, _struct((1, I32, _zz(nv)), (2, I32, _zz(0)), (3, I32, _zz(3)), (4, I32, _zz(3)))))
+        off = len(body)
+        body += header + data
+        meta = _struct((1, I32, _zz(2)), (2, LIST, _list(I32, [_zz(0)])), (3, LIST, _list(BIN, [_varint(1) + b"a"])),
+                       (4, I32, _zz(0)), (5, I64, _zz(len(vals))), (6, I64, _zz(len(header + data))),
+                       (7, I64, _zz(len(header + data))), (9, I64, _zz(off)))
+        n = rows[g] if rows else len(vals)
+        chunks.append(_struct((1, LIST, _list(STRUCT, [_struct((2, I64, _zz(off)), (3, STRUCT, meta))])),
+                              (2, I64, _zz(len(data))), (3, I64, _zz(n))))
+    schema = [_struct((4, BIN, _varint(6) + b"schema"), (5, I32, _zz(1))),
+              _struct((1, I32, _zz(2)), (3, I32, _zz(0)), (4, BIN, _varint(1) + b"a"))]
+    total = sum(rows) if rows else sum(map(len, groups))
+    footer = _struct((1, I32, _zz(1)), (2, LIST, _list(STRUCT, schema)), (3, I64, _zz(total)), (4, LIST, _list(STRUCT, chunks)))
+    return bytes(body + footer) + len(footer).to_bytes(4, "little") + b"PAR1"
+
+
+def _read_ids(path: Path, skip_bad: bool = False) -> tuple[list[int], int]:
+    ids: list[int] = []
+    with recgo.DataPipeline(ParquetSource(path, [Column("a")], skip_bad=skip_bad), [Feature("a")], 2, depth=0) as pipe:
+        for b in pipe:
+            ids += b.sparse.values().tolist()
+        return ids, pipe.stats()["skipped"]
+
+
+def test_parquet_row_group_shorter_than_declared_raises(tmp_path: Path) -> None:
+    """Row group 0 declaring 4 rows but holding 3 read [1, 2, 3] and took its early end for the
+    file's: row group 1 was dropped without a word, with or without skip_bad."""
+    honest = write(tmp_path, "ok.parquet", _parquet([[1, 2, 3], [4, 5, 6]]))
+    assert _read_ids(honest) == ([1, 2, 3, 4, 5, 6], 0)
+    short = write(tmp_path, "short.parquet", _parquet([[1, 2, 3], [4, 5, 6]], rows=[4, 3]))
+    with pytest.raises(recgo.RecgoIOError, match=r"short\.parquet row 0: cannot read the row group: row group 0, "
+                       r"column \"a\": the row group declares 4 rows, its pages hold 3"):
+        _read_ids(short)
+    assert _read_ids(short, skip_bad=True) == ([4, 5, 6], 4)  # the group fails alone; its rows count as skipped
+
+
+_FORGED = r"""
+import json, resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+import recgo
+from recgo.data import Column, ParquetSource
+from recgo.feature import Feature
+out = {}
+for name in sys.argv[1:]:
+    try:
+        with recgo.DataPipeline(ParquetSource(name, [Column("a")]), [Feature("a")], 2, depth=0) as pipe:
+            out[name] = ["read", sum(b.labels.numel() for b in pipe)]
+    except Exception as e:
+        out[name] = [type(e).__name__, str(e)]
+print(json.dumps(out))
+"""
+
+
+def test_parquet_forged_sizes_raise_and_the_process_survives(tmp_path: Path) -> None:
+    """Sizes a file declares were allocated before they were checked: a footer listing 2^31 - 1 row
+    groups (188 GB), a footer length of 4 GiB, a page of 2^31 - 1 values (16 GiB) killed the process
+    with Go's fatal "out of memory". Read in a child process, under an 8 GiB address-space limit."""
+    lst = (b"\x15\x02\x19\x1c\x48\x06schema\x15\x00\x00\x16\x06\x19\xfc" + _varint(2**31 - 1) + b"\x00" * 4)
+    honest = _parquet([[1, 2, 3]])
+    files = {
+        "list.parquet": b"PAR1" + lst + len(lst).to_bytes(4, "little") + b"PAR1",
+        "len.parquet": honest[:-8] + (0xFFFFFFF0).to_bytes(4, "little") + b"PAR1",
+        "values.parquet": _parquet([[1, 2, 3]], page_values=[2**31 - 1]),
+    }
+    paths = [str(write(tmp_path, name, data)) for name, data in files.items()]
+    run = subprocess.run([sys.executable, "-c", _FORGED, *paths], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    want = {"list.parquet": r"list\.parquet: corrupt Parquet footer: a list of 2147483647 elements has 4 bytes left",
+            "len.parquet": r"len\.parquet: corrupt Parquet footer: the footer length 4294967280 is past the file's \d+ bytes",
+            "values.parquet": r"values\.parquet row 0: cannot read the row group: row group 0, column \"a\": page 0 at "
+                              r"byte 4 declares 2147483647 values, past the 67108864 a page may hold"}
+    for path in paths:
+        kind, msg = got[path]
+        assert kind == "RecgoIOError", (path, kind, msg)
+        assert re.search(want[Path(path).name], msg), (path, msg)
+    forged = write(tmp_path, "two.parquet", _parquet([[1, 2, 3], [4, 5, 6]], page_values=[2**31 - 1, 3]))
+    assert _read_ids(forged, skip_bad=True) == ([4, 5, 6], 3)

@@ -62,6 +62,9 @@ type parquetSource struct {
 	types  []leafType   // per declared column: the open file's leaf's logical type
 	rows   []parquet.Row
 	ends   []int64 // the open file's row groups: the row each one ends before
+	total  int64   // the open file's rows: what its row groups declare
+	rep    []bool  // per leaf column of the open file: whether it is repeated
+	size   int64   // the open file's size
 	at, n  int     // buffered rows: rows[at:n] not yet consumed
 	pos    Position
 	open   bool
@@ -109,7 +112,12 @@ func (s *parquetSource) openFile(i int) (err error) {
 		return err
 	}
 	s.f = f
-	pf, err := parquet.OpenFile(f, st.Size())
+	if err := checkParquetFooter(f, st.Size()); err != nil {
+		return &ParseError{File: path, Line: -1, Row: -1, Msg: "corrupt Parquet footer: " + err.Error(), Truncated: true}
+	}
+	// The page index and bloom filters are not needed (a seek reads the pages before the row), and
+	// their sizes would be more to trust before allocating.
+	pf, err := parquet.OpenFile(f, st.Size(), parquet.SkipPageIndex(true), parquet.SkipBloomFilters(true))
 	if err != nil {
 		return &ParseError{File: path, Line: -1, Row: -1, Msg: "not a readable Parquet file (truncated?): " + err.Error(), Truncated: true}
 	}
@@ -182,6 +190,14 @@ func (s *parquetSource) openFile(i int) (err error) {
 		end += g.NumRows()
 		s.ends = append(s.ends, end)
 	}
+	// The row groups' rows, not the footer's num_rows, are what is read: a num_rows short of them
+	// ended the file early.
+	s.total, s.size = end, st.Size()
+	s.rep = s.rep[:0]
+	for _, p := range schema.Columns() {
+		leaf, _ := schema.Lookup(p...)
+		s.rep = append(s.rep, leaf.MaxRepetitionLevel > 0)
+	}
 	s.pf = pf
 	if s.rows == nil {
 		s.rows = make([]parquet.Row, 256)
@@ -235,12 +251,16 @@ func (s *parquetSource) group(row int64) (int, int64) {
 			return i, e
 		}
 	}
-	return len(s.ends), s.pf.NumRows()
+	return len(s.ends), s.total
 }
 
-// openGroup opens a reader of the row group holding the current row, at that row.
+// openGroup opens a reader of the row group holding the current row, at that row, once its page
+// headers are checked (see checkRowGroup).
 func (s *parquetSource) openGroup() error {
 	g, end := s.group(s.pos.Row)
+	if err := checkRowGroup(s.f, s.size, s.pf.Metadata(), g, s.rep); err != nil {
+		return err
+	}
 	rg := s.pf.RowGroups()[g]
 	s.gr = rg.Rows()
 	if start := end - rg.NumRows(); s.pos.Row > start {
@@ -261,14 +281,14 @@ func (s *parquetSource) fill() (err error) {
 	for i := range s.rows {
 		s.rows[i] = s.rows[i][:0]
 	}
-	if s.pos.Row >= s.pf.NumRows() { // read to the end (or a file of no rows)
+	if s.pos.Row >= s.total { // read to the end (or a file of no rows)
 		s.at, s.n = 0, 0
 		return io.EOF
 	}
-	_, end := s.group(s.pos.Row)
+	g, end := s.group(s.pos.Row)
 	if s.gr == nil {
 		if err := s.openGroup(); err != nil {
-			return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: "cannot seek to the row: " + err.Error(), Truncated: true}
+			return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: "cannot read the row group: " + err.Error(), Truncated: true}
 		}
 	}
 	n, err := s.gr.ReadRows(s.rows[:min(int64(len(s.rows)), end-s.pos.Row)])
@@ -279,8 +299,10 @@ func (s *parquetSource) fill() (err error) {
 	if n > 0 {
 		return nil
 	}
-	if err == io.EOF || err == nil {
-		return io.EOF
+	if err == io.EOF || err == nil { // the group ended before the rows it declares: no end of file
+		declared := s.pf.RowGroups()[g].NumRows()
+		return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Truncated: true, Msg: fmt.Sprintf(
+			"row group %d declares %d rows but holds %d", g, declared, s.pos.Row-(end-declared))}
 	}
 	return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: "cannot read rows (truncated?): " + err.Error(), Truncated: true}
 }
@@ -346,12 +368,18 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 func (s *parquetSource) skipGroup() {
 	s.closeGroup()
 	_, end := s.group(s.pos.Row)
-	for ; s.pos.Row < end; s.pos.Row++ {
-		if s.pos.Global%int64(s.opt.WorldSize) == int64(s.opt.Rank) {
-			s.pos.Skipped++
+	// Counted, not stepped through: a damaged footer may declare 2^62 rows.
+	w, r, k := int64(s.opt.WorldSize), int64(s.opt.Rank), end-s.pos.Row
+	upTo := func(x int64) int64 { // rows of this rank among global rows [0, x)
+		n := x / w
+		if x%w > r {
+			n++
 		}
-		s.pos.Global++
+		return n
 	}
+	s.pos.Skipped += upTo(s.pos.Global+k) - upTo(s.pos.Global)
+	s.pos.Global += k
+	s.pos.Row = end
 	s.at, s.n = 0, 0
 }
 
@@ -439,13 +467,13 @@ func (s *parquetSource) Seek(p Position) (err error) {
 			err = errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, r)
 		}
 	}()
-	if n := s.pf.NumRows(); p.Row > n {
+	if n := s.total; p.Row > n {
 		return errs.Invalidf("reader: %s has fewer than %d rows (it has %d)", s.name(), p.Row, n)
 	}
 	opened := s.pos // the opened file's start: where a failed seek leaves the source
 	s.pos = p
 	s.pos.Offset = -1
-	if p.Row < s.pf.NumRows() {
+	if p.Row < s.total {
 		if err := s.openGroup(); err != nil {
 			s.pos = opened
 			return errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, err)
