@@ -79,8 +79,8 @@ func (p *Plan) nextSteps() string {
 			100*s.Gap, s.Status)
 	}
 	b.WriteString("- Check the topology above against your cluster; the plan is only as good as these budgets and bandwidths.\n")
-	b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir), remap=recgo.planner.Remap.load(dir + \"/remap.bin\"))` puts each table's hot rows first and renumbers the IDs of raw batches itself; or renumber them in the data loader (`recgo.DataPipeline(..., remap=remap, tables=...)` or `remap.apply_kjt(batch)`) and feed its `.ebc`, so no ID is renumbered twice.\n")
-	b.WriteString("- Keep TorchRec's sharding: `recgo.planner.torchrec_sharding_plan(plan)` or `torchrec_constraints(plan)` carry the ranks and hot-row splits.\n")
+	b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir), remap=recgo.planner.Remap.load(dir + \"/remap.bin\"))` puts each table's hot rows first and renumbers the IDs of raw batches itself; or renumber them in the data loader (`recgo.DataPipeline(..., remap=remap, tables=...)` or `remap.apply_kjt(batch, feature_to_table={key: table})`, the mapping needed when the batch's keys are not the table names) and feed its `.ebc`, so no ID is renumbered twice.\n")
+	b.WriteString("- Keep TorchRec's sharding: `recgo.planner.torchrec_sharding_plan(plan, module)` gives TorchRec this placement (ranks, kernels and cache sizes from the hot-row splits); `torchrec_constraints(plan)` carries the sharding types, kernels and cache sizes but not the ranks (TorchRec's ParameterConstraints has no rank field), so TorchRec's planner fed them places the tables itself.\n")
 	b.WriteString("- Re-profile when the data drifts (`python -m recgo profile`), then re-plan.\n")
 	return b.String()
 }

@@ -51,7 +51,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         tables: ``EmbeddingBagConfig`` list (recgo's or TorchRec's).
         sharding: one of ``"hash"`` (RecIS: ID → 2^16 virtual buckets → rank), ``"table_wise"``,
             ``"row_wise"`` (contiguous ranges), ``"data_parallel"`` (a replica per rank), ``"plan"``
-            (table → rank from ``plan``, a :class:`recgo.planner.Plan`), or a mapping table → kind.
+            (table → rank from ``plan``, a :class:`recgo.planner.Plan` made for this world: a plan
+            whose topology has another number of GPUs than the world has ranks, or other nodes or
+            GPUs per node than ``nodes``/``ranks_per_node`` where given, raises InvalidInputError),
+            or a mapping table → kind.
         mode: ``"flat"`` (one all-to-all over the world) or ``"hierarchical"`` (RecIS Fig. 3b:
             intra-node shuffle and merge, then the same-rail inter-node shuffle).
         nodes, ranks_per_node: the topology (default one node holding every rank); rank r is on node
@@ -112,7 +115,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._optimizer = optimizer
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
-        self._kinds = self._resolve_sharding(sharding, plan, table_ranks)
+        self._kinds = self._resolve_sharding(sharding, plan, table_ranks, nodes, ranks_per_node)
         _dynamic.check(self._configs, self._sharding_names, optimizer)
         self._dynamic = [c.dynamic is not None for c in self._configs]
         self._engine_training = True
@@ -216,7 +219,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
                     gradient_division=self._gradient_division)
         return desc
 
-    def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None) -> list[tuple[int, int]]:
+    def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None,
+                          nodes: int | None = None, ranks_per_node: int | None = None) -> list[tuple[int, int]]:
         names = [c.name for c in self._configs]
         per = dict(sharding) if isinstance(sharding, Mapping) else {n: sharding for n in names}
         for n in per:
@@ -234,8 +238,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if plan is not None and not callable(getattr(plan, "table", None)):
             raise InvalidInputError(f"plan: expected a recgo.planner.Plan, got {type(plan).__name__} (shard_model "
                                     "also takes TorchRec's ShardingPlan)")
-        out = []
         W = self._groups.world_size
+        if plan is not None:
+            _check_plan_topology(plan, W, nodes, ranks_per_node)
+        out = []
         for i, n in enumerate(names):
             kind = per.get(n, "hash")
             if kind not in SHARDING_TYPES:
@@ -598,3 +604,19 @@ class ShardedEmbeddingBagCollection(nn.Module):
         g = self._groups
         return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, "
                 f"rank={g.rank}/{g.world_size} ({g.nodes}×{g.ranks_per_node}), width={self._width}")
+
+
+def _check_plan_topology(plan: Any, world: int, nodes: int | None, ranks_per_node: int | None) -> None:
+    """Refuse a planner Plan made for another cluster than this world: its ranks and memory budgets
+    would be another cluster's (a plan for 1 GPU puts every table on rank 0 of 2)."""
+    topo = getattr(plan, "topology", None)
+    if topo is None:
+        return
+    made = f"the plan was made for {topo.nodes} node(s) × {topo.gpus_per_node} GPU(s)"
+    if topo.num_gpus != world:
+        raise InvalidInputError(f"plan: {made} = {topo.num_gpus} GPUs, but the world has {world} ranks: plan for "
+                                f"this world (Topology(nodes=..., gpus_per_node=...) with {world} GPUs in all)")
+    for what, mine, theirs in (("nodes", nodes, topo.nodes), ("ranks_per_node", ranks_per_node, topo.gpus_per_node)):
+        if mine is not None and mine != theirs:
+            raise InvalidInputError(f"plan: {made}, but the collection is given {what}={mine}: plan for this "
+                                    "topology, or give the plan's")

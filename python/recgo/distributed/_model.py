@@ -6,6 +6,7 @@ import warnings
 from typing import Any, Iterator, Mapping
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from ..errors import InvalidInputError, NotFoundError
@@ -160,6 +161,7 @@ def _torchrec_plan(plan: Any, path: str, tables: list[str]) -> tuple[dict[str, s
         raise InvalidInputError(f"shard_model: the TorchRec plan has no entry for the collection at {path!r} "
                                 f"(it plans {sorted(plan.plan)})")
     sharding, ranks = {}, {}
+    world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
     for t in tables:
         ps = module.get(t) if hasattr(module, "get") else None
         if ps is None:
@@ -169,9 +171,30 @@ def _torchrec_plan(plan: Any, path: str, tables: list[str]) -> tuple[dict[str, s
             raise InvalidInputError(f"shard_model: the TorchRec plan shards table {t!r} {kind!r}, which recgo does "
                                     f"not have (it has {list(_TORCHREC_KINDS)}, and hash): plan it with those")
         sharding[t] = kind
+        if world is not None:
+            _check_torchrec_ranks(t, kind, ps, world)
         if kind == "table_wise":
             ranks[t] = int(ps.ranks[0])
     return sharding, ranks
+
+
+def _check_torchrec_ranks(table: str, kind: str, ps: Any, world: int) -> None:
+    """Refuse a TorchRec ParameterSharding whose ranks or shards do not fit this world: recgo shards
+    row-wise over ranks 0..world-1 in order (and replicates on all of them), so a plan for another
+    world size would split the rows as if for this one."""
+    got = [int(r) for r in ps.ranks] if getattr(ps, "ranks", None) is not None else None
+    spec = getattr(ps, "sharding_spec", None)
+    shards = len(spec.shards) if spec is not None and getattr(spec, "shards", None) is not None else None
+    if kind == "table_wise":
+        if not got or len(got) != 1 or not 0 <= got[0] < world:
+            raise InvalidInputError(f"shard_model: the TorchRec plan puts table-wise table {table!r} on ranks {got}: "
+                                    f"expected one rank of the world of {world}; plan for this world size")
+        return
+    if (got is not None and got != list(range(world))) or (kind == "row_wise" and shards not in (None, world)):
+        where = f"ranks {got}" if got is not None else f"{shards} shards"
+        raise InvalidInputError(f"shard_model: the TorchRec plan shards table {table!r} {kind} over {where}, "
+                                f"but recgo's {kind} tables span ranks {list(range(world))} of this world in order "
+                                f"(a plan for another world size?): plan for a world of {world}")
 
 
 # FBGEMM's EmbOptimType names → the torch / torchrec optimizer class recgo's from_torch reads.

@@ -233,7 +233,7 @@ class EmbeddingCollection(nn.Module):
         if plan.select is not None:
             kjt = kjt._take(plan.select, plan.keys)
         if self._remap is not None:
-            kjt = self._remap.apply_kjt(kjt, self._f2t)
+            kjt = self._remap._apply_kjt(kjt, self._f2t)  # a batch of unplanned tables only passes as it is
         return kjt, plan
 
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,

@@ -142,6 +142,13 @@ class Plan:
 def _config(topology: Topology, strategy: str, cost_model: str, tables: Sequence[str] | None,
             time_limit: float | None, mip_rel_gap: float, threads: int, symmetry: bool,
             warm_start: bool = True, memory_limit: int | None = None) -> tuple[ctypes.Array, int]:
+    if not isinstance(topology, Topology):
+        raise InvalidInputError(f"topology: expected a recgo.planner.Topology, got {type(topology).__name__} "
+                                "(Topology(**fields) or Topology.from_dict(d) builds one from a dict)")
+    if not isinstance(strategy, str):
+        raise InvalidInputError(f"strategy: expected one of {STRATEGIES} (a string), got {strategy!r}")
+    if not isinstance(cost_model, str):
+        raise InvalidInputError(f"cost_model: expected one of {COST_MODELS} (a string), got {cost_model!r}")
     if strategy not in STRATEGIES and strategy != "external" and not strategy.startswith("torchrec"):
         raise InvalidInputError(f"strategy {strategy!r}: expected one of {STRATEGIES}")
     if cost_model not in COST_MODELS:
@@ -239,8 +246,9 @@ def plan(profile: Profile, topology: Topology | None = None, strategy: str = "mi
     tables missing from the profile, InvalidInputError for an empty or repeated table list, a
     non-positive time limit or a NaN/infinite argument.
     """
-    buf, n = _config(topology or Topology(), strategy, cost_model, tables, time_limit, mip_rel_gap, threads,
-                     symmetry, warm_start, memory_limit)
+    _check_profile(profile)
+    buf, n = _config(Topology() if topology is None else topology, strategy, cost_model, tables, time_limit,
+                     mip_rel_gap, threads, symmetry, warm_start, memory_limit)
     job = _lib.new_handle("recgo_plan_start", profile.handle.value, buf, n)
     bar = _Progress(progress, strategy, time_limit)
     interrupted = False
@@ -264,11 +272,42 @@ def plan(profile: Profile, topology: Topology | None = None, strategy: str = "mi
 
 def evaluate(profile: Profile, topology: Topology, placement: Mapping[str, tuple[int, int]],
              name: str = "external") -> Plan:
-    """Price an outside placement ``{table: (rank, hot_rows)}`` with recgo's full cost model."""
+    """Price an outside placement ``{table: (rank, hot_rows)}`` with recgo's full cost model.
+
+    Raises InvalidInputError for a placement that is not such a mapping of whole-number pairs (or
+    whose numbers do not fit in int64); the Go side checks ranks and hot rows against the topology
+    and the profile."""
+    _check_profile(profile)
+    if not isinstance(placement, Mapping):
+        raise InvalidInputError(f"placement: expected {{table: (rank, hot_rows)}}, got {type(placement).__name__}")
     names = list(placement)
     buf, n = _config(topology, name, "full", names, None, 0, 0, True)
-    gpus = torch.tensor([int(placement[k][0]) for k in names], dtype=torch.int64)
-    hots = torch.tensor([int(placement[k][1]) for k in names], dtype=torch.int64)
+    pairs = [_placement_pair(k, placement[k]) for k in names]
+    gpus = torch.tensor([g for g, _ in pairs], dtype=torch.int64)
+    hots = torch.tensor([h for _, h in pairs], dtype=torch.int64)
     h = _lib.new_handle("recgo_plan_evaluate",
                         profile.handle.value, buf, n, gpus.data_ptr(), hots.data_ptr(), len(names))
     return Plan(h, profile)
+
+
+def _check_profile(profile: Any) -> None:
+    if not isinstance(profile, Profile):
+        raise InvalidInputError(f"profile: expected a recgo.planner.Profile, got {type(profile).__name__}")
+
+
+def _placement_pair(table: str, v: Any) -> tuple[int, int]:
+    """One table's (rank, hot_rows) of an outside placement, as int64s (a bare TypeError or torch's
+    overflow otherwise)."""
+    try:
+        rank, hot = v
+        ok = not isinstance(v, str) and all(not isinstance(x, bool) and int(x) == x for x in (rank, hot))
+    except (TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok:
+        raise InvalidInputError(f"placement of table {table!r}: expected a (rank, hot_rows) pair of whole numbers, "
+                                f"got {v!r}")
+    rank, hot = int(rank), int(hot)
+    for what, x in (("rank", rank), ("hot_rows", hot)):
+        if not -(2**63) <= x < 2**63:
+            raise InvalidInputError(f"placement of table {table!r}: {what} {x} does not fit in int64")
+    return rank, hot

@@ -138,20 +138,30 @@ class Profiler:
         unknown = {k: v for k, v in dict(feature_to_table or {}).items() if v not in self._index}
         if unknown:  # a typo: the key's lookups would go uncounted and its table planned on none
             raise NotFoundError(f"feature_to_table maps {unknown} to no profiled table (tables: {list(self._index)})")
-        self._f2t = {**_feature_tables(tables), **dict(feature_to_table or {})}
-        self._key_cache: dict[tuple[str, ...], torch.Tensor] = KeyCache()
+        # key → every table that reads it (a key several configs list feeds each, as the EBC looks it up
+        # in each); an explicit feature_to_table entry names the one table its key feeds
+        self._f2t = {**_feature_tables(tables), **{k: [v] for k, v in dict(feature_to_table or {}).items()}}
+        self._key_cache: dict[tuple[str, ...], tuple[torch.Tensor, torch.Tensor | None]] = KeyCache()
         self._matched = False
         self._unmatched: list[str] = []  # keys seen that feed no profiled table, in first-seen order
 
-    def _tables_for(self, keys: list[str]) -> torch.Tensor:
+    def _tables_for(self, keys: list[str]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(table index per counted key, the batch key each counted key copies): the second is None
+        when every key feeds at most one table; otherwise a key several tables read is counted once
+        per table."""
         k = tuple(keys)
-        t = self._key_cache.get(k)
-        if t is None:
-            t = torch.tensor([self._index.get(self._f2t.get(key, key), -1) for key in keys], dtype=torch.int64)
-            self._key_cache[k] = t
-            self._unmatched += [key for key, i in zip(keys, t.tolist()) if i < 0 and key not in self._unmatched]
-        self._matched = self._matched or bool((t >= 0).any())
-        return t
+        hit = self._key_cache.get(k)
+        if hit is None:
+            pairs = [(j, self._index.get(name, -1)) for j, key in enumerate(keys)
+                     for name in self._f2t.get(key, [key])]
+            t = torch.tensor([i for _, i in pairs], dtype=torch.int64)
+            src = torch.tensor([j for j, _ in pairs], dtype=torch.int64) if len(pairs) > len(keys) else None
+            hit = (t, src)
+            self._key_cache[k] = hit
+            fed = {keys[j] for j, i in pairs if i >= 0}
+            self._unmatched += [key for key in keys if key not in fed and key not in self._unmatched]
+        self._matched = self._matched or bool((hit[0] >= 0).any())
+        return hit
 
     def add(self, batch: Any) -> None:
         """Count one batch: a KeyedJaggedTensor, or ``{table: ids}`` with one ID per sample."""
@@ -167,10 +177,19 @@ class Profiler:
         else:
             kjt = as_kjt(batch)
         keys = kjt.keys()
-        tables = self._tables_for(keys)
+        tables, src = self._tables_for(keys)
         values, lengths = kjt.values(), kjt.lengths()
+        if src is not None:  # a key several tables read: its lengths and values once per table
+            if lengths.numel() != len(keys) * kjt.stride():
+                raise InvalidInputError(f"profile: the batch has {lengths.numel()} lengths, expected {len(keys)} keys × "
+                                        f"{kjt.stride()} samples (a variable-batch KJT cannot be profiled)")
+            per_key = lengths.reshape(len(keys), kjt.stride())
+            ends = torch.cumsum(per_key.sum(1), 0).tolist()
+            bounds = list(zip([0, *ends[:-1]], ends))
+            lengths = per_key[src].reshape(-1)
+            values = torch.cat([values[bounds[j][0]:bounds[j][1]] for j in src.tolist()])
         f = _lib.fn("recgo_profiler_add")
-        _lib.call(f, self._h.value, tables.data_ptr(), len(keys), kjt.stride(),
+        _lib.call(f, self._h.value, tables.data_ptr(), len(tables), kjt.stride(),
                   lengths.data_ptr() if lengths.numel() else None, lengths.numel(),
                   values.data_ptr() if values.numel() else None, values.numel())
 
@@ -192,22 +211,51 @@ class Profiler:
         return Profile(_lib.new_handle("recgo_profiler_profile", self._h.value), self.samples())
 
 
-def _feature_tables(tables: Sequence[Any]) -> dict[str, str]:
-    """{feature: table} from the configs' ``feature_names`` (a feature several tables list counts
-    for the first)."""
-    out: dict[str, str] = {}
+def _feature_tables(tables: Sequence[Any]) -> dict[str, list[str]]:
+    """{feature: [table, ...]} from the configs' ``feature_names``: a feature several tables list feeds
+    each of them, in config order."""
+    out: dict[str, list[str]] = {}
     for t in tables:
         for f in getattr(t, "feature_names", None) or ():
-            out.setdefault(str(f), str(t.name))
+            names = out.setdefault(str(f), [])
+            if str(t.name) not in names:
+                names.append(str(t.name))
     return out
+
+
+#: Bytes per element of an embedding config's ``data_type`` (TorchRec's DataType names, torch dtypes,
+#: strings); sub-byte types (INT4, INT2) have no whole number and are refused.
+ELEM_BYTES = {"fp32": 4, "float32": 4, "float": 4, "fp16": 2, "float16": 2, "half": 2, "bf16": 2, "bfloat16": 2,
+              "int8": 1, "uint8": 1, "nfp8": 1, "int32": 4, "int64": 8}
+
+
+def elem_bytes(data_type: Any, table: str = "") -> int:
+    """Bytes per element of ``data_type`` (a TorchRec ``DataType``, a torch dtype or a name; None is
+    FP32); InvalidInputError naming the table for an unknown type or one with no whole byte count."""
+    if data_type is None:
+        return 4
+    value = getattr(data_type, "value", None)  # a TorchRec DataType's name
+    name = str(value if isinstance(value, str) else data_type).replace("torch.", "").lower()
+    if name not in ELEM_BYTES:
+        raise InvalidInputError(f"table {table!r}: data_type {data_type!r} has no whole number of bytes per element "
+                                f"the planner can price (it takes {sorted(ELEM_BYTES)}); profile it with "
+                                "TableSpec(name, rows, dim, elem_bytes)")
+    return ELEM_BYTES[name]
 
 
 def _spec(t: Any) -> TableSpec:
     if isinstance(t, TableSpec):
         return t
     if hasattr(t, "num_embeddings") and hasattr(t, "embedding_dim"):  # recgo/TorchRec EmbeddingBagConfig
-        return TableSpec(str(t.name), int(t.num_embeddings), int(t.embedding_dim), 4)
+        return TableSpec(str(t.name), int(t.num_embeddings), int(t.embedding_dim),
+                         elem_bytes(getattr(t, "data_type", None), str(t.name)))
     if isinstance(t, Mapping):
+        missing, unknown = sorted({"name", "rows"} - set(t)), sorted(set(t) - {"name", "rows", "dim", "elem_bytes"})
+        if missing or unknown:
+            why = " and ".join(([f"lacks {missing}"] if missing else []) + ([f"has unknown keys {unknown}"] if unknown
+                                                                            else []))
+            raise InvalidInputError(f"tables: the dict {dict(t)!r} {why} (a TableSpec dict has name and rows, and "
+                                    "optionally dim and elem_bytes)")
         return TableSpec(**t)
     raise InvalidInputError(f"tables: expected TableSpec, EmbeddingBagConfig or dict, got {type(t).__name__}")
 

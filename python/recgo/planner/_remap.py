@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import torch
 
 from .. import _lib
-from ..errors import NotFoundError
+from ..errors import InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, as_kjt
 
 
@@ -56,9 +56,27 @@ class Remap:
         return out.reshape(ids.shape)
 
     def apply_kjt(self, features: Any, feature_to_table: Mapping[str, str] | None = None) -> KeyedJaggedTensor:
-        """Remap a whole KJT in one Go call; keys of no planned table pass through unchanged."""
+        """Remap a whole KJT in one Go call. A key reaches the planned table ``feature_to_table`` maps it
+        to, else the table of its own name; keys of no planned table pass through unchanged. A batch
+        with keys none of which reaches a planned table raises InvalidInputError (renumbering nothing
+        would feed the original IDs to a hot-first table): pass ``feature_to_table={key: table}`` when
+        the keys are not the table names (a config's ``feature_names`` give it)."""
         kjt = as_kjt(features)
-        f2t = feature_to_table or {}
+        f2t = dict(feature_to_table or {})
+        keys = kjt.keys()
+        if keys and not any(f2t.get(k, k) in self._index for k in keys):
+            shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")
+            names = list(self._index)
+            tables = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+            how = "map them with" if not f2t else "check"
+            raise InvalidInputError(
+                f"remap.apply_kjt: no key of the batch ({shown}) reaches a planned table ({tables}), so no ID would "
+                f"be renumbered: {how} feature_to_table={{key: table}} (the tables' feature_names)")
+        return self._apply_kjt(kjt, f2t)
+
+    def _apply_kjt(self, kjt: KeyedJaggedTensor, f2t: Mapping[str, str]) -> KeyedJaggedTensor:
+        """:meth:`apply_kjt` without its check (a collection whose batch feeds only unplanned tables
+        passes it through as it is)."""
         tables = torch.tensor([self._index.get(f2t.get(k, k), -1) for k in kjt.keys()], dtype=torch.int64)
         values, lengths = kjt.values(), kjt.lengths()
         out = torch.empty_like(values)

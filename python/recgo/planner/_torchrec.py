@@ -30,12 +30,27 @@ def _torchrec_topology(topo: Topology) -> Any:
                       ddr_mem_bw=topo.uvm_bandwidth)
 
 
-def _meta_ebc(profile: Profile, names: list[str]) -> Any:
+def _data_type(table: str, elem_bytes: int) -> Any:
+    """The TorchRec ``DataType`` of a table stored with ``elem_bytes`` per element, so TorchRec's planner
+    sizes it as recgo's does (an FP16 table is half an FP32 one)."""
+    from torchrec.modules.embedding_configs import DataType
+
+    kinds = {4: DataType.FP32, 2: DataType.FP16, 1: DataType.INT8}
+    if elem_bytes not in kinds:
+        raise InvalidInputError(f"table {table!r}: {elem_bytes} bytes per element has no TorchRec data type "
+                                "(TorchRec's planner sizes tables of 4 (FP32), 2 (FP16) or 1 (INT8) bytes per element)")
+    return kinds[elem_bytes]
+
+
+def _meta_ebc(tables: list[Mapping[str, Any]]) -> Any:
+    """A meta-device TorchRec EBC of ``tables`` (dicts with name, rows, dim, elem_bytes), one feature
+    per table named like it."""
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     cfgs = [EmbeddingBagConfig(name=t["name"], embedding_dim=int(t["dim"]), num_embeddings=int(t["rows"]),
-                               feature_names=[t["name"]]) for t in (profile.table(n) for n in names)]
+                               feature_names=[t["name"]], data_type=_data_type(t["name"], int(t["elem_bytes"])))
+            for t in tables]
     return EmbeddingBagCollection(tables=cfgs, device=torch.device("meta"))
 
 
@@ -63,7 +78,7 @@ def torchrec_placement(profile: Profile, topology: Topology,
     planner = EmbeddingShardingPlanner(topology=_torchrec_topology(topology),
                                        batch_size=max(1, topology.batch_size // topology.num_gpus),
                                        constraints=constraints)
-    sharding = planner.plan(_meta_ebc(profile, names), [EmbeddingBagCollectionSharder()])
+    sharding = planner.plan(_meta_ebc([profile.table(n) for n in names]), [EmbeddingBagCollectionSharder()])
     out: dict[str, tuple[int, int]] = {}
     used: dict[str, str] = {}
     for n, ps in sharding.plan[""].items():
@@ -84,7 +99,12 @@ def torchrec_placement(profile: Profile, topology: Topology,
 
 def torchrec_constraints(plan: Plan) -> dict[str, Any]:
     """The plan as TorchRec ``ParameterConstraints`` (table-wise; kernel and cache load factor from the
-    hot-row split), for users who keep TorchRec's planner but want RecShard's tiering."""
+    hot-row split), for users who keep TorchRec's planner but want RecShard's tiering.
+
+    The constraints carry each table's sharding type, compute kernel, cache load factor and pooling
+    factor, not its rank (``ParameterConstraints`` has no rank field): TorchRec's planner fed them
+    places the tables itself, on other GPUs than the plan's. :func:`torchrec_sharding_plan` gives
+    TorchRec the plan's placement."""
     require_extra("torchrec", "compare", "torchrec_constraints")
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.planner.types import ParameterConstraints
@@ -111,19 +131,20 @@ def _kernel(t: Mapping[str, Any], kinds: Any) -> tuple[str, float | None]:
 def torchrec_sharding_plan(plan: Plan, module: Any = None) -> Any:
     """The plan as a TorchRec ``EmbeddingModuleShardingPlan`` for an EmbeddingBagCollection whose
     tables are named as in the plan (``module`` defaults to a meta-device EBC built from the plan):
-    each table table-wise on its rank, kernel and cache load factor from its hot-row split."""
+    each table table-wise on its rank, kernel and cache load factor from its hot-row split.
+
+    Raises InvalidInputError when ``module``'s tables are not the plan's (other names, or other row
+    counts or dims than the plan was made for)."""
     require_extra("torchrec", "compare", "torchrec_sharding_plan")
     from torchrec.distributed.embedding_types import EmbeddingComputeKernel
     from torchrec.distributed.sharding_plan import construct_module_sharding_plan, table_wise
     from torchrec.distributed.types import CacheParams
-    from torchrec.modules.embedding_configs import EmbeddingBagConfig
-    from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     topo = plan.topology
     if module is None:
-        module = EmbeddingBagCollection(tables=[EmbeddingBagConfig(
-            name=t["name"], embedding_dim=int(t["dim"]), num_embeddings=int(t["rows"]), feature_names=[t["name"]])
-            for t in plan.tables], device=torch.device("meta"))
+        module = _meta_ebc([{**t, "elem_bytes": _plan_elem_bytes(t)} for t in plan.tables])
+    else:
+        _check_module(plan, module)
     per_param = {}
     caches = {}
     for t in plan.tables:
@@ -136,3 +157,29 @@ def torchrec_sharding_plan(plan: Plan, module: Any = None) -> Any:
         if caches.get(name) is not None:
             ps.cache_params = CacheParams(load_factor=caches[name])
     return msp
+
+
+def _plan_elem_bytes(t: Mapping[str, Any]) -> int:
+    """Bytes per element of a plan's table (its hot and cold bytes over its elements)."""
+    elems = int(t["rows"]) * int(t["dim"])
+    return (int(t["hot_bytes"]) + int(t["cold_bytes"])) // elems if elems else 4
+
+
+def _check_module(plan: Plan, module: Any) -> None:
+    """Refuse, by name, a module whose tables are not the plan's (TorchRec would assert, or shard rows
+    the plan never priced)."""
+    configs = getattr(module, "embedding_bag_configs", None)
+    if not callable(configs):
+        raise InvalidInputError(f"torchrec_sharding_plan: module: expected a TorchRec EmbeddingBagCollection, got "
+                                f"{type(module).__name__}")
+    have = {c.name: c for c in configs()}
+    planned = {t["name"]: t for t in plan.tables}
+    if set(have) != set(planned):
+        raise InvalidInputError(f"torchrec_sharding_plan: the module's tables {sorted(have)} are not the plan's "
+                                f"{sorted(planned)}: plan the module's tables (their EmbeddingBagConfig names)")
+    for n, t in planned.items():
+        c = have[n]
+        if (int(c.num_embeddings), int(c.embedding_dim)) != (int(t["rows"]), int(t["dim"])):
+            raise InvalidInputError(f"torchrec_sharding_plan: table {n!r} has {c.num_embeddings} rows of dim "
+                                    f"{c.embedding_dim} in the module, but the plan was made for {t['rows']} rows of "
+                                    f"dim {t['dim']}")

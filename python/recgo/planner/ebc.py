@@ -31,7 +31,9 @@ class PlannedEmbeddingBagCollection(nn.Module):
     Args:
         tables: the EmbeddingBagConfigs (recgo's or TorchRec's); tables absent from the plan keep
             their row order, but every planned table must be among them (InvalidInputError naming
-            both sets otherwise: a plan made for other tables would do nothing).
+            both sets otherwise: a plan made for other tables would do nothing). A feature that
+            several tables list, one of them planned, is refused by name (InvalidInputError): its
+            one set of IDs cannot be renumbered for each table.
         plan: the :class:`Plan`; ``remap`` its :class:`Remap` (default: ``plan.remap(profile)``).
         ebc_kwargs: passed to :class:`recgo.EmbeddingBagCollection` (optimizer, seed, ...).
     """
@@ -56,6 +58,17 @@ class PlannedEmbeddingBagCollection(nn.Module):
                 f"the plan covers dynamic-ID tables {dynamic}: their IDs are not row numbers, so a hot-rows-first "
                 "remap does not apply; profile and plan the fixed tables only (tables the plan leaves out keep "
                 "their own layout)")
+        readers: dict[str, list[str]] = {}
+        for c in self._configs:
+            for f in c.feature_names:
+                readers.setdefault(f, []).append(c.name)
+        for f, ts in readers.items():
+            # one batch key carries one set of IDs, but each planned table renumbers its rows its own way
+            if len(ts) > 1 and planned & set(ts):
+                raise InvalidInputError(
+                    f"feature {f!r} is read by tables {ts}, of which {sorted(planned & set(ts))} the plan renumbers "
+                    "hot-first: one batch key cannot carry each table's renumbering; give each table its own "
+                    "feature (a copy of the key), or leave these tables out of the plan")
         for c in self._configs:
             if c.name in planned:
                 rm = self.remap.tables[[t["name"] for t in self.remap.tables].index(c.name)]
@@ -132,7 +145,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
     def forward(self, features: Any) -> Any:
         """Remap the batch's IDs hot-first (Go) and pool them: a ``torchrec.KeyedTensor`` for a TorchRec
         input (as :class:`recgo.EmbeddingBagCollection` gives), else a :class:`recgo.KeyedTensor`."""
-        out: KeyedTensor = self.ebc(self.remap.apply_kjt(as_kjt(features), self._f2t))
+        out: KeyedTensor = self.ebc(self.remap._apply_kjt(as_kjt(features), self._f2t))
         return out.to_torchrec() if _is_torchrec_kjt(features) else out
 
     def feature_names(self) -> list[str]:

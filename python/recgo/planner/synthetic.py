@@ -107,12 +107,19 @@ def fit_real_samples(data_dir: str | Path) -> Fitted:
     if not f.alphas:  # no data: the paper-typical spread
         return Fitted(list(PAPER_DEFAULTS.alphas), list(PAPER_DEFAULTS.coverages), list(PAPER_DEFAULTS.poolings),
                       [f"defaults (no samples under {data_dir})"])
+    if not f.coverages:  # only Criteo's columns measure coverage: the paper's spread stands in for it
+        f.coverages = list(PAPER_DEFAULTS.coverages)
+        f.sources.append("default coverages (no Criteo sample)")
     return f
 
 
 def _spread(values: list[float], k: int) -> list[float]:
     """k quantiles of values (a compact, deterministic stand-in for the empirical distribution)."""
     s = sorted(values)
+    if not s:
+        from ..errors import InvalidInputError
+
+        raise InvalidInputError("synthetic model: no fitted values to draw from")
     return [s[min(len(s) - 1, int((i + 0.5) * len(s) / k))] for i in range(k)]
 
 
@@ -130,11 +137,13 @@ def rm_spec(name: str, fitted: Fitted, tables: int = 397, seed: int = 1, steps: 
     scale = RM_SCALE[name] * size_scale
     # Half the tables one-hot (pooling 1, as Criteo/Avazu columns), half multi-hot (user histories).
     multi = [p for p in fitted.poolings if p > 1] or [1.0]
+    # A fit that measured none of a fact (e.g. only MovieLens: no coverage) draws it from the paper's spread.
+    alphas = fitted.alphas or PAPER_DEFAULTS.alphas
     poolings = [1.0] * 16 + _spread(multi, 16)
     # Coverage: the measured columns plus the paper's long tail of rarely present features.
-    coverages = _spread(fitted.coverages, 16) + [0.01, 0.02, 0.05, 0.1, 0.2, 0.3]
+    coverages = _spread(fitted.coverages or PAPER_DEFAULTS.coverages, 16) + [0.01, 0.02, 0.05, 0.1, 0.2, 0.3]
     return {"tables": tables, "dim": 64, "elem_bytes": 4, "total_bytes": RM1_BYTES * scale,
-            "min_rows": 1e3, "max_rows": 1e8, "alphas": _spread(fitted.alphas, 16), "coverages": coverages,
+            "min_rows": 1e3, "max_rows": 1e8, "alphas": _spread(alphas, 16), "coverages": coverages,
             "poolings": poolings, "touched_min": 0.2, "steps": steps, "seed": seed}
 
 
