@@ -70,10 +70,21 @@ def _refusals(rank: int, world: int) -> dict[str, Any]:
     refused("torchrec data-parallel world 4", lambda: shard_model(
         model(), plan=_torchrec_plan({"t0": data_parallel(), "t1": table_wise(rank=0), "t2": table_wise(rank=1)}, 4),
         timeout=30, ddp=False))
-    sm = shard_model(model(), plan=_torchrec_plan({"t0": row_wise(), "t1": table_wise(rank=1),
-                                                   "t2": data_parallel()}, 2), timeout=30, ddp=False)
+    import warnings
+
+    with warnings.catch_warnings(record=True) as even:
+        warnings.simplefilter("always")
+        sm = shard_model(model(), plan=_torchrec_plan({"t0": row_wise(), "t1": table_wise(rank=1),
+                                                       "t2": data_parallel()}, 2), timeout=30, ddp=False)
     out["world-2 plan rows of t0"] = sm["ebc"].local_ids("t0").tolist()
     out["world-2 plan kinds"] = sm["ebc"]._sharding_names
+    out["even split warnings"] = [str(w.message) for w in even if "splits row-wise" in str(w.message)]
+    with warnings.catch_warnings(record=True) as uneven:  # TorchRec's sizes_placement: 15 rows and 5
+        warnings.simplefilter("always")
+        sm = shard_model(model(), plan=_torchrec_plan({"t0": row_wise(([15, 5], "cpu")), "t1": row_wise(),
+                                                       "t2": row_wise()}, 2), timeout=30, ddp=False)
+    out["uneven split warnings"] = [str(w.message) for w in uneven if "splits row-wise" in str(w.message)]
+    out["uneven plan rows of t0"] = sm["ebc"].local_ids("t0").tolist()
     return out
 
 
@@ -93,3 +104,9 @@ def test_plans_for_another_world_are_refused(tmp_path: Path) -> None:
         assert "table 't0' data_parallel over ranks [0, 1, 2, 3]" in r["torchrec data-parallel world 4"]
         assert r["world-2 plan rows of t0"] == list(range(10 * rank, 10 * rank + 10))
         assert r["world-2 plan kinds"] == ["row_wise", "table_wise", "data_parallel"]
+        # a row-wise split other than recgo's (and TorchRec's default) even one is applied evenly, with a warning
+        assert r["even split warnings"] == []
+        assert len(r["uneven split warnings"]) == 1, r
+        assert "splits row-wise table 't0' as (rank, first row, rows)" in r["uneven split warnings"][0]
+        assert "recgo splits row-wise tables evenly, [(0, 0, 10), (1, 10, 10)]" in r["uneven split warnings"][0]
+        assert r["uneven plan rows of t0"] == list(range(10 * rank, 10 * rank + 10))

@@ -195,6 +195,25 @@ def _check_torchrec_ranks(table: str, kind: str, ps: Any, world: int) -> None:
         raise InvalidInputError(f"shard_model: the TorchRec plan shards table {table!r} {kind} over {where}, "
                                 f"but recgo's {kind} tables span ranks {list(range(world))} of this world in order "
                                 f"(a plan for another world size?): plan for a world of {world}")
+    if kind == "row_wise" and shards:
+        _warn_uneven_rows(table, spec.shards, world)
+
+
+def _warn_uneven_rows(table: str, shards: Any, world: int) -> None:
+    """Warn when a TorchRec row-wise plan splits the rows otherwise than recgo does (rank r holds rows
+    [r·b, (r+1)·b), b = ⌈rows/world⌉, as TorchRec's own even split): recgo applies its split, so the
+    plan's per-rank memory is not what it planned (the results are the same)."""
+    try:
+        planned = sorted((int(s.placement.rank()), int(s.shard_offsets[0]), int(s.shard_sizes[0])) for s in shards)
+    except (AttributeError, TypeError, IndexError, ValueError):  # a spec of another form: nothing to compare
+        return
+    rows = max(off + n for _, off, n in planned)
+    block = -(-rows // world)
+    even = [(r, r * block, max(0, min(rows, (r + 1) * block) - r * block)) for r in range(world)]
+    if [p for p in planned if p[2]] != [e for e in even if e[2]]:
+        warnings.warn(f"shard_model: the TorchRec plan splits row-wise table {table!r} as (rank, first row, rows) "
+                      f"{planned}; recgo splits row-wise tables evenly, {even}: the rows stay where recgo puts them "
+                      "(the same outputs; per-rank memory as recgo's split)", RuntimeWarning, stacklevel=4)
 
 
 # FBGEMM's EmbOptimType names → the torch / torchrec optimizer class recgo's from_torch reads.
