@@ -7,6 +7,7 @@ TypeError or a garbled message)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -120,3 +121,31 @@ def test_init_bounds_that_cannot_draw_rows_are_refused(lo: float | None, hi: flo
                                                                 weight_init_max=0.5)])
     w = ok.embedding_bags["t"].weight
     assert float(w.min()) >= -0.5 and float(w.max()) <= 0.5
+
+
+@pytest.mark.parametrize("opt, column, value, match", [
+    (optim.Adagrad(lr=0.1), 0, -1.0, "negative running sums of squared gradients \\(Adagrad's\\)"),
+    (optim.RowWiseAdagrad(lr=0.1), 0, -1.0, "negative running sums of squared gradients \\(RowWiseAdagrad's\\)"),
+    (optim.Adam(lr=0.1), 5, -1.0, "negative running sums of squared gradients \\(Adam's\\)"),  # v of column 1
+    (optim.Adam(lr=0.1), 0, float("nan"), "not finite"),
+    (optim.AdamW(lr=0.1), 7, float("inf"), "not finite"),
+], ids=["adagrad", "rowwise", "adam_v", "adam_nan", "adamw_inf"])
+@pytest.mark.parametrize("nested", [False, True], ids=["direct", "nested"])
+def test_an_optimizer_state_no_training_leaves_is_refused(opt: Any, column: int, value: float, match: str,
+                                                          nested: bool) -> None:
+    """A negative Adagrad sum (or Adam second moment) or a NaN state loaded silently and the next step
+    took the row to −1e9 or NaN. Adam's first moment may be negative: that loads."""
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(num_embeddings=10, embedding_dim=4, name="t",
+                                                                 feature_names=["f"])], optimizer=opt)
+    model = torch.nn.ModuleDict({"c": ebc}) if nested else ebc
+    pre = "c." if nested else ""
+    sd = {k: v.clone() for k, v in model.state_dict().items()}
+    key = f"{pre}embedding_bags.t.optimizer_state"
+    sd[key].view(10, -1)[3, column] = value
+    with pytest.raises(InvalidInputError, match=f"checkpoint entry '{key}' holds .*{match}"):
+        model.load_state_dict(sd)
+    if isinstance(opt, optim.Adam):
+        sd = {k: v.clone() for k, v in model.state_dict().items()}
+        sd[key].view(10, -1)[3, 0] = -2.5  # a first moment
+        model.load_state_dict(sd)
+        assert float(model.state_dict()[key].view(10, -1)[3, 0]) == -2.5

@@ -215,6 +215,7 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
     owner = getattr(module, "ebc", module)
     dynamic = {f"{prefix}{c.name}." for c in owner.embedding_bag_configs() if c.dynamic is not None}
     own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
+    dims = {c.name: c.embedding_dim for c in owner.embedding_bag_configs()}
     for k, v in state_dict.items():
         if not isinstance(v, torch.Tensor) or k not in own:
             continue
@@ -228,3 +229,23 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
             raise InvalidInputError(
                 f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
                 " (a checkpoint of another configuration?)")
+        if k.endswith(".optimizer_state") and owner.fused_optimizer is not None:
+            _check_optimizer_state(shown + k, v, owner.fused_optimizer, dims[k[len(prefix):].rpartition(".")[0]])
+
+
+def _check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: int) -> None:
+    """Refuse a loaded optimizer state that no training could have left: a value that is not finite,
+    or a negative running sum of squares (Adagrad's, Adam's second moment). Either would turn the next
+    update's rows into NaN or huge values, silently (a negative Adagrad sum took a row to −1e9)."""
+    width = optimizer.state_width(dim)
+    if not state.is_floating_point() or state.numel() == 0 or width == 0 or state.numel() % width:
+        return  # a shape check names another layout
+    rows = state.detach().reshape(-1, width)
+    if not bool(torch.isfinite(rows).all()):
+        raise InvalidInputError(f"checkpoint entry {key!r} holds values that are not finite (NaN or ±inf): a "
+                                "corrupted checkpoint, or one of a run that diverged")
+    sq = rows[:, optimizer.squares(dim)]
+    if sq.numel() and bool((sq < 0).any()):
+        raise InvalidInputError(f"checkpoint entry {key!r} holds negative running sums of squared gradients "
+                                f"({type(optimizer).__name__}'s): a corrupted or foreign checkpoint")
+

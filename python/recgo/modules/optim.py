@@ -41,6 +41,11 @@ class FusedOptimizer:
         """Number of float32 state values each row keeps."""
         return 0
 
+    def squares(self, dim: int) -> slice:
+        """The state columns (of :meth:`state_width`) holding running sums of squared gradients, which
+        are never negative (none here)."""
+        return slice(0, 0)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         # TorchRec's FusedEmbeddingBagCollection.fused_optimizer is a method returning a KeyedOptimizer;
         # recgo's collection.fused_optimizer is this (a property): a script's fused_optimizer() got
@@ -74,6 +79,9 @@ class Adagrad(FusedOptimizer):
     def state_width(self, dim: int) -> int:
         return dim
 
+    def squares(self, dim: int) -> slice:
+        return slice(0, dim)
+
 
 @dataclass(frozen=True)
 class RowWiseAdagrad(FusedOptimizer):
@@ -85,6 +93,9 @@ class RowWiseAdagrad(FusedOptimizer):
 
     def state_width(self, dim: int) -> int:
         return 1
+
+    def squares(self, dim: int) -> slice:
+        return slice(0, 1)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,9 @@ class Adam(FusedOptimizer):
 
     def state_width(self, dim: int) -> int:
         return 2 * dim
+
+    def squares(self, dim: int) -> slice:
+        return slice(dim, 2 * dim)  # the second moment
 
 
 @dataclass(frozen=True)
