@@ -299,6 +299,30 @@ def test_a_position_resumes_only_its_own_rank_and_world() -> None:
         p.close()
 
 
+@pytest.mark.parametrize("field, value, match", [
+    ("row", None, '"row" is missing or null'), ("file", None, '"file" is missing or null'),
+    ("skipped", -1, "negative"), ("global", 2**62, None), ("offset", -5, "byte offset -5"),
+])
+def test_a_forged_position_is_refused(field: str, value: object, match: str | None) -> None:
+    """A position field that is null read as 0 (resuming at the data's start), and counts no source
+    gives (negative, a skipped count past the rows read) were taken: refused by name, the running
+    pipeline left as it was."""
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, rank=0, world_size=1)
+    next(iter(pipe))
+    good = pipe.state_dict()
+    pos = dict(good["position"])
+    if match is None:  # more rows in all files than in this one: fine; fewer is not
+        pos[field], pos["row"] = 50, 60
+        match = "60 rows read in the file but 50 in all files"
+    else:
+        pos[field] = value
+    with pytest.raises(recgo.InvalidInputError, match=match):
+        pipe.load_state_dict({"position": pos})
+    want = next(iter(recgo.DataPipeline(SOURCE, FEATURES, 100, depth=0, position=good["position"])))
+    assert torch.equal(next(iter(pipe)).sparse.values(), want.sparse.values())
+    pipe.close()
+
+
 def test_load_state_dict_restarts_an_ended_pipeline_and_a_refused_one_leaves_it_running() -> None:
     """load_state_dict after the pass ended resumes from the position (a loop over it raised "delivered
     all its data"); one that is refused (another rank's position) used to close the pipeline first."""

@@ -1,0 +1,57 @@
+package reader
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/recgo/recgo/internal/errs"
+)
+
+// positionFields are the fields every position a source gives carries: one missing or null would
+// read as 0 and resume from the data's first file or row (a forged or hand-edited checkpoint).
+var positionFields = []string{"file", "row", "offset", "global", "skipped"}
+
+// UnmarshalJSON reads a position as Position's MarshalJSON (the default encoding) writes it,
+// refusing a missing or null field, an unknown one, and values no source gives (Check).
+func (p *Position) UnmarshalJSON(data []byte) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return errs.Invalidf("position: %v", err)
+	}
+	for _, k := range positionFields {
+		if v, ok := raw[k]; !ok || string(bytes.TrimSpace(v)) == "null" {
+			return errs.Invalidf("position: %q is missing or null (a position from DataPipeline.position() has it)", k)
+		}
+	}
+	type plain Position // without this method
+	var q plain
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&q); err != nil {
+		return errs.Invalidf("position: %v", err)
+	}
+	if err := Position(q).Check(); err != nil {
+		return err
+	}
+	*p = Position(q)
+	return nil
+}
+
+// Check refuses values no source gives: negative counts or indices, an offset below -1 (none), more
+// rows in the file than in all files, more skipped rows than rows, a shuffle window's taken rows
+// past its size.
+func (p Position) Check() error {
+	switch {
+	case p.File < 0 || p.Row < 0 || p.Global < 0 || p.Skipped < 0 || p.Shuffle < 0 || p.Window < 0 || p.Taken < 0:
+		return errs.Invalidf("position %+v: a negative file index or row count", p)
+	case p.Offset < -1:
+		return errs.Invalidf("position %+v: byte offset %d (-1 for none, else at least 0)", p, p.Offset)
+	case p.Row > p.Global:
+		return errs.Invalidf("position %+v: %d rows read in the file but %d in all files", p, p.Row, p.Global)
+	case p.Skipped > p.Global:
+		return errs.Invalidf("position %+v: %d rows skipped of %d read", p, p.Skipped, p.Global)
+	case p.Taken > int64(p.Shuffle):
+		return errs.Invalidf("position %+v: %d rows taken from a shuffle window of %d", p, p.Taken, p.Shuffle)
+	}
+	return nil
+}
