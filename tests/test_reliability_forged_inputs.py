@@ -149,3 +149,13 @@ def test_an_optimizer_state_no_training_leaves_is_refused(opt: Any, column: int,
         sd[key].view(10, -1)[3, 0] = -2.5  # a first moment
         model.load_state_dict(sd)
         assert float(model.state_dict()[key].view(10, -1)[3, 0]) == -2.5
+
+
+@pytest.mark.parametrize("sep", ["", None, 3])
+def test_an_empty_sequence_separator_is_refused(sep: object) -> None:
+    """``Column(sep="")`` was read as the default ``"|"`` with no word."""
+    from recgo.data import Column
+
+    with pytest.raises(InvalidInputError, match="the sequence separator must be a non-empty string"):
+        Column("hist", "sequence", sep=sep)  # type: ignore[arg-type]
+    assert Column("hist", "sequence", sep=";").to_dict()["sep"] == ";"

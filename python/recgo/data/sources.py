@@ -139,6 +139,9 @@ class Column:
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
             raise InvalidInputError(f"column {self.name!r}: role {self.role!r} is not one of {_ROLES}")
+        if not isinstance(self.sep, str) or not self.sep:  # "" was read as the default "|"
+            raise InvalidInputError(f"column {self.name!r}: the sequence separator must be a non-empty string, "
+                                    f"got {self.sep!r}")
 
     def to_dict(self) -> dict[str, str]:
         """The Go reader's column description."""
