@@ -466,6 +466,33 @@ def test_a_fused_collection_frozen_whole_or_in_part_steps_as_torchrec(source: st
     assert not torch.equal(getattr(new, prefix)["t_user"].weight, before[f"{prefix}.t_user.weight"])
 
 
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_table_frozen_before_apply_optimizer_in_backward_converts(sequence: bool) -> None:
+    """A table frozen first (a pretrained one) cannot take an in-backward optimizer (torch raises for a
+    parameter without grad), so the script applies it to the trainable parameters only: conversion
+    (and shard_model's) refused the collection, its tables having "different in-backward optimizers".
+    It converts, and steps as TorchRec's: the frozen table stays, the other trains."""
+    prefix = "embeddings" if sequence else "embedding_bags"
+
+    def build() -> nn.Module:
+        m = _two_tables(sequence)
+        getattr(m, prefix)["t_user"].weight.requires_grad_(False)
+        apply_optimizer_in_backward(torch.optim.SGD, [p for p in m.parameters() if p.requires_grad], {"lr": 0.5})
+        return m
+
+    ref, new = build(), recgo.from_torchrec(build())
+    assert new.fused_optimizer == optim.SGD(lr=0.5)
+    before = {t: v.weight.detach().clone() for t, v in getattr(ref, prefix).items()}
+    for step in range(2):
+        for m in (ref, new):
+            _loss(m, _rows_batch(step, every_row=False)).backward()
+    got = {t: v.weight.detach() for t, v in getattr(new, prefix).items()}
+    want = {t: v.weight.detach() for t, v in getattr(ref, prefix).items()}
+    assert torch.equal(got["t_user"], before["t_user"]) and torch.equal(want["t_user"], before["t_user"])
+    torch.testing.assert_close(got["t_item"], want["t_item"], rtol=1e-5, atol=1e-6)
+    assert not torch.equal(got["t_item"], before["t_item"])
+
+
 def test_a_managed_collision_collection_keeps_eval_mode_and_a_frozen_table() -> None:
     """A managed-collision collection converted in eval mode came back training: unseen IDs were admitted
     (given rows) during what was evaluation. Its frozen table came back trainable, and its fused Adagrad

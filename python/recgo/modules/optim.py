@@ -273,14 +273,20 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
     row-wise Adagrad's ``weight_decay`` is 0, as FBGEMM's CPU kernels apply none. ``warn``: say when
     a weight decay is dropped, or (``class_defaults``) differs from torch's dense one.
 
+    A frozen parameter (``requires_grad=False``) without one is left out: torch cannot give a frozen
+    parameter an in-backward optimizer, so a table frozen first has none, and the fused optimizer
+    leaves it out anyway.
+
     Raises:
-        InvalidInputError: some parameters have one and others none, they have different ones, or one
-            has several (recgo's collection updates every table with one optimizer).
+        InvalidInputError: some trainable parameters have one and others none, they have different
+            ones, or one has several (recgo's collection updates every table with one optimizer).
     """
     found: dict[str, FusedOptimizer | None] = {}
     for n, p in module.named_parameters():
         classes, params = getattr(p, "_optimizer_classes", None), getattr(p, "_optimizer_kwargs", None)
         if not classes:
+            if not p.requires_grad:  # frozen before apply_optimizer_in_backward, which cannot take it
+                continue
             found[n] = None
             continue
         if len(classes) != 1:
