@@ -20,6 +20,7 @@ import torch
 from ..errors import InvalidInputError, RecgoIOError
 from .._textfiles import open_binary
 from ._files import derived_path
+from ._progress import progress_bar
 
 _CHUNK = 1 << 20
 _WHITESPACE = b" \t\r\n\f\v"
@@ -33,12 +34,13 @@ def _bad_gzip(path: Path, exc: BaseException) -> InvalidInputError:
 
 # -- the Criteo split -------------------------------------------------------------------------------
 
-def split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
+def split_file(path: Path, fraction: float, progress: bool = False) -> tuple[Path, Path, int]:
     """The file's lines (gzip decompressed) as two cached plain files, its first (1 − fraction) and its
     last ``fraction`` (at least one line), and the training line count. Blank lines at the very end
     are not lines; elsewhere they stay (the reader names them). The split is streamed (constant
     memory) into ``<tmp>/recgo-splits-<the file's path>/<size, mtime, fraction>/`` and kept while the
-    file is unchanged; copies of earlier versions of the same file are removed."""
+    file is unchanged; copies of earlier versions of the same file are removed. ``progress``: a bar of
+    the bytes copied while a split takes more than two seconds."""
     try:
         st = path.stat()
         src_key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
@@ -56,7 +58,7 @@ def split_file(path: Path, fraction: float) -> tuple[Path, Path, int]:
         except OSError as exc:
             raise RecgoIOError(f"{group}: {exc}") from exc
         try:
-            n_train, n_val = _split_into(path, fraction, tmp)
+            n_train, n_val = _split_into(path, fraction, tmp, progress)
             try:
                 os.rename(tmp, final)
             except OSError:
@@ -92,21 +94,30 @@ def _remove_stale(group: Path, stamp: str) -> None:
             shutil.rmtree(e, ignore_errors=True)
 
 
-def _split_into(path: Path, fraction: float, folder: Path) -> tuple[int, int]:
+def _split_into(path: Path, fraction: float, folder: Path, progress: bool = False) -> tuple[int, int]:
     """Write the split into ``folder`` (train.txt, validation.txt, lines): the whole file decompressed
     into train.txt in one pass, then its last lines moved to validation.txt, found from the end."""
     train = folder / "train.txt"
     total = newlines = 0
+    bar = None
     try:
         with open_binary(path) as src, train.open("wb") as dst:
+            # bytes written; a gzip file's decompressed size is unknown until read, so no total for it
+            size = None if isinstance(src, gzip.GzipFile) else path.stat().st_size
+            bar = progress_bar(size, f"{path.name}: split", progress, unit="B", delay=2.0)
             while chunk := src.read(_CHUNK):
                 newlines += chunk.count(b"\n")
                 total += len(chunk)
                 dst.write(chunk)
+                if bar is not None:
+                    bar.update(len(chunk))
     except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
         raise _bad_gzip(path, exc) from exc
     except OSError as exc:
         raise RecgoIOError(f"{path}: {exc}") from exc
+    finally:
+        if bar is not None:
+            bar.close()
     with train.open("r+b") as f:
         end, tail_newlines = _data_end(f, total)
         last_unterminated = end > 0 and _byte(f, end - 1) != b"\n"

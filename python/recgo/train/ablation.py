@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError
+from ._progress import progress_bar
 from .backends import SparseOptim
 from .data import TaobaoSequences
-from .loop import TrainConfig, Trainer, taobao_data
+from .loop import TrainConfig, Trainer, make_source
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,18 @@ def _without_dedup(trainer: Trainer, cfg: TrainConfig) -> None:
     arch.module = new
 
 
+def check(steps: Any, repeats: Any, warmup: Any = 0) -> None:
+    """Raise InvalidInputError unless ``steps`` and ``repeats`` are positive integers and ``warmup`` a
+    non-negative one (the CLI checks ``--ablation-steps``/``--ablation-repeats`` before training)."""
+    for name, v, low in (("--ablation-steps", steps, 1), ("--ablation-repeats", repeats, 1),
+                         ("ablation warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            kind = "a positive" if low else "a non-negative"
+            raise InvalidInputError(f"{name} must be {kind} integer, got {v!r}")
+
+
 def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Variant, steps: int,
-               warmup: int) -> tuple[float, float]:
+               warmup: int, bar: Any = None) -> tuple[float, float]:
     """(samples/s, input preparation ms per step) of one fresh run of the variant."""
     run_cfg = replace(cfg, depth=cfg.depth if v.pipeline else 0, steps=warmup + steps, eval_every=10 ** 9,
                       checkpoint=None, checkpoint_every=0)
@@ -79,7 +90,7 @@ def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Varian
     if not v.dedup:
         _without_dedup(trainer, cfg)
     try:
-        h = trainer.run(warmup=warmup)
+        h = trainer.run(warmup=warmup, progress=bar)
     finally:
         trainer.close()
     sps, prep_ms = h.samples_per_second(), 1e3 * h.stage_seconds["prep"] / max(h.timed_steps, 1)
@@ -89,28 +100,35 @@ def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Varian
 
 
 def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: int = 3,
-                 variants: tuple[Variant, ...] = VARIANTS) -> list[dict[str, Any]]:
+                 variants: tuple[Variant, ...] = VARIANTS, progress: bool = False) -> list[dict[str, Any]]:
     """Samples/s of each variant (see the module docstring) on ``cfg``'s BST model and Taobao data:
     ``[{"variant", "backend", "pipeline", "fuse", "dedup", "samples_per_second", "runs", "vs_all_on",
     "prep_ms"}]`` (``prep_ms``: median over rounds of the mean time per step the trainer waited for its input)
-    (``samples_per_second`` None and a ``note`` for a variant this installation cannot run)."""
+    (``samples_per_second`` None and a ``note`` for a variant this installation cannot run). ``progress``:
+    a bar over all the rounds' steps."""
     if cfg.model != "bst":
         raise InvalidInputError("the ablation runs the sequence model: --model bst")
-    if steps <= 0 or repeats <= 0 or warmup < 0:
-        raise InvalidInputError("ablation: steps and repeats must be positive, warmup non-negative")
-    # the data the model trained on (the synthetic UserBehavior file without --data: the ablation
-    # required --data and said so only after training)
-    fused = TaobaoSequences(taobao_data(cfg), batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
-                            pipeline=True)
+    check(steps, repeats, warmup)
+    # The source the main run trains on, built by the same function (the ablation built its own and
+    # left out holdout_events, catalog and shuffle, so it timed other tables and another split).
+    fused = make_source(cfg)
+    assert isinstance(fused, TaobaoSequences)
     sources = {True: fused, False: fused.with_fusion(False)}
     runnable = [v for v in variants if v.dedup or dedup_switch_available()]
     runs: dict[str, list[float]] = {v.name: [] for v in runnable}
     preps: dict[str, list[float]] = {v.name: [] for v in runnable}
-    for _ in range(repeats):
-        for v in runnable:
-            sps, prep_ms = _one_round(cfg, sources, v, steps, warmup)
-            runs[v.name].append(sps)
-            preps[v.name].append(prep_ms)
+    bar = progress_bar(repeats * len(runnable) * (warmup + steps), "ablation", progress)
+    try:
+        for r in range(repeats):
+            for v in runnable:
+                if bar is not None:
+                    bar.set_description(f"ablation {r + 1}/{repeats}: {v.name}")
+                sps, prep_ms = _one_round(cfg, sources, v, steps, warmup, bar)
+                runs[v.name].append(sps)
+                preps[v.name].append(prep_ms)
+    finally:
+        if bar is not None:
+            bar.close()  # a failure's message then starts on a line of its own
     rows: list[dict[str, Any]] = []
     base = statistics.median(runs[variants[0].name]) if variants[0].name in runs else None
     for v in variants:

@@ -50,12 +50,15 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument("--ablation", action="store_true",
                    help="bst only: also measure samples/s with the pipeline, fused transforms and dedup switched "
                         "off one after the other (RecIS Fig. 7) and add the table and plot to the report")
-    p.add_argument("--ablation-steps", type=int, default=20, help="timed steps per ablation round (default 20)")
-    p.add_argument("--ablation-repeats", type=int, default=3, help="interleaved ablation rounds (default 3)")
+    p.add_argument("--ablation-steps", type=int, default=None,
+                   help=f"timed steps per ablation round (default {ABLATION_STEPS}; with --ablation)")
+    p.add_argument("--ablation-repeats", type=int, default=None,
+                   help=f"interleaved ablation rounds (default {ABLATION_REPEATS}; with --ablation)")
     p.set_defaults(func=run_cli)
     return p
 
 
+ABLATION_STEPS, ABLATION_REPEATS = 20, 3  # --ablation-steps, --ablation-repeats when not given
 _BST_ONLY = ("max_len", "holdout_events", "catalog", "activation")  # the sequence model's fields
 _CRITEO_ONLY = ("max_rows",)  # the Criteo models' (a cap on the rows read)
 
@@ -104,6 +107,9 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     cfg.validate()  # before the arithmetic below uses its numbers
     if args.sharding is not None and cfg.nproc == 1:
         warnings.warn("--sharding applies with --nproc > 1; one process holds every table whole", stacklevel=2)
+    if cfg.checkpoint_every and not cfg.checkpoint:  # from a flag or the YAML: it did nothing in silence
+        warnings.warn("--checkpoint-every applies with --checkpoint; no checkpoint is written", stacklevel=2)
+    _check_ablation(args, cfg)
     unused = sorted(k for k in fields if k in (_CRITEO_ONLY if cfg.model == "bst" else _BST_ONLY))
     if unused:  # the report records them as set: say they did nothing
         warnings.warn(f"{unused} do not apply to --model {cfg.model} and are ignored", stacklevel=2)
@@ -116,10 +122,37 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
         if args.steps is not None:
             raise InvalidInputError("give --steps or --epochs, not both")
 
-        source = make_source(cfg)
+        source = make_source(cfg, progress=not args.no_progress)
         cfg.steps = max(1, int(args.epochs * source.batches_per_epoch(cfg.nproc)))  # steps of nproc × batch_size
-    cfg.eval_every = min(cfg.eval_every, cfg.steps)
+    # eval_every stays as set, even above steps (the run evaluates its last step anyway): a checkpoint
+    # then keeps the user's grid, and a resumed run with more steps evaluates where the uninterrupted one does.
     return cfg, source
+
+
+def _check_ablation(args: argparse.Namespace, cfg: TrainConfig) -> None:
+    """--ablation's settings, before any training (a bad --ablation-steps was refused after the whole run,
+    whose report was then lost); its flags without --ablation warn that they do nothing."""
+    from ..errors import InvalidInputError
+
+    given = [f for f, v in (("--ablation-steps", args.ablation_steps), ("--ablation-repeats", args.ablation_repeats))
+             if v is not None]
+    if not args.ablation:
+        if given:
+            warnings.warn(f"{' and '.join(given)} apply with --ablation; no ablation runs", stacklevel=3)
+        return
+    if cfg.model != "bst":
+        raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
+    from .ablation import check
+
+    check(_ablation_steps(args), _ablation_repeats(args))
+
+
+def _ablation_steps(args: argparse.Namespace) -> int:
+    return ABLATION_STEPS if args.ablation_steps is None else args.ablation_steps
+
+
+def _ablation_repeats(args: argparse.Namespace) -> int:
+    return ABLATION_REPEATS if args.ablation_repeats is None else args.ablation_repeats
 
 
 def run_cli(args: argparse.Namespace) -> int:
@@ -136,10 +169,6 @@ def run_cli(args: argparse.Namespace) -> int:
         print(f"note: {why}, so --backend all runs recgo and torch ({hint})", file=sys.stderr)
     cfg, source = _config(args)
     args.effective_config = cfg
-    if args.ablation and cfg.model != "bst":
-        from ..errors import InvalidInputError
-
-        raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
     if args.ablation:  # train() checks its own out; this report is written after the ablation
         prepare(args.out, clear=True)
     report = train(cfg, backends, out=None if args.ablation else args.out, resume=args.resume,
@@ -151,7 +180,8 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.ablation:
         from .ablation import run_ablation
 
-        report["ablation"] = run_ablation(cfg, steps=args.ablation_steps, repeats=args.ablation_repeats)
+        report["ablation"] = run_ablation(cfg, steps=_ablation_steps(args), repeats=_ablation_repeats(args),
+                                          progress=not args.no_progress)
     if why or args.ablation:
         from .report import write
 

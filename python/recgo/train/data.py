@@ -37,6 +37,7 @@ import torch
 from ..errors import InvalidInputError, RecgoError, RecgoIOError
 from ..sparse import KeyedJaggedTensor
 from ._files import derived_path, write_once
+from ._progress import progress_bar
 from ._inputs import split_file as _split_file
 from ._inputs import userbehavior_events
 
@@ -310,11 +311,11 @@ class CriteoFile(_PipelineSource):
     ``world_size`` ranks: whatever is left after ``n_train // (world_size × batch_size)`` steps)."""
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 1024, rows: int = 100_000,
-                 validation_fraction: float = 0.1) -> None:
+                 validation_fraction: float = 0.1, progress: bool = False) -> None:
         from ..feature import Feature
 
         self.path = Path(path)
-        self._train, self._valpath, n_train = _split_file(self.path, validation_fraction)
+        self._train, self._valpath, n_train = _split_file(self.path, validation_fraction, progress=progress)
         if n_train < batch_size:
             raise InvalidInputError(f"{self.path}: {n_train} training lines, fewer than one batch of {batch_size}")
         self._n_train = n_train
@@ -413,7 +414,8 @@ class TaobaoSequences(_PipelineSource):
     """
 
     def __init__(self, path: str | os.PathLike[str], batch_size: int = 256, max_len: int = 50, seed: int = 0,
-                 pipeline: bool = True, fuse: bool = True, holdout: int = 1, catalog: bool = False) -> None:
+                 pipeline: bool = True, fuse: bool = True, holdout: int = 1, catalog: bool = False,
+                 progress: bool = False) -> None:
         from ..feature import Feature
 
         if isinstance(holdout, bool) or not isinstance(holdout, int) or holdout <= 0:
@@ -422,6 +424,7 @@ class TaobaoSequences(_PipelineSource):
         self.holdout = holdout
         self.batch_size, self.max_len, self.dense_in, self.keys = batch_size, max_len, 0, SEQUENCE_KEYS
         self.seed, self.pipeline, self.catalog = seed, bool(pipeline), bool(catalog)
+        self.progress = bool(progress)  # a bar while the samples' CSV is written (a large file's takes minutes)
         users, items, cats, times = userbehavior_events(self.path)
         if not users.numel():
             raise RecgoIOError(f"{self.path}: no complete rows")
@@ -553,14 +556,24 @@ class TaobaoSequences(_PipelineSource):
         d = self._data
         items, cats, item_cat = d["items"].tolist(), d["cats"].tolist(), d["item_cat"].tolist()
         users, starts, item_row = d["users"].tolist(), d["starts"].tolist(), d["item_row"].tolist()
-        with path.open("w") as fh:
-            fh.write("label,hist_item,hist_cat,target_item,target_cat,user_id\n")
-            lines = []
-            for ev, tgt, lab in self._train.tolist():
-                lo = max(starts[ev], ev - self.max_len)
-                lines.append(f"{lab},{'|'.join(map(str, items[lo:ev]))},{'|'.join(map(str, cats[lo:ev]))},"
-                             f"{item_row[tgt]},{item_cat[tgt]},{users[ev]}\n")
-                if len(lines) >= 4096:
-                    fh.writelines(lines)
-                    lines.clear()
-            fh.writelines(lines)
+        bar = progress_bar(int(self._train.shape[0]), f"{self.path.name}: samples", self.progress, unit="sample",
+                           delay=2.0)
+        try:
+            with path.open("w") as fh:
+                fh.write("label,hist_item,hist_cat,target_item,target_cat,user_id\n")
+                lines = []
+                for ev, tgt, lab in self._train.tolist():
+                    lo = max(starts[ev], ev - self.max_len)
+                    lines.append(f"{lab},{'|'.join(map(str, items[lo:ev]))},{'|'.join(map(str, cats[lo:ev]))},"
+                                 f"{item_row[tgt]},{item_cat[tgt]},{users[ev]}\n")
+                    if len(lines) >= 4096:
+                        fh.writelines(lines)
+                        if bar is not None:
+                            bar.update(len(lines))
+                        lines.clear()
+                fh.writelines(lines)
+                if bar is not None:
+                    bar.update(len(lines))
+        finally:
+            if bar is not None:
+                bar.close()

@@ -24,11 +24,14 @@ from ..errors import InvalidInputError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss
-from .models import ACTIVATIONS, BST, DCNv2, DLRM, bst_inputs
+from .models import ACTIVATIONS, BST, BST_HEADS, DCNv2, DLRM, bst_inputs
 
 MODELS = ("dlrm", "dcnv2", "bst")
 LR_DECAYS = ("none", "linear")
 STAGES = ("prep", "sparse", "dense", "update")
+# The longest BST history: the model learns a position embedding row (and Adam state) for each of max_len
+# events, so 10^9 would allocate hundreds of GB; a million is past any user's UserBehavior history.
+MAX_LEN = 1_000_000
 
 
 @dataclass
@@ -76,6 +79,12 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+        if self.model == "bst" and self.dim % BST_HEADS:  # torch asserted it mid-run, in its own words
+            raise InvalidInputError(f"dim must be a multiple of {BST_HEADS} for --model bst (its attention has "
+                                    f"{BST_HEADS} heads of dim/{BST_HEADS} each), got {self.dim}")
+        if self.model == "bst" and self.max_len > MAX_LEN:
+            raise InvalidInputError(f"max_len must be at most {MAX_LEN} events (the BST learns a position "
+                                    f"embedding for each), got {self.max_len}")
         for name in ("warmup_steps", "checkpoint_every", "depth", "shuffle"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -148,17 +157,18 @@ def taobao_data(cfg: TrainConfig) -> Any:
     return userbehavior_file(seed=cfg.seed) if cfg.data is None else cfg.data
 
 
-def make_source(cfg: TrainConfig) -> Source:
+def make_source(cfg: TrainConfig, progress: bool = False) -> Source:
     """The data source the config names (the model decides the format of a file), shuffled as
-    ``cfg.shuffle`` says."""
+    ``cfg.shuffle`` says: the one builder of the main run's and the ablation's source. ``progress``: a bar
+    while a large file is split (Criteo) or its samples written (Taobao)."""
     source: TaobaoSequences | SyntheticCriteo | CriteoFile
     if cfg.model == "bst":
         source = TaobaoSequences(taobao_data(cfg), batch_size=cfg.batch_size, max_len=cfg.max_len, seed=cfg.seed,
-                                 holdout=cfg.holdout_events, catalog=cfg.catalog)
+                                 holdout=cfg.holdout_events, catalog=cfg.catalog, progress=progress)
     elif cfg.data is None:
         source = SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
     else:
-        source = CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows)
+        source = CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows, progress=progress)
     return source.shuffled(cfg.shuffle, cfg.seed)
 
 
@@ -404,11 +414,12 @@ class Trainer:
         self._stream_state = state.get("data")
         h = state["history"]
         self.history = History(**{k: copy.deepcopy(v) for k, v in h.items()})
-        # The run that wrote the checkpoint ended at its step with an evaluation off the eval_every grid:
-        # the resumed run does not have it (its report equals the uninterrupted run's).
-        every = int(state["config"].get("eval_every") or 0)
+        # The run that wrote the checkpoint ended at its step with an evaluation that is off this run's
+        # eval_every grid: the uninterrupted run does not have it (the resumed report equals its report).
+        # This run's grid, not the checkpoint's: a checkpoint may hold another eval_every (before the fix,
+        # the CLI stored min(eval_every, steps), so a 3-step run's step-3 evaluation looked on its grid).
         ev = self.history.evals
-        if ev and every and int(ev[-1]["step"]) == self.step and self.step % every:
+        if ev and int(ev[-1]["step"]) == self.step and self.step % self.cfg.eval_every:
             ev.pop()
 
 

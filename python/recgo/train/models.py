@@ -26,6 +26,7 @@ from ..jagged import JaggedTensor
 
 
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU}
+BST_HEADS = 2  # attention heads of the training job's BST: its dim must be a multiple (TrainConfig.validate)
 
 
 def mlp(sizes: list[int], last_activation: bool = False, activation: str = "relu") -> nn.Sequential:
@@ -87,11 +88,13 @@ class BST(nn.Module):
     so a score moving by a rounding error cannot flip a unit on or off and change a row's gradient whole.
     """
 
-    def __init__(self, dim: int, max_len: int, user_width: int, heads: int = 2, layers: int = 1,
+    def __init__(self, dim: int, max_len: int, user_width: int, heads: int = BST_HEADS, layers: int = 1,
                  top: tuple[int, ...] = (128, 64), activation: str = "relu") -> None:
         super().__init__()
         if activation not in ACTIVATIONS:
             raise InvalidInputError(f"activation {activation!r}: choose one of {tuple(ACTIVATIONS)}")
+        if dim % heads:  # torch would assert it in its own words
+            raise InvalidInputError(f"dim must be a multiple of the BST's {heads} attention heads, got {dim}")
         self.position = nn.Embedding(max_len + 1, dim)
         block = nn.TransformerEncoderLayer(dim, heads, dim_feedforward=2 * dim, dropout=0.0, batch_first=True,
                                            activation=activation)
@@ -100,9 +103,10 @@ class BST(nn.Module):
 
     def forward(self, hist: torch.Tensor, mask: torch.Tensor, target: torch.Tensor,
                 user: torch.Tensor) -> torch.Tensor:
-        """``[B]`` logits."""
-        tokens = torch.cat([hist, target.unsqueeze(1)], 1)
-        tokens = tokens + self.position.weight[: tokens.shape[1]].unsqueeze(0)
+        """``[B]`` logits. ``hist`` may be padded to any length up to ``max_len``: the target token always
+        takes the last position (``max_len``), so with the padding masked the logits do not depend on it."""
+        pos = self.position.weight
+        tokens = torch.cat([hist + pos[: hist.shape[1]].unsqueeze(0), (target + pos[-1]).unsqueeze(1)], 1)
         pad = torch.cat([mask, torch.zeros_like(mask[:, :1])], 1)
         out = self.encoder(tokens, src_key_padding_mask=pad)
         valid = (~pad).unsqueeze(2).to(out.dtype)
@@ -113,9 +117,14 @@ class BST(nn.Module):
 def bst_inputs(emb: dict[str, Any], max_len: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """:class:`BST`'s inputs from the sequence lookups ``{key: JaggedTensor}`` of any backend: the history
     (item + category embedding of each event, summed on the jagged rows, then the newest ``max_len``
-    events as a ``[B, L, D]`` padded view), its padding mask, the target and the user embedding."""
+    events as a ``[B, L, D]`` padded view, ``L`` the batch's longest history capped at ``max_len``), its
+    padding mask, the target and the user embedding."""
     hist_item, hist_cat = emb["hist_item"], emb["hist_cat"]
-    summed = JaggedTensor(hist_item.values() + hist_cat.values(), lengths=hist_item.lengths())
-    hist, mask = summed.to_padded(max_len, keep="last")
+    lengths = hist_item.lengths()
+    summed = JaggedTensor(hist_item.values() + hist_cat.values(), lengths=lengths)
+    # Padded to the longest history, not to max_len: attention is quadratic in L, and a large max_len
+    # padded every batch to it (max_len 100000 attended over 100001 tokens and hung the run).
+    longest = int(lengths.max()) if lengths.numel() else 0
+    hist, mask = summed.to_padded(min(longest, max_len), keep="last")
     target = emb["target_item"].values() + emb["target_cat"].values()
     return hist, mask, target, emb["user_id"].values()

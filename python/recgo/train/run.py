@@ -13,15 +13,8 @@ from .. import _extras
 from .backends import BACKENDS
 from .data import Source
 from .loop import History, TrainConfig, Trainer, make_source, read_checkpoint
+from ._progress import progress_bar
 from .report import prepare, summarize, write
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=desc, unit="step", leave=True)
 
 
 def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Path | None = None,
@@ -47,14 +40,14 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
 
         return launch(cfg, backends, cfg.nproc, out=out, progress=progress, resume=resume)
     if source is None:
-        source = make_source(cfg)
+        source = make_source(cfg, progress=progress)
     runs: dict[str, History] = {}
     for backend in backends:
         per_backend = _per_backend(cfg, backend)
         trainer = Trainer(per_backend, source, backend)
         if resumable(resume, per_backend.checkpoint, lambda p: Path(p).exists(), backend):
             trainer.load(per_backend.checkpoint)
-        bar = _progress(cfg.steps, backend, progress)
+        bar = progress_bar(cfg.steps, backend, progress)
         if bar is not None:
             bar.update(trainer.step)
         try:
@@ -222,7 +215,7 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress:
         trainer = Trainer(per_backend, source, backend, world)
         if resumable(resume, per_backend.checkpoint, exists, backend, say=world.rank == 0):
             trainer.load(per_backend.checkpoint)
-        bar = _progress(cfg.steps, f"{backend} ×{world.size}", progress)
+        bar = progress_bar(cfg.steps, f"{backend} ×{world.size}", progress)
         if bar is not None:
             bar.update(trainer.step)
         if fail_at is not None and world.rank == fail_at[0]:
