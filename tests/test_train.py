@@ -250,8 +250,8 @@ def test_cli_epochs_counts_the_file_once_and_trains_that_many_steps(tmp_path: Pa
     built: list[object] = []
     real = loop.make_source
 
-    def counting(cfg: TrainConfig) -> object:
-        built.append(real(cfg))
+    def counting(cfg: TrainConfig, **kwargs: object) -> object:
+        built.append(real(cfg, **kwargs))
         return built[-1]
 
     monkeypatch.setattr(loop, "make_source", counting)
