@@ -47,10 +47,10 @@ func (c *Collection) BackwardSome(ctx *Context, gradOut []float32, gradRows [][]
 	if len(gradOut) != ctx.B*c.width {
 		return errs.Invalidf("backward: gradient has %d values, need %d (batch %d × width %d)", len(gradOut), ctx.B*c.width, ctx.B, c.width)
 	}
-	if skip != nil && len(skip) != len(c.Tables) {
-		return errs.Invalidf("backward: %d skip flags for %d tables", len(skip), len(c.Tables))
+	skipped, err := skipFlags(skip, len(c.Tables), "backward")
+	if err != nil {
+		return err
 	}
-	skipped := func(t int) bool { return skip != nil && skip[t] }
 	for i, t := range c.Tables {
 		ctx.recheck(i, t)
 	}
@@ -142,6 +142,15 @@ func (c *Collection) BackwardSome(ctx *Context, gradOut []float32, gradRows [][]
 	})
 	since(StageUpdate, t0)
 	return nil
+}
+
+// skipFlags checks a backward's skip flags (nil: none) against its T tables and returns whether table
+// t is skipped; what names the caller for the message.
+func skipFlags(skip []bool, T int, what string) (func(t int) bool, error) {
+	if skip != nil && len(skip) != T {
+		return nil, errs.Invalidf("%s: %d skip flags for %d tables", what, len(skip), T)
+	}
+	return func(t int) bool { return skip != nil && skip[t] }, nil
 }
 
 // MaxStep bounds a table's optimizer step counter: a loaded counter outside [0, MaxStep) is refused

@@ -51,10 +51,10 @@ func (s *SequenceCollection) BackwardSome(ctx *Context, grad []float32, gradRows
 		return errs.Invalidf("sequence backward: gradient has %d values, need %d (%d rows × width %d)",
 			len(grad), ctx.B*c.width, ctx.B, c.width)
 	}
-	if skip != nil && len(skip) != len(c.Tables) {
-		return errs.Invalidf("sequence backward: %d skip flags for %d tables", len(skip), len(c.Tables))
+	skipped, err := skipFlags(skip, len(c.Tables), "sequence backward")
+	if err != nil {
+		return err
 	}
-	skipped := func(t int) bool { return skip != nil && skip[t] }
 	if !fused && (len(gradRows) != len(c.Tables) || len(gradVals) != len(c.Tables)) {
 		return errs.Invalidf("sequence backward: %d/%d gradient buffers for %d tables", len(gradRows), len(gradVals), len(c.Tables))
 	}

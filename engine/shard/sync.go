@@ -177,10 +177,13 @@ func (x *Exchange) syncStage(h int) stage {
 						return errs.Invalidf("exchange: rank %d sent a used-table flag of %d", lg.rank(d), v)
 					}
 					if frozen := v == 2; frozen != x.frozen[t] {
+						on, off := lg.rank(d), x.self // the rank that froze it, the one that did not
+						if !frozen {
+							on, off = off, on
+						}
 						return errs.Invalidf("exchange: table %q is frozen (requires_grad=False) on rank %d but not "+
 							"on rank %d: freeze a sharded table on every rank or on none (a table some ranks "+
-							"train and others do not would take only some ranks' gradients)", x.layouts[t].Name,
-							pick(frozen, lg.rank(d), x.self), pick(frozen, x.self, lg.rank(d)))
+							"train and others do not would take only some ranks' gradients)", x.layouts[t].Name, on, off)
 					}
 					if v == 1 {
 						x.used[t] = true
@@ -190,14 +193,6 @@ func (x *Exchange) syncStage(h int) stage {
 			return nil
 		},
 	}
-}
-
-// pick returns a when cond holds, else b.
-func pick(cond bool, a, b int) int {
-	if cond {
-		return a
-	}
-	return b
 }
 
 // tableNames lists the exchange's tables (for messages).

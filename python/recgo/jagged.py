@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 import torch
 
 from .errors import InvalidInputError
-from .tensors import integer, lengths_sum
+from .tensors import integer, check_lengths
 
 _INTS = (torch.int64, torch.int32)
 
@@ -87,7 +87,7 @@ class JaggedTensor:
         self._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
         n = values.shape[0]
         if self._lengths is not None:
-            lengths_sum(self._lengths, n)
+            check_lengths(self._lengths, n)
             if int(self._lengths.sum()) != n:
                 raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
         if self._offsets is not None:

@@ -22,7 +22,7 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
-from .tensors import check_tensor, lengths_sum
+from .tensors import check_tensor, check_lengths
 
 _INTS = (torch.int64, torch.int32)
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -464,7 +464,7 @@ class KeyedJaggedTensor:
             if not self._keys:
                 self._length_per_key = []
             else:
-                lengths_sum(self._lengths, self._values.numel())
+                check_lengths(self._lengths, self._values.numel())
                 per = self._lengths.view(len(self._keys), self._stride).sum(1).tolist()
                 if sum(per) != self._values.numel():
                     raise InvalidInputError(f"lengths sum to {sum(per)} but there are {self._values.numel()} values")

@@ -69,20 +69,19 @@ def ptr(t: torch.Tensor | None) -> int | None:
     return t.data_ptr()
 
 
-def lengths_sum(lengths: torch.Tensor, total: int, what: str = "lengths") -> torch.Tensor:
-    """Check a jagged tensor's ``lengths`` against its ``total`` values (entries ≥ 0 and each at most
-    ``total``, so that their int64 sums cannot wrap around: ``[2^63−1, 2^63−1, 3]`` summed to 1 and
-    passed for one value) and return ``lengths`` as int64 for summing."""
-    lengths = lengths.to(torch.int64)
-    if lengths.numel():
-        lo, hi = torch.aminmax(lengths)
-        if int(lo) < 0:
-            raise InvalidInputError(f"{what}: negative entry")
-        if int(hi) > total:
-            raise InvalidInputError(f"{what}: an entry of {int(hi)} is more than the {total} values there are")
-        if lengths.numel() * total >= 1 << 63:  # a sum could still wrap: add exactly
-            exact = sum(lengths.tolist())
-            if exact != total:
-                raise InvalidInputError(f"{what} sum to {exact} but there are {total} values")
-    return lengths
-
+def check_lengths(lengths: torch.Tensor, total: int, what: str = "lengths") -> None:
+    """Refuse a jagged tensor's ``lengths`` that do not fit its ``total`` values before they are summed:
+    a negative entry, or one above ``total`` (their int64 sums could wrap around: ``[2^63−1, 2^63−1,
+    3]`` summed to 1 and passed for one value); where a sum of entries up to ``total`` could still
+    wrap, it is taken exactly."""
+    if not lengths.numel():
+        return
+    lo, hi = torch.aminmax(lengths.to(torch.int64))
+    if int(lo) < 0:
+        raise InvalidInputError(f"{what}: negative entry")
+    if int(hi) > total:
+        raise InvalidInputError(f"{what}: an entry of {int(hi)} is more than the {total} values there are")
+    if lengths.numel() * total >= 1 << 63:
+        exact = sum(lengths.tolist())
+        if exact != total:
+            raise InvalidInputError(f"{what} sum to {exact} but there are {total} values")

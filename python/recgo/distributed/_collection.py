@@ -17,7 +17,7 @@ from ..errors import InvalidInputError, NotFoundError
 from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
-from ..modules._storage import check_cast
+from ..modules._storage import check_cast, fused_keep
 from ..modules._trace import refuse_script, traced_as_leaf
 from ..modules import _eager, optim
 from ..modules.config import _embedding_names, check_keys, key_readers
@@ -504,13 +504,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         (``requires_grad_(False)``), which its backward leaves out: no rank steps them (with a fused
         optimizer) or gets their gradients, and every rank must freeze the same ones."""
         shards = [s.weight for s in self.embedding_bags.values()]
-        if not torch.is_grad_enabled():
-            return None
-        frozen = [not w.requires_grad for w in shards]
-        if all(frozen):
-            return None
-        step.frozen = frozen if any(frozen) else None
-        return shards
+        keep, step.frozen = fused_keep(shards)  # fused or not: the shards' own flags
+        return shards if keep else None
 
     def _lookup(self, step: "_Step", size: int) -> torch.Tensor:
         """The output of a step whose forward exchange ran: through autograd (_graph_weights) or read out now."""

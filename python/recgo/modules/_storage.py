@@ -12,7 +12,7 @@ as *views*: ``(table, holder module, attribute, engine tensor, its address)``). 
 * A cast or move (``.half()``, ``.bfloat16()``, ``.double()``, ``.to("meta")``, ``.to("cuda")``) of a
   built collection is refused, since the engine reads float32 CPU memory: :func:`check_cast`.
 * A fused collection trains the tables whose weights require grad; ``requires_grad_(False)`` freezes
-  a table (no update, no step), or the collection (no context kept either): :func:`frozen_flags`.
+  a table (no update, no step), or the collection (no context kept either): :func:`fused_keep`.
 """
 
 from __future__ import annotations
@@ -122,12 +122,16 @@ def check_cast_dtype(probe: torch.Tensor) -> None:
             "before this one are already cast: cast the dense modules one by one)")
 
 
-def frozen_flags(weights: Sequence[torch.Tensor]) -> list[bool]:
-    """Per table, whether a fused collection's update leaves it out: its weight does not require grad
-    (frozen with ``requires_grad_(False)``, a pretrained table). Its rows, optimizer state and
+def fused_keep(weights: Sequence[torch.Tensor]) -> tuple[bool, list[bool] | None]:
+    """(keep, frozen) for a forward over tables of these ``weights`` with a fused update: whether it keeps
+    a context (grad enabled and some weight requires grad), and per table whether the update leaves it
+    out (None when none is left out): a weight that does not require grad is frozen
+    (``requires_grad_(False)``, a pretrained table), and its rows, optimizer state and
     ``optimizer_step`` stay, as torch's optimizers skip a parameter without a gradient and TorchRec's
-    in-backward ones skip a frozen table; with every table frozen the forward keeps no context."""
-    return [not w.requires_grad for w in weights]
+    in-backward ones skip a frozen table."""
+    flags = [not w.requires_grad for w in weights]
+    keep = torch.is_grad_enabled() and not all(flags)
+    return keep, flags if keep and any(flags) else None
 
 
 _OPTIMIZER_ENTRIES = ("optimizer_state", "optimizer_step")

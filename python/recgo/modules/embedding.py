@@ -70,7 +70,7 @@ from ._outputs import OutputPool
 from ._init import draw_uniform
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
-from ._storage import (check_cast, check_cast_dtype, check_storage, frozen_flags,
+from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep,
                        materialised_before_load, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
@@ -306,10 +306,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         one address comparison per tensor in the common case."""
         check_storage(self._engine_views)
 
-    def _frozen(self, tables: Sequence[int]) -> list[bool]:
-        """Per table of ``tables`` (indices), whether a fused update leaves it out: frozen with
-        ``requires_grad_(False)`` (see ``_storage.frozen_flags``)."""
-        return frozen_flags([self.embedding_bags[self._configs[i].name].weight for i in tables])
+    def _fused_keep(self, tables: Sequence[int]) -> tuple[bool, list[bool] | None]:
+        """Whether a fused forward over ``tables`` (indices) keeps a context, and which of them its
+        update leaves out (``_storage.fused_keep``)."""
+        return fused_keep([self.embedding_bags[self._configs[i].name].weight for i in tables])
 
     def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """(per KJT key: the engine feature it feeds or -1 when no table reads it; and for each further
@@ -468,9 +468,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         params = self._params()
         frozen: list[bool] | None = None  # a fused update's frozen tables, when some are
         if self._optimizer is not None:
-            flags = self._frozen(range(len(self._configs)))
-            keep = torch.is_grad_enabled() and not all(flags)
-            frozen = flags if keep and any(flags) else None
+            keep, frozen = self._fused_keep(range(len(self._configs)))
         else:
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         if keep and self._optimizer is None and not torch.compiler.is_compiling():

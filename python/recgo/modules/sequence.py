@@ -378,9 +378,7 @@ class EmbeddingCollection(nn.Module):
         params = self._params()
         frozen: list[bool] | None = None  # a fused update's frozen tables, when some are
         if self._fused:
-            flags = self._owner._frozen(self._tables)
-            keep = torch.is_grad_enabled() and not all(flags)
-            frozen = flags if keep and any(flags) else None
+            keep, frozen = self._owner._fused_keep(self._tables)
         else:
             keep = torch.is_grad_enabled() and any(p.requires_grad for p in params)
         _eager.warn_fused_export(keep, self._fused)
