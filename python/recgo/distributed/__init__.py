@@ -9,7 +9,8 @@ or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled)
 ``DistributedModelParallel``: every collection of a model sharded, the rest under DDP).
 """
 
-from ._collection import MODES, RETURNS, SHARDING_TYPES, ShardedEmbeddingBagCollection
+from ._collection import ShardedEmbeddingBagCollection
+from ._sharding import MODES, RETURNS, SHARDING_TYPES
 from ._exchange import Groups, PeerFailureError, make_groups
 from ._gather import gather_state_dict
 from ._model import shard_model

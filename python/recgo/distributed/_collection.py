@@ -30,11 +30,9 @@ from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
 from ._state import own_keys, rank_keys
+from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_sharding
 from ._step import _Lookup, _Shard, _Step
 
-SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
-MODES = {"flat": 0, "hierarchical": 1}
-RETURNS = {"auto": 0, "rows": 1, "pooled": 2}
 
 
 class ShardedEmbeddingBagCollection(nn.Module):
@@ -115,11 +113,13 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._optimizer = optimizer
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
-        self._kinds = self._resolve_sharding(sharding, plan, table_ranks, nodes, ranks_per_node)
+        names = [c.name for c in self._configs]
+        self._sharding_names, self._kinds = resolve_sharding(names, sharding, plan, table_ranks, self._groups.world_size,
+                                                             nodes, ranks_per_node)
         _dynamic.check(self._configs, self._sharding_names, optimizer)
         self._dynamic = [c.dynamic is not None for c in self._configs]
         self._engine_training = True
-        self._returns = self._resolve_returns(owner_pooling)
+        self._returns = resolve_returns(names, owner_pooling)
         if wire_dtype not in WIRE_DTYPES:
             raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
         self._wire = WIRE_DTYPES[wire_dtype]
@@ -218,56 +218,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
                     is_weighted=self._is_weighted, seed=seed, wire_dtype=wire_dtype,
                     gradient_division=self._gradient_division)
         return desc
-
-    def _resolve_sharding(self, sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None,
-                          nodes: int | None = None, ranks_per_node: int | None = None) -> list[tuple[int, int]]:
-        names = [c.name for c in self._configs]
-        per = dict(sharding) if isinstance(sharding, Mapping) else {n: sharding for n in names}
-        for n in per:
-            if n not in names:
-                raise NotFoundError(f"sharding names table {n!r}, which is not among {names}")
-        for n in table_ranks or {}:
-            if n not in names:
-                raise NotFoundError(f"table_ranks names table {n!r}, which is not among {names}")
-            if per.get(n, "hash") != "table_wise":
-                raise InvalidInputError(f"table_ranks places table {n!r}, whose sharding is {per.get(n, 'hash')!r}: "
-                                        "only table_wise tables take a rank")
-        if plan is not None and "plan" not in {per.get(n, "hash") for n in names}:
-            raise InvalidInputError(f"plan= is given, but no table's sharding is 'plan' (sharding={sharding!r}): pass "
-                                    "sharding='plan' to place the tables as the plan says, or leave plan= out")
-        if plan is not None and not callable(getattr(plan, "table", None)):
-            raise InvalidInputError(f"plan: expected a recgo.planner.Plan, got {type(plan).__name__} (shard_model "
-                                    "also takes TorchRec's ShardingPlan)")
-        W = self._groups.world_size
-        if plan is not None:
-            _check_plan_topology(plan, W, nodes, ranks_per_node)
-        out = []
-        for i, n in enumerate(names):
-            kind = per.get(n, "hash")
-            if kind not in SHARDING_TYPES:
-                raise InvalidInputError(f"table {n!r}: sharding {kind!r} is not one of {sorted(SHARDING_TYPES)}")
-            rank = i % W
-            if kind == "plan":
-                if plan is None:
-                    raise InvalidInputError(f"table {n!r}: sharding 'plan' needs plan=")
-                rank = int(plan.table(n)["rank"])
-                if not 0 <= rank < W:
-                    raise InvalidInputError(f"table {n!r}: the plan puts it on rank {rank}, the world has {W} ranks")
-            elif table_ranks and n in table_ranks:
-                rank = int(table_ranks[n])
-            out.append((SHARDING_TYPES[kind], rank))
-        self._sharding_names = [per.get(n, "hash") for n in names]
-        return out
-
-    def _resolve_returns(self, owner_pooling: str | Mapping[str, str]) -> list[int]:
-        names = [c.name for c in self._configs]
-        per = dict(owner_pooling) if isinstance(owner_pooling, Mapping) else {n: owner_pooling for n in names}
-        for n, r in per.items():
-            if n not in names:
-                raise NotFoundError(f"owner_pooling names table {n!r}, which is not among {names}")
-            if r not in RETURNS:
-                raise InvalidInputError(f"table {n!r}: owner_pooling {r!r} is not one of {sorted(RETURNS)}")
-        return [RETURNS[per.get(n, "auto")] for n in names]
 
     def _initialise(self, cfg: Any, weight: torch.Tensor, gen: torch.Generator | None) -> None:
         """A table's initial shard: its rows of the uniform draw an unsharded collection with the same
@@ -600,18 +550,3 @@ class ShardedEmbeddingBagCollection(nn.Module):
         return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, "
                 f"rank={g.rank}/{g.world_size} ({g.nodes}×{g.ranks_per_node}), width={self._width}")
 
-
-def _check_plan_topology(plan: Any, world: int, nodes: int | None, ranks_per_node: int | None) -> None:
-    """Refuse a planner Plan made for another cluster than this world: its ranks and memory budgets
-    would be another cluster's (a plan for 1 GPU puts every table on rank 0 of 2)."""
-    topo = getattr(plan, "topology", None)
-    if topo is None:
-        return
-    made = f"the plan was made for {topo.nodes} node(s) × {topo.gpus_per_node} GPU(s)"
-    if topo.num_gpus != world:
-        raise InvalidInputError(f"plan: {made} = {topo.num_gpus} GPUs, but the world has {world} ranks: plan for "
-                                f"this world (Topology(nodes=..., gpus_per_node=...) with {world} GPUs in all)")
-    for what, mine, theirs in (("nodes", nodes, topo.nodes), ("ranks_per_node", ranks_per_node, topo.gpus_per_node)):
-        if mine is not None and mine != theirs:
-            raise InvalidInputError(f"plan: {made}, but the collection is given {what}={mine}: plan for this "
-                                    "topology, or give the plan's")

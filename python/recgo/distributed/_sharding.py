@@ -1,0 +1,84 @@
+"""How a sharded collection's arguments become the engine's per-table choices: each table's sharding
+kind and rank, and what its owners return."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ..errors import InvalidInputError, NotFoundError
+
+# The engine's codes (capi/shard.go); "plan" places a table whole, as table-wise, on the plan's rank.
+SHARDING_TYPES = {"hash": 0, "table_wise": 1, "row_wise": 2, "data_parallel": 3, "plan": 1}
+MODES = {"flat": 0, "hierarchical": 1}
+RETURNS = {"auto": 0, "rows": 1, "pooled": 2}
+
+
+def _per_table(what: str, value: Any, names: Sequence[str]) -> dict[str, Any]:
+    """``value`` for every table, or the tables a mapping names (each of which must exist)."""
+    per = dict(value) if isinstance(value, Mapping) else {n: value for n in names}
+    for n in per:
+        if n not in names:
+            raise NotFoundError(f"{what} names table {n!r}, which is not among {list(names)}")
+    return per
+
+
+def resolve_sharding(names: Sequence[str], sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None,
+                     world: int, nodes: int | None = None,
+                     ranks_per_node: int | None = None) -> tuple[list[str], list[tuple[int, int]]]:
+    """Each table's sharding name (``"hash"`` where ``sharding`` leaves it out) and its engine
+    ``(kind, rank)``: table-wise tables go to ``table_ranks``' rank or round robin, planned ones to the
+    plan's rank."""
+    per = _per_table("sharding", sharding, names)
+    for n in _per_table("table_ranks", table_ranks or {}, names):
+        if per.get(n, "hash") != "table_wise":
+            raise InvalidInputError(f"table_ranks places table {n!r}, whose sharding is {per.get(n, 'hash')!r}: "
+                                    "only table_wise tables take a rank")
+    if plan is not None and "plan" not in {per.get(n, "hash") for n in names}:
+        raise InvalidInputError(f"plan= is given, but no table's sharding is 'plan' (sharding={sharding!r}): pass "
+                                "sharding='plan' to place the tables as the plan says, or leave plan= out")
+    if plan is not None and not callable(getattr(plan, "table", None)):
+        raise InvalidInputError(f"plan: expected a recgo.planner.Plan, got {type(plan).__name__} (shard_model "
+                                "also takes TorchRec's ShardingPlan)")
+    if plan is not None:
+        _check_plan_topology(plan, world, nodes, ranks_per_node)
+    out = []
+    for i, n in enumerate(names):
+        kind = per.get(n, "hash")
+        if kind not in SHARDING_TYPES:
+            raise InvalidInputError(f"table {n!r}: sharding {kind!r} is not one of {sorted(SHARDING_TYPES)}")
+        rank = i % world
+        if kind == "plan":
+            if plan is None:
+                raise InvalidInputError(f"table {n!r}: sharding 'plan' needs plan=")
+            rank = int(plan.table(n)["rank"])
+            if not 0 <= rank < world:
+                raise InvalidInputError(f"table {n!r}: the plan puts it on rank {rank}, the world has {world} ranks")
+        elif table_ranks and n in table_ranks:
+            rank = int(table_ranks[n])
+        out.append((SHARDING_TYPES[kind], rank))
+    return [per.get(n, "hash") for n in names], out
+
+
+def resolve_returns(names: Sequence[str], owner_pooling: str | Mapping[str, str]) -> list[int]:
+    """Each table's engine code for what its owners return (``RETURNS``; ``"auto"`` where left out)."""
+    per = _per_table("owner_pooling", owner_pooling, names)
+    for n, r in per.items():
+        if r not in RETURNS:
+            raise InvalidInputError(f"table {n!r}: owner_pooling {r!r} is not one of {sorted(RETURNS)}")
+    return [RETURNS[per.get(n, "auto")] for n in names]
+
+
+def _check_plan_topology(plan: Any, world: int, nodes: int | None, ranks_per_node: int | None) -> None:
+    """Refuse a planner Plan made for another cluster than this world: its ranks and memory budgets
+    would be another cluster's (a plan for 1 GPU puts every table on rank 0 of 2)."""
+    topo = getattr(plan, "topology", None)
+    if topo is None:
+        return
+    made = f"the plan was made for {topo.nodes} node(s) × {topo.gpus_per_node} GPU(s)"
+    if topo.num_gpus != world:
+        raise InvalidInputError(f"plan: {made} = {topo.num_gpus} GPUs, but the world has {world} ranks: plan for "
+                                f"this world (Topology(nodes=..., gpus_per_node=...) with {world} GPUs in all)")
+    for what, mine, theirs in (("nodes", nodes, topo.nodes), ("ranks_per_node", ranks_per_node, topo.gpus_per_node)):
+        if mine is not None and mine != theirs:
+            raise InvalidInputError(f"plan: {made}, but the collection is given {what}={mine}: plan for this "
+                                    "topology, or give the plan's")
