@@ -183,3 +183,17 @@ def test_planner_arguments_raise_named_errors() -> None:
         P.torchrec_sharding_plan(pl, 3)
     msp = P.torchrec_sharding_plan(pl, module("a", 10))
     assert msp["a"].ranks == [pl.table("a")["rank"]]
+
+
+def test_from_ebc_keeps_a_weighted_collection_weighted() -> None:
+    """from_ebc dropped is_weighted: the planned collection pooled a weighted batch unweighted, silently."""
+    tabs = [recgo.EmbeddingBagConfig(50, 4, "t", ["f"])]
+    ids = ((torch.rand(200, generator=torch.Generator().manual_seed(0)) ** 4) * 50).long()
+    prof = P.profile([_kjt(["f"], ids)], tabs, sample_rate=1.0, min_lookups=0)
+    pl = P.plan(prof, P.Topology(nodes=1, gpus_per_node=1, hbm_bytes=100, host_bytes=10**6))
+    src = recgo.EmbeddingBagCollection(tabs, seed=0, is_weighted=True)
+    pe = P.PlannedEmbeddingBagCollection.from_ebc(src, pl)
+    batch = recgo.KeyedJaggedTensor(["f"], ids[:6], weights=torch.arange(6.0) + 0.5, lengths=torch.tensor([1, 2, 3]))
+    assert pe.ebc.is_weighted()
+    torch.testing.assert_close(pe(batch).values(), src(batch).values())
+    assert not P.PlannedEmbeddingBagCollection.from_ebc(src, pl, is_weighted=False).ebc.is_weighted()

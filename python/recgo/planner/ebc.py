@@ -84,7 +84,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
         its fused optimizer (unless ``optimizer=`` is given: recgo's own, a TorchRec fused collection's
         or what ``apply_optimizer_in_backward`` gave it, as ``recgo.from_torchrec`` takes it) and, where
         the update is the same, the optimizer state of each row and the step (both were dropped, so a
-        fused collection converted this way stopped training)."""
+        fused collection converted this way stopped training), and whether it is weighted (unless
+        ``is_weighted=`` is given; it was dropped, so the batch's weights were ignored)."""
         cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
                 for c in ebc.embedding_bag_configs()]
         dynamic = [c.name for c in cfgs if c.dynamic is not None]
@@ -92,6 +93,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
             raise InvalidInputError(f"from_ebc: tables {dynamic} are dynamic-ID tables, whose rows belong to their "
                                     "ID maps; keep them in a collection of their own")
         optim.adopt(ebc, ebc_kwargs)
+        ebc_kwargs.setdefault("is_weighted", bool(ebc.is_weighted()))
         out = cls(cfgs, plan, remap, profile, **ebc_kwargs)
         state = ebc.state_dict()
         if torchrec_kind(ebc):  # the state TorchRec keeps outside its state dict
