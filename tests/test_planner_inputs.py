@@ -1,5 +1,5 @@
 """The planner on inputs it misread or let escape: a key several tables read (profiled for every
-table; a PlannedEmbeddingBagCollection refuses it by name where a planned table reads it), FP16/BF16
+table; a PlannedEmbeddingBagCollection passes it on as it is where no planned table reads it), FP16/BF16
 configs (priced at their own bytes per element), Remap.apply_kjt on a batch whose keys reach no
 planned table, synthetic models fitted to data without coverage, and bad arguments that escaped as
 bare AttributeError/TypeError/ValueError/AssertionError."""
@@ -51,10 +51,9 @@ def test_a_key_two_tables_read_is_profiled_for_both() -> None:
     assert got == exp
 
 
-def test_planned_ebc_refuses_a_key_planned_tables_share(tmp_path: Path) -> None:
-    """One batch key cannot carry two tables' hot-first renumberings: the collection is refused,
-    naming the key and the tables (it returned wrong outputs for key@table); a key shared by tables
-    the plan leaves out still passes as it is."""
+def test_a_key_shared_by_tables_the_plan_leaves_out_passes_as_it_is(tmp_path: Path) -> None:
+    """A key that only tables the plan leaves out share reaches them as it is (a key that planned
+    tables share: test_planner_shared_keys.py)."""
     torch.manual_seed(0)
     tabs = [recgo.EmbeddingBagConfig(50, 4, "t_a", ["shared"]), recgo.EmbeddingBagConfig(50, 4, "t_b", ["shared"]),
             recgo.EmbeddingBagConfig(40, 4, "t_c", ["own"])]
@@ -64,8 +63,6 @@ def test_planned_ebc_refuses_a_key_planned_tables_share(tmp_path: Path) -> None:
                      sample_rate=1.0, min_lookups=0)
     topo = P.Topology(nodes=1, gpus_per_node=2, hbm_bytes=200, host_bytes=10**6)
     src = recgo.EmbeddingBagCollection(tabs, seed=0)
-    with pytest.raises(InvalidInputError, match=r"feature 'shared' is read by tables \['t_a', 't_b'\]"):
-        P.PlannedEmbeddingBagCollection.from_ebc(src, P.plan(prof, topo))
     only_c = P.plan(prof, topo, tables=["t_c"])
     pe = P.PlannedEmbeddingBagCollection.from_ebc(src, only_c)
     batch = recgo.KeyedJaggedTensor(["shared", "own"], torch.cat([ids, ids % 40]),
@@ -183,3 +180,17 @@ def test_planner_arguments_raise_named_errors() -> None:
         P.torchrec_sharding_plan(pl, 3)
     msp = P.torchrec_sharding_plan(pl, module("a", 10))
     assert msp["a"].ranks == [pl.table("a")["rank"]]
+
+
+def test_from_ebc_keeps_a_weighted_collection_weighted() -> None:
+    """from_ebc dropped is_weighted: the planned collection pooled a weighted batch unweighted, silently."""
+    tabs = [recgo.EmbeddingBagConfig(50, 4, "t", ["f"])]
+    ids = ((torch.rand(200, generator=torch.Generator().manual_seed(0)) ** 4) * 50).long()
+    prof = P.profile([_kjt(["f"], ids)], tabs, sample_rate=1.0, min_lookups=0)
+    pl = P.plan(prof, P.Topology(nodes=1, gpus_per_node=1, hbm_bytes=100, host_bytes=10**6))
+    src = recgo.EmbeddingBagCollection(tabs, seed=0, is_weighted=True)
+    pe = P.PlannedEmbeddingBagCollection.from_ebc(src, pl)
+    batch = recgo.KeyedJaggedTensor(["f"], ids[:6], weights=torch.arange(6.0) + 0.5, lengths=torch.tensor([1, 2, 3]))
+    assert pe.ebc.is_weighted()
+    torch.testing.assert_close(pe(batch).values(), src(batch).values())
+    assert not P.PlannedEmbeddingBagCollection.from_ebc(src, pl, is_weighted=False).ebc.is_weighted()

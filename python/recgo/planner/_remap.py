@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -55,14 +55,29 @@ class Remap:
                   out.data_ptr() if out.numel() else None)
         return out.reshape(ids.shape)
 
-    def apply_kjt(self, features: Any, feature_to_table: Mapping[str, str] | None = None) -> KeyedJaggedTensor:
+    def apply_kjt(self, features: Any, feature_to_table: Mapping[str, str | Sequence[str]] | None = None
+                  ) -> KeyedJaggedTensor:
         """Remap a whole KJT in one Go call. A key reaches the planned table ``feature_to_table`` maps it
         to, else the table of its own name; keys of no planned table pass through unchanged. A batch
         with keys none of which reaches a planned table raises InvalidInputError (renumbering nothing
         would feed the original IDs to a hot-first table): pass ``feature_to_table={key: table}`` when
-        the keys are not the table names (a config's ``feature_names`` give it)."""
+        the keys are not the table names (a config's ``feature_names`` give it).
+
+        A key may map to a list of tables (every table that reads it). One key carries one set of IDs,
+        so a key that several tables read, one of them planned, raises InvalidInputError naming it:
+        feed such a batch raw to :class:`PlannedEmbeddingBagCollection`, which renumbers a copy of the
+        key for each table, or renumber each table's IDs with :meth:`apply`."""
         kjt = as_kjt(features)
-        f2t = dict(feature_to_table or {})
+        f2t: dict[str, str] = {}
+        for k, t in (feature_to_table or {}).items():
+            ts = [t] if isinstance(t, str) else list(dict.fromkeys(t))
+            if len(ts) > 1 and any(x in self._index for x in ts):
+                raise InvalidInputError(
+                    f"remap.apply_kjt: key {k!r} is read by tables {ts}, of which "
+                    f"{[x for x in ts if x in self._index]} the plan renumbers, each its own way: one key cannot "
+                    "carry each table's renumbering; feed the raw batch to PlannedEmbeddingBagCollection (it "
+                    "renumbers a copy of the key per table) or renumber per table with apply(table, ids)")
+            f2t[k] = ts[0] if ts else ""  # no table: "" names none, so the key passes unchanged
         keys = kjt.keys()
         if keys and not any(f2t.get(k, k) in self._index for k in keys):
             shown = ", ".join(keys[:8]) + (", ..." if len(keys) > 8 else "")

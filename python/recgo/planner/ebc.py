@@ -4,10 +4,19 @@ Each table keeps one weight matrix whose rows are renumbered by the plan's remap
 ``[0, hot_rows)`` are the table's hot region (HBM in a GPU deployment) and ``[hot_rows, rows)`` its
 cold region (host memory reached over UVM). Incoming KJTs are remapped in one Go call per batch
 before the lookup, so callers keep feeding the original IDs.
+
+A feature several tables read, one of them planned, cannot reach them as one batch key: each planned
+table renumbers its rows its own way. The wrapped collection (``.ebc``) therefore reads each planned
+table's copy of such a feature under a key of its own (``feature#table``; see :func:`_own_keys`),
+which the forward cuts from the batch key (a copy of that key's bags) before the remap renumbers
+each copy by its table; outputs keep the plain collection's names (``feature@table``). A collection
+without such a feature feeds the batch on as it is (no copy).
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from typing import Any, Sequence
 
 import torch
@@ -18,6 +27,7 @@ from ..modules._trace import traced_as_leaf
 from ..modules import optim
 from ..modules._walk import torchrec_kind
 from ..modules.convert import torchrec_optimizer_state
+from ..modules.config import _check_configs, _embedding_names, check_keys, key_readers
 from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from ..sparse import KeyedTensor, _is_torchrec_kjt, as_kjt
 from ._plan import Plan
@@ -32,8 +42,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
         tables: the EmbeddingBagConfigs (recgo's or TorchRec's); tables absent from the plan keep
             their row order, but every planned table must be among them (InvalidInputError naming
             both sets otherwise: a plan made for other tables would do nothing). A feature that
-            several tables list, one of them planned, is refused by name (InvalidInputError): its
-            one set of IDs cannot be renumbered for each table.
+            several tables list is looked up in each, renumbered by each planned table's remap (its
+            outputs keyed ``"feature@table"``, as in the plain collection).
         plan: the :class:`Plan`; ``remap`` its :class:`Remap` (default: ``plan.remap(profile)``).
         ebc_kwargs: passed to :class:`recgo.EmbeddingBagCollection` (optimizer, seed, ...).
     """
@@ -42,9 +52,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
                  profile: Profile | None = None, **ebc_kwargs: Any) -> None:
         super().__init__()
         self.remap = remap if remap is not None else plan.remap(profile)
-        self.ebc = EmbeddingBagCollection(tables, **ebc_kwargs)
-        self._configs = self.ebc.embedding_bag_configs()
-        self._f2t = {f: c.name for c in self._configs for f in c.feature_names}
+        self._configs = _check_configs(tables)
         planned = {t["name"] for t in self.remap.tables}
         names = {c.name for c in self._configs}
         if not planned <= names:
@@ -58,22 +66,16 @@ class PlannedEmbeddingBagCollection(nn.Module):
                 f"the plan covers dynamic-ID tables {dynamic}: their IDs are not row numbers, so a hot-rows-first "
                 "remap does not apply; profile and plan the fixed tables only (tables the plan leaves out keep "
                 "their own layout)")
-        readers: dict[str, list[str]] = {}
-        for c in self._configs:
-            for f in c.feature_names:
-                readers.setdefault(f, []).append(c.name)
-        for f, ts in readers.items():
-            # one batch key carries one set of IDs, but each planned table renumbers its rows its own way
-            if len(ts) > 1 and planned & set(ts):
-                raise InvalidInputError(
-                    f"feature {f!r} is read by tables {ts}, of which {sorted(planned & set(ts))} the plan renumbers "
-                    "hot-first: one batch key cannot carry each table's renumbering; give each table its own "
-                    "feature (a copy of the key), or leave these tables out of the plan")
         for c in self._configs:
             if c.name in planned:
-                rm = self.remap.tables[[t["name"] for t in self.remap.tables].index(c.name)]
+                rm = self.remap.tables[self.remap._position(c.name)]
                 if rm["rows"] != c.num_embeddings:
                     raise InvalidInputError(f"table {c.name!r}: {c.num_embeddings} rows but the plan has {rm['rows']}")
+        inner, self._sources = _own_keys(self._configs, planned)
+        self.ebc = EmbeddingBagCollection(inner, **ebc_kwargs)
+        self._f2t = {f: c.name for c in inner for f in c.feature_names}
+        self._names = _embedding_names(self._configs)  # the plain collection's output keys
+        self._readers = key_readers([f for c in self._configs for f in c.feature_names])
         self._planned = planned
         self.plan = plan
 
@@ -84,7 +86,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
         its fused optimizer (unless ``optimizer=`` is given: recgo's own, a TorchRec fused collection's
         or what ``apply_optimizer_in_backward`` gave it, as ``recgo.from_torchrec`` takes it) and, where
         the update is the same, the optimizer state of each row and the step (both were dropped, so a
-        fused collection converted this way stopped training)."""
+        fused collection converted this way stopped training), and whether it is weighted (unless
+        ``is_weighted=`` is given; it was dropped, so the batch's weights were ignored)."""
         cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
                 for c in ebc.embedding_bag_configs()]
         dynamic = [c.name for c in cfgs if c.dynamic is not None]
@@ -92,6 +95,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
             raise InvalidInputError(f"from_ebc: tables {dynamic} are dynamic-ID tables, whose rows belong to their "
                                     "ID maps; keep them in a collection of their own")
         optim.adopt(ebc, ebc_kwargs)
+        ebc_kwargs.setdefault("is_weighted", bool(ebc.is_weighted()))
         out = cls(cfgs, plan, remap, profile, **ebc_kwargs)
         state = ebc.state_dict()
         if torchrec_kind(ebc):  # the state TorchRec keeps outside its state dict
@@ -145,13 +149,45 @@ class PlannedEmbeddingBagCollection(nn.Module):
     def forward(self, features: Any) -> Any:
         """Remap the batch's IDs hot-first (Go) and pool them: a ``torchrec.KeyedTensor`` for a TorchRec
         input (as :class:`recgo.EmbeddingBagCollection` gives), else a :class:`recgo.KeyedTensor`."""
-        out: KeyedTensor = self.ebc(self.remap._apply_kjt(as_kjt(features), self._f2t))
+        kjt = as_kjt(features)
+        if self._sources is not None:  # a planned table's copy of a shared feature, under its own key
+            check_keys(self._readers, kjt.keys())
+            at = kjt.index_per_key()
+            kjt = kjt._take([at[k] for k in self._sources.values()], list(self._sources))
+        out: KeyedTensor = self.ebc(self.remap._apply_kjt(kjt, self._f2t))
+        if self._sources is not None:
+            out = KeyedTensor._over(self._names, out.length_per_key(), out.values())
         return out.to_torchrec() if _is_torchrec_kjt(features) else out
 
     def feature_names(self) -> list[str]:
-        """Output feature order (as the wrapped EmbeddingBagCollection's)."""
-        return self.ebc.feature_names()
+        """Output feature order (as a plain EmbeddingBagCollection of the same tables gives)."""
+        return list(self._names)
 
     def _traced_output(self, node: Any) -> KeyedTensor:
-        """Under ``torch.fx`` tracing: the wrapped collection's traced output shape (``_trace``)."""
-        return self.ebc._traced_output(node)
+        """Under ``torch.fx`` tracing: the output as a KeyedTensor over the node's values (``_trace``)."""
+        return KeyedTensor._over(self._names, self.ebc._traced_output(node).length_per_key(), node.values())
+
+
+def _own_keys(cfgs: list[EmbeddingBagConfig], planned: set[str]
+              ) -> tuple[list[EmbeddingBagConfig], dict[str, str] | None]:
+    """The wrapped collection's configs: each planned table reading a feature that several tables read
+    reads it under a key of its own, ``feature#table`` (``#`` repeated while that names another
+    feature), so the remap can renumber each table's copy its own way. Also, per batch key of the
+    wrapped collection, the key of the user's batch it copies (None when no key was renamed)."""
+    n = Counter(f for c in cfgs for f in c.feature_names)
+    used = set(n)
+    renamed: dict[tuple[str, str], str] = {}
+    for c in cfgs:
+        for f in c.feature_names:
+            if n[f] > 1 and c.name in planned:
+                key = f"{f}#{c.name}"
+                while key in used:
+                    key += "#"
+                used.add(key)
+                renamed[(f, c.name)] = key
+    if not renamed:
+        return cfgs, None
+    inner = [dataclasses.replace(c, feature_names=[renamed.get((f, c.name), f) for f in c.feature_names])
+             for c in cfgs]
+    sources = {renamed.get((f, c.name), f): f for c in cfgs for f in c.feature_names}
+    return inner, sources
