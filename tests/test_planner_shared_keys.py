@@ -169,3 +169,30 @@ def test_apply_kjt_refuses_a_key_planned_tables_share_by_name(prof: P.Profile) -
     assert torch.equal(got["s"].values(), rm.apply("ta", s)) and not torch.equal(got["s"].values(), s)
     assert torch.equal(got["u"].values(), rm.apply("ta", u))
     assert torch.equal(got["v"].values(), kjt["v"].values()) and torch.equal(got["w"].values(), kjt["w"].values())
+
+
+def test_a_deduplicating_pipeline_feeds_the_planned_collection(prof: P.Profile) -> None:
+    """tables_of(planned) gives the tables as given, over the batch's keys (it gave the wrapped .ebc's
+    feature#table keys, which no batch has, and the pipeline refused them); its deduplicated batches
+    give the plain collection's outputs on the raw ones."""
+    from recgo import DataPipeline
+    from recgo.data import SyntheticField, SyntheticSource
+    from recgo.feature import Feature
+    from recgo.pipeline import tables_of
+
+    plain, planned = planned_pair(prof, ("ta", "tb"))
+    assert [c.feature_names for c in planned.embedding_bag_configs()] == [c.feature_names for c in CFGS]
+    assert tables_of(planned) == [{"name": "ta", "keys": ["s", "u"]}, {"name": "tc", "keys": ["v"]},
+                                  {"name": "td", "keys": ["w"]}]
+
+    def pipe(**kw: object) -> DataPipeline:
+        fields = [SyntheticField(k, n, 1.2) for k, n in ROWS.items()]
+        return DataPipeline(SyntheticSource(60, fields, seed=5), [Feature(k) for k in ROWS], 20, **kw)
+
+    n = 0
+    with torch.no_grad():
+        for raw, ded in zip(pipe(), pipe(tables=tables_of(planned))):
+            torch.testing.assert_close(planned(ded.sparse_features).values(), plain(raw.sparse_features).values(),
+                                       rtol=0, atol=0)
+            n += 1
+    assert n == 3

@@ -127,7 +127,8 @@ def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
     (a two-tower model's both towers), the first of two tables of one name. A batch key several
     tables list is deduplicated with the first of them only (the pipeline deduplicates each key in
     one group). A collection whose table the pipeline did not deduplicate, or deduplicated over
-    other features, deduplicates it itself."""
+    other features, deduplicates it itself. A :class:`recgo.planner.PlannedEmbeddingBagCollection`
+    gives its tables as given (the keys it is fed), not its wrapped ``.ebc``'s."""
     from .modules import EmbeddingBagCollection
 
     first = _first_collection(model)
@@ -135,10 +136,14 @@ def tables_of(model: torch.nn.Module) -> list[dict[str, Any]]:
         return []
     found = [first] if not isinstance(first, EmbeddingBagCollection) else \
         [m for m in model.modules() if isinstance(m, EmbeddingBagCollection)]
+    # a planned collection is fed the user's keys, which its wrapped .ebc may read under others
+    planner = sys.modules.get("recgo.planner.ebc")  # not imported: no planned collection exists
+    outer = {id(m.ebc): m for m in model.modules()
+             if planner is not None and isinstance(m, planner.PlannedEmbeddingBagCollection)}
     groups: dict[str, dict[str, Any]] = {}
     taken: set[str] = set()  # a batch key is deduplicated in one group: the first table that lists it
     for m in found:
-        for c in m.embedding_bag_configs():
+        for c in outer.get(id(m), m).embedding_bag_configs():
             if c.name in groups:
                 continue
             keys = [k for k in c.feature_names if k not in taken]

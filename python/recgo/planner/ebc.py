@@ -159,6 +159,11 @@ class PlannedEmbeddingBagCollection(nn.Module):
             out = KeyedTensor._over(self._names, out.length_per_key(), out.values())
         return out.to_torchrec() if _is_torchrec_kjt(features) else out
 
+    def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
+        """The tables as given (their own feature names, the keys of the batches this collection is
+        fed; its ``.ebc`` may read a shared feature under keys of its own)."""
+        return list(self._configs)
+
     def feature_names(self) -> list[str]:
         """Output feature order (as a plain EmbeddingBagCollection of the same tables gives)."""
         return list(self._names)
