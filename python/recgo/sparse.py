@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .errors import InvalidInputError, NotFoundError
+from ._tensordict import is_tensordict, tensordict_parts
 from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
 from .tensors import check_tensor, check_lengths
 
@@ -575,18 +576,23 @@ def _is_torchrec_kjt(x: Any) -> bool:
 
 
 def as_kjt(features: Any) -> KeyedJaggedTensor:
-    """Accept recgo's or TorchRec's KeyedJaggedTensor and return recgo's."""
+    """Accept recgo's or TorchRec's KeyedJaggedTensor, or a TensorDict of nested jagged ID tensors (as
+    TorchRec's collections do), and return recgo's."""
     if isinstance(features, KeyedJaggedTensor):
         return features
     if _is_torchrec_kjt(features) or (type(features).__name__ == "KeyedJaggedTensor"
                                       and hasattr(features, "weights_or_none")):
         return KeyedJaggedTensor.from_torchrec(features)
+    if is_tensordict(features):
+        keys, values, lengths, stride = tensordict_parts(features)
+        return KeyedJaggedTensor(keys, values, lengths=lengths, stride=stride)
     hint = ""
     if isinstance(features, Mapping):
         hint = (" (for a dict of per-feature inputs use KeyedJaggedTensor.from_jagged_dict({name: (values, "
                 "lengths)}) or KeyedJaggedTensor.from_jt_dict({name: JaggedTensor}))")
     raise InvalidInputError(
-        f"features: expected a recgo or torchrec KeyedJaggedTensor, got {type(features).__name__}{hint}"
+        f"features: expected a recgo or torchrec KeyedJaggedTensor or a TensorDict, got "
+        f"{type(features).__name__}{hint}"
     )
 
 

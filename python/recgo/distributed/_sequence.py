@@ -16,7 +16,7 @@ from ..modules._second_order import first_order
 from ..modules._sequence_batch import jagged, key_counts, unused_tables
 from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
-from ..sparse import KeyedJaggedTensor, as_kjt
+from ..sparse import _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from ._collection import ShardedEmbeddingBagCollection
 from ._step import _Step
@@ -116,7 +116,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature; keys no
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
-        torchrec_in = not isinstance(features, KeyedJaggedTensor)
+        torchrec_in = _is_torchrec_kjt(features)
         kjt, key_feature = self._engine_batch(as_kjt(features))
         feats = key_feature.tolist()
         self._sync_training()

@@ -28,7 +28,7 @@ from .. import _lib
 from .._cache import KeyCache
 from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
-from ..sparse import KeyedJaggedTensor, as_kjt
+from ..sparse import KeyedJaggedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops
 from ._contexts import ContextStore
@@ -365,7 +365,7 @@ class EmbeddingCollection(nn.Module):
     def forward(self, features: Any) -> dict[str, Any]:
         """Look up every ID of ``features`` (recgo or TorchRec KJT): ``{feature: JaggedTensor}`` with
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""
-        torchrec_in = not isinstance(features, KeyedJaggedTensor)
+        torchrec_in = _is_torchrec_kjt(features)
         kjt, plan = self._batch(features)
         if self._handle is None and self._owner._handle is not None:
             self._attach()  # the shared collection was materialised on its own
