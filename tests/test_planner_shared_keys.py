@@ -196,3 +196,15 @@ def test_a_deduplicating_pipeline_feeds_the_planned_collection(prof: P.Profile) 
                                        rtol=0, atol=0)
             n += 1
     assert n == 3
+
+
+def test_from_ebc_keeps_sparse_gradients_and_dedup(prof: P.Profile) -> None:
+    """A recgo source's sparse_grad and dedup carry over unless given (both were dropped: SparseAdam
+    then refused the planned collection's dense gradients)."""
+    plan = P.plan(prof, P.Topology(nodes=1, gpus_per_node=2, hbm_bytes=300, host_bytes=10**6), tables=["ta"])
+    src = EmbeddingBagCollection(CFGS, seed=3, sparse_grad=True, dedup=False)
+    planned = P.PlannedEmbeddingBagCollection.from_ebc(src, plan)
+    assert planned.ebc._sparse_grad and not planned.ebc._dedup
+    planned(batch(2)).values().sum().backward()
+    assert planned.ebc.embedding_bags["ta"].weight.grad.is_sparse
+    assert P.PlannedEmbeddingBagCollection.from_ebc(src, plan, dedup=True).ebc._dedup

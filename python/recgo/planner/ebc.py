@@ -87,7 +87,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
         or what ``apply_optimizer_in_backward`` gave it, as ``recgo.from_torchrec`` takes it) and, where
         the update is the same, the optimizer state of each row and the step (both were dropped, so a
         fused collection converted this way stopped training), and whether it is weighted (unless
-        ``is_weighted=`` is given; it was dropped, so the batch's weights were ignored)."""
+        ``is_weighted=`` is given; it was dropped, so the batch's weights were ignored), and a recgo
+        source's ``sparse_grad`` and ``dedup`` (unless given)."""
         cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
                 for c in ebc.embedding_bag_configs()]
         dynamic = [c.name for c in cfgs if c.dynamic is not None]
@@ -96,6 +97,9 @@ class PlannedEmbeddingBagCollection(nn.Module):
                                     "ID maps; keep them in a collection of their own")
         optim.adopt(ebc, ebc_kwargs)
         ebc_kwargs.setdefault("is_weighted", bool(ebc.is_weighted()))
+        if isinstance(ebc, EmbeddingBagCollection):  # how a recgo source was built, unless the caller says
+            ebc_kwargs.setdefault("sparse_grad", ebc._sparse_grad)
+            ebc_kwargs.setdefault("dedup", ebc._dedup)
         out = cls(cfgs, plan, remap, profile, **ebc_kwargs)
         state = ebc.state_dict()
         if torchrec_kind(ebc):  # the state TorchRec keeps outside its state dict
