@@ -9,6 +9,7 @@ import "C"
 import (
 	"errors"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/dynamic"
@@ -22,11 +23,13 @@ import (
 // 2 row-wise, 3 data-parallel) and owner-pooling return returns[i] (0 auto, 1 rows, 2 pooled);
 // features as in recgo_ebc_new. When builders is non-null and builders[i] != 0, table i is a
 // dynamic-ID table whose shards that builder (recgo_dynamic_builder_new) builds on every rank (hash
-// or table-wise; rows[i] is then ignored).
+// or table-wise; rows[i] is then ignored). splits is null (every row-wise table split evenly) or
+// ntables × world int64, table-major: table i's rows per rank in rank order for a row-wise table
+// (all zeros: the even split), all zeros for a table of another kind.
 //
 //export recgo_shard_new
 func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, tableNames *C.char,
-	rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr, buildersPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
+	rowsPtr, dimsPtr, kindsPtr, ranksPtr, returnsPtr, buildersPtr, splitsPtr unsafe.Pointer, kind C.int32_t, lr, eps, beta1, beta2, wd C.double,
 	nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer,
 	out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
@@ -54,23 +57,20 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 			return errs.Invalidf("topology: %d nodes × %d ranks per node", nodes, perNode)
 		}
 		world := int(nodes * perNode)
+		if int64(ntables) > math.MaxInt64/int64(world) { // the splits' length must not overflow
+			return errs.Invalidf("splits: %d tables × %d ranks", ntables, world)
+		}
+		splits, err := optionalSlice[int64](splitsPtr, int64(ntables)*int64(world), "splits")
+		if err != nil {
+			return err
+		}
 		topo, err := shard.NewTopology(int(nodes), int(perNode), world)
 		if err != nil {
 			return err
 		}
 		layouts := make([]*shard.Layout, ntables)
 		for i := range layouts {
-			b, err := tableBuilder(builders, i, tnames[i])
-			if err != nil {
-				return err
-			}
-			kind, dim, trank := shard.Kind(cols[2][i]), int(cols[1][i]), int(cols[3][i])
-			if b != nil {
-				layouts[i], err = shard.NewDynamicLayout(tnames[i], dim, kind, trank, world, b)
-			} else {
-				layouts[i], err = shard.NewLayout(tnames[i], cols[0][i], dim, kind, trank, world)
-			}
-			if err != nil {
+			if layouts[i], err = tableLayout(tnames[i], cols, i, builders, rowSplit(splits, i, world), world); err != nil {
 				return err
 			}
 		}
@@ -89,6 +89,40 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 		*out = newHandle(c)
 		return nil
 	})
+}
+
+// rowSplit is table i's row split from recgo_shard_new's splits: nil when there are none or its
+// row is all zeros (the even split, or a table of another kind).
+func rowSplit(splits []int64, i, world int) []int64 {
+	if splits == nil {
+		return nil
+	}
+	row := splits[i*world : (i+1)*world]
+	if slices.ContainsFunc(row, func(n int64) bool { return n != 0 }) {
+		return row
+	}
+	return nil
+}
+
+// tableLayout builds table i's layout from recgo_shard_new's per-table columns (rows, dims, kinds,
+// ranks), its builder (a dynamic-ID table's) and its row split (row-wise tables only).
+func tableLayout(name string, cols [5][]int64, i int, builders []uintptr, split []int64, world int) (*shard.Layout, error) {
+	b, err := tableBuilder(builders, i, name)
+	if err != nil {
+		return nil, err
+	}
+	kind, dim, trank := shard.Kind(cols[2][i]), int(cols[1][i]), int(cols[3][i])
+	switch {
+	case split != nil && b != nil:
+		return nil, errs.Invalidf("table %q: a row split is given for a dynamic-ID table, whose IDs have no rows to split", name)
+	case split != nil && kind != shard.RowWise:
+		return nil, errs.Invalidf("table %q: a row split is given, but the table is sharded %s, not row_wise", name, kind)
+	case b != nil:
+		return shard.NewDynamicLayout(name, dim, kind, trank, world, b)
+	case kind == shard.RowWise:
+		return shard.NewRowWiseLayout(name, cols[0][i], dim, world, split)
+	}
+	return shard.NewLayout(name, cols[0][i], dim, kind, trank, world)
 }
 
 // recgo_shard_set_training sets whether the steps begun from now on train (train != 0) or evaluate

@@ -4,6 +4,8 @@ batches with the slice of them each rank trains on."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 import recgo
@@ -19,13 +21,13 @@ def configs() -> list[recgo.EmbeddingBagConfig]:
 
 
 def global_batch(step: int, world: int, local: int = B_LOCAL, weighted: bool = False,
-                 max_len: int = 5) -> recgo.KeyedJaggedTensor:
-    """A duplicate-heavy global batch of world × local samples (skewed IDs, empty bags included;
-    weighted: per-ID weights in [0.25, 1.75))."""
+                 max_len: int = 5, cfgs: list[Any] | None = None) -> recgo.KeyedJaggedTensor:
+    """A duplicate-heavy global batch of world × local samples over the features of ``cfgs`` (default
+    :func:`configs`; skewed IDs, empty bags included; weighted: per-ID weights in [0.25, 1.75))."""
     g = torch.Generator().manual_seed(1000 + step)
     keys, vals, lens = [], [], []
     B = world * local
-    for cfg in configs():
+    for cfg in cfgs or configs():
         for f in cfg.feature_names:
             ln = torch.randint(0, max_len, (B,), generator=g)
             ids = (torch.rand(int(ln.sum()), generator=g) ** 3 * cfg.num_embeddings).long()

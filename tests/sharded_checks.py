@@ -1,6 +1,6 @@
 """Checks shared by the sharded-collection tests (test_distributed*.py): a tolerance for sums taken
-in another order, and the comparison of a sharded collection's rows after one training step with a
-single-process reference's."""
+in another order, the comparison of a sharded collection's rows after one training step with a
+single-process reference's, and a few such steps on random batches."""
 
 from __future__ import annotations
 
@@ -52,3 +52,30 @@ def sequence_losses(want: Mapping[str, Any], got: Mapping[str, Any], mine: Any, 
         loss_ref = loss_ref + (rows * R).sum()
         loss = loss + (got[k].values() * R[ranges[key]]).sum()
     return loss_ref, loss
+
+
+def check_steps(sh: Any, ref: Any, cfgs: Sequence[Any], rank: int, world: int, what: str, steps: int = 3) -> None:
+    """``steps`` training steps of the pooled sharded collection ``sh`` on this rank's slice of random
+    global batches (sharded_batches.global_batch over ``cfgs``' features) against the single-process
+    ``ref`` on the whole batches: the initial rows (and optimizer state), the pooled outputs, and after each backward the
+    gradients and rows (a torch SGD step on both when ``sh`` has no fused optimizer) or the fused
+    optimizer's updated rows and state (:func:`check_update`)."""
+    from sharded_batches import B_LOCAL, global_batch, local_batch
+
+    ids = {c.name: sh.local_ids(c.name) for c in cfgs}
+    for c in cfgs:  # (close, not equal: rows loaded from a sharded checkpoint took the sharded steps)
+        close(sh.embedding_bags[c.name].weight.detach(), ref.embedding_bags[c.name].weight.detach()[ids[c.name]],
+              f"{what} initial rows {c.name}")
+    torch_opts = None
+    if sh.fused_optimizer is None:
+        torch_opts = (torch.optim.SGD(ref.parameters(), lr=0.3), torch.optim.SGD(sh.parameters(), lr=0.3))
+    mine = slice(rank * B_LOCAL, (rank + 1) * B_LOCAL)
+    for step in range(steps):
+        kjt = global_batch(step, world, cfgs=list(cfgs))
+        pooled_ref = ref(kjt).values()
+        pooled = sh(local_batch(kjt, rank)).values()
+        close(pooled, pooled_ref[mine].detach(), f"{what} step {step} pooled")
+        R = torch.randn(pooled_ref.shape, generator=torch.Generator().manual_seed(step))
+        (pooled_ref * R).sum().backward()
+        (pooled * R[mine]).sum().backward()
+        check_update(sh.embedding_bags, ref.embedding_bags, cfgs, ids, torch_opts, f"{what} step {step}")

@@ -1,10 +1,13 @@
 """Plans made for another world are refused on a world of 2: a recgo planner Plan for 1 or 8 GPUs (or
 for other nodes / GPUs per node than the collection is given), and a TorchRec ShardingPlan for world
 4 whose row-wise and data-parallel tables span ranks 0..3. Before, both were applied: every table
-went to rank 0, or row-wise rows were split as if for 2 ranks."""
+went to rank 0, or row-wise rows were split as if for 2 ranks. A world-2 TorchRec plan's uneven
+row-wise split (15 rows and 5) is honoured (it was applied evenly, with a warning), and trains as the
+single-process collection does; row-wise shards recgo cannot hold are refused naming the table."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +16,7 @@ import torch
 
 import recgo
 from recgo import planner as P
+from sharded_checks import check_steps
 from spawned import ok, spawn
 
 
@@ -70,21 +74,26 @@ def _refusals(rank: int, world: int) -> dict[str, Any]:
     refused("torchrec data-parallel world 4", lambda: shard_model(
         model(), plan=_torchrec_plan({"t0": data_parallel(), "t1": table_wise(rank=0), "t2": table_wise(rank=1)}, 4),
         timeout=30, ddp=False))
-    import warnings
-
-    with warnings.catch_warnings(record=True) as even:
-        warnings.simplefilter("always")
-        sm = shard_model(model(), plan=_torchrec_plan({"t0": row_wise(), "t1": table_wise(rank=1),
-                                                       "t2": data_parallel()}, 2), timeout=30, ddp=False)
+    sm = shard_model(model(), plan=_torchrec_plan({"t0": row_wise(), "t1": table_wise(rank=1),
+                                                   "t2": data_parallel()}, 2), timeout=30, ddp=False)
     out["world-2 plan rows of t0"] = sm["ebc"].local_ids("t0").tolist()
     out["world-2 plan kinds"] = sm["ebc"]._sharding_names
-    out["even split warnings"] = [str(w.message) for w in even if "splits row-wise" in str(w.message)]
-    with warnings.catch_warnings(record=True) as uneven:  # TorchRec's sizes_placement: 15 rows and 5
-        warnings.simplefilter("always")
-        sm = shard_model(model(), plan=_torchrec_plan({"t0": row_wise(([15, 5], "cpu")), "t1": row_wise(),
-                                                       "t2": row_wise()}, 2), timeout=30, ddp=False)
-    out["uneven split warnings"] = [str(w.message) for w in uneven if "splits row-wise" in str(w.message)]
-    out["uneven plan rows of t0"] = sm["ebc"].local_ids("t0").tolist()
+    out["world-2 plan splits"] = sm["ebc"].row_splits()
+    uneven = _torchrec_plan({"t0": row_wise(([15, 5], "cpu")), "t1": row_wise(), "t2": row_wise()}, 2)
+    sm = shard_model(model(), plan=uneven, timeout=30, ddp=False, gradient_division=False)
+    out["uneven plan rows"] = {t.name: sm["ebc"].local_ids(t.name).tolist() for t in _tables()}
+    out["uneven plan splits"] = sm["ebc"].row_splits()
+    check_steps(sm["ebc"], model()["ebc"], _tables(), rank, world, "uneven TorchRec plan")
+    out["uneven plan trains as one process"] = True
+    refused("row_splits with a plan", lambda: shard_model(model(), plan=uneven, row_splits={"t0": [10, 10]},
+                                                          timeout=30, ddp=False))
+    for what, edit in (("rows out of rank order", lambda sh: (sh[0].shard_offsets.__setitem__(0, 5),
+                                                              sh[1].shard_offsets.__setitem__(0, 0))),
+                       ("a gap", lambda sh: sh[1].shard_offsets.__setitem__(0, 16)),
+                       ("columns split", lambda sh: sh[0].shard_sizes.__setitem__(1, 2))):
+        bad = copy.deepcopy(uneven)
+        edit(bad.plan["ebc"]["t0"].sharding_spec.shards)
+        refused(f"torchrec {what}", lambda: shard_model(model(), plan=bad, timeout=30, ddp=False))
     return out
 
 
@@ -104,9 +113,16 @@ def test_plans_for_another_world_are_refused(tmp_path: Path) -> None:
         assert "table 't0' data_parallel over ranks [0, 1, 2, 3]" in r["torchrec data-parallel world 4"]
         assert r["world-2 plan rows of t0"] == list(range(10 * rank, 10 * rank + 10))
         assert r["world-2 plan kinds"] == ["row_wise", "table_wise", "data_parallel"]
-        # a row-wise split other than recgo's (and TorchRec's default) even one is applied evenly, with a warning
-        assert r["even split warnings"] == []
-        assert len(r["uneven split warnings"]) == 1, r
-        assert "splits row-wise table 't0' as (rank, first row, rows)" in r["uneven split warnings"][0]
-        assert "recgo splits row-wise tables evenly, [(0, 0, 10), (1, 10, 10)]" in r["uneven split warnings"][0]
-        assert r["uneven plan rows of t0"] == list(range(10 * rank, 10 * rank + 10))
+        assert r["world-2 plan splits"] == {"t0": (10, 10)}  # the plan's, which is recgo's even one
+        # the plan's uneven split is the one applied: rank 0 holds rows 0..14, rank 1 rows 15..19
+        assert r["uneven plan splits"] == {"t0": (15, 5), "t1": (10, 10), "t2": (10, 10)}
+        assert r["uneven plan rows"]["t0"] == (list(range(15)) if rank == 0 else list(range(15, 20)))
+        assert r["uneven plan rows"]["t1"] == list(range(10 * rank, 10 * rank + 10))
+        assert r["uneven plan trains as one process"]
+        assert "row_splits= and a TorchRec plan" in r["row_splits with a plan"]
+        for what in ("rows out of rank order", "a gap"):
+            assert ("the TorchRec plan's shards of row-wise table 't0', as (rank, first row, rows)"
+                    in r[f"torchrec {what}"]), r[f"torchrec {what}"]
+            assert "are not contiguous rows in rank order covering its 20 rows" in r[f"torchrec {what}"]
+        assert ("the TorchRec plan shards row-wise table 't0' at offsets [0, 0], sizes [15, 2]: not whole rows of its "
+                "4 columns") in r["torchrec columns split"], r["torchrec columns split"]

@@ -2,7 +2,8 @@
 training steps of a :class:`ShardedEmbeddingBagCollection` from batches prepared with ``shard=``
 equal, bit for bit, the same batches through the collection's own dedup and partition (outputs,
 gradients, updated weights and optimizer state, traffic counters), for hash and table-wise
-sharding and a hash-sharded dynamic-ID table; a batch partitioned for a collection laid out otherwise,
+sharding, row-wise tables split unevenly and a hash-sharded dynamic-ID table; a batch partitioned for
+a collection laid out otherwise (row-wise tables split otherwise included),
 or modified after preparation, trains as a plain batch would; TrainPipeline wires ``shard=`` itself. One spawned gloo world of two ranks runs every
 case (see test_distributed.spawn)."""
 
@@ -39,9 +40,13 @@ def configs(dynamic: bool = False) -> list[recgo.EmbeddingBagConfig]:
             C(name="t_h", embedding_dim=8, num_embeddings=400, feature_names=["h"], pooling="mean")]
 
 
-def collection(sharding: str, fused: bool, dynamic: bool = False) -> ShardedEmbeddingBagCollection:
+SPLITS = {"t_ui": [260, 40], "t_h": [0, 400]}  # row_wise splits of the tables' rows over the 2 ranks
+
+
+def collection(sharding: str, fused: bool, dynamic: bool = False,
+               row_splits: dict[str, list[int]] | None = None) -> ShardedEmbeddingBagCollection:
     return ShardedEmbeddingBagCollection(configs(dynamic), sharding, optimizer=optim.Adagrad(lr=0.1) if fused else None,
-                                         seed=3)
+                                         seed=3, row_splits=row_splits)
 
 
 def plain_copy(kjt: recgo.KeyedJaggedTensor) -> recgo.KeyedJaggedTensor:
@@ -68,9 +73,10 @@ def same_state(a: nn.Module, b: nn.Module, what: str) -> None:
         assert torch.equal(sa[k], sb[k]), f"{what}: {k} differs"
 
 
-def _equal_steps(rank: int, sharding: str, fused: bool, dynamic: bool = False) -> dict[str, int]:
+def _equal_steps(rank: int, sharding: str, fused: bool, dynamic: bool = False,
+                 row_splits: dict[str, list[int]] | None = None) -> dict[str, int]:
     """STEPS training steps of a twin pair: prepared batches to one, plain copies to the other."""
-    plain, prep = collection(sharding, fused, dynamic), collection(sharding, fused, dynamic)
+    plain, prep = (collection(sharding, fused, dynamic, row_splits) for _ in range(2))
     opts = [None, None] if fused else [torch.optim.SGD(c.parameters(), lr=0.2) for c in (plain, prep)]
     pipe = recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=2, shard=prep)
     gen = torch.Generator().manual_seed(rank)
@@ -112,6 +118,17 @@ def _fallbacks(rank: int) -> dict[str, Any]:
         assert torch.equal(want, got), f"{name}: outputs differ"
         same_state(a, b, name)
         out[name] = "equal"
+    # partitioned for row-wise tables split unevenly, given to evenly split ones (whose owners differ)
+    split_pipe = recgo.DataPipeline(SOURCE, FEATURES, BATCH, depth=1, shard=collection("row_wise", True,
+                                                                                        row_splits=SPLITS))
+    split_batch = next(split_pipe)
+    a, b = collection("row_wise", True), collection("row_wise", True)
+    want, _ = train_step(a, plain_copy(split_batch.sparse), None, g)
+    got, _ = train_step(b, split_batch.sparse, None, g)
+    assert torch.equal(want, got), "split: outputs differ"
+    same_state(a, b, "split")
+    out["split"] = "equal"
+    split_pipe.close()
     try:
         recgo.DataPipeline(SOURCE, FEATURES, BATCH, shard=mine, tables=[{"name": "t_ui", "keys": ["u", "i"]}])
         out["tables"] = "accepted"
@@ -219,6 +236,7 @@ def _world(rank: int, world: int) -> dict[str, Any]:
         for fused in (True, False):
             res[f"{sharding}/{fused}"] = _equal_steps(rank, sharding, fused)
     res["dynamic/True"] = _equal_steps(rank, "hash", True, dynamic=True)
+    res["row_wise/split"] = _equal_steps(rank, "row_wise", True, row_splits=SPLITS)
     res["fallbacks"] = _fallbacks(rank)
     res["train"] = _train_pipeline(rank)
     res["uneven"] = _uneven_end(rank)
@@ -238,7 +256,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 def test_prepared_partition_trains_bit_identically(world: list[dict[str, Any]]) -> None:
     for rank in world:
-        for case in ("hash/True", "hash/False", "table_wise/True", "table_wise/False", "dynamic/True"):
+        for case in ("hash/True", "hash/False", "table_wise/True", "table_wise/False", "dynamic/True", "row_wise/split"):
             assert rank[case]["requested"] > 0, case  # the steps looked IDs up
     # the ranks exchanged IDs with each other (the partition sent some to the other rank)
     assert sum(r["hash/True"]["ids_sent"] for r in world) > 0
@@ -247,7 +265,7 @@ def test_prepared_partition_trains_bit_identically(world: list[dict[str, Any]]) 
 def test_batch_prepared_for_another_collection_or_changed_still_trains(world: list[dict[str, Any]]) -> None:
     for rank in world:
         fb = rank["fallbacks"]
-        assert fb["row_wise"] == fb["mode"] == fb["modified"] == "equal"
+        assert fb["row_wise"] == fb["mode"] == fb["modified"] == fb["split"] == "equal"
         assert "table \"t_h\" is not one of the tables to deduplicate" in fb["tables"]
 
 

@@ -73,3 +73,31 @@ func FuzzExchangeFeed(f *testing.F) {
 		_ = x.Feed(nil, make([]float32, op.RecvLen()), nil)
 	})
 }
+
+// FuzzRowSplit: an arbitrary row split is refused or gives a layout in which every ID has one
+// owner, at the row its owner's LocalIDs give it, the owners' ranges tiling the rows in rank order.
+func FuzzRowSplit(f *testing.F) {
+	f.Add([]byte{15, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0}, uint8(20))
+	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}, uint8(3))
+	f.Fuzz(func(t *testing.T, raw []byte, rows uint8) {
+		split := int64s(raw)
+		if len(split) == 0 || len(split) > 64 {
+			return
+		}
+		l, err := NewRowWiseLayout("t", int64(rows), 2, len(split), split)
+		if err != nil {
+			return
+		}
+		var next int64
+		for r := range split {
+			for j, id := range l.LocalIDs(r) {
+				require.Equal(t, next, id)
+				o, row := l.Owner(id, 0)
+				require.Equal(t, r, o)
+				require.Equal(t, int64(j), row)
+				next++
+			}
+		}
+		require.Equal(t, int64(rows), next)
+	})
+}

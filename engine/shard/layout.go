@@ -2,6 +2,7 @@ package shard
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/recgo/recgo/engine/embedding"
 	"github.com/recgo/recgo/internal/errs"
@@ -14,7 +15,8 @@ type Kind int
 // The shardings. Hash is RecIS's: an ID's owner is the rank its virtual bucket maps to, so a
 // checkpoint moves whole buckets when the world size changes. TableWise puts the whole table on one
 // rank (a RecShard plan's table → rank placement is a TableWise layout with the plan's rank).
-// RowWise gives each rank a contiguous range of rows. DataParallel keeps a replica on every rank:
+// RowWise gives each rank a contiguous range of rows, in rank order: evenly (NewLayout) or as a plan
+// splits them (NewRowWiseLayout). DataParallel keeps a replica on every rank:
 // lookups stay local and the merged gradients are exchanged so every replica takes the same step.
 const (
 	Hash Kind = iota
@@ -61,7 +63,8 @@ type Layout struct {
 	// for a fixed table.
 	Builder embedding.TableBuilder
 
-	block int64   // RowWise: rows per rank (the last ranks may hold fewer, or none)
+	block int64   // RowWise, even split: rows per rank (the last ranks may hold fewer, or none)
+	start []int64 // RowWise, uneven split: rank r holds rows [start[r], start[r+1]); nil when even
 	local []int32 // Hash: id → row on its owner
 	count []int64 // rows each rank holds
 }
@@ -109,6 +112,42 @@ func NewLayout(name string, rows int64, dim int, kind Kind, rank, world int) (*L
 	}
 	return l, nil
 }
+
+// NewRowWiseLayout returns a row-wise layout whose rank r holds split[r] rows, the ranks' ranges
+// tiling [0, rows) in rank order (a rank may hold none), as an uneven TorchRec plan splits them; a
+// nil split is NewLayout's even one. A split equal to the even one gets the even layout, so that
+// lookups keep its division (an uneven split costs a binary search over the ranks per ID).
+func NewRowWiseLayout(name string, rows int64, dim int, world int, split []int64) (*Layout, error) {
+	l, err := NewLayout(name, rows, dim, RowWise, 0, world)
+	if err != nil || split == nil {
+		return l, err
+	}
+	if len(split) != world {
+		return nil, errs.Invalidf("table %q: a row split of %d ranks for a world of %d", name, len(split), world)
+	}
+	start := make([]int64, world+1)
+	for r, n := range split {
+		switch {
+		case n < 0:
+			return nil, errs.Invalidf("table %q: the row split gives rank %d %d rows", name, r, n)
+		case n > rows-start[r]: // (compared so, the running sum cannot overflow)
+			return nil, errs.Invalidf("table %q: the row split's ranks 0..%d hold more than the table's %d rows", name, r, rows)
+		}
+		start[r+1] = start[r] + n
+	}
+	if start[world] != rows {
+		return nil, errs.Invalidf("table %q: the row split covers %d rows, the table has %d", name, start[world], rows)
+	}
+	if !slices.Equal(split, l.count) {
+		l.start, l.block = start, 0
+		copy(l.count, split)
+	}
+	return l, nil
+}
+
+// uneven reports whether the layout is row-wise with a split other than the even one: its per-rank
+// row counts are then part of what ranks and prepared batches must agree on.
+func (l *Layout) uneven() bool { return l.start != nil }
 
 // NewDynamicLayout returns the layout of a dynamic-ID table whose shards b builds: hash (RecIS: its
 // IDs spread over every rank by bucket) or table-wise on rank.
@@ -160,11 +199,29 @@ func (l *Layout) row(id int64) int64 {
 		return -1
 	case l.Kind == Hash:
 		return int64(l.local[id])
+	case l.Kind == RowWise && l.start != nil:
+		return id - l.start[l.rowOwner(id)]
 	case l.Kind == RowWise:
 		return id % l.block
 	default:
 		return id
 	}
+}
+
+// rowOwner is the rank of an uneven row-wise split holding id (valid): the last rank whose range
+// starts at or before it, by binary search over the world+1 bounds. A rank holding no rows starts
+// where the next one does, so it is never that last rank. The search halves a fixed-length window
+// with a conditional add (no branch on the data to mispredict on random IDs).
+func (l *Layout) rowOwner(id int64) int {
+	base, n := 0, l.World // the owner is in [base, base+n); start[World] = Rows > id
+	for n > 1 {
+		half := n >> 1
+		if l.start[base+half] <= id {
+			base += half
+		}
+		n -= half
+	}
+	return base
 }
 
 // OwnerRank is Owner's rank alone. A requester routing IDs needs no more, and for hash sharding
@@ -176,6 +233,9 @@ func (l *Layout) OwnerRank(id int64, self int) int {
 	case TableWise:
 		return l.Rank
 	case RowWise:
+		if l.start != nil {
+			return l.rowOwner(id)
+		}
 		return int(id / l.block)
 	default:
 		return self
@@ -198,7 +258,11 @@ func (l *Layout) LocalIDs(rank int) []int64 {
 			}
 		}
 	case l.Kind == RowWise:
-		for id := int64(rank) * l.block; id < min(l.Rows, int64(rank+1)*l.block); id++ {
+		first := int64(rank) * l.block
+		if l.start != nil {
+			first = l.start[rank]
+		}
+		for id := first; id < first+l.count[rank]; id++ {
 			out = append(out, id)
 		}
 	default:
@@ -220,11 +284,16 @@ func (l *Layout) OwnRows(self int, ids, rows []int64) error {
 			return errs.Invalidf("exchange: table %q: id %d reached rank %d but belongs to rank %d", l.Name, id, self, o)
 		}
 	}
-	if l.Dynamic() {
-		return nil
-	}
-	for i, id := range ids {
-		rows[i] = l.row(id)
+	switch {
+	case l.Dynamic():
+	case l.uneven(): // self owns them all: its rows start at its first ID (no second search)
+		for i, id := range ids {
+			rows[i] = id - l.start[self]
+		}
+	default:
+		for i, id := range ids {
+			rows[i] = l.row(id)
+		}
 	}
 	return nil
 }

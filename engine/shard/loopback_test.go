@@ -166,6 +166,13 @@ var (
 type shape struct{ nodes, per int }
 
 func newTestWorld(t *testing.T, nodes, per int, mode Mode, kinds []Kind, rows []int64, dims []int, opt embedding.OptimizerConfig) *testWorld {
+	return newSplitWorld(t, nodes, per, mode, kinds, rows, dims, opt, nil)
+}
+
+// newSplitWorld is newTestWorld whose row-wise table i splits its rows as splits[i] says (nil
+// splits, or a nil entry: evenly).
+func newSplitWorld(t *testing.T, nodes, per int, mode Mode, kinds []Kind, rows []int64, dims []int, opt embedding.OptimizerConfig,
+	splits [][]int64) *testWorld {
 	topo, err := NewTopology(nodes, per, nodes*per)
 	require.NoError(t, err)
 	var feats []embedding.Feature
@@ -187,6 +194,9 @@ func newTestWorld(t *testing.T, nodes, per int, mode Mode, kinds []Kind, rows []
 		var ls []*Layout
 		for i, k := range kinds {
 			l, err := NewLayout(fmt.Sprintf("t%d", i), rows[i], dims[i], k, i%topo.World(), topo.World())
+			if k == RowWise && splits != nil {
+				l, err = NewRowWiseLayout(fmt.Sprintf("t%d", i), rows[i], dims[i], topo.World(), splits[i])
+			}
 			require.NoError(t, err)
 			ls = append(ls, l)
 		}

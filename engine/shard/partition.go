@@ -73,6 +73,9 @@ func newPartitioner(c *Collection) *Partitioner {
 		if l.Kind == TableWise {
 			fmt.Fprintf(&sig, " on rank %d", l.Rank)
 		}
+		if l.uneven() { // the same table split otherwise routes its IDs otherwise
+			fmt.Fprintf(&sig, " split %v", l.count)
+		}
 		fmt.Fprintf(&sig, ", features %s]", strings.Join(p.features[t], ","))
 	}
 	p.sig = sig.String()

@@ -54,7 +54,8 @@ func optimFingerprint(o embedding.OptimizerConfig) int64 {
 }
 
 // collectionIdent hashes what tells a collection from another on every rank alike: each table's
-// name, rows, width and sharding kind, and each feature's name, table and pooling.
+// name, rows, width and sharding kind (and an uneven row split), and each feature's name, table and
+// pooling.
 func collectionIdent(layouts []*Layout, features []embedding.Feature) int64 {
 	words := []uint64{uint64(len(layouts)), uint64(len(features))}
 	text := func(s string) {
@@ -66,6 +67,11 @@ func collectionIdent(layouts []*Layout, features []embedding.Feature) int64 {
 	for _, l := range layouts {
 		text(l.Name)
 		words = append(words, uint64(l.Rows), uint64(l.Dim), uint64(l.Kind))
+		if l.uneven() { // ranks splitting a table's rows otherwise would route its IDs otherwise
+			for _, n := range l.count {
+				words = append(words, uint64(n))
+			}
+		}
 	}
 	for _, f := range features {
 		text(f.Name)

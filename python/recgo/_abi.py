@@ -667,6 +667,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('ranksPtr', 'void*'),
         ('returnsPtr', 'void*'),
         ('buildersPtr', 'void*'),
+        ('splitsPtr', 'void*'),
         ('kind', 'int32_t'),
         ('lr', 'double'),
         ('eps', 'double'),

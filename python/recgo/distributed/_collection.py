@@ -30,7 +30,7 @@ from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
 from ._state import own_keys, rank_keys
-from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_sharding
+from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_row_splits, resolve_sharding
 from ._step import _Lookup, _Shard, _Step
 
 
@@ -48,7 +48,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
     Args:
         tables: ``EmbeddingBagConfig`` list (recgo's or TorchRec's).
         sharding: one of ``"hash"`` (RecIS: ID → 2^16 virtual buckets → rank), ``"table_wise"``,
-            ``"row_wise"`` (contiguous ranges), ``"data_parallel"`` (a replica per rank), ``"plan"``
+            ``"row_wise"`` (contiguous ranges in rank order: evenly, or as ``row_splits`` says),
+            ``"data_parallel"`` (a replica per rank), ``"plan"``
             (table → rank from ``plan``, a :class:`recgo.planner.Plan` made for this world: a plan
             whose topology has another number of GPUs than the world has ranks, or other nodes or
             GPUs per node than ``nodes``/``ranks_per_node`` where given, raises InvalidInputError),
@@ -60,6 +61,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         optimizer: a fused optimizer (:mod:`recgo.modules.optim`), or ``None`` to give each shard's
             ``weight`` a dense gradient for a torch optimizer.
         table_ranks: for ``table_wise``, table → rank (default: table index mod world size).
+        row_splits: for ``row_wise`` tables, table → the number of rows each rank holds, in rank order
+            (rank r holds the rows after ranks 0..r-1's; 0 for a rank that holds none), summing to the
+            table's rows — TorchRec's uneven row-wise plans (``shard_model`` passes a plan's). A table
+            it leaves out is split evenly: rank r holds rows [r·b, (r+1)·b), b = ⌈rows / world⌉. A
+            table it names that is not row-wise, or a count per rank that does not fit, raises
+            ``InvalidInputError`` naming the table (an unknown table ``NotFoundError``).
         seed: initial weights as ``recgo.EmbeddingBagCollection(seed=...)`` draws them (each rank keeps
             its rows of the draw, made in chunks: no rank allocates a whole table). A table whose config
             has an ``init_fn`` gets ``init_fn(shard weight)`` on each rank instead, as TorchRec's
@@ -99,7 +106,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *, mode: str = "flat",
                  nodes: int | None = None, ranks_per_node: int | None = None,
                  optimizer: FusedOptimizer | None = None, plan: Any = None,
-                 table_ranks: Mapping[str, int] | None = None, is_weighted: bool = False,
+                 table_ranks: Mapping[str, int] | None = None, row_splits: Mapping[str, Sequence[int]] | None = None,
+                 is_weighted: bool = False,
                  seed: int | None = None, timeout: float | timedelta | None = None,
                  owner_pooling: str | Mapping[str, str] = "auto", wire_dtype: str = "fp32",
                  gradient_division: bool = False, _init: bool = True) -> None:
@@ -117,6 +125,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._sharding_names, self._kinds = resolve_sharding(names, sharding, plan, table_ranks, self._groups.world_size,
                                                              nodes, ranks_per_node)
         _dynamic.check(self._configs, self._sharding_names, optimizer)
+        self._row_splits = resolve_row_splits(names, self._sharding_names, row_splits, self._groups.world_size)
         self._dynamic = [c.dynamic is not None for c in self._configs]
         self._engine_training = True
         self._returns = resolve_returns(names, owner_pooling)
@@ -212,7 +221,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         sharding = tuple(f"{n} on rank {r}" if SHARDING_TYPES[n] == SHARDING_TYPES["table_wise"] else n
                          for n, (_, r) in zip(self._sharding_names, self._kinds))
         returns = {code: name for name, code in RETURNS.items()}
-        desc.update(tables=len(self._configs), sharding=sharding, owner_pooling=tuple(returns[r] for r in self._returns),
+        desc.update(tables=len(self._configs), sharding=sharding, row_splits=self.row_splits(),
+                    owner_pooling=tuple(returns[r] for r in self._returns),
                     mode=self._mode, topology=f"{g.nodes} nodes × {g.ranks_per_node} ranks",
                     optimizer=repr(self._optimizer) if self._optimizer is not None else None,
                     is_weighted=self._is_weighted, seed=seed, wire_dtype=wire_dtype,
@@ -268,17 +278,20 @@ class ShardedEmbeddingBagCollection(nn.Module):
         kinds = col([k for k, _ in self._kinds])
         ranks = col([r for _, r in self._kinds])
         returns = col(self._returns)
+        # table-major, a row of zeros where a table has no split of its own (the engine's even one)
+        splits = col([n for s in self._row_splits for n in (s or (0,) * g.world_size)])
         feat_table = col(self._feature_tables)
         feat_pool = col([t.pooling_code() for t in cfgs for _ in t.feature_names])
         opt = self._optimizer.params() if self._optimizer is not None else (0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        self._keep = (rows, dims, kinds, ranks, returns, feat_table, feat_pool)
+        self._keep = (rows, dims, kinds, ranks, returns, splits, feat_table, feat_pool)
         made = [c.dynamic.builder(c) if c.dynamic is not None else None for c in cfgs]  # alive until built
         try:
             builders = torch.tensor([b.value if b is not None else 0 for b in made], dtype=torch.int64)
             return _lib.new_handle(
                 "recgo_shard_new",
                 g.nodes, g.ranks_per_node, g.rank, MODES[self._mode], len(cfgs), "\n".join(c.name for c in cfgs).encode(),
-                ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), ptr(returns), ptr(builders) if any(made) else None, *opt,
+                ptr(rows), ptr(dims), ptr(kinds), ptr(ranks), ptr(returns), ptr(builders) if any(made) else None,
+                ptr(splits) if any(self._row_splits) else None, *opt,
                 len(self._features), "\n".join(self._features).encode(), ptr(feat_table), ptr(feat_pool))
         finally:
             for b in made:
@@ -350,6 +363,11 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def sharding_types(self) -> dict[str, str]:
         """Table → sharding kind."""
         return {c.name: k for c, k in zip(self._configs, self._sharding_names)}
+
+    def row_splits(self) -> dict[str, tuple[int, ...]]:
+        """Row-wise table → the rows each rank holds, in rank order, for the tables ``row_splits`` split
+        (the others are split evenly)."""
+        return {c.name: s for c, s in zip(self._configs, self._row_splits) if s is not None}
 
     def owner_pooling(self) -> dict[str, str]:
         """Table → owner-pooling return policy (``"auto"``, ``"rows"`` or ``"pooled"``)."""
@@ -547,6 +565,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
     def extra_repr(self) -> str:
         g = self._groups
-        return (f"tables={self.sharding_types()}, mode={self._mode}, owner_pooling={self.owner_pooling()}, "
+        splits = f"row_splits={self.row_splits()}, " if self.row_splits() else ""
+        return (f"tables={self.sharding_types()}, {splits}mode={self._mode}, owner_pooling={self.owner_pooling()}, "
                 f"rank={g.rank}/{g.world_size} ({g.nodes}×{g.ranks_per_node}), width={self._width}")
 

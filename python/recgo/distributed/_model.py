@@ -154,15 +154,18 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
 _TORCHREC_KINDS = ("table_wise", "row_wise", "data_parallel")  # TorchRec sharding types recgo has too
 
 
-def _torchrec_plan(plan: Any, path: str, tables: list[str]) -> tuple[dict[str, str], dict[str, int]]:
-    """The sharding and table ranks a TorchRec ``ShardingPlan`` gives the collection at ``path``."""
+def _torchrec_plan(plan: Any, path: str, configs: list[Any]) -> tuple[dict[str, str], dict[str, int],
+                                                                    dict[str, list[int]]]:
+    """The sharding, table ranks and row splits a TorchRec ``ShardingPlan`` gives the collection at
+    ``path`` (whose tables' configs are ``configs``)."""
     module = plan.plan.get(path)
     if module is None:
         raise InvalidInputError(f"shard_model: the TorchRec plan has no entry for the collection at {path!r} "
                                 f"(it plans {sorted(plan.plan)})")
-    sharding, ranks = {}, {}
+    sharding, ranks, splits = {}, {}, {}
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
-    for t in tables:
+    for cfg in configs:
+        t = cfg.name
         ps = module.get(t) if hasattr(module, "get") else None
         if ps is None:
             raise InvalidInputError(f"shard_model: the TorchRec plan of {path!r} has no entry for table {t!r}")
@@ -175,13 +178,16 @@ def _torchrec_plan(plan: Any, path: str, tables: list[str]) -> tuple[dict[str, s
             _check_torchrec_ranks(t, kind, ps, world)
         if kind == "table_wise":
             ranks[t] = int(ps.ranks[0])
-    return sharding, ranks
+        spec = getattr(ps, "sharding_spec", None)
+        if kind == "row_wise" and world is not None and getattr(spec, "shards", None):
+            splits[t] = _torchrec_split(cfg, spec.shards, world)
+    return sharding, ranks, splits
 
 
 def _check_torchrec_ranks(table: str, kind: str, ps: Any, world: int) -> None:
     """Refuse a TorchRec ParameterSharding whose ranks or shards do not fit this world: recgo shards
     row-wise over ranks 0..world-1 in order (and replicates on all of them), so a plan for another
-    world size would split the rows as if for this one."""
+    world size would place rows on ranks this world lacks, or none on ranks it has."""
     got = [int(r) for r in ps.ranks] if getattr(ps, "ranks", None) is not None else None
     spec = getattr(ps, "sharding_spec", None)
     shards = len(spec.shards) if spec is not None and getattr(spec, "shards", None) is not None else None
@@ -195,25 +201,38 @@ def _check_torchrec_ranks(table: str, kind: str, ps: Any, world: int) -> None:
         raise InvalidInputError(f"shard_model: the TorchRec plan shards table {table!r} {kind} over {where}, "
                                 f"but recgo's {kind} tables span ranks {list(range(world))} of this world in order "
                                 f"(a plan for another world size?): plan for a world of {world}")
-    if kind == "row_wise" and shards:
-        _warn_uneven_rows(table, spec.shards, world)
 
 
-def _warn_uneven_rows(table: str, shards: Any, world: int) -> None:
-    """Warn when a TorchRec row-wise plan splits the rows otherwise than recgo does (rank r holds rows
-    [r·b, (r+1)·b), b = ⌈rows/world⌉, as TorchRec's own even split): recgo applies its split, so the
-    plan's per-rank memory is not what it planned (the results are the same)."""
+def _torchrec_split(cfg: Any, shards: Any, world: int) -> list[int]:
+    """The rows per rank (rank order) a TorchRec row-wise plan's shards (ShardMetadata, one per rank)
+    give table ``cfg``: shard r holds the rows [shard_offsets[0], shard_offsets[0] + shard_sizes[0]) of
+    every column on rank r. Shard r is rank r's by its place in the list, as TorchRec's row-wise
+    sharding takes it (``shards[rank]``), not by its placement: ``row_wise(sizes_placement)`` places
+    every CPU shard on "rank:0". recgo gives rank r the rows after ranks 0..r-1's, so shards that split
+    the columns too, or whose rows are not contiguous in rank order from row 0 to the last, raise."""
+    t = cfg.name
     try:
-        planned = sorted((int(s.placement.rank()), int(s.shard_offsets[0]), int(s.shard_sizes[0])) for s in shards)
-    except (AttributeError, TypeError, IndexError, ValueError):  # a spec of another form: nothing to compare
-        return
-    rows = max(off + n for _, off, n in planned)
-    block = -(-rows // world)
-    even = [(r, r * block, max(0, min(rows, (r + 1) * block) - r * block)) for r in range(world)]
-    if [p for p in planned if p[2]] != [e for e in even if e[2]]:
-        warnings.warn(f"shard_model: the TorchRec plan splits row-wise table {table!r} as (rank, first row, rows) "
-                      f"{planned}; recgo splits row-wise tables evenly, {even}: the rows stay where recgo puts them "
-                      "(the same outputs; per-rank memory as recgo's split)", RuntimeWarning, stacklevel=4)
+        placed = [([int(x) for x in s.shard_offsets], [int(x) for x in s.shard_sizes]) for s in shards]
+    except (AttributeError, TypeError, ValueError) as exc:
+        raise InvalidInputError(f"shard_model: the TorchRec plan's shards of row-wise table {t!r} are not "
+                                f"ShardMetadata with offsets and sizes ({exc})") from None
+    split, at = [], 0
+    for off, size in placed:
+        if len(off) != 2 or len(size) != 2 or off[1] != 0 or size[1] != cfg.embedding_dim:
+            raise InvalidInputError(f"shard_model: the TorchRec plan shards row-wise table {t!r} at offsets {off}, "
+                                    f"sizes {size}: not whole rows of its {cfg.embedding_dim} columns (recgo splits "
+                                    "row-wise tables by rows alone)")
+        if size[0] < 0 or (size[0] and off[0] != at):  # an empty shard holds nothing wherever it starts
+            break
+        split.append(size[0])
+        at += size[0]
+    else:
+        if at == cfg.num_embeddings and len(split) == world:
+            return split
+    shown = [(r, off[0], size[0]) for r, (off, size) in enumerate(placed)]
+    raise InvalidInputError(f"shard_model: the TorchRec plan's shards of row-wise table {t!r}, as (rank, first row, "
+                            f"rows) {shown}, are not contiguous rows in rank order covering its "
+                            f"{cfg.num_embeddings} rows: recgo's rank r holds the rows after ranks 0..r-1's")
 
 
 # FBGEMM's EmbOptimType names → the torch / torchrec optimizer class recgo's from_torch reads.
@@ -299,8 +318,8 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       :class:`ShardedEmbeddingBagCollection` (:meth:`~ShardedEmbeddingBagCollection.from_ebc`), each
       ``EmbeddingCollection`` by a :class:`ShardedEmbeddingCollection` (``from_ec``), with
       ``sharding`` and ``kwargs`` (``mode``, ``nodes``, ``optimizer``, ``timeout``, ...; a table → value
-      mapping for ``sharding``, ``owner_pooling`` or ``table_ranks`` may name the tables of every
-      collection, each gets its own). A collection
+      mapping for ``sharding``, ``owner_pooling``, ``table_ranks`` or ``row_splits`` may name the
+      tables of every collection, each gets its own). A collection
       built on the meta device (``with torch.device("meta"): model = MyModel()``) is never
       materialised whole: each rank initialises only its rows, as the collection's seed and its
       tables' ``init_fn`` say; a built one gives each rank its rows and their optimizer state (a recgo
@@ -325,8 +344,12 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
 
     ``sharding`` defaults to ``"plan"`` when ``plan=`` is given, else ``"hash"``. ``plan`` is a
     :class:`recgo.planner.Plan`, or TorchRec's ``ShardingPlan`` (DMP's ``plan=``: its table-wise,
-    row-wise and data-parallel tables are sharded so, each table-wise one on its rank; column-wise
-    and the table-row/column kinds raise).
+    row-wise and data-parallel tables are sharded so, each table-wise one on its rank and each
+    row-wise one split as its shards split the rows, an uneven split included (TorchRec's
+    ``device_memory_sizes`` or ``row_wise(sizes_placement)``; passed on as ``row_splits``, so
+    ``row_splits=`` with such a plan raises); row-wise shards that are not contiguous rows in rank
+    order covering the table, or that split its columns too, raise naming the table, as do
+    column-wise and the table-row/column kinds).
 
     The tables' fused optimizer is ``optimizer`` if given, else a recgo collection's own, else the one
     ``apply_optimizer_in_backward`` gave a collection's tables, as DMP reads it
@@ -362,7 +385,11 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
                                 "table is sharded; give one of them")
     if sharding is None:
         sharding = "plan" if kwargs.get("plan") is not None else "hash"
-    per_table = {"sharding": sharding, **{k: kwargs.pop(k) for k in ("owner_pooling", "table_ranks") if k in kwargs}}
+    if torchrec_plan is not None and "row_splits" in kwargs:
+        raise InvalidInputError("shard_model: row_splits= and a TorchRec plan: the plan splits the row-wise tables' "
+                                "rows (its shards' sizes); give one of them")
+    per_table = {"sharding": sharding, **{k: kwargs.pop(k) for k in ("owner_pooling", "table_ranks", "row_splits")
+                                          if k in kwargs}}
     for what, v in per_table.items():  # a table → value mapping covers the tables of every collection
         if isinstance(v, Mapping):
             known = {n for ns in tables for n in ns}
@@ -374,7 +401,7 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         mine = {k: ({n: x for n, x in v.items() if n in names} if isinstance(v, Mapping) else v)
                 for k, v in per_table.items()}
         if torchrec_plan is not None:
-            mine["sharding"], mine["table_ranks"] = _torchrec_plan(torchrec_plan, name, names)
+            mine["sharding"], mine["table_ranks"], mine["row_splits"] = _torchrec_plan(torchrec_plan, name, _configs(m))
         build = cls.from_ebc if cls is ShardedEmbeddingBagCollection else cls.from_ec
         extra = {"optimizer": by_sharder[cls]} if cls in by_sharder and "optimizer" not in kwargs else {}
         new = build(m, mine.pop("sharding"), gradient_division=gradient_division, **mine, **extra, **kwargs)

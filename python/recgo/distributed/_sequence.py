@@ -48,8 +48,8 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     owners, which merge them over the requesters and apply the fused optimizer once per row.
 
     The arguments are :class:`ShardedEmbeddingBagCollection`'s (``tables`` are ``EmbeddingConfig``s,
-    recgo's or TorchRec's), without owner pooling, weighting or wire narrowing: rows always come back
-    whole. ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
+    recgo's or TorchRec's; ``row_splits`` splits row-wise tables unevenly, as there), without owner
+    pooling, weighting or wire narrowing: rows always come back whole. ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
     every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
     ``locate``, ``save``/``load`` (which re-distribute across world sizes), counters and
     ``check_peers`` are the pooled collection's; the shards are ``embeddings.<table>``.

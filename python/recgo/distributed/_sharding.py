@@ -1,8 +1,9 @@
 """How a sharded collection's arguments become the engine's per-table choices: each table's sharding
-kind and rank, and what its owners return."""
+kind and rank, a row-wise table's row split, and what its owners return."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Mapping, Sequence
 
 from ..errors import InvalidInputError, NotFoundError
@@ -57,6 +58,37 @@ def resolve_sharding(names: Sequence[str], sharding: Any, plan: Any, table_ranks
             rank = int(table_ranks[n])
         out.append((SHARDING_TYPES[kind], rank))
     return [per.get(n, "hash") for n in names], out
+
+
+def resolve_row_splits(names: Sequence[str], sharding_names: Sequence[str], row_splits: Any,
+                       world: int) -> list[tuple[int, ...] | None]:
+    """Each table's rows per rank, in rank order, where ``row_splits`` (table → counts) gives them: row-wise
+    tables only, one count per rank; None where it does not (the even split). The engine checks the
+    counts themselves (none negative, summing to the table's rows) and names the table if not."""
+    if row_splits is None:
+        return [None] * len(names)
+    if not isinstance(row_splits, Mapping):
+        raise InvalidInputError(f"row_splits: expected a mapping table → rows per rank, got {type(row_splits).__name__}")
+    per = _per_table("row_splits", row_splits, names)
+    out: list[tuple[int, ...] | None] = []
+    for n, kind in zip(names, sharding_names):
+        if n not in per:
+            out.append(None)
+            continue
+        if kind != "row_wise":
+            raise InvalidInputError(f"row_splits splits table {n!r}, whose sharding is {kind!r}: only row_wise "
+                                    "tables take a row split")
+        try:
+            split = tuple(operator.index(x) for x in per[n])
+        except TypeError:
+            raise InvalidInputError(f"table {n!r}: row_splits gives {per[n]!r}; expected the number of rows of each "
+                                    "rank, in rank order (a sequence of ints)") from None
+        if len(split) != world:
+            raise InvalidInputError(f"table {n!r}: row_splits gives {len(split)} ranks' rows {list(split)}, the world "
+                                    f"has {world} ranks: give one count per rank, in rank order (0 for a rank "
+                                    "that holds none)")
+        out.append(split)
+    return out
 
 
 def resolve_returns(names: Sequence[str], owner_pooling: str | Mapping[str, str]) -> list[int]:
