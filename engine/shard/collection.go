@@ -331,14 +331,17 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 		if len(segs) > 1 {
 			ids = slices.Concat(segs...)
 		}
-		for _, id := range ids {
-			if err := c.Layouts[t].Check(id); err != nil {
-				errsT[t] = err
-				return
+		hi := maxID(ids)
+		if l := c.Layouts[t]; !l.Dynamic() && hi >= uint64(l.Rows) { // some ID is out of range: name the first
+			for _, id := range ids {
+				if err := l.Check(id); err != nil {
+					errsT[t] = err
+					return
+				}
 			}
 		}
 		bg.Inv = make([]int32, len(ids))
-		s.uniq[t] = c.pools.dedup(ids, bg.Inv)
+		s.uniq[t] = c.pools.dedupMax(ids, bg.Inv, hi)
 	})
 	if err := errors.Join(errsT...); err != nil {
 		return nil, err

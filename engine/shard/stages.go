@@ -108,16 +108,18 @@ func (x *Exchange) idStage(h int) stage {
 			}
 			lg.inv = make([][]int32, T)
 			next := make([][]int64, T)
+			his := make([]uint64, T)
 			parallel.ForEach(T, 1, func(t int) {
 				lg.inv[t] = make([]int32, len(lg.recv[t]))
-				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
+				his[t] = maxID(lg.recv[t])
+				next[t] = x.pools.dedupMax(lg.recv[t], lg.inv[t], his[t])
 			})
 			for t, ids := range next {
-				if x.layouts[t].Dynamic() {
+				rows := uint64(x.layouts[t].Rows)
+				if x.layouts[t].Dynamic() || his[t] < rows {
 					continue
 				}
-				rows := uint64(x.layouts[t].Rows)
-				for _, id := range ids {
+				for _, id := range ids { // the first out of range, in first-seen order
 					if uint64(id) >= rows { // negative IDs wrap past rows
 						return x.layouts[t].Check(id)
 					}
