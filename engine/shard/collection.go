@@ -369,7 +369,7 @@ func (s *Step) Pool(out []float32) error {
 	parallel.ForEach(len(c.Features), 1, func(f int) {
 		t, k, q := c.Features[f].Table, s.featKey[f], c.featPos[f]
 		p := s.X.Plan(t)
-		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.Rows(t), p.Offs, int64(c.Layouts[t].Dim),
+		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.poolRows(t), p.Offs, int64(c.Layouts[t].Dim),
 			p.Bounds[q*B:(q+1)*B+1], p.Weights, s.scales[k*B:(k+1)*B])
 	})
 	s.pooled = true

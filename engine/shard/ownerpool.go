@@ -105,7 +105,7 @@ func (b *Bags) check(n int) error {
 // order) — with one entry per value returned as a row and one per pooled segment.
 type PoolPlan struct {
 	Slots   []int32   // per entry: its slot
-	Offs    []int64   // the same, for SegmentReduce
+	Offs    []int64   // the same, for SegmentReduce (once the forward ran: the row Pool reads, see rowsInPlace)
 	Weights []float32 // per entry (nil: all 1)
 	Bounds  []int64   // per bag: its entries
 
