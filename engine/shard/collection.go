@@ -433,8 +433,13 @@ func (s *Step) BackwardSome(gradOut []float32, scale float32, fused bool, frozen
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
 		p := s.X.Plan(t)
-		acc := s.X.pools.floats().get((len(s.uniq[t]) + s.X.partials(t)) * d)
-		clear(acc)
+		n := (len(s.uniq[t]) + s.X.partials(t)) * d
+		acc := s.X.pools.floats().get(n + s.X.arriving(t))[:n] // room for the gradients that join it
+		if s.X.rowsReturned(t) {
+			clear(acc)
+		} else { // every ID's owner pooled it: only the partial sums' slots are scattered into and sent
+			clear(acc[len(s.uniq[t])*d:])
+		}
 		for _, f := range c.features[t] {
 			k, q := s.featKey[f], c.featPos[f]
 			bnd := p.Bounds[q*B : (q+1)*B+1]

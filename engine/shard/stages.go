@@ -423,6 +423,20 @@ func (x *Exchange) blockOffsets(lg *leg, cnt []int64) []int64 {
 	return at
 }
 
+// arriving is the number of gradient values of table t that other ranks send this rank on the
+// route's first leg: gradEntries appends them to the rank's own level-0 gradients, which the
+// backward allocates with this much room so that they need not move.
+func (x *Exchange) arriving(t int) int {
+	lg, T := &x.legs[0], len(x.layouts)
+	var n int
+	for q := 0; q < lg.size; q++ {
+		if q != lg.self {
+			n += int(lg.recvVec[q*T+t])
+		}
+	}
+	return n * x.dims[t]
+}
+
 // gradEntries lists table t's gradients arriving at leg h, to be merged into one row per distinct
 // ID of the next level: every received ID's gradient, or for a block this rank pooled, each
 // segment's gradient spread to its values' rows (times their weights), in arrival order (source,
