@@ -331,14 +331,17 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 		if len(segs) > 1 {
 			ids = slices.Concat(segs...)
 		}
-		for _, id := range ids {
-			if err := c.Layouts[t].Check(id); err != nil {
-				errsT[t] = err
-				return
+		hi := maxID(ids)
+		if l := c.Layouts[t]; !l.Dynamic() && hi >= uint64(l.Rows) { // some ID is out of range: name the first
+			for _, id := range ids {
+				if err := l.Check(id); err != nil {
+					errsT[t] = err
+					return
+				}
 			}
 		}
 		bg.Inv = make([]int32, len(ids))
-		s.uniq[t] = c.pools.dedup(ids, bg.Inv)
+		s.uniq[t] = c.pools.dedupMax(ids, bg.Inv, hi)
 	})
 	if err := errors.Join(errsT...); err != nil {
 		return nil, err
@@ -366,7 +369,7 @@ func (s *Step) Pool(out []float32) error {
 	parallel.ForEach(len(c.Features), 1, func(f int) {
 		t, k, q := c.Features[f].Table, s.featKey[f], c.featPos[f]
 		p := s.X.Plan(t)
-		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.Rows(t), p.Offs, int64(c.Layouts[t].Dim),
+		kernels.SegmentReduce(out, c.colOff[f], c.width, c.Layouts[t].Dim, s.X.poolRows(t), p.Offs, int64(c.Layouts[t].Dim),
 			p.Bounds[q*B:(q+1)*B+1], p.Weights, s.scales[k*B:(k+1)*B])
 	})
 	s.pooled = true
@@ -430,8 +433,13 @@ func (s *Step) BackwardSome(gradOut []float32, scale float32, fused bool, frozen
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
 		p := s.X.Plan(t)
-		acc := s.X.pools.floats().get((len(s.uniq[t]) + s.X.partials(t)) * d)
-		clear(acc)
+		n := (len(s.uniq[t]) + s.X.partials(t)) * d
+		acc := s.X.pools.floats().get(n + s.X.arriving(t))[:n] // room for the gradients that join it
+		if s.X.rowsReturned(t) {
+			clear(acc)
+		} else { // every ID's owner pooled it: only the partial sums' slots are scattered into and sent
+			clear(acc[len(s.uniq[t])*d:])
+		}
 		for _, f := range c.features[t] {
 			k, q := s.featKey[f], c.featPos[f]
 			bnd := p.Bounds[q*B : (q+1)*B+1]

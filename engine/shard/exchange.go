@@ -183,6 +183,7 @@ type Exchange struct {
 	bags    []Bags      // requester: per table, the bags over its distinct IDs (nil: rows only)
 	returns []Return    // per table: how owners return vectors (ReturnAuto when nil)
 	plans   []PoolPlan  // requester: per table, the pooling entries over rows and partials
+	inPlace [][]int32   // requester: per table pooled from the owner's rows (rowsInPlace), each distinct ID's row there
 	segs    []ownerSegs // owner: per table, the bag segments requesters asked it to pool
 
 	stages   []stage
@@ -240,7 +241,26 @@ func (x *Exchange) Forward(uniq [][]int64) error {
 // Rows returns table t's rows of the distinct IDs Forward was given, in that order (after the
 // forward ops ran); after ForwardBags, the owners' partial sums follow them (see Plan), and the
 // rows of IDs whose owner pooled them are undefined.
-func (x *Exchange) Rows(t int) []float32 { return x.vecs[0][t] }
+func (x *Exchange) Rows(t int) []float32 {
+	if x.vecs[0][t] == nil && x.inPlace != nil && x.inPlace[t] != nil { // copied out on demand
+		d, top := x.dims[t], x.vecs[len(x.legs)][t]
+		out := x.pools.floats().get(len(x.inPlace[t]) * d)
+		for i, u := range x.inPlace[t] {
+			copy(out[i*d:(i+1)*d], top[int(u)*d:int(u+1)*d])
+		}
+		x.vecs[0][t] = out
+	}
+	return x.vecs[0][t]
+}
+
+// poolRows is the buffer table t's pooling entries (Plan(t).Offs) index: Rows(t), or the owner's
+// rows when they stayed in place (rowsInPlace).
+func (x *Exchange) poolRows(t int) []float32 {
+	if x.inPlace != nil && x.inPlace[t] != nil {
+		return x.vecs[len(x.legs)][t]
+	}
+	return x.vecs[0][t]
+}
 
 // Backward queues the backward exchange: grads[t] holds the requester's merged gradient of each of
 // table t's distinct IDs (in Forward's order). With fused, each owner applies its optimizer

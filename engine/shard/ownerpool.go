@@ -105,7 +105,7 @@ func (b *Bags) check(n int) error {
 // order) — with one entry per value returned as a row and one per pooled segment.
 type PoolPlan struct {
 	Slots   []int32   // per entry: its slot
-	Offs    []int64   // the same, for SegmentReduce
+	Offs    []int64   // the same, for SegmentReduce (once the forward ran: the row Pool reads, see rowsInPlace)
 	Weights []float32 // per entry (nil: all 1)
 	Bounds  []int64   // per bag: its entries
 
@@ -127,6 +127,19 @@ func (x *Exchange) partials(t int) int {
 		return 0
 	}
 	return x.plans[t].nPart
+}
+
+// rowsReturned reports whether some of table t's distinct IDs come back as rows (from this rank's
+// own rows or a block its owner does not pool): otherwise the pooling entries name partial sums
+// alone, and the gradients of the IDs' slots are neither written nor read.
+func (x *Exchange) rowsReturned(t int) bool {
+	lg, T := &x.legs[0], len(x.layouts)
+	for d := 0; d < lg.size; d++ {
+		if lg.sendCnt[d*T+t] > 0 && (d == lg.self || lg.sendMeta[(d*T+t)*metaFields+metaFlags]&flagPooled == 0) {
+			return true
+		}
+	}
+	return false
 }
 
 func (x *Exchange) levelPartials(h, t int) int {

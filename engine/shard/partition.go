@@ -30,6 +30,14 @@ type TablePartition struct {
 // out by l, as seen from world rank self on hop h. ids must be valid (see Layout.Check).
 func partition(l *Layout, self int, h *hop, ids []int64, p TablePartition) {
 	clear(p.Count)
+	if l.Kind == TableWise || l.Kind == DataParallel { // one owner for every ID: the IDs in order
+		d := h.dest(l.OwnerRank(0, self))
+		for i := range ids {
+			p.Dest[i], p.Perm[i] = int32(d), int32(i)
+		}
+		p.Count[d] = int64(len(ids))
+		return
+	}
 	for i, id := range ids {
 		d := h.dest(l.OwnerRank(id, self))
 		p.Dest[i] = int32(d)

@@ -93,7 +93,20 @@ type pools struct {
 
 // dedup returns the distinct IDs of ids in first-seen order and writes each ID's index among them
 // to inv (len(ids)), as embedding.Deduper.Dedup does, with a recycled deduper.
-func (p *pools) dedup(ids []int64, inv []int32) []int64 {
+func (p *pools) dedup(ids []int64, inv []int32) []int64 { return p.dedupMax(ids, inv, maxID(ids)) }
+
+// maxID is the largest of ids as unsigned (a negative ID wraps to a huge value; 0 for none): one
+// pass gives both the range check of a fixed table's IDs and the deduper's choice of index.
+func maxID(ids []int64) uint64 {
+	var hi uint64
+	for _, id := range ids {
+		hi = max(hi, uint64(id))
+	}
+	return hi
+}
+
+// dedupMax is dedup of ids whose maxID is hi.
+func (p *pools) dedupMax(ids []int64, inv []int32, hi uint64) []int64 {
 	if p == nil {
 		var d embedding.Deduper
 		return d.Dedup(ids, nil, inv)
@@ -106,7 +119,7 @@ func (p *pools) dedup(ids []int64, inv []int32) []int64 {
 		d = new(deduper)
 	}
 	p.ddMu.Unlock()
-	out := d.dedup(ids, inv)
+	out := d.dedup(ids, inv, hi)
 	p.ddMu.Lock()
 	if len(p.dd) < dedupersMax {
 		p.dd = append(p.dd, d)
@@ -138,11 +151,8 @@ type deduper struct {
 	last int      // the last pass's distinct count (sizes the next output)
 }
 
-func (d *deduper) dedup(ids []int64, inv []int32) []int64 {
-	var hi uint64
-	for _, id := range ids {
-		hi = max(hi, uint64(id)) // a negative ID wraps to a huge value: hash index
-	}
+// dedup deduplicates ids, whose maxID is hi (a negative ID's huge value takes the hash index).
+func (d *deduper) dedup(ids []int64, inv []int32, hi uint64) []int64 {
 	if len(ids) == 0 || hi >= max(denseMin, min(denseMax, 4*uint64(len(ids)))) {
 		out := d.hash.Dedup(ids, nil, inv)
 		d.last = len(out)

@@ -38,7 +38,7 @@ func TestDeduperMatchesHashIndex(t *testing.T) {
 				wantInv := make([]int32, len(ids))
 				want := ref.Dedup(ids, nil, wantInv)
 				inv := make([]int32, len(ids))
-				got := d.dedup(ids, inv)
+				got := d.dedup(ids, inv, maxID(ids))
 				require.Equal(t, len(want), len(got))
 				if len(want) > 0 {
 					require.Equal(t, want, got)

@@ -173,7 +173,8 @@ func (q *SequenceStep) BackwardSome(grad []float32, scale float32, fused bool, s
 	grads := make([][]float32, T)
 	parallel.ForEach(T, 1, func(t int) {
 		d := c.Layouts[t].Dim
-		acc := s.X.pools.floats().get(len(s.uniq[t]) * d)
+		n := len(s.uniq[t]) * d
+		acc := s.X.pools.floats().get(n + s.X.arriving(t))[:n] // room for the gradients that join it
 		clear(acc)
 		for _, f := range c.features[t] {
 			k := s.featKey[f]

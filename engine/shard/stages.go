@@ -108,16 +108,18 @@ func (x *Exchange) idStage(h int) stage {
 			}
 			lg.inv = make([][]int32, T)
 			next := make([][]int64, T)
+			his := make([]uint64, T)
 			parallel.ForEach(T, 1, func(t int) {
 				lg.inv[t] = make([]int32, len(lg.recv[t]))
-				next[t] = x.pools.dedup(lg.recv[t], lg.inv[t])
+				his[t] = maxID(lg.recv[t])
+				next[t] = x.pools.dedupMax(lg.recv[t], lg.inv[t], his[t])
 			})
 			for t, ids := range next {
-				if x.layouts[t].Dynamic() {
+				rows := uint64(x.layouts[t].Rows)
+				if x.layouts[t].Dynamic() || his[t] < rows {
 					continue
 				}
-				rows := uint64(x.layouts[t].Rows)
-				for _, id := range ids {
+				for _, id := range ids { // the first out of range, in first-seen order
 					if uint64(id) >= rows { // negative IDs wrap past rows
 						return x.layouts[t].Check(id)
 					}
@@ -199,6 +201,10 @@ func (x *Exchange) vecStage(h int) stage {
 			src := x.vecs[h+1]
 			out := make([][]float32, T)
 			for t := range out {
+				if x.rowsInPlace(h, t) {
+					x.poolInPlace(t)
+					continue
+				}
 				out[t] = x.pools.floats().get((len(lg.items[t]) + x.levelPartials(h, t)) * x.dims[t])
 			}
 			pos, p := make([]int, T), 0
@@ -206,6 +212,7 @@ func (x *Exchange) vecStage(h int) stage {
 				for t := 0; t < T; t++ {
 					n, dim, nv := int(lg.sendCnt[d*T+t]), x.dims[t], int(lg.sendVec[d*T+t])
 					switch {
+					case out[t] == nil: // rows left in place (rowsInPlace)
 					case d == lg.self: // this rank's own IDs: their rows straight from the level above
 						b := lg.selfBase[t]
 						for k, i := range lg.perm[t][pos[t] : pos[t]+n] {
@@ -229,6 +236,35 @@ func (x *Exchange) vecStage(h int) stage {
 			return nil
 		},
 	}
+}
+
+// rowsInPlace reports whether vecStage leaves table t's level-h rows where the owner's lookup put
+// them: on a one-leg route with bags, a table whose IDs all stayed at this rank (its own table-wise
+// tables, every table of a world of one) is pooled straight from the lookup's rows, which saves
+// copying each of its rows once more in the step.
+func (x *Exchange) rowsInPlace(h, t int) bool {
+	lg := &x.legs[h]
+	n := len(lg.items[t])
+	return h == 0 && len(x.legs) == 1 && x.plans != nil && x.plans[t].nPart == 0 && n > 0 &&
+		lg.sendCnt[lg.self*len(x.layouts)+t] == int64(n)
+}
+
+// poolInPlace points table t's pooling entries (Plan(t).Offs) at the lookup's rows (see
+// rowsInPlace) and keeps each distinct ID's row there, for Rows.
+func (x *Exchange) poolInPlace(t int) {
+	lg, p := &x.legs[0], &x.plans[t]
+	at := make([]int32, len(lg.items[t])) // per distinct ID: its row among the owner's
+	inv := lg.inv[t][lg.selfBase[t]:]
+	for k, i := range lg.perm[t][lg.selfPerm[t] : lg.selfPerm[t]+len(at)] {
+		at[i] = inv[k]
+	}
+	for j, o := range p.Offs {
+		p.Offs[j] = int64(at[o])
+	}
+	if x.inPlace == nil {
+		x.inPlace = make([][]int32, len(x.layouts))
+	}
+	x.inPlace[t] = at
 }
 
 // buildVecs writes leg h's vector send buffer into dst: per source block (source-major, then
@@ -385,6 +421,20 @@ func (x *Exchange) blockOffsets(lg *leg, cnt []int64) []int64 {
 		}
 	}
 	return at
+}
+
+// arriving is the number of gradient values of table t that other ranks send this rank on the
+// route's first leg: gradEntries appends them to the rank's own level-0 gradients, which the
+// backward allocates with this much room so that they need not move.
+func (x *Exchange) arriving(t int) int {
+	lg, T := &x.legs[0], len(x.layouts)
+	var n int
+	for q := 0; q < lg.size; q++ {
+		if q != lg.self {
+			n += int(lg.recvVec[q*T+t])
+		}
+	}
+	return n * x.dims[t]
 }
 
 // gradEntries lists table t's gradients arriving at leg h, to be merged into one row per distinct
