@@ -6,8 +6,8 @@ constructor takes TorchRec's argument order ``(keys, values, weights, lengths, o
 and it has TorchRec's accessors (``to_dict``/``__getitem__`` give :class:`recgo.JaggedTensor`\\ s,
 ``permute``, ``split``, ``concat``, ``length_per_key``, ``offset_per_key``, ...). Every feature has
 the same batch size B: TorchRec's variable batch per feature (``stride_per_key_per_rank`` with
-different strides, ``inverse_indices``) is refused with an :class:`InvalidInputError`. Keys are
-unique (TorchRec allows repeats, e.g. from ``permute`` with repeated indices; recgo refuses them).
+different strides, ``inverse_indices``) is refused (the collections take TorchRec's such KJT itself).
+Keys are unique (TorchRec allows repeats, e.g. from ``permute`` with repeated indices; recgo refuses them).
 
 :class:`KeyedTensor` (in :mod:`recgo.keyed`, re-exported here) is the pooled output. Both convert to
 and from ``torchrec.sparse.jagged_tensor`` types without copying.
@@ -26,6 +26,7 @@ from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, t
 from .tensors import check_tensor, check_lengths
 
 _INTS = (torch.int64, torch.int32)
+_VBE_HINT = "; recgo's embedding collections take TorchRec's variable-batch KeyedJaggedTensor itself"
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
@@ -130,8 +131,8 @@ class KeyedJaggedTensor:
             raise InvalidInputError(f"keys: duplicate feature names {dup} in {self._keys}")
         if inverse_indices is not None:
             raise InvalidInputError(
-                "inverse_indices: TorchRec's deduplicated variable-batch input is not supported; "
-                "expand it to one bag per sample")
+                "inverse_indices: TorchRec's deduplicated variable-batch input is not supported by recgo's "
+                f"KeyedJaggedTensor; expand it to one bag per sample{_VBE_HINT}")
         if isinstance(values, torch.Tensor) and values.numel() == 0 and values.device.type == "cpu":
             values = values.reshape(0).to(torch.int64)
         self._values = check_tensor(values, "values", _INTS, ndim=1, convert_to=torch.int64)
@@ -305,8 +306,8 @@ class KeyedJaggedTensor:
     def from_torchrec(kjt: Any) -> "KeyedJaggedTensor":
         """Convert a ``torchrec.sparse.jagged_tensor.KeyedJaggedTensor`` (no copy of int64 IDs)."""
         if kjt.inverse_indices_or_none() is not None:
-            raise InvalidInputError(
-                "this TorchRec KeyedJaggedTensor has inverse_indices (deduplicated variable batch): not supported")
+            raise InvalidInputError("this TorchRec KeyedJaggedTensor has inverse_indices (deduplicated variable batch): "
+                                    f"recgo's KeyedJaggedTensor has one batch size{_VBE_HINT}")
         stride = None
         if getattr(kjt, "variable_stride_per_key", lambda: False)():
             stride = _stride_of_ranks(kjt.stride_per_key_per_rank(), len(kjt.keys()))

@@ -19,7 +19,7 @@ from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast, fused_keep
 from ..modules._trace import refuse_script, traced_as_leaf
-from ..modules import _eager, optim
+from ..modules import _eager, _vbe, optim
 from ..modules.config import _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
@@ -427,8 +427,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         A batch of a :class:`recgo.DataPipeline` built with ``shard=`` this collection carries each
         table's distinct IDs and their partition by owner: the step uses them instead of computing
         them (same result). A batch partitioned for a collection laid out otherwise (world, rank,
-        sharding, mode, tables) raises :class:`InvalidInputError`."""
-        kjt, key_feature = self._engine_batch(as_kjt(features))
+        sharding, mode, tables) raises :class:`InvalidInputError`. A TorchRec variable batch with
+        ``inverse_indices`` is pooled padded to its largest feature batch and expanded, as by the
+        unsharded collection (``modules._vbe``)."""
+        vb = _vbe.variable_batch(features)
+        index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
+        kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
         self._sync_training()
         values, lengths = kjt.values(), kjt.lengths()
         weights = kjt.weights_or_none() if self._is_weighted else None
@@ -451,7 +455,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(kjt.keys()))
-        return KeyedTensor(self._names, self._dims, self._lookup(handle, batch))
+        out = self._lookup(handle, batch)
+        if vb is not None:
+            out = _vbe.expand_pooled(out, index, self._dims, size)
+        return KeyedTensor(self._names, self._dims, out)
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic

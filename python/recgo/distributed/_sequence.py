@@ -11,7 +11,7 @@ from torch import nn
 from .. import _lib
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
-from ..modules import optim
+from ..modules import _vbe, optim
 from ..modules._second_order import first_order
 from ..modules._sequence_batch import jagged, key_counts, unused_tables
 from ..modules._trace import traced_as_leaf
@@ -117,7 +117,8 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
         torchrec_in = _is_torchrec_kjt(features)
-        kjt, key_feature = self._engine_batch(as_kjt(features))
+        vb = _vbe.variable_batch(features, pooled=False) if torchrec_in else None  # outputs: each key's own batch
+        kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
         feats = key_feature.tolist()
         self._sync_training()
         values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
@@ -140,7 +141,8 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         out: dict[str, Any] = {}
         for k in self._names:  # config order, as the unsharded collection returns them
             i = pos[k]
-            jt: JaggedTensor = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:(i + 1) * B])
+            s = B if vb is None else vb.strides[self._features[feats[i]]]
+            jt: JaggedTensor = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:i * B + s])
             out[k] = jt.to_torchrec() if torchrec_in else jt
         return out
 

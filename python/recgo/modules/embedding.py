@@ -60,7 +60,7 @@ from ..data import _prepared
 from ..errors import CapacityError, InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
-from . import _eager, _ops, optim
+from . import _eager, _ops, _vbe, optim
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
@@ -432,9 +432,16 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     @traced_as_leaf
     def forward(self, features: Any) -> Any:
         """Pool ``features`` (recgo or TorchRec KeyedJaggedTensor) into ``[B, ΣD]`` embeddings: a
-        ``torchrec.KeyedTensor`` for a TorchRec input, else a :class:`recgo.KeyedTensor`."""
+        ``torchrec.KeyedTensor`` for a TorchRec input, else a :class:`recgo.KeyedTensor`. A TorchRec
+        variable batch (``stride_per_key_per_rank``, ``inverse_indices``) pools each feature over its own
+        batch and expands its rows by its inverse indices to B rows, as TorchRec's (see ``_vbe``)."""
         torchrec_in = _is_torchrec_kjt(features)
-        if self._handle is None:
+        vb = _vbe.variable_batch(features) if torchrec_in else None
+        if vb is not None:  # TorchRec's variable batch: pooled on a padded batch, then expanded
+            index, batch = _vbe.pooled_index(vb, self._feature_keys)
+            out = self._meta_forward(vb.kjt) if self._handle is None else self._engine_forward(vb.kjt)
+            out = _vbe.expand_pooled(out, index, self._dims, batch)
+        elif self._handle is None:
             out = self._meta_forward(features)
         else:
             out = self._engine_forward(as_kjt(features))
@@ -539,7 +546,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         only looks: a dynamic table admits no ID and its clock stays (an evaluation-mode lookup)."""
         if self._handle is None:
             raise InvalidInputError("lookup_stats: the collection is on the meta device; materialise it first")
-        kjt = as_kjt(features)
+        vb = _vbe.variable_batch(features, pooled=False)
+        kjt = as_kjt(features) if vb is None else vb.kjt  # a variable batch: its padding's bags are empty
         out = torch.empty(kjt.stride(), self._width, dtype=torch.float32)
         weights = kjt.weights_or_none() if self._is_weighted else None
         h = _lib.Handle(self._forward(*self._engine_batch(kjt, weights), out, True, train=False))

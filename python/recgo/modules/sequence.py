@@ -30,7 +30,7 @@ from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
-from . import _eager, _ops, _sequence_ops
+from . import _eager, _ops, _sequence_ops, _vbe
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
@@ -364,13 +364,19 @@ class EmbeddingCollection(nn.Module):
     @traced_as_leaf
     def forward(self, features: Any) -> dict[str, Any]:
         """Look up every ID of ``features`` (recgo or TorchRec KJT): ``{feature: JaggedTensor}`` with
-        ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT."""
+        ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT. A TorchRec variable
+        batch gives each feature's output over its own batch (its ``inverse_indices`` unused, as TorchRec's)."""
         torchrec_in = _is_torchrec_kjt(features)
+        vb = _vbe.variable_batch(features, pooled=False) if torchrec_in else None
+        if vb is not None:  # TorchRec's variable batch: looked up padded, each output cut to its own batch
+            features = vb.kjt
         kjt, plan = self._batch(features)
         if self._handle is None and self._owner._handle is not None:
             self._attach()  # the shared collection was materialised on its own
         if self._handle is None:
             res = meta_results(kjt, plan)
+            if vb is not None:
+                res = _vbe.trim_sequence(res, vb, dict(zip(self._features, self._feature_keys)))
             return {k: v.to_torchrec() for k, v in res.items()} if torchrec_in else res
         if not torch.compiler.is_compiling():
             self._owner._check_storage()
@@ -399,6 +405,8 @@ class EmbeddingCollection(nn.Module):
         res = results(outs, lengths, plan)
         if self._need_indices:
             res = with_indices(res, features, dict(zip(self._features, self._feature_keys)))
+        if vb is not None:
+            res = _vbe.trim_sequence(res, vb, dict(zip(self._features, self._feature_keys)))
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res
