@@ -447,3 +447,26 @@ def test_the_wrapper_names_and_trains_as_dmps(tmp_path: Path) -> None:
             loss.backward()
         with pytest.raises(InvalidInputError, match=r"ddp_kwargs \['no_such_argument'\]"):
             shard_model(M(), "hash", timeout=30, ddp_kwargs={"no_such_argument": 1})
+
+
+def test_a_weighted_collection_stays_weighted_when_sharded(tmp_path: Path) -> None:
+    """from_ebc (and so shard_model) dropped is_weighted: a weighted collection, TorchRec's or recgo's,
+    built or on meta, was sharded unweighted and pooled the batch's IDs without their weights, silently."""
+    torchrec = pytest.importorskip("torchrec")
+    from recgo.distributed import shard_model
+
+    bag = torchrec.EmbeddingBagConfig(num_embeddings=30, embedding_dim=4, name="t", feature_names=["f"])
+    kjt = recgo.KeyedJaggedTensor(["f"], torch.tensor([1, 2, 2, 7]), torch.tensor([0.5, 2.0, -1.0, 3.0]),
+                                  lengths=torch.tensor([2, 0, 2]))
+    sources = {"torchrec": torchrec.EmbeddingBagCollection(tables=[bag], is_weighted=True),
+               "recgo": recgo.EmbeddingBagCollection([bag], is_weighted=True, seed=1)}
+    with one_rank(tmp_path):
+        for name, src in sources.items():
+            with torch.no_grad():
+                want = src(kjt.to_torchrec() if name == "torchrec" else kjt).values()
+            sharded = shard_model(src, "row_wise", optimizer=optim.SGD(lr=0.1), timeout=30)
+            assert sharded.is_weighted(), name
+            torch.testing.assert_close(sharded(kjt).values(), want)
+        with torch.device("meta"):
+            meta = torchrec.EmbeddingBagCollection(tables=[bag], is_weighted=True)
+        assert shard_model(meta, "hash", optimizer=optim.SGD(lr=0.1), timeout=30).is_weighted()

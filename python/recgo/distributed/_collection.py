@@ -198,9 +198,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
 
         A table of ``ebc`` frozen with ``requires_grad_(False)`` gives a frozen shard: a torch optimizer
         over the parameters that require grad leaves it, and a fused optimizer updates the other tables
-        alone."""
+        alone. A weighted ``ebc`` gives a weighted collection unless ``is_weighted=`` says otherwise."""
         cfgs = ebc.embedding_bag_configs()
         optim.adopt(ebc, kwargs)
+        kwargs.setdefault("is_weighted", bool(ebc.is_weighted()))  # (it was dropped: weights ignored)
         frozen = frozen_tables(ebc, "embedding_bags")
         if on_meta(ebc):
             kwargs.setdefault("seed", getattr(ebc, "_seed", None))
@@ -373,6 +374,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """Table → owner-pooling return policy (``"auto"``, ``"rows"`` or ``"pooled"``)."""
         names = {v: k for k, v in RETURNS.items()}
         return {c.name: names[r] for c, r in zip(self._configs, self._returns)}
+
+    def is_weighted(self) -> bool:
+        """Whether the batch's per-ID weights scale the pooled rows (as the unsharded collection's)."""
+        return self._is_weighted
 
     def feature_names(self) -> list[str]:
         """Output keys, config order: each feature's name, or ``feature@table`` for a feature several
