@@ -87,6 +87,8 @@ def _refusals(rank: int, world: int) -> dict[str, Any]:
     out["uneven plan trains as one process"] = True
     refused("row_splits with a plan", lambda: shard_model(model(), plan=uneven, row_splits={"t0": [10, 10]},
                                                           timeout=30, ddp=False))
+    refused("table_ranks with a plan", lambda: shard_model(model(), plan=uneven, table_ranks={"t1": 1},
+                                                           timeout=30, ddp=False))
     for what, edit in (("rows out of rank order", lambda sh: (sh[0].shard_offsets.__setitem__(0, 5),
                                                               sh[1].shard_offsets.__setitem__(0, 0))),
                        ("a gap", lambda sh: sh[1].shard_offsets.__setitem__(0, 16)),
@@ -120,6 +122,7 @@ def test_plans_for_another_world_are_refused(tmp_path: Path) -> None:
         assert r["uneven plan rows"]["t1"] == list(range(10 * rank, 10 * rank + 10))
         assert r["uneven plan trains as one process"]
         assert "row_splits= and a TorchRec plan" in r["row_splits with a plan"]
+        assert "table_ranks= and a TorchRec plan: the plan puts each table-wise table" in r["table_ranks with a plan"]
         for what in ("rows out of rank order", "a gap"):
             assert ("the TorchRec plan's shards of row-wise table 't0', as (rank, first row, rows)"
                     in r[f"torchrec {what}"]), r[f"torchrec {what}"]

@@ -346,8 +346,8 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     :class:`recgo.planner.Plan`, or TorchRec's ``ShardingPlan`` (DMP's ``plan=``: its table-wise,
     row-wise and data-parallel tables are sharded so, each table-wise one on its rank and each
     row-wise one split as its shards split the rows, an uneven split included (TorchRec's
-    ``device_memory_sizes`` or ``row_wise(sizes_placement)``; passed on as ``row_splits``, so
-    ``row_splits=`` with such a plan raises); row-wise shards that are not contiguous rows in rank
+    ``device_memory_sizes`` or ``row_wise(sizes_placement)``; passed on as ``row_splits`` and
+    ``table_ranks``, so either argument with such a plan raises); row-wise shards that are not contiguous rows in rank
     order covering the table, or that split its columns too, raise naming the table, as do
     column-wise and the table-row/column kinds).
 
@@ -385,9 +385,10 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
                                 "table is sharded; give one of them")
     if sharding is None:
         sharding = "plan" if kwargs.get("plan") is not None else "hash"
-    if torchrec_plan is not None and "row_splits" in kwargs:
-        raise InvalidInputError("shard_model: row_splits= and a TorchRec plan: the plan splits the row-wise tables' "
-                                "rows (its shards' sizes); give one of them")
+    for what, says in (("row_splits", "splits the row-wise tables' rows (its shards' sizes)"),
+                       ("table_ranks", "puts each table-wise table on its rank")):
+        if torchrec_plan is not None and what in kwargs:  # the plan's would silently replace the argument
+            raise InvalidInputError(f"shard_model: {what}= and a TorchRec plan: the plan {says}; give one of them")
     per_table = {"sharding": sharding, **{k: kwargs.pop(k) for k in ("owner_pooling", "table_ranks", "row_splits")
                                           if k in kwargs}}
     for what, v in per_table.items():  # a table → value mapping covers the tables of every collection
