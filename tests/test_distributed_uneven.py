@@ -96,6 +96,7 @@ def _bad_splits(rank: int) -> dict[str, str]:
     cases: dict[str, Any] = {
         "one rank's rows": (configs(), {"tr": [45]}), "negative": (configs(), {"tr": [-1, 46]}),
         "short": (configs(), {"tr": [20, 20]}), "long": (configs(), {"tz": [20, 20]}),
+        "zeros": (configs(), {"tr": [0, 0]}),
         "hash table": (configs(), {"th": [30, 31]}), "unknown table": (configs(), {"nope": [1, 1]}),
         "not a mapping": (configs(), [40, 5]), "not counts": (configs(), {"tr": "40,5"}),
         "dynamic table": (dyn, {"dyn": [50, 50]}), "disagreeing ranks": (configs(), SPLITS if rank == 0 else OTHER)}
@@ -203,9 +204,10 @@ def test_bad_splits_raise_naming_the_table(world: tuple[list[dict[str, Any]], Pa
         assert bad["one rank's rows"].startswith("InvalidInputError: table 'tr': row_splits gives 1 ranks' rows [45], "
                                                  "the world has 2 ranks"), bad
         assert bad["negative"] == 'InvalidInputError: table "tr": the row split gives rank 0 -1 rows', bad
-        assert bad["short"] == 'InvalidInputError: table "tr": the row split covers 40 rows, the table has 45', bad
-        assert bad["long"] == ('InvalidInputError: table "tz": the row split\'s ranks 0..1 hold more than the '
-                               "table's 30 rows"), bad
+        assert bad["short"] == "InvalidInputError: table 'tr': the row split [20, 20] covers 40 rows, the table has 45"
+        assert bad["long"] == "InvalidInputError: table 'tz': the row split [20, 20] covers 40 rows, the table has 30"
+        # a split of zeros is what the engine reads as "none given": it was taken for the even split
+        assert bad["zeros"] == "InvalidInputError: table 'tr': the row split [0, 0] covers 0 rows, the table has 45"
         assert bad["hash table"] == ("InvalidInputError: row_splits splits table 'th', whose sharding is 'hash': only "
                                      "row_wise tables take a row split"), bad
         assert bad["unknown table"].startswith("NotFoundError: row_splits names table 'nope', which is not among"), bad

@@ -125,7 +125,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._sharding_names, self._kinds = resolve_sharding(names, sharding, plan, table_ranks, self._groups.world_size,
                                                              nodes, ranks_per_node)
         _dynamic.check(self._configs, self._sharding_names, optimizer)
-        self._row_splits = resolve_row_splits(names, self._sharding_names, row_splits, self._groups.world_size)
+        self._row_splits = resolve_row_splits(names, [c.num_embeddings for c in self._configs], self._sharding_names,
+                                              row_splits, self._groups.world_size)
         self._dynamic = [c.dynamic is not None for c in self._configs]
         self._engine_training = True
         self._returns = resolve_returns(names, owner_pooling)

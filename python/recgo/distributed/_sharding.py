@@ -60,11 +60,13 @@ def resolve_sharding(names: Sequence[str], sharding: Any, plan: Any, table_ranks
     return [per.get(n, "hash") for n in names], out
 
 
-def resolve_row_splits(names: Sequence[str], sharding_names: Sequence[str], row_splits: Any,
+def resolve_row_splits(names: Sequence[str], rows: Sequence[int], sharding_names: Sequence[str], row_splits: Any,
                        world: int) -> list[tuple[int, ...] | None]:
     """Each table's rows per rank, in rank order, where ``row_splits`` (table → counts) gives them: row-wise
-    tables only, one count per rank; None where it does not (the even split). The engine checks the
-    counts themselves (none negative, summing to the table's rows) and names the table if not."""
+    tables only, one count per rank, summing to the table's ``rows``; None where it does not (the even
+    split). The engine checks the counts again (none negative) and names the table if not. The sum is
+    checked here too: the engine takes a split of zeros for "none given", so one of all zeros would
+    pass as the even split."""
     if row_splits is None:
         return [None] * len(names)
     if not isinstance(row_splits, Mapping):
@@ -87,6 +89,9 @@ def resolve_row_splits(names: Sequence[str], sharding_names: Sequence[str], row_
             raise InvalidInputError(f"table {n!r}: row_splits gives {len(split)} ranks' rows {list(split)}, the world "
                                     f"has {world} ranks: give one count per rank, in rank order (0 for a rank "
                                     "that holds none)")
+        if sum(split) != rows[names.index(n)]:
+            raise InvalidInputError(f"table {n!r}: the row split {list(split)} covers {sum(split)} rows, the table "
+                                    f"has {rows[names.index(n)]}")
         out.append(split)
     return out
 

@@ -43,6 +43,8 @@ class Remap:
         except KeyError:
             raise NotFoundError(f"remap: no table {table!r} in the plan") from None
 
+    # torch.compile runs the Go calls eagerly (a graph break): traced, they read fake tensors' pointers
+    @torch.compiler.disable
     def apply(self, table: str, ids: torch.Tensor) -> torch.Tensor:
         """New IDs of ``ids`` (int64) in ``table``; out-of-range IDs raise InvalidInputError."""
         from ..tensors import check_tensor
@@ -89,6 +91,7 @@ class Remap:
                 f"be renumbered: {how} feature_to_table={{key: table}} (the tables' feature_names)")
         return self._apply_kjt(kjt, f2t)
 
+    @torch.compiler.disable
     def _apply_kjt(self, kjt: KeyedJaggedTensor, f2t: Mapping[str, str]) -> KeyedJaggedTensor:
         """:meth:`apply_kjt` without its check (a collection whose batch feeds only unplanned tables
         passes it through as it is)."""

@@ -24,7 +24,7 @@ from torch import nn
 
 from ..errors import InvalidInputError
 from ..modules._trace import traced_as_leaf
-from ..modules import optim
+from ..modules import _vbe, optim
 from ..modules._walk import torchrec_kind
 from ..modules.convert import torchrec_optimizer_state
 from ..modules.config import _check_configs, _embedding_names, check_keys, key_readers
@@ -75,7 +75,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
         self.ebc = EmbeddingBagCollection(inner, **ebc_kwargs)
         self._f2t = {f: c.name for c in inner for f in c.feature_names}
         self._names = _embedding_names(self._configs)  # the plain collection's output keys
-        self._readers = key_readers([f for c in self._configs for f in c.feature_names])
+        self._keys = [f for c in self._configs for f in c.feature_names]  # each output's batch key
+        self._readers = key_readers(self._keys)
         self._planned = planned
         self.plan = plan
 
@@ -89,6 +90,10 @@ class PlannedEmbeddingBagCollection(nn.Module):
         fused collection converted this way stopped training), and whether it is weighted (unless
         ``is_weighted=`` is given; it was dropped, so the batch's weights were ignored), and a recgo
         source's ``sparse_grad`` and ``dedup`` (unless given)."""
+        if isinstance(ebc, PlannedEmbeddingBagCollection):  # its rows are in its own plan's order
+            raise InvalidInputError("from_ebc: the collection is already planned (its rows are renumbered by its "
+                                    "own plan); plan the collection it was made from, or load its state_dict into "
+                                    "a PlannedEmbeddingBagCollection built with the same plan")
         cfgs = [c if isinstance(c, EmbeddingBagConfig) else EmbeddingBagConfig.from_torchrec(c)
                 for c in ebc.embedding_bag_configs()]
         dynamic = [c.name for c in cfgs if c.dynamic is not None]
@@ -153,15 +158,25 @@ class PlannedEmbeddingBagCollection(nn.Module):
     def forward(self, features: Any) -> Any:
         """Remap the batch's IDs hot-first (Go) and pool them: a ``torchrec.KeyedTensor`` for a TorchRec
         input (as :class:`recgo.EmbeddingBagCollection` gives), else a :class:`recgo.KeyedTensor`."""
-        kjt = as_kjt(features)
+        vb = _vbe.variable_batch(features) if _is_torchrec_kjt(features) else None
+        if vb is not None:  # TorchRec's variable batch, as the plain collection takes it (see _vbe)
+            index, batch = _vbe.pooled_index(vb, self._keys)
+        kjt = vb.kjt if vb is not None else as_kjt(features)
         if self._sources is not None:  # a planned table's copy of a shared feature, under its own key
             check_keys(self._readers, kjt.keys())
             at = kjt.index_per_key()
             kjt = kjt._take([at[k] for k in self._sources.values()], list(self._sources))
         out: KeyedTensor = self.ebc(self.remap._apply_kjt(kjt, self._f2t))
-        if self._sources is not None:
+        if vb is not None:
+            widths = out.length_per_key()
+            out = KeyedTensor._over(self._names, widths, _vbe.expand_pooled(out.values(), index, widths, batch))
+        elif self._sources is not None:
             out = KeyedTensor._over(self._names, out.length_per_key(), out.values())
         return out.to_torchrec() if _is_torchrec_kjt(features) else out
+
+    def is_weighted(self) -> bool:
+        """Whether the batch's per-ID weights scale the pooled rows (the wrapped collection's)."""
+        return self.ebc.is_weighted()
 
     def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
         """The tables as given (their own feature names, the keys of the batches this collection is
