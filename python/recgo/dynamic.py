@@ -209,6 +209,7 @@ def stats(ebc: Any, table: str | int) -> DynamicStats:
     return DynamicStats(*out.tolist())
 
 
+@torch.compiler.disable  # run eagerly under torch.compile: traced, the Go call read stale pointers
 def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -> torch.Tensor:
     """Rows of ``ids`` in the table's weight (-1 for IDs without one, also in eval mode when the table
     has a ``default`` vector); of a sharded collection, in this rank's shard, which knows only the IDs
