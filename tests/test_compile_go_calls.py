@@ -32,3 +32,14 @@ def test_managed_collision_remapped_features_under_compile(sequence: bool) -> No
                 torch.testing.assert_close(got["f"].values(), want["f"].values(), rtol=0, atol=0)
             else:
                 torch.testing.assert_close(got.values(), want.values(), rtol=0, atol=0)
+
+
+def test_importing_recgo_leaves_dynamo_unimported() -> None:
+    """torch._dynamo takes over a second to import: disabling the helpers at import time made every
+    process that imports recgo (each rank, each CLI run) pay it."""
+    import subprocess
+    import sys
+
+    code = "import sys, recgo, recgo.dynamic; print('torch._dynamo' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "False", out.stderr

@@ -46,6 +46,7 @@ from typing import Any, Sequence
 import torch
 
 from . import _lib
+from ._compile import eager_under_compile
 from .errors import CapacityError, InvalidInputError, NotFoundError
 from .tensors import check_tensor, ptr
 
@@ -209,7 +210,7 @@ def stats(ebc: Any, table: str | int) -> DynamicStats:
     return DynamicStats(*out.tolist())
 
 
-@torch.compiler.disable  # run eagerly under torch.compile: traced, the Go call read stale pointers
+@eager_under_compile
 def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -> torch.Tensor:
     """Rows of ``ids`` in the table's weight (-1 for IDs without one, also in eval mode when the table
     has a ``default`` vector); of a sharded collection, in this rank's shard, which knows only the IDs

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .. import _lib
+from .._compile import eager_under_compile
 from ..errors import InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, as_kjt
 
@@ -43,8 +44,7 @@ class Remap:
         except KeyError:
             raise NotFoundError(f"remap: no table {table!r} in the plan") from None
 
-    # torch.compile runs the Go calls eagerly (a graph break): traced, they read fake tensors' pointers
-    @torch.compiler.disable
+    @eager_under_compile
     def apply(self, table: str, ids: torch.Tensor) -> torch.Tensor:
         """New IDs of ``ids`` (int64) in ``table``; out-of-range IDs raise InvalidInputError."""
         from ..tensors import check_tensor
@@ -91,7 +91,7 @@ class Remap:
                 f"be renumbered: {how} feature_to_table={{key: table}} (the tables' feature_names)")
         return self._apply_kjt(kjt, f2t)
 
-    @torch.compiler.disable
+    @eager_under_compile
     def _apply_kjt(self, kjt: KeyedJaggedTensor, f2t: Mapping[str, str]) -> KeyedJaggedTensor:
         """:meth:`apply_kjt` without its check (a collection whose batch feeds only unplanned tables
         passes it through as it is)."""
