@@ -117,7 +117,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
         torchrec_in = _is_torchrec_kjt(features)
-        vb = _vbe.variable_batch(features, pooled=False) if torchrec_in else None  # outputs: each key's own batch
+        vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
         kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
         feats = key_feature.tolist()
         self._sync_training()

@@ -436,7 +436,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         variable batch (``stride_per_key_per_rank``, ``inverse_indices``) pools each feature over its own
         batch and expands its rows by its inverse indices to B rows, as TorchRec's (see ``_vbe``)."""
         torchrec_in = _is_torchrec_kjt(features)
-        vb = _vbe.variable_batch(features) if torchrec_in else None
+        vb = _vbe.variable_batch(features)
         if vb is not None:  # TorchRec's variable batch: pooled on a padded batch, then expanded
             index, batch = _vbe.pooled_index(vb, self._feature_keys)
             out = self._meta_forward(vb.kjt) if self._handle is None else self._engine_forward(vb.kjt)

@@ -367,16 +367,17 @@ class EmbeddingCollection(nn.Module):
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT. A TorchRec variable
         batch gives each feature's output over its own batch (its ``inverse_indices`` unused, as TorchRec's)."""
         torchrec_in = _is_torchrec_kjt(features)
-        vb = _vbe.variable_batch(features, pooled=False) if torchrec_in else None
+        vb = _vbe.variable_batch(features, pooled=False)
         if vb is not None:  # TorchRec's variable batch: looked up padded, each output cut to its own batch
             features = vb.kjt
+        key_of = dict(zip(self._features, self._feature_keys))  # each output's batch key
         kjt, plan = self._batch(features)
         if self._handle is None and self._owner._handle is not None:
             self._attach()  # the shared collection was materialised on its own
         if self._handle is None:
             res = meta_results(kjt, plan)
             if vb is not None:
-                res = _vbe.trim_sequence(res, vb, dict(zip(self._features, self._feature_keys)))
+                res = _vbe.trim_sequence(res, vb, key_of)
             return {k: v.to_torchrec() for k, v in res.items()} if torchrec_in else res
         if not torch.compiler.is_compiling():
             self._owner._check_storage()
@@ -404,9 +405,9 @@ class EmbeddingCollection(nn.Module):
             outs, _ = self._run_forward(key_feature, values, lengths, dims, False)
         res = results(outs, lengths, plan)
         if self._need_indices:
-            res = with_indices(res, features, dict(zip(self._features, self._feature_keys)))
+            res = with_indices(res, features, key_of)
         if vb is not None:
-            res = _vbe.trim_sequence(res, vb, dict(zip(self._features, self._feature_keys)))
+            res = _vbe.trim_sequence(res, vb, key_of)
         if torchrec_in:
             return {k: v.to_torchrec() for k, v in res.items()}
         return res

@@ -158,7 +158,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
     def forward(self, features: Any) -> Any:
         """Remap the batch's IDs hot-first (Go) and pool them: a ``torchrec.KeyedTensor`` for a TorchRec
         input (as :class:`recgo.EmbeddingBagCollection` gives), else a :class:`recgo.KeyedTensor`."""
-        vb = _vbe.variable_batch(features) if _is_torchrec_kjt(features) else None
+        vb = _vbe.variable_batch(features)
         if vb is not None:  # TorchRec's variable batch, as the plain collection takes it (see _vbe)
             index, batch = _vbe.pooled_index(vb, self._keys)
         kjt = vb.kjt if vb is not None else as_kjt(features)
