@@ -177,7 +177,7 @@ def test_state_dicts_follow_the_split(world: tuple[list[dict[str, Any]], Path]) 
     res, _ = world
     for rank, r in enumerate(res):
         assert r["state ids"] == (list(range(40)) if rank == 0 else list(range(40, 45)))
-        assert "the state dict's rows of table 'tr' are not this shard's" in r["state into the even split"]
+        assert "holds table 'tr''s shard of rank" in r["state into the even split"]
         assert r["state into the same split"]
 
 

@@ -1,40 +1,75 @@
-"""Loading dynamic-ID tables with ``torch.distributed.checkpoint``.
+"""Loading recgo collections with ``torch.distributed.checkpoint``.
 
-DCP loads a checkpoint into the tensors of the state dict it is given, which must already have the
-saved shapes. A dynamic-ID table's entries (its ID map, and its weight and optimizer-state rows in
-use) change size as it trains, so a model's current state dict does not fit another moment's
-checkpoint. :class:`DCPLoadPlanner` resizes those entries to the checkpoint's shapes before DCP plans
-the reads; the model's ``load_state_dict`` then takes them as it takes any size.
+DCP loads a checkpoint into the tensors of the state dict it is given, under its keys and with the
+saved shapes. Two things of recgo's do not fit that as they are:
+
+* A dynamic-ID table's entries (its ID map, and its weight and optimizer-state rows in use) change
+  size as it trains, so a model's current state dict does not fit another moment's checkpoint.
+* A sharded collection's entries are its rank's (``<table>.rank<r>_of_<world>.*``, see
+  ``recgo.distributed._state``), so on another world size or sharding the keys a rank asks for are
+  not the ones its rows were saved under.
+
+:class:`DCPLoadPlanner` resizes the first to the checkpoint's shapes, and for the second asks for
+every saved rank's entries of the table (or an unsharded checkpoint's whole table) before DCP plans
+the reads; the model's ``load_state_dict`` then keeps the rows the rank holds now.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner
 
+from .errors import InvalidInputError
+
 # The entry a dynamic table's state dict always has: its siblings are the table's resizable entries.
 _MARK = "dynamic_meta"
+# A sharded table's own entry: ``<head>rank<r>_of_<world>.shard_ids``.
+_SHARD = re.compile(r"(.*\.)(rank\d+_of_\d+)\.shard_ids")
+# A saved sharded entry under a table's head: ``rank<r>_of_<world>.<entry>``.
+_SAVED = re.compile(r"(rank\d+_of_\d+)\.([^.]+)")
+# An unsharded fixed table's entries (TorchRec's have the weight alone).
+_PLAIN = ("weight", "optimizer_state", "optimizer_step")
 
 
 class DCPLoadPlanner(DefaultLoadPlanner):
-    """``torch.distributed.checkpoint`` load planner for models with dynamic-ID tables (pooled or
-    sequence, in one process or sharded): the entries of each dynamic table (those next to its
-    ``dynamic_meta``: the ID map, ``weight``, ``optimizer_state``, a shard's ``shard_ids``) are replaced
-    by empty tensors of the checkpoint's shapes before the reads are planned, in the state dict given to
-    ``dcp.load`` (nested dicts included), so ``model.load_state_dict`` of it afterwards restores the
-    tables. Other entries load as with the default planner::
+    """``torch.distributed.checkpoint`` load planner for models with recgo's sharded collections or
+    dynamic-ID tables, in the state dict given to ``dcp.load`` (nested dicts included):
+
+    * a sharded table whose rows this rank's entries do not hold as saved (the checkpoint was written
+      by another world size or sharding, or by an unsharded collection, TorchRec's included), and every
+      sharded dynamic-ID table saved by more than one rank, gets in place of its own entries every
+      saved rank's entries of the table (or the unsharded table's ``weight``, ``optimizer_state``,
+      ``optimizer_step``), so each rank reads the whole table; ``model.load_state_dict`` then keeps
+      the rows the rank holds now, by ID (a dynamic table's own rows bit for bit, free list included,
+      where no ID changed its rank);
+    * the entries of each dynamic table (those next to its ``dynamic_meta``: the ID map, ``weight``,
+      ``optimizer_state``, a shard's ``shard_ids``) are replaced by empty tensors of the checkpoint's
+      shapes.
+
+    With ``all_shards=True`` every sharded table reads every saved rank's entries, even where this
+    rank's own would do: the planner tells a fixed table's changed layout by the saved shard's size,
+    which a table re-sharded into shards of the same sizes does not show; ``load_state_dict`` refuses
+    that with a message naming this option. Other keyword arguments are
+    the default planner's. Other entries load as with the default planner::
 
         sd = {"model": model.state_dict()}
-        dcp.load(sd, checkpoint_id=path, planner=recgo.dynamic.DCPLoadPlanner())
+        dcp.load(sd, checkpoint_id=path, planner=recgo.distributed.DCPLoadPlanner())
         model.load_state_dict(sd["model"])
     """
 
+    def __init__(self, *args: Any, all_shards: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.all_shards = all_shards
+
     def create_local_plan(self) -> Any:
-        """Resize the dynamic tables' entries to the checkpoint's, then plan as the default planner."""
+        """Ask for the saved shards a sharded table needs and resize the dynamic tables' entries to the
+        checkpoint's, then plan as the default planner."""
         assert self.metadata is not None
         saved = self.metadata.state_dict_metadata
+        self._ask_for_saved_shards(saved)
         groups = {fqn.rpartition(".")[0] for fqn in self.state_dict if fqn.rpartition(".")[2] == _MARK}
         for fqn, cur in list(self.state_dict.items()):
             md = saved.get(fqn)
@@ -43,12 +78,65 @@ class DCPLoadPlanner(DefaultLoadPlanner):
             size = getattr(md, "size", None)
             if size is None or tuple(size) == tuple(cur.shape):
                 continue
-            new = torch.empty(tuple(size), dtype=md.properties.dtype)
-            self.state_dict[fqn] = new
-            if self.flatten_state_dict:  # the caller reads the nested dict it passed in
-                path = self.mappings[fqn]
-                node: Any = self.original_state_dict
-                for p in path[:-1]:
-                    node = node[p]
-                node[path[-1]] = new
+            self._put(fqn, torch.empty(tuple(size), dtype=md.properties.dtype), self._parent(fqn))
         return super().create_local_plan()
+
+    def _ask_for_saved_shards(self, saved: dict[str, Any]) -> None:
+        """For each sharded table of the state dict whose own saved entries would not give this rank
+        its rows (none saved under its tag, or a fixed shard of another size), put every saved rank's
+        entries of the table (or an unsharded checkpoint's) in place of its own."""
+        for fqn in [k for k in self.state_dict if _SHARD.fullmatch(k)]:
+            head, tag = _SHARD.fullmatch(fqn).groups()  # type: ignore[union-attr]
+            tagged = {k: m.groups() for k in saved if k.startswith(head) and (m := _SAVED.fullmatch(k[len(head):]))}
+            if not tagged:
+                plain = [head + e for e in _PLAIN if head + e in saved]
+                if head + "weight" not in saved or f"{head}{tag}.{_MARK}" in self.state_dict:
+                    continue  # nothing to re-distribute from: the default planner names the missing keys
+                tagged = {k: (None, k[len(head):]) for k in plain}
+            elif not self.all_shards and tag in {t for t, _ in tagged.values()}:
+                own, cur = saved.get(fqn), self.state_dict[fqn]
+                if f"{head}{tag}.{_MARK}" in self.state_dict:
+                    if {t for t, _ in tagged.values()} == {tag}:
+                        continue  # the one saved shard is this rank's
+                elif tuple(getattr(own, "size", ())) == tuple(cur.shape):
+                    continue  # this rank's own entries (the hook checks their IDs)
+            parent = self._parent(fqn)
+            if not parent:
+                raise InvalidInputError(
+                    f"{fqn[:-len('.shard_ids')]}: this rank's rows are in other ranks' saved entries (another world "
+                    "size or sharding), which the state dict given to dcp.load must take in; dcp.load hands back only "
+                    "the top-level keys it was given, so pass the model's state nested: dcp.load({'model': model}, "
+                    "...) (loaded in place), or sd = {'model': model.state_dict()}, then "
+                    "model.load_state_dict(sd['model'])")
+            for k in [k for k in self.state_dict if k.startswith(f"{head}{tag}.")]:
+                self._drop(k)
+            for k in tagged:
+                md = saved[k]
+                self._put(k, torch.empty(tuple(md.size), dtype=md.properties.dtype), parent)
+
+    def _parent(self, fqn: str) -> tuple:
+        """Where entry ``fqn`` sits in the nested state dict the caller passed in: the path of its dict."""
+        return tuple(self.mappings[fqn][:-1]) if self.flatten_state_dict else ()
+
+    def _put(self, fqn: str, value: torch.Tensor, parent: tuple) -> None:
+        """Set entry ``fqn`` of the flat state dict and, in the dict at ``parent``, of the nested one
+        the caller passed in (which it reads afterwards)."""
+        self.state_dict[fqn] = value
+        if self.flatten_state_dict:
+            joined = ".".join(str(p) for p in parent)
+            inner = fqn[len(joined) + 1:] if parent else fqn  # fqn is the path's parts joined by dots
+            node: Any = self.original_state_dict
+            for p in parent:
+                node = node[p]
+            node[inner] = value
+            self.mappings[fqn] = (*parent, inner)
+
+    def _drop(self, fqn: str) -> None:
+        """Remove entry ``fqn`` from the flat state dict and the nested one."""
+        self.state_dict.pop(fqn)
+        if self.flatten_state_dict:
+            path = self.mappings.pop(fqn)
+            node: Any = self.original_state_dict
+            for p in path[:-1]:
+                node = node[p]
+            node.pop(path[-1])

@@ -7,7 +7,10 @@ merges gradients; this package hands the buffers to ``dist.all_to_all_single`` o
 or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled) and
 :class:`ShardedEmbeddingCollection` (sequences: one row per ID), and :func:`shard_model` (TorchRec's
 ``DistributedModelParallel``: every collection of a model sharded, the rest under DDP).
+:class:`DCPLoadPlanner` loads a ``torch.distributed.checkpoint`` onto another world size or sharding.
 """
+
+from typing import Any
 
 from ._collection import ShardedEmbeddingBagCollection
 from ._sharding import MODES, RETURNS, SHARDING_TYPES
@@ -18,6 +21,16 @@ from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
 from ._traffic import COUNTERS
 
-__all__ = ["COUNTERS", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
+__all__ = ["COUNTERS", "DCPLoadPlanner", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "ShardedEmbeddingCollection",
            "eq3_reduction", "gather_state_dict", "hash_owners", "make_groups", "shard_model", "simulate_traffic"]
+
+
+def __getattr__(name: str) -> Any:
+    """``DCPLoadPlanner`` (``torch.distributed.checkpoint`` loads across world sizes and shardings, see
+    ``recgo._dcp``), imported on first use: importing DCP costs every process that never checkpoints."""
+    if name == "DCPLoadPlanner":
+        from .._dcp import DCPLoadPlanner
+
+        return DCPLoadPlanner
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

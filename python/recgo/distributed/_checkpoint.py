@@ -20,6 +20,7 @@ from ..errors import RecgoIOError
 from ..modules.embedding import load_checkpoint, save_checkpoint
 from . import _dynamic
 from ._exchange import PeerFailureError
+from ._reshard import check_covered, put_rows
 
 
 def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
@@ -127,18 +128,10 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
                     parts[cfg.name].append(e)
                     shard.optimizer_step.copy_(e["step"])
                     continue
-                rows = coll.locate(cfg.name, e["ids"])
-                mine = rows >= 0
-                shard.weight[rows[mine]] = e["weight"][mine]
-                if hasattr(shard, "optimizer_state"):
-                    if "state" not in e or e["state"].shape[1:] != shard.optimizer_state.shape[1:]:
-                        raise RecgoIOError(f"{f.name}: table {cfg.name!r} has no matching optimizer state")
-                    shard.optimizer_state[rows[mine]] = e["state"][mine]
-                shard.optimizer_step.copy_(e["step"])
-                covered[t][rows[mine]] = True
+                put_rows(coll, t, e, covered[t], f.name, RecgoIOError)
         for name, ps in parts.items():
             if ps:
                 _dynamic.restore(coll, name, ps, own, str(d))
-    for cfg, c, gone in zip(coll._configs, covered, absent):
-        if not gone and not bool(c.all()):
-            raise RecgoIOError(f"{d}: table {cfg.name!r}: {int((~c).sum())} of this rank's rows are in no shard file")
+    for t, (c, gone) in enumerate(zip(covered, absent)):
+        if not gone:
+            check_covered(coll, t, c, str(d), RecgoIOError)

@@ -29,7 +29,7 @@ from . import _dynamic, _traffic
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
-from ._state import own_keys, rank_keys
+from ._state import own_keys, rank_keys, reloaded_keys
 from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_row_splits, resolve_sharding
 from ._step import _Lookup, _Shard, _Step
 
@@ -170,6 +170,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
             self._agree_replicas()
         self.register_state_dict_post_hook(rank_keys)
         self.register_load_state_dict_pre_hook(own_keys)
+        self.register_load_state_dict_post_hook(reloaded_keys)
         self._anchor = torch.zeros((), dtype=torch.float32, requires_grad=True)
         self.last_traffic: dict[str, Any] = {}
         self.total_traffic: dict[str, Any] = {}

@@ -8,11 +8,14 @@ sharding is refused by name.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
 
 from ..errors import InvalidInputError
+from ..modules._storage import allow_weights_only
+from ._reshard import redistribute
 
 SHARD_IDS = "shard_ids"
 
@@ -48,38 +51,120 @@ def rank_keys(module: Any, state_dict: dict, prefix: str, _meta: Any) -> None:
         state_dict[f"{head}{tag}.{SHARD_IDS}"] = shard_ids
 
 
+_TAG = re.compile(r"rank(\d+)_of_(\d+)")
+# a fixed shard's state_dict entries → the names of a saved part (put_rows)
+_FIXED = {SHARD_IDS: "ids", "weight": "weight", "optimizer_state": "state", "optimizer_step": "step"}
+
+
+def _tagged(state_dict: dict, head: str) -> dict[str, dict[str, str]]:
+    """The rank-tagged entries under ``head`` (a table's key prefix): tag → entry name → key."""
+    out: dict[str, dict[str, str]] = {}
+    for k in state_dict:
+        if k.startswith(head):
+            tag, _, entry = k[len(head):].partition(".")
+            if _TAG.fullmatch(tag) and entry and "." not in entry:
+                out.setdefault(tag, {})[entry] = k
+    return out
+
+
+def _unsharded(module: Any, t: int, state_dict: dict, head: str) -> bool:
+    """Whether ``state_dict`` holds table ``t`` as an unsharded collection's (TorchRec's or recgo's,
+    directly or through torch.distributed.checkpoint): a fixed table's whole ``weight`` under the
+    plain name, where this rank's shard holds other rows or the same in another order."""
+    cfg = module._configs[t]
+    w = state_dict.get(f"{head}weight")
+    if cfg.dynamic is not None or not isinstance(w, torch.Tensor) or tuple(w.shape) != (cfg.num_embeddings, cfg.embedding_dim):
+        return False
+    return module._local_rows[t] != cfg.num_embeddings or not torch.equal(module.local_ids(cfg.name),
+                                                                          torch.arange(cfg.num_embeddings))
+
+
 def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
-              _strict: bool, _missing: list, _unexpected: list, _errors: list) -> None:
-    """load_state_dict pre-hook: take back this rank's entries (:func:`rank_keys`) under the module's
-    own names, after checking that their ``shard_ids`` are this rank's rows; an entry of another rank
-    or world size, or IDs of another sharding, raise ``InvalidInputError``. Entries under the plain
-    names (a state dict of an earlier version) load as they are."""
+             _strict: bool, _missing: list, _unexpected: list, _errors: list) -> None:
+    """load_state_dict pre-hook. This rank's own entries (:func:`rank_keys`) load under the module's
+    own names, after checking that their ``shard_ids`` are this rank's rows. Entries of every rank of
+    another world or sharding (one world's complete set), or an unsharded collection's whole table,
+    are re-distributed by ID (:func:`._reshard.redistribute`), as ``load()`` re-distributes its files;
+    :func:`reloaded_keys` then drops the table's entries from the missing keys. An incomplete set of
+    another world's or sharding's shards raises ``InvalidInputError``, since rows would be lost."""
     p, tag = _tables_prefix(module, prefix), _rank_tag(module)
     g = module._groups
-    for cfg in module._configs:
+    module._reloaded = [k for k in getattr(module, "_reloaded", []) if not k.startswith(p)]
+    for t, cfg in enumerate(module._configs):
         head = f"{p}{cfg.name}."
-        tagged = [k for k in state_dict if k.startswith(f"{head}rank") and k[len(head):].count(".") == 1]
-        others = sorted({k[len(head):].split(".")[0] for k in tagged} - {tag})
-        if others:
-            raise InvalidInputError(
-                f"rank {g.rank} of {g.world_size}: the state dict holds table {cfg.name!r}'s shard of "
-                f"{', '.join(others)} (state dicts of a sharded collection are per rank): load each on the "
-                "rank that saved it, or checkpoint with save()/load(), which re-distribute the rows")
-        if cfg.dynamic is None and f"{head}{tag}.dynamic_ids" in state_dict:
-            raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a dynamic-ID table "
-                                    "(an ID map and the rows in use); this collection's is a fixed table")
-        ids = state_dict.pop(f"{head}{tag}.{SHARD_IDS}", None)
-        if ids is not None and cfg.dynamic is not None:  # a dynamic shard's IDs change as it trains
-            if not (isinstance(ids, torch.Tensor) and bool((module.owners(cfg.name, ids.to(torch.int64)) == g.rank).all())):
-                raise InvalidInputError(
-                    f"rank {g.rank}: the state dict holds IDs of table {cfg.name!r} that another rank owns (saved "
-                    "with another sharding): checkpoint with save()/load(), which re-distribute the rows")
-        elif ids is not None:
-            mine = module.local_ids(cfg.name)
-            if not (isinstance(ids, torch.Tensor) and ids.shape == mine.shape and torch.equal(ids.to(mine.dtype), mine)):
-                raise InvalidInputError(
-                    f"rank {g.rank}: the state dict's rows of table {cfg.name!r} are not this shard's (saved with "
-                    "another sharding): checkpoint with save()/load(), which re-distribute the rows")
-        for k in tagged:
-            if k in state_dict:  # (its shard_ids is popped above)
-                state_dict[f"{head}{k[len(head) + len(tag) + 1:]}"] = state_dict.pop(k)
+        tagged = _tagged(state_dict, head)
+        for entries in tagged.values():
+            if cfg.dynamic is None and "dynamic_ids" in entries:
+                raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a dynamic-ID table "
+                                        "(an ID map and the rows in use); this collection's is a fixed table")
+            if cfg.dynamic is not None and "dynamic_ids" not in entries:
+                raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a fixed table; "
+                                        "this collection's is a dynamic-ID table")
+        if set(tagged) == {tag} and _own_rows(module, cfg, state_dict, tagged[tag]):
+            for entry, k in tagged[tag].items():
+                v = state_dict.pop(k)
+                if entry != SHARD_IDS:
+                    state_dict[f"{head}{entry}"] = v
+            continue
+        if tagged:
+            loaded = {e for entries in tagged.values() for e in entries}
+            parts, own = _complete_set(module, cfg, state_dict, tagged, tag)
+        elif _unsharded(module, t, state_dict, head):
+            raw = {e: state_dict.pop(f"{head}{e}") for e in _FIXED if f"{head}{e}" in state_dict}
+            loaded, own = set(raw), None
+            parts = [{_FIXED[e]: v for e, v in raw.items()} | {"ids": torch.arange(cfg.num_embeddings)}]
+        else:
+            continue  # plain names of this shard's shape (a state dict of an earlier version) load as they are
+        redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
+        module._reloaded += [f"{head}{e}" for e in loaded]
+
+
+def _own_rows(module: Any, cfg: Any, state_dict: dict, entries: dict[str, str]) -> bool:
+    """Whether this rank's own tagged entries hold its rows as its shard now lays them out (the
+    sharding unchanged): a fixed shard's IDs in row order, a dynamic shard's IDs all owned here."""
+    ids = state_dict.get(entries.get(SHARD_IDS, ""))
+    if not isinstance(ids, torch.Tensor):
+        return SHARD_IDS not in entries  # no IDs to check (written by hand): load as given
+    g = module._groups
+    if cfg.dynamic is not None:  # a dynamic shard's IDs change as it trains
+        return bool((module.owners(cfg.name, ids.to(torch.int64)) == g.rank).all())
+    mine = module.local_ids(cfg.name)
+    return ids.shape == mine.shape and torch.equal(ids.to(mine.dtype), mine)
+
+
+def _complete_set(module: Any, cfg: Any, state_dict: dict, tagged: dict[str, dict[str, str]],
+                  tag: str) -> tuple[list[dict[str, Any]], int | None]:
+    """The saved parts of one world's every rank for table ``cfg`` (popped from ``state_dict``), and
+    the index of this rank's own part when that world is this one; raise naming what is missing."""
+    g = module._groups
+    ranks = {t: tuple(int(x) for x in _TAG.fullmatch(t).groups()) for t in tagged}  # type: ignore[union-attr]
+    worlds = sorted({w for _, w in ranks.values()})
+    have = sorted(r for r, _ in ranks.values())
+    if len(worlds) != 1 or have != list(range(worlds[0])):
+        raise InvalidInputError(
+            f"rank {g.rank} of {g.world_size}: the state dict holds table {cfg.name!r}'s shard of "
+            f"{', '.join(sorted(tagged))}, not every rank's of one world, and this rank's rows are laid out "
+            "otherwise (another rank, world size or sharding): load every rank's entries (dcp.load with "
+            "planner=recgo.distributed.DCPLoadPlanner(all_shards=True) reads them all), or checkpoint with "
+            "save()/load()")
+    parts, own = [], None
+    for i, t in enumerate(sorted(tagged, key=lambda t: ranks[t][0])):
+        raw = {e: state_dict.pop(k) for e, k in tagged[t].items()}
+        parts.append(raw if cfg.dynamic is not None else {_FIXED.get(e, e): v for e, v in raw.items()})
+        if t == tag:
+            own = i
+    return parts, own
+
+
+def reloaded_keys(module: Any, incompatible: Any) -> None:
+    """load_state_dict post-hook: the entries :func:`own_keys` re-distributed were loaded from other
+    names, so they are not missing (an entry no part had, say a TorchRec table's optimizer state,
+    is missing, unless the collection's optimizer entries are all missing and none of its weights: a
+    weights-only state dict, TorchRec's, loads as into the unsharded collection)."""
+    done = set(getattr(module, "_reloaded", []))
+    if done:
+        incompatible.missing_keys[:] = [k for k in incompatible.missing_keys if k not in done]
+        module._reloaded = []
+    if module.fused_optimizer is not None:
+        attr = next(n for n, m in module._modules.items() if m is module.embedding_bags)
+        allow_weights_only(attr, module.embedding_bags, incompatible)

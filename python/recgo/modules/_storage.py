@@ -142,11 +142,17 @@ def _allow_weights_only(module: nn.Module, owner: nn.Module, incompatible_keys: 
     entries (a TorchRec state_dict: its fused optimizer's state is saved apart, through
     ``fused_optimizer.state_dict()``) is not refused for the missing entries; the optimizer state stays
     as it is. Some entries of a collection present and others missing is still reported."""
-    if owner.fused_optimizer is None:
-        return
-    attr = "embedding_bags" if module is owner else "embeddings"
+    if owner.fused_optimizer is not None:
+        attr = "embedding_bags" if module is owner else "embeddings"
+        allow_weights_only(attr, getattr(module, attr), incompatible_keys)
+
+
+def allow_weights_only(attr: str, tables: Any, incompatible_keys: Any) -> None:
+    """:func:`_allow_weights_only` for a fused collection whose tables are ``tables`` (a ModuleDict of
+    holders with ``weight`` and optimizer buffers) under the state-dict name ``attr``: the optimizer
+    entries go from the missing keys when all of them are missing and none of the weights is."""
     opt, weights = [], []
-    for name, holder in getattr(module, attr).items():
+    for name, holder in tables.items():
         weights.append(f"{attr}.{name}.weight")
         opt += [f"{attr}.{name}.{b}" for b in _OPTIMIZER_ENTRIES
                 if b in holder._buffers and b not in holder._non_persistent_buffers_set]
