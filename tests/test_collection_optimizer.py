@@ -225,3 +225,16 @@ def test_add_param_group_is_refused_not_ignored() -> None:
             co.add_param_group({"params": [nn.Parameter(torch.ones(3))], "lr": 0.5})
         assert len(co.param_groups) == 1
         co.step()  # still works
+
+
+def test_a_bool_hyper_parameter_in_a_param_group_is_refused() -> None:
+    """A param group's lr set to True went through float() and trained at 1.0; a tensor is read as its value."""
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(20, 4, "t", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+    opt = optim.CollectionOptimizer(ebc)
+    opt.param_groups[0]["lr"] = torch.tensor(0.5)
+    opt.step()
+    assert ebc.fused_optimizer == optim.SGD(lr=0.5)
+    opt.param_groups[0]["lr"] = True
+    with pytest.raises(InvalidInputError, match=r"hyper-parameters must be numbers, got \{'lr': True\}"):
+        opt.step()
+    assert ebc.fused_optimizer == optim.SGD(lr=0.5)

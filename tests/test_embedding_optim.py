@@ -422,6 +422,34 @@ def test_from_torch_refuses_what_it_cannot_compute(cls: type, kwargs: dict, matc
         optim.from_torch(cls, kwargs)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: optim.SGD(lr=True),
+    lambda: optim.Adam(lr=True),
+    lambda: optim.Adagrad(lr=0.1, eps=False),
+    lambda: optim.AdamW(beta1=True),
+    lambda: optim.RowWiseAdagrad(lr=0.1, weight_decay="0"),
+    lambda: optim.SGD(lr=torch.tensor(0.1)),
+    lambda: optim.from_torch(torch.optim.SGD, {"lr": True}),
+    lambda: optim.from_torch(torch.optim.SGD, {"lr": torch.tensor(True)}),
+    lambda: optim.from_torch(torch.optim.Adam, {"lr": 0.1, "betas": (True, 0.9)}),
+])
+def test_bool_and_non_number_hyper_parameters_are_refused_by_name(make) -> None:
+    """SGD(lr=True) was accepted and trained at lr 1.0 (from_torch already refused a bool)."""
+    with pytest.raises(InvalidInputError, match=r"hyper-parameters must be numbers, got \{'(lr|eps|beta1|weight_decay)'"):
+        make()
+
+
+def test_int_hyper_parameters_and_a_tensor_lr_are_taken() -> None:
+    """torch.optim takes a 0-d tensor lr; from_torch refused it ("hyper-parameters must be numbers")."""
+    assert optim.SGD(lr=1).params() == (optim.SGD.kind, 1.0, 0.0, 0.0, 0.0, 0.0)
+    assert optim.Adam(lr=1, weight_decay=0) == optim.Adam(lr=1.0, weight_decay=0.0)
+    lr = torch.tensor(0.25)
+    got = optim.from_torch(torch.optim.SGD, {"lr": lr})
+    assert got == optim.SGD(lr=0.25) and type(got.lr) is float
+    assert optim.from_torch(torch.optim.Adam, {"lr": lr, "betas": (torch.tensor(0.5), 0.75)}) == \
+        optim.Adam(lr=0.25, beta1=0.5, beta2=0.75)
+
+
 def test_in_backward_needs_one_optimizer_per_collection() -> None:
     torchrec = pytest.importorskip("torchrec")
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward

@@ -48,6 +48,28 @@ def test_big_float_parameters_on_int_ids_are_their_values(make) -> None:
     _assert_matches_reference([make()], {"i": (ids, torch.tensor([3, 3]))}, 2)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: Feature("i").bucketize([float(-(2**63)), 0]),
+    lambda: Feature("i").filter(range=(float(-(2**63)), 0.0), mode="keep"),
+    lambda: Feature("i").filter([float(-(2**63))], mode="drop"),
+])
+def test_float_int64_min_on_int_ids_is_int64_min(make) -> None:
+    """float(-2**63) is exactly int64's minimum, but only 2^53 <= |v| < 2^63 became an int, so it
+    went to the engine as -9.223372036854776e+18 and was refused as "not an int64"."""
+    ids = torch.tensor([-(2**63), -5, 0, 7])
+    _assert_matches_reference([make()], {"i": (ids, torch.tensor([4]))}, 1)
+
+
+def test_float_two_to_the_63_is_still_refused_by_name(tmp_path: Path) -> None:
+    for make in (lambda: Feature("i").bucketize([0, 2.0**63]),
+                 lambda: Feature("i").filter(range=(0.0, 2.0**63), mode="keep")):
+        with pytest.raises(InvalidInputError, match=r"9\.223372036854776e\+18 is not an int64"):
+            FeatureEngine([make()])
+    path = tmp_path / "f.json"  # the JSON literal (a Decimal) takes the same path
+    path.write_text('{"features": [{"name": "i", "ops": [{"bucketize": [-9223372036854775808.0]}]}]}')
+    assert FeatureEngine(path).features[0].ops[0]["boundaries"] == [-(2**63)]
+
+
 def test_a_json_config_literal_is_read_exactly(tmp_path: Path) -> None:
     """9007199254740993.0 in a JSON config is 2^53 + 1 (json.loads made it the float 2^53)."""
     path = tmp_path / "f.json"

@@ -55,16 +55,18 @@ def _number(v: Any) -> int | float:
 
 
 def _exact(v: Any) -> Any:
-    """``v`` (an op parameter, nested lists included) with every integer-valued number from 2^53 up
-    to the int64 range as an int: JSON would carry such a float as its shortest repr
+    """``v`` (an op parameter, nested lists included) with every integer-valued number from 2^53 in
+    magnitude up to the int64 range ``[-2^63, 2^63)`` as an int (-2^63 is int64's minimum; 2^63 stays
+    a float the engine refuses by name): JSON would carry such a float as its shortest repr
     (``1.152921504606847e+18`` for 2^60), which the engine reads digit by digit as another integer
     than the float's value the reference compares with. A ``Decimal`` (a JSON config's literal, read
     exactly) becomes that int, or else the nearest float."""
     if isinstance(v, decimal.Decimal):
-        if v.is_finite() and v == v.to_integral_value() and abs(v) < 2**63:
+        if v.is_finite() and v == v.to_integral_value() and -(2**63) <= v < 2**63:
             return int(v)
         return float(v)
-    if isinstance(v, float) and math.isfinite(v) and 2.0**53 <= abs(v) < 2.0**63 and v == int(v):
+    if (isinstance(v, float) and math.isfinite(v) and 2.0**53 <= abs(v)
+            and -(2.0**63) <= v < 2.0**63 and v == int(v)):
         return int(v)
     if isinstance(v, list):
         return [_exact(x) for x in v]

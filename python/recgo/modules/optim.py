@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import numbers
 import sys
 import warnings
 from dataclasses import dataclass, replace
@@ -23,6 +24,9 @@ import torch
 from .. import _lib
 from ..errors import InvalidInputError
 from ._walk import torchrec_class
+
+# The hyper-parameters of a fused optimizer (its dataclass fields).
+_HYPER = ("lr", "eps", "beta1", "beta2", "weight_decay")
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,9 @@ class FusedOptimizer:
     weight_decay: float = 0.0
 
     kind = _lib.const("OptNone")
+
+    def __post_init__(self) -> None:
+        _check_numbers(f"optimizer {type(self).__name__}", {k: getattr(self, k) for k in _HYPER})
 
     def state_width(self, dim: int) -> int:
         """Number of float32 state values each row keeps."""
@@ -236,10 +243,8 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
     if unknown:
         raise InvalidInputError(f"optimizer {name}: options {unknown} are not taken by recgo's fused {cls.__name__} "
                                 f"(it takes {sorted(takes)})")
-    bad = sorted(k for k in takes & set(args) if isinstance(args[k], bool) or not isinstance(args[k], (int, float)))
-    if bad:
-        raise InvalidInputError(f"optimizer {name}: hyper-parameters must be numbers, got "
-                                f"{ {k: args[k] for k in bad} }")
+    args = {k: _number(v) for k, v in args.items()}  # torch.optim takes a tensor lr
+    _check_numbers(f"optimizer {name}", args)
     defaults = dict(_FBGEMM_DEFAULTS)
     if cls is AdamW:
         defaults["weight_decay"] = AdamW.weight_decay  # torch's AdamW default, as FBGEMM has no AdamW
@@ -334,8 +339,24 @@ def _live_kwargs(kwargs: dict[str, Any], optimizers: Any) -> dict[str, Any]:
 
 
 def _number(v: Any) -> Any:
-    """A one-element tensor hyper-parameter (torch's optimizers take a tensor ``lr``) as a float."""
-    return float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v
+    """A one-element real (not bool or complex) tensor hyper-parameter (torch's optimizers take a
+    tensor ``lr``) as a float; anything else as it is."""
+    if (isinstance(v, torch.Tensor) and v.numel() == 1 and v.dtype != torch.bool
+            and not v.is_complex()):
+        return float(v)
+    return v
+
+
+def _check_numbers(what: str, values: dict[str, Any]) -> None:
+    """Refuse hyper-parameters that are not real numbers (ints are; bools, which ``float()`` would make
+    1.0 or 0.0, strings and tensors are not), naming them.
+
+    Raises:
+        InvalidInputError: some of ``values`` are not real numbers.
+    """
+    bad = sorted(k for k, v in values.items() if isinstance(v, bool) or not isinstance(v, numbers.Real))
+    if bad:
+        raise InvalidInputError(f"{what}: hyper-parameters must be numbers, got {({k: values[k] for k in bad})}")
 
 
 # The fused optimizers FBGEMM runs on CPU (the ones TorchRec's fused tables and DMP use there).
@@ -418,8 +439,6 @@ def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> 
 
 
 # -- the torch.optim face, for learning-rate schedulers -------------------------------------------------
-
-_HYPER = ("lr", "eps", "beta1", "beta2", "weight_decay")
 
 
 def fused_collections(model: Any) -> list[tuple[str, Any]]:
@@ -521,7 +540,7 @@ class CollectionOptimizer(torch.optim.Optimizer):
         self._sync_betas()
         for group, (_, m) in zip(self.param_groups, self._collections):
             cur = m.fused_optimizer
-            new = replace(cur, **{k: float(group[k]) for k in _HYPER})
+            new = replace(cur, **{k: _number(group[k]) for k in _HYPER})  # bools, strings: refused
             if new != cur:
                 m.set_fused_optimizer(new)
 
