@@ -170,3 +170,17 @@ def test_keyed_tensor_checks_its_layout() -> None:
     assert kt.key_dim() == 1
     with pytest.raises(recgo.NotFoundError, match="'z' is not in"):
         kt["z"]
+
+
+def test_keyed_tensor_repeated_key_resolves_to_its_last_block_as_torchrec() -> None:
+    import torchrec
+
+    v = torch.arange(12.).reshape(3, 4)
+    ours = recgo.KeyedTensor(["a", "b", "a"], [1, 1, 2], v)
+    theirs = torchrec.KeyedTensor(keys=["a", "b", "a"], length_per_key=[1, 1, 2], values=v)
+    assert ours._key_indices() == theirs._key_indices()
+    for k in ("a", "b"):
+        torch.testing.assert_close(ours[k], theirs[k])
+        torch.testing.assert_close(ours.to_dict()[k], theirs.to_dict()[k])
+    torch.testing.assert_close(ours["a"], ours.to_dict()["a"])
+    torch.testing.assert_close(recgo.KeyedTensor.regroup([ours], [["a"]])[0], theirs["a"])

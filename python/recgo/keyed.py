@@ -95,7 +95,7 @@ class KeyedTensor:
 
     def _key_indices(self) -> dict[str, int]:
         """Each key's position (TorchRec's private accessor, which its ``KeyedTensor.regroup`` reads when
-        a group repeats or leaves out a key)."""
+        a group repeats or leaves out a key); a repeated key maps to its last position, as in TorchRec."""
         return {k: i for i, k in enumerate(self._keys)}
 
     def to_dict(self) -> dict[str, torch.Tensor]:
@@ -104,10 +104,11 @@ class KeyedTensor:
         return {k: self._values[:, offs[i]:offs[i + 1]] for i, k in enumerate(self._keys)}
 
     def __getitem__(self, key: str) -> torch.Tensor:
-        try:
-            i = self._keys.index(key)
-        except ValueError:
-            raise NotFoundError(f"key {key!r} is not in this KeyedTensor (keys: {self._keys})") from None
+        # A repeated key resolves to its last block, as TorchRec's ``__getitem__`` (via ``_key_indices``),
+        # ``to_dict`` and ``regroup`` resolve it.
+        i = self._key_indices().get(key)
+        if i is None:
+            raise NotFoundError(f"key {key!r} is not in this KeyedTensor (keys: {self._keys})")
         offs = self.offset_per_key()
         return self._values[:, offs[i]:offs[i + 1]]
 
