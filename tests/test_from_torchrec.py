@@ -155,6 +155,30 @@ def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, ev
         b.pow(2).sum().backward()
 
 
+@pytest.mark.parametrize("placeholder, torch_class", [
+    (tr.optim.Adagrad, torch.optim.Adagrad), (tr.optim.Adam, torch.optim.Adam), (tr.optim.SGD, torch.optim.SGD)])
+def test_torchrec_optims_placeholder_optimizers_convert(placeholder: type, torch_class: type) -> None:
+    """torchrec.optim's Adagrad/Adam/SGD are placeholders that only DMP's FBGEMM kernels run (no
+    ``state``; stepping one unsharded raises). Converted, the collection trains as the same update does
+    in TorchRec (torch's class with FBGEMM's options), its state starting from zero."""
+    kw = {"lr": 0.1} if torch_class is torch.optim.SGD else {"lr": 0.1, "eps": 1e-8}
+
+    def build(opt_class: type) -> nn.Module:
+        torch.manual_seed(5)
+        m = tr.EmbeddingBagCollection(tables=TABLES)
+        apply_optimizer_in_backward(opt_class, m.parameters(), kw)
+        return m
+    ref, model = build(torch_class), recgo.from_torchrec(build(placeholder))
+    assert model.fused_optimizer == optim.from_torch(torch_class, kw)
+    for step in range(3):
+        a, b = model(_rows_batch(step, True)).values(), ref(_rows_batch(step, True)).values()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        a.pow(2).sum().backward()
+        b.pow(2).sum().backward()
+    for t in ("t_user", "t_item"):
+        torch.testing.assert_close(model.embedding_bags[t].weight, ref.embedding_bags[t].weight, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("opt_class", [torch.optim.SGD, torch.optim.Adam, torch.optim.Adagrad, tr.optim.RowWiseAdagrad])
 def test_options_left_out_take_the_optimizer_classes_defaults(opt_class: type) -> None:
     """An unsharded TorchRec collection runs apply_optimizer_in_backward's torch optimizer itself, so

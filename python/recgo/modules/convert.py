@@ -292,7 +292,10 @@ def torchrec_optimizer_state(old: nn.Module, fused: FusedOptimizer | None, prefi
         return entries
     for table, module in getattr(old, prefix).items():
         opts = getattr(module.weight, "_in_backward_optimizers", None) or []
-        st = opts[0].state.get(module.weight, {}) if opts else {}
+        # torchrec.optim's Adagrad/Adam/SGD are placeholders (only DMP's FBGEMM kernels run them): they
+        # have no ``state``, and could not have stepped, so recgo's state starting from zero is theirs.
+        state = getattr(opts[0], "state", None) if opts else None
+        st = state.get(module.weight, {}) if state is not None else {}
         parts = [st[k].reshape(st[k].shape[0], -1) for k in ("sum", "exp_avg", "exp_avg_sq") if k in st]
         if parts:  # one part is loaded as it is (cat would copy a table-sized state once more)
             entries[f"{prefix}.{table}.optimizer_state"] = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
