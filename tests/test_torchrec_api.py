@@ -66,6 +66,18 @@ def test_need_indices_gives_each_output_its_ids_as_weights(need: bool) -> None:
     assert copy.need_indices() == need
 
 
+def test_need_indices_is_the_third_positional_parameter_as_in_torchrec() -> None:
+    import inspect
+
+    cfgs = [torchrec.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["b"])]
+    assert recgo.EmbeddingCollection(cfgs, None, True).need_indices() == \
+        torchrec.EmbeddingCollection(cfgs, None, True).need_indices() is True
+    theirs = list(inspect.signature(torchrec.EmbeddingCollection).parameters)[:3]
+    assert list(inspect.signature(recgo.EmbeddingCollection).parameters)[:3] == theirs
+    with pytest.raises(recgo.InvalidInputError, match="optimizer="):  # the old third parameter, positionally
+        recgo.EmbeddingCollection(cfgs, None, recgo.modules.optim.SGD(lr=0.1))  # type: ignore[arg-type]
+
+
 def test_need_indices_must_be_a_bool() -> None:
     with pytest.raises(recgo.InvalidInputError, match="need_indices"):
         recgo.EmbeddingCollection([recgo.EmbeddingConfig(5, 2, "t", ["a"])], need_indices="yes")  # type: ignore[arg-type]

@@ -68,6 +68,10 @@ class EmbeddingCollection(nn.Module):
             them, and :meth:`recgo.distributed.ShardedEmbeddingCollection.from_ec` shards it without
             ever holding the whole tables. On meta, ``forward`` returns meta values of the right
             shapes (the batch's lengths must be on CPU).
+        need_indices: each output JaggedTensor carries its feature's IDs as its ``weights()``, as
+            TorchRec's ``EmbeddingCollection(need_indices=True)`` does. The third positional
+            parameter, as in TorchRec's ``EmbeddingCollection(tables, device, need_indices)``; recgo's
+            own parameters follow it (pass them by name).
         optimizer: a :class:`recgo.modules.optim.FusedOptimizer` applied inside backward; ``None``
             gives the weights gradients for a torch optimizer. Taken from ``share`` when sharing.
         sparse_grad: with ``optimizer=None``, sparse COO gradients instead of dense ones.
@@ -83,8 +87,6 @@ class EmbeddingCollection(nn.Module):
             a fixed table's results equal ``dedup=True``'s (a dynamic table counts each occurrence
             as a sighting, so its admission and LFU counts can differ). For ablations;
             it applies to this collection's lookups only, not to ``share``'s pooled ones.
-        need_indices: each output JaggedTensor carries its feature's IDs as its ``weights()``, as
-            TorchRec's ``EmbeddingCollection(need_indices=True)`` does.
 
     Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
     also with the shared collection's, as long as concurrent fused updates touch different rows).
@@ -112,10 +114,13 @@ class EmbeddingCollection(nn.Module):
 
     __prepare_scriptable__ = refuse_script
 
-    def __init__(self, tables: Sequence[Any], device: Any = None, optimizer: FusedOptimizer | None = None,
-                 sparse_grad: bool = False, seed: int | None = None,
-                 share: Any = None, dedup: bool = True, need_indices: bool = False) -> None:
+    def __init__(self, tables: Sequence[Any], device: Any = None, need_indices: bool = False,
+                 optimizer: FusedOptimizer | None = None, sparse_grad: bool = False, seed: int | None = None,
+                 share: Any = None, dedup: bool = True) -> None:
         super().__init__()
+        if isinstance(need_indices, FusedOptimizer):  # code written when optimizer was third (sessions < 34)
+            raise InvalidInputError(f"EmbeddingCollection: {need_indices!r} was passed as need_indices, the third "
+                                    "positional parameter as in TorchRec; pass the fused optimizer as optimizer=")
         if not tables:
             raise InvalidInputError("EmbeddingCollection needs at least one table")
         _check_device(device)
