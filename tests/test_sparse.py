@@ -184,3 +184,25 @@ def test_keyed_tensor_repeated_key_resolves_to_its_last_block_as_torchrec() -> N
         torch.testing.assert_close(ours.to_dict()[k], theirs.to_dict()[k])
     torch.testing.assert_close(ours["a"], ours.to_dict()["a"])
     torch.testing.assert_close(recgo.KeyedTensor.regroup([ours], [["a"]])[0], theirs["a"])
+
+
+@pytest.mark.parametrize("key_dim", [0, 1])
+def test_keyed_tensor_from_tensor_list_key_dim_as_torchrec(key_dim: int) -> None:
+    import torchrec
+
+    g = torch.Generator().manual_seed(0)
+    shapes = [(1, 2), (3, 2)] if key_dim == 0 else [(2, 1), (2, 3)]
+    tensors = [torch.randn(*s, generator=g) for s in shapes]
+    ours = recgo.KeyedTensor.from_tensor_list(["x", "y"], tensors, key_dim=key_dim, cat_dim=key_dim)
+    theirs = torchrec.KeyedTensor.from_tensor_list(["x", "y"], tensors, key_dim=key_dim, cat_dim=key_dim)
+    assert ours.key_dim() == theirs.key_dim() == key_dim
+    assert ours.length_per_key() == theirs.length_per_key() and ours.offset_per_key() == theirs.offset_per_key()
+    torch.testing.assert_close(ours.values(), theirs.values())
+    for k in ("x", "y"):
+        torch.testing.assert_close(ours[k], theirs[k])
+        torch.testing.assert_close(ours.to_dict()[k], theirs.to_dict()[k])
+    assert ours.to_torchrec().key_dim() == key_dim
+    torch.testing.assert_close(recgo.KeyedTensor.regroup([ours], [["y", "x"]])[0],
+                               torch.cat([tensors[1], tensors[0]], key_dim))
+    with pytest.raises(recgo.InvalidInputError, match="key_dim=1, cat_dim=0"):
+        recgo.KeyedTensor.from_tensor_list(["x", "y"], tensors, key_dim=1, cat_dim=0)

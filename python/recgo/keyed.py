@@ -18,17 +18,19 @@ class KeyedTensor:
     def __init__(self, keys: Sequence[str], length_per_key: Sequence[int], values: torch.Tensor,
                  key_dim: int = 1, offset_per_key: Sequence[int] | None = None,
                  index_per_key: Mapping[str, int] | None = None) -> None:
-        if key_dim != 1:
-            raise InvalidInputError(f"key_dim {key_dim}: recgo's KeyedTensor keeps keys along dim 1")
+        if key_dim not in (0, 1):
+            raise InvalidInputError(f"key_dim {key_dim}: recgo's KeyedTensor keeps keys along dim 1 (pooled "
+                                    "embeddings) or dim 0 (TorchRec's from_tensor_list(key_dim=0, cat_dim=0))")
+        self._key_dim = int(key_dim)
         self._keys = list(keys)
         self._length_per_key = [int(x) for x in length_per_key]
         if len(self._keys) != len(self._length_per_key):
             raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
         if any(n < 0 for n in self._length_per_key):  # negative ones could still sum to the width
             raise InvalidInputError(f"length_per_key {self._length_per_key}: a key's width cannot be negative")
-        if values.dim() != 2 or values.shape[1] != sum(self._length_per_key):
-            raise InvalidInputError(
-                f"values of shape {tuple(values.shape)} do not hold the keys' {sum(self._length_per_key)} columns")
+        if values.dim() != 2 or values.shape[self._key_dim] != sum(self._length_per_key):
+            raise InvalidInputError(f"values of shape {tuple(values.shape)} do not hold the keys' "
+                                    f"{sum(self._length_per_key)} {('rows', 'columns')[self._key_dim]}")
         self._values = values
         # TorchRec's precomputed layouts: checked, as a wrong one would misplace every key.
         if offset_per_key is not None and [int(x) for x in offset_per_key] != self.offset_per_key():
@@ -43,15 +45,19 @@ class KeyedTensor:
         shape is not known (the collection that made it checked the layout)."""
         kt = cls.__new__(cls)
         kt._keys, kt._length_per_key, kt._values = list(keys), [int(x) for x in length_per_key], values
+        kt._key_dim = 1
         return kt
 
     @staticmethod
     def from_tensor_list(keys: Sequence[str], tensors: Sequence[torch.Tensor], key_dim: int = 1,
                          cat_dim: int = 1) -> "KeyedTensor":
-        """Concatenate ``[B, D_k]`` tensors along dim 1 (TorchRec's ``from_tensor_list``)."""
-        if key_dim != 1 or cat_dim != 1:
-            raise InvalidInputError("from_tensor_list: recgo's KeyedTensor keeps keys along dim 1")
-        return KeyedTensor(keys, [t.shape[1] for t in tensors], torch.cat(list(tensors), 1))
+        """Concatenate ``[B, D_k]`` tensors along dim 1 (TorchRec's ``from_tensor_list``), or with
+        ``key_dim=0, cat_dim=0`` ``[N_k, D]`` tensors along dim 0, each key's rows a block."""
+        if key_dim not in (0, 1) or cat_dim != key_dim:
+            raise InvalidInputError(f"from_tensor_list(key_dim={key_dim}, cat_dim={cat_dim}): recgo's KeyedTensor "
+                                    "takes key_dim=cat_dim=1 (the default) or key_dim=cat_dim=0 (a key's block must "
+                                    "lie along the dimension the tensors are concatenated on)")
+        return KeyedTensor(keys, [t.shape[key_dim] for t in tensors], torch.cat(list(tensors), cat_dim), key_dim)
 
     def keys(self) -> list[str]:
         """Feature names, in column order."""
@@ -62,8 +68,8 @@ class KeyedTensor:
         return self._values
 
     def key_dim(self) -> int:
-        """The dimension the keys are laid along (1)."""
-        return 1
+        """The dimension the keys are laid along (1, or 0 as built by ``from_tensor_list(key_dim=0)``)."""
+        return self._key_dim
 
     def device(self) -> torch.device:
         """The values' device."""
@@ -72,7 +78,8 @@ class KeyedTensor:
     def to(self, device: Any, non_blocking: bool = False) -> "KeyedTensor":
         """The same keys with the values on ``device`` (TorchRec's ``KeyedTensor.to``; autograd follows
         the copy, as for ``Tensor.to``): e.g. pooled embeddings for a dense part on a GPU."""
-        return KeyedTensor(self._keys, self._length_per_key, self._values.to(device, non_blocking=non_blocking))
+        return KeyedTensor(self._keys, self._length_per_key, self._values.to(device, non_blocking=non_blocking),
+                           self._key_dim)
 
     def size_in_bytes(self) -> int:
         """Bytes held by the values (TorchRec's ``size_in_bytes``)."""
@@ -100,8 +107,7 @@ class KeyedTensor:
 
     def to_dict(self) -> dict[str, torch.Tensor]:
         """``{key: [B, D_key]}`` column views."""
-        offs = self.offset_per_key()
-        return {k: self._values[:, offs[i]:offs[i + 1]] for i, k in enumerate(self._keys)}
+        return {k: self[k] for k in self._keys}
 
     def __getitem__(self, key: str) -> torch.Tensor:
         # A repeated key resolves to its last block, as TorchRec's ``__getitem__`` (via ``_key_indices``),
@@ -110,7 +116,7 @@ class KeyedTensor:
         if i is None:
             raise NotFoundError(f"key {key!r} is not in this KeyedTensor (keys: {self._keys})")
         offs = self.offset_per_key()
-        return self._values[:, offs[i]:offs[i + 1]]
+        return self._values.narrow(self._key_dim, offs[i], offs[i + 1] - offs[i])
 
     @staticmethod
     def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
@@ -120,18 +126,23 @@ class KeyedTensor:
         where: dict[str, torch.Tensor] = {}
         if not keyed_tensors:
             raise InvalidInputError("regroup: no KeyedTensors given")
+        dims = {kt.key_dim() for kt in keyed_tensors}
+        if len(dims) != 1:
+            raise InvalidInputError(f"regroup: the KeyedTensors lay their keys along different dims {sorted(dims)}")
+        dim = dims.pop()
         for kt in keyed_tensors:
             offs = kt.offset_per_key()
             offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
             for i, k in enumerate(kt.keys()):
-                where[k] = kt.values()[:, offs[i]:offs[i + 1]]
+                where[k] = kt.values().narrow(dim, offs[i], offs[i + 1] - offs[i])
         out = []
         for g in groups:
             missing = [k for k in g if k not in where]
             if missing:
                 raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
             first = keyed_tensors[0].values()
-            out.append(torch.cat([where[k] for k in g], 1) if g else first.new_zeros(first.shape[0], 0))
+            empty = (first.shape[0], 0) if dim == 1 else (0, first.shape[1])
+            out.append(torch.cat([where[k] for k in g], dim) if g else first.new_zeros(empty))
         return out
 
     @staticmethod
@@ -146,7 +157,8 @@ class KeyedTensor:
         """The same result as a ``torchrec.sparse.jagged_tensor.KeyedTensor`` (the same values tensor)."""
         from torchrec.sparse.jagged_tensor import KeyedTensor as TorchrecKT
 
-        return TorchrecKT(keys=self._keys, length_per_key=self._length_per_key, values=self._values)
+        return TorchrecKT(keys=self._keys, length_per_key=self._length_per_key, values=self._values,
+                          key_dim=self._key_dim)
 
     def __repr__(self) -> str:
         return f"KeyedTensor(keys={self._keys}, shape={tuple(self._values.shape)})"
