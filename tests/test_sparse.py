@@ -204,5 +204,11 @@ def test_keyed_tensor_from_tensor_list_key_dim_as_torchrec(key_dim: int) -> None
     assert ours.to_torchrec().key_dim() == key_dim
     torch.testing.assert_close(recgo.KeyedTensor.regroup([ours], [["y", "x"]])[0],
                                torch.cat([tensors[1], tensors[0]], key_dim))
+    from torch.utils import _pytree as pytree
+
+    leaves, spec = pytree.tree_flatten(ours)  # (torch.export and compile carry outputs through pytree)
+    for back in (pytree.tree_unflatten(leaves, spec),
+                 pytree.tree_unflatten(leaves, pytree.treespec_loads(pytree.treespec_dumps(spec)))):
+        assert back.key_dim() == key_dim and torch.equal(back["y"], ours["y"])
     with pytest.raises(recgo.InvalidInputError, match="key_dim=1, cat_dim=0"):
         recgo.KeyedTensor.from_tensor_list(["x", "y"], tensors, key_dim=1, cat_dim=0)

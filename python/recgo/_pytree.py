@@ -45,13 +45,16 @@ def _kjt_context_from_json(text: str) -> tuple[tuple[str, ...], int | None]:
     return tuple(str(k) for k in keys), None if stride is None else int(stride)
 
 
-def _kt_context(t: KeyedTensor) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    return tuple(t._keys), tuple(t._length_per_key)
+def _kt_context(t: KeyedTensor) -> tuple[Any, ...]:
+    # (keys, lengths), and the key dim only where it is not the pooled layout's 1, so programs
+    # exported before key_dim=0 existed keep their context
+    base = (tuple(t._keys), tuple(t._length_per_key))
+    return base if t._key_dim == 1 else (*base, t._key_dim)
 
 
-def _kt_context_from_json(text: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    keys, lengths = json.loads(text)
-    return tuple(str(k) for k in keys), tuple(int(n) for n in lengths)
+def _kt_context_from_json(text: str) -> tuple[Any, ...]:
+    keys, lengths, *dim = json.loads(text)
+    return (tuple(str(k) for k in keys), tuple(int(n) for n in lengths), *(int(d) for d in dim))
 
 
 def _jt_context_from_json(text: str) -> None:
@@ -80,7 +83,7 @@ def _jt_unflatten(children: Any, context: Any) -> JaggedTensor:
 
 
 def _kt_unflatten(children: Any, context: Any) -> KeyedTensor:
-    return KeyedTensor._over(context[0], context[1], children[0])
+    return KeyedTensor._over(context[0], context[1], children[0], *context[2:])
 
 
 def register() -> None:

@@ -40,12 +40,12 @@ class KeyedTensor:
             raise InvalidInputError(f"index_per_key {dict(index_per_key)} disagrees with the keys {self._keys}")
 
     @classmethod
-    def _over(cls, keys: Sequence[str], length_per_key: Sequence[int], values: Any) -> "KeyedTensor":
+    def _over(cls, keys: Sequence[str], length_per_key: Sequence[int], values: Any, key_dim: int = 1) -> "KeyedTensor":
         """A KeyedTensor over ``values`` without checking them: a ``torch.fx`` proxy while tracing, whose
         shape is not known (the collection that made it checked the layout)."""
         kt = cls.__new__(cls)
         kt._keys, kt._length_per_key, kt._values = list(keys), [int(x) for x in length_per_key], values
-        kt._key_dim = 1
+        kt._key_dim = int(key_dim)
         return kt
 
     @staticmethod
@@ -107,7 +107,8 @@ class KeyedTensor:
 
     def to_dict(self) -> dict[str, torch.Tensor]:
         """``{key: [B, D_key]}`` column views."""
-        return {k: self[k] for k in self._keys}
+        offs = self.offset_per_key()  # (once: a repeated key keeps its last block, as __getitem__)
+        return {k: self._values.narrow(self._key_dim, offs[i], offs[i + 1] - offs[i]) for i, k in enumerate(self._keys)}
 
     def __getitem__(self, key: str) -> torch.Tensor:
         # A repeated key resolves to its last block, as TorchRec's ``__getitem__`` (via ``_key_indices``),
