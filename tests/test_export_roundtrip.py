@@ -118,3 +118,79 @@ def test_torchrec_programs_still_round_trip() -> None:
     tk = torchrec.KeyedJaggedTensor(keys=["f1"], values=L([1, 2, 3]), lengths=L([1, 2]))
     loaded = _save_load(torch.export.export(_KJTMath(), (tk,), strict=False))
     torch.testing.assert_close(loaded.module()(tk), L(9.0))
+
+
+# -- per-key views and a multi-key EmbeddingCollection under export -------------------------------
+# kjt[key], split, permute, to_dict (and an EmbeddingCollection given keys it drops) read the per-key
+# counts from the lengths' data: they raised GuardOnDataDependentSymNode under torch.export, where
+# TorchRec's KeyedJaggedTensor exports. Exported with a dynamic number of values and batch size, the
+# program must give eager's values on a batch of other sizes.
+
+_D = {0: torch.export.Dim.DYNAMIC}
+_DYN = ([_D, None, _D, None],)  # values, weights, lengths, offsets
+_DYN_WEIGHTED = ([_D, _D, _D, None],)
+
+
+class _PerKey(torch.nn.Module):
+    def forward(self, k: recgo.KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
+        a = k["a"]
+        s1, s2 = k.split([1, 1])
+        p = k.permute([1, 0])
+        d = k.to_dict()
+        w = p.weights_or_none()
+        return (a.values() * 2, a.lengths(), s2.values() + 1, s1.lengths(), p.values(), p.lengths(),
+                d["b"].values(), d["b"].offsets(), torch.zeros(1) if w is None else w * 3)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_kjt_per_key_views_export_with_dynamic_sizes(weighted: bool) -> None:
+    def kjt(values: list[int], lengths: list[int]) -> recgo.KeyedJaggedTensor:
+        kw = {"weights": torch.arange(len(values), dtype=torch.float32) / 4} if weighted else {}
+        return recgo.KeyedJaggedTensor(["a", "b"], L(values), lengths=L(lengths), **kw)
+
+    ep = torch.export.export(_PerKey(), (kjt([1, 2, 3, 4], [1, 0, 2, 1]),),
+                             dynamic_shapes=_DYN_WEIGHTED if weighted else _DYN, strict=False)
+    k2 = kjt([5, 6, 7, 8, 9, 10, 11], [2, 0, 1, 3, 0, 1])  # batch 3, 7 values
+    got, want = ep.module()(k2), _PerKey()(k2)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    with pytest.raises(RuntimeError):  # lengths that do not sum to the values fail at run time
+        ep.module()(kjt([1, 2, 3], [1, 0, 0, 1]))
+
+
+def test_kjt_per_key_views_still_validate_eagerly() -> None:
+    k = recgo.KeyedJaggedTensor(["a", "b"], L([1, 2, 3]), lengths=L([2, -1, 1, 1]))
+    with pytest.raises(recgo.InvalidInputError):
+        k["a"]
+    with pytest.raises(recgo.InvalidInputError):
+        k.split([1, 1])
+    with pytest.raises(recgo.InvalidInputError):
+        recgo.KeyedJaggedTensor(["a", "b"], L([1, 2, 3]), lengths=L([1, 1, 1, 1])).permute([1, 0])
+
+
+class _Seq(torch.nn.Module):
+    def __init__(self, ec: torch.nn.Module) -> None:
+        super().__init__()
+        self.ec = ec
+
+    def forward(self, k: recgo.KeyedJaggedTensor) -> tuple[torch.Tensor, ...]:
+        out = self.ec(k)
+        return out["b"].values() * 1, out["b"].lengths(), out["c"].values() * 1
+
+
+def test_embedding_collection_with_several_keys_exports_with_dynamic_sizes() -> None:
+    torchrec = pytest.importorskip("torchrec")
+    cfg = [torchrec.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["b"]),
+           torchrec.EmbeddingConfig(num_embeddings=10, embedding_dim=3, name="u", feature_names=["c"])]
+    torch.manual_seed(0)
+    m = _Seq(recgo.EmbeddingCollection(cfg).eval())  # key "a" is no table's: dropped by the collection
+    k = recgo.KeyedJaggedTensor(["a", "b", "c"], L([1, 2, 3, 4, 5, 6]), lengths=L([1, 0, 2, 1, 1, 1]))
+    k2 = recgo.KeyedJaggedTensor(["a", "b", "c"], L([9, 1, 2, 3, 4, 5, 6, 7, 8]),
+                                 lengths=L([1, 0, 0, 2, 1, 0, 1, 1, 3]))
+    with torch.no_grad():
+        ep = torch.export.export(m, (k,), dynamic_shapes=_DYN, strict=False)
+        got, want = ep.module()(k2), m(k2)
+    assert [g.shape[0] for g in got] == [3, 3, 5]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)

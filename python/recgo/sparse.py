@@ -30,9 +30,21 @@ _VBE_HINT = "; recgo's embedding collections take TorchRec's variable-batch Keye
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
+def _empty(t: Any) -> bool:
+    """Whether ``t`` is an empty CPU tensor; False where its size is an unbacked int (a traced slice of
+    data-dependent length), which is then taken as not known to be empty."""
+    if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+        return False
+    if not torch.compiler.is_compiling():
+        return t.numel() == 0
+    from torch.fx.experimental.symbolic_shapes import guard_or_false  # imported only when tracing
+
+    return guard_or_false(t.numel() == 0)
+
+
 def _ints(t: Any, name: str) -> torch.Tensor:
     """A 1-D int64 CPU tensor; an empty tensor of any dtype is accepted (TorchRec's ``torch.tensor([])``)."""
-    if isinstance(t, torch.Tensor) and t.numel() == 0 and t.device.type == "cpu":
+    if _empty(t):
         return torch.empty(0, dtype=torch.int64)
     return check_tensor(t, name, _INTS, ndim=1, convert_to=torch.int64)
 
@@ -133,7 +145,7 @@ class KeyedJaggedTensor:
             raise InvalidInputError(
                 "inverse_indices: TorchRec's deduplicated variable-batch input is not supported by recgo's "
                 f"KeyedJaggedTensor; expand it to one bag per sample{_VBE_HINT}")
-        if isinstance(values, torch.Tensor) and values.numel() == 0 and values.device.type == "cpu":
+        if _empty(values):
             values = values.reshape(0).to(torch.int64)
         self._values = check_tensor(values, "values", _INTS, ndim=1, convert_to=torch.int64)
         self._offsets: torch.Tensor | None = None
@@ -154,7 +166,7 @@ class KeyedJaggedTensor:
         self._lengths = _lengths(lengths, len(self._keys))
         self._weights = None
         if weights is not None:
-            if isinstance(weights, torch.Tensor) and weights.numel() == 0 and weights.device.type == "cpu":
+            if _empty(weights):
                 weights = weights.reshape(0).to(torch.float32)
             self._weights = check_tensor(weights, "weights", _FLOATS, ndim=1, convert_to=torch.float32)
             if self._weights.numel() != self._values.numel():
@@ -465,6 +477,16 @@ class KeyedJaggedTensor:
         if self._length_per_key is None:
             if not self._keys:
                 self._length_per_key = []
+            elif torch.compiler.is_compiling():
+                # torch.export / torch.compile: the per-key counts are unbacked ints (read from the
+                # lengths' data), which cannot be compared in Python; they are declared sizes and
+                # checked at run time by the traced program (TorchRec's pt2_checks_all_is_size).
+                per = self._lengths.view(len(self._keys), self._stride).sum(1).tolist()
+                for n in per:
+                    torch._check(n >= 0, lambda: "lengths: a key's lengths sum to a negative count")
+                torch._check(sum(per) == self._values.numel(),
+                             lambda: "lengths do not sum to the number of values")
+                self._length_per_key = per
             else:
                 check_lengths(self._lengths, self._values.numel())
                 per = self._lengths.view(len(self._keys), self._stride).sum(1).tolist()
@@ -496,12 +518,29 @@ class KeyedJaggedTensor:
 
     # -- per-key views ---------------------------------------------------------------------------
 
+    def _groups(self, bounds: Sequence[int]) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """The values (and weights) of the consecutive key groups ``bounds[j]:bounds[j+1]`` (key positions,
+        rising). Eagerly slices by ``offset_per_key``; traced (``torch.export``/``torch.compile``), where the
+        per-key counts are unbacked ints that slicing would guard on, ``torch.split`` by them
+        (as TorchRec's ``to_dict`` does)."""
+        if not torch.compiler.is_compiling():
+            offs = self.offset_per_key()
+            cuts = [(offs[bounds[j]], offs[bounds[j + 1]]) for j in range(len(bounds) - 1)]
+            vals = [self._values[v0:v1] for v0, v1 in cuts]
+            return vals, None if self._weights is None else [self._weights[v0:v1] for v0, v1 in cuts]
+        per = self.length_per_key()
+        sizes = [per[:bounds[0]]] + [per[bounds[j]:bounds[j + 1]] for j in range(len(bounds) - 1)] + [per[bounds[-1]:]]
+        splits = [sum(group) if group else 0 for group in sizes]
+
+        def part(t: torch.Tensor) -> list[torch.Tensor]:
+            return list(torch.split(t, splits))[1:-1]
+
+        return part(self._values), None if self._weights is None else part(self._weights)
+
     def _jagged(self, i: int) -> JaggedTensor:
-        offs, b = self.offset_per_key(), self._stride
-        v0, v1 = offs[i], offs[i + 1]
-        return JaggedTensor._unchecked(
-            self._values[v0:v1], None if self._weights is None else self._weights[v0:v1],
-            self._lengths[i * b:(i + 1) * b])
+        b = self._stride
+        vals, wts = self._groups([i, i + 1])
+        return JaggedTensor._unchecked(vals[0], None if wts is None else wts[0], self._lengths[i * b:(i + 1) * b])
 
     def __getitem__(self, key: str) -> JaggedTensor:
         """The :class:`recgo.JaggedTensor` of feature ``key`` (views, no copy)."""
@@ -528,16 +567,16 @@ class KeyedJaggedTensor:
         segs = [int(s) for s in segments]
         if any(s < 0 for s in segs) or sum(segs) > len(self._keys):
             raise InvalidInputError(f"split: segments {segs} do not fit the {len(self._keys)} keys")
-        offs, b = self.offset_per_key(), self._stride
-        out, start = [], 0
+        b = self._stride
+        bounds = [0]
         for s in segs:
-            end = start + s
-            v0, v1 = offs[start], offs[end]
+            bounds.append(bounds[-1] + s)
+        vals, wts = self._groups(bounds)
+        out = []
+        for j, (start, end) in enumerate(zip(bounds, bounds[1:])):
             out.append(KeyedJaggedTensor(
-                self._keys[start:end], self._values[v0:v1],
-                None if self._weights is None else self._weights[v0:v1],
+                self._keys[start:end], vals[j], None if wts is None else wts[j],
                 lengths=self._lengths[start * b:end * b], stride=b))
-            start = end
         return out
 
     def permute(self, indices: Sequence[int], indices_tensor: torch.Tensor | None = None) -> "KeyedJaggedTensor":
@@ -553,21 +592,23 @@ class KeyedJaggedTensor:
     def _take(self, idx: Sequence[int], keys: Sequence[str]) -> "KeyedJaggedTensor":
         """The batch of keys ``idx`` (valid positions, in that order, a position possibly repeated)
         under the names ``keys`` (unique): values, weights and lengths moved with them."""
-        offs, b = self.offset_per_key(), self._stride
+        b = self._stride
+        vals, wts = self._groups(list(range(len(self._keys) + 1)))
 
-        def cat(t: torch.Tensor) -> torch.Tensor:
-            return torch.cat([t[offs[i]:offs[i + 1]] for i in idx]) if idx else t[:0]
+        def cat(parts: list[torch.Tensor], t: torch.Tensor) -> torch.Tensor:
+            return torch.cat([parts[i] for i in idx]) if idx else t[:0]
 
         lengths = torch.cat([self._lengths[i * b:(i + 1) * b] for i in idx]) if idx else self._lengths[:0]
-        return KeyedJaggedTensor(list(keys), cat(self._values), None if self._weights is None else cat(self._weights),
-                                 lengths=lengths, stride=b)
+        return KeyedJaggedTensor(list(keys), cat(vals, self._values),
+                                 None if wts is None else cat(wts, self._weights), lengths=lengths, stride=b)
 
     def __repr__(self) -> str:
         return f"KeyedJaggedTensor(keys={self._keys}, batch={self.stride()}, values={self._values.numel()})"
 
 
 def _check_stride(given: int | None, actual: int) -> int:
-    if given is not None and int(given) != actual:
+    # a traced batch size (torch.export with a dynamic batch) is compared as it is: int() would fix it
+    if given is not None and (given if isinstance(given, torch.SymInt) else int(given)) != actual:
         raise InvalidInputError(f"stride {given} disagrees with the lengths (batch size {actual})")
     return actual
 
