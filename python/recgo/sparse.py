@@ -593,9 +593,16 @@ class KeyedJaggedTensor:
         """The batch of keys ``idx`` (valid positions, in that order, a position possibly repeated)
         under the names ``keys`` (unique): values, weights and lengths moved with them."""
         b = self._stride
-        vals, wts = self._groups(list(range(len(self._keys) + 1)))
+        vals: Any
+        wts: Any
+        if torch.compiler.is_compiling():
+            vals, wts = self._groups(list(range(len(self._keys) + 1)))
+        else:  # eager: only the keys taken are sliced (a collection takes a few of many)
+            offs = self.offset_per_key()
+            vals = {i: self._values[offs[i]:offs[i + 1]] for i in set(idx)}
+            wts = None if self._weights is None else {i: self._weights[offs[i]:offs[i + 1]] for i in set(idx)}
 
-        def cat(parts: list[torch.Tensor], t: torch.Tensor) -> torch.Tensor:
+        def cat(parts: Any, t: torch.Tensor) -> torch.Tensor:
             return torch.cat([parts[i] for i in idx]) if idx else t[:0]
 
         lengths = torch.cat([self._lengths[i * b:(i + 1) * b] for i in idx]) if idx else self._lengths[:0]
