@@ -283,6 +283,24 @@ def test_a_second_pass_over_an_ended_pipeline_raises() -> None:
     pipe.close()
 
 
+@pytest.mark.parametrize("how", ["a loop broken at its last step", "next() calls"])
+def test_a_loop_begun_after_the_last_batch_raises_at_its_first_step(how: str) -> None:
+    """The last batch taken without the end seen (a loop with ``steps`` equal to the batches in the
+    data, or batches taken with next()): the next loop ran no step, silently; it now raises as a
+    loop begun after the end does."""
+    pipe = recgo.DataPipeline(SOURCE, FEATURES, 1200, depth=1)  # 2400 rows: two batches
+    if how == "next() calls":
+        next(pipe), next(pipe)
+    else:
+        for i, _ in enumerate(pipe):
+            if i == 1:
+                break
+    with pytest.raises(recgo.InvalidInputError, match="build a new one for another epoch"):
+        for _ in pipe:
+            pass
+    pipe.close()
+
+
 def test_a_position_resumes_only_its_own_rank_and_world() -> None:
     """A position carries the rank and world size it was taken by: resuming another rank from it, or
     another world size (which read other rows or repeated some, silently), raises."""

@@ -264,7 +264,7 @@ def test_cli_epochs_counts_the_file_once_and_trains_that_many_steps(tmp_path: Pa
     assert report["config"]["steps"] == max(1, int(0.5 * per_epoch)) and per_epoch == 9100 // 1024
 
 
-@pytest.mark.parametrize("epochs", ["0", "-1", "nan"])
+@pytest.mark.parametrize("epochs", ["0", "-1", "nan", "inf"])  # (inf: an OverflowError traceback before)
 def test_cli_refuses_epochs_that_are_not_positive(epochs: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from recgo.__main__ import main

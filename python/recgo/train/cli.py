@@ -117,8 +117,8 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     if args.epochs is not None:
         from .loop import make_source
 
-        if not args.epochs > 0:  # also NaN
-            raise InvalidInputError(f"--epochs must be a positive number, got {args.epochs}")
+        if not 0 < args.epochs < float("inf"):  # also NaN
+            raise InvalidInputError(f"--epochs must be a positive number, got {args.epochs} (a finite count of passes)")
         if args.steps is not None:
             raise InvalidInputError("give --steps or --epochs, not both")
 
