@@ -122,10 +122,16 @@ def _world(rank: int, world: int, folder: str) -> dict[str, Any]:
     torch.save(saved_model.state_dict(), f"{folder}/sd-{rank}.pt")
     dist.barrier()
 
-    # other shardings on this world: the fixed tables' shard sizes change and the dynamic table was
-    # saved by two ranks, so the planner reads every rank's entries of each
+    # other shardings on this world: the fixed tables' shard sizes change, so the planner reads every
+    # rank's entries of each; the dynamic table's entries (its rows in use) show no change of layout:
+    # its own rows are read and one rank at least refuses them, naming all_shards=True, which reads all
+    try:
+        _load(_model(OTHER, "table_wise", seed=9), f"{folder}/dcp2")
+        out["dynamic re-sharded"] = "accepted"
+    except InvalidInputError as exc:
+        out["dynamic re-sharded"] = str(exc)
     moved = _model(OTHER, "table_wise", seed=9)
-    _load(moved, f"{folder}/dcp2")
+    _load(moved, f"{folder}/dcp2", all_shards=True)
     _same(tables(moved["ebc"]), saved["ebc"], "other shardings")
     _same(tables(moved["dyn"]), saved["dyn"], "dynamic, table-wise")
     _same(tables(moved["seq"]), saved["seq"], "sequence, row-wise")
@@ -255,6 +261,7 @@ def test_dcp_checkpoints_load_under_other_shardings(world: tuple[list[dict[str, 
         assert r["torchrec"] is True
         assert "pass the model's state nested" in r["flat"], r["flat"][-300:]
         assert "holds table" in r["one rank's"] and "not every rank's of one world" in r["one rank's"], r["one rank's"]
+    assert any("all_shards=True" in r["dynamic re-sharded"] for r in res), [r["dynamic re-sharded"] for r in res]
 
 
 def test_dcp_checkpoint_of_two_ranks_loads_on_one(world: tuple[list[dict[str, Any]], Path]) -> None:

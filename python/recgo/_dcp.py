@@ -39,20 +39,21 @@ class DCPLoadPlanner(DefaultLoadPlanner):
     dynamic-ID tables, in the state dict given to ``dcp.load`` (nested dicts included):
 
     * a sharded table whose rows this rank's entries do not hold as saved (the checkpoint was written
-      by another world size or sharding, or by an unsharded collection, TorchRec's included), and every
-      sharded dynamic-ID table saved by more than one rank, gets in place of its own entries every
-      saved rank's entries of the table (or the unsharded table's ``weight``, ``optimizer_state``,
-      ``optimizer_step``), so each rank reads the whole table; ``model.load_state_dict`` then keeps
-      the rows the rank holds now, by ID (a dynamic table's own rows bit for bit, free list included,
-      where no ID changed its rank);
+      by another world size or sharding, or by an unsharded collection, TorchRec's included) gets in
+      place of its own entries every saved rank's entries of the table (or the unsharded table's
+      ``weight``, ``optimizer_state``, ``optimizer_step``), so each rank reads the whole table;
+      ``model.load_state_dict`` then keeps the rows the rank holds now, by ID (a dynamic table's own
+      rows bit for bit, free list included, where no ID changed its rank);
     * the entries of each dynamic table (those next to its ``dynamic_meta``: the ID map, ``weight``,
       ``optimizer_state``, a shard's ``shard_ids``) are replaced by empty tensors of the checkpoint's
       shapes.
 
-    With ``all_shards=True`` every sharded table reads every saved rank's entries, even where this
-    rank's own would do: the planner tells a fixed table's changed layout by the saved shard's size,
-    which a table re-sharded into shards of the same sizes does not show; ``load_state_dict`` refuses
-    that with a message naming this option. Other keyword arguments are
+    The planner sees shapes, not IDs: it tells a changed layout by the missing tag of this rank (another
+    world size) or a fixed shard's changed size. A fixed table re-sharded into shards of the same sizes,
+    or a dynamic table re-sharded on the same world (its entries' sizes are its rows in use), reads
+    this rank's own entries, which ``load_state_dict`` then refuses by name on some rank (an ID that
+    changed rank is not this rank's, or its row is missing here); ``all_shards=True`` reads every saved
+    rank's entries of every sharded table for such a load. Other keyword arguments are
     the default planner's. Other entries load as with the default planner::
 
         sd = {"model": model.state_dict()}
@@ -95,10 +96,7 @@ class DCPLoadPlanner(DefaultLoadPlanner):
                 tagged = {k: (None, k[len(head):]) for k in plain}
             elif not self.all_shards and tag in {t for t, _ in tagged.values()}:
                 own, cur = saved.get(fqn), self.state_dict[fqn]
-                if f"{head}{tag}.{_MARK}" in self.state_dict:
-                    if {t for t, _ in tagged.values()} == {tag}:
-                        continue  # the one saved shard is this rank's
-                elif tuple(getattr(own, "size", ())) == tuple(cur.shape):
+                if f"{head}{tag}.{_MARK}" in self.state_dict or tuple(getattr(own, "size", ())) == tuple(cur.shape):
                     continue  # this rank's own entries (the hook checks their IDs)
             parent = self._parent(fqn)
             if not parent:
