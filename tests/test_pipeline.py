@@ -447,3 +447,35 @@ def test_train_pipeline_load_refuses_a_shuffled_checkpoint_before_touching_the_m
     assert resumed.steps == 3
     for p in (shuffled, plain, resumed):
         p.close()
+
+
+@pytest.mark.parametrize("bad", [(0, 1, 2), (3, 5), tuple(range(1, 40, 4))])
+def test_shuffled_skip_bad_positions_resume_exactly(tmp_path: Path, bad: tuple[int, ...]) -> None:
+    """A position taken inside a shuffle window names where the window began (global) but counts the
+    rows the window skipped: with malformed rows in the first window it was refused when given back
+    ("2 rows skipped of 0 read"). From every batch's position the pipeline resumes to exactly the
+    rest, in the same order, and ends with the uninterrupted run's skipped count."""
+    from recgo.data import Column, CSVSource
+    path = tmp_path / "rows.csv"
+    path.write_text("label,d,id\n" + "".join(f"{i % 2},{'bad' if i in bad else float(i)},{i}\n" for i in range(40)))
+
+    def pipeline(**kw):
+        source = CSVSource([str(path)], [Column("label", "label"), Column("d", "dense"), Column("id", "sparse", "int")],
+                           skip_bad=True)
+        return recgo.DataPipeline(source, [Feature("id")], 4, depth=0, shuffle=10, seed=1, **kw)
+
+    with pipeline() as pipe:
+        states, batches = [pipe.state_dict()], []
+        for b in pipe:
+            batches.append(b.sparse["id"].values().tolist())
+            states.append(pipe.state_dict())
+        skipped = pipe.stats()["skipped"]
+    assert skipped == len(bad) and sum(map(len, batches)) == 40 - len(bad)
+    assert any(s["position"]["skipped"] > s["position"]["global"] for s in states)  # the refused kind
+    for i, state in enumerate(states):
+        with pipeline(position=state["position"]) as again:
+            assert [b.sparse["id"].values().tolist() for b in again] == batches[i:], i
+            assert again.stats()["skipped"] == skipped, i
+        with pipeline() as again:
+            again.load_state_dict(state)
+            assert [b.sparse["id"].values().tolist() for b in again] == batches[i:], i

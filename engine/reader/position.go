@@ -39,7 +39,9 @@ func (p *Position) UnmarshalJSON(data []byte) error {
 
 // Check refuses values no source gives: negative counts or indices, an offset below -1 (none), more
 // rows in the file than in all files, more skipped rows than rows, a shuffle window's taken rows
-// past its size.
+// past its size. Inside a shuffle window (Taken > 0) Global is where the window began but Skipped
+// counts the rows dropped reading the whole window, so it may pass Global: the shuffled source's
+// Seek checks it against the window it reads again.
 func (p Position) Check() error {
 	switch {
 	case p.File < 0 || p.Row < 0 || p.Global < 0 || p.Skipped < 0 || p.Shuffle < 0 || p.Window < 0 || p.Taken < 0:
@@ -48,10 +50,10 @@ func (p Position) Check() error {
 		return errs.Invalidf("position %+v: byte offset %d (-1 for none, else at least 0)", p, p.Offset)
 	case p.Row > p.Global:
 		return errs.Invalidf("position %+v: %d rows read in the file but %d in all files", p, p.Row, p.Global)
-	case p.Skipped > p.Global:
-		return errs.Invalidf("position %+v: %d rows skipped of %d read", p, p.Skipped, p.Global)
 	case p.Taken > int64(p.Shuffle):
 		return errs.Invalidf("position %+v: %d rows taken from a shuffle window of %d", p, p.Taken, p.Shuffle)
+	case p.Skipped > p.Global && p.Taken == 0:
+		return errs.Invalidf("position %+v: %d rows skipped of %d read", p, p.Skipped, p.Global)
 	}
 	return nil
 }

@@ -181,8 +181,15 @@ func (s *shuffled) Seek(p Position) error {
 	if p.Taken > int64(s.buf.Size) {
 		return errs.Invalidf("reader: shuffled position %+v: its window has only %d rows", p, s.buf.Size)
 	}
+	// p.Skipped counts the window's skipped rows, which reading it again counted too: the rest were
+	// skipped before the window, at most the rows read before it (Check could not bound them).
+	before := p.Skipped - s.src.Position().Skipped
+	if before < 0 || before > p.Global {
+		return errs.Invalidf("reader: shuffled position %+v: %d rows skipped, but its window skipped %d of its "+
+			"rows and %d were read before it", p, p.Skipped, s.src.Position().Skipped, p.Global)
+	}
 	s.taken = int(p.Taken)
-	s.skipAdj = p.Skipped - s.src.Position().Skipped // the window's own were counted in p.Skipped
+	s.skipAdj = before // the window's own were counted in p.Skipped
 	return nil
 }
 

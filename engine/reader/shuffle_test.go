@@ -1,6 +1,7 @@
 package reader
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -145,4 +146,98 @@ func TestShuffledRanksDrawTheirOwnOrderAndCountSkippedRows(t *testing.T) {
 	}
 	require.Equal(t, int64(13), src.Position().Skipped) // 120 rows, every 9th from row 4
 	require.Equal(t, int64(13), again.Position().Skipped)
+}
+
+// TestShuffledSkipBadPositionsResumeThroughJSON: a position taken inside a shuffle window counts the
+// window's skipped rows but names the window's start (Global), so its Skipped may pass Global; it
+// was refused when decoded ("rows skipped of 0 read"). From every batch boundary's position,
+// encoded and decoded as a checkpoint carries it, a new source delivers exactly the rest and ends
+// with the uninterrupted run's skipped count; a forged skipped count is still refused.
+func TestShuffledSkipBadPositionsResumeThroughJSON(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		rows        int
+		bad         func(i int) bool
+		window, bat int
+	}{
+		{"bad rows at the first window's start", 20, func(i int) bool { return i == 0 || i == 1 || i == 2 }, 10, 4},
+		{"bad rows in the first window", 20, func(i int) bool { return i == 3 || i == 5 }, 10, 4},
+		{"bad rows in every window", 60, func(i int) bool { return i%4 == 1 }, 7, 3},
+		{"a window of bad rows", 40, func(i int) bool { return i < 15 }, 5, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var text strings.Builder
+			text.WriteString("id\n")
+			skippedAll := int64(0)
+			for i := range tc.rows {
+				if tc.bad(i) {
+					text.WriteString("bad\n")
+					skippedAll++
+				} else {
+					fmt.Fprintf(&text, "%d\n", i)
+				}
+			}
+			path := writeFile(t, "rows.csv", text.String())
+			open := func() Source {
+				src, err := NewCSV([]string{path}, CSVOptions{Columns: []Column{{Name: "id", Role: RoleSparse}},
+					Header: true, Options: Options{SkipBad: true}})
+				require.NoError(t, err)
+				sh, err := NewShuffled(src, tc.window, 5, 0)
+				require.NoError(t, err)
+				return sh
+			}
+			var all []int64
+			var positions []Position
+			var at []int // rows delivered at each position
+			src := open()
+			positions, at = append(positions, src.Position()), append(at, 0)
+			var b Batch
+			for {
+				if _, err := src.Read(&b, tc.bat); err != nil {
+					break
+				}
+				all = append(all, b.Inputs[0].Ints...)
+				positions, at = append(positions, src.Position()), append(at, len(all))
+			}
+			require.Equal(t, skippedAll, src.Position().Skipped)
+			require.Len(t, all, tc.rows-int(skippedAll))
+			past := 0
+			for i, p := range positions {
+				if p.Skipped > p.Global {
+					past++
+				}
+				data, err := json.Marshal(p)
+				require.NoError(t, err)
+				var q Position
+				require.NoError(t, json.Unmarshal(data, &q), "position %d: %s", i, data)
+				again := open()
+				require.NoError(t, again.Seek(q), "position %d: %s", i, data)
+				require.Equal(t, p.Skipped, again.Position().Skipped, "position %d", i)
+				var rest []int64
+				for _, b := range readAll(t, again, tc.bat) {
+					rest = append(rest, b.Inputs[0].Ints...)
+				}
+				require.Equal(t, all[at[i]:], append([]int64{}, rest...), "position %d: %s", i, data)
+				require.Equal(t, skippedAll, again.Position().Skipped, "position %d", i)
+			}
+			require.Positive(t, past, "no position's skipped count passed its Global: the case tests nothing")
+			for _, p := range positions {
+				if p.Taken == 0 {
+					continue
+				}
+				forged := p
+				forged.Skipped = p.Skipped + p.Global + 1 // more than the window's and all rows before it
+				data, err := json.Marshal(forged)
+				require.NoError(t, err)
+				var q Position
+				if json.Unmarshal(data, &q) == nil {
+					require.ErrorContains(t, open().Seek(q), "rows skipped", "forged %s", data)
+				}
+			}
+		})
+	}
+	// outside a window (Taken 0) Skipped past Global is still refused when decoded
+	var p Position
+	require.ErrorContains(t, json.Unmarshal([]byte(`{"file":0,"row":2,"offset":-1,"global":2,"skipped":3,"shuffle":4,"seed":5,"window":1}`), &p),
+		"3 rows skipped of 2")
 }
