@@ -24,68 +24,8 @@ from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
 from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
 from .tensors import check_tensor, check_lengths
-
-_INTS = (torch.int64, torch.int32)
-_VBE_HINT = "; recgo's embedding collections take TorchRec's variable-batch KeyedJaggedTensor itself"
-_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
-
-
-def _empty(t: Any) -> bool:
-    """Whether ``t`` is an empty CPU tensor; False where its size is an unbacked int (a traced slice of
-    data-dependent length), which is then taken as not known to be empty."""
-    if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
-        return False
-    if not torch.compiler.is_compiling():
-        return t.numel() == 0
-    from torch.fx.experimental.symbolic_shapes import guard_or_false  # imported only when tracing
-
-    return guard_or_false(t.numel() == 0)
-
-
-def _ints(t: Any, name: str) -> torch.Tensor:
-    """A 1-D int64 CPU tensor; an empty tensor of any dtype is accepted (TorchRec's ``torch.tensor([])``)."""
-    if _empty(t):
-        return torch.empty(0, dtype=torch.int64)
-    return check_tensor(t, name, _INTS, ndim=1, convert_to=torch.int64)
-
-
-def _lengths(t: Any, nkeys: int) -> torch.Tensor:
-    """The lengths as :func:`_ints` gives them; a tensor of two or more dimensions laid out
-    ``[F, B, ...]`` (one row per key, as TorchRec's inference batches carry them and its
-    ``flatten_lengths`` and ``permute`` read them) is flattened, row-major, into the F·B entries.
-    Another leading size (``[B, F]`` would read samples as features) is refused."""
-    if isinstance(t, torch.Tensor) and t.dim() >= 2:
-        if t.shape[0] != nkeys and t.numel():  # an empty one of any shape: no lengths, as _ints takes it
-            raise InvalidInputError(
-                f"lengths: shape {tuple(t.shape)} is not [F, B] for the {nkeys} keys (give one row of lengths "
-                "per key, or 1-D lengths of F·B entries, entry f·B+b sample b of feature f)")
-        t = t.reshape(-1)
-    return _ints(t, "lengths")
-
-
-def _uniform_stride(per_key: Sequence[int], what: str) -> int:
-    """The common batch size of ``per_key`` or an error naming the variable batch sizes."""
-    if len(set(per_key)) > 1:
-        raise InvalidInputError(
-            f"{what}: variable batch size per feature ({list(per_key)}) is not supported; every feature "
-            "of a recgo KeyedJaggedTensor has the same batch size (give the shorter features empty bags)")
-    return int(per_key[0]) if per_key else 0
-
-
-def _stride_of_ranks(per_key_per_rank: Any, nkeys: int) -> int:
-    """The batch size TorchRec's ``stride_per_key_per_rank`` describes when every key's per-rank sizes
-    add up to the same (the rows then pair up as TorchRec's unsharded collections pair them), or an
-    error naming the problem."""
-    try:
-        table = torch.as_tensor(per_key_per_rank, dtype=torch.int64)
-    except (TypeError, ValueError, RuntimeError) as e:
-        raise InvalidInputError(f"stride_per_key_per_rank: expected one list of per-rank batch sizes per key "
-                                f"(all of one length), got {per_key_per_rank!r}") from e
-    if table.dim() != 2 or table.shape[0] != nkeys:
-        raise InvalidInputError(f"stride_per_key_per_rank: expected {nkeys} rows (one per key) of per-rank batch "
-                                f"sizes, got shape {list(table.shape)}")
-    return _uniform_stride(table.sum(1).tolist(), "stride_per_key_per_rank")
-
+from ._kjt_inputs import (FLOATS, INTS, VBE_HINT, check_stride, int64_tensor, is_empty, lengths_of,
+                          stride_of_ranks, uniform_stride)
 
 class KeyedJaggedTensor:
     """A batch of jagged sparse features, TorchRec's ``KeyedJaggedTensor``.
@@ -144,13 +84,13 @@ class KeyedJaggedTensor:
         if inverse_indices is not None:
             raise InvalidInputError(
                 "inverse_indices: TorchRec's deduplicated variable-batch input is not supported by recgo's "
-                f"KeyedJaggedTensor; expand it to one bag per sample{_VBE_HINT}")
-        if _empty(values):
+                f"KeyedJaggedTensor; expand it to one bag per sample{VBE_HINT}")
+        if is_empty(values):
             values = values.reshape(0).to(torch.int64)
-        self._values = check_tensor(values, "values", _INTS, ndim=1, convert_to=torch.int64)
+        self._values = check_tensor(values, "values", INTS, ndim=1, convert_to=torch.int64)
         self._offsets: torch.Tensor | None = None
         if offsets is not None:
-            self._offsets = _ints(offsets, "offsets")
+            self._offsets = int64_tensor(offsets, "offsets")
             o, n = self._offsets, self._values.numel()
             if o.numel() == 0 and n == 0 and lengths is None:
                 self._offsets = torch.zeros(1, dtype=torch.int64)
@@ -158,28 +98,28 @@ class KeyedJaggedTensor:
             if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} values")
             from_offsets = o[1:] - o[:-1]
-            if lengths is not None and not torch.equal(_lengths(lengths, len(self._keys)), from_offsets):
+            if lengths is not None and not torch.equal(lengths_of(lengths, len(self._keys)), from_offsets):
                 raise InvalidInputError("lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
             raise InvalidInputError("KeyedJaggedTensor needs lengths or offsets")
-        self._lengths = _lengths(lengths, len(self._keys))
+        self._lengths = lengths_of(lengths, len(self._keys))
         self._weights = None
         if weights is not None:
-            if _empty(weights):
+            if is_empty(weights):
                 weights = weights.reshape(0).to(torch.float32)
-            self._weights = check_tensor(weights, "weights", _FLOATS, ndim=1, convert_to=torch.float32)
+            self._weights = check_tensor(weights, "weights", FLOATS, ndim=1, convert_to=torch.float32)
             if self._weights.numel() != self._values.numel():
                 raise InvalidInputError(
                     f"weights: {self._weights.numel()} weights for {self._values.numel()} values"
                 )
         nkeys = len(self._keys)
         if stride_per_key_per_rank is not None and nkeys:
-            stride = _check_stride(stride, _stride_of_ranks(stride_per_key_per_rank, nkeys))
+            stride = check_stride(stride, stride_of_ranks(stride_per_key_per_rank, nkeys))
         if stride_per_key is not None:
             if len(stride_per_key) != nkeys:
                 raise InvalidInputError(f"stride_per_key: {len(stride_per_key)} entries for {nkeys} keys")
-            stride = _check_stride(stride, _uniform_stride(list(stride_per_key), "stride_per_key"))
+            stride = check_stride(stride, uniform_stride(list(stride_per_key), "stride_per_key"))
         if nkeys == 0:
             if self._lengths.numel() != 0:
                 raise InvalidInputError("lengths: non-empty but there are no keys")
@@ -189,7 +129,7 @@ class KeyedJaggedTensor:
                 raise InvalidInputError(
                     f"lengths: {self._lengths.numel()} entries is not a multiple of the {nkeys} keys (need F·B)"
                 )
-            self._stride = _check_stride(stride, self._lengths.numel() // nkeys)
+            self._stride = check_stride(stride, self._lengths.numel() // nkeys)
         self._length_per_key: list[int] | None = None
         self._offset_per_key: list[int] | None = None
         self._jt_dict: dict[str, JaggedTensor] | None = None
@@ -233,7 +173,7 @@ class KeyedJaggedTensor:
         for k, jt in zip(keys, jts):
             if not all(hasattr(jt, a) for a in ("values", "lengths", "weights_or_none")):
                 raise InvalidInputError(f"from_jt_dict: {k!r} is a {type(jt).__name__}, expected a JaggedTensor")
-        stride = _uniform_stride([int(jt.lengths().numel()) for jt in jts], "from_jt_dict")
+        stride = uniform_stride([int(jt.lengths().numel()) for jt in jts], "from_jt_dict")
         weights = [jt.weights_or_none() for jt in jts]
         if any(w is None for w in weights) and not all(w is None for w in weights):
             missing = [k for k, w in zip(keys, weights) if w is None]
@@ -282,7 +222,7 @@ class KeyedJaggedTensor:
         if any((k.weights_or_none() is not None) != weighted for k in kjts):
             raise InvalidInputError("concat: can't merge weighted and unweighted KeyedJaggedTensors")
         strides = [k.stride() for k in kjts if k.keys()]
-        stride = _uniform_stride(strides, "concat") if strides else kjts[0].stride()
+        stride = uniform_stride(strides, "concat") if strides else kjts[0].stride()
         return KeyedJaggedTensor(
             [key for k in kjts for key in k.keys()], torch.cat([k.values() for k in kjts]),
             torch.cat([k.weights() for k in kjts]) if weighted else None,
@@ -319,10 +259,10 @@ class KeyedJaggedTensor:
         """Convert a ``torchrec.sparse.jagged_tensor.KeyedJaggedTensor`` (no copy of int64 IDs)."""
         if kjt.inverse_indices_or_none() is not None:
             raise InvalidInputError("this TorchRec KeyedJaggedTensor has inverse_indices (deduplicated variable batch): "
-                                    f"recgo's KeyedJaggedTensor has one batch size{_VBE_HINT}")
+                                    f"recgo's KeyedJaggedTensor has one batch size{VBE_HINT}")
         stride = None
         if getattr(kjt, "variable_stride_per_key", lambda: False)():
-            stride = _stride_of_ranks(kjt.stride_per_key_per_rank(), len(kjt.keys()))
+            stride = stride_of_ranks(kjt.stride_per_key_per_rank(), len(kjt.keys()))
         return KeyedJaggedTensor(kjt.keys(), kjt.values(), kjt.weights_or_none(), lengths=kjt.lengths(),
                                  stride=stride if stride is not None else kjt.stride())
 
@@ -611,13 +551,6 @@ class KeyedJaggedTensor:
 
     def __repr__(self) -> str:
         return f"KeyedJaggedTensor(keys={self._keys}, batch={self.stride()}, values={self._values.numel()})"
-
-
-def _check_stride(given: int | None, actual: int) -> int:
-    # a traced batch size (torch.export with a dynamic batch) is compared as it is: int() would fix it
-    if given is not None and (given if isinstance(given, torch.SymInt) else int(given)) != actual:
-        raise InvalidInputError(f"stride {given} disagrees with the lengths (batch size {actual})")
-    return actual
 
 
 def _is_torchrec_kjt(x: Any) -> bool:
