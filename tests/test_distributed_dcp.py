@@ -2,7 +2,7 @@
 it: a world of 2 ranks saves a model with every sharding kind and a dynamic-ID table, then loads it
 (``recgo.distributed.DCPLoadPlanner``) under other shardings on the same world and on one rank, and
 a checkpoint of an unsharded collection (recgo's through DCP, TorchRec's state dict directly) loads
-into the sharded one, and so does TorchRec's DistributedModelParallel's. Every table's rows, optimizer state and step arrive bit for bit, the reloaded
+into the sharded one (a dynamic table's too), and so does TorchRec's DistributedModelParallel's. Every table's rows, optimizer state and step arrive bit for bit, the reloaded
 collection trains on as the single-process collection with the saved state does, and an incomplete
 set of shards is refused by name. Before, only the saving world and sharding loaded a DCP checkpoint;
 other ranks' entries were refused."""
@@ -197,6 +197,18 @@ def _world(rank: int, world: int, folder: str) -> dict[str, Any]:
             got, want = sh.embedding_bags[c.name], unsharded.embedding_bags[c.name]
             assert torch.equal(got.weight.detach(), want.weight.detach()[ids]), f"unsharded {how}: {c.name}"
             assert torch.equal(got.optimizer_state, want.optimizer_state[ids]), f"unsharded {how}: {c.name} state"
+    # an unsharded dynamic table's checkpoint: each rank admits the IDs it owns, rows and state as saved
+    want = _dynamic_rows(_unsharded_dynamic())
+    for how in ("dcp", "state dict"):
+        sh = _dynamic("hash")
+        if how == "dcp":
+            _load(sh, f"{folder}/dcp-unsharded-dyn")
+        else:
+            sh.load_state_dict(torch.load(f"{folder}/sd-unsharded-dyn.pt"))
+        got = tables(sh)["dy"]
+        for i in range(3):
+            assert torch.equal(got[i], want[i]), f"unsharded dynamic, {how}: entry {i}"
+        assert len(sh.local_ids("dy")) < len(want[0]), "each rank holds only the IDs it owns"
     out["torchrec"] = _torchrec_dmp(folder)
     out["saved"] = {n: {k: v for k, v in t.items()} for n, t in saved.items()} if rank == 0 else {}
     return out
@@ -240,6 +252,26 @@ def _torchrec_dmp(folder: str) -> bool:
                and bool(whole[n].abs().sum() > 0) for n in kinds)
 
 
+def _unsharded_dynamic() -> Any:
+    """An unsharded dynamic-ID collection after a few steps (the same on every call)."""
+    coll = recgo.EmbeddingBagCollection([DYN], optimizer=_opt(), seed=4)
+    for step in range(3):
+        ids = torch.randint(0, 10_000, (40,), generator=torch.Generator().manual_seed(100 + step))
+        coll(recgo.KeyedJaggedTensor(["y1"], ids, lengths=torch.full((8,), 5))).values().square().sum().backward()
+    return coll
+
+
+def _dynamic_rows(coll: Any) -> tuple[torch.Tensor, ...]:
+    """An unsharded dynamic table's IDs in use (sorted) with their rows and optimizer state."""
+    from recgo import dynamic
+
+    e = dynamic.export_state(coll, "dy")
+    ids = torch.sort(e["dynamic_ids"][e["dynamic_counts"] > 0]).values
+    at = dynamic.lookup(coll, "dy", ids)
+    holder = coll.embedding_bags["dy"]
+    return ids, holder.weight.detach()[at], holder.optimizer_state[at]
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]], Path]:
     import torch.distributed.checkpoint as dcp
@@ -247,6 +279,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[str, Any]
     tmp: Path = tmp_path_factory.mktemp("dcp")
     unsharded = recgo.EmbeddingBagCollection(configs(), optimizer=_opt(), seed=21)
     dcp.save({"model": unsharded.state_dict()}, checkpoint_id=tmp / "dcp-unsharded", no_dist=True)
+    dyn = _unsharded_dynamic()
+    dcp.save({"model": dyn.state_dict()}, checkpoint_id=tmp / "dcp-unsharded-dyn", no_dist=True)
+    torch.save(dyn.state_dict(), tmp / "sd-unsharded-dyn.pt")
     res = spawn(_world, 2, tmp, str(tmp), wait=300)
     for r, x in enumerate(res):
         assert "error" not in x, f"rank {r}: {x['error']}"

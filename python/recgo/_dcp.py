@@ -30,8 +30,6 @@ _MARK = "dynamic_meta"
 _SHARD = re.compile(r"(.*\.)(rank\d+_of_\d+)\.shard_ids")
 # A saved sharded entry under a table's head: ``rank<r>_of_<world>.<entry>``.
 _SAVED = re.compile(r"(rank\d+_of_\d+)\.([^.]+)")
-# An unsharded fixed table's entries (TorchRec's have the weight alone).
-_PLAIN = ("weight", "optimizer_state", "optimizer_step")
 
 
 class DCPLoadPlanner(DefaultLoadPlanner):
@@ -40,8 +38,9 @@ class DCPLoadPlanner(DefaultLoadPlanner):
 
     * a sharded table whose rows this rank's entries do not hold as saved (the checkpoint was written
       by another world size or sharding, or by an unsharded collection, TorchRec's included) gets in
-      place of its own entries every saved rank's entries of the table (or the unsharded table's
-      ``weight``, ``optimizer_state``, ``optimizer_step``), so each rank reads the whole table;
+      place of its own entries every saved rank's entries of the table (or the unsharded table's:
+      ``weight`` with recgo's ``optimizer_state`` and ``optimizer_step``, a dynamic table's ID map
+      and rows in use), so each rank reads the whole table;
       ``model.load_state_dict`` then keeps the rows the rank holds now, by ID (a dynamic table's own
       rows bit for bit, free list included, where no ID changed its rank);
     * the entries of each dynamic table (those next to its ``dynamic_meta``: the ID map, ``weight``,
@@ -90,10 +89,11 @@ class DCPLoadPlanner(DefaultLoadPlanner):
             head, tag = _SHARD.fullmatch(fqn).groups()  # type: ignore[union-attr]
             tagged = {k: m.groups() for k in saved if k.startswith(head) and (m := _SAVED.fullmatch(k[len(head):]))}
             if not tagged:
-                plain = [head + e for e in _PLAIN if head + e in saved]
-                if head + "weight" not in saved or f"{head}{tag}.{_MARK}" in self.state_dict:
+                if head + "weight" not in saved:
                     continue  # nothing to re-distribute from: the default planner names the missing keys
-                tagged = {k: (None, k[len(head):]) for k in plain}
+                # an unsharded table's entries: a fixed one's weight (and recgo's optimizer entries), a
+                # dynamic one's ID map and rows in use
+                tagged = {k: (None, k[len(head):]) for k in saved if k.startswith(head) and "." not in k[len(head):]}
             elif not self.all_shards and tag in {t for t, _ in tagged.values()}:
                 own, cur = saved.get(fqn), self.state_dict[fqn]
                 if f"{head}{tag}.{_MARK}" in self.state_dict or tuple(getattr(own, "size", ())) == tuple(cur.shape):

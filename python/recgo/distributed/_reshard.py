@@ -18,6 +18,10 @@ import torch
 from ..errors import InvalidInputError
 from . import _dynamic
 
+# what a saved dynamic table's part needs (``_dynamic.restore``); ``optimizer_state`` where it has one
+_DYNAMIC_ENTRIES = frozenset({"dynamic_meta", "dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_sketch",
+                              "dynamic_sketch_adds", "weight"})
+
 
 def put_rows(coll: Any, t: int, part: Mapping[str, Any], covered: torch.Tensor, where: str,
              err: type[Exception] = InvalidInputError, need_state: bool = True) -> None:
@@ -72,6 +76,11 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
     cfg = coll._configs[t]
     with torch.no_grad():
         if cfg.dynamic is not None:
+            for p in parts:
+                lacks = sorted(_DYNAMIC_ENTRIES - set(p))
+                if lacks:
+                    raise InvalidInputError(f"{where}: table {cfg.name!r}: the saved dynamic-ID table lacks {lacks} "
+                                            "(a damaged or partial checkpoint?)")
             _dynamic.restore(coll, cfg.name, parts, own, where)
             steps = [p["optimizer_step"] for p in parts if isinstance(p.get("optimizer_step"), torch.Tensor)]
             if steps:  # (as load() and put_rows take it: the last part's)

@@ -113,6 +113,12 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
             raw = {e: state_dict.pop(f"{head}{e}") for e in _FIXED if f"{head}{e}" in state_dict}
             loaded, own = set(raw), None
             parts = [{_FIXED[e]: v for e, v in raw.items()} | {"ids": torch.arange(cfg.num_embeddings)}]
+        elif cfg.dynamic is not None and f"{head}dynamic_ids" in state_dict:
+            # an unsharded dynamic table's ID map and rows (or a shard's under the plain names, as state
+            # dicts had them before the rank tags): each rank admits the IDs it owns
+            raw = {k[len(head):]: state_dict.pop(k) for k in [k for k in state_dict
+                                                                if k.startswith(head) and "." not in k[len(head):]]}
+            loaded, own, parts = set(raw), None, [raw]
         else:
             continue  # plain names of this shard's shape (a state dict of an earlier version) load as they are
         redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
