@@ -170,9 +170,6 @@ MAX_SHUFFLE: int = _lib.const("MaxShuffleWindow")
 """The most rows a shuffle window (``DataPipeline(shuffle=...)``) may hold in memory."""
 
 
-_ENDED = ("the pipeline has delivered all its data: a DataPipeline is one pass (an iterator, not a "
-          "DataLoader); build a new one for another epoch")
-
 class DataPipeline:
     """Prepared batches from ``source`` through ``features``, ``depth`` steps ahead.
 
@@ -244,8 +241,6 @@ class DataPipeline:
         self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
         self._ended = False  # next() reached the end of the data
-        self._handed = False  # this stream handed out a batch (a loop after it that gets none raises)
-        self._loop_fresh = False  # a loop began (__iter__) and has had no batch yet
         _register_pipelineable()
         self._start(position)
 
@@ -265,7 +260,7 @@ class DataPipeline:
                             ctypes.addressof(buf), len(data))
         info = _lib.call_json("recgo_pipeline_info", h.value)
         with self._lock:  # the new pipeline replaces a running one only once it has started
-            old, self._h, self._ended, self._handed = self._h, h, False, False
+            old, self._h, self._ended = self._h, h, False
         if old is not None:
             old.free()
         self.keys: list[str] = list(info["keys"])
@@ -284,12 +279,11 @@ class DataPipeline:
     def __iter__(self) -> "DataPipeline":
         """The pipeline itself: one pass over the data, which later loops continue. A loop started
         after the pass ended raises instead of silently running no step (build a new pipeline for
-        another epoch); so does one that began after the last batch was taken but before the end was
-        seen (a loop broken at its last step, or batches taken with ``next()``), at its first step."""
+        another epoch)."""
         if self._ended:
-            raise InvalidInputError(_ENDED)
+            raise InvalidInputError("the pipeline has delivered all its data: a DataPipeline is one pass "
+                                    "(an iterator, not a DataLoader); build a new one for another epoch")
         _register_pipelineable()  # torchrec imported since the pipeline was built
-        self._loop_fresh = True
         return self
 
     def __next__(self) -> Batch:
@@ -302,8 +296,6 @@ class DataPipeline:
                 h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
                 if h == 0:
                     self._ended = True
-                    if self._loop_fresh and self._handed:
-                        raise InvalidInputError(_ENDED)
                     raise StopIteration
                 owner = _lib.Handle(h)
                 values = _wrap(vp, nv, ctypes.c_int64, torch.int64, owner)
@@ -312,9 +304,7 @@ class DataPipeline:
                 dense = _wrap(dp, size * width, ctypes.c_float, torch.float32, owner).view(size, width)
                 if self.tables:
                     _prepared.register(vp, nv, lp, owner)
-                batch = Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
-                self._loop_fresh, self._handed = False, True
-                return batch
+                return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
             except (RecgoError, StopIteration):
                 raise
             except BaseException:
