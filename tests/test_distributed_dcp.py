@@ -109,7 +109,7 @@ def _same(got: dict[str, tuple[torch.Tensor, ...]], want: dict[str, tuple[torch.
 def _world(rank: int, world: int, folder: str) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
 
-    from recgo.distributed import DCPLoadPlanner
+    from recgo.distributed import DCPLoadPlanner, ShardedEmbeddingBagCollection
     from recgo.errors import InvalidInputError
 
     out: dict[str, Any] = {}
@@ -197,6 +197,20 @@ def _world(rank: int, world: int, folder: str) -> dict[str, Any]:
             got, want = sh.embedding_bags[c.name], unsharded.embedding_bags[c.name]
             assert torch.equal(got.weight.detach(), want.weight.detach()[ids]), f"unsharded {how}: {c.name}"
             assert torch.equal(got.optimizer_state, want.optimizer_state[ids]), f"unsharded {how}: {c.name} state"
+    # a smaller table's plain state dict, whose shape is this rank's shard's, is refused (it loaded
+    # the other table's rows 0..29 into rank 1's rows 30..59, silently)
+    small = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(30, 4, "w", ["fw"])], optimizer=_opt(), seed=2)
+    wide = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(60, 4, "w", ["fw"])], "row_wise", optimizer=_opt(),
+                                         timeout=60)
+    try:
+        wide.load_state_dict(small.state_dict())
+        out["smaller table"] = "accepted"
+    except InvalidInputError as exc:
+        out["smaller table"] = str(exc)
+    # optimizer state this collection has no place for is reported unexpected, as torch reports it
+    sgd = ShardedEmbeddingBagCollection(configs(), OTHER, optimizer=optim.SGD(lr=0.1), timeout=60)
+    res = sgd.load_state_dict({k[4:]: v for k, v in merged.items() if k.startswith("ebc.")}, strict=False)
+    out["unexpected"] = sorted(res.unexpected_keys)
     # an unsharded dynamic table's checkpoint: each rank admits the IDs it owns, rows and state as saved
     want = _dynamic_rows(_unsharded_dynamic())
     for how in ("dcp", "state dict"):
@@ -295,6 +309,8 @@ def test_dcp_checkpoints_load_under_other_shardings(world: tuple[list[dict[str, 
         assert "all_shards=True" in r["same sizes"], r["same sizes"]
         assert r["torchrec"] is True
         assert "pass the model's state nested" in r["flat"], r["flat"][-300:]
+        assert "under the plain names with shape (30, 4), the table's is (60, 4)" in r["smaller table"], r["smaller table"]
+        assert r["unexpected"] == sorted(f"embedding_bags.{c.name}.optimizer_state" for c in configs()), r["unexpected"]
         assert "holds table" in r["one rank's"] and "not every rank's of one world" in r["one rank's"], r["one rank's"]
     assert any("all_shards=True" in r["dynamic re-sharded"] for r in res), [r["dynamic re-sharded"] for r in res]
 
@@ -334,3 +350,20 @@ def test_torchrec_state_dict_loads_into_a_sharded_collection(tmp_path: Path) -> 
         res = sh.load_state_dict(half, strict=False)
         weights = [k for k in res.missing_keys if k.endswith(".weight")]
         assert weights == ["embedding_bags.th.weight"] and not res.unexpected_keys, res  # (and, as unsharded, the optimizer's)
+
+
+def test_torch_state_dict_utilities_walk_the_rank_tagged_names(tmp_path: Path) -> None:
+    """torch.distributed.checkpoint.state_dict's get_model_state_dict / set_model_state_dict (the state
+    dict API of DCP's docs) walk every key's names as attributes; the rank tag and the entries made at
+    save time raised AttributeError."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    with one_rank(tmp_path):
+        model = _model(SHARDING, "hash", seed=3)
+        _train(model, 0, 1)
+        sd = get_model_state_dict(model)
+        assert sd.keys() == model.state_dict().keys()
+        other = _model(SHARDING, "hash", seed=8)
+        set_model_state_dict(other, sd)
+        for n in NAMES:
+            _same(tables(other[n]), tables(model[n]), n)

@@ -212,3 +212,31 @@ def test_keyed_tensor_from_tensor_list_key_dim_as_torchrec(key_dim: int) -> None
         assert back.key_dim() == key_dim and torch.equal(back["y"], ours["y"])
     with pytest.raises(recgo.InvalidInputError, match="key_dim=1, cat_dim=0"):
         recgo.KeyedTensor.from_tensor_list(["x", "y"], tensors, key_dim=1, cat_dim=0)
+
+
+@pytest.mark.parametrize("shape", [(), (2,), (2, 2)])
+def test_keyed_tensor_key_dim_0_blocks_of_any_trailing_shape_as_torchrec(shape: tuple[int, ...]) -> None:
+    """key_dim=0 blocks of 1-D and 3-D tensors, as TorchRec takes them (recgo refused all but 2-D)."""
+    import torchrec
+
+    ts = [torch.arange(2 * max(1, int(torch.tensor(shape).prod())), dtype=torch.float32).reshape(2, *shape),
+          torch.zeros(3, *shape)]
+    ours = recgo.KeyedTensor.from_tensor_list(["x", "y"], ts, key_dim=0, cat_dim=0)
+    theirs = torchrec.KeyedTensor.from_tensor_list(["x", "y"], ts, key_dim=0, cat_dim=0)
+    for k in ("x", "y"):
+        assert torch.equal(ours[k], theirs[k]) and torch.equal(ours.to_dict()[k], theirs.to_dict()[k])
+    assert torch.equal(recgo.KeyedTensor.regroup([ours], [["y", "x"]])[0], torch.cat([ts[1], ts[0]]))
+    assert recgo.KeyedTensor.regroup([ours], [[]])[0].shape == (0, *shape)
+
+
+def test_keyed_tensor_key_dim_0_exports_with_a_dynamic_dim() -> None:
+    """A key_dim=0 KeyedTensor built of tensors whose dim 0 is dynamic exports (its widths stay
+    symbolic; int() fixed them to the example's and export refused the dynamic dim)."""
+    class M(torch.nn.Module):
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return recgo.KeyedTensor.from_tensor_list(["x", "y"], [x * 2, y + 1], key_dim=0, cat_dim=0)["y"] * 1
+
+    dyn = {0: torch.export.Dim.DYNAMIC}
+    ep = torch.export.export(M(), (torch.randn(2, 3), torch.randn(4, 3)), dynamic_shapes=(dyn, dyn), strict=False)
+    a, b = torch.randn(5, 3), torch.randn(1, 3)
+    assert torch.equal(ep.module()(a, b), M()(a, b))

@@ -12,6 +12,12 @@ from .errors import InvalidInputError, NotFoundError
 from .jagged import record_streams, tensors_bytes
 
 
+def _sizes(length_per_key: Sequence[Any]) -> list[Any]:
+    """The keys' widths as ints; a traced size (``torch.export`` with a dynamic dim) stays symbolic, as
+    ``int()`` would fix it to the example's."""
+    return [x if isinstance(x, torch.SymInt) else int(x) for x in length_per_key]
+
+
 class KeyedTensor:
     """Pooled embeddings: a ``[B, ΣD]`` tensor with one column slice per key, in key order."""
 
@@ -23,12 +29,16 @@ class KeyedTensor:
                                     "embeddings) or dim 0 (TorchRec's from_tensor_list(key_dim=0, cat_dim=0))")
         self._key_dim = int(key_dim)
         self._keys = list(keys)
-        self._length_per_key = [int(x) for x in length_per_key]
+        self._length_per_key = _sizes(length_per_key)
         if len(self._keys) != len(self._length_per_key):
             raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
         if any(n < 0 for n in self._length_per_key):  # negative ones could still sum to the width
             raise InvalidInputError(f"length_per_key {self._length_per_key}: a key's width cannot be negative")
-        if values.dim() != 2 or values.shape[self._key_dim] != sum(self._length_per_key):
+        # pooled rows are [B, ΣD]; blocks along dim 0 (TorchRec's key_dim=0) may have any trailing shape
+        if values.dim() != 2 if self._key_dim == 1 else values.dim() < 1:
+            raise InvalidInputError(f"values of shape {tuple(values.shape)}: a KeyedTensor with key_dim="
+                                    f"{self._key_dim} needs {'2-D values' if self._key_dim == 1 else 'values of 1 or more dims'}")
+        if values.shape[self._key_dim] != sum(self._length_per_key):
             raise InvalidInputError(f"values of shape {tuple(values.shape)} do not hold the keys' "
                                     f"{sum(self._length_per_key)} {('rows', 'columns')[self._key_dim]}")
         self._values = values
@@ -44,7 +54,7 @@ class KeyedTensor:
         """A KeyedTensor over ``values`` without checking them: a ``torch.fx`` proxy while tracing, whose
         shape is not known (the collection that made it checked the layout)."""
         kt = cls.__new__(cls)
-        kt._keys, kt._length_per_key, kt._values = list(keys), [int(x) for x in length_per_key], values
+        kt._keys, kt._length_per_key, kt._values = list(keys), _sizes(length_per_key), values
         kt._key_dim = int(key_dim)
         return kt
 
@@ -142,7 +152,7 @@ class KeyedTensor:
             if missing:
                 raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
             first = keyed_tensors[0].values()
-            empty = (first.shape[0], 0) if dim == 1 else (0, first.shape[1])
+            empty = (first.shape[0], 0) if dim == 1 else (0, *first.shape[1:])
             out.append(torch.cat([where[k] for k in g], dim) if g else first.new_zeros(empty))
         return out
 

@@ -81,6 +81,11 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
                 if lacks:
                     raise InvalidInputError(f"{where}: table {cfg.name!r}: the saved dynamic-ID table lacks {lacks} "
                                             "(a damaged or partial checkpoint?)")
+                w = p["weight"]
+                if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim:
+                    raise InvalidInputError(f"{where}: table {cfg.name!r}: the saved rows are "
+                                            f"{tuple(getattr(w, 'shape', ()))}, not of the table's width "
+                                            f"{cfg.embedding_dim}")
             _dynamic.restore(coll, cfg.name, parts, own, where)
             steps = [p["optimizer_step"] for p in parts if isinstance(p.get("optimizer_step"), torch.Tensor)]
             if steps:  # (as load() and put_rows take it: the last part's)

@@ -51,7 +51,7 @@ def rank_keys(module: Any, state_dict: dict, prefix: str, _meta: Any) -> None:
         state_dict[f"{head}{tag}.{SHARD_IDS}"] = shard_ids
 
 
-_TAG = re.compile(r"rank(\d+)_of_(\d+)")
+RANK_TAG = re.compile(r"rank(\d+)_of_(\d+)")
 # a fixed shard's state_dict entries → the names of a saved part (put_rows)
 _FIXED = {SHARD_IDS: "ids", "weight": "weight", "optimizer_state": "state", "optimizer_step": "step"}
 
@@ -62,31 +62,38 @@ def _tagged(state_dict: dict, head: str) -> dict[str, dict[str, str]]:
     for k in state_dict:
         if k.startswith(head):
             tag, _, entry = k[len(head):].partition(".")
-            if _TAG.fullmatch(tag) and entry and "." not in entry:
+            if RANK_TAG.fullmatch(tag) and entry and "." not in entry:
                 out.setdefault(tag, {})[entry] = k
     return out
 
 
 def _unsharded(module: Any, t: int, state_dict: dict, head: str) -> bool:
-    """Whether ``state_dict`` holds table ``t`` as an unsharded collection's (TorchRec's or recgo's,
-    directly or through torch.distributed.checkpoint): a fixed table's whole ``weight`` under the
-    plain name, where this rank's shard holds other rows or the same in another order."""
-    cfg = module._configs[t]
-    w = state_dict.get(f"{head}weight")
-    if cfg.dynamic is not None or not isinstance(w, torch.Tensor) or tuple(w.shape) != (cfg.num_embeddings, cfg.embedding_dim):
-        return False
+    """For a fixed table's ``weight`` under the plain name (an unsharded collection's, TorchRec's or
+    recgo's, directly or through torch.distributed.checkpoint): whether it must be spread by ID, the
+    shard holding other rows or the same in another order (False: it loads as it is). A weight of
+    another shape than the whole table's raises: it is no table of this size (a shard's shape would
+    load another table's rows in silence)."""
+    cfg, g = module._configs[t], module._groups
+    shape, want = tuple(state_dict[f"{head}weight"].shape), (cfg.num_embeddings, cfg.embedding_dim)
+    if shape != want:
+        raise InvalidInputError(
+            f"rank {g.rank}: the state dict holds table {cfg.name!r} under the plain names with shape {shape}, "
+            f"the table's is {want} (an unsharded table of another size, or a shard saved without the rank "
+            "in its keys): load a state dict of this table")
     return module._local_rows[t] != cfg.num_embeddings or not torch.equal(module.local_ids(cfg.name),
                                                                           torch.arange(cfg.num_embeddings))
 
 
 def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
-             _strict: bool, _missing: list, _unexpected: list, _errors: list) -> None:
+             _strict: bool, _missing: list, unexpected: list, _errors: list) -> None:
     """load_state_dict pre-hook. This rank's own entries (:func:`rank_keys`) load under the module's
     own names, after checking that their ``shard_ids`` are this rank's rows. Entries of every rank of
     another world or sharding (one world's complete set), or an unsharded collection's whole table,
     are re-distributed by ID (:func:`._reshard.redistribute`), as ``load()`` re-distributes its files;
-    :func:`reloaded_keys` then drops the table's entries from the missing keys. An incomplete set of
-    another world's or sharding's shards raises ``InvalidInputError``, since rows would be lost."""
+    :func:`reloaded_keys` then drops the table's entries from the missing keys; optimizer state this
+    collection has no place for is reported unexpected, as torch reports it. An incomplete set of
+    another world's or sharding's shards, or a plain ``weight`` of another shape than the whole
+    table's, raises ``InvalidInputError``, since rows would be lost or misplaced."""
     p, tag = _tables_prefix(module, prefix), _rank_tag(module)
     g = module._groups
     module._reloaded = [k for k in getattr(module, "_reloaded", []) if not k.startswith(p)]
@@ -109,7 +116,9 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
         if tagged:
             loaded = {e for entries in tagged.values() for e in entries}
             parts, own = _complete_set(module, cfg, state_dict, tagged, tag)
-        elif _unsharded(module, t, state_dict, head):
+        elif cfg.dynamic is None and isinstance(state_dict.get(f"{head}weight"), torch.Tensor):
+            if not _unsharded(module, t, state_dict, head):
+                continue  # the whole table, laid out as this shard holds it: loads as it is
             raw = {e: state_dict.pop(f"{head}{e}") for e in _FIXED if f"{head}{e}" in state_dict}
             loaded, own = set(raw), None
             parts = [{_FIXED[e]: v for e, v in raw.items()} | {"ids": torch.arange(cfg.num_embeddings)}]
@@ -120,7 +129,11 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
                                                                 if k.startswith(head) and "." not in k[len(head):]]}
             loaded, own, parts = set(raw), None, [raw]
         else:
-            continue  # plain names of this shard's shape (a state dict of an earlier version) load as they are
+            continue  # none of the table's entries: torch reports them missing (strict) or leaves the table
+        if cfg.dynamic is None and "optimizer_state" in loaded and not hasattr(module.embedding_bags[cfg.name],
+                                                                                 "optimizer_state"):
+            unexpected.append(f"{head}optimizer_state")  # as torch reports it for a collection without one
+            loaded.discard("optimizer_state")
         redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
         module._reloaded += [f"{head}{e}" for e in loaded]
 
@@ -143,7 +156,7 @@ def _complete_set(module: Any, cfg: Any, state_dict: dict, tagged: dict[str, dic
     """The saved parts of one world's every rank for table ``cfg`` (popped from ``state_dict``), and
     the index of this rank's own part when that world is this one; raise naming what is missing."""
     g = module._groups
-    ranks = {t: tuple(int(x) for x in _TAG.fullmatch(t).groups()) for t in tagged}  # type: ignore[union-attr]
+    ranks = {t: tuple(int(x) for x in RANK_TAG.fullmatch(t).groups()) for t in tagged}  # type: ignore[union-attr]
     worlds = sorted({w for _, w in ranks.values()})
     have = sorted(r for r, _ in ranks.values())
     if len(worlds) != 1 or have != list(range(worlds[0])):

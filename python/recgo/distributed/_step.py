@@ -11,6 +11,7 @@ from torch import nn
 from .. import _lib
 from ..errors import InvalidInputError
 from ..modules._second_order import first_order
+from ._state import RANK_TAG, SHARD_IDS
 
 if TYPE_CHECKING:
     from ._collection import ShardedEmbeddingBagCollection
@@ -25,6 +26,18 @@ class _Shard(nn.Module):
         if state is not None:
             self.register_buffer("optimizer_state", state)
         self.register_buffer("optimizer_step", step)
+
+    def __getattr__(self, name: str) -> Any:
+        # The state dict names a shard's entries with its rank (``<table>.rank<r>_of_<w>.weight``, see
+        # _state.rank_keys) and adds entries made at save time (``shard_ids``, a dynamic table's
+        # ``dynamic_*``); torch's state-dict utilities (torch.distributed.checkpoint.state_dict's
+        # get_model_state_dict) walk every key's names as attributes. The tag resolves to the shard
+        # itself, a made entry to None (nothing is stored under it).
+        if RANK_TAG.fullmatch(name):
+            return self
+        if name == SHARD_IDS or name.startswith("dynamic_"):
+            return None
+        return super().__getattr__(name)
 
 
 class _Step:
