@@ -121,6 +121,66 @@ def test_activation_checkpointing_counts_each_batch_once_when_sharded(tmp_path: 
         dist.destroy_process_group()
 
 
+def _pooled_reference(m: torch.nn.Module, ids: list[int], sequence: bool) -> torch.Tensor:
+    """The float64 output of a 2-sample batch ``ids`` (two IDs per sample) as ``m``'s training forward of
+    it, just run, pooled it: an ID without a row (pending, not yet admitted) reads zeros, never ``default``."""
+    owner = getattr(m, "_owner", m)
+    rows = dynamic.lookup(owner, "t", torch.tensor(ids)).tolist()
+    w = owner.embedding_bags["t"].weight.detach().double()
+    vecs = torch.stack([w[r] if r >= 0 else torch.zeros(w.shape[1], dtype=torch.float64) for r in rows])
+    return vecs if sequence else vecs.view(2, 2, -1).sum(1)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("sequence", [False, True])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_activation_checkpointing_recomputes_pending_ids_as_zeros_not_the_default(
+        tmp_path: Path, reentrant: bool, sequence: bool, sharded: bool) -> None:
+    """With a default vector, the recomputation in backward looked rows up as an eval forward does: a
+    pending ID (seen, not yet admitted) pooled zeros in the forward but the default in the recomputation,
+    so the dense gradients were those of values the forward never produced ([10, 10] for [0, 0]). The
+    recomputation reads the rows the forward read: the dense gradient is the float64 pooled output of a
+    training forward, and the model trains as the plain one does."""
+    from torch.utils.checkpoint import checkpoint
+
+    if sharded and sequence:
+        pytest.skip("the sharded case covers the pooled collection")
+    if sharded:
+        import torch.distributed as dist
+        from recgo.distributed import ShardedEmbeddingBagCollection
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+
+    def build() -> torch.nn.Module:
+        cfg = [EmbeddingBagConfig(50, 2, "t", ["f"], dynamic=DynamicConfig(min_count=2, default=[5.0, 5.0]))]
+        ebc = EmbeddingBagCollection(cfg, optimizer=Adagrad(lr=0.1), seed=0)
+        if sharded:
+            return ShardedEmbeddingBagCollection.from_ebc(ebc)
+        return recgo.EmbeddingCollection([recgo.EmbeddingConfig(50, 2, "t", ["f"])], share=ebc) if sequence else ebc
+
+    def out(m: torch.nn.Module, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        res = m(kjt)
+        return res["f"].values() if sequence else res.values()
+
+    try:
+        plain, ckpt = build(), build()
+        for step in range(4):
+            ids = [1000 + step, 7, 7, 2000 + (step // 2)]
+            kjt = KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.tensor([2, 2]))
+            xp, xc = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+            loss = (out(plain, kjt) * xp).sum()
+            ref = _pooled_reference(plain, ids, sequence)  # what its training forward pooled
+            loss.backward()
+            checkpoint(lambda k, x: (out(ckpt, k) * x).sum(), kjt, xc, use_reentrant=reentrant).backward()
+            assert torch.allclose(xc.grad.double(), ref.sum(0), atol=1e-6), (step, xc.grad, ref.sum(0))
+            assert torch.equal(xc.grad, xp.grad), step
+        assert dynamic.stats(plain, "t") == dynamic.stats(ckpt, "t")
+        sa, sb = plain.state_dict(), ckpt.state_dict()
+        assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    finally:
+        if sharded:
+            dist.destroy_process_group()
+
+
 def test_a_training_lookup_counts_a_repeated_id_once_as_a_forward_does() -> None:
     """lookup(train=True) of [5, 5] with min_count=2 returned [-1, 0] (two answers for one ID, admitted
     after one step): each occurrence counted as a sighting. It now deduplicates, in order of first

@@ -31,6 +31,34 @@ type EvictingSource interface {
 	Recheck(ids, rows []int64)
 }
 
+// DefaultingSource is a RowSource whose eval-mode Resolve gives the IDs without a row a default row
+// (a dynamic table with a default vector), which a training forward never hands out.
+type DefaultingSource interface {
+	RowSource
+	// DefaultRow is the row eval lookups give IDs without one, or −1 without a default.
+	DefaultRow() int64
+}
+
+// ResolveRecompute resolves ids as a forward's recomputation in backward (activation checkpointing)
+// does: the rows the training forward it recomputes read. Nothing is counted, admitted or stamped and
+// the clock stays (an eval Resolve: the first forward counted the batch), and an ID without a row
+// reads −1 (zeros) as in that training forward, never a DefaultingSource's eval default row.
+func ResolveRecompute(s RowSource, ids, rows []int64) error {
+	if err := s.Resolve(ids, rows, false); err != nil {
+		return err
+	}
+	if d, ok := s.(DefaultingSource); ok {
+		if def := d.DefaultRow(); def >= 0 {
+			for i, r := range rows {
+				if r == def {
+					rows[i] = -1
+				}
+			}
+		}
+	}
+	return nil
+}
+
 // RangeSource is the RowSource of a fixed-size table: ID i is row i, for 0 ≤ i < Rows.
 type RangeSource struct {
 	Table string // the table's name, for error messages
