@@ -148,7 +148,8 @@ func (t *Table) Import(s *Snapshot) error {
 	clear(t.ids[:t.highWater])
 	clear(t.last[:t.highWater])
 	clear(t.counts[:t.highWater])
-	t.reserve = t.reserve[:0] // the kept candidates describe rows this import replaces
+	clear(t.freed[:t.highWater]) // the restored count starts anew (0 ≤ any later resolve's count)
+	t.reserve = t.reserve[:0]    // the kept candidates describe rows this import replaces
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.presize(c.MaxRows)

@@ -162,7 +162,7 @@ func TestResidentMemoryStopsGrowing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, st.Evicted)
 	assert.Equal(t, filled, last, "no growth once full")
-	storage := bound * (dim + dim + 4) * 4 // weights, state, metadata
+	storage := bound * (dim + dim + 6) * 4 // weights, state, metadata (ID, last step, count, freed count)
 	assert.LessOrEqual(t, last, storage+8*4096, "resident storage within the bound (plus page rounding)")
 	assert.Less(t, last, st.ReservedBytes+1)
 }

@@ -77,7 +77,7 @@ func (x *Context) recheck(t int, tb *Table) {
 	if !ok || tc.lazy || es.Evictions() == tc.evictions {
 		return
 	}
-	es.Recheck(tc.uniq, tc.rows)
+	es.Recheck(tc.uniq, tc.rows, tc.evictions)
 	tc.evictions = es.Evictions()
 	if tc.planned {
 		for i, u := range tc.inv {

@@ -26,9 +26,10 @@ type EvictingSource interface {
 	// Evictions counts the rows freed so far: unchanged since a Resolve, every row it gave out
 	// still belongs to its ID.
 	Evictions() int64
-	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] (evicted since it was
-	// resolved: its gradient is dropped, as the ID's row is gone).
-	Recheck(ids, rows []int64)
+	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] as it did when resolved, since
+	// being the Evictions count then: the row was freed since (its gradient is dropped, as the ID's
+	// row is gone), also when the ID came back to the same row (re-admitted and re-initialised).
+	Recheck(ids, rows []int64, since int64)
 }
 
 // DefaultingSource is a RowSource whose eval-mode Resolve gives the IDs without a row a default row

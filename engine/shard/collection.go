@@ -192,9 +192,9 @@ func (c *Collection) Evictions(t int) int64 {
 }
 
 // Recheck implements ResolveStore.
-func (c *Collection) Recheck(t int, ids, rows []int64) {
+func (c *Collection) Recheck(t int, ids, rows []int64, since int64) {
 	if es, ok := c.Shards[t].Source.(embedding.EvictingSource); ok {
-		es.Recheck(ids, rows)
+		es.Recheck(ids, rows, since)
 	}
 }
 

@@ -120,8 +120,9 @@ type ResolveStore interface {
 	Recompute(t int, ids, rows []int64) error
 	// Evictions counts the rows table t's shard has freed (see embedding.EvictingSource).
 	Evictions(t int) int64
-	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] in table t's shard.
-	Recheck(t int, ids, rows []int64)
+	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] in table t's shard as it did
+	// when resolved, since being Evictions(t) then (see embedding.EvictingSource).
+	Recheck(t int, ids, rows []int64, since int64)
 }
 
 // LinearStore is a Store whose tables may take a linear update (SGD without weight decay) straight
@@ -462,7 +463,7 @@ func (x *Exchange) recheck(t int) {
 	if !ok || !x.layouts[t].Dynamic() || rs.Evictions(t) == x.evictions[t] {
 		return
 	}
-	rs.Recheck(t, x.owner[t], x.ownerRows[t])
+	rs.Recheck(t, x.owner[t], x.ownerRows[t], x.evictions[t])
 }
 
 // firstError returns the first non-nil error of per-table results (the lowest table's, so the
