@@ -76,6 +76,7 @@ func abiConstants() []abiConstant {
 	add("DynamicMetaHighWater", metaHighWater)
 	add("DynamicMetaFree", metaFree)
 	add("DynamicMetaSketch", metaSketch)
+	add("DynamicMetaSeed", metaSeed)
 	add("DynamicMetaLen", metaLen)
 	add("DynamicSketchShards", dynamic.SketchShards)
 	add("DynamicSketchDepth", dynamic.SketchDepth)

@@ -92,14 +92,36 @@ func batchArgs(keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.P
 	return b, nil
 }
 
+// The forward exports' train argument: an evaluation forward (nothing admitted, IDs without a row
+// read the default vector), a training one (IDs counted, admitted, the clock advanced), or the
+// recomputation of a training forward in backward (activation checkpointing: an evaluation forward
+// whose IDs without a row read zeros, as in the forward it recomputes; embedding.ResolveRecompute).
+const (
+	forwardEval      = 0
+	forwardTrain     = 1
+	forwardRecompute = 2
+)
+
+// checkForwardMode refuses a train argument other than those three.
+func checkForwardMode(train C.int32_t) error {
+	if train < forwardEval || train > forwardRecompute {
+		return errs.Invalidf("forward: train is %d; it is 0 (eval), 1 (train) or 2 (a recomputation in backward)", train)
+	}
+	return nil
+}
+
 // forwardInto runs the pooled forward of b into the caller's out buffer (nout floats) and, with
 // keep, hands back the context backward needs as a handle in *ctxOut.
 func forwardInto(c *embedding.Collection, b embedding.Batch, outPtr unsafe.Pointer, nout C.int64_t, train, keep C.int32_t, ctxOut *C.uintptr_t) error {
+	if err := checkForwardMode(train); err != nil {
+		return err
+	}
 	out, err := viewSlice[float32](outPtr, int64(nout), "out")
 	if err != nil {
 		return err
 	}
-	ctx, err := c.Forward(b, out, train != 0, keep != 0)
+	b.Recompute = train == forwardRecompute
+	ctx, err := c.Forward(b, out, train == forwardTrain, keep != 0)
 	if err != nil {
 		return err
 	}

@@ -164,6 +164,8 @@ func recgo_dynamic_advance(h C.uintptr_t, t C.int64_t, errbuf *C.char, errlen C.
 }
 
 // snapshotMeta is the layout of the meta array of recgo_dynamic_snapshot_meta / recgo_dynamic_import.
+// metaSeed is the table's seed (the uint64's bits); a meta of checkpoints before session 34 ends
+// before it (metaSeed values), and imports with the seed unknown.
 const (
 	metaDim = iota
 	metaStateWidth
@@ -175,6 +177,7 @@ const (
 	metaHighWater
 	metaFree
 	metaSketch
+	metaSeed
 	metaLen
 )
 
@@ -210,7 +213,7 @@ func recgo_dynamic_snapshot_meta(sh C.uintptr_t, metaPtr unsafe.Pointer, n C.int
 			return errs.Invalidf("meta: %d values, need %d", len(meta), metaLen)
 		}
 		copy(meta, []int64{int64(s.Dim), int64(s.StateWidth), int64(s.MaxRows), int64(s.SketchWidth), s.Step,
-			s.Admitted, s.Evicted, int64(s.HighWater()), int64(len(s.Free)), int64(len(s.Sketch))})
+			s.Admitted, s.Evicted, int64(s.HighWater()), int64(len(s.Free)), int64(len(s.Sketch)), int64(s.Seed)})
 		return nil
 	})
 }
@@ -261,7 +264,8 @@ func fillUnlessNull[T any](ptr unsafe.Pointer, src []T, name string) error {
 }
 
 // recgo_dynamic_import replaces a dynamic table's state with a checkpoint's: meta as in
-// recgo_dynamic_snapshot_meta, then the arrays with their lengths. The engine checks every value
+// recgo_dynamic_snapshot_meta (or its first metaSeed values: an older checkpoint's, seed unknown),
+// then the arrays with their lengths. The engine checks every value
 // (shapes, ranges, a consistent free list and ID map); on error the table is unchanged.
 //
 //export recgo_dynamic_import
@@ -279,8 +283,8 @@ func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nm
 		if err != nil {
 			return err
 		}
-		if len(meta) != metaLen {
-			return errs.Invalidf("checkpoint meta: %d values, need %d", len(meta), metaLen)
+		if len(meta) != metaLen && len(meta) != metaSeed {
+			return errs.Invalidf("checkpoint meta: %d values, need %d (or %d, without the seed)", len(meta), metaLen, metaSeed)
 		}
 		for _, i := range []int{metaDim, metaStateWidth, metaMaxRows, metaSketchWidth} {
 			if meta[i] < 0 || meta[i] > math.MaxInt32 {
@@ -290,6 +294,9 @@ func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nm
 		s := &dynamic.Snapshot{Dim: int(meta[metaDim]), StateWidth: int(meta[metaStateWidth]),
 			MaxRows: int(meta[metaMaxRows]), SketchWidth: int(meta[metaSketchWidth]), Step: meta[metaStep],
 			Admitted: meta[metaAdmitted], Evicted: meta[metaEvicted]}
+		if len(meta) > metaSeed {
+			s.Seed, s.SeedKnown = uint64(meta[metaSeed]), true
+		}
 		if meta[metaHighWater] != int64(nrows) || meta[metaFree] != int64(nfree) || meta[metaSketch] != int64(nsketch) {
 			return errs.Invalidf("checkpoint: meta says %d rows, %d free, %d sketch counters; arrays have %d, %d, %d",
 				meta[metaHighWater], meta[metaFree], meta[metaSketch], int64(nrows), int64(nfree), int64(nsketch))

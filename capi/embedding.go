@@ -184,6 +184,8 @@ func recgo_ebc_table_memory(h C.uintptr_t, t C.int64_t, which C.int32_t, ptr *C.
 // recgo_ebc_forward pools a batch into out ([B, width] float32); keyFeature holds, per key, the
 // collection feature it feeds or -1 for a key no feature reads (see embedding.Batch). With keep != 0 it writes the handle
 // of the context backward needs into ctxOut (free it with recgo_free, or let backward use it).
+// train is 0 (eval), 1 (train) or 2 (the recomputation of a training forward in backward; see
+// forwardRecompute).
 //
 //export recgo_ebc_forward
 func recgo_ebc_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,

@@ -89,6 +89,8 @@ func recgo_ec_tables(h C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, errbuf *
 // F·B lengths) into one float32 buffer per key: outPtrs[k] holds outLens[k] values, which must be
 // key k's IDs times its dim (n_k·dim_k, KJT order). With keep != 0 it writes the handle of the
 // context backward needs into ctxOut.
+// train is 0 (eval), 1 (train) or 2 (the recomputation of a training forward in backward; see
+// forwardRecompute).
 //
 //export recgo_ec_forward
 func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64_t, valuesPtr unsafe.Pointer, nvalues C.int64_t,
@@ -117,7 +119,11 @@ func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64
 				return err
 			}
 		}
-		ctx, err := s.Forward(b, outs, train != 0, keep != 0)
+		if err := checkForwardMode(train); err != nil {
+			return err
+		}
+		b.Recompute = train == forwardRecompute
+		ctx, err := s.Forward(b, outs, train == forwardTrain, keep != 0)
 		if err != nil {
 			return err
 		}

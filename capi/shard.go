@@ -125,8 +125,10 @@ func tableLayout(name string, cols [5][]int64, i int, builders []uintptr, split 
 	return shard.NewLayout(name, cols[0][i], dim, kind, trank, world)
 }
 
-// recgo_shard_set_training sets whether the steps begun from now on train (train != 0) or evaluate
-// (dynamic tables then admit no ID; see shard.Collection.SetTraining).
+// recgo_shard_set_training sets whether the steps begun from now on train (train 1), evaluate
+// (train 0: dynamic tables then admit no ID; see shard.Collection.SetTraining) or recompute a
+// training step's forward in backward (train 2: an evaluation whose dynamic IDs without a row read
+// zeros; shard.Collection.SetRecompute).
 //
 //export recgo_shard_set_training
 func recgo_shard_set_training(h C.uintptr_t, train C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
@@ -135,7 +137,11 @@ func recgo_shard_set_training(h C.uintptr_t, train C.int32_t, errbuf *C.char, er
 		if err != nil {
 			return err
 		}
-		c.SetTraining(train != 0)
+		if err := checkForwardMode(train); err != nil {
+			return err
+		}
+		c.SetTraining(train == forwardTrain)
+		c.SetRecompute(train == forwardRecompute)
 		return nil
 	})
 }

@@ -549,6 +549,44 @@ def test_collection_attaches_dynamic_tables_itself() -> None:
     _assert_state_dicts_equal(sd, other.state_dict())
 
 
+@pytest.mark.parametrize("kind", ["pooled", "sequence", "sharded"])
+def test_gradient_accumulation_across_a_readmission_leaves_the_new_incarnation_alone(tmp_path: Path, kind: str) -> None:
+    """Three micro-batches' forwards before their backward: the second evicts the IDs the first looked up,
+    the third re-admits them (re-initialised) into the same rows. The first's gradients belong to the
+    evicted incarnation and are dropped: the rows move by the third's gradient only (float64 reference:
+    the fresh rows minus lr × 1). The owner compared the rows' IDs only and applied the stale gradient."""
+    dyn = DynamicConfig(evict_fraction=1.0, init_min=-0.5, init_max=0.5)
+    if kind == "sharded":
+        import torch.distributed as dist
+        from recgo.distributed import ShardedEmbeddingBagCollection
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        if kind == "sequence":
+            coll: torch.nn.Module = recgo.EmbeddingCollection([recgo.EmbeddingConfig(2, 2, "t", ["f"], dynamic=dyn)],
+                                                              optimizer=SGD(lr=0.5))
+        else:
+            coll = EmbeddingBagCollection([EmbeddingBagConfig(2, 2, "t", ["f"], dynamic=dyn)], optimizer=SGD(lr=0.5))
+            if kind == "sharded":
+                coll = ShardedEmbeddingBagCollection.from_ebc(coll)
+
+        def out(ids: list[int]) -> torch.Tensor:
+            res = coll(KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.ones(len(ids), dtype=torch.int64)))
+            return res["f"].values() if kind == "sequence" else res.values()
+
+        first = out([1, 2])
+        rows = dynamic.lookup(coll, "t", torch.tensor([1, 2]))
+        second = out([3, 4])  # evicts 1 and 2
+        third = out([1, 2])  # evicts 3 and 4; 1 and 2 come back, re-initialised, to their rows
+        assert torch.equal(dynamic.lookup(coll, "t", torch.tensor([1, 2])), rows)
+        weight = (coll.embeddings if kind == "sequence" else coll.embedding_bags)["t"].weight
+        want = weight.detach()[rows].double() - 0.5  # SGD lr 0.5, gradient 1
+        (10 * first.sum() + 10 * second.sum() + third.sum()).backward()
+        torch.testing.assert_close(weight.detach()[rows].double(), want, rtol=0, atol=1e-6)
+    finally:
+        if kind == "sharded":
+            dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("sequence", [False, True])
 def test_gradient_accumulation_across_an_eviction_leaves_the_new_owner_alone(sequence: bool) -> None:
     """Two micro-batches' forwards, one loss, one backward: the second forward's admission evicts a

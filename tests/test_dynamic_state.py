@@ -61,6 +61,81 @@ def test_dcp_loads_dynamic_tables_with_the_planner(tmp_path: Path) -> None:
     assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
+def _seeded(seed: int, min_count: int = 3) -> EmbeddingBagCollection:
+    return EmbeddingBagCollection([EmbeddingBagConfig(name="t", embedding_dim=2, num_embeddings=200, feature_names=["f"],
+                                                      dynamic=DynamicConfig(min_count=min_count, seed=seed))],
+                                  optimizer=Adagrad(lr=0.1))
+
+
+_IDS = torch.arange(100, 160)
+_BATCH = KeyedJaggedTensor(["f"], _IDS, lengths=torch.tensor([60]))
+
+
+def _admitted_at_third_sighting(coll: torch.nn.Module) -> int:
+    coll(_BATCH).values().sum().backward()
+    return int((dynamic.lookup(coll, "t", _IDS) >= 0).sum())
+
+
+@pytest.mark.parametrize("how", ["file", "state_dict", "sharded"])
+def test_a_checkpoint_of_another_seed_is_refused(tmp_path: Path, how: str) -> None:
+    """The admission sketch's counters sit where the saved table's seed hashed the pending IDs: a
+    min_count=3 table of seed 1 loaded into one of seed 12345 silently, and its 60 IDs seen twice were
+    then not admitted at their third sighting (0 of 60). Such a checkpoint is refused by name, the table
+    left as it was, through every loading path (dynamic.load's file, load_state_dict, a sharded
+    collection's merge of the saved sketches); the same seed resumes as the saved table does (its third
+    sighting admits all 60), a checkpoint of a table without a sketch loads whatever the seed, and one
+    saved before the meta held the seed (10 values) loads as before."""
+    if how == "sharded":
+        import torch.distributed as dist
+        from recgo.distributed import ShardedEmbeddingBagCollection
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        def build(seed: int, min_count: int = 3) -> torch.nn.Module:
+            coll = _seeded(seed, min_count)
+            return ShardedEmbeddingBagCollection.from_ebc(coll) if how == "sharded" else coll
+
+        def load(src: EmbeddingBagCollection, dst: torch.nn.Module, old_meta: bool = False) -> None:
+            if how == "file":
+                path = tmp_path / "t.ck"
+                dynamic.save(src, "t", path)
+                dynamic.load(dst, "t", path)
+                return
+            sd = src.state_dict()
+            if old_meta:
+                sd["embedding_bags.t.dynamic_meta"] = sd["embedding_bags.t.dynamic_meta"][:10].clone()
+            dst.load_state_dict(sd)
+
+        saved = _seeded(1)
+        for _ in range(2):
+            saved(_BATCH).values().sum().backward()
+        other = build(12345)
+        before = dynamic.stats(other, "t")
+        with pytest.raises(recgo.InvalidInputError, match=r"seed 1, the table's seed is 12345"):
+            load(saved, other)
+        assert dynamic.stats(other, "t") == before
+        assert _admitted_at_third_sighting(other) == 0  # its own first sighting
+        same = build(1)
+        load(saved, same)
+        reference = _seeded(1)
+        for _ in range(2):
+            reference(_BATCH).values().sum().backward()
+        assert _admitted_at_third_sighting(reference) == _admitted_at_third_sighting(same) == 60
+        plain = _seeded(1, min_count=1)  # no sketch: nothing depends on the seed
+        plain(_BATCH).values().sum().backward()
+        loaded = build(12345, min_count=1)
+        load(plain, loaded)
+        assert bool((dynamic.lookup(loaded, "t", _IDS) >= 0).all())
+        if how != "file":  # a state dict saved before the meta held the seed
+            old = build(1)
+            load(saved, old, old_meta=True)
+            assert _admitted_at_third_sighting(old) == 60
+            build_other = build(12345)
+            load(saved, build_other, old_meta=True)  # seed unknown: accepted, as before
+    finally:
+        if how == "sharded":
+            dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("reentrant", [False, True])
 @pytest.mark.parametrize("sequence", [False, True])
 def test_activation_checkpointing_counts_each_batch_once(reentrant: bool, sequence: bool) -> None:
@@ -119,6 +194,66 @@ def test_activation_checkpointing_counts_each_batch_once_when_sharded(tmp_path: 
         assert (a.step, a.admitted, a.rows) == (b.step, b.admitted, b.rows) == (4, 3, 3)
     finally:
         dist.destroy_process_group()
+
+
+def _pooled_reference(m: torch.nn.Module, ids: list[int], sequence: bool) -> torch.Tensor:
+    """The float64 output of a 2-sample batch ``ids`` (two IDs per sample) as ``m``'s training forward of
+    it, just run, pooled it: an ID without a row (pending, not yet admitted) reads zeros, never ``default``."""
+    owner = getattr(m, "_owner", m)
+    rows = dynamic.lookup(owner, "t", torch.tensor(ids)).tolist()
+    w = owner.embedding_bags["t"].weight.detach().double()
+    vecs = torch.stack([w[r] if r >= 0 else torch.zeros(w.shape[1], dtype=torch.float64) for r in rows])
+    return vecs if sequence else vecs.view(2, 2, -1).sum(1)
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("sequence", [False, True])
+@pytest.mark.parametrize("sharded", [False, True])
+def test_activation_checkpointing_recomputes_pending_ids_as_zeros_not_the_default(
+        tmp_path: Path, reentrant: bool, sequence: bool, sharded: bool) -> None:
+    """With a default vector, the recomputation in backward looked rows up as an eval forward does: a
+    pending ID (seen, not yet admitted) pooled zeros in the forward but the default in the recomputation,
+    so the dense gradients were those of values the forward never produced ([10, 10] for [0, 0]). The
+    recomputation reads the rows the forward read: the dense gradient is the float64 pooled output of a
+    training forward, and the model trains as the plain one does."""
+    from torch.utils.checkpoint import checkpoint
+
+    if sharded and sequence:
+        pytest.skip("the sharded case covers the pooled collection")
+    if sharded:
+        import torch.distributed as dist
+        from recgo.distributed import ShardedEmbeddingBagCollection
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+
+    def build() -> torch.nn.Module:
+        cfg = [EmbeddingBagConfig(50, 2, "t", ["f"], dynamic=DynamicConfig(min_count=2, default=[5.0, 5.0]))]
+        ebc = EmbeddingBagCollection(cfg, optimizer=Adagrad(lr=0.1), seed=0)
+        if sharded:
+            return ShardedEmbeddingBagCollection.from_ebc(ebc)
+        return recgo.EmbeddingCollection([recgo.EmbeddingConfig(50, 2, "t", ["f"])], share=ebc) if sequence else ebc
+
+    def out(m: torch.nn.Module, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        res = m(kjt)
+        return res["f"].values() if sequence else res.values()
+
+    try:
+        plain, ckpt = build(), build()
+        for step in range(4):
+            ids = [1000 + step, 7, 7, 2000 + (step // 2)]
+            kjt = KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.tensor([2, 2]))
+            xp, xc = torch.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+            loss = (out(plain, kjt) * xp).sum()
+            ref = _pooled_reference(plain, ids, sequence)  # what its training forward pooled
+            loss.backward()
+            checkpoint(lambda k, x: (out(ckpt, k) * x).sum(), kjt, xc, use_reentrant=reentrant).backward()
+            assert torch.allclose(xc.grad.double(), ref.sum(0), atol=1e-6), (step, xc.grad, ref.sum(0))
+            assert torch.equal(xc.grad, xp.grad), step
+        assert dynamic.stats(plain, "t") == dynamic.stats(ckpt, "t")
+        sa, sb = plain.state_dict(), ckpt.state_dict()
+        assert list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+    finally:
+        if sharded:
+            dist.destroy_process_group()
 
 
 def test_a_training_lookup_counts_a_repeated_id_once_as_a_forward_does() -> None:

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/recgo/recgo/engine/embedding"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -80,5 +81,78 @@ func TestBackwardAfterAnEvictionLeavesTheNewOwnerAlone(t *testing.T) {
 				require.InDeltaSlice(t, want, tb.Row(rows[0]), 1e-5, "ID 5 took the gradient of the ID evicted for it")
 			})
 		}
+	}
+}
+
+// TestBackwardAfterAReadmissionLeavesTheNewIncarnationAlone: under gradient accumulation a later
+// forward evicts the IDs an earlier one looked up and a third re-admits them (re-initialised) into
+// the very rows they held. The earlier backward's gradient belongs to the evicted incarnation and is
+// dropped; the row's ID alone cannot tell (the same ID holds the same row), so it used to be applied.
+func TestBackwardAfterAReadmissionLeavesTheNewIncarnationAlone(t *testing.T) {
+	const dim = 2
+	cfg := Config{MaxRows: 2, EvictFrac: 1, InitLow: -0.5, InitHigh: 0.5, Seed: 11}
+	cases := []struct {
+		name     string
+		opt      embedding.OptimizerConfig
+		sequence bool
+	}{
+		{"sgd/pooled", embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1}, false},
+		{"sgd/sequence", embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1}, true},
+		{"adagrad/pooled", embedding.OptimizerConfig{Kind: embedding.OptAdagrad, LR: 1, Eps: 1e-8}, false},
+		{"adagrad/sequence", embedding.OptimizerConfig{Kind: embedding.OptAdagrad, LR: 1, Eps: 1e-8}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := NewBuilder(cfg)
+			require.NoError(t, err)
+			tb, err := b.BuildTable("d", dim, tc.opt)
+			require.NoError(t, err)
+			feats := []embedding.Feature{{Name: "f", Table: 0}}
+			c, err := embedding.NewCollection([]*embedding.Table{tb}, feats)
+			require.NoError(t, err)
+			defer c.Close()
+			s, err := embedding.NewSequenceCollection(c, feats)
+			require.NoError(t, err)
+			forward := func(ids ...int64) *embedding.Context { // two samples of one ID each
+				batch := embedding.Batch{KeyFeature: []int64{0}, Values: ids, Lengths: []int64{1, 1}}
+				var ctx *embedding.Context
+				if tc.sequence {
+					ctx, err = s.Forward(batch, [][]float32{make([]float32, 2*dim)}, true, true)
+				} else {
+					ctx, err = c.Forward(batch, make([]float32, 2*dim), true, true)
+				}
+				require.NoError(t, err)
+				return ctx
+			}
+			backward := func(ctx *embedding.Context, g float32) {
+				grad := []float32{g, g, g, g}
+				if tc.sequence {
+					require.NoError(t, s.Backward(ctx, grad, nil, nil))
+				} else {
+					require.NoError(t, c.Backward(ctx, grad, nil, nil))
+				}
+			}
+			rowsOf := func(ids ...int64) []int64 {
+				rows := make([]int64, len(ids))
+				require.NoError(t, Of(tb).Lookup(ids, rows, false))
+				return rows
+			}
+			f1 := forward(1, 2)
+			first := rowsOf(1, 2)
+			f2 := forward(3, 4) // evicts 1 and 2
+			f3 := forward(1, 2) // evicts 3 and 4; 1 and 2 come back, re-initialised, to their rows
+			require.Equal(t, first, rowsOf(1, 2), "the same rows as in the first forward")
+			backward(f1, 10) // the evicted incarnation's gradient: dropped
+			backward(f2, 10) // 3 and 4 are gone: dropped
+			backward(f3, 1)
+			for i, id := range []int64{1, 2} {
+				want := make([]float32, dim)
+				InitVector(want, id, cfg.Seed, cfg.InitLow, cfg.InitHigh)
+				for j := range want {
+					want[j]-- // one step of gradient 1 (SGD lr 1; Adagrad lr 1: g/√g²)
+				}
+				assert.InDeltaSlice(t, want, tb.Row(first[i]), 1e-5, "ID %d took the gradient of its evicted incarnation", id)
+			}
+		})
 	}
 }

@@ -20,6 +20,10 @@ type Snapshot struct {
 	Sketch                                []uint8   // counters of every shard's sketch (nil when MinCount <= 1)
 	SketchAdds                            []int64   // additions since the last halving, per shard (nil likewise)
 	Admitted, Evicted                     int64
+	// Seed is the seed of the table it was taken from, which positions the sketch's counters (an ID's
+	// hash); SeedKnown is false for a checkpoint written before it was saved (accepted as before).
+	Seed      uint64
+	SeedKnown bool
 }
 
 // HighWater returns the number of rows the snapshot holds.
@@ -40,7 +44,7 @@ func (t *Table) Export() (*Snapshot, error) {
 		Step: int64(t.step.Load()), IDs: append([]int64(nil), t.ids[:hw]...),
 		Counts: make([]int64, hw), LastSeen: make([]int64, hw), Free: make([]int64, t.nfree),
 		Weights: make([]float32, hw*c.Dim), State: append([]float32(nil), t.state[:hw*c.StateWidth]...),
-		Admitted: t.admitted.Load(), Evicted: t.evicted.Load(),
+		Admitted: t.admitted.Load(), Evicted: t.evicted.Load(), Seed: c.Seed, SeedKnown: true,
 	}
 	for r := range hw {
 		s.Counts[r], s.LastSeen[r] = int64(t.counts[r]), int64(t.last[r])
@@ -85,6 +89,11 @@ func (s *Snapshot) validate(c *Config) error {
 		return bad("%d sketch addition counters, expected %d", len(s.SketchAdds), numShards)
 	case s.Admitted < 0 || s.Evicted < 0:
 		return bad("negative admitted/evicted totals")
+	case s.SeedKnown && s.Seed != c.Seed && len(s.Sketch) != 0:
+		// the ID map and the rows are rebuilt under the table's seed, but the sketch's counters sit
+		// where the saved seed hashed the pending IDs: loaded, they would count for other IDs
+		return bad("its admission sketch was hashed with seed %d, the table's seed is %d (its counts would land "+
+			"on other IDs): load it into a table of seed %d", s.Seed, c.Seed, s.Seed)
 	}
 	if c.MinCount > 1 {
 		if s.SketchWidth != c.SketchWidth || len(s.Sketch) != sketchDepth*c.SketchWidth {
@@ -148,7 +157,8 @@ func (t *Table) Import(s *Snapshot) error {
 	clear(t.ids[:t.highWater])
 	clear(t.last[:t.highWater])
 	clear(t.counts[:t.highWater])
-	t.reserve = t.reserve[:0] // the kept candidates describe rows this import replaces
+	clear(t.freed[:t.highWater]) // the restored count starts anew (0 ≤ any later resolve's count)
+	t.reserve = t.reserve[:0]    // the kept candidates describe rows this import replaces
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.presize(c.MaxRows)

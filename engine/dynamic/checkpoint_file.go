@@ -17,9 +17,10 @@ import (
 // little-endian:
 //
 //	magic "RGDYNCK1"
-//	header: version (uint32), then 12 int64: dim, state width, row bound, sketch width, step,
+//	header: version (uint32), then 13 int64: dim, state width, row bound, sketch width, step,
 //	        admitted, evicted, high water, free-list length, sketch length, sketch-adds length,
-//	        optimizer step
+//	        optimizer step, seed (the uint64's bits; version 1, before session 34, has the first 12
+//	        only: read with the seed unknown, and written back so)
 //	CRC-32C of magic and header (uint32)
 //	sections, each followed by its CRC-32C (uint32): ids, counts, last seen, free (int64 each);
 //	        weights, state (float32); sketch (uint8); sketch adds (int64)
@@ -28,15 +29,23 @@ import (
 // allocating, then [Snapshot.validate] checks the contents against the table.
 const (
 	fileMagic      = "RGDYNCK1"
-	fileVersion    = 1
-	headerInts     = 12
-	headerBytes    = len(fileMagic) + 4 + 8*headerInts
+	fileVersion    = 2
+	headerInts     = 13 // version 1: 12 (no seed)
 	sectionCount   = 8
 	maxFileDim     = 1 << 20
 	maxStateFactor = 2 // Adam keeps 2·dim state values per row
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// headerBytes is the length of a file's magic, version and header of the given version (1 or 2).
+func headerBytes(version uint32) int {
+	n := headerInts
+	if version == 1 {
+		n--
+	}
+	return len(fileMagic) + 4 + 8*n
+}
 
 // sectionNames name the file's sections in errors.
 var sectionNames = [sectionCount]string{"ids", "counts", "last_seen", "free", "weights", "state", "sketch", "sketch_adds"}
@@ -53,12 +62,16 @@ func (c *Checkpoint) Encode() []byte {
 	s := c.Snapshot
 	hdr := []int64{int64(s.Dim), int64(s.StateWidth), int64(s.MaxRows), int64(s.SketchWidth), s.Step,
 		s.Admitted, s.Evicted, int64(len(s.IDs)), int64(len(s.Free)), int64(len(s.Sketch)), int64(len(s.SketchAdds)),
-		c.OptimizerStep}
-	size := headerBytes + 4 + 4*sectionCount + 8*(3*len(s.IDs)+len(s.Free)+len(s.SketchAdds)) +
+		c.OptimizerStep, int64(s.Seed)}
+	version := uint32(fileVersion)
+	if !s.SeedKnown { // a version-1 file read back: written as it was (the encoding is canonical)
+		version, hdr = 1, hdr[:headerInts-1]
+	}
+	size := headerBytes(version) + 4 + 4*sectionCount + 8*(3*len(s.IDs)+len(s.Free)+len(s.SketchAdds)) +
 		4*(len(s.Weights)+len(s.State)) + len(s.Sketch)
 	b := make([]byte, 0, size)
 	b = append(b, fileMagic...)
-	b = binary.LittleEndian.AppendUint32(b, fileVersion)
+	b = binary.LittleEndian.AppendUint32(b, version)
 	for _, v := range hdr {
 		b = binary.LittleEndian.AppendUint64(b, uint64(v))
 	}
@@ -99,20 +112,25 @@ func (c *Checkpoint) Encode() []byte {
 // checksums (naming the damaged part), not whether the snapshot fits a table: [Table.Import] does.
 func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	bad := func(format string, args ...any) error { return errs.IOf("dynamic checkpoint: "+format, args...) }
-	if len(b) < headerBytes+4 {
-		return nil, bad("truncated: %d bytes, shorter than the %d-byte header", len(b), headerBytes+4)
+	if len(b) < headerBytes(1)+4 {
+		return nil, bad("truncated: %d bytes, shorter than the %d-byte header", len(b), headerBytes(1)+4)
 	}
 	if string(b[:len(fileMagic)]) != fileMagic {
 		return nil, bad("not a recgo dynamic-table checkpoint (bad magic %q)", b[:len(fileMagic)])
 	}
-	if got := binary.LittleEndian.Uint32(b[headerBytes:]); got != crc32.Checksum(b[:headerBytes], castagnoli) {
+	version := binary.LittleEndian.Uint32(b[len(fileMagic):])
+	if version != 1 && version != fileVersion {
+		return nil, bad("format version %d, this recgo reads 1 and %d (or the file is corrupted)", version, fileVersion)
+	}
+	hb := headerBytes(version)
+	if len(b) < hb+4 {
+		return nil, bad("truncated: %d bytes, shorter than the %d-byte header", len(b), hb+4)
+	}
+	if got := binary.LittleEndian.Uint32(b[hb:]); got != crc32.Checksum(b[:hb], castagnoli) {
 		return nil, bad("header checksum mismatch (the file is corrupted)")
 	}
-	if v := binary.LittleEndian.Uint32(b[len(fileMagic):]); v != fileVersion {
-		return nil, bad("format version %d, this recgo reads %d", v, fileVersion)
-	}
 	var h [headerInts]int64
-	for i := range h {
+	for i := range (hb - len(fileMagic) - 4) / 8 {
 		h[i] = int64(binary.LittleEndian.Uint64(b[len(fileMagic)+4+8*i:]))
 	}
 	dim, width, maxRows, sketchWidth := h[0], h[1], h[2], h[3]
@@ -133,7 +151,7 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	}
 	// Every size is now bounded (rows < 2^31, dim ≤ 2^20): the expected length cannot overflow.
 	lens := [sectionCount]int64{hw * 8, hw * 8, hw * 8, nfree * 8, hw * dim * 4, hw * width * 4, nsketch, nadds * 8}
-	want := int64(headerBytes + 4)
+	want := int64(hb + 4)
 	for _, n := range lens {
 		want += n + 4
 	}
@@ -141,7 +159,7 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 		return nil, bad("%d bytes where the header declares %d (truncated or corrupted)", len(b), want)
 	}
 	var sec [sectionCount][]byte
-	off := int64(headerBytes + 4)
+	off := int64(hb + 4)
 	for i, n := range lens {
 		sec[i] = b[off : off+n]
 		if got := binary.LittleEndian.Uint32(b[off+n:]); got != crc32.Checksum(sec[i], castagnoli) {
@@ -165,7 +183,8 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	}
 	s := &Snapshot{Dim: int(dim), StateWidth: int(width), MaxRows: int(maxRows), SketchWidth: int(sketchWidth),
 		Step: h[4], Admitted: h[5], Evicted: h[6], IDs: ints(sec[0]), Counts: ints(sec[1]), LastSeen: ints(sec[2]),
-		Free: ints(sec[3]), Weights: floats(sec[4]), State: floats(sec[5]), SketchAdds: ints(sec[7])}
+		Free: ints(sec[3]), Weights: floats(sec[4]), State: floats(sec[5]), SketchAdds: ints(sec[7]),
+		Seed: uint64(h[12]), SeedKnown: version >= 2}
 	if nsketch > 0 {
 		s.Sketch = append([]uint8(nil), sec[6]...)
 	}

@@ -150,6 +150,7 @@ func TestImportRejectsBadSnapshots(t *testing.T) {
 		{"sketch shape", func(s *Snapshot) { s.Sketch = s.Sketch[:10] }, "sketch"},
 		{"sketch missing", func(s *Snapshot) { s.Sketch = nil }, "sketch"},
 		{"sketch adds", func(s *Snapshot) { s.SketchAdds[3] = -1 }, "sketch addition"},
+		{"other seed", func(s *Snapshot) { s.Seed = 12345 }, "hashed with seed 12345, the table's seed is 0"},
 	}
 	dst := newTable(t, c)
 	before, err := dst.Export()
@@ -172,4 +173,77 @@ func TestImportRejectsBadSnapshots(t *testing.T) {
 	noSketch := newTable(t, Config{Name: "t", Dim: 2, StateWidth: 2, MaxRows: 64, MaxAge: 3})
 	err = noSketch.Import(clone())
 	assert.ErrorContains(t, err, "min_count differs")
+}
+
+// TestImportOfAnotherSeed: the admission sketch's counters sit where the saved table's seed hashed
+// the pending IDs, so a checkpoint with a sketch loads only into a table of the same seed (it loaded
+// into any, and its counts then counted for other IDs: a pending ID seen twice of min_count 3 was not
+// admitted at its third sighting). Without a sketch nothing depends on the seed; a checkpoint from
+// before the seed was saved (SeedKnown false, a version-1 file) loads as before.
+func TestImportOfAnotherSeed(t *testing.T) {
+	cases := []struct {
+		name         string
+		minCount     int
+		savedSeed    uint64
+		tableSeed    uint64
+		unknown      bool // a checkpoint written before the seed was saved
+		wantErr      string
+		wantAdmitted int // of the 60 pending IDs, at their third sighting
+	}{
+		{name: "same seed", minCount: 3, savedSeed: 1, tableSeed: 1, wantAdmitted: 60},
+		{name: "other seed", minCount: 3, savedSeed: 1, tableSeed: 12345,
+			wantErr: "admission sketch was hashed with seed 1, the table's seed is 12345"},
+		{name: "seed unknown", minCount: 3, savedSeed: 1, tableSeed: 1, unknown: true, wantAdmitted: 60},
+		{name: "other seed, seed unknown", minCount: 3, savedSeed: 1, tableSeed: 12345, unknown: true, wantAdmitted: -1},
+		{name: "other seed, no sketch", minCount: 1, savedSeed: 1, tableSeed: 12345, wantAdmitted: 60},
+	}
+	ids := make([]int64, 60)
+	for i := range ids {
+		ids[i] = int64(100 + i)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := Config{Name: "t", Dim: 2, MaxRows: 200, MinCount: tc.minCount, Seed: tc.savedSeed}
+			src := newTable(t, cfg)
+			for range 2 {
+				resolve(t, src, true, ids...)
+			}
+			snap, err := src.Export()
+			require.NoError(t, err)
+			require.True(t, snap.SeedKnown)
+			require.Equal(t, tc.savedSeed, snap.Seed)
+			if tc.unknown { // as a version-1 file decodes: the canonical encoding keeps it version 1
+				snap.SeedKnown, snap.Seed = false, 0
+				ck, err := DecodeCheckpoint((&Checkpoint{Snapshot: snap}).Encode())
+				require.NoError(t, err)
+				require.False(t, ck.Snapshot.SeedKnown)
+				require.Equal(t, snap.Counts, ck.Snapshot.Counts)
+				require.Equal(t, snap.Sketch, ck.Snapshot.Sketch)
+				snap = ck.Snapshot
+			}
+			cfg.Seed = tc.tableSeed
+			dst := newTable(t, cfg)
+			before, err := dst.Export()
+			require.NoError(t, err)
+			err = dst.Import(snap)
+			if tc.wantErr != "" {
+				require.ErrorIs(t, err, errs.ErrInvalid)
+				require.ErrorContains(t, err, tc.wantErr)
+				after, err := dst.Export()
+				require.NoError(t, err)
+				assert.Equal(t, before, after, "a refused import leaves the table unchanged")
+				return
+			}
+			require.NoError(t, err)
+			admitted := 0
+			for _, r := range resolve(t, dst, true, ids...) {
+				if r >= 0 {
+					admitted++
+				}
+			}
+			if tc.wantAdmitted >= 0 { // unknown: loaded as before, its counts where the other seed put them
+				assert.Equal(t, tc.wantAdmitted, admitted)
+			}
+		})
+	}
 }

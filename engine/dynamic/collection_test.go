@@ -162,7 +162,7 @@ func TestResidentMemoryStopsGrowing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, st.Evicted)
 	assert.Equal(t, filled, last, "no growth once full")
-	storage := bound * (dim + dim + 4) * 4 // weights, state, metadata
+	storage := bound * (dim + dim + 6) * 4 // weights, state, metadata (ID, last step, count, freed count)
 	assert.LessOrEqual(t, last, storage+8*4096, "resident storage within the bound (plus page rounding)")
 	assert.Less(t, last, st.ReservedBytes+1)
 }
@@ -194,4 +194,56 @@ func TestDefaultRowPoolsButIsNeverTrained(t *testing.T) {
 	rows := make([]int64, 2)
 	require.NoError(t, d.Lookup([]int64{7, 9}, rows, false))
 	require.Equal(t, []int64{0, -1}, rows)
+}
+
+// TestRecomputeReadsTheTrainingForwardsRows: a forward's recomputation in backward (activation
+// checkpointing; Batch.Recompute) reads the rows the training forward read: an admitted ID its row,
+// a pending one (min_count not reached) zeros — an eval forward gives it the default vector, which the
+// recomputation gave it before, so the backward saw values the forward never produced. Nothing is
+// counted or admitted and the clock stays; a training forward marked Recompute is refused.
+func TestRecomputeReadsTheTrainingForwardsRows(t *testing.T) {
+	cases := []struct {
+		name       string
+		train      bool
+		recompute  bool
+		want       []float32 // ID 7 (admitted), ID 9 (seen once, pending)
+		step       int64
+		admitted   int64
+		wantErrMsg string
+	}{
+		{name: "train", train: true, want: []float32{1, 1, 1, 1}, step: 3, admitted: 2}, // 9 seen twice now
+		{name: "eval", want: []float32{1, 1, 0.5, -2}, step: 2, admitted: 1},
+		{name: "recompute", recompute: true, want: []float32{1, 1, 0, 0}, step: 2, admitted: 1},
+		{name: "train+recompute", train: true, recompute: true, wantErrMsg: "not a training forward"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := NewBuilder(Config{MaxRows: 4, MinCount: 2, Default: []float32{0.5, -2}, InitLow: 1, InitHigh: 1})
+			require.NoError(t, err)
+			tb, err := b.BuildTable("d", 2, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1})
+			require.NoError(t, err)
+			c, err := embedding.NewCollection([]*embedding.Table{tb}, []embedding.Feature{{Name: "a", Table: 0}})
+			require.NoError(t, err)
+			defer c.Close()
+			for _, ids := range [][]int64{{7}, {7, 9}} { // 7 admitted at its second sighting, 9 seen once
+				_, err = c.Forward(embedding.Batch{KeyFeature: []int64{0}, Values: ids, Lengths: []int64{int64(len(ids))}}, make([]float32, 2), true, false)
+				require.NoError(t, err)
+			}
+			out := make([]float32, 4)
+			batch := embedding.Batch{KeyFeature: []int64{0}, Values: []int64{7, 9}, Lengths: []int64{1, 1}, Recompute: tc.recompute}
+			ctx, err := c.Forward(batch, out, tc.train, true)
+			if tc.wantErrMsg != "" {
+				require.ErrorIs(t, err, errs.ErrInvalid)
+				require.ErrorContains(t, err, tc.wantErrMsg)
+				return
+			}
+			require.NoError(t, err)
+			c.Release(ctx)
+			assert.Equal(t, tc.want, out)
+			st, err := Of(tb).Stats()
+			require.NoError(t, err)
+			assert.Equal(t, tc.step, st.Step)
+			assert.Equal(t, tc.admitted, st.Admitted)
+		})
+	}
 }

@@ -187,8 +187,8 @@ func (c *Config) storageRows() int {
 // layout places the table's sections in its reserved region; each starts on a page boundary, so each
 // grows from its own first page.
 type layout struct {
-	weights, state, ids, last, counts, free int // byte offsets
-	total                                   int // bytes reserved
+	weights, state, ids, last, counts, free, freed int // byte offsets
+	total                                          int // bytes reserved
 }
 
 func (c *Config) layout() layout {
@@ -205,6 +205,7 @@ func (c *Config) layout() layout {
 	l.last = section(c.MaxRows * 4)
 	l.counts = section(c.MaxRows * 4)
 	l.free = section(c.MaxRows * 4)
+	l.freed = section(c.MaxRows * 8)
 	return l
 }
 

@@ -161,8 +161,8 @@ func (t *Table) release(victims []candidate) {
 }
 
 // freeRows pushes cleared rows on the free list so that they are reused in ascending row order
-// (whatever order they were cleared in: lookups clear stale rows shard by shard, in parallel), and
-// counts them as evicted.
+// (whatever order they were cleared in: lookups clear stale rows shard by shard, in parallel);
+// clearRow counted them as evicted.
 func (t *Table) freeRows(rows []int32) {
 	if len(rows) == 0 {
 		return
@@ -174,11 +174,11 @@ func (t *Table) freeRows(rows []int32) {
 		t.nfree++
 	}
 	t.allocMu.Unlock()
-	t.evicted.Add(int64(len(rows)))
 }
 
-// clearRow removes row r's ID (hash h) from its shard s, and resets the row's weights, state and
-// metadata to zero (caller holds s's lock, and hands r to freeRows).
+// clearRow removes row r's ID (hash h) from its shard s, resets the row's weights, state and
+// metadata to zero, and counts it as evicted, stamping the count in freed[r] (caller holds s's lock,
+// and hands r to freeRows).
 func (t *Table) clearRow(s *shard, h uint64, r int32) {
 	c := &t.cfg
 	if !s.del(h, t.ids[r]) {
@@ -187,6 +187,7 @@ func (t *Table) clearRow(s *shard, h uint64, r int32) {
 	clear(t.weights[int(r)*c.Stride : int(r+1)*c.Stride])
 	clear(t.state[int(r)*c.StateWidth : int(r+1)*c.StateWidth])
 	t.ids[r], t.last[r], t.counts[r] = 0, 0, 0
+	t.freed[r] = t.evicted.Add(1)
 }
 
 // stale reports whether row r was last seen more than MaxAge steps before step. The sweep (every

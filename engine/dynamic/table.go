@@ -30,7 +30,13 @@ type Table struct {
 	ids     []int64   // owner ID of each row
 	last    []uint32  // step each row was last seen in training
 	counts  []uint32  // batches each row's ID was seen in; 0 marks a free row
-	free    []int32   // free-list stack of evicted rows (first nfree entries)
+	// freed is, per row, the eviction count (Evictions) that freeing it last brought the table to, 0 if
+	// never freed since New or Import. Recheck drops a row freed after the forward that resolved it
+	// even when the same ID came back to the same row (a new incarnation, re-initialised): comparing
+	// the row's ID alone wrote the stale gradient into it. 8 bytes per row of the bound (int64: the
+	// count never wraps, so the check is exact), committed with the pages of rows ever freed.
+	freed []int64
+	free  []int32 // free-list stack of evicted rows (first nfree entries)
 
 	shards [numShards]shard
 
@@ -68,6 +74,7 @@ func New(cfg Config) (*Table, error) {
 	t.ids = view[int64](buf, l.ids, c.MaxRows)
 	t.last = view[uint32](buf, l.last, c.MaxRows)
 	t.counts = view[uint32](buf, l.counts, c.MaxRows)
+	t.freed = view[int64](buf, l.freed, c.MaxRows)
 	t.free = view[int32](buf, l.free, c.MaxRows)
 	for i := range t.shards {
 		t.shards[i].sketch = newSketch(c.SketchWidth/numShards, c.Seed, c.MinCount > 1)
@@ -298,8 +305,11 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 // import restores the count it saved).
 func (t *Table) Evictions() int64 { return t.evicted.Load() }
 
-// Recheck implements embedding.EvictingSource: rows[i] becomes −1 where ids[i] no longer holds it.
-func (t *Table) Recheck(ids, rows []int64) {
+// Recheck implements embedding.EvictingSource: rows[i] becomes −1 where ids[i] no longer holds it,
+// or holds it again after the row was freed since the resolve (Evictions was since then): that
+// incarnation of the ID is not the one the forward looked up. The ID's shard lock covers freed[r]
+// of a row the ID holds (clearRow writes it under the owner's lock).
+func (t *Table) Recheck(ids, rows []int64, since int64) {
 	t.closeMu.RLock()
 	defer t.closeMu.RUnlock()
 	if t.closed {
@@ -310,7 +320,7 @@ func (t *Table) Recheck(ids, rows []int64) {
 	for s, idx := range g.groups(t, 0, numShards) {
 		s.mu.Lock()
 		for _, i := range idx {
-			if r := rows[i]; r >= 0 && r < int64(t.cfg.MaxRows) && int64(s.get(g.hash[i], ids[i])) != r {
+			if r := rows[i]; r >= 0 && r < int64(t.cfg.MaxRows) && (int64(s.get(g.hash[i], ids[i])) != r || t.freed[r] > since) {
 				rows[i] = noRow
 			}
 		}
@@ -449,7 +459,7 @@ func (t *Table) Close() error {
 		return nil
 	}
 	t.closed = true
-	t.weights, t.state, t.ids, t.last, t.counts, t.free = nil, nil, nil, nil, nil, nil
+	t.weights, t.state, t.ids, t.last, t.counts, t.free, t.freed = nil, nil, nil, nil, nil, nil, nil
 	return t.buf.Free()
 }
 

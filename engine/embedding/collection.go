@@ -278,6 +278,9 @@ type Batch struct {
 	// Dedup, when set, is the batch's per-table dedup prepared by the input pipeline (checked
 	// against the batch, then used instead of deduplicating again).
 	Dedup *PreparedDedup
+	// Recompute marks an evaluation forward (train false) as the recomputation of a training forward
+	// in backward (activation checkpointing): its rows are resolved with [ResolveRecompute].
+	Recompute bool
 }
 
 // IgnoredKey is the KeyFeature entry of a key that no feature of the collection reads.

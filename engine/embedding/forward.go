@@ -77,7 +77,7 @@ func (x *Context) recheck(t int, tb *Table) {
 	if !ok || tc.lazy || es.Evictions() == tc.evictions {
 		return
 	}
-	es.Recheck(tc.uniq, tc.rows)
+	es.Recheck(tc.uniq, tc.rows, tc.evictions)
 	tc.evictions = es.Evictions()
 	if tc.planned {
 		for i, u := range tc.inv {
@@ -102,6 +102,9 @@ func (x *Context) Lookups(t int) int {
 	return len(x.tables[t].inv)
 }
 
+// errRecomputeTrain refuses a batch marked Recompute in a training forward (a recomputation admits nothing).
+var errRecomputeTrain = errs.Invalidf("forward: a recomputation (Batch.Recompute) is not a training forward (train must be false)")
+
 // poolChunk is the number of samples one pooling kernel call covers (and one sample-major work
 // item pools over all features, so the output is written in address order: a row crosses pages, a
 // column of rows strides across them).
@@ -112,6 +115,9 @@ const poolChunk = 32
 // resolved once (without keep, fixed tables skip deduplication: ID i is row i); every output
 // segment (feature, sample) has one writer.
 func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context, error) {
+	if train && b.Recompute {
+		return nil, errRecomputeTrain
+	}
 	unlock, err := c.lock(train && c.exclusiveTrain)
 	if err != nil {
 		return nil, err
@@ -434,7 +440,11 @@ func (c *Collection) resolveRows(ti int, b Batch, B int, featKey []int, offsets 
 	t, tc := c.Tables[ti], &ctx.tables[ti]
 	_, dense := t.fixedRange()
 	tc.rows = resize(tc.rows, len(tc.uniq))
-	if err := t.Source.Resolve(tc.uniq, tc.rows, train); err != nil {
+	resolve := t.Source.Resolve
+	if b.Recompute {
+		resolve = func(ids, rows []int64, _ bool) error { return ResolveRecompute(t.Source, ids, rows) }
+	}
+	if err := resolve(tc.uniq, tc.rows, train); err != nil {
 		return wrapTable(t, err)
 	}
 	if es, ok := t.Source.(EvictingSource); ok {

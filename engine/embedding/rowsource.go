@@ -26,9 +26,38 @@ type EvictingSource interface {
 	// Evictions counts the rows freed so far: unchanged since a Resolve, every row it gave out
 	// still belongs to its ID.
 	Evictions() int64
-	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] (evicted since it was
-	// resolved: its gradient is dropped, as the ID's row is gone).
-	Recheck(ids, rows []int64)
+	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] as it did when resolved, since
+	// being the Evictions count then: the row was freed since (its gradient is dropped, as the ID's
+	// row is gone), also when the ID came back to the same row (re-admitted and re-initialised).
+	Recheck(ids, rows []int64, since int64)
+}
+
+// DefaultingSource is a RowSource whose eval-mode Resolve gives the IDs without a row a default row
+// (a dynamic table with a default vector), which a training forward never hands out.
+type DefaultingSource interface {
+	RowSource
+	// DefaultRow is the row eval lookups give IDs without one, or −1 without a default.
+	DefaultRow() int64
+}
+
+// ResolveRecompute resolves ids as a forward's recomputation in backward (activation checkpointing)
+// does: the rows the training forward it recomputes read. Nothing is counted, admitted or stamped and
+// the clock stays (an eval Resolve: the first forward counted the batch), and an ID without a row
+// reads −1 (zeros) as in that training forward, never a DefaultingSource's eval default row.
+func ResolveRecompute(s RowSource, ids, rows []int64) error {
+	if err := s.Resolve(ids, rows, false); err != nil {
+		return err
+	}
+	if d, ok := s.(DefaultingSource); ok {
+		if def := d.DefaultRow(); def >= 0 {
+			for i, r := range rows {
+				if r == def {
+					rows[i] = -1
+				}
+			}
+		}
+	}
+	return nil
 }
 
 // RangeSource is the RowSource of a fixed-size table: ID i is row i, for 0 ≤ i < Rows.

@@ -178,6 +178,9 @@ func iota64(n int) []int64 {
 // OutputSizes(b) values each, overwritten) and, when keep is true, returns the context
 // [SequenceCollection.Backward] needs. Unresolved IDs (dynamic tables) give zero rows.
 func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool) (*Context, error) {
+	if train && b.Recompute {
+		return nil, errRecomputeTrain
+	}
 	unlock, err := s.lock(train && s.view.exclusiveTrain)
 	if err != nil {
 		return nil, err

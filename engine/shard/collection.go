@@ -40,6 +40,7 @@ type Collection struct {
 	mu     sync.RWMutex
 	closed bool
 	eval   bool         // steps begun now look dynamic tables up without admitting IDs (SetTraining)
+	recomp bool         // evaluation steps begun now recompute a training step's forward (SetRecompute)
 	steps  atomic.Int64 // forward exchanges driven so far: each one's number (sync.go)
 	optim  int64        // the optimizer's fingerprint, which the step headers carry (sync.go)
 	ident  int64        // the collection's identity, which the step headers carry (sync.go)
@@ -128,6 +129,16 @@ func (c *Collection) SetTraining(train bool) {
 	c.eval = !train
 }
 
+// SetRecompute sets whether the evaluation steps begun from now on are the recomputation of a
+// training step's forward in backward (activation checkpointing): their dynamic shards resolve IDs
+// with embedding.ResolveRecompute (an ID without a row reads zeros as in the training step, not the
+// default vector). Training steps ignore it.
+func (c *Collection) SetRecompute(on bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recomp = on
+}
+
 // SetOptimizer changes every shard's optimizer hyper-parameters (the kind must stay), for
 // learning-rate schedules. Call it between steps: a step's update reads them.
 func (c *Collection) SetOptimizer(opt embedding.OptimizerConfig) error {
@@ -167,6 +178,11 @@ func (c *Collection) Resolve(t int, ids, rows []int64, train bool) error {
 	return c.Shards[t].Source.Resolve(ids, rows, train)
 }
 
+// Recompute implements ResolveStore: table t's dynamic shard resolves ids as a recomputation.
+func (c *Collection) Recompute(t int, ids, rows []int64) error {
+	return embedding.ResolveRecompute(c.Shards[t].Source, ids, rows)
+}
+
 // Evictions implements ResolveStore (0 for a shard that never evicts).
 func (c *Collection) Evictions(t int) int64 {
 	if es, ok := c.Shards[t].Source.(embedding.EvictingSource); ok {
@@ -176,9 +192,9 @@ func (c *Collection) Evictions(t int) int64 {
 }
 
 // Recheck implements ResolveStore.
-func (c *Collection) Recheck(t int, ids, rows []int64) {
+func (c *Collection) Recheck(t int, ids, rows []int64, since int64) {
 	if es, ok := c.Shards[t].Source.(embedding.EvictingSource); ok {
-		es.Recheck(ids, rows)
+		es.Recheck(ids, rows, since)
 	}
 }
 
@@ -248,6 +264,7 @@ func (c *Collection) newStep(b embedding.Batch) (*Step, error) {
 func (c *Collection) newExchange() *Exchange {
 	x := NewExchange(c.Layouts, c.Topo, c.Rank, c.Mode, c)
 	x.pools, x.train, x.steps, x.optim, x.ident = &c.pools, !c.eval, &c.steps, c.optim, c.ident
+	x.recompute = c.eval && c.recomp
 	x.pad = int(c.pad.Load())
 	return x
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/recgo/recgo/engine/dynamic"
 	"github.com/recgo/recgo/engine/embedding"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -304,4 +305,71 @@ func TestAccumulatedStepsAcrossAnEviction(t *testing.T) {
 	dynamic.InitVector(want, ids[4], cfg.Seed, cfg.InitLow, cfg.InitHigh)
 	require.InDeltaSlice(t, []float32{want[0] - 1, want[1] - 1}, w.ranks[0].Shards[0].Row(rows[0]), 1e-6,
 		"the new ID took the gradient of the ID evicted for it")
+}
+
+// TestAccumulatedStepsAcrossAReadmission: three steps' forwards before their backwards; the second
+// evicts the IDs the first looked up and the third re-admits them (re-initialised) into the same
+// rows of the owner's shard. The first step's gradients belong to the evicted incarnation and are
+// dropped (the owner's recheck compared the rows' IDs only, so it applied them); see
+// TestBackwardAfterAReadmissionLeavesTheNewIncarnationAlone in engine/dynamic for one process.
+func TestAccumulatedStepsAcrossAReadmission(t *testing.T) {
+	cfg := dynamic.Config{MaxRows: 2, EvictFrac: 1, InitLow: -0.5, InitHigh: 0.5, Seed: 7}
+	for _, opt := range []embedding.OptimizerConfig{{Kind: embedding.OptSGD, LR: 1}, {Kind: embedding.OptAdagrad, LR: 1, Eps: 1e-8}} {
+		t.Run(opt.Kind.String(), func(t *testing.T) {
+			topo, err := NewTopology(1, 2, 2)
+			require.NoError(t, err)
+			var ids []int64 // four IDs rank 0 owns
+			for id := int64(1); len(ids) < 4; id++ {
+				if HashOwner(id, 2) == 0 {
+					ids = append(ids, id)
+				}
+			}
+			w := &testWorld{topo: topo}
+			for r := range 2 {
+				b, err := dynamic.NewBuilder(cfg)
+				require.NoError(t, err)
+				l, err := NewDynamicLayout("d", 2, Hash, 0, 2, b)
+				require.NoError(t, err)
+				c, err := NewCollection([]*Layout{l}, topo, r, Flat, opt, []embedding.Feature{{Name: "f", Table: 0}})
+				require.NoError(t, err)
+				defer c.Close()
+				w.ranks = append(w.ranks, c)
+			}
+			batch := func(vals ...int64) func(int) embedding.Batch { // rank 1 asks for rank 0's IDs
+				return func(r int) embedding.Batch {
+					if r == 0 {
+						return embedding.Batch{KeyFeature: []int64{0}, Lengths: []int64{0}}
+					}
+					return embedding.Batch{KeyFeature: []int64{0}, Values: vals, Lengths: []int64{int64(len(vals))}}
+				}
+			}
+			d := dynamic.Of(w.ranks[0].Shards[0])
+			rowsOf := func() []int64 {
+				rows := make([]int64, 2)
+				require.NoError(t, d.Lookup(ids[:2], rows, false))
+				return rows
+			}
+			stepsA, xsA := w.forward(t, batch(ids[:2]...))
+			first := rowsOf()
+			stepsB, xsB := w.forward(t, batch(ids[2:]...)) // evicts ids[0], ids[1]
+			stepsC, xsC := w.forward(t, batch(ids[:2]...)) // evicts ids[2], ids[3]; the first two come back
+			require.Equal(t, first, rowsOf(), "re-admitted into the same rows")
+			for k, steps := range [][]*Step{stepsA, stepsB, stepsC} {
+				for r, s := range steps {
+					require.NoError(t, s.Pool(make([]float32, 2)))
+					g := float32([]int{10, 10, 1}[k] * r) // rank 1's bag
+					require.NoError(t, s.Backward([]float32{g, g}, true))
+				}
+			}
+			runLockstep(t, topo, xsA)
+			runLockstep(t, topo, xsB)
+			runLockstep(t, topo, xsC)
+			for i, id := range ids[:2] {
+				want := make([]float32, 2)
+				dynamic.InitVector(want, id, cfg.Seed, cfg.InitLow, cfg.InitHigh)
+				assert.InDeltaSlice(t, []float32{want[0] - 1, want[1] - 1}, w.ranks[0].Shards[0].Row(first[i]), 1e-5,
+					"ID %d took the gradient of its evicted incarnation", id)
+			}
+		})
+	}
 }

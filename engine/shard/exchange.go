@@ -115,10 +115,14 @@ type ResolveStore interface {
 	// Resolve writes table t's row of each id into rows, −1 for an id without one; train admits
 	// new IDs and advances the shard's clock.
 	Resolve(t int, ids, rows []int64, train bool) error
+	// Recompute is Resolve in an evaluation step that recomputes a training step's forward (see
+	// embedding.ResolveRecompute).
+	Recompute(t int, ids, rows []int64) error
 	// Evictions counts the rows table t's shard has freed (see embedding.EvictingSource).
 	Evictions(t int) int64
-	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] in table t's shard.
-	Recheck(t int, ids, rows []int64)
+	// Recheck sets rows[i] to −1 where ids[i] no longer holds rows[i] in table t's shard as it did
+	// when resolved, since being Evictions(t) then (see embedding.EvictingSource).
+	Recheck(t int, ids, rows []int64, since int64)
 }
 
 // LinearStore is a Store whose tables may take a linear update (SGD without weight decay) straight
@@ -171,6 +175,7 @@ type Exchange struct {
 	used      []bool        // backward: per table, whether some rank's loss used its outputs (sync.go)
 	frozen    []bool        // backward: per table, whether it is frozen (on every rank alike; sync.go)
 	train     bool          // a training step: dynamic shards admit IDs and count the step
+	recompute bool          // an evaluation step recomputing a training step's forward (ResolveStore.Recompute)
 	seq       int64         // the step's number in its collection (the same on every rank; sync.go)
 	optim     int64         // the collection's optimizer fingerprint (the same on every rank; sync.go)
 	ident     int64         // the collection's identity, and a sequence step's mark (the same on every rank; sync.go)
@@ -458,7 +463,7 @@ func (x *Exchange) recheck(t int) {
 	if !ok || !x.layouts[t].Dynamic() || rs.Evictions(t) == x.evictions[t] {
 		return
 	}
-	rs.Recheck(t, x.owner[t], x.ownerRows[t])
+	rs.Recheck(t, x.owner[t], x.ownerRows[t], x.evictions[t])
 }
 
 // firstError returns the first non-nil error of per-table results (the lowest table's, so the

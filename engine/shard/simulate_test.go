@@ -107,8 +107,9 @@ func (nopStore) Resolve(t int, ids, rows []int64, train bool) error {
 	return nil
 }
 
-func (nopStore) Evictions(t int) int64            { return 0 }
-func (nopStore) Recheck(t int, ids, rows []int64) {}
+func (s nopStore) Recompute(t int, ids, rows []int64) error    { return s.Resolve(t, ids, rows, false) }
+func (nopStore) Evictions(t int) int64                         { return 0 }
+func (nopStore) Recheck(t int, ids, rows []int64, since int64) {}
 
 func TestLayoutsPartitionTheRows(t *testing.T) {
 	for _, k := range []Kind{Hash, TableWise, RowWise, DataParallel} {

@@ -147,7 +147,11 @@ func (x *Exchange) resolve(t int, ids, rows []int64) error {
 	if !ok {
 		return errs.Invalidf("exchange: table %q is dynamic but the store resolves no IDs", x.layouts[t].Name)
 	}
-	if err := rs.Resolve(t, ids, rows, x.train); err != nil {
+	resolve := rs.Resolve
+	if x.recompute {
+		resolve = func(t int, ids, rows []int64, _ bool) error { return rs.Recompute(t, ids, rows) }
+	}
+	if err := resolve(t, ids, rows, x.train); err != nil {
 		return err
 	}
 	x.evictions[t] = rs.Evictions(t) // after Resolve: its own admissions never free its rows

@@ -55,6 +55,8 @@ _META_LEN = _lib.const("DynamicMetaLen")  # the snapshot meta words (capi/dynami
 _M_DIM, _M_STATE, _M_ROWS, _M_SKETCHW, _M_STEP, _M_ADMIT, _M_EVICT, _M_HW, _M_FREE, _M_SKETCH = (
     _lib.const(f"DynamicMeta{n}") for n in ("Dim", "StateWidth", "MaxRows", "SketchWidth", "Step", "Admitted",
                                              "Evicted", "HighWater", "Free", "Sketch"))
+# the table's seed (the uint64's bits, as an int64): a meta of checkpoints before session 34 ends before it
+_M_SEED = _lib.const("DynamicMetaSeed")
 _KEYS = ("dynamic_meta", "dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free",
          "dynamic_sketch", "dynamic_sketch_adds")
 _SHARDS = _lib.const("DynamicSketchShards")
@@ -254,7 +256,8 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     """Restore one dynamic table from a file written by :func:`save` (bit-exact). The engine verifies
     every checksum and size and the ID map's consistency; a damaged, truncated or foreign file
     raises ``RecgoIOError`` naming the file and the part, a checkpoint of another configuration
-    ``InvalidInputError``, and the table is then unchanged."""
+    (another shape, or an admission sketch of another ``seed``) ``InvalidInputError``, and the table
+    is then unchanged."""
     ebc = _unsharded(_pooled(ebc), "load")
     _lib.call(_lib.fn("recgo_dynamic_load"), ebc._handle.value, _index(ebc, table),
               os.fsencode(path))
@@ -263,7 +266,8 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
 def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
     """The table's ID map and admission state as tensors (the ``dynamic_*`` state_dict entries):
     per-row arrays have ``dynamic_meta[7]`` entries (the high water mark: the rows handed out so
-    far), the free list ``dynamic_meta[8]``."""
+    far), the free list ``dynamic_meta[8]``; ``dynamic_meta[10]`` is the table's seed (its bits as
+    an int64), which a checkpoint with an admission sketch must share to load."""
     return _export(ebc, table, rows=False)
 
 
@@ -313,7 +317,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
     t = {k: check_tensor(entries[k], f"{name}.{k}", (torch.uint8,) if k == "dynamic_sketch" else (torch.int64,),
                          ndim=1) for k in _KEYS}
     meta = t["dynamic_meta"]
-    if meta.numel() != _META_LEN:
+    if meta.numel() not in (_META_LEN, _M_SEED):  # _M_SEED: an older checkpoint's, without the seed
         raise InvalidInputError(f"table {name!r}: dynamic_meta has {meta.numel()} values, expected {_META_LEN}")
     m = meta.tolist()
     hw, nfree, dim, width = m[_M_HW], m[_M_FREE], m[_M_DIM], m[_M_STATE]

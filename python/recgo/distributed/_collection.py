@@ -128,7 +128,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         self._row_splits = resolve_row_splits(names, [c.num_embeddings for c in self._configs], self._sharding_names,
                                               row_splits, self._groups.world_size)
         self._dynamic = [c.dynamic is not None for c in self._configs]
-        self._engine_training = True
+        self._engine_training = _eager.TRAIN
         self._returns = resolve_returns(names, owner_pooling)
         if wire_dtype not in WIRE_DTYPES:
             raise InvalidInputError(f"wire_dtype {wire_dtype!r}: expected one of {sorted(WIRE_DTYPES)}")
@@ -471,10 +471,10 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic
         tables admit no ID and keep their clocks; fixed tables look the same either way. And the
         table count its first ops are sized for, once a larger collection was built (``pad_tables``)."""
-        train = _eager.admits(self.training)  # a checkpoint's recomputation in backward looks up as eval
-        if train != self._engine_training:
-            _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, int(train))
-            self._engine_training = train
+        mode = _eager.forward_mode(self.training)  # a checkpoint's recomputation in backward: RECOMPUTE
+        if mode != self._engine_training:
+            _lib.call(_lib.fn("recgo_shard_set_training"), self._handle.value, mode)
+            self._engine_training = mode
         pad = pad_tables()
         if pad != self._pad:
             _lib.call(_lib.fn("recgo_shard_set_pad_tables"), self._handle.value, pad)

@@ -19,7 +19,8 @@ from .. import _lib, dynamic
 from ..errors import CapacityError, InvalidInputError, RecgoIOError
 
 SHARDINGS = ("hash", "table_wise", "plan")
-_META = {n: _lib.const(f"DynamicMeta{n}") for n in ("Dim", "MaxRows", "Step", "Admitted", "Evicted", "HighWater")}
+_META = {n: _lib.const(f"DynamicMeta{n}") for n in ("Dim", "MaxRows", "Step", "Admitted", "Evicted", "HighWater",
+                                                     "Seed")}
 
 
 def check(configs: Sequence[Any], shardings: Sequence[str], optimizer: Any) -> None:
@@ -57,6 +58,21 @@ def export(coll: Any, table: str) -> dict[str, torch.Tensor]:
     return dynamic._export(coll, table, rows=True)
 
 
+def _check_seeds(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], where: str) -> None:
+    """Refuse saved parts whose admission sketches were hashed with another seed than this shard's
+    table (the merged sketch's counts would land on other IDs), as the engine refuses such a
+    checkpoint of one table. A part without a sketch, or saved before the meta held the seed, passes."""
+    seed = _META["Seed"]
+    own = int(dynamic.export_state(coll, table)["dynamic_meta"][seed])
+    for p in parts:
+        m = p["dynamic_meta"]
+        if p["dynamic_sketch"].numel() and m.numel() > seed and int(m[seed]) != own:
+            raise InvalidInputError(
+                f"{where}: table {table!r}: the saved admission sketch was hashed with seed {int(m[seed]) % 2**64}, "
+                f"the table's seed is {own % 2**64} (its counts would land on other IDs): load it into tables of "
+                f"seed {int(m[seed]) % 2**64}")
+
+
 def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None, where: str) -> None:
     """Load table ``table``'s shard from the saved shards ``parts`` (:func:`export` entries, or an
     unsharded collection's state for the table). ``own`` is the index of this rank's own part when the
@@ -92,6 +108,7 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     sketches = [p["dynamic_sketch"] for p in parts]
     if any(s.shape != sketches[0].shape for s in sketches):
         raise RecgoIOError(f"{where}: table {table!r}: the shards' admission sketches differ in size")
+    _check_seeds(coll, table, parts, where)
     sketch = torch.stack(sketches).amax(0) if sketches[0].numel() else sketches[0]
     adds = torch.stack([p["dynamic_sketch_adds"] for p in parts]).amax(0) if sketch.numel() else \
         parts[0]["dynamic_sketch_adds"][:0]

@@ -124,10 +124,18 @@ class _Lookup(torch.autograd.Function):
         return (None, None, None, *first_order(grads, run))
 
 
-def admits(training: bool, train: bool | None = None) -> bool:
-    """Whether a forward admits new IDs to dynamic tables and advances their clocks: ``train`` if given,
-    else the module's ``training`` mode, and never for a forward run inside a backward pass. That is
-    ``torch.utils.checkpoint`` recomputing the forward; the first forward counted the batch already, so
-    the recomputation looks rows up as an eval forward does (the same rows, hence the same outputs)."""
+#: The forward exports' ``train`` argument (capi/contexts.go): an evaluation forward, a training one,
+#: and the recomputation of a training forward in backward.
+EVAL, TRAIN, RECOMPUTE = 0, 1, 2
+
+
+def forward_mode(training: bool, train: bool | None = None) -> int:
+    """How a forward looks dynamic tables up: ``train`` if given, else the module's ``training`` mode,
+    gives TRAIN (admit new IDs, advance the clocks) or EVAL; a training forward run inside a backward
+    pass is RECOMPUTE. That is ``torch.utils.checkpoint`` recomputing the forward: the first forward
+    counted the batch already, so the recomputation admits nothing and keeps the clocks, and reads the
+    rows that forward read (an ID without a row pools zeros, as there, not an eval ``default``)."""
     train = training if train is None else train
-    return bool(train) and torch._C._current_graph_task_id() == -1
+    if not train:
+        return EVAL
+    return TRAIN if torch._C._current_graph_task_id() == -1 else RECOMPUTE

@@ -350,19 +350,19 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         without; the caller wraps it at once, see ``_contexts.py``). ``train`` (default: the module's
         mode) admits new IDs to dynamic tables and advances their clocks."""
         ctx = H(0)
-        train = _eager.admits(self.training, train)
+        mode = _eager.forward_mode(self.training, train)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
             _lib.call_making(f, [ctx], self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values),
-                             values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(), int(train),
+                             values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(), mode,
                              int(keep), ctypes.byref(ctx))
             return ctx.value if keep else 0
         f = _lib.fn("recgo_ebc_forward")
         _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values),
                          values.numel(), ptr(lengths), lengths.numel(),
                          None if weights is None else (weights.data_ptr() or None),
-                         0 if weights is None else weights.numel(), ptr(out), out.numel(), int(train), int(keep),
+                         0 if weights is None else weights.numel(), ptr(out), out.numel(), mode, int(keep),
                          ctypes.byref(ctx))
         return ctx.value if keep else 0
 

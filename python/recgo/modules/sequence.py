@@ -256,7 +256,7 @@ class EmbeddingCollection(nn.Module):
         ctx = H(0)
         _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
                          lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
-                         int(_eager.admits(self.training, train)), int(keep), ctypes.byref(ctx))
+                         _eager.forward_mode(self.training, train), int(keep), ctypes.byref(ctx))
         return outs, ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> list[int]:
