@@ -80,6 +80,10 @@ func abiConstants() []abiConstant {
 	add("DynamicMetaLen", metaLen)
 	add("DynamicSketchShards", dynamic.SketchShards)
 	add("DynamicSketchDepth", dynamic.SketchDepth)
+	// The forward exports' train argument (contexts.go).
+	add("ForwardEval", forwardEval)
+	add("ForwardTrain", forwardTrain)
+	add("ForwardRecompute", forwardRecompute)
 
 	// Feature engine input descriptors (recgo_feature_run): element kinds and row width in words.
 	// The planner's default cluster (RecShard's), so Python's Topology defaults are Go's.

@@ -18,6 +18,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from .. import _lib
 from .._lib import Handle
 from ..errors import InvalidInputError
 from ._contexts import NO_CONTEXT
@@ -124,9 +125,9 @@ class _Lookup(torch.autograd.Function):
         return (None, None, None, *first_order(grads, run))
 
 
-#: The forward exports' ``train`` argument (capi/contexts.go): an evaluation forward, a training one,
-#: and the recomputation of a training forward in backward.
-EVAL, TRAIN, RECOMPUTE = 0, 1, 2
+#: The forward exports' ``train`` argument (the library's constants, capi/contexts.go): an evaluation
+#: forward, a training one, and the recomputation of a training forward in backward.
+EVAL, TRAIN, RECOMPUTE = (_lib.const(f"Forward{n}") for n in ("Eval", "Train", "Recompute"))
 
 
 def forward_mode(training: bool, train: bool | None = None) -> int:
