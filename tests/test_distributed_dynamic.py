@@ -254,6 +254,65 @@ def _resume(rank: int, world: int, ck: str, saved_world: int) -> dict[str, Any]:
     return out
 
 
+def _full_shard(rank: int, world: int) -> dict[str, Any]:
+    """A step whose IDs overflow one owner's 2-row shard, caught on every rank, then a step that fits,
+    against the single-process collection that never saw the refused step."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    def cfg(rows: int) -> recgo.EmbeddingBagConfig:
+        return recgo.EmbeddingBagConfig(rows, 2, "t", ["f"], dynamic=recgo.DynamicConfig(init_min=-0.5, init_max=0.5, seed=3))
+
+    sh = ShardedEmbeddingBagCollection([cfg(2)], "hash", optimizer=optim.SGD(lr=0.5), timeout=30)
+    ref = recgo.EmbeddingBagCollection([cfg(10)], optimizer=optim.SGD(lr=0.5))
+    cand = torch.arange(1, 200)
+    own = [cand[sh.owners("t", cand) == r] for r in range(world)]
+    out: dict[str, Any] = {"errors": []}
+    # rank 0 sends 4 IDs it owns; rank 1 nothing: the owner's shard cannot hold them
+    for _ in range(2):  # a loop that catches the error and goes on, twice
+        ids = own[0][:4] if rank == 0 else torch.zeros(0, dtype=torch.int64)
+        try:
+            sh(recgo.KeyedJaggedTensor(["f"], ids, lengths=torch.tensor([len(ids)]))).values().sum().backward()
+            out["errors"].append(None)
+        except Exception as exc:
+            out["errors"].append((type(exc).__name__, str(exc)))
+    out["refused"] = recgo.dynamic.stats(sh, "t")
+    # a step that fits: rank 0's bag [a0, a1] (its own IDs), rank 1's [b0, a0] (a0 crosses the exchange)
+    a0, a1, b0 = int(own[0][0]), int(own[0][1]), int(own[1][0])
+    kjt = recgo.KeyedJaggedTensor(["f"], torch.tensor([a0, a1, b0, a0]), lengths=torch.tensor([2, 2]))
+    mine = recgo.KeyedJaggedTensor(["f"], torch.tensor([[a0, a1], [b0, a0]][rank]), lengths=torch.tensor([2]))
+    want, got = ref(kjt).values(), sh(mine).values()
+    close(got.detach(), want.detach()[rank:rank + 1], "pooled after the refused step")
+    R = torch.tensor([[1.0, -2.0], [0.5, 3.0]])
+    (want * R).sum().backward()
+    (got * R[rank:rank + 1]).sum().backward()
+    ids = torch.tensor([a0, a1, b0])
+    rows, want_rows = sh.locate("t", ids), recgo.dynamic.lookup(ref, "t", ids)
+    mine_ids = sh.owners("t", ids) == rank
+    assert bool((rows[mine_ids] >= 0).all()) and bool((rows[~mine_ids] == -1).all()), rows
+    close(sh.embedding_bags["t"].weight.detach()[rows[mine_ids]], ref.embedding_bags["t"].weight.detach()[want_rows[mine_ids]],
+          "rows after the refused step")
+    out["trained"], out["ref"] = recgo.dynamic.stats(sh, "t"), recgo.dynamic.stats(ref, "t")
+    dist.barrier()
+    return out
+
+
+def test_full_shard_refuses_the_step_on_every_rank(tmp_path: Path) -> None:
+    """A step whose IDs one owner's shard cannot hold raised CapacityError on that owner alone, mid-
+    exchange: its peer, caught and sent on, met it in ops of other sizes (gloo aborted the process) or
+    timed out with its shard's clock a step ahead. Every rank now raises CapacityError at the same
+    point (the others naming the owner and table), nothing changes, and the next step trains on
+    every rank as the single-process collection that never saw the refused batch."""
+    res = spawn(_full_shard, 2, tmp_path, wait=120)
+    ok(res)
+    for r, out in enumerate(res):
+        assert all(e is not None and e[0] == "CapacityError" for e in out["errors"]), (r, out["errors"])
+        want = "this batch needs 4 rows" if r == 0 else 'rank 0\'s shard of table "t" cannot hold this step\'s IDs'
+        assert all(want in e[1] for e in out["errors"]), (r, out["errors"])
+        assert out["refused"].step == 0 and out["refused"].rows == 0, (r, out["refused"])  # nothing changed
+        assert out["trained"].step == out["ref"].step == 1, (r, out["trained"])
+    assert res[0]["trained"].rows == 2 and res[1]["trained"].rows == 1, res
+
+
 def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
     ck = str(tmp_path / "ck")
     res = spawn(_world, 2, tmp_path, ck)

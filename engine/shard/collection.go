@@ -183,6 +183,21 @@ func (c *Collection) Recompute(t int, ids, rows []int64) error {
 	return embedding.ResolveRecompute(c.Shards[t].Source, ids, rows)
 }
 
+// CheckRoom implements RoomStore: whether table t's dynamic shard would hold a training Resolve of
+// ids (nil for a shard that cannot tell).
+func (c *Collection) CheckRoom(t int, ids []int64) error {
+	if rc, ok := c.Shards[t].Source.(interface{ CheckRoom(ids []int64) error }); ok {
+		return rc.CheckRoom(ids)
+	}
+	return nil
+}
+
+// MayOverflow implements RoomStore.
+func (c *Collection) MayOverflow(t int, n int64) bool {
+	rc, ok := c.Shards[t].Source.(interface{ MayOverflow(n int64) bool })
+	return ok && rc.MayOverflow(n)
+}
+
 // Evictions implements ResolveStore (0 for a shard that never evicts).
 func (c *Collection) Evictions(t int) int64 {
 	if es, ok := c.Shards[t].Source.(embedding.EvictingSource); ok {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/recgo/recgo/engine/dynamic"
 	"github.com/recgo/recgo/engine/embedding"
+	"github.com/recgo/recgo/internal/errs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -370,6 +371,124 @@ func TestAccumulatedStepsAcrossAReadmission(t *testing.T) {
 				assert.InDeltaSlice(t, []float32{want[0] - 1, want[1] - 1}, w.ranks[0].Shards[0].Row(first[i]), 1e-5,
 					"ID %d took the gradient of its evicted incarnation", id)
 			}
+		})
+	}
+}
+
+// TestFullShardRefusesTheStepOnEveryRank: a step whose IDs one owner's dynamic shard cannot hold
+// fails on every rank with CapacityError (the owner's own; the others name the owner and the
+// table) at the same op, before any shard admits an ID or moves its clock; the next step, which
+// fits, runs on every rank and trains as if the refused one had never been sent.
+func TestFullShardRefusesTheStepOnEveryRank(t *testing.T) {
+	cfg := dynamic.Config{MaxRows: 2, InitLow: -0.5, InitHigh: 0.5, Seed: 7}
+	for _, sh := range []struct {
+		shape
+		mode Mode
+	}{{shape{1, 2}, Flat}, {shape{2, 2}, Flat}, {shape{2, 2}, Hierarchical}} {
+		t.Run(fmt.Sprintf("%dx%d/%s", sh.nodes, sh.per, sh.mode), func(t *testing.T) {
+			topo, err := NewTopology(sh.nodes, sh.per, sh.nodes*sh.per)
+			require.NoError(t, err)
+			W := topo.World()
+			w := &testWorld{topo: topo}
+			for r := range W {
+				b, err := dynamic.NewBuilder(cfg)
+				require.NoError(t, err)
+				l, err := NewDynamicLayout("d", 2, Hash, 0, W, b)
+				require.NoError(t, err)
+				c, err := NewCollection([]*Layout{l}, topo, r, sh.mode, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1},
+					[]embedding.Feature{{Name: "f", Table: 0}})
+				require.NoError(t, err)
+				w.ranks = append(w.ranks, c)
+			}
+			defer func() {
+				for _, c := range w.ranks {
+					require.NoError(t, c.Close())
+				}
+			}()
+			owned := func(owner, n int) []int64 { // n IDs of owner's shard
+				var ids []int64
+				for id := int64(1); len(ids) < n; id++ {
+					if HashOwner(id, W) == owner {
+						ids = append(ids, id)
+					}
+				}
+				return ids
+			}
+			begin := func(batch func(r int) []int64) ([]*Step, []*Exchange) {
+				steps, xs := make([]*Step, W), make([]*Exchange, W)
+				for r, c := range w.ranks {
+					vals := batch(r)
+					steps[r], err = c.Begin(embedding.Batch{KeyFeature: []int64{0}, Values: vals, Lengths: []int64{int64(len(vals))}})
+					require.NoError(t, err)
+					xs[r] = steps[r].X
+				}
+				return steps, xs
+			}
+			// the last rank sends 4 of rank 0's IDs to its 2-row shard
+			last := W - 1
+			_, xs := begin(func(r int) []int64 {
+				if r == last {
+					return owned(0, 4)
+				}
+				return nil
+			})
+			for r, err := range runLockstepErrors(t, topo, xs) {
+				require.ErrorIs(t, err, errs.ErrCapacity, "rank %d", r)
+				if r == 0 {
+					require.ErrorContains(t, err, "this batch needs 4 rows")
+				} else {
+					require.ErrorContains(t, err, `rank 0's shard of table "d" cannot hold this step's IDs`)
+				}
+			}
+			for r, c := range w.ranks {
+				st, err := dynamic.Of(c.Shards[0]).Stats()
+				require.NoError(t, err)
+				require.Equal(t, 0, st.Rows, "rank %d admitted IDs in a refused step", r)
+				require.Zero(t, dynamic.Of(c.Shards[0]).Step(), "rank %d's clock moved in a refused step", r)
+			}
+			// a step that fits: every rank trains; each bag's gradient is 1 per column
+			ids := append(owned(0, 2), owned(last, 1)...)
+			steps, xs := begin(func(r int) []int64 {
+				if r == last {
+					return ids
+				}
+				return nil
+			})
+			runLockstep(t, topo, xs)
+			for _, s := range steps {
+				require.NoError(t, s.Pool(make([]float32, 2)))
+				require.NoError(t, s.Backward([]float32{1, 1}, true))
+			}
+			runLockstep(t, topo, xs)
+			for r, c := range w.ranks {
+				require.Equal(t, int64(1), dynamic.Of(c.Shards[0]).Step(), "rank %d clock", r)
+			}
+			for _, id := range ids {
+				owner := HashOwner(id, W)
+				rows := []int64{0}
+				require.NoError(t, dynamic.Of(w.ranks[owner].Shards[0]).Lookup([]int64{id}, rows, false))
+				require.GreaterOrEqual(t, rows[0], int64(0), "id %d not admitted", id)
+				want := make([]float32, 2)
+				dynamic.InitVector(want, id, cfg.Seed, cfg.InitLow, cfg.InitHigh)
+				require.InDeltaSlice(t, []float32{want[0] - 1, want[1] - 1}, w.ranks[owner].Shards[0].Row(rows[0]), 1e-6, "id %d", id)
+			}
+			// the room op runs only when the world's distinct IDs of the table exceed a shard's bound
+			ops := func(vals []int64) int {
+				_, xs := begin(func(r int) []int64 {
+					if r == last {
+						return vals
+					}
+					return nil
+				})
+				n := 0
+				runLockstep(t, topo, xs, func(r int, _ *Op) {
+					if r == last {
+						n++
+					}
+				})
+				return n
+			}
+			require.Equal(t, ops(ids[1:])+1, ops(ids), "3 IDs > 2 rows: one op more than for 2")
 		})
 	}
 }

@@ -152,6 +152,7 @@ type leg struct {
 	inv      [][]int32 // per table: R_h → the next leg's items
 	selfBase []int     // per table: where the rank's own block starts in recv
 	selfPerm []int     // per table: where it starts in perm
+	total    []int64   // per table: the distinct IDs the leg's group holds, summed over its ranks' parts (room.go)
 }
 
 // Exchange is one step's routing state at one rank: it turns the rank's distinct IDs into the
@@ -235,6 +236,9 @@ func (x *Exchange) Forward(uniq [][]int64) error {
 	x.legs[0].items = uniq
 	for h := range x.legs {
 		x.stages = append(x.stages, x.countStage(h), x.idStage(h))
+	}
+	if x.hasDynamic() { // every rank learns whether the owners' dynamic shards hold the step (room.go)
+		x.stages = append(x.stages, x.roomStage())
 	}
 	x.stages = append(x.stages, stage{op: func() (*Op, error) { return nil, x.lookup() }})
 	for h := len(x.legs) - 1; h >= 0; h-- {

@@ -15,6 +15,21 @@ import (
 // other ranks. Each inspect function sees every rank's op before it moves.
 func runLockstep(t *testing.T, topo Topology, xs []*Exchange, inspect ...func(rank int, op *Op)) int64 {
 	t.Helper()
+	return lockstep(t, topo, xs, nil, inspect...)
+}
+
+// runLockstepErrors is runLockstep returning each rank's error instead of failing on it (a rank
+// whose exchange failed has no ops left; the others must fail at the same op).
+func runLockstepErrors(t *testing.T, topo Topology, xs []*Exchange) []error {
+	t.Helper()
+	failed := make([]error, topo.World())
+	lockstep(t, topo, xs, failed)
+	return failed
+}
+
+// lockstep is runLockstep, recording the ranks' errors in failed when it is not nil.
+func lockstep(t *testing.T, topo Topology, xs []*Exchange, failed []error, inspect ...func(rank int, op *Op)) int64 {
+	t.Helper()
 	W := topo.World()
 	var sent int64
 	for {
@@ -22,7 +37,11 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange, inspect ...func(ra
 		done := 0
 		for r, x := range xs {
 			op, err := x.Next()
-			require.NoError(t, err)
+			if failed != nil && err != nil {
+				failed[r] = err
+			} else {
+				require.NoError(t, err)
+			}
 			ops[r] = op
 			if op == nil {
 				done++
@@ -103,7 +122,11 @@ func runLockstep(t *testing.T, topo Topology, xs []*Exchange, inspect ...func(ra
 			recvIs[r], recvFs[r], recvBs[r] = recvI, recvF, recvB
 		}
 		for r := range ops { // feeding recycles the send buffers: only once every rank has received
-			require.NoError(t, xs[r].Feed(recvIs[r], recvFs[r], recvBs[r]), "rank %d", r)
+			if err := xs[r].Feed(recvIs[r], recvFs[r], recvBs[r]); failed != nil && err != nil {
+				failed[r] = err
+			} else {
+				require.NoError(t, err, "rank %d", r)
+			}
 		}
 	}
 }

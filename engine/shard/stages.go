@@ -41,6 +41,7 @@ func (x *Exchange) countStage(h int) stage {
 			lg.sendVec = append([]int64(nil), lg.sendCnt...)
 			for i, n := range lg.sendCnt {
 				lg.sendMeta[i*metaFields+metaIDs] = n
+				lg.sendMeta[i*metaFields+metaTotal] = x.partTotal(h, i%T)
 			}
 			if h == 0 && x.bags != nil {
 				x.planReturns(lg, dests)
@@ -57,11 +58,13 @@ func (x *Exchange) countStage(h int) stage {
 				return err
 			}
 			lg.recvCnt = make([]int64, lg.size*T)
+			lg.total = make([]int64, T)
 			for i := range lg.recvCnt {
 				if err := checkMeta(recv[i*metaFields:(i+1)*metaFields], h == 0); err != nil {
 					return err
 				}
 				lg.recvCnt[i] = recv[i*metaFields+metaIDs]
+				lg.total[i%T] = min(lg.total[i%T]+recv[i*metaFields+metaTotal], maxCount)
 			}
 			lg.recvMeta = recv
 			return nil

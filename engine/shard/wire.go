@@ -22,6 +22,7 @@ const (
 	metaBags         // pooled: the requester's bags of the table (segment lengths sent)
 	metaVals         // pooled: values (indices sent)
 	metaLenW         // pooled: bytes per segment length
+	metaTotal        // the distinct IDs of the table the sender's part of the world holds (room.go)
 	metaFields
 )
 
