@@ -155,6 +155,17 @@ def test_torchrecs_optimizer_state_carries_over(source: str, opt_class: type, ev
         b.pow(2).sum().backward()
 
 
+def _train_alike(model: nn.Module, ref: nn.Module, steps: int) -> None:
+    """``steps`` steps of both on the same weighted batches: the pooled outputs, then the tables'
+    weights after, equal."""
+    for step in range(steps):
+        a, b = model(_rows_batch(step, True)).values(), ref(_rows_batch(step, True)).values()
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
+        a.pow(2).sum().backward()
+        b.pow(2).sum().backward()
+    for t in ("t_user", "t_item"):
+        torch.testing.assert_close(model.embedding_bags[t].weight, ref.embedding_bags[t].weight, rtol=1e-5, atol=1e-6)
+
 @pytest.mark.parametrize("placeholder, torch_class", [
     (tr.optim.Adagrad, torch.optim.Adagrad), (tr.optim.Adam, torch.optim.Adam), (tr.optim.SGD, torch.optim.SGD)])
 def test_torchrec_optims_placeholder_optimizers_convert(placeholder: type, torch_class: type) -> None:
@@ -170,13 +181,7 @@ def test_torchrec_optims_placeholder_optimizers_convert(placeholder: type, torch
         return m
     ref, model = build(torch_class), recgo.from_torchrec(build(placeholder))
     assert model.fused_optimizer == optim.from_torch(torch_class, kw)
-    for step in range(3):
-        a, b = model(_rows_batch(step, True)).values(), ref(_rows_batch(step, True)).values()
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
-        a.pow(2).sum().backward()
-        b.pow(2).sum().backward()
-    for t in ("t_user", "t_item"):
-        torch.testing.assert_close(model.embedding_bags[t].weight, ref.embedding_bags[t].weight, rtol=1e-5, atol=1e-6)
+    _train_alike(model, ref, 3)
 
 
 @pytest.mark.parametrize("opt_class", [torch.optim.SGD, torch.optim.Adam, torch.optim.Adagrad, tr.optim.RowWiseAdagrad])
@@ -196,13 +201,7 @@ def test_options_left_out_take_the_optimizer_classes_defaults(opt_class: type) -
     if "eps" in torch_defaults:
         assert fused.eps == torch_defaults["eps"]
     assert optim.from_torch(opt_class, {}).lr == 0.01  # FBGEMM's, for the sharded path
-    for step in range(4):
-        a, b = model(_rows_batch(step, True)).values(), ref(_rows_batch(step, True)).values()
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=f"step {step}")
-        a.pow(2).sum().backward()
-        b.pow(2).sum().backward()
-    for t in ("t_user", "t_item"):
-        torch.testing.assert_close(model.embedding_bags[t].weight, ref.embedding_bags[t].weight, rtol=1e-5, atol=1e-6)
+    _train_alike(model, ref, 4)
 
 
 @pytest.mark.parametrize("sequence", [False, True])

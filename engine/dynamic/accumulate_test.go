@@ -32,16 +32,7 @@ func TestBackwardAfterAnEvictionLeavesTheNewOwnerAlone(t *testing.T) {
 	for _, opt := range opts {
 		for _, sequence := range []bool{false, true} {
 			t.Run(opt.Kind.String()+map[bool]string{false: "/pooled", true: "/sequence"}[sequence], func(t *testing.T) {
-				b, err := NewBuilder(cfg)
-				require.NoError(t, err)
-				tb, err := b.BuildTable("d", dim, opt)
-				require.NoError(t, err)
-				feats := []embedding.Feature{{Name: "f", Table: 0}}
-				c, err := embedding.NewCollection([]*embedding.Table{tb}, feats)
-				require.NoError(t, err)
-				defer c.Close()
-				s, err := embedding.NewSequenceCollection(c, feats)
-				require.NoError(t, err)
+				c, s, tb := oneDynamicTable(t, cfg, dim, opt)
 				// forward keeps its context; backward gives every looked-up value the gradient g
 				type step struct {
 					ctx *embedding.Context
@@ -103,16 +94,8 @@ func TestBackwardAfterAReadmissionLeavesTheNewIncarnationAlone(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b, err := NewBuilder(cfg)
-			require.NoError(t, err)
-			tb, err := b.BuildTable("d", dim, tc.opt)
-			require.NoError(t, err)
-			feats := []embedding.Feature{{Name: "f", Table: 0}}
-			c, err := embedding.NewCollection([]*embedding.Table{tb}, feats)
-			require.NoError(t, err)
-			defer c.Close()
-			s, err := embedding.NewSequenceCollection(c, feats)
-			require.NoError(t, err)
+			c, s, tb := oneDynamicTable(t, cfg, dim, tc.opt)
+			var err error
 			forward := func(ids ...int64) *embedding.Context { // two samples of one ID each
 				batch := embedding.Batch{KeyFeature: []int64{0}, Values: ids, Lengths: []int64{1, 1}}
 				var ctx *embedding.Context
@@ -155,4 +138,22 @@ func TestBackwardAfterAReadmissionLeavesTheNewIncarnationAlone(t *testing.T) {
 			}
 		})
 	}
+}
+
+// oneDynamicTable is a pooled collection of one dynamic table "d" read by feature "f", the sequence
+// collection over it, and the table; the collection closes when the test ends.
+func oneDynamicTable(t *testing.T, cfg Config, dim int, opt embedding.OptimizerConfig) (*embedding.Collection,
+	*embedding.SequenceCollection, *embedding.Table) {
+	t.Helper()
+	b, err := NewBuilder(cfg)
+	require.NoError(t, err)
+	tb, err := b.BuildTable("d", dim, opt)
+	require.NoError(t, err)
+	feats := []embedding.Feature{{Name: "f", Table: 0}}
+	c, err := embedding.NewCollection([]*embedding.Table{tb}, feats)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	s, err := embedding.NewSequenceCollection(c, feats)
+	require.NoError(t, err)
+	return c, s, tb
 }

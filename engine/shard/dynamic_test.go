@@ -256,37 +256,9 @@ func TestDynamicLayoutRefusesRangeShardings(t *testing.T) {
 // LeavesTheNewOwnerAlone in engine/dynamic for one process).
 func TestAccumulatedStepsAcrossAnEviction(t *testing.T) {
 	cfg := dynamic.Config{MaxRows: 4, Policy: dynamic.LFU, EvictFrac: 0.25, InitLow: -0.5, InitHigh: 0.5, Seed: 7}
-	topo, err := NewTopology(1, 2, 2)
-	require.NoError(t, err)
-	var ids []int64 // five IDs rank 0 owns
-	for id := int64(1); len(ids) < 5; id++ {
-		if HashOwner(id, 2) == 0 {
-			ids = append(ids, id)
-		}
-	}
-	w := &testWorld{topo: topo}
-	for r := range 2 {
-		b, err := dynamic.NewBuilder(cfg)
-		require.NoError(t, err)
-		l, err := NewDynamicLayout("d", 2, Hash, 0, 2, b)
-		require.NoError(t, err)
-		c, err := NewCollection([]*Layout{l}, topo, r, Flat, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1},
-			[]embedding.Feature{{Name: "f", Table: 0}})
-		require.NoError(t, err)
-		defer c.Close()
-		w.ranks = append(w.ranks, c)
-	}
-	// rank 1 asks for rank 0's IDs: their gradients cross the exchange
-	batch := func(vals ...int64) func(int) embedding.Batch {
-		return func(r int) embedding.Batch {
-			if r == 0 {
-				return embedding.Batch{KeyFeature: []int64{0}, Lengths: []int64{0}}
-			}
-			return embedding.Batch{KeyFeature: []int64{0}, Values: vals, Lengths: []int64{int64(len(vals))}}
-		}
-	}
-	stepsA, xsA := w.forward(t, batch(ids[:4]...)) // fills rank 0's shard
-	stepsB, xsB := w.forward(t, batch(ids[4]))     // evicts one of them for ids[4]
+	w, ids := dynamicPair(t, cfg, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 1}, 5)
+	stepsA, xsA := w.forward(t, fromRank1(ids[:4]...)) // fills rank 0's shard
+	stepsB, xsB := w.forward(t, fromRank1(ids[4]))     // evicts one of them for ids[4]
 	for k, steps := range [][]*Step{stepsA, stepsB} {
 		for r, s := range steps {
 			require.NoError(t, s.Pool(make([]float32, 2)))
@@ -294,8 +266,8 @@ func TestAccumulatedStepsAcrossAnEviction(t *testing.T) {
 			require.NoError(t, s.Backward([]float32{g, g}, true))
 		}
 	}
-	runLockstep(t, topo, xsA)
-	runLockstep(t, topo, xsB)
+	runLockstep(t, w.topo, xsA)
+	runLockstep(t, w.topo, xsB)
 	d := dynamic.Of(w.ranks[0].Shards[0])
 	st, err := d.Stats()
 	require.NoError(t, err)
@@ -317,43 +289,17 @@ func TestAccumulatedStepsAcrossAReadmission(t *testing.T) {
 	cfg := dynamic.Config{MaxRows: 2, EvictFrac: 1, InitLow: -0.5, InitHigh: 0.5, Seed: 7}
 	for _, opt := range []embedding.OptimizerConfig{{Kind: embedding.OptSGD, LR: 1}, {Kind: embedding.OptAdagrad, LR: 1, Eps: 1e-8}} {
 		t.Run(opt.Kind.String(), func(t *testing.T) {
-			topo, err := NewTopology(1, 2, 2)
-			require.NoError(t, err)
-			var ids []int64 // four IDs rank 0 owns
-			for id := int64(1); len(ids) < 4; id++ {
-				if HashOwner(id, 2) == 0 {
-					ids = append(ids, id)
-				}
-			}
-			w := &testWorld{topo: topo}
-			for r := range 2 {
-				b, err := dynamic.NewBuilder(cfg)
-				require.NoError(t, err)
-				l, err := NewDynamicLayout("d", 2, Hash, 0, 2, b)
-				require.NoError(t, err)
-				c, err := NewCollection([]*Layout{l}, topo, r, Flat, opt, []embedding.Feature{{Name: "f", Table: 0}})
-				require.NoError(t, err)
-				defer c.Close()
-				w.ranks = append(w.ranks, c)
-			}
-			batch := func(vals ...int64) func(int) embedding.Batch { // rank 1 asks for rank 0's IDs
-				return func(r int) embedding.Batch {
-					if r == 0 {
-						return embedding.Batch{KeyFeature: []int64{0}, Lengths: []int64{0}}
-					}
-					return embedding.Batch{KeyFeature: []int64{0}, Values: vals, Lengths: []int64{int64(len(vals))}}
-				}
-			}
+			w, ids := dynamicPair(t, cfg, opt, 4)
 			d := dynamic.Of(w.ranks[0].Shards[0])
 			rowsOf := func() []int64 {
 				rows := make([]int64, 2)
 				require.NoError(t, d.Lookup(ids[:2], rows, false))
 				return rows
 			}
-			stepsA, xsA := w.forward(t, batch(ids[:2]...))
+			stepsA, xsA := w.forward(t, fromRank1(ids[:2]...))
 			first := rowsOf()
-			stepsB, xsB := w.forward(t, batch(ids[2:]...)) // evicts ids[0], ids[1]
-			stepsC, xsC := w.forward(t, batch(ids[:2]...)) // evicts ids[2], ids[3]; the first two come back
+			stepsB, xsB := w.forward(t, fromRank1(ids[2:]...)) // evicts ids[0], ids[1]
+			stepsC, xsC := w.forward(t, fromRank1(ids[:2]...)) // evicts ids[2], ids[3]; the first two come back
 			require.Equal(t, first, rowsOf(), "re-admitted into the same rows")
 			for k, steps := range [][]*Step{stepsA, stepsB, stepsC} {
 				for r, s := range steps {
@@ -362,9 +308,9 @@ func TestAccumulatedStepsAcrossAReadmission(t *testing.T) {
 					require.NoError(t, s.Backward([]float32{g, g}, true))
 				}
 			}
-			runLockstep(t, topo, xsA)
-			runLockstep(t, topo, xsB)
-			runLockstep(t, topo, xsC)
+			runLockstep(t, w.topo, xsA)
+			runLockstep(t, w.topo, xsB)
+			runLockstep(t, w.topo, xsC)
 			for i, id := range ids[:2] {
 				want := make([]float32, 2)
 				dynamic.InitVector(want, id, cfg.Seed, cfg.InitLow, cfg.InitHigh)
@@ -490,5 +436,42 @@ func TestFullShardRefusesTheStepOnEveryRank(t *testing.T) {
 			}
 			require.Equal(t, ops(ids[1:])+1, ops(ids), "3 IDs > 2 rows: one op more than for 2")
 		})
+	}
+}
+
+// dynamicPair is a world of 2 ranks (one node) holding one hash-sharded dynamic table "d" of width 2
+// read by feature "f", with n IDs rank 0 owns; the collections close when the test ends.
+func dynamicPair(t *testing.T, cfg dynamic.Config, opt embedding.OptimizerConfig, n int) (*testWorld, []int64) {
+	t.Helper()
+	topo, err := NewTopology(1, 2, 2)
+	require.NoError(t, err)
+	var ids []int64
+	for id := int64(1); len(ids) < n; id++ {
+		if HashOwner(id, 2) == 0 {
+			ids = append(ids, id)
+		}
+	}
+	w := &testWorld{topo: topo}
+	for r := range 2 {
+		b, err := dynamic.NewBuilder(cfg)
+		require.NoError(t, err)
+		l, err := NewDynamicLayout("d", 2, Hash, 0, 2, b)
+		require.NoError(t, err)
+		c, err := NewCollection([]*Layout{l}, topo, r, Flat, opt, []embedding.Feature{{Name: "f", Table: 0}})
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		w.ranks = append(w.ranks, c)
+	}
+	return w, ids
+}
+
+// fromRank1 is a batch function in which rank 1 asks for vals (rank 0's IDs: their rows and gradients
+// cross the exchange) and rank 0 for nothing.
+func fromRank1(vals ...int64) func(int) embedding.Batch {
+	return func(r int) embedding.Batch {
+		if r == 0 {
+			return embedding.Batch{KeyFeature: []int64{0}, Lengths: []int64{0}}
+		}
+		return embedding.Batch{KeyFeature: []int64{0}, Values: vals, Lengths: []int64{int64(len(vals))}}
 	}
 }
