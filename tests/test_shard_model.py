@@ -470,3 +470,49 @@ def test_a_weighted_collection_stays_weighted_when_sharded(tmp_path: Path) -> No
         with torch.device("meta"):
             meta = torchrec.EmbeddingBagCollection(tables=[bag], is_weighted=True)
         assert shard_model(meta, "hash", optimizer=optim.SGD(lr=0.1), timeout=30).is_weighted()
+
+
+class _Dense(torch.nn.Module):
+    """A collection and a linear layer: shard_model wraps the layer in DDP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(30, 4, "t", ["f"])],
+                                                optimizer=optim.SGD(lr=0.1), seed=1)
+        self.lin = torch.nn.Linear(4, 1)
+
+    def forward(self, kjt: recgo.KeyedJaggedTensor) -> torch.Tensor:
+        return self.lin(self.ebc(kjt).values()).sum()
+
+
+DDP_TIMEOUT = 5.0
+
+
+def _dead_peer_at_ddp(rank: int, world: int) -> dict[str, Any]:
+    """Two good steps, then rank 1 dies: rank 0's next forward meets it first in DDP's sync before the
+    forward, which ran on the default group (30 minutes' timeout, a bare gloo RuntimeError)."""
+    import os
+    import time
+
+    from recgo.distributed import PeerFailureError, shard_model
+
+    model = shard_model(_Dense(), "hash", timeout=DDP_TIMEOUT)
+    kjt = recgo.KeyedJaggedTensor(["f"], torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([2, 2]))
+    for _ in range(2):
+        model(kjt).backward()
+    if rank == 1:
+        os._exit(3)
+    t0 = time.monotonic()
+    try:
+        model(kjt)
+    except PeerFailureError as exc:
+        return {"type": "PeerFailureError", "seconds": time.monotonic() - t0, "message": str(exc)}
+    return {"type": None}
+
+
+def test_a_dead_peer_fails_ddps_sync_within_the_timeout(tmp_path: Path) -> None:
+    from spawned import spawn
+
+    got = spawn(_dead_peer_at_ddp, 2, tmp_path, wait=120, expect=[0])[0]
+    assert got.get("type") == "PeerFailureError", got
+    assert got["seconds"] < DDP_TIMEOUT + 5 and "DistributedDataParallel" in got["message"], got

@@ -173,6 +173,27 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     return groups
 
 
+def dense_group(timeout: timedelta) -> Any:
+    """A process group of the whole world with ``timeout``, for the dense part's
+    ``DistributedDataParallel`` (:func:`recgo.distributed.shard_model`): on the default group its
+    collectives waited for a dead or stalled peer as long as that group's timeout (30 minutes by
+    default), not the collections'. Its own group, not the collections' world group, so its
+    all-reduces never share an order of issue with their all-to-alls. Cached as they are."""
+    key = ("dense", timeout.total_seconds())
+    if _cache_world[0] is not dist.group.WORLD:
+        _cache.clear()
+        _cache_world[0] = dist.group.WORLD
+    if key not in _cache:
+        try:
+            g = dist.new_group(list(range(dist.get_world_size())), timeout=timeout)
+        except Exception as exc:
+            raise PeerFailureError(f"rank {dist.get_rank()}: creating the dense part's process group: a peer did "
+                                   f"not join within the {timeout.total_seconds():g} s timeout: {exc}") from exc
+        _created.append(g)
+        _cache[key] = g
+    return _cache[key]
+
+
 _DTYPES = (torch.int64, torch.float32, torch.uint8)
 _scratch = threading.local()
 

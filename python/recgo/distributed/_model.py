@@ -16,6 +16,7 @@ from ..modules._walk import outermost, replace, torchrec_kind
 from ..modules.convert import carry_module_state, convert_managed, refuse_trained_feature_processors
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
+from ._exchange import PeerFailureError, dense_group
 from ._sequence import ShardedEmbeddingCollection
 
 _SHARDED = (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)
@@ -106,6 +107,16 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
             return self.module(*inputs, **kwargs)
         return super().forward(*inputs, **kwargs)
 
+    def _pre_forward(self, *inputs: Any, **kwargs: Any) -> Any:
+        # DDP's collectives before the forward (bucket rebuild, buffer sync): a peer that died or
+        # stalled past the timeout is named as the collections name it, not gloo's bare RuntimeError.
+        try:
+            return super()._pre_forward(*inputs, **kwargs)
+        except RuntimeError as exc:
+            raise PeerFailureError(
+                f"rank {dist.get_rank()}: the dense part's DistributedDataParallel sync before the forward "
+                f"failed: a peer died, stalled past the timeout or is out of step: {exc}") from exc
+
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The model's state dict (its keys as the unwrapped model's, as DMP's)."""
         return self.module.state_dict(*args, **kwargs)
@@ -127,12 +138,13 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
     def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
         """Copies and pickles wrap a copy of the module again (the class :meth:`wrap` made has no name
         to pickle by); a module holding sharded collections refuses, naming what to use instead."""
-        return (ShardedModel.wrap, (self.module, self._recgo_ddp_kwargs))
+        return (ShardedModel.wrap, (self.module, self._recgo_ddp_kwargs, self._recgo_process_group))
 
     @staticmethod
-    def wrap(model: nn.Module, ddp_kwargs: Mapping[str, Any] | None = None) -> "ShardedModel":
+    def wrap(model: nn.Module, ddp_kwargs: Mapping[str, Any] | None = None,
+             process_group: Any = None) -> "ShardedModel":
         """``model`` wrapped, with ``DistributedDataParallel``'s arguments ``ddp_kwargs`` over
-        :data:`DDP_DEFAULTS`; its class's ``forward`` names ``model``'s parameters for torch.fx (which
+        :data:`DDP_DEFAULTS` (and ``process_group`` where given); its class's ``forward`` names ``model``'s parameters for torch.fx (which
         reads a root's placeholders from its forward's code, through ``__wrapped__``: ``*inputs``
         would be one placeholder that cannot be unpacked)."""
         def forward(self: ShardedModel, *inputs: Any, **kwargs: Any) -> Any:
@@ -142,12 +154,14 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
         forward.__doc__ = ShardedModel.forward.__doc__
         cls = type("ShardedModel", (ShardedModel,), {"forward": forward, "__module__": __name__,
                                                       "__qualname__": "ShardedModel", "__doc__": ShardedModel.__doc__})
-        kwargs = {**DDP_DEFAULTS, **(ddp_kwargs or {})}
+        kwargs = {**DDP_DEFAULTS, **({"process_group": process_group} if process_group is not None else {}),
+                  **(ddp_kwargs or {})}
         try:
             wrapped = cls(model, **kwargs)
         except TypeError as exc:  # an argument DistributedDataParallel does not take
             raise InvalidInputError(f"shard_model: ddp_kwargs {sorted(ddp_kwargs or {})}: {exc}") from None
         wrapped._recgo_ddp_kwargs = dict(ddp_kwargs or {})
+        wrapped._recgo_process_group = process_group
         return wrapped
 
 
@@ -336,7 +350,10 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       all-reduce); DDP starts every rank from rank 0's dense weights. As under DMP it is built with
       ``static_graph=True`` (dense parameters a forward leaves unused then train on); ``ddp_kwargs``
       gives DDP other arguments (``{"static_graph": False, "find_unused_parameters": True}`` for a
-      forward whose used parameters change from step to step).
+      forward whose used parameters change from step to step). DDP runs on a process group of its
+      own with the collections' ``timeout`` (unless ``ddp_kwargs`` names a ``process_group``), so a dead
+      or stalled peer fails its collectives within that timeout too (torch's ``RuntimeError``), not
+      the default group's 30 minutes.
 
     DMP's spellings work too: ``module=`` for ``model``, ``device=`` (the CPU), ``sharders=``
     (TorchRec sharders whose ``fused_params`` name the tables' fused optimizer, as bert4rec's script
@@ -419,7 +436,11 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     if not dense:
         return model
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
-    wrapped = ShardedModel.wrap(model, ddp_kwargs)
+    group = None
+    timeout = next((model.get_submodule(n)._groups.timeout for n in _sharded_names(model)), None)
+    if timeout is not None and "process_group" not in (ddp_kwargs or {}):  # DDP under the collections' timeout
+        group = dense_group(timeout)
+    wrapped = ShardedModel.wrap(model, ddp_kwargs, group)
     if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
         wrapped.fused_optimizer = optim.CollectionOptimizer(model)
     return wrapped
