@@ -294,6 +294,32 @@ func recgo_shard_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int6
 	})
 }
 
+// recgo_shard_abandon writes into stepOut the handle of a step that refuses this rank's batch for
+// the reason (n UTF-8 bytes) its checks gave, before or in recgo_shard_begin (sequence 1: in
+// recgo_shard_seq_begin): drive it as any step; its ops tell every rank to stop the step and it
+// ends with that reason's error, while the peers' drives fail naming this rank.
+//
+//export recgo_shard_abandon
+func recgo_shard_abandon(h C.uintptr_t, sequence C.int64_t, reasonPtr unsafe.Pointer, n C.int64_t, stepOut *C.uintptr_t,
+	errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		c, err := lookup[*shard.Collection](h, "sharded collection")
+		if err != nil {
+			return err
+		}
+		reason, err := viewSlice[byte](reasonPtr, int64(n), "reason")
+		if err != nil {
+			return err
+		}
+		s, err := c.Abandon(string(reason), sequence != 0)
+		if err != nil {
+			return err
+		}
+		*stepOut = newHandle(s)
+		return nil
+	})
+}
+
 // recgo_shard_next asks a step for its next all-to-all: *done = 1 when there is none; otherwise the
 // op's group (0 world, 1 node, 2 rail), element type (*elem: 0 int64, 1 float32, 2 uint8), send
 // length and number of splits (the group's size). Fetch its buffers with recgo_shard_op.

@@ -8,6 +8,7 @@ most tables of any collection built, and both ranks raise, naming the mismatch."
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -76,3 +77,81 @@ def _padded_steps(rank: int, world: int) -> dict:
 def test_a_padded_collection_trains_as_one_process(tmp_path: Path) -> None:
     for r in spawn(_padded_steps, 2, tmp_path, wait=120):
         assert r.get("diff") is not None and r["diff"] < 1e-6, r
+
+
+def _without_key(kjt: recgo.KeyedJaggedTensor, drop: str) -> recgo.KeyedJaggedTensor:
+    """kjt without feature ``drop``."""
+    d = kjt.to_dict()
+    keys = [k for k in kjt.keys() if k != drop]
+    return recgo.KeyedJaggedTensor(keys, torch.cat([d[k].values() for k in keys]),
+                                   lengths=torch.cat([d[k].lengths() for k in keys]))
+
+
+def _one_refuses(rank: int, world: int, mode: str, kind: str) -> dict:
+    """Rank 1's batch is refused locally at steps 1 (an ID out of range), 2 (a missing feature) and 3
+    (a negative ID); both ranks catch and go on. Before, rank 1 raised alone before the step's first
+    collective, consumed no step number, and rank 0's step 1 trained paired with rank 1's step-2
+    batch, silently."""
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection
+    from sharded_batches import configs, global_batch, local_batch
+
+    torch.set_num_threads(1)
+    opt = optim.Adagrad(lr=0.1)
+    sharding = {"th": "hash", "tt": "table_wise", "tr": "row_wise", "td": "data_parallel", "tp": "hash"}
+    if kind == "sequence":
+        cfgs = [recgo.EmbeddingConfig(c.num_embeddings, c.embedding_dim, c.name, c.feature_names) for c in configs()]
+        ref = recgo.EmbeddingCollection(cfgs, optimizer=opt, seed=3)
+        sh = ShardedEmbeddingCollection(cfgs, {**sharding, "td": "hash"}, optimizer=opt, seed=3, timeout=20, mode=mode)
+
+        def loss(out: dict) -> torch.Tensor:
+            return sum((jt.values() * jt.values()).sum() for jt in out.values())
+    else:
+        ref = recgo.EmbeddingBagCollection(configs(), optimizer=opt, seed=3)
+        sh = ShardedEmbeddingBagCollection(configs(), sharding, optimizer=opt, seed=3, timeout=20, mode=mode)
+
+        def loss(out: Any) -> torch.Tensor:
+            return (out.values() * out.values()).sum()
+    raised: dict[int, str | None] = {}
+    for step in range(6):
+        g = global_batch(step, world)
+        mine = local_batch(g, rank)
+        if rank == 1 and step in (1, 3):
+            v = mine.values().clone()
+            v[-1] = 10_000 if step == 1 else -3
+            mine = recgo.KeyedJaggedTensor(mine.keys(), v, lengths=mine.lengths())
+        if rank == 1 and step == 2:
+            mine = _without_key(mine, "t1")
+        try:
+            loss(sh(mine)).backward()
+            raised[step] = None
+        except Exception as exc:  # noqa: BLE001 - the result is the error
+            raised[step] = f"{type(exc).__name__}: {exc}"
+        if step not in (1, 2, 3):  # the reference trains on the good global batches only
+            loss(ref(g)).backward()
+    diff, clocks = 0.0, {}
+    for t, shard in sh.embedding_bags.items() if kind != "sequence" else sh.embeddings.items():
+        rows = sh.local_ids(t)
+        whole = (ref.embedding_bags if kind != "sequence" else ref.embeddings)[t].weight.detach()
+        if rows.numel():
+            diff = max(diff, float((shard.weight.detach() - whole[rows]).abs().max()))
+        clocks[t] = int(shard.optimizer_step)
+    return {"raised": raised, "diff": diff, "clocks": clocks}
+
+
+def test_a_batch_one_rank_refuses_stops_the_step_on_every_rank(tmp_path: Path) -> None:
+    for mode, kind in (("flat", "pooled"), ("hierarchical", "pooled"), ("flat", "sequence")):
+        (tmp_path / f"{mode}-{kind}").mkdir()
+        res = spawn(_one_refuses, 2, tmp_path / f"{mode}-{kind}", mode, kind, wait=120)
+        for r in res:
+            assert "error" not in r, r
+            raised = r["raised"]
+            assert [s for s, e in raised.items() if e] == [1, 2, 3], (mode, kind, raised)
+            for step, what in ((1, "out of range"), (2, "lacks features ['t1']"), (3, "out of range")):
+                assert raised[step].startswith("InvalidInputError: "), raised[step]
+                assert what in raised[step], (step, raised[step])
+        for step, n in ((1, 2), (2, 3), (3, 4)):  # the engine numbers steps from 1
+            assert res[0]["raised"][step].startswith(f"InvalidInputError: exchange: rank 1 refused its batch of step {n}: ")
+        assert res[0]["clocks"] == res[1]["clocks"], res
+        assert set(res[0]["clocks"].values()) == {3}, res  # the three good steps, on every rank
+        for r in res:
+            assert r["diff"] < 1e-6, (mode, kind, r)

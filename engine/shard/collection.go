@@ -386,6 +386,25 @@ func (c *Collection) begin(b embedding.Batch, ds []*embedding.TableDedup, ps []*
 	return s, nil
 }
 
+// Abandon returns a step of the collection that refuses this rank's batch for reason (a check that
+// failed before or in Begin, or BeginSequence with sequence): its drive runs the forward's first ops
+// (sized as always, marked as refused, without IDs), which stop the step on every rank, and then
+// fails with reason; the peers' drives fail naming this rank and reason (sync.go). Every rank's
+// step number advances alike and no shard changes, so the ranks' next steps pair up.
+func (c *Collection) Abandon(reason string, sequence bool) (*Step, error) {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, errs.Invalidf("sharded collection: used after close")
+	}
+	s := &Step{c: c, X: c.newExchange()}
+	if sequence {
+		s.X.ident ^= sequenceIdent
+	}
+	s.X.Abandon(reason)
+	return s, nil
+}
+
 // Pool writes the rank's pooled output ([B, Width], overwritten) from the rows and partial sums
 // the exchange brought: each (feature, sample) bag has one writer, through the engine's segment
 // reduction, which adds the bag's terms in a fixed order and then applies its mean scale.

@@ -181,6 +181,7 @@ type Exchange struct {
 	optim     int64         // the collection's optimizer fingerprint (the same on every rank; sync.go)
 	ident     int64         // the collection's identity, and a sequence step's mark (the same on every rank; sync.go)
 	pad       int           // tables the first ops are sized for, at least (padTables; sync.go)
+	abandon   *abandoned    // the step is refused: this rank's batch, or a peer's (sync.go)
 	steps     *atomic.Int64 // the collection's count of forwards driven, which numbers this one (nil: 0)
 	evictions []int64       // owner, per dynamic table: its shard's evictions when it resolved the step's rows
 
@@ -245,6 +246,14 @@ func (x *Exchange) Forward(uniq [][]int64) error {
 		x.stages = append(x.stages, x.vecStage(h))
 	}
 	return nil
+}
+
+// Abandon queues the forward of a step whose batch this rank refused for reason (checks made
+// before Forward): its ops are the forward's count stages, marked, which stop the step on every rank
+// it meets (sync.go); the drive then ends with reason's error.
+func (x *Exchange) Abandon(reason string) {
+	x.abandon = &abandoned{rank: x.self, reason: reason, own: true}
+	x.stages = x.abandonStages(0)
 }
 
 // Rows returns table t's rows of the distinct IDs Forward was given, in that order (after the

@@ -20,6 +20,17 @@ func (x *Exchange) countStage(h int) stage {
 				x.seq = x.steps.Add(1)
 			}
 			lg := &x.legs[h]
+			width := x.padTables() * metaFields
+			split := fill(lg.size, int64(hdrFields+width))
+			if x.abandon != nil { // a refused step: the mark and the reason, no IDs (sync.go)
+				blk := x.abandon.block(T * metaFields)
+				blocks := make([]int64, 0, lg.size*len(blk))
+				for range lg.size {
+					blocks = append(blocks, blk...)
+				}
+				send := x.withHeaders(phaseAbandoned, blocks, lg.size, len(blk), width)
+				return &Op{Group: lg.group, SendI: send, SendSplits: split, RecvSplits: split}, nil
+			}
 			lg.sendCnt = make([]int64, lg.size*T)
 			lg.perm = make([][]int32, T)
 			dests := make([][]int32, T)
@@ -46,17 +57,26 @@ func (x *Exchange) countStage(h int) stage {
 			if h == 0 && x.bags != nil {
 				x.planReturns(lg, dests)
 			}
-			width := x.padTables() * metaFields
-			split := fill(lg.size, int64(hdrFields+width))
 			return &Op{Group: lg.group, SendI: x.withHeaders(phaseForward, lg.sendMeta, lg.size, T*metaFields, width),
 				SendSplits: split, RecvSplits: split}, nil
 		},
 		feed: func(_ *Op, recv []int64, _ []float32, _ []byte) error {
 			lg := &x.legs[h]
-			recv, err := x.stripHeaders(phaseForward, recv, lg.size, T*metaFields, x.padTables()*metaFields, lg.rank)
+			width := x.padTables() * metaFields
+			blocks, err := x.stripHeaders(phaseForward, recv, lg.size, T*metaFields, width, lg.rank)
 			if err != nil {
 				return err
 			}
+			for d := range lg.size { // a peer refused its batch: so does this rank's step (sync.go)
+				if x.abandon == nil && recv[d*(hdrFields+width)+hdrPhase] == phaseAbandoned {
+					x.abandon = abandonedFrom(blocks[d*T*metaFields : (d+1)*T*metaFields])
+				}
+			}
+			if x.abandon != nil {
+				x.stages = x.abandonStages(h + 1)
+				return nil
+			}
+			recv = blocks
 			lg.recvCnt = make([]int64, lg.size*T)
 			lg.total = make([]int64, T)
 			for i := range lg.recvCnt {
@@ -70,6 +90,16 @@ func (x *Exchange) countStage(h int) stage {
 			return nil
 		},
 	}
+}
+
+// abandonStages are a refused step's stages from leg h on: the remaining legs' count stages, which
+// carry the mark (so that every rank of the world learns it), and then the step's error.
+func (x *Exchange) abandonStages(h int) []stage {
+	var out []stage
+	for ; h < len(x.legs); h++ {
+		out = append(out, x.countStage(h))
+	}
+	return append(out, stage{op: func() (*Op, error) { return nil, x.abandon.err(x.self, x.seq) }})
 }
 
 // idStage sends leg h's IDs (with the bag structure of the blocks pooled at their owner) and

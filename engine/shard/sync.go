@@ -84,11 +84,66 @@ func collectionIdent(layouts []*Layout, features []embedding.Feature) int64 {
 // tables).
 const sequenceIdent int64 = 0x5ec0_5e90
 
-// Phases of a drive, as sent (tagged so that other data is not mistaken for a header).
+// Phases of a drive, as sent (tagged so that other data is not mistaken for a header). A forward
+// whose rank refused its batch (Collection.Abandon), or learned that a peer did, sends
+// phaseAbandoned in its count stages instead of phaseForward (see abandoned).
 const (
-	phaseForward  int64 = 0x5ec0_0001
-	phaseBackward int64 = 0x5ec0_0002
+	phaseForward   int64 = 0x5ec0_0001
+	phaseBackward  int64 = 0x5ec0_0002
+	phaseAbandoned int64 = 0x5ec0_0003
 )
+
+// A rank whose batch is refused locally (an ID out of range, a missing feature: checks made before
+// the step's first op) must not simply raise: its peers would run the step without it and pair
+// their next batch with its next one, silently. So it still drives the forward's count stages, each
+// sized as always, with phaseAbandoned in the header and, instead of block metadata, the refusing
+// rank and the start of its reason. Every rank that meets such a block (or refused its own batch)
+// stops the step there: it runs only the count stages of its route's remaining legs, marked the same
+// way (in the hierarchical mode a node's ranks learn it on the node group and tell the other nodes
+// on the rail groups), and then raises InvalidInputError, the refusing rank its own. No shard
+// changes, no later op opens, and every rank's step number advanced by one, so the next step pairs
+// the ranks' next batches.
+type abandoned struct {
+	rank   int    // the world rank that refused its batch
+	reason string // its reason (a peer's: as much of it as the block holds)
+	own    bool   // this rank refused it
+}
+
+// abandonBlock is the block a marked count stage sends (per values): the refusing rank, the byte
+// length of its reason and as much of the reason as fits, 8 bytes a value.
+func (a *abandoned) block(per int) []int64 {
+	out := make([]int64, per)
+	msg := []byte(a.reason)
+	if room := (per - 2) * 8; len(msg) > room {
+		msg = msg[:max(0, room)]
+	}
+	out[0], out[1] = int64(a.rank), int64(len(msg))
+	for i, b := range msg {
+		out[2+i/8] |= int64(b) << (8 * (i % 8))
+	}
+	return out
+}
+
+// abandonedFrom decodes a peer's marked block (see block).
+func abandonedFrom(b []int64) *abandoned {
+	a := &abandoned{rank: int(b[0])}
+	n := int(min(max(b[1], 0), int64(len(b)-2)*8))
+	msg := make([]byte, n)
+	for i := range msg {
+		msg[i] = byte(b[2+i/8] >> (8 * (i % 8)))
+	}
+	a.reason = string(msg)
+	return a
+}
+
+// err is the error the step ends with at rank self.
+func (a *abandoned) err(self int, seq int64) error {
+	if a.own {
+		return errs.Invalidf("rank %d refused its batch of step %d: %s", self, seq, a.reason)
+	}
+	return errs.Invalidf("exchange: rank %d refused its batch of step %d: %s; the step is refused on every rank "+
+		"(no rank's batch of it is used) and no shard changed", a.rank, seq, a.reason)
+}
 
 func phaseName(p int64) string {
 	switch p {
@@ -96,6 +151,8 @@ func phaseName(p int64) string {
 		return "forward"
 	case phaseBackward:
 		return "backward"
+	case phaseAbandoned:
+		return "refused forward"
 	}
 	return fmt.Sprintf("unknown phase %#x", p)
 }
@@ -134,7 +191,8 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per, width int,
 				"call the sharded collections in the same order, each on every rank", rank(d), phaseName(b[hdrPhase]),
 				b[hdrStep], x.self, phaseName(phase), x.seq, x.tableNames())
 		}
-		if b[hdrPhase] != phase || b[hdrStep] != x.seq {
+		marked := phase == phaseForward && b[hdrPhase] == phaseAbandoned // a refused step's count stage
+		if (b[hdrPhase] != phase && !marked) || b[hdrStep] != x.seq {
 			return nil, errs.Invalidf("exchange: rank %d is at the %s of step %d while rank %d is at the %s of "+
 				"step %d: every rank must run the same steps (each forward on every rank, and each backward on "+
 				"every rank or on none); a rank that skips a backward, or runs a forward the others do not, "+

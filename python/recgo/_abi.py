@@ -577,6 +577,15 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_shard_abandon': ('int', (
+        ('h', 'uintptr_t'),
+        ('sequence', 'int64_t'),
+        ('reasonPtr', 'void*'),
+        ('n', 'int64_t'),
+        ('stepOut', 'uintptr_t*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_shard_backward': ('int', (
         ('sh', 'uintptr_t'),
         ('gradPtr', 'void*'),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -437,28 +438,29 @@ class ShardedEmbeddingBagCollection(nn.Module):
         sharding, mode, tables) raises :class:`InvalidInputError`. A TorchRec variable batch with
         ``inverse_indices`` is pooled padded to its largest feature batch and expanded, as by the
         unsharded collection (``modules._vbe``)."""
-        vb = _vbe.variable_batch(features)
-        index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
-        kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
-        self._sync_training()
-        values, lengths = kjt.values(), kjt.lengths()
-        weights = kjt.weights_or_none() if self._is_weighted else None
-        if self._is_weighted and weights is None:
-            raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
-        if weights is not None:
-            refuse_weight_grads(weights)
-            weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
-        step = _lib.H(0)
-        prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
-        if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
-            _lib.call_making(_lib.fn("recgo_shard_begin_prepared"), [step], self._handle.value, prepared,
-                             ptr(key_feature), key_feature.numel(), ptr(values), values.numel(), ptr(lengths),
-                             lengths.numel(), ctypes.byref(step))
-        else:
-            _lib.call_making(_lib.fn("recgo_shard_begin"), [step],
-                             self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                             ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                             0 if weights is None else weights.numel(), ctypes.byref(step))
+        with self._refused_together():  # a batch refused here stops the step on every rank
+            vb = _vbe.variable_batch(features)
+            index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
+            kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
+            self._sync_training()
+            values, lengths = kjt.values(), kjt.lengths()
+            weights = kjt.weights_or_none() if self._is_weighted else None
+            if self._is_weighted and weights is None:
+                raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
+            if weights is not None:
+                refuse_weight_grads(weights)
+                weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
+            step = _lib.H(0)
+            prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
+            if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
+                _lib.call_making(_lib.fn("recgo_shard_begin_prepared"), [step], self._handle.value, prepared,
+                                 ptr(key_feature), key_feature.numel(), ptr(values), values.numel(), ptr(lengths),
+                                 lengths.numel(), ctypes.byref(step))
+            else:
+                _lib.call_making(_lib.fn("recgo_shard_begin"), [step],
+                                 self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
+                                 ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
+                                 0 if weights is None else weights.numel(), ctypes.byref(step))
         handle = _Step(_lib.Handle(step.value))
         drive(handle.handle, self._groups, handle.traffic, self._wire)
         batch = lengths.numel() // max(1, len(kjt.keys()))
@@ -466,6 +468,37 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if vb is not None:
             out = _vbe.expand_pooled(out, index, self._dims, size)
         return KeyedTensor(self._names, self._dims, out)
+
+    @contextlib.contextmanager
+    def _refused_together(self, sequence: bool = False) -> Iterator[None]:
+        """Around a step's local checks and begin: a batch refused there (an ID out of range, a
+        missing feature, a malformed KJT) must not raise on this rank alone, before the step's first
+        collective: its peers would run the step without it and then pair their next batch with its
+        next one, silently. So the rank still drives the step's first ops, marked as refused (the
+        engine's ``recgo_shard_abandon``): every rank stops the step there, raising
+        :class:`InvalidInputError` that names this rank and its reason, no shard changes, and every
+        rank's step number advances alike. This rank then raises its own error."""
+        try:
+            yield
+        except Exception as exc:
+            self._abandon(exc, sequence)
+            raise
+
+    def _abandon(self, exc: BaseException, sequence: bool) -> None:
+        """Drive a step that refuses this rank's batch because of ``exc`` (see _refused_together)."""
+        self._sync_training()  # the first ops' size (pad tables) as the peers' steps have it
+        reason = (str(exc) or type(exc).__name__).encode()
+        buf = ctypes.create_string_buffer(reason, len(reason))
+        step = _lib.H(0)
+        _lib.call_making(_lib.fn("recgo_shard_abandon"), [step], self._handle.value, int(sequence), buf,
+                         len(reason), ctypes.byref(step))
+        handle = _lib.Handle(step.value)
+        try:
+            drive(handle, self._groups, {}, self._wire)
+        except InvalidInputError:  # the refusal itself (or a peer's, at the same op): exc says it
+            pass
+        finally:
+            handle.free()
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic

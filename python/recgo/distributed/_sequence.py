@@ -117,16 +117,18 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
         torchrec_in = _is_torchrec_kjt(features)
-        vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
-        kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
-        feats = key_feature.tolist()
-        self._sync_training()
-        values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
-        lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
-        step, seq = _lib.H(0), _lib.H(0)
-        _lib.call_making(_lib.fn("recgo_shard_seq_begin"), [step, seq], self._handle.value, ptr(key_feature),
-                         key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(),
-                         ctypes.byref(step), ctypes.byref(seq))
+        with self._refused_together(sequence=True):  # a batch refused here stops the step on every rank
+            vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
+            kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
+            feats = key_feature.tolist()
+            self._sync_training()
+            values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
+            lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1,
+                                   convert_to=torch.int64)
+            step, seq = _lib.H(0), _lib.H(0)
+            _lib.call_making(_lib.fn("recgo_shard_seq_begin"), [step, seq], self._handle.value, ptr(key_feature),
+                             key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(),
+                             ctypes.byref(step), ctypes.byref(seq))
         handle = _SeqStep(_lib.Handle(step.value), _lib.Handle(seq.value))
         drive(handle.handle, self._groups, handle.traffic)
         K = len(feats)
