@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -30,6 +29,7 @@ from . import _dynamic, _traffic
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
+from ._refuse import refused_together
 from ._state import own_keys, rank_keys, reloaded_keys
 from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_row_splits, resolve_sharding
 from ._step import _Lookup, _Shard, _Step
@@ -438,7 +438,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         sharding, mode, tables) raises :class:`InvalidInputError`. A TorchRec variable batch with
         ``inverse_indices`` is pooled padded to its largest feature batch and expanded, as by the
         unsharded collection (``modules._vbe``)."""
-        with self._refused_together():  # a batch refused here stops the step on every rank
+        with refused_together(self):  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features)
             index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
             kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
@@ -468,37 +468,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
         if vb is not None:
             out = _vbe.expand_pooled(out, index, self._dims, size)
         return KeyedTensor(self._names, self._dims, out)
-
-    @contextlib.contextmanager
-    def _refused_together(self, sequence: bool = False) -> Iterator[None]:
-        """Around a step's local checks and begin: a batch refused there (an ID out of range, a
-        missing feature, a malformed KJT) must not raise on this rank alone, before the step's first
-        collective: its peers would run the step without it and then pair their next batch with its
-        next one, silently. So the rank still drives the step's first ops, marked as refused (the
-        engine's ``recgo_shard_abandon``): every rank stops the step there, raising
-        :class:`InvalidInputError` that names this rank and its reason, no shard changes, and every
-        rank's step number advances alike. This rank then raises its own error."""
-        try:
-            yield
-        except Exception as exc:
-            self._abandon(exc, sequence)
-            raise
-
-    def _abandon(self, exc: BaseException, sequence: bool) -> None:
-        """Drive a step that refuses this rank's batch because of ``exc`` (see _refused_together)."""
-        self._sync_training()  # the first ops' size (pad tables) as the peers' steps have it
-        reason = (str(exc) or type(exc).__name__).encode()
-        buf = ctypes.create_string_buffer(reason, len(reason))
-        step = _lib.H(0)
-        _lib.call_making(_lib.fn("recgo_shard_abandon"), [step], self._handle.value, int(sequence), buf,
-                         len(reason), ctypes.byref(step))
-        handle = _lib.Handle(step.value)
-        try:
-            drive(handle, self._groups, {}, self._wire)
-        except InvalidInputError:  # the refusal itself (or a peer's, at the same op): exc says it
-            pass
-        finally:
-            handle.free()
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic

@@ -18,6 +18,7 @@ from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
 from ..sparse import _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
+from ._refuse import refused_together
 from ._collection import ShardedEmbeddingBagCollection
 from ._step import _Step
 from ._source import freeze, frozen_tables, on_meta, take_rows
@@ -117,7 +118,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
         torchrec_in = _is_torchrec_kjt(features)
-        with self._refused_together(sequence=True):  # a batch refused here stops the step on every rank
+        with refused_together(self, sequence=True):  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
             kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
             feats = key_feature.tolist()
