@@ -1,0 +1,181 @@
+"""The ``torch.optim.Optimizer`` face of the fused optimizers of a model's recgo collections
+(:class:`CollectionOptimizer`, re-exported by :mod:`recgo.modules.optim`), for torch's
+learning-rate schedulers and checkpoints.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from ..errors import InvalidInputError
+from .optim import _HYPER, Adam, _number
+
+
+def fused_collections(model: Any) -> list[tuple[str, Any]]:
+    """The modules of ``model`` (itself included) that own a fused optimizer, outermost first; one per
+    set of tables (a sequence collection and the pooled one it looks up count once)."""
+    out: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    for name, m in model.named_modules():
+        if any(n == "" or name.startswith(f"{n}.") for n, _ in out):
+            continue  # inside one already taken: the same tables
+        if not hasattr(m, "set_fused_optimizer") or getattr(m, "fused_optimizer", None) is None:
+            continue
+        key = id(getattr(m, "_owner", m))
+        if key not in seen:
+            seen.add(key)
+            out.append((name, m))
+    return out
+
+
+class CollectionOptimizer(torch.optim.Optimizer):
+    """The ``torch.optim.Optimizer`` face of the fused optimizers of the recgo collections in a model
+    (unsharded or sharded), so that torch's learning-rate schedulers drive them, as they drive
+    TorchRec's ``DistributedModelParallel.fused_optimizer``.
+
+    One param group per collection (``"name"``: its path in the model), holding the fused optimizer's
+    hyper-parameters under their recgo names (``lr``, ``eps``, ``beta1``, ``beta2``,
+    ``weight_decay``) and no parameters: the rows are updated inside backward, not here. When every
+    collection's optimizer is Adam or AdamW, each group also holds torch's ``betas`` pair (kept equal to
+    ``beta1``/``beta2``, whichever was changed), so ``OneCycleLR``'s default ``cycle_momentum`` cycles
+    beta1 as it does for ``torch.optim.Adam``; with SGD or Adagrad it raises, as for torch's. ``zero_grad()``
+    and ``step()`` hand changed values to the collections (``set_fused_optimizer``), as TorchRec's
+    fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
+    ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
+    ``state_dict()`` holds the hyper-parameters; the tables' optimizer state is in the model's.
+    It can be an entry of TorchRec's ``CombinedOptimizer([it, dense])`` (or a named entry,
+    ``("fused", it)``), whose schedulers then drive both: built while ``torchrec`` is imported, it is
+    also a TorchRec ``KeyedOptimizer`` (with no keyed parameters), as DMP's ``fused_optimizer`` is;
+    without ``torchrec`` it is a plain ``torch.optim.Optimizer`` and TorchRec is never imported. Copies
+    (``copy.deepcopy``, pickle) keep driving the copied model's collections. Call it from the thread
+    that runs the steps (on every rank alike for sharded collections).
+
+    Raises:
+        InvalidInputError: ``model`` has no collection with a fused optimizer.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "CollectionOptimizer":
+        if cls is CollectionOptimizer and sys.modules.get("torchrec") is not None:  # None: hidden/unusable
+            from ._keyed_optimizer import KeyedCollectionOptimizer  # imports torchrec.optim.keyed
+
+            cls = KeyedCollectionOptimizer
+        return super().__new__(cls)
+
+    def __init__(self, model: Any) -> None:
+        self._collections = fused_collections(model)
+        if not self._collections:
+            raise InvalidInputError("CollectionOptimizer: the model has no recgo collection with a fused optimizer")
+        groups = [{"params": [], "name": n, **{k: getattr(m.fused_optimizer, k) for k in _HYPER}}
+                  for n, m in self._collections]
+        defaults: dict[str, Any] = {"_save_param_groups": False}  # what TorchRec's CombinedOptimizer reads
+        if all(isinstance(m.fused_optimizer, Adam) for _, m in self._collections):
+            for g in groups:
+                g["betas"] = (g["beta1"], g["beta2"])
+            defaults["betas"] = groups[0]["betas"]  # torch's schedulers look for the key here
+        torch.optim.Optimizer.__init__(self, groups, defaults)  # not KeyedOptimizer's, in the keyed subclass
+        self._betas = [(g["beta1"], g["beta2"]) for g in self.param_groups]  # as last handed over
+        self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
+        self._built = True  # add_param_group refuses from here
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Refused once built (TorchRec's ``KeyedOptimizer`` refuses it too): the groups are the
+        collections' fused optimizers, so an added group's parameters would never be updated.
+
+        Raises:
+            InvalidInputError: always, after construction.
+        """
+        if getattr(self, "_built", False):
+            raise InvalidInputError("CollectionOptimizer.add_param_group: its groups are the collections' fused "
+                                    "optimizers (one each) and an added group would never be stepped; give other "
+                                    "parameters a torch optimizer of their own (TorchRec's CombinedOptimizer "
+                                    "takes both)")
+        torch.optim.Optimizer.add_param_group(self, param_group)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # torch's keeps only defaults, state and param_groups: a copy would lose its collections
+        return self.__dict__
+
+    def _sync_betas(self) -> None:
+        """Make ``betas`` and ``beta1``/``beta2`` agree, taking whichever changed since the last push."""
+        for i, group in enumerate(self.param_groups):
+            if "betas" not in group:
+                continue
+            pair, old = tuple(float(b) for b in group["betas"]), self._betas[i]
+            if pair != old:
+                group["beta1"], group["beta2"] = pair
+            group["betas"] = (group["beta1"], group["beta2"])
+            self._betas[i] = group["betas"]
+
+    def _push(self) -> None:
+        self._sync_betas()
+        for group, (_, m) in zip(self.param_groups, self._collections):
+            cur = m.fused_optimizer
+            new = replace(cur, **{k: _number(group[k]) for k in _HYPER})  # bools, strings: refused
+            if new != cur:
+                m.set_fused_optimizer(new)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Hand changed hyper-parameters to the collections (there are no gradients to clear)."""
+        self._push()
+
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:
+        """Hand changed hyper-parameters to the collections; returns ``closure()`` if given."""
+        loss = closure() if closure is not None else None
+        self._push()
+        return loss
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load the hyper-parameters and hand them to the collections.
+
+        Raises:
+            InvalidInputError: ``state_dict`` is not one this optimizer saved (e.g. a TorchRec fused
+                optimizer's, which holds per-row state under ``state`` and no ``param_groups``)."""
+        if not isinstance(state_dict, dict) or "param_groups" not in state_dict:
+            keys = sorted(state_dict) if isinstance(state_dict, dict) else type(state_dict).__name__
+            raise InvalidInputError(
+                f"CollectionOptimizer.load_state_dict: expected the dict its state_dict() gives (with "
+                f"'param_groups'), got {keys}. A TorchRec fused optimizer's state dict holds the tables' "
+                "optimizer state, which recgo keeps in the model's state dict (the tables' optimizer_state "
+                "entries): load the TorchRec checkpoint into the TorchRec model and its optimizer, then "
+                "convert it with recgo.from_torchrec, which carries that state over")
+        keyed = state_dict.get("state") or {}
+        # torch's (not KeyedOptimizer's, in the keyed subclass) for the hyper-parameters
+        torch.optim.Optimizer.load_state_dict(self, {**state_dict, "state": {}})
+        for name, st in keyed.items():  # a wrapper's entries (see state_dict)
+            if name in self.params:
+                self.state[self.params[name]] = copy.deepcopy(st)
+        self._push()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hyper-parameters, one group per collection, under ``param_groups`` (torch's layout),
+        and under ``state``, by name, the state a TorchRec wrapper keeps in this optimizer for
+        parameters it added to ``params`` (``WarmupOptimizer``'s progress): torch's state_dict found
+        no group holding them and raised a bare ``KeyError``."""
+        names = {id(p): k for k, p in self.params.items()}
+        state = {names[id(p)]: copy.deepcopy(v) for p, v in self.state.items() if id(p) in names}
+        groups = [{**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": []}
+                  for g in self.param_groups]
+        return {"state": state, "param_groups": groups}
+
+    def save_param_groups(self, save: bool) -> None:
+        """TorchRec's ``KeyedOptimizer.save_param_groups`` (a ``CombinedOptimizer`` sets it on its
+        entries). Raises for ``True`` with several collections: TorchRec keys a saved group by its
+        parameters' names, and these groups have none, so every group but the last would load into
+        the same one (save this optimizer's own ``state_dict()`` instead)."""
+        if save and len(self.param_groups) > 1:
+            raise InvalidInputError(
+                f"save_param_groups(True): this CollectionOptimizer has {len(self.param_groups)} groups (one per "
+                "collection) and no parameters, which TorchRec keys saved groups by, so they would load into one; "
+                "checkpoint its own state_dict() (the hyper-parameters of every collection) instead")
+        self.defaults["_save_param_groups"] = bool(save)
+
+    def post_load_state_dict(self) -> None:
+        """Hand the hyper-parameters to the collections after TorchRec's ``CombinedOptimizer`` loaded
+        a state dict (the KeyedOptimizer hook)."""
+        self._push()
