@@ -95,6 +95,36 @@ def _destroy_groups() -> None:
             pass
 
 
+def _forget_stale_groups() -> None:
+    """Drop the cached groups when torch.distributed was set up anew (its groups are gone)."""
+    if _cache_world[0] is not dist.group.WORLD:
+        _cache.clear()
+        _cache_world[0] = dist.group.WORLD
+        _pad_tables[0] = 0
+
+
+def _cached_group(ranks: list[int], key: tuple[Any, ...], timeout: timedelta,
+                  made: list[tuple[Any, ...]] | None = None) -> Any:
+    """The process group of ``ranks`` with ``timeout`` cached under ``key`` (with the timeout),
+    created (a collective: every rank asks in the same order) if it is not; ``made`` collects the
+    keys this created, so a refused build can forget them."""
+    key = (*key, timeout.total_seconds())
+    if key in _cache:
+        return _cache[key]
+    if made is not None:
+        made.append(key)
+    try:
+        g = dist.new_group(ranks, timeout=timeout)
+    except Exception as exc:  # gloo's store barrier: 'Wait timeout' when a peer never comes
+        raise PeerFailureError(
+            f"rank {dist.get_rank()}: creating the process group of ranks {ranks}: a peer did not join within the "
+            f"{timeout.total_seconds():g} s timeout (it died, raised before building the collection, or "
+            f"was given another topology or mode): {exc}") from exc
+    _created.append(g)
+    _cache[key] = g
+    return g
+
+
 def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | timedelta | None,
                 hierarchical: bool) -> Groups:
     """Create the world, node and rail groups (every rank must call this in the same order)."""
@@ -122,28 +152,11 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
         timeout = timedelta(seconds=float(timeout))
     if not timeout.total_seconds() > 0:
         raise InvalidInputError(f"timeout must be > 0 seconds, got {timeout.total_seconds():g}")
-    if _cache_world[0] is not dist.group.WORLD:  # torch.distributed was set up anew: its groups are gone
-        _cache.clear()
-        _cache_world[0] = dist.group.WORLD
-        _pad_tables[0] = 0
-
+    _forget_stale_groups()
     made: list[tuple[Any, ...]] = []  # the keys of the groups this call created
 
     def group(ranks: list[int], key: tuple[Any, ...]) -> Any:
-        key = (*key, timeout.total_seconds())
-        if key in _cache:
-            return _cache[key]
-        made.append(key)
-        try:
-            g = dist.new_group(ranks, timeout=timeout)
-            _created.append(g)
-            _cache[key] = g
-            return g
-        except Exception as exc:  # gloo's store barrier: 'Wait timeout' when a peer never comes
-            raise PeerFailureError(
-                f"rank {rank}: creating the process group of ranks {ranks}: a peer did not join within the "
-                f"{timeout.total_seconds():g} s timeout (it died, raised before building the collection, or "
-                f"was given another topology or mode): {exc}") from exc
+        return _cached_group(ranks, key, timeout, made)
 
     # the world group's key leaves the topology out: ranks that disagree on it (refused below) still
     # agree on whether it exists
@@ -179,19 +192,8 @@ def dense_group(timeout: timedelta) -> Any:
     collectives waited for a dead or stalled peer as long as that group's timeout (30 minutes by
     default), not the collections'. Its own group, not the collections' world group, so its
     all-reduces never share an order of issue with their all-to-alls. Cached as they are."""
-    key = ("dense", timeout.total_seconds())
-    if _cache_world[0] is not dist.group.WORLD:
-        _cache.clear()
-        _cache_world[0] = dist.group.WORLD
-    if key not in _cache:
-        try:
-            g = dist.new_group(list(range(dist.get_world_size())), timeout=timeout)
-        except Exception as exc:
-            raise PeerFailureError(f"rank {dist.get_rank()}: creating the dense part's process group: a peer did "
-                                   f"not join within the {timeout.total_seconds():g} s timeout: {exc}") from exc
-        _created.append(g)
-        _cache[key] = g
-    return _cache[key]
+    _forget_stale_groups()
+    return _cached_group(list(range(dist.get_world_size())), ("dense",), timeout)
 
 
 _DTYPES = (torch.int64, torch.float32, torch.uint8)
