@@ -18,6 +18,7 @@ from torch import nn
 from ..errors import InvalidInputError
 from ._collection import ShardedEmbeddingBagCollection
 from ._exchange import PeerFailureError
+from ._state import tables_attr
 
 
 def gather_state_dict(model: nn.Module, dst: int = 0, optimizer_state: bool = False) -> dict[str, torch.Tensor]:
@@ -53,7 +54,7 @@ def gather_state_dict(model: nn.Module, dst: int = 0, optimizer_state: bool = Fa
         if not 0 <= dst < g.world_size:
             raise InvalidInputError(f"gather_state_dict: dst {dst} is not a rank of the world of {g.world_size}")
         is_dst = g.rank == dst
-        attr = next(n for n, x in m._modules.items() if x is m.embedding_bags)
+        attr = tables_attr(m)
         for cfg, shard in zip(m._configs, m.embedding_bags.values()):
             if cfg.dynamic is not None:
                 raise InvalidInputError(f"gather_state_dict: table {cfg.name!r} is a dynamic-ID table, whose rows "

@@ -20,10 +20,14 @@ from ._reshard import redistribute
 SHARD_IDS = "shard_ids"
 
 
+def tables_attr(module: Any) -> str:
+    """The state-dict name of the module's shards (``embedding_bags`` or ``embeddings``)."""
+    return next(n for n, m in module._modules.items() if m is module.embedding_bags)
+
+
 def _tables_prefix(module: Any, prefix: str) -> str:
     """The state_dict key prefix of the module's shards (``embedding_bags.`` or ``embeddings.``)."""
-    name = next(n for n, m in module._modules.items() if m is module.embedding_bags)
-    return f"{prefix}{name}."
+    return f"{prefix}{tables_attr(module)}."
 
 
 def _rank_tag(module: Any) -> str:
@@ -185,5 +189,4 @@ def reloaded_keys(module: Any, incompatible: Any) -> None:
         incompatible.missing_keys[:] = [k for k in incompatible.missing_keys if k not in done]
         module._reloaded = []
     if module.fused_optimizer is not None:
-        attr = next(n for n, m in module._modules.items() if m is module.embedding_bags)
-        allow_weights_only(attr, module.embedding_bags, incompatible)
+        allow_weights_only(tables_attr(module), module.embedding_bags, incompatible)
