@@ -18,6 +18,11 @@ def _sizes(length_per_key: Sequence[Any]) -> list[Any]:
     return [x if isinstance(x, torch.SymInt) else int(x) for x in length_per_key]
 
 
+def _block(values: torch.Tensor, key_dim: int, offs: Sequence[int], i: int) -> torch.Tensor:
+    """Key ``i``'s block of ``values`` (a view): its slice ``offs[i]:offs[i + 1]`` along ``key_dim``."""
+    return values.narrow(key_dim, offs[i], offs[i + 1] - offs[i])
+
+
 class KeyedTensor:
     """Pooled embeddings: a ``[B, ΣD]`` tensor with one column slice per key, in key order."""
 
@@ -118,7 +123,7 @@ class KeyedTensor:
     def to_dict(self) -> dict[str, torch.Tensor]:
         """``{key: [B, D_key]}`` column views."""
         offs = self.offset_per_key()  # (once: a repeated key keeps its last block, as __getitem__)
-        return {k: self._values.narrow(self._key_dim, offs[i], offs[i + 1] - offs[i]) for i, k in enumerate(self._keys)}
+        return {k: _block(self._values, self._key_dim, offs, i) for i, k in enumerate(self._keys)}
 
     def __getitem__(self, key: str) -> torch.Tensor:
         # A repeated key resolves to its last block, as TorchRec's ``__getitem__`` (via ``_key_indices``),
@@ -127,7 +132,7 @@ class KeyedTensor:
         if i is None:
             raise NotFoundError(f"key {key!r} is not in this KeyedTensor (keys: {self._keys})")
         offs = self.offset_per_key()
-        return self._values.narrow(self._key_dim, offs[i], offs[i + 1] - offs[i])
+        return _block(self._values, self._key_dim, offs, i)
 
     @staticmethod
     def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
@@ -145,7 +150,7 @@ class KeyedTensor:
             offs = kt.offset_per_key()
             offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
             for i, k in enumerate(kt.keys()):
-                where[k] = kt.values().narrow(dim, offs[i], offs[i + 1] - offs[i])
+                where[k] = _block(kt.values(), dim, offs, i)
         out = []
         for g in groups:
             missing = [k for k in g if k not in where]
