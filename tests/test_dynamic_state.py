@@ -1,4 +1,5 @@
-"""Dynamic-ID tables' state moved in and out: rows imported with their optimizer state, and loads
+"""Dynamic-ID tables' state moved in and out: checkpoints that round-trip bit for bit and resume
+identically, refused loads that keep the table, rows imported with their optimizer state, and loads
 through torch.distributed.checkpoint (the tables and helpers of test_dynamic.py)."""
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import torch
 import recgo
 from recgo import EmbeddingBagCollection, EmbeddingBagConfig, KeyedJaggedTensor, dynamic
 from recgo.dynamic import DynamicConfig
-from recgo.modules import Adagrad
-from test_dynamic import kjt, make
+from recgo.errors import InvalidInputError
+from recgo.modules import Adagrad, Adam
+from test_dynamic import assert_state_dicts_equal, kjt, make, train_batches
 
 
 def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_to_zeros() -> None:
@@ -270,3 +272,93 @@ def test_a_training_lookup_counts_a_repeated_id_once_as_a_forward_does() -> None
         full(kjt({"f": [[3, 4, 5]]}))
     assert dynamic.stats(full, "t") == before
     assert dynamic.lookup(full, "t", torch.tensor([1, 2])).tolist() == [0, 1]
+
+
+@pytest.mark.parametrize("dyn", [dict(min_count=2, eviction="lru"), dict(eviction="lfu", max_age=6)])
+def test_checkpoint_round_trip_is_bit_exact_and_training_resumes_identically(tmp_path: Path, dyn) -> None:
+    kw = dict(dim=3, bound=16, optimizer=Adam(lr=0.05), evict_fraction=0.25, seed=2, **dyn)
+    a = make(**kw)
+    train_batches(a, 30, seed=1)
+    assert dynamic.stats(a, "t").evicted > 0
+    path = tmp_path / "ckpt.pt"
+    a.save(path)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"], "atomic save leaves no temporary file"
+
+    b = make(**kw)
+    train_batches(b, 5, seed=9)  # state to be overwritten
+    b.load(path)
+    assert_state_dicts_equal(a.state_dict(), b.state_dict())
+    assert dynamic.stats(a, "t") == dynamic.stats(b, "t")
+
+    outs_a, outs_b = train_batches(a, 15, seed=4), train_batches(b, 15, seed=4)
+    for x, y in zip(outs_a, outs_b):
+        assert torch.equal(x, y)
+    assert_state_dicts_equal(a.state_dict(), b.state_dict())
+
+
+def test_loading_another_shape_or_a_bad_id_map_raises_and_keeps_the_table() -> None:
+    a = make(dim=3, bound=16, optimizer=Adagrad(lr=0.1), min_count=2)
+    train_batches(a, 10, seed=1)
+    sd = a.state_dict()
+    for other in (make(dim=4, bound=16, optimizer=Adagrad(lr=0.1), min_count=2),
+                  make(dim=3, bound=32, optimizer=Adagrad(lr=0.1), min_count=2),
+                  make(dim=3, bound=16, optimizer=Adagrad(lr=0.1))):  # no sketch: other admission shape
+        with pytest.raises(InvalidInputError):
+            other.load_state_dict(sd)
+
+    fixed = EmbeddingBagCollection([EmbeddingBagConfig(name="t", embedding_dim=3, num_embeddings=16,
+                                                       feature_names=["f"])], optimizer=Adagrad(lr=0.1))
+    b = make(dim=3, bound=16, optimizer=Adagrad(lr=0.1), min_count=2)
+    with pytest.raises(InvalidInputError, match="lacks the dynamic-table entries"):
+        b.load_state_dict(fixed.state_dict())
+
+    before = b.state_dict()
+    bad = {k: v.clone() for k, v in sd.items()}
+    hw = int(bad["embedding_bags.t.dynamic_meta"][7])
+    live = [r for r in range(hw) if bad["embedding_bags.t.dynamic_counts"][r] > 0]
+    bad["embedding_bags.t.dynamic_ids"][live[1]] = bad["embedding_bags.t.dynamic_ids"][live[0]]
+    with pytest.raises(InvalidInputError, match="more than one row"):
+        b.load_state_dict(bad)
+    assert_state_dicts_equal(before, b.state_dict())
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda sd: sd.__setitem__("embedding_bags.t.dynamic_ids", sd["embedding_bags.t.dynamic_ids"].double()),
+     "dtype float64"),
+    (lambda sd: sd.__setitem__("embedding_bags.t.dynamic_meta", sd["embedding_bags.t.dynamic_meta"][:5]),
+     "dynamic_meta"),
+    (lambda sd: sd["embedding_bags.t.dynamic_meta"].__setitem__(7, 10_000), "fewer than"),
+    (lambda sd: sd["embedding_bags.t.dynamic_meta"].__setitem__(4, -1), "step"),
+    (lambda sd: sd["embedding_bags.t.dynamic_counts"].__setitem__(0, -5), "count"),
+    (lambda sd: (sd["embedding_bags.t.dynamic_meta"].__setitem__(8, 1),
+                 sd.__setitem__("embedding_bags.t.dynamic_free", torch.tensor([0]))), "free row 0"),
+])
+def test_malformed_id_map_entries_raise(edit, match) -> None:
+    a = make(dim=2, bound=64, min_count=2)
+    train_batches(a, 6, seed=2)
+    sd = {k: v.clone() for k, v in a.state_dict().items()}
+    assert sd["embedding_bags.t.dynamic_counts"][0] > 0
+    edit(sd)
+    b = make(dim=2, bound=64, min_count=2)
+    before = b.state_dict()
+    with pytest.raises(InvalidInputError, match=match):
+        b.load_state_dict(sd)
+    assert_state_dicts_equal(before, b.state_dict())
+
+
+def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ebc = make(dim=2, bound=64)
+    train_batches(ebc, 3, seed=1)
+    path = tmp_path / "c.pt"
+    ebc.save(path)
+    good = path.read_bytes()
+    train_batches(ebc, 3, seed=2)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        ebc.save(path)
+    assert path.read_bytes() == good
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
