@@ -1,12 +1,12 @@
 """Sharded embeddings over torch.distributed (issue 13): equality with the single-process collection
 in both exchange modes and every sharding type, Eq. 3 on the counters, resharding checkpoints, and a
 killed rank. Ranks are processes started with the spawn method (never fork after loading recgo); each
-spawned world runs many cases so that the suite pays the start-up once per world."""
+spawned world runs many cases so that the suite pays the start-up once per world. The misuse phases
+(mismatched ranks, a skipped backward, a dead or silent rank) live in world_failures.py."""
 
 from __future__ import annotations
 
 import os
-import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from recgo.modules import optim
 from sharded_batches import B_LOCAL, SHARDING, configs, global_batch, local_batch
 from sharded_checks import check_update, close
 from spawned import ok, spawn
+from world_failures import FAIL_TIMEOUT, fail_phase, mismatch_phase, optimizer_drift, skipped_backward
 
 NODES, PER_NODE, WORLD, STEPS = 2, 2, 4, 3
 OPTS: list[Any] = [None, optim.SGD(lr=0.3), optim.Adagrad(lr=0.2), optim.RowWiseAdagrad(lr=0.2),
@@ -59,7 +60,7 @@ def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     torch.save(res, os.path.join(os.environ["RECGO_TEST_OUT"], f"cases-{rank}.pt"))
     if "error" in res:
         return res
-    return {"hang": _fail_phase(rank, world, "hang")}
+    return {"hang": fail_phase(rank, world, "hang")}
 
 
 def _world4_cases(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
@@ -233,43 +234,9 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
                         "division": _division_case(rank, world), "meta": _meta_case(rank, world)}
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-    return {**pooled, "mismatch": _mismatch_phase(rank, world), "skipped": _skipped_backward(rank, world),
-            "drift": _optimizer_drift(rank, world),
-            "kill": _fail_phase(rank, world, "kill")}
-
-
-def _skipped_backward(rank: int, world: int) -> dict:
-    """The last rank skips its first step's backward (a loop that catches an exception between forward
-    and backward): its next forward meets the others' backward, and every rank raises
-    InvalidInputError naming both (gloo aborted the processes on the ops' unequal sizes before the
-    exchange opened each drive with the step's phase and number)."""
-    from recgo.distributed import ShardedEmbeddingBagCollection
-
-    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
-                                       timeout=FAIL_TIMEOUT)
-    try:
-        for step in range(2):
-            out = sh(local_batch(global_batch(step, world), rank)).values()
-            if not (step == 0 and rank == world - 1):
-                out.sum().backward()
-    except recgo.InvalidInputError as exc:
-        return {"error_type": type(exc).__name__, "message": str(exc)}
-    return {"error_type": None}
-
-
-def _optimizer_drift(rank: int, world: int) -> str | None:
-    """The last rank's schedule sets another rate: the next step raises on every rank (each owner and
-    data-parallel replica trained on at its own rank's rate)."""
-    from recgo.distributed import ShardedEmbeddingBagCollection
-
-    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
-                                       timeout=FAIL_TIMEOUT)
-    sh.set_fused_optimizer(optim.SGD(lr=0.7 if rank == world - 1 else 0.1))
-    try:
-        sh(local_batch(global_batch(0, world), rank)).values().sum().backward()
-    except recgo.InvalidInputError as exc:
-        return str(exc)
-    return None
+    return {**pooled, "mismatch": mismatch_phase(rank, world), "skipped": skipped_backward(rank, world),
+            "drift": optimizer_drift(rank, world),
+            "kill": fail_phase(rank, world, "kill")}
 
 
 def _meta_case(rank: int, world: int) -> dict:
@@ -301,33 +268,6 @@ def _meta_case(rank: int, world: int) -> dict:
     dist.all_gather_object(got, (fn.embedding_bags["td"].weight.detach().clone(),
                                  fn.embedding_bags["th"].weight.detach()[:3].clone()))
     return {"equal": equal, "replicas": [g[0] for g in got], "hash_rows": [g[1] for g in got]}
-
-
-def _mismatch_phase(rank: int, world: int) -> dict:
-    """The last rank builds the collection with another table dimension (before the construction's
-    agreement, gloo aborted the processes on the first all-to-all's unequal sizes): every rank must
-    raise InvalidInputError naming the rank and the table."""
-    from recgo.distributed import ShardedEmbeddingBagCollection
-
-    def build(cfgs: list, sharding: dict, **kw: Any) -> dict:
-        try:
-            ShardedEmbeddingBagCollection(cfgs, sharding, optimizer=optim.SGD(lr=0.1), timeout=FAIL_TIMEOUT, **kw)
-        except recgo.InvalidInputError as exc:
-            return {"error_type": type(exc).__name__, "message": str(exc)}
-        return {"error_type": None}
-
-    cfgs = configs()
-    if rank == world - 1:
-        cfgs[1] = recgo.EmbeddingBagConfig(40, 16, "tt", ["t1"], pooling="mean")
-    got = build(cfgs, SHARDING | {"tp": "hash"})
-    last = rank == world - 1
-    got["sharding"] = build(configs(), SHARDING | {"tp": "hash", "th": "row_wise" if last else "hash"})
-    # hierarchical on the last rank only: the ranks would create different node and rail groups, and
-    # waited in gloo's store barrier until a bare 'Wait timeout'
-    got["mode"] = build(configs(), SHARDING | {"tp": "hash"}, mode="hierarchical" if last else "flat",
-                        nodes=world if last else None)
-    got["float_topology"] = build(configs(), SHARDING | {"tp": "hash"}, mode="hierarchical", nodes=world / 2 + 0.5)
-    return got
 
 
 def _reshard_run(rank: int, world: int, ckpt: str) -> dict:
@@ -534,31 +474,6 @@ def test_gradient_division_must_be_a_bool(tmp_path: Path) -> None:
 
 
 # -- failures ----------------------------------------------------------------------------------------
-
-FAIL_TIMEOUT = 6.0
-
-
-def _fail_phase(rank: int, world: int, how: str) -> dict:
-    """The last rank dies (os._exit) or stops answering (sleeps) while the others run a step, which
-    must raise PeerFailureError within the configured timeout."""
-    from recgo.distributed import PeerFailureError, ShardedEmbeddingBagCollection
-
-    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
-                                       timeout=FAIL_TIMEOUT)
-    kjt = local_batch(global_batch(0, world), rank)
-    sh(kjt).values().sum().backward()  # a good step first
-    if rank == world - 1:
-        if how == "kill":
-            os._exit(3)
-        time.sleep(10 * FAIL_TIMEOUT)
-        return {}
-    t0 = time.monotonic()
-    try:
-        sh(kjt).values().sum().backward()
-    except PeerFailureError as exc:
-        return {"error_type": type(exc).__name__, "seconds": time.monotonic() - t0, "message": str(exc)}
-    return {"error_type": None}
-
 
 def _check_failure(got: dict, rank: int, how: str) -> None:
     assert got["error_type"] == "PeerFailureError", got
