@@ -3,7 +3,9 @@ package shard
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
 
@@ -206,4 +208,42 @@ func TestOneRankRefusingItsSequenceBatch(t *testing.T) {
 	errs := runGroups(t, w.topo, []*Exchange{q.Step.X, s1.X})
 	require.ErrorContains(t, errs[0], "rank 1 refused its batch of step 1: feature \"f2\" is missing")
 	require.ErrorContains(t, errs[1], "rank 1 refused its batch of step 1: feature \"f2\" is missing")
+}
+
+// A refused step's reason travels in the first op's block: one that fits arrives whole; a longer
+// one arrives cut, never inside a character, says so and keeps its whole length when a node's rank
+// relays it to the other nodes.
+func TestAbandonedReasonTravelsWholeOrSaysItWasCut(t *testing.T) {
+	long := strings.Repeat("feature 'é' is missing; ", 8)
+	for _, tc := range []struct {
+		name, reason string
+		per          int
+		cut          bool
+	}{
+		{"fits", "ID 99 of feature 'f' is out of range", 10, false},
+		{"exactly fills", strings.Repeat("x", 64), 10, false},
+		{"cut", long, 10, true},
+		{"cut inside a character", strings.Repeat("x", 63) + "é" + long, 10, true},
+		{"no room", long, 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sent := &abandoned{rank: 3, reason: tc.reason, own: true}
+			got := abandonedFrom(sent.block(tc.per))
+			require.Equal(t, 3, got.rank)
+			require.Equal(t, len(tc.reason), got.whole)
+			require.True(t, utf8.ValidString(got.reason))
+			require.True(t, strings.HasPrefix(tc.reason, got.reason))
+			relayed := abandonedFrom(got.block(tc.per)) // a node's rank tells the other nodes
+			require.Equal(t, got, relayed)
+			msg := got.err(0, 7).Error()
+			require.Contains(t, msg, "rank 3 refused its batch of step 7: "+got.reason)
+			if tc.cut {
+				require.Less(t, len(got.reason), len(tc.reason))
+				require.Contains(t, msg, "… (cut to fit the step's first op; rank 3's own error has the whole reason)")
+			} else {
+				require.Equal(t, tc.reason, got.reason)
+				require.NotContains(t, msg, "cut to fit")
+			}
+		})
+	}
 }

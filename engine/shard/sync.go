@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/recgo/recgo/engine/embedding"
 
@@ -106,43 +107,52 @@ const (
 type abandoned struct {
 	rank   int    // the world rank that refused its batch
 	reason string // its reason (a peer's: as much of it as the block holds)
+	whole  int    // the byte length of the refusing rank's whole reason
 	own    bool   // this rank refused it
 }
 
-// abandonBlock is the block a marked count stage sends (per values): the refusing rank, the byte
-// length of its reason and as much of the reason as fits, 8 bytes a value.
+// block is the block a marked count stage sends (per values): the refusing rank; the byte lengths
+// of its whole reason (high 32 bits) and of the part the block carries (low 32 bits); and as much of
+// the reason as fits, 8 bytes a value.
 func (a *abandoned) block(per int) []int64 {
 	out := make([]int64, per)
 	msg := []byte(a.reason)
 	if room := (per - 2) * 8; len(msg) > room {
 		msg = msg[:max(0, room)]
 	}
-	out[0], out[1] = int64(a.rank), int64(len(msg))
+	whole := min(max(a.whole, len(a.reason)), math.MaxInt32)
+	out[0], out[1] = int64(a.rank), int64(whole)<<32|int64(len(msg))
 	for i, b := range msg {
 		out[2+i/8] |= int64(b) << (8 * (i % 8))
 	}
 	return out
 }
 
-// abandonedFrom decodes a peer's marked block (see block).
+// abandonedFrom decodes a peer's marked block (see block). A reason cut to the block's room may end
+// inside a character: the partial one is dropped.
 func abandonedFrom(b []int64) *abandoned {
-	a := &abandoned{rank: int(b[0])}
-	n := int(min(max(b[1], 0), int64(len(b)-2)*8))
-	msg := make([]byte, n)
+	carried := int(min(b[1]&math.MaxUint32, int64(len(b)-2)*8))
+	msg := make([]byte, carried)
 	for i := range msg {
 		msg[i] = byte(b[2+i/8] >> (8 * (i % 8)))
 	}
-	a.reason = string(msg)
-	return a
+	return &abandoned{rank: int(b[0]), reason: strings.ToValidUTF8(string(msg), ""),
+		whole: max(int(b[1]>>32), carried)}
 }
 
-// err is the error the step ends with at rank self.
+// err is the error the step ends with at rank self. A peer's reason cut to fit the block says so,
+// and where the whole one is.
 func (a *abandoned) err(self int, seq int64) error {
 	if a.own {
 		return errs.Invalidf("rank %d refused its batch of step %d: %s", self, seq, a.reason)
 	}
+	reason := a.reason
+	if len(reason) < a.whole {
+		reason = fmt.Sprintf("%s… (cut to fit the step's first op; rank %d's own error has the whole reason)",
+			reason, a.rank)
+	}
 	return errs.Invalidf("exchange: rank %d refused its batch of step %d: %s; the step is refused on every rank "+
-		"(no rank's batch of it is used) and no shard changed", a.rank, seq, a.reason)
+		"(no rank's batch of it is used) and no shard changed", a.rank, seq, reason)
 }
 
 func phaseName(p int64) string {
