@@ -22,14 +22,15 @@ from typing import Any
 import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner
 
+from ._rank_tags import RANK_TAG, SHARD_IDS
 from .errors import InvalidInputError
 
 # The entry a dynamic table's state dict always has: its siblings are the table's resizable entries.
 _MARK = "dynamic_meta"
 # A sharded table's own entry: ``<head>rank<r>_of_<world>.shard_ids``.
-_SHARD = re.compile(r"(.*\.)(rank\d+_of_\d+)\.shard_ids")
+_SHARD = re.compile(rf"(?P<head>.*\.)(?P<tag>{RANK_TAG.pattern})\.{SHARD_IDS}")
 # A saved sharded entry under a table's head: ``rank<r>_of_<world>.<entry>``.
-_SAVED = re.compile(r"(rank\d+_of_\d+)\.([^.]+)")
+_SAVED = re.compile(rf"(?P<tag>{RANK_TAG.pattern})\.(?P<entry>[^.]+)")
 
 
 class DCPLoadPlanner(DefaultLoadPlanner):
@@ -86,8 +87,9 @@ class DCPLoadPlanner(DefaultLoadPlanner):
         its rows (none saved under its tag, or a fixed shard of another size), put every saved rank's
         entries of the table (or an unsharded checkpoint's) in place of its own."""
         for fqn in [k for k in self.state_dict if _SHARD.fullmatch(k)]:
-            head, tag = _SHARD.fullmatch(fqn).groups()  # type: ignore[union-attr]
-            tagged = {k: m.groups() for k in saved if k.startswith(head) and (m := _SAVED.fullmatch(k[len(head):]))}
+            head, tag = _SHARD.fullmatch(fqn).group("head", "tag")  # type: ignore[union-attr]
+            tagged = {k: m.group("tag", "entry") for k in saved
+                      if k.startswith(head) and (m := _SAVED.fullmatch(k[len(head):]))}
             if not tagged:
                 if head + "weight" not in saved:
                     continue  # nothing to re-distribute from: the default planner names the missing keys

@@ -15,9 +15,8 @@ import torch
 
 from ..errors import InvalidInputError
 from ..modules._storage import allow_weights_only
+from .._rank_tags import RANK_TAG, SHARD_IDS, rank_tag
 from ._reshard import redistribute
-
-SHARD_IDS = "shard_ids"
 
 
 def tables_attr(module: Any) -> str:
@@ -32,7 +31,7 @@ def _tables_prefix(module: Any, prefix: str) -> str:
 
 def _rank_tag(module: Any) -> str:
     g = module._groups
-    return f"rank{g.rank}_of_{g.world_size}"
+    return rank_tag(g.rank, g.world_size)
 
 
 def rank_keys(module: Any, state_dict: dict, prefix: str, _meta: Any) -> None:
@@ -55,7 +54,6 @@ def rank_keys(module: Any, state_dict: dict, prefix: str, _meta: Any) -> None:
         state_dict[f"{head}{tag}.{SHARD_IDS}"] = shard_ids
 
 
-RANK_TAG = re.compile(r"rank(\d+)_of_(\d+)")
 # a fixed shard's state_dict entries → the names of a saved part (put_rows)
 _FIXED = {SHARD_IDS: "ids", "weight": "weight", "optimizer_state": "state", "optimizer_step": "step"}
 

@@ -11,7 +11,7 @@ from torch import nn
 from .. import _lib
 from ..errors import InvalidInputError
 from ..modules._second_order import first_order
-from ._state import RANK_TAG, SHARD_IDS
+from .._rank_tags import RANK_TAG, SHARD_IDS
 
 if TYPE_CHECKING:
     from ._collection import ShardedEmbeddingBagCollection
