@@ -3,8 +3,9 @@
 Each rank writes its shards' IDs with their rows, optimizer state and step (recgo's checksummed
 checkpoint files); a load reads every file and keeps the rows its layout gives it, so the tables
 re-distribute over a different world. A dynamic-ID table's shard is saved with its ID map (the rows
-in use) and restored by ID (``_dynamic.restore``): as it was on the same world, re-distributed on
-another.
+in use) and restored by ID (``_dynamic.prepare``): as it was on the same world, re-distributed on
+another. A load is all or nothing across the ranks (:func:`load_shards`): a file, table or row that
+fails its checks on any rank leaves every rank's shards as they were.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .. import errors
 from ..errors import RecgoIOError
 from ..modules.embedding import load_checkpoint, save_checkpoint
 from . import _dynamic
-from ._exchange import PeerFailureError
-from ._reshard import check_covered, put_rows
+from ._exchange import PeerFailureError, peer_failure
+from ._reshard import Staged, check_covered, check_dynamic_part, put_rows
 
 
 def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
@@ -80,8 +82,50 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
     layout gives it (the engine's ``locate``); every row of this rank must be in some file, and with
     ``strict`` every table of the files must be one of the collection's and every table of the
     collection in the files (``strict=False`` leaves a table no file holds as it is, as torch's
-    ``load_state_dict`` leaves a missing key)."""
+    ``load_state_dict`` leaves a missing key).
+
+    All or nothing, on every rank: each rank reads and checks every file and stages its rows
+    (:class:`._reshard.Staged`) and imports its dynamic-ID shards (keeping what they held), then the
+    ranks tell each other whether that succeeded (:func:`._exchange.peer_failure`). Only if it did on
+    every rank are the staged rows copied in; otherwise every rank puts its dynamic-ID shards back
+    and raises (this rank's error, or one naming the rank that failed and its reason), the shards'
+    rows, optimizer state, steps and ID maps as they were."""
     d = Path(directory)
+    g = coll._groups
+    before: dict[str, dict[str, torch.Tensor]] = {}  # dynamic shards imported so far, as they were
+    staged: dict[int, Staged] = {}
+    steps: dict[int, torch.Tensor] = {}
+    failure: Exception | None = None
+    try:
+        staged, steps = _stage(coll, d, strict, before)
+    except Exception as exc:  # any: the peers must hear of it before they commit
+        failure = exc
+    try:
+        peer = peer_failure(g, f"loading {d}", failure)
+    except PeerFailureError:
+        _put_back(coll, before)
+        raise
+    if failure is not None or peer is not None:
+        _put_back(coll, before)
+        if failure is not None:
+            raise failure
+        r, kind, reason = peer  # type: ignore[misc]
+        raise _error_class(kind)(f"rank {g.rank}: loading {d}: rank {r} refused the checkpoint, so no rank "
+                                 f"loaded it (this rank's tables are as they were): {kind}: {reason}")
+    with torch.no_grad():
+        for t, shard in enumerate(coll.embedding_bags.values()):
+            if t in staged:
+                staged[t].commit(shard)
+            elif t in steps:
+                shard.optimizer_step.copy_(steps[t])
+
+
+def _stage(coll: Any, d: Path, strict: bool,
+           before: dict[str, dict[str, torch.Tensor]]) -> tuple[dict[int, Staged], dict[int, torch.Tensor]]:
+    """:func:`load_shards`' checks: every file read and checked, the fixed tables' rows staged (by
+    table index), their coverage checked, then the dynamic-ID tables' parts checked and imported
+    (``before`` gets each one's shard as it was, first). Returns the staged tables and the dynamic
+    tables' steps (the last file's, as a fixed table's)."""
     files = sorted(d.glob("shard-*-of-*.pt"))
     if not files:
         raise RecgoIOError(f"{d}: no shard-*-of-*.pt checkpoint files")
@@ -92,13 +136,11 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
     if len(set(ids.values())) > 1:
         raise RecgoIOError(f"{d}: the shard files come from different saves ({ids}): a save did not finish on "
                            "every rank, so the folder mixes it with the save before; load an earlier checkpoint")
-    # which of this rank's fixed rows some file held (a dynamic shard has no fixed rows to cover)
-    covered = [torch.zeros(n if c.dynamic is None else 0, dtype=torch.bool)
-               for n, c in zip(coll._local_rows, coll._configs)]
-    parts: dict[str, list[dict[str, torch.Tensor]]] = {c.name: [] for c in coll._configs if c.dynamic is not None}
     g = coll._groups
+    staged: dict[int, Staged] = {}
+    steps: dict[int, torch.Tensor] = {}
+    parts: dict[int, list[dict[str, torch.Tensor]]] = {}  # a dynamic table's parts, one per file
     own = None
-    absent = [True] * len(coll._configs)  # tables no file holds (refused with strict)
     with torch.no_grad():
         for i, f in enumerate(files):
             doc = load_checkpoint(f)
@@ -116,22 +158,44 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
                         raise RecgoIOError(f"{f.name}: the checkpoint has no table {cfg.name!r}; load(directory, "
                                            "strict=False) loads the tables it has and leaves this one as it is")
                     continue
-                absent[t] = False
-                if int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
-                    raise RecgoIOError(f"{f.name}: table {cfg.name!r} has another shape in the checkpoint "
-                                       f"({int(e['rows'])} × {int(e['dim'])}, the collection's is "
-                                       f"{cfg.num_embeddings} × {cfg.embedding_dim})")
-                if (cfg.dynamic is not None) != ("dynamic_ids" in e):
-                    raise RecgoIOError(f"{f.name}: table {cfg.name!r} was saved as a "
-                                       f"{'fixed' if cfg.dynamic is not None else 'dynamic-ID'} table")
-                if cfg.dynamic is not None:  # restored once every file is read (below)
-                    parts[cfg.name].append(e)
-                    shard.optimizer_step.copy_(e["step"])
+                _check_table(cfg, e, f.name)
+                if cfg.dynamic is not None:  # imported once every file is read (below)
+                    check_dynamic_part(cfg, e, f.name, RecgoIOError)
+                    parts.setdefault(t, []).append(e)
+                    steps[t] = e["step"]
                     continue
-                put_rows(coll, t, e, covered[t], f.name, RecgoIOError)
-        for name, ps in parts.items():
-            if ps:
-                _dynamic.restore(coll, name, ps, own, str(d))
-    for t, (c, gone) in enumerate(zip(covered, absent)):
-        if not gone:
-            check_covered(coll, t, c, str(d), RecgoIOError)
+                put_rows(coll, t, e, staged.setdefault(t, Staged.of(shard)), f.name, RecgoIOError)
+    for t, s in staged.items():
+        check_covered(coll, t, s.covered, str(d), RecgoIOError)
+    imports = {coll._configs[t].name: _dynamic.prepare(coll, coll._configs[t].name, ps, own, str(d))
+               for t, ps in parts.items()}
+    for name, load in imports.items():
+        before[name] = _dynamic.export(coll, name)
+        load()
+    return staged, steps
+
+
+def _check_table(cfg: Any, e: dict[str, torch.Tensor], where: str) -> None:
+    """Refuse a file's entries ``e`` of table ``cfg`` of another shape or kind (fixed or dynamic-ID)."""
+    lacks = sorted({"rows", "dim", "step"} - set(e))
+    if lacks:
+        raise RecgoIOError(f"{where}: table {cfg.name!r} lacks {lacks} (a damaged or partial checkpoint?)")
+    if int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
+        raise RecgoIOError(f"{where}: table {cfg.name!r} has another shape in the checkpoint "
+                           f"({int(e['rows'])} × {int(e['dim'])}, the collection's is "
+                           f"{cfg.num_embeddings} × {cfg.embedding_dim})")
+    if (cfg.dynamic is not None) != ("dynamic_ids" in e):
+        raise RecgoIOError(f"{where}: table {cfg.name!r} was saved as a "
+                           f"{'fixed' if cfg.dynamic is not None else 'dynamic-ID'} table")
+
+
+def _put_back(coll: Any, before: dict[str, dict[str, torch.Tensor]]) -> None:
+    """Undo a refused load's dynamic-ID imports: each shard as it was."""
+    for name, snapshot in before.items():
+        _dynamic.load_exact(coll, name, snapshot)
+
+
+def _error_class(name: str) -> type[Exception]:
+    """recgo's error class of that name (a peer's error, raised alike here), else RecgoIOError."""
+    cls = getattr(errors, name, None)
+    return cls if isinstance(cls, type) and issubclass(cls, errors.RecgoError) else RecgoIOError

@@ -11,7 +11,7 @@ ID when the world size changes.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -74,13 +74,20 @@ def _check_seeds(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]]
 
 
 def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None, where: str) -> None:
-    """Load table ``table``'s shard from the saved shards ``parts`` (:func:`export` entries, or an
-    unsharded collection's state for the table). ``own`` is the index of this rank's own part when the
-    world is the one that saved them: when the layout has not moved an ID either (the same sharding),
-    it loads as it was (bit-exact, its free list and admission sketch included). Otherwise each part
-    gives the rows whose IDs this rank now owns, in part order, and the admission sketches merge by
-    their largest counters (a pending ID's sightings are counted at least as often as before, so it is
-    admitted no later)."""
+    """Load table ``table``'s shard from the saved shards ``parts`` (:func:`prepare`, then its import)."""
+    prepare(coll, table, parts, own, where)()
+
+
+def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None,
+            where: str) -> Callable[[], None]:
+    """Check the saved shards ``parts`` of table ``table`` (:func:`export` entries, or an unsharded
+    collection's state for the table) against this rank's shard and return the import that loads them
+    (nothing changes until it is called; the engine checks the rest and leaves the shard as it was on
+    error). ``own`` is the index of this rank's own part when the world is the one that saved them:
+    when the layout has not moved an ID either (the same sharding), it loads as it was (bit-exact, its
+    free list and admission sketch included). Otherwise each part gives the rows whose IDs this rank
+    now owns, in part order, and the admission sketches merge by their largest counters (a pending
+    ID's sightings are counted at least as often as before, so it is admitted no later)."""
     keeps = []
     for p in parts:
         hw = int(p["dynamic_meta"][_META["HighWater"]])
@@ -88,9 +95,7 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
         keeps.append((hw, used, used & (coll.owners(table, p["dynamic_ids"][:hw]) == coll.groups.rank)))
     if own is not None and all(bool(torch.equal(k, u)) if i == own else not bool(k.any())
                                for i, (_, u, k) in enumerate(keeps)):
-        p = parts[own]
-        dynamic.import_state(coll, table, p, p["weight"], p.get("optimizer_state"))
-        return
+        return lambda: load_exact(coll, table, parts[own])
     ids, counts, last, weights, states = [], [], [], [], []
     for p, (hw, _, keep) in zip(parts, keeps):
         ids.append(p["dynamic_ids"][:hw][keep])
@@ -115,6 +120,13 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     totals = {k.lower(): agg(int(p["dynamic_meta"][_META[k]]) for p in parts)
               for k, agg in (("Step", max), ("Admitted", sum), ("Evicted", sum))}
     dim = int(meta[_META["Dim"]])
-    dynamic.import_rows(coll, table, torch.cat(ids), torch.cat(weights) if weights else torch.zeros(0, dim, dtype=torch.float32),
-                        torch.cat(states) if states else None, counts=torch.cat(counts), last_seen=torch.cat(last),
-                        sketch=sketch, sketch_adds=adds, **totals)
+    rows = torch.cat(weights) if weights else torch.zeros(0, dim, dtype=torch.float32)
+    state = torch.cat(states) if states else None
+    return lambda: dynamic.import_rows(coll, table, torch.cat(ids), rows, state, counts=torch.cat(counts),
+                                       last_seen=torch.cat(last), sketch=sketch, sketch_adds=adds, **totals)
+
+
+def load_exact(coll: Any, table: str, entries: dict[str, torch.Tensor]) -> None:
+    """Load an :func:`export` of ``table``'s shard as it was (bit-exact, its free list and admission
+    sketch included): a load onto the layout that saved it, or a refused load's undo."""
+    dynamic.import_state(coll, table, entries, entries["weight"], entries.get("optimizer_state"))

@@ -278,6 +278,22 @@ def agree(groups: Groups, what: str, desc: dict[str, Any]) -> None:
                                     f"(every rank must pass the same arguments): {shown}")
 
 
+def peer_failure(groups: Groups, what: str, exc: BaseException | None) -> tuple[int, str, str] | None:
+    """Tell every rank whether this rank's part of ``what`` failed (``exc``) and learn whether another's
+    did (a collective: every rank calls it at the same point, over the world group with the
+    configured timeout): the first other rank that failed, with its error's class name and message,
+    or None. So that no rank commits what a peer refused; a peer that never comes raises
+    :class:`PeerFailureError`."""
+    mine = None if exc is None else (type(exc).__name__, str(exc) or type(exc).__name__)
+    got: list[Any] = [None] * groups.world_size
+    try:
+        dist.all_gather_object(got, mine, group=groups.world)
+    except Exception as err:
+        raise PeerFailureError(f"rank {groups.rank}: {what}: a peer did not join within the "
+                               f"{groups.timeout.total_seconds():g} s timeout: {err}") from err
+    return next(((r, *o) for r, o in enumerate(got) if o is not None and r != groups.rank), None)
+
+
 def check_peers(groups: Groups, timeout: float | timedelta | None = None) -> None:
     """``monitored_barrier`` over the world group: raises :class:`PeerFailureError` naming the ranks
     that did not arrive within ``timeout`` (default: the groups' timeout). gloo only."""

@@ -16,6 +16,7 @@ from ..modules._walk import outermost, replace, torchrec_kind
 from ..modules.convert import carry_module_state, convert_managed, refuse_trained_feature_processors
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
+from . import _reduce_hook
 from ._exchange import PeerFailureError, dense_group
 from ._sequence import ShardedEmbeddingCollection
 
@@ -117,6 +118,25 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
                 f"rank {dist.get_rank()}: the dense part's DistributedDataParallel sync before the forward "
                 f"failed: a peer died, stalled past the timeout or is out of step: {exc}") from exc
 
+    def register_comm_hook(self, state: object, hook: Any) -> None:
+        """DDP's: ``hook(state, bucket)`` reduces each bucket of dense gradients (once per model, as
+        DDP allows), its failures raised from the backward as :class:`PeerFailureError` as the
+        default all-reduce's are (:mod:`._reduce_hook`: DDP's own comm hook is recgo's)."""
+        if getattr(self, "_recgo_reduce", None) is None:  # (DDP's own, from its constructor)
+            super().register_comm_hook(state, hook)
+            return
+        self._check_comm_hook(hook)
+        self._recgo_reduce.replace(state, hook)
+        if self.logger is not None:
+            self.logger._set_comm_hook_name(hook.__qualname__)
+
+    def _register_builtin_comm_hook(self, comm_hook_type: Any) -> None:
+        """DDP's built-in hooks as their Python counterparts (:meth:`register_comm_hook`)."""
+        if getattr(self, "_recgo_reduce", None) is None:  # (DDP's own, from its constructor)
+            super()._register_builtin_comm_hook(comm_hook_type)
+            return
+        self.register_comm_hook(self.process_group, _reduce_hook.builtin(comm_hook_type))
+
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The model's state dict (its keys as the unwrapped model's, as DMP's)."""
         return self.module.state_dict(*args, **kwargs)
@@ -162,6 +182,7 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
             raise InvalidInputError(f"shard_model: ddp_kwargs {sorted(ddp_kwargs or {})}: {exc}") from None
         wrapped._recgo_ddp_kwargs = dict(ddp_kwargs or {})
         wrapped._recgo_process_group = process_group
+        wrapped._recgo_reduce = _reduce_hook.install(wrapped)  # a dead peer's all-reduce: PeerFailureError
         return wrapped
 
 
@@ -352,8 +373,9 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       gives DDP other arguments (``{"static_graph": False, "find_unused_parameters": True}`` for a
       forward whose used parameters change from step to step). DDP runs on a process group of its
       own with the collections' ``timeout`` (unless ``ddp_kwargs`` names a ``process_group``), so a dead
-      or stalled peer fails its collectives within that timeout too (torch's ``RuntimeError``), not
-      the default group's 30 minutes.
+      or stalled peer fails its collectives within that timeout too, not the default group's 30
+      minutes, with :class:`PeerFailureError` (before the forward, and in the backward's all-reduce,
+      whose comm hook is recgo's: ``register_comm_hook`` replaces what it runs for each bucket).
 
     DMP's spellings work too: ``module=`` for ``model``, ``device=`` (the CPU), ``sharders=``
     (TorchRec sharders whose ``fused_params`` name the tables' fused optimizer, as bert4rec's script

@@ -11,6 +11,7 @@ state dict holding other ranks' entries, or an unsharded collection's (the route
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -23,15 +24,42 @@ _DYNAMIC_ENTRIES = frozenset({"dynamic_meta", "dynamic_ids", "dynamic_counts", "
                               "dynamic_sketch_adds", "weight"})
 
 
-def put_rows(coll: Any, t: int, part: Mapping[str, Any], covered: torch.Tensor, where: str,
+@dataclass
+class Staged:
+    """A fixed table's shard as a load rebuilds it: copies of its rows, optimizer state and step that
+    the saved parts are put into (:func:`put_rows`), with the rows some part ``covered``. Only once
+    every part of every table passed its checks does :meth:`commit` copy them into the shard (whose
+    memory the engine holds), so a refused load leaves the shard as it was."""
+
+    weight: torch.Tensor
+    optimizer_step: torch.Tensor
+    optimizer_state: torch.Tensor | None
+    covered: torch.Tensor
+
+    @classmethod
+    def of(cls, shard: Any) -> "Staged":
+        """Copies of ``shard``'s tensors, none of its rows covered yet."""
+        state = getattr(shard, "optimizer_state", None)
+        return cls(shard.weight.detach().clone(), shard.optimizer_step.clone(),
+                   None if state is None else state.clone(), torch.zeros(shard.weight.shape[0], dtype=torch.bool))
+
+    def commit(self, shard: Any) -> None:
+        """Copy the staged tensors into ``shard``."""
+        with torch.no_grad():
+            shard.weight.copy_(self.weight)
+            shard.optimizer_step.copy_(self.optimizer_step)
+            if self.optimizer_state is not None:
+                shard.optimizer_state.copy_(self.optimizer_state)
+
+
+def put_rows(coll: Any, t: int, part: Mapping[str, Any], into: Staged, where: str,
              err: type[Exception] = InvalidInputError, need_state: bool = True) -> None:
-    """Copy into fixed table ``t``'s shard the rows of one saved part (``ids``, ``weight`` with a row
-    per ID, ``state`` where the optimizer keeps one, ``step``) that this rank holds, marking them in
-    ``covered``. Shapes and ID ranges are checked first; ``err`` is raised naming ``where``. Without
-    ``need_state`` a part with no ``state`` leaves the shard's optimizer state as it is (a TorchRec
-    state dict has none; ``load_state_dict`` reports the key missing)."""
+    """Copy into ``into`` (fixed table ``t``'s shard, staged) the rows of one saved part (``ids``,
+    ``weight`` with a row per ID, ``state`` where the optimizer keeps one, ``step``) that this rank
+    holds, marking them covered. Shapes and ID ranges are checked first; ``err`` is raised naming
+    ``where``. Without ``need_state`` a part with no ``state`` leaves the staged optimizer state as it
+    is (a TorchRec state dict has none; ``load_state_dict`` reports the key missing)."""
     cfg = coll._configs[t]
-    shard = coll.embedding_bags[cfg.name]
     ids, weight = part.get("ids"), part.get("weight")
     name = f"{where}: table {cfg.name!r}"
     if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.dtype not in (torch.int64, torch.int32):
@@ -46,18 +74,18 @@ def put_rows(coll: Any, t: int, part: Mapping[str, Any], covered: torch.Tensor, 
     rows = coll.locate(cfg.name, ids)
     mine = rows >= 0
     at = rows[mine]
-    shard.weight[at] = weight[mine].to(shard.weight.dtype)
+    into.weight[at] = weight[mine].to(into.weight.dtype)
     state = part.get("state")
-    if hasattr(shard, "optimizer_state") and (need_state or state is not None):
-        want = (ids.numel(), *shard.optimizer_state.shape[1:])
+    if into.optimizer_state is not None and (need_state or state is not None):
+        want = (ids.numel(), *into.optimizer_state.shape[1:])
         if not isinstance(state, torch.Tensor) or tuple(state.shape) != want:
             raise err(f"{name}: the saved shard has no optimizer state of this collection's optimizer "
                       f"(expected {want}, found {None if state is None else tuple(state.shape)})")
-        shard.optimizer_state[at] = state[mine].to(shard.optimizer_state.dtype)
+        into.optimizer_state[at] = state[mine].to(into.optimizer_state.dtype)
     step = part.get("step")
-    if isinstance(step, torch.Tensor) and step.numel() == shard.optimizer_step.numel():
-        shard.optimizer_step.copy_(step.reshape(shard.optimizer_step.shape))
-    covered[at] = True
+    if isinstance(step, torch.Tensor) and step.numel() == into.optimizer_step.numel():
+        into.optimizer_step.copy_(step.reshape(into.optimizer_step.shape))
+    into.covered[at] = True
 
 
 def check_covered(coll: Any, t: int, covered: torch.Tensor, where: str, err: type[Exception]) -> None:
@@ -77,21 +105,28 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
     with torch.no_grad():
         if cfg.dynamic is not None:
             for p in parts:
-                lacks = sorted(_DYNAMIC_ENTRIES - set(p))
-                if lacks:
-                    raise InvalidInputError(f"{where}: table {cfg.name!r}: the saved dynamic-ID table lacks {lacks} "
-                                            "(a damaged or partial checkpoint?)")
-                w = p["weight"]
-                if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim:
-                    raise InvalidInputError(f"{where}: table {cfg.name!r}: the saved rows are "
-                                            f"{tuple(getattr(w, 'shape', ()))}, not of the table's width "
-                                            f"{cfg.embedding_dim}")
+                check_dynamic_part(cfg, p, where, InvalidInputError)
             _dynamic.restore(coll, cfg.name, parts, own, where)
             steps = [p["optimizer_step"] for p in parts if isinstance(p.get("optimizer_step"), torch.Tensor)]
             if steps:  # (as load() and put_rows take it: the last part's)
                 coll.embedding_bags[cfg.name].optimizer_step.copy_(steps[-1].reshape(-1))
             return
-        covered = torch.zeros(coll._local_rows[t], dtype=torch.bool)
+        shard = coll.embedding_bags[cfg.name]
+        staged = Staged.of(shard)
         for p in parts:
-            put_rows(coll, t, p, covered, where, need_state=False)
-    check_covered(coll, t, covered, where, InvalidInputError)
+            put_rows(coll, t, p, staged, where, need_state=False)
+        check_covered(coll, t, staged.covered, where, InvalidInputError)
+        staged.commit(shard)
+
+
+def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[Exception]) -> None:
+    """Raise ``err`` unless ``part`` holds what a saved dynamic-ID table's part needs, with rows of the
+    width of table ``cfg``."""
+    lacks = sorted(_DYNAMIC_ENTRIES - set(part))
+    if lacks:
+        raise err(f"{where}: table {cfg.name!r}: the saved dynamic-ID table lacks {lacks} (a damaged or partial "
+                  "checkpoint?)")
+    w = part["weight"]
+    if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim:
+        raise err(f"{where}: table {cfg.name!r}: the saved rows are {tuple(getattr(w, 'shape', ()))}, not of the "
+                  f"table's width {cfg.embedding_dim}")
