@@ -115,7 +115,7 @@ def main() -> None:
             t = ebc.traffic()
             recent = losses[-20:]
             print(f"step {step}: mean loss of the last {len(recent)} steps {sum(recent) / len(recent):.4f}; "
-                  f"this rank sent {t['ids_intra'] + t['ids_inter']} IDs, returned {t['vecs_intra'] + t['vecs_inter']} "
+                  f"in its last step this rank sent {t['ids_intra'] + t['ids_inter']} IDs, returned {t['vecs_intra'] + t['vecs_inter']} "
                   f"vectors ({t['pooled_vecs']} of them pooled partials; {t['bytes']} bytes)", flush=True)
     if rank == 0:
         print(f"{args.steps} steps in {time.perf_counter() - t0:.2f} s on {world} ranks ({args.mode}); "

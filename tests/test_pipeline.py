@@ -156,6 +156,17 @@ def test_progress_bar_shows_rate(capsys: pytest.CaptureFixture[str]) -> None:
     tp.close()
 
 
+def test_progress_bar_shows_the_last_step_when_the_data_ends(capsys: pytest.CaptureFixture[str]) -> None:
+    # run() to the end of the data: the bar's loss and rate are refreshed every ten steps, and the
+    # data ends after a number of steps that is not a multiple of ten; the final step must be shown too
+    tp = trainer(2)
+    losses = tp.run(progress=True)
+    assert len(losses) % 10 != 0
+    err = capsys.readouterr().err
+    assert f"loss={losses[-1]:.4f}" in err
+    tp.close()
+
+
 def test_bad_arguments() -> None:
     with pytest.raises(recgo.InvalidInputError, match="batch size 0"):
         recgo.DataPipeline(SOURCE, FEATURES, 0)

@@ -189,3 +189,18 @@ def test_the_criteo_sample_plan_is_proven_optimal_by_the_balance_search(tmp_path
     assert r.returncode == 0, r.stderr
     solver = json.loads((tmp_path / "plan" / "plan.json").read_text())["solver"]
     assert (solver["status"], solver["proof"], solver["mip_gap"], solver["columns"]) == ("optimal", "search", 0, 0)
+
+
+def test_plan_names_the_files_it_wrote(profiled) -> None:
+    # the closing line lists what is in --out: with plots both PNGs (it left out cdfs.png), without them none
+    pytest.importorskip("matplotlib")
+    _, d = profiled
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(d / "plot"), "--time-limit", "20")
+    assert r.returncode == 0, r.stderr
+    named = r.stdout.splitlines()[-1].removeprefix(f"wrote {d / 'plot'}/").split(", ")
+    assert sorted(named) == sorted(p.name for p in (d / "plot").iterdir())
+    assert {"gpu_costs.png", "cdfs.png"} <= set(named)
+    r = _run("plan", "--profile", str(d / "p.json"), "--out", str(d / "noplot"), "--no-plots", "--time-limit", "20")
+    assert r.returncode == 0, r.stderr
+    named = r.stdout.splitlines()[-1].removeprefix(f"wrote {d / 'noplot'}/").split(", ")
+    assert sorted(named) == sorted(p.name for p in (d / "noplot").iterdir())

@@ -65,7 +65,7 @@ def _add_profile(sub: Any) -> None:
     src.add_argument("--synthetic", choices=["rm1", "rm2", "rm3"], help="a RecShard-shaped synthetic model")
     pp.add_argument("--out", required=True, help="the profile JSON file to write (python -m recgo plan --profile)")
     pp.add_argument("--rows", type=int, default=None, help="hash buckets per Criteo table (default 100000)")
-    pp.add_argument("--dim", type=int, default=64)
+    pp.add_argument("--dim", type=int, default=64, help="embedding dimension of the Criteo tables (default 64)")
     pp.add_argument("--tables", type=int, default=None, help="tables of a synthetic model (default 397)")
     pp.add_argument("--fit-data", help="folder of real samples to fit a synthetic model's skew, coverage and "
                                        "pooling to (default: the paper's typical spread)")
@@ -73,8 +73,8 @@ def _add_profile(sub: Any) -> None:
     pp.add_argument("--min-lookups", type=int, default=None,
                     help="warn for tables whose profile rests on fewer sampled lookups (default 1000)")
     pp.add_argument("--batch-size", type=int, default=None, help="rows per Criteo batch read (default 1024)")
-    pp.add_argument("--steps", type=int, default=16, help="CDF quantile steps")
-    pp.add_argument("--seed", type=int, default=0)
+    pp.add_argument("--steps", type=int, default=16, help="CDF quantile steps of a Criteo profile (default 16)")
+    pp.add_argument("--seed", type=int, default=0, help="seed of the row sample or the synthetic model (default 0)")
     pp.set_defaults(func=_profile)
 
 
@@ -120,16 +120,19 @@ def _add_plan(sub: Any) -> None:
     pl.add_argument("--profile", required=True, help="profile JSON (python -m recgo profile)")
     pl.add_argument("--out", required=True, help="output folder for plan.json, report.md, remap.bin, plots")
     pl.add_argument("--strategy", default="milp",
-                    choices=["all", "greedy_size", "greedy_lookups", "greedy_size_lookups", "row_greedy", "milp"])
-    pl.add_argument("--cost-model", default="full", choices=["cdf", "cdf+coverage", "cdf+coverage+pooling", "full"])
+                    choices=["all", "greedy_size", "greedy_lookups", "greedy_size_lookups", "row_greedy", "milp"],
+                    help="placement strategy (default milp); all runs every one, compares them in gpu_costs.png "
+                         "and writes the last (milp)")
+    pl.add_argument("--cost-model", default="full", choices=["cdf", "cdf+coverage", "cdf+coverage+pooling", "full"],
+                    help="what the cost model prices (default full)")
     for flag, (_, default, text) in TOPOLOGY_FLAGS.items():
         pl.add_argument("--" + flag.replace("_", "-"), type=type(default), default=None,
                         help=f"{text} (default {default:g})")
-    pl.add_argument("--time-limit", type=float, default=60.0, help="bound on each planning call (s, > 0)")
-    pl.add_argument("--gap", type=float, default=0.01, help="MILP target relative gap")
-    pl.add_argument("--threads", type=int, default=0)
+    pl.add_argument("--time-limit", type=float, default=60.0, help="bound on each planning call (s, > 0; default 60)")
+    pl.add_argument("--gap", type=float, default=0.01, help="MILP target relative gap (default 0.01)")
+    pl.add_argument("--threads", type=int, default=0, help="HiGHS threads (default 0: recgo's worker count)")
     pl.add_argument("--memory-limit-gb", type=float, default=None, help="cap on the planner's model (GB; default 8 GiB)")
-    pl.add_argument("--no-plots", action="store_true")
+    pl.add_argument("--no-plots", action="store_true", help="write no PNG plots (they need recgo[plots])")
     pl.add_argument("--no-progress", action="store_true", help="no progress line on stderr while a plan is solved")
     pl.set_defaults(func=_plan)
 
@@ -185,8 +188,8 @@ def _plan(args: argparse.Namespace) -> int:
     if len(plans) > 1 and not args.no_plots:
         P.plot_gpu_costs(plans, out / "gpu_costs.png")
     print(json.dumps(main.summary(), indent=1))
-    print(f"wrote {out}/plan.json, report.md" + (", remap.bin" if (out / "remap.bin").exists() else "")
-          + ("" if args.no_plots else ", gpu_costs.png"))
+    written = [f for f in ("plan.json", "report.md", "remap.bin", "gpu_costs.png", "cdfs.png") if (out / f).exists()]
+    print(f"wrote {out}/{', '.join(written)}")
     return 0
 
 

@@ -193,7 +193,14 @@ class TrainPipeline:
 
         losses: list[float] = []
         bar = tqdm(total=steps, disable=not progress, unit="step", dynamic_ncols=True)
-        t0, samples = time.perf_counter(), 0
+        t0, samples, shown = time.perf_counter(), 0, 0
+
+        def show() -> None:
+            nonlocal shown
+            rate = samples / max(time.perf_counter() - t0, 1e-9)
+            bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_per_s=f"{rate:,.0f}")
+            shown = len(losses)
+
         try:
             while steps is None or len(losses) < steps:
                 try:
@@ -204,8 +211,9 @@ class TrainPipeline:
                 samples += self.last_batch_size
                 bar.update(1)
                 if len(losses) % 10 == 0 or len(losses) == steps:
-                    rate = samples / max(time.perf_counter() - t0, 1e-9)
-                    bar.set_postfix(loss=f"{losses[-1]:.4f}", samples_per_s=f"{rate:,.0f}")
+                    show()
+            if losses and shown != len(losses):  # the data ended between updates: show the last step
+                show()
         finally:
             bar.close()
         return losses
