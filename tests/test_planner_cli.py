@@ -88,6 +88,7 @@ def test_unwritable_out_is_a_one_line_error_before_any_work(profiled, tmp_path: 
     (["--synthetic", "rm1", "--sample-rate", "0.5", "--batch-size", "8"],
      "--sample-rate, --batch-size only applies to --criteo profiles"),
     (["--criteo", "x.txt", "--tables", "5"], "--tables only applies to --synthetic profiles"),
+    (["--synthetic", "rm1", "--dim", "8", "--steps", "4"], "--dim, --steps only applies to --criteo profiles"),
     (["--synthetic", "rm1", "--tables", "0"], "synthetic: tables must be positive, got 0"),
 ])
 def test_profile_refuses_flags_it_would_ignore_and_names_bad_values(args: list[str], message: str,
@@ -102,6 +103,21 @@ def test_profile_refuses_flags_it_would_ignore_and_names_bad_values(args: list[s
         assert main(["profile", *args, "--out", str(tmp_path / "p.json")]) == 2
     assert f"InvalidInputError: {message}" in err.getvalue()
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("command, args", [("profile", ["--synthetic", "rm1", "--out", "p.json"]),
+                                           ("plan", ["--profile", "p.json", "--out", "plan"]), ("train", [])])
+def test_an_unknown_flag_is_reported_with_the_subcommands_usage(command: str, args: list[str],
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse reported a subcommand's unknown flag under the top-level usage, which names none of
+    the subcommand's flags."""
+    from recgo.__main__ import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([command, *args, "--bogus", "1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"recgo {command} [-h]" in err and "unrecognized arguments: --bogus 1" in err, err
 
 
 @pytest.mark.parametrize("flag, value, message", [("--hbm-gb", "nan", "--hbm-gb must be a finite number"),

@@ -65,7 +65,7 @@ def _add_profile(sub: Any) -> None:
     src.add_argument("--synthetic", choices=["rm1", "rm2", "rm3"], help="a RecShard-shaped synthetic model")
     pp.add_argument("--out", required=True, help="the profile JSON file to write (python -m recgo plan --profile)")
     pp.add_argument("--rows", type=int, default=None, help="hash buckets per Criteo table (default 100000)")
-    pp.add_argument("--dim", type=int, default=64, help="embedding dimension of the Criteo tables (default 64)")
+    pp.add_argument("--dim", type=int, default=None, help="embedding dimension of the Criteo tables (default 64)")
     pp.add_argument("--tables", type=int, default=None, help="tables of a synthetic model (default 397)")
     pp.add_argument("--fit-data", help="folder of real samples to fit a synthetic model's skew, coverage and "
                                        "pooling to (default: the paper's typical spread)")
@@ -73,7 +73,7 @@ def _add_profile(sub: Any) -> None:
     pp.add_argument("--min-lookups", type=int, default=None,
                     help="warn for tables whose profile rests on fewer sampled lookups (default 1000)")
     pp.add_argument("--batch-size", type=int, default=None, help="rows per Criteo batch read (default 1024)")
-    pp.add_argument("--steps", type=int, default=16, help="CDF quantile steps of a Criteo profile (default 16)")
+    pp.add_argument("--steps", type=int, default=None, help="CDF quantile steps of a Criteo profile (default 16)")
     pp.add_argument("--seed", type=int, default=0, help="seed of the row sample or the synthetic model (default 0)")
     pp.set_defaults(func=_profile)
 
@@ -81,9 +81,10 @@ def _add_profile(sub: Any) -> None:
 def _profile(args: argparse.Namespace) -> int:
     from . import planner as P
 
-    only = (("rows", 100_000), ("sample_rate", 0.01), ("min_lookups", 1000), ("batch_size", 1024)) if args.criteo \
-        else (("tables", 397),)
-    other = ("tables", "fit_data") if args.criteo else ("rows", "sample_rate", "min_lookups", "batch_size")
+    only = (("rows", 100_000), ("dim", 64), ("sample_rate", 0.01), ("min_lookups", 1000), ("batch_size", 1024),
+            ("steps", 16)) if args.criteo else (("tables", 397),)
+    other = ("tables", "fit_data") if args.criteo else ("rows", "dim", "sample_rate", "min_lookups", "batch_size",
+                                                        "steps")
     given = ["--" + k.replace("_", "-") for k in other if getattr(args, k) is not None]
     if given:  # a flag of the other source would be silently ignored
         raise InvalidInputError(f"{', '.join(given)} only applies to {'--synthetic' if args.criteo else '--criteo'} "
@@ -211,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True)
     for add in SUBCOMMANDS.values():
         add(sub)
+    for p in sub.choices.values():  # a subcommand's unknown flag is reported with its own usage (main)
+        p.set_defaults(parser=p)
     return ap
 
 
@@ -220,7 +223,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ._cli_warnings import one_line_warnings
     from ._signals import terminate_as_interrupt
 
-    args = build_parser().parse_args(argv)
+    args, unknown = build_parser().parse_known_args(argv)
+    if unknown:  # argparse would show the top-level usage, which lists no subcommand's flags
+        args.parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         with terminate_as_interrupt(), one_line_warnings():  # a scheduler's stop cleans up as Ctrl-C does
             return args.func(args)
