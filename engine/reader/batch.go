@@ -102,6 +102,10 @@ type Position struct {
 	Global int64 `json:"global"`
 	// Skipped counts the malformed rows of this rank dropped so far (Options.SkipBad).
 	Skipped int64 `json:"skipped"`
+	// Name is the base name of File, which Seek checks: a position taken over other files, or the
+	// same files in another order, is refused rather than resumed at the wrong rows ("" in positions
+	// saved before session 35 and the synthetic source's: not checked).
+	Name string `json:"name,omitempty"`
 	// Shuffle and Seed are the window and seed of a shuffled source ([NewShuffled]; 0: not
 	// shuffled), Window the windows it started, Taken the rows of the last one it handed out (0:
 	// none started; the other fields are then where the source stands, else where that window

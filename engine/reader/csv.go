@@ -132,7 +132,8 @@ type CSVOptions struct {
 	Columns []Column
 	// Header says the first line of each file names the columns.
 	Header bool
-	// Delimiter separates fields (default ','). Quoted fields are not supported.
+	// Delimiter separates fields (default ','). A field that starts with a double quote is quoted,
+	// as Python's csv module and pandas write it (see splitFields); a quoted field may not span lines.
 	Delimiter byte
 }
 
@@ -179,13 +180,92 @@ type csvParser struct {
 	width  int   // fields per line
 	names  []string
 	fields [][]byte
+	unq    []byte // the line's quoted fields with "" in them, unescaped
 	file   func() string
+}
+
+// splitFields splits a delimited line into fields as Python's csv module reads it: a field that
+// starts with a double quote runs to the quote that closes it (delimiters inside it are text, and
+// "" stands for one quote), any other field is taken as it is. Unescaped fields are copied into
+// p.unq. bad is the 0-based field at fault and why: a quote its line does not close (a quoted
+// field spanning lines is not read), or text between a closing quote and the next delimiter.
+func (p *csvParser) splitFields(line []byte) (bad int, why string) {
+	p.fields = p.fields[:0]
+	if bytes.IndexByte(line, '"') < 0 { // the common case
+		for rest := line; ; {
+			i := bytes.IndexByte(rest, p.delim)
+			if i < 0 {
+				p.fields = append(p.fields, rest)
+				return -1, ""
+			}
+			p.fields = append(p.fields, rest[:i])
+			rest = rest[i+1:]
+		}
+	}
+	if cap(p.unq) < len(line) { // unescaped fields are shorter than the line: no append reallocates
+		p.unq = make([]byte, 0, len(line))
+	}
+	p.unq = p.unq[:0]
+	for rest := line; ; {
+		if len(rest) == 0 || rest[0] != '"' {
+			i := bytes.IndexByte(rest, p.delim)
+			if i < 0 {
+				p.fields = append(p.fields, rest)
+				return -1, ""
+			}
+			p.fields = append(p.fields, rest[:i])
+			rest = rest[i+1:]
+			continue
+		}
+		body, end, escaped := rest[1:], -1, false
+		for i := 0; i < len(body); i++ {
+			if body[i] != '"' {
+				continue
+			}
+			if i+1 < len(body) && body[i+1] == '"' {
+				escaped = true
+				i++
+				continue
+			}
+			end = i
+			break
+		}
+		if end < 0 {
+			return len(p.fields), "a quoted field that its line does not close (a quoted field spanning lines is not read)"
+		}
+		f := body[:end]
+		if escaped {
+			at := len(p.unq)
+			for k := 0; k < len(f); k++ {
+				p.unq = append(p.unq, f[k])
+				if f[k] == '"' {
+					k++
+				}
+			}
+			f = p.unq[at:]
+		}
+		p.fields = append(p.fields, f)
+		rest = body[end+1:]
+		if len(rest) == 0 {
+			return -1, ""
+		}
+		if rest[0] != p.delim {
+			if i := bytes.IndexByte(rest, p.delim); i >= 0 {
+				rest = rest[:i]
+			}
+			return len(p.fields) - 1, fmt.Sprintf("text %q after the closing quote of a quoted field", rest)
+		}
+		rest = rest[1:]
+	}
 }
 
 // header maps the declared columns to a file's header fields.
 func (p *csvParser) header(file string, line []byte) error {
+	if bad, why := p.splitFields(line); bad >= 0 {
+		return &ParseError{File: file, Line: 1, Row: -1, Column: bad + 1, Msg: "header field " + strconv.Itoa(bad+1) + ": " + why}
+	}
 	p.names = p.names[:0]
-	for _, f := range bytes.Split(line, []byte{p.delim}) {
+	for _, f := range p.fields {
 		p.names = append(p.names, string(f))
 	}
 	p.width = len(p.names)
@@ -246,15 +326,8 @@ func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
 	if len(line) == 0 { // malformed, as in the other formats (one column would read it as an empty value)
 		return p.fail(lineNo, -1, "blank line (rows follow it)")
 	}
-	p.fields = p.fields[:0]
-	for rest := line; ; {
-		i := bytes.IndexByte(rest, p.delim)
-		if i < 0 {
-			p.fields = append(p.fields, rest)
-			break
-		}
-		p.fields = append(p.fields, rest[:i])
-		rest = rest[i+1:]
+	if bad, why := p.splitFields(line); bad >= 0 {
+		return p.fail(lineNo, bad, "%s", why)
 	}
 	if len(p.fields) != p.width {
 		kind := "short"

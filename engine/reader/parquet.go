@@ -450,7 +450,7 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 	return nil
 }
 
-func (s *parquetSource) Position() Position { return s.pos }
+func (s *parquetSource) Position() Position { return named(s.pos, s.paths) }
 
 func (s *parquetSource) Seek(p Position) (err error) {
 	if s.closed {
@@ -458,6 +458,9 @@ func (s *parquetSource) Seek(p Position) (err error) {
 	}
 	if p.File < 0 || p.File >= len(s.paths) || p.Row < 0 || p.Global < p.Row {
 		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(s.paths))
+	}
+	if err := checkName(p, s.paths); err != nil {
+		return err
 	}
 	if err := s.openFile(p.File); err != nil {
 		return err

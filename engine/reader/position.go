@@ -3,6 +3,7 @@ package reader
 import (
 	"bytes"
 	"encoding/json"
+	"path/filepath"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -54,6 +55,29 @@ func (p Position) Check() error {
 		return errs.Invalidf("position %+v: %d rows taken from a shuffle window of %d", p, p.Taken, p.Shuffle)
 	case p.Skipped > p.Global && p.Taken == 0:
 		return errs.Invalidf("position %+v: %d rows skipped of %d read", p, p.Skipped, p.Global)
+	}
+	return nil
+}
+
+// named is p with the base name of the file it stands in (p.File of paths), for checkName.
+func named(p Position, paths []string) Position {
+	if p.File >= 0 && p.File < len(paths) {
+		p.Name = filepath.Base(paths[p.File])
+	}
+	return p
+}
+
+// checkName refuses a position (its File within paths) whose file is not the one it was taken in:
+// other files, or the same ones listed in another order, would resume at other rows. Base names
+// are compared, so that data moved to another folder resumes.
+func checkName(p Position, paths []string) error {
+	if p.Name == "" {
+		return nil
+	}
+	if have := filepath.Base(paths[p.File]); have != p.Name {
+		return errs.Invalidf("reader: the position was taken in file %q (number %d of the files), but file %d of "+
+			"this source is %q (%s): resume with the files it was taken with, in the same order", p.Name, p.File+1,
+			p.File+1, have, paths[p.File])
 	}
 	return nil
 }

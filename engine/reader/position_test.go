@@ -1,7 +1,13 @@
 package reader
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,4 +64,98 @@ func FuzzPositionDecoding(f *testing.F) {
 		require.NoError(t, json.Unmarshal(data, &q))
 		require.Equal(t, p, q)
 	})
+}
+
+// A position names the file it stands in: resuming it over other files, or the same files in
+// another order, is refused by name instead of reading other rows (a plain file's offset was
+// taken as a line start of whatever file stood at its index, a gzip or Parquet file's row as
+// that file's row). The same files in another folder resume, and so does a position saved
+// without the name.
+func TestPositionNamesItsFile(t *testing.T) {
+	dir, moved := t.TempDir(), t.TempDir()
+	write := func(name string, data []byte) {
+		for _, d := range []string{dir, moved} {
+			require.NoError(t, os.WriteFile(filepath.Join(d, name), data, 0o644))
+		}
+	}
+	var csvA, csvB bytes.Buffer
+	csvA.WriteString("a\n")
+	csvB.WriteString("a\n")
+	for i := 0; i < 30; i++ {
+		fmt.Fprintf(&csvA, "%d\n", i)
+		fmt.Fprintf(&csvB, "%d\n", 100+i)
+	}
+	write("a.csv", csvA.Bytes())
+	write("b.csv", csvB.Bytes())
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(csvB.Bytes())
+	require.NoError(t, zw.Close())
+	write("b.csv.gz", gz.Bytes())
+	for _, name := range []string{"a.parquet", "b.parquet"} {
+		writeParquet(t, filepath.Join(dir, name), pqRows(30))
+		writeParquet(t, filepath.Join(moved, name), pqRows(30))
+	}
+	csv := func(paths []string, shuffle int) (Source, error) {
+		src, err := NewCSV(paths, CSVOptions{Columns: []Column{{Name: "a", Role: RoleSparse}}, Header: true})
+		if err != nil || shuffle == 0 {
+			return src, err
+		}
+		return NewShuffled(src, shuffle, 7, 0)
+	}
+	pq := func(paths []string, _ int) (Source, error) {
+		return NewParquet(paths, ParquetOptions{Columns: pqCols})
+	}
+	in := func(d string, names ...string) []string {
+		var out []string
+		for _, n := range names {
+			out = append(out, filepath.Join(d, n))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		open    func([]string, int) (Source, error)
+		shuffle int
+		a, b    string
+	}{
+		{"csv", csv, 0, "a.csv", "b.csv"},
+		{"csv gzip", csv, 0, "a.csv", "b.csv.gz"},
+		{"csv shuffled", csv, 8, "a.csv", "b.csv"},
+		{"parquet", pq, 0, "a.parquet", "b.parquet"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			read := func(src Source, n int) []int64 {
+				var b Batch
+				var ids []int64
+				for len(ids) < n {
+					got, err := src.Read(&b, min(5, n-len(ids)))
+					if err == io.EOF {
+						break
+					}
+					require.NoError(t, err)
+					ids = append(ids, b.Inputs[0].Ints[:got]...)
+				}
+				return ids
+			}
+			src, err := tc.open(in(dir, tc.a, tc.b), tc.shuffle)
+			require.NoError(t, err)
+			head := read(src, 45)
+			pos := src.Position()
+			require.Equal(t, tc.b, pos.Name)
+			rest := read(src, 100)
+			require.NoError(t, src.Close())
+			require.Len(t, append(head, rest...), 60)
+
+			swapped, err := tc.open(in(dir, tc.b, tc.a), tc.shuffle)
+			require.NoError(t, err)
+			require.ErrorContains(t, swapped.Seek(pos), fmt.Sprintf(`taken in file %q (number 2 of the files), but file 2 of this source is %q`, tc.b, tc.a))
+			for _, p := range []Position{pos, func() Position { p := pos; p.Name = ""; return p }()} {
+				again, err := tc.open(in(moved, tc.a, tc.b), tc.shuffle)
+				require.NoError(t, err)
+				require.NoError(t, again.Seek(p))
+				require.Equal(t, rest, read(again, 100))
+			}
+		})
+	}
 }

@@ -302,6 +302,9 @@ func (l *lines) seek(p Position) error {
 	if p.File < 0 || p.File >= len(l.paths) || p.Row < 0 || p.Global < p.Row {
 		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(l.paths))
 	}
+	if err := checkName(p, l.paths); err != nil {
+		return err
+	}
 	if err := l.openFile(p.File); err != nil {
 		return err
 	}
@@ -422,6 +425,6 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 	return b.Size, nil
 }
 
-func (s *textSource) Position() Position    { return s.l.pos }
+func (s *textSource) Position() Position    { return named(s.l.pos, s.l.paths) }
 func (s *textSource) Seek(p Position) error { return s.l.seek(p) }
 func (s *textSource) Close() error          { return s.l.close() }

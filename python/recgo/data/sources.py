@@ -170,8 +170,9 @@ def _columns(columns: Sequence[Column | tuple | dict]) -> list[Column]:
 class CSVSource(Source):
     """Delimited text files (plain or gzip) with declared :class:`Column` s. With ``header=True`` the
     first line names the columns and the declared ones are picked by name (a declared column missing
-    from the header raises); without, ``columns`` lists every column in file order. Quoted fields are
-    not supported."""
+    from the header raises); without, ``columns`` lists every column in file order. A field that starts
+    with ``"`` is quoted, as Python's csv module and pandas write it (delimiters inside it are text,
+    ``""`` is one quote); a quoted field may not span lines."""
 
     kind = "csv"
 
