@@ -361,15 +361,45 @@ class ByteFlags:
         return (None, 0) if self._buf is None else (ctypes.addressof(self._buf), len(self._buf))
 
 
-class Handle:
-    """Owns one Go object handle and frees it exactly once (explicitly or when collected)."""
+_capsule_api: tuple[Any, Any, int] | None = None  # (PyCapsule_New, PyCapsule_SetDestructor, destructor)
 
-    __slots__ = ("_h", "__weakref__")
+
+def _capsules() -> tuple[Any, Any, int]:
+    """Python's PyCapsule_New and PyCapsule_SetDestructor, and the engine's C destructor that frees
+    the handle a capsule holds (``recgo_capsule_destructor``, internal/capsule)."""
+    global _capsule_api
+    api = _capsule_api
+    if api is None:
+        py = ctypes.pythonapi  # a PyDLL: the calls keep the GIL, so no signal is handled inside them
+        new, disarm = py.PyCapsule_New, py.PyCapsule_SetDestructor
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        disarm.restype, disarm.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_void_p]
+        out = H(0)
+        call(fn("recgo_capsule_destructor"), ctypes.cast(py.PyCapsule_GetPointer, ctypes.c_void_p).value,
+             ctypes.byref(out))
+        api = _capsule_api = (new, disarm, out.value)
+    return api
+
+
+class Handle:
+    """Owns one Go object handle and frees it exactly once (explicitly or when collected).
+
+    Freeing when collected is done by a capsule's C destructor, not by ``__del__``: a Ctrl-C pending
+    as the object is collected is raised at the first instruction of any Python finalizer, which then
+    never freed the handle (each interrupt leaked the memory of a batch or a forward context) and
+    swallowed the KeyboardInterrupt. The destructor runs no Python code, so the handle is freed and
+    the interrupt reaches the caller's next instruction (``tests/test_interrupts.py``). Handles may be
+    collected on any thread.
+    """
+
+    __slots__ = ("_h", "_owner", "__weakref__")
 
     def __init__(self, h: int) -> None:
         if not h:
             raise InternalError("the engine returned a null handle")
+        new, _, destructor = _capsules()
         self._h = int(h)
+        self._owner = new(self._h, None, destructor)
 
     @property
     def value(self) -> int:
@@ -384,23 +414,24 @@ class Handle:
         (the object belongs to the parent's runtime)."""
         h, self._h = self._h, 0
         if h and _lib is not None and not _forked:
-            call(fn("recgo_free"), h)
+            try:
+                call(fn("recgo_free"), h)
+            finally:  # after the free: an interrupt before this leaves the capsule to free it again,
+                self._disarm()  # which finds the handle not live (handles are never reused)
 
     def disown(self) -> None:
         """Forget the handle without freeing it (the engine took the object back and frees it itself)."""
         self._h = 0
+        self._disarm()
+
+    def _disarm(self) -> None:
+        _capsules()[1](self._owner, None)
 
     def __reduce__(self) -> Any:
         # A handle number is meaningful only in this process, for this one object: a copy would share
         # (and double-free) it, an unpickled one could name an unrelated object.
         raise TypeError("a recgo engine handle cannot be copied or pickled; copy the module that owns it "
                         "(recgo modules rebuild their engine state)")
-
-    def __del__(self) -> None:
-        try:
-            self.free()
-        except Exception:  # interpreter shutdown: nothing useful to do
-            pass
 
 
 def new_handle(export: str, *args: Any) -> Handle:
