@@ -14,8 +14,9 @@ from any number of threads at once (the error buffer is per thread; configuring 
 the same signature).
 
 Fork safety: a process that forks after it loaded the library leaves the child a Go runtime without
-its threads. Every call in such a child raises :class:`recgo.errors.ForkError`; a child of a process
-that never loaded the library loads its own and works.
+its threads. Every call in such a child raises :class:`recgo.errors.ForkError`, also where the call
+would first take a lock a parent's thread held at the fork (:class:`ForkSafeLock`); a child of a
+process that never loaded the library loads its own and works.
 """
 
 from __future__ import annotations
@@ -134,6 +135,27 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class ForkSafeLock:
+    """A ``threading.Lock`` for recgo objects that a child forked after the library loaded refuses with
+    :class:`ForkError` instead of waiting on. A thread of the parent that held it at the fork (inside
+    ``next()`` or a forward) does not exist in the child, so the lock never came free there: the
+    child's call, and its exit through ``__del__`` / ``close()``, hung instead of raising."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "ForkSafeLock":
+        if _forked:
+            raise _fork_error()
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
 
 
 def lib() -> ctypes.CDLL:
