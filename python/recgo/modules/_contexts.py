@@ -15,7 +15,7 @@ This works the same under ``torch.compile``: the compiled graph saves the ticket
 tensor. The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node
 holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context (a
 gradient-only backward frees it at the end of its graph task unless the graph is retained).
-The store is safe for concurrent use (its dict and set operations are atomic under the GIL; a handle
+The store is safe for concurrent use (its dict operations are atomic under the GIL; a handle
 may be collected on any thread).
 """
 
