@@ -9,6 +9,7 @@ import (
 	"runtime/cgo"
 	"unsafe"
 
+	"github.com/recgo/recgo/internal/capsule"
 	"github.com/recgo/recgo/internal/errs"
 )
 
@@ -60,15 +61,40 @@ func handleValue(h cgo.Handle) (v any, ok bool) {
 //
 //export recgo_free
 func recgo_free(h C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error { return freeHandle(h) })
+}
+
+func freeHandle(h C.uintptr_t) error {
+	v, ok := handleValue(cgo.Handle(h))
+	if !ok || h == 0 {
+		return errs.Invalidf("free: handle %d is not live", uint64(h))
+	}
+	cgo.Handle(h).Delete()
+	if c, ok := v.(closer); ok {
+		return c.Close()
+	}
+	return nil
+}
+
+// Python owns each handle through a capsule whose C destructor frees it when the owner is collected
+// (internal/capsule: no Python code runs then, so a Ctrl-C cannot stop it). A handle already freed
+// explicitly is not live any more; that, and any error of Close, has no one to go to.
+func init() {
+	capsule.OnRelease(func(h uintptr) { guard(nil, 0, func() error { return freeHandle(C.uintptr_t(h)) }) })
+}
+
+// recgo_capsule_destructor takes the address of Python's PyCapsule_GetPointer and writes to *out the
+// address of the C function to pass as the destructor of a capsule made with PyCapsule_New(handle,
+// NULL, destructor): it frees the handle when the capsule is collected (nothing in a forked child).
+//
+//export recgo_capsule_destructor
+func recgo_capsule_destructor(getPointer C.uintptr_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		v, ok := handleValue(cgo.Handle(h))
-		if !ok || h == 0 {
-			return errs.Invalidf("free: handle %d is not live", uint64(h))
+		if getPointer == 0 || out == nil {
+			return errs.Invalidf("capsule destructor: null pointer")
 		}
-		cgo.Handle(h).Delete()
-		if c, ok := v.(closer); ok {
-			return c.Close()
-		}
+		capsule.SetGetPointer(uintptr(getPointer))
+		*out = C.uintptr_t(capsule.Destructor())
 		return nil
 	})
 }

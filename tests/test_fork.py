@@ -78,7 +78,7 @@ if pid == 0:
         _lib.version()
     except recgo.ForkError:
         code = 0
-    del m                                 # Handle.__del__ must not call into Go (nor raise) here
+    del m                                 # the handle's capsule destructor must not call into Go here
     os._exit(code)
 _, status = os.waitpid(pid, 0)
 print("child", os.waitstatus_to_exitcode(status))
@@ -120,3 +120,51 @@ if __name__ == "__main__":
     assert res.returncode == 0, res.stderr
     assert "spawned 2" in res.stdout, res.stdout + res.stderr
 
+
+
+def test_a_child_forked_while_a_thread_is_inside_a_call_raises_instead_of_hanging(tmp_path: Path) -> None:
+    """A thread of the parent inside ``next()`` or a forward holds the object's lock at the fork; in the
+    child that thread is gone and the lock never came free: ``next()``, the forward and the exit through
+    ``DataPipeline.__del__`` waited forever (/tmp/probe-s35-conc/fork_lock_hang.py). The threads hold
+    the locks here (as ``next()`` and ``OutputPool.take`` do for their whole call) so the fork surely
+    lands inside."""
+    res = _run("""
+import threading, time
+from recgo.data import SyntheticField, SyntheticSource
+from recgo.feature import Feature
+pipe = recgo.DataPipeline(SyntheticSource(1000, [SyntheticField("f", 10, 1.1)]), [Feature("f").mod(10)], 10)
+m = ebc()
+forward(m)
+held, done = threading.Barrier(3), threading.Event()
+def hold(lock):
+    with lock:
+        held.wait()
+        done.wait()
+for lock in (pipe._lock, m._outputs._lock):
+    threading.Thread(target=hold, args=(lock,), daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    got = []
+    for call in (lambda: next(pipe), lambda: forward(m)):
+        try:
+            call()
+        except recgo.ForkError:
+            got.append("ForkError")
+    print(got, flush=True)
+    sys.exit(0)                           # DataPipeline.__del__ runs close(), which takes the lock too
+for _ in range(300):
+    done_pid, status = os.waitpid(pid, os.WNOHANG)
+    if done_pid:
+        print("child", os.waitstatus_to_exitcode(status))
+        break
+    time.sleep(0.1)
+else:
+    os.kill(pid, 9)
+    print("child hung")
+done.set()
+print("parent", len(next(pipe).labels))
+""", tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "['ForkError', 'ForkError']" in res.stdout and "child 0" in res.stdout, res.stdout + res.stderr
+    assert "parent 10" in res.stdout, res.stdout + res.stderr

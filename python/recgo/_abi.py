@@ -16,6 +16,12 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_capsule_destructor': ('int', (
+        ('getPointer', 'uintptr_t'),
+        ('out', 'uintptr_t*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_debug_fail': ('int', (
         ('mode', 'int'),
         ('errbuf', 'char*'),

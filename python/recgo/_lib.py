@@ -14,8 +14,9 @@ from any number of threads at once (the error buffer is per thread; configuring 
 the same signature).
 
 Fork safety: a process that forks after it loaded the library leaves the child a Go runtime without
-its threads. Every call in such a child raises :class:`recgo.errors.ForkError`; a child of a process
-that never loaded the library loads its own and works.
+its threads. Every call in such a child raises :class:`recgo.errors.ForkError`, also where the call
+would first take a lock a parent's thread held at the fork (:class:`ForkSafeLock`); a child of a
+process that never loaded the library loads its own and works.
 """
 
 from __future__ import annotations
@@ -134,6 +135,27 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class ForkSafeLock:
+    """A ``threading.Lock`` for recgo objects that a child forked after the library loaded refuses with
+    :class:`ForkError` instead of waiting on. A thread of the parent that held it at the fork (inside
+    ``next()`` or a forward) does not exist in the child, so the lock never came free there: the
+    child's call, and its exit through ``__del__`` / ``close()``, hung instead of raising."""
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> "ForkSafeLock":
+        if _forked:
+            raise _fork_error()
+        self._lock.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._lock.release()
 
 
 def lib() -> ctypes.CDLL:
@@ -361,15 +383,45 @@ class ByteFlags:
         return (None, 0) if self._buf is None else (ctypes.addressof(self._buf), len(self._buf))
 
 
-class Handle:
-    """Owns one Go object handle and frees it exactly once (explicitly or when collected)."""
+_capsule_api: tuple[Any, Any, int] | None = None  # (PyCapsule_New, PyCapsule_SetDestructor, destructor)
 
-    __slots__ = ("_h", "__weakref__")
+
+def _capsules() -> tuple[Any, Any, int]:
+    """Python's PyCapsule_New and PyCapsule_SetDestructor, and the engine's C destructor that frees
+    the handle a capsule holds (``recgo_capsule_destructor``, internal/capsule)."""
+    global _capsule_api
+    api = _capsule_api
+    if api is None:
+        py = ctypes.pythonapi  # a PyDLL: the calls keep the GIL, so no signal is handled inside them
+        new, disarm = py.PyCapsule_New, py.PyCapsule_SetDestructor
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        disarm.restype, disarm.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_void_p]
+        out = H(0)
+        call(fn("recgo_capsule_destructor"), ctypes.cast(py.PyCapsule_GetPointer, ctypes.c_void_p).value,
+             ctypes.byref(out))
+        api = _capsule_api = (new, disarm, out.value)
+    return api
+
+
+class Handle:
+    """Owns one Go object handle and frees it exactly once (explicitly or when collected).
+
+    Freeing when collected is done by a capsule's C destructor, not by ``__del__``: a Ctrl-C pending
+    as the object is collected is raised at the first instruction of any Python finalizer, which then
+    never freed the handle (each interrupt leaked the memory of a batch or a forward context) and
+    swallowed the KeyboardInterrupt. The destructor runs no Python code, so the handle is freed and
+    the interrupt reaches the caller's next instruction (``tests/test_interrupts.py``). Handles may be
+    collected on any thread.
+    """
+
+    __slots__ = ("_h", "_owner", "__weakref__")
 
     def __init__(self, h: int) -> None:
         if not h:
             raise InternalError("the engine returned a null handle")
+        new, _, destructor = _capsules()
         self._h = int(h)
+        self._owner = new(self._h, None, destructor)
 
     @property
     def value(self) -> int:
@@ -384,23 +436,24 @@ class Handle:
         (the object belongs to the parent's runtime)."""
         h, self._h = self._h, 0
         if h and _lib is not None and not _forked:
-            call(fn("recgo_free"), h)
+            try:
+                call(fn("recgo_free"), h)
+            finally:  # after the free: an interrupt before this leaves the capsule to free it again,
+                self._disarm()  # which finds the handle not live (handles are never reused)
 
     def disown(self) -> None:
         """Forget the handle without freeing it (the engine took the object back and frees it itself)."""
         self._h = 0
+        self._disarm()
+
+    def _disarm(self) -> None:
+        _capsules()[1](self._owner, None)
 
     def __reduce__(self) -> Any:
         # A handle number is meaningful only in this process, for this one object: a copy would share
         # (and double-free) it, an unpickled one could name an unrelated object.
         raise TypeError("a recgo engine handle cannot be copied or pickled; copy the module that owns it "
                         "(recgo modules rebuild their engine state)")
-
-    def __del__(self) -> None:
-        try:
-            self.free()
-        except Exception:  # interpreter shutdown: nothing useful to do
-            pass
 
 
 def new_handle(export: str, *args: Any) -> Handle:

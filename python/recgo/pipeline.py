@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import sys
-import threading
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -237,7 +236,7 @@ class DataPipeline:
                                     "recgo.pipeline.tables_of(model)); without tables it would renumber none")
         self._remap = remap
         self._h: _lib.Handle | None = None
-        self._lock = threading.Lock()  # serializes next() and the info calls with close()
+        self._lock = _lib.ForkSafeLock()  # serializes next() and the info calls with close()
         self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
         self._ended = False  # next() reached the end of the data

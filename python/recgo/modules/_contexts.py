@@ -15,7 +15,7 @@ This works the same under ``torch.compile``: the compiled graph saves the ticket
 tensor. The eager path (``_eager.py``, an ``autograd.Function``) needs no ticket: the Function's node
 holds the handle (:meth:`ContextStore.own`) and is freed with the graph, which frees the context (a
 gradient-only backward frees it at the end of its graph task unless the graph is retained).
-The store is safe for concurrent use (its dict and set operations are atomic under the GIL; a handle
+The store is safe for concurrent use (its dict operations are atomic under the GIL; a handle
 may be collected on any thread).
 """
 
@@ -45,7 +45,7 @@ class _Owned(Handle):
     def free(self) -> None:
         h = self._h
         super().free()
-        self._pending.discard(h)  # set.discard: atomic under the GIL, like the add in own()
+        self._pending.pop(h, None)  # atomic under the GIL, like the store in own()
 
 
 #: The error of a backward that finds no context (a fused graph's backward ran before, or its forward
@@ -61,8 +61,13 @@ class ContextStore:
     (the custom ops' path), or by an eager graph's autograd node (:meth:`own`, see ``_eager.py``)."""
 
     def __init__(self) -> None:
-        self._live: "weakref.WeakValueDictionary[int, Handle]" = weakref.WeakValueDictionary()
-        self._owned: set[int] = set()  # raw handles given out by own() and not freed yet
+        # ticket id -> its handle, weakly, without a callback (like _owned below; pruned when counted).
+        self._live: dict[int, weakref.ref[Handle]] = {}
+        # Raw handles given out by own() and not freed yet, with a weak reference to their owner: a
+        # collected owner's capsule frees the context in C, with no Python finalizer that could update
+        # this (a Ctrl-C would have been swallowed there), so dead entries are pruned when counted.
+        self._owned: dict[int, weakref.ref[Handle]] = {}
+        self._prune_at = 64
 
     def ticket(self, raw: int) -> torch.Tensor:
         """The ticket owning the context ``raw`` (:meth:`keep`), or a ticket of id 0 when there is none."""
@@ -70,18 +75,29 @@ class ContextStore:
 
     def own(self, raw: int) -> Handle:
         """A handle of context ``raw`` for an owner that frees it (or drops it: it is freed when collected),
-        counted in ``len`` until then. Cheaper than a ticket: no tensor, no weak reference."""
+        counted in ``len`` until then. Cheaper than a ticket: no tensor."""
         h = _Owned(raw)
         h._pending = self._owned
-        self._owned.add(raw)
+        self._owned[raw] = weakref.ref(h)
+        if len(self._owned) > self._prune_at:  # bounded by twice the pending contexts, amortized O(1)
+            self._prune()
         return h
+
+    def _prune(self) -> None:
+        for entries in (self._live, self._owned):
+            for key, ref in list(entries.items()):
+                if ref() is None:
+                    entries.pop(key, None)
+        self._prune_at = max(64, 2 * max(len(self._live), len(self._owned)))
 
     def keep(self, handle: Handle) -> torch.Tensor:
         """A ticket (int64 tensor of one element, its id) that owns ``handle`` until it is collected."""
         ident = next(_ids)
         cell = _Cell(ident)
         cell.handle = handle  # type: ignore[attr-defined]  # the storage → buffer → cell chain owns it
-        self._live[ident] = handle
+        self._live[ident] = weakref.ref(handle)
+        if len(self._live) > self._prune_at:
+            self._prune()
         return torch.frombuffer(cell, dtype=torch.int64, count=1)
 
     def take(self, ticket: int, once: bool = True) -> Handle:
@@ -89,11 +105,13 @@ class ContextStore:
         taken or its graph is gone. With ``once`` (a fused backward) it is handed out once and the caller
         frees it when done (freeing early is safe: the ticket only drops it); without, it stays with the
         ticket, for a further backward of a retained graph, and the caller must not free it."""
-        handle = self._live.pop(int(ticket), None) if once else self._live.get(int(ticket))
+        ref = self._live.pop(int(ticket), None) if once else self._live.get(int(ticket))
+        handle = ref() if ref is not None else None
         if handle is None:
             raise InvalidInputError(NO_CONTEXT)
         return handle
 
     def __len__(self) -> int:
         """Contexts still pending (kept or owned, neither taken nor collected, nor freed)."""
+        self._prune()
         return len(self._live) + len(self._owned)

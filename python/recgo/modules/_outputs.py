@@ -16,9 +16,10 @@ step under its lock, so two threads never share a base); a buffer taken with
 from __future__ import annotations
 
 import sys
-import threading
 
 import torch
+
+from .._lib import ForkSafeLock
 
 
 def _no_use_count(t: torch.Tensor) -> int:
@@ -85,7 +86,7 @@ class OutputPool:
     def __init__(self) -> None:
         self._bases: list[torch.Tensor] = []
         self._free_flat: list[torch.Tensor] = []  # buffers of take_flat given back
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()  # a forked child raises instead of waiting
 
     def take(self, shapes: list[tuple[int, int]]) -> list[torch.Tensor]:
         """One float32 ``[n, d]`` output per shape, on memory nothing else references (contents
