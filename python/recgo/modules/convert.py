@@ -60,7 +60,6 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
-    refuse_trained_feature_processors(model, "from_torchrec")
     if not outermost(model, _kind):
         raise InvalidInputError("from_torchrec: the model holds no TorchRec EmbeddingBagCollection, "
                                 "FusedEmbeddingBagCollection or EmbeddingCollection")
@@ -192,22 +191,6 @@ def _kind(m: nn.Module) -> str | None:
     collection inside them)."""
     managed = ("ManagedCollisionEmbeddingBagCollection", "ManagedCollisionEmbeddingCollection")
     return "managed" if torchrec_class(m) in managed else torchrec_kind(m)
-
-
-def refuse_trained_feature_processors(model: nn.Module, what: str) -> None:
-    """Raise for a TorchRec ``FeatureProcessedEmbeddingBagCollection`` whose feature processors (position
-    weights) train: recgo's collections take per-ID weights but give them no gradient, so training
-    would fail at the first step with an error about weights the user never passed."""
-    for name, m in model.named_modules():
-        if type(m).__name__ != "FeatureProcessedEmbeddingBagCollection":
-            continue
-        procs = getattr(m, "_feature_processors", None)
-        trained = [n for n, p in procs.named_parameters() if p.requires_grad] if isinstance(procs, nn.Module) else []
-        if trained:
-            raise InvalidInputError(
-                f"{what}: {name or 'the model'} is a FeatureProcessedEmbeddingBagCollection whose feature processors "
-                f"train per-ID weights ({', '.join(trained[:4])}); recgo's collections take per-ID weights but not "
-                "their gradients: freeze them (requires_grad_(False)) to convert, or keep this module TorchRec's")
 
 
 def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | None, class_defaults: bool) -> nn.Module:

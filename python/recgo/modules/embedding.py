@@ -60,7 +60,7 @@ from ..data import _prepared
 from ..errors import CapacityError, InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
-from . import _eager, _ops, _vbe, optim
+from . import _eager, _ops, _vbe, _weight_grads, optim
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
@@ -465,13 +465,31 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
-        refuse_weight_grads(weights)
+        if any(c.dynamic is not None for c in self._configs):
+            refuse_weight_grads(weights)  # a dynamic table's rows are not addressed by ID (_weight_grads)
         return weights
 
+    def _pooled_features(self) -> list[_weight_grads.PooledFeature]:
+        """Each output feature's batch key, table weights, first column and pooling (``_weight_grads``)."""
+        out, column = [], 0
+        for cfg, (weight, _, _) in zip(self._configs, self._storage):
+            for key in cfg.feature_names:
+                out.append(_weight_grads.PooledFeature(key, weight, column, cfg.pooling_code() == 1))
+                column += cfg.embedding_dim
+        return out
+
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        """The pooled ``[B, ΣD]`` output of ``kjt``; per-ID weights that require grad get their gradient
+        (``_weight_grads``) while the engine pools with them detached."""
+        weights = self._batch_weights(kjt)
+        if weights is None or not weights.requires_grad or not torch.is_grad_enabled():
+            return self._engine_pool(kjt, weights)
+        out = self._engine_pool(kjt, weights.detach())
+        return _weight_grads.with_weight_grads(out, kjt, weights, self._pooled_features())
+
+    def _engine_pool(self, kjt: KeyedJaggedTensor, weights: torch.Tensor | None) -> torch.Tensor:
         if not torch.compiler.is_compiling():
             self._check_storage()
-        weights = self._batch_weights(kjt)
         params = self._params()
         frozen: list[bool] | None = None  # a fused update's frozen tables, when some are
         if self._optimizer is not None:
