@@ -95,8 +95,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             several backward passes in a row left every table untouched).
         sparse_grad: with ``optimizer=None``, give sparse COO gradients (for ``torch.optim.SGD``,
             ``Adagrad``, ``SparseAdam``) instead of dense ones.
-        seed: seed of the initial weights (default: torch's global generator); ``reset_parameters()``
-            draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
+        seed: seed of the initial weights (default: torch's global generator, consumed as TorchRec's
+            constructor consumes it, so after the same ``torch.manual_seed`` the tables equal TorchRec's);
+            ``reset_parameters()`` draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
         dedup: deduplicate each table's IDs per batch (default). ``False`` resolves every occurrence on
             its own and merges the lookups by storage row for backward instead, so a fixed table's
             results equal ``dedup=True``'s (see ``EmbeddingCollection``). A dynamic table counts each
@@ -148,6 +149,28 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
         else:
             self._materialise()
+            if self._seed is None:
+                self._init_as_torchrec()
+            else:
+                self.reset_parameters()
+
+    #: TorchRec's ``EmbeddingCollection`` initialises each table as soon as it has created it; its
+    #: ``EmbeddingBagCollection`` creates every table first (the sequence collection's owner sets True).
+    _init_table_by_table = False
+
+    def _init_as_torchrec(self) -> None:
+        """Initialise from torch's global generator as TorchRec's constructor does: each table's
+        ``nn.EmbeddingBag`` (an ``EmbeddingCollection``'s ``nn.Embedding``) first fills itself with
+        ``normal_``, which the config's init then overwrites. Drawn here too (into the table, in the same
+        order), ``torch.manual_seed(s)`` builds TorchRec's very tables and leaves the generator where
+        TorchRec's constructor leaves it, so the dense layers built next match too."""
+        with torch.no_grad():
+            for cfg, (weight, _, _) in zip(self._configs, self._storage):
+                if cfg.dynamic is None:
+                    weight.normal_()
+                    if self._init_table_by_table:
+                        self._init_table(cfg, weight, None)
+        if not self._init_table_by_table:
             self.reset_parameters()
 
     def _meta_tensors(self, cfg: EmbeddingBagConfig) -> tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
@@ -207,14 +230,19 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             return
         self._sync_storage()  # parameters replaced (e.g. by to_empty) point at engine memory again
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
+        for cfg, (weight, _, _) in zip(self._configs, self._storage):
+            if cfg.dynamic is None:
+                self._init_table(cfg, weight, gen)
+
+    @staticmethod
+    def _init_table(cfg: EmbeddingBagConfig, weight: torch.Tensor, gen: torch.Generator | None) -> None:
+        """A fixed table's initial weights: ``init_fn(weight)`` where the config has one, else uniform in
+        its init bounds drawn from ``gen`` (None: torch's global generator)."""
         with torch.no_grad():
-            for cfg, (weight, _, _) in zip(self._configs, self._storage):
-                if cfg.dynamic is not None:
-                    continue
-                if cfg.init_fn is not None:
-                    cfg.init_fn(weight)
-                else:
-                    draw_uniform(weight, *cfg.init_bounds(), gen)
+            if cfg.init_fn is not None:
+                cfg.init_fn(weight)
+            else:
+                draw_uniform(weight, *cfg.init_bounds(), gen)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingBagCollection":
         """Materialise on the move off the meta device (``to_empty(device="cpu")``); the tables' memory
