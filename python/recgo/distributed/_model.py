@@ -281,7 +281,8 @@ _DMP_ONLY = {"env": "recgo shards over torch.distributed's default group (or gro
 
 def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
     """The fused optimizer TorchRec sharders' ``fused_params`` give each sharded class (DMP's
-    ``sharders=[EmbeddingCollectionSharder(fused_params)]``)."""
+    ``sharders=[EmbeddingCollectionSharder(fused_params)]``); quantized communication
+    (``qcomm_codecs_registry``) is ignored with a warning."""
     import importlib
 
     out: dict[type, optim.FusedOptimizer] = {}
@@ -292,6 +293,9 @@ def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
         if kind is None:
             raise InvalidInputError(f"shard_model: sharder {name} shards no module recgo shards (recgo takes "
                                     "EmbeddingBagCollectionSharder and EmbeddingCollectionSharder)")
+        if getattr(s, "qcomm_codecs_registry", None):
+            warnings.warn(f"shard_model: {name}'s qcomm_codecs_registry quantizes DMP's all-to-alls (e.g. to FP16); "
+                          "recgo exchanges float32 and ignores it", UserWarning, stacklevel=3)
         params = dict(getattr(s, "fused_params", None) or {})
         if "optimizer" not in params:
             continue
