@@ -90,3 +90,5 @@ def test_what_has_no_torchrec_module_is_refused_by_name() -> None:
         meta = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])])
     with pytest.raises(recgo.InvalidInputError, match="meta device"):
         recgo.to_torchrec(copy.deepcopy(meta))
+    with pytest.raises(recgo.InvalidInputError, match=r"recgo.to_torchrec\(model\) for TorchRec's own modules"):
+        torch.jit.script(nn.Sequential(recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])])))

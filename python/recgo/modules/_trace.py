@@ -95,4 +95,5 @@ def refuse_script(module: torch.nn.Module) -> torch.nn.Module:
     pointing at the wrong file and line."""
     raise InvalidInputError(
         f"torch.jit.script: a recgo {type(module).__name__} cannot be TorchScripted (its lookups run in Go "
-        "through Python); use torch.compile for training, or torch.export of the eval model for inference")
+        "through Python); use torch.compile for training, or torch.export of the eval model for inference, or "
+        "recgo.to_torchrec(model) for TorchRec's own modules with the same weights")
