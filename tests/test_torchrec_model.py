@@ -208,6 +208,7 @@ class _TorchrecRegroup(nn.Module):
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         kts = [self.user(batch.sparse_features), self.item(batch.sparse_features)]
+        assert all(isinstance(kt, (recgo.KeyedTensor, TKT)) for kt in kts)  # also traced
         query, _ = TKT.regroup(kts, [["user", "hist"], ["item"]])
         cand = TKT.regroup_as_dict(kts, [["item"]], ["cand"])["cand"]
         logits = (self.proj(query) * cand).sum(1)

@@ -19,38 +19,30 @@ from ..keyed import KeyedTensor
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-class _TracedKeyedTensor(torch.fx.Proxy):
+class _TracedKeyedTensor(torch.fx.Proxy, KeyedTensor):
     """A pooled collection's traced output: a ``torch.fx.Proxy`` for the ``call_module`` node that is
-    also a KeyedTensor over the node's values.
+    also a recgo KeyedTensor over the node's values.
 
-    As a KeyedTensor (its accessors answered by ``kt``, a recgo KeyedTensor over ``node.values()``),
-    model code reads its keys, iterates ``to_dict()`` and slices ``kt[key]`` while tracing; as a Proxy,
-    functions that ``torch.fx.wrap`` makes leaves of the graph, such as TorchRec's ``KeyedTensor.regroup``
-    helpers, find it among their arguments and are recorded as calls on the module's real output,
-    instead of running on the traced values (where their device checks cannot be traced)."""
+    As a KeyedTensor, model code reads its keys, iterates ``to_dict()`` and slices ``kt[key]`` while
+    tracing (and ``isinstance`` checks hold); as a Proxy, functions that ``torch.fx.wrap`` makes leaves of
+    the graph, such as TorchRec's ``KeyedTensor.regroup`` helpers, find it among their arguments and are
+    recorded as calls on the module's real output, instead of running on the traced values (where their
+    device checks cannot be traced)."""
 
     def __init__(self, node: torch.fx.Node, tracer: torch.fx.proxy.TracerBase, kt: KeyedTensor) -> None:
-        super().__init__(node, tracer)
-        self._kt = kt
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "_kt":  # not set yet (copies): never ask the KeyedTensor for itself
-            raise AttributeError(name)
-        return getattr(self._kt, name)
+        torch.fx.Proxy.__init__(self, node, tracer)
+        self._keys, self._length_per_key, self._values, self._key_dim = (
+            kt._keys, kt._length_per_key, kt._values, kt._key_dim)
 
     # torch.fx.Proxy's own versions of these would record graph nodes instead of answering as a KeyedTensor
-    def keys(self) -> list[str]:
-        """The output's keys, known while tracing."""
-        return self._kt.keys()
-
-    def __getitem__(self, key: str) -> Any:
-        return self._kt[key]
+    keys = KeyedTensor.keys
+    __getitem__ = KeyedTensor.__getitem__
 
     def __bool__(self) -> bool:
         return True
 
     def __repr__(self) -> str:
-        return f"traced {self._kt!r}"
+        return f"traced {KeyedTensor.__repr__(self)}"
 
 
 def _proxy_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
