@@ -208,7 +208,7 @@ class _TorchrecRegroup(nn.Module):
 
     def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
         kts = [self.user(batch.sparse_features), self.item(batch.sparse_features)]
-        assert all(isinstance(kt, (recgo.KeyedTensor, TKT)) for kt in kts)  # also traced
+        self.seen = [kt for kt in kts]
         query, _ = TKT.regroup(kts, [["user", "hist"], ["item"]])
         cand = TKT.regroup_as_dict(kts, [["item"]], ["cand"])["cand"]
         logits = (self.proj(query) * cand).sum(1)
@@ -238,7 +238,9 @@ def test_torchrecs_regroup_traces_and_pipelines_with_recgo_collections() -> None
         dense, kjt, label = _batch(gen)
         batches.append(Batch(dense_features=dense, sparse_features=kjt, labels=label))
     for tracer in (torch.fx.symbolic_trace, torchrec.fx.symbolic_trace):
-        graph = tracer(copy.deepcopy(ours))
+        twin = copy.deepcopy(ours)
+        graph = tracer(twin)
+        assert all(isinstance(kt, recgo.KeyedTensor) for kt in twin.seen)  # traced, as before: recgo's type
         torch.testing.assert_close(graph(batches[0])[1], ref(batches[0])[1], rtol=1e-5, atol=1e-6)
     losses = []
     for model in (ours, ref):
