@@ -29,6 +29,17 @@ class PooledFeature(NamedTuple):
     mean: bool  # MEAN pooling (else SUM)
 
 
+def pooled_features(configs: Sequence[Any], tables: Sequence[torch.Tensor]) -> list[PooledFeature]:
+    """Each output feature of a collection with ``configs`` (its ``EmbeddingBagConfig``\ s) and those
+    tables' weights, in output order."""
+    out, column = [], 0
+    for cfg, weight in zip(configs, tables):
+        for key in cfg.feature_names:
+            out.append(PooledFeature(key, weight, column, cfg.pooling_code() == 1))
+            column += cfg.embedding_dim
+    return out
+
+
 class _PerIdWeightGrad(torch.autograd.Function):
     """Identity on the pooled output whose backward also gives the per-ID weights' gradient."""
 

@@ -67,7 +67,7 @@ from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
-from ._init import draw_uniform
+from ._init import init_as_torchrec, init_table
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
 from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep,
@@ -149,29 +149,14 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
         else:
             self._materialise()
-            if self._seed is None:
-                self._init_as_torchrec()
-            else:
+            if self._seed is None:  # TorchRec's draws from torch's generator (_init.init_as_torchrec)
+                init_as_torchrec(self._configs, [w for w, _, _ in self._storage], self._init_table_by_table)
+            if self._seed is not None or not self._init_table_by_table:
                 self.reset_parameters()
 
     #: TorchRec's ``EmbeddingCollection`` initialises each table as soon as it has created it; its
     #: ``EmbeddingBagCollection`` creates every table first (the sequence collection's owner sets True).
     _init_table_by_table = False
-
-    def _init_as_torchrec(self) -> None:
-        """Initialise from torch's global generator as TorchRec's constructor does: each table's
-        ``nn.EmbeddingBag`` (an ``EmbeddingCollection``'s ``nn.Embedding``) first fills itself with
-        ``normal_``, which the config's init then overwrites. Drawn here too (into the table, in the same
-        order), ``torch.manual_seed(s)`` builds TorchRec's very tables and leaves the generator where
-        TorchRec's constructor leaves it, so the dense layers built next match too."""
-        with torch.no_grad():
-            for cfg, (weight, _, _) in zip(self._configs, self._storage):
-                if cfg.dynamic is None:
-                    weight.normal_()
-                    if self._init_table_by_table:
-                        self._init_table(cfg, weight, None)
-        if not self._init_table_by_table:
-            self.reset_parameters()
 
     def _meta_tensors(self, cfg: EmbeddingBagConfig) -> tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
         """Shape-only stand-ins of a table's weight, optimizer state and step (as ``_memory`` gives them)."""
@@ -232,17 +217,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
         for cfg, (weight, _, _) in zip(self._configs, self._storage):
             if cfg.dynamic is None:
-                self._init_table(cfg, weight, gen)
-
-    @staticmethod
-    def _init_table(cfg: EmbeddingBagConfig, weight: torch.Tensor, gen: torch.Generator | None) -> None:
-        """A fixed table's initial weights: ``init_fn(weight)`` where the config has one, else uniform in
-        its init bounds drawn from ``gen`` (None: torch's global generator)."""
-        with torch.no_grad():
-            if cfg.init_fn is not None:
-                cfg.init_fn(weight)
-            else:
-                draw_uniform(weight, *cfg.init_bounds(), gen)
+                init_table(cfg, weight, gen)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingBagCollection":
         """Materialise on the move off the meta device (``to_empty(device="cpu")``); the tables' memory
@@ -497,15 +472,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             refuse_weight_grads(weights)  # a dynamic table's rows are not addressed by ID (_weight_grads)
         return weights
 
-    def _pooled_features(self) -> list[_weight_grads.PooledFeature]:
-        """Each output feature's batch key, table weights, first column and pooling (``_weight_grads``)."""
-        out, column = [], 0
-        for cfg, (weight, _, _) in zip(self._configs, self._storage):
-            for key in cfg.feature_names:
-                out.append(_weight_grads.PooledFeature(key, weight, column, cfg.pooling_code() == 1))
-                column += cfg.embedding_dim
-        return out
-
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         """The pooled ``[B, ΣD]`` output of ``kjt``; per-ID weights that require grad get their gradient
         (``_weight_grads``) while the engine pools with them detached."""
@@ -513,7 +479,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         if weights is None or not weights.requires_grad or not torch.is_grad_enabled():
             return self._engine_pool(kjt, weights)
         out = self._engine_pool(kjt, weights.detach())
-        return _weight_grads.with_weight_grads(out, kjt, weights, self._pooled_features())
+        features = _weight_grads.pooled_features(self._configs, [w for w, _, _ in self._storage])
+        return _weight_grads.with_weight_grads(out, kjt, weights, features)
 
     def _engine_pool(self, kjt: KeyedJaggedTensor, weights: torch.Tensor | None) -> torch.Tensor:
         if not torch.compiler.is_compiling():
