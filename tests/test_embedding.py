@@ -323,8 +323,6 @@ def test_bad_features_dtypes_devices(small: EmbeddingBagCollection) -> None:
     weighted = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["a"])], is_weighted=True)
     with pytest.raises(InvalidInputError, match="has no weights"):
         weighted(KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1])))
-    with pytest.raises(InvalidInputError, match="per-ID weights are not supported"):
-        weighted(KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([1]), weights=torch.ones(1, requires_grad=True)))
 
 
 @pytest.mark.parametrize("cfgs,msg", [

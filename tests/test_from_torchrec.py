@@ -328,10 +328,9 @@ def test_managed_collision_policies_carry_their_counts_and_a_fresh_stateful_opti
     assert recgo.dynamic.stats(new, "t").rows == 1
 
 
-def test_trained_position_weights_are_refused_and_frozen_ones_convert() -> None:
-    """A FeatureProcessedEmbeddingBagCollection's trainable position weights converted silently, and the
-    first training step raised "gradients with respect to per-ID weights are not supported; pass
-    weights.detach()" about weights the user never passed. Frozen ones convert and pool as TorchRec's."""
+def test_frozen_position_weights_convert() -> None:
+    """A FeatureProcessedEmbeddingBagCollection with frozen position weights pools as TorchRec's once
+    converted (trained ones: ``tests/test_weight_grads.py``)."""
     from torchrec.modules.feature_processor_ import PositionWeightedModuleCollection
     from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
 
@@ -341,9 +340,6 @@ def test_trained_position_weights_are_refused_and_frozen_ones_convert() -> None:
                                                                       feature_names=["f"])], is_weighted=True)
         return nn.Sequential(FeatureProcessedEmbeddingBagCollection(ebc, PositionWeightedModuleCollection({"f": 5})))
 
-    with pytest.raises(recgo.InvalidInputError, match=r"0 is a FeatureProcessedEmbeddingBagCollection whose feature "
-                                                      r"processors train per-ID weights \(position_weights\.f\)"):
-        recgo.from_torchrec(model())
     ref = model()
     with torch.no_grad():
         ref[0]._feature_processors.position_weights_dict["f"].uniform_(0.5, 1.5)

@@ -310,6 +310,13 @@ def test_shard_model_takes_dmps_spellings(tmp_path: Path) -> None:
         # SGD takes no eps: FBGEMM ignores it, so does the conversion (it raised)
         sgd = EmbeddingCollectionSharder({"optimizer": EmbOptimType.EXACT_SGD, "learning_rate": 0.1, "eps": 1e-8})
         assert shard_model(model(), sharders=[sgd]).module["ec"].fused_optimizer == optim.SGD(lr=0.1)
+        # TorchRec's intro notebook passes a sharder with quantized comms: ignored, with a warning (it was silent)
+        from torchrec.distributed.fbgemm_qcomm_codec import CommType, QCommsConfig, get_qcomm_codecs_registry
+
+        fp16 = EmbeddingCollectionSharder(qcomm_codecs_registry=get_qcomm_codecs_registry(
+            qcomms_config=QCommsConfig(forward_precision=CommType.FP16, backward_precision=CommType.BF16)))
+        with pytest.warns(UserWarning, match="qcomm_codecs_registry .* recgo exchanges float32"):
+            shard_model(model(), sharders=[fp16])
         # the wrapper pickles as its module does: a sharded one refuses by name (a PicklingError before)
         import pickle
 

@@ -427,3 +427,36 @@ def test_control_characters_in_names_are_refused(table: str, feature: str) -> No
     with pytest.raises(recgo.InvalidInputError, match="control characters"):
         recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(num_embeddings=4, embedding_dim=2, name=table,
                                                                feature_names=[feature])])
+
+
+def test_torch_manual_seed_builds_torchrecs_tables_and_the_layers_after_them() -> None:
+    """TorchRec's constructors fill each table with ``normal_`` (``nn.EmbeddingBag``'s / ``nn.Embedding``'s
+    own init) before the config's uniform init, the pooled collection creating all tables first, the
+    sequence one initialising each as it goes. recgo drew only the uniform init, so after the same
+    ``torch.manual_seed`` its tables, and the dense layers built after them, differed from TorchRec's."""
+    from torchrec.models.deepfm import SimpleDeepFMNN
+    from torchrec.models.dlrm import DLRM
+
+    bags = [tr.EmbeddingBagConfig(name=f"t{i}", embedding_dim=8, num_embeddings=n, feature_names=[f"f{i}"])
+            for i, n in enumerate([50, 3, 1001])]
+    models = [lambda ebc: DLRM(embedding_bag_collection=ebc, dense_in_features=4, dense_arch_layer_sizes=[16, 8],
+                               over_arch_layer_sizes=[16, 1]),
+              lambda ebc: SimpleDeepFMNN(num_dense_features=4, embedding_bag_collection=ebc, hidden_layer_size=20,
+                                         deep_fm_dimension=5)]
+    for build in models:
+        torch.manual_seed(0)
+        want = build(tr.EmbeddingBagCollection(tables=bags)).state_dict()
+        torch.manual_seed(0)
+        got = build(EmbeddingBagCollection(bags)).state_dict()
+        assert got.keys() == want.keys()
+        for k, v in want.items():
+            assert torch.equal(got[k], v), k
+    seqs = [tr.EmbeddingConfig(name="e1", embedding_dim=4, num_embeddings=10, feature_names=["a", "b"]),
+            tr.EmbeddingConfig(name="e2", embedding_dim=4, num_embeddings=7, feature_names=["c"])]
+    torch.manual_seed(3)
+    want_ec, want_next = tr.EmbeddingCollection(tables=seqs), torch.rand(4)
+    torch.manual_seed(3)
+    got_ec, got_next = recgo.EmbeddingCollection(seqs), torch.rand(4)
+    for c in seqs:
+        assert torch.equal(got_ec.embeddings[c.name].weight, want_ec.embeddings[c.name].weight), c.name
+    assert torch.equal(got_next, want_next)

@@ -232,6 +232,24 @@ def test_old_positional_lengths_still_work_with_a_warning() -> None:
         KeyedJaggedTensor(KEYS, VALUES, WEIGHTS, torch.tensor([2, 0, 1, 1, 1, 3]))  # TorchRec order: silent
 
 
+def test_integer_weights_beside_offsets_are_refused_as_weights_and_an_empty_batch_needs_no_lengths() -> None:
+    """An integer ``weights`` tensor given with ``offsets`` (TorchRec's ``test_to``) was taken for recgo's old
+    positional lengths and refused as "lengths and offsets disagree"; and TorchRec's empty
+    ``KeyedJaggedTensor([], torch.Tensor())`` was refused for want of lengths."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InvalidInputError, match="weights: dtype int64"):
+            KeyedJaggedTensor.from_offsets_sync(keys=KEYS, values=VALUES, weights=torch.arange(8),
+                                                offsets=torch.tensor([0, 2, 2, 3, 4, 5, 8]))
+    tr = pytest.importorskip("torchrec")
+    empty = KeyedJaggedTensor([], torch.tensor([]))
+    want = tr.KeyedJaggedTensor([], torch.tensor([]))
+    assert empty.keys() == want.keys() == [] and empty.stride() == want.stride() == 0
+    assert empty.lengths().numel() == 0 and empty.to_dict() == {}
+    with pytest.raises(InvalidInputError, match="needs lengths or offsets"):
+        KeyedJaggedTensor(["a"], torch.tensor([], dtype=torch.int64))
+
+
 def test_dict_instead_of_kjt_points_to_the_constructors() -> None:
     ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(5, 4, "t", ["a"])], seed=0)
     with pytest.raises(InvalidInputError, match=r"from_jagged_dict.*from_jt_dict"):

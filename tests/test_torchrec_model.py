@@ -9,6 +9,8 @@ agree step after step. A second model regroups two collections' outputs with Tor
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from torch import nn
@@ -193,3 +195,61 @@ def test_keyed_tensor_regroup_takes_a_repeated_key_from_the_last_input_as_torchr
     want = TKT.regroup(kts(TKT), [["a", "b"]])[0]
     assert torch.equal(recgo.KeyedTensor.regroup(kts(recgo.KeyedTensor), [["a", "b"]])[0], want)
     assert torch.equal(recgo.KeyedTensor.regroup(kts(TKT), [["a", "b"]])[0], want)
+
+
+class _TorchrecRegroup(nn.Module):
+    """A TorchRec-style model whose forward takes a ``Batch`` (as TrainPipelineSparseDist feeds it) and
+    regroups two collections' outputs with TorchRec's ``KeyedTensor.regroup`` / ``regroup_as_dict``."""
+
+    def __init__(self, user: nn.Module, item: nn.Module) -> None:
+        super().__init__()
+        self.user, self.item = user, item
+        self.proj = nn.Linear(12, 8)
+
+    def forward(self, batch: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        kts = [self.user(batch.sparse_features), self.item(batch.sparse_features)]
+        self.seen = [kt for kt in kts]
+        query, _ = TKT.regroup(kts, [["user", "hist"], ["item"]])
+        cand = TKT.regroup_as_dict(kts, [["item"]], ["cand"])["cand"]
+        logits = (self.proj(query) * cand).sum(1)
+        return nn.functional.binary_cross_entropy_with_logits(logits, batch.labels), logits.detach()
+
+
+def test_torchrecs_regroup_traces_and_pipelines_with_recgo_collections() -> None:
+    """TorchRec's ``KeyedTensor.regroup`` is made of ``torch.fx.wrap``-ed helpers that become graph leaves
+    only when a Proxy is among their arguments; given recgo's traced output they ran on the traced values
+    and failed ("symbolically traced variables cannot be used as inputs to control flow"), so
+    ``symbolic_trace`` of such a model, and TorchRec's ``TrainPipelineSparseDist``, which traces every
+    model it drives, failed. Both now give TorchRec's results."""
+    import copy
+
+    import torchrec.fx
+    from torchrec.datasets.utils import Batch
+    from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
+
+    user_t = [tr.EmbeddingBagConfig(name="u", embedding_dim=4, num_embeddings=40, feature_names=["user"])]
+    item_t = [tr.EmbeddingBagConfig(name="i", embedding_dim=8, num_embeddings=60, feature_names=["hist", "item"])]
+    torch.manual_seed(0)
+    ref = _TorchrecRegroup(tr.EmbeddingBagCollection(tables=user_t), tr.EmbeddingBagCollection(tables=item_t))
+    ours = recgo.from_torchrec(copy.deepcopy(ref))
+    gen = torch.Generator().manual_seed(5)
+    batches = []
+    for _ in range(4):
+        dense, kjt, label = _batch(gen)
+        batches.append(Batch(dense_features=dense, sparse_features=kjt, labels=label))
+    for tracer in (torch.fx.symbolic_trace, torchrec.fx.symbolic_trace):
+        twin = copy.deepcopy(ours)
+        graph = tracer(twin)
+        assert all(isinstance(kt, recgo.KeyedTensor) for kt in twin.seen)  # traced, as before: recgo's type
+        torch.testing.assert_close(graph(batches[0])[1], ref(batches[0])[1], rtol=1e-5, atol=1e-6)
+    losses = []
+    for model in (ours, ref):
+        pipe = TrainPipelineSparseDist(model, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"))
+        it, got = iter(batches), []
+        for _ in batches:
+            got.append(pipe.progress(it)[0].detach())
+        losses.append(torch.stack(got))
+    torch.testing.assert_close(losses[0], losses[1], rtol=1e-5, atol=1e-6)
+    theirs = ref.state_dict()
+    for k, v in ours.state_dict().items():
+        torch.testing.assert_close(v, theirs[k], rtol=1e-5, atol=1e-6, msg=k)

@@ -30,7 +30,8 @@ from . import _pytree
 
 _pytree.register()
 from . import modules
-from .modules import EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, from_torchrec
+from .modules import (EmbeddingBagCollection, EmbeddingBagConfig, EmbeddingCollection, EmbeddingConfig, from_torchrec,
+                      to_torchrec)
 from . import dynamic
 from .dynamic import DynamicConfig
 from . import planner
@@ -79,5 +80,6 @@ __all__ = [
     "num_threads",
     "set_num_threads",
     "share_cores",
+    "to_torchrec",
     "planner",
 ]

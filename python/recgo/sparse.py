@@ -48,7 +48,9 @@ class KeyedJaggedTensor:
         inverse_indices: TorchRec's deduplicated variable-batch input: refused.
 
     recgo's first releases took ``lengths`` as the third positional argument; an integer tensor there
-    (with no ``lengths``) is still read as lengths, with a ``FutureWarning``. Pass ``lengths=`` by keyword.
+    (with neither ``lengths`` nor ``offsets``) is still read as lengths, with a ``FutureWarning``. Pass
+    ``lengths=`` by keyword. With no keys and no values, lengths and offsets may be left out (TorchRec's
+    ``KeyedJaggedTensor([], torch.Tensor())``).
     """
 
     def __init__(
@@ -68,7 +70,7 @@ class KeyedJaggedTensor:
         jt_dict: Mapping[str, Any] | None = None,
         inverse_indices: Any = None,
     ) -> None:
-        if (isinstance(weights, torch.Tensor) and not weights.is_floating_point()
+        if (isinstance(weights, torch.Tensor) and not weights.is_floating_point() and offsets is None
                 and (lengths is None or (isinstance(lengths, torch.Tensor) and lengths.is_floating_point()))):
             warnings.warn(
                 "KeyedJaggedTensor(keys, values, lengths, weights) is recgo's old argument order; TorchRec's "
@@ -102,7 +104,9 @@ class KeyedJaggedTensor:
                 raise InvalidInputError("lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
-            raise InvalidInputError("KeyedJaggedTensor needs lengths or offsets")
+            if self._keys or self._values.numel():
+                raise InvalidInputError("KeyedJaggedTensor needs lengths or offsets")
+            lengths = torch.zeros(0, dtype=torch.int64)  # no keys, no values: TorchRec's empty batch
         self._lengths = lengths_of(lengths, len(self._keys))
         self._weights = None
         if weights is not None:

@@ -13,7 +13,7 @@ from ..errors import InvalidInputError, NotFoundError
 from ..modules import optim
 from ..modules.embedding import EmbeddingBagCollection
 from ..modules._walk import outermost, replace, torchrec_kind
-from ..modules.convert import carry_module_state, convert_managed, refuse_trained_feature_processors
+from ..modules.convert import carry_module_state, convert_managed
 from ..modules.sequence import EmbeddingCollection
 from ._collection import ShardedEmbeddingBagCollection
 from . import _reduce_hook
@@ -21,6 +21,24 @@ from ._exchange import PeerFailureError, dense_group
 from ._sequence import ShardedEmbeddingCollection
 
 _SHARDED = (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)
+
+
+def _refuse_trained_feature_processors(model: nn.Module, what: str) -> None:
+    """Raise for a TorchRec ``FeatureProcessedEmbeddingBagCollection`` whose feature processors (position
+    weights) train: recgo's sharded collections take per-ID weights but give them no gradient (its
+    unsharded ones do), so training would fail at the first step with an error about weights the user
+    never passed."""
+    for name, m in model.named_modules():
+        if type(m).__name__ != "FeatureProcessedEmbeddingBagCollection":
+            continue
+        procs = getattr(m, "_feature_processors", None)
+        trained = [n for n, p in procs.named_parameters() if p.requires_grad] if isinstance(procs, nn.Module) else []
+        if trained:
+            raise InvalidInputError(
+                f"{what}: {name or 'the model'} is a FeatureProcessedEmbeddingBagCollection whose feature processors "
+                f"train per-ID weights ({', '.join(trained[:4])}); recgo's sharded collections take per-ID weights "
+                "but not their gradients: freeze them (requires_grad_(False)) to shard, keep this module TorchRec's, "
+                "or convert the model unsharded (recgo.from_torchrec), whose collections train them")
 
 
 def _kind(m: nn.Module) -> type | None:
@@ -284,7 +302,8 @@ _DMP_ONLY = {"env": "recgo shards over torch.distributed's default group (or gro
 
 def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
     """The fused optimizer TorchRec sharders' ``fused_params`` give each sharded class (DMP's
-    ``sharders=[EmbeddingCollectionSharder(fused_params)]``)."""
+    ``sharders=[EmbeddingCollectionSharder(fused_params)]``); quantized communication
+    (``qcomm_codecs_registry``) is ignored with a warning."""
     import importlib
 
     out: dict[type, optim.FusedOptimizer] = {}
@@ -295,6 +314,9 @@ def _sharder_optimizers(sharders: Any) -> dict[type, optim.FusedOptimizer]:
         if kind is None:
             raise InvalidInputError(f"shard_model: sharder {name} shards no module recgo shards (recgo takes "
                                     "EmbeddingBagCollectionSharder and EmbeddingCollectionSharder)")
+        if getattr(s, "qcomm_codecs_registry", None):
+            warnings.warn(f"shard_model: {name}'s qcomm_codecs_registry quantizes DMP's all-to-alls (e.g. to FP16); "
+                          "recgo exchanges float32 and ignores it", UserWarning, stacklevel=3)
         params = dict(getattr(s, "fused_params", None) or {})
         if "optimizer" not in params:
             continue
@@ -412,7 +434,7 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
     _check_dmp_arguments(kwargs)
     by_sharder = _sharder_optimizers(sharders)
-    refuse_trained_feature_processors(model, "shard_model")
+    _refuse_trained_feature_processors(model, "shard_model")
     model = convert_managed(model, kwargs.get("optimizer"))  # their MCH state into dynamic-ID tables first
     found = _collections(model)
     for name, m, _ in found:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from . import optim
 from ._checkpoint import load_checkpoint, load_state, save_checkpoint, save_state
-from .convert import from_torchrec
+from .convert import from_torchrec, to_torchrec
 from ._stages import stage_times
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .sequence import EmbeddingCollection, EmbeddingConfig
@@ -30,4 +30,5 @@ __all__ = [
     "save_checkpoint",
     "save_state",
     "stage_times",
+    "to_torchrec",
 ]

@@ -9,7 +9,7 @@ unsharded table's rows with the same seed, and no rank ever allocates a whole ta
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -50,3 +50,30 @@ def draw_uniform_rows(weight: torch.Tensor, ids: torch.Tensor, rows: int, low: f
             a, b = torch.searchsorted(sorted_ids, torch.tensor([lo, hi])).tolist()
             if b > a:
                 weight[order[a:b]] = chunk[sorted_ids[a:b] - lo]
+
+
+def init_table(cfg: Any, weight: torch.Tensor, gen: torch.Generator | None) -> None:
+    """A fixed table's initial weights (``cfg``: its ``EmbeddingBagConfig``): ``init_fn(weight)`` where the
+    config has one, else uniform in its init bounds drawn from ``gen`` (None: torch's global generator)."""
+    with torch.no_grad():
+        if cfg.init_fn is not None:
+            cfg.init_fn(weight)
+        else:
+            draw_uniform(weight, *cfg.init_bounds(), gen)
+
+
+def init_as_torchrec(configs: Sequence[Any], weights: Sequence[torch.Tensor], table_by_table: bool) -> None:
+    """Draw from torch's global generator as TorchRec's constructor does: each table's ``nn.EmbeddingBag``
+    (an ``EmbeddingCollection``'s ``nn.Embedding``) first fills itself with ``normal_``, which the
+    config's init then overwrites. Drawn here too, in the same order, ``torch.manual_seed(s)`` builds
+    TorchRec's very tables and leaves the generator where TorchRec's constructor leaves it, so the dense
+    layers built next match too. ``table_by_table`` (TorchRec's ``EmbeddingCollection``) initialises
+    each table right after its ``normal_``; otherwise (its ``EmbeddingBagCollection``, which creates
+    every table first) only the ``normal_`` draws are made here and the caller initialises the tables
+    next. Dynamic-ID tables are skipped (TorchRec has none)."""
+    with torch.no_grad():
+        for cfg, weight in zip(configs, weights):
+            if cfg.dynamic is None:
+                weight.normal_()
+                if table_by_table:
+                    init_table(cfg, weight, None)

@@ -14,8 +14,35 @@ from typing import Any, Callable, TypeVar
 import torch.fx
 
 from ..errors import InvalidInputError
+from ..keyed import KeyedTensor
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _TracedKeyedTensor(torch.fx.Proxy, KeyedTensor):
+    """A pooled collection's traced output: a ``torch.fx.Proxy`` for the ``call_module`` node that is
+    also a recgo KeyedTensor over the node's values.
+
+    As a KeyedTensor, model code reads its keys, iterates ``to_dict()`` and slices ``kt[key]`` while
+    tracing (and ``isinstance`` checks hold); as a Proxy, functions that ``torch.fx.wrap`` makes leaves of
+    the graph, such as TorchRec's ``KeyedTensor.regroup`` helpers, find it among their arguments and are
+    recorded as calls on the module's real output, instead of running on the traced values (where their
+    device checks cannot be traced)."""
+
+    def __init__(self, node: torch.fx.Node, tracer: torch.fx.proxy.TracerBase, kt: KeyedTensor) -> None:
+        torch.fx.Proxy.__init__(self, node, tracer)
+        self._keys, self._length_per_key, self._values, self._key_dim = (
+            kt._keys, kt._length_per_key, kt._values, kt._key_dim)
+
+    # torch.fx.Proxy's own versions of these would record graph nodes instead of answering as a KeyedTensor
+    keys = KeyedTensor.keys
+    __getitem__ = KeyedTensor.__getitem__
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"traced {KeyedTensor.__repr__(self)}"
 
 
 def _proxy_in(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.fx.Proxy | None:
@@ -33,7 +60,7 @@ def traced_as_leaf(forward: F) -> F:
     it records one ``call_module`` node for the module instead of running on the proxy. The result is
     the module's ``_traced_output(node)`` when it defines one (an output of the same structure over
     the node: a KeyedTensor over its values, a dict of its entries, so that code iterating the output
-    traces), else the node."""
+    traces; a KeyedTensor is returned as a :class:`_TracedKeyedTensor`), else the node."""
 
     @functools.wraps(forward)
     def wrapper(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
@@ -48,7 +75,8 @@ def traced_as_leaf(forward: F) -> F:
                 "torch ops); trace a model that holds it, where it is one call_module leaf")
         node = tracer.create_proxy("call_module", path, args, kwargs)
         shape = getattr(self, "_traced_output", None)
-        return shape(node) if shape is not None else node
+        out = shape(node) if shape is not None else node
+        return _TracedKeyedTensor(node.node, tracer, out) if isinstance(out, KeyedTensor) else out
 
     return wrapper  # type: ignore[return-value]
 
@@ -59,4 +87,5 @@ def refuse_script(module: torch.nn.Module) -> torch.nn.Module:
     pointing at the wrong file and line."""
     raise InvalidInputError(
         f"torch.jit.script: a recgo {type(module).__name__} cannot be TorchScripted (its lookups run in Go "
-        "through Python); use torch.compile for training, or torch.export of the eval model for inference")
+        "through Python); use torch.compile for training, or torch.export of the eval model for inference, or "
+        "recgo.to_torchrec(model) for TorchRec's own modules with the same weights")

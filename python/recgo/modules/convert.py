@@ -60,7 +60,6 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     """
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
-    refuse_trained_feature_processors(model, "from_torchrec")
     if not outermost(model, _kind):
         raise InvalidInputError("from_torchrec: the model holds no TorchRec EmbeddingBagCollection, "
                                 "FusedEmbeddingBagCollection or EmbeddingCollection")
@@ -86,6 +85,72 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
         carry_module_state([(m, new)], name)
         model = replace(model, name, new)
     return model
+
+
+def to_torchrec(model: nn.Module) -> nn.Module:
+    """The way back from :func:`from_torchrec`: replace every recgo ``EmbeddingBagCollection`` and
+    ``EmbeddingCollection`` of ``model`` (itself included) by TorchRec's module with the same tables and
+    weights, for what only TorchRec's modules feed: its inference stack (``quantize_dynamic`` to
+    ``QuantEmbeddingBagCollection``, ``torch.jit.script``, ``fuse_embedding_optimizer``), or a TorchRec
+    script that goes on from a recgo-trained model.
+
+    The weights are copied (TorchRec's module is built with torch's random state left as it was, so the
+    caller's next draws are unchanged); ``is_weighted``, ``need_indices``, each table's ``requires_grad``,
+    the ``training`` flag and user hooks carry over. The fused optimizer and its state do not: TorchRec's
+    unsharded modules hold none (give the new tables ``apply_optimizer_in_backward`` to train on).
+
+    Returns ``model`` with the modules replaced (or the new module when ``model`` was a collection).
+
+    Raises:
+        InvalidInputError: ``model`` holds no recgo collection, a collection is on the meta device, has
+            dynamic-ID tables (TorchRec's counterpart is a managed-collision module), or is sharded or
+            planned (``recgo.distributed.gather_state_dict`` gives the unsharded weights).
+    """
+    import torchrec
+
+    if not isinstance(model, nn.Module):
+        raise InvalidInputError(f"to_torchrec: expected an nn.Module, got {type(model).__name__}")
+    found = outermost(model, _recgo_kind)
+    if not found:
+        raise InvalidInputError("to_torchrec: the model holds no recgo EmbeddingBagCollection or EmbeddingCollection")
+    for name, m, kind in found:
+        where = name or "the model"
+        if kind == "dynamic":
+            raise InvalidInputError(f"to_torchrec: {where} has dynamic-ID tables, which TorchRec's collections do "
+                                    "not have (its managed-collision modules map IDs differently)")
+        if kind == "other":
+            raise InvalidInputError(f"to_torchrec: {where} is a recgo {type(m).__name__}, which has no TorchRec "
+                                    "module to become (gather a sharded model's weights into the unsharded model "
+                                    "with recgo.distributed.gather_state_dict and convert that)")
+        if m.device.type == "meta":
+            raise InvalidInputError(f"to_torchrec: {where} is on the meta device: materialise it first")
+        with torch.random.fork_rng(devices=[]):  # TorchRec's constructor draws an init the weights replace
+            if kind == "pooled":
+                new: nn.Module = torchrec.EmbeddingBagCollection(
+                    tables=[c.to_torchrec() for c in m.embedding_bag_configs()], is_weighted=m.is_weighted())
+            else:
+                new = torchrec.EmbeddingCollection(tables=[c.to_torchrec() for c in m.embedding_configs()],
+                                                   need_indices=m.need_indices())
+        prefix = "embedding_bags" if kind == "pooled" else "embeddings"
+        weights = {k: v for k, v in m.state_dict().items() if k.startswith(f"{prefix}.") and k.endswith(".weight")}
+        new.load_state_dict(weights)
+        _keep_frozen(m, new, prefix)
+        carry_module_state([(m, new)], name, what="to_torchrec")
+        model = replace(model, name, new)
+    return model
+
+
+def _recgo_kind(m: nn.Module) -> str | None:
+    """``"pooled"`` or ``"sequence"`` for recgo's unsharded collections (``"dynamic"`` with dynamic-ID
+    tables), ``"other"`` for recgo's other embedding modules (sharded, planned, managed-collision), None
+    for any other module."""
+    if isinstance(m, (EmbeddingBagCollection, EmbeddingCollection)):
+        pooled = isinstance(m, EmbeddingBagCollection)
+        cfgs = m.embedding_bag_configs() if pooled else m.embedding_configs()
+        return "dynamic" if any(c.dynamic is not None for c in cfgs) else "pooled" if pooled else "sequence"
+    if type(m).__module__.startswith("recgo.") and "Embedding" in type(m).__name__:
+        return "other"
+    return None
 
 
 def _keep_in_backward_mark(old: nn.Module, new: nn.Module) -> None:
@@ -192,22 +257,6 @@ def _kind(m: nn.Module) -> str | None:
     collection inside them)."""
     managed = ("ManagedCollisionEmbeddingBagCollection", "ManagedCollisionEmbeddingCollection")
     return "managed" if torchrec_class(m) in managed else torchrec_kind(m)
-
-
-def refuse_trained_feature_processors(model: nn.Module, what: str) -> None:
-    """Raise for a TorchRec ``FeatureProcessedEmbeddingBagCollection`` whose feature processors (position
-    weights) train: recgo's collections take per-ID weights but give them no gradient, so training
-    would fail at the first step with an error about weights the user never passed."""
-    for name, m in model.named_modules():
-        if type(m).__name__ != "FeatureProcessedEmbeddingBagCollection":
-            continue
-        procs = getattr(m, "_feature_processors", None)
-        trained = [n for n, p in procs.named_parameters() if p.requires_grad] if isinstance(procs, nn.Module) else []
-        if trained:
-            raise InvalidInputError(
-                f"{what}: {name or 'the model'} is a FeatureProcessedEmbeddingBagCollection whose feature processors "
-                f"train per-ID weights ({', '.join(trained[:4])}); recgo's collections take per-ID weights but not "
-                "their gradients: freeze them (requires_grad_(False)) to convert, or keep this module TorchRec's")
 
 
 def _from_managed(m: nn.Module, optimizer: FusedOptimizer | None, seed: int | None, class_defaults: bool) -> nn.Module:

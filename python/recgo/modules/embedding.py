@@ -60,14 +60,14 @@ from ..data import _prepared
 from ..errors import CapacityError, InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr, refuse_weight_grads
-from . import _eager, _ops, _vbe, optim
+from . import _eager, _ops, _vbe, _weight_grads, optim
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
-from ._init import draw_uniform
+from ._init import init_as_torchrec, init_table
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
 from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep,
@@ -95,8 +95,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             several backward passes in a row left every table untouched).
         sparse_grad: with ``optimizer=None``, give sparse COO gradients (for ``torch.optim.SGD``,
             ``Adagrad``, ``SparseAdam``) instead of dense ones.
-        seed: seed of the initial weights (default: torch's global generator); ``reset_parameters()``
-            draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
+        seed: seed of the initial weights (default: torch's global generator, consumed as TorchRec's
+            constructor consumes it, so after the same ``torch.manual_seed`` the tables equal TorchRec's);
+            ``reset_parameters()`` draws the same weights again. A table's ``init_fn`` (TorchRec's) replaces the uniform draw.
         dedup: deduplicate each table's IDs per batch (default). ``False`` resolves every occurrence on
             its own and merges the lookups by storage row for backward instead, so a fixed table's
             results equal ``dedup=True``'s (see ``EmbeddingCollection``). A dynamic table counts each
@@ -148,7 +149,14 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
         else:
             self._materialise()
-            self.reset_parameters()
+            if self._seed is None:  # TorchRec's draws from torch's generator (_init.init_as_torchrec)
+                init_as_torchrec(self._configs, [w for w, _, _ in self._storage], self._init_table_by_table)
+            if self._seed is not None or not self._init_table_by_table:
+                self.reset_parameters()
+
+    #: TorchRec's ``EmbeddingCollection`` initialises each table as soon as it has created it; its
+    #: ``EmbeddingBagCollection`` creates every table first (the sequence collection's owner sets True).
+    _init_table_by_table = False
 
     def _meta_tensors(self, cfg: EmbeddingBagConfig) -> tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
         """Shape-only stand-ins of a table's weight, optimizer state and step (as ``_memory`` gives them)."""
@@ -207,14 +215,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             return
         self._sync_storage()  # parameters replaced (e.g. by to_empty) point at engine memory again
         gen = torch.Generator().manual_seed(self._seed) if self._seed is not None else None
-        with torch.no_grad():
-            for cfg, (weight, _, _) in zip(self._configs, self._storage):
-                if cfg.dynamic is not None:
-                    continue
-                if cfg.init_fn is not None:
-                    cfg.init_fn(weight)
-                else:
-                    draw_uniform(weight, *cfg.init_bounds(), gen)
+        for cfg, (weight, _, _) in zip(self._configs, self._storage):
+            if cfg.dynamic is None:
+                init_table(cfg, weight, gen)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingBagCollection":
         """Materialise on the move off the meta device (``to_empty(device="cpu")``); the tables' memory
@@ -465,13 +468,23 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         weights = kjt.weights_or_none() if self._is_weighted else None
         if self._is_weighted and weights is None:
             raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
-        refuse_weight_grads(weights)
+        if any(c.dynamic is not None for c in self._configs):
+            refuse_weight_grads(weights)  # a dynamic table's rows are not addressed by ID (_weight_grads)
         return weights
 
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
+        """The pooled ``[B, ΣD]`` output of ``kjt``; per-ID weights that require grad get their gradient
+        (``_weight_grads``) while the engine pools with them detached."""
+        weights = self._batch_weights(kjt)
+        if weights is None or not weights.requires_grad or not torch.is_grad_enabled():
+            return self._engine_pool(kjt, weights)
+        out = self._engine_pool(kjt, weights.detach())
+        features = _weight_grads.pooled_features(self._configs, [w for w, _, _ in self._storage])
+        return _weight_grads.with_weight_grads(out, kjt, weights, features)
+
+    def _engine_pool(self, kjt: KeyedJaggedTensor, weights: torch.Tensor | None) -> torch.Tensor:
         if not torch.compiler.is_compiling():
             self._check_storage()
-        weights = self._batch_weights(kjt)
         params = self._params()
         frozen: list[bool] | None = None  # a fused update's frozen tables, when some are
         if self._optimizer is not None:

@@ -52,6 +52,7 @@ class _SequenceOwner(EmbeddingBagCollection):
     tables are ``nn.Embedding`` modules, as a TorchRec ``EmbeddingCollection``'s are."""
 
     _table_type = _SequenceTable
+    _init_table_by_table = True  # as TorchRec's EmbeddingCollection initialises its tables
 
 
 class EmbeddingCollection(nn.Module):
