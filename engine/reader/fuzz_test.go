@@ -42,6 +42,8 @@ func FuzzCriteoLine(f *testing.F) {
 	f.Add([]byte(goodLine))
 	f.Add([]byte("1\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"))
 	f.Add([]byte("0\t-1\t99999999999999999999\tff"))
+	f.Add([]byte(goodLine[2:]))        // a test file's line: no label, 39 fields
+	f.Add([]byte("\t" + goodLine[4:])) // and with I1 missing
 	p := &criteoParser{hasLabel: true, file: func() string { return "fuzz" }}
 	schema := criteoSchema(true)
 	var b Batch
