@@ -91,6 +91,20 @@ def test_byte_order_mark_is_skipped(tmp_path: Path) -> None:
     assert next(recgo.DataPipeline(CriteoSource(crit), C1, 4, depth=0)).labels.tolist() == [1.0]
 
 
+@pytest.mark.parametrize(("labels", "text", "match"), [
+    (True, "\t3" * 12 + "\tab" * 26, r'test\.txt line 1 column 1 \(label\): label "" is not a number \(the line has 39 '
+                                      r"fields, as Criteo's unlabelled test files do: .*read it with labels=False\)"),
+    (False, GOOD, r"test\.txt line 1: long line: more than 39 fields \(the line has 40 fields, as Criteo's training "
+                  r"files do: .*read it with labels=True, the default\)"),
+])
+def test_a_criteo_file_read_with_the_wrong_labels_says_so(tmp_path: Path, labels: bool, text: str, match: str) -> None:
+    """Before, a test file read with labels gave 'label "" is not a number', and a training file read without
+    them 'long line: more than 39 fields', neither naming the cause."""
+    path = write(tmp_path, "test.txt", text.rstrip("\n") + "\n")
+    with pytest.raises(recgo.InvalidInputError, match=match):
+        next(recgo.DataPipeline(CriteoSource(path, labels=labels), C1, 4, depth=0))
+
+
 SYNTH = SyntheticSource(50, [SyntheticField("u", 10)])
 
 

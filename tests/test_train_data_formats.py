@@ -163,6 +163,21 @@ def test_a_bad_label_on_a_rank_is_named_by_the_files_line(tmp_path: Path, rank: 
         next(it)
 
 
+def test_a_criteo_test_file_is_named_as_one(tmp_path: Path) -> None:
+    """A file of Criteo's test layout (no label: 39 fields) says so; before, training stopped on 'label ""
+    is not a number' or a hex value that is not an integer, and the reader's advice (labels=False, a
+    CriteoSource argument) is no way to train."""
+    f = tmp_path / "test.txt"
+    f.write_text("".join(line.split("\t", 1)[1] for line in criteo_lines(200)))
+    src = CriteoFile(f, batch_size=16)
+    want = (r"test\.txt line \d+ .*\(the line has 39 fields, as Criteo's unlabelled test files do: I1\.\.I13 and "
+            r"C1\.\.C26, no label; training needs the clicks: give a Criteo training file, a label first on each line\)")
+    for read in (lambda: next(src.stream(depth=0)), src.validation):
+        with pytest.raises(InvalidInputError, match=want) as info:
+            read()
+        assert "labels=False" not in str(info.value)
+
+
 # -- 4. any event order ----------------------------------------------------------------------------
 
 def test_userbehavior_events_in_any_order_give_the_same_samples(tmp_path: Path) -> None:

@@ -76,8 +76,33 @@ func (p *criteoParser) fail(line int64, col int, format string, args ...any) err
 		Name: CriteoColumnName(col, p.hasLabel), Msg: fmt.Sprintf(format, args...)}
 }
 
-// parse appends one Criteo line to b.
+// parse appends one Criteo line to b. A malformed line whose field count is the other layout's
+// (a test file's 39 fields read with labels, a training file's 40 without) says so and what to do:
+// with the columns shifted by one, its error alone (a label "" that is no number, a hex value
+// that is no integer, a long line) would not name the cause.
 func (p *criteoParser) parse(line []byte, lineNo int64, b *Batch) error {
+	err := p.parseLine(line, lineNo, b)
+	if pe, ok := err.(*ParseError); ok {
+		pe.Msg += p.layoutHint(line)
+	}
+	return err
+}
+
+// layoutHint is what a malformed line's error adds when the line has as many fields as the other
+// Criteo layout's lines: labels=False/True are CriteoSource's (the reader's NoLabel option).
+func (p *criteoParser) layoutHint(line []byte) string {
+	n := bytes.Count(line, []byte{'\t'}) + 1
+	switch {
+	case p.hasLabel && n == criteoInts+criteoCats:
+		return fmt.Sprintf(" (the line has %d fields, as Criteo's unlabelled test files do: I1..I13 and C1..C26, no label; if the file has no label column, read it with labels=False)", n)
+	case !p.hasLabel && n == 1+criteoInts+criteoCats:
+		return fmt.Sprintf(" (the line has %d fields, as Criteo's training files do: a label, then I1..I13 and C1..C26; if the file has a label column, read it with labels=True, the default)", n)
+	}
+	return ""
+}
+
+// parseLine appends one Criteo line to b.
+func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 	want := criteoInts + criteoCats
 	if p.hasLabel {
 		want++

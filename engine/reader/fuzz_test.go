@@ -8,10 +8,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
 
+	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
 )
 
@@ -40,6 +42,8 @@ func FuzzCriteoLine(f *testing.F) {
 	f.Add([]byte(goodLine))
 	f.Add([]byte("1\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"))
 	f.Add([]byte("0\t-1\t99999999999999999999\tff"))
+	f.Add([]byte(goodLine[2:]))        // a test file's line: no label, 39 fields
+	f.Add([]byte("\t" + goodLine[4:])) // and with I1 missing
 	p := &criteoParser{hasLabel: true, file: func() string { return "fuzz" }}
 	schema := criteoSchema(true)
 	var b Batch
@@ -152,7 +156,7 @@ func FuzzParquetDecimal(f *testing.F) {
 				n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(8*len(b))))
 			}
 		}
-		lt, err := leafTypeOf(parquet.Decimal(int(scale), precision, typ))
+		lt, err := leafTypeOf(parquet.Decimal(int(scale), precision, typ), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -175,6 +179,52 @@ func FuzzParquetDecimal(f *testing.F) {
 		text := decimalText(n, lt)
 		if r, ok := new(big.Rat).SetString(text); !ok || r.Cmp(exact) != 0 || text != exact.FloatString(int(scale)) {
 			t.Fatalf("%s at scale %d: text %q", n, scale, text)
+		}
+	})
+}
+
+// FuzzParquetFloat16 reads arbitrary bytes as a FLOAT16 leaf's value: two bytes read as the half
+// they hold (a number when finite, an ID when integral too, the shortest text that reads back),
+// other lengths fail; nothing panics.
+func FuzzParquetFloat16(f *testing.F) {
+	for _, b := range [][]byte{{0, 0x3c}, {0x66, 0x2e}, {1, 0}, {0xff, 0x7b}, {0, 0x7e}, {0, 0xfc}, {0, 0x80}, {}, {1, 2, 3}} {
+		f.Add(b)
+	}
+	lt := leafType{half: true}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		v := parquet.FixedLenByteArrayValue(b)
+		cols := map[feature.Kind]*Column{
+			feature.KindInt64:   {Name: "x", Role: RoleSparse},
+			feature.KindFloat64: {Name: "x", Role: RoleSparse, Type: "float"},
+			feature.KindBytes:   {Name: "x", Role: RoleSparse, Type: "string"},
+		}
+		x, ferr := parquetFloat(v, lt)
+		ins := map[feature.Kind]*feature.Input{}
+		failed := map[feature.Kind]error{}
+		for k, c := range cols {
+			ins[k] = &feature.Input{Kind: k}
+			failed[k] = parquetAppend(c, ins[k], v, lt)
+		}
+		if len(b) != 2 {
+			if ferr == nil || failed[feature.KindInt64] == nil || failed[feature.KindFloat64] == nil || failed[feature.KindBytes] == nil {
+				t.Fatalf("%d bytes read as a FLOAT16 value", len(b))
+			}
+			return
+		}
+		h := binary.LittleEndian.Uint16(b)
+		want := float64(halfFloat32(h))
+		finite := !math.IsNaN(want) && !math.IsInf(want, 0)
+		if (ferr == nil) != finite || finite && x != want || (failed[feature.KindFloat64] == nil) != finite {
+			t.Fatalf("%#04x: %v (%v), want %v", h, x, ferr, want)
+		}
+		if integral := finite && want == math.Trunc(want); (failed[feature.KindInt64] == nil) != integral ||
+			integral && ins[feature.KindInt64].Ints[0] != int64(want) {
+			t.Fatalf("%#04x as an ID: %v %v", h, ins[feature.KindInt64].Ints, failed[feature.KindInt64])
+		}
+		text := string(ins[feature.KindBytes].Bytes)
+		if y, err := strconv.ParseFloat(text, 64); failed[feature.KindBytes] != nil || err != nil ||
+			finite && math.Abs(y-want) > math.Max(math.Abs(want)/2048, 0x1p-25) { // within half a half's spacing
+			t.Fatalf("%#04x: text %q", h, text)
 		}
 	})
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/format"
 
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
@@ -122,6 +123,7 @@ func (s *parquetSource) openFile(i int) (err error) {
 		return &ParseError{File: path, Line: -1, Row: -1, Msg: "not a readable Parquet file (truncated?): " + err.Error(), Truncated: true}
 	}
 	schema := pf.Schema()
+	logical := leafLogicalTypes(pf.Metadata())
 	s.colOf = map[int]int{}
 	s.types = make([]leafType, len(s.plan.cols))
 	for ci, c := range s.plan.cols {
@@ -169,7 +171,11 @@ func (s *parquetSource) openFile(i int) (err error) {
 			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name,
 				Msg: fmt.Sprintf("column %q is repeated; declare it as a sequence", c.Name)}
 		}
-		lt, err := leafTypeOf(leaf.Node)
+		var fileType *format.LogicalType
+		if leaf.ColumnIndex < len(logical) {
+			fileType = logical[leaf.ColumnIndex]
+		}
+		lt, err := leafTypeOf(leaf.Node, fileType)
 		if err != nil {
 			return &ParseError{File: path, Line: -1, Row: -1, Name: c.Name, Msg: fmt.Sprintf("column %q %v", c.Name, err)}
 		}

@@ -27,12 +27,26 @@ type leafType struct {
 	decimal *format.DecimalType
 	pow10   float64  // 10^Scale, exact in a float64 up to 10^22 (0 past it)
 	den     *big.Int // 10^Scale, for the values the float64 division cannot take exactly
+	// half marks a FLOAT16 leaf: a value is an IEEE 754 half float, two little-endian bytes of a
+	// FIXED_LEN_BYTE_ARRAY(2), read as a FLOAT value is (see halfValue).
+	half bool
 }
 
 // leafTypeOf reads a leaf's logical type. parquet-go gives a leaf of the converted type DECIMAL
-// (with its scale and precision) the DECIMAL logical type too, so that one test covers both.
-func leafTypeOf(n parquet.Node) (leafType, error) {
+// (with its scale and precision) the DECIMAL logical type too, so that one test covers both; it
+// gives a FLOAT16 leaf none (it has no type for one), so file is the logical type the file's
+// schema gives the leaf (nil: none).
+func leafTypeOf(n parquet.Node, file *format.LogicalType) (leafType, error) {
 	lt := leafType{unsigned: unsignedLeaf(n)}
+	if file != nil {
+		if _, ok := file.Value.(*format.Float16Type); ok {
+			if t := n.Type(); t.Kind() != parquet.FixedLenByteArray || t.Length() != 2 {
+				return lt, fmt.Errorf("is FLOAT16 stored as %s: a half float is a FIXED_LEN_BYTE_ARRAY(2)", t)
+			}
+			lt.half = true
+			return lt, nil
+		}
+	}
 	l := n.Type().LogicalType()
 	if l == nil {
 		return lt, nil

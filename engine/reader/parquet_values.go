@@ -47,10 +47,14 @@ func parquetInt(v parquet.Value) int64 {
 }
 
 // parquetFloat reads a numeric (or numeric text) value as a finite float64, as its leaf's type
-// says (unsigned integers, DECIMAL values scaled).
+// says (unsigned integers, DECIMAL values scaled, FLOAT16 values as FLOATs).
 func parquetFloat(v parquet.Value, lt leafType) (float64, error) {
 	if lt.decimal != nil {
 		return decimalFloat(v, lt)
+	}
+	v, err := halfValue(v, lt)
+	if err != nil {
+		return 0, err
 	}
 	var x float64
 	switch v.Kind() {
@@ -77,17 +81,30 @@ func parquetFloat(v parquet.Value, lt leafType) (float64, error) {
 		return 0, fmt.Errorf("%s values cannot be read as numbers", v.Kind())
 	}
 	if math.IsNaN(x) || math.IsInf(x, 0) {
-		return 0, fmt.Errorf("%s value %v is not a number", v.Kind(), x)
+		return 0, fmt.Errorf("%s value %v is not a number", kindName(v, lt), x)
 	}
 	return x, nil
 }
 
 // parquetAppend appends one value to a sparse or sequence column's input: text is parsed as the
 // column's type, numbers are taken as they are (a FLOAT or DOUBLE must be an integral int64 for an
-// int column, and an unsigned integer at most 2^63-1); DECIMAL values go to decimalAppend.
+// int column, and an unsigned integer at most 2^63-1); DECIMAL values go to decimalAppend, and
+// FLOAT16 values are read as FLOATs, a string column taking their shortest text (halfText).
 func parquetAppend(c *Column, in *feature.Input, v parquet.Value, lt leafType) error {
 	if lt.decimal != nil {
 		return decimalAppend(c, in, v, lt)
+	}
+	if lt.half && in.Kind == feature.KindBytes {
+		h, err := halfBits(v)
+		if err != nil {
+			return err
+		}
+		appendValue(c, in, []byte(halfText(h)))
+		return nil
+	}
+	v, err := halfValue(v, lt)
+	if err != nil {
+		return err
 	}
 	uns := lt.unsigned
 	switch v.Kind() {
@@ -135,7 +152,7 @@ func parquetAppend(c *Column, in *feature.Input, v parquet.Value, lt leafType) e
 		}
 		// Integral and inside int64 (-2^63 is, 2^63 is not); NaN fails the first test.
 		if x != math.Trunc(x) || x < math.MinInt64 || x >= math.MaxInt64 {
-			return fmt.Errorf("%s value %v is not a valid %s value", v.Kind(), x, typeName(c))
+			return fmt.Errorf("%s value %v is not a valid %s value", kindName(v, lt), x, typeName(c))
 		}
 		in.Ints = append(in.Ints, int64(x))
 	default:

@@ -252,6 +252,40 @@ func TestCriteoMalformed(t *testing.T) {
 	}
 }
 
+// A line with the other Criteo layout's field count says so and what to do: a test file (39 fields)
+// read with labels, a training file (40) without. Before, the error named only its symptom (label ""
+// is not a number, a hex value that is not an integer, a long line). Other counts keep the plain error.
+func TestCriteoLabelLayoutHint(t *testing.T) {
+	test := goodLine[2:] // no label: I1..I13, C1..C26
+	const noLabels = "(the line has 39 fields, as Criteo's unlabelled test files do: I1..I13 and C1..C26, no label; if the file has no label column, read it with labels=False)"
+	const withLabels = "(the line has 40 fields, as Criteo's training files do: a label, then I1..I13 and C1..C26; if the file has a label column, read it with labels=True, the default)"
+	cases := []struct {
+		name    string
+		noLabel bool
+		line    string
+		want    string // the error, hint included where there is one
+	}{
+		{"test file, I1 missing", false, "\t" + test[2:], `line 1 column 1 (label): label "" is not a number ` + noLabels},
+		{"test file, I1 given", false, test, `line 1 column 14 (I13): "a" is not an integer ` + noLabels},
+		{"test file, I2.. missing", false, "1" + strings.Repeat("\t", 38), "line 1: short line: 39 fields, expected 40 " + noLabels},
+		{"training file", true, goodLine, "line 1: long line: more than 39 fields " + withLabels},
+		{"38 fields with labels", false, goodLine[:strings.LastIndexByte(goodLine, '\t')-3], "line 1: short line: 38 fields, expected 40"},
+		{"41 fields with labels", false, goodLine + "\t1", "line 1: long line: more than 40 fields"},
+		{"41 fields without", true, goodLine + "\t1", "line 1: long line: more than 39 fields"},
+		{"38 fields without", true, test[:strings.LastIndexByte(test, '\t')], "line 1: short line: 38 fields, expected 39"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "day.txt")
+			require.NoError(t, os.WriteFile(path, []byte(c.line+"\n"), 0o644))
+			src, err := NewCriteo([]string{path}, CriteoOptions{NoLabel: c.noLabel})
+			require.NoError(t, err)
+			err = requireMalformed(t, src)
+			assert.True(t, strings.HasSuffix(err.Error(), c.want), "%v\nwant the suffix %s", err, c.want)
+		})
+	}
+}
+
 func TestTruncatedGzip(t *testing.T) {
 	var text strings.Builder
 	for i := 0; i < 3000; i++ {

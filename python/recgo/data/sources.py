@@ -102,7 +102,8 @@ class CriteoSource(Source):
     hex categorical fields ``C1..C26``, empty = missing. Sparse fields ``I*`` (the integers, for
     ``bucketize``) and ``C*`` (each hex value as an int64; hash/mod them) are empty bags when missing;
     the dense tensor holds ``I1..I13`` as ``log(1 + max(x, 0))`` (``log_dense=False``: raw), 0 when
-    missing. ``labels=False`` reads label-less files (the challenge's test set)."""
+    missing. ``labels=False`` reads label-less files (the challenge's test set); a malformed line with the
+    other layout's field count (39 read with labels, 40 without) says so and names the ``labels=`` to give."""
 
     kind = "criteo"
 

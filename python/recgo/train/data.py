@@ -372,6 +372,9 @@ class CriteoFile(_PipelineSource):
         for split, base in ((self._train, 0), (self._valpath, self._n_train)):
             msg = re.sub(re.escape(str(split)) + r"(?: line (\d+))?",
                          lambda m, base=base: f"{self.path}" + (f" line {int(m[1]) + base}" if m[1] else ""), msg)
+        # the reader's advice for a test file (a CriteoSource argument) is none for training, which needs labels
+        msg = msg.replace("if the file has no label column, read it with labels=False",
+                          "training needs the clicks: give a Criteo training file, a label first on each line")
         return exc if msg == str(exc) else type(exc)(msg)
 
 
