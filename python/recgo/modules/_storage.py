@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError
+from ..errors import CapacityError, InvalidInputError
 from ._copies import own_hook
 
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
@@ -48,6 +48,19 @@ def _replaced(views: Sequence[View]) -> list[tuple[str, nn.Module, str, torch.Te
         if cur is not own or cur.data_ptr() != addr or cur.shape != mine.shape or cur.dtype is not mine.dtype:
             out.append((table, holder, name, mine, cur, own))
     return out
+
+
+def meta_tensors(cfg: Any, optimizer: Any) -> tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
+    """Shape-only stand-ins of a table's weight, trainability, optimizer state and step on the meta
+    device (as the engine's memory gives them once materialised)."""
+    w = optimizer.state_width(cfg.embedding_dim) if optimizer is not None else 0
+    if cfg.num_embeddings * max(cfg.embedding_dim, w) * 8 >= 1 << 63:  # torch's size arithmetic overflows
+        raise CapacityError(f"table {cfg.name!r}: {cfg.num_embeddings} rows × {max(cfg.embedding_dim, w)} values "
+                            "are too many for a tensor, even on the meta device")
+    state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta", dtype=torch.float32)
+    step = torch.empty(1 if optimizer is not None else 0, dtype=torch.int64, device="meta")
+    return (torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta", dtype=torch.float32), True,
+            state, step)
 
 
 def sync_storage(views: Sequence[View]) -> None:

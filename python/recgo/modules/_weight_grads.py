@@ -17,7 +17,9 @@ from typing import Any, NamedTuple, Sequence
 
 import torch
 
+from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor
+from ..tensors import refuse_weight_grads
 
 
 class PooledFeature(NamedTuple):
@@ -77,3 +79,15 @@ def with_weight_grads(out: torch.Tensor, kjt: KeyedJaggedTensor, weights: torch.
         count = lengths.index_select(0, bag).clamp(min=1).to(torch.float32) if f.mean else None
         parts.append((slice(offs[i], offs[i + 1]), bag, rows, f.column, count))
     return _PerIdWeightGrad.apply(out, weights, parts)
+
+
+def batch_weights(kjt: KeyedJaggedTensor, is_weighted: bool, configs: Sequence[Any]) -> torch.Tensor | None:
+    """The per-ID weights a collection of ``configs`` pools ``kjt`` with (None unless ``is_weighted``),
+    checked: a weighted collection needs them, and a dynamic table's rows are not addressed by ID, so
+    there no weight may require grad."""
+    weights = kjt.weights_or_none() if is_weighted else None
+    if is_weighted and weights is None:
+        raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
+    if any(c.dynamic is not None for c in configs):
+        refuse_weight_grads(weights)
+    return weights

@@ -57,10 +57,11 @@ from .._cache import KeyCache
 from .._memory import wrap
 from .._lib import H, I64
 from ..data import _prepared
-from ..errors import CapacityError, InvalidInputError
+from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
-from ..tensors import check_tensor, ptr, refuse_weight_grads
+from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _vbe, _weight_grads, optim
+from ._weight_grads import batch_weights
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
@@ -70,8 +71,8 @@ from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
-from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep,
-                       materialised_before_load, sync_storage, synced_after_load)
+from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep, materialised_before_load,
+                       meta_tensors, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
                      check_keys, key_readers)
 from .optim import FusedOptimizer
@@ -145,7 +146,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         self.register_load_state_dict_post_hook(synced_after_load)
         if dev.type == "meta":
             for cfg in self._configs:
-                self.embedding_bags[cfg.name] = self._table_type(*self._meta_tensors(cfg), mode=_MODES[cfg.pooling_code()])
+                self.embedding_bags[cfg.name] = self._table_type(*meta_tensors(cfg, self._optimizer),
+                                                                  mode=_MODES[cfg.pooling_code()])
             self._init_keys = frozenset(self.__dict__) | {"_init_keys"}
         else:
             self._materialise()
@@ -157,18 +159,6 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     #: TorchRec's ``EmbeddingCollection`` initialises each table as soon as it has created it; its
     #: ``EmbeddingBagCollection`` creates every table first (the sequence collection's owner sets True).
     _init_table_by_table = False
-
-    def _meta_tensors(self, cfg: EmbeddingBagConfig) -> tuple[torch.Tensor, bool, torch.Tensor, torch.Tensor]:
-        """Shape-only stand-ins of a table's weight, optimizer state and step (as ``_memory`` gives them)."""
-        opt = self._optimizer
-        w = opt.state_width(cfg.embedding_dim) if opt is not None else 0
-        if cfg.num_embeddings * max(cfg.embedding_dim, w) * 8 >= 1 << 63:  # torch's size arithmetic overflows
-            raise CapacityError(f"table {cfg.name!r}: {cfg.num_embeddings} rows × {max(cfg.embedding_dim, w)} values "
-                                "are too many for a tensor, even on the meta device")
-        state = torch.empty((cfg.num_embeddings, w) if w else (0,), device="meta", dtype=torch.float32)
-        step = torch.empty(1 if opt is not None else 0, dtype=torch.int64, device="meta")
-        return (torch.empty(cfg.num_embeddings, cfg.embedding_dim, device="meta", dtype=torch.float32), True,
-                state, step)
 
     def _materialise(self) -> None:
         """Create the engine collection and point every parameter and buffer at its memory (zeros)."""
@@ -458,24 +448,15 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """The output's shape on the meta device (no lookups): ``[stride, width]``."""
         if isinstance(features, dict) or not hasattr(features, "stride") or not features.values().is_meta:
             features = as_kjt(features)  # the built collection's checks (what is not a KJT raises here)
-            self._batch_weights(features)
+            batch_weights(features, self._is_weighted, self._configs)
             features.length_per_key()  # lengths ≥ 0 that add up to the values
         check_keys(self._readers, list(features.keys()))
         return torch.empty(features.stride(), self._width, device="meta", dtype=torch.float32)
 
-    def _batch_weights(self, kjt: KeyedJaggedTensor) -> torch.Tensor | None:
-        """The per-ID weights this collection pools ``kjt`` with (None unless weighted), checked."""
-        weights = kjt.weights_or_none() if self._is_weighted else None
-        if self._is_weighted and weights is None:
-            raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
-        if any(c.dynamic is not None for c in self._configs):
-            refuse_weight_grads(weights)  # a dynamic table's rows are not addressed by ID (_weight_grads)
-        return weights
-
     def _engine_forward(self, kjt: KeyedJaggedTensor) -> torch.Tensor:
         """The pooled ``[B, ΣD]`` output of ``kjt``; per-ID weights that require grad get their gradient
         (``_weight_grads``) while the engine pools with them detached."""
-        weights = self._batch_weights(kjt)
+        weights = batch_weights(kjt, self._is_weighted, self._configs)
         if weights is None or not weights.requires_grad or not torch.is_grad_enabled():
             return self._engine_pool(kjt, weights)
         out = self._engine_pool(kjt, weights.detach())

@@ -66,7 +66,7 @@ def _without_dedup(trainer: Trainer, cfg: TrainConfig) -> None:
     arch = trainer.model.sparse
     old = arch.module
     new = EmbeddingCollection(old.embedding_configs(), optimizer=SparseOptim(cfg.sparse_optimizer, cfg.sparse_lr).recgo(),
-                              dedup=False)
+                              dedup=False, seed=0)  # seed=: its weights are loaded next
     new.load_state_dict(old.state_dict())
     arch.module = new
 

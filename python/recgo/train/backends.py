@@ -120,12 +120,13 @@ class SparseArch(nn.Module):
         if self.is_pooled:
             cfgs = [recgo.EmbeddingBagConfig(num_embeddings=t.rows, embedding_dim=self.dim, name=t.name,
                                              feature_names=list(t.features)) for t in tables]
-            self.module = recgo.EmbeddingBagCollection(cfgs, optimizer=optim.recgo())
+            # seed=: the weights are loaded next, so skip the global generator's TorchRec-order draws
+            self.module = recgo.EmbeddingBagCollection(cfgs, optimizer=optim.recgo(), seed=0)
             prefix = "embedding_bags"
         else:
             cfgs = [recgo.EmbeddingConfig(num_embeddings=t.rows, embedding_dim=self.dim, name=t.name,
                                           feature_names=list(t.features)) for t in tables]
-            self.module = recgo.EmbeddingCollection(cfgs, optimizer=optim.recgo())
+            self.module = recgo.EmbeddingCollection(cfgs, optimizer=optim.recgo(), seed=0)
             prefix = "embeddings"
         self._load(prefix, weights)
 
