@@ -2,9 +2,14 @@
 backward keeps its batch (it was lost, and a checkpoint taken then resumed past it), eval mode runs
 the forward only (the model was switched to training and trained on the evaluation batch), the
 optimizer is ``_optimizer`` where TorchRec's GradientAccumulationWrapper puts its own (ignored
-before), and an optimizer that refuses a checkpoint leaves the model untouched."""
+before), an optimizer that refuses a checkpoint leaves the model untouched, and a checkpoint saved
+from another thread while the main one trains resumes exactly (it was torn: weights of one step,
+position of another, or a checksum mismatch)."""
 
 from __future__ import annotations
+
+import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -63,6 +68,36 @@ def test_the_optimizer_is_where_torchrecs_wrappers_put_theirs() -> None:
     tp._optimizer = Counting()  # what GradientAccumulationWrapper does to a pipeline
     tp.progress()
     assert calls == ["zero_grad", "step"] and tp.optimizer is tp._optimizer
+
+
+def test_a_checkpoint_saved_from_another_thread_while_training_resumes_exactly(tmp_path: Path) -> None:
+    """save() from a second thread waits for the running step and writes before the next one, so
+    every file holds one step's weights with that step's position (before session 35 each file mixed
+    steps: resumes trained a batch twice or skipped one, and some files failed their checksums)."""
+    want = trainer(2)
+    want.run(progress=False)
+    tp, saved, stop = trainer(2), [], threading.Event()
+
+    def saver() -> None:
+        while not stop.is_set():
+            path = tmp_path / f"{len(saved)}.pt"
+            tp.save(path)
+            saved.append(path)
+
+    thread = threading.Thread(target=saver)
+    thread.start()
+    try:
+        tp.run(progress=False)
+    finally:
+        stop.set()
+        thread.join()
+    assert len(saved) >= 2
+    for path in saved[:: max(1, len(saved) // 3)]:  # a few of them, from the run's start to its end
+        resumed = trainer(2)
+        resumed.load(path)
+        resumed.run(progress=False)
+        assert resumed.steps == want.steps, path
+        assert all(torch.equal(v, weights(want)[k]) for k, v in weights(resumed).items()), path
 
 
 def test_an_optimizer_that_refuses_a_checkpoint_leaves_the_model_untouched() -> None:

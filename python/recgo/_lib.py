@@ -141,12 +141,13 @@ class ForkSafeLock:
     """A ``threading.Lock`` for recgo objects that a child forked after the library loaded refuses with
     :class:`ForkError` instead of waiting on. A thread of the parent that held it at the fork (inside
     ``next()`` or a forward) does not exist in the child, so the lock never came free there: the
-    child's call, and its exit through ``__del__`` / ``close()``, hung instead of raising."""
+    child's call, and its exit through ``__del__`` / ``close()``, hung instead of raising.
+    ``reentrant=True`` makes it a ``threading.RLock`` (its holder may take it again)."""
 
     __slots__ = ("_lock",)
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
+    def __init__(self, reentrant: bool = False) -> None:
+        self._lock = threading.RLock() if reentrant else threading.Lock()
 
     def __enter__(self) -> "ForkSafeLock":
         if _forked:

@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from . import _lib
 from .data import Source
 from .errors import InvalidInputError
 from .feature import Feature, FeatureEngine
@@ -110,6 +111,8 @@ class TrainPipeline:
                  forward: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None, **kwargs: Any) -> None:
         self.model, self._optimizer, self.loss_fn = model, optimizer, loss_fn
         self._pending: tuple[Batch, dict[str, Any]] | None = None  # a failed step's batch, its position before
+        # A step, a checkpoint (state_dict, save, load) and a restore run one at a time, whichever threads call them.
+        self._step_lock = _lib.ForkSafeLock(reentrant=True)
         self._forward = forward if forward is not None else _model_call(model)
         if tables is None and "shard" not in kwargs:
             kwargs["shard"] = sharded_of(model)
@@ -136,7 +139,12 @@ class TrainPipeline:
         """Run one step on the next batch (of ``iterator`` if given; a batch whose step raised before its
         backward comes first) and return the loss: a training step in training mode, the forward and
         loss alone in eval mode. On several ranks, ``StopIteration`` as soon as any rank has no batch
-        left (see the class doc)."""
+        left (see the class doc). Steps and checkpoints called from several threads run one at a time."""
+        with self._step_lock:
+            return self._progress(iterator)
+
+    def _progress(self, iterator: Iterator[Batch] | None) -> torch.Tensor:
+        """:meth:`progress` with the step lock held."""
         own = iterator is None
         if own and self._pending is not None:
             (batch, before), self._pending = self._pending, None
@@ -220,7 +228,15 @@ class TrainPipeline:
 
     def state_dict(self) -> dict[str, Any]:
         """The model's and optimizer's state and the reader position after the last step (before a
-        batch whose step raised before its backward: resuming runs it)."""
+        batch whose step raised before its backward: resuming runs it). Called from another thread
+        while one trains, it waits for the running step to end; its tensors are the live ones (as
+        torch's ``state_dict``), which the next step changes: save them with :meth:`save`, which
+        writes the file before the next step starts."""
+        with self._step_lock:
+            return self._state()
+
+    def _state(self) -> dict[str, Any]:
+        """:meth:`state_dict` with the step lock held."""
         return {"model": self.model.state_dict(),
                 "optimizer": self._optimizer.state_dict() if self._optimizer is not None else None,
                 "pipeline": self._pending[1] if self._pending is not None else self.data.state_dict(),
@@ -233,7 +249,12 @@ class TrainPipeline:
         groups; torch checks before it changes anything) raises with the model untouched, and the
         position and the optimizer are put back when the model refuses its state. (A model that refuses
         may keep the entries that matched, as torch's ``load_state_dict`` copies them before it raises;
-        backing the whole model up first would double its memory.)"""
+        backing the whole model up first would double its memory.) A running step ends first."""
+        with self._step_lock:
+            self._restore(state)
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        """:meth:`load_state_dict` with the step lock held."""
         before = self.data.state_dict()
         self.data.load_state_dict(state["pipeline"])
         opt = self._optimizer if state.get("optimizer") is not None else None
@@ -251,16 +272,20 @@ class TrainPipeline:
         self.steps = int(state.get("steps", 0))
 
     def save(self, path: str | Path) -> None:
-        """Write :meth:`state_dict` atomically, with recgo's checksums (``recgo.modules.save_state``)."""
+        """Write :meth:`state_dict` atomically, with recgo's checksums (``recgo.modules.save_state``).
+        From another thread while one trains: the file holds the state between two steps (the running
+        step ends first, and the next waits until the file is written)."""
         from .modules._checkpoint import save_state
 
-        save_state(self.state_dict(), path)
+        with self._step_lock:
+            save_state(self._state(), path)
 
     def load(self, path: str | Path) -> None:
         """Resume from a checkpoint written by :meth:`save` (checksums verified first)."""
         from .modules._checkpoint import load_state
 
-        self.load_state_dict(load_state(path))
+        state = load_state(path)  # read and verified before a running step has to end
+        self.load_state_dict(state)
 
     def close(self) -> None:
         """Stop the input pipeline."""
