@@ -28,7 +28,7 @@ from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _dynamic, _traffic
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
-from ._exchange import WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
+from ._exchange import COLLECTIVES, WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
 from ._refuse import refused_together
 from ._state import own_keys, rank_keys, reloaded_keys
 from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_row_splits, resolve_sharding
@@ -569,7 +569,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
         every rank has written its file, rank 0 removes the shard files another world size left in the
         folder, so that the folder holds one set and :meth:`load` takes it."""
-        return save_shards(self, directory)
+        with COLLECTIVES:  # not between the ops of a step another thread of this rank drives
+            return save_shards(self, directory)
 
     def load(self, directory: str | os.PathLike[str], strict: bool = True) -> None:
         """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
@@ -577,7 +578,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
         ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks, or
         lacking one of its tables, raises ``RecgoIOError``; ``strict=False`` loads the tables both have
         and leaves the others (a table the checkpoint lacks keeps its values)."""
-        load_shards(self, directory, strict)
+        with COLLECTIVES:
+            load_shards(self, directory, strict)
 
     def extra_repr(self) -> str:
         g = self._groups

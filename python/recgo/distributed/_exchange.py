@@ -198,6 +198,13 @@ def dense_group(timeout: timedelta) -> Any:
 
 _DTYPES = (torch.int64, torch.float32, torch.uint8)
 _scratch = threading.local()
+# One rank's sharded collectives run one at a time: a step's whole drive (every op of a forward or a
+# backward) and a save or load. The collections of a process share their process groups, and gloo
+# pairs each rank's ops in the order the rank issues them, so two threads' drives whose ops
+# interleaved met other ops of other sizes on the peer (gloo aborted the process: EnforceNotMet) or
+# read data as a step's header. Whole drives meet whole drives, whose headers say whether the ranks
+# run the same step of the same collection (InvalidInputError when they do not).
+COLLECTIVES = _lib.ForkSafeLock(reentrant=True)
 
 
 def _buffer(role: str, dtype: torch.dtype, n: int) -> torch.Tensor:
@@ -220,7 +227,14 @@ def drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: torc
     """Run the step's pending all-to-alls; add the bytes sent to other ranks to ``traffic[group]``.
 
     ``wire`` (opt-in, lossy): move the float32 buffers (rows, partial sums, gradients) as this dtype,
-    rounding them on the way out and widening them back on arrival."""
+    rounding them on the way out and widening them back on arrival. The whole drive holds
+    :data:`COLLECTIVES`, whatever other threads of this rank run."""
+    with COLLECTIVES:
+        _drive(step, groups, traffic, wire)
+
+
+def _drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: torch.dtype | None) -> None:
+    """:func:`drive`'s loop, with :data:`COLLECTIVES` held."""
     nxt = _lib.fn("recgo_shard_next")
     op = _lib.fn("recgo_shard_op")
     feed = _lib.fn("recgo_shard_feed")
