@@ -100,6 +100,34 @@ def test_a_checkpoint_saved_from_another_thread_while_training_resumes_exactly(t
         assert all(torch.equal(v, weights(want)[k]) for k, v in weights(resumed).items()), path
 
 
+def test_a_step_whose_agreement_with_the_peers_fails_keeps_its_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On several ranks each step starts with the ranks' agreement (_all_have); when it raised
+    PeerFailureError (a peer's reader failed mid-epoch) the batch already taken from the pipeline was
+    dropped and the position moved past it, so a checkpoint taken in the handler lost it."""
+    from recgo import _train_pipeline
+    from recgo.distributed import PeerFailureError
+
+    want = trainer(0).run(progress=False)
+    tp, calls = trainer(2), {"n": 0}
+
+    def agree(mine: bool, group: object) -> bool:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise PeerFailureError("rank 1 raised")
+        return mine
+
+    monkeypatch.setattr(_train_pipeline, "_all_have", agree)
+    tp._world = object()  # as on a world of several ranks
+    got = [float(tp.progress()) for _ in range(2)]
+    with pytest.raises(PeerFailureError):
+        tp.progress()
+    saved = tp.state_dict()
+    resumed = trainer(2)
+    resumed.load_state_dict(saved)
+    assert resumed.run(progress=False) == want[2:]
+    assert got + tp.run(progress=False) == want
+
+
 def test_an_optimizer_that_refuses_a_checkpoint_leaves_the_model_untouched() -> None:
     src = trainer(0)
     src.run(3, progress=False)

@@ -152,7 +152,7 @@ class TrainPipeline:
             before = self.data.state_dict() if own else {}
             item = next(self.data if own else iterator, _END)  # a sentinel: an iterator may yield None
             batch = None if item is _END else _as_batch(item)
-        if self._world is not None and not _all_have(batch is not None, self._world):
+        if self._world is not None and not self._agree(batch, before if own else None):
             if batch is not None:
                 self._count_unused(batch, own)
             raise StopIteration
@@ -182,6 +182,18 @@ class TrainPipeline:
             optimizer.step()
         self.steps += 1
         return loss.detach()
+
+    def _agree(self, batch: Batch | None, before: dict[str, Any] | None) -> bool:
+        """Whether every rank has a batch for the next step (:func:`_all_have`). When the agreement
+        raises (a peer died or raised: ``PeerFailureError``; Ctrl-C), this rank's batch is kept as a
+        failed step's is, if it came from the pipeline (``before``: the position before it), so a
+        checkpoint taken then resumes before it (it resumed past it, losing the batch on this rank)."""
+        try:
+            return _all_have(batch is not None, self._world)
+        except BaseException:
+            if batch is not None and before is not None:
+                self._pending = (batch, before)
+            raise
 
     def _count_unused(self, batch: Batch, own_data: bool) -> None:
         """Count and warn about the batches this rank holds when another rank ran out: the one in hand
