@@ -195,7 +195,8 @@ def test_parquet_empty_files_and_unsigned_columns(tmp_path: Path) -> None:
     cols = [Column("label", "label"), Column("a")]
     got = [b.sparse["a"].values().tolist() for b in recgo.DataPipeline(ParquetSource(files, cols), [Feature("a")], 2)]
     assert got == [[1, 2], [3]]
-    assert list(recgo.DataPipeline(ParquetSource(files[0], cols), [Feature("a")], 2)) == []
+    with pytest.raises(recgo.InvalidInputError, match="empty.parquet: the data holds no rows"):  # nothing to train on
+        list(recgo.DataPipeline(ParquetSource(files[0], cols), [Feature("a")], 2))
 
     big32, big64 = 4_000_000_000, 2**63 + 5
     pq.write_table(pa.table({"label": [1.0, 0.0], "w": pa.array([big32, 2], pa.uint32()),

@@ -147,3 +147,23 @@ def test_the_cli_prints_recgo_warnings_as_one_line(tmp_path: Path, capsys: pytes
             warnings.warn_explicit("from recgo", UserWarning, shown.__file__, 7)
         assert passed_on == ["/elsewhere/mod.py"]
         assert capsys.readouterr().err == "warning: from recgo\n"
+
+
+def test_a_one_class_validation_split_reports_no_auc(tmp_path: Path) -> None:
+    """A validation split of one class has no AUC: before, the report's table and summary showed ``nan``
+    as if it were a result, with no word of why. Now the run warns, the table says n/a, the summary
+    leaves it out and a note names the cause."""
+    line = "0" + "\t1" * 13 + "\tab" * 26 + "\n"  # every click 0
+    data = tmp_path / "zeros.txt"
+    data.write_text(line * 200)
+    out = tmp_path / "out"
+    with pytest.warns(UserWarning, match="the validation split's 20 samples are all labelled 0"):
+        assert main(["train", "--data", str(data), "--steps", "3", "--batch-size", "16", "--out", str(out),
+                     "--no-progress"]) == 0
+    md = (out / "report.md").read_text()
+    assert "| n/a |" in md and "nan" not in md
+    assert "Note: val AUC of recgo is n/a: the validation split's 20 samples are all labelled 0" in md
+    import json
+
+    report = json.loads((out / "report.json").read_text())
+    assert report["backends"]["recgo"]["final_auc"] is None and "auc_recgo" not in md

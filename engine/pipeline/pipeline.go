@@ -88,6 +88,8 @@ type Stats struct {
 	Batches     int64 `json:"batches"`
 	Samples     int64 `json:"samples"`
 	Skipped     int64 `json:"skipped"`
+	// FirstSkip is the error of the first row the source dropped under skip_bad ("" for none).
+	FirstSkip string `json:"first_skip,omitempty"`
 }
 
 type counters struct{ read, transform, format, wait, batches, samples atomic.Int64 }
@@ -135,6 +137,8 @@ type Pipeline struct {
 	srcErr  error           // what closing the source returned (Close returns it)
 	closed  bool
 	serial  reader.Batch
+	// firstSkip is the source's first row dropped under skip_bad, as text (see noteSkip)
+	firstSkip atomic.Pointer[string]
 }
 
 // New builds a pipeline over src (which it owns and closes) and eng. The engine's inputs must be
@@ -267,6 +271,7 @@ func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 	t0 := time.Now()
 	n, err := p.src.Read(raw, p.cfg.BatchSize)
 	p.stats.read.Add(int64(time.Since(t0)))
+	p.noteSkip()
 	if err == io.EOF || (err == nil && p.cfg.DropLast && n < p.cfg.BatchSize) {
 		return true, nil
 	}
@@ -463,7 +468,29 @@ func (p *Pipeline) Step() int64 { return p.step }
 // Stats returns the counters so far.
 func (p *Pipeline) Stats() Stats {
 	return Stats{ReadNs: p.stats.read.Load(), TransformNs: p.stats.transform.Load(), FormatNs: p.stats.format.Load(),
-		WaitNs: p.stats.wait.Load(), Batches: p.stats.batches.Load(), Samples: p.stats.samples.Load(), Skipped: p.pos.Skipped}
+		WaitNs: p.stats.wait.Load(), Batches: p.stats.batches.Load(), Samples: p.stats.samples.Load(), Skipped: p.pos.Skipped,
+		FirstSkip: deref(p.firstSkip.Load())}
+}
+
+// noteSkip keeps the source's first row dropped under skip_bad, once it has one (the READ stage
+// calls it after each read, so that Stats never touches the source another goroutine reads).
+func (p *Pipeline) noteSkip() {
+	if p.firstSkip.Load() != nil {
+		return
+	}
+	if r, ok := p.src.(reader.SkipReporter); ok {
+		if err := r.FirstSkipped(); err != nil {
+			msg := err.Error()
+			p.firstSkip.Store(&msg)
+		}
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // Close stops the goroutines, waits for them, frees the batches prepared but not handed out and

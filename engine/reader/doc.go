@@ -19,6 +19,8 @@
 //
 // Malformed input (a short line, a bad number, a missing column, a truncated file) returns a
 // [*ParseError] naming the file, the line or row and the column; with [Options.SkipBad] the row is
-// dropped instead and counted ([Source.Skipped]). Sources are not safe for concurrent use: the
+// dropped instead and counted (Position.Skipped; the first one's error by [SkipReporter]), but a
+// file all of whose rows a rank read were malformed fails at its end (see skipLog): a file of
+// another layout is an error, not an empty epoch. Sources are not safe for concurrent use: the
 // pipeline's READ stage owns one.
 package reader

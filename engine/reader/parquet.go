@@ -74,6 +74,7 @@ type parquetSource struct {
 	count  []int64 // per declared column: values in the current row
 	null   []bool
 	denseV []float32
+	skips  skipLog // what SkipBad dropped (see skipLog)
 }
 
 func (s *parquetSource) Schema() Schema { return s.plan.schema }
@@ -101,6 +102,7 @@ func (s *parquetSource) closeFile() {
 func (s *parquetSource) openFile(i int) (err error) {
 	s.closeFile()
 	s.pos.File, s.pos.Row, s.pos.Offset = i, 0, -1
+	s.skips.startFile()
 	path := s.paths[i]
 	defer func() {
 		if r := recover(); r != nil {
@@ -330,12 +332,15 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 			}
 			if err := s.fill(); err == io.EOF {
 				s.closeFile()
+				if err := s.skips.endFile(s.name(), s.opt.WorldSize == 1); err != nil {
+					return 0, err
+				}
 				continue
 			} else if err != nil {
 				if !s.opt.SkipBad {
 					return 0, err
 				}
-				s.skipGroup()
+				s.skipGroup(err)
 				continue
 			}
 		}
@@ -357,10 +362,12 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 			if s.opt.SkipBad {
 				b.rollback(&s.m)
 				s.pos.Skipped++
+				s.skips.dropped(1, err)
 				continue
 			}
 			return 0, err
 		}
+		s.skips.kept()
 	}
 	if b.Size == 0 {
 		return 0, io.EOF
@@ -370,8 +377,8 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 
 // skipGroup gives up the rest of a row group that failed to read under SkipBad: its rows of this
 // rank count as skipped, and reading goes on at the next group. Every rank skips the same rows, so
-// the shares stay as they were.
-func (s *parquetSource) skipGroup() {
+// the shares stay as they were. err is why the group failed.
+func (s *parquetSource) skipGroup(err error) {
 	s.closeGroup()
 	_, end := s.group(s.pos.Row)
 	// Counted, not stepped through: a damaged footer may declare 2^62 rows.
@@ -383,7 +390,9 @@ func (s *parquetSource) skipGroup() {
 		}
 		return n
 	}
-	s.pos.Skipped += upTo(s.pos.Global+k) - upTo(s.pos.Global)
+	mine := upTo(s.pos.Global+k) - upTo(s.pos.Global)
+	s.pos.Skipped += mine
+	s.skips.dropped(mine, err)
 	s.pos.Global += k
 	s.pos.Row = end
 	s.at, s.n = 0, 0
@@ -490,6 +499,9 @@ func (s *parquetSource) Seek(p Position) (err error) {
 	}
 	return nil
 }
+
+// FirstSkipped is the first row dropped under SkipBad since the source opened, or nil.
+func (s *parquetSource) FirstSkipped() error { return s.skips.firstSkipped() }
 
 func (s *parquetSource) Close() error {
 	s.closeFile()

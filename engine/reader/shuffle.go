@@ -154,6 +154,14 @@ func (s *shuffled) Position() Position {
 	return p
 }
 
+// FirstSkipped is the first row the shuffled source dropped under SkipBad, or nil.
+func (s *shuffled) FirstSkipped() error {
+	if r, ok := s.src.(SkipReporter); ok {
+		return r.FirstSkipped()
+	}
+	return nil
+}
+
 func (s *shuffled) Seek(p Position) error {
 	if p.Shuffle != s.window || p.Seed != s.seed {
 		return errs.Invalidf("reader: the position was taken with shuffle window %d and seed %d, this source "+

@@ -41,6 +41,7 @@ type lines struct {
 	pos        Position
 	open       bool // a file is open (pos.File is being read)
 	closed     bool
+	skips      skipLog // what SkipBad dropped (see skipLog)
 }
 
 func newLines(paths []string, opt Options, header bool, onOpen func(string, []byte) error) (*lines, error) {
@@ -90,6 +91,7 @@ func (l *lines) closeFile() {
 func (l *lines) openFile(i int) error {
 	l.closeFile()
 	l.pos.File, l.pos.Row, l.lineNo = i, 0, 0
+	l.skips.startFile()
 	f, st, err := openRegular(l.paths[i])
 	if err != nil {
 		return err
@@ -271,17 +273,24 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 		line, err = l.raw()
 		if err == io.EOF {
 			l.closeFile()
+			if err := l.endFile(); err != nil {
+				return nil, 0, false, err
+			}
 			continue
 		}
 		if pe, ok := l.skippable(err); ok { // one malformed row, of the rank it falls to
-			if pe.Truncated {
-				l.closeFile() // nothing after the damage can be read
-			}
 			if l.pos.Global%int64(l.opt.WorldSize) == int64(l.opt.Rank) {
 				l.pos.Skipped++
+				l.skips.dropped(1, pe)
 			}
 			l.pos.Row++
 			l.pos.Global++
+			if pe.Truncated {
+				l.closeFile() // nothing after the damage can be read
+				if err := l.endFile(); err != nil {
+					return nil, 0, false, err
+				}
+			}
 			continue
 		}
 		if err != nil {
@@ -292,6 +301,11 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 		l.pos.Global++
 		return line, l.lineNo, g%int64(l.opt.WorldSize) == int64(l.opt.Rank), nil
 	}
+}
+
+// endFile checks the file just read to its end for rows all dropped under SkipBad (skipLog.endFile).
+func (l *lines) endFile() error {
+	return l.skips.endFile(l.name(), l.opt.WorldSize == 1)
 }
 
 // seek continues from p: by byte offset in a plain file, by re-reading to the row in a gzip file.
@@ -414,10 +428,12 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 			if s.l.opt.SkipBad {
 				b.rollback(&s.m)
 				s.l.pos.Skipped++
+				s.l.skips.dropped(1, err)
 				continue
 			}
 			return 0, err
 		}
+		s.l.skips.kept()
 	}
 	if b.Size == 0 {
 		return 0, io.EOF
@@ -428,3 +444,6 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 func (s *textSource) Position() Position    { return named(s.l.pos, s.l.paths) }
 func (s *textSource) Seek(p Position) error { return s.l.seek(p) }
 func (s *textSource) Close() error          { return s.l.close() }
+
+// FirstSkipped is the first row dropped under SkipBad since the source opened, or nil.
+func (s *textSource) FirstSkipped() error { return s.l.skips.firstSkipped() }

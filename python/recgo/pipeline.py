@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from . import _lib
+from ._pass_end import check_pass_end
 from .data import Source
 from .data import _prepared
 from .data.sources import spec_json
@@ -258,6 +259,9 @@ class DataPipeline:
         h = _lib.new_handle("recgo_pipeline_new", self.engine._h.value, remap_h, shard_h,
                             ctypes.addressof(buf), len(data))
         info = _lib.call_json("recgo_pipeline_info", h.value)
+        # a pass from the start of the data is checked at its end (_pass_end.check_pass_end)
+        self._fresh = position is None or (int(position.get("global", 0)) == 0 and not position.get("taken"))
+        self._end_checked = False
         with self._lock:  # the new pipeline replaces a running one only once it has started
             old, self._h, self._ended = self._h, h, False
         if old is not None:
@@ -286,6 +290,20 @@ class DataPipeline:
         return self
 
     def __next__(self) -> Batch:
+        """The next batch; at the end of the pass ``StopIteration``, after the checks of
+        :func:`recgo._pass_end.check_pass_end` (once): a pass from the start of the data that handed out
+        no batch raises InvalidInputError naming why, and one that skipped more than half its rows under
+        ``skip_bad`` warns."""
+        try:
+            return self._next_batch()
+        except StopIteration:
+            if not self._end_checked:
+                self._end_checked = True
+                check_pass_end(self._info(), source=self.source, fresh=self._fresh, rank=self.rank,
+                               world_size=self.world_size, batch_size=self.batch_size, drop_last=self.drop_last)
+            raise
+
+    def _next_batch(self) -> Batch:
         info = self._info_buf
         with self._lock:
             info[0] = 0
@@ -342,11 +360,12 @@ class DataPipeline:
 
     def stats(self) -> dict[str, float]:
         """Seconds spent in each stage (summed over goroutines), seconds ``next()`` waited, and the
-        batches, samples and skipped malformed rows so far."""
+        batches, samples and skipped malformed rows so far, and ``first_skip``, the first skipped row's
+        error (``""`` when none was skipped)."""
         s = self._info()["stats"]
         return {"read_s": s["read_ns"] / 1e9, "transform_s": s["transform_ns"] / 1e9,
                 "format_s": s["format_ns"] / 1e9, "wait_s": s["wait_ns"] / 1e9, "batches": s["batches"],
-                "samples": s["samples"], "skipped": s["skipped"]}
+                "samples": s["samples"], "skipped": s["skipped"], "first_skip": s.get("first_skip", "")}
 
     def state_dict(self) -> dict[str, Any]:
         """``{"position": ...}``: what a checkpoint needs to resume the batch stream."""

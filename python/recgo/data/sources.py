@@ -2,7 +2,9 @@
 
 A source object is only a description (sent to Go as JSON when a pipeline starts); the reading,
 parsing, sharding by rank and resuming happen in Go. Every source takes ``skip_bad`` (drop malformed
-rows and count them instead of raising) and is sharded by the pipeline's ``rank``/``world_size``.
+rows and count them instead of raising; a file all of whose rows are malformed still raises, naming it
+and its first bad row, and a pass that skipped more than half its rows warns) and is sharded by the
+pipeline's ``rank``/``world_size``.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if report is None:  # the ranks > 0 of a torchrun world
         return 0
     if why:  # the report says which backend --backend all left out, and why
-        report["notes"] = [f"{why}, so --backend all ran recgo and torch"]
+        report["notes"] = [f"{why}, so --backend all ran recgo and torch", *report.get("notes", ())]
     if args.ablation:
         from .ablation import run_ablation
 

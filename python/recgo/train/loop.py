@@ -23,7 +23,7 @@ from torch import nn
 from ..errors import InvalidInputError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
-from .metrics import auc, log_loss
+from .metrics import auc, log_loss, one_class_note
 from .models import ACTIVATIONS, BST, BST_HEADS, DCNv2, DLRM, bst_inputs
 
 MODELS = ("dlrm", "dcnv2", "bst")
@@ -246,6 +246,7 @@ class Trainer:
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
         self._diverged = False  # the non-finite loss was reported (once per trainer)
+        self._one_class_warned = False  # a one-class validation split was reported (once per trainer)
 
     def _tables(self) -> list[dict[str, Any]] | None:
         """The recgo collection's dedup groups, so the pipeline deduplicates for it (recgo backend)."""
@@ -321,7 +322,14 @@ class Trainer:
         if self.world is not None:  # every rank's scores: the metrics of the whole held-out split
             parts = self.world.gather((lg, lb))
             lg, lb = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
-        return {"step": self.step, "auc": auc(lg, lb), "log_loss": log_loss(lg, lb)}
+        out: dict[str, Any] = {"step": self.step, "auc": auc(lg, lb), "log_loss": log_loss(lg, lb)}
+        note = one_class_note(lb)
+        if note:  # AUC is undefined, not a number to compare: say why, once
+            out["auc_note"] = note
+            if not self._one_class_warned:
+                self._one_class_warned = True
+                warnings.warn(f"{note}; its AUC is reported as n/a", stacklevel=2)
+        return out
 
     def _my_slice(self, b: Batch) -> tuple[Batch, int]:
         """This rank's equal share of a validation batch and how many of its samples count."""

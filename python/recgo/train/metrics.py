@@ -40,6 +40,19 @@ def auc(scores: torch.Tensor, labels: torch.Tensor) -> float:
     return (rank_sum - pos * (pos + 1) / 2) / (pos * neg)
 
 
+def one_class_note(labels: torch.Tensor) -> str:
+    """Why the AUC of a validation set with these 0/1 ``labels`` is undefined ("" when both classes are
+    there): what a report shows instead of a NaN."""
+    n = labels.numel()
+    pos = int((labels == 1).sum())
+    if 0 < pos < n:
+        return ""
+    if n == 0:
+        return "the validation split is empty"
+    return (f"the validation split's {n} samples are all labelled {1 if pos else 0} (AUC needs both classes): "
+            "give more data, or a larger validation fraction")
+
+
 def log_loss(logits: torch.Tensor, labels: torch.Tensor) -> float:
     """Mean binary cross-entropy of ``logits`` (pre-sigmoid) against 0/1 ``labels``, in float64."""
     x = logits.detach().reshape(-1).to(torch.float64)

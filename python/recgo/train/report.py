@@ -34,7 +34,7 @@ def summarize(cfg: TrainConfig, runs: dict[str, History], extra: dict[str, Any] 
         per[name] = {
             "samples_per_second": h.samples_per_second(),
             "step_ms": {s: 1e3 * h.stage_seconds[s] / steps for s in STAGES},
-            "final_auc": last.get("auc"), "final_log_loss": last.get("log_loss"),
+            "final_auc": _finite(last.get("auc")), "final_log_loss": last.get("log_loss"),
             "evals": h.evals, "train_loss": h.train_loss,
         }
     summary: dict[str, Any] = {}
@@ -49,7 +49,9 @@ def summarize(cfg: TrainConfig, runs: dict[str, History], extra: dict[str, Any] 
         summary[f"auc_{name}"] = p["final_auc"]
     if extra:
         summary.update(extra)
-    return {"config": asdict(cfg), "summary": summary, "backends": per,
+    notes = sorted({f"val AUC of {name} is n/a: {h.evals[-1]['auc_note']}" for name, h in runs.items()
+                    if h.evals and h.evals[-1].get("auc_note")})
+    return {"config": asdict(cfg), "summary": summary, "backends": per, **({"notes": notes} if notes else {}),
             "machine": {"platform": platform.platform(), "cpus": torch.get_num_threads(),
                         "torch": torch.__version__}}
 
