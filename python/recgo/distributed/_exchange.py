@@ -270,6 +270,18 @@ def _drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: tor
         _lib.call(feed, step.value, ptr(recv), recv.numel())
 
 
+def gather_objects(groups: Groups, what: str, value: Any) -> list[Any]:
+    """Every rank's ``value`` (``all_gather_object`` over the world group, a collective); a peer that
+    does not join within the groups' timeout raises :class:`PeerFailureError` naming ``what``."""
+    got: list[Any] = [None] * groups.world_size
+    try:
+        dist.all_gather_object(got, value, group=groups.world)
+    except Exception as exc:
+        raise PeerFailureError(f"rank {groups.rank}: {what}: a peer did not join within the "
+                               f"{groups.timeout.total_seconds():g} s timeout: {exc}") from exc
+    return got
+
+
 def agree(groups: Groups, what: str, desc: dict[str, Any]) -> None:
     """Check that every rank of the world describes ``what`` the same way (a collective: every rank calls
     it at the same point). The ranks exchange ``desc`` (plain values) with ``all_gather_object``; if any
@@ -277,12 +289,7 @@ def agree(groups: Groups, what: str, desc: dict[str, Any]) -> None:
     that differ. Without this, ranks that disagree on a table's size, dimension or order size their
     all-to-all buffers differently, and gloo aborts the process (``EnforceNotMet``) or, worse, the
     IDs route to the wrong owner without an error."""
-    descs: list[Any] = [None] * groups.world_size
-    try:
-        dist.all_gather_object(descs, desc, group=groups.world)
-    except Exception as exc:
-        raise PeerFailureError(f"rank {groups.rank}: building the {what}: a peer did not join within the "
-                               f"{groups.timeout.total_seconds():g} s timeout: {exc}") from exc
+    descs = gather_objects(groups, f"building the {what}", desc)
     ref = descs[0]
     for r, other in enumerate(descs):
         if other != ref:
@@ -299,12 +306,7 @@ def peer_failure(groups: Groups, what: str, exc: BaseException | None) -> tuple[
     or None. So that no rank commits what a peer refused; a peer that never comes raises
     :class:`PeerFailureError`."""
     mine = None if exc is None else (type(exc).__name__, str(exc) or type(exc).__name__)
-    got: list[Any] = [None] * groups.world_size
-    try:
-        dist.all_gather_object(got, mine, group=groups.world)
-    except Exception as err:
-        raise PeerFailureError(f"rank {groups.rank}: {what}: a peer did not join within the "
-                               f"{groups.timeout.total_seconds():g} s timeout: {err}") from err
+    got = gather_objects(groups, what, mine)
     return next(((r, *o) for r, o in enumerate(got) if o is not None and r != groups.rank), None)
 
 
