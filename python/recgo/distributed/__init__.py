@@ -15,13 +15,14 @@ from typing import Any
 from ._collection import ShardedEmbeddingBagCollection
 from ._sharding import MODES, RETURNS, SHARDING_TYPES
 from ._exchange import Groups, PeerFailureError, make_groups
+from ._failed import PartialStepError
 from ._gather import gather_state_dict
 from ._model import shard_model
 from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
 from ._traffic import COUNTERS
 
-__all__ = ["COUNTERS", "DCPLoadPlanner", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PeerFailureError", "ShardedEmbeddingBagCollection",
+__all__ = ["COUNTERS", "DCPLoadPlanner", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PartialStepError", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "ShardedEmbeddingCollection",
            "eq3_reduction", "gather_state_dict", "hash_owners", "make_groups", "shard_model", "simulate_traffic"]
 

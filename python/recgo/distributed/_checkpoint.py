@@ -140,6 +140,7 @@ def _stage(coll: Any, d: Path, strict: bool,
     staged: dict[int, Staged] = {}
     steps: dict[int, torch.Tensor] = {}
     parts: dict[int, list[dict[str, torch.Tensor]]] = {}  # a dynamic table's parts, one per file
+    counted: dict[str, dict[str, int]] = {}  # table -> file -> its optimizer step
     own = None
     with torch.no_grad():
         for i, f in enumerate(files):
@@ -159,12 +160,14 @@ def _stage(coll: Any, d: Path, strict: bool,
                                            "strict=False) loads the tables it has and leaves this one as it is")
                     continue
                 _check_table(cfg, e, f.name)
+                counted.setdefault(cfg.name, {})[f.name] = int(e["step"])
                 if cfg.dynamic is not None:  # imported once every file is read (below)
                     check_dynamic_part(cfg, e, f.name, RecgoIOError)
                     parts.setdefault(t, []).append(e)
                     steps[t] = e["step"]
                     continue
                 put_rows(coll, t, e, staged.setdefault(t, Staged.of(shard)), f.name, RecgoIOError)
+    _check_steps(d, counted)
     for t, s in staged.items():
         check_covered(coll, t, s.covered, str(d), RecgoIOError)
     imports = {coll._configs[t].name: _dynamic.prepare(coll, coll._configs[t].name, ps, own, str(d))
@@ -173,6 +176,17 @@ def _stage(coll: Any, d: Path, strict: bool,
         before[name] = _dynamic.export(coll, name)
         load()
     return staged, steps
+
+
+def _check_steps(d: Path, counted: dict[str, dict[str, int]]) -> None:
+    """Refuse a set whose files hold a table at different optimizer steps. Every rank's shard of a
+    table counts the same steps (an owner with no rows in a step steps too), so such a set was saved
+    after a step some ranks applied and others did not (``_failed``): its rows mix two steps."""
+    for name, by_file in counted.items():
+        if len(set(by_file.values())) > 1:
+            raise RecgoIOError(f"{d}: table {name!r} is at different optimizer steps in the shard files ({by_file}): "
+                               "the checkpoint was saved after a step that some ranks applied and others did not, "
+                               "so its rows mix two steps; load an earlier checkpoint")
 
 
 def _check_table(cfg: Any, e: dict[str, torch.Tensor], where: str) -> None:

@@ -28,6 +28,7 @@ from ..tensors import check_tensor, ptr, refuse_weight_grads
 from . import _dynamic, _traffic
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
+from . import _failed
 from ._exchange import COLLECTIVES, WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
 from ._refuse import refused_together
 from ._state import own_keys, rank_keys, reloaded_keys
@@ -169,6 +170,8 @@ class ShardedEmbeddingBagCollection(nn.Module):
                 self._initialise(cfg, weight, gen)
         if _init:
             self._agree_replicas()
+        self._partial_step: str | None = None  # a backward drive raised here: see _failed
+        self.register_state_dict_pre_hook(_failed.refuse_state_dict)
         self.register_state_dict_post_hook(rank_keys)
         self.register_load_state_dict_pre_hook(own_keys)
         self.register_load_state_dict_post_hook(reloaded_keys)
@@ -438,6 +441,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         sharding, mode, tables) raises :class:`InvalidInputError`. A TorchRec variable batch with
         ``inverse_indices`` is pooled padded to its largest feature batch and expanded, as by the
         unsharded collection (``modules._vbe``)."""
+        _failed.refuse(self, "forward")
         with refused_together(self):  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features)
             index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
@@ -520,7 +524,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         handle = step.handle
         fused = self._optimizer is not None
         self._begin_backward(step, grad, fused, unused)
-        drive(handle, self._groups, step.traffic, self._wire)
+        _failed.drive_backward(self, handle, step.traffic)
         self._record(step)
         if fused:
             return [torch.zeros((), dtype=torch.float32)] + [None] * len(self._configs)
@@ -568,7 +572,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
         """Write this rank's shards (IDs, weights, optimizer state, step) to
         ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
         every rank has written its file, rank 0 removes the shard files another world size left in the
-        folder, so that the folder holds one set and :meth:`load` takes it."""
+        folder, so that the folder holds one set and :meth:`load` takes it. After a backward exchange
+        that raised on this rank it raises :class:`PartialStepError` (``_failed``) until a :meth:`load`."""
+        _failed.refuse(self, f"save({str(directory)!r})")  # before the save's first collective
         with COLLECTIVES:  # not between the ops of a step another thread of this rank drives
             return save_shards(self, directory)
 
@@ -580,6 +586,7 @@ class ShardedEmbeddingBagCollection(nn.Module):
         and leaves the others (a table the checkpoint lacks keeps its values)."""
         with COLLECTIVES:
             load_shards(self, directory, strict)
+        _failed.clear(self)  # every shard as the checkpoint has it
 
     def extra_repr(self) -> str:
         g = self._groups

@@ -23,6 +23,7 @@ from ._collection import ShardedEmbeddingBagCollection
 from ._step import _Step
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from ._exchange import drive
+from . import _failed
 
 
 class _SeqStep(_Step):
@@ -118,6 +119,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
         torchrec_in = _is_torchrec_kjt(features)
+        _failed.refuse(self, "forward")
         with refused_together(self, sequence=True):  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
             kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)

@@ -1,0 +1,120 @@
+"""A backward exchange that fails on one rank after its last op (world 2, gloo): the peer that finished
+the exchange applied the step, this rank did not. A rank's update is all or nothing (the engine's
+last stage, after every op), but the ranks are not atomic with each other, so the world's shards
+hold two steps. Before session 35 every rank could then ``save()`` that state (ranks at steps 2 and
+1), and ``load()`` took the set without a word. Now the rank whose backward raised refuses to step,
+save or give its ``state_dict`` (``PartialStepError``) until ``load()``, and ``load()`` refuses a set
+whose files hold a table at different steps (docs/sharding.md, failures)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import recgo
+from recgo.distributed import PartialStepError, PeerFailureError, ShardedEmbeddingBagCollection
+from recgo.modules import optim
+from recgo.modules.embedding import load_checkpoint, save_checkpoint
+from sharded_batches import configs, global_batch, local_batch
+from spawned import one_rank, spawn
+
+TIMEOUT = 3.0
+SHARDING = {"th": "hash", "tt": "table_wise", "tr": "row_wise", "td": "hash", "tp": "hash"}
+BACKWARD_OPS = 2  # a flat backward without data-parallel tables: the header op, then the gradients
+
+
+def _steps(m: ShardedEmbeddingBagCollection) -> list[int]:
+    return [int(s.optimizer_step) for s in m.embedding_bags.values()]
+
+
+def _outcome(fn: Callable[[], Any]) -> str:
+    """"ok" or the name of what ``fn`` raised."""
+    try:
+        fn()
+    except (PartialStepError, PeerFailureError, recgo.RecgoError) as exc:
+        return type(exc).__name__
+    return "ok"
+
+
+def _step(m: ShardedEmbeddingBagCollection, rank: int, world: int, n: int, interrupt: bool = False) -> str:
+    """Train step ``n``; with ``interrupt`` the last rank is interrupted (KeyboardInterrupt) right after its
+    backward exchange's last op, before its update: its peer has every gradient and applies the step."""
+    out = m(local_batch(global_batch(n, world), rank)).values()
+    real, ops = dist.all_to_all_single, [0]
+
+    def last_op_then_interrupt(*args: Any, **kwargs: Any) -> Any:
+        ops[0] += 1
+        got = real(*args, **kwargs)
+        if ops[0] == BACKWARD_OPS:
+            raise KeyboardInterrupt
+        return got
+
+    if interrupt and rank == world - 1:
+        dist.all_to_all_single = last_op_then_interrupt
+    try:
+        out.sum().backward()
+    except KeyboardInterrupt:
+        return "KeyboardInterrupt"
+    except PeerFailureError:
+        return "PeerFailureError"
+    finally:
+        dist.all_to_all_single = real
+    return "ok"
+
+
+def _interrupted_backward(rank: int, world: int, good: str, torn: str) -> dict[str, Any]:
+    m = ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.SGD(lr=0.1), seed=1, timeout=TIMEOUT)
+    _step(m, rank, world, 0)
+    m.save(good)
+    got: dict[str, Any] = {"step": _step(m, rank, world, 1, interrupt=True), "steps": _steps(m)}
+    if rank == world - 1:  # refusals on this rank alone: no collective
+        got["refused"] = [_outcome(lambda: m(local_batch(global_batch(2, world), rank))), _outcome(m.state_dict)]
+    m.load(good)  # every rank: the last checkpoint clears the mark
+    got["reloaded"] = _steps(m)
+    got["after_load"] = _step(m, rank, world, 2)
+    got["interrupted_again"] = _step(m, rank, world, 3, interrupt=True)
+    got["save"] = _outcome(lambda: m.save(torn))
+    return got
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
+    """The ranks' outcomes, and the folder holding the good checkpoint ("good") and the refused save's ("torn")."""
+    tmp = tmp_path_factory.mktemp("partial-step")
+    return spawn(_interrupted_backward, 2, tmp, str(tmp / "good"), str(tmp / "torn"), wait=90), tmp
+
+
+def test_a_backward_applied_by_one_rank_alone_cannot_be_saved(world: tuple[list[dict], Path]) -> None:
+    (r0, r1), tmp = world
+    for r, res in enumerate((r0, r1)):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+    # rank 0 finished the exchange and applied step 2; rank 1 was interrupted before its update
+    assert (r0["step"], r1["step"]) == ("ok", "KeyboardInterrupt")
+    assert r0["steps"] == [2] * 5 and r1["steps"] == [1] * 5
+    assert r1["refused"] == ["PartialStepError", "PartialStepError"]
+    assert r0["reloaded"] == r1["reloaded"] == [1] * 5
+    assert r0["after_load"] == r1["after_load"] == "ok"  # load() cleared the mark
+    assert (r0["interrupted_again"], r1["interrupted_again"]) == ("ok", "KeyboardInterrupt")
+    # the marked rank refuses before the save's first collective; its peer gets PeerFailureError there
+    assert (r0["save"], r1["save"]) == ("PeerFailureError", "PartialStepError")
+    assert len(list((tmp / "torn").glob("shard-*.pt"))) < 2  # never a complete set mixing steps 3 and 2
+
+
+def test_load_refuses_a_set_whose_files_hold_a_table_at_different_steps(world: tuple[list[dict], Path],
+                                                                        tmp_path: Path) -> None:
+    """A set saved before session 35 after such a step: rank 1's file a step behind, one save id."""
+    torn = tmp_path / "torn"
+    shutil.copytree(world[1] / "good", torn)
+    doc = load_checkpoint(torn / "shard-1-of-2.pt")
+    save_checkpoint({k: (v - 1 if k.endswith(".step") else v) for k, v in doc.items()}, torn / "shard-1-of-2.pt")
+    with one_rank(tmp_path):
+        m = ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.SGD(lr=0.1), seed=1, timeout=TIMEOUT)
+        before = [s.weight.detach().clone() for s in m.embedding_bags.values()]
+        with pytest.raises(recgo.RecgoIOError, match="different optimizer steps"):
+            m.load(torn)
+        assert all(torch.equal(b, s.weight) for b, s in zip(before, m.embedding_bags.values()))
