@@ -47,7 +47,8 @@ def test_every_source_expands_a_pattern_sorted_files_only(tmp_path: Path) -> Non
 def test_a_pattern_matching_no_file_names_it(tmp_path: Path) -> None:
     parts(tmp_path)
     for pattern in (tmp_path / "nothing-*.txt", tmp_path / "part-dir*"):  # no match; folders only
-        with pytest.raises(recgo.RecgoIOError, match=re.escape(f"CriteoSource: the pattern {str(pattern)!r} matches no file")):
+        message = f"CriteoSource: the pattern {str(pattern)!r} matches no file"
+        with pytest.raises(recgo.RecgoIOError, match=re.escape(message)):
             CriteoSource(str(pattern))
 
 

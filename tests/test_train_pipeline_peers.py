@@ -60,7 +60,8 @@ def test_a_rank_whose_pass_has_no_rows_makes_its_peer_raise_naming_it(tmp_path: 
     (tmp_path / "half_bad.txt").write_text((GOOD + TEST) * 10, encoding="utf-8")  # odd rows: rank 1's
     r0, r1 = spawn(_one_rank_fails, 2, tmp_path, str(tmp_path), wait=120)
     assert "error" not in r0 and "error" not in r1, (r0, r1)
-    for name, why in (("one_row", "rank 1 of a world of 2 gets no rows"), ("all_bad", "all 10 rows read were malformed")):
+    whys = {"one_row": "rank 1 of a world of 2 gets no rows", "all_bad": "all 10 rows read were malformed"}
+    for name, why in whys.items():
         assert r1[name][0].startswith("InvalidInputError: ") and why in r1[name][0], r1[name]
     for name in ("one_row", "all_bad"):
         message, seconds = r0[name]
