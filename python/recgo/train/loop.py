@@ -258,6 +258,9 @@ class Trainer:
         self.history = History(backend)
         self.step = 0
         self._val = source.validation()
+        if not self._val:  # evaluate() would have nothing to score, after the whole run
+            raise InvalidInputError(f"{type(source).__name__}: the validation split is empty; the run evaluates on "
+                                    "held-out samples: hold some out (more data, a larger validation share)")
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
         self._diverged = False  # the non-finite loss was reported (once per trainer)
