@@ -167,3 +167,28 @@ def test_a_one_class_validation_split_reports_no_auc(tmp_path: Path) -> None:
 
     report = json.loads((out / "report.json").read_text())
     assert report["backends"]["recgo"]["final_auc"] is None and "auc_recgo" not in md
+
+
+def test_an_empty_validation_split_is_a_named_error_before_training(tmp_path: Path) -> None:
+    """No validation samples: before, ``SyntheticCriteo(validation_samples=0)`` trained the whole run,
+    then its first evaluation failed on ``torch.cat(): expected a non-empty list of Tensors``, and a
+    ``CriteoFile`` fraction of NaN failed on ``int(nan)``. Now the sources refuse them, and a trainer
+    given a source with no validation batches raises before its first step, naming the split."""
+    from recgo.train.data import CriteoFile, SyntheticCriteo
+
+    with pytest.raises(InvalidInputError, match="validation_samples must be a positive integer"):
+        Trainer(_cfg(), SyntheticCriteo(batch_size=32, max_rows=200, samples=128, validation_samples=0), "recgo").run()
+    data = tmp_path / "tiny.txt"
+    data.write_text("1" + "\t1" * 13 + "\tab" * 26 + "\n" + "0" + "\t2" * 13 + "\tcd" * 26 + "\n")
+    for bad in (float("nan"), 1.0, -0.1, "0.1"):
+        with pytest.raises(InvalidInputError, match=r"validation_fraction must be a number in \[0, 1\)"):
+            CriteoFile(data, batch_size=1, validation_fraction=bad)
+    kept = CriteoFile(data, batch_size=1, validation_fraction=0.0)  # tiny data, no share: one line still held out
+    assert [b.size for b in kept.validation()] == [1]
+
+    class NoValidation(SyntheticCriteo):
+        def validation(self) -> list:
+            return []
+
+    with pytest.raises(InvalidInputError, match="NoValidation: the validation split is empty"):
+        Trainer(_cfg(), NoValidation(batch_size=32, max_rows=200, samples=128), "recgo")

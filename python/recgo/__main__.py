@@ -61,7 +61,7 @@ def _writable_file(path: str) -> Path:
 def _add_profile(sub: Any) -> None:
     pp = sub.add_parser("profile", help="profile table accesses of a data sample")
     src = pp.add_mutually_exclusive_group(required=True)
-    src.add_argument("--criteo", help="Criteo DAC TSV file (C1..C26 become tables)")
+    src.add_argument("--criteo", help="Criteo DAC TSV file, or a glob pattern of several (C1..C26 become tables)")
     src.add_argument("--synthetic", choices=["rm1", "rm2", "rm3"], help="a RecShard-shaped synthetic model")
     pp.add_argument("--out", required=True, help="the profile JSON file to write (python -m recgo plan --profile)")
     pp.add_argument("--rows", type=int, default=None, help="hash buckets per Criteo table (default 100000)")

@@ -1,9 +1,11 @@
 """Opening the user's data files as bytes, plain or gzip (recognised by its magic bytes, as recgo's Go
-readers do): shared by the training job's inputs and the planner's Criteo profiling; and reading a
-whole small file (a config, a profile) only when it is a regular file."""
+readers do): shared by the training job's inputs and the planner's Criteo profiling; reading a
+whole small file (a config, a profile) only when it is a regular file; and expanding the glob
+patterns in data paths (:func:`expand_paths`, for every source and the training job's ``--data``)."""
 
 from __future__ import annotations
 
+import glob
 import gzip
 import os
 import stat
@@ -11,6 +13,9 @@ from pathlib import Path
 from typing import IO
 
 from .errors import RecgoIOError
+
+#: The characters that make a data path a glob pattern (when no file has that name).
+GLOB_CHARS = frozenset("*?[")
 
 #: The most bytes :func:`read_regular` reads (configs and profiles are far smaller).
 READ_LIMIT = 1 << 30
@@ -48,3 +53,25 @@ def is_gzip(path: Path) -> bool:
 def open_binary(path: Path) -> IO[bytes]:
     """The file's bytes, decompressed when it is gzip."""
     return gzip.open(path, "rb") if is_gzip(path) else path.open("rb")
+
+
+def expand_paths(paths: list[str], what: str = "data") -> list[str]:
+    """``paths`` with each glob pattern replaced by the files it matches, sorted (so that every rank
+    lists them in the same order, which a saved position's file number relies on). A path is a pattern
+    when it holds ``*``, ``?`` or ``[`` and names no existing file (a file of that very name is read as
+    it is); ``**`` matches any number of folders; folders are not matched. Other paths pass unchanged
+    (the reader names a missing one).
+
+    Raises:
+        RecgoIOError: a pattern that matches no file, naming it and ``what``.
+    """
+    out: list[str] = []
+    for p in paths:
+        if GLOB_CHARS.isdisjoint(p) or os.path.exists(p):
+            out.append(p)
+            continue
+        found = sorted(f for f in glob.glob(p, recursive=True) if os.path.isfile(f))
+        if not found:
+            raise RecgoIOError(f"{what}: the pattern {p!r} matches no file")
+        out.extend(found)
+    return out

@@ -101,7 +101,9 @@ class TrainPipeline:
     leaves at most one short batch's difference. The agreement runs on the world of the model's
     sharded collection when it has one (within that collection's ``timeout``, so a rank that failed
     to read makes the others raise :class:`recgo.distributed.PeerFailureError` in time), also when
-    each rank reads a source of its own.
+    each rank reads a source of its own. A rank whose next batch raises (a malformed row; a pass
+    with no rows) flags that in the agreement before raising, so its peers raise
+    ``PeerFailureError`` naming it at once.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, source: Source,
@@ -123,6 +125,7 @@ class TrainPipeline:
         self.unused_batches = 0  # batches this rank held when another rank ran out (see the class doc)
         self._merged = shared_collections(model)
         self._world = _step_group(self.data, model)
+        self._told = False  # whether the peers were told that this rank's next batch raised
         if optimizer is None:
             _warn_untrained(model)
 
@@ -150,8 +153,14 @@ class TrainPipeline:
             (batch, before), self._pending = self._pending, None
         else:
             before = self.data.state_dict() if own else {}
-            item = next(self.data if own else iterator, _END)  # a sentinel: an iterator may yield None
-            batch = None if item is _END else _as_batch(item)
+            try:
+                item = next(self.data if own else iterator, _END)  # a sentinel: an iterator may yield None
+                batch = None if item is _END else _as_batch(item)
+            except Exception as exc:  # tell the peers, waiting in this step's agreement, before raising
+                if self._world is not None and not self._told:  # once: a later call meets no peer
+                    self._told = True
+                    _tell_failure(exc, self._world)
+                raise
         if self._world is not None and not self._agree(batch, before if own else None):
             if batch is not None:
                 self._count_unused(batch, own)
@@ -321,16 +330,54 @@ def _step_group(data: DataPipeline, model: torch.nn.Module) -> Any:
     return dist.group.WORLD if data.world_size > 1 else None
 
 
-def _all_have(mine: bool, group: Any) -> bool:
-    """Whether every rank of ``group`` has a batch for the next step (one ``all_reduce`` MIN)."""
+_FAILED, _NONE, _HAVE = -1, 0, 1
+"""A rank's state in the step agreement: its next batch raised, it has none left, it has one."""
+
+
+def _agreement(state: int, group: Any) -> list[int]:
+    """Every rank's state (in ``group``'s rank order) for the next step: one ``all_reduce`` MIN of a vector
+    holding ``state`` in this rank's slot and :data:`_HAVE` (neutral) in the others'.
+
+    Raises:
+        PeerFailureError: the all-reduce failed (a peer died, or did not come within the timeout)."""
     import torch.distributed as dist
 
-    flag = torch.tensor([int(mine)], dtype=torch.int64)
+    flags = torch.full((dist.get_world_size(group),), _HAVE, dtype=torch.int64)
+    flags[dist.get_rank(group)] = state
     try:
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=group)
+        dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=group)
     except Exception as exc:  # a peer died or timed out: the same named error as the exchanges
         from .distributed import PeerFailureError
 
         raise PeerFailureError(f"rank {dist.get_rank()}: agreeing on the next step failed (a peer died, "
                                f"raised or exceeded the timeout): {exc}") from exc
-    return bool(flag.item())
+    return [int(f) for f in flags.tolist()]
+
+
+def _all_have(mine: bool, group: Any) -> bool:
+    """Whether every rank of ``group`` has a batch for the next step (:func:`_agreement`).
+
+    Raises:
+        PeerFailureError: a peer's next batch raised (a pass with no rows, a malformed row: its own
+            error names it), naming the peer; or the agreement failed."""
+    import torch.distributed as dist
+
+    flags = _agreement(_HAVE if mine else _NONE, group)
+    failed = [r for r, f in zip(dist.get_process_group_ranks(group), flags) if f == _FAILED]
+    if failed:
+        from .distributed import PeerFailureError
+
+        raise PeerFailureError(f"rank {dist.get_rank()}: rank {', '.join(map(str, failed))} failed to read its next "
+                               "batch (its own error names why: a pass with no rows, a malformed row), so this "
+                               "rank stops too")
+    return min(flags) == _HAVE
+
+
+def _tell_failure(exc: BaseException, group: Any) -> None:
+    """Take part in the step agreement as a rank whose next batch raised ``exc``, so that the peers
+    raise :class:`PeerFailureError` now instead of at their timeout (or when this process exits); a
+    failing agreement (the peers gone too) is ignored: the caller raises ``exc``."""
+    try:
+        _agreement(_FAILED, group)
+    except Exception:  # noqa: BLE001 - this rank's own error is the one to raise
+        pass

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from .. import _lib
 from .._lib import I64
 from .._json import strict_json
+from .._textfiles import expand_paths
 from ..errors import InvalidInputError
 
 PathLike = str | os.PathLike[str]
@@ -27,13 +28,14 @@ def spec_json(spec: dict[str, Any], what: str) -> bytes:
     return strict_json(spec, what).encode()
 
 
-def _paths(paths: PathLike | Sequence[PathLike]) -> list[str]:
+def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[str]:
+    """``paths`` as a list of strings, glob patterns expanded (:func:`recgo._textfiles.expand_paths`)."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
     out = [os.fspath(p) for p in paths]
     if not out:
         raise InvalidInputError("a source needs at least one file")
-    return out
+    return expand_paths(out, what)
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ class CriteoSource(Source):
     def __init__(self, paths: PathLike | Sequence[PathLike], *, labels: bool = True, log_dense: bool = True,
                  skip_bad: bool = False) -> None:
         super().__init__(skip_bad)
-        self.paths = _paths(paths)
+        self.paths = _paths(paths, "CriteoSource")
         self.labels = bool(labels)
         self.log_dense = bool(log_dense)
 
@@ -184,7 +186,7 @@ class CSVSource(Source):
         super().__init__(skip_bad)
         if len(delimiter.encode()) != 1:
             raise InvalidInputError(f"the delimiter must be one byte, got {delimiter!r}")
-        self.paths = _paths(paths)
+        self.paths = _paths(paths, "CSVSource")
         self.columns = _columns(columns)
         for c in self.columns:
             if c.role == "sequence" and delimiter in c.sep:
@@ -207,7 +209,7 @@ class ParquetSource(Source):
     def __init__(self, paths: PathLike | Sequence[PathLike], columns: Sequence[Column | tuple | dict], *,
                  skip_bad: bool = False) -> None:
         super().__init__(skip_bad)
-        self.paths = _paths(paths)
+        self.paths = _paths(paths, "ParquetSource")
         self.columns = _columns(columns)
 
     def _options(self) -> dict[str, Any]:

@@ -11,9 +11,9 @@ import gzip
 import os
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
-from .._textfiles import open_binary
+from .._textfiles import expand_paths, open_binary
 from ..errors import InvalidInputError, RecgoIOError
 from ..tensors import integer
 from ..sparse import KeyedJaggedTensor
@@ -29,23 +29,32 @@ def criteo_tables(rows: int = 100_000, dim: int = 64) -> list[TableSpec]:
 
 def criteo_batches(path: str | os.PathLike[str], rows: int = 100_000, batch_size: int = 1024,
                    has_label: bool | None = None) -> Iterator[KeyedJaggedTensor]:
-    """Yield KJTs (keys C1..C26) of hashed categorical IDs read from a Criteo TSV file (plain or gzip).
+    """Yield KJTs (keys C1..C26) of hashed categorical IDs read from a Criteo TSV file (plain or gzip),
+    or from each file a glob pattern matches, in sorted order (:func:`recgo._textfiles.expand_paths`;
+    a file's last batch may be short).
 
-    ``has_label`` defaults to detection from the first line (40 fields: train with label, 39: test);
-    every line must then have that many fields.
+    ``has_label`` defaults to detection from each file's first line (40 fields: train with label, 39:
+    test); every line must then have that many fields.
 
     Raises:
         InvalidInputError: a line with another number of fields, or bytes that are not ASCII (named
             by file and line), or a batch size below 1.
-        RecgoIOError: the file cannot be read, or is a damaged gzip stream.
+        RecgoIOError: the file cannot be read, or is a damaged gzip stream; a pattern matching no file.
     """
-    from ..feature import Feature, FeatureEngine, encode_strings
+    from ..feature import Feature, FeatureEngine
 
     batch_size = integer("batch_size", batch_size)
     if batch_size < 1:
         raise InvalidInputError(f"criteo: batch_size must be ≥ 1, got {batch_size}")
     engine = FeatureEngine([Feature(c, dtype="bytes").hash().mod(rows) for c in COLUMNS])
-    p = Path(path)
+    for p in expand_paths([os.fspath(path)], "criteo"):
+        yield from _file_batches(Path(p), engine, batch_size, has_label)
+
+
+def _file_batches(p: Path, engine: Any, batch_size: int, has_label: bool | None) -> Iterator[KeyedJaggedTensor]:
+    """:func:`criteo_batches` of one file, through ``engine``."""
+    from ..feature import encode_strings
+
     try:
         fh = open_binary(p)
     except OSError as exc:

@@ -256,6 +256,9 @@ class SyntheticCriteo(_PipelineSource):
 
         if batch_size <= 0 or max_rows <= 0 or samples < batch_size:
             raise InvalidInputError("SyntheticCriteo: batch_size and max_rows must be positive, samples ≥ batch_size")
+        if isinstance(validation_samples, bool) or not isinstance(validation_samples, int) or validation_samples < 1:
+            raise InvalidInputError(f"SyntheticCriteo: validation_samples must be a positive integer (the run "
+                                    f"evaluates on them), got {validation_samples!r}")
         template = default_criteo_like(samples + validation_samples, seed=seed)
         for f in template.fields:
             f.rows = min(f.rows, max_rows)
@@ -315,6 +318,10 @@ class CriteoFile(_PipelineSource):
         from ..feature import Feature
 
         self.path = Path(path)
+        if isinstance(validation_fraction, bool) or not isinstance(validation_fraction, (int, float)) \
+                or not 0 <= validation_fraction < 1:
+            raise InvalidInputError(f"CriteoFile: validation_fraction must be a number in [0, 1) (at least one line "
+                                    f"is held out), got {validation_fraction!r}")
         self._train, self._valpath, n_train = _split_file(self.path, validation_fraction, progress=progress)
         if n_train < batch_size:
             raise InvalidInputError(f"{self.path}: {n_train} training lines, fewer than one batch of {batch_size}")

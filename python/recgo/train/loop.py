@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .._textfiles import expand_paths
 from ..errors import InvalidInputError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
@@ -110,8 +111,8 @@ class TrainConfig:
         if self.checkpoint is not None and (not str(self.checkpoint) or str(self.checkpoint).endswith(("/", os.sep))):
             raise InvalidInputError(f"checkpoint {self.checkpoint!r} names a folder: give a file path (each backend "
                                     "writes <checkpoint>.<backend>)")
-        if self.data is not None and not Path(self.data).is_file():
-            raise InvalidInputError(f"data: {self.data} is not a file")
+        if self.data is not None:
+            self.data = _one_file(os.fspath(self.data))
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
             raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
         from .distributed import EXCHANGES, SHARDINGS
@@ -129,6 +130,20 @@ class TrainConfig:
         if isinstance(self.dist_timeout, bool) or not isinstance(self.dist_timeout, (int, float)) \
                 or not 0 < self.dist_timeout < float("inf"):
             raise InvalidInputError(f"dist_timeout must be positive, finite seconds, got {self.dist_timeout!r}")
+
+
+def _one_file(data: str) -> str:
+    """``data`` (the training job's one file), a glob pattern replaced by the one file it matches
+    (:func:`recgo._textfiles.expand_paths`): the job splits a single file into training and validation
+    lines, so a pattern matching several raises."""
+    found = expand_paths([data], "data")
+    if len(found) > 1:
+        raise InvalidInputError(f"data: the pattern {data!r} matches {len(found)} files ({found[0]}, {found[1]}"
+                                f"{', ...' if len(found) > 2 else ''}): recgo train reads one file (join them "
+                                "into one, or give one)")
+    if not Path(found[0]).is_file():
+        raise InvalidInputError(f"data: {found[0]} is not a file")
+    return found[0]
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
@@ -243,6 +258,9 @@ class Trainer:
         self.history = History(backend)
         self.step = 0
         self._val = source.validation()
+        if not self._val:  # evaluate() would have nothing to score, after the whole run
+            raise InvalidInputError(f"{type(source).__name__}: the validation split is empty; the run evaluates on "
+                                    "held-out samples: hold some out (more data, a larger validation share)")
         self._stream: Any = None
         self._stream_state: dict[str, Any] | None = None
         self._diverged = False  # the non-finite loss was reported (once per trainer)

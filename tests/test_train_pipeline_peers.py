@@ -1,0 +1,69 @@
+"""A TrainPipeline rank whose next batch raises tells its peers: before session 35 a rank whose pass
+raised "no rows" (recgo/_pass_end.py) left its peers waiting in the step agreement until it exited
+or the group's timeout passed (30 minutes for a default gloo group), then raising a gloo "Connection
+closed" that named no rank. Now they raise PeerFailureError naming it at once."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+import recgo
+from recgo.data import CriteoSource
+from recgo.feature import Feature
+from spawned import spawn
+
+GOOD = "1" + "\t3" * 13 + "\tab" * 26 + "\n"  # a training line (40 fields)
+TEST = "3\t" * 13 + "\t".join(["ab"] * 26) + "\n"  # a test file's line (39 fields): malformed with labels
+LINGER = 8.0  # seconds the failing rank stays before it exits (its peer must not wait for that)
+
+
+class _Dense(nn.Module):
+    """A model of the dense columns alone (no sharded collection: the default group agrees)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(13, 1)
+
+    def forward(self, sparse: recgo.KeyedJaggedTensor, dense: torch.Tensor) -> torch.Tensor:
+        return self.lin(dense).squeeze(1)
+
+
+def _one_rank_fails(rank: int, world: int, folder: str) -> dict[str, Any]:
+    """Two cases in turn, each an error on rank 1 at its first step: a one-row file (rank 1 gets no
+    rows), and a file whose rank-1 share is all malformed under skip_bad."""
+    out: dict[str, Any] = {}
+    cases = {"one_row": CriteoSource(Path(folder) / "one.txt"),
+             "all_bad": CriteoSource(Path(folder) / "half_bad.txt", skip_bad=True)}
+    for name, source in cases.items():
+        model = _Dense()
+        tp = recgo.TrainPipeline(model, torch.optim.SGD(model.parameters(), lr=0.1), source, [Feature("C1").mod(10)],
+                                 4, depth=1)
+        t0 = time.monotonic()
+        try:
+            tp.run(progress=False)
+            out[name] = ("no error", time.monotonic() - t0)
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            out[name] = (f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
+        tp.close()
+    if rank == 1:
+        time.sleep(LINGER)
+    return out
+
+
+def test_a_rank_whose_pass_has_no_rows_makes_its_peer_raise_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "one.txt").write_text(GOOD, encoding="utf-8")
+    (tmp_path / "half_bad.txt").write_text((GOOD + TEST) * 10, encoding="utf-8")  # odd rows: rank 1's
+    r0, r1 = spawn(_one_rank_fails, 2, tmp_path, str(tmp_path), wait=120)
+    assert "error" not in r0 and "error" not in r1, (r0, r1)
+    whys = {"one_row": "rank 1 of a world of 2 gets no rows", "all_bad": "all 10 rows read were malformed"}
+    for name, why in whys.items():
+        assert r1[name][0].startswith("InvalidInputError: ") and why in r1[name][0], r1[name]
+    for name in ("one_row", "all_bad"):
+        message, seconds = r0[name]
+        assert message.startswith("PeerFailureError: rank 0: rank 1 failed to read its next batch"), message
+        assert seconds < LINGER / 2, (name, seconds)
