@@ -22,7 +22,7 @@ from ..errors import RecgoIOError
 from ..modules.embedding import load_checkpoint, save_checkpoint
 from . import _dynamic
 from ._exchange import PeerFailureError, peer_failure
-from ._reshard import Staged, check_covered, check_dynamic_part, put_rows
+from ._reshard import Staged, check_covered, check_dynamic_part, check_steps, put_rows
 
 
 def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
@@ -179,14 +179,9 @@ def _stage(coll: Any, d: Path, strict: bool,
 
 
 def _check_steps(d: Path, counted: dict[str, dict[str, int]]) -> None:
-    """Refuse a set whose files hold a table at different optimizer steps. Every rank's shard of a
-    table counts the same steps (an owner with no rows in a step steps too), so such a set was saved
-    after a step some ranks applied and others did not (``_failed``): its rows mix two steps."""
+    """Refuse a set whose files hold a table at different optimizer steps (:func:`check_steps`)."""
     for name, by_file in counted.items():
-        if len(set(by_file.values())) > 1:
-            raise RecgoIOError(f"{d}: table {name!r} is at different optimizer steps in the shard files ({by_file}): "
-                               "the checkpoint was saved after a step that some ranks applied and others did not, "
-                               "so its rows mix two steps; load an earlier checkpoint")
+        check_steps(str(d), name, by_file, "the shard files", RecgoIOError)
 
 
 def _check_table(cfg: Any, e: dict[str, torch.Tensor], where: str) -> None:

@@ -263,11 +263,32 @@ def _drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: tor
             dist.all_to_all_single(wrecv, wsend, rs, ss, group=groups.get(code))
             if narrow:
                 recv.copy_(wrecv)
-        except Exception as exc:  # gloo raises RuntimeError / DistBackendError subclasses
-            raise PeerFailureError(
-                f"rank {groups.rank}: the all-to-all on the {name} group failed (a peer died, raised or "
-                f"exceeded the {groups.timeout.total_seconds():g} s timeout): {exc}") from exc
+        except Exception as exc:
+            failure = exchange_failure(groups, name, exc)
+            if failure is None:
+                raise  # this rank's own error, as it is
+            raise failure from exc
         _lib.call(feed, step.value, ptr(recv), recv.numel())
+
+
+def exchange_failure(groups: Groups, name: str, exc: Exception) -> PeerFailureError | None:
+    """The :class:`PeerFailureError` for ``exc``, raised by an all-to-all on group ``name``, when
+    torch.distributed or gloo raised it (a ``DistError``, or gloo's ``RuntimeError`` naming its
+    source): a closed connection (a peer died, or raised and left the exchange), a timeout (a peer
+    stuck, slow or gone), or another gloo failure, as its message says. None for any other exception
+    (a mistake on this rank, or an exception raised into it): the caller re-raises it as it is, since
+    nothing says a peer failed."""
+    msg = str(exc)
+    if not isinstance(exc, dist.DistError) and not (isinstance(exc, RuntimeError) and "gloo" in msg):
+        return None
+    if "Connection closed by peer" in msg or "Connection reset by peer" in msg:
+        what = "a peer closed the connection (it died, or raised and left the exchange)"
+    elif "Timed out" in msg or "timed out" in msg:
+        what = (f"no peer answer within the {groups.timeout.total_seconds():g} s timeout (a peer is stuck, slower "
+                "than the timeout, or gone)")
+    else:
+        what = "gloo failed"
+    return PeerFailureError(f"rank {groups.rank}: the all-to-all on the {name} group failed: {what}: {msg}")
 
 
 def gather_objects(groups: Groups, what: str, value: Any) -> list[Any]:

@@ -12,7 +12,10 @@ without an error (world 3: ranks 0 and 1 at step 2, rank 2 at step 1;
 
 So a rank whose backward drive raised marks its collection (:func:`mark`; the good path costs one
 attribute test per step and no collective): its forward, backward, ``save`` and ``state_dict`` then
-raise :class:`PartialStepError` until a successful ``load`` (the last checkpoint) clears the mark. A
+raise :class:`PartialStepError` until a successful ``load`` (the last checkpoint), or a
+``load_state_dict`` that gives every table its rows, optimizer state and step (``_state``), clears the
+mark; a ``torch.distributed.checkpoint`` load goes into a new collection (DCP asks the marked one for
+its ``state_dict`` first, and an exception for DCP's load would let its save through as well). A
 peer that finished the step is not marked (its shards hold the whole step), but a save needs every
 rank, so no torn set is written: the marked rank refuses before the save's first collective, and the
 others raise :class:`PeerFailureError` there.
@@ -51,7 +54,7 @@ def mark(coll: Any, exc: BaseException) -> None:
 
 
 def clear(coll: Any) -> None:
-    """Forget the mark (a load restored every shard)."""
+    """Forget the mark (a load, or a load_state_dict of every table, restored every shard)."""
     coll._partial_step = None
 
 
@@ -63,8 +66,8 @@ def refuse(coll: Any, what: str) -> None:
             f"rank {coll._groups.rank}: {what}: this collection's backward exchange failed ({failed}), so that "
             "step is applied on the ranks that finished the exchange and not on this one: the shards across "
             "the ranks may hold different steps, and a checkpoint of them would mix the two. Load the last "
-            "checkpoint (load() clears this; after a lost peer, restart the world and load it), or build a "
-            "new collection")
+            "checkpoint (load(), or load_state_dict() of a whole state, clears this; after a lost peer, restart "
+            "the world and load it), or build a new collection (for a torch.distributed.checkpoint load)")
 
 
 def refuse_state_dict(module: Any, prefix: str, keep_vars: bool) -> None:

@@ -130,3 +130,14 @@ def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim:
         raise err(f"{where}: table {cfg.name!r}: the saved rows are {tuple(getattr(w, 'shape', ()))}, not of the "
                   f"table's width {cfg.embedding_dim}")
+
+
+def check_steps(where: str, table: str, steps: Mapping[str, int], parts: str, err: type[Exception]) -> None:
+    """Raise ``err`` when ``steps`` (each saved part of table ``table`` → its optimizer step; the
+    parts are ``parts``, say "the shard files") differ. Every rank's shard of a table counts the same
+    steps (an owner with no rows in a step steps too), so such a set was saved after a step some
+    ranks applied and others did not (``_failed``): its rows mix two steps."""
+    if len(set(steps.values())) > 1:
+        raise err(f"{where}: table {table!r} is at different optimizer steps in {parts} ({dict(steps)}): the "
+                  "checkpoint was saved after a step that some ranks applied and others did not, so its rows mix "
+                  "two steps; load an earlier checkpoint")

@@ -16,7 +16,8 @@ import torch
 from ..errors import InvalidInputError
 from ..modules._storage import allow_weights_only
 from .._rank_tags import RANK_TAG, SHARD_IDS, rank_tag
-from ._reshard import redistribute
+from . import _failed
+from ._reshard import check_steps, redistribute
 
 
 def tables_attr(module: Any) -> str:
@@ -94,11 +95,16 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
     are re-distributed by ID (:func:`._reshard.redistribute`), as ``load()`` re-distributes its files;
     :func:`reloaded_keys` then drops the table's entries from the missing keys; optimizer state this
     collection has no place for is reported unexpected, as torch reports it. An incomplete set of
-    another world's or sharding's shards, or a plain ``weight`` of another shape than the whole
-    table's, raises ``InvalidInputError``, since rows would be lost or misplaced."""
+    another world's or sharding's shards, a set whose ranks' entries of a table are at different
+    optimizer steps (a torn save, :func:`_check_set_steps`), or a plain ``weight`` of another shape
+    than the whole table's, raises ``InvalidInputError``, since rows would be lost, misplaced or mixed
+    from two steps."""
     p, tag = _tables_prefix(module, prefix), _rank_tag(module)
     g = module._groups
     module._reloaded = [k for k in getattr(module, "_reloaded", []) if not k.startswith(p)]
+    module._loading = (p, _errors, len(_errors))  # for reloaded_keys: did every table load?
+    for cfg in module._configs:  # before any table changes: a refused set leaves them all as they were
+        _check_set_steps(module, cfg, state_dict, _tagged(state_dict, f"{p}{cfg.name}."))
     for t, cfg in enumerate(module._configs):
         head = f"{p}{cfg.name}."
         tagged = _tagged(state_dict, head)
@@ -138,6 +144,17 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
             loaded.discard("optimizer_state")
         redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
         module._reloaded += [f"{head}{e}" for e in loaded]
+
+
+def _check_set_steps(module: Any, cfg: Any, state_dict: dict, tagged: dict[str, dict[str, str]]) -> None:
+    """Refuse several ranks' entries of table ``cfg`` at different ``optimizer_step`` values (a fixed
+    or a dynamic-ID table's: ``dynamic_meta``'s step counts forward passes, which a rank whose backward
+    failed also ran), as ``load()`` refuses such shard files: the set was saved after a step some ranks
+    applied and others did not (``_failed``)."""
+    steps = {tag: int(v.reshape(-1)[0]) for tag, entries in tagged.items()
+             if isinstance(v := state_dict.get(entries.get("optimizer_step", "")), torch.Tensor) and v.numel()}
+    check_steps(f"rank {module._groups.rank}: loading the state dict", cfg.name, steps, "the ranks' entries",
+                InvalidInputError)
 
 
 def _own_rows(module: Any, cfg: Any, state_dict: dict, entries: dict[str, str]) -> bool:
@@ -181,10 +198,16 @@ def reloaded_keys(module: Any, incompatible: Any) -> None:
     """load_state_dict post-hook: the entries :func:`own_keys` re-distributed were loaded from other
     names, so they are not missing (an entry no part had, say a TorchRec table's optimizer state,
     is missing, unless the collection's optimizer entries are all missing and none of its weights: a
-    weights-only state dict, TorchRec's, loads as into the unsharded collection)."""
+    weights-only state dict, TorchRec's, loads as into the unsharded collection). A load that gave
+    every table its rows, optimizer state and step, without an error, clears a failed backward's mark
+    (``_failed``), as ``load()`` does; a partial one (a table, or its optimizer entries, missing) leaves it."""
     done = set(getattr(module, "_reloaded", []))
     if done:
         incompatible.missing_keys[:] = [k for k in incompatible.missing_keys if k not in done]
         module._reloaded = []
+    loading, module._loading = getattr(module, "_loading", None), None  # (prefix, error list, its length)
+    if loading is not None and len(loading[1]) == loading[2] and \
+            not any(k.startswith(loading[0]) for k in incompatible.missing_keys):
+        _failed.clear(module)  # every table's rows, optimizer state and step came from the state dict
     if module.fused_optimizer is not None:
         allow_weights_only(tables_attr(module), module.embedding_bags, incompatible)
