@@ -22,9 +22,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        description="Train DLRM, DCNv2 (Criteo-format or synthetic data) or BST (Taobao sequences) "
                                    "on one or more embedding backends and write a side-by-side report.")
     p.add_argument("--model", choices=MODELS, default=None, help="model (default dlrm)")
-    p.add_argument("--data", default=None, help="Criteo TSV (dlrm, dcnv2) or Taobao UserBehavior CSV (bst); default: "
-                                                "synthetic data with a planted model (Criteo-shaped; Taobao-shaped "
-                                                "for bst)")
+    p.add_argument("--data", default=None, nargs="+", metavar="FILE",
+                   help="Criteo TSV (dlrm, dcnv2; several files or a glob: trained on in natural order, the last "
+                        "file's tail held out) or Taobao UserBehavior CSV (bst); default: synthetic data with a "
+                        "planted model (Criteo-shaped; Taobao-shaped for bst)")
     p.add_argument("--steps", type=int, default=None, help="training steps (default 300)")
     p.add_argument("--epochs", type=float, default=None, help="passes over a data file (instead of --steps)")
     p.add_argument("--batch-size", type=int, default=None, help="samples per step (per rank with --nproc; default 1024)")
@@ -95,6 +96,8 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     for name in ("model", "data", "steps", "batch_size", "checkpoint", "checkpoint_every", "eval_every", "seed",
                  "nproc", "sharding", "shuffle"):
         v = getattr(args, name)
+        if name == "data" and v is not None and len(v) == 1:  # one file (or pattern): a path, as before
+            v = v[0]
         if v is not None:
             fields[name] = v
     if "nproc" not in fields:

@@ -323,13 +323,20 @@ class CriteoFile(_PipelineSource):
             raise InvalidInputError(f"CriteoFile: validation_fraction must be a number in [0, 1) (at least one line "
                                     f"is held out), got {validation_fraction!r}")
         self._train, self._valpath, n_train = _split_file(self.path, validation_fraction, progress=progress)
-        if n_train < batch_size:
-            raise InvalidInputError(f"{self.path}: {n_train} training lines, fewer than one batch of {batch_size}")
+        if n_train + self._before < batch_size:
+            raise InvalidInputError(f"{self._data_name()}: {n_train + self._before} training lines, fewer than one "
+                                    f"batch of {batch_size}")
         self._n_train = n_train
         self.dense_in, self.keys = 13, SPARSE_KEYS
         self.table_rows = {k: rows for k in self.keys}
         self.feature_table = {k: k for k in self.keys}
         super().__init__(batch_size, [Feature(k).hash().mod(rows) for k in self.keys])
+
+    _before = 0  # training rows of the files before this one (recgo.train.criteo_files.CriteoFiles)
+
+    def _data_name(self) -> str:
+        """The data as error messages name it."""
+        return str(self.path)
 
     def _train_source(self) -> Any:
         from ..data import CriteoSource

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .._textfiles import expand_paths
 from ..errors import InvalidInputError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
+from .criteo_files import CriteoFiles
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
 from .metrics import auc, log_loss, one_class_note
 from .models import ACTIVATIONS, BST, BST_HEADS, DCNv2, DLRM, bst_inputs
@@ -40,7 +40,9 @@ class TrainConfig:
     """Everything a run needs; the CLI fills it from flags and a YAML file."""
 
     model: str = "dlrm"
-    data: str | None = None  # a Criteo TSV or Taobao CSV; None: synthetic (Criteo-shaped; Taobao-shaped for bst)
+    # a Criteo TSV or Taobao CSV, or several Criteo files (a list, in natural order after validate; see
+    # recgo.train.criteo_files); None: synthetic (Criteo-shaped; Taobao-shaped for bst)
+    data: str | list[str] | None = None
     steps: int = 300
     batch_size: int = 1024
     dim: int = 16
@@ -106,13 +108,15 @@ class TrainConfig:
             raise InvalidInputError(f"activation {self.activation!r}: choose one of {tuple(ACTIVATIONS)}")
         for name in ("data", "checkpoint"):
             v = getattr(self, name)
-            if v is not None and not isinstance(v, (str, Path)):
-                raise InvalidInputError(f"{name} must be a path, got {v!r}")
+            many = name == "data" and isinstance(v, (list, tuple)) and v and all(isinstance(x, (str, Path)) for x in v)
+            if v is not None and not isinstance(v, (str, Path)) and not many:
+                raise InvalidInputError(f"{name} must be a path{' or a list of paths' if name == 'data' else ''}, "
+                                        f"got {v!r}")
         if self.checkpoint is not None and (not str(self.checkpoint) or str(self.checkpoint).endswith(("/", os.sep))):
             raise InvalidInputError(f"checkpoint {self.checkpoint!r} names a folder: give a file path (each backend "
                                     "writes <checkpoint>.<backend>)")
         if self.data is not None:
-            self.data = _one_file(os.fspath(self.data))
+            self.data = _data(self.data, self.model)
         if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
             raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
         from .distributed import EXCHANGES, SHARDINGS
@@ -132,18 +136,21 @@ class TrainConfig:
             raise InvalidInputError(f"dist_timeout must be positive, finite seconds, got {self.dist_timeout!r}")
 
 
-def _one_file(data: str) -> str:
-    """``data`` (the training job's one file), a glob pattern replaced by the one file it matches
-    (:func:`recgo._textfiles.expand_paths`): the job splits a single file into training and validation
-    lines, so a pattern matching several raises."""
-    found = expand_paths([data], "data")
-    if len(found) > 1:
-        raise InvalidInputError(f"data: the pattern {data!r} matches {len(found)} files ({found[0]}, {found[1]}"
-                                f"{', ...' if len(found) > 2 else ''}): recgo train reads one file (join them "
-                                "into one, or give one)")
-    if not Path(found[0]).is_file():
-        raise InvalidInputError(f"data: {found[0]} is not a file")
-    return found[0]
+def _data(data: str | Path | list[Any] | tuple[Any, ...], model: str) -> str | list[str]:
+    """The training job's data: one file as its path (a glob pattern replaced by the file it matches),
+    several (patterns, or a list) as their paths in natural order (:func:`recgo.train.criteo_files.data_files`,
+    which names a missing or repeated file). Several Criteo files train as one stream, the last one's
+    tail held out; the sequence model reads one UserBehavior CSV, so several raise."""
+    from .criteo_files import data_files
+
+    given = [os.fspath(d) for d in data] if isinstance(data, (list, tuple)) else [os.fspath(data)]
+    found = data_files(given)
+    if len(found) == 1:
+        return found[0]
+    if model == "bst":
+        raise InvalidInputError(f"data: {len(found)} files ({found[0]}, {found[1]}{', ...' if len(found) > 2 else ''}"
+                                "): --model bst reads one UserBehavior CSV (join them into one, or give one)")
+    return found
 
 
 def lr_factor(cfg: TrainConfig, step: int) -> float:
@@ -156,10 +163,13 @@ def lr_factor(cfg: TrainConfig, step: int) -> float:
     return 1.0
 
 
-def _file_stamp(path: str | None) -> list[Any] | None:
-    """The data file as a checkpoint identifies it: resolved path, size and modification time."""
+def _file_stamp(path: str | list[str] | None) -> list[Any] | None:
+    """The data file as a checkpoint identifies it: resolved path, size and modification time (several
+    files: the list of theirs)."""
     if path is None:
         return None
+    if isinstance(path, list):
+        return [_file_stamp(p) for p in path]
     p = Path(path).resolve()
     st = p.stat()
     return [str(p), st.st_size, st.st_mtime_ns]
@@ -183,7 +193,9 @@ def make_source(cfg: TrainConfig, progress: bool = False) -> Source:
     elif cfg.data is None:
         source = SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed)
     else:
-        source = CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows, progress=progress)
+        source = CriteoFile(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows, progress=progress) \
+            if isinstance(cfg.data, (str, Path)) else \
+            CriteoFiles(cfg.data, batch_size=cfg.batch_size, rows=cfg.max_rows, progress=progress)
     return source.shuffled(cfg.shuffle, cfg.seed)
 
 
@@ -473,8 +485,10 @@ def read_checkpoint(cfg: TrainConfig, backend: str, world: Any, path: str | os.P
     stamp = state.get("data_file")
     if stamp is not None:  # the same file, by any path, unchanged since (checkpoints since session 28)
         if _file_stamp(cfg.data) != stamp:
+            was = (f"{stamp[0]} (size {stamp[1]}, modified {stamp[2]} ns)" if isinstance(stamp[0], str) else
+                   f"{len(stamp)} files ({', '.join(s[0] for s in stamp[:3])}{', ...' if len(stamp) > 3 else ''})")
             raise InvalidInputError(
-                f"{path}: the checkpoint trained on {stamp[0]} (size {stamp[1]}, modified {stamp[2]} ns); "
+                f"{path}: the checkpoint trained on {was}; "
                 f"data {cfg.data} is another file or changed since, so its reader position and "
                 "validation split would not be the checkpoint's")
         theirs["data"] = mine["data"]

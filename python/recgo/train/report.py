@@ -105,6 +105,13 @@ def _finite(x: Any) -> Any:
     return x
 
 
+def _data_name(data: str | list[str] | None) -> str | None:
+    """The data as the report's title names it: the file, or the first and last of several."""
+    if isinstance(data, list):
+        return f"{data[0]} .. {data[-1]} ({len(data)} files)"
+    return data
+
+
 def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     """Write report.json, report.md and the plots (when matplotlib is installed) into ``out``."""
     out = Path(out)
@@ -116,7 +123,7 @@ def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     batch = (f"batch {cfg['batch_size']} per rank on {nproc} gloo ranks (global batch {nproc * cfg['batch_size']}, "
              "samples/s over all ranks)" if nproc > 1 else f"batch {cfg['batch_size']}")
     synthetic = "synthetic Taobao-shaped data" if cfg["model"] == "bst" else "synthetic Criteo-shaped data"
-    lines = [f"# recgo train: {cfg['model']} on {cfg['data'] or synthetic}", "",
+    lines = [f"# recgo train: {cfg['model']} on {_data_name(cfg['data']) or synthetic}", "",
              f"{cfg['steps']} steps of {batch}, embedding dim {cfg['dim']}, sparse optimizer "
              f"{cfg['sparse_optimizer']} (lr {cfg['sparse_lr']}), dense Adam (lr {cfg['dense_lr']}), seed {cfg['seed']}; "
              "every backend starts from the same weights and sees the same batches.", "",
