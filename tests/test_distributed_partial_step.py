@@ -1,5 +1,5 @@
-"""A backward exchange that fails on one rank after its last op (world 2, gloo): the peer that finished
-the exchange applied the step, this rank did not. A rank's update is all or nothing (the engine's
+"""A backward exchange that fails on one rank after its last op (gloo; flat, world 2, and hierarchical,
+world 4 as 2 nodes × 2 ranks): the peers that finished the exchange applied the step, this rank did not. A rank's update is all or nothing (the engine's
 last stage, after every op), but the ranks are not atomic with each other, so the world's shards
 hold two steps. Before session 35 every rank could then ``save()`` that state (ranks at steps 2 and
 1), and ``load()`` took the set without a word. Now the rank whose backward raised refuses to step,
@@ -21,11 +21,16 @@ from recgo.distributed import PartialStepError, PeerFailureError, ShardedEmbeddi
 from recgo.modules import optim
 from recgo.modules.embedding import load_checkpoint, save_checkpoint
 from sharded_batches import configs, global_batch, local_batch
-from spawned import one_rank, spawn
+from spawned import ok, one_rank, spawn
 
-TIMEOUT = 3.0
+TIMEOUT = 10.0  # a peer that refuses closes the connection as it exits; a loaded machine needs the slack
 SHARDING = {"th": "hash", "tt": "table_wise", "tr": "row_wise", "td": "hash", "tp": "hash"}
-BACKWARD_OPS = 2  # a flat backward without data-parallel tables: the header op, then the gradients
+# A backward's ops without data-parallel tables: flat, the header then the gradients (world group);
+# hierarchical, the node group's header and gradients, then the rail group's (every rank's last op is
+# on its rail, so a rank applies only once its node and its rail both finished: probed, session 35).
+BACKWARD_OPS = {"flat": 2, "hierarchical": 4}
+MODES: dict[str, dict[str, Any]] = {"flat": {"mode": "flat"},
+                                    "hierarchical": {"mode": "hierarchical", "nodes": 2, "ranks_per_node": 2}}
 
 
 def _steps(m: ShardedEmbeddingBagCollection) -> list[int]:
@@ -41,16 +46,25 @@ def _outcome(fn: Callable[[], Any]) -> str:
     return "ok"
 
 
+def _weights(m: ShardedEmbeddingBagCollection) -> list[torch.Tensor]:
+    return [s.weight.detach().clone() for s in m.embedding_bags.values()]
+
+
+def _make(mode: str) -> ShardedEmbeddingBagCollection:
+    return ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.SGD(lr=0.1), seed=1, timeout=TIMEOUT,
+                                         **MODES[mode])
+
+
 def _step(m: ShardedEmbeddingBagCollection, rank: int, world: int, n: int, interrupt: bool = False) -> str:
     """Train step ``n``; with ``interrupt`` the last rank is interrupted (KeyboardInterrupt) right after its
-    backward exchange's last op, before its update: its peer has every gradient and applies the step."""
+    backward exchange's last op, before its update: its peers have every gradient and apply the step."""
     out = m(local_batch(global_batch(n, world), rank)).values()
     real, ops = dist.all_to_all_single, [0]
 
     def last_op_then_interrupt(*args: Any, **kwargs: Any) -> Any:
         ops[0] += 1
         got = real(*args, **kwargs)
-        if ops[0] == BACKWARD_OPS:
+        if ops[0] == BACKWARD_OPS[m._mode]:  # noqa: SLF001
             raise KeyboardInterrupt
         return got
 
@@ -67,8 +81,8 @@ def _step(m: ShardedEmbeddingBagCollection, rank: int, world: int, n: int, inter
     return "ok"
 
 
-def _interrupted_backward(rank: int, world: int, good: str, torn: str) -> dict[str, Any]:
-    m = ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.SGD(lr=0.1), seed=1, timeout=TIMEOUT)
+def _interrupted_backward(rank: int, world: int, good: str, torn: str, mode: str) -> dict[str, Any]:
+    m = _make(mode)
     _step(m, rank, world, 0)
     m.save(good)
     got: dict[str, Any] = {"step": _step(m, rank, world, 1, interrupt=True), "steps": _steps(m)}
@@ -77,16 +91,30 @@ def _interrupted_backward(rank: int, world: int, good: str, torn: str) -> dict[s
     m.load(good)  # every rank: the last checkpoint clears the mark
     got["reloaded"] = _steps(m)
     got["after_load"] = _step(m, rank, world, 2)
+    ref = _make(mode)  # the uninterrupted run: steps 0 and 2
+    _step(ref, rank, world, 0)
+    _step(ref, rank, world, 2)
+    got["resumed_equal"] = all(torch.equal(a, b) for a, b in zip(_weights(m), _weights(ref)))
     got["interrupted_again"] = _step(m, rank, world, 3, interrupt=True)
     got["save"] = _outcome(lambda: m.save(torn))
     return got
 
 
+def _spawn(tmp: Path, mode: str, world: int) -> tuple[list[dict], Path]:
+    """The ranks' outcomes, and the folder holding the good checkpoint ("good") and the refused save's ("torn")."""
+    return spawn(_interrupted_backward, world, tmp, str(tmp / "good"), str(tmp / "torn"), mode, wait=90), tmp
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
-    """The ranks' outcomes, and the folder holding the good checkpoint ("good") and the refused save's ("torn")."""
-    tmp = tmp_path_factory.mktemp("partial-step")
-    return spawn(_interrupted_backward, 2, tmp, str(tmp / "good"), str(tmp / "torn"), wait=90), tmp
+    """Flat, world 2."""
+    return _spawn(tmp_path_factory.mktemp("partial-step"), "flat", 2)
+
+
+@pytest.fixture(scope="module")
+def hierarchical(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict], Path]:
+    """Hierarchical, world 4 as 2 nodes × 2 ranks (rank 3, interrupted, is node 1's second rank)."""
+    return _spawn(tmp_path_factory.mktemp("partial-step-hier"), "hierarchical", 4)
 
 
 def test_a_backward_applied_by_one_rank_alone_cannot_be_saved(world: tuple[list[dict], Path]) -> None:
@@ -99,10 +127,29 @@ def test_a_backward_applied_by_one_rank_alone_cannot_be_saved(world: tuple[list[
     assert r1["refused"] == ["PartialStepError", "PartialStepError"]
     assert r0["reloaded"] == r1["reloaded"] == [1] * 5
     assert r0["after_load"] == r1["after_load"] == "ok"  # load() cleared the mark
+    assert r0["resumed_equal"] and r1["resumed_equal"]
     assert (r0["interrupted_again"], r1["interrupted_again"]) == ("ok", "KeyboardInterrupt")
     # the marked rank refuses before the save's first collective; its peer gets PeerFailureError there
     assert (r0["save"], r1["save"]) == ("PeerFailureError", "PartialStepError")
     assert len(list((tmp / "torn").glob("shard-*.pt"))) < 2  # never a complete set mixing steps 3 and 2
+
+
+def test_a_hierarchical_backward_applied_by_three_ranks_cannot_be_saved(
+        hierarchical: tuple[list[dict], Path]) -> None:
+    """Rank 3 interrupted after its last op (on its rail, with rank 1): ranks 0 to 2 finished their node
+    and rail ops and applied the step, every table of theirs at step 2; rank 3 holds step 1, is marked,
+    and refuses; no complete set of 4 files is written; load() clears the mark and training resumes
+    equal to an uninterrupted run."""
+    ranks, tmp = hierarchical
+    ok(ranks)
+    *done, r3 = ranks
+    assert [r["step"] for r in ranks] == ["ok"] * 3 + ["KeyboardInterrupt"]
+    assert all(r["steps"] == [2] * 5 for r in done) and r3["steps"] == [1] * 5
+    assert r3["refused"] == ["PartialStepError", "PartialStepError"]
+    assert all(r["reloaded"] == [1] * 5 and r["after_load"] == "ok" and r["resumed_equal"] for r in ranks)
+    assert [r["interrupted_again"] for r in ranks] == ["ok"] * 3 + ["KeyboardInterrupt"]
+    assert [r["save"] for r in ranks] == ["PeerFailureError"] * 3 + ["PartialStepError"]
+    assert len(list((tmp / "torn").glob("shard-*.pt"))) < 4
 
 
 def test_load_refuses_a_set_whose_files_hold_a_table_at_different_steps(world: tuple[list[dict], Path],
@@ -113,8 +160,8 @@ def test_load_refuses_a_set_whose_files_hold_a_table_at_different_steps(world: t
     doc = load_checkpoint(torn / "shard-1-of-2.pt")
     save_checkpoint({k: (v - 1 if k.endswith(".step") else v) for k, v in doc.items()}, torn / "shard-1-of-2.pt")
     with one_rank(tmp_path):
-        m = ShardedEmbeddingBagCollection(configs(), SHARDING, optimizer=optim.SGD(lr=0.1), seed=1, timeout=TIMEOUT)
-        before = [s.weight.detach().clone() for s in m.embedding_bags.values()]
+        m = _make("flat")
+        before = _weights(m)
         with pytest.raises(recgo.RecgoIOError, match="different optimizer steps"):
             m.load(torn)
         assert all(torch.equal(b, s.weight) for b, s in zip(before, m.embedding_bags.values()))

@@ -9,13 +9,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 
 import recgo
 from recgo.data import CriteoSource
 from recgo.feature import Feature
-from spawned import spawn
+from spawned import one_rank, spawn
 
 GOOD = "1" + "\t3" * 13 + "\tab" * 26 + "\n"  # a training line (40 fields)
 TEST = "3\t" * 13 + "\t".join(["ab"] * 26) + "\n"  # a test file's line (39 fields): malformed with labels
@@ -67,3 +69,30 @@ def test_a_rank_whose_pass_has_no_rows_makes_its_peer_raise_naming_it(tmp_path: 
         message, seconds = r0[name]
         assert message.startswith("PeerFailureError: rank 0: rank 1 failed to read its next batch"), message
         assert seconds < LINGER / 2, (name, seconds)
+
+
+@pytest.mark.parametrize("raised, want", [
+    (RuntimeError("[gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:4302"),
+     "agreeing on the next step failed: a peer closed the connection"),
+    (dist.DistBackendError("[gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 3000ms for recv"),
+     "agreeing on the next step failed: no peer answer within the group's timeout"),
+    (ValueError("this rank's own mistake"), None)])
+def test_the_step_agreement_says_what_failed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                             raised: Exception, want: str | None) -> None:
+    """The agreement's all-reduce failing: a gloo error is classified as the exchanges classify theirs
+    (before session 35 every exception read "a peer died, raised or exceeded the timeout"); any other
+    exception is this rank's own and propagates as it is (it was wrapped as a PeerFailureError)."""
+    from recgo import _train_pipeline
+    from recgo.distributed import PeerFailureError
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise raised
+
+    with one_rank(tmp_path):
+        monkeypatch.setattr(dist, "all_reduce", fail)
+        with pytest.raises(type(raised) if want is None else PeerFailureError) as got:
+            _train_pipeline._all_have(True, dist.group.WORLD)
+    if want is None:
+        assert got.value is raised
+    else:
+        assert want in str(got.value) and "rank 0: " in str(got.value), got.value

@@ -339,18 +339,23 @@ def _agreement(state: int, group: Any) -> list[int]:
     holding ``state`` in this rank's slot and :data:`_HAVE` (neutral) in the others'.
 
     Raises:
-        PeerFailureError: the all-reduce failed (a peer died, or did not come within the timeout)."""
+        PeerFailureError: torch.distributed or gloo failed the all-reduce (a peer died or left it, or did
+            not come within the group's timeout), as the exchanges classify it (``gloo_failure``); any
+            other exception (this rank's own) propagates as it is."""
     import torch.distributed as dist
 
     flags = torch.full((dist.get_world_size(group),), _HAVE, dtype=torch.int64)
     flags[dist.get_rank(group)] = state
     try:
         dist.all_reduce(flags, op=dist.ReduceOp.MIN, group=group)
-    except Exception as exc:  # a peer died or timed out: the same named error as the exchanges
+    except Exception as exc:
         from .distributed import PeerFailureError
+        from .distributed._exchange import gloo_failure
 
-        raise PeerFailureError(f"rank {dist.get_rank()}: agreeing on the next step failed (a peer died, "
-                               f"raised or exceeded the timeout): {exc}") from exc
+        what = gloo_failure(exc, "the group's timeout")
+        if what is None:
+            raise  # nothing says a peer failed: this rank's own error, as it is
+        raise PeerFailureError(f"rank {dist.get_rank()}: agreeing on the next step failed: {what}: {exc}") from exc
     return [int(f) for f in flags.tolist()]
 
 

@@ -273,22 +273,28 @@ def _drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: tor
 
 def exchange_failure(groups: Groups, name: str, exc: Exception) -> PeerFailureError | None:
     """The :class:`PeerFailureError` for ``exc``, raised by an all-to-all on group ``name``, when
-    torch.distributed or gloo raised it (a ``DistError``, or gloo's ``RuntimeError`` naming its
-    source): a closed connection (a peer died, or raised and left the exchange), a timeout (a peer
-    stuck, slow or gone), or another gloo failure, as its message says. None for any other exception
-    (a mistake on this rank, or an exception raised into it): the caller re-raises it as it is, since
+    torch.distributed or gloo raised it (:func:`gloo_failure`); None for any other exception (a
+    mistake on this rank, or an exception raised into it): the caller re-raises it as it is, since
     nothing says a peer failed."""
+    what = gloo_failure(exc, f"the {groups.timeout.total_seconds():g} s timeout")
+    if what is None:
+        return None
+    return PeerFailureError(f"rank {groups.rank}: the all-to-all on the {name} group failed: {what}: {exc}")
+
+
+def gloo_failure(exc: BaseException, timeout: str) -> str | None:
+    """What a collective's ``exc`` says of the peers when torch.distributed or gloo raised it (a
+    ``DistError``, or gloo's ``RuntimeError`` naming its source): a closed connection (a peer died, or
+    raised and left the collective), no answer within ``timeout`` (words, e.g. "the 3 s timeout": a
+    peer stuck, slow or gone), or another gloo failure. None for any other exception."""
     msg = str(exc)
     if not isinstance(exc, dist.DistError) and not (isinstance(exc, RuntimeError) and "gloo" in msg):
         return None
     if "Connection closed by peer" in msg or "Connection reset by peer" in msg:
-        what = "a peer closed the connection (it died, or raised and left the exchange)"
-    elif "Timed out" in msg or "timed out" in msg:
-        what = (f"no peer answer within the {groups.timeout.total_seconds():g} s timeout (a peer is stuck, slower "
-                "than the timeout, or gone)")
-    else:
-        what = "gloo failed"
-    return PeerFailureError(f"rank {groups.rank}: the all-to-all on the {name} group failed: {what}: {msg}")
+        return "a peer closed the connection (it died, or raised and left the exchange)"
+    if "Timed out" in msg or "timed out" in msg:
+        return f"no peer answer within {timeout} (a peer is stuck, slower than the timeout, or gone)"
+    return "gloo failed"
 
 
 def gather_objects(groups: Groups, what: str, value: Any) -> list[Any]:
