@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 from recgo.errors import InvalidInputError
 from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source
 from recgo.train.data import SyntheticCriteo, TaobaoSequences
+from train_resume import assert_resume_equals_whole
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TAOBAO = DATA / "taobao" / "taobao_UserBehavior_head.csv"
@@ -128,18 +129,7 @@ def test_resume_equals_uninterrupted(tmp_path: Path, backend: str) -> None:
         pytest.importorskip("torchrec")
     cfg = _small(checkpoint=str(tmp_path / "ck"))
     source = make_source(cfg)
-    whole = Trainer(cfg, source, backend)
-    whole.run()
-    first = Trainer(cfg, source, backend)
-    first.run(steps=5)
-    first.save(tmp_path / "ck")
-    second = Trainer(cfg, source, backend)
-    second.load(tmp_path / "ck")
-    assert second.step == 5
-    second.run()
-    for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):
-        assert torch.equal(a, b), k
-    assert whole.history.evals[-1] == second.history.evals[-1]
+    assert_resume_equals_whole(lambda: Trainer(cfg, source, backend), 5, tmp_path / "ck")
 
 
 def test_resume_refuses_other_settings(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from recgo.jagged import JaggedTensor
 from recgo.train import TrainConfig, Trainer, make_source
 from recgo.train.data import TaobaoSequences
 from recgo.train.models import bst_inputs
+from train_resume import assert_resume_equals_whole
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TAOBAO = DATA / "taobao" / "taobao_UserBehavior_head.csv"
@@ -145,20 +146,8 @@ def test_bst_resume_through_the_pipeline_equals_uninterrupted(tmp_path: Path, ba
     cfg = TrainConfig(model="bst", data=str(TAOBAO), batch_size=64, dim=8, max_len=7, steps=6, eval_every=6,
                       seed=3, checkpoint=str(tmp_path / "ck"))
     source = make_source(cfg)
-    whole = Trainer(cfg, source, backend)
-    whole.run()
-    first = Trainer(cfg, source, backend)
-    first.run(steps=3)
-    first.save(tmp_path / "ck")
-    first.close()
-    second = Trainer(cfg, source, backend)
-    second.load(tmp_path / "ck")
-    second.run()
-    for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):
-        assert torch.equal(a, b), k
-    assert whole.history.evals[-1] == second.history.evals[-1]
-    whole.close()
-    second.close()
+    for trainer in assert_resume_equals_whole(lambda: Trainer(cfg, source, backend), 3, tmp_path / "ck"):
+        trainer.close()
 
 
 def test_ablation_table_plot_and_cli(tmp_path: Path) -> None:

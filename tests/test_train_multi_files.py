@@ -14,6 +14,7 @@ from recgo.errors import InvalidInputError
 from recgo.train import TrainConfig, Trainer, make_source
 from recgo.train.criteo_files import CriteoFiles, count_rows, data_files
 from recgo.train.data import CriteoFile
+from train_resume import assert_resume_equals_whole
 from test_train import _criteo_lines
 
 SIZES = (70, 50, 90)  # rows of day_0, day_1, day_10 (natural order; day_10 sorts before day_2 as text)
@@ -72,18 +73,8 @@ def test_files_train_in_natural_order_and_the_last_files_tail_is_validation(tmp_
 def test_resume_is_exact_across_a_file_boundary(tmp_path: Path) -> None:
     files = _days(tmp_path)
     cfg = _cfg([str(f) for f in files], checkpoint=str(tmp_path / "ck"))
-    source = make_source(cfg)
-    whole = Trainer(cfg, source, "recgo")
-    whole.run()
-    first = Trainer(cfg, source, "recgo")
-    first.run(steps=3)  # 48 rows of day_0's 70: the next batch spans day_0 and day_1
-    first.save(tmp_path / "ck")
-    second = Trainer(cfg, make_source(cfg), "recgo")
-    second.load(tmp_path / "ck")
-    second.run()
-    for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):
-        assert torch.equal(a, b), k
-    assert whole.history.evals[-1] == second.history.evals[-1]
+    # 3 steps: 48 rows of day_0's 70, so the next batch spans day_0 and day_1
+    assert_resume_equals_whole(lambda: Trainer(cfg, make_source(cfg), "recgo"), 3, tmp_path / "ck")
     other = _cfg([str(f) for f in files[1:]], checkpoint=str(tmp_path / "ck"))
     with pytest.raises(InvalidInputError, match="trained on 3 files"):
         Trainer(other, make_source(other), "recgo").load(tmp_path / "ck")

@@ -14,6 +14,7 @@ from recgo.train import TrainConfig, Trainer, make_source
 from recgo.train.data import TaobaoSequences
 from recgo.train.loop import lr_factor
 from recgo.train.models import BST
+from train_resume import assert_resume_equals_whole
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 TAOBAO = DATA / "taobao" / "taobao_UserBehavior_head.csv"
@@ -84,15 +85,5 @@ def test_warmup_scales_the_dense_learning_rate_and_survives_resume(backend: str,
     assert whole.opt.param_groups[0]["lr"] == pytest.approx(cfg.dense_lr / 2)
     whole.run()
     assert whole.opt.param_groups[0]["lr"] == pytest.approx(cfg.dense_lr)
-    first = Trainer(cfg, source, backend)
-    first.run(steps=1)
-    first.save(tmp_path / "ck")
-    first.close()
-    second = Trainer(cfg, source, backend)
-    second.load(tmp_path / "ck")
-    second.run()
-    second.close()
-    whole.close()
-    assert second.history.evals[-1] == whole.history.evals[-1]
-    for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):
-        assert torch.equal(a, b), k
+    for trainer in assert_resume_equals_whole(lambda: Trainer(cfg, source, backend), 1, tmp_path / "ck", whole):
+        trainer.close()

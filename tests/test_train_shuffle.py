@@ -14,6 +14,7 @@ from recgo.pipeline import MAX_SHUFFLE
 from recgo.train import TrainConfig, Trainer, make_source
 from recgo.train.cli import _config, add_parser
 from recgo.train.data import CriteoFile
+from train_resume import assert_resume_equals_whole
 
 
 def _numbered(path: Path, n: int, bad_label_at: int | None = None) -> None:
@@ -114,16 +115,8 @@ def test_backends_see_the_same_order_and_resume_mid_window_exactly(tmp_path: Pat
         seen[backend] = _epoch(stream, 12)
         stream.close()
     assert seen["torch"] == seen["recgo"]
-    whole = Trainer(cfg, make_source(cfg), "torch")
-    whole.run()
-    first = Trainer(cfg, make_source(cfg), "torch")
-    first.run(steps=4)  # row 400: the middle of the second window
-    first.save(tmp_path / "ck")
-    second = Trainer(cfg, make_source(cfg), "torch")
-    second.load(tmp_path / "ck")
-    second.run()
-    for (k, a), b in zip(whole.model.state_dict().items(), second.model.state_dict().values()):
-        assert torch.equal(a, b), k
+    # 4 steps: row 400, the middle of the second window
+    assert_resume_equals_whole(lambda: Trainer(cfg, make_source(cfg), "torch"), 4, tmp_path / "ck")
     unshuffled = _cfg(data, shuffle=0)
     with pytest.raises(InvalidInputError, match=r"other settings: \['shuffle'\]"):
         Trainer(unshuffled, make_source(unshuffled), "torch").load(tmp_path / "ck")
