@@ -1,6 +1,6 @@
 """Glob patterns in data paths: before session 35 a source given ``part-*.txt`` failed in the reader
 with "no such file or directory"; now every source (Criteo, CSV, Parquet), ``recgo train --data`` and
-``recgo profile --criteo`` read the files a pattern matches, sorted, through one function
+``recgo profile --criteo`` read the files a pattern matches, in natural order, through one function
 (:func:`recgo._textfiles.expand_paths`)."""
 
 from __future__ import annotations
@@ -42,6 +42,17 @@ def test_every_source_expands_a_pattern_sorted_files_only(tmp_path: Path) -> Non
     assert CSVSource(str(tmp_path / "part-?.txt"), [Column("a", "dense")]).paths == files
     assert ParquetSource(pattern, [Column("a", "dense")]).paths == files
     assert rows(recgo.DataPipeline(CriteoSource(pattern), C1, 4, depth=0)) == 18
+
+
+def test_a_patterns_files_come_in_natural_order_for_sources_and_the_training_job(tmp_path: Path) -> None:
+    """part-2 before part-10 in a source as in ``recgo train --data``, which sorted their files by two
+    rules (a source's in name order: part-10 between part-1 and part-2)."""
+    from recgo.train.criteo_files import data_files
+
+    files = [str(p) for p in parts(tmp_path, (1,) * 11)]  # part-0.txt .. part-10.txt
+    pattern = str(tmp_path / "part-*.txt")
+    assert CriteoSource(pattern).paths == files
+    assert data_files([pattern]) == files
 
 
 def test_a_pattern_matching_no_file_names_it(tmp_path: Path) -> None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 import glob
 import gzip
 import os
+import re
 import stat
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from .errors import RecgoIOError
 
@@ -55,9 +56,15 @@ def open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if is_gzip(path) else path.open("rb")
 
 
+def natural_key(path: str) -> list[Any]:
+    """Sort key that compares digit runs as numbers (``day_2`` < ``day_10``), then the path as is."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)] + [(2, 0, path)]
+
+
 def expand_paths(paths: list[str], what: str = "data") -> list[str]:
-    """``paths`` with each glob pattern replaced by the files it matches, sorted (so that every rank
-    lists them in the same order, which a saved position's file number relies on). A path is a pattern
+    """``paths`` with each glob pattern replaced by the files it matches, in natural order
+    (:func:`natural_key`: ``day_2`` before ``day_10``; so that every rank lists them in the same
+    order, which a saved position's file number relies on). A path is a pattern
     when it holds ``*``, ``?`` or ``[`` and names no existing file (a file of that very name is read as
     it is); ``**`` matches any number of folders; folders are not matched. Other paths pass unchanged
     (the reader names a missing one).
@@ -70,7 +77,7 @@ def expand_paths(paths: list[str], what: str = "data") -> list[str]:
         if GLOB_CHARS.isdisjoint(p) or os.path.exists(p):
             out.append(p)
             continue
-        found = sorted(f for f in glob.glob(p, recursive=True) if os.path.isfile(f))
+        found = sorted((f for f in glob.glob(p, recursive=True) if os.path.isfile(f)), key=natural_key)
         if not found:
             raise RecgoIOError(f"{what}: the pattern {p!r} matches no file")
         out.extend(found)

@@ -30,7 +30,7 @@ def criteo_tables(rows: int = 100_000, dim: int = 64) -> list[TableSpec]:
 def criteo_batches(path: str | os.PathLike[str], rows: int = 100_000, batch_size: int = 1024,
                    has_label: bool | None = None) -> Iterator[KeyedJaggedTensor]:
     """Yield KJTs (keys C1..C26) of hashed categorical IDs read from a Criteo TSV file (plain or gzip),
-    or from each file a glob pattern matches, in sorted order (:func:`recgo._textfiles.expand_paths`;
+    or from each file a glob pattern matches, in natural order (:func:`recgo._textfiles.expand_paths`;
     a file's last batch may be short).
 
     ``has_label`` defaults to detection from each file's first line (40 fields: train with label, 39:

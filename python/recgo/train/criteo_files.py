@@ -13,7 +13,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
-import re
 import zlib
 from bisect import bisect_right
 from itertools import accumulate
@@ -21,22 +20,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError, RecgoIOError
-from .._textfiles import expand_paths, open_binary
+from .._textfiles import expand_paths, natural_key, open_binary
 from ._files import derived_path, write_once
 from ._inputs import _CHUNK, _bad_gzip
 from .data import Batch, CriteoFile, _label_check
-
-
-def _natural_key(path: str) -> list[Any]:
-    """Sort key that compares digit runs as numbers (``day_2`` < ``day_10``), then the path as is."""
-    return [(0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", path)] + [(2, 0, path)]
 
 
 def data_files(data: list[str]) -> list[str]:
     """The training job's data files: each glob pattern expanded (:func:`recgo._textfiles.expand_paths`),
     all of them in natural order. Raises ``InvalidInputError`` for a path that is not a file and for a
     file given twice (by any path), ``RecgoIOError`` for a pattern that matches nothing."""
-    found = sorted(expand_paths(list(data), "data"), key=_natural_key)
+    found = sorted(expand_paths(list(data), "data"), key=natural_key)
     seen: dict[str, str] = {}
     for f in found:
         if not Path(f).is_file():
