@@ -168,8 +168,9 @@ def test_time_limit_and_ctrl_c_return_on_time_while_highs_presolves() -> None:
         first = child.stdout.readline().split(maxsplit=3)
         assert first[:1] == ["limited"], first + [child.stderr.read()]
         assert first[3].strip() == "time limit", first
-        # Before the fix, HiGHS's set-up ran past the limit by seconds (5 s took 8-10 s).
-        assert float(first[1]) < limit + 1.0, first
+        # Before the fix, HiGHS's set-up ran past the limit by seconds (5 s took 8-10 s). The margin
+        # leaves room for a loaded machine (a load average of 26 gave 6.02 s) and still catches that.
+        assert float(first[1]) < limit + 2.5, first
         assert child.stdout.readline().strip() == "solving"
         time.sleep(sigint_after)
         sent = time.perf_counter()
