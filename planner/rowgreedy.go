@@ -126,6 +126,7 @@ func pack(m *cost.Model, opt, order []int) (*state, int) {
 	lh := newLoadHeap(s)
 	for _, i := range order {
 		placed := false
+		// The chosen split first, then smaller ones (less HBM), then larger ones (less host memory).
 		tries := make([]int, 0, len(m.Tables[i].Options))
 		for k := opt[i]; k >= 0; k-- {
 			tries = append(tries, k)
