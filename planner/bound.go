@@ -8,8 +8,21 @@ import (
 	"github.com/recgo/recgo/planner/cost"
 )
 
+// cheapest is the index of table t's least-cost option, the one with the most hot rows on a tie. It
+// is usually the last (the most rows in HBM), but a topology whose HBM reads are slower than its
+// UVM reads makes hot rows cost more, and then the all-UVM split is the cheapest.
+func cheapest(t cost.Table) int {
+	k := 0
+	for j, o := range t.Options {
+		if o.Cost <= t.Options[k].Cost {
+			k = j
+		}
+	}
+	return k
+}
+
 // lowerBound is a bound on the slowest GPU's cost that every placement obeys. Each table costs at
-// least its cheapest option (the most rows in HBM it may hold), so with those costs c sorted
+// least its cheapest option, so with those costs c sorted
 // descending the slowest GPU carries at least the mean load, and, for every k with kG < T, among
 // the kG+1 costliest tables some GPU holds k+1 (pigeonhole), hence at least the k+1 smallest of
 // them: c[kG-k] + … + c[kG] (k = 0 is the costliest table alone).
@@ -17,7 +30,7 @@ func lowerBound(m *cost.Model) float64 {
 	c := make([]float64, len(m.Tables))
 	sum := 0.0
 	for i, t := range m.Tables {
-		c[i] = t.Options[len(t.Options)-1].Cost
+		c[i] = t.Options[cheapest(t)].Cost
 		sum += c[i]
 	}
 	slices.SortFunc(c, func(a, b float64) int { return cmp.Compare(b, a) })
@@ -42,9 +55,12 @@ func cheapestPacking(ctx context.Context, m *cost.Model) []cost.Assignment {
 	for i := range order {
 		order[i] = i
 	}
-	last := func(i int) int { return len(m.Tables[i].Options) - 1 }
+	best := make([]int, len(m.Tables))
+	for i, t := range m.Tables {
+		best[i] = cheapest(t)
+	}
 	slices.SortStableFunc(order, func(a, b int) int {
-		return cmp.Compare(m.Tables[b].Options[last(b)].Cost, m.Tables[a].Options[last(a)].Cost)
+		return cmp.Compare(m.Tables[b].Options[best[b]].Cost, m.Tables[a].Options[best[a]].Cost)
 	})
 	s := newState(m)
 	h := newLoadHeap(s)
@@ -52,7 +68,7 @@ func cheapestPacking(ctx context.Context, m *cost.Model) []cost.Assignment {
 		if n%64 == 0 && ctx.Err() != nil {
 			return nil
 		}
-		if !h.place(i, last(i)) {
+		if !h.place(i, best[i]) {
 			return nil
 		}
 	}
@@ -79,8 +95,10 @@ func withinGap(objective, bound, gap float64) bool {
 // returns nil otherwise. The MILP of the result is a pure load balance, T×G columns.
 func fastTierModel(m *cost.Model) *cost.Model {
 	var hot, cold int64
-	for _, t := range m.Tables {
-		o := t.Options[len(t.Options)-1]
+	best := make([]int, len(m.Tables))
+	for i, t := range m.Tables {
+		best[i] = cheapest(t)
+		o := t.Options[best[i]]
 		hot += o.HotBytes
 		cold += o.ColdBytes
 		if hot > m.Topo.HBMBytes || cold > m.Topo.HostBytes {
@@ -90,7 +108,7 @@ func fastTierModel(m *cost.Model) *cost.Model {
 	r := *m
 	r.Tables = make([]cost.Table, len(m.Tables))
 	for i, t := range m.Tables {
-		r.Tables[i] = cost.Table{Table: t.Table, Options: t.Options[len(t.Options)-1:]}
+		r.Tables[i] = cost.Table{Table: t.Table, Options: t.Options[best[i] : best[i]+1]}
 	}
 	return &r
 }

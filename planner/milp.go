@@ -95,7 +95,7 @@ func buildMILP(ctx context.Context, m *cost.Model, symmetry bool) (*highs.Model,
 	for t, tab := range m.Tables {
 		p.base[t] = n
 		n += G * len(tab.Options)
-		lb += tab.Options[len(tab.Options)-1].Cost
+		lb += tab.Options[cheapest(tab)].Cost
 	}
 	p.scale = max(lb/float64(G), 1e-300)
 	for _, tab := range m.Tables { // costs below 1e-9 of the mean load are noise for the solver

@@ -83,7 +83,10 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 			heap.Push(h, nu)
 		}
 	}
-	// Phase 2: largest cost first onto the least-loaded GPU that fits.
+	// Phase 2: largest cost first onto the least-loaded GPU that fits. That order can spend a node's
+	// host memory on a table that had an HBM split to spare before a table that has none arrives, or
+	// leave memory in pieces too small for a large table: when it leaves a table no room, the tables
+	// with the fewest splits go first instead, the largest first among them.
 	order := make([]int, n)
 	for i := range order {
 		order[i] = i
@@ -91,10 +94,36 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 	slices.SortStableFunc(order, func(a, b int) int {
 		return cmp.Compare(m.Tables[b].Options[opt[b]].Cost, m.Tables[a].Options[opt[a]].Cost)
 	})
+	s, failed := pack(m, opt, order)
+	if failed >= 0 {
+		slices.SortStableFunc(order, func(a, b int) int {
+			ta, tb := m.Tables[a], m.Tables[b]
+			return cmp.Or(cmp.Compare(len(ta.Options), len(tb.Options)),
+				cmp.Compare(tb.Rows*tb.RowBytes(), ta.Rows*ta.RowBytes()))
+		})
+		s2, failed2 := pack(m, opt, order)
+		if failed2 >= 0 {
+			return nil, s.noRoom("row greedy", failed)
+		}
+		s = s2
+	}
+	improve(ctx, s)
+	before := s.assignments()
+	_, top := s.maxLoad()
+	rebalance(ctx, s, rebalanceBudget)
+	if _, after := s.maxLoad(); after > top || s.overCapacity() {
+		return before, nil
+	}
+	return s.assignments(), nil
+}
+
+// pack places the tables in order, each onto the least-loaded GPU with room for its split opt[i], or
+// for a smaller split, or for a larger one. It takes no context: a packing always completes, so there
+// is a placement to return even when ctx has ended (only the improvement phases stop with it). It
+// returns the state and -1, or, when a table fits nowhere, the partial state and that table.
+func pack(m *cost.Model, opt, order []int) (*state, int) {
 	s := newState(m)
 	lh := newLoadHeap(s)
-	// The packing always completes (a placement to return, even when ctx has ended); only the
-	// improvement phases below stop with ctx.
 	for _, i := range order {
 		placed := false
 		// The chosen split first, then smaller ones (less HBM), then larger ones (less host memory).
@@ -111,17 +140,10 @@ func rowGreedy(ctx context.Context, m *cost.Model) ([]cost.Assignment, error) {
 			}
 		}
 		if !placed {
-			return nil, s.noRoom("row greedy", i)
+			return s, i
 		}
 	}
-	improve(ctx, s)
-	before := s.assignments()
-	_, top := s.maxLoad()
-	rebalance(ctx, s, rebalanceBudget)
-	if _, after := s.maxLoad(); after > top || s.overCapacity() {
-		return before, nil
-	}
-	return s.assignments(), nil
+	return s, -1
 }
 
 // improve lowers the slowest GPU's load by upgrading one of its tables into free HBM or moving a

@@ -131,6 +131,14 @@ def test_bad_inputs_get_named_errors() -> None:
                                                     torch.ones(1, requires_grad=True))})
 
 
+def test_an_empty_input_name_is_refused() -> None:
+    """input="" read the input of the feature's own name instead, in silence."""
+    for build in (lambda: FeatureEngine([Feature("a", input="")]),
+                  lambda: FeatureEngine({"features": [{"name": "a", "input": "", "ops": [{"mod": 3}]}]})):
+        with pytest.raises(InvalidInputError, match="feature 'a': input must be a non-empty string"):
+            build()
+
+
 def test_strings_of_every_bytes_like_type_and_config_entry_lists() -> None:
     data, lens = encode_strings([bytearray(b"abc"), memoryview(b"de"), "f"])
     assert data.tolist() == list(b"abcdef") and lens.tolist() == [3, 2, 1]

@@ -53,6 +53,11 @@ func DefaultTopology() Topology {
 // MaxGPUs bounds Nodes × GPUsPerNode, so GPU counts and per-GPU sums stay far inside int.
 const MaxGPUs = 1 << 24
 
+// MinBandwidth is the least bandwidth a topology may declare, in bytes per second: at or above it a
+// table's seconds never exceed its bytes per step, so finite bytes give finite costs (a denormal
+// bandwidth would turn 1/bandwidth, and zero traffic times it, into infinities and NaNs).
+const MinBandwidth = 1.0
+
 // NumGPUs is Nodes × GPUsPerNode.
 func (t Topology) NumGPUs() int { return t.Nodes * t.GPUsPerNode }
 
@@ -66,8 +71,9 @@ func (t Topology) Validate() error {
 		return errs.Invalidf("topology: nodes %d and gpus_per_node %d must be positive", t.Nodes, t.GPUsPerNode)
 	case t.HBMBytes < 0 || t.HostBytes < 0:
 		return errs.Invalidf("topology: negative budget (hbm_bytes %d, host_bytes %d)", t.HBMBytes, t.HostBytes)
-	case !(t.HBMBandwidth > 0) || !(t.UVMBandwidth > 0) || math.IsInf(t.HBMBandwidth, 0) || math.IsInf(t.UVMBandwidth, 0):
-		return errs.Invalidf("topology: bandwidths must be positive (hbm %g, uvm %g)", t.HBMBandwidth, t.UVMBandwidth)
+	case !(t.HBMBandwidth >= MinBandwidth) || !(t.UVMBandwidth >= MinBandwidth) || math.IsInf(t.HBMBandwidth, 0) || math.IsInf(t.UVMBandwidth, 0):
+		return errs.Invalidf("topology: bandwidths must be finite and at least %g byte per second (hbm %g, uvm %g)",
+			MinBandwidth, t.HBMBandwidth, t.UVMBandwidth)
 	case t.BatchSize <= 0:
 		return errs.Invalidf("topology: batch_size %d must be positive", t.BatchSize)
 	case t.Nodes > MaxGPUs || t.GPUsPerNode > MaxGPUs || t.Nodes*t.GPUsPerNode > MaxGPUs:
@@ -140,7 +146,7 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 			names = append(names, prof.Tables[i].Name)
 		}
 	}
-	var total float64
+	var total, traffic float64
 	index := make(map[string]int, len(prof.Tables))
 	for i := range prof.Tables {
 		index[prof.Tables[i].Name] = i
@@ -159,6 +165,18 @@ func New(topo Topology, prof *profile.Profile, names []string, w Weights) (*Mode
 		if size > topo.HBMBytes+topo.HostBytes {
 			return nil, errs.Capacityf("cost: table %q needs %s but one GPU's HBM plus its node's host memory hold %s: %s more needed",
 				name, FormatBytes(size), FormatBytes(topo.HBMBytes+topo.HostBytes), FormatBytes(size-topo.HBMBytes-topo.HostBytes))
+		}
+		// Costs must be finite numbers: an infinite one breaks the MILP and the plan's JSON. With the
+		// bandwidths at least MinBandwidth, a table's seconds are at most its bytes per step.
+		step := pt.AccessesPerSample() * float64(topo.BatchSize) * float64(rb)
+		traffic += step
+		if math.IsInf(traffic, 0) {
+			what := "overflows float64"
+			if !math.IsInf(step, 0) {
+				what = "overflows float64 once added to the tables before it"
+			}
+			return nil, errs.Invalidf("cost: table %q: its bytes read per step, coverage %g × pooling %g × batch %d × "+
+				"%d-byte rows, %s: check its pooling and the batch size", name, pt.Coverage, pt.Pooling, topo.BatchSize, rb, what)
 		}
 		hots := []int64{0}
 		for _, p := range pt.CDF {

@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"math"
 	"testing"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -91,6 +92,35 @@ func TestNewRejects(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := New(tc.topo, twoTables(), tc.names, Full)
 			assert.ErrorIs(t, err, tc.class)
+			assert.ErrorContains(t, err, tc.match)
+		})
+	}
+}
+
+// A profile may hold any finite pooling and a topology any bandwidth above zero; an overflowing
+// per-step traffic or a denormal bandwidth made costs infinite or NaN, which failed only at the
+// end, as an internal JSON error, instead of naming the table or the bandwidth.
+func TestNewRejectsOverflowingCosts(t *testing.T) {
+	tests := []struct {
+		name  string
+		edit  func(*profile.Profile, *Topology)
+		match string
+	}{
+		{"one table", func(p *profile.Profile, _ *Topology) { p.Tables[0].Pooling = 1e308 },
+			`table "a": its bytes read per step, coverage 0.5 × pooling 1e+308 × batch 8 × 16-byte rows, overflows float64:`},
+		{"the sum", func(p *profile.Profile, _ *Topology) {
+			p.Tables[0].Pooling, p.Tables[1].Pooling = 2e306, 2e306 // each finite alone, past float64 together
+		}, `table "b": its bytes read per step, coverage 1 × pooling 2e+306 × batch 8 × 4-byte rows, overflows float64 once added`},
+		{"denormal bandwidth", func(_ *profile.Profile, tp *Topology) { tp.HBMBandwidth = 5e-324 },
+			"bandwidths must be finite and at least 1 byte per second (hbm 5e-324, uvm 10)"},
+		{"NaN bandwidth", func(_ *profile.Profile, tp *Topology) { tp.UVMBandwidth = math.NaN() }, "uvm NaN"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, tp := twoTables(), topo()
+			tc.edit(p, &tp)
+			_, err := New(tp, p, nil, Full)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
 			assert.ErrorContains(t, err, tc.match)
 		})
 	}

@@ -95,8 +95,10 @@ class Feature:
     def __init__(self, name: str, input: str | None = None, dtype: str = "int64", output: bool = True) -> None:
         if not isinstance(name, str) or not name:
             raise InvalidInputError(f"Feature name must be a non-empty string, got {name!r}")
-        if input is not None and not isinstance(input, str):
-            raise InvalidInputError(f"feature {name!r}: input must be a string, got {type(input).__name__} {input!r}")
+        if input is not None and (not isinstance(input, str) or not input):
+            # an empty name read the input of the feature's own name, in silence
+            raise InvalidInputError(f"feature {name!r}: input must be a non-empty string (leave it out to read the "
+                                    f"input named {name!r}), got {type(input).__name__} {input!r}")
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise InvalidInputError(f"feature {name!r}: dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
         if not isinstance(output, bool):
