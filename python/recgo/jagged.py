@@ -14,6 +14,7 @@ import torch
 
 from .errors import InvalidInputError
 from .tensors import integer, check_lengths
+from ._strings import jagged_str, readable, where
 
 _INTS = (torch.int64, torch.int32)
 
@@ -86,16 +87,19 @@ class JaggedTensor:
         self._lengths = None if lengths is None else _int_tensor(lengths, "lengths")
         self._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
         n = values.shape[0]
-        if self._lengths is not None:
+        # a tensor on the meta device (TorchRec's JaggedTensor takes them) has a shape but no values to check
+        if self._lengths is not None and not self._lengths.is_meta:
             check_lengths(self._lengths, n)
             if int(self._lengths.sum()) != n:
                 raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
-        if self._offsets is not None:
+        if self._offsets is not None and not self._offsets.is_meta:
             o = self._offsets
             if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} rows of values")
-            if self._lengths is not None and not torch.equal(o[1:] - o[:-1], self._lengths):
-                raise InvalidInputError("lengths and offsets disagree")
+        if self._lengths is not None and self._offsets is not None and (
+                self._offsets.numel() != self._lengths.numel() + 1 or not (self._offsets.is_meta or self._lengths.is_meta)
+                and not torch.equal(self._offsets[1:] - self._offsets[:-1], self._lengths)):
+            raise InvalidInputError("lengths and offsets disagree")
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[:1] != values.shape[:1]):
             raise InvalidInputError("weights: need one weight per row of values")
         self._weights = weights
@@ -298,8 +302,16 @@ class JaggedTensor:
             return None
         return JaggedTensor(self._weights, lengths=self.lengths()).to_padded_dense(desired_length, padding_value)
 
+    def __str__(self) -> str:
+        """TorchRec's text of the rows: every sample's values (and weights), as a list."""
+        if not readable(self._values, self._weights, self.lengths()):
+            return repr(self)
+        return jagged_str(self._values, self._weights, self.offsets())
+
     def __repr__(self) -> str:
-        return f"JaggedTensor(batch={self.stride()}, values={tuple(self._values.shape)})"
+        weighted = ", weighted" if self._weights is not None else ""
+        return (f"JaggedTensor(batch={self.stride()}, values={tuple(self._values.shape)}{weighted}"
+                f"{where(self._values)})")
 
 
 class _Pad(torch.autograd.Function):

@@ -10,6 +10,7 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from .jagged import record_streams, tensors_bytes
+from ._strings import keyed_str, readable, short_keys, where
 
 
 def _sizes(length_per_key: Sequence[Any]) -> list[Any]:
@@ -39,11 +40,13 @@ class KeyedTensor:
             raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
         if any(n < 0 for n in self._length_per_key):  # negative ones could still sum to the width
             raise InvalidInputError(f"length_per_key {self._length_per_key}: a key's width cannot be negative")
-        # pooled rows are [B, ΣD]; blocks along dim 0 (TorchRec's key_dim=0) may have any trailing shape
-        if values.dim() != 2 if self._key_dim == 1 else values.dim() < 1:
+        # pooled rows are [B, ΣD]; blocks along dim 0 (TorchRec's key_dim=0) may have any trailing shape;
+        # no keys over no values is TorchRec's empty KeyedTensor (``KeyedTensor([], [], torch.Tensor())``)
+        empty = not self._keys and isinstance(values, torch.Tensor) and values.numel() == 0 and values.dim() >= 1
+        if not empty and (values.dim() != 2 if self._key_dim == 1 else values.dim() < 1):
             raise InvalidInputError(f"values of shape {tuple(values.shape)}: a KeyedTensor with key_dim="
                                     f"{self._key_dim} needs {'2-D values' if self._key_dim == 1 else 'values of 1 or more dims'}")
-        if values.shape[self._key_dim] != sum(self._length_per_key):
+        if not empty and values.shape[self._key_dim] != sum(self._length_per_key):
             raise InvalidInputError(f"values of shape {tuple(values.shape)} do not hold the keys' "
                                     f"{sum(self._length_per_key)} {('rows', 'columns')[self._key_dim]}")
         self._values = values
@@ -176,5 +179,11 @@ class KeyedTensor:
         return TorchrecKT(keys=self._keys, length_per_key=self._length_per_key, values=self._values,
                           key_dim=self._key_dim)
 
+    def __str__(self) -> str:
+        """TorchRec's text of the output: every key's block, row by row."""
+        if not readable(self._values):
+            return repr(self)
+        return keyed_str(self._keys, [self[k] for k in self._keys])
+
     def __repr__(self) -> str:
-        return f"KeyedTensor(keys={self._keys}, shape={tuple(self._values.shape)})"
+        return f"KeyedTensor(keys={short_keys(self._keys)}, shape={tuple(self._values.shape)}{where(self._values)})"

@@ -24,6 +24,7 @@ from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
 from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
 from .tensors import check_tensor, check_lengths
+from ._strings import keyed_jagged_str, readable, short_keys, where
 from ._kjt_inputs import (FLOATS, INTS, VBE_HINT, check_stride, int64_tensor, is_empty, lengths_of,
                           stride_of_ranks, uniform_stride)
 
@@ -89,18 +90,23 @@ class KeyedJaggedTensor:
                 f"KeyedJaggedTensor; expand it to one bag per sample{VBE_HINT}")
         if is_empty(values):
             values = values.reshape(0).to(torch.int64)
-        self._values = check_tensor(values, "values", INTS, ndim=1, convert_to=torch.int64)
+        # meta tensors (shapes without data, as TorchRec's KJT takes them for models built on the meta
+        # device) are held; nothing is read from them, and the engine refuses them (tensors.ptr)
+        self._values = check_tensor(values, "values", INTS, ndim=1, convert_to=torch.int64, meta_ok=True)
         self._offsets: torch.Tensor | None = None
         if offsets is not None:
             self._offsets = int64_tensor(offsets, "offsets")
             o, n = self._offsets, self._values.numel()
             if o.numel() == 0 and n == 0 and lengths is None:
-                self._offsets = torch.zeros(1, dtype=torch.int64)
+                self._offsets = torch.zeros(1, dtype=torch.int64, device=o.device)
                 o = self._offsets
-            if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
+            if o.numel() == 0 or (not o.is_meta and (int(o[0]) != 0 or int(o[-1]) != n
+                                                     or bool((o[1:] < o[:-1]).any()))):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} values")
             from_offsets = o[1:] - o[:-1]
-            if lengths is not None and not torch.equal(lengths_of(lengths, len(self._keys)), from_offsets):
+            given = None if lengths is None else lengths_of(lengths, len(self._keys))
+            if given is not None and (given.shape != from_offsets.shape or (
+                    not (o.is_meta or given.is_meta) and not torch.equal(given, from_offsets))):
                 raise InvalidInputError("lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
@@ -112,7 +118,7 @@ class KeyedJaggedTensor:
         if weights is not None:
             if is_empty(weights):
                 weights = weights.reshape(0).to(torch.float32)
-            self._weights = check_tensor(weights, "weights", FLOATS, ndim=1, convert_to=torch.float32)
+            self._weights = check_tensor(weights, "weights", FLOATS, ndim=1, convert_to=torch.float32, meta_ok=True)
             if self._weights.numel() != self._values.numel():
                 raise InvalidInputError(
                     f"weights: {self._weights.numel()} weights for {self._values.numel()} values"
@@ -236,11 +242,11 @@ class KeyedJaggedTensor:
     def empty(is_weighted: bool = False, device: Any = None, values_dtype: torch.dtype | None = None,
               weights_dtype: torch.dtype | None = None, lengths_dtype: torch.dtype = torch.int64) -> "KeyedJaggedTensor":
         """A KeyedJaggedTensor with no keys (stride 0)."""
-        if device is not None and torch.device(device).type != "cpu":
-            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
-        return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64),
-                                 torch.empty(0) if is_weighted else None,
-                                 lengths=torch.empty(0, dtype=torch.int64), stride=0)
+        if device is not None and torch.device(device).type not in ("cpu", "meta"):
+            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU (or meta) tensors")
+        return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64, device=device),
+                                 torch.empty(0, device=device) if is_weighted else None,
+                                 lengths=torch.empty(0, dtype=torch.int64, device=device), stride=0)
 
     @staticmethod
     def empty_like(kjt: "KeyedJaggedTensor", device: Any = None) -> "KeyedJaggedTensor":
@@ -308,7 +314,7 @@ class KeyedJaggedTensor:
     def offsets(self) -> torch.Tensor:
         """Exclusive prefix sums of lengths, F·B+1 entries."""
         if self._offsets is None:
-            out = torch.zeros(self._lengths.numel() + 1, dtype=torch.int64)
+            out = torch.zeros(self._lengths.numel() + 1, dtype=torch.int64, device=self._lengths.device)
             torch.cumsum(self._lengths, 0, out=out[1:])
             self._offsets = out
         return self._offsets
@@ -332,11 +338,20 @@ class KeyedJaggedTensor:
         return self._values.device
 
     def to(self, device: Any, non_blocking: bool = False, dtype: torch.dtype | None = None) -> "KeyedJaggedTensor":
-        """``self`` for the CPU; other devices raise (recgo's engine reads CPU memory). ``dtype``, as in
-        TorchRec's, casts the weights: a copy whose weights are rounded to ``dtype`` (held as float32,
-        as recgo's weights always are; float32 or float64 leave them as they are)."""
-        if torch.device(device).type != "cpu":
-            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
+        """``self`` for the CPU (a copy there of a batch on the meta device has no values: that raises);
+        the meta device gives the batch's shapes there (as TorchRec's, for models built on meta); other
+        devices raise (recgo's engine reads CPU memory). ``dtype``, as in TorchRec's, casts the weights: a
+        copy whose weights are rounded to ``dtype`` (held as float32, as recgo's weights always are;
+        float32 or float64 leave them as they are)."""
+        kind = torch.device(device).type
+        if kind not in ("cpu", "meta") or (kind == "cpu" and self._values.is_meta):
+            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors"
+                                    + (" (this one is on the meta device: it has no values to copy)"
+                                       if kind == "cpu" else ""))
+        if kind == "meta" and not self._values.is_meta:
+            meta = (lambda t: None if t is None else t.to("meta"))
+            return KeyedJaggedTensor(self._keys, meta(self._values), meta(self._weights), lengths=meta(self._lengths),
+                                     stride=self._stride).to("meta", dtype=dtype)
         if dtype is None or self._weights is None or dtype in (torch.float32, torch.float64):
             return self
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
@@ -355,7 +370,7 @@ class KeyedJaggedTensor:
     def pin_memory(self) -> "KeyedJaggedTensor":
         """TorchRec's ``pin_memory``: the batch in page-locked host memory when an accelerator is there
         (for asynchronous copies of it); ``self`` without one. recgo's engine reads host memory either way."""
-        if not torch.cuda.is_available():
+        if not torch.cuda.is_available() or self._values.is_meta:
             return self
         pin = (lambda t: None if t is None else t.pin_memory())
         return KeyedJaggedTensor(self._keys, pin(self._values), pin(self._weights), lengths=pin(self._lengths),
@@ -421,6 +436,11 @@ class KeyedJaggedTensor:
         if self._length_per_key is None:
             if not self._keys:
                 self._length_per_key = []
+            elif self._lengths.is_meta:
+                # no lengths to read: TorchRec's stand-in counts on the meta device (the values split
+                # evenly over the keys, the remainder to the first), so per-key views have shapes
+                n, f = self._values.numel(), len(self._keys)
+                self._length_per_key = [n // f + (n % f if i == 0 else 0) for i in range(f)]
             elif torch.compiler.is_compiling():
                 # torch.export / torch.compile: the per-key counts are unbacked ints (read from the
                 # lengths' data), which cannot be compared in Python; they are declared sizes and
@@ -553,8 +573,16 @@ class KeyedJaggedTensor:
         return KeyedJaggedTensor(list(keys), cat(vals, self._values),
                                  None if wts is None else cat(wts, self._weights), lengths=lengths, stride=b)
 
+    def __str__(self) -> str:
+        """TorchRec's text of the batch: every key's samples, value by value (see :mod:`recgo._strings`)."""
+        if not readable(self._values, self._weights, self._lengths):
+            return repr(self)
+        return keyed_jagged_str(self._keys, self._values, self._weights, self.offsets(), self._stride)
+
     def __repr__(self) -> str:
-        return f"KeyedJaggedTensor(keys={self._keys}, batch={self.stride()}, values={self._values.numel()})"
+        weighted = ", weighted" if self._weights is not None else ""
+        return (f"KeyedJaggedTensor(keys={short_keys(self._keys)}, batch={self._stride}, "
+                f"values={self._values.numel()}{weighted}{where(self._values)})")
 
 
 def _is_torchrec_kjt(x: Any) -> bool:
