@@ -8,6 +8,8 @@ and it has TorchRec's accessors (``to_dict``/``__getitem__`` give :class:`recgo.
 the same batch size B: TorchRec's variable batch per feature (``stride_per_key_per_rank`` with
 different strides, ``inverse_indices``) is refused (the collections take TorchRec's such KJT itself).
 Keys are unique (TorchRec allows repeats, e.g. from ``permute`` with repeated indices; recgo refuses them).
+Its tensors are on the CPU, or all shapes and no data on the meta device (as TorchRec's, for models built
+there; nothing is read from them and recgo's engine refuses them).
 
 :class:`KeyedTensor` (in :mod:`recgo.keyed`, re-exported here) is the pooled output. Both convert to
 and from ``torchrec.sparse.jagged_tensor`` types without copying.
@@ -22,13 +24,14 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
-from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
+from .jagged import JaggedTensor
+from ._kjt_memory import KJTMemory
 from .tensors import check_tensor, check_lengths
 from ._strings import keyed_jagged_str, readable, short_keys, where
 from ._kjt_inputs import (FLOATS, INTS, VBE_HINT, check_stride, int64_tensor, is_empty, lengths_of,
                           stride_of_ranks, uniform_stride)
 
-class KeyedJaggedTensor:
+class KeyedJaggedTensor(KJTMemory):
     """A batch of jagged sparse features, TorchRec's ``KeyedJaggedTensor``.
 
     Args:
@@ -334,67 +337,8 @@ class KeyedJaggedTensor:
         return self._weights
 
     def device(self) -> torch.device:
-        """Always CPU: recgo's engine reads CPU memory."""
+        """The values' device: the CPU (where recgo's engine reads them), or meta for a batch of shapes."""
         return self._values.device
-
-    def to(self, device: Any, non_blocking: bool = False, dtype: torch.dtype | None = None) -> "KeyedJaggedTensor":
-        """``self`` for the CPU (a copy there of a batch on the meta device has no values: that raises);
-        the meta device gives the batch's shapes there (as TorchRec's, for models built on meta); other
-        devices raise (recgo's engine reads CPU memory). ``dtype``, as in TorchRec's, casts the weights: a
-        copy whose weights are rounded to ``dtype`` (held as float32, as recgo's weights always are;
-        float32 or float64 leave them as they are)."""
-        kind = torch.device(device).type
-        if kind not in ("cpu", "meta") or (kind == "cpu" and self._values.is_meta):
-            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors"
-                                    + (" (this one is on the meta device: it has no values to copy)"
-                                       if kind == "cpu" else ""))
-        if kind == "meta" and not self._values.is_meta:
-            meta = (lambda t: None if t is None else t.to("meta"))
-            return KeyedJaggedTensor(self._keys, meta(self._values), meta(self._weights), lengths=meta(self._lengths),
-                                     stride=self._stride).to("meta", dtype=dtype)
-        if dtype is None or self._weights is None or dtype in (torch.float32, torch.float64):
-            return self
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise InvalidInputError(f"to(dtype={dtype}): weights are cast to a floating dtype")
-        return KeyedJaggedTensor(self._keys, self._values, self._weights.to(dtype), lengths=self._lengths,
-                                 stride=self._stride)
-
-    def size_in_bytes(self) -> int:
-        """Bytes held by the values, weights, lengths and offsets (TorchRec's ``size_in_bytes``)."""
-        return tensors_bytes(self._values, self._weights, self._lengths, self._offsets)
-
-    def record_stream(self, stream: Any) -> None:
-        """Mark the tensors used on ``stream`` (TorchRec's, which its pipelines call; a no-op on CPU)."""
-        record_streams(stream, self._values, self._weights, self._lengths, self._offsets)
-
-    def pin_memory(self) -> "KeyedJaggedTensor":
-        """TorchRec's ``pin_memory``: the batch in page-locked host memory when an accelerator is there
-        (for asynchronous copies of it); ``self`` without one. recgo's engine reads host memory either way."""
-        if not torch.cuda.is_available() or self._values.is_meta:
-            return self
-        pin = (lambda t: None if t is None else t.pin_memory())
-        return KeyedJaggedTensor(self._keys, pin(self._values), pin(self._weights), lengths=pin(self._lengths),
-                                 stride=self._stride)
-
-    def copy_(self, kjt: Any, non_blocking: bool = False) -> "KeyedJaggedTensor":
-        """TorchRec's ``copy_``: ``kjt``'s values, weights and lengths copied into this batch's tensors in
-        place (a buffer of the same keys and shapes, e.g. from :meth:`empty_like`); returns ``self``."""
-        kjt = as_kjt(kjt)
-        if kjt._keys != self._keys or kjt._stride != self._stride:
-            raise InvalidInputError(f"KeyedJaggedTensor.copy_: the source has keys {kjt._keys} and batch size "
-                                    f"{kjt._stride}, this one {self._keys} and {self._stride}")
-        offsets = (None, None) if self._offsets is None else (self._offsets, kjt.offsets())
-        copy_fields("KeyedJaggedTensor", [
-            ("values", self._values, kjt._values), ("weights", self._weights, kjt._weights),
-            ("lengths", self._lengths, kjt._lengths), ("offsets", *offsets)], non_blocking)
-        self._length_per_key, self._offset_per_key = kjt._length_per_key, kjt._offset_per_key
-        self._jt_dict = None
-        return self
-
-    def clear_storage(self) -> int:
-        """TorchRec's ``clear_storage``: free the values', weights', lengths' and offsets' memory now and
-        return its size in bytes. The batch (and every view of it) is empty afterwards: use it no more."""
-        return clear_storages(self._values, self._weights, self._lengths, self._offsets)
 
     def flatten_lengths(self) -> "KeyedJaggedTensor":
         """TorchRec's ``flatten_lengths``: the same batch with 1-D lengths, which recgo's always are
