@@ -130,3 +130,32 @@ def test_a_batch_in_another_key_order_flattens_permuted_to_the_exported_spec() -
     assert torch.equal(lengths, kjt.lengths())
     with pytest.raises(InvalidInputError, match="exported for a KeyedJaggedTensor with keys"):
         fx_pytree.tree_flatten_spec(KeyedJaggedTensor(["x", "y"], VALUES, offsets=OFFSETS), spec)
+
+
+def test_a_module_regrouping_its_keyed_tensor_inputs_traces_with_fx_as_torchrecs() -> None:
+    """TorchRec's test_regroup_fxable / test_regroup_as_dict_fxable: ``regroup`` is one graph call
+    (recgo's iterated the traced inputs and failed with fx's TraceError)."""
+    groups, names = [["dense_0", "sparse_1", "dense_2"], ["dense_1", "sparse_0"]], ["g0", "g1"]
+
+    class Regroup(torch.nn.Module):
+        def __init__(self, cls: type) -> None:
+            super().__init__()
+            self.cls = cls
+
+        def forward(self, inputs: list, as_dict: bool) -> object:
+            if as_dict:
+                return self.cls.regroup_as_dict(inputs, groups, names)
+            return self.cls.regroup(inputs, groups)
+
+    dense, sparse = [torch.randn(2, 3) for _ in range(3)], [torch.randn(2, 3) for _ in range(2)]
+    mine = [KeyedTensor.from_tensor_list(["dense_0", "dense_1", "dense_2"], dense),
+            KeyedTensor.from_tensor_list(["sparse_0", "sparse_1"], sparse)]
+    theirs = [kt.to_torchrec() for kt in mine]
+    for as_dict in (False, True):
+        traced = torch.fx.symbolic_trace(Regroup(KeyedTensor), concrete_args={"as_dict": as_dict})
+        want = Regroup(trj.KeyedTensor)(theirs, as_dict)
+        got = traced(mine, as_dict)
+        for w, g in zip(want.values() if as_dict else want, got.values() if as_dict else got):
+            assert torch.equal(w, g)
+        if as_dict:
+            assert list(got) == names

@@ -141,28 +141,9 @@ class KeyedTensor:
     def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
         """One ``[B, Σ D]`` tensor per group, the groups' keys' columns in group order, taken from the
         last of ``keyed_tensors`` (recgo's or TorchRec's) that has the key, as TorchRec's ``regroup``
-        takes it. Differentiable with respect to every input's values."""
-        where: dict[str, torch.Tensor] = {}
-        if not keyed_tensors:
-            raise InvalidInputError("regroup: no KeyedTensors given")
-        dims = {kt.key_dim() for kt in keyed_tensors}
-        if len(dims) != 1:
-            raise InvalidInputError(f"regroup: the KeyedTensors lay their keys along different dims {sorted(dims)}")
-        dim = dims.pop()
-        for kt in keyed_tensors:
-            offs = kt.offset_per_key()
-            offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
-            for i, k in enumerate(kt.keys()):
-                where[k] = _block(kt.values(), dim, offs, i)
-        out = []
-        for g in groups:
-            missing = [k for k in g if k not in where]
-            if missing:
-                raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
-            first = keyed_tensors[0].values()
-            empty = (first.shape[0], 0) if dim == 1 else (0, *first.shape[1:])
-            out.append(torch.cat([where[k] for k in g], dim) if g else first.new_zeros(empty))
-        return out
+        takes it. Differentiable with respect to every input's values. Under ``torch.fx.symbolic_trace`` it
+        is one call in the graph (as TorchRec's), so a module regrouping its KeyedTensor inputs traces."""
+        return _regroup(keyed_tensors, groups)
 
     @staticmethod
     def regroup_as_dict(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]],
@@ -170,7 +151,8 @@ class KeyedTensor:
         """:meth:`regroup` with each group's tensor under the matching name of ``keys``."""
         if len(groups) != len(keys):
             raise InvalidInputError(f"regroup_as_dict: {len(groups)} groups but {len(keys)} keys")
-        return dict(zip(keys, KeyedTensor.regroup(keyed_tensors, groups)))
+        out = _regroup(keyed_tensors, groups)
+        return {k: out[i] for i, k in enumerate(keys)}  # indexed: a traced call's result is one Proxy
 
     def to_torchrec(self) -> Any:
         """The same result as a ``torchrec.sparse.jagged_tensor.KeyedTensor`` (the same values tensor)."""
@@ -187,3 +169,31 @@ class KeyedTensor:
 
     def __repr__(self) -> str:
         return f"KeyedTensor(keys={short_keys(self._keys)}, shape={tuple(self._values.shape)}{where(self._values)})"
+
+
+def _regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
+    """:meth:`KeyedTensor.regroup` (a module-level function, which ``torch.fx.wrap`` can make a graph call)."""
+    blocks: dict[str, torch.Tensor] = {}
+    if not keyed_tensors:
+        raise InvalidInputError("regroup: no KeyedTensors given")
+    dims = {kt.key_dim() for kt in keyed_tensors}
+    if len(dims) != 1:
+        raise InvalidInputError(f"regroup: the KeyedTensors lay their keys along different dims {sorted(dims)}")
+    dim = dims.pop()
+    for kt in keyed_tensors:
+        offs = kt.offset_per_key()
+        offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
+        for i, k in enumerate(kt.keys()):
+            blocks[k] = _block(kt.values(), dim, offs, i)
+    out = []
+    for g in groups:
+        missing = [k for k in g if k not in blocks]
+        if missing:
+            raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
+        first = keyed_tensors[0].values()
+        empty = (first.shape[0], 0) if dim == 1 else (0, *first.shape[1:])
+        out.append(torch.cat([blocks[k] for k in g], dim) if g else first.new_zeros(empty))
+    return out
+
+
+torch.fx.wrap("_regroup")
