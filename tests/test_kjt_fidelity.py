@@ -1,7 +1,8 @@
 """recgo's KeyedJaggedTensor, JaggedTensor and KeyedTensor against TorchRec's own classes on the same
 inputs, where a TorchRec user swapping the import would see a difference: batches on the meta device,
 ``str()`` (and a short ``repr()``), and flattening against an exported program's tree spec with keys in
-another order (``torch.fx._pytree.tree_flatten_spec``, what ``ExportedProgram.module()`` reads inputs with).
+another order (``torch.fx._pytree.tree_flatten_spec``, which ``torch.export.unflatten``'s modules pass values
+between submodules with).
 """
 
 from __future__ import annotations
@@ -159,3 +160,25 @@ def test_a_module_regrouping_its_keyed_tensor_inputs_traces_with_fx_as_torchrecs
             assert torch.equal(w, g)
         if as_dict:
             assert list(got) == names
+
+
+@pytest.mark.parametrize("build", ["kjt", "jt"])
+def test_building_a_batch_from_traced_inputs_says_what_to_do(build: str) -> None:
+    """TorchRec's batch types trace when a module builds one from its inputs (they hold the Proxies);
+    recgo's check their tensors, so tracing refuses, now saying why and what to do instead (before, a bare
+    "expected a torch.Tensor, got Proxy")."""
+
+    class Build(torch.nn.Module):
+        def __init__(self, mod: object) -> None:
+            super().__init__()
+            self.mod = mod
+
+        def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            if build == "kjt":
+                return self.mod.KeyedJaggedTensor(["f"], values, lengths=lengths).values()
+            return self.mod.JaggedTensor(values, lengths=lengths).values()
+
+    values, lengths = torch.tensor([1, 2, 3]), torch.tensor([2, 1])
+    assert torch.equal(torch.fx.symbolic_trace(Build(trj))(values, lengths), values)
+    with pytest.raises(InvalidInputError, match="build the batch outside the traced module"):
+        torch.fx.symbolic_trace(Build(recgo))

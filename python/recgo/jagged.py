@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 import torch
 
 from .errors import InvalidInputError
-from .tensors import integer, check_lengths
+from .tensors import integer, check_lengths, got
 from ._strings import jagged_str, readable, where
 
 _INTS = (torch.int64, torch.int32)
@@ -21,7 +21,7 @@ _INTS = (torch.int64, torch.int32)
 
 def _int_tensor(t: Any, what: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
-        raise InvalidInputError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+        raise InvalidInputError(f"{what}: expected a torch.Tensor, got {got(t)}")
     if t.dtype not in _INTS or t.dim() != 1:
         raise InvalidInputError(f"{what}: expected a 1-D int64/int32 tensor, got {t.dtype} with shape {tuple(t.shape)}")
     return t.to(torch.int64)
@@ -80,7 +80,8 @@ class JaggedTensor:
     def __init__(self, values: torch.Tensor, weights: torch.Tensor | None = None,
                  lengths: torch.Tensor | None = None, offsets: torch.Tensor | None = None) -> None:
         if not isinstance(values, torch.Tensor) or values.dim() == 0:
-            raise InvalidInputError("values: expected a tensor with at least one dimension")
+            raise InvalidInputError("values: expected a tensor with at least one dimension, got "
+                                    + ("a 0-d tensor" if isinstance(values, torch.Tensor) else got(values)))
         if lengths is None and offsets is None:
             raise InvalidInputError("JaggedTensor needs lengths or offsets")
         self._values = values

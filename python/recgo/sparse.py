@@ -26,7 +26,7 @@ from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
 from .jagged import JaggedTensor
 from ._kjt_memory import KJTMemory
-from .tensors import check_tensor, check_lengths
+from .tensors import check_tensor, check_lengths, got
 from ._strings import keyed_jagged_str, readable, short_keys, where
 from ._kjt_inputs import (FLOATS, INTS, VBE_HINT, check_stride, int64_tensor, is_empty, lengths_of,
                           stride_of_ranks, uniform_stride)
@@ -82,7 +82,7 @@ class KeyedJaggedTensor(KJTMemory):
                 FutureWarning, stacklevel=2)
             weights, lengths = lengths, weights
         if isinstance(keys, str) or not isinstance(keys, Sequence):
-            raise InvalidInputError(f"keys: expected a list of feature names, got {type(keys).__name__}")
+            raise InvalidInputError(f"keys: expected a list of feature names, got {got(keys)}")
         self._keys = [str(k) for k in keys]
         if len(set(self._keys)) != len(self._keys):
             dup = sorted({k for k in self._keys if self._keys.count(k) > 1})

@@ -24,6 +24,17 @@ def integer(name: str, value: Any) -> int:
         raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
+def got(value: Any) -> str:
+    """The type name an "expected ..., got" error gives; for a ``torch.fx`` Proxy (a batch type built from
+    a traced module's inputs, which TorchRec's types take as they trace and recgo's, which check their
+    tensors, cannot) also what to do instead."""
+    name = type(value).__name__
+    if isinstance(value, torch.fx.Proxy):
+        return (f"{name} (torch.fx.symbolic_trace: recgo's batch types are built from real tensors; build "
+                "the batch outside the traced module and pass it in, or trace with torch.export)")
+    return name
+
+
 def refuse_weight_grads(weights: torch.Tensor | None) -> None:
     """Raise when autograd would want gradients of the per-ID ``weights``, which recgo's lookups do not
     give (silently detaching them would leave the module producing them untrained)."""
@@ -48,7 +59,7 @@ def check_tensor(
     engine refuses it in :func:`ptr`); a non-contiguous tensor is copied.
     """
     if not isinstance(t, torch.Tensor):
-        raise InvalidInputError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        raise InvalidInputError(f"{name}: expected a torch.Tensor, got {got(t)}")
     allowed = tuple(dtypes)
     if t.dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
