@@ -95,7 +95,8 @@ def test_str_is_torchrecs_text(cls: str, kw: dict) -> None:
 def test_repr_is_short_for_a_wide_batch() -> None:
     keys = [f"f{i}" for i in range(1000)]
     kjt = KeyedJaggedTensor(keys, torch.arange(2000), torch.ones(2000), lengths=torch.full((2000,), 1))
-    assert repr(kjt) == "KeyedJaggedTensor(keys=['f0', 'f1', 'f2', 'f3', ... 1000 keys], batch=2, values=2000, weighted)"
+    assert repr(kjt) == ("KeyedJaggedTensor(keys=['f0', 'f1', 'f2', 'f3', ... 1000 keys], batch=2, values=2000, "
+                         "weighted)")
     kt = KeyedTensor(keys, [1] * 1000, torch.zeros(2, 1000))
     assert repr(kt) == "KeyedTensor(keys=['f0', 'f1', 'f2', 'f3', ... 1000 keys], shape=(2, 1000))"
     assert repr(kjt["f7"]) == "JaggedTensor(batch=2, values=(2,), weighted)"
@@ -115,9 +116,9 @@ def test_keyed_tensor_in_another_key_order_flattens_to_the_exported_spec_as_torc
         assert torch.equal(flat[0], kt.values())
         back = pytree.tree_unflatten(flat, spec)
         assert back.keys() == ["dense_0", "dense_1"] and torch.equal(back["dense_1"], b)
+    _, spec = pytree.tree_flatten(KeyedTensor.from_tensor_list(["dense_0", "dense_1"], [a, b]))
     with pytest.raises(InvalidInputError, match="widths"):
-        fx_pytree.tree_flatten_spec(KeyedTensor(["dense_1", "dense_0"], [1, 2], torch.zeros(2, 3)),
-                                    pytree.tree_flatten(KeyedTensor.from_tensor_list(["dense_0", "dense_1"], [a, b]))[1])
+        fx_pytree.tree_flatten_spec(KeyedTensor(["dense_1", "dense_0"], [1, 2], torch.zeros(2, 3)), spec)
 
 
 def test_a_batch_in_another_key_order_flattens_permuted_to_the_exported_spec() -> None:

@@ -88,9 +88,10 @@ def _kt_unflatten(children: Any, context: Any) -> KeyedTensor:
 
 
 def _kjt_flatten_spec(k: Any, spec: Any) -> list[Any]:
-    """The leaves of batch ``k`` in the layout of ``spec`` (``torch.fx._pytree.tree_flatten_spec``, which the
-    modules of ``torch.export.unflatten`` pass values between submodules with): a batch of the spec's keys in another order is permuted to the spec's order (TorchRec's
-    passes its tensors on as they are, read under the wrong keys); other keys raise."""
+    """The leaves of batch ``k`` in the layout of ``spec`` (``torch.fx._pytree.tree_flatten_spec``, which
+    the modules of ``torch.export.unflatten`` pass values between submodules with): a batch of the spec's
+    keys in another order is permuted to the spec's order (TorchRec's passes its tensors on as they are,
+    read under the wrong keys); other keys raise."""
     k = as_kjt(k)
     keys = list(spec.context[0])
     if k._keys != keys:

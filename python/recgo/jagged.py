@@ -97,10 +97,11 @@ class JaggedTensor:
             o = self._offsets
             if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} rows of values")
-        if self._lengths is not None and self._offsets is not None and (
-                self._offsets.numel() != self._lengths.numel() + 1 or not (self._offsets.is_meta or self._lengths.is_meta)
-                and not torch.equal(self._offsets[1:] - self._offsets[:-1], self._lengths)):
-            raise InvalidInputError("lengths and offsets disagree")
+        if self._lengths is not None and self._offsets is not None:
+            o, lens = self._offsets, self._lengths
+            known = not (o.is_meta or lens.is_meta)
+            if o.numel() != lens.numel() + 1 or (known and not torch.equal(o[1:] - o[:-1], lens)):
+                raise InvalidInputError("lengths and offsets disagree")
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[:1] != values.shape[:1]):
             raise InvalidInputError("weights: need one weight per row of values")
         self._weights = weights
