@@ -54,6 +54,14 @@ def test_a_meta_batch_is_taken_as_torchrecs_and_refused_by_the_engine() -> None:
     empty = KeyedJaggedTensor.from_lengths_sync(keys=[], values=torch.tensor([], device=META),
                                                 lengths=torch.tensor([], device=META))
     assert empty.keys() == [] and empty.device().type == "meta"
+    # moved to meta, a batch keeps its per-key counts, as TorchRec's does (its per-key views keep their sizes)
+    real = dict(keys=KEYS[:2], values=torch.arange(8), lengths=torch.tensor([2, 0, 1, 1, 1, 3]))
+    moved, theirs_moved = KeyedJaggedTensor(**real).to("meta"), trj.KeyedJaggedTensor(**real).sync().to(META)
+    assert moved.length_per_key() == theirs_moved.length_per_key() == [3, 5]
+    assert moved["index_1"].values().shape == theirs_moved["index_1"].values().shape == (5,)
+    with pytest.raises(InvalidInputError, match="length_per_key"):
+        KeyedJaggedTensor(KEYS[:2], torch.arange(8, device=META), lengths=torch.ones(6, dtype=torch.int64, device=META),
+                          length_per_key=[3, 6])
     jt = JaggedTensor(torch.ones(10, 3, device=META), lengths=lengths, offsets=offsets)
     assert jt.lengths().is_meta and jt.stride() == 8
     # a collection on the CPU reads the batch's memory, which a meta batch has none of; one on meta

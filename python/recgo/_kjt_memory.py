@@ -47,7 +47,7 @@ class KJTMemory:
         if kind == "meta" and not self._values.is_meta:
             meta = (lambda t: None if t is None else t.to("meta"))
             return type(self)(self._keys, meta(self._values), meta(self._weights), lengths=meta(self._lengths),
-                              stride=self._stride).to("meta", dtype=dtype)
+                              stride=self._stride, length_per_key=self.length_per_key()).to("meta", dtype=dtype)
         if dtype is None or self._weights is None or dtype in (torch.float32, torch.float64):
             return self
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:

@@ -146,6 +146,14 @@ class KeyedJaggedTensor(KJTMemory):
         self._length_per_key: list[int] | None = None
         self._offset_per_key: list[int] | None = None
         self._jt_dict: dict[str, JaggedTensor] | None = None
+        if self._lengths.is_meta and length_per_key is not None:
+            # lengths without values to check against: the counts given (e.g. by to("meta") of a real
+            # batch, as TorchRec's carries them) are the per-key sizes, if they fit the keys and values
+            per = [int(x) for x in length_per_key]
+            if len(per) != nkeys or any(n < 0 for n in per) or sum(per) != self._values.numel():
+                raise InvalidInputError(f"length_per_key {per}: expected {nkeys} counts ≥ 0 adding up to the "
+                                        f"{self._values.numel()} values")
+            self._length_per_key = per
         for name, given, mine in (("length_per_key", length_per_key, self.length_per_key),
                                   ("offset_per_key", offset_per_key, self.offset_per_key),
                                   ("lengths_offset_per_key", lengths_offset_per_key, self.lengths_offset_per_key)):
