@@ -263,11 +263,14 @@ class KeyedJaggedTensor(KJTMemory):
     def empty_like(kjt: "KeyedJaggedTensor", device: Any = None) -> "KeyedJaggedTensor":
         """TorchRec's ``empty_like``: with no ``device``, no keys, the same batch size and weightedness as
         ``kjt``; with ``device`` (the CPU: recgo's batches live there), a buffer of ``kjt``'s keys and
-        shapes (values and weights uninitialised, lengths copied) for a later :meth:`copy_`."""
+        shapes (values and weights uninitialised, lengths copied) for a later :meth:`copy_`; the meta
+        device gives those shapes there (the per-key counts kept), as TorchRec's does."""
         kjt = as_kjt(kjt)
         if device is not None:
+            if torch.device(device).type == "meta":
+                return kjt.to("meta")
             if torch.device(device).type != "cpu":
-                raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
+                raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU (or meta) tensors")
             return KeyedJaggedTensor(kjt._keys, torch.empty_like(kjt._values),
                                      None if kjt._weights is None else torch.empty_like(kjt._weights),
                                      lengths=kjt._lengths.clone(), stride=kjt._stride)
