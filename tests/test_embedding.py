@@ -312,7 +312,7 @@ def test_bad_features_dtypes_devices(small: EmbeddingBagCollection) -> None:
         small(KeyedJaggedTensor(["u"], torch.tensor([1]), lengths=torch.tensor([1])))
     with pytest.raises(InvalidInputError, match="dtype float32 is not supported"):
         small(KeyedJaggedTensor(["u", "i"], torch.tensor([1.0]), lengths=torch.tensor([1, 0])))
-    with pytest.raises(InvalidInputError, match="is on meta"):
+    with pytest.raises(InvalidInputError, match="on meta was passed to recgo.s engine"):
         small(KeyedJaggedTensor(["u", "i"], torch.tensor([1], device="meta"), lengths=torch.tensor([1, 0])))
     with pytest.raises(InvalidInputError, match="expected a recgo or torchrec"):
         small({"u": torch.tensor([1])})

@@ -67,11 +67,6 @@ def test_bad_input_is_named(kwargs: dict, match: str) -> None:
         recgo.KeyedJaggedTensor(**kwargs)
 
 
-def test_meta_device_is_rejected_with_advice() -> None:
-    with pytest.raises(recgo.InvalidInputError, match=r"\.cpu\(\)"):
-        recgo.KeyedJaggedTensor(["a"], torch.tensor([1], device="meta"), lengths=torch.tensor([1]))
-
-
 def test_mismatched_batches_in_jagged_dict() -> None:
     with pytest.raises(recgo.InvalidInputError, match="batch sizes"):
         recgo.KeyedJaggedTensor.from_jagged_dict({

@@ -19,9 +19,9 @@ VBE_HINT = "; recgo's embedding collections take TorchRec's variable-batch Keyed
 
 
 def is_empty(t: Any) -> bool:
-    """Whether ``t`` is an empty CPU tensor; False where its size is an unbacked int (a traced slice of
-    data-dependent length), which is then taken as not known to be empty."""
-    if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+    """Whether ``t`` is an empty CPU (or meta) tensor; False where its size is an unbacked int (a traced
+    slice of data-dependent length), which is then taken as not known to be empty."""
+    if not isinstance(t, torch.Tensor) or t.device.type not in ("cpu", "meta"):
         return False
     if not torch.compiler.is_compiling():
         return t.numel() == 0
@@ -31,10 +31,11 @@ def is_empty(t: Any) -> bool:
 
 
 def int64_tensor(t: Any, name: str) -> torch.Tensor:
-    """A 1-D int64 CPU tensor; an empty tensor of any dtype is accepted (TorchRec's ``torch.tensor([])``)."""
+    """A 1-D int64 CPU (or meta) tensor; an empty tensor of any dtype is accepted (TorchRec's
+    ``torch.tensor([])``)."""
     if is_empty(t):
-        return torch.empty(0, dtype=torch.int64)
-    return check_tensor(t, name, INTS, ndim=1, convert_to=torch.int64)
+        return torch.empty(0, dtype=torch.int64, device=t.device)
+    return check_tensor(t, name, INTS, ndim=1, convert_to=torch.int64, meta_ok=True)
 
 
 def lengths_of(t: Any, nkeys: int) -> torch.Tensor:

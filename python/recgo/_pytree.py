@@ -18,12 +18,13 @@ import json
 from typing import Any
 
 import torch
+import torch.fx._pytree as fx_pytree
 import torch.utils._pytree as pytree
 
 from .errors import InvalidInputError
 from .jagged import JaggedTensor, _int_tensor
 from .keyed import KeyedTensor
-from .sparse import KeyedJaggedTensor
+from .sparse import KeyedJaggedTensor, as_kjt
 
 _FIELDS = ("_values", "_weights", "_lengths", "_offsets")  # the children of both jagged types
 
@@ -86,6 +87,35 @@ def _kt_unflatten(children: Any, context: Any) -> KeyedTensor:
     return KeyedTensor._over(context[0], context[1], children[0], *context[2:])
 
 
+def _kjt_flatten_spec(k: Any, spec: Any) -> list[Any]:
+    """The leaves of batch ``k`` in the layout of ``spec`` (``torch.fx._pytree.tree_flatten_spec``, which
+    the modules of ``torch.export.unflatten`` pass values between submodules with): a batch of the spec's
+    keys in another order is permuted to the spec's order (TorchRec's passes its tensors on as they are,
+    read under the wrong keys); other keys raise."""
+    k = as_kjt(k)
+    keys = list(spec.context[0])
+    if k._keys != keys:
+        if sorted(k._keys) != sorted(keys):
+            raise InvalidInputError(f"this program was exported for a KeyedJaggedTensor with keys {keys}; "
+                                    f"the batch has keys {k._keys}")
+        k = k.permute([k._keys.index(key) for key in keys])
+    return _fields(k, _FIELDS)
+
+
+def _kt_flatten_spec(t: Any, spec: Any) -> list[Any]:
+    """A KeyedTensor's values in the layout of ``spec``: keys in another order are regrouped into the
+    spec's order, as TorchRec's ``_kt_flatten_spec`` does (``torch.export`` may reorder a KeyedTensor's
+    keys); keys or widths that differ raise."""
+    keys, widths = list(spec.context[0]), list(spec.context[1])
+    mine = dict(zip(t.keys(), t.length_per_key()))
+    if list(t.keys()) == keys:
+        return [t.values()]
+    if sorted(mine) != sorted(keys) or any(mine[k] != w for k, w in zip(keys, widths)):
+        raise InvalidInputError(f"expected a KeyedTensor with keys {keys} of widths {widths}, got keys "
+                                f"{t.keys()} of widths {t.length_per_key()}")
+    return [KeyedTensor.regroup([t], [keys])[0]]
+
+
 def register() -> None:
     """Register the three types (once; a second call changes nothing)."""
     if KeyedJaggedTensor in pytree.SUPPORTED_NODES:
@@ -105,3 +135,6 @@ def register() -> None:
         serialized_type_name="recgo.KeyedTensor",
         to_dumpable_context=_to_json, from_dumpable_context=_kt_context_from_json,
         flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("_values"), t._values)], _kt_context(t)))
+    fx_pytree.register_pytree_flatten_spec(KeyedJaggedTensor, _kjt_flatten_spec)
+    fx_pytree.register_pytree_flatten_spec(JaggedTensor, lambda j, spec: _fields(j, _FIELDS))
+    fx_pytree.register_pytree_flatten_spec(KeyedTensor, _kt_flatten_spec)

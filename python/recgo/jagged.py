@@ -13,14 +13,15 @@ from typing import Any, Literal, Sequence
 import torch
 
 from .errors import InvalidInputError
-from .tensors import integer, check_lengths
+from .tensors import integer, check_lengths, got
+from ._strings import jagged_str, readable, where
 
 _INTS = (torch.int64, torch.int32)
 
 
 def _int_tensor(t: Any, what: str) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
-        raise InvalidInputError(f"{what}: expected a torch.Tensor, got {type(t).__name__}")
+        raise InvalidInputError(f"{what}: expected a torch.Tensor, got {got(t)}")
     if t.dtype not in _INTS or t.dim() != 1:
         raise InvalidInputError(f"{what}: expected a 1-D int64/int32 tensor, got {t.dtype} with shape {tuple(t.shape)}")
     return t.to(torch.int64)
@@ -79,22 +80,27 @@ class JaggedTensor:
     def __init__(self, values: torch.Tensor, weights: torch.Tensor | None = None,
                  lengths: torch.Tensor | None = None, offsets: torch.Tensor | None = None) -> None:
         if not isinstance(values, torch.Tensor) or values.dim() == 0:
-            raise InvalidInputError("values: expected a tensor with at least one dimension")
+            raise InvalidInputError("values: expected a tensor with at least one dimension, got "
+                                    + ("a 0-d tensor" if isinstance(values, torch.Tensor) else got(values)))
         if lengths is None and offsets is None:
             raise InvalidInputError("JaggedTensor needs lengths or offsets")
         self._values = values
         self._lengths = None if lengths is None else _int_tensor(lengths, "lengths")
         self._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
         n = values.shape[0]
-        if self._lengths is not None:
+        # a tensor on the meta device (TorchRec's JaggedTensor takes them) has a shape but no values to check
+        if self._lengths is not None and not self._lengths.is_meta:
             check_lengths(self._lengths, n)
             if int(self._lengths.sum()) != n:
                 raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
-        if self._offsets is not None:
+        if self._offsets is not None and not self._offsets.is_meta:
             o = self._offsets
             if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} rows of values")
-            if self._lengths is not None and not torch.equal(o[1:] - o[:-1], self._lengths):
+        if self._lengths is not None and self._offsets is not None:
+            o, lens = self._offsets, self._lengths
+            known = not (o.is_meta or lens.is_meta)
+            if o.numel() != lens.numel() + 1 or (known and not torch.equal(o[1:] - o[:-1], lens)):
                 raise InvalidInputError("lengths and offsets disagree")
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[:1] != values.shape[:1]):
             raise InvalidInputError("weights: need one weight per row of values")
@@ -298,8 +304,16 @@ class JaggedTensor:
             return None
         return JaggedTensor(self._weights, lengths=self.lengths()).to_padded_dense(desired_length, padding_value)
 
+    def __str__(self) -> str:
+        """TorchRec's text of the rows: every sample's values (and weights), as a list."""
+        if not readable(self._values, self._weights, self.lengths()):
+            return repr(self)
+        return jagged_str(self._values, self._weights, self.offsets())
+
     def __repr__(self) -> str:
-        return f"JaggedTensor(batch={self.stride()}, values={tuple(self._values.shape)})"
+        weighted = ", weighted" if self._weights is not None else ""
+        return (f"JaggedTensor(batch={self.stride()}, values={tuple(self._values.shape)}{weighted}"
+                f"{where(self._values)})")
 
 
 class _Pad(torch.autograd.Function):

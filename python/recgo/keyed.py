@@ -10,6 +10,7 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from .jagged import record_streams, tensors_bytes
+from ._strings import keyed_str, readable, short_keys, where
 
 
 def _sizes(length_per_key: Sequence[Any]) -> list[Any]:
@@ -39,11 +40,13 @@ class KeyedTensor:
             raise InvalidInputError(f"{len(self._keys)} keys but {len(self._length_per_key)} lengths")
         if any(n < 0 for n in self._length_per_key):  # negative ones could still sum to the width
             raise InvalidInputError(f"length_per_key {self._length_per_key}: a key's width cannot be negative")
-        # pooled rows are [B, ΣD]; blocks along dim 0 (TorchRec's key_dim=0) may have any trailing shape
-        if values.dim() != 2 if self._key_dim == 1 else values.dim() < 1:
+        # pooled rows are [B, ΣD]; blocks along dim 0 (TorchRec's key_dim=0) may have any trailing shape;
+        # no keys over no values is TorchRec's empty KeyedTensor (``KeyedTensor([], [], torch.Tensor())``)
+        empty = not self._keys and isinstance(values, torch.Tensor) and values.numel() == 0 and values.dim() >= 1
+        if not empty and (values.dim() != 2 if self._key_dim == 1 else values.dim() < 1):
             raise InvalidInputError(f"values of shape {tuple(values.shape)}: a KeyedTensor with key_dim="
                                     f"{self._key_dim} needs {'2-D values' if self._key_dim == 1 else 'values of 1 or more dims'}")
-        if values.shape[self._key_dim] != sum(self._length_per_key):
+        if not empty and values.shape[self._key_dim] != sum(self._length_per_key):
             raise InvalidInputError(f"values of shape {tuple(values.shape)} do not hold the keys' "
                                     f"{sum(self._length_per_key)} {('rows', 'columns')[self._key_dim]}")
         self._values = values
@@ -138,28 +141,9 @@ class KeyedTensor:
     def regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
         """One ``[B, Σ D]`` tensor per group, the groups' keys' columns in group order, taken from the
         last of ``keyed_tensors`` (recgo's or TorchRec's) that has the key, as TorchRec's ``regroup``
-        takes it. Differentiable with respect to every input's values."""
-        where: dict[str, torch.Tensor] = {}
-        if not keyed_tensors:
-            raise InvalidInputError("regroup: no KeyedTensors given")
-        dims = {kt.key_dim() for kt in keyed_tensors}
-        if len(dims) != 1:
-            raise InvalidInputError(f"regroup: the KeyedTensors lay their keys along different dims {sorted(dims)}")
-        dim = dims.pop()
-        for kt in keyed_tensors:
-            offs = kt.offset_per_key()
-            offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
-            for i, k in enumerate(kt.keys()):
-                where[k] = _block(kt.values(), dim, offs, i)
-        out = []
-        for g in groups:
-            missing = [k for k in g if k not in where]
-            if missing:
-                raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
-            first = keyed_tensors[0].values()
-            empty = (first.shape[0], 0) if dim == 1 else (0, *first.shape[1:])
-            out.append(torch.cat([where[k] for k in g], dim) if g else first.new_zeros(empty))
-        return out
+        takes it. Differentiable with respect to every input's values. Under ``torch.fx.symbolic_trace`` it
+        is one call in the graph (as TorchRec's), so a module regrouping its KeyedTensor inputs traces."""
+        return _regroup(keyed_tensors, groups)
 
     @staticmethod
     def regroup_as_dict(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]],
@@ -167,7 +151,8 @@ class KeyedTensor:
         """:meth:`regroup` with each group's tensor under the matching name of ``keys``."""
         if len(groups) != len(keys):
             raise InvalidInputError(f"regroup_as_dict: {len(groups)} groups but {len(keys)} keys")
-        return dict(zip(keys, KeyedTensor.regroup(keyed_tensors, groups)))
+        out = _regroup(keyed_tensors, groups)
+        return {k: out[i] for i, k in enumerate(keys)}  # indexed: a traced call's result is one Proxy
 
     def to_torchrec(self) -> Any:
         """The same result as a ``torchrec.sparse.jagged_tensor.KeyedTensor`` (the same values tensor)."""
@@ -176,5 +161,39 @@ class KeyedTensor:
         return TorchrecKT(keys=self._keys, length_per_key=self._length_per_key, values=self._values,
                           key_dim=self._key_dim)
 
+    def __str__(self) -> str:
+        """TorchRec's text of the output: every key's block, row by row."""
+        if not readable(self._values):
+            return repr(self)
+        return keyed_str(self._keys, [self[k] for k in self._keys])
+
     def __repr__(self) -> str:
-        return f"KeyedTensor(keys={self._keys}, shape={tuple(self._values.shape)})"
+        return f"KeyedTensor(keys={short_keys(self._keys)}, shape={tuple(self._values.shape)}{where(self._values)})"
+
+
+def _regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:
+    """:meth:`KeyedTensor.regroup` (a module-level function, which ``torch.fx.wrap`` can make a graph call)."""
+    blocks: dict[str, torch.Tensor] = {}
+    if not keyed_tensors:
+        raise InvalidInputError("regroup: no KeyedTensors given")
+    dims = {kt.key_dim() for kt in keyed_tensors}
+    if len(dims) != 1:
+        raise InvalidInputError(f"regroup: the KeyedTensors lay their keys along different dims {sorted(dims)}")
+    dim = dims.pop()
+    for kt in keyed_tensors:
+        offs = kt.offset_per_key()
+        offs = offs.tolist() if isinstance(offs, torch.Tensor) else offs
+        for i, k in enumerate(kt.keys()):
+            blocks[k] = _block(kt.values(), dim, offs, i)
+    out = []
+    for g in groups:
+        missing = [k for k in g if k not in blocks]
+        if missing:
+            raise NotFoundError(f"regroup: keys {missing} are in none of the KeyedTensors")
+        first = keyed_tensors[0].values()
+        empty = (first.shape[0], 0) if dim == 1 else (0, *first.shape[1:])
+        out.append(torch.cat([blocks[k] for k in g], dim) if g else first.new_zeros(empty))
+    return out
+
+
+torch.fx.wrap("_regroup")

@@ -8,6 +8,8 @@ and it has TorchRec's accessors (``to_dict``/``__getitem__`` give :class:`recgo.
 the same batch size B: TorchRec's variable batch per feature (``stride_per_key_per_rank`` with
 different strides, ``inverse_indices``) is refused (the collections take TorchRec's such KJT itself).
 Keys are unique (TorchRec allows repeats, e.g. from ``permute`` with repeated indices; recgo refuses them).
+Its tensors are on the CPU, or all shapes and no data on the meta device (as TorchRec's, for models built
+there; nothing is read from them and recgo's engine refuses them).
 
 :class:`KeyedTensor` (in :mod:`recgo.keyed`, re-exported here) is the pooled output. Both convert to
 and from ``torchrec.sparse.jagged_tensor`` types without copying.
@@ -22,12 +24,14 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
-from .jagged import JaggedTensor, clear_storages, copy_fields, record_streams, tensors_bytes
-from .tensors import check_tensor, check_lengths
+from .jagged import JaggedTensor
+from ._kjt_memory import KJTMemory
+from .tensors import check_tensor, check_lengths, got
+from ._strings import keyed_jagged_str, readable, short_keys, where
 from ._kjt_inputs import (FLOATS, INTS, VBE_HINT, check_stride, int64_tensor, is_empty, lengths_of,
                           stride_of_ranks, uniform_stride)
 
-class KeyedJaggedTensor:
+class KeyedJaggedTensor(KJTMemory):
     """A batch of jagged sparse features, TorchRec's ``KeyedJaggedTensor``.
 
     Args:
@@ -78,7 +82,7 @@ class KeyedJaggedTensor:
                 FutureWarning, stacklevel=2)
             weights, lengths = lengths, weights
         if isinstance(keys, str) or not isinstance(keys, Sequence):
-            raise InvalidInputError(f"keys: expected a list of feature names, got {type(keys).__name__}")
+            raise InvalidInputError(f"keys: expected a list of feature names, got {got(keys)}")
         self._keys = [str(k) for k in keys]
         if len(set(self._keys)) != len(self._keys):
             dup = sorted({k for k in self._keys if self._keys.count(k) > 1})
@@ -89,18 +93,23 @@ class KeyedJaggedTensor:
                 f"KeyedJaggedTensor; expand it to one bag per sample{VBE_HINT}")
         if is_empty(values):
             values = values.reshape(0).to(torch.int64)
-        self._values = check_tensor(values, "values", INTS, ndim=1, convert_to=torch.int64)
+        # meta tensors (shapes without data, as TorchRec's KJT takes them for models built on the meta
+        # device) are held; nothing is read from them, and the engine refuses them (tensors.ptr)
+        self._values = check_tensor(values, "values", INTS, ndim=1, convert_to=torch.int64, meta_ok=True)
         self._offsets: torch.Tensor | None = None
         if offsets is not None:
             self._offsets = int64_tensor(offsets, "offsets")
             o, n = self._offsets, self._values.numel()
             if o.numel() == 0 and n == 0 and lengths is None:
-                self._offsets = torch.zeros(1, dtype=torch.int64)
+                self._offsets = torch.zeros(1, dtype=torch.int64, device=o.device)
                 o = self._offsets
-            if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
+            if o.numel() == 0 or (not o.is_meta and (int(o[0]) != 0 or int(o[-1]) != n
+                                                     or bool((o[1:] < o[:-1]).any()))):
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} values")
             from_offsets = o[1:] - o[:-1]
-            if lengths is not None and not torch.equal(lengths_of(lengths, len(self._keys)), from_offsets):
+            given = None if lengths is None else lengths_of(lengths, len(self._keys))
+            if given is not None and (given.shape != from_offsets.shape or (
+                    not (o.is_meta or given.is_meta) and not torch.equal(given, from_offsets))):
                 raise InvalidInputError("lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
@@ -112,7 +121,7 @@ class KeyedJaggedTensor:
         if weights is not None:
             if is_empty(weights):
                 weights = weights.reshape(0).to(torch.float32)
-            self._weights = check_tensor(weights, "weights", FLOATS, ndim=1, convert_to=torch.float32)
+            self._weights = check_tensor(weights, "weights", FLOATS, ndim=1, convert_to=torch.float32, meta_ok=True)
             if self._weights.numel() != self._values.numel():
                 raise InvalidInputError(
                     f"weights: {self._weights.numel()} weights for {self._values.numel()} values"
@@ -137,6 +146,14 @@ class KeyedJaggedTensor:
         self._length_per_key: list[int] | None = None
         self._offset_per_key: list[int] | None = None
         self._jt_dict: dict[str, JaggedTensor] | None = None
+        if self._lengths.is_meta and length_per_key is not None:
+            # lengths without values to check against: the counts given (e.g. by to("meta") of a real
+            # batch, as TorchRec's carries them) are the per-key sizes, if they fit the keys and values
+            per = [int(x) for x in length_per_key]
+            if len(per) != nkeys or any(n < 0 for n in per) or sum(per) != self._values.numel():
+                raise InvalidInputError(f"length_per_key {per}: expected {nkeys} counts ≥ 0 adding up to the "
+                                        f"{self._values.numel()} values")
+            self._length_per_key = per
         for name, given, mine in (("length_per_key", length_per_key, self.length_per_key),
                                   ("offset_per_key", offset_per_key, self.offset_per_key),
                                   ("lengths_offset_per_key", lengths_offset_per_key, self.lengths_offset_per_key)):
@@ -236,21 +253,24 @@ class KeyedJaggedTensor:
     def empty(is_weighted: bool = False, device: Any = None, values_dtype: torch.dtype | None = None,
               weights_dtype: torch.dtype | None = None, lengths_dtype: torch.dtype = torch.int64) -> "KeyedJaggedTensor":
         """A KeyedJaggedTensor with no keys (stride 0)."""
-        if device is not None and torch.device(device).type != "cpu":
-            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
-        return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64),
-                                 torch.empty(0) if is_weighted else None,
-                                 lengths=torch.empty(0, dtype=torch.int64), stride=0)
+        if device is not None and torch.device(device).type not in ("cpu", "meta"):
+            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU (or meta) tensors")
+        return KeyedJaggedTensor([], torch.empty(0, dtype=torch.int64, device=device),
+                                 torch.empty(0, device=device) if is_weighted else None,
+                                 lengths=torch.empty(0, dtype=torch.int64, device=device), stride=0)
 
     @staticmethod
     def empty_like(kjt: "KeyedJaggedTensor", device: Any = None) -> "KeyedJaggedTensor":
         """TorchRec's ``empty_like``: with no ``device``, no keys, the same batch size and weightedness as
         ``kjt``; with ``device`` (the CPU: recgo's batches live there), a buffer of ``kjt``'s keys and
-        shapes (values and weights uninitialised, lengths copied) for a later :meth:`copy_`."""
+        shapes (values and weights uninitialised, lengths copied) for a later :meth:`copy_`; the meta
+        device gives those shapes there (the per-key counts kept), as TorchRec's does."""
         kjt = as_kjt(kjt)
         if device is not None:
+            if torch.device(device).type == "meta":
+                return kjt.to("meta")
             if torch.device(device).type != "cpu":
-                raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
+                raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU (or meta) tensors")
             return KeyedJaggedTensor(kjt._keys, torch.empty_like(kjt._values),
                                      None if kjt._weights is None else torch.empty_like(kjt._weights),
                                      lengths=kjt._lengths.clone(), stride=kjt._stride)
@@ -308,7 +328,7 @@ class KeyedJaggedTensor:
     def offsets(self) -> torch.Tensor:
         """Exclusive prefix sums of lengths, F·B+1 entries."""
         if self._offsets is None:
-            out = torch.zeros(self._lengths.numel() + 1, dtype=torch.int64)
+            out = torch.zeros(self._lengths.numel() + 1, dtype=torch.int64, device=self._lengths.device)
             torch.cumsum(self._lengths, 0, out=out[1:])
             self._offsets = out
         return self._offsets
@@ -328,58 +348,8 @@ class KeyedJaggedTensor:
         return self._weights
 
     def device(self) -> torch.device:
-        """Always CPU: recgo's engine reads CPU memory."""
+        """The values' device: the CPU (where recgo's engine reads them), or meta for a batch of shapes."""
         return self._values.device
-
-    def to(self, device: Any, non_blocking: bool = False, dtype: torch.dtype | None = None) -> "KeyedJaggedTensor":
-        """``self`` for the CPU; other devices raise (recgo's engine reads CPU memory). ``dtype``, as in
-        TorchRec's, casts the weights: a copy whose weights are rounded to ``dtype`` (held as float32,
-        as recgo's weights always are; float32 or float64 leave them as they are)."""
-        if torch.device(device).type != "cpu":
-            raise InvalidInputError(f"device {device}: recgo's KeyedJaggedTensor holds CPU tensors")
-        if dtype is None or self._weights is None or dtype in (torch.float32, torch.float64):
-            return self
-        if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-            raise InvalidInputError(f"to(dtype={dtype}): weights are cast to a floating dtype")
-        return KeyedJaggedTensor(self._keys, self._values, self._weights.to(dtype), lengths=self._lengths,
-                                 stride=self._stride)
-
-    def size_in_bytes(self) -> int:
-        """Bytes held by the values, weights, lengths and offsets (TorchRec's ``size_in_bytes``)."""
-        return tensors_bytes(self._values, self._weights, self._lengths, self._offsets)
-
-    def record_stream(self, stream: Any) -> None:
-        """Mark the tensors used on ``stream`` (TorchRec's, which its pipelines call; a no-op on CPU)."""
-        record_streams(stream, self._values, self._weights, self._lengths, self._offsets)
-
-    def pin_memory(self) -> "KeyedJaggedTensor":
-        """TorchRec's ``pin_memory``: the batch in page-locked host memory when an accelerator is there
-        (for asynchronous copies of it); ``self`` without one. recgo's engine reads host memory either way."""
-        if not torch.cuda.is_available():
-            return self
-        pin = (lambda t: None if t is None else t.pin_memory())
-        return KeyedJaggedTensor(self._keys, pin(self._values), pin(self._weights), lengths=pin(self._lengths),
-                                 stride=self._stride)
-
-    def copy_(self, kjt: Any, non_blocking: bool = False) -> "KeyedJaggedTensor":
-        """TorchRec's ``copy_``: ``kjt``'s values, weights and lengths copied into this batch's tensors in
-        place (a buffer of the same keys and shapes, e.g. from :meth:`empty_like`); returns ``self``."""
-        kjt = as_kjt(kjt)
-        if kjt._keys != self._keys or kjt._stride != self._stride:
-            raise InvalidInputError(f"KeyedJaggedTensor.copy_: the source has keys {kjt._keys} and batch size "
-                                    f"{kjt._stride}, this one {self._keys} and {self._stride}")
-        offsets = (None, None) if self._offsets is None else (self._offsets, kjt.offsets())
-        copy_fields("KeyedJaggedTensor", [
-            ("values", self._values, kjt._values), ("weights", self._weights, kjt._weights),
-            ("lengths", self._lengths, kjt._lengths), ("offsets", *offsets)], non_blocking)
-        self._length_per_key, self._offset_per_key = kjt._length_per_key, kjt._offset_per_key
-        self._jt_dict = None
-        return self
-
-    def clear_storage(self) -> int:
-        """TorchRec's ``clear_storage``: free the values', weights', lengths' and offsets' memory now and
-        return its size in bytes. The batch (and every view of it) is empty afterwards: use it no more."""
-        return clear_storages(self._values, self._weights, self._lengths, self._offsets)
 
     def flatten_lengths(self) -> "KeyedJaggedTensor":
         """TorchRec's ``flatten_lengths``: the same batch with 1-D lengths, which recgo's always are
@@ -421,6 +391,11 @@ class KeyedJaggedTensor:
         if self._length_per_key is None:
             if not self._keys:
                 self._length_per_key = []
+            elif self._lengths.is_meta:
+                # no lengths to read: TorchRec's stand-in counts on the meta device (the values split
+                # evenly over the keys, the remainder to the first), so per-key views have shapes
+                n, f = self._values.numel(), len(self._keys)
+                self._length_per_key = [n // f + (n % f if i == 0 else 0) for i in range(f)]
             elif torch.compiler.is_compiling():
                 # torch.export / torch.compile: the per-key counts are unbacked ints (read from the
                 # lengths' data), which cannot be compared in Python; they are declared sizes and
@@ -553,8 +528,16 @@ class KeyedJaggedTensor:
         return KeyedJaggedTensor(list(keys), cat(vals, self._values),
                                  None if wts is None else cat(wts, self._weights), lengths=lengths, stride=b)
 
+    def __str__(self) -> str:
+        """TorchRec's text of the batch: every key's samples, value by value (see :mod:`recgo._strings`)."""
+        if not readable(self._values, self._weights, self._lengths):
+            return repr(self)
+        return keyed_jagged_str(self._keys, self._values, self._weights, self.offsets(), self._stride)
+
     def __repr__(self) -> str:
-        return f"KeyedJaggedTensor(keys={self._keys}, batch={self.stride()}, values={self._values.numel()})"
+        weighted = ", weighted" if self._weights is not None else ""
+        return (f"KeyedJaggedTensor(keys={short_keys(self._keys)}, batch={self._stride}, "
+                f"values={self._values.numel()}{weighted}{where(self._values)})")
 
 
 def _is_torchrec_kjt(x: Any) -> bool:

@@ -24,6 +24,17 @@ def integer(name: str, value: Any) -> int:
         raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
+def got(value: Any) -> str:
+    """The type name an "expected ..., got" error gives; for a ``torch.fx`` Proxy (a batch type built from
+    a traced module's inputs, which TorchRec's types take as they trace and recgo's, which check their
+    tensors, cannot) also what to do instead."""
+    name = type(value).__name__
+    if isinstance(value, torch.fx.Proxy):
+        return (f"{name} (torch.fx.symbolic_trace: recgo's batch types are built from real tensors; build "
+                "the batch outside the traced module and pass it in, or trace with torch.export)")
+    return name
+
+
 def refuse_weight_grads(weights: torch.Tensor | None) -> None:
     """Raise when autograd would want gradients of the per-ID ``weights``, which recgo's lookups do not
     give (silently detaching them would leave the module producing them untrained)."""
@@ -38,20 +49,22 @@ def check_tensor(
     *,
     ndim: int | None = None,
     convert_to: torch.dtype | None = None,
+    meta_ok: bool = False,
 ) -> torch.Tensor:
     """Return ``t`` as a contiguous CPU tensor after checking its type, dtype and rank.
 
     ``dtypes`` are accepted; with ``convert_to`` the result is cast to it (e.g. int32 lengths to
-    int64). A tensor on another device raises (recgo's engine runs on CPU memory); a
-    non-contiguous tensor is copied.
+    int64). A tensor on another device raises (recgo's engine runs on CPU memory), except one on the
+    meta device where ``meta_ok`` (a batch's shapes without data, as TorchRec's batch types take; the
+    engine refuses it in :func:`ptr`); a non-contiguous tensor is copied.
     """
     if not isinstance(t, torch.Tensor):
-        raise InvalidInputError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        raise InvalidInputError(f"{name}: expected a torch.Tensor, got {got(t)}")
     allowed = tuple(dtypes)
     if t.dtype not in allowed:
         names = ", ".join(str(d).replace("torch.", "") for d in allowed)
         raise InvalidInputError(f"{name}: dtype {str(t.dtype).replace('torch.', '')} is not supported (expected {names})")
-    if t.device.type != "cpu":
+    if t.device.type != "cpu" and not (meta_ok and t.is_meta):
         raise InvalidInputError(
             f"{name}: tensor is on {t.device}, but recgo's engine reads CPU memory; move it with .cpu()"
         )
@@ -63,9 +76,14 @@ def check_tensor(
 
 
 def ptr(t: torch.Tensor | None) -> int | None:
-    """data_ptr of a tensor (None for None or an empty tensor), for c_void_p arguments."""
+    """data_ptr of a tensor (None for None or an empty tensor), for c_void_p arguments. A tensor off the
+    CPU raises: a batch on the meta device (which recgo's batch types hold, as TorchRec's do) has no
+    memory for the engine to read."""
     if t is None or t.numel() == 0:
         return None
+    if t.device.type != "cpu":
+        raise InvalidInputError(f"a tensor on {t.device} was passed to recgo's engine, which reads CPU memory: "
+                                "build the batch on the CPU (a meta-device batch has shapes but no values)")
     return t.data_ptr()
 
 

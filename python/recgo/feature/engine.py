@@ -23,7 +23,7 @@ from .._memory import wrap
 from .._lib import H, I64
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor
-from ..tensors import check_tensor, refuse_weight_grads
+from ..tensors import check_tensor, ptr, refuse_weight_grads
 from .spec import Feature, load_config, spec_json
 
 # Descriptor kinds (engine/feature.Kind) and the words of one descriptor row (capi/feature.go's
@@ -226,9 +226,9 @@ class FeatureEngine:
                     raise InvalidInputError(f"input {k!r}: dtype mismatch, the feature declares {self.inputs[i][1]} "
                                             "values but the KeyedJaggedTensor holds int64 IDs")
             rows = self._kjt_rows(keys)  # held here: another thread's call may evict it from the cache
-            kjt_args = (vals.data_ptr() if vals.numel() else None, vals.numel(),
+            kjt_args = (ptr(vals), vals.numel(),
                         None if wts is None else wts.data_ptr() if wts.numel() else ctypes.addressof(_NO_WEIGHTS),
-                        lens.data_ptr() if lens.numel() else None, ctypes.addressof(rows), len(keys))
+                        ptr(lens), ctypes.addressof(rows), len(keys))
             keep += [vals, lens]
         for name, entry in extra.items():
             i = self._input_index.get(name)

@@ -19,6 +19,7 @@ from .._cache import KeyCache
 from .._textfiles import read_regular
 from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from ..sparse import KeyedJaggedTensor, as_kjt
+from ..tensors import ptr
 from ._json import bytes_arg
 
 #: A table whose profile rests on fewer sampled lookups than this draws a warning.
@@ -190,8 +191,7 @@ class Profiler:
             values = torch.cat([values[bounds[j][0]:bounds[j][1]] for j in src.tolist()])
         f = _lib.fn("recgo_profiler_add")
         _lib.call(f, self._h.value, tables.data_ptr(), len(tables), kjt.stride(),
-                  lengths.data_ptr() if lengths.numel() else None, lengths.numel(),
-                  values.data_ptr() if values.numel() else None, values.numel())
+                  ptr(lengths), lengths.numel(), ptr(values), values.numel())
 
     def samples(self) -> tuple[int, int]:
         """(samples offered, samples kept by sampling)."""

@@ -11,6 +11,7 @@ from .. import _lib
 from .._compile import eager_under_compile
 from ..errors import InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, as_kjt
+from ..tensors import ptr
 
 
 class Remap:
@@ -100,6 +101,5 @@ class Remap:
         out = torch.empty_like(values)
         f = _lib.fn("recgo_remap_apply_kjt")
         _lib.call(f, self._h.value, tables.data_ptr() if tables.numel() else None, len(kjt.keys()), kjt.stride(),
-                  lengths.data_ptr() if lengths.numel() else None, values.data_ptr() if values.numel() else None,
-                  values.numel(), out.data_ptr() if out.numel() else None)
+                  ptr(lengths), ptr(values), values.numel(), out.data_ptr() if out.numel() else None)
         return KeyedJaggedTensor(kjt.keys(), out, kjt.weights_or_none(), lengths=lengths)
