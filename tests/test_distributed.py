@@ -56,8 +56,7 @@ def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     (the cases' outcome is saved first, since the last rank is killed once the others report)."""
     try:
         res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt), "pooled": _pooled_cases(rank, world),
-                     "weight_grads": weight_grad_cases(rank, world, [("flat", NODES, PER_NODE),
-                                                                     ("hierarchical", NODES, PER_NODE)], plan_path)}
+                     "weight_grads": weight_grad_cases(rank, world, [("hierarchical", NODES, PER_NODE)], plan_path)}
     except BaseException as exc:
         res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     torch.save(res, os.path.join(os.environ["RECGO_TEST_OUT"], f"cases-{rank}.pt"))
@@ -356,11 +355,11 @@ def test_trained_per_id_weights_match_single_process(world4: tuple[list[dict], P
     """Per-ID weights that require grad (a learned position-weight vector) through the sharded collection,
     every sharding type, mixed SUM/MEAN tables, owner pooling forced and auto, fused and torch optimizers:
     outputs, per-ID weight gradients, table updates and the position weights after SGD steps equal the
-    single-process collection's, flat and hierarchical (2 × 2) on world 4, flat on world 2 (asserted in
-    the ranks). On world 2 plain weights keep owner pooling and trained ones bring rows back."""
+    single-process collection's, hierarchical (2 × 2, a planner plan) on world 4, flat on world 2
+    (asserted in the ranks). On world 2 plain weights keep owner pooling and trained ones bring rows back."""
     res = world4[0][0] if world == 4 else world2[0][0]
     assert "error" not in res and "pooled_error" not in res, res.get("error") or res.get("pooled_error")
-    assert res["weight_grads"] == (4 if world == 4 else 2)
+    assert res["weight_grads"] == 2
     if world == 2:
         plain, trained = res["partials"]
         assert plain > 0 and trained == 0, res["partials"]
