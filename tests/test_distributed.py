@@ -20,6 +20,7 @@ from recgo.modules import optim
 from sharded_batches import B_LOCAL, SHARDING, configs, global_batch, local_batch
 from sharded_checks import check_update, close
 from spawned import ok, spawn
+from sharded_weight_grads import pooled_partials, weight_grad_cases
 from world_failures import FAIL_TIMEOUT, fail_phase, mismatch_phase, optimizer_drift, skipped_backward
 
 NODES, PER_NODE, WORLD, STEPS = 2, 2, 4, 3
@@ -54,7 +55,8 @@ def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     """Every case of the equality and Eq. 3 tests and the checkpoint save; then the silent-rank phase
     (the cases' outcome is saved first, since the last rank is killed once the others report)."""
     try:
-        res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt), "pooled": _pooled_cases(rank, world)}
+        res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt), "pooled": _pooled_cases(rank, world),
+                     "weight_grads": weight_grad_cases(rank, world, [("hierarchical", NODES, PER_NODE)], plan_path)}
     except BaseException as exc:
         res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     torch.save(res, os.path.join(os.environ["RECGO_TEST_OUT"], f"cases-{rank}.pt"))
@@ -231,7 +233,9 @@ def _reshard(rank: int, world: int, ckpt: str, out: str) -> dict:
         return {}
     try:
         pooled: dict = {"pooled": _pooled_cases(rank, world), "fp16": _fp16_case(rank, world),
-                        "division": _division_case(rank, world), "meta": _meta_case(rank, world)}
+                        "division": _division_case(rank, world), "meta": _meta_case(rank, world),
+                        "weight_grads": weight_grad_cases(rank, world, [("flat", None, None)]),
+                        "partials": pooled_partials(rank, world)}
     except BaseException as exc:
         pooled = {"pooled_error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     return {**pooled, "mismatch": mismatch_phase(rank, world), "skipped": skipped_backward(rank, world),
@@ -343,6 +347,22 @@ def test_owner_pooling_matches_single_process_weighted(world4: tuple[list[dict],
     res = world4[0][0] if world == 4 else world2[0][0]
     assert "error" not in res and "pooled_error" not in res, res.get("error") or res.get("pooled_error")
     assert len(res["pooled"]) == 3 and all(p > 0 for p in res["pooled"]), res["pooled"]
+
+
+@pytest.mark.parametrize("world", [4, 2])
+def test_trained_per_id_weights_match_single_process(world4: tuple[list[dict], Path],
+                                                     world2: tuple[list[dict], Path], world: int) -> None:
+    """Per-ID weights that require grad (a learned position-weight vector) through the sharded collection,
+    every sharding type, mixed SUM/MEAN tables, owner pooling forced and auto, fused and torch optimizers:
+    outputs, per-ID weight gradients, table updates and the position weights after SGD steps equal the
+    single-process collection's, hierarchical (2 × 2, a planner plan) on world 4, flat on world 2
+    (asserted in the ranks). On world 2 plain weights keep owner pooling and trained ones bring rows back."""
+    res = world4[0][0] if world == 4 else world2[0][0]
+    assert "error" not in res and "pooled_error" not in res, res.get("error") or res.get("pooled_error")
+    assert res["weight_grads"] == 2
+    if world == 2:
+        plain, trained = res["partials"]
+        assert plain > 0 and trained == 0, res["partials"]
 
 
 def test_eq3_holds_exactly_on_the_counters(world4: tuple[list[dict], Path]) -> None:

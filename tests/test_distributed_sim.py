@@ -10,6 +10,7 @@ import torch.distributed as dist
 from torch import nn
 
 import recgo
+from recgo.modules import optim
 from recgo.distributed import (PeerFailureError, ShardedEmbeddingBagCollection, eq3_reduction, hash_owners,
                                simulate_traffic)
 from recgo.errors import InvalidInputError, NotFoundError, RecgoError
@@ -101,10 +102,15 @@ def test_bad_arguments_raise_named_errors(world1: None) -> None:
     weighted = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 2, "w", ["fw"])], is_weighted=True)
     learned = torch.tensor([0.5, 2.0], requires_grad=True)
     batch = recgo.KeyedJaggedTensor(["fw"], torch.tensor([1, 2]), weights=learned, lengths=torch.tensor([2]))
-    with pytest.raises(InvalidInputError, match="per-ID weights"):  # it detached them silently
-        weighted(batch)
+    weighted(batch).values().sum().backward()  # refused until session 36: now ∂/∂w_i = ⟨grad, row(id_i)⟩
+    rows = weighted.embedding_bags["w"].weight.detach()[weighted.locate("w", torch.tensor([1, 2]))]
+    torch.testing.assert_close(learned.grad, rows.sum(1), rtol=1e-6, atol=1e-7)
     with torch.no_grad():
         assert weighted(batch).values().shape == (1, 2)
+    dyn = ShardedEmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 2, "d", ["fw"], dynamic=recgo.DynamicConfig())],
+                                        optimizer=optim.SGD(lr=0.1), is_weighted=True)
+    with pytest.raises(InvalidInputError, match="per-ID weights"):  # rows not addressed by ID, as unsharded
+        dyn(batch)
     sh = ShardedEmbeddingBagCollection(CFGS, {"a": "row_wise", "b": "data_parallel"}, seed=3)
     kjt = recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 25]), torch.tensor([1, 1]))
     with pytest.raises(InvalidInputError, match=r'table "b": id 25 out of range \[0, 10\)'):
@@ -136,6 +142,37 @@ def test_world1_is_the_single_process_collection(world1: None) -> None:
         torch.testing.assert_close(sh.embedding_bags[c.name].weight.grad, ref.embedding_bags[c.name].weight.grad[ids])
     t = sh.traffic()
     assert t["requested"] == 3 and t["lookups"] == 3 and t["ids_inter"] == 0 and t["bytes"] == 0
+
+
+def test_world1_trained_weights_of_a_shared_key_and_a_variable_batch(world1: None) -> None:
+    """Per-ID weights that require grad through a key two tables read (SUM and MEAN), and through a
+    TorchRec variable batch with inverse indices: outputs and weight gradients equal the unsharded
+    collection's."""
+    C = recgo.EmbeddingBagConfig
+    cfgs = [C(20, 4, "s", ["fa", "fb"]), C(20, 3, "m", ["fa"], pooling="mean")]
+    ref = recgo.EmbeddingBagCollection(cfgs, seed=3, is_weighted=True)
+    sh = ShardedEmbeddingBagCollection(cfgs, {"s": "hash", "m": "row_wise"}, seed=3, is_weighted=True)
+    batches = [recgo.KeyedJaggedTensor(["fa", "fb"], torch.tensor([1, 2, 1, 7, 7, 3]), lengths=torch.tensor([3, 0, 2, 1]),
+                                       weights=torch.tensor([0.5, 2.0, 1.5, 0.25, 1.0, 3.0]))]
+    tr = pytest.importorskip("torchrec")
+    batches.append(tr.KeyedJaggedTensor(keys=["fa", "fb"], values=torch.tensor([1, 2, 1, 7, 7]),
+                                        lengths=torch.tensor([2, 1, 1, 1]), weights=torch.tensor([0.5, 2.0, 1.5, 0.25, 1.0]),
+                                        stride_per_key_per_rank=[[2], [2]],
+                                        inverse_indices=(["fa", "fb"], torch.tensor([[0, 1, 0], [1, 0, 1]]))))
+    for kjt in batches:
+        grads = []
+        for m in (ref, sh):
+            w = kjt.weights().detach().clone().requires_grad_()
+            batch = (recgo.KeyedJaggedTensor(kjt.keys(), kjt.values(), lengths=kjt.lengths(), weights=w)
+                     if isinstance(kjt, recgo.KeyedJaggedTensor) else
+                     tr.KeyedJaggedTensor(keys=kjt.keys(), values=kjt.values(), lengths=kjt.lengths(), weights=w,
+                                          stride_per_key_per_rank=kjt.stride_per_key_per_rank(),
+                                          inverse_indices=kjt.inverse_indices()))
+            out = m(batch).values()
+            (out * torch.arange(out.numel()).view(out.shape)).sum().backward()
+            grads.append((out.detach(), w.grad))
+        for a, b in zip(*grads):
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6)
 
 
 def test_shard_model_takes_a_torchrec_fused_collection(world1: None) -> None:

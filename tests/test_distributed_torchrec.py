@@ -124,8 +124,112 @@ def _case(rank: int, world: int) -> dict[str, Any]:
     return {"rates": rates, "optimizer": repr(sharded.fused_optimizer)}
 
 
-def test_torchrec_dlrm_script_with_shard_model_trains_as_one_process(tmp_path: Path) -> None:
-    for r, res in enumerate(spawn(_case, WORLD, tmp_path)):
+class _PositionWeighted(nn.Module):
+    """A TorchRec model with position-weighted features: a FeatureProcessedEmbeddingBagCollection (a SUM
+    and a MEAN table) whose PositionWeightedModule(s) learn one weight per position, and a linear head."""
+
+    def __init__(self, collection: bool) -> None:
+        from torchrec.modules.feature_processor_ import PositionWeightedModule, PositionWeightedModuleCollection
+        from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
+
+        super().__init__()
+        tables = _tables()
+        tables[1].pooling = torchrec.PoolingType.MEAN
+        feats = [f for t in tables for f in t.feature_names]
+        ebc = torchrec.EmbeddingBagCollection(tables=tables, is_weighted=True)
+        fps = (PositionWeightedModuleCollection({f: POSITIONS for f in feats}) if collection
+               else {f: PositionWeightedModule(max_feature_length=POSITIONS) for f in feats})
+        self.fp = FeatureProcessedEmbeddingBagCollection(ebc, fps)
+        self.head = nn.Linear(sum(t.embedding_dim * len(t.feature_names) for t in tables), 1)
+        with torch.no_grad():
+            for n, p in self.fp.named_parameters():
+                if "position" in n:
+                    p.uniform_(0.5, 1.5)
+
+    def forward(self, kjt: Any) -> torch.Tensor:
+        return self.head(self.fp(kjt).values()).squeeze(1)
+
+
+POSITIONS = 4  # > the longest bag of _batch
+
+
+def _position_weighted_phase(rank: int, world: int) -> int:
+    """shard_model on TorchRec models with trained position weights (each kind of processor, hash and
+    row-wise / table-wise tables, Adagrad in the backward as apply_optimizer_in_backward gives it) trains
+    as the unsharded recgo model (recgo.from_torchrec) does on the global batch: after every step the
+    position weights, the head and every table's rows equal (1e-6)."""
+    import copy
+
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    import recgo
+    from recgo.distributed import shard_model
+
+    bce = nn.functional.binary_cross_entropy_with_logits
+    for collection, sharding in ((False, "hash"), (True, {"t_a": "row_wise", "t_b": "table_wise"})):
+        torch.manual_seed(5)  # the same model on every rank
+        model = _PositionWeighted(collection)
+        ref = copy.deepcopy(model)  # (a copy drops the in-backward optimizers: each gets its own)
+        for m in (model, ref):
+            apply_optimizer_in_backward(torch.optim.Adagrad, m.fp._embedding_bag_collection.parameters(),
+                                        {"lr": LR_SPARSE, "eps": 1e-8})
+        ref = recgo.from_torchrec(ref)
+        model = shard_model(model, sharding, timeout=60)
+        sharded = model.module.fp._embedding_bag_collection
+        dense = {n.removeprefix("module."): p for n, p in model.named_parameters() if "_embedding_bag_collection" not in n}
+        assert any("position" in n for n in dense), list(dense)
+        opts = [torch.optim.SGD(list(ps), lr=LR_DENSE) for ps in
+                (dense.values(), [p for n, p in ref.named_parameters() if "_embedding_bag_collection" not in n])]
+        what = f"{'collection' if collection else 'modules'} {sharding}"
+        for step in range(STEPS):
+            for o in opts:
+                o.zero_grad()
+            _, kjt, y = _batch(step, None)
+            bce(ref(kjt), y).backward()
+            _, kjt, y = _batch(step, rank)
+            bce(model(kjt), y).backward()
+            for o in opts:
+                o.step()
+            for n, p in ref.named_parameters():
+                if "_embedding_bag_collection" in n:
+                    table = n.split(".")[-2]
+                    close(sharded.embedding_bags[table].weight.detach(), p.detach()[sharded.local_ids(table)],
+                          f"rank {rank} {what} table {table} after step {step}")
+                else:
+                    close(dense[n].detach(), p.detach(), f"rank {rank} {what} {n} after step {step}")
+    return 2
+
+
+def _world(rank: int, world: int) -> dict[str, Any]:
+    """The DLRM script, then the position-weighted phase, each reporting its own error."""
+    out: dict[str, Any] = {}
+    for name, phase in (("dlrm", _case), ("position", _position_weighted_phase)):
+        try:
+            out[name] = phase(rank, world)
+        except BaseException as exc:
+            import traceback
+
+            out[name] = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
+    return out
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return spawn(_world, WORLD, tmp_path_factory.mktemp("torchrec"))
+
+
+def test_torchrec_dlrm_script_with_shard_model_trains_as_one_process(world: list[dict[str, Any]]) -> None:
+    for r, res in enumerate(world):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        res = res["dlrm"]
         assert "error" not in res, f"rank {r}: {res['error']}"
         assert res["rates"] == [LR_SPARSE * GAMMA ** s for s in range(STEPS)], res
         assert res["optimizer"].startswith("Adagrad(lr=0.025") and "eps=1e-08" in res["optimizer"], res
+
+
+def test_shard_model_trains_torchrec_position_weights_as_the_unsharded_model(world: list[dict[str, Any]]) -> None:
+    """Refused by shard_model until session 36 (the sharded collections gave per-ID weights no gradient)."""
+    for r, res in enumerate(world):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        got = res["position"]
+        assert got == 2, f"rank {r}: {got['error'] if isinstance(got, dict) else got}"

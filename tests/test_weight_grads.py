@@ -162,10 +162,3 @@ def test_position_weighted_processor_gets_torchrecs_gradients() -> None:
         grads.append([p.grad.clone() for p in pwp.parameters()])
     for g, w in zip(grads[1], grads[0]):
         torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)
-
-
-def test_shard_model_still_refuses_trained_position_weights_and_names_from_torchrec() -> None:
-    from recgo.distributed import shard_model
-
-    with pytest.raises(InvalidInputError, match="sharded collections take per-ID weights.*recgo.from_torchrec"):
-        shard_model(_PositionWeighted(True), "table_wise")

@@ -195,6 +195,12 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per, width int,
 	out := make([]int64, size*per)
 	for d := range size {
 		b := recv[d*(hdrFields+width):]
+		if b[hdrIdent] == x.ident^sequenceIdent { // this collection, the other kind of step
+			return nil, errs.Invalidf("exchange: rank %d runs a step of rows per lookup (a sequence step, or a "+
+				"pooled one whose per-ID weights require grad) where rank %d runs a pooled one, or the other way "+
+				"round, at step %d of the collection of tables %v: every rank's per-ID weights must require grad "+
+				"alike", rank(d), x.self, x.seq, x.tableNames())
+		}
 		if b[hdrIdent] != x.ident {
 			return nil, errs.Invalidf("exchange: rank %d is running another sharded collection's step (its %s "+
 				"of step %d) while rank %d runs the %s of step %d of the collection of tables %v: every rank must "+

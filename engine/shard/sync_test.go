@@ -102,6 +102,29 @@ func TestRanksWithDifferentOptimizersRaiseOnBothSides(t *testing.T) {
 	runLockstep(t, w.topo, []*Exchange{steps[0], steps[1]})
 }
 
+// A rank whose per-ID weights require grad runs a sequence step where its peer runs a pooled one
+// (the Python side's rows step): both raise, naming the cause, and the next steps pair up.
+func TestPooledAndSequenceStepsOfOneCollectionRaiseOnBothSides(t *testing.T) {
+	w := newTestWorld(t, 1, 2, Flat, []Kind{Hash}, []int64{50}, []int{4}, embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1})
+	rng := rand.New(rand.NewPCG(3, 4))
+	_, lens, vals := randBatch(rng, 1, 4, []int64{50})
+	pooled, err := w.ranks[0].Begin(sliceBatch(lens, vals, 0, 2))
+	require.NoError(t, err)
+	seq, err := w.ranks[1].BeginSequence(sliceBatch(lens, vals, 2, 4))
+	require.NoError(t, err)
+	errs := pairOnce(t, [2]*Exchange{pooled.X, seq.Step.X})
+	require.ErrorContains(t, errs[0], "rank 1 runs a step of rows per lookup")
+	require.ErrorContains(t, errs[1], "rank 0 runs a step of rows per lookup")
+	require.ErrorContains(t, errs[1], "per-ID weights must require grad alike")
+	var steps [2]*Exchange
+	for r := range steps {
+		s, err := w.ranks[r].Begin(sliceBatch(lens, vals, r*2, (r+1)*2))
+		require.NoError(t, err)
+		steps[r] = s.X
+	}
+	runLockstep(t, w.topo, []*Exchange{steps[0], steps[1]})
+}
+
 // Two collections share their groups. A rank that runs the other collection's step than its peer
 // meets it, with every collection's first ops sized for the most tables among them (SetPadTables), in
 // an op of one size: both raise, naming the mismatch (unpadded, one table against two, gloo aborted

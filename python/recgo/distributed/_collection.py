@@ -24,13 +24,14 @@ from ..modules.config import _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
-from ..tensors import check_tensor, ptr, refuse_weight_grads
-from . import _dynamic, _traffic
+from ..tensors import check_tensor, ptr
+from . import _dynamic, _traffic, _weighted
 from ._checkpoint import load_shards, save_shards
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from . import _failed
 from ._exchange import COLLECTIVES, WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
 from ._refuse import refused_together
+from ._rows import drive_rows
 from ._state import own_keys, rank_keys, reloaded_keys
 from ._sharding import MODES, RETURNS, SHARDING_TYPES, resolve_returns, resolve_row_splits, resolve_sharding
 from ._step import _Lookup, _Shard, _Step
@@ -440,9 +441,9 @@ class ShardedEmbeddingBagCollection(nn.Module):
         them (same result). A batch partitioned for a collection laid out otherwise (world, rank,
         sharding, mode, tables) raises :class:`InvalidInputError`. A TorchRec variable batch with
         ``inverse_indices`` is pooled padded to its largest feature batch and expanded, as by the
-        unsharded collection (``modules._vbe``)."""
+        unsharded collection (``modules._vbe``). Per-ID weights that require grad get their gradient (``_weighted``)."""
         _failed.refuse(self, "forward")
-        with refused_together(self):  # a batch refused here stops the step on every rank
+        with refused_together(self) as refusal:  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features)
             index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
             kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
@@ -451,27 +452,38 @@ class ShardedEmbeddingBagCollection(nn.Module):
             weights = kjt.weights_or_none() if self._is_weighted else None
             if self._is_weighted and weights is None:
                 raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
-            if weights is not None:
-                refuse_weight_grads(weights)
-                weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
-            step = _lib.H(0)
-            prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
-            if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
-                _lib.call_making(_lib.fn("recgo_shard_begin_prepared"), [step], self._handle.value, prepared,
-                                 ptr(key_feature), key_feature.numel(), ptr(values), values.numel(), ptr(lengths),
-                                 lengths.numel(), ctypes.byref(step))
+            if _weighted.trains_weights(weights):  # rows come back and pool here (_weighted)
+                refusal.sequence = True
+                rows, values, lengths = _weighted.begin(self, key_feature, values, lengths, weights)
             else:
-                _lib.call_making(_lib.fn("recgo_shard_begin"), [step],
-                                 self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
-                                 ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                                 0 if weights is None else weights.numel(), ctypes.byref(step))
-        handle = _Step(_lib.Handle(step.value))
-        drive(handle.handle, self._groups, handle.traffic, self._wire)
-        batch = lengths.numel() // max(1, len(kjt.keys()))
-        out = self._lookup(handle, batch)
+                rows, step = None, self._begin_pooled(key_feature, values, lengths, weights)
+        if rows is not None:
+            drive_rows(self, rows)
+            out = _weighted.pool(self, rows, key_feature, values, lengths, weights)
+        else:
+            drive(step.handle, self._groups, step.traffic, self._wire)
+            out = self._lookup(step, lengths.numel() // max(1, len(kjt.keys())))
         if vb is not None:
             out = _vbe.expand_pooled(out, index, self._dims, size)
         return KeyedTensor(self._names, self._dims, out)
+
+    def _begin_pooled(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
+                      weights: torch.Tensor | None) -> _Step:
+        """Begin a pooled step (``weights`` take no gradient), from a pipeline batch's partition if it has one."""
+        if weights is not None:
+            weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
+        step = _lib.H(0)
+        prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
+        if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
+            _lib.call_making(_lib.fn("recgo_shard_begin_prepared"), [step], self._handle.value, prepared,
+                             ptr(key_feature), key_feature.numel(), ptr(values), values.numel(), ptr(lengths),
+                             lengths.numel(), ctypes.byref(step))
+        else:
+            _lib.call_making(_lib.fn("recgo_shard_begin"), [step],
+                             self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
+                             ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
+                             0 if weights is None else weights.numel(), ctypes.byref(step))
+        return _Step(_lib.Handle(step.value))
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic
@@ -510,20 +522,12 @@ class ShardedEmbeddingBagCollection(nn.Module):
         _lib.call(_lib.fn("recgo_shard_pool"), step.handle.value, ptr(out), out.numel())
         return out
 
-    def _begin_backward(self, step: "_Step", grad: torch.Tensor, fused: bool, unused: list[bool] | None = None) -> None:
-        """Hand the output's gradient to the engine, which queues the backward exchange (a pooled
-        output is one tensor: every table is used, ``unused`` is None)."""
-        grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
-        frozen = _lib.ByteFlags(step.frozen)
-        _lib.call(_lib.fn("recgo_shard_backward"), step.handle.value, ptr(grad), grad.numel(), self._grad_scale,
-                  int(fused), *frozen.args)
-
     def _backward(self, step: "_Step", grad: torch.Tensor, unused: list[bool] | None = None) -> list[torch.Tensor | None]:
         """Gradients of the anchor and the shards (the anchor's alone when the optimizer is fused);
         ``unused`` marks the tables this rank's loss left out, and a table no rank used gets none."""
         handle = step.handle
         fused = self._optimizer is not None
-        self._begin_backward(step, grad, fused, unused)
+        step.begin_backward(grad, self._grad_scale, fused, unused)
         _failed.drive_backward(self, handle, step.traffic)
         self._record(step)
         if fused:

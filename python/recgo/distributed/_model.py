@@ -23,24 +23,6 @@ from ._sequence import ShardedEmbeddingCollection
 _SHARDED = (ShardedEmbeddingBagCollection, ShardedEmbeddingCollection)
 
 
-def _refuse_trained_feature_processors(model: nn.Module, what: str) -> None:
-    """Raise for a TorchRec ``FeatureProcessedEmbeddingBagCollection`` whose feature processors (position
-    weights) train: recgo's sharded collections take per-ID weights but give them no gradient (its
-    unsharded ones do), so training would fail at the first step with an error about weights the user
-    never passed."""
-    for name, m in model.named_modules():
-        if type(m).__name__ != "FeatureProcessedEmbeddingBagCollection":
-            continue
-        procs = getattr(m, "_feature_processors", None)
-        trained = [n for n, p in procs.named_parameters() if p.requires_grad] if isinstance(procs, nn.Module) else []
-        if trained:
-            raise InvalidInputError(
-                f"{what}: {name or 'the model'} is a FeatureProcessedEmbeddingBagCollection whose feature processors "
-                f"train per-ID weights ({', '.join(trained[:4])}); recgo's sharded collections take per-ID weights "
-                "but not their gradients: freeze them (requires_grad_(False)) to shard, keep this module TorchRec's, "
-                "or convert the model unsharded (recgo.from_torchrec), whose collections train them")
-
-
 def _kind(m: nn.Module) -> type | None:
     """The sharded class that replaces ``m`` (a recgo or TorchRec embedding collection), or None."""
     if isinstance(m, _SHARDED):
@@ -382,6 +364,10 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       tables' ``init_fn`` say; a built one gives each rank its rows and their optimizer state (a recgo
       collection's, or TorchRec's where recgo's optimizer runs the same update: see
       :func:`recgo.from_torchrec`).
+    * the collection inside a TorchRec ``FeatureProcessedEmbeddingBagCollection`` is sharded as any
+      other, its feature processors (``PositionWeightedModule``, ``PositionWeightedModuleCollection``)
+      staying dense parameters under DDP: the position weights they make train, as under DMP (the
+      sharded collection gives per-ID weights that require grad their gradient);
     * a TorchRec managed-collision collection becomes recgo's dynamic-ID tables first (as
       :func:`recgo.from_torchrec` converts it, its MCH state carried over), whose collection is then
       sharded (its tables by ID hash unless ``sharding`` says otherwise);
@@ -434,7 +420,6 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
     _check_dmp_arguments(kwargs)
     by_sharder = _sharder_optimizers(sharders)
-    _refuse_trained_feature_processors(model, "shard_model")
     model = convert_managed(model, kwargs.get("optimizer"))  # their MCH state into dynamic-ID tables first
     found = _collections(model)
     for name, m, _ in found:

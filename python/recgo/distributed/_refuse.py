@@ -19,15 +19,27 @@ from ..errors import InvalidInputError
 from ._exchange import drive
 
 
+class Refusal:
+    """What kind of step a refusal stands in for: ``sequence`` for a step whose rows come back one per
+    lookup (the sequence collection's, or a pooled one whose per-ID weights train), which the body
+    sets once it knows."""
+
+    __slots__ = ("sequence",)
+
+    def __init__(self, sequence: bool) -> None:
+        self.sequence = sequence
+
+
 @contextlib.contextmanager
-def refused_together(coll: Any, sequence: bool = False) -> Iterator[None]:
+def refused_together(coll: Any, sequence: bool = False) -> Iterator[Refusal]:
     """Around a step's local checks and begin on ``coll`` (a sharded collection; ``sequence`` for
-    the sequence collection's steps): an exception there drives the refused step (:func:`abandon`),
-    then this rank raises its own error."""
+    the sequence collection's steps, or set on the yielded :class:`Refusal`): an exception there
+    drives the refused step (:func:`abandon`), then this rank raises its own error."""
+    refusal = Refusal(sequence)
     try:
-        yield
+        yield refusal
     except Exception as exc:
-        abandon(coll, exc, sequence)
+        abandon(coll, exc, refusal.sequence)
         raise
 
 

@@ -2,38 +2,24 @@
 
 from __future__ import annotations
 
-import ctypes
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from .. import _lib
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import _vbe, optim
-from ..modules._second_order import first_order
-from ..modules._sequence_batch import jagged, key_counts, unused_tables
+from ..modules._sequence_batch import jagged, key_counts
 from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
 from ..sparse import _is_torchrec_kjt, as_kjt
-from ..tensors import check_tensor, ptr
+from ..tensors import check_tensor
 from ._refuse import refused_together
 from ._collection import ShardedEmbeddingBagCollection
-from ._step import _Step
+from ._rows import begin_rows, drive_rows, key_rows
 from ._source import freeze, frozen_tables, on_meta, take_rows
-from ._exchange import drive
 from . import _failed
-
-
-class _SeqStep(_Step):
-    """A sequence step: the exchange's handle (``handle``) and the sequence side's (``seq``)."""
-
-    __slots__ = ("seq",)
-
-    def __init__(self, handle: _lib.Handle, seq: _lib.Handle) -> None:
-        super().__init__(handle)
-        self.seq = seq
 
 
 class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
@@ -128,20 +114,13 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
             values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
             lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1,
                                    convert_to=torch.int64)
-            step, seq = _lib.H(0), _lib.H(0)
-            _lib.call_making(_lib.fn("recgo_shard_seq_begin"), [step, seq], self._handle.value, ptr(key_feature),
-                             key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(),
-                             ctypes.byref(step), ctypes.byref(seq))
-        handle = _SeqStep(_lib.Handle(step.value), _lib.Handle(seq.value))
-        drive(handle.handle, self._groups, handle.traffic)
+            handle = begin_rows(self, key_feature, values, lengths)
+        drive_rows(self, handle)
         K = len(feats)
         B = lengths.numel() // max(1, K)
         counts = key_counts(lengths, K, values.numel())
         dims = [self._dims[f] if f >= 0 else 0 for f in feats]  # 0: a key no table reads has no rows
-        starts = [0]
-        for n, d in zip(counts, dims):
-            starts.append(starts[-1] + n * d)
-        parts = self._lookup_keys(handle, feats, [n * d for n, d in zip(counts, dims)])
+        parts = key_rows(self, handle, feats, [n * d for n, d in zip(counts, dims)])
         pos = {self._names[f]: i for i, f in enumerate(feats) if f >= 0}
         out: dict[str, Any] = {}
         for k in self._names:  # config order, as the unsharded collection returns them
@@ -150,55 +129,3 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
             jt: JaggedTensor = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:i * B + s])
             out[k] = jt.to_torchrec() if torchrec_in else jt
         return out
-
-    def _lookup_keys(self, step: _SeqStep, feats: list[int], sizes: list[int]) -> Sequence[torch.Tensor]:
-        """The step's rows, one flat tensor per batch key (``sizes`` values each, KJT order): through
-        autograd when a parameter it updates requires grad, else read out at once."""
-        shards = self._graph_weights(step)
-        if shards is not None:
-            return _KeyLookup.apply(self, step, feats, sizes, self._anchor, *shards)
-        out = self._output(step, sum(sizes))
-        self._record(step)
-        return out.split(sizes)
-
-    def _output(self, step: _SeqStep, total: int) -> torch.Tensor:  # type: ignore[override]
-        """The step's rows, one per lookup, back to back in KJT order (``total`` values)."""
-        out = torch.empty(total, dtype=torch.float32)
-        _lib.call(_lib.fn("recgo_shard_seq_gather"), step.seq.value, ptr(out), out.numel())
-        return out
-
-    def _begin_backward(self, step: _SeqStep, grad: torch.Tensor, fused: bool,  # type: ignore[override]
-                        unused: list[bool] | None = None) -> None:
-        """Hand the rows' gradient (``_output``'s layout) to the engine, which merges it per distinct
-        row and queues the backward exchange; ``unused`` marks the tables none of whose outputs this
-        rank's loss used (a table no rank used takes no step), the step's ``frozen`` those frozen."""
-        grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=1, convert_to=torch.float32)
-        flags, frozen = _lib.ByteFlags(unused), _lib.ByteFlags(step.frozen)
-        _lib.call(_lib.fn("recgo_shard_seq_backward"), step.seq.value, ptr(grad), grad.numel(), self._grad_scale,
-                  int(fused), *flags.args, *frozen.args)
-
-
-class _KeyLookup(torch.autograd.Function):
-    """A sequence step's rows as one tensor per batch key, so that autograd leaves out the gradient of
-    a key the loss did not use: a table none of whose keys reached the loss on any rank takes no
-    optimizer step, as torch's optimizers skip a parameter without a gradient (a fused update with
-    zeros would still move Adam's rows, decay them and count a step)."""
-
-    @staticmethod
-    def forward(ctx: Any, module: ShardedEmbeddingCollection, step: _SeqStep, feats: list[int], sizes: list[int],
-                anchor: torch.Tensor, *weights: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        ctx.module, ctx.step, ctx.feats, ctx.sizes = module, step, feats, sizes
-        ctx.set_materialize_grads(False)
-        # views of one buffer, as torch.split's (an in-place change of one raises, as it does on TorchRec's)
-        return tuple(module._output(step, sum(sizes)).split(sizes))
-
-    @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[Any, ...]:
-        m: ShardedEmbeddingCollection = ctx.module
-        missing = [g is None for g in grads]
-        unused = unused_tables(ctx.feats, missing, m._feature_tables, range(len(m._configs)))
-        flat = torch.cat([torch.zeros(n, dtype=torch.float32) if g is None else g.reshape(-1).to(torch.float32)
-                          for g, n in zip(grads, ctx.sizes)]) if grads else torch.zeros(0)
-        out = first_order([g for g in grads if g is not None], lambda: m._backward(ctx.step, flat, unused))
-        ctx.step = None
-        return (None, None, None, None, *out)

@@ -11,6 +11,7 @@ from torch import nn
 from .. import _lib
 from ..errors import InvalidInputError
 from ..modules._second_order import first_order
+from ..tensors import check_tensor, ptr
 from .._rank_tags import RANK_TAG, SHARD_IDS
 
 if TYPE_CHECKING:
@@ -50,6 +51,15 @@ class _Step:
         self.handle = handle
         self.traffic: dict[str, int] = {}
         self.frozen: list[bool] | None = None
+
+    def begin_backward(self, grad: torch.Tensor, scale: float, fused: bool, unused: list[bool] | None) -> None:
+        """Hand the pooled output's gradient ([B, width]) to the engine, which queues the backward
+        exchange, ``scale`` times it (a pooled output is one tensor: every table is used, ``unused`` is
+        None)."""
+        grad = check_tensor(grad, "grad_output", (torch.float32, torch.float64), ndim=2, convert_to=torch.float32)
+        frozen = _lib.ByteFlags(self.frozen)
+        _lib.call(_lib.fn("recgo_shard_backward"), self.handle.value, ptr(grad), grad.numel(), scale, int(fused),
+                  *frozen.args)
 
 
 class _Lookup(torch.autograd.Function):
