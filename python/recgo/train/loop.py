@@ -33,6 +33,10 @@ STAGES = ("prep", "sparse", "dense", "update")
 # The longest BST history: the model learns a position embedding row (and Adam state) for each of max_len
 # events, so 10^9 would allocate hundreds of GB; a million is past any user's UserBehavior history.
 MAX_LEN = 1_000_000
+MAX_DIM = 1 << 20  # the engine's widest table (engine/embedding.MaxDim)
+# The most ranks one job spawns on this machine (each a process with its own torch); a count past what
+# the spawner can index failed inside torch.multiprocessing with an OverflowError.
+MAX_NPROC = 1024
 
 
 @dataclass
@@ -76,12 +80,18 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise InvalidInputError naming the first bad field."""
+        for name, options in (("model", MODELS), ("sparse_optimizer", OPTIMIZERS), ("lr_decay", LR_DECAYS),
+                              ("activation", tuple(ACTIVATIONS))):
+            if not isinstance(getattr(self, name), str):  # a YAML list or mapping raised TypeError (unhashable)
+                raise InvalidInputError(f"{name} must be one of {options} (a string), got {getattr(self, name)!r}")
         if self.model not in MODELS:
             raise InvalidInputError(f"model {self.model!r}: choose one of {MODELS}")
         for name in ("steps", "batch_size", "dim", "max_rows", "max_len", "eval_every", "holdout_events"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+        if self.dim > MAX_DIM:
+            raise InvalidInputError(f"dim must be at most {MAX_DIM} (the engine's widest table), got {self.dim}")
         if self.model == "bst" and self.dim % BST_HEADS:  # torch asserted it mid-run, in its own words
             raise InvalidInputError(f"dim must be a multiple of {BST_HEADS} for --model bst (its attention has "
                                     f"{BST_HEADS} heads of dim/{BST_HEADS} each), got {self.dim}")
@@ -117,8 +127,8 @@ class TrainConfig:
                                     "writes <checkpoint>.<backend>)")
         if self.data is not None:
             self.data = _data(self.data, self.model)
-        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
-            raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
+        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or not 0 < self.nproc <= MAX_NPROC:
+            raise InvalidInputError(f"nproc must be an integer in [1, {MAX_NPROC}], got {self.nproc!r}")
         from .distributed import EXCHANGES, SHARDINGS
 
         if self.sharding not in SHARDINGS:
