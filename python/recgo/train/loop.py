@@ -13,14 +13,14 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, RecgoIOError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .criteo_files import CriteoFiles
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
@@ -471,6 +471,27 @@ class Trainer:
             ev.pop()
 
 
+_HISTORY = frozenset(f.name for f in fields(History))
+
+
+def _check_form(state: dict[str, Any], path: str | os.PathLike[str], ranks: bool) -> None:
+    """Refuse a checkpoint whose entries a resume reads are missing or of another type, before any is
+    restored (a step of "7" or 2.7, or a history that is not History's fields, raised or was truncated
+    after the weights were loaded; a missing entry raised KeyError). A rank's file of an ``--nproc``
+    checkpoint (``ranks``) holds the dense weights only (its sparse half is beside it)."""
+    need = ("step", "config", "dense" if ranks else "model", "dense_optimizer", "sparse_optimizer", "history")
+    lacks = [k for k in need if k not in state]
+    if lacks:
+        raise RecgoIOError(f"{path}: the checkpoint lacks {lacks} (a damaged or foreign checkpoint)")
+    step, history = state["step"], state["history"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise RecgoIOError(f"{path}: the checkpoint's step {step!r} is not a non-negative integer")
+    if not isinstance(state["config"], dict):
+        raise RecgoIOError(f"{path}: the checkpoint's config is a {type(state['config']).__name__}, not a dict")
+    if not isinstance(history, dict) or "backend" not in history or not set(history) <= _HISTORY:
+        raise RecgoIOError(f"{path}: the checkpoint's history is not a dict of {sorted(_HISTORY)}")
+
+
 def read_checkpoint(cfg: TrainConfig, backend: str, world: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state of the checkpoint at ``path`` for ``backend`` trained with ``cfg`` (on ``world``'s rank
     of its size, or one process for None), after every check a resume makes before it restores: the
@@ -484,8 +505,11 @@ def read_checkpoint(cfg: TrainConfig, backend: str, world: Any, path: str | os.P
         from ..modules import load_state
 
         state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
+    if not isinstance(state, dict):
+        raise RecgoIOError(f"{path}: not a recgo train checkpoint (a {type(state).__name__}, not a dict)")
     if state.get("backend") != backend:
         raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {backend!r}")
+    _check_form(state, path, world is not None)
     mine = asdict(cfg)
     theirs = dict(state["config"])
     if theirs.get("lr_decay") == "linear" and theirs.get("steps") != mine["steps"]:
