@@ -290,5 +290,5 @@ def load_state(path: str | os.PathLike[str]) -> Any:
         raise RecgoIOError(f"{path}: not a training-state checkpoint (no structure entry)")
     try:
         return _unflatten(json.loads(bytes(raw.numpy())), tensors)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise RecgoIOError(f"{path}: the training-state structure does not decode ({exc})") from exc
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # a forged structure nested past the stack
+        raise RecgoIOError(f"{path}: the training-state structure does not decode ({type(exc).__name__})") from exc
