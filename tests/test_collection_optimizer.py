@@ -238,3 +238,28 @@ def test_a_bool_hyper_parameter_in_a_param_group_is_refused() -> None:
     with pytest.raises(InvalidInputError, match=r"hyper-parameters must be numbers, got \{'lr': True\}"):
         opt.step()
     assert ebc.fused_optimizer == optim.SGD(lr=0.5)
+
+
+@pytest.mark.parametrize("group, key, value, match", [
+    (0, "lr", "abc", "hyper-parameters must be numbers"), (0, "lr", float("nan"), "learning rate NaN"),
+    (1, "lr", -1.0, "learning rate -1"), (1, "lr", None, r"the group of 'g' lacks \['lr'\]"),
+])
+def test_a_refused_state_dict_leaves_the_groups_and_the_collections_as_they_were(group: int, key: str, value: Any,
+                                                                                  match: str) -> None:
+    """torch's load_state_dict put the groups in place before the collections refused a value: the refused
+    value stayed in param_groups (every later step() raised on it), and with the second group refused the
+    first collection had already taken its new rate. A missing hyper-parameter raised KeyError."""
+    model = nn.ModuleDict({n: EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", [n])], optimizer=optim.Adam(lr=0.1))
+                           for n in ("e", "g")})
+    opt = optim.CollectionOptimizer(model)
+    state = copy.deepcopy(opt.state_dict())
+    state["param_groups"][0]["lr"] = 0.5  # taken by collection e before g's value is refused
+    if value is None:
+        del state["param_groups"][group][key]
+    else:
+        state["param_groups"][group][key] = value
+    with pytest.raises(InvalidInputError, match=match):
+        opt.load_state_dict(state)
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.1]
+    assert [model[n].fused_optimizer.lr for n in ("e", "g")] == [0.1, 0.1]
+    opt.step()  # the groups still push

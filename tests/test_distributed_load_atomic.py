@@ -88,6 +88,16 @@ CASES: list[tuple[str, Callable[[dict[str, torch.Tensor]], None], str]] = [
      r"table 'v': the saved dynamic-ID table lacks \['dynamic_sketch_adds'\]"),
     # the engine's refusal, once table 'u' was imported (it is put back)
     ("dynamic_map", _duplicate_id, r'dynamic table "v": checkpoint: id -?\d+ owns more than one row'),
+    # forged scalars and arrays: a KeyError, ValueError or IndexError, or taken (a step of -3, NaN state)
+    ("world_missing", lambda d: d.pop("world"), r"entry 'world' is None, not one integer"),
+    ("rows_two_values", lambda d: d.__setitem__("tables.b.rows", torch.tensor([40, 40])),
+     r"table 'b': entry 'rows' is \[40, 40\]"),
+    ("step_negative", lambda d: d["tables.b.step"].fill_(-3), r"table 'b': entry 'step' is \[-3\], not one integer in "
+     r"\[0, 2\^53\)"),
+    ("state_nan", lambda d: d["tables.b.state"].__setitem__(0, float("nan")), r"tables\.b\.state' holds values that "
+     "are not finite"),
+    ("dynamic_meta_short", lambda d: d.__setitem__("tables.v.dynamic_meta", d["tables.v.dynamic_meta"][:3].clone()),
+     r"table 'v': dynamic_meta is not \d+ int64 values"),
 ]
 
 
@@ -112,6 +122,21 @@ def test_a_refused_load_leaves_every_table_as_it_was(tmp_path: Path, name: str,
         assert same(state(dst), before) == []
         dst.load(tmp_path / "ck")  # and a good load still loads everything
         assert same(state(dst), state(src)) == []
+
+
+def test_a_stray_file_named_like_a_shard_is_named_and_survives_a_save(tmp_path: Path) -> None:
+    """A file the shard pattern matches but whose name does not parse ("shard-0-of-1 copy.pt") raised
+    ValueError from int() at a load, and a save deleted it as a shard file of another world size."""
+    with one_rank(tmp_path):
+        src = build(4)
+        src.save(tmp_path / "ck")
+        stray = tmp_path / "ck" / "shard-0-of-1 copy.pt"
+        stray.write_bytes(b"a user's file")
+        with pytest.raises(RecgoIOError, match=r"\['shard-0-of-1 copy\.pt'\] match shard-\*-of-\*\.pt but are not "
+                                               "shard files"):
+            src.load(tmp_path / "ck")
+        src.save(tmp_path / "ck")
+        assert stray.read_bytes() == b"a user's file"
 
 
 def _corrupt(path: Path, key: str) -> None:

@@ -306,3 +306,18 @@ def test_bad_batches_raise() -> None:
         eng(recgo.KeyedJaggedTensor(["a"], torch.tensor([1]), lengths=torch.tensor([2, -1])), dense={"f": f})
     with pytest.raises(recgo.InvalidInputError, match="dtype mismatch"):
         eng(recgo.KeyedJaggedTensor(["a", "f"], torch.tensor([1, 2, 3, 4]), lengths=torch.tensor([1, 1, 1, 1])))
+
+
+@pytest.mark.parametrize("name, text, match", [
+    ("f.yaml", "features: [\n", r"f\.yaml: not valid YAML: while parsing"),
+    ("f.yaml", "features: [!!python/object/apply:os.system [echo]]\n", r"f\.yaml: not valid YAML: could not determine"),
+    ("f.yaml", "features: " + "[" * 20000 + "\n", r"f\.yaml: not valid YAML: nested too deeply"),
+    ("f.json", '{"features": ' + "[" * 100000, r"f\.json: invalid JSON: nested too deeply"),
+])
+def test_a_feature_config_file_that_does_not_parse_is_named(tmp_path, name: str, text: str, match: str) -> None:
+    """A YAML syntax error or a tag safe_load refuses raised yaml's own exceptions, and nesting past the
+    parser's stack a RecursionError (JSON and YAML): each is an InvalidInputError naming the file."""
+    pytest.importorskip("yaml")
+    (tmp_path / name).write_text(text)
+    with pytest.raises(recgo.InvalidInputError, match=match):
+        load_features(tmp_path / name)

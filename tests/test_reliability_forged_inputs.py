@@ -159,3 +159,13 @@ def test_an_empty_sequence_separator_is_refused(sep: object) -> None:
     with pytest.raises(InvalidInputError, match="the sequence separator must be a non-empty string"):
         Column("hist", "sequence", sep=sep)  # type: ignore[arg-type]
     assert Column("hist", "sequence", sep=";").to_dict()["sep"] == ";"
+
+
+def test_a_training_state_nested_past_the_parsers_stack_is_refused(tmp_path: Path) -> None:
+    """load_state decoded a forged structure entry (checksums recomputed) nested deeper than json's
+    recursion limit into a RecursionError, not the RecgoIOError naming the file."""
+    skeleton = ("[" * 100_000).encode()
+    _checkpoint.save_checkpoint({_checkpoint._SKELETON: torch.frombuffer(bytearray(skeleton), dtype=torch.uint8)},
+                                tmp_path / "deep.ckpt")
+    with pytest.raises(RecgoIOError, match=r"deep\.ckpt: the training-state structure does not decode"):
+        _checkpoint.load_state(tmp_path / "deep.ckpt")

@@ -331,7 +331,8 @@ def test_checkpoint_in_a_new_folder_is_written(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("text, message", [("dist_timeout: abc\n", "dist_timeout must be positive, finite seconds, got 'abc'"),
                                            ("steps: '5'\n", "steps must be a positive integer, got '5'"),
-                                           ("steps: [\n", "not valid YAML")])
+                                           ("steps: [\n", "not valid YAML"),
+                                           ("steps: " + "[" * 20000 + "\n", "not valid YAML: nested too deeply")])
 def test_bad_yaml_values_are_one_line_errors(text: str, message: str, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("yaml")

@@ -128,7 +128,35 @@ def test_under_torchrun_every_rank_checks_every_rank_file(tmp_path: Path, monkey
     ck = tmp_path / "ck"
     cfg = _small(nproc=2, checkpoint=str(ck))
     _nproc_folder(Path(f"{ck}.torch"), 2)
-    good = {"backend": "torch", "config": asdict(cfg), "step": 2}
+    good = {"backend": "torch", "config": asdict(cfg), "step": 2, "dense": {}, "dense_optimizer": {},
+            "sparse_optimizer": {}, "history": {"backend": "torch"}}  # a rank file's entries (their values aside)
     save_state(good, Path(f"{ck}.torch") / "step-00000002" / "rank-0-of-2.pt")
     with pytest.raises(RecgoIOError, match=r"step-00000002: no rank-1-of-2\.pt"):
         train(cfg, ["torch"], resume=True, progress=False)
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"step": 2.7}, r"the checkpoint's step 2\.7 is not a non-negative integer"),
+    ({"step": -1}, r"the checkpoint's step -1 is not a non-negative integer"),
+    ({"step": "2"}, r"the checkpoint's step '2' is not a non-negative integer"),
+    ({"config": [1]}, r"the checkpoint's config is a list, not a dict"),
+    ({"history": {"backend": "recgo", "bogus": 1}}, r"the checkpoint's history is not a dict of"),
+    ({"model": None}, r"the checkpoint lacks \['model'\]"),
+])
+def test_a_forged_train_checkpoint_is_refused_before_it_is_restored(tmp_path: Path, change: dict,
+                                                                    match: str) -> None:
+    """A resume read the step with int() (2.7 resumed at step 2, -1 was taken, "2" raised ValueError)
+    and built the history after the weights were restored (unknown fields raised TypeError then); a
+    missing entry or a config that is not a dict raised KeyError or TypeError."""
+    from recgo.train.loop import read_checkpoint
+
+    # the entries a resume reads, as Trainer.state() writes them (the tensors do not matter here)
+    state = {"step": 2, "backend": "recgo", "config": asdict(_small()), "data": None, "data_file": None, "model": {},
+             "dense_optimizer": {}, "sparse_optimizer": {}, "history": {"backend": "recgo", "train_loss": [0.7, 0.6]}}
+    save_state(state, tmp_path / "ck")
+    assert read_checkpoint(_small(), "recgo", None, tmp_path / "ck")["step"] == 2
+    state.update(change)
+    state = {k: v for k, v in state.items() if v is not None}
+    save_state(state, tmp_path / "forged")
+    with pytest.raises(RecgoIOError, match=match):
+        read_checkpoint(_small(), "recgo", None, tmp_path / "forged")

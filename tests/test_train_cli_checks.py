@@ -17,7 +17,7 @@ from recgo.__main__ import main
 from recgo.errors import InvalidInputError
 from recgo.jagged import JaggedTensor
 from recgo.train import TrainConfig, Trainer, make_source
-from recgo.train.loop import MAX_LEN
+from recgo.train.loop import MAX_DIM, MAX_LEN, MAX_NPROC
 from recgo.train.models import BST, bst_inputs
 
 
@@ -56,6 +56,31 @@ def test_an_absurd_max_len_is_refused() -> None:
     TrainConfig(model="bst", max_len=MAX_LEN).validate()
     with pytest.raises(InvalidInputError, match=rf"^max_len must be at most {MAX_LEN} events"):
         TrainConfig(model="bst", max_len=MAX_LEN + 1).validate()
+
+
+@pytest.mark.parametrize("fields, match", [
+    ({"activation": [1]}, r"^activation must be one of .*got \[1\]"),
+    ({"sparse_optimizer": {"sgd": 1}}, r"^sparse_optimizer must be one of"),
+    ({"dim": MAX_DIM + 1}, rf"^dim must be at most {MAX_DIM}"),
+    ({"nproc": 10**30}, rf"^nproc must be an integer in \[1, {MAX_NPROC}\]"),
+])
+def test_a_config_field_of_another_type_or_past_its_bound_is_refused(fields: dict, match: str) -> None:
+    """A YAML list for a choice raised TypeError (unhashable) out of validate; an nproc past what the
+    spawner indexes an OverflowError inside torch.multiprocessing; a dim of 10^30 a RuntimeError out of
+    torch's allocator (with its C++ trace)."""
+    with pytest.raises(InvalidInputError, match=match):
+        TrainConfig(**fields).validate()
+
+
+def test_initial_weights_past_the_machines_memory_are_refused_before_allocating() -> None:
+    """dim 10^8 over 10^5-row tables asked torch for 40 GB per table: an allocator error, or the OOM killer
+    where memory overcommits. The size is checked against the machine's memory first."""
+    from recgo.errors import CapacityError
+    from recgo.train.backends import TableSpec, initial_weights
+
+    with pytest.raises(CapacityError, match=r"initial weights take .* GiB \(2000000000 rows of dim 1048576\)"):
+        initial_weights([TableSpec("a", 10**9, ("a",)), TableSpec("b", 10**9, ("b",))], 1 << 20, 0)
+    assert initial_weights([TableSpec("a", 3, ("a",))], 2, 0)["a"].shape == (3, 2)
 
 
 # -- 2 and 7. the ablation's flags, --checkpoint-every --------------------------------------------

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import recgo
+
 from test_pipeline import trainer, weights
 
 
@@ -139,6 +141,45 @@ def test_an_optimizer_that_refuses_a_checkpoint_leaves_the_model_untouched() -> 
         tp.load_state_dict(state)
     assert all(torch.equal(v, before[k]) for k, v in weights(tp).items())
     assert tp.data.state_dict() == position
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"steps": "7"}, "'steps' must be an integer"), ({"steps": float("nan")}, "'steps' must be an integer"),
+    ({"steps": 2.7}, "'steps' must be an integer"), ({"steps": -5}, "'steps' must be an integer"),
+    ({"steps": None}, "'steps' must be an integer"), ({"optimizer": "sgd"}, "'optimizer' must be a state dict"),
+    ({"pipeline": None}, "expected {'position': ...}"), ({"model": None}, "lacks \\['model'\\]"),
+])
+def test_a_forged_train_state_is_refused_before_anything_is_applied(change: dict, match: str) -> None:
+    """A step count that is not a non-negative integer was checked last, after the position and the
+    weights were loaded (a string or NaN raised ValueError with the model overwritten; -5, 2.7 or a float
+    were taken); a missing or non-dict entry raised KeyError or AttributeError. Each is refused by name,
+    the trainer as it was."""
+    src = trainer(0)
+    src.run(2, progress=False)
+    state = {**src.state_dict(), **change}
+    state = {k: v for k, v in state.items() if v is not None or k in ("steps", "pipeline")}
+    tp = trainer(0)
+    tp.run(1, progress=False)
+    before, position = weights(tp), tp.data.state_dict()
+    with pytest.raises(recgo.InvalidInputError, match=match):
+        tp.load_state_dict(state)
+    assert all(torch.equal(v, before[k]) for k, v in weights(tp).items())
+    assert tp.data.state_dict() == position and tp.steps == 1
+    with pytest.raises(recgo.InvalidInputError, match="must be a dict|expected a dict"):
+        tp.load_state_dict([state])
+    for p in (src, tp):
+        p.close()
+
+
+@pytest.mark.parametrize("field, value", [("rank", "0"), ("rank", 0.0), ("world_size", True), ("world_size", 1.0)])
+def test_a_position_whose_rank_is_not_an_integer_is_refused_by_name(field: str, value: object) -> None:
+    """A rank or world size of another type was compared with ==: True and 1.0 passed as world 1, and "0"
+    was refused as 'taken by rank 0 of a world of 1; this pipeline is rank 0 of 1'."""
+    tp = trainer(0)
+    pos = dict(tp.data.state_dict()["position"], **{field: value})
+    with pytest.raises(recgo.InvalidInputError, match=f"position\\['{field}'\\] must be an integer"):
+        tp.data.load_state_dict({"position": pos})
+    tp.close()
 
 
 def test_torchrecs_pipelines_take_recgo_batches_for_a_torchrec_model() -> None:

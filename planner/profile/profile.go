@@ -113,6 +113,8 @@ func (t *Table) Validate() error {
 		return errs.Invalidf("profile: table %q: coverage %g outside [0, 1]", t.Name, t.Coverage)
 	case !(t.Pooling >= 0) || math.IsInf(t.Pooling, 0):
 		return errs.Invalidf("profile: table %q: pooling %g must be finite and >= 0", t.Name, t.Pooling)
+	case t.Samples < 0 || t.Lookups < 0:
+		return errs.Invalidf("profile: table %q: samples %d and lookups %d must be >= 0", t.Name, t.Samples, t.Lookups)
 	case t.Touched < 0 || t.Touched > t.Rows:
 		return errs.Invalidf("profile: table %q: touched %d outside [0, %d]", t.Name, t.Touched, t.Rows)
 	case len(t.CDF) < 2 && t.Touched > 0:
@@ -142,6 +144,9 @@ func (t *Table) Validate() error {
 func (p *Profile) Validate() error {
 	if p == nil || len(p.Tables) == 0 {
 		return errs.Invalidf("profile: empty profile (no tables)")
+	}
+	if !(p.SampleRate >= 0 && p.SampleRate <= 1) {
+		return errs.Invalidf("profile: sample_rate %g outside [0, 1]", p.SampleRate)
 	}
 	seen := make(map[string]bool, len(p.Tables))
 	for i := range p.Tables {

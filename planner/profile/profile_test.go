@@ -217,6 +217,11 @@ func TestParseRejects(t *testing.T) {
 		"touched":   `{"version": 1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4,"touched":9}]}`,
 		"cdf order": `{"version": 1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4,"touched":2,"cdf":[{"rows":0,"frac":0},{"rows":2,"frac":0.5},{"rows":1,"frac":1}]}]}`,
 		"ranked":    `{"version": 1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4,"touched":0,"ranked":"!!"}]}`,
+		// counts and a rate no profiler writes (a negative lookup count read as a thin table's)
+		"samples":     `{"version": 1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4,"samples":-1}]}`,
+		"lookups":     `{"version": 1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4,"lookups":-1}]}`,
+		"sample rate": `{"version": 1, "sample_rate": -1, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4}]}`,
+		"rate past 1": `{"version": 1, "sample_rate": 1.5, "tables": [{"name":"a","rows":5,"dim":4,"elem_bytes":4}]}`,
 	} {
 		_, err := Parse([]byte(js))
 		assert.ErrorIs(t, err, errs.ErrInvalid, name)
@@ -260,8 +265,14 @@ func FuzzParse(f *testing.F) {
 		if err != nil {
 			return
 		}
+		if !(p.SampleRate >= 0 && p.SampleRate <= 1) {
+			t.Fatalf("sample rate %g taken", p.SampleRate)
+		}
 		for i := range p.Tables {
 			tab := &p.Tables[i]
+			if tab.Samples < 0 || tab.Lookups < 0 {
+				t.Fatalf("table %q: negative counts taken (%d samples, %d lookups)", tab.Name, tab.Samples, tab.Lookups)
+			}
 			prev := 0.0
 			for h := int64(0); h <= tab.Touched && h < 50; h++ {
 				f := tab.Frac(h)

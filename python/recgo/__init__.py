@@ -23,6 +23,7 @@ from .errors import (
     RecgoError,
     RecgoIOError,
     SolverError,
+    StateDictKeysError,
 )
 from .jagged import JaggedTensor
 from .sparse import KeyedJaggedTensor, KeyedTensor
@@ -70,6 +71,7 @@ __all__ = [
     "RecgoError",
     "RecgoIOError",
     "SolverError",
+    "StateDictKeysError",
     "TrainPipeline",
     "data",
     "dynamic",

@@ -276,6 +276,7 @@ class TrainPipeline:
 
     def _restore(self, state: dict[str, Any]) -> None:
         """:meth:`load_state_dict` with the step lock held."""
+        steps = _checked_state(state)  # before anything is applied: a bad count left weights loaded
         before = self.data.state_dict()
         self.data.load_state_dict(state["pipeline"])
         opt = self._optimizer if state.get("optimizer") is not None else None
@@ -290,7 +291,7 @@ class TrainPipeline:
                 opt.load_state_dict(opt_before)
             raise
         self._pending = None
-        self.steps = int(state.get("steps", 0))
+        self.steps = steps
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`state_dict` atomically, with recgo's checksums (``recgo.modules.save_state``).
@@ -311,6 +312,32 @@ class TrainPipeline:
     def close(self) -> None:
         """Stop the input pipeline."""
         self.data.close()
+
+
+_STATE_KEYS = ("model", "optimizer", "pipeline", "steps")
+
+
+def _checked_state(state: Any) -> int:
+    """The step count of a :meth:`TrainPipeline.state_dict` (0 when it has none), after checking the
+    dict's form: its entries and a step count that is a non-negative integer. A state refused here
+    changes nothing."""
+    if not isinstance(state, dict):
+        raise InvalidInputError(f"TrainPipeline.load_state_dict: expected a dict from state_dict(), got "
+                                f"{type(state).__name__}")
+    missing = [k for k in ("model", "pipeline") if k not in state]
+    if missing:
+        raise InvalidInputError(f"TrainPipeline.load_state_dict: the state lacks {missing} (a state_dict() has "
+                                f"{list(_STATE_KEYS)})")
+    for k in ("model", "optimizer"):
+        if state.get(k) is not None and not isinstance(state[k], dict):
+            raise InvalidInputError(f"TrainPipeline.load_state_dict: {k!r} must be a state dict, got "
+                                    f"{type(state[k]).__name__}")
+    steps = state.get("steps", 0)
+    # int only: a float or string count was truncated or raised after the weights were loaded
+    if isinstance(steps, bool) or not isinstance(steps, int) or not 0 <= steps < 2**63:
+        raise InvalidInputError(f"TrainPipeline.load_state_dict: 'steps' must be an integer in [0, 2^63), got "
+                                f"{steps!r}")
+    return steps
 
 
 def _step_group(data: DataPipeline, model: torch.nn.Module) -> Any:

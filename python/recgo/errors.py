@@ -18,6 +18,11 @@ class InvalidInputError(RecgoError, ValueError):
     """An argument is malformed: wrong dtype, device or shape, out-of-range IDs, a bad config."""
 
 
+class StateDictKeysError(InvalidInputError, RuntimeError):
+    """A strict ``load_state_dict`` found missing or unexpected keys (a ``RuntimeError`` too, as torch's
+    error for them is); raised before any entry is loaded."""
+
+
 class NotFoundError(RecgoError, KeyError):
     """Something named does not exist: an unknown feature, table or handle."""
 

@@ -347,6 +347,10 @@ class DataPipeline:
             raise InvalidInputError(f"position must be a dict from DataPipeline.position(), got {position!r}")
         mine = {k: v for k, v in position.items() if k not in ("rank", "world_size")}
         taken = (position.get("rank", self.rank), position.get("world_size", self.world_size))
+        for k, v in zip(("rank", "world_size"), taken):
+            if isinstance(v, bool) or not isinstance(v, int):  # "0" and 0.0 read as another rank, True as 1
+                raise InvalidInputError(f"position[{k!r}] must be an integer, got {v!r} (a position from "
+                                        "DataPipeline.position() has it)")
         if taken != (self.rank, self.world_size):
             raise InvalidInputError(f"position was taken by rank {taken[0]} of a world of {taken[1]}; this pipeline "
                                     f"is rank {self.rank} of {self.world_size}: resume each rank from its own "

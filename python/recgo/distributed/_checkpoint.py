@@ -11,6 +11,7 @@ fails its checks on any rank leaves every rank's shards as they were.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import torch.distributed as dist
 
 from .. import errors
 from ..errors import RecgoIOError
+from ..modules._storage import check_optimizer_state
 from ..modules.embedding import load_checkpoint, save_checkpoint
 from . import _dynamic
 from ._exchange import PeerFailureError, peer_failure
@@ -59,7 +61,8 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
         dist.barrier(group=g.world)  # every rank's new file is in place before the old set goes
         if g.rank == 0:
             for old in d.glob("shard-*-of-*.pt"):
-                if old.stem.split("-of-")[-1] != str(g.world_size):
+                m = _NAME.fullmatch(old.name)  # only shard files: "shard-0-of-1 copy.pt" is someone's
+                if m is not None and int(m.group(2)) != g.world_size:
                     old.unlink(missing_ok=True)
         dist.barrier(group=g.world)  # and gone before any rank goes on (to load it, say)
     except RuntimeError as exc:  # gloo's errors for a dead or late peer
@@ -72,9 +75,41 @@ def _save_id(path: Path) -> int | None:
     without one (written before the id was added) or one the full load will refuse anyway."""
     try:
         entry = torch.load(path, weights_only=True, mmap=True, map_location="cpu")["state_dict"].get("save_id")
+        return None if entry is None else int(entry)
     except Exception:  # unreadable: load_checkpoint names the problem
         return None
-    return None if entry is None else int(entry)
+
+
+_NAME = re.compile(r"shard-(\d+)-of-(\d+)\.pt")
+_MAX_STEP = 1 << 53  # as an unsharded collection's load (modules._storage)
+
+
+def _set_of(d: Path) -> list[Path]:
+    """The folder's shard files, after checking that they are one complete set (their names parse)."""
+    files = sorted(d.glob("shard-*-of-*.pt"))
+    if not files:
+        raise RecgoIOError(f"{d}: no shard-*-of-*.pt checkpoint files")
+    odd = [f.name for f in files if not _NAME.fullmatch(f.name)]
+    if odd:  # int() of "1 copy" raised ValueError
+        raise RecgoIOError(f"{d}: {odd} match shard-*-of-*.pt but are not shard files (shard-<rank>-of-<world>.pt): "
+                           "move them out of the checkpoint folder")
+    worlds = {int(_NAME.fullmatch(f.name).group(2)) for f in files}  # type: ignore[union-attr]
+    if len(worlds) != 1 or len(files) != next(iter(worlds)):
+        raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
+    return files
+
+
+def _int(doc: dict[str, torch.Tensor], key: str, where: str, lo: int = 0, hi: int = 1 << 63) -> int:
+    """Entry ``key`` of a shard file: one integer in ``[lo, hi)``, else ``RecgoIOError`` naming it (a
+    missing entry raised KeyError, two values or a NaN a ValueError)."""
+    v = doc.get(key)
+    if not isinstance(v, torch.Tensor) or v.numel() != 1 or v.dtype not in (torch.int64, torch.int32) \
+            or not lo <= int(v.reshape(-1)[0]) < hi:
+        shown = v.tolist() if isinstance(v, torch.Tensor) and v.numel() <= 4 else v if v is None else type(v).__name__
+        bound = f"≥ {lo}" if hi == 1 << 63 else f"in [{lo}, 2^{hi.bit_length() - 1})"
+        raise RecgoIOError(f"{where}: entry {key!r} is {shown!r}, not one integer {bound} (a damaged or forged "
+                           "checkpoint)")
+    return int(v.reshape(-1)[0])
 
 
 def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = True) -> None:
@@ -126,12 +161,7 @@ def _stage(coll: Any, d: Path, strict: bool,
     table index), their coverage checked, then the dynamic-ID tables' parts checked and imported
     (``before`` gets each one's shard as it was, first). Returns the staged tables and the dynamic
     tables' steps (the last file's, as a fixed table's)."""
-    files = sorted(d.glob("shard-*-of-*.pt"))
-    if not files:
-        raise RecgoIOError(f"{d}: no shard-*-of-*.pt checkpoint files")
-    worlds = {int(f.stem.split("-of-")[1]) for f in files}
-    if len(worlds) != 1 or len(files) != next(iter(worlds)):
-        raise RecgoIOError(f"{d}: expected one complete set of shard files, found {[f.name for f in files]}")
+    files = _set_of(d)
     ids = {f.name: _save_id(f) for f in files}
     if len(set(ids.values())) > 1:
         raise RecgoIOError(f"{d}: the shard files come from different saves ({ids}): a save did not finish on "
@@ -145,7 +175,7 @@ def _stage(coll: Any, d: Path, strict: bool,
     with torch.no_grad():
         for i, f in enumerate(files):
             doc = load_checkpoint(f)
-            if int(doc["world"]) == g.world_size and int(doc["rank"]) == g.rank:
+            if _int(doc, "world", f.name, 1) == g.world_size and _int(doc, "rank", f.name) == g.rank:
                 own = i
             extra = sorted({k.split(".")[1] for k in doc if k.startswith("tables.")} - {c.name for c in coll._configs})
             if strict and extra:
@@ -160,7 +190,11 @@ def _stage(coll: Any, d: Path, strict: bool,
                                            "strict=False) loads the tables it has and leaves this one as it is")
                     continue
                 _check_table(cfg, e, f.name)
-                counted.setdefault(cfg.name, {})[f.name] = int(e["step"])
+                counted.setdefault(cfg.name, {})[f.name] = _int(e, "step", f"{f.name}: table {cfg.name!r}", 0, _MAX_STEP)
+                state = e.get("state", e.get("optimizer_state"))
+                if isinstance(state, torch.Tensor) and coll.fused_optimizer is not None:  # NaN, negative sums
+                    check_optimizer_state(f"{f.name}: tables.{cfg.name}.state", state, coll.fused_optimizer,
+                                          cfg.embedding_dim)
                 if cfg.dynamic is not None:  # imported once every file is read (below)
                     check_dynamic_part(cfg, e, f.name, RecgoIOError)
                     parts.setdefault(t, []).append(e)
@@ -189,10 +223,10 @@ def _check_table(cfg: Any, e: dict[str, torch.Tensor], where: str) -> None:
     lacks = sorted({"rows", "dim", "step"} - set(e))
     if lacks:
         raise RecgoIOError(f"{where}: table {cfg.name!r} lacks {lacks} (a damaged or partial checkpoint?)")
-    if int(e["rows"]) != cfg.num_embeddings or int(e["dim"]) != cfg.embedding_dim:
+    rows, dim = (_int(e, k, f"{where}: table {cfg.name!r}", 1) for k in ("rows", "dim"))
+    if rows != cfg.num_embeddings or dim != cfg.embedding_dim:
         raise RecgoIOError(f"{where}: table {cfg.name!r} has another shape in the checkpoint "
-                           f"({int(e['rows'])} × {int(e['dim'])}, the collection's is "
-                           f"{cfg.num_embeddings} × {cfg.embedding_dim})")
+                           f"({rows} × {dim}, the collection's is {cfg.num_embeddings} × {cfg.embedding_dim})")
     if (cfg.dynamic is not None) != ("dynamic_ids" in e):
         raise RecgoIOError(f"{where}: table {cfg.name!r} was saved as a "
                            f"{'fixed' if cfg.dynamic is not None else 'dynamic-ID'} table")

@@ -130,6 +130,23 @@ def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[
     if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim:
         raise err(f"{where}: table {cfg.name!r}: the saved rows are {tuple(getattr(w, 'shape', ()))}, not of the "
                   f"table's width {cfg.embedding_dim}")
+    # the ID map's form, which the re-distribution indexes before the engine checks the rest (a short
+    # meta raised IndexError, a high water mark past the arrays sliced short)
+    from ..dynamic import _M_HW, _M_SEED, _META_LEN
+
+    meta = part["dynamic_meta"]
+    if not isinstance(meta, torch.Tensor) or meta.dtype != torch.int64 or meta.dim() != 1 \
+            or meta.numel() not in (_META_LEN, _M_SEED):
+        raise err(f"{where}: table {cfg.name!r}: dynamic_meta is not {_META_LEN} int64 values (a damaged checkpoint?)")
+    hw = int(meta[_M_HW])
+    for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_sketch_adds"):
+        v = part[k]
+        if not isinstance(v, torch.Tensor) or v.dtype != torch.int64 or v.dim() != 1:
+            raise err(f"{where}: table {cfg.name!r}: {k} is not a 1-D int64 tensor (a damaged checkpoint?)")
+    if not 0 <= hw <= min(part["dynamic_ids"].numel(), part["dynamic_counts"].numel(),
+                          part["dynamic_last_seen"].numel(), w.shape[0]):
+        raise err(f"{where}: table {cfg.name!r}: dynamic_meta declares {hw} rows in use, more than the saved "
+                  "arrays hold (a damaged checkpoint?)")
 
 
 def check_steps(where: str, table: str, steps: Mapping[str, int], parts: str, err: type[Exception]) -> None:

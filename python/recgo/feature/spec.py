@@ -246,6 +246,13 @@ def _canonical_op(feature: str, index: int, op: Any) -> dict[str, Any]:
     raise InvalidInputError(f"{where}: cannot read op {op!r} (write a name, {{name: parameter}} or {{op: name, ...}})")
 
 
+def _first_line(exc: BaseException) -> str:
+    """A parser's reason on one line (a RecursionError's says the nesting is too deep)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return " ".join(str(exc).split())
+
+
 def load_features(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Feature]:
     """Read features from a JSON or YAML file (by suffix), a parsed ``{"features": [...]}`` mapping,
     or a list of entries."""
@@ -264,12 +271,16 @@ def load_config(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, A
         if path.suffix.lower() in (".yaml", ".yml"):
             from ..errors import require_extra
 
-            source = require_extra("yaml", "yaml", f"reading the YAML feature config {path}").safe_load(text)
+            yaml: Any = require_extra("yaml", "yaml", f"reading the YAML feature config {path}")
+            try:  # (a parse error raised yaml's own exception, deep nesting RecursionError)
+                source = yaml.safe_load(text)
+            except (yaml.YAMLError, RecursionError) as exc:
+                raise InvalidInputError(f"{path}: not valid YAML: {_first_line(exc)}") from exc
         else:
             try:  # literals exactly (9007199254740993.0 is 2^53 + 1, not the float 2^53)
                 source = json.loads(text, parse_float=decimal.Decimal)
-            except json.JSONDecodeError as exc:
-                raise InvalidInputError(f"{path}: invalid JSON: {exc}") from exc
+            except (json.JSONDecodeError, RecursionError) as exc:
+                raise InvalidInputError(f"{path}: invalid JSON: {_first_line(exc)}") from exc
     options: dict[str, Any] = {}
     if isinstance(source, Mapping):
         if "features" not in source:

@@ -9,6 +9,7 @@ file and the part) instead of loading different values; CRC-32 detects every sin
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import socket
@@ -101,6 +102,9 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, torch.Tensor]:
     try:
         obj = torch.load(path, weights_only=True, map_location="cpu")
     except OSError as exc:  # missing, unreadable: the OS's reason says it
+        if exc.errno == errno.EINVAL and Path(path).is_file():  # torch's reader on a cut archive
+            raise RecgoIOError(f"{path}: cannot read the checkpoint: not a readable recgo checkpoint (the file is "
+                               f"truncated or corrupted): {type(exc).__name__}: {exc}") from exc
         raise RecgoIOError(f"{path}: cannot read the checkpoint: {type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # torch raises EOFError, RuntimeError, UnpicklingError, UnicodeDecodeError, ...
         # (not torch's own advice, which for a weights-only failure is to load with weights_only=False:
@@ -286,5 +290,5 @@ def load_state(path: str | os.PathLike[str]) -> Any:
         raise RecgoIOError(f"{path}: not a training-state checkpoint (no structure entry)")
     try:
         return _unflatten(json.loads(bytes(raw.numpy())), tensors)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise RecgoIOError(f"{path}: the training-state structure does not decode ({exc})") from exc
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:  # a forged structure nested past the stack
+        raise RecgoIOError(f"{path}: the training-state structure does not decode ({type(exc).__name__})") from exc

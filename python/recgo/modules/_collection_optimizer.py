@@ -113,11 +113,17 @@ class CollectionOptimizer(torch.optim.Optimizer):
 
     def _push(self) -> None:
         self._sync_betas()
-        for group, (_, m) in zip(self.param_groups, self._collections):
+        changes = []
+        for group, (name, m) in zip(self.param_groups, self._collections):
+            lacks = [k for k in _HYPER if k not in group]
+            if lacks:
+                raise InvalidInputError(f"CollectionOptimizer: the group of {name or 'the model'!r} lacks {lacks}")
             cur = m.fused_optimizer
             new = replace(cur, **{k: _number(group[k]) for k in _HYPER})  # bools, strings: refused
             if new != cur:
-                m.set_fused_optimizer(new)
+                changes.append((m, new))
+        for m, new in changes:  # every group built first: a refused one left the groups before it changed
+            m.set_fused_optimizer(new)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Hand changed hyper-parameters to the collections (there are no gradients to clear)."""
@@ -145,12 +151,23 @@ class CollectionOptimizer(torch.optim.Optimizer):
                 "entries): load the TorchRec checkpoint into the TorchRec model and its optimizer, then "
                 "convert it with recgo.from_torchrec, which carries that state over")
         keyed = state_dict.get("state") or {}
+        before = [dict(g) for g in self.param_groups], list(self._betas), [m.fused_optimizer for _, m in self._collections]
         # torch's (not KeyedOptimizer's, in the keyed subclass) for the hyper-parameters
         torch.optim.Optimizer.load_state_dict(self, {**state_dict, "state": {}})
+        try:
+            self._push()
+        except Exception:  # a refused value (NaN, a string, a missing key) stayed in the groups, failing every step
+            for g, old in zip(self.param_groups, before[0]):
+                g.clear()
+                g.update(old)
+            self._betas = before[1]
+            for (_, m), fused in zip(self._collections, before[2]):
+                if m.fused_optimizer != fused:
+                    m.set_fused_optimizer(fused)
+            raise
         for name, st in keyed.items():  # a wrapper's entries (see state_dict)
             if name in self.params:
                 self.state[self.params[name]] = copy.deepcopy(st)
-        self._push()
 
     def state_dict(self) -> dict[str, Any]:
         """The hyper-parameters, one group per collection, under ``param_groups`` (torch's layout),

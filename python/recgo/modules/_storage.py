@@ -240,8 +240,12 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
     own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
     dims = {c.name: c.embedding_dim for c in owner.embedding_bag_configs()}
     for k, v in state_dict.items():
-        if not isinstance(v, torch.Tensor) or k not in own:
+        if k not in own:
             continue
+        if not isinstance(v, torch.Tensor) or v.device.type == "meta":  # torch refused it after earlier tables loaded
+            raise InvalidInputError(f"checkpoint entry {shown + k!r} is a "
+                                    f"{'meta tensor (no values)' if isinstance(v, torch.Tensor) else type(v).__name__}"
+                                    ", not a tensor of values: nothing was loaded")
         if k.endswith(".optimizer_step"):
             step = v.reshape(-1)
             if step.numel() != 1 or step.dtype != torch.int64 or not 0 <= int(step[0]) < _MAX_STEP:
@@ -253,10 +257,10 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
                 f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
                 " (a checkpoint of another configuration?)")
         if k.endswith(".optimizer_state") and owner.fused_optimizer is not None:
-            _check_optimizer_state(shown + k, v, owner.fused_optimizer, dims[k[len(prefix):].rpartition(".")[0]])
+            check_optimizer_state(shown + k, v, owner.fused_optimizer, dims[k[len(prefix):].rpartition(".")[0]])
 
 
-def _check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: int) -> None:
+def check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: int) -> None:
     """Refuse a loaded optimizer state that no training could have left: a value that is not finite,
     or a negative running sum of squares (Adagrad's, Adam's second moment). Either would turn the next
     update's rows into NaN or huge values, silently (a negative Adagrad sum took a row to −1e9)."""

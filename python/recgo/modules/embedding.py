@@ -65,6 +65,7 @@ from ._weight_grads import batch_weights
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
+from ._load_keys import checked_keys
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
@@ -560,7 +561,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         which leaves the table unchanged on error."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
+        with checked_keys(self, strict, "embedding_bags", self._optimizer is not None):
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write ``state_dict()`` to ``path`` atomically, with a CRC-32 of every tensor and of the

@@ -33,6 +33,7 @@ from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops, _vbe
 from ._contexts import ContextStore
 from ._grads import table_gradient
+from ._load_keys import checked_keys
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import KeyPlan, either, key_counts, meta_results, results, unused_tables, with_indices
@@ -536,7 +537,8 @@ class EmbeddingCollection(nn.Module):
         device it materialises the tables first."""
         if self._handle is None:
             self._materialise()
-        return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        with checked_keys(self, strict, "embeddings", self._owner.fused_optimizer is not None):
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingCollection":
         """As the owning collection's ``_apply``: the tables stay the engine's float32 CPU memory (a cast

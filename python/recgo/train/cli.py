@@ -77,8 +77,9 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
         text = read_regular(args.config, "config")
         try:
             loaded = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            raise InvalidInputError(f"{args.config}: not valid YAML: {exc}".replace("\n", " ")) from exc
+        except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nesting too deep for the parser
+            why = "nested too deeply" if isinstance(exc, RecursionError) else exc
+            raise InvalidInputError(f"{args.config}: not valid YAML: {why}".replace("\n", " ")) from exc
         if not isinstance(loaded, dict):
             raise InvalidInputError(f"{args.config}: expected a mapping of TrainConfig fields")
         known = {f.name for f in dataclasses.fields(TrainConfig)}

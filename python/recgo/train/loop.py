@@ -13,14 +13,14 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, RecgoIOError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .criteo_files import CriteoFiles
 from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
@@ -33,6 +33,10 @@ STAGES = ("prep", "sparse", "dense", "update")
 # The longest BST history: the model learns a position embedding row (and Adam state) for each of max_len
 # events, so 10^9 would allocate hundreds of GB; a million is past any user's UserBehavior history.
 MAX_LEN = 1_000_000
+MAX_DIM = 1 << 20  # the engine's widest table (engine/embedding.MaxDim)
+# The most ranks one job spawns on this machine (each a process with its own torch); a count past what
+# the spawner can index failed inside torch.multiprocessing with an OverflowError.
+MAX_NPROC = 1024
 
 
 @dataclass
@@ -76,12 +80,18 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise InvalidInputError naming the first bad field."""
+        for name, options in (("model", MODELS), ("sparse_optimizer", OPTIMIZERS), ("lr_decay", LR_DECAYS),
+                              ("activation", tuple(ACTIVATIONS))):
+            if not isinstance(getattr(self, name), str):  # a YAML list or mapping raised TypeError (unhashable)
+                raise InvalidInputError(f"{name} must be one of {options} (a string), got {getattr(self, name)!r}")
         if self.model not in MODELS:
             raise InvalidInputError(f"model {self.model!r}: choose one of {MODELS}")
         for name in ("steps", "batch_size", "dim", "max_rows", "max_len", "eval_every", "holdout_events"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
                 raise InvalidInputError(f"{name} must be a positive integer, got {v!r}")
+        if self.dim > MAX_DIM:
+            raise InvalidInputError(f"dim must be at most {MAX_DIM} (the engine's widest table), got {self.dim}")
         if self.model == "bst" and self.dim % BST_HEADS:  # torch asserted it mid-run, in its own words
             raise InvalidInputError(f"dim must be a multiple of {BST_HEADS} for --model bst (its attention has "
                                     f"{BST_HEADS} heads of dim/{BST_HEADS} each), got {self.dim}")
@@ -117,8 +127,8 @@ class TrainConfig:
                                     "writes <checkpoint>.<backend>)")
         if self.data is not None:
             self.data = _data(self.data, self.model)
-        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or self.nproc <= 0:
-            raise InvalidInputError(f"nproc must be a positive integer, got {self.nproc!r}")
+        if isinstance(self.nproc, bool) or not isinstance(self.nproc, int) or not 0 < self.nproc <= MAX_NPROC:
+            raise InvalidInputError(f"nproc must be an integer in [1, {MAX_NPROC}], got {self.nproc!r}")
         from .distributed import EXCHANGES, SHARDINGS
 
         if self.sharding not in SHARDINGS:
@@ -461,6 +471,27 @@ class Trainer:
             ev.pop()
 
 
+_HISTORY = frozenset(f.name for f in fields(History))
+
+
+def _check_form(state: dict[str, Any], path: str | os.PathLike[str], ranks: bool) -> None:
+    """Refuse a checkpoint whose entries a resume reads are missing or of another type, before any is
+    restored (a step of "7" or 2.7, or a history that is not History's fields, raised or was truncated
+    after the weights were loaded; a missing entry raised KeyError). A rank's file of an ``--nproc``
+    checkpoint (``ranks``) holds the dense weights only (its sparse half is beside it)."""
+    need = ("step", "config", "dense" if ranks else "model", "dense_optimizer", "sparse_optimizer", "history")
+    lacks = [k for k in need if k not in state]
+    if lacks:
+        raise RecgoIOError(f"{path}: the checkpoint lacks {lacks} (a damaged or foreign checkpoint)")
+    step, history = state["step"], state["history"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise RecgoIOError(f"{path}: the checkpoint's step {step!r} is not a non-negative integer")
+    if not isinstance(state["config"], dict):
+        raise RecgoIOError(f"{path}: the checkpoint's config is a {type(state['config']).__name__}, not a dict")
+    if not isinstance(history, dict) or "backend" not in history or not set(history) <= _HISTORY:
+        raise RecgoIOError(f"{path}: the checkpoint's history is not a dict of {sorted(_HISTORY)}")
+
+
 def read_checkpoint(cfg: TrainConfig, backend: str, world: Any, path: str | os.PathLike[str]) -> dict[str, Any]:
     """The state of the checkpoint at ``path`` for ``backend`` trained with ``cfg`` (on ``world``'s rank
     of its size, or one process for None), after every check a resume makes before it restores: the
@@ -474,8 +505,11 @@ def read_checkpoint(cfg: TrainConfig, backend: str, world: Any, path: str | os.P
         from ..modules import load_state
 
         state = load_state(path)  # RecgoIOError for a missing, truncated or damaged file
+    if not isinstance(state, dict):
+        raise RecgoIOError(f"{path}: not a recgo train checkpoint (a {type(state).__name__}, not a dict)")
     if state.get("backend") != backend:
         raise InvalidInputError(f"{path}: a checkpoint of backend {state.get('backend')!r}, not {backend!r}")
+    _check_form(state, path, world is not None)
     mine = asdict(cfg)
     theirs = dict(state["config"])
     if theirs.get("lr_decay") == "linear" and theirs.get("steps") != mine["steps"]:
