@@ -13,7 +13,7 @@ from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import _vbe, optim
 from ..modules._second_order import first_order
-from ..modules._sequence_batch import jagged, key_counts, unused_tables
+from ..modules._sequence_batch import jagged, key_counts, unused_tables, with_indices
 from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
 from ..sparse import _is_torchrec_kjt, as_kjt
@@ -51,7 +51,9 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
 
     The arguments are :class:`ShardedEmbeddingBagCollection`'s (``tables`` are ``EmbeddingConfig``s,
     recgo's or TorchRec's; ``row_splits`` splits row-wise tables unevenly, as there), without owner
-    pooling, weighting or wire narrowing: rows always come back whole. ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
+    pooling, weighting or wire narrowing: rows always come back whole; ``need_indices=True`` gives
+    each output its feature's IDs as its ``weights()``, as the unsharded collection's (``from_ec`` and
+    ``shard_model`` carry it over). ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
     every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
     ``locate``, ``save``/``load`` (which re-distribute across world sizes), counters and
     ``check_peers`` are the pooled collection's; the shards are ``embeddings.<table>``.
@@ -60,7 +62,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     """
 
     def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *,
-                 optimizer: Any = None, **kwargs: Any) -> None:
+                 optimizer: Any = None, need_indices: bool = False, **kwargs: Any) -> None:
+        if not isinstance(need_indices, bool):
+            raise InvalidInputError(f"need_indices must be a bool, got {need_indices!r}")
+        self._need_indices = need_indices
         for bad in ("owner_pooling", "is_weighted", "wire_dtype"):
             if bad in kwargs:
                 raise InvalidInputError(f"ShardedEmbeddingCollection: {bad} applies to pooled lookups only")
@@ -91,6 +96,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         rows (``seed`` defaults to the recgo collection's). Frozen tables give frozen shards, as for
         ``from_ebc``."""
         optim.adopt(ec, kwargs)
+        kwargs.setdefault("need_indices", bool(ec.need_indices()))  # TorchRec's and recgo's accessor
         frozen = frozen_tables(ec, "embeddings")
         if on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
@@ -98,6 +104,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
         take_rows(out, ec, "embeddings")
         return freeze(out, frozen)
+
+    def need_indices(self) -> bool:
+        """Whether each output carries its feature's IDs as its weights (TorchRec's accessor)."""
+        return self._need_indices
 
     def embedding_configs(self) -> list[Any]:
         """The tables' configs (TorchRec's accessor name)."""
@@ -143,13 +153,15 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
             starts.append(starts[-1] + n * d)
         parts = self._lookup_keys(handle, feats, [n * d for n, d in zip(counts, dims)])
         pos = {self._names[f]: i for i, f in enumerate(feats) if f >= 0}
-        out: dict[str, Any] = {}
+        out: dict[str, JaggedTensor] = {}
         for k in self._names:  # config order, as the unsharded collection returns them
             i = pos[k]
             s = B if vb is None else vb.strides[self._features[feats[i]]]
-            jt: JaggedTensor = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:i * B + s])
-            out[k] = jt.to_torchrec() if torchrec_in else jt
-        return out
+            out[k] = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:i * B + s])
+        if self._need_indices:
+            # the engine batch's keys are the output names (a key several tables read is repeated under each)
+            out = with_indices(out, kjt, {k: k for k in self._names})
+        return {k: v.to_torchrec() for k, v in out.items()} if torchrec_in else out
 
     def _lookup_keys(self, step: _SeqStep, feats: list[int], sizes: list[int]) -> Sequence[torch.Tensor]:
         """The step's rows, one flat tensor per batch key (``sizes`` values each, KJT order): through
