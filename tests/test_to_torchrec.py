@@ -92,3 +92,21 @@ def test_what_has_no_torchrec_module_is_refused_by_name() -> None:
         recgo.to_torchrec(copy.deepcopy(meta))
     with pytest.raises(recgo.InvalidInputError, match=r"recgo.to_torchrec\(model\) for TorchRec's own modules"):
         torch.jit.script(nn.Sequential(recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])])))
+
+
+def test_a_table_shared_by_pooled_and_sequence_features_stays_one_table() -> None:
+    """An ``EmbeddingCollection(share=ebc)`` looks up the pooled collection's rows: after conversion both
+    TorchRec modules hold the one ``weight`` parameter, so a torch optimizer trains one table, as in recgo.
+    They used to get two copies, which a TorchRec script going on from here trained apart."""
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["p"]),
+                                        recgo.EmbeddingBagConfig(6, 4, "u", ["q"])], seed=3)
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "t", ["s"])], share=ebc)
+    back = recgo.to_torchrec(nn.ModuleDict({"ec": ec, "ebc": ebc}))  # the sequence collection first
+    weight = back["ebc"].embedding_bags["t"].weight
+    assert back["ec"].embeddings["t"].weight is weight
+    assert len({id(p) for p in back.parameters()}) == 2  # tables t and u
+    kjt = TKJT.from_lengths_sync(["p", "q", "s"], torch.tensor([1, 2, 1, 1]), torch.tensor([1, 1, 2]))
+    opt = torch.optim.SGD(back.parameters(), lr=0.5)
+    (back["ebc"](kjt).values().sum() + back["ec"](kjt)["s"].values().sum()).backward()
+    opt.step()
+    torch.testing.assert_close(back["ec"](kjt)["s"].values(), weight[[1, 1]].detach(), rtol=0, atol=0)

@@ -113,6 +113,7 @@ def to_torchrec(model: nn.Module) -> nn.Module:
     found = outermost(model, _recgo_kind)
     if not found:
         raise InvalidInputError("to_torchrec: the model holds no recgo EmbeddingBagCollection or EmbeddingCollection")
+    converted: dict[int, nn.Module] = {}  # id of each recgo collection → its TorchRec module
     for name, m, kind in found:
         where = name or "the model"
         if kind == "dynamic":
@@ -136,8 +137,23 @@ def to_torchrec(model: nn.Module) -> nn.Module:
         new.load_state_dict(weights)
         _keep_frozen(m, new, prefix)
         carry_module_state([(m, new)], name, what="to_torchrec")
+        converted[id(m)] = new
         model = replace(model, name, new)
+    _tie_shared(found, converted)
     return model
+
+
+def _tie_shared(found: list[tuple[str, nn.Module, str]], converted: dict[int, nn.Module]) -> None:
+    """A sequence collection built with ``share=`` a pooled collection that was converted too looks up
+    that collection's rows in recgo: its TorchRec tables take the pooled module's ``weight`` parameters,
+    so the two stay one table (copies would train apart in a TorchRec script going on from here)."""
+    for _, m, kind in found:
+        owner = converted.get(id(m.ebc)) if kind == "sequence" else None
+        if owner is None:
+            continue
+        new = converted[id(m)]
+        for c in m.embedding_configs():
+            new.embeddings[c.name].weight = owner.embedding_bags[c.name].weight
 
 
 def _recgo_kind(m: nn.Module) -> str | None:
