@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -15,7 +16,7 @@ from ..errors import InvalidInputError
 from . import optim
 from ._copies import _HOOK_TABLES, _STATE_HOOK_TABLES
 from ._walk import outermost, replace, torchrec_class, torchrec_kind
-from .config import EmbeddingBagConfig, EmbeddingConfig
+from .config import EmbeddingBagConfig, EmbeddingConfig, _as_sequence_config
 from .embedding import EmbeddingBagCollection
 from .managed import ManagedCollisionEmbeddingBagCollection, ManagedCollisionEmbeddingCollection
 from .optim import FusedOptimizer
@@ -66,7 +67,17 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     # Unsharded, TorchRec's modules ran apply_optimizer_in_backward's torch optimizer itself: options
     # left out take that class's defaults (shard_model, like DMP, takes FBGEMM's).
     model = convert_managed(model, optimizer, seed, class_defaults=True)  # inner collections convert with them
-    for name, m, kind in outermost(model, torchrec_kind):
+    # pooled collections first: a sequence collection whose tables are theirs (the same weight
+    # parameters) becomes an EmbeddingCollection over the converted one (share=), not a copy
+    pooled_weights: dict[int, EmbeddingBagCollection] = {}
+    for name, m, kind in sorted(outermost(model, torchrec_kind), key=lambda f: f[2] != "pooled"):
+        owner = _shared_owner(m, name, pooled_weights) if kind == "sequence" else None
+        if owner is not None:
+            cfgs = [dataclasses.replace(_as_sequence_config(c), init_fn=None) for c in m.embedding_configs()]
+            new_ec = EmbeddingCollection(cfgs, need_indices=bool(m.need_indices()), share=owner)  # rows: the owner's
+            carry_module_state([(m, new_ec)], name)
+            model = replace(model, name, new_ec)
+            continue
         kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
         optim.adopt(m, kwargs, class_defaults=True)
         meta = any(t.is_meta for t in (*m.parameters(), *m.buffers()))
@@ -83,8 +94,38 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
         _keep_in_backward_mark(m, new)
         _keep_frozen(m, new, _prefix(m))
         carry_module_state([(m, new)], name)
+        if kind == "pooled":
+            pooled_weights.update((id(w), new) for w in _table_weights(m, "embedding_bags"))  # type: ignore[misc]
         model = replace(model, name, new)
     return model
+
+
+def _table_weights(m: nn.Module, prefix: str) -> list[Any]:
+    """The ``weight`` of each of TorchRec's module ``m``'s tables (none for a module that keeps them
+    otherwise, as a fused one does)."""
+    tables = getattr(m, prefix, None)
+    return [t.weight for t in tables.values()] if isinstance(tables, nn.ModuleDict) else []
+
+
+def _shared_owner(m: nn.Module, name: str, pooled_weights: dict[int, EmbeddingBagCollection]
+                  ) -> EmbeddingBagCollection | None:
+    """The converted pooled collection whose tables TorchRec's sequence collection ``m`` looks up (each
+    of its tables' ``weight`` is one of that collection's, as ``to_torchrec`` leaves a ``share=``
+    collection), or None when its tables are its own.
+
+    Raises:
+        InvalidInputError: only some of its tables are another collection's, or they are several
+            collections' (``share=`` takes one collection's tables).
+    """
+    owners = [pooled_weights.get(id(w)) for w in _table_weights(m, "embeddings")]
+    if not any(o is not None for o in owners):
+        return None
+    if any(o is None for o in owners) or len({id(o) for o in owners}) > 1:
+        raise InvalidInputError(f"from_torchrec: {name or 'the model'}: some of its tables' weights are those of "
+                                "pooled collections (tied parameters) and some are not, or they are several "
+                                "collections': recgo's EmbeddingCollection shares the tables of one collection "
+                                "(share=), all of them; tie all its tables to one EmbeddingBagCollection or none")
+    return owners[0]
 
 
 def to_torchrec(model: nn.Module) -> nn.Module:
