@@ -40,6 +40,9 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
       weights get gradients for a torch optimizer (build it after this call: it must hold the new
       parameters);
     * weighted collections stay weighted, and ``need_indices`` carries over;
+    * a sequence collection whose tables are a pooled collection's (the same ``weight`` parameters, as
+      :func:`to_torchrec` leaves an ``EmbeddingCollection(share=)``) becomes one built with ``share=`` the
+      converted pooled collection, so the table stays one;
     * a table frozen with ``weight.requires_grad_(False)`` stays frozen (also on the meta device, once
       materialised): the fused optimizer leaves it out, as TorchRec's in-backward optimizer did;
     * each module's ``training`` flag carries over (a model converted in eval mode stays in eval mode:
