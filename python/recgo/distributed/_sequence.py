@@ -53,8 +53,8 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     recgo's or TorchRec's; ``row_splits`` splits row-wise tables unevenly, as there), without owner
     pooling, weighting or wire narrowing: rows always come back whole; ``need_indices=True`` gives
     each output its feature's IDs as its ``weights()``, as the unsharded collection's (``from_ec`` and
-    ``shard_model`` carry it over). ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
-    every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
+    ``shard_model`` carry it over). ``optimizer=None`` gives each shard's ``weight`` the dense gradient
+    of its rows (merged over every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
     ``locate``, ``save``/``load`` (which re-distribute across world sizes), counters and
     ``check_peers`` are the pooled collection's; the shards are ``embeddings.<table>``.
 
