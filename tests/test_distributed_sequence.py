@@ -353,7 +353,7 @@ def _need_indices_case(rank: int) -> dict[str, Any]:
     ids = torch.tensor([3, 3, 7 + rank, 1, 9, 0], dtype=torch.int64)
     lengths = torch.tensor([2, 1, 0, 1, 2, 0])
     batches = [recgo.KeyedJaggedTensor(["y", "x"], ids, lengths=lengths),
-               TorchRecKJT(keys=["y", "x"], values=ids, lengths=lengths)]
+               TorchRecKJT(keys=["y", "x"], values=ids.int(), lengths=lengths.int())]  # kept int32, as TorchRec's
     weights = []
     for kjt in batches:
         want, got = ref(kjt), sh(kjt)
@@ -362,6 +362,8 @@ def _need_indices_case(rank: int) -> dict[str, Any]:
             assert torch.equal(got[k].values(), want[k].values()), k
             assert torch.equal(got[k].lengths(), want[k].lengths()), k
             assert torch.equal(got[k].weights(), want[k].weights()), k
+            assert got[k].lengths().dtype == want[k].lengths().dtype == kjt.lengths().dtype, k
+            assert got[k].weights().dtype == want[k].weights().dtype == kjt.values().dtype, k
         weights.append({k: got[k].weights().tolist() for k in got})
     try:
         ShardedEmbeddingCollection([C(20, 4, "a", ["x"])], "hash", need_indices=1, timeout=60)

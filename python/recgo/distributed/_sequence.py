@@ -13,10 +13,10 @@ from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import _vbe, optim
 from ..modules._second_order import first_order
-from ..modules._sequence_batch import jagged, key_counts, unused_tables, with_indices
+from ..modules._sequence_batch import as_torchrec, jagged, key_counts, torchrec_dtypes, unused_tables, with_indices
 from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
-from ..sparse import _is_torchrec_kjt, as_kjt
+from ..sparse import as_kjt
 from ..tensors import check_tensor, ptr
 from ._refuse import refused_together
 from ._collection import ShardedEmbeddingBagCollection
@@ -128,7 +128,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature; keys no
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
-        torchrec_in = _is_torchrec_kjt(features)
+        torchrec_in = torchrec_dtypes(features)  # a TorchRec batch's dtypes, which the outputs keep
         _failed.refuse(self, "forward")
         with refused_together(self, sequence=True):  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
@@ -161,7 +161,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         if self._need_indices:
             # the engine batch's keys are the output names (a key several tables read is repeated under each)
             out = with_indices(out, kjt, {k: k for k in self._names})
-        return {k: v.to_torchrec() for k, v in out.items()} if torchrec_in else out
+        return as_torchrec(out, torchrec_in) if torchrec_in else out
 
     def _lookup_keys(self, step: _SeqStep, feats: list[int], sizes: list[int]) -> Sequence[torch.Tensor]:
         """The step's rows, one flat tensor per batch key (``sizes`` values each, KJT order): through
