@@ -339,10 +339,44 @@ def _groups_case(rank: int) -> dict[str, Any]:
     return {"before": before, "after": after, "mismatch": mismatch}
 
 
+def _need_indices_case(rank: int) -> dict[str, Any]:
+    """``need_indices`` carried over by ``from_ec`` (and so ``shard_model``): each output's weights are its
+    feature's IDs, as the unsharded collection's, a feature two tables read and a TorchRec batch included."""
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor as TorchRecKJT
+
+    from recgo.distributed import ShardedEmbeddingCollection
+    from recgo.errors import InvalidInputError
+
+    C = recgo.EmbeddingConfig
+    ref = recgo.EmbeddingCollection([C(20, 4, "a", ["x", "y"]), C(10, 3, "b", ["x"])], need_indices=True, seed=4)
+    sh = ShardedEmbeddingCollection.from_ec(ref, "hash", timeout=60)
+    ids = torch.tensor([3, 3, 7 + rank, 1, 9, 0], dtype=torch.int64)
+    lengths = torch.tensor([2, 1, 0, 1, 2, 0])
+    batches = [recgo.KeyedJaggedTensor(["y", "x"], ids, lengths=lengths),
+               TorchRecKJT(keys=["y", "x"], values=ids.int(), lengths=lengths.int())]  # kept int32, as TorchRec's
+    weights = []
+    for kjt in batches:
+        want, got = ref(kjt), sh(kjt)
+        assert list(got) == list(want) == ["x@a", "y", "x@b"]
+        for k in want:
+            assert torch.equal(got[k].values(), want[k].values()), k
+            assert torch.equal(got[k].lengths(), want[k].lengths()), k
+            assert torch.equal(got[k].weights(), want[k].weights()), k
+            assert got[k].lengths().dtype == want[k].lengths().dtype == kjt.lengths().dtype, k
+            assert got[k].weights().dtype == want[k].weights().dtype == kjt.values().dtype, k
+        weights.append({k: got[k].weights().tolist() for k in got})
+    try:
+        ShardedEmbeddingCollection([C(20, 4, "a", ["x"])], "hash", need_indices=1, timeout=60)
+        bad = "built"
+    except InvalidInputError as exc:
+        bad = str(exc)
+    return {"flag": sh.need_indices(), "weights": weights, "bad": bad}
+
+
 def _world(rank: int, world: int, ckpt: str) -> dict[str, Any]:
     torch.set_num_threads(1)
     return {**_cases(rank, ckpt), "unused": _unused_case(rank), "groups": _groups_case(rank), "shared": shared_feature_case(rank, world),
-            "shared_pipeline": shared_feature_pipeline_case(rank, world)}
+            "shared_pipeline": shared_feature_pipeline_case(rank, world), "need_indices": _need_indices_case(rank)}
 
 
 @pytest.fixture(scope="module")
@@ -404,6 +438,18 @@ def test_a_feature_several_tables_read_is_looked_up_in_each(world: tuple[list[di
         pipe = res["shared_pipeline"]  # TrainPipeline trains it (weights checked on the rank) ...
         assert pipe["steps"] == 4, pipe
         assert "cannot be partitioned for it ahead; leave shard= out" in pipe["shard_error"], pipe  # ... shard= says why
+
+
+def test_need_indices_carries_over(world: tuple[list[dict[str, Any]], Path]) -> None:
+    """A sharded collection from an ``EmbeddingCollection(need_indices=True)`` gives each output its IDs as
+    weights, as the unsharded one does; it used to drop the flag in silence (weights None)."""
+    for r, res in enumerate(world[0]):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+        got = res["need_indices"]
+        assert got["flag"] is True
+        want = {"x@a": [1, 9, 0], "y": [3, 3, 7 + r], "x@b": [1, 9, 0]}
+        assert got["weights"] == [want, want], got
+        assert "need_indices must be a bool, got 1" in got["bad"], got
 
 
 def test_needs_an_initialised_process_group() -> None:

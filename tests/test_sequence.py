@@ -237,6 +237,23 @@ def test_matches_torchrec_embedding_collection(torchrec_mod) -> None:
         assert torch.equal(got[k].offsets(), want[k].offsets())
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_torchrec_batches_keep_their_dtypes(torchrec_mod, dtype: torch.dtype) -> None:
+    """An int32 TorchRec batch gets int32 lengths and ``need_indices`` IDs back, as from TorchRec's
+    collection (they came back int64)."""
+    tcfgs = [torchrec_mod.EmbeddingConfig(num_embeddings=10, embedding_dim=4, name="t", feature_names=["a", "b"])]
+    ref = torchrec_mod.EmbeddingCollection(tables=tcfgs, need_indices=True)
+    ec = recgo.from_torchrec(ref)
+    kjt = torchrec_mod.KeyedJaggedTensor(keys=["a", "b"], values=torch.tensor([1, 2, 3, 4], dtype=dtype),
+                                         lengths=torch.tensor([1, 1, 2, 0], dtype=dtype))
+    want, got = ref(kjt), ec(kjt)
+    for k in want:
+        for part in ("lengths", "offsets", "weights"):
+            w, g = getattr(want[k], part)(), getattr(got[k], part)()
+            assert g.dtype == w.dtype == dtype and torch.equal(g, w), (k, part)
+        torch.testing.assert_close(got[k].values(), want[k].values(), rtol=0, atol=0)
+
+
 def test_dynamic_table() -> None:
     ec = EmbeddingCollection([EmbeddingConfig(100, 4, "d", ["hist"], dynamic=recgo.DynamicConfig(min_count=1, seed=3))],
                              optimizer=optim.SGD(lr=0.5))

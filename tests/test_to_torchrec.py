@@ -92,3 +92,49 @@ def test_what_has_no_torchrec_module_is_refused_by_name() -> None:
         recgo.to_torchrec(copy.deepcopy(meta))
     with pytest.raises(recgo.InvalidInputError, match=r"recgo.to_torchrec\(model\) for TorchRec's own modules"):
         torch.jit.script(nn.Sequential(recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])])))
+
+
+def test_a_table_shared_by_pooled_and_sequence_features_stays_one_table() -> None:
+    """An ``EmbeddingCollection(share=ebc)`` looks up the pooled collection's rows: after conversion both
+    TorchRec modules hold the one ``weight`` parameter, so a torch optimizer trains one table, as in recgo.
+    They used to get two copies, which a TorchRec script going on from here trained apart."""
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["p"]),
+                                        recgo.EmbeddingBagConfig(6, 4, "u", ["q"])], seed=3)
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(10, 4, "t", ["s"])], share=ebc)
+    back = recgo.to_torchrec(nn.ModuleDict({"ec": ec, "ebc": ebc}))  # the sequence collection first
+    weight = back["ebc"].embedding_bags["t"].weight
+    assert back["ec"].embeddings["t"].weight is weight
+    assert len({id(p) for p in back.parameters()}) == 2  # tables t and u
+    kjt = TKJT.from_lengths_sync(["p", "q", "s"], torch.tensor([1, 2, 1, 1]), torch.tensor([1, 1, 2]))
+    opt = torch.optim.SGD(back.parameters(), lr=0.5)
+    (back["ebc"](kjt).values().sum() + back["ec"](kjt)["s"].values().sum()).backward()
+    opt.step()
+    torch.testing.assert_close(back["ec"](kjt)["s"].values(), weight[[1, 1]].detach(), rtol=0, atol=0)
+
+
+def test_from_torchrec_keeps_tied_tables_one_table() -> None:
+    """TorchRec's sequence collection whose tables are a pooled collection's (the same ``weight``, as
+    ``to_torchrec`` leaves a ``share=`` collection) becomes ``EmbeddingCollection(share=)`` over the
+    converted pooled one: one set of rows, trained once. It used to get its own copy, trained apart."""
+    ebc = tr.EmbeddingBagCollection(tables=[tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=10,
+                                                                  feature_names=["p"])])
+    ec = tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=10,
+                                                           feature_names=["s"])], need_indices=True)
+    ec.embeddings["t"].weight = ebc.embedding_bags["t"].weight
+    want = ebc.embedding_bags["t"].weight.detach().clone()
+    model = recgo.from_torchrec(nn.ModuleDict({"ec": ec, "ebc": ebc}), optimizer=optim.SGD(lr=0.5))
+    assert model["ec"].ebc is model["ebc"] and model["ec"].need_indices()
+    kjt = TKJT.from_lengths_sync(["p", "s"], torch.tensor([1, 1, 1]), torch.tensor([1, 2]))
+    (model["ebc"](kjt).values().sum() + model["ec"](kjt)["s"].values().sum()).backward()
+    want[1] -= 0.5 * 3  # both collections' lookups of row 1 update the one table (SGD: in either order)
+    torch.testing.assert_close(model["ec"].embeddings["t"].weight.detach(), want, rtol=0, atol=1e-6)
+    # only some of a sequence collection's tables tied: share= cannot say it, so it is refused by name
+    ebc2 = tr.EmbeddingBagCollection(tables=[tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=10,
+                                                                   feature_names=["p"])])
+    ec2 = tr.EmbeddingCollection(tables=[tr.EmbeddingConfig(name="t", embedding_dim=4, num_embeddings=10,
+                                                            feature_names=["s"]),
+                                         tr.EmbeddingConfig(name="u", embedding_dim=4, num_embeddings=5,
+                                                            feature_names=["r"])])
+    ec2.embeddings["t"].weight = ebc2.embedding_bags["t"].weight
+    with pytest.raises(recgo.errors.InvalidInputError, match="tie all its tables to one EmbeddingBagCollection"):
+        recgo.from_torchrec(nn.ModuleDict({"ebc": ebc2, "ec": ec2}))

@@ -10,6 +10,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
+from recgo.errors import InvalidInputError
 from recgo.jagged import JaggedTensor
 from recgo.train import TrainConfig, Trainer, make_source
 from recgo.train.data import TaobaoSequences
@@ -134,6 +135,24 @@ def test_bst_inputs_sum_before_padding() -> None:
     assert torch.equal(hist, a + b) and torch.equal(mask, m)
     assert torch.equal(target, emb["target_item"].values() + emb["target_cat"].values())
     assert torch.equal(user, emb["user_id"].values())
+
+
+@pytest.mark.parametrize("key,lengths,match", [
+    ("hist_cat", [6, 0, 3, 1], "hist_item and hist_cat differ in length"),  # the same 10 rows, paired wrongly
+    ("target_item", [1, 0, 2, 1], "target_item must hold exactly one ID per sample"),
+    ("user_id", [1, 1, 1], "user_id must hold exactly one ID per sample"),
+])
+def test_bst_inputs_refuse_rows_that_do_not_pair_up(key: str, lengths: list[int], match: str) -> None:
+    """Rows are summed flat, so histories of equal total but different per-sample lengths, or a target
+    missing from one sample and doubled in another, used to mix samples' rows in silence."""
+    one = torch.ones(4, dtype=torch.int64)
+    emb = {k: JaggedTensor(torch.zeros(10 if k.startswith("hist") else 4, 4),
+                           lengths=torch.tensor([3, 0, 6, 1]) if k.startswith("hist") else one)
+           for k in ("hist_item", "hist_cat", "target_item", "target_cat", "user_id")}
+    ln = torch.tensor(lengths)
+    emb[key] = JaggedTensor(torch.zeros(int(ln.sum()), 4), lengths=ln)
+    with pytest.raises(InvalidInputError, match=match):
+        bst_inputs(emb, 4)
 
 
 @needs_taobao

@@ -10,10 +10,10 @@ from torch import nn
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
 from ..modules import _vbe, optim
-from ..modules._sequence_batch import jagged, key_counts
+from ..modules._sequence_batch import as_torchrec, jagged, key_counts, torchrec_dtypes, with_indices
 from ..modules._trace import traced_as_leaf
 from ..modules.config import _as_sequence_config
-from ..sparse import _is_torchrec_kjt, as_kjt
+from ..sparse import as_kjt
 from ..tensors import check_tensor
 from ._refuse import refused_together
 from ._collection import ShardedEmbeddingBagCollection
@@ -37,8 +37,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
 
     The arguments are :class:`ShardedEmbeddingBagCollection`'s (``tables`` are ``EmbeddingConfig``s,
     recgo's or TorchRec's; ``row_splits`` splits row-wise tables unevenly, as there), without owner
-    pooling, weighting or wire narrowing: rows always come back whole. ``optimizer=None`` gives each shard's ``weight`` the dense gradient of its rows (merged over
-    every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
+    pooling, weighting or wire narrowing: rows always come back whole; ``need_indices=True`` gives
+    each output its feature's IDs as its ``weights()``, as the unsharded collection's (``from_ec`` and
+    ``shard_model`` carry it over). ``optimizer=None`` gives each shard's ``weight`` the dense gradient
+    of its rows (merged over every rank's lookups) for a torch optimizer. The shards, ``local_ids``,
     ``locate``, ``save``/``load`` (which re-distribute across world sizes), counters and
     ``check_peers`` are the pooled collection's; the shards are ``embeddings.<table>``.
 
@@ -46,7 +48,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     """
 
     def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *,
-                 optimizer: Any = None, **kwargs: Any) -> None:
+                 optimizer: Any = None, need_indices: bool = False, **kwargs: Any) -> None:
+        if not isinstance(need_indices, bool):
+            raise InvalidInputError(f"need_indices must be a bool, got {need_indices!r}")
+        self._need_indices = need_indices
         for bad in ("owner_pooling", "is_weighted", "wire_dtype"):
             if bad in kwargs:
                 raise InvalidInputError(f"ShardedEmbeddingCollection: {bad} applies to pooled lookups only")
@@ -77,6 +82,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         rows (``seed`` defaults to the recgo collection's). Frozen tables give frozen shards, as for
         ``from_ebc``."""
         optim.adopt(ec, kwargs)
+        kwargs.setdefault("need_indices", bool(ec.need_indices()))  # TorchRec's and recgo's accessor
         frozen = frozen_tables(ec, "embeddings")
         if on_meta(ec):
             kwargs.setdefault("seed", getattr(getattr(ec, "ebc", None), "_seed", None))
@@ -84,6 +90,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         out = cls(ec.embedding_configs(), sharding, _init=False, **kwargs)
         take_rows(out, ec, "embeddings")
         return freeze(out, frozen)
+
+    def need_indices(self) -> bool:
+        """Whether each output carries its feature's IDs as its weights (TorchRec's accessor)."""
+        return self._need_indices
 
     def embedding_configs(self) -> list[Any]:
         """The tables' configs (TorchRec's accessor name)."""
@@ -104,7 +114,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature; keys no
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
         in config order."""
-        torchrec_in = _is_torchrec_kjt(features)
+        torchrec_in = torchrec_dtypes(features)  # a TorchRec batch's dtypes, which the outputs keep
         _failed.refuse(self, "forward")
         with refused_together(self, sequence=True):  # a batch refused here stops the step on every rank
             vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
@@ -122,10 +132,12 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         dims = [self._dims[f] if f >= 0 else 0 for f in feats]  # 0: a key no table reads has no rows
         parts = key_rows(self, handle, feats, [n * d for n, d in zip(counts, dims)])
         pos = {self._names[f]: i for i, f in enumerate(feats) if f >= 0}
-        out: dict[str, Any] = {}
+        out: dict[str, JaggedTensor] = {}
         for k in self._names:  # config order, as the unsharded collection returns them
             i = pos[k]
             s = B if vb is None else vb.strides[self._features[feats[i]]]
-            jt: JaggedTensor = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:i * B + s])
-            out[k] = jt.to_torchrec() if torchrec_in else jt
-        return out
+            out[k] = jagged(parts[i].view(counts[i], dims[i]), lengths[i * B:i * B + s])
+        if self._need_indices:
+            # the engine batch's keys are the output names (a key several tables read is repeated under each)
+            out = with_indices(out, kjt, {k: k for k in self._names})
+        return as_torchrec(out, torchrec_in) if torchrec_in else out

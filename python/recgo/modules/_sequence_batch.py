@@ -11,7 +11,7 @@ import torch
 
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
-from ..sparse import KeyedJaggedTensor, as_kjt
+from ..sparse import KeyedJaggedTensor, _is_torchrec_kjt, as_kjt
 
 
 def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int]:
@@ -104,4 +104,28 @@ def with_indices(res: dict[str, JaggedTensor], features: Any, key_of: dict[str, 
         with_ids._values, with_ids._weights, with_ids._lengths, with_ids._offsets = (
             jt._values, ids[key_of[k]].values(), jt._lengths, jt._offsets)
         out[k] = with_ids
+    return out
+
+
+def torchrec_dtypes(features: Any) -> tuple[torch.dtype, torch.dtype] | None:
+    """A TorchRec batch's (lengths, values) dtypes, which its outputs keep (:func:`as_torchrec`); None for
+    recgo's batch."""
+    if not _is_torchrec_kjt(features):
+        return None
+    lengths = features.lengths_or_none()
+    return (features.offsets() if lengths is None else lengths).dtype, features.values().dtype
+
+
+def as_torchrec(res: dict[str, JaggedTensor], dtypes: tuple[torch.dtype, torch.dtype]) -> dict[str, Any]:
+    """TorchRec JaggedTensors of ``res`` with the batch's dtypes (:func:`torchrec_dtypes`): lengths as the
+    batch's, ``need_indices``' IDs as its values, as TorchRec's ``EmbeddingCollection`` returns them (an
+    int32 batch gave int64 ones)."""
+    lengths_dtype, ids_dtype = dtypes
+    out = {}
+    for k, jt in res.items():
+        cast = JaggedTensor.__new__(JaggedTensor)
+        cast._values, cast._weights, cast._lengths, cast._offsets = (
+            jt._values, None if jt._weights is None else jt._weights.to(ids_dtype), jt.lengths().to(lengths_dtype),
+            jt.offsets().to(lengths_dtype))
+        out[k] = cast.to_torchrec()
     return out

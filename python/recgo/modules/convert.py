@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections import OrderedDict
 from typing import Any
@@ -15,7 +16,7 @@ from ..errors import InvalidInputError
 from . import optim
 from ._copies import _HOOK_TABLES, _STATE_HOOK_TABLES
 from ._walk import outermost, replace, torchrec_class, torchrec_kind
-from .config import EmbeddingBagConfig, EmbeddingConfig
+from .config import EmbeddingBagConfig, EmbeddingConfig, _as_sequence_config
 from .embedding import EmbeddingBagCollection
 from .managed import ManagedCollisionEmbeddingBagCollection, ManagedCollisionEmbeddingCollection
 from .optim import FusedOptimizer
@@ -39,6 +40,9 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
       weights get gradients for a torch optimizer (build it after this call: it must hold the new
       parameters);
     * weighted collections stay weighted, and ``need_indices`` carries over;
+    * a sequence collection whose tables are a pooled collection's (the same ``weight`` parameters, as
+      :func:`to_torchrec` leaves an ``EmbeddingCollection(share=)``) becomes one built with ``share=`` the
+      converted pooled collection, so the table stays one;
     * a table frozen with ``weight.requires_grad_(False)`` stays frozen (also on the meta device, once
       materialised): the fused optimizer leaves it out, as TorchRec's in-backward optimizer did;
     * each module's ``training`` flag carries over (a model converted in eval mode stays in eval mode:
@@ -66,7 +70,17 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     # Unsharded, TorchRec's modules ran apply_optimizer_in_backward's torch optimizer itself: options
     # left out take that class's defaults (shard_model, like DMP, takes FBGEMM's).
     model = convert_managed(model, optimizer, seed, class_defaults=True)  # inner collections convert with them
-    for name, m, kind in outermost(model, torchrec_kind):
+    # pooled collections first: a sequence collection whose tables are theirs (the same weight
+    # parameters) becomes an EmbeddingCollection over the converted one (share=), not a copy
+    pooled_weights: dict[int, EmbeddingBagCollection] = {}
+    for name, m, kind in sorted(outermost(model, torchrec_kind), key=lambda f: f[2] != "pooled"):
+        owner = _shared_owner(m, name, pooled_weights) if kind == "sequence" else None
+        if owner is not None:
+            cfgs = [dataclasses.replace(_as_sequence_config(c), init_fn=None) for c in m.embedding_configs()]
+            new_ec = EmbeddingCollection(cfgs, need_indices=bool(m.need_indices()), share=owner)  # rows: the owner's
+            carry_module_state([(m, new_ec)], name)
+            model = replace(model, name, new_ec)
+            continue
         kwargs: dict[str, Any] = {} if optimizer is None else {"optimizer": optimizer}
         optim.adopt(m, kwargs, class_defaults=True)
         meta = any(t.is_meta for t in (*m.parameters(), *m.buffers()))
@@ -83,8 +97,38 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
         _keep_in_backward_mark(m, new)
         _keep_frozen(m, new, _prefix(m))
         carry_module_state([(m, new)], name)
+        if kind == "pooled":
+            pooled_weights.update((id(w), new) for w in _table_weights(m, "embedding_bags"))  # type: ignore[misc]
         model = replace(model, name, new)
     return model
+
+
+def _table_weights(m: nn.Module, prefix: str) -> list[Any]:
+    """The ``weight`` of each of TorchRec's module ``m``'s tables (none for a module that keeps them
+    otherwise, as a fused one does)."""
+    tables = getattr(m, prefix, None)
+    return [t.weight for t in tables.values()] if isinstance(tables, nn.ModuleDict) else []
+
+
+def _shared_owner(m: nn.Module, name: str, pooled_weights: dict[int, EmbeddingBagCollection]
+                  ) -> EmbeddingBagCollection | None:
+    """The converted pooled collection whose tables TorchRec's sequence collection ``m`` looks up (each
+    of its tables' ``weight`` is one of that collection's, as ``to_torchrec`` leaves a ``share=``
+    collection), or None when its tables are its own.
+
+    Raises:
+        InvalidInputError: only some of its tables are another collection's, or they are several
+            collections' (``share=`` takes one collection's tables).
+    """
+    owners = [pooled_weights.get(id(w)) for w in _table_weights(m, "embeddings")]
+    if not any(o is not None for o in owners):
+        return None
+    if any(o is None for o in owners) or len({id(o) for o in owners}) > 1:
+        raise InvalidInputError(f"from_torchrec: {name or 'the model'}: some of its tables' weights are those of "
+                                "pooled collections (tied parameters) and some are not, or they are several "
+                                "collections': recgo's EmbeddingCollection shares the tables of one collection "
+                                "(share=), all of them; tie all its tables to one EmbeddingBagCollection or none")
+    return owners[0]
 
 
 def to_torchrec(model: nn.Module) -> nn.Module:
@@ -113,6 +157,7 @@ def to_torchrec(model: nn.Module) -> nn.Module:
     found = outermost(model, _recgo_kind)
     if not found:
         raise InvalidInputError("to_torchrec: the model holds no recgo EmbeddingBagCollection or EmbeddingCollection")
+    converted: dict[int, nn.Module] = {}  # id of each recgo collection → its TorchRec module
     for name, m, kind in found:
         where = name or "the model"
         if kind == "dynamic":
@@ -136,8 +181,23 @@ def to_torchrec(model: nn.Module) -> nn.Module:
         new.load_state_dict(weights)
         _keep_frozen(m, new, prefix)
         carry_module_state([(m, new)], name, what="to_torchrec")
+        converted[id(m)] = new
         model = replace(model, name, new)
+    _tie_shared(found, converted)
     return model
+
+
+def _tie_shared(found: list[tuple[str, nn.Module, str]], converted: dict[int, nn.Module]) -> None:
+    """A sequence collection built with ``share=`` a pooled collection that was converted too looks up
+    that collection's rows in recgo: its TorchRec tables take the pooled module's ``weight`` parameters,
+    so the two stay one table (copies would train apart in a TorchRec script going on from here)."""
+    for _, m, kind in found:
+        owner = converted.get(id(m.ebc)) if kind == "sequence" else None
+        if owner is None:
+            continue
+        new = converted[id(m)]
+        for c in m.embedding_configs():
+            new.embeddings[c.name].weight = owner.embedding_bags[c.name].weight
 
 
 def _recgo_kind(m: nn.Module) -> str | None:

@@ -28,7 +28,7 @@ from .. import _lib
 from .._cache import KeyCache
 from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
-from ..sparse import KeyedJaggedTensor, _is_torchrec_kjt, as_kjt
+from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops, _vbe
 from ._contexts import ContextStore
@@ -36,7 +36,8 @@ from ._grads import table_gradient
 from ._load_keys import checked_keys
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
-from ._sequence_batch import KeyPlan, either, key_counts, meta_results, results, unused_tables, with_indices
+from ._sequence_batch import (KeyPlan, as_torchrec, either, key_counts, meta_results, results, torchrec_dtypes,
+                              unused_tables, with_indices)
 from ._storage import check_cast, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
@@ -373,7 +374,7 @@ class EmbeddingCollection(nn.Module):
         """Look up every ID of ``features`` (recgo or TorchRec KJT): ``{feature: JaggedTensor}`` with
         ``[n, D]`` values, TorchRec JaggedTensors when the input was a TorchRec KJT. A TorchRec variable
         batch gives each feature's output over its own batch (its ``inverse_indices`` unused, as TorchRec's)."""
-        torchrec_in = _is_torchrec_kjt(features)
+        torchrec_in = torchrec_dtypes(features)  # a TorchRec batch's dtypes, which the outputs keep
         vb = _vbe.variable_batch(features, pooled=False)
         if vb is not None:  # TorchRec's variable batch: looked up padded, each output cut to its own batch
             features = vb.kjt
@@ -385,7 +386,7 @@ class EmbeddingCollection(nn.Module):
             res = meta_results(kjt, plan)
             if vb is not None:
                 res = _vbe.trim_sequence(res, vb, key_of)
-            return {k: v.to_torchrec() for k, v in res.items()} if torchrec_in else res
+            return as_torchrec(res, torchrec_in) if torchrec_in else res
         if not torch.compiler.is_compiling():
             self._owner._check_storage()
         key_feature, dims = plan.key_feature, plan.dims
@@ -415,9 +416,7 @@ class EmbeddingCollection(nn.Module):
             res = with_indices(res, features, key_of)
         if vb is not None:
             res = _vbe.trim_sequence(res, vb, key_of)
-        if torchrec_in:
-            return {k: v.to_torchrec() for k, v in res.items()}
-        return res
+        return as_torchrec(res, torchrec_in) if torchrec_in else res
 
     def need_indices(self) -> bool:
         """Whether each output carries its feature's IDs as its weights (TorchRec's accessor)."""

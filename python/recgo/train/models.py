@@ -121,6 +121,7 @@ def bst_inputs(emb: dict[str, Any], max_len: int) -> tuple[torch.Tensor, torch.T
     padding mask, the target and the user embedding."""
     hist_item, hist_cat = emb["hist_item"], emb["hist_cat"]
     lengths = hist_item.lengths()
+    _check_aligned(emb, lengths)
     summed = JaggedTensor(hist_item.values() + hist_cat.values(), lengths=lengths)
     # Padded to the longest history, not to max_len: attention is quadratic in L, and a large max_len
     # padded every batch to it (max_len 100000 attended over 100001 tokens and hung the run).
@@ -128,3 +129,18 @@ def bst_inputs(emb: dict[str, Any], max_len: int) -> tuple[torch.Tensor, torch.T
     hist, mask = summed.to_padded(min(longest, max_len), keep="last")
     target = emb["target_item"].values() + emb["target_cat"].values()
     return hist, mask, target, emb["user_id"].values()
+
+
+def _check_aligned(emb: dict[str, Any], lengths: torch.Tensor) -> None:
+    """The rows :func:`bst_inputs` adds up must belong together: both histories of a sample as long as
+    each other, and one target item, target category and user per sample. Rows are summed as flat
+    tensors, so histories of equal total but different per-sample lengths would otherwise mix one
+    sample's items with another's categories in silence."""
+    if not torch.equal(emb["hist_cat"].lengths(), lengths):
+        raise InvalidInputError("bst_inputs: hist_item and hist_cat differ in length for some samples (their "
+                                "events must pair up, one category per item)")
+    for key in ("target_item", "target_cat", "user_id"):
+        got = emb[key].lengths()
+        if got.numel() != lengths.numel() or bool((got != 1).any()):
+            raise InvalidInputError(f"bst_inputs: {key} must hold exactly one ID per sample (lengths all 1 over "
+                                    f"the batch's {lengths.numel()} samples)")
