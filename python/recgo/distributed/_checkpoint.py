@@ -21,7 +21,7 @@ from .. import errors
 from ..errors import RecgoIOError
 from ..modules.embedding import load_checkpoint, save_checkpoint
 from . import _dynamic
-from ._exchange import PeerFailureError, peer_failure
+from ._exchange import PeerFailureError, peer_failure, peer_failures
 from ._reshard import Staged, check_covered, check_dynamic_part, check_steps, put_rows
 
 
@@ -34,10 +34,8 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
     # One id for every file of this save (rank 0 draws it), so a load can tell a set from one whose
     # save did not finish on every rank (new files beside the last save's).
     save_id = torch.tensor(int.from_bytes(os.urandom(7), "little") if g.rank == 0 else 0, dtype=torch.int64)
-    try:
+    with peer_failures(g, f"saving to {d}: agreeing on the save's id"):
         dist.broadcast(save_id, src=dist.get_global_rank(g.world, 0), group=g.world)
-    except RuntimeError as exc:
-        raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not join the save: {exc}") from exc
     # Flat name → tensor entries, so the file carries recgo's per-tensor checksums.
     doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank),
                                     "save_id": save_id}
@@ -55,15 +53,13 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
             doc[p + "state"] = shard.optimizer_state.clone()
     path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
     save_checkpoint(doc, path)
-    try:
+    with peer_failures(g, f"saving to {d}: waiting for every rank's file"):
         dist.barrier(group=g.world)  # every rank's new file is in place before the old set goes
         if g.rank == 0:
             for old in d.glob("shard-*-of-*.pt"):
                 if old.stem.split("-of-")[-1] != str(g.world_size):
                     old.unlink(missing_ok=True)
         dist.barrier(group=g.world)  # and gone before any rank goes on (to load it, say)
-    except RuntimeError as exc:  # gloo's errors for a dead or late peer
-        raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not finish its part: {exc}") from exc
     return path
 
 
