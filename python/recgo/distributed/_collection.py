@@ -17,6 +17,7 @@ from ..errors import InvalidInputError, NotFoundError
 from .._memory import wrap
 from ..data import _prepared
 from ..modules._init import draw_uniform_rows
+from ..modules._load_whole import whole_load
 from ..modules._storage import check_cast, fused_keep
 from ..modules._trace import refuse_script, traced_as_leaf
 from ..modules import _eager, _vbe, optim
@@ -587,6 +588,13 @@ class ShardedEmbeddingBagCollection(nn.Module):
         with COLLECTIVES:
             load_shards(self, directory, strict)
         _failed.clear(self)  # every shard as the checkpoint has it
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict`` (this rank's entries, another world's complete set, or an
+        unsharded collection's, re-distributed by ID), all or nothing: if it raises, every table is as
+        it was, weights, optimizer state, steps and ID maps (:func:`recgo.modules._load_whole.whole_load`)."""
+        with whole_load(self, state_dict):
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def extra_repr(self) -> str:
         g = self._groups
