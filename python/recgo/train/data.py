@@ -341,7 +341,7 @@ class CriteoFile(_PipelineSource):
     def _train_source(self) -> Any:
         from ..data import CriteoSource
 
-        return CriteoSource(self._train)
+        return CriteoSource(self._train, needs_labels=True)  # a test file's error asks for a labelled one
 
     def _train_rows(self) -> int:
         return self._n_train
@@ -367,7 +367,7 @@ class CriteoFile(_PipelineSource):
             from ..pipeline import DataPipeline
 
             try:
-                pipe = DataPipeline(CriteoSource(self._valpath), self._engine, self.batch_size, depth=0, rank=0,
+                pipe = DataPipeline(CriteoSource(self._valpath, needs_labels=True), self._engine, self.batch_size, depth=0, rank=0,
                                     world_size=1)
                 val = _collect(pipe)
             except RecgoError as exc:
@@ -386,9 +386,6 @@ class CriteoFile(_PipelineSource):
         for split, base in ((self._train, 0), (self._valpath, self._n_train)):
             msg = re.sub(re.escape(str(split)) + r"(?: line (\d+))?",
                          lambda m, base=base: f"{self.path}" + (f" line {int(m[1]) + base}" if m[1] else ""), msg)
-        # the reader's advice for a test file (a CriteoSource argument) is none for training, which needs labels
-        msg = msg.replace("if the file has no label column, read it with labels=False",
-                          "training needs the clicks: give a Criteo training file, a label first on each line")
         return exc if msg == str(exc) else type(exc)(msg)
 
 
