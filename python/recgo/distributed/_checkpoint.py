@@ -11,6 +11,7 @@ fails its checks on any rank leaves every rank's shards as they were.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +20,43 @@ import torch.distributed as dist
 
 from .. import errors
 from ..errors import RecgoIOError
+from ..modules._load_whole import whole_load
 from ..modules.embedding import load_checkpoint, save_checkpoint
-from . import _dynamic
-from ._exchange import PeerFailureError, peer_failure, peer_failures
+from . import _dynamic, _failed
+from ._exchange import COLLECTIVES, PeerFailureError, peer_failure, peer_failures
 from ._reshard import Staged, check_covered, check_dynamic_part, check_steps, put_rows
+
+
+class CollectionCheckpoints:
+    """The checkpoint methods of :class:`ShardedEmbeddingBagCollection` (a base class of it): its own
+    format (:meth:`save`, :meth:`load`) and ``load_state_dict`` all or nothing."""
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write this rank's shards (IDs, weights, optimizer state, step) to
+        ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
+        every rank has written its file, rank 0 removes the shard files another world size left in the
+        folder, so that the folder holds one set and :meth:`load` takes it. After a backward exchange
+        that raised on this rank it raises :class:`PartialStepError` (``_failed``) until a :meth:`load`."""
+        _failed.refuse(self, f"save({str(directory)!r})")  # before the save's first collective
+        with COLLECTIVES:  # not between the ops of a step another thread of this rank drives
+            return save_shards(self, directory)
+
+    def load(self, directory: str | os.PathLike[str], strict: bool = True) -> None:
+        """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
+        keeps the rows its layout gives it (the engine decides), so tables re-distribute. With
+        ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks, or
+        lacking one of its tables, raises ``RecgoIOError``; ``strict=False`` loads the tables both have
+        and leaves the others (a table the checkpoint lacks keeps its values)."""
+        with COLLECTIVES:
+            load_shards(self, directory, strict)
+        _failed.clear(self)  # every shard as the checkpoint has it
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict`` (this rank's entries, another world's complete set, or an
+        unsharded collection's, re-distributed by ID), all or nothing: if it raises, every table is as
+        it was, weights, optimizer state, steps and ID maps (:func:`recgo.modules._load_whole.whole_load`)."""
+        with whole_load(self, state_dict):
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
 def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
