@@ -518,11 +518,12 @@ def test_a_killed_rank_makes_the_survivor_raise_within_the_timeout(world2: tuple
 
 
 @pytest.mark.parametrize("what, words", [("build", "building the process groups"),
-                                         ("load", "loading "), ("save", "saving to ")])
-def test_a_dead_peer_is_named_as_such_by_construction_load_and_save(world2: tuple[list[dict], Path], what: str,
-                                                                    words: str) -> None:
-    """The agreements of a construction and a load, and a save's collectives, word a dead peer as the
-    exchanges do (gloo's closed connection), not as a peer that did not join in time."""
+                                         ("load", "loading "), ("save", "saving to "),
+                                         ("gather", "gathering table ")])
+def test_a_dead_peer_is_named_as_such_by_construction_load_save_and_gather(world2: tuple[list[dict], Path],
+                                                                          what: str, words: str) -> None:
+    """The agreements of a construction and a load, a save's collectives and gather_state_dict's word a
+    dead peer as the exchanges do (gloo's closed connection), not as a peer that did not join in time."""
     got = world2[0][0]["kill"]["after"][what]
     assert got["error_type"] == "PeerFailureError", got
     assert got["message"].startswith(f"rank 0: {words}"), got

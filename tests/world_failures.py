@@ -115,9 +115,13 @@ def fail_phase(rank: int, world: int, how: str) -> dict:
 
 def _after_death(build: Any, sh: Any, ckpt: str) -> dict:
     """What a survivor of a dead peer sees when it builds a collection (the construction's agreement),
-    loads a checkpoint (the load's agreement) and saves one: each the error's type and message."""
+    loads a checkpoint (the load's agreement), saves one and gathers the state dict: each the error's
+    type and message."""
+    from recgo.distributed import gather_state_dict
+
     out: dict[str, dict] = {}
-    for what, fn in (("build", build), ("load", lambda: sh.load(ckpt)), ("save", lambda: sh.save(ckpt + "-2"))):
+    for what, fn in (("build", build), ("load", lambda: sh.load(ckpt)), ("save", lambda: sh.save(ckpt + "-2")),
+                     ("gather", lambda: gather_state_dict(sh))):
         try:
             fn()
             out[what] = {"error_type": None}
