@@ -537,6 +537,20 @@ def test_a_killed_rank_makes_the_survivor_raise_within_the_timeout(world2: tuple
     _check_failure(world2[0][0]["kill"], 0, "kill")
 
 
+@pytest.mark.parametrize("what, words", [("build", "building the process groups"),
+                                         ("load", "loading "), ("save", "saving to "),
+                                         ("gather", "gathering table ")])
+def test_a_dead_peer_is_named_as_such_by_construction_load_save_and_gather(world2: tuple[list[dict], Path],
+                                                                          what: str, words: str) -> None:
+    """The agreements of a construction and a load, a save's collectives and gather_state_dict's word a
+    dead peer as the exchanges do (gloo's closed connection), not as a peer that did not join in time."""
+    got = world2[0][0]["kill"]["after"][what]
+    assert got["error_type"] == "PeerFailureError", got
+    assert got["message"].startswith(f"rank 0: {words}"), got
+    assert "a peer closed the connection" in got["message"], got
+    assert "did not join" not in got["message"], got
+
+
 def test_a_silent_rank_makes_the_others_raise_at_the_timeout(world4: tuple[list[dict], Path]) -> None:
     for r in range(WORLD - 1):
         assert "error" not in world4[0][r], world4[0][r].get("error")

@@ -157,14 +157,16 @@ def test_a_local_error_in_the_exchange_is_not_called_a_peer_failure(tmp_path: Pa
 
 
 def test_gloo_errors_say_what_failed() -> None:
-    from recgo.distributed._exchange import Groups, exchange_failure
+    from recgo.distributed._exchange import Groups, peer_error
 
     g = Groups(None, None, None, 0, 2, 1, 2, timedelta(seconds=3))
     closed = RuntimeError("[/x/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:3")
     late = RuntimeError("[/x/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:129] Timed out waiting 3000ms "
                         "for send operation to complete")
-    assert "a peer closed the connection" in str(exchange_failure(g, "world", closed))
-    assert "no peer answer within the 3 s timeout" in str(exchange_failure(g, "world", late))
-    assert "gloo failed" in str(exchange_failure(g, "world", dist.DistBackendError("NCCL? no: gloo abort")))
-    assert exchange_failure(g, "world", RuntimeError("a local shape mismatch")) is None
-    assert exchange_failure(g, "world", ValueError("bad split sizes")) is None
+    what = "the all-to-all on the world group failed"
+    assert "rank 0: the all-to-all on the world group failed: a peer closed the connection" in str(
+        peer_error(g, what, closed))
+    assert "no peer answer within the 3 s timeout" in str(peer_error(g, what, late))
+    assert "gloo failed" in str(peer_error(g, what, dist.DistBackendError("NCCL? no: gloo abort")))
+    assert peer_error(g, what, RuntimeError("a local shape mismatch")) is None
+    assert peer_error(g, what, ValueError("bad split sizes")) is None

@@ -105,6 +105,20 @@ def test_a_criteo_file_read_with_the_wrong_labels_says_so(tmp_path: Path, labels
         next(recgo.DataPipeline(CriteoSource(path, labels=labels), C1, 4, depth=0))
 
 
+def test_a_caller_that_needs_labels_is_asked_for_a_labelled_file(tmp_path: Path) -> None:
+    """needs_labels=True (recgo train's sources) words the advice in the reader: recgo train rewrote the
+    reader's "read it with labels=False" in Python by its wording, which a rewording would have broken in
+    silence. Contradicting labels=False is refused."""
+    path = write(tmp_path, "test.txt", "\t3" * 12 + "\tab" * 26 + "\n")
+    want = (r"\(the line has 39 fields, as Criteo's unlabelled test files do: I1\.\.I13 and C1\.\.C26, no label; "
+            r"training needs the clicks: give a Criteo training file, a label first on each line\)$")
+    with pytest.raises(recgo.InvalidInputError, match=want) as got:
+        next(recgo.DataPipeline(CriteoSource(path, needs_labels=True), C1, 4, depth=0))
+    assert "labels=False" not in str(got.value)
+    with pytest.raises(recgo.InvalidInputError, match="needs_labels=True .* contradicts labels=False"):
+        CriteoSource(path, labels=False, needs_labels=True)
+
+
 SYNTH = SyntheticSource(50, [SyntheticField("u", 10)])
 
 

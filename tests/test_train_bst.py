@@ -255,7 +255,7 @@ def test_a_malformed_userbehavior_line_is_named(tmp_path: Path, text: str, match
 
 
 def test_a_short_last_userbehavior_line_is_dropped(tmp_path: Path) -> None:
-    from recgo.train.data import _userbehavior_columns
+    from recgo.train.taobao import _userbehavior_columns
     path = tmp_path / "ub.csv"
     path.write_text("user_id,item_id,category_id,behavior,ts\n1,2,3,pv,100\n1,4,3,pv,101\n1,5")  # the sample's cut end
     assert _userbehavior_columns(path) == ([1, 1], [2, 4], [3, 3])

@@ -82,13 +82,20 @@ FAIL_TIMEOUT = 6.0
 
 def fail_phase(rank: int, world: int, how: str) -> dict:
     """The last rank dies (os._exit) or stops answering (sleeps) while the others run a step, which
-    must raise PeerFailureError within the configured timeout."""
+    must raise PeerFailureError within the configured timeout. After a death the survivors also build
+    a collection, load a checkpoint and save one (:func:`_after_death`)."""
     from recgo.distributed import PeerFailureError, ShardedEmbeddingBagCollection
 
-    sh = ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
-                                       timeout=FAIL_TIMEOUT)
+    def build() -> Any:
+        return ShardedEmbeddingBagCollection(configs(), SHARDING | {"tp": "hash"}, optimizer=optim.SGD(lr=0.1),
+                                             timeout=FAIL_TIMEOUT)
+
+    sh = build()
     kjt = local_batch(global_batch(0, world), rank)
     sh(kjt).values().sum().backward()  # a good step first
+    ckpt = os.path.join(os.environ["RECGO_TEST_OUT"], f"{how}-ckpt")
+    if how == "kill":
+        sh.save(ckpt)  # a good checkpoint of the world, for the survivors' load
     if rank == world - 1:
         if how == "kill":
             os._exit(3)
@@ -98,5 +105,26 @@ def fail_phase(rank: int, world: int, how: str) -> dict:
     try:
         sh(kjt).values().sum().backward()
     except PeerFailureError as exc:
-        return {"error_type": type(exc).__name__, "seconds": time.monotonic() - t0, "message": str(exc)}
-    return {"error_type": None}
+        got = {"error_type": type(exc).__name__, "seconds": time.monotonic() - t0, "message": str(exc)}
+    else:
+        return {"error_type": None}
+    if how == "kill":
+        got["after"] = _after_death(build, sh, ckpt)
+    return got
+
+
+def _after_death(build: Any, sh: Any, ckpt: str) -> dict:
+    """What a survivor of a dead peer sees when it builds a collection (the construction's agreement),
+    loads a checkpoint (the load's agreement), saves one and gathers the state dict: each the error's
+    type and message."""
+    from recgo.distributed import gather_state_dict
+
+    out: dict[str, dict] = {}
+    for what, fn in (("build", build), ("load", lambda: sh.load(ckpt)), ("save", lambda: sh.save(ckpt + "-2")),
+                     ("gather", lambda: gather_state_dict(sh))):
+        try:
+            fn()
+            out[what] = {"error_type": None}
+        except Exception as exc:  # noqa: BLE001 - the test asserts on the class
+            out[what] = {"error_type": type(exc).__name__, "message": str(exc)}
+    return out

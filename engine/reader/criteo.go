@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/recgo/recgo/engine/feature"
+	"github.com/recgo/recgo/internal/errs"
 )
 
 // Criteo's display-advertising layout: a label, 13 integer fields I1..I13, 26 categorical fields
@@ -19,6 +20,10 @@ type CriteoOptions struct {
 	Options
 	// NoLabel reads files without the label column (the challenge's test files).
 	NoLabel bool
+	// NeedsLabels says the caller trains on the labels: a line of the unlabelled layout's field
+	// count asks for a labelled file instead of suggesting NoLabel (labels=False), which would
+	// read the file but leave nothing to train on. It contradicts NoLabel.
+	NeedsLabels bool
 	// RawDense keeps the integer fields as they are in the dense matrix; by default they become
 	// log(1 + max(x, 0)), as DLRM feeds them to its bottom MLP.
 	RawDense bool
@@ -56,19 +61,23 @@ func CriteoColumnName(c int, hasLabel bool) string {
 // (the integers) and C1..C26 (each hex string's value as an int64), each bag empty when the field
 // is missing; its dense columns are I1..I13 (0 when missing).
 func NewCriteo(paths []string, opt CriteoOptions) (Source, error) {
+	if opt.NoLabel && opt.NeedsLabels {
+		return nil, errs.Invalidf("criteo: NeedsLabels (a caller that trains on the labels) contradicts NoLabel (a file without them)")
+	}
 	l, err := newLines(paths, opt.Options, false, nil)
 	if err != nil {
 		return nil, err
 	}
 	s := &textSource{l: l, schema: criteoSchema(!opt.NoLabel)}
-	p := criteoParser{hasLabel: !opt.NoLabel, raw: opt.RawDense, file: func() string { return l.name() }}
+	p := criteoParser{hasLabel: !opt.NoLabel, needsLabels: opt.NeedsLabels, raw: opt.RawDense,
+		file: func() string { return l.name() }}
 	s.parse = p.parse
 	return s, nil
 }
 
 type criteoParser struct {
-	hasLabel, raw bool
-	file          func() string
+	hasLabel, needsLabels, raw bool
+	file                       func() string
 }
 
 func (p *criteoParser) fail(line int64, col int, format string, args ...any) error {
@@ -89,12 +98,16 @@ func (p *criteoParser) parse(line []byte, lineNo int64, b *Batch) error {
 }
 
 // layoutHint is what a malformed line's error adds when the line has as many fields as the other
-// Criteo layout's lines: labels=False/True are CriteoSource's (the reader's NoLabel option).
+// Criteo layout's lines: labels=False/True are CriteoSource's (the reader's NoLabel option). A
+// caller that trains on the labels (NeedsLabels) is told to give a labelled file instead.
 func (p *criteoParser) layoutHint(line []byte) string {
 	n := bytes.Count(line, []byte{'\t'}) + 1
+	const unlabelled = " (the line has %d fields, as Criteo's unlabelled test files do: I1..I13 and C1..C26, no label; "
 	switch {
+	case p.hasLabel && n == criteoInts+criteoCats && p.needsLabels:
+		return fmt.Sprintf(unlabelled+"training needs the clicks: give a Criteo training file, a label first on each line)", n)
 	case p.hasLabel && n == criteoInts+criteoCats:
-		return fmt.Sprintf(" (the line has %d fields, as Criteo's unlabelled test files do: I1..I13 and C1..C26, no label; if the file has no label column, read it with labels=False)", n)
+		return fmt.Sprintf(unlabelled+"if the file has no label column, read it with labels=False)", n)
 	case !p.hasLabel && n == 1+criteoInts+criteoCats:
 		return fmt.Sprintf(" (the line has %d fields, as Criteo's training files do: a label, then I1..I13 and C1..C26; if the file has a label column, read it with labels=True, the default)", n)
 	}

@@ -36,18 +36,20 @@ func checkBatch(t *testing.T, s Schema, b *Batch) {
 	}
 }
 
-// FuzzCriteoLine parses one arbitrary line: it either yields one sample or a ParseError naming
-// line 1; nothing panics.
+// FuzzCriteoLine parses one arbitrary line, for a caller that needs the labels or not: it either
+// yields one sample or a ParseError naming line 1; nothing panics.
 func FuzzCriteoLine(f *testing.F) {
-	f.Add([]byte(goodLine))
-	f.Add([]byte("1\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"))
-	f.Add([]byte("0\t-1\t99999999999999999999\tff"))
-	f.Add([]byte(goodLine[2:]))        // a test file's line: no label, 39 fields
-	f.Add([]byte("\t" + goodLine[4:])) // and with I1 missing
-	p := &criteoParser{hasLabel: true, file: func() string { return "fuzz" }}
+	for _, needs := range []bool{false, true} {
+		f.Add([]byte(goodLine), needs)
+		f.Add([]byte("1\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t\t"), needs)
+		f.Add([]byte("0\t-1\t99999999999999999999\tff"), needs)
+		f.Add([]byte(goodLine[2:]), needs)      // a test file's line: no label, 39 fields
+		f.Add([]byte("\t"+goodLine[4:]), needs) // and with I1 missing
+	}
 	schema := criteoSchema(true)
 	var b Batch
-	f.Fuzz(func(t *testing.T, line []byte) {
+	f.Fuzz(func(t *testing.T, line []byte, needsLabels bool) {
+		p := &criteoParser{hasLabel: true, needsLabels: needsLabels, file: func() string { return "fuzz" }}
 		b.Reset(schema)
 		err := p.parse(line, 1, &b)
 		if err != nil {

@@ -255,35 +255,52 @@ func TestCriteoMalformed(t *testing.T) {
 // A line with the other Criteo layout's field count says so and what to do: a test file (39 fields)
 // read with labels, a training file (40) without. Before, the error named only its symptom (label ""
 // is not a number, a hex value that is not an integer, a long line). Other counts keep the plain error.
+// A caller that trains on the labels (NeedsLabels) is asked for a labelled file, not told labels=False
+// (recgo train rewrote the reader's wording in Python, which a rewording would have broken in silence).
 func TestCriteoLabelLayoutHint(t *testing.T) {
 	test := goodLine[2:] // no label: I1..I13, C1..C26
 	const noLabels = "(the line has 39 fields, as Criteo's unlabelled test files do: I1..I13 and C1..C26, no label; if the file has no label column, read it with labels=False)"
+	const needed = "(the line has 39 fields, as Criteo's unlabelled test files do: I1..I13 and C1..C26, no label; training needs the clicks: give a Criteo training file, a label first on each line)"
 	const withLabels = "(the line has 40 fields, as Criteo's training files do: a label, then I1..I13 and C1..C26; if the file has a label column, read it with labels=True, the default)"
 	cases := []struct {
-		name    string
-		noLabel bool
-		line    string
-		want    string // the error, hint included where there is one
+		name string
+		opt  CriteoOptions
+		line string
+		want string // the error, hint included where there is one
 	}{
-		{"test file, I1 missing", false, "\t" + test[2:], `line 1 column 1 (label): label "" is not a number ` + noLabels},
-		{"test file, I1 given", false, test, `line 1 column 14 (I13): "a" is not an integer ` + noLabels},
-		{"test file, I2.. missing", false, "1" + strings.Repeat("\t", 38), "line 1: short line: 39 fields, expected 40 " + noLabels},
-		{"training file", true, goodLine, "line 1: long line: more than 39 fields " + withLabels},
-		{"38 fields with labels", false, goodLine[:strings.LastIndexByte(goodLine, '\t')-3], "line 1: short line: 38 fields, expected 40"},
-		{"41 fields with labels", false, goodLine + "\t1", "line 1: long line: more than 40 fields"},
-		{"41 fields without", true, goodLine + "\t1", "line 1: long line: more than 39 fields"},
-		{"38 fields without", true, test[:strings.LastIndexByte(test, '\t')], "line 1: short line: 38 fields, expected 39"},
+		{"test file, I1 missing", CriteoOptions{}, "\t" + test[2:], `line 1 column 1 (label): label "" is not a number ` + noLabels},
+		{"test file, I1 given", CriteoOptions{}, test, `line 1 column 14 (I13): "a" is not an integer ` + noLabels},
+		{"test file, I2.. missing", CriteoOptions{}, "1" + strings.Repeat("\t", 38), "line 1: short line: 39 fields, expected 40 " + noLabels},
+		{"test file for training", CriteoOptions{NeedsLabels: true}, test, `line 1 column 14 (I13): "a" is not an integer ` + needed},
+		{"training file", CriteoOptions{NoLabel: true}, goodLine, "line 1: long line: more than 39 fields " + withLabels},
+		{"38 fields with labels", CriteoOptions{}, goodLine[:strings.LastIndexByte(goodLine, '\t')-3], "line 1: short line: 38 fields, expected 40"},
+		{"38 fields for training", CriteoOptions{NeedsLabels: true}, goodLine[:strings.LastIndexByte(goodLine, '\t')-3], "line 1: short line: 38 fields, expected 40"},
+		{"41 fields with labels", CriteoOptions{}, goodLine + "\t1", "line 1: long line: more than 40 fields"},
+		{"41 fields without", CriteoOptions{NoLabel: true}, goodLine + "\t1", "line 1: long line: more than 39 fields"},
+		{"38 fields without", CriteoOptions{NoLabel: true}, test[:strings.LastIndexByte(test, '\t')], "line 1: short line: 38 fields, expected 39"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "day.txt")
 			require.NoError(t, os.WriteFile(path, []byte(c.line+"\n"), 0o644))
-			src, err := NewCriteo([]string{path}, CriteoOptions{NoLabel: c.noLabel})
+			src, err := NewCriteo([]string{path}, c.opt)
 			require.NoError(t, err)
 			err = requireMalformed(t, src)
 			assert.True(t, strings.HasSuffix(err.Error(), c.want), "%v\nwant the suffix %s", err, c.want)
 		})
 	}
+}
+
+// NeedsLabels with NoLabel is a contradiction, refused by name (from a spec too).
+func TestCriteoNeedsLabelsWithoutLabels(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "day.txt")
+	require.NoError(t, os.WriteFile(path, []byte(goodLine+"\n"), 0o644))
+	_, err := NewCriteo([]string{path}, CriteoOptions{NoLabel: true, NeedsLabels: true})
+	require.ErrorIs(t, err, errs.ErrInvalid)
+	assert.Contains(t, err.Error(), "NeedsLabels")
+	spec, err := ParseSpec([]byte(`{"kind": "criteo", "paths": ["` + path + `"], "world_size": 1, "needs_labels": true}`))
+	require.NoError(t, err)
+	assert.True(t, spec.NeedsLabels)
 }
 
 func TestTruncatedGzip(t *testing.T) {

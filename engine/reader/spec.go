@@ -10,17 +10,18 @@ import (
 // Spec is the JSON description of a source (what Python's recgo.data sources send).
 type Spec struct {
 	// Kind is "criteo", "csv", "parquet" or "synthetic".
-	Kind      string           `json:"kind"`
-	Paths     []string         `json:"paths,omitempty"`
-	Rank      int              `json:"rank"`
-	WorldSize int              `json:"world_size"`
-	SkipBad   bool             `json:"skip_bad,omitempty"`
-	NoLabel   bool             `json:"no_label,omitempty"`  // criteo
-	RawDense  bool             `json:"raw_dense,omitempty"` // criteo
-	Columns   []Column         `json:"columns,omitempty"`   // csv, parquet
-	Header    bool             `json:"header,omitempty"`    // csv
-	Delimiter string           `json:"delimiter,omitempty"` // csv: one byte
-	Synthetic *SyntheticConfig `json:"synthetic,omitempty"`
+	Kind        string           `json:"kind"`
+	Paths       []string         `json:"paths,omitempty"`
+	Rank        int              `json:"rank"`
+	WorldSize   int              `json:"world_size"`
+	SkipBad     bool             `json:"skip_bad,omitempty"`
+	NoLabel     bool             `json:"no_label,omitempty"`     // criteo
+	NeedsLabels bool             `json:"needs_labels,omitempty"` // criteo: the caller trains on the labels
+	RawDense    bool             `json:"raw_dense,omitempty"`    // criteo
+	Columns     []Column         `json:"columns,omitempty"`      // csv, parquet
+	Header      bool             `json:"header,omitempty"`       // csv
+	Delimiter   string           `json:"delimiter,omitempty"`    // csv: one byte
+	Synthetic   *SyntheticConfig `json:"synthetic,omitempty"`
 	// Shuffle (rows, 0: none) and Seed shuffle the rows in windows ([NewShuffled]).
 	Shuffle int    `json:"shuffle,omitempty"`
 	Seed    uint64 `json:"seed,omitempty"`
@@ -53,7 +54,8 @@ func open(s *Spec) (Source, error) {
 	opt := Options{Rank: s.Rank, WorldSize: s.WorldSize, SkipBad: s.SkipBad}
 	switch s.Kind {
 	case "criteo":
-		return NewCriteo(s.Paths, CriteoOptions{Options: opt, NoLabel: s.NoLabel, RawDense: s.RawDense})
+		return NewCriteo(s.Paths, CriteoOptions{Options: opt, NoLabel: s.NoLabel, NeedsLabels: s.NeedsLabels,
+			RawDense: s.RawDense})
 	case "csv":
 		o := CSVOptions{Options: opt, Columns: s.Columns, Header: s.Header}
 		if len(s.Delimiter) > 1 {

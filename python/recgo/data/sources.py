@@ -107,21 +107,29 @@ class CriteoSource(Source):
     ``bucketize``) and ``C*`` (each hex value as an int64; hash/mod them) are empty bags when missing;
     the dense tensor holds ``I1..I13`` as ``log(1 + max(x, 0))`` (``log_dense=False``: raw), 0 when
     missing. ``labels=False`` reads label-less files (the challenge's test set); a malformed line with the
-    other layout's field count (39 read with labels, 40 without) says so and names the ``labels=`` to give."""
+    other layout's field count (39 read with labels, 40 without) says so and names the ``labels=`` to give.
+    ``needs_labels=True`` is for a caller that trains on the clicks: a label-less line then asks for a
+    labelled file instead (``labels=False`` would read it, with nothing to train on)."""
 
     kind = "criteo"
 
     def __init__(self, paths: PathLike | Sequence[PathLike], *, labels: bool = True, log_dense: bool = True,
-                 skip_bad: bool = False) -> None:
+                 skip_bad: bool = False, needs_labels: bool = False) -> None:
         super().__init__(skip_bad)
         self.paths = _paths(paths, "CriteoSource")
         self.labels = bool(labels)
         self.log_dense = bool(log_dense)
+        self.needs_labels = bool(needs_labels)
+        if self.needs_labels and not self.labels:
+            raise InvalidInputError("CriteoSource: needs_labels=True (the caller trains on the labels) contradicts "
+                                    "labels=False (files without them)")
 
     def _options(self) -> dict[str, Any]:
         d: dict[str, Any] = {"paths": self.paths}
         if not self.labels:
             d["no_label"] = True
+        if self.needs_labels:
+            d["needs_labels"] = True
         if not self.log_dense:
             d["raw_dense"] = True
         return d

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,44 @@ import torch.distributed as dist
 
 from .. import errors
 from ..errors import RecgoIOError
+from ..modules._load_whole import whole_load
 from ..modules._storage import check_optimizer_state
 from ..modules.embedding import load_checkpoint, save_checkpoint
-from . import _dynamic
-from ._exchange import PeerFailureError, peer_failure
+from . import _dynamic, _failed
+from ._exchange import COLLECTIVES, PeerFailureError, peer_failure, peer_failures
 from ._reshard import Staged, check_covered, check_dynamic_part, check_steps, put_rows
+
+
+class CollectionCheckpoints:
+    """The checkpoint methods of :class:`ShardedEmbeddingBagCollection` (a base class of it): its own
+    format (:meth:`save`, :meth:`load`) and ``load_state_dict`` all or nothing."""
+
+    def save(self, directory: str | os.PathLike[str]) -> Path:
+        """Write this rank's shards (IDs, weights, optimizer state, step) to
+        ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
+        every rank has written its file, rank 0 removes the shard files another world size left in the
+        folder, so that the folder holds one set and :meth:`load` takes it. After a backward exchange
+        that raised on this rank it raises :class:`PartialStepError` (``_failed``) until a :meth:`load`."""
+        _failed.refuse(self, f"save({str(directory)!r})")  # before the save's first collective
+        with COLLECTIVES:  # not between the ops of a step another thread of this rank drives
+            return save_shards(self, directory)
+
+    def load(self, directory: str | os.PathLike[str], strict: bool = True) -> None:
+        """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
+        keeps the rows its layout gives it (the engine decides), so tables re-distribute. With
+        ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks, or
+        lacking one of its tables, raises ``RecgoIOError``; ``strict=False`` loads the tables both have
+        and leaves the others (a table the checkpoint lacks keeps its values)."""
+        with COLLECTIVES:
+            load_shards(self, directory, strict)
+        _failed.clear(self)  # every shard as the checkpoint has it
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """``nn.Module.load_state_dict`` (this rank's entries, another world's complete set, or an
+        unsharded collection's, re-distributed by ID), all or nothing: if it raises, every table is as
+        it was, weights, optimizer state, steps and ID maps (:func:`recgo.modules._load_whole.whole_load`)."""
+        with whole_load(self, state_dict):
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
 def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
@@ -36,10 +70,8 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
     # One id for every file of this save (rank 0 draws it), so a load can tell a set from one whose
     # save did not finish on every rank (new files beside the last save's).
     save_id = torch.tensor(int.from_bytes(os.urandom(7), "little") if g.rank == 0 else 0, dtype=torch.int64)
-    try:
+    with peer_failures(g, f"saving to {d}: agreeing on the save's id"):
         dist.broadcast(save_id, src=dist.get_global_rank(g.world, 0), group=g.world)
-    except RuntimeError as exc:
-        raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not join the save: {exc}") from exc
     # Flat name → tensor entries, so the file carries recgo's per-tensor checksums.
     doc: dict[str, torch.Tensor] = {"world": torch.tensor(g.world_size), "rank": torch.tensor(g.rank),
                                     "save_id": save_id}
@@ -57,7 +89,7 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
             doc[p + "state"] = shard.optimizer_state.clone()
     path = d / f"shard-{g.rank}-of-{g.world_size}.pt"
     save_checkpoint(doc, path)
-    try:
+    with peer_failures(g, f"saving to {d}: waiting for every rank's file"):
         dist.barrier(group=g.world)  # every rank's new file is in place before the old set goes
         if g.rank == 0:
             for old in d.glob("shard-*-of-*.pt"):
@@ -65,8 +97,6 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
                 if m is not None and int(m.group(2)) != g.world_size:
                     old.unlink(missing_ok=True)
         dist.barrier(group=g.world)  # and gone before any rank goes on (to load it, say)
-    except RuntimeError as exc:  # gloo's errors for a dead or late peer
-        raise PeerFailureError(f"rank {g.rank}: saving to {d}: a peer did not finish its part: {exc}") from exc
     return path
 
 

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import ctypes
-import os
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -26,7 +24,7 @@ from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _dynamic, _traffic, _weighted
-from ._checkpoint import load_shards, save_shards
+from ._checkpoint import CollectionCheckpoints
 from ._source import freeze, frozen_tables, on_meta, take_rows
 from . import _failed
 from ._exchange import COLLECTIVES, WIRE_DTYPES, Groups, agree, check_peers, drive, make_groups, pad_tables, register_tables
@@ -38,7 +36,7 @@ from ._step import _Lookup, _Shard, _Step
 
 
 
-class ShardedEmbeddingBagCollection(nn.Module):
+class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
     """Pooled embedding tables sharded over the ranks of a ``torch.distributed`` world.
 
     Every rank builds it with the same arguments and feeds it its own samples (a KeyedJaggedTensor
@@ -569,28 +567,6 @@ class ShardedEmbeddingBagCollection(nn.Module):
     def check_peers(self, timeout: float | None = None) -> None:
         """Raise :class:`PeerFailureError` unless every rank reaches this barrier within ``timeout``."""
         check_peers(self._groups, timeout)
-
-    # -- checkpoints ------------------------------------------------------------------------------
-
-    def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write this rank's shards (IDs, weights, optimizer state, step) to
-        ``directory/shard-<rank>-of-<world>.pt`` (atomically); every rank calls it (a collective). Once
-        every rank has written its file, rank 0 removes the shard files another world size left in the
-        folder, so that the folder holds one set and :meth:`load` takes it. After a backward exchange
-        that raised on this rank it raises :class:`PartialStepError` (``_failed``) until a :meth:`load`."""
-        _failed.refuse(self, f"save({str(directory)!r})")  # before the save's first collective
-        with COLLECTIVES:  # not between the ops of a step another thread of this rank drives
-            return save_shards(self, directory)
-
-    def load(self, directory: str | os.PathLike[str], strict: bool = True) -> None:
-        """Load shards saved by :meth:`save` from any world size: each rank reads every saved shard and
-        keeps the rows its layout gives it (the engine decides), so tables re-distribute. With
-        ``strict`` (as ``load_state_dict``'s), a checkpoint holding tables this collection lacks, or
-        lacking one of its tables, raises ``RecgoIOError``; ``strict=False`` loads the tables both have
-        and leaves the others (a table the checkpoint lacks keeps its values)."""
-        with COLLECTIVES:
-            load_shards(self, directory, strict)
-        _failed.clear(self)  # every shard as the checkpoint has it
 
     def extra_repr(self) -> str:
         g = self._groups

@@ -11,6 +11,8 @@ import atexit
 import ctypes
 import numbers
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -259,27 +261,35 @@ def _drive(step: _lib.Handle, groups: Groups, traffic: dict[str, int], wire: tor
         narrow = wire is not None and dtype == torch.float32
         wsend, wrecv = (send.to(wire), torch.empty(recv.numel(), dtype=wire)) if narrow else (send, recv)
         traffic[name] = traffic.get(name, 0) + (sum(ss) - ss[groups.index(code)]) * wsend.element_size()
-        try:
+        with peer_failures(groups, f"the all-to-all on the {name} group failed"):
             dist.all_to_all_single(wrecv, wsend, rs, ss, group=groups.get(code))
             if narrow:
                 recv.copy_(wrecv)
-        except Exception as exc:
-            failure = exchange_failure(groups, name, exc)
-            if failure is None:
-                raise  # this rank's own error, as it is
-            raise failure from exc
         _lib.call(feed, step.value, ptr(recv), recv.numel())
 
 
-def exchange_failure(groups: Groups, name: str, exc: Exception) -> PeerFailureError | None:
-    """The :class:`PeerFailureError` for ``exc``, raised by an all-to-all on group ``name``, when
-    torch.distributed or gloo raised it (:func:`gloo_failure`); None for any other exception (a
-    mistake on this rank, or an exception raised into it): the caller re-raises it as it is, since
-    nothing says a peer failed."""
-    what = gloo_failure(exc, f"the {groups.timeout.total_seconds():g} s timeout")
-    if what is None:
+def peer_error(groups: Groups, what: str, exc: BaseException) -> PeerFailureError | None:
+    """The :class:`PeerFailureError` for ``exc``, raised by a collective doing ``what``, when
+    torch.distributed or gloo raised it (:func:`gloo_failure` says what it tells of the peers); None
+    for any other exception (a mistake on this rank, or an exception raised into it): the caller
+    re-raises it as it is, since nothing says a peer failed."""
+    why = gloo_failure(exc, f"the {groups.timeout.total_seconds():g} s timeout")
+    if why is None:
         return None
-    return PeerFailureError(f"rank {groups.rank}: the all-to-all on the {name} group failed: {what}: {exc}")
+    return PeerFailureError(f"rank {groups.rank}: {what}: {why}: {exc}")
+
+
+@contextmanager
+def peer_failures(groups: Groups, what: str) -> Iterator[None]:
+    """Run a collective doing ``what``: an exception torch.distributed or gloo raised comes out as
+    the :class:`PeerFailureError` of :func:`peer_error`, any other (this rank's own) as it is."""
+    try:
+        yield
+    except Exception as exc:
+        failure = peer_error(groups, what, exc)
+        if failure is None:
+            raise
+        raise failure from exc
 
 
 def gloo_failure(exc: BaseException, timeout: str) -> str | None:
@@ -298,14 +308,17 @@ def gloo_failure(exc: BaseException, timeout: str) -> str | None:
 
 
 def gather_objects(groups: Groups, what: str, value: Any) -> list[Any]:
-    """Every rank's ``value`` (``all_gather_object`` over the world group, a collective); a peer that
-    does not join within the groups' timeout raises :class:`PeerFailureError` naming ``what``."""
+    """Every rank's ``value`` (``all_gather_object`` over the world group, a collective).
+
+    Raises:
+        PeerFailureError: torch.distributed or gloo failed the gather (:func:`gloo_failure`: a peer
+            closed the connection, or did not answer within the groups' timeout; :func:`peer_error`),
+            naming ``what``.
+            Any other exception (this rank's own, say a ``value`` that does not pickle) propagates
+            as it is, since nothing says a peer failed."""
     got: list[Any] = [None] * groups.world_size
-    try:
+    with peer_failures(groups, f"{what}: gathering every rank's part failed"):
         dist.all_gather_object(got, value, group=groups.world)
-    except Exception as exc:
-        raise PeerFailureError(f"rank {groups.rank}: {what}: a peer did not join within the "
-                               f"{groups.timeout.total_seconds():g} s timeout: {exc}") from exc
     return got
 
 

@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import InvalidInputError
 from ._collection import ShardedEmbeddingBagCollection
-from ._exchange import PeerFailureError
+from ._exchange import peer_failures
 from ._state import tables_attr
 
 
@@ -38,7 +38,8 @@ def gather_state_dict(model: nn.Module, dst: int = 0, optimizer_state: bool = Fa
     Raises:
         InvalidInputError: a dynamic-ID table (its rows have no fixed places to assemble; use
             ``save``/``load``), or ``dst`` outside the world.
-        PeerFailureError: a peer did not join within the collections' timeout.
+        PeerFailureError: torch.distributed or gloo failed the gather (a peer closed the connection, or
+            did not answer within the collections' timeout).
     """
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
     sharded = {n: m for n, m in inner.named_modules() if isinstance(m, ShardedEmbeddingBagCollection)}
@@ -62,11 +63,8 @@ def gather_state_dict(model: nn.Module, dst: int = 0, optimizer_state: bool = Fa
             state = getattr(shard, "optimizer_state", None) if optimizer_state else None
             mine = (m.local_ids(cfg.name), shard.weight.detach().clone(), None if state is None else state.clone())
             parts: list[Any] = [None] * g.world_size
-            try:
+            with peer_failures(g, f"gathering table {cfg.name!r}"):
                 dist.gather_object(mine, parts if is_dst else None, dst=dist.get_global_rank(g.world, dst), group=g.world)
-            except Exception as exc:
-                raise PeerFailureError(f"rank {g.rank}: gathering table {cfg.name!r}: a peer did not join within "
-                                       f"the {g.timeout.total_seconds():g} s timeout: {exc}") from exc
             if not is_dst:
                 continue
             key = f"{path + '.' if path else ''}{attr}.{cfg.name}"

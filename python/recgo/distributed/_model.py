@@ -11,6 +11,7 @@ from torch import nn
 
 from ..errors import InvalidInputError, NotFoundError
 from ..modules import optim
+from ..modules._load_whole import whole_load
 from ..modules.embedding import EmbeddingBagCollection
 from ..modules._walk import outermost, replace, torchrec_kind
 from ..modules.convert import carry_module_state, convert_managed
@@ -142,8 +143,11 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
         return self.module.state_dict(*args, **kwargs)
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
-        """Load a state dict keyed as the unwrapped model's (what :meth:`state_dict` gives)."""
-        return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
+        """Load a state dict keyed as the unwrapped model's (what :meth:`state_dict` gives). If it raises,
+        the model's embedding collections are as they were (:func:`recgo.modules._load_whole.whole_load`;
+        the dense part loads as ``nn.Module.load_state_dict`` leaves it)."""
+        with whole_load(self.module, state_dict):
+            return self.module.load_state_dict(state_dict, strict=strict, assign=assign)
 
     def named_parameters(self, prefix: str = "", recurse: bool = True,
                          remove_duplicate: bool = True) -> Iterator[tuple[str, nn.Parameter]]:

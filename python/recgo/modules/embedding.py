@@ -72,6 +72,7 @@ from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
+from ._load_whole import whole_load
 from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep, materialised_before_load,
                        meta_tensors, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
@@ -558,10 +559,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         engine memory (``assign=True`` is honoured by copying the assigned tensors back into it). On the meta
         device it materialises the tables first. Optimizer step counters outside ``[0, 2^53)`` are
         refused. Dynamic-ID tables' entries (their rows in use and ID map) are checked by the engine,
-        which leaves the table unchanged on error."""
+        which leaves the table unchanged on error. All or nothing across the tables: if the call raises
+        (a later table refused), every table is as it was (:func:`._load_whole.whole_load`)."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
-        with checked_keys(self, strict, "embedding_bags", self._optimizer is not None):
+        with checked_keys(self, strict, "embedding_bags", self._optimizer is not None), whole_load(self, state_dict):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 
     def save(self, path: str | os.PathLike[str]) -> None:

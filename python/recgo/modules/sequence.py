@@ -38,6 +38,7 @@ from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import (KeyPlan, as_torchrec, either, key_counts, meta_results, results, torchrec_dtypes,
                               unused_tables, with_indices)
+from ._load_whole import whole_load
 from ._storage import check_cast, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
@@ -533,10 +534,12 @@ class EmbeddingCollection(nn.Module):
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` into the owning collection's engine memory, with its checks
         (shapes, optimizer step counters; see :meth:`EmbeddingBagCollection.load_state_dict`). On the meta
-        device it materialises the tables first."""
+        device it materialises the tables first. All or nothing: if it raises, every table is as it was
+        (:func:`._load_whole.whole_load`)."""
         if self._handle is None:
             self._materialise()
-        with checked_keys(self, strict, "embeddings", self._owner.fused_optimizer is not None):
+        with checked_keys(self, strict, "embeddings", self._owner.fused_optimizer is not None), \
+                whole_load(self, state_dict):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingCollection":

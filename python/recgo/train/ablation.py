@@ -28,7 +28,7 @@ from typing import Any
 from ..errors import InvalidInputError
 from ._progress import progress_bar
 from .backends import SparseOptim
-from .data import TaobaoSequences
+from .taobao import TaobaoSequences
 from .loop import TrainConfig, Trainer, make_source
 
 

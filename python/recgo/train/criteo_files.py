@@ -98,7 +98,7 @@ class CriteoFiles(CriteoFile):
     def _train_source(self) -> Any:
         from ..data import CriteoSource
 
-        return CriteoSource([*self.paths[:-1], self._train])
+        return CriteoSource([*self.paths[:-1], self._train], needs_labels=True)
 
     def _train_rows(self) -> int:
         return self._before + self._n_train

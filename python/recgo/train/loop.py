@@ -23,7 +23,8 @@ from torch import nn
 from ..errors import InvalidInputError, RecgoIOError
 from .backends import OPTIMIZERS, SparseArch, SparseOptim, TableSpec, initial_weights
 from .criteo_files import CriteoFiles
-from .data import Batch, CriteoFile, Source, SyntheticCriteo, TaobaoSequences
+from .data import Batch, CriteoFile, Source, SyntheticCriteo
+from .taobao import TaobaoSequences
 from .metrics import auc, log_loss, one_class_note
 from .models import ACTIVATIONS, BST, BST_HEADS, DCNv2, DLRM, bst_inputs
 

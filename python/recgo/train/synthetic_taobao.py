@@ -4,7 +4,7 @@ The events follow a planted model, so the next-interaction task has something to
 to categories, each category's items have Zipf popularity, and each user draws most of their events
 from a few preferred categories (the rest from the whole catalog by category popularity). A positive
 target (the user's next item) then tends to share categories with the history and to be popular,
-while :class:`~recgo.train.data.TaobaoSequences` draws its negatives uniformly: a model that learns
+while :class:`~recgo.train.taobao.TaobaoSequences` draws its negatives uniformly: a model that learns
 either signal gets an AUC well above 0.5, one that learns nothing stays at 0.5.
 
 The rows are written once per (users, seed) under the temporary folder (``recgo-synthetic/``, beside

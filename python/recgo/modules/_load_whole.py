@@ -1,0 +1,102 @@
+"""``load_state_dict`` of recgo's collections, all or nothing.
+
+Each table loads all or nothing on its own (the entries are checked first, the engine refuses a
+dynamic-ID table's ID map as a whole, a sharded table's rows are staged), but a call loads the tables
+one after another: a later table refused left the earlier ones loaded, the collection half old and
+half new. :func:`whole_load` takes a copy of every table the state dict names before the call (its
+rows, optimizer state and step; a dynamic-ID table's rows in use with its ID map, not the whole
+reserved bound) and puts every one back, the very tensors the engine holds included, if the call
+raises.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+
+@dataclass
+class _Saved:
+    """One table as it was: its module's parameter and buffer objects (``assign=True`` replaces
+    them), copies of their values, and a dynamic-ID table's export (None for a fixed table)."""
+
+    module: nn.Module
+    params: dict[str, Any]
+    buffers: dict[str, Any]
+    values: dict[str, torch.Tensor]
+    dynamic: dict[str, torch.Tensor] | None
+
+
+def _tables(coll: nn.Module) -> tuple[str, nn.ModuleDict, dict[str, bool]]:
+    """The collection's state-dict name of its tables, their modules, and which are dynamic-ID tables."""
+    mods = coll.embeddings if isinstance(getattr(coll, "embeddings", None), nn.ModuleDict) else coll.embedding_bags
+    attr = next(n for n, m in coll._modules.items() if m is mods)
+    owner = getattr(coll, "_owner", coll)  # a sequence collection's tables are its owner's
+    dyn = {c.name: getattr(c, "dynamic", None) is not None for c in owner._configs}
+    return attr, mods, dyn
+
+
+def _save(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str) -> list[_Saved]:
+    """Copies of the collection's tables that ``state_dict`` has entries for (keys under ``prefix``)."""
+    from .. import dynamic
+
+    attr, mods, dyn = _tables(coll)
+    out = []
+    for name, m in mods.items():
+        head = f"{prefix}{attr}.{name}."
+        if not any(isinstance(k, str) and k.startswith(head) for k in state_dict):
+            continue  # the call leaves this table as it is
+        is_dyn = dyn.get(name, False) and getattr(getattr(coll, "_owner", coll), "_handle", 0) is not None
+        # a dynamic-ID table's weight is its whole reserved bound: its export holds the rows in use
+        values = {k: v.detach().clone() for k, v in [*m._parameters.items(), *m._buffers.items()]
+                  if v is not None and not (is_dyn and k in ("weight", "optimizer_state"))}
+        out.append(_Saved(m, dict(m._parameters), dict(m._buffers), values,
+                          dynamic._export(coll, name, rows=True) if is_dyn else None))
+    return out
+
+
+def _put_back(coll: nn.Module, saved: list[_Saved]) -> None:
+    """Every saved table as it was."""
+    from .. import dynamic
+
+    _, mods, _ = _tables(coll)
+    names = {id(m): n for n, m in mods.items()}
+    with torch.no_grad():
+        for s in saved:
+            s.module._parameters.update(s.params)
+            s.module._buffers.update(s.buffers)
+            for k, v in s.values.items():
+                (s.params.get(k) if k in s.params else s.buffers[k]).copy_(v)
+            if s.dynamic is not None:
+                e = s.dynamic
+                dynamic.import_state(coll, names[id(s.module)], e, e["weight"], e.get("optimizer_state"))
+
+
+def collections(module: nn.Module) -> list[tuple[str, nn.Module]]:
+    """recgo's collections in ``module`` (itself included), with their state-dict key prefixes."""
+    from ..distributed._collection import ShardedEmbeddingBagCollection
+    from .embedding import EmbeddingBagCollection
+    from .sequence import EmbeddingCollection
+
+    kinds = (EmbeddingBagCollection, EmbeddingCollection, ShardedEmbeddingBagCollection)
+    return [(f"{n}." if n else "", m) for n, m in module.named_modules() if isinstance(m, kinds)]
+
+
+@contextmanager
+def whole_load(module: nn.Module, state_dict: Mapping[str, Any]) -> Iterator[None]:
+    """Run a ``load_state_dict`` of ``module`` (a collection, or a model holding some) from
+    ``state_dict``: if it raises, every table of every collection in ``module`` that the state dict
+    names is put back as it was (weights, optimizer state and step, a dynamic-ID table's ID map and
+    admission state), and the exception propagates."""
+    saved = [(c, _save(c, state_dict, p)) for p, c in collections(module)]
+    try:
+        yield
+    except BaseException:
+        for c, s in saved:
+            _put_back(c, s)
+        raise
