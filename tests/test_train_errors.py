@@ -134,11 +134,11 @@ def test_the_cli_prints_recgo_warnings_as_one_line(tmp_path: Path, capsys: pytes
     errors, and leaves other packages' warnings in Python's format."""
     yaml = pytest.importorskip("yaml")
     conf = tmp_path / "c.yaml"
-    conf.write_text(yaml.safe_dump({"dim": 4, "max_rows": 200, "eval_every": 2}))
+    conf.write_text(yaml.safe_dump({"dim": 8, "max_rows": 1000, "eval_every": 2}))
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        code = main(["train", "--config", str(conf), "--steps", "2", "--batch-size", str(EVAL_BATCH),
-                     "--sharding", "hash", "--no-progress", "--out", str(tmp_path / "r")])
+        code = main(["train", "--config", str(conf), "--steps", "2", "--batch-size", "64", "--sharding", "hash",
+                     "--no-progress", "--out", str(tmp_path / "r")])
         assert code == 0
         err = capsys.readouterr().err
         assert "warning: --sharding applies with --nproc > 1; one process holds every table whole\n" in err
