@@ -138,12 +138,21 @@ def _one_refuses(rank: int, world: int, mode: str, kind: str) -> dict:
     return {"raised": raised, "diff": diff, "clocks": clocks}
 
 
+_REFUSAL_CASES = (("flat", "pooled"), ("hierarchical", "pooled"), ("flat", "sequence"))
+
+
+def _every_case_refuses(rank: int, world: int) -> dict:
+    """:func:`_one_refuses` for each (mode, kind) in turn, in one world: one process start-up for all."""
+    return {case: _one_refuses(rank, world, *case) for case in _REFUSAL_CASES}
+
+
 def test_a_batch_one_rank_refuses_stops_the_step_on_every_rank(tmp_path: Path) -> None:
-    for mode, kind in (("flat", "pooled"), ("hierarchical", "pooled"), ("flat", "sequence")):
-        (tmp_path / f"{mode}-{kind}").mkdir()
-        res = spawn(_one_refuses, 2, tmp_path / f"{mode}-{kind}", mode, kind, wait=120)
+    world = spawn(_every_case_refuses, 2, tmp_path, wait=240)
+    for r in world:
+        assert "error" not in r, r
+    for mode, kind in _REFUSAL_CASES:
+        res = [r[(mode, kind)] for r in world]
         for r in res:
-            assert "error" not in r, r
             raised = r["raised"]
             assert [s for s, e in raised.items() if e] == [1, 2, 3], (mode, kind, raised)
             for step, what in ((1, "out of range"), (2, "lacks features ['t1']"), (3, "out of range")):

@@ -59,6 +59,14 @@ def test_train_torchrec_backend_without_torchrec_fails_before_training(
     assert not (tmp_path / "r").exists()
 
 
+def _small_run(tmp_path: Path) -> list[str]:
+    """``recgo train`` flags for a short run on small tables: the default tables take seconds to
+    allocate and each evaluation scores the whole held-out split in batches of --batch-size."""
+    conf = tmp_path / "small.yaml"
+    conf.write_text("max_rows: 200\ndim: 4\n")
+    return ["--config", str(conf), "--steps", "2", "--batch-size", "512", "--no-progress"]
+
+
 def test_train_all_without_torchrec_runs_the_other_backends(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
@@ -67,8 +75,7 @@ def test_train_all_without_torchrec_runs_the_other_backends(
 
     _hide(monkeypatch, "torchrec")
     out = tmp_path / "r"
-    assert main(["train", "--backend", "all", "--steps", "2", "--batch-size", "64", "--no-progress",
-                 "--out", str(out)]) == 0
+    assert main(["train", "--backend", "all", *_small_run(tmp_path), "--out", str(out)]) == 0
     assert "torchrec is not installed, so --backend all runs recgo and torch" in capsys.readouterr().err
     report = json.loads((out / "report.json").read_text())
     assert sorted(report["backends"]) == ["recgo", "torch"]
@@ -96,8 +103,7 @@ def test_train_all_with_unimportable_torchrec_runs_the_other_backends(
 
     _broken(monkeypatch, tmp_path / "pkgs", "torchrec")
     out = tmp_path / "r"
-    assert main(["train", "--backend", "all", "--steps", "2", "--batch-size", "64", "--no-progress",
-                 "--out", str(out)]) == 0
+    assert main(["train", "--backend", "all", *_small_run(tmp_path), "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "torchrec does not import on torch" in err and "OSError: Could not load this library" in err
     report = json.loads((out / "report.json").read_text())

@@ -74,7 +74,8 @@ def test_bad_user_counts_raise(users: object) -> None:
 
 
 def test_bst_without_data_trains_to_a_meaningful_auc(cache: Path) -> None:
-    cfg = TrainConfig(model="bst", steps=120, batch_size=256, eval_every=120)
+    # Enough steps for the AUC to clear the bar by a wide margin (it climbs on with more steps).
+    cfg = TrainConfig(model="bst", steps=60, batch_size=256, eval_every=60)
     source = make_source(cfg)
     assert Path(source.path).parent == cache / "recgo-synthetic"
     history = Trainer(cfg, source, "recgo").run(progress=None)

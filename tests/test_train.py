@@ -74,6 +74,12 @@ def _small(model: str = "dlrm", **kw) -> TrainConfig:
     return TrainConfig(**base)
 
 
+def _short_validation(cfg: TrainConfig) -> SyntheticCriteo:
+    """``make_source(cfg)`` of a synthetic ``cfg`` with a smaller held-out split, for tests that run
+    several trainers: every evaluation scores the whole split, which costs more than their steps."""
+    return SyntheticCriteo(batch_size=cfg.batch_size, max_rows=cfg.max_rows, seed=cfg.seed, validation_samples=1024)
+
+
 def test_synthetic_stream_is_deterministic_resumable_and_held_out() -> None:
     s = SyntheticCriteo(batch_size=128, max_rows=1000, seed=5, samples=128 * 6, validation_samples=256)
     first = s.stream(depth=2)
@@ -102,7 +108,7 @@ def test_synthetic_stream_is_deterministic_resumable_and_held_out() -> None:
 def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
     pytest.importorskip("torchrec")
     cfg = _small(sparse_optimizer=sparse_optimizer)
-    source = make_source(cfg)
+    source = _short_validation(cfg)
     results = {}
     for backend in ("recgo", "torch", "torchrec"):
         tr = Trainer(cfg, source, backend)
@@ -128,7 +134,7 @@ def test_resume_equals_uninterrupted(tmp_path: Path, backend: str) -> None:
     if backend == "torchrec":
         pytest.importorskip("torchrec")
     cfg = _small(checkpoint=str(tmp_path / "ck"))
-    source = make_source(cfg)
+    source = _short_validation(cfg)
     assert_resume_equals_whole(lambda: Trainer(cfg, source, backend), 5, tmp_path / "ck")
 
 

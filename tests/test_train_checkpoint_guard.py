@@ -17,7 +17,8 @@ from recgo.train.run import train
 
 
 def _small(**kw: object) -> TrainConfig:
-    base: dict[str, object] = dict(steps=4, batch_size=128, dim=8, max_rows=1000, eval_every=4, seed=1)
+    # batch_size: every evaluation scores the whole held-out split in batches of it
+    base: dict[str, object] = dict(steps=4, batch_size=512, dim=8, max_rows=200, eval_every=4, seed=1)
     base.update(kw)
     return TrainConfig(**base)  # type: ignore[arg-type]
 

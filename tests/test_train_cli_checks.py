@@ -25,6 +25,10 @@ def _not_trained(*a: Any, **kw: Any) -> None:
     raise AssertionError("trained before the bad input was refused")
 
 
+# For runs that evaluate: an evaluation scores the whole held-out split in batches of the batch size.
+EVAL_BATCH = 256
+
+
 def _dlrm_yaml(tmp_path: Path, **extra: Any) -> Path:
     p = tmp_path / "tiny.yaml"
     fields = {"max_rows": 200, "dim": 4, "seed": 1, **extra}
@@ -200,7 +204,7 @@ def test_a_resumed_cli_run_reports_the_uninterrupted_runs_evaluations(tmp_path: 
     """With --eval-every at its default (above --steps), the CLI stored eval_every = steps in a 3-step
     run's checkpoint, so its step-3 evaluation stayed in the resumed 6-step run's report, which the
     uninterrupted run does not have."""
-    base = ["train", "--no-progress", "--config", str(_dlrm_yaml(tmp_path)), "--batch-size", "32"]
+    base = ["train", "--no-progress", "--config", str(_dlrm_yaml(tmp_path)), "--batch-size", str(EVAL_BATCH)]
     assert main([*base, "--steps", "6", "--out", str(tmp_path / "full")]) == 0
     ck = str(tmp_path / "ck" / "run")
     assert main([*base, "--steps", "3", "--checkpoint", ck, "--out", str(tmp_path / "part")]) == 0
@@ -213,7 +217,7 @@ def test_a_resumed_cli_run_reports_the_uninterrupted_runs_evaluations(tmp_path: 
 def test_a_checkpoint_with_another_eval_every_resumes_to_this_runs_grid(tmp_path: Path) -> None:
     """A checkpoint written with eval_every 3 (as the CLI stored for a 3-step run) and resumed with 100:
     its step-3 evaluation is off the resumed run's grid and goes."""
-    kw = dict(model="dlrm", batch_size=32, dim=4, max_rows=200, seed=1)
+    kw = dict(model="dlrm", batch_size=EVAL_BATCH, dim=4, max_rows=200, seed=1)
     first = Trainer(TrainConfig(steps=3, eval_every=3, **kw), make_source(TrainConfig(**kw)), "recgo")
     first.run()
     first.save(tmp_path / "ck")

@@ -17,6 +17,11 @@ from recgo.train import TrainConfig, Trainer, make_source
 from recgo.train.distributed import TrainingProcessError, launch
 
 
+# Tests that evaluate: every evaluation scores the whole held-out split in batches of batch_size, so
+# large batches keep the many evaluations of these runs cheap.
+EVAL_BATCH = 256
+
+
 def _cfg(**kw) -> TrainConfig:
     base = dict(model="dlrm", steps=4, batch_size=32, dim=4, max_rows=200, eval_every=2, seed=1)
     base.update(kw)
@@ -71,7 +76,7 @@ def _eval_steps(t: Trainer) -> list[int]:
 
 
 def test_a_resumed_run_reports_the_evaluations_of_the_uninterrupted_one(tmp_path: Path) -> None:
-    cfg = _cfg(steps=12, eval_every=5)
+    cfg = _cfg(steps=12, eval_every=5, batch_size=EVAL_BATCH)
     whole = Trainer(cfg, make_source(cfg), "recgo")
     whole.run()
     assert _eval_steps(whole) == [5, 10, 12]  # the end of the run is evaluated off the grid
@@ -96,7 +101,7 @@ def test_a_resumed_run_reports_the_evaluations_of_the_uninterrupted_one(tmp_path
 
 
 def test_a_diverged_run_warns_once(tmp_path: Path) -> None:
-    cfg = _cfg(steps=6, sparse_lr=1e30, dense_lr=1e30)
+    cfg = _cfg(steps=6, sparse_lr=1e30, dense_lr=1e30, batch_size=EVAL_BATCH)
     t = Trainer(cfg, make_source(cfg), "recgo")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -17,7 +17,8 @@ from recgo.sparse import KeyedJaggedTensor
 from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source
 from recgo.train.distributed import TrainingProcessError, env_world, eval_slice, launch, take
 
-STEPS, B_RANK = 4, 64
+# B_RANK: every evaluation scores the whole held-out split in batches of it, on every backend
+STEPS, B_RANK = 4, 256
 
 
 def _cfg(**kw) -> TrainConfig:
@@ -113,7 +114,7 @@ def test_two_ranks_train_like_one_process_on_the_global_batch(tmp_path: Path) ->
     assert all(k.split("@")[0] in ("table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise")
                for k in report["placement"]["torchrec"].values())
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "on 2 gloo ranks (global batch 128" in md and "| torchrec |" in md
+    assert f"on 2 gloo ranks (global batch {2 * B_RANK}" in md and "| torchrec |" in md
 
 
 def test_a_failing_rank_stops_the_job_with_its_error() -> None:

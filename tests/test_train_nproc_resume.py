@@ -17,7 +17,8 @@ BACKENDS = ["recgo", "torchrec", "torch"]
 
 
 def _cfg(**kw) -> TrainConfig:
-    base = dict(model="dlrm", steps=4, batch_size=32, dim=4, max_rows=200, eval_every=2, seed=2, nproc=2,
+    # batch_size: every evaluation scores the whole held-out split in batches of it, on every backend
+    base = dict(model="dlrm", steps=4, batch_size=256, dim=4, max_rows=200, eval_every=2, seed=2, nproc=2,
                 sparse_optimizer="adagrad")
     base.update(kw)
     return TrainConfig(**base)

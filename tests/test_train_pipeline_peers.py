@@ -21,7 +21,7 @@ from spawned import one_rank, spawn
 
 GOOD = "1" + "\t3" * 13 + "\tab" * 26 + "\n"  # a training line (40 fields)
 TEST = "3\t" * 13 + "\t".join(["ab"] * 26) + "\n"  # a test file's line (39 fields): malformed with labels
-LINGER = 8.0  # seconds the failing rank stays before it exits (its peer must not wait for that)
+LINGER = 8.0  # the longest the failing rank stays before it exits (its peer must not wait for that)
 
 
 class _Dense(nn.Module):
@@ -52,8 +52,15 @@ def _one_rank_fails(rank: int, world: int, folder: str) -> dict[str, Any]:
         except Exception as exc:  # noqa: BLE001 - reported to the test
             out[name] = (f"{type(exc).__name__}: {exc}", time.monotonic() - t0)
         tp.close()
-    if rank == 1:
-        time.sleep(LINGER)
+    # Rank 1 stays until rank 0 has seen both failures (at most LINGER): a rank 0 that waited for
+    # rank 1 to exit would take LINGER, and fail the test, as with a fixed sleep.
+    done = Path(folder) / "rank-0-done"
+    if rank == 0:
+        done.touch()
+    else:
+        deadline = time.monotonic() + LINGER
+        while not done.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     return out
 
 
