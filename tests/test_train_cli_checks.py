@@ -300,11 +300,11 @@ class _Bars:
 def test_splitting_and_writing_samples_show_progress(tmp_path: Path, monkeypatch) -> None:
     """The Criteo split and the Taobao samples' CSV ran minutes in silence on large files."""
     import recgo.train._inputs as inputs
-    import recgo.train.data as data
+    import recgo.train.taobao as taobao  # the Taobao source writes the samples file
 
     bars = _Bars()
     monkeypatch.setattr(inputs, "progress_bar", bars)
-    monkeypatch.setattr(data, "progress_bar", bars)
+    monkeypatch.setattr(taobao, "progress_bar", bars)
     criteo = tmp_path / "day.txt"
     criteo.write_text("".join(f"{i % 2}" + "\t1" * 13 + "\ta" * 26 + "\n" for i in range(60)))
     make_source(TrainConfig(model="dlrm", data=str(criteo), batch_size=8))  # progress off: no bar

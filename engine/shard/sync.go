@@ -196,10 +196,14 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per, width int,
 	for d := range size {
 		b := recv[d*(hdrFields+width):]
 		if b[hdrIdent] == x.ident^sequenceIdent { // this collection, the other kind of step
-			return nil, errs.Invalidf("exchange: rank %d runs a step of rows per lookup (a sequence step, or a "+
-				"pooled one whose per-ID weights require grad) where rank %d runs a pooled one, or the other way "+
-				"round, at step %d of the collection of tables %v: every rank's per-ID weights must require grad "+
-				"alike", rank(d), x.self, x.seq, x.tableNames())
+			// Two causes look alike here: a sequence collection over the same tables, or per-ID
+			// weights that require grad on some ranks only; the message names both.
+			return nil, errs.Invalidf("exchange: rank %d runs a step of rows per lookup where rank %d runs a "+
+				"pooled one, or the other way round, at step %d of the collection of tables %v: either one rank "+
+				"is running another sharded collection's step (a sequence collection over the same tables: every "+
+				"rank must call the sharded collections in the same order, each on every rank), or this "+
+				"collection's per-ID weights require grad on some ranks only (every rank's per-ID weights must "+
+				"require grad alike)", rank(d), x.self, x.seq, x.tableNames())
 		}
 		if b[hdrIdent] != x.ident {
 			return nil, errs.Invalidf("exchange: rank %d is running another sharded collection's step (its %s "+
