@@ -480,6 +480,7 @@ func (s *parquetSource) Seek(p Position) (err error) {
 	if err := s.openFile(p.File); err != nil {
 		return err
 	}
+	s.skips.soughtInto(p, s.opt.Rank, s.opt.WorldSize)
 	defer func() {
 		if r := recover(); r != nil {
 			err = errs.Invalidf("reader: %s: cannot seek to row %d: %v", s.name(), p.Row, r)

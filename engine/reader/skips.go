@@ -24,10 +24,35 @@ type skipLog struct {
 	// this rank's rows of the open file: read, dropped, and dropped as malformed (not damage)
 	rows, bad, malformed int64
 	fileFirst            error // the first row of the open file dropped as malformed
+	// partial: the source was sought into the open file past rows of this rank, whose drops it
+	// never saw, so the counts cover only the file's rest and cannot judge the file
+	partial bool
 }
 
 // startFile resets the per-file counts (a file opened, or the source sought into one).
-func (k *skipLog) startFile() { k.rows, k.bad, k.malformed, k.fileFirst = 0, 0, 0, nil }
+func (k *skipLog) startFile() {
+	k.rows, k.bad, k.malformed, k.fileFirst, k.partial = 0, 0, 0, nil, false
+}
+
+// soughtInto notes a seek to p in the file just opened (rank of world): when this rank read rows of
+// the file before p, the file is not judged at its end. Its counts start at p, and judging the
+// rest alone failed a resumed run over a file whose last rows are malformed, at rows the
+// uninterrupted run, which had kept rows of the file before p, read without error.
+func (k *skipLog) soughtInto(p Position, rank, world int) {
+	k.startFile()
+	k.partial = rankRows(p.Global-p.Row, p.Global, rank, world) > 0
+}
+
+// rankRows counts the global row indices g in [lo, hi) with g mod world = rank (the rank's rows).
+func rankRows(lo, hi int64, rank, world int) int64 {
+	below := func(n int64) int64 { // rank's rows in [0, n)
+		if n <= int64(rank) {
+			return 0
+		}
+		return (n - int64(rank) + int64(world) - 1) / int64(world)
+	}
+	return below(hi) - below(lo)
+}
 
 // kept counts a row of this rank that was read.
 func (k *skipLog) kept() { k.rows++ }
@@ -53,12 +78,14 @@ func (k *skipLog) dropped(n int64, err error) {
 }
 
 // endFile checks the file just read to its end (path; wholeRank: this rank reads every row of it)
-// and resets the counts: an error when every row of it this rank read was dropped, some as
-// malformed, and there were allBadMin of them or wholeRank.
+// and resets the counts: unless the source was sought into it past rows of this rank, an error
+// when every row of it this rank read was dropped, some as malformed, and there were allBadMin of
+// them or wholeRank.
 func (k *skipLog) endFile(path string, wholeRank bool) error {
 	rows, bad, malformed, first := k.rows, k.bad, k.malformed, k.fileFirst
+	partial := k.partial
 	k.startFile()
-	if rows == 0 || bad < rows || malformed == 0 || (rows < allBadMin && !wholeRank) {
+	if partial || rows == 0 || bad < rows || malformed == 0 || (rows < allBadMin && !wholeRank) {
 		return nil
 	}
 	return errs.Invalidf("reader: %s: all %d rows read were malformed and skipped (skip_bad), so nothing of the "+

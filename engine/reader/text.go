@@ -322,6 +322,7 @@ func (l *lines) seek(p Position) error {
 	if err := l.openFile(p.File); err != nil {
 		return err
 	}
+	l.skips.soughtInto(p, l.opt.Rank, l.opt.WorldSize)
 	if !l.compressed && p.Offset >= 0 {
 		if err := l.checkOffset(p.Offset); err != nil {
 			return err
