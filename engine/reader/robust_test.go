@@ -234,15 +234,7 @@ type pqSpecial struct {
 }
 
 func writeSpecial(t *testing.T, rows []pqSpecial) string {
-	path := filepath.Join(t.TempDir(), "s.parquet")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	w := parquet.NewGenericWriter[pqSpecial](f)
-	_, err = w.Write(rows)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	require.NoError(t, f.Close())
-	return path
+	return saveFile(t, "s.parquet", writeGroups(t, [][]pqSpecial{rows}))
 }
 
 // Parquet labels and dense values must be finite float32s, as in CSV; a FLOAT column read as ints

@@ -36,7 +36,7 @@ func TestSkipBadResumedInsideAFileReadsLikeTheUninterruptedRun(t *testing.T) {
 	require.NoError(t, os.WriteFile(train, []byte(criteoLines(6, true)), 0o644))
 	test := filepath.Join(dir, "test.txt")
 	require.NoError(t, os.WriteFile(test, []byte(criteoLines(40, false)), 0o644))
-	halfPq := halfParquet(t, dir)
+	halfPq := halfParquet(t)
 	cols := []Column{{Name: "label", Role: RoleLabel}, {Name: "id", Role: RoleSparse}}
 
 	tests := []struct {
@@ -92,28 +92,8 @@ func TestSkipBadResumedInsideAFileReadsLikeTheUninterruptedRun(t *testing.T) {
 }
 
 // halfParquet writes a Parquet file of 20 labelled rows, then 20 without their label.
-func halfParquet(t *testing.T, dir string) string {
-	type row struct {
-		Label *float64 `parquet:"label,optional"`
-		ID    int64    `parquet:"id"`
-	}
-	one := 1.0
-	rows := make([]row, 40)
-	for i := range rows {
-		rows[i].ID = int64(i)
-		if i < 20 {
-			rows[i].Label = &one
-		}
-	}
-	path := filepath.Join(dir, "half.parquet")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	w := parquet.NewGenericWriter[row](f, parquet.PageBufferSize(256))
-	_, err = w.Write(rows)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	require.NoError(t, f.Close())
-	return path
+func halfParquet(t *testing.T) string {
+	return saveFile(t, "half.parquet", writeGroups(t, [][]idRow{idRows(20, 20)}, parquet.PageBufferSize(256)))
 }
 
 // rankRows counts a rank's global row indices in a range (row g belongs to rank g mod world).

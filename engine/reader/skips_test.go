@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/parquet-go/parquet-go"
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -114,33 +113,29 @@ func TestSkipBadAllBadFile(t *testing.T) {
 	}
 }
 
-// A Parquet file whose labels are all missing fails under SkipBad as a text file of bad rows does.
-func TestSkipBadAllBadParquet(t *testing.T) {
-	type row struct {
-		Label *float64 `parquet:"label,optional"`
-		ID    int64    `parquet:"id"`
-	}
+// idRow is a Parquet row of an optional label and an ID.
+type idRow struct {
+	Label *float64 `parquet:"label,optional"`
+	ID    int64    `parquet:"id"`
+}
+
+// idRows is labelled rows (label 1), then unlabelled ones, with IDs 0, 1, ….
+func idRows(labelled, unlabelled int) []idRow {
 	one := 1.0
-	path := filepath.Join(t.TempDir(), "nolabels.parquet")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	w := parquet.NewGenericWriter[row](f)
-	rows := make([]row, 20)
+	rows := make([]idRow, labelled+unlabelled)
 	for i := range rows {
 		rows[i].ID = int64(i)
+		if i < labelled {
+			rows[i].Label = &one
+		}
 	}
-	_, err = w.Write(rows)
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	require.NoError(t, f.Close())
-	good := filepath.Join(t.TempDir(), "good.parquet")
-	f, err = os.Create(good)
-	require.NoError(t, err)
-	w = parquet.NewGenericWriter[row](f)
-	_, err = w.Write([]row{{Label: &one, ID: 1}})
-	require.NoError(t, err)
-	require.NoError(t, w.Close())
-	require.NoError(t, f.Close())
+	return rows
+}
+
+// A Parquet file whose labels are all missing fails under SkipBad as a text file of bad rows does.
+func TestSkipBadAllBadParquet(t *testing.T) {
+	path := saveFile(t, "nolabels.parquet", writeGroups(t, [][]idRow{idRows(0, 20)}))
+	good := saveFile(t, "good.parquet", writeGroups(t, [][]idRow{idRows(1, 0)}))
 
 	cols := []Column{{Name: "label", Role: RoleLabel}, {Name: "id", Role: RoleSparse}}
 	src, err := NewParquet([]string{good, path}, ParquetOptions{Columns: cols, Options: Options{SkipBad: true}})
