@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ._load_keys import checked_keys
+
 
 @dataclass
 class _Saved:
@@ -100,3 +102,12 @@ def whole_load(module: nn.Module, state_dict: Mapping[str, Any]) -> Iterator[Non
         for c, s in saved:
             _put_back(c, s)
         raise
+
+
+@contextmanager
+def collection_load(coll: nn.Module, state_dict: Mapping[str, Any], strict: bool, fused: bool) -> Iterator[None]:
+    """A collection's own ``load_state_dict``: a strict one's keys checked before any entry is copied
+    (:func:`._load_keys.checked_keys`; ``fused``: the collection has a fused optimizer), then all or
+    nothing across its tables (:func:`whole_load`)."""
+    with checked_keys(coll, strict, _tables(coll)[0], fused), whole_load(coll, state_dict):
+        yield

@@ -65,14 +65,13 @@ from ._weight_grads import batch_weights
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
-from ._load_keys import checked_keys
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
-from ._load_whole import whole_load
+from ._load_whole import collection_load
 from ._storage import (check_cast, check_cast_dtype, check_storage, fused_keep, materialised_before_load,
                        meta_tensors, sync_storage, synced_after_load)
 from .config import (EmbeddingBagConfig, _check_configs, _check_device, _check_optimizer, _embedding_names,
@@ -563,7 +562,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         (a later table refused), every table is as it was (:func:`._load_whole.whole_load`)."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
-        with checked_keys(self, strict, "embedding_bags", self._optimizer is not None), whole_load(self, state_dict):
+        with collection_load(self, state_dict, strict, fused=self._optimizer is not None):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 
     def save(self, path: str | os.PathLike[str]) -> None:

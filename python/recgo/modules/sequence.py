@@ -33,12 +33,11 @@ from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _sequence_ops, _vbe
 from ._contexts import ContextStore
 from ._grads import table_gradient
-from ._load_keys import checked_keys
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
 from ._sequence_batch import (KeyPlan, as_torchrec, either, key_counts, meta_results, results, torchrec_dtypes,
                               unused_tables, with_indices)
-from ._load_whole import whole_load
+from ._load_whole import collection_load
 from ._storage import check_cast, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
@@ -538,8 +537,7 @@ class EmbeddingCollection(nn.Module):
         (:func:`._load_whole.whole_load`)."""
         if self._handle is None:
             self._materialise()
-        with checked_keys(self, strict, "embeddings", self._owner.fused_optimizer is not None), \
-                whole_load(self, state_dict):
+        with collection_load(self, state_dict, strict, fused=self._owner.fused_optimizer is not None):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
     def _apply(self, fn: Any, recurse: bool = True) -> "EmbeddingCollection":
