@@ -30,6 +30,9 @@ func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
+	if err := checkDistinct(paths); err != nil {
+		return nil, err
+	}
 	plan, err := planColumns(opt.Columns)
 	if err != nil {
 		return nil, err

@@ -51,6 +51,9 @@ func newLines(paths []string, opt Options, header bool, onOpen func(string, []by
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
+	if err := checkDistinct(paths); err != nil {
+		return nil, err
+	}
 	// Every file must open (and pass its header check) before any is read, so that a bad path or
 	// header fails here rather than mid-run; a small buffer limits this to the start of each file.
 	probe := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen, br: bufio.NewReaderSize(nil, 64<<10)}
