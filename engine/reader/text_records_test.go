@@ -46,8 +46,9 @@ func textRows(t *testing.T, src Source) (ids []int64, texts []string, before []P
 
 // A quoted CSV field spanning lines is read whole, as Python's csv module reads it (before session
 // 37 the row was malformed, "a quoted field that its line does not close", and under skip_bad its
-// other lines were read as rows of their own), in plain and gzip files; a position taken after
-// such a row resumes at the next row, by byte offset or, in gzip, by counting rows.
+// other lines were read as rows of their own), in plain and gzip files, on one rank or two; a
+// position taken after such a row resumes at the next row, by byte offset or, in gzip, by counting
+// rows.
 func TestCSVQuotedFieldsSpanningLines(t *testing.T) {
 	for _, name := range []string{"m.csv", "m.csv.gz"} {
 		t.Run(name, func(t *testing.T) {
@@ -61,6 +62,32 @@ func TestCSVQuotedFieldsSpanningLines(t *testing.T) {
 				assert.Equal(t, r.id, ids[i])
 				assert.Equal(t, r.text, texts[i])
 			}
+			// Sharded over two ranks, record g goes to rank g mod 2, however many lines it spans.
+			for rank := 0; rank < 2; rank++ {
+				src, err := NewCSV([]string{path}, CSVOptions{Columns: textCols, Header: true,
+					Options: Options{Rank: rank, WorldSize: 2}})
+				require.NoError(t, err)
+				gotIDs, gotTexts, _ := textRows(t, src)
+				require.NoError(t, src.Close())
+				var wantIDs []int64
+				var wantTexts []string
+				for i := rank; i < len(ids); i += 2 {
+					wantIDs, wantTexts = append(wantIDs, ids[i]), append(wantTexts, texts[i])
+				}
+				assert.Equal(t, wantIDs, gotIDs, "rank %d", rank)
+				assert.Equal(t, wantTexts, gotTexts, "rank %d", rank)
+			}
+			// Shuffled in windows of three rows: every record once, whole.
+			shuffled, err := Open(&Spec{Kind: "csv", Paths: []string{path}, Columns: textCols, Header: true,
+				WorldSize: 1, Shuffle: 3, Seed: 5})
+			require.NoError(t, err)
+			gotIDs, gotTexts, _ := textRows(t, shuffled)
+			require.NoError(t, shuffled.Close())
+			require.Len(t, gotIDs, len(ids))
+			for i, id := range gotIDs {
+				assert.Equal(t, multiLineRows[id-1].text, gotTexts[i])
+			}
+			assert.ElementsMatch(t, ids, gotIDs)
 			for i, p := range before {
 				src, err := NewCSV([]string{path}, CSVOptions{Columns: textCols, Header: true})
 				require.NoError(t, err)
