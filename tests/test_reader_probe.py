@@ -118,16 +118,18 @@ def run(source: Any, feats: list[Feature]) -> list[Any]:
 
 # --- CSV ---
 
-def csv_reference(data: bytes) -> tuple[list[tuple], list[int]]:
+def csv_reference(data: bytes, delim: str, header: bool) -> tuple[list[tuple], list[int]]:
     """The file's bytes read by Python's csv module (as a file opened with newline="": line ends inside
     quoted fields are text) and checked by the rules: (id, s, x, y) rows and the first line of every
     malformed record."""
     rows, bad = [], []
     # Lines end at "\n" only, as recgo's do (a file object would also end them at a "\r" inside a quoted
     # field, numbering the lines after it otherwise).
-    reader = csv.reader(re.findall(r"[^\n]*\n|[^\n]+\Z", data.decode("utf-8-sig")), strict=True)
-    header, start = next(reader), reader.line_num + 1
-    assert header == ["id", "s", "x", "y"]
+    reader = csv.reader(re.findall(r"[^\n]*\n|[^\n]+\Z", data.decode("utf-8-sig")), delimiter=delim, strict=True)
+    start = 1
+    if header:
+        assert next(reader) == ["id", "s", "x", "y"]
+        start = reader.line_num + 1
     records = []
     for rec in reader:
         records.append((start, rec))
@@ -145,18 +147,21 @@ def csv_reference(data: bytes) -> tuple[list[tuple], list[int]]:
 
 
 @st.composite
-def csv_files(draw: Any) -> tuple[bytes, bool]:
+def csv_files(draw: Any) -> tuple[bytes, bool, str, bool]:
+    """A CSV file's bytes, and skip_bad, the delimiter and whether a header line names the columns."""
     rows = draw(st.lists(st.tuples(INT_TEXT, STR_TEXT, FLOAT_TEXT, LABEL_TEXT), min_size=1, max_size=8))
     quoting = draw(st.sampled_from([csv.QUOTE_MINIMAL, csv.QUOTE_ALL]))
     end = draw(st.sampled_from(["\n", "\r\n"]))
+    delim, header = draw(st.sampled_from([",", ",", "\t", ";"])), draw(st.booleans())
     out = io.StringIO()
-    w = csv.writer(out, quoting=quoting, lineterminator=end)
-    w.writerow(["id", "s", "x", "y"])
+    w = csv.writer(out, quoting=quoting, lineterminator=end, delimiter=delim)
+    if header:
+        w.writerow(["id", "s", "x", "y"])
     for r in rows:
         if quoting == csv.QUOTE_MINIMAL and end == "\n":
             # The writer leaves a field with a bare "\r" unquoted: the csv module ends a row there, recgo
             # reads it as text (docs/pipeline.md). A delimiter in the field makes the writer quote it.
-            r = tuple(f + "," if "\r" in f and not any(c in f for c in ',"\n') else f for f in r)
+            r = tuple(f + delim if "\r" in f and not any(c in f for c in delim + '"\n') else f for f in r)
         w.writerow(list(r) + ([""] if draw(st.integers(0, 9)) == 0 else []))  # now and then a trailing delimiter
     text = out.getvalue()
     if draw(st.booleans()):
@@ -164,18 +169,18 @@ def csv_files(draw: Any) -> tuple[bytes, bool]:
     elif draw(st.booleans()):
         text += end * 2  # blank lines at the end
     data = ("\ufeff" if draw(st.booleans()) else "").encode() + text.encode()
-    return data, draw(st.booleans())
+    return data, draw(st.booleans()), delim, header
 
 
-def check_csv(path: Path, data: bytes, skip: bool) -> None:
-    want, bad = csv_reference(data)
+def check_csv(path: Path, data: bytes, skip: bool, delim: str, header: bool) -> None:
+    want, bad = csv_reference(data, delim, header)
     cols = [Column("id"), Column("s", "sparse", "string"), Column("x", "dense"), Column("y", "label")]
     feats = [Feature("id"), Feature("s", dtype="bytes").hash()]
     if bad and not (skip and want):
         with pytest.raises(recgo.InvalidInputError, match=names_line(path, bad[0])):
-            run(CSVSource(path, cols, skip_bad=skip), feats)
+            run(CSVSource(path, cols, header=header, delimiter=delim, skip_bad=skip), feats)
         return
-    pipe = recgo.DataPipeline(CSVSource(path, cols, skip_bad=skip), feats, 4096, depth=0)
+    pipe = recgo.DataPipeline(CSVSource(path, cols, header=header, delimiter=delim, skip_bad=skip), feats, 4096, depth=0)
     (b,) = list(pipe)
     assert pipe.stats()["skipped"] == len(bad)
     ids, lens = b.sparse["id"].values().tolist(), b.sparse["id"].lengths().tolist()
@@ -189,13 +194,13 @@ def check_csv(path: Path, data: bytes, skip: bool) -> None:
 
 @PROBE
 @given(csv_files())
-def test_random_csv_files_read_as_the_csv_module_reads_them(case: tuple[bytes, bool]) -> None:
-    data, skip = case
+def test_random_csv_files_read_as_the_csv_module_reads_them(case: tuple[bytes, bool, str, bool]) -> None:
+    data, skip, delim, header = case
     with tempfile.TemporaryDirectory() as d:
         for name, payload in (("p.csv", data), ("p.csv.gz", gzip.compress(data))):
             path = Path(d) / name
             path.write_bytes(payload)
-            check_csv(path, data, skip)
+            check_csv(path, data, skip, delim, header)
 
 
 # --- Criteo ---
