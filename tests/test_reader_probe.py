@@ -8,7 +8,7 @@ The files mix quoting styles, quoted fields with delimiters, quotes and line bre
 whitespace, CRLF line ends, a byte order mark, long lines, huge and negative integers, NaN and inf,
 trailing delimiters and a missing final newline. Few examples of small files keep the run short; the
 examples are derandomized so that every run checks the same files. ``RECGO_PROBE_EXAMPLES=1500`` runs
-that many random examples instead (a deeper probe: about four minutes on two cores).
+that many random examples instead (a deeper probe, minutes long).
 """
 
 from __future__ import annotations

@@ -105,7 +105,7 @@ func TestCSVQuotedFieldsSpanningLines(t *testing.T) {
 // lines (the resume numbers lines as one per row until an error counts them); an unclosed quote
 // is skipped under skip_bad as one row, not read as rows of its lines.
 func TestCSVMultiLineErrors(t *testing.T) {
-	bad := multiLine + "x,\"y\nz\"\n" // line 11
+	bad := multiLine + "x,\"y\nz\"\n" // a bad ID on the line after the rows above
 	path := writeFile(t, "bad.csv", bad)
 	src, err := NewCSV([]string{path}, CSVOptions{Columns: textCols, Header: true})
 	require.NoError(t, err)
