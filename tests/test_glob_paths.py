@@ -102,3 +102,19 @@ def test_the_training_job_and_the_profiler_take_a_pattern(tmp_path: Path) -> Non
         TrainConfig(data=str(tmp_path / "none-*")).validate()
     got = [int(k.lengths().numel()) // 26 for k in criteo_batches(tmp_path / "part-*.txt", rows=97, batch_size=4)]
     assert got == [4, 1, 4, 2, 4, 3]  # each file in name order, its last batch short
+
+
+def test_a_file_listed_twice_is_refused_when_the_source_opens(tmp_path: Path) -> None:
+    """A file a pattern and a path (or two patterns, or two spellings) both name was read twice
+    before session 37, its rows counted twice in the pass without a word; every source refuses it
+    now, naming both entries (the Go readers check the expanded list: ``engine/reader/distinct.go``)."""
+    files = [str(p) for p in parts(tmp_path)]
+    pattern = str(tmp_path / "part-*.txt")
+    twice = re.escape(f"file 4 ({files[1]!r}".replace("'", '"')) + ".*are the same file, which would be read twice"
+    for paths in ([pattern, files[1]], [pattern, str(tmp_path / "part-[1].txt")]):
+        with pytest.raises(recgo.InvalidInputError, match=twice):
+            recgo.DataPipeline(CriteoSource(paths), C1, 4, depth=0)
+    dotted = str(tmp_path / "." / "part-0.txt")
+    with pytest.raises(recgo.InvalidInputError, match="are the same file"):
+        CSVSource([files[0], dotted], [Column("a", "dense")], header=False).schema()
+    assert rows(recgo.DataPipeline(CriteoSource(files), C1, 4, depth=0)) == 18

@@ -59,7 +59,7 @@ def test_every_file_is_checked_when_the_source_opens(tmp_path: Path) -> None:
     with pytest.raises(recgo.RecgoIOError, match=r"open .*missing\.txt"):
         CriteoSource([good, missing]).schema()
     with pytest.raises(recgo.RecgoIOError, match=r"open .*missing\.txt"):
-        recgo.DataPipeline(CriteoSource([good, good, missing]), C1, 4)
+        recgo.DataPipeline(CriteoSource([good, write(tmp_path, "good2.txt", GOOD), missing]), C1, 4)
     h1, h2 = write(tmp_path, "h1.csv", "label,s\n1,2\n"), write(tmp_path, "h2.csv", "label,t\n1,2\n")
     header = r'h2\.csv line 1: missing column "s" \(the header has "label", "t"\)'
     with pytest.raises(recgo.InvalidInputError, match=header):

@@ -187,11 +187,12 @@ def test_parquet_empty_files_and_unsigned_columns(tmp_path: Path) -> None:
     schema = pa.schema([("label", pa.float64()), ("a", pa.int64())])
     empty = pa.table({"label": pa.array([], pa.float64()), "a": pa.array([], pa.int64())})
     pq.write_table(empty, tmp_path / "empty.parquet")
+    pq.write_table(empty, tmp_path / "empty2.parquet")  # a file is listed once
     with pq.ParquetWriter(tmp_path / "gap.parquet", schema) as w:  # row groups of 2, 0 and 1 rows
         for part in (pa.table({"label": [1.0, 0.0], "a": [1, 2]}, schema=schema), empty,
                      pa.table({"label": [1.0], "a": [3]}, schema=schema)):
             w.write_table(part)
-    files = [tmp_path / "empty.parquet", tmp_path / "gap.parquet", tmp_path / "empty.parquet"]
+    files = [tmp_path / "empty.parquet", tmp_path / "gap.parquet", tmp_path / "empty2.parquet"]
     cols = [Column("label", "label"), Column("a")]
     got = [b.sparse["a"].values().tolist() for b in recgo.DataPipeline(ParquetSource(files, cols), [Feature("a")], 2)]
     assert got == [[1, 2], [3]]

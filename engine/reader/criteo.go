@@ -64,7 +64,7 @@ func NewCriteo(paths []string, opt CriteoOptions) (Source, error) {
 	if opt.NoLabel && opt.NeedsLabels {
 		return nil, errs.Invalidf("criteo: NeedsLabels (a caller that trains on the labels) contradicts NoLabel (a file without them)")
 	}
-	l, err := newLines(paths, opt.Options, false, nil)
+	l, err := newLines(paths, opt.Options, false, nil, 0)
 	if err != nil {
 		return nil, err
 	}

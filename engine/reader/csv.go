@@ -133,7 +133,8 @@ type CSVOptions struct {
 	// Header says the first line of each file names the columns.
 	Header bool
 	// Delimiter separates fields (default ','). A field that starts with a double quote is quoted,
-	// as Python's csv module and pandas write it (see splitFields); a quoted field may not span lines.
+	// as Python's csv module and pandas write it (see splitFields), and may span lines (a record of
+	// several lines, its line endings part of the field's text).
 	Delimiter byte
 }
 
@@ -164,7 +165,7 @@ func NewCSV(paths []string, opt CSVOptions) (Source, error) {
 	if opt.Header {
 		onOpen = p.header
 	}
-	l, err := newLines(paths, opt.Options, opt.Header, onOpen)
+	l, err := newLines(paths, opt.Options, opt.Header, onOpen, opt.Delimiter)
 	if err != nil {
 		return nil, err
 	}
@@ -187,8 +188,9 @@ type csvParser struct {
 // splitFields splits a delimited line into fields as Python's csv module reads it: a field that
 // starts with a double quote runs to the quote that closes it (delimiters inside it are text, and
 // "" stands for one quote), any other field is taken as it is. Unescaped fields are copied into
-// p.unq. bad is the 0-based field at fault and why: a quote its line does not close (a quoted
-// field spanning lines is not read), or text between a closing quote and the next delimiter.
+// p.unq. bad is the 0-based field at fault and why: a quote the record does not close (lines.record
+// joins the lines a quoted field spans, so only a record cut short ends inside one), or text between
+// a closing quote and the next delimiter.
 func (p *csvParser) splitFields(line []byte) (bad int, why string) {
 	p.fields = p.fields[:0]
 	// The common case, without quotes. It repeats the loop's unquoted branch below on purpose: a
@@ -233,7 +235,7 @@ func (p *csvParser) splitFields(line []byte) (bad int, why string) {
 			break
 		}
 		if end < 0 {
-			return len(p.fields), "a quoted field that its line does not close (a quoted field spanning lines is not read)"
+			return len(p.fields), "a quoted field that its record does not close"
 		}
 		f := body[:end]
 		if escaped {

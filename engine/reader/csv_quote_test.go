@@ -37,9 +37,9 @@ func TestCSVQuotedFields(t *testing.T) {
 	assert.Equal(t, []int64{2, 2, 0, 2}, b.Inputs[2].Lengths)
 
 	for name, c := range map[string]struct{ text, want string }{
-		"unclosed":      {"id,title,genres\n1,\"Heat (1995),Action\n2,x,y\n", "line 2 column 2 (title): a quoted field that its line does not close"},
+		"unclosed":      {"id,title,genres\n1,\"Heat (1995),Action\n2,x,y\n", "line 2: a quoted field that starts on this line is not closed by the end of the file"},
 		"after quote":   {"id,title,genres\n1,\"Heat\" (1995),Action\n", "line 2 column 2 (title): text \" (1995)\" after the closing quote"},
-		"header":        {"id,\"title,genres\n", "line 1 column 2: header field 2: a quoted field that its line does not close"},
+		"header":        {"id,\"title,genres\n", "line 1: a quoted field that starts on this line is not closed by the end of the file"},
 		"quoted delims": {"id,title,genres\n1,\"a,b\",c,d\n", "line 2: long line: 4 fields, expected 3"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -17,6 +17,7 @@ func TestOpenChecksEveryFile(t *testing.T) {
 	dir := t.TempDir()
 	good := writeFile(t, "good.txt", goodLine+"\n")
 	h1 := writeFile(t, "h1.csv", "label,s\n1,2\n")
+	h1b := writeFile(t, "h1.csv", "label,s\n1,2\n")
 	h2 := writeFile(t, "h2.csv", "label,t\n1,2\n")
 	badGz := writeFile(t, "bad.gz", "")
 	require.NoError(t, os.WriteFile(badGz, []byte{0x1f, 0x8b, 0, 0}, 0o644))
@@ -40,7 +41,7 @@ func TestOpenChecksEveryFile(t *testing.T) {
 			return NewCSV([]string{h1, missing}, CSVOptions{Columns: csvCols, Header: true})
 		}, true, "open " + missing},
 		{"csv header", func() (Source, error) {
-			return NewCSV([]string{h1, h1, h2}, CSVOptions{Columns: csvCols, Header: true})
+			return NewCSV([]string{h1, h1b, h2}, CSVOptions{Columns: csvCols, Header: true})
 		}, false, h2 + ` line 1: missing column "s" (the header has "label", "t")`},
 		{"parquet missing", func() (Source, error) {
 			return NewParquet([]string{pq, missing}, ParquetOptions{Columns: pqCols})

@@ -30,6 +30,9 @@ func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
+	if err := checkDistinct(paths); err != nil {
+		return nil, err
+	}
 	plan, err := planColumns(opt.Columns)
 	if err != nil {
 		return nil, err
@@ -61,6 +64,7 @@ type parquetSource struct {
 	gr     parquet.Rows // the row group being read (nil between groups)
 	colOf  map[int]int  // leaf column index -> declared column
 	types  []leafType   // per declared column: the open file's leaf's logical type
+	elem   []int        // per declared column: the definition level of a list element (elementLevel)
 	rows   []parquet.Row
 	ends   []int64 // the open file's row groups: the row each one ends before
 	total  int64   // the open file's rows: what its row groups declare
@@ -128,6 +132,7 @@ func (s *parquetSource) openFile(i int) (err error) {
 	logical := leafLogicalTypes(pf.Metadata())
 	s.colOf = map[int]int{}
 	s.types = make([]leafType, len(s.plan.cols))
+	s.elem = make([]int, len(s.plan.cols))
 	for ci, c := range s.plan.cols {
 		if c.Role == RoleSkip {
 			continue
@@ -191,6 +196,9 @@ func (s *parquetSource) openFile(i int) (err error) {
 		}
 		s.colOf[leaf.ColumnIndex] = ci
 		s.types[ci] = lt
+		if leaf.MaxRepetitionLevel > 0 {
+			s.elem[ci] = elementLevel(schema, schema.Columns()[leaf.ColumnIndex])
+		}
 	}
 	s.ends = s.ends[:0]
 	end := int64(0)
@@ -420,6 +428,10 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 		}
 		c := &cols[ci]
 		if v.IsNull() {
+			if s.elem[ci] > 0 && v.DefinitionLevel() >= s.elem[ci] {
+				return s.fail(r, ci, "element %d of the list is null (a null element is no ID, and dropping it "+
+					"would shift the elements after it): drop or fill the nulls", s.count[ci]+1)
+			}
 			s.null[ci] = true
 			continue
 		}

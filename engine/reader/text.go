@@ -42,18 +42,32 @@ type lines struct {
 	open       bool // a file is open (pos.File is being read)
 	closed     bool
 	skips      skipLog // what SkipBad dropped (see skipLog)
+
+	ending []byte // the line ending raw took off the last line (into br's buffer)
+	quotes bool   // CSV: a quoted field may span lines (record)
+	delim  byte   // CSV: the field delimiter
+	rec    []byte // a record of several lines, assembled here (reused)
+	// After a resume by byte offset in CSV, the lines before uncounted (from dataStart, the first
+	// data line) are not counted yet, and seekRow rows stood before it (exactLine).
+	uncounted, dataStart, seekRow int64
 }
 
-func newLines(paths []string, opt Options, header bool, onOpen func(string, []byte) error) (*lines, error) {
+// newLines opens paths as lines; a CSV reader gives its delimiter (quoted fields may then span lines,
+// see record), others 0.
+func newLines(paths []string, opt Options, header bool, onOpen func(string, []byte) error, delim byte) (*lines, error) {
 	if len(paths) == 0 {
 		return nil, errs.Invalidf("reader: no files given")
 	}
 	if err := opt.check(); err != nil {
 		return nil, err
 	}
+	if err := checkDistinct(paths); err != nil {
+		return nil, err
+	}
 	// Every file must open (and pass its header check) before any is read, so that a bad path or
 	// header fails here rather than mid-run; a small buffer limits this to the start of each file.
-	probe := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen, br: bufio.NewReaderSize(nil, 64<<10)}
+	probe := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen, quotes: delim != 0, delim: delim,
+		br: bufio.NewReaderSize(nil, 64<<10)}
 	for i := range paths {
 		if err := probe.openFile(i); err != nil {
 			probe.closeFile()
@@ -61,7 +75,7 @@ func newLines(paths []string, opt Options, header bool, onOpen func(string, []by
 		}
 	}
 	probe.closeFile()
-	l := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen}
+	l := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen, quotes: delim != 0, delim: delim}
 	if err := l.openFile(0); err != nil {
 		l.closeFile()
 		return nil, err
@@ -90,7 +104,7 @@ func (l *lines) closeFile() {
 // and stands after it.
 func (l *lines) openFile(i int) error {
 	l.closeFile()
-	l.pos.File, l.pos.Row, l.lineNo = i, 0, 0
+	l.pos.File, l.pos.Row, l.lineNo, l.uncounted = i, 0, 0, 0
 	l.skips.startFile()
 	f, st, err := openRegular(l.paths[i])
 	if err != nil {
@@ -132,7 +146,7 @@ func (l *lines) openFile(i int) error {
 		}
 	}
 	if l.header {
-		line, err := l.raw()
+		line, _, err := l.record()
 		if err == io.EOF {
 			return &ParseError{File: l.paths[i], Line: 1, Row: -1, Msg: "empty file: the header line is missing"}
 		}
@@ -229,8 +243,10 @@ func (l *lines) raw() ([]byte, error) {
 	if l.pos.Offset >= 0 {
 		l.pos.Offset += int64(len(line))
 	}
+	full := line
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
+	l.ending = full[len(line):]
 	if len(line) == 0 && l.blankToEnd() { // blank lines that end the file are no rows (as for csv and pandas)
 		return nil, io.EOF
 	}
@@ -270,7 +286,7 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 				return nil, 0, false, err
 			}
 		}
-		line, err = l.raw()
+		line, lineNo, err = l.record()
 		if err == io.EOF {
 			l.closeFile()
 			if err := l.endFile(); err != nil {
@@ -279,6 +295,7 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 			continue
 		}
 		if pe, ok := l.skippable(err); ok { // one malformed row, of the rank it falls to
+			_ = l.exactLine(pe)
 			if l.pos.Global%int64(l.opt.WorldSize) == int64(l.opt.Rank) {
 				l.pos.Skipped++
 				l.skips.dropped(1, pe)
@@ -294,12 +311,12 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 			continue
 		}
 		if err != nil {
-			return nil, 0, false, err
+			return nil, 0, false, l.exactLine(err)
 		}
 		g := l.pos.Global
 		l.pos.Row++
 		l.pos.Global++
-		return line, l.lineNo, g%int64(l.opt.WorldSize) == int64(l.opt.Rank), nil
+		return line, lineNo, g%int64(l.opt.WorldSize) == int64(l.opt.Rank), nil
 	}
 }
 
@@ -335,11 +352,14 @@ func (l *lines) seek(p Position) error {
 		if l.header {
 			l.lineNo++
 		}
+		if l.quotes && p.Offset > l.pos.Offset {
+			l.uncounted, l.dataStart, l.seekRow = p.Offset, l.pos.Offset, p.Row
+		}
 		l.pos = p
 		return nil
 	}
 	for l.pos.Row < p.Row {
-		if _, err := l.raw(); err != nil {
+		if _, _, err := l.record(); err != nil {
 			if pe, ok := l.skippable(err); ok { // a row too, as next counted it
 				l.pos.Row++
 				if pe.Truncated { // next gave up the rest of the file there: the position is its end
@@ -426,6 +446,7 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 			b.mark(&s.m)
 		}
 		if err := s.parse(line, no, b); err != nil {
+			err = s.l.exactLine(err)
 			if s.l.opt.SkipBad {
 				b.rollback(&s.m)
 				s.l.pos.Skipped++

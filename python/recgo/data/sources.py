@@ -185,7 +185,8 @@ class CSVSource(Source):
     first line names the columns and the declared ones are picked by name (a declared column missing
     from the header raises); without, ``columns`` lists every column in file order. A field that starts
     with ``"`` is quoted, as Python's csv module and pandas write it (delimiters inside it are text,
-    ``""`` is one quote); a quoted field may not span lines."""
+    ``""`` is one quote) and may span lines, its line endings part of its text (a row is a record, and
+    errors name the line it starts on)."""
 
     kind = "csv"
 
@@ -210,7 +211,8 @@ class CSVSource(Source):
 
 class ParquetSource(Source):
     """Parquet files with columns mapped like :class:`CSVSource` (by name; a ``sequence`` is a
-    repeated/LIST column; nulls are missing values)."""
+    repeated/LIST column; nulls are missing values: an empty bag, or 0 for dense; a null element
+    inside a list is malformed, since dropping it would shift the elements after it)."""
 
     kind = "parquet"
 
