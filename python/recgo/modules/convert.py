@@ -299,12 +299,21 @@ def carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, stat
 
 
 def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None,
-                    class_defaults: bool = False) -> nn.Module:
+                    class_defaults: bool = False, sharding: bool = False) -> nn.Module:
     """Replace TorchRec's managed-collision collections in ``model`` (itself included) by recgo's
     dynamic-ID tables, as :func:`from_torchrec` does, leaving every other module; returns ``model``
-    (or the new collection when ``model`` was one). ``shard_model`` starts with it.
-    ``class_defaults``: see :func:`recgo.modules.optim.adopt`."""
+    (or the new collection when ``model`` was one). ``shard_model`` starts with it (``sharding``).
+    ``class_defaults``: see :func:`recgo.modules.optim.adopt`. One built around a recgo collection
+    stays as it is, or with ``sharding`` raises ``InvalidInputError``."""
     for name, m, _ in outermost(model, lambda m: "managed" if _kind(m) == "managed" else None):
+        if torchrec_kind(m._embedding_module) is None:  # TorchRec's MCH modules in front of recgo's collection
+            if sharding:  # each rank's MCH modules would map the same ID to different rows
+                raise InvalidInputError(
+                    f"shard_model: {name or 'the model'}: TorchRec's {type(m).__name__} around recgo's "
+                    f"{type(m._embedding_module).__name__} cannot be sharded (its MCH modules would remap IDs "
+                    "on each rank apart); build it around TorchRec's collection (shard_model turns it into "
+                    "dynamic-ID tables) or declare recgo's dynamic-ID tables (EmbeddingBagConfig(dynamic=...))")
+            continue  # in one process it runs as it is: recgo's tables behind TorchRec's remapping
         new = _from_managed(m, optimizer, seed, class_defaults)
         carry_module_state([(m, new), (m._embedding_module, getattr(new, new._attr))], name, state_hooks=False,
                             stacklevel=4)  # the caller of from_torchrec or shard_model
