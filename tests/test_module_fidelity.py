@@ -149,3 +149,40 @@ def test_torchrecs_managed_collision_wrapper_takes_recgo_collections(pooled: boo
     assert recgo.from_torchrec(nn.Sequential(ours))[0] is ours
     with pytest.raises(InvalidInputError, match="cannot be sharded"):
         recgo.distributed.shard_model(nn.Sequential(ours))
+
+
+@pytest.mark.parametrize("pooled", [True, False])
+def test_to_torchrec_of_a_meta_collection_is_torchrecs_on_meta(pooled: bool) -> None:
+    # TorchRec's module tests build collections on meta; to_torchrec of one refused it before session 37
+    cfgs = [c if pooled else recgo.EmbeddingConfig(c.num_embeddings, c.embedding_dim, c.name, c.feature_names)
+            for c in (recgo.EmbeddingBagConfig(12, 4, "t1", ["f1"]), recgo.EmbeddingBagConfig(12, 4, "t2", ["f2"]))]
+    make = (lambda **k: recgo.EmbeddingBagCollection(cfgs, is_weighted=False, **k)) if pooled else (
+        lambda **k: recgo.EmbeddingCollection(cfgs, need_indices=True, **k))
+    got = recgo.to_torchrec(make(device="meta"))
+    tr_cfgs = [c.to_torchrec() for c in cfgs]
+    want = (tr.EmbeddingBagCollection(tables=tr_cfgs, device=torch.device("meta")) if pooled
+            else tr.EmbeddingCollection(tables=tr_cfgs, need_indices=True, device=torch.device("meta")))
+    assert type(got) is type(want)
+    assert {k: (v.shape, v.device) for k, v in got.state_dict().items()} == {
+        k: (v.shape, v.device) for k, v in want.state_dict().items()}
+    # materialised as TorchRec's are (weights loaded with assign=True), it gives recgo's outputs
+    cpu = make(seed=3)
+    got.load_state_dict(cpu.state_dict(), assign=True)
+    tkjt, rkjt = _batches(1)[0]
+    if pooled:
+        torch.testing.assert_close(got(tkjt).values(), cpu(rkjt).values(), rtol=0, atol=0)
+    else:
+        out, ref = got(tkjt), cpu(rkjt)
+        for f in FEATURES:
+            torch.testing.assert_close(out[f].values(), ref[f].values(), rtol=0, atol=0)
+            assert torch.equal(out[f].weights(), ref[f].weights())
+
+
+def test_to_torchrec_of_a_sequence_collection_of_several_widths_is_refused_by_name() -> None:
+    # recgo's EmbeddingCollection takes tables of several widths, TorchRec's one width: the conversion
+    # used to fail inside TorchRec's constructor with its bare ValueError
+    cfgs = [recgo.EmbeddingConfig(12, 4, "t1", ["f1"]), recgo.EmbeddingConfig(12, 3, "t2", ["f2"])]
+    with pytest.raises(ValueError, match="same embedding dimension"):
+        tr.EmbeddingCollection(tables=[c.to_torchrec() for c in cfgs])
+    with pytest.raises(InvalidInputError, match=r"tables \[3, 4\] wide: TorchRec's EmbeddingCollection requires one"):
+        recgo.to_torchrec(nn.Sequential(recgo.EmbeddingCollection(cfgs)))

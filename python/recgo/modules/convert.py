@@ -139,15 +139,16 @@ def to_torchrec(model: nn.Module) -> nn.Module:
     script that goes on from a recgo-trained model.
 
     The weights are copied (TorchRec's module is built with torch's random state left as it was, so the
-    caller's next draws are unchanged); ``is_weighted``, ``need_indices``, each table's ``requires_grad``,
+    caller's next draws are unchanged; a collection on the meta device gives TorchRec's on the meta
+    device, to materialise as TorchRec's modules are); ``is_weighted``, ``need_indices``, each table's ``requires_grad``,
     the ``training`` flag and user hooks carry over. The fused optimizer and its state do not: TorchRec's
     unsharded modules hold none (give the new tables ``apply_optimizer_in_backward`` to train on).
 
     Returns ``model`` with the modules replaced (or the new module when ``model`` was a collection).
 
     Raises:
-        InvalidInputError: ``model`` holds no recgo collection, a collection is on the meta device, has
-            dynamic-ID tables (TorchRec's counterpart is a managed-collision module), or is sharded or
+        InvalidInputError: ``model`` holds no recgo collection, a sequence collection has tables of
+            several widths (TorchRec's requires one), a collection has dynamic-ID tables (TorchRec's counterpart is a managed-collision module), or is sharded or
             planned (``recgo.distributed.gather_state_dict`` gives the unsharded weights).
     """
     import torchrec
@@ -167,18 +168,26 @@ def to_torchrec(model: nn.Module) -> nn.Module:
             raise InvalidInputError(f"to_torchrec: {where} is a recgo {type(m).__name__}, which has no TorchRec "
                                     "module to become (gather a sharded model's weights into the unsharded model "
                                     "with recgo.distributed.gather_state_dict and convert that)")
-        if m.device.type == "meta":
-            raise InvalidInputError(f"to_torchrec: {where} is on the meta device: materialise it first")
+        dims = sorted({c.embedding_dim for c in m.embedding_configs()}) if kind == "sequence" else []
+        if len(dims) > 1:
+            raise InvalidInputError(f"to_torchrec: {where} is an EmbeddingCollection of tables {dims} wide: "
+                                    "TorchRec's EmbeddingCollection requires one embedding_dim for all its tables "
+                                    "(recgo's takes several); split it into one collection per width")
+        meta = m.device.type == "meta"  # then TorchRec's module on meta too: shapes only, as from_torchrec's
+        dev = torch.device("meta" if meta else "cpu")
         with torch.random.fork_rng(devices=[]):  # TorchRec's constructor draws an init the weights replace
             if kind == "pooled":
                 new: nn.Module = torchrec.EmbeddingBagCollection(
-                    tables=[c.to_torchrec() for c in m.embedding_bag_configs()], is_weighted=m.is_weighted())
+                    tables=[c.to_torchrec() for c in m.embedding_bag_configs()], is_weighted=m.is_weighted(),
+                    device=dev)
             else:
                 new = torchrec.EmbeddingCollection(tables=[c.to_torchrec() for c in m.embedding_configs()],
-                                                   need_indices=m.need_indices())
+                                                   need_indices=m.need_indices(), device=dev)
         prefix = "embedding_bags" if kind == "pooled" else "embeddings"
-        weights = {k: v for k, v in m.state_dict().items() if k.startswith(f"{prefix}.") and k.endswith(".weight")}
-        new.load_state_dict(weights)
+        if not meta:
+            weights = {k: v for k, v in m.state_dict().items()
+                       if k.startswith(f"{prefix}.") and k.endswith(".weight")}
+            new.load_state_dict(weights)
         _keep_frozen(m, new, prefix)
         carry_module_state([(m, new)], name, what="to_torchrec")
         converted[id(m)] = new
