@@ -12,6 +12,7 @@ did not have: each failed with an ``AttributeError``.
 from __future__ import annotations
 
 import copy
+import warnings
 
 import pytest
 import torch
@@ -186,3 +187,31 @@ def test_to_torchrec_of_a_sequence_collection_of_several_widths_is_refused_by_na
         tr.EmbeddingCollection(tables=[c.to_torchrec() for c in cfgs])
     with pytest.raises(InvalidInputError, match=r"tables \[3, 4\] wide: TorchRec's EmbeddingCollection requires one"):
         recgo.to_torchrec(nn.Sequential(recgo.EmbeddingCollection(cfgs)))
+
+
+@pytest.mark.parametrize("opt_class", [torch.optim.Adam, torch.optim.Adagrad])
+def test_from_torchrec_warns_that_an_in_backward_adam_leaves_untouched_rows_alone(opt_class: type) -> None:
+    # torch's Adam on TorchRec's dense gradients goes on stepping a row after the batches stop touching
+    # it (its moments); recgo's fused Adam does not. The conversion used to say nothing about Adam.
+    from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
+
+    def torchrecs() -> nn.Module:
+        torch.manual_seed(0)
+        m = tr.EmbeddingBagCollection(tables=_tables())
+        apply_optimizer_in_backward(opt_class, m.parameters(), {"lr": 0.1})
+        return m
+
+    ref = torchrecs()
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        ours = recgo.from_torchrec(torchrecs())
+    said = any("steps the rows a batch leaves out" in str(w.message) for w in record)
+    assert said == (opt_class is torch.optim.Adam)
+    for ids in ([1, 2], [3, 4]):  # row 1 in the first batch only
+        batch = KeyedJaggedTensor(FEATURES, torch.tensor(ids), lengths=torch.tensor([1, 0, 1, 0]))
+        ours(batch).values().sum().backward()
+        ref(batch.to_torchrec()).values().sum().backward()
+    w_ours, w_ref = ours.embedding_bags["t1"].weight.detach(), ref.embedding_bags["t1"].weight.detach()
+    torch.testing.assert_close(w_ours[3], w_ref[3])  # in the last batch: the same update
+    # row 1 was left out of the last: moved again by torch's Adam only, so the warning is true
+    assert torch.equal(w_ours[1], w_ref[1]) == (opt_class is not torch.optim.Adam)
