@@ -386,6 +386,18 @@ class KeyedJaggedTensor(KJTMemory):
         """``{key: position}``."""
         return {k: i for i, k in enumerate(self._keys)}
 
+    # TorchRec's private fields that its own modules read off a batch they are given (its
+    # FeatureProcessedEmbeddingBagCollection, PositionWeightedProcessor and ManagedCollisionCollection
+    # rebuild their output KJT from them), so those modules take recgo's batch too
+    _index_per_key: dict[str, int] | None = None
+    _stride_per_key_per_rank = None  # every feature has the same batch size
+
+    def _key_indices(self) -> dict[str, int]:
+        """``{key: position}`` under TorchRec's private name (computed once)."""
+        if self._index_per_key is None:
+            self._index_per_key = self.index_per_key()
+        return self._index_per_key
+
     def length_per_key(self) -> list[int]:
         """Number of IDs of each feature (computed once; checks that lengths are ≥ 0 and sum to the values)."""
         if self._length_per_key is None:

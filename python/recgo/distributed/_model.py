@@ -374,7 +374,8 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       sharded collection gives per-ID weights that require grad their gradient);
     * a TorchRec managed-collision collection becomes recgo's dynamic-ID tables first (as
       :func:`recgo.from_torchrec` converts it, its MCH state carried over), whose collection is then
-      sharded (its tables by ID hash unless ``sharding`` says otherwise);
+      sharded (its tables by ID hash unless ``sharding`` says otherwise); one built around recgo's
+      collection raises ``InvalidInputError`` (its MCH modules would remap IDs on each rank apart);
     * every other parameter or buffer still on the meta device is materialised on the CPU and
       initialised by its module's ``reset_parameters()`` (``nn.MultiheadAttention``'s
       ``_reset_parameters``); a module with neither gets a warning, as its values are then arbitrary.
@@ -424,7 +425,7 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
     _check_dmp_arguments(kwargs)
     by_sharder = _sharder_optimizers(sharders)
-    model = convert_managed(model, kwargs.get("optimizer"))  # their MCH state into dynamic-ID tables first
+    model = convert_managed(model, kwargs.get("optimizer"), sharding=True)  # their MCH state into dynamic-ID tables first
     found = _collections(model)
     for name, m, _ in found:
         _check_shareable(model, name, m)

@@ -32,7 +32,7 @@ class PooledFeature(NamedTuple):
 
 
 def pooled_features(configs: Sequence[Any], tables: Sequence[torch.Tensor]) -> list[PooledFeature]:
-    """Each output feature of a collection with ``configs`` (its ``EmbeddingBagConfig``\ s) and those
+    """Each output feature of a collection with ``configs`` (its ``EmbeddingBagConfig`` list) and those
     tables' weights, in output order."""
     out, column = [], 0
     for cfg, weight in zip(configs, tables):

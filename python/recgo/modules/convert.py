@@ -139,15 +139,16 @@ def to_torchrec(model: nn.Module) -> nn.Module:
     script that goes on from a recgo-trained model.
 
     The weights are copied (TorchRec's module is built with torch's random state left as it was, so the
-    caller's next draws are unchanged); ``is_weighted``, ``need_indices``, each table's ``requires_grad``,
+    caller's next draws are unchanged; a collection on the meta device gives TorchRec's on the meta
+    device, to materialise as TorchRec's modules are); ``is_weighted``, ``need_indices``, each table's ``requires_grad``,
     the ``training`` flag and user hooks carry over. The fused optimizer and its state do not: TorchRec's
     unsharded modules hold none (give the new tables ``apply_optimizer_in_backward`` to train on).
 
     Returns ``model`` with the modules replaced (or the new module when ``model`` was a collection).
 
     Raises:
-        InvalidInputError: ``model`` holds no recgo collection, a collection is on the meta device, has
-            dynamic-ID tables (TorchRec's counterpart is a managed-collision module), or is sharded or
+        InvalidInputError: ``model`` holds no recgo collection, a sequence collection has tables of
+            several widths (TorchRec's requires one), a collection has dynamic-ID tables (TorchRec's counterpart is a managed-collision module), or is sharded or
             planned (``recgo.distributed.gather_state_dict`` gives the unsharded weights).
     """
     import torchrec
@@ -167,18 +168,26 @@ def to_torchrec(model: nn.Module) -> nn.Module:
             raise InvalidInputError(f"to_torchrec: {where} is a recgo {type(m).__name__}, which has no TorchRec "
                                     "module to become (gather a sharded model's weights into the unsharded model "
                                     "with recgo.distributed.gather_state_dict and convert that)")
-        if m.device.type == "meta":
-            raise InvalidInputError(f"to_torchrec: {where} is on the meta device: materialise it first")
+        dims = sorted({c.embedding_dim for c in m.embedding_configs()}) if kind == "sequence" else []
+        if len(dims) > 1:
+            raise InvalidInputError(f"to_torchrec: {where} is an EmbeddingCollection of tables {dims} wide: "
+                                    "TorchRec's EmbeddingCollection requires one embedding_dim for all its tables "
+                                    "(recgo's takes several); split it into one collection per width")
+        meta = m.device.type == "meta"  # then TorchRec's module on meta too: shapes only, as from_torchrec's
+        dev = torch.device("meta" if meta else "cpu")
         with torch.random.fork_rng(devices=[]):  # TorchRec's constructor draws an init the weights replace
             if kind == "pooled":
                 new: nn.Module = torchrec.EmbeddingBagCollection(
-                    tables=[c.to_torchrec() for c in m.embedding_bag_configs()], is_weighted=m.is_weighted())
+                    tables=[c.to_torchrec() for c in m.embedding_bag_configs()], is_weighted=m.is_weighted(),
+                    device=dev)
             else:
                 new = torchrec.EmbeddingCollection(tables=[c.to_torchrec() for c in m.embedding_configs()],
-                                                   need_indices=m.need_indices())
+                                                   need_indices=m.need_indices(), device=dev)
         prefix = "embedding_bags" if kind == "pooled" else "embeddings"
-        weights = {k: v for k, v in m.state_dict().items() if k.startswith(f"{prefix}.") and k.endswith(".weight")}
-        new.load_state_dict(weights)
+        if not meta:
+            weights = {k: v for k, v in m.state_dict().items()
+                       if k.startswith(f"{prefix}.") and k.endswith(".weight")}
+            new.load_state_dict(weights)
         _keep_frozen(m, new, prefix)
         carry_module_state([(m, new)], name, what="to_torchrec")
         converted[id(m)] = new
@@ -299,12 +308,21 @@ def carry_module_state(pairs: list[tuple[nn.Module, nn.Module]], name: str, stat
 
 
 def convert_managed(model: nn.Module, optimizer: FusedOptimizer | None = None, seed: int | None = None,
-                    class_defaults: bool = False) -> nn.Module:
+                    class_defaults: bool = False, sharding: bool = False) -> nn.Module:
     """Replace TorchRec's managed-collision collections in ``model`` (itself included) by recgo's
     dynamic-ID tables, as :func:`from_torchrec` does, leaving every other module; returns ``model``
-    (or the new collection when ``model`` was one). ``shard_model`` starts with it.
-    ``class_defaults``: see :func:`recgo.modules.optim.adopt`."""
+    (or the new collection when ``model`` was one). ``shard_model`` starts with it (``sharding``).
+    ``class_defaults``: see :func:`recgo.modules.optim.adopt`. One built around a recgo collection
+    stays as it is, or with ``sharding`` raises ``InvalidInputError``."""
     for name, m, _ in outermost(model, lambda m: "managed" if _kind(m) == "managed" else None):
+        if torchrec_kind(m._embedding_module) is None:  # TorchRec's MCH modules in front of recgo's collection
+            if sharding:  # each rank's MCH modules would map the same ID to different rows
+                raise InvalidInputError(
+                    f"shard_model: {name or 'the model'}: TorchRec's {type(m).__name__} around recgo's "
+                    f"{type(m._embedding_module).__name__} cannot be sharded (its MCH modules would remap IDs "
+                    "on each rank apart); build it around TorchRec's collection (shard_model turns it into "
+                    "dynamic-ID tables) or declare recgo's dynamic-ID tables (EmbeddingBagConfig(dynamic=...))")
+            continue  # in one process it runs as it is: recgo's tables behind TorchRec's remapping
         new = _from_managed(m, optimizer, seed, class_defaults)
         carry_module_state([(m, new), (m._embedding_module, getattr(new, new._attr))], name, state_hooks=False,
                             stacklevel=4)  # the caller of from_torchrec or shard_model

@@ -515,8 +515,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return KeyedTensor._over(self._features, self._dims, node.values())
 
     def embedding_bag_configs(self) -> list[EmbeddingBagConfig]:
-        """The tables' configs."""
+        """The tables' configs (also ``embedding_configs()``: TorchRec's managed-collision wrapper asks
+        a collection that is not its own EmbeddingBagCollection by that name)."""
         return list(self._configs)
+
+    embedding_configs = embedding_bag_configs
 
     def is_weighted(self) -> bool:
         """Whether bags pool with per-ID weights."""

@@ -274,7 +274,8 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
     parameters of ``module``, e.g. a TorchRec collection's table weights; None when none was given.
     ``class_defaults``: see :func:`from_torch`; without it (DMP's reading), SGD's, Adagrad's and
     row-wise Adagrad's ``weight_decay`` is 0, as FBGEMM's CPU kernels apply none. ``warn``: say when
-    a weight decay is dropped, or (``class_defaults``) differs from torch's dense one.
+    a weight decay is dropped, or (``class_defaults``) differs from torch's dense one, as Adam's
+    update of the rows a batch leaves out does.
 
     A frozen parameter (``requires_grad=False``) without one is left out: torch cannot give a frozen
     parameter an in-backward optimizer, so a table frozen first has none, and the fused optimizer
@@ -285,6 +286,7 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
             ones, or one has several (recgo's collection updates every table with one optimizer).
     """
     found: dict[str, FusedOptimizer | None] = {}
+    torch_classes: set[type] = set()
     for n, p in module.named_parameters():
         classes, params = getattr(p, "_optimizer_classes", None), getattr(p, "_optimizer_kwargs", None)
         if not classes:
@@ -299,6 +301,7 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
         if class_defaults:  # the module ran torch's optimizer itself: its scheduler may have moved it
             kwargs = _live_kwargs(kwargs, getattr(p, "_in_backward_optimizers", None))
         found[n] = from_torch(classes[0], kwargs, class_defaults)
+        torch_classes.add(classes[0])
     decays = sorted({o.weight_decay for o in found.values() if o is not None and o.weight_decay})
     if not class_defaults and decays and all(type(o) in _FBGEMM_CPU for o in found.values()):
         # DMP runs these with FBGEMM's CPU kernels, which apply no weight decay (weight_decay_mode NONE)
@@ -311,6 +314,15 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
                       "on TorchRec's unsharded tables (dense gradients) decays every row at every step; recgo's fused "
                       "one decays only the rows a batch touches, so rows absent from a batch keep their value and the "
                       "two drift apart", UserWarning, stacklevel=3)
+    # torch's Adam stepped TorchRec's unsharded tables (torchrec.optim's placeholders never ran there)
+    adam = next((c for c in torch_classes if c.__module__.startswith("torch.optim") and c.__name__ in ("Adam", "AdamW")),
+                None)
+    if class_defaults and adam is not None and warn:
+        warnings.warn(f"from_torchrec: the in-backward optimizer is {adam.__name__}. torch's on TorchRec's "
+                      "unsharded tables (dense gradients) also steps the rows a batch leaves out (their moments go "
+                      "on moving them); recgo's fused one updates only the rows a batch touches, as SparseAdam and "
+                      "DMP's kernels do, so the two drift apart unless every row is in every batch",
+                      UserWarning, stacklevel=3)
     if len(distinct) > 1:
         by = {repr(o): sorted(n for n, x in found.items() if x == o) for o in distinct}
         raise InvalidInputError("the tables of one collection have different in-backward optimizers "
