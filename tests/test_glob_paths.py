@@ -118,3 +118,18 @@ def test_a_file_listed_twice_is_refused_when_the_source_opens(tmp_path: Path) ->
     with pytest.raises(recgo.InvalidInputError, match="are the same file"):
         CSVSource([files[0], dotted], [Column("a", "dense")], header=False).schema()
     assert rows(recgo.DataPipeline(CriteoSource(files), C1, 4, depth=0)) == 18
+
+
+def test_the_profiler_refuses_a_pattern_matching_a_file_and_a_link_to_it(tmp_path: Path) -> None:
+    """``recgo profile --criteo`` reads its files in Python: a pattern matching a file and a symbolic
+    (or hard) link to it counted that file's IDs twice before session 37; it is refused, naming both."""
+    from recgo.planner.criteo import criteo_batches
+
+    files = parts(tmp_path)
+    (tmp_path / "part-9.txt").symlink_to(files[0])
+    with pytest.raises(recgo.InvalidInputError, match=r"part-9.txt is given twice \(also as .*part-0.txt\)"):
+        list(criteo_batches(tmp_path / "part-*.txt", rows=97, batch_size=4))
+    (tmp_path / "part-9.txt").unlink()
+    (tmp_path / "part-9.txt").hardlink_to(files[2])
+    with pytest.raises(recgo.InvalidInputError, match=r"part-9.txt is given twice \(also as .*part-2.txt\)"):
+        list(criteo_batches(tmp_path / "part-*.txt", rows=97, batch_size=4))

@@ -13,7 +13,7 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import RecgoIOError
+from .errors import InvalidInputError, RecgoIOError
 
 #: The characters that make a data path a glob pattern (when no file has that name).
 GLOB_CHARS = frozenset("*?[")
@@ -82,3 +82,19 @@ def expand_paths(paths: list[str], what: str = "data") -> list[str]:
             raise RecgoIOError(f"{what}: the pattern {p!r} matches no file")
         out.extend(found)
     return out
+
+
+def refuse_repeats(files: list[str], what: str) -> None:
+    """Raise :class:`InvalidInputError` naming both paths when two of ``files`` are the same file (the same
+    path, another spelling of it, a symbolic or hard link: compared by device and inode, as the Go
+    readers do), which would be read twice. Files that cannot be examined are left to the reader."""
+    seen: dict[tuple[int, int], str] = {}
+    for f in files:
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen:
+            raise InvalidInputError(f"{what}: {f} is given twice (also as {seen[key]}): each file is read once")
+        seen[key] = f

@@ -13,7 +13,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator
 
-from .._textfiles import expand_paths, open_binary
+from .._textfiles import expand_paths, open_binary, refuse_repeats
 from ..errors import InvalidInputError, RecgoIOError
 from ..tensors import integer
 from ..sparse import KeyedJaggedTensor
@@ -38,7 +38,7 @@ def criteo_batches(path: str | os.PathLike[str], rows: int = 100_000, batch_size
 
     Raises:
         InvalidInputError: a line with another number of fields, or bytes that are not ASCII (named
-            by file and line), or a batch size below 1.
+            by file and line), a batch size below 1, or one file matched twice (a file and a link to it).
         RecgoIOError: the file cannot be read, or is a damaged gzip stream; a pattern matching no file.
     """
     from ..feature import Feature, FeatureEngine
@@ -47,7 +47,9 @@ def criteo_batches(path: str | os.PathLike[str], rows: int = 100_000, batch_size
     if batch_size < 1:
         raise InvalidInputError(f"criteo: batch_size must be ≥ 1, got {batch_size}")
     engine = FeatureEngine([Feature(c, dtype="bytes").hash().mod(rows) for c in COLUMNS])
-    for p in expand_paths([os.fspath(path)], "criteo"):
+    files = expand_paths([os.fspath(path)], "criteo")
+    refuse_repeats(files, "criteo")  # a pattern matching a file and a link to it would count it twice
+    for p in files:
         yield from _file_batches(Path(p), engine, batch_size, has_label)
 
 

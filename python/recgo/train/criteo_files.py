@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidInputError, RecgoIOError
-from .._textfiles import expand_paths, natural_key, open_binary
+from .._textfiles import expand_paths, natural_key, open_binary, refuse_repeats
 from ._files import derived_path, write_once
 from ._inputs import _CHUNK, _bad_gzip
 from .data import Batch, CriteoFile, _label_check
@@ -31,14 +31,10 @@ def data_files(data: list[str]) -> list[str]:
     all of them in natural order. Raises ``InvalidInputError`` for a path that is not a file and for a
     file given twice (by any path), ``RecgoIOError`` for a pattern that matches nothing."""
     found = sorted(expand_paths(list(data), "data"), key=natural_key)
-    seen: dict[str, str] = {}
     for f in found:
         if not Path(f).is_file():
             raise InvalidInputError(f"data: {f} is not a file")
-        key = os.path.realpath(f)
-        if key in seen:
-            raise InvalidInputError(f"data: {f} is given twice (also as {seen[key]}): each file trains once")
-        seen[key] = f
+    refuse_repeats(found, "data")
     return found
 
 
