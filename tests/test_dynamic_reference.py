@@ -1,12 +1,16 @@
 """Dynamic-ID tables against an independent Python model of the policy docs/dynamic.md and
-engine/dynamic/doc.go state: rows from the free list (ascending) before the high water mark; when
-full, one pass frees ceil(evict_fraction · bound) rows not seen in the current step, first by the
-policy's key (LRU: last step seen; LFU: count, then last step), ties by row; ``max_age`` frees rows
-unseen for more than ``max_age`` steps (a sweep every ``max_age // 4`` steps, and a lookup of such a
-row's ID, which then comes back as a new ID); a new row starts from the ID's seeded initial vector
-and zero optimizer state. The model trains its rows with the float64 lazy optimizer of
-``test_optim_reference``; every step compares the ID → row map, every weight and state row, and
-the step counter. IDs include int64's extremes; batches may fill the table exactly or overflow it
+engine/dynamic/doc.go state: an ID gets a row at its ``min_count``-th sighting without one (sightings
+stay counted after an eviction, as the admission sketch keeps them); rows come from the free list
+(ascending) before the high water mark; when full, one pass frees ceil(evict_fraction · bound) rows
+not seen in the current step, first by the policy's key (LRU: last step seen; LFU: count, then last
+step), ties by row; ``max_age`` frees rows unseen for more than ``max_age`` steps (a sweep every
+``max_age // 4`` steps, and a lookup of such a row's ID, which then comes back as a new ID); a
+``manual_step`` clock moves only with ``advance``; a new row starts from the ID's seeded initial
+vector and zero optimizer state. The model trains its rows with the float64 lazy optimizer of
+``test_optim_reference``; every step compares the outputs (pooled SUM or MEAN, with per-ID weights,
+or sequence; IDs without a row as zero rows), the ID → row map, every weight and state row, and the
+step counter. Eval forwards change nothing; a checkpoint reload mid-run goes on as the uninterrupted
+run. IDs include int64's extremes; batches may fill the table exactly or overflow it
 (``CapacityError``, nothing changed)."""
 
 from __future__ import annotations
@@ -123,13 +127,26 @@ class TableModel:
         return [self.rows.get(i, -1) for i in ids]
 
 
-def pool(w: torch.Tensor, rows: torch.Tensor, lengths: list[int], sequence: bool) -> torch.Tensor:
-    """The rows (zeros for -1) per lookup (sequence) or summed per bag."""
+def pool(w: torch.Tensor, rows: torch.Tensor, lengths: list[int], sc: dict, weights: torch.Tensor) -> torch.Tensor:
+    """The rows (zeros for -1) per lookup (sequence), or per bag Σ weight·row, over the bag's length
+    for MEAN (an ID without a row counts in it, as a zero row)."""
     per = torch.where((rows >= 0).unsqueeze(1), w[rows.clamp(min=0)], torch.zeros(()).double())
-    if sequence:
+    if sc["sequence"]:
         return per
-    bag = torch.arange(len(lengths)).repeat_interleave(torch.tensor(lengths))
-    return torch.zeros(len(lengths), w.shape[1], dtype=torch.float64).index_add_(0, bag, per)
+    return torch.zeros(len(lengths), w.shape[1], dtype=torch.float64).index_add_(0, bags(lengths),
+                                                                                  per * lookup_scale(lengths, sc, weights))
+
+
+def bags(lengths: list[int]) -> torch.Tensor:
+    return torch.arange(len(lengths)).repeat_interleave(torch.tensor(lengths))
+
+
+def lookup_scale(lengths: list[int], sc: dict, weights: torch.Tensor) -> torch.Tensor:
+    """Each lookup's factor in its bag's pooled vector: its weight, over the bag's length for MEAN."""
+    scale = weights.double() if sc["weighted"] else torch.ones(sum(lengths), dtype=torch.float64)
+    if sc["mode"] == "mean":
+        scale = scale / torch.tensor(lengths, dtype=torch.float64)[bags(lengths)]
+    return scale.unsqueeze(1)
 
 
 def assert_unchanged(m: torch.nn.Module, before: dict[str, torch.Tensor], what: str) -> None:
@@ -162,7 +179,8 @@ def scenario(draw: st.DrawFn) -> dict:
             "kind": draw(st.sampled_from(["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"])),
             "seed": draw(st.integers(0, 1000)), "min_count": draw(st.sampled_from([1, 1, 2, 3])),
             "reload_at": draw(st.integers(0, 8)), "sequence": draw(st.booleans()),
-            "manual": draw(st.booleans()) and draw(st.booleans())}
+            "manual": draw(st.booleans()) and draw(st.booleans()),
+            "mode": draw(st.sampled_from(["sum", "mean"])), "weighted": draw(st.booleans())}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -181,8 +199,9 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
             return m(kjt)["f"].values()
     else:
         def build() -> EmbeddingBagCollection:
-            return EmbeddingBagCollection([EmbeddingBagConfig(sc["bound"], sc["dim"], "t", ["f"], dynamic=dyn)],
-                                          optimizer=opt)
+            return EmbeddingBagCollection([EmbeddingBagConfig(sc["bound"], sc["dim"], "t", ["f"], dynamic=dyn,
+                                                              pooling=sc["mode"])],
+                                          is_weighted=sc["weighted"], optimizer=opt)
 
         def run(m: EmbeddingBagCollection, kjt: KeyedJaggedTensor) -> torch.Tensor:
             return m(kjt).values()
@@ -199,7 +218,9 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
             model.advance()
         table = (ebc.embeddings if sc["sequence"] else ebc.embedding_bags)["t"]
         distinct = list(dict.fromkeys(ids))
-        kjt = KeyedJaggedTensor(["f"], torch.tensor(ids, dtype=torch.int64), lengths=torch.tensor(lengths))
+        weights = torch.rand(len(ids), generator=gen) * 2 - 0.5
+        kjt = KeyedJaggedTensor(["f"], torch.tensor(ids, dtype=torch.int64), lengths=torch.tensor(lengths),
+                                weights=weights)
         fits = model.fits(distinct)
         if eval_first or not fits:
             before = {k: v.clone() for k, v in ebc.state_dict().items()}
@@ -207,7 +228,7 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
             ebc.eval()
             with torch.no_grad():
                 held = torch.tensor([model.rows.get(x, -1) for x in ids])
-                torch.testing.assert_close(run(ebc, kjt).double(), pool(model.ref.w, held, lengths, sc["sequence"]),
+                torch.testing.assert_close(run(ebc, kjt).double(), pool(model.ref.w, held, lengths, sc, weights),
                                            rtol=1e-5, atol=1e-5)
             ebc.train()
             assert_unchanged(ebc, before, "an eval forward")
@@ -221,12 +242,12 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
         got_rows = dynamic.lookup(ebc, "t", torch.tensor(distinct, dtype=torch.int64)).tolist()
         assert got_rows == rows, f"step {i}: rows of {distinct}"
         live = torch.tensor([rows[distinct.index(x)] for x in ids])
-        torch.testing.assert_close(out.detach().double(), pool(model.ref.w, live, lengths, sc["sequence"]),
+        torch.testing.assert_close(out.detach().double(), pool(model.ref.w, live, lengths, sc, weights),
                                    rtol=1e-5, atol=1e-5)
         g = torch.randn(out.shape, generator=gen)
         (out * g).sum().backward()
         # each lookup's gradient: its bag's (pooled) or its own (sequence), merged per row
-        per_lookup = g.double() if sc["sequence"] else g.double().repeat_interleave(torch.tensor(lengths), 0)
+        per_lookup = g.double() if sc["sequence"] else g.double()[bags(lengths)] * lookup_scale(lengths, sc, weights)
         merged = torch.zeros_like(model.ref.w)
         merged.index_add_(0, live[live >= 0], per_lookup[live >= 0])
         touched = torch.tensor(sorted(set(rows) - {-1}), dtype=torch.int64)
