@@ -133,8 +133,8 @@ def pool(w: torch.Tensor, rows: torch.Tensor, lengths: list[int], sc: dict, weig
     per = torch.where((rows >= 0).unsqueeze(1), w[rows.clamp(min=0)], torch.zeros(()).double())
     if sc["sequence"]:
         return per
-    return torch.zeros(len(lengths), w.shape[1], dtype=torch.float64).index_add_(0, bags(lengths),
-                                                                                  per * lookup_scale(lengths, sc, weights))
+    out = torch.zeros(len(lengths), w.shape[1], dtype=torch.float64)
+    return out.index_add_(0, bags(lengths), per * lookup_scale(lengths, sc, weights))
 
 
 def bags(lengths: list[int]) -> torch.Tensor:
@@ -193,7 +193,8 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
                         init_max=HI, seed=SEED, min_count=sc["min_count"], manual_step=sc["manual"])
     if sc["sequence"]:
         def build() -> EmbeddingCollection:
-            return EmbeddingCollection([EmbeddingConfig(sc["bound"], sc["dim"], "t", ["f"], dynamic=dyn)], optimizer=opt)
+            table = EmbeddingConfig(sc["bound"], sc["dim"], "t", ["f"], dynamic=dyn)
+            return EmbeddingCollection([table], optimizer=opt)
 
         def run(m: EmbeddingCollection, kjt: KeyedJaggedTensor) -> torch.Tensor:
             return m(kjt)["f"].values()
@@ -206,7 +207,8 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
         def run(m: EmbeddingBagCollection, kjt: KeyedJaggedTensor) -> torch.Tensor:
             return m(kjt).values()
     ebc = build()
-    model = TableModel(sc["bound"], sc["dim"], sc["policy"], sc["max_age"], sc["frac"], sc["min_count"], sc["manual"], opt)
+    model = TableModel(sc["bound"], sc["dim"], sc["policy"], sc["max_age"], sc["frac"], sc["min_count"],
+                       sc["manual"], opt)
     gen = torch.Generator().manual_seed(sc["seed"])
     for i, (ids, lengths, eval_first, tick) in enumerate(sc["batches"]):
         if i == sc["reload_at"]:  # resume from a checkpoint: the rest must equal the uninterrupted run
