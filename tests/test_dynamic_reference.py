@@ -9,7 +9,8 @@ step), ties by row; ``max_age`` frees rows unseen for more than ``max_age`` step
 vector and zero optimizer state. The model trains its rows with the float64 lazy optimizer of
 ``test_optim_reference``; every step compares the outputs (pooled SUM or MEAN, with per-ID weights,
 or sequence; IDs without a row as zero rows), the ID → row map, every weight and state row, and the
-step counter. Eval forwards change nothing; a checkpoint reload mid-run goes on as the uninterrupted
+step counter. Eval forwards read the rows (IDs without one, or past ``max_age``, as zeros or the
+``default`` vector) and change nothing; a checkpoint reload mid-run goes on as the uninterrupted
 run. IDs include int64's extremes; batches may fill the table exactly or overflow it
 (``CapacityError``, nothing changed)."""
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from hypothesis import given, settings, strategies as st, HealthCheck
+from hypothesis import example, given, settings, strategies as st, HealthCheck
 import pytest
 import torch
 
@@ -127,10 +128,12 @@ class TableModel:
         return [self.rows.get(i, -1) for i in ids]
 
 
-def pool(w: torch.Tensor, rows: torch.Tensor, lengths: list[int], sc: dict, weights: torch.Tensor) -> torch.Tensor:
-    """The rows (zeros for -1) per lookup (sequence), or per bag Σ weight·row, over the bag's length
+def pool(w: torch.Tensor, rows: torch.Tensor, lengths: list[int], sc: dict, weights: torch.Tensor,
+         missing: torch.Tensor | None = None) -> torch.Tensor:
+    """The rows (zeros, or ``missing``, for -1) per lookup (sequence), or per bag Σ weight·row, over the bag's length
     for MEAN (an ID without a row counts in it, as a zero row)."""
-    per = torch.where((rows >= 0).unsqueeze(1), w[rows.clamp(min=0)], torch.zeros(()).double())
+    missing = torch.zeros(()).double() if missing is None else missing.double()  # the eval default, if any
+    per = torch.where((rows >= 0).unsqueeze(1), w[rows.clamp(min=0)], missing)
     if sc["sequence"]:
         return per
     out = torch.zeros(len(lengths), w.shape[1], dtype=torch.float64)
@@ -166,7 +169,9 @@ def scenario(draw: st.DrawFn) -> dict:
     pool = draw(st.lists(st.sampled_from(I64) | st.integers(-(2**63), 2**63 - 1) | st.integers(0, 12),
                          min_size=1, max_size=2 * bound + 3, unique=True))
     batches = []
-    for _ in range(draw(st.integers(1, 8))):
+    # max_age 8 sweeps every other step: a row can be past its age and not yet freed (after step 10)
+    max_age = draw(st.sampled_from([0, 0, 1, 2, 5, 8]))
+    for _ in range(draw(st.integers(1, 12 if max_age == 8 else 8))):
         n = draw(st.integers(1, 2 * bound + 1))
         ids = draw(st.lists(st.sampled_from(pool), min_size=n, max_size=n))
         cuts = sorted(draw(st.lists(st.integers(0, n), max_size=3)))  # bags, empty ones included
@@ -174,23 +179,30 @@ def scenario(draw: st.DrawFn) -> dict:
         # (…, an eval forward first, a manual clock's advance first)
         batches.append((ids, lengths, draw(st.booleans()) and draw(st.booleans()), draw(st.booleans())))
     return {"bound": bound, "batches": batches, "dim": draw(st.sampled_from([1, 3, 8])),
-            "policy": draw(st.sampled_from(["lru", "lfu"])), "max_age": draw(st.sampled_from([0, 0, 1, 2, 5])),
+            "policy": draw(st.sampled_from(["lru", "lfu"])), "max_age": max_age,
             "frac": draw(st.sampled_from([1 / 32, 0.3, 0.5, 1.0])),
             "kind": draw(st.sampled_from(["SGD", "Adagrad", "RowWiseAdagrad", "Adam", "AdamW"])),
             "seed": draw(st.integers(0, 1000)), "min_count": draw(st.sampled_from([1, 1, 2, 3])),
-            "reload_at": draw(st.integers(0, 8)), "sequence": draw(st.booleans()),
+            "reload_at": draw(st.integers(0, 12)), "sequence": draw(st.booleans()),
             "manual": draw(st.booleans()) and draw(st.booleans()),
-            "mode": draw(st.sampled_from(["sum", "mean"])), "weighted": draw(st.booleans())}
+            "mode": draw(st.sampled_from(["sum", "mean"])), "weighted": draw(st.booleans()),
+            "default": draw(st.none() | st.just(-3.0))}
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario())
+# a row past max_age between sweeps (last seen at step 2, evaluated at step 11): eval misses it
+@example({"bound": 4, "batches": [([6], [1], False, False), ([5], [1], False, False)]
+          + [([6], [1], False, False)] * 9 + [([5], [1], True, False)],
+          "dim": 3, "policy": "lru", "max_age": 8, "frac": 0.3, "kind": "Adam", "seed": 1, "min_count": 1,
+          "reload_at": 12, "sequence": False, "manual": False, "mode": "sum", "weighted": False, "default": -3.0})
 def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
     """Pooled (SUM, several bags) and sequence collections; some batches also go through an eval
     forward first, which must read the model's rows (zeros for IDs without one) and change nothing."""
     opt = make_opt(sc["kind"])
     dyn = DynamicConfig(eviction=sc["policy"], max_age=sc["max_age"], evict_fraction=sc["frac"], init_min=LO,
-                        init_max=HI, seed=SEED, min_count=sc["min_count"], manual_step=sc["manual"])
+                        init_max=HI, seed=SEED, min_count=sc["min_count"], manual_step=sc["manual"],
+                        default=None if sc["default"] is None else [sc["default"]] * sc["dim"])
     if sc["sequence"]:
         def build() -> EmbeddingCollection:
             table = EmbeddingConfig(sc["bound"], sc["dim"], "t", ["f"], dynamic=dyn)
@@ -210,6 +222,7 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
     model = TableModel(sc["bound"], sc["dim"], sc["policy"], sc["max_age"], sc["frac"], sc["min_count"],
                        sc["manual"], opt)
     gen = torch.Generator().manual_seed(sc["seed"])
+    default = None if sc["default"] is None else torch.tensor(sc["default"])
     for i, (ids, lengths, eval_first, tick) in enumerate(sc["batches"]):
         if i == sc["reload_at"]:  # resume from a checkpoint: the rest must equal the uninterrupted run
             sd = {k: v.clone() for k, v in ebc.state_dict().items()}
@@ -229,9 +242,11 @@ def test_dynamic_table_matches_a_dict_model(sc: dict) -> None:
         if eval_first:
             ebc.eval()
             with torch.no_grad():
-                held = torch.tensor([model.rows.get(x, -1) for x in ids])
-                torch.testing.assert_close(run(ebc, kjt).double(), pool(model.ref.w, held, lengths, sc, weights),
-                                           rtol=1e-5, atol=1e-5)
+                # a row past max_age that no sweep freed yet is missed too
+                held = torch.tensor([r if r >= 0 and not model.stale(r) else -1
+                                     for r in (model.rows.get(x, -1) for x in ids)])
+                want = pool(model.ref.w, held, lengths, sc, weights, default)
+                torch.testing.assert_close(run(ebc, kjt).double(), want, rtol=1e-5, atol=1e-5)
             ebc.train()
             assert_unchanged(ebc, before, "an eval forward")
         if not fits:
