@@ -37,7 +37,7 @@ func recgo_dynamic_builder_new(maxRows, maxBytes, minCount C.int64_t, policy C.i
 		}{{"num_embeddings", maxRows}, {"min_count", minCount}, {"max_age", maxAge}, {"sketch_width", sketchWidth}}
 		for _, x := range ints {
 			if x.v < math.MinInt32 || x.v > math.MaxInt32 {
-				return errs.Invalidf("dynamic table: %s %d out of range", x.name, int64(x.v))
+				return errs.Invalidf("dynamic table: %s %d out of range (at most %d)", x.name, int64(x.v), math.MaxInt32)
 			}
 		}
 		if maxBytes < 0 || int64(maxBytes) > 1<<50 {

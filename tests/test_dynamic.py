@@ -66,6 +66,8 @@ def kjt(features: dict[str, list[list[int]]]) -> KeyedJaggedTensor:
     (dict(max_age=-3), "max_age"),
     (dict(num_embeddings=0), "num_embeddings"),
     (dict(num_embeddings=-4), "num_embeddings"),
+    (dict(num_embeddings=2**31), r"num_embeddings 2147483648 out of range \(at most 2147483647\)"),
+    (dict(max_age=2**40), r"max_age 1099511627776 out of range \(at most 2147483647\)"),
     (dict(memory_bytes=-1), "memory_bytes"),
     (dict(num_embeddings=None, memory_bytes=100), "holds no row"),
     (dict(init_min=0.1), "both init_min and init_max"),

@@ -46,17 +46,22 @@ type OptimizerConfig struct {
 
 // Validate checks the hyper-parameters are in range for the kind, and that those it does not take
 // are zero.
+//
+// The kernels compute in float32, so a value must also be one there: a learning rate or weight decay
+// past float32's range would be infinite, and an eps below its smallest positive value zero (a row
+// whose merged gradient is zero, e.g. under per-ID weights of zero, then becomes 0/0 = NaN).
 func (c OptimizerConfig) Validate() error {
-	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
+	// finite: finite in float32 too (the comparison is false for NaN)
+	finite := func(x float64) bool { return math.Abs(x) <= math.MaxFloat32 }
 	switch {
 	case c.Kind < OptNone || c.Kind > OptAdamW:
 		return errs.Invalidf("optimizer: unknown kind %d", int(c.Kind))
 	case c.Kind == OptNone:
 		return nil
 	case !finite(c.LR) || c.LR < 0:
-		return errs.Invalidf("optimizer %s: learning rate %g must be finite and ≥ 0", c.Kind, c.LR)
+		return errs.Invalidf("optimizer %s: learning rate %g must be finite in float32 and ≥ 0", c.Kind, c.LR)
 	case !finite(c.WeightDecay) || c.WeightDecay < 0:
-		return errs.Invalidf("optimizer %s: weight decay %g must be finite and ≥ 0", c.Kind, c.WeightDecay)
+		return errs.Invalidf("optimizer %s: weight decay %g must be finite in float32 and ≥ 0", c.Kind, c.WeightDecay)
 	}
 	adam := c.Kind == OptAdam || c.Kind == OptAdamW
 	unused := func(name string, v float64) error {
@@ -70,8 +75,9 @@ func (c OptimizerConfig) Validate() error {
 		if err := unused("eps", c.Eps); err != nil {
 			return err
 		}
-	} else if !finite(c.Eps) || c.Eps <= 0 {
-		return errs.Invalidf("optimizer %s: eps %g must be finite and > 0", c.Kind, c.Eps)
+	} else if !finite(c.Eps) || float32(c.Eps) <= 0 {
+		return errs.Invalidf("optimizer %s: eps %g must be finite and > 0 in float32 (at least %g)", c.Kind, c.Eps,
+			math.SmallestNonzeroFloat32)
 	}
 	for _, b := range []struct {
 		name string

@@ -1,6 +1,7 @@
 package embedding
 
 import (
+	"math"
 	"sync"
 	"testing"
 
@@ -46,12 +47,18 @@ func TestUnusedHyperParametersAreRefused(t *testing.T) {
 		{OptimizerConfig{Kind: OptSGD, LR: 0.1, Beta2: 0.9}, "beta2=0.9 has no meaning"},
 		{OptimizerConfig{Kind: OptAdagrad, LR: 0.1, Eps: 1e-8, Beta1: 0.9}, "beta1=0.9 has no meaning for adagrad"},
 		{OptimizerConfig{Kind: OptRowwiseAdagrad, LR: 0.1, Eps: 1e-8, WeightDecay: -1}, "weight decay -1"},
+		// values that float32, the kernels' precision, turns into 0 or infinity
+		{OptimizerConfig{Kind: OptAdagrad, LR: 0.1, Eps: 1e-50}, "eps 1e-50 must be finite and > 0 in float32"},
+		{OptimizerConfig{Kind: OptAdam, LR: 0.1, Eps: 1e-46, Beta1: 0.9, Beta2: 0.99}, "eps 1e-46"},
+		{OptimizerConfig{Kind: OptSGD, LR: 1e39}, "learning rate 1e+39 must be finite in float32"},
+		{OptimizerConfig{Kind: OptSGD, LR: 0.1, WeightDecay: 1e39}, "weight decay 1e+39 must be finite in float32"},
 	} {
 		require.ErrorContains(t, c.cfg.Validate(), c.msg)
 	}
 	for _, ok := range []OptimizerConfig{
 		{Kind: OptSGD, LR: 0.1, WeightDecay: 0.5}, {Kind: OptAdagrad, LR: 0.1, Eps: 1e-8, WeightDecay: 0.5},
 		{Kind: OptAdam, LR: 0.1, Eps: 1e-8, Beta1: 0.9, Beta2: 0.99, WeightDecay: 0.5},
+		{Kind: OptRowwiseAdagrad, LR: math.MaxFloat32, Eps: math.SmallestNonzeroFloat32},
 	} {
 		require.NoError(t, ok.Validate())
 	}

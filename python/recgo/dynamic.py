@@ -75,6 +75,8 @@ class DynamicConfig:
 
     Args:
         min_count: training batches an ID must appear in before it gets a row (1: at once; at most 255).
+            The sightings stay counted after the ID is evicted (until the sketch's counters halve),
+            so an evicted ID gets a row again at its next sighting.
         eviction: ``"lru"`` (evict the stalest rows) or ``"lfu"`` (the least frequent, stalest first).
         max_age: also evict rows unseen for more than this many training steps (0: only when full).
         evict_fraction: share of the row bound one eviction pass frees, in (0, 1].
