@@ -3,15 +3,15 @@ docstrings): each runs the work from several threads and compares with the same 
 
 from __future__ import annotations
 
+import threading
 import time
-import weakref
 
 import pytest
 import torch
 
 import recgo
 from recgo.data import SyntheticField, SyntheticSource, _prepared
-from recgo.feature import Feature, FeatureEngine
+from recgo.feature import Feature
 from threaded import run_threads
 
 
@@ -59,3 +59,151 @@ def test_prepared_batch_registry_takes_registrations_from_several_threads(monkey
         for s, o in enumerate(owners):
             ref, numel, lengths_ptr, h = _prepared._BATCHES[(t + 1) << 32 | s * 64]
             assert (ref(), numel, lengths_ptr, h) == (o, 4, 8, o.value)
+
+
+def _kjt(keys: list[str], seed: int, lo: int = 0, span: int = 200, n: int = 16) -> recgo.KeyedJaggedTensor:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(0, 5, (len(keys) * n,), generator=g)
+    return recgo.KeyedJaggedTensor(keys, lo + torch.randint(0, span, (int(lengths.sum()),), generator=g),
+                                   lengths=lengths)
+
+
+def test_concurrent_sequence_forwards_are_exact() -> None:
+    """EmbeddingCollection forwards from several threads (grad and no_grad mixed) each give what they
+    give alone."""
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(300, 8, "t", ["a", "b"])], seed=1)
+    batches = [_kjt(["a", "b"], s, span=300) for s in range(6)]
+    with torch.no_grad():
+        want = [[jt.values().clone() for jt in ec(b).values()] for b in batches]
+    wrong: list[tuple[int, int]] = []
+
+    def body(i: int) -> None:
+        with torch.set_grad_enabled(i % 2 == 0):
+            for s in range(60):
+                k = (i + s) % len(batches)
+                got = [jt.values().detach() for jt in ec(batches[k]).values()]
+                if not all(torch.equal(g, w) for g, w in zip(got, want[k])):
+                    wrong.append((i, s))
+
+    run_threads(4, body)
+    assert wrong == []
+
+
+def _shared_pair(opt: recgo.modules.optim.FusedOptimizer) -> tuple[recgo.EmbeddingBagCollection, recgo.EmbeddingCollection]:
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(400, 8, "t", ["p"])], seed=3, optimizer=opt)
+    return ebc, recgo.EmbeddingCollection([recgo.EmbeddingConfig(400, 8, "t", ["q"])], share=ebc)
+
+
+def _train(module: torch.nn.Module, key: str, lo: int, span: int, steps: int) -> None:
+    for s in range(steps):
+        out = module(_kjt([key], 100 * lo + s, lo, span))
+        values = out.values() if key == "p" else out[key].values()
+        # a loss linear in the outputs: SGD's updates then commute, so every serial order is one result
+        (values * torch.randn(values.shape, generator=torch.Generator().manual_seed(s))).sum().backward()
+
+
+@pytest.mark.parametrize("disjoint", [True, False], ids=["disjoint", "overlapping"])
+def test_a_collection_and_its_shared_sequence_collection_train_from_two_threads(disjoint: bool) -> None:
+    """The README's contract holds for a pooled collection and the sequence collection built with
+    share= it together: fused steps from two threads, one per collection, equal a serial run (bit-equal
+    on disjoint rows with Adagrad; with SGD on shared rows, up to the order of the additions), and the
+    shared step counter counts every step."""
+    opt = recgo.modules.optim.Adagrad(lr=0.1) if disjoint else recgo.modules.optim.SGD(lr=0.01)
+    lo_q, span = (200, 200) if disjoint else (0, 400)
+    jobs = [lambda m: _train(m[0], "p", 0, span, 25), lambda m: _train(m[1], "q", lo_q, span, 25)]
+    serial = _shared_pair(opt)
+    for job in jobs:
+        job(serial)
+    both = _shared_pair(opt)
+    run_threads(2, lambda i: jobs[i](both))
+    got, want = both[0].embedding_bags.t, serial[0].embedding_bags.t
+    if disjoint:
+        assert torch.equal(got.weight, want.weight)
+        assert torch.equal(got.optimizer_state, want.optimizer_state)
+    else:
+        torch.testing.assert_close(got.weight, want.weight, rtol=1e-5, atol=1e-6)
+    assert int(got.optimizer_step) == int(want.optimizer_step) == 50
+
+
+def test_set_num_threads_from_another_thread_while_one_trains() -> None:
+    """recgo.set_num_threads may be called at any time from any thread (docs/threads.md): training
+    meanwhile ends as a serial run does, up to the summation order of other worker counts."""
+    def make() -> recgo.EmbeddingBagCollection:
+        return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(2000, 16, "t", ["a"])], seed=1,
+                                            optimizer=recgo.modules.optim.Adagrad(lr=0.1))
+
+    g = torch.Generator().manual_seed(1)
+    batches = []
+    for _ in range(20):
+        lengths = torch.randint(0, 30, (256,), generator=g)
+        batches.append(recgo.KeyedJaggedTensor(["a"], torch.randint(0, 2000, (int(lengths.sum()),), generator=g),
+                                               lengths=lengths))
+    before = recgo.num_threads()
+    ref, m = make(), make()
+    for b in batches:
+        ref(b).values().square().sum().backward()
+    stop = threading.Event()
+
+    def flip() -> None:
+        n = 0
+        while not stop.is_set():
+            recgo.set_num_threads(1 + n % 3)
+            n += 1
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        run_threads(1, lambda _: [m(b).values().square().sum().backward() for b in batches])
+    finally:
+        stop.set()
+        flipper.join()
+        recgo.set_num_threads(before)
+    for k, v in ref.state_dict().items():
+        torch.testing.assert_close(m.state_dict()[k], v, rtol=1e-5, atol=1e-6)
+
+
+_SOURCE = SyntheticSource(6000, [SyntheticField("u", 300, 1.1), SyntheticField("i", 500, 1.0, 0.9)], dense=2, seed=5)
+_FEATURES = [Feature("u").mod(200), Feature("i").mod(300)]
+
+
+def _pipeline(**kw) -> recgo.DataPipeline:
+    return recgo.DataPipeline(_SOURCE, _FEATURES, 64, depth=3, threads=2, **kw)
+
+
+def test_pipelines_in_several_threads_read_what_each_reads_alone() -> None:
+    """Pipelines over one source, each iterated by its own thread (with tables, so every batch is
+    registered as prepared), deliver exactly the batches a pipeline delivers alone."""
+    tables = [{"name": "t", "keys": ["u", "i"]}]
+    want = [(b.sparse.values().clone(), b.dense.clone()) for b in _pipeline(tables=tables)]
+    got: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(3)]
+    run_threads(3, lambda i: got[i].extend((b.sparse.values(), b.dense) for b in _pipeline(tables=tables)))
+    for mine in got:
+        assert len(mine) == len(want)
+        assert all(torch.equal(v, wv) and torch.equal(d, wd) for (v, d), (wv, wd) in zip(mine, want))
+
+
+def test_closing_a_pipeline_while_another_thread_reads_it() -> None:
+    """DataPipeline's contract: one thread may close the pipeline while another is in next(): that
+    call finishes, later ones raise InvalidInputError, and the batches handed out stay valid."""
+    want = [b.dense.clone() for b in _pipeline()]
+    for delay in (0.0, 0.002, 0.01):
+        pipe, got, ended = _pipeline(), [], []
+
+        def read() -> None:
+            try:
+                while True:
+                    got.append(next(pipe))
+            except BaseException as exc:  # noqa: BLE001 - inspected below
+                ended.append(exc)
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        time.sleep(delay)
+        pipe.close()
+        reader.join()
+        assert len(ended) == 1
+        if len(got) < len(want):
+            assert isinstance(ended[0], recgo.errors.InvalidInputError) and "closed" in str(ended[0])
+        else:
+            assert isinstance(ended[0], StopIteration)
+        assert all(torch.equal(b.dense, w) for b, w in zip(got, want))
