@@ -207,3 +207,39 @@ def test_closing_a_pipeline_while_another_thread_reads_it() -> None:
         else:
             assert isinstance(ended[0], StopIteration)
         assert all(torch.equal(b.dense, w) for b, w in zip(got, want))
+
+
+def test_save_while_the_shared_sequence_collection_trains(tmp_path) -> None:
+    """save() of a collection copies its tables under the lock that the share= sequence collection's
+    fused steps take too: a file saved while that collection trains in another thread holds one step
+    of both tables (each step updates both) and loads."""
+    def pair() -> tuple[recgo.EmbeddingBagCollection, recgo.EmbeddingCollection]:
+        ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(4000, 32, "t0", ["p"]),
+                                            recgo.EmbeddingBagConfig(300, 8, "t1", ["r"])], seed=1,
+                                           optimizer=recgo.modules.optim.Adagrad(lr=0.01))
+        return ebc, recgo.EmbeddingCollection([recgo.EmbeddingConfig(4000, 32, "t0", ["q"]),
+                                               recgo.EmbeddingConfig(300, 8, "t1", ["s"])], share=ebc)
+
+    ebc, ec = pair()
+    batch = _kjt(["q", "s"], 0, span=300, n=512)
+    stop = threading.Event()
+
+    def train() -> None:
+        while not stop.is_set():
+            sum(jt.values().sum() for jt in ec(batch).values()).backward()
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    try:
+        steps = []
+        for i in range(4):
+            ebc.save(tmp_path / f"c{i}.pt")
+            fresh = pair()[0]
+            fresh.load(tmp_path / f"c{i}.pt")
+            s = fresh.state_dict()
+            steps.append((int(s["embedding_bags.t0.optimizer_step"]), int(s["embedding_bags.t1.optimizer_step"])))
+    finally:
+        stop.set()
+        worker.join()
+    assert all(a == b for a, b in steps), steps
+    assert steps[-1][0] > steps[0][0], steps
