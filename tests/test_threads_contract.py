@@ -243,3 +243,84 @@ def test_save_while_the_shared_sequence_collection_trains(tmp_path) -> None:
         worker.join()
     assert all(a == b for a, b in steps), steps
     assert steps[-1][0] > steps[0][0], steps
+
+
+def _dynamic_pair(opt: recgo.modules.optim.FusedOptimizer, init: float = 0.1) -> recgo.EmbeddingBagCollection:
+    def dyn() -> recgo.DynamicConfig:
+        return recgo.DynamicConfig(seed=7, evict_fraction=0.25, init_min=-init, init_max=init)
+
+    return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(2000, 16, "t0", ["a"], dynamic=dyn()),
+                                         recgo.EmbeddingBagConfig(2000, 16, "t1", ["b"], dynamic=dyn())],
+                                        seed=1, optimizer=opt)
+
+
+def _dynamic_batch(s: int) -> recgo.KeyedJaggedTensor:
+    ids = torch.randint(0, 5000, (512,), generator=torch.Generator().manual_seed(s))
+    return recgo.KeyedJaggedTensor(["a", "b"], ids, lengths=torch.ones(512, dtype=torch.int64))
+
+
+def _train_until(ebc: recgo.EmbeddingBagCollection, stop: threading.Event) -> None:
+    s = 0
+    while not stop.is_set():
+        ebc(_dynamic_batch(s)).values().sum().backward()
+        s += 1
+
+
+def test_save_with_dynamic_tables_while_another_thread_trains(tmp_path) -> None:
+    """save() read each dynamic table's snapshot on its own and copied the step counters after them,
+    so a file saved while another thread trained held several steps: one table at clock 115, the
+    other at 121, both step counters at 127. Now every table comes from one section: each batch
+    feeds both tables, so their clocks, high-water marks and step counters agree in every file."""
+    opt = recgo.modules.optim.Adagrad(lr=0.05)
+    ebc, stop = _dynamic_pair(opt), threading.Event()
+    worker = threading.Thread(target=_train_until, args=(ebc, stop))
+    worker.start()
+    seen = []
+    try:
+        for i in range(10):
+            ebc.save(tmp_path / f"c{i}.pt")
+            fresh = _dynamic_pair(opt)
+            fresh.load(tmp_path / f"c{i}.pt")
+            s = fresh.state_dict()
+            t0, t1 = (s[f"embedding_bags.{t}.dynamic_meta"].tolist() for t in ("t0", "t1"))
+            steps = [int(s[f"embedding_bags.{t}.optimizer_step"]) for t in ("t0", "t1")]
+            seen.append((t0[4], t1[4], *steps))
+    finally:
+        stop.set()
+        worker.join()
+    # a training forward advances both clocks, its backward both step counters: a file taken
+    # between them has clocks one past the steps
+    assert all(c0 == c1 and s0 == s1 and c0 - s0 in (0, 1) for c0, c1, s0, s1 in seen), seen
+    assert seen[-1][2] > seen[0][2], seen
+
+
+def test_dynamic_rows_read_while_another_thread_trains_are_whole_updates() -> None:
+    """A dynamic table's state_dict() entries come from a snapshot, which copied the rows under the
+    table's own locks only, while a fused update (under the collection's lock) wrote them: a row
+    could be half updated (2 to 20 such rows in 150 reads). The snapshot now holds the collection's
+    lock shared. With zero initial rows and a loss whose gradient is one per lookup, every element
+    of a row moves by the same SGD steps, so a whole row is constant."""
+    dyn = recgo.DynamicConfig(seed=7, evict_fraction=0.25, init_min=0.0, init_max=0.0)
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(508, 512, "t", ["a"], dynamic=dyn)], seed=1,
+                                       optimizer=recgo.modules.optim.SGD(lr=1.0))
+    batches = [recgo.KeyedJaggedTensor(["a"], torch.randint(0, 500, (2048,), generator=torch.Generator().manual_seed(s)),
+                                       lengths=torch.ones(2048, dtype=torch.int64)) for s in range(8)]
+    stop = threading.Event()
+
+    def train() -> None:
+        s = 0
+        while not stop.is_set():
+            ebc(batches[s % len(batches)]).values().sum().backward()
+            s += 1
+
+    worker = threading.Thread(target=train)
+    worker.start()
+    torn = 0
+    try:
+        for _ in range(300):
+            w = ebc.state_dict()["embedding_bags.t.weight"]
+            torn += int((w != w[:, :1]).any(dim=1).sum())
+    finally:
+        stop.set()
+        worker.join()
+    assert torn == 0

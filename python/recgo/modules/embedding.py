@@ -569,10 +569,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """Write ``state_dict()`` to ``path`` atomically, with a CRC-32 of every tensor and of the
         metadata (see :func:`save_checkpoint`): one consistent step of every table, also while other
         threads train the collection (copied under the engine's lock first)."""
-        state = self.state_dict()
-        if self._handle is not None:
-            state = snapshot(self._handle, state, [t for st in self._storage for t in st])
-        save_checkpoint(state, path)
+        save_checkpoint(self.state_dict() if self._handle is None else snapshot(self), path)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load a checkpoint written by :meth:`save` (weights and optimizer state, bit-exact) after
