@@ -3,7 +3,9 @@ docstrings): each runs the work from several threads and compares with the same 
 
 from __future__ import annotations
 
+import copy
 import math
+import pickle
 import random
 import threading
 import time
@@ -295,6 +297,27 @@ def test_save_with_dynamic_tables_while_another_thread_trains(tmp_path) -> None:
     # between them has clocks one past the steps
     assert all(c0 == c1 and s0 == s1 and c0 - s0 in (0, 1) for c0, c1, s0, s1 in seen), seen
     assert seen[-1][2] > seen[0][2], seen
+
+
+def test_copies_while_another_thread_trains_hold_one_step() -> None:
+    """copy.deepcopy and pickle (AveragedModel, an EMA, torch.save(module) in another thread) read the
+    live tables one at a time: a copy held dynamic tables at clocks 2 and 13 with step counters 24
+    and 37. They now take the state as save() does, one step of every table."""
+    ebc, stop = _dynamic_pair(recgo.modules.optim.Adagrad(lr=0.05)), threading.Event()
+    worker = threading.Thread(target=_train_until, args=(ebc, stop))
+    worker.start()
+    seen = []
+    try:
+        for i in range(10):
+            c = copy.deepcopy(ebc) if i % 2 == 0 else pickle.loads(pickle.dumps(ebc))
+            s = c.state_dict()
+            clocks = [int(s[f"embedding_bags.{t}.dynamic_meta"][4]) for t in ("t0", "t1")]
+            steps = [int(s[f"embedding_bags.{t}.optimizer_step"]) for t in ("t0", "t1")]
+            seen.append((*clocks, *steps))
+    finally:
+        stop.set()
+        worker.join()
+    assert all(c0 == c1 and s0 == s1 and c0 - s0 in (0, 1) for c0, c1, s0, s1 in seen), seen
 
 
 def test_dynamic_rows_read_while_another_thread_trains_are_whole_updates() -> None:

@@ -88,6 +88,18 @@ def snapshot(module: Any) -> dict[str, Any]:
             for k, v in state.items()}
 
 
+def state_copy(module: Any, owned: bool) -> dict[str, Any]:
+    """What a copy or a pickle of a materialised pooled collection loads: :func:`snapshot`, one step of
+    every table also while other threads train (copies read the live tables, a dynamic table at a
+    time, and held tables of different steps); with ``owned`` no tensor is the module's own."""
+    state = snapshot(module)
+    if owned:  # what snapshot left as it was: the module's own tensors that are not engine memory
+        mine = {t.data_ptr() for t in (*module.parameters(), *module.buffers()) if t.numel()}
+        state = {k: v.detach().clone() if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in mine else v
+                 for k, v in state.items()}
+    return state
+
+
 class _Cell:
     """One element of a ctypes array as the ``.value`` cell :func:`recgo._lib.call_making` frees
     when an interrupt lands before the handles are taken over."""
