@@ -30,11 +30,18 @@ var workers atomic.Int64
 // perf, sysmon alone took 7 % of a sharded rank's CPU time. With one P idle, sysmon leaves a P in a
 // syscall alone (for up to 10 ms) and backs off. The spare P runs no loop of the engine's, whose
 // thread counts come from Workers.
+//
+// Calls may overlap (recgo_set_num_threads from several threads): the count and GOMAXPROCS are set
+// together under a lock, or the count of one call and the GOMAXPROCS of another were left.
 func SetWorkers(n int) {
 	n = max(n, 1)
+	setMu.Lock()
+	defer setMu.Unlock()
 	workers.Store(int64(n))
 	runtime.GOMAXPROCS(n + 1)
 }
+
+var setMu sync.Mutex
 
 // For calls body(lo, hi) over [0, n) cut into equal contiguous chunks of at least minChunk items (a
 // few per worker) and returns when all are done. The calling goroutine and up to Workers()-1 helpers

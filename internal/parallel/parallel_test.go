@@ -131,3 +131,27 @@ func TestSetTeamWhileLoopsRun(t *testing.T) {
 		assert.EqualValues(t, 50*n*(n-1)/2, sums[l].Load(), "loop %d", l)
 	}
 }
+
+// TestSetWorkersFromSeveralGoroutines: recgo.set_num_threads may be called from any thread at any
+// time, so two calls may overlap. The worker count and GOMAXPROCS (one more, the spare P) were set
+// one after the other without a lock: overlapping calls left the count of one and the GOMAXPROCS
+// of the other (no spare P, or a P too many).
+func TestSetWorkersFromSeveralGoroutines(t *testing.T) {
+	prevWorkers, prevProcs := workers.Load(), runtime.GOMAXPROCS(0)
+	defer func() { workers.Store(prevWorkers); runtime.GOMAXPROCS(prevProcs) }()
+	for round := range 100 {
+		done := make(chan struct{})
+		for g := range 4 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for i := range 5 {
+					SetWorkers(1 + (g+i)%3)
+				}
+			}()
+		}
+		for range 4 {
+			<-done
+		}
+		assert.Equal(t, Workers()+1, runtime.GOMAXPROCS(0), "round %d", round)
+	}
+}
