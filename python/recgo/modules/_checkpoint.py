@@ -74,9 +74,12 @@ def snapshot(module: Any) -> dict[str, Any]:
     tables = (ctypes.c_int64 * len(dyn))(*dyn)
     raw = (ctypes.c_size_t * len(dyn))()
     cells = [_Cell(raw, k) for k in range(len(dyn))]
-    _lib.call_making(_lib.fn("recgo_ebc_snapshot_exclusive"), cells, module._handle.value, n, srcs, dsts, sizes,
-                     len(dyn), tables, raw)
-    snaps = {i: _lib.Handle(raw[k]) for k, i in enumerate(dyn)}
+    with _lib.freed_if_interrupted(cells):  # until the Handles own the snapshots
+        _lib.call(_lib.fn("recgo_ebc_snapshot_exclusive"), module._handle.value, n, srcs, dsts, sizes,
+                  len(dyn), tables, raw)
+        snaps = {i: _lib.Handle(raw[k]) for k, i in enumerate(dyn)}
+        for cell in cells:
+            cell.value = 0
     try:
         with dynamic.pinned(module, snaps):
             state = module.state_dict()
@@ -101,8 +104,8 @@ def state_copy(module: Any, owned: bool) -> dict[str, Any]:
 
 
 class _Cell:
-    """One element of a ctypes array as the ``.value`` cell :func:`recgo._lib.call_making` frees
-    when an interrupt lands before the handles are taken over."""
+    """One element of a ctypes array as the ``.value`` cell :func:`recgo._lib.freed_if_interrupted`
+    frees when an interrupt lands before the handles are taken over."""
 
     __slots__ = ("array", "index")
 
