@@ -374,3 +374,41 @@ def test_mip_solves_from_several_threads_equal_solves_made_alone() -> None:
                 switch_interval=None)
     assert len(got) == 12
     assert all(r.status == "optimal" and r.objective == pytest.approx(want[seed], abs=1e-9) for seed, r in got)
+
+
+def test_switching_the_team_while_the_main_thread_trains() -> None:
+    """recgo._threads.use_openmp from another thread while the main thread's loops run (on torch's
+    OpenMP team or Go's threads, switched between its loops) trains as a run on either alone."""
+    from recgo import _threads
+
+    torch.ones(1 << 16).add_(1)  # torch's OpenMP runtime loaded
+    if _threads.openmp_runtime() is None:
+        pytest.skip("no OpenMP runtime in this process")
+
+    def make() -> recgo.EmbeddingBagCollection:
+        return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(3000, 32, "t", ["a"])], seed=4,
+                                            optimizer=recgo.modules.optim.Adagrad(lr=0.1))
+
+    batches = [_kjt(["a"], s, span=3000, n=512) for s in range(12)]
+    ref, m = make(), make()
+    for b in batches:
+        ref(b).values().square().sum().backward()
+    stop = threading.Event()
+
+    def flip() -> None:
+        n = 0
+        while not stop.is_set():
+            _threads.use_openmp(n % 2 == 0)
+            n += 1
+
+    flipper = threading.Thread(target=flip)
+    flipper.start()
+    try:
+        for b in batches:
+            m(b).values().square().sum().backward()
+    finally:
+        stop.set()
+        flipper.join()
+        _threads.configure_default()  # the process's setting back (RECGO_OPENMP)
+    for k, v in ref.state_dict().items():
+        torch.testing.assert_close(m.state_dict()[k], v, rtol=1e-5, atol=1e-6)
