@@ -183,6 +183,9 @@ const (
 
 // recgo_dynamic_snapshot copies a dynamic table's whole state (for a checkpoint) into a snapshot
 // object; read its sizes with recgo_dynamic_snapshot_meta and its arrays with recgo_dynamic_snapshot_read.
+// On an unsharded collection it holds the collection's lock shared, so that no fused update writes
+// the rows it copies and no training forward admits or evicts meanwhile (the table's own locks
+// guard only its ID map).
 //
 //export recgo_dynamic_snapshot
 func recgo_dynamic_snapshot(h C.uintptr_t, t C.int64_t, out *C.uintptr_t, errbuf *C.char, errlen C.size_t) C.int {
@@ -191,7 +194,19 @@ func recgo_dynamic_snapshot(h C.uintptr_t, t C.int64_t, out *C.uintptr_t, errbuf
 		if err != nil {
 			return err
 		}
-		s, err := d.Export()
+		if out == nil {
+			return errs.Invalidf("out: null pointer")
+		}
+		var s *dynamic.Snapshot
+		export := func() (err error) {
+			s, err = d.Export()
+			return err
+		}
+		if c, cerr := lookup[*embedding.Collection](h, "embedding collection"); cerr == nil {
+			err = c.Locked(false, export)
+		} else {
+			err = export()
+		}
 		if err != nil {
 			return err
 		}

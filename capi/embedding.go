@@ -306,46 +306,6 @@ func recgo_ebc_set_dedup(h C.uintptr_t, on C.int32_t, errbuf *C.char, errlen C.s
 	})
 }
 
-// recgo_ebc_copy_exclusive copies n memory ranges, srcs[i] to dsts[i] of sizes[i] bytes, while no
-// pass runs on the collection (fused backwards update rows under the same lock): a snapshot of its
-// tables' weights, optimizer state and step counters taken between two updates, for a checkpoint
-// written while other threads train.
-//
-//export recgo_ebc_copy_exclusive
-func recgo_ebc_copy_exclusive(h C.uintptr_t, n C.int64_t, srcs, dsts, sizes unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
-	return guard(errbuf, errlen, func() error {
-		c, err := lookup[*embedding.Collection](h, "embedding collection")
-		if err != nil {
-			return err
-		}
-		from, err := viewSlice[unsafe.Pointer](srcs, int64(n), "sources")
-		if err != nil {
-			return err
-		}
-		to, err := viewSlice[unsafe.Pointer](dsts, int64(n), "destinations")
-		if err != nil {
-			return err
-		}
-		lens, err := viewSlice[int64](sizes, int64(n), "sizes")
-		if err != nil {
-			return err
-		}
-		for i, l := range lens {
-			if l < 0 || (l > 0 && (from[i] == nil || to[i] == nil)) {
-				return errs.Invalidf("copy %d: %d bytes between %p and %p", i, l, from[i], to[i])
-			}
-		}
-		return c.Exclusive(func() error {
-			for i, l := range lens {
-				if l > 0 {
-					copy(unsafe.Slice((*byte)(to[i]), l), unsafe.Slice((*byte)(from[i]), l))
-				}
-			}
-			return nil
-		})
-	})
-}
-
 // tableBuilder returns the embedding.TableBuilder whose handle is builders[i] (a dynamic table's),
 // or nil when builders is nil or builders[i] is 0 (a fixed table).
 func tableBuilder(builders []uintptr, i int, table string) (embedding.TableBuilder, error) {

@@ -30,11 +30,18 @@ var workers atomic.Int64
 // perf, sysmon alone took 7 % of a sharded rank's CPU time. With one P idle, sysmon leaves a P in a
 // syscall alone (for up to 10 ms) and backs off. The spare P runs no loop of the engine's, whose
 // thread counts come from Workers.
+//
+// Calls may overlap (recgo_set_num_threads from several threads): the count and GOMAXPROCS are set
+// together under a lock, or the count of one call and the GOMAXPROCS of another were left.
 func SetWorkers(n int) {
 	n = max(n, 1)
+	setMu.Lock()
+	defer setMu.Unlock()
 	workers.Store(int64(n))
 	runtime.GOMAXPROCS(n + 1)
 }
+
+var setMu sync.Mutex
 
 // For calls body(lo, hi) over [0, n) cut into equal contiguous chunks of at least minChunk items (a
 // few per worker) and returns when all are done. The calling goroutine and up to Workers()-1 helpers
@@ -87,7 +94,7 @@ func ForN(workers, n, minChunk int, body func(lo, hi int)) {
 			}()
 		}
 	}
-	team(min(workers, chunks), work)
+	(*team.Load())(min(workers, chunks), work)
 	<-done
 	if panicked != nil {
 		panic(fmt.Sprintf("parallel worker: %v", panicked))
@@ -95,8 +102,10 @@ func ForN(workers, n, minChunk int, body func(lo, hi int)) {
 }
 
 // team runs work on n threads of the current scheduling (see SetTeam): by default the caller and n-1
-// new goroutines.
-var team = goroutineTeam
+// new goroutines. Atomic: recgo_use_openmp may switch it while other threads' loops start.
+var team atomic.Pointer[func(n int, work func())]
+
+func init() { SetTeam(nil) }
 
 func goroutineTeam(n int, work func()) {
 	for range n - 1 {
@@ -106,13 +115,13 @@ func goroutineTeam(n int, work func()) {
 }
 
 // SetTeam replaces how For starts its helpers: run(n, work) must call work from n threads (the
-// caller's included) and may return before they finish; nil restores goroutines. Not safe to call
-// while loops run.
+// caller's included) and may return before they finish; nil restores goroutines. It may be called
+// while loops run: each loop starts its helpers with the team it read when it began.
 func SetTeam(run func(n int, work func())) {
 	if run == nil {
 		run = goroutineTeam
 	}
-	team = run
+	team.Store(&run)
 }
 
 // ForEach calls body(i) for each i in [0, n) with the chunking of For.

@@ -83,3 +83,75 @@ func TestSetWorkersKeepsASpareP(t *testing.T) {
 	workers.Store(0)
 	assert.Equal(t, runtime.GOMAXPROCS(0), Workers(), "unset: GOMAXPROCS")
 }
+
+// TestSetTeamWhileLoopsRun switches the team (as recgo_use_openmp does from any Python thread)
+// while other goroutines run loops: every loop still covers each index once, and under -race the
+// switch is no data race (team was a plain variable, read by every loop's start).
+func TestSetTeamWhileLoopsRun(t *testing.T) {
+	defer SetTeam(nil)
+	inline := func(n int, work func()) { work() }
+	stop := make(chan struct{})
+	switched := make(chan struct{})
+	go func() {
+		defer close(switched)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				SetTeam(inline)
+			} else {
+				SetTeam(nil)
+			}
+		}
+	}()
+	const loops, n = 4, 2000
+	sums := make([]atomic.Int64, loops)
+	done := make(chan int, loops)
+	for l := range loops {
+		go func() {
+			for range 50 {
+				For(n, 16, func(lo, hi int) {
+					for i := lo; i < hi; i++ {
+						sums[l].Add(int64(i))
+					}
+				})
+			}
+			done <- l
+		}()
+	}
+	for range loops {
+		<-done
+	}
+	close(stop)
+	<-switched
+	for l := range loops {
+		assert.EqualValues(t, 50*n*(n-1)/2, sums[l].Load(), "loop %d", l)
+	}
+}
+
+// TestSetWorkersFromSeveralGoroutines: recgo.set_num_threads may be called from any thread at any
+// time, so two calls may overlap. The worker count and GOMAXPROCS (one more, the spare P) were set
+// one after the other without a lock: overlapping calls left the count of one and the GOMAXPROCS
+// of the other (no spare P, or a P too many).
+func TestSetWorkersFromSeveralGoroutines(t *testing.T) {
+	prevWorkers, prevProcs := workers.Load(), runtime.GOMAXPROCS(0)
+	defer func() { workers.Store(prevWorkers); runtime.GOMAXPROCS(prevProcs) }()
+	for round := range 100 {
+		done := make(chan struct{})
+		for g := range 4 {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				for i := range 5 {
+					SetWorkers(1 + (g+i)%3)
+				}
+			}()
+		}
+		for range 4 {
+			<-done
+		}
+		assert.Equal(t, Workers()+1, runtime.GOMAXPROCS(0), "round %d", round)
+	}
+}

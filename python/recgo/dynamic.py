@@ -22,7 +22,7 @@ up to the bound and committed as rows are first used, so memory grows to the bou
 
 The collection's ``state_dict()`` carries, for each dynamic table, only the rows in use: its
 ``weight`` and ``optimizer_state`` entries hold the first high-water-mark rows (copies, taken in one
-consistent snapshot), beside its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``,
+snapshot between two passes: no fused update is half in it, also while other threads train), beside its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``,
 ``dynamic_free``, the admission sketch and ``dynamic_meta``), so a checkpoint's size follows the
 rows used, not the bound; ``load_state_dict()`` restores it bit-exactly, so training resumes
 identically. A checkpoint with none of a table's entries leaves it unchanged and torch reports its
@@ -37,11 +37,13 @@ state is not, so a reused row would inherit the previous ID's moments; the colle
 from __future__ import annotations
 
 import math
+import contextlib
 import os
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -273,12 +275,33 @@ def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
     return _export(ebc, table, rows=False)
 
 
+_pins = threading.local()  # this thread's snapshots taken ahead: (id of the collection, table index) -> Handle
+
+
+@contextlib.contextmanager
+def pinned(ebc: Any, snapshots: dict[int, _lib.Handle]) -> Iterator[None]:
+    """Within the block, this thread's reads of ``ebc``'s dynamic tables (``state_dict()``,
+    :func:`export_state`) read the given snapshots (table index -> handle) instead of taking new ones:
+    ``EmbeddingBagCollection.save`` takes them in one section with the other tables' copies, so a
+    file saved while other threads train holds one step of every table."""
+    before = getattr(_pins, "map", None)
+    _pins.map = {**(before or {}), **{(id(ebc), i): h for i, h in snapshots.items()}}
+    try:
+        yield
+    finally:
+        _pins.map = before
+
+
 def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
     """export_state, plus with ``rows`` the used rows' ``weight`` ``[hw, dim]`` and ``optimizer_state``
     ``[hw, width]`` (when the optimizer keeps state), from the same snapshot."""
     ebc = _pooled(ebc)
     i = _index(ebc, table)
-    snap = _lib.new_handle("recgo_dynamic_snapshot", ebc._handle.value, i)
+    held = getattr(_pins, "map", None)
+    snap = held.get((id(ebc), i)) if held else None
+    own = snap is None
+    if own:
+        snap = _lib.new_handle("recgo_dynamic_snapshot", ebc._handle.value, i)
     try:
         meta = torch.zeros(_META_LEN, dtype=torch.int64)
         _lib.call(_lib.fn("recgo_dynamic_snapshot_meta"), snap.value, ptr(meta), _META_LEN)
@@ -294,7 +317,8 @@ def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
                   ptr(ids), ptr(counts), ptr(last), ptr(free), None if weight is None else ptr(weight),
                   None if state is None else ptr(state), ptr(sketch), ptr(adds), adds.numel())
     finally:
-        snap.free()
+        if own:
+            snap.free()
     out = {"dynamic_meta": meta, "dynamic_ids": ids, "dynamic_counts": counts, "dynamic_last_seen": last,
            "dynamic_free": free, "dynamic_sketch": sketch, "dynamic_sketch_adds": adds}
     if weight is not None:

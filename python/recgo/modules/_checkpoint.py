@@ -45,32 +45,80 @@ def _meta_crc(entries: Any) -> int:
     return zlib.crc32(json.dumps([_FORMAT, _VERSION, entries], separators=(",", ":")).encode())
 
 
-def snapshot(handle: Any, state: dict[str, Any], engine: list[torch.Tensor]) -> dict[str, Any]:
-    """``state`` with every entry that views one of the ``engine`` tensors (a collection's weights,
-    optimizer state and step counters) replaced by a copy taken while no pass runs on the collection
-    (``handle``'s engine lock, which fused updates hold): one consistent step of every table, whatever
-    other threads train meanwhile (the views read a moving table, and a file's checksums then disagreed
-    with the bytes written after them)."""
-    from .. import _lib
+def snapshot(module: Any) -> dict[str, Any]:
+    """``module.state_dict()`` (a materialised pooled collection's) with every entry that views its
+    engine memory (weights, optimizer state, step counters) replaced by a copy, and its dynamic-ID
+    tables' entries read from snapshots, all taken in one section while no pass runs on the collection
+    (the engine's lock, which fused updates and dynamic tables' training forwards hold): one
+    consistent step of every table, whatever other threads train meanwhile. The views read a moving
+    table, so a file's checksums disagreed with the bytes written after them; and each dynamic table
+    was read on its own, so one file held several steps (tables at different clocks, step counters
+    past both)."""
+    from .. import _lib, dynamic
 
-    by_addr = {t.data_ptr(): t for t in engine if t.numel()}
+    fixed = [i for i, c in enumerate(module._configs) if c.dynamic is None]
+    dyn = [i for i, c in enumerate(module._configs) if c.dynamic is not None]
+    # a dynamic table's rows and state travel from its snapshot (copying its views would commit the
+    # whole reserved bound): only its step counter is copied
+    engine = [t for i in fixed for t in module._storage[i]] + [module._storage[i][2] for i in dyn]
     copies: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # engine address -> (engine tensor, buffer)
-    for v in state.values():
-        if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in by_addr:
-            t = by_addr[v.data_ptr()]
-            extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))  # elements the view spans
+    for t in engine:
+        if t.numel():
+            extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))  # elements the tensor spans
             copies.setdefault(t.data_ptr(), (t, torch.empty(extent, dtype=t.dtype)))
-    if not copies:
-        return dict(state)
-    n = len(copies)
     pairs = list(copies.values())
+    n = len(pairs)
     srcs = (ctypes.c_void_p * n)(*[t.data_ptr() for t, _ in pairs])
     dsts = (ctypes.c_void_p * n)(*[b.data_ptr() for _, b in pairs])
     sizes = (ctypes.c_int64 * n)(*[b.numel() * b.element_size() for _, b in pairs])
-    _lib.call(_lib.fn("recgo_ebc_copy_exclusive"), handle.value, n, srcs, dsts, sizes)
+    tables = (ctypes.c_int64 * len(dyn))(*dyn)
+    raw = (ctypes.c_size_t * len(dyn))()
+    cells = [_Cell(raw, k) for k in range(len(dyn))]
+    with _lib.freed_if_interrupted(cells):  # until the Handles own the snapshots
+        _lib.call(_lib.fn("recgo_ebc_snapshot_exclusive"), module._handle.value, n, srcs, dsts, sizes,
+                  len(dyn), tables, raw)
+        snaps = {i: _lib.Handle(raw[k]) for k, i in enumerate(dyn)}
+        for cell in cells:
+            cell.value = 0
+    try:
+        with dynamic.pinned(module, snaps):
+            state = module.state_dict()
+    finally:
+        for h in snaps.values():
+            h.free()
     snap = {addr: b.as_strided(t.shape, t.stride()).contiguous() for addr, (t, b) in copies.items()}
     return {k: snap[v.data_ptr()] if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in snap else v
             for k, v in state.items()}
+
+
+def state_copy(module: Any, owned: bool) -> dict[str, Any]:
+    """What a copy or a pickle of a materialised pooled collection loads: :func:`snapshot`, one step of
+    every table also while other threads train (copies read the live tables, a dynamic table at a
+    time, and held tables of different steps); with ``owned`` no tensor is the module's own."""
+    state = snapshot(module)
+    if owned:  # what snapshot left as it was: the module's own tensors that are not engine memory
+        mine = {t.data_ptr() for t in (*module.parameters(), *module.buffers()) if t.numel()}
+        state = {k: v.detach().clone() if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in mine else v
+                 for k, v in state.items()}
+    return state
+
+
+class _Cell:
+    """One element of a ctypes array as the ``.value`` cell :func:`recgo._lib.freed_if_interrupted`
+    frees when an interrupt lands before the handles are taken over."""
+
+    __slots__ = ("array", "index")
+
+    def __init__(self, array: Any, index: int) -> None:
+        self.array, self.index = array, index
+
+    @property
+    def value(self) -> int:
+        return int(self.array[self.index] or 0)
+
+    @value.setter
+    def value(self, v: int) -> None:
+        self.array[self.index] = v
 
 
 def save_checkpoint(state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> None:

@@ -105,10 +105,16 @@ class PortableCopies:
         """Attributes set after construction (by users), which copies carry along."""
         return extra_attributes(self)
 
+    def _state_copy(self, owned: bool) -> dict[str, Any]:
+        """The state a copy loads: ``state_dict()`` (with ``owned``, every tensor a copy of its own).
+        A module whose state other threads may change meanwhile returns one step of it instead."""
+        state = self.state_dict()  # type: ignore[attr-defined]
+        return {k: v.detach().clone() for k, v in state.items()} if owned else state
+
     def _portable_state(self) -> dict[str, Any]:
         """Everything a rebuilt copy needs beside its spec, as plain tensors and values."""
         with torch.no_grad(), without_user_state_hooks(self):
-            tensors = {k: v.detach().clone() for k, v in self.state_dict().items()}  # type: ignore[attr-defined]
+            tensors = self._state_copy(owned=True)
         if getattr(self, "_handle", None) is None:  # meta: shapes only
             tensors = {}
         state = {"state_dict": tensors, **self._portable_flags(), "extra": self._extra_attributes(),
@@ -129,7 +135,7 @@ class PortableCopies:
                     memo.setdefault(id(t), copies[n])
         if getattr(self, "_handle", None) is not None:
             with torch.no_grad(), without_user_state_hooks(self):
-                new.load_state_dict(self.state_dict())  # type: ignore[attr-defined]  # engine memory to engine memory
+                new.load_state_dict(self._state_copy(owned=False))  # type: ignore[attr-defined]
         apply_portable_state(new, {**self._portable_flags(), "extra": copy.deepcopy(self._extra_attributes(), memo),
                                    "seed": getattr(self, "_seed", None),
                                    "hooks": copy.deepcopy(user_hooks(self), memo)})

@@ -64,7 +64,7 @@ from . import _eager, _ops, _vbe, _weight_grads, optim
 from ._weight_grads import batch_weights
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
-from ._checkpoint import load_checkpoint, save_checkpoint, snapshot
+from ._checkpoint import load_checkpoint, save_checkpoint, snapshot, state_copy
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
@@ -572,10 +572,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """Write ``state_dict()`` to ``path`` atomically, with a CRC-32 of every tensor and of the
         metadata (see :func:`save_checkpoint`): one consistent step of every table, also while other
         threads train the collection (copied under the engine's lock first)."""
-        state = self.state_dict()
-        if self._handle is not None:
-            state = snapshot(self._handle, state, [t for st in self._storage for t in st])
-        save_checkpoint(state, path)
+        save_checkpoint(self.state_dict() if self._handle is None else snapshot(self), path)
+
+    def _state_copy(self, owned: bool) -> dict[str, Any]:
+        """The state copies and pickles load (``_copies``): one step of every table (:func:`state_copy`)."""
+        return super()._state_copy(owned) if self._handle is None else state_copy(self, owned)
 
     def load(self, path: str | os.PathLike[str]) -> None:
         """Load a checkpoint written by :meth:`save` (weights and optimizer state, bit-exact) after

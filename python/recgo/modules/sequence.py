@@ -91,8 +91,8 @@ class EmbeddingCollection(nn.Module):
             as a sighting, so its admission and LFU counts can differ). For ablations;
             it applies to this collection's lookups only, not to ``share``'s pooled ones.
 
-    Concurrency: as :class:`EmbeddingBagCollection` (forwards and backwards may run concurrently,
-    also with the shared collection's, as long as concurrent fused updates touch different rows).
+    Concurrency: as :class:`EmbeddingBagCollection`, also together with the ``share`` collection's
+    passes (its lock orders both: fused steps of either are atomic, on shared rows too).
 
     ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (per-ID weights are
     ignored, as TorchRec does, and so are keys no table uses) and returns ``{feature: JaggedTensor}``
