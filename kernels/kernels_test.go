@@ -291,8 +291,9 @@ func TestSegmentReduceOfEmptyBagsNeedsNoSource(t *testing.T) {
 	}
 }
 
-// BenchmarkSegmentReduceNarrow pools bags of 1–10 rows from a 100k-row table at narrow widths, the
-// shape of shapes.py's d12 case (rows miss the cache, so the passes over each row matter).
+// BenchmarkSegmentReduceNarrow pools bags of 1–10 rows from a 100k-row table at narrow widths (the
+// shape of shapes.py's d12 case: rows miss the cache, so the passes over each row matter) and at
+// wider ones, multiples of 16 or not.
 func BenchmarkSegmentReduceNarrow(b *testing.B) {
 	r := rand.New(rand.NewPCG(2, 2))
 	const rows, bags = 100_000, 4096
@@ -304,7 +305,7 @@ func BenchmarkSegmentReduceNarrow(b *testing.B) {
 	for i := range ids {
 		ids[i] = int64(r.IntN(rows))
 	}
-	for _, dim := range []int{4, 8, 12, 16, 20, 24} {
+	for _, dim := range []int{4, 8, 12, 16, 20, 24, 32, 40, 44, 64, 72, 128} {
 		src := randVec(r, rows*dim)
 		out := make([]float32, bags*dim)
 		b.Run(fmt.Sprintf("dim%d", dim), func(b *testing.B) {

@@ -12,6 +12,13 @@ import "unsafe"
 func sumSegs(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int, scale int64,
 	dist int, scales, weights *float32, blocks int)
 
+// sumSegsMasked is sumSegs for a column group of blocks (0 to 3) 16-float blocks and a masked
+// last one (tail: its byte offset; last: the row's last byte); see pool_masked_amd64.s.
+//
+//go:noescape
+func sumSegsMasked(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int,
+	scale int64, dist int, scales, weights *float32, tail int, mask uint16, last int)
+
 // inLoopMinBag is the mean bag length from which SegmentReduce pools bags of widths that are a
 // multiple of 16 with the in-loop prefetching kernel (see InLoop): shorter bags keep the Go kernels,
 // whose callers prefetch a whole call's rows ahead (cheaper per row when a row is one of a few per
@@ -39,12 +46,30 @@ func InLoopAhead(dim int) int { return max(4, prefetchAheadBytes/(4*min(dim, 128
 func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) bool {
 	nseg := len(bounds) - 1
-	if nseg <= 0 || !InLoop(dim, bounds[nseg]-bounds[0], nseg) || len(src) < dim || mult <= 0 || dstBase < 0 ||
-		dstStride < dim || dstBase+(nseg-1)*dstStride+dim > len(dst) || (scales != nil && len(scales) < nseg) {
+	if nseg <= 0 || !InLoop(dim, bounds[nseg]-bounds[0], nseg) ||
+		!trustedArgs(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
+		return false
+	}
+	for c := 0; c < dim; {
+		w := columnGroup(dim - c)
+		sumSegsAt(dst, dstBase+c, dstStride, w, src[c:], offs, mult, bounds, weights, scales, InLoopAhead(w))
+		c += w
+	}
+	return true
+}
+
+// trustedArgs reports whether the assembly kernels can pool dim columns of these arguments
+// blindly: at least one entry, every bound and offset in range, dst long enough, scales and
+// weights for every segment and entry.
+func trustedArgs(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) bool {
+	nseg := len(bounds) - 1
+	if nseg <= 0 || len(src) < dim || mult <= 0 || dstBase < 0 || dstStride < dim ||
+		dstBase+(nseg-1)*dstStride+dim > len(dst) || (scales != nil && len(scales) < nseg) {
 		return false
 	}
 	lo, hi := bounds[0], bounds[nseg]
-	if lo < 0 || hi > int64(len(offs)) || (weights != nil && int64(len(weights)) < hi) {
+	if lo < 0 || hi <= lo || hi > int64(len(offs)) || (weights != nil && int64(len(weights)) < hi) {
 		return false
 	}
 	for i := range nseg {
@@ -58,6 +83,14 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 			return false
 		}
 	}
+	return true
+}
+
+// sumSegsAt runs the assembly kernel for w columns (from src's start, at dstBase in dst) of
+// arguments trustedArgs accepted, prefetching dist entries ahead (no prefetches when dist is at
+// least the entry count): sumSegs when w is a multiple of 16, sumSegsMasked when it is not.
+func sumSegsAt(dst []float32, dstBase, dstStride, w int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32, dist int) {
 	var sp, wp *float32
 	if scales != nil {
 		sp = &scales[0]
@@ -65,13 +98,12 @@ func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float
 	if weights != nil {
 		wp = &weights[0]
 	}
-	for c := 0; c < dim; {
-		w := columnGroup(dim - c)
-		d := unsafe.Pointer(&dst[dstBase+c])
-		s := unsafe.Pointer(&src[c])
-		dist := InLoopAhead(w)
+	nseg := len(bounds) - 1
+	d, s := unsafe.Pointer(&dst[dstBase]), unsafe.Pointer(&src[0])
+	if w%16 == 0 {
 		sumSegs(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp, w/16)
-		c += w
+		return
 	}
-	return true
+	sumSegsMasked(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp, 64*(w/16),
+		uint16(1)<<(w%16)-1, 4*w-1)
 }

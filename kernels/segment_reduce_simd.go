@@ -37,6 +37,15 @@ func SIMDEnabled() bool { return hasAVX512 }
 
 func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
+	if maskedTail(dim) { // one pass over each row; arguments the kernel cannot trust take the split below
+		if segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
+			return
+		}
+		if trustedArgs(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
+			segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+			return
+		}
+	}
 	if head := vectorHead(dim); head > 0 && head < dim { // the vector columns, then the few left
 		segmentReduce(dst, dstBase, dstStride, head, src, offs, mult, bounds, weights, scales)
 		// src is empty when every bag is (a sharded step's rows for a table no sample uses)
@@ -58,6 +67,14 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 	}
 }
 
+// maskedTail reports whether SegmentReduce pools rows of width dim in one pass on the AVX-512
+// kernels with a masked last block: dim not a multiple of 16 but of 4 (the other widths' last
+// columns run on the portable kernel, whose weighted sums are not fused, and stay there), and not
+// D=4 or D=12, whose own one-pass kernels were as fast.
+func maskedTail(dim int) bool {
+	return hasAVX512 && dim%16 != 0 && dim%4 == 0 && (dim > 16 || dim == 8)
+}
+
 // segmentReduce64Groups is the AVX-512 path for dims that are a multiple of 16: row-major in column
 // groups of 128, 64, then 16–48, so that each row's bytes are read in one pass, not one cache line
 // per pass over the bag (which missed the TLB once per line on large tables).
@@ -73,6 +90,10 @@ func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []flo
 		case 16: // D=16 tables are common: the one-block loop, a tenth faster than the general one
 			segmentReduce16(dst, dstBase+c, dstStride, s, offs, mult, bounds, weights, scales)
 		default:
+			if w%16 != 0 { // maskedTail's widths, on arguments trustedArgs accepted
+				sumSegsAt(dst, dstBase+c, dstStride, w, s, offs, mult, bounds, weights, scales, len(offs))
+				break
+			}
 			segmentReduceNarrow(dst, dstBase+c, dstStride, w/16, s, offs, mult, bounds, weights, scales)
 		}
 		c += w

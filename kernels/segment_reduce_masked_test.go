@@ -1,0 +1,112 @@
+//go:build goexperiment.simd
+
+package kernels
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// maskedDims are widths that are not a multiple of 16 but of 4: alone, and as the last column
+// group of wider rows.
+var maskedDims = []int{4, 8, 12, 20, 24, 28, 36, 40, 44, 52, 56, 60, 68, 72, 100, 136, 188, 200}
+
+// TestMaskedTailMatchesLaneKernels: widths that pool in one pass with a masked last block equal
+// the 4-column kernel (each lane summed in entry order with the same add or fused multiply-add, as
+// the split into a vector head and the rest summed them) bit for bit, weighted or not, by offset
+// or row index, with strided output (the columns between outputs stay as they were), skipped
+// entries, empty bags and scales; and the portable kernel within rounding.
+func TestMaskedTailMatchesLaneKernels(t *testing.T) {
+	if !maskedTail(20) {
+		t.Skip("no AVX-512")
+	}
+	for _, dim := range maskedDims {
+		for _, byRow := range []bool{false, true} {
+			t.Run(fmt.Sprintf("d%d_row%v", dim, byRow), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(uint64(dim), 7))
+				rows, stride := 50, dim+4
+				src := randVec(r, rows*stride)
+				bounds := []int64{0, 3, 3, 4, 40, 47} // short bags and one long enough for the in-loop kernel's test
+				offs := make([]int64, bounds[len(bounds)-1])
+				for j := range offs {
+					offs[j] = int64(r.IntN(rows))
+					if j%9 == 2 {
+						offs[j] = -1
+					}
+				}
+				offs[5] = int64(rows - 1)
+				mult := int64(stride)
+				if !byRow {
+					for j := range offs {
+						if offs[j] >= 0 {
+							offs[j] *= int64(stride)
+						}
+					}
+					mult = 1
+				}
+				for _, w := range [][]float32{nil, randVec(r, len(offs))} {
+					for _, sc := range [][]float32{nil, randVec(r, 5)} {
+						out := dim + 3
+						want := randVec(r, 2+5*out)
+						got := append([]float32(nil), want...)
+						generic := append([]float32(nil), want...)
+						segmentReduce4(want, 2, out, dim, src, offs, mult, bounds, w, sc)
+						SegmentReduce(got, 2, out, dim, src, offs, mult, bounds, w, sc)
+						require.Equal(t, want, got)
+						SegmentReduceGeneric(generic, 2, out, dim, src, offs, mult, bounds, w, sc)
+						requireClose(t, f64(generic), got, 1e-5, "generic")
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestMaskedTailStaysInsideRows: the masked block neither reads past a row nor writes past an
+// output that ends where the mapping does (the next page is unmapped: a full-width load or store
+// there would fault).
+func TestMaskedTailStaysInsideRows(t *testing.T) {
+	if !maskedTail(20) {
+		t.Skip("no AVX-512")
+	}
+	page := syscall.Getpagesize()
+	mem, err := syscall.Mmap(-1, 0, 2*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, syscall.Munmap(mem)) }()
+	require.NoError(t, syscall.Mprotect(mem[page:], syscall.PROT_NONE))
+	floats := unsafe.Slice((*float32)(unsafe.Pointer(&mem[0])), page/4)
+	for _, dim := range maskedDims {
+		src := floats[len(floats)-2*dim:] // two rows; the second ends at the unmapped page
+		for k := range src {
+			src[k] = float32(k % 7)
+		}
+		want := make([]float32, dim)
+		SegmentReduceGeneric(want, 0, dim, dim, src, []int64{1, 1, 0}, int64(dim), []int64{0, 3}, nil, nil)
+		dst := floats[len(floats)-dim-2*dim : len(floats)-2*dim] // below the rows, ending where they start
+		SegmentReduce(dst, 0, dim, dim, src, []int64{1, 1, 0}, int64(dim), []int64{0, 3}, nil, nil)
+		require.Equal(t, want, dst, "dim %d", dim)
+		out := floats[len(floats)-dim:] // the output over the last row, ending at the unmapped page
+		SegmentReduce(out, 0, dim, dim, append([]float32(nil), src...), []int64{1, 1, 0}, int64(dim),
+			[]int64{0, 3}, nil, nil)
+		require.Equal(t, want, out, "dim %d", dim)
+	}
+}
+
+// TestMaskedTailLeavesBadArgumentsToGo: arguments the assembly kernel cannot trust run on the Go
+// kernels, which panic with an index error, as before.
+func TestMaskedTailLeavesBadArgumentsToGo(t *testing.T) {
+	src := make([]float32, 10*20)
+	require.Panics(t, func() {
+		SegmentReduce(make([]float32, 20), 0, 20, 20, src, []int64{9, 10}, 20, []int64{0, 2}, nil, nil)
+	})
+	require.Panics(t, func() {
+		SegmentReduce(make([]float32, 20), 0, 20, 20, src, []int64{1, 2}, 20, []int64{0, 2}, []float32{1}, nil)
+	})
+	require.False(t, trustedArgs(make([]float32, 20), 0, 20, 20, src, []int64{1, 2}, 20, []int64{0, 0}, nil, nil),
+		"no entries")
+}
