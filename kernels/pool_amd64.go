@@ -30,18 +30,19 @@ const inLoopMinBag = 32
 const prefetchAheadBytes = 8192
 
 // InLoop reports whether SegmentReduce pools bags of width dim, entries long over bags, with the
-// in-loop prefetching kernel (AVX-512, dim a multiple of 16, a mean bag length of inLoopMinBag or
-// more): its callers need to prefetch only the first InLoopAhead(dim) rows of a call.
+// in-loop prefetching kernels (AVX-512, dim a multiple of 16 or one maskedTail takes, a mean bag
+// length of inLoopMinBag or more): its callers need to prefetch only the first InLoopAhead(dim)
+// rows of a call.
 func InLoop(dim int, entries int64, bags int) bool {
-	return hasAVX512 && dim%16 == 0 && bags > 0 && entries >= int64(inLoopMinBag*bags)
+	return hasAVX512 && (dim%16 == 0 || maskedTail(dim)) && bags > 0 && entries >= int64(inLoopMinBag*bags)
 }
 
 // InLoopAhead is how many rows ahead the in-loop kernels prefetch for width dim.
 func InLoopAhead(dim int) int { return max(4, prefetchAheadBytes/(4*min(dim, 128))) }
 
 // segmentReduceInLoop is segmentReduce for bags of a mean length of at least inLoopMinBag when
-// dim is a multiple of 16, on the assembly kernel (groups of 128 columns, then 64, then the 16 to
-// 48 left); it reports false, having written nothing, when the arguments are not ones it can trust
+// InLoop takes dim, on the assembly kernels (groups of 128 columns, then 64, then the rest, below
+// 64, masked when not a multiple of 16); it reports false, having written nothing, when the arguments are not ones it can trust
 // blindly (the Go kernels then run and check them).
 func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) bool {

@@ -19,7 +19,7 @@ var maskedDims = []int{4, 8, 12, 20, 24, 28, 36, 40, 44, 52, 56, 60, 68, 72, 100
 // TestMaskedTailMatchesLaneKernels: widths that pool in one pass with a masked last block equal
 // the 4-column kernel (each lane summed in entry order with the same add or fused multiply-add, as
 // the split into a vector head and the rest summed them) bit for bit, weighted or not, by offset
-// or row index, with strided output (the columns between outputs stay as they were), skipped
+// or row index, in short bags and long ones (the in-loop prefetching kernel), with strided output (the columns between outputs stay as they were), skipped
 // entries, empty bags and scales; and the portable kernel within rounding.
 func TestMaskedTailMatchesLaneKernels(t *testing.T) {
 	if !maskedTail(20) {
@@ -31,7 +31,10 @@ func TestMaskedTailMatchesLaneKernels(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(dim), 7))
 				rows, stride := 50, dim+4
 				src := randVec(r, rows*stride)
-				bounds := []int64{0, 3, 3, 4, 40, 47} // short bags and one long enough for the in-loop kernel's test
+				short, long := []int64{0, 3, 3, 4, 40, 47}, []int64{0, 70, 70, 75, 200, 241}
+				require.False(t, InLoop(dim, short[5], 5))
+				require.Equal(t, dim != 4 && dim != 12, InLoop(dim, long[5], 5), "the in-loop prefetching kernel")
+				bounds := long
 				offs := make([]int64, bounds[len(bounds)-1])
 				for j := range offs {
 					offs[j] = int64(r.IntN(rows))
@@ -49,7 +52,10 @@ func TestMaskedTailMatchesLaneKernels(t *testing.T) {
 					}
 					mult = 1
 				}
-				for _, w := range [][]float32{nil, randVec(r, len(offs))} {
+				for k, w := range [][]float32{nil, randVec(r, len(offs)), nil, randVec(r, int(short[5]))} {
+					if k == 2 {
+						bounds = short
+					}
 					for _, sc := range [][]float32{nil, randVec(r, 5)} {
 						out := dim + 3
 						want := randVec(r, 2+5*out)
