@@ -30,11 +30,11 @@ const inLoopMinBag = 32
 const prefetchAheadBytes = 8192
 
 // InLoop reports whether SegmentReduce pools bags of width dim, entries long over bags, with the
-// in-loop prefetching kernels (AVX-512, dim a multiple of 16 or one maskedTail takes, a mean bag
-// length of inLoopMinBag or more): its callers need to prefetch only the first InLoopAhead(dim)
-// rows of a call.
+// in-loop prefetching kernels (AVX-512, dim a multiple of 16, one maskedTail takes, or D=8, a mean
+// bag length of inLoopMinBag or more): its callers need to prefetch only the first
+// InLoopAhead(dim) rows of a call.
 func InLoop(dim int, entries int64, bags int) bool {
-	return hasAVX512 && (dim%16 == 0 || maskedTail(dim)) && bags > 0 && entries >= int64(inLoopMinBag*bags)
+	return hasAVX512 && (dim%16 == 0 || maskedTail(dim) || dim == 8) && bags > 0 && entries >= int64(inLoopMinBag*bags)
 }
 
 // InLoopAhead is how many rows ahead the in-loop kernels prefetch for width dim.

@@ -116,3 +116,24 @@ func TestMaskedTailLeavesBadArgumentsToGo(t *testing.T) {
 	require.False(t, trustedArgs(make([]float32, 20), 0, 20, 20, src, []int64{1, 2}, 20, []int64{0, 0}, nil, nil),
 		"no entries")
 }
+
+// TestSegmentReduce8: the AVX2 kernel for D=8 (CPUs without AVX-512) equals the 4-column kernel bit
+// for bit, weighted or not, with skipped entries, empty bags, scales and strided output.
+func TestSegmentReduce8(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	r := rand.New(rand.NewPCG(8, 8))
+	src := randVec(r, 20*8)
+	bounds := []int64{0, 3, 3, 9, 13}
+	offs := []int64{19, 2, -1, 7, 7, 0, 19, 4, 5, 11, -1, 3, 8}
+	for _, w := range [][]float32{nil, randVec(r, len(offs))} {
+		for _, sc := range [][]float32{nil, randVec(r, 4)} {
+			want := randVec(r, 1+4*11)
+			got := append([]float32(nil), want...)
+			segmentReduce4(want, 1, 11, 8, src, offs, 8, bounds, w, sc)
+			segmentReduce8(got, 1, 11, src, offs, 8, bounds, w, sc)
+			require.Equal(t, want, got)
+		}
+	}
+}

@@ -37,14 +37,13 @@ func SIMDEnabled() bool { return hasAVX512 }
 
 func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
-	if maskedTail(dim) { // one pass over each row; arguments the kernel cannot trust take the split below
-		if segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
-			return
-		}
-		if trustedArgs(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
-			segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
-			return
-		}
+	if segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
+		return
+	}
+	// one pass over each row; arguments the kernel cannot trust take the split below
+	if maskedTail(dim) && trustedArgs(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
+		segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+		return
 	}
 	if head := vectorHead(dim); head > 0 && head < dim { // the vector columns, then the few left
 		segmentReduce(dst, dstBase, dstStride, head, src, offs, mult, bounds, weights, scales)
@@ -53,9 +52,10 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		return
 	}
 	switch {
-	case segmentReduceInLoop(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales):
 	case hasAVX512 && dim%16 == 0:
 		segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+	case hasAVX2 && dim == 8:
+		segmentReduce8(dst, dstBase, dstStride, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim%8 == 0:
 		segmentReduceAVX2(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 	case hasAVX2 && dim == 12:
@@ -69,14 +69,16 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 
 // maskedTail reports whether SegmentReduce pools rows of width dim in one pass on the AVX-512
 // kernels with a masked last block: dim not a multiple of 16 but of 4 (the other widths' last
-// columns run on the portable kernel, whose weighted sums are not fused, and stay there), and not
-// D=4 or D=12, whose own one-pass kernels were as fast.
+// columns run on the portable kernel, whose weighted sums are not fused, and stay there), above 16
+// (D=4, D=8 and D=12 have one-pass Go kernels of their own, as fast or faster in short bags; long
+// bags of D=8 take the masked kernel too, for its prefetches: see InLoop).
 func maskedTail(dim int) bool {
-	return hasAVX512 && dim%16 != 0 && dim%4 == 0 && (dim > 16 || dim == 8)
+	return hasAVX512 && dim%16 != 0 && dim%4 == 0 && dim > 16
 }
 
-// segmentReduce64Groups is the AVX-512 path for dims that are a multiple of 16: row-major in column
-// groups of 128, 64, then 16–48, so that each row's bytes are read in one pass, not one cache line
+// segmentReduce64Groups is the AVX-512 path for dims that are a multiple of 16 (or that maskedTail
+// takes, on arguments trustedArgs accepted): row-major in column groups of 128, 64, then the rest
+// (below 64, ending in a masked block when not a multiple of 16), so that each row's bytes are read in one pass, not one cache line
 // per pass over the bag (which missed the TLB once per line on large tables).
 func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
@@ -90,7 +92,7 @@ func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []flo
 		case 16: // D=16 tables are common: the one-block loop, a tenth faster than the general one
 			segmentReduce16(dst, dstBase+c, dstStride, s, offs, mult, bounds, weights, scales)
 		default:
-			if w%16 != 0 { // maskedTail's widths, on arguments trustedArgs accepted
+			if w%16 != 0 {
 				sumSegsAt(dst, dstBase+c, dstStride, w, s, offs, mult, bounds, weights, scales, len(offs))
 				break
 			}
@@ -100,8 +102,8 @@ func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []flo
 	}
 }
 
-// columnGroup is how many of the rest columns (a multiple of 16) the row-major kernels sum next:
-// 128, then 64, then the 16 to 48 left (the Go kernels and the in-loop one group alike).
+// columnGroup is how many of the rest columns the row-major kernels sum next: 128, then 64, then
+// the fewer left (the Go kernels and the in-loop ones group alike).
 func columnGroup(rest int) int {
 	switch {
 	case rest >= 128:
@@ -201,6 +203,33 @@ func segmentReduceAVX2(dst []float32, dstBase, dstStride, dim int, src []float32
 				acc[k].Store((*[8]float32)(out[8*k : 8*k+8]))
 			}
 		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// segmentReduce8 sums the 8 columns of each row in one 256-bit register (short bags; long ones
+// take the in-loop prefetching kernel on AVX-512): at this width, the general AVX2 kernel's
+// per-entry tests of its group width cost about as much as the adds.
+func segmentReduce8(dst []float32, dstBase, dstStride int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
+	for i := 0; i+1 < len(bounds); i++ {
+		var acc archsimd.Float32x8
+		for j := bounds[i]; j < bounds[i+1]; j++ {
+			o := offs[j] * mult
+			if o < 0 {
+				continue
+			}
+			r := archsimd.LoadFloat32x8((*[8]float32)(src[o : o+8]))
+			if weights == nil {
+				acc = acc.Add(r)
+			} else {
+				acc = r.MulAdd(archsimd.BroadcastFloat32x8(weights[j]), acc)
+			}
+		}
+		if scales != nil {
+			acc = acc.Mul(archsimd.BroadcastFloat32x8(scales[i]))
+		}
+		acc.Store((*[8]float32)(dst[dstBase+i*dstStride:][:8]))
 	}
 	archsimd.ClearAVXUpperBits()
 }
