@@ -92,13 +92,7 @@ func trustedArgs(dst []float32, dstBase, dstStride, dim int, src []float32, offs
 // least the entry count): sumSegs when w is a multiple of 16, sumSegsMasked when it is not.
 func sumSegsAt(dst []float32, dstBase, dstStride, w int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32, dist int) {
-	var sp, wp *float32
-	if scales != nil {
-		sp = &scales[0]
-	}
-	if weights != nil {
-		wp = &weights[0]
-	}
+	sp, wp := firstOrNil(scales), firstOrNil(weights)
 	nseg := len(bounds) - 1
 	d, s := unsafe.Pointer(&dst[dstBase]), unsafe.Pointer(&src[0])
 	if w%16 == 0 {
@@ -107,4 +101,31 @@ func sumSegsAt(dst []float32, dstBase, dstStride, w int, src []float32, offs []i
 	}
 	sumSegsMasked(d, int64(4*dstStride), s, &offs[0], &bounds[0], nseg, 4*mult, dist, sp, wp, 64*(w/16),
 		uint16(1)<<(w%16)-1, 4*w-1)
+}
+
+// sumSegsHalf is the AVX2 kernel for rows of 8 × blocks + 4 columns (blocks: 2 to 7; tail: the
+// last 4 floats' byte offset); see pool_half_amd64.s.
+//
+//go:noescape
+func sumSegsHalf(dst unsafe.Pointer, dstStride int64, src unsafe.Pointer, offs, bounds *int64, nseg int,
+	scale int64, scales, weights *float32, tail int)
+
+// halfTail reports whether SegmentReduce pools rows of width dim in one pass on the AVX2 kernel
+// with a 4-float last block (CPUs without AVX-512, whose masked kernels take these widths).
+func halfTail(dim int) bool { return hasAVX2 && !hasAVX512 && dim%8 == 4 && dim > 16 && dim < 64 }
+
+// segmentReduceHalf is segmentReduce for a width halfTail takes (20 to 60), on arguments
+// trustedArgs accepted.
+func segmentReduceHalf(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
+	bounds []int64, weights, scales []float32) {
+	sumSegsHalf(unsafe.Pointer(&dst[dstBase]), int64(4*dstStride), unsafe.Pointer(&src[0]), &offs[0], &bounds[0],
+		len(bounds)-1, 4*mult, firstOrNil(scales), firstOrNil(weights), 32*(dim/8))
+}
+
+// firstOrNil is x's first element's address, nil for a nil x (the kernels' "no scales/weights").
+func firstOrNil(x []float32) *float32 {
+	if x == nil {
+		return nil
+	}
+	return &x[0]
 }

@@ -137,3 +137,31 @@ func TestSegmentReduce8(t *testing.T) {
 		}
 	}
 }
+
+// TestSegmentReduceHalf: the AVX2 kernel for widths of 8n+4 columns (CPUs without AVX-512: run
+// directly here, whatever the dispatcher picks) equals the 4-column kernel bit for bit, weighted or
+// not, with skipped entries, empty bags, scales and strided output, on rows that end at the table's
+// end.
+func TestSegmentReduceHalf(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	for dim := 20; dim < 64; dim += 8 {
+		r := rand.New(rand.NewPCG(uint64(dim), 4))
+		const rows = 20
+		src := randVec(r, rows*dim)
+		bounds := []int64{0, 3, 3, 9, 13}
+		offs := []int64{19, 2, -1, 7, 7, 0, 19, 4, 5, 11, -1, 3, 8}
+		require.True(t, trustedArgs(make([]float32, 4*dim), 0, dim, dim, src, offs, int64(dim), bounds, nil, nil))
+		for _, w := range [][]float32{nil, randVec(r, len(offs))} {
+			for _, sc := range [][]float32{nil, randVec(r, 4)} {
+				stride := dim + 3
+				want := randVec(r, 1+4*stride)
+				got := append([]float32(nil), want...)
+				segmentReduce4(want, 1, stride, dim, src, offs, int64(dim), bounds, w, sc)
+				segmentReduceHalf(got, 1, stride, dim, src, offs, int64(dim), bounds, w, sc)
+				require.Equal(t, want, got, "dim %d", dim)
+			}
+		}
+	}
+}

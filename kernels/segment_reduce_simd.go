@@ -45,6 +45,10 @@ func segmentReduce(dst []float32, dstBase, dstStride, dim int, src []float32, of
 		segmentReduce64Groups(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
 		return
 	}
+	if halfTail(dim) && trustedArgs(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales) {
+		segmentReduceHalf(dst, dstBase, dstStride, dim, src, offs, mult, bounds, weights, scales)
+		return
+	}
 	if head := vectorHead(dim); head > 0 && head < dim { // the vector columns, then the few left
 		segmentReduce(dst, dstBase, dstStride, head, src, offs, mult, bounds, weights, scales)
 		// src is empty when every bag is (a sharded step's rows for a table no sample uses)
