@@ -140,7 +140,21 @@ func TestInLoopPrefetchKernels(t *testing.T) {
 // kernel, the others on the pieces they split into) and some around them equal the portable kernel
 // (bit for bit unweighted, both summing in entry order) with strided output, skipped entries, empty
 // bags and scales, on rows that end exactly at the table's end (a read past a row would panic).
-func TestSegmentReduceNarrowWidths(t *testing.T) {
+func TestSegmentReduceNarrowWidths(t *testing.T) { checkNarrowWidths(t) }
+
+// TestSegmentReduceWithoutAVX512: the same on the kernels a CPU with AVX2 but not AVX-512 runs
+// (the 4-float-tail assembly kernel, D=8's and D=12's, the AVX2 one and the splits between them).
+func TestSegmentReduceWithoutAVX512(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("no AVX2+FMA")
+	}
+	defer func(was bool) { hasAVX512 = was }(hasAVX512)
+	hasAVX512 = false
+	require.True(t, halfTail(20))
+	checkNarrowWidths(t)
+}
+
+func checkNarrowWidths(t *testing.T) {
 	dims := []int{1, 3, 5, 13, 66, 68, 72, 76, 100}
 	for d := 4; d < 64; d += 4 {
 		dims = append(dims, d)
