@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import traceback
 import warnings
-from pathlib import Path
 from typing import Any, Callable
 
+import pytest
 import torch
 
 import recgo
@@ -379,17 +379,52 @@ def _nan_weight(rank: int) -> str:
     return f"ok {nan_rows}"
 
 
+def _modes(rank: int) -> dict:
+    """Rank 1 in eval() mode while rank 0 trains, on a dynamic-ID table (whose shards an evaluation
+    step does not admit to): each rank's error; then both in eval(), then both training, where the
+    rows equal one process's trained on the last batch alone."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    cfgs = [recgo.EmbeddingBagConfig(100, 4, "u", ["u1"], dynamic=recgo.DynamicConfig(seed=3))]
+    ref = recgo.EmbeddingBagCollection(cfgs, optimizer=optim.Adagrad(lr=0.1), seed=5)
+    sh = ShardedEmbeddingBagCollection(cfgs, "hash", optimizer=optim.Adagrad(lr=0.1), seed=5, timeout=20)
+    ids = torch.arange(40)
+    g = recgo.KeyedJaggedTensor(["u1"], ids, lengths=torch.full((8,), 5))
+    out: dict = {}
+    sh.train(rank == 0)
+    try:
+        sh(split(g, [4, 4])[rank]).values().sum().backward()
+    except Exception as exc:  # noqa: BLE001 - the outcome is the error
+        out["mixed"] = f"{type(exc).__name__}: {exc}"
+    sh.eval()
+    with torch.no_grad():
+        sh(split(g, [4, 4])[rank])
+    sh.train()
+    sh(split(g, [4, 4])[rank]).values().sum().backward()
+    ref(g).values().sum().backward()
+    owned = sh.owners("u", ids) == rank
+    rows, ref_rows = sh.locate("u", ids)[owned], recgo.dynamic.lookup(ref, "u", ids)[owned]
+    out["held"] = int((rows >= 0).sum())
+    close(sh.embedding_bags["u"].weight.detach()[rows], ref.embedding_bags["u"].weight.detach()[ref_rows], "rows")
+    return out
+
+
 def _world(rank: int, world: int) -> dict:
     """Every case in turn (one process start-up for all)."""
     torch.set_num_threads(1)
     return run_cases({**_legal_cases(rank), "refused": lambda: _refused_steps(rank),
-                      "nan weight": lambda: _nan_weight(rank)})
+                      "nan weight": lambda: _nan_weight(rank), "modes": lambda: _modes(rank)})
 
 
-def test_odd_batches_train_as_one_process_and_bad_ones_stop_every_rank(tmp_path: Path) -> None:
-    res = spawn(_world, 2, tmp_path, wait=240)
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    return spawn(_world, 2, tmp_path_factory.mktemp("odd"), wait=240)
+
+
+def test_odd_batches_train_as_one_process_and_bad_ones_stop_every_rank(world: list[dict]) -> None:
+    res = world
     ok(res)
-    legal = [n for n in res[0] if n not in ("refused", "nan weight")]
+    legal = [n for n in res[0] if n not in ("refused", "nan weight", "modes")]
     for r, got in enumerate(res):
         for name in legal:
             assert str(got[name]).startswith("ok"), f"rank {r}, {name}: {got[name]}"
@@ -409,3 +444,18 @@ def test_odd_batches_train_as_one_process_and_bad_ones_stop_every_rank(tmp_path:
     nan = [str(got["nan weight"]) for got in res]
     assert nan[0].startswith("ok") and nan[1].startswith("ok"), nan
     assert sum(int(n.split()[1]) for n in nan) > 0, nan  # the NaN did reach a row, on its owner
+
+
+def test_ranks_in_different_modes_raise_on_both(world: list[dict]) -> None:
+    """A rank in eval() mode beside a training one: both raise at the step's first op (the evaluating
+    rank's dynamic shard admitted nothing while its peer admitted its IDs, silently, before), and the
+    ranks train on alike once their modes agree."""
+    for r, got in enumerate(world):
+        modes = got["modes"]
+        assert isinstance(modes, dict), f"rank {r}: {modes}"
+        other = 1 - r
+        mine, theirs = ("a training", "an evaluation (eval())") if r == 0 else ("an evaluation (eval())", "a training")
+        assert modes.get("mixed", "").startswith(
+            f"InvalidInputError: exchange: rank {other} runs step 1 as {theirs} step while rank {r} runs it as {mine} "
+            "step"), (r, modes)
+    assert sum(got["modes"]["held"] for got in world) == 40, world
