@@ -450,6 +450,7 @@ def test_ranks_in_different_modes_raise_on_both(world: list[dict]) -> None:
     """A rank in eval() mode beside a training one: both raise at the step's first op (the evaluating
     rank's dynamic shard admitted nothing while its peer admitted its IDs, silently, before), and the
     ranks train on alike once their modes agree."""
+    ok(world)
     for r, got in enumerate(world):
         modes = got["modes"]
         assert isinstance(modes, dict), f"rank {r}: {modes}"
