@@ -21,6 +21,7 @@ from sharded_batches import B_LOCAL, SHARDING, configs, global_batch, local_batc
 from sharded_checks import check_update, close
 from spawned import ok, spawn
 from sharded_weight_grads import pooled_partials, weight_grad_cases
+from test_distributed_odd_batches import hierarchical_cases
 from world_failures import FAIL_TIMEOUT, fail_phase, mismatch_phase, optimizer_drift, skipped_backward
 
 NODES, PER_NODE, WORLD, STEPS = 2, 2, 4, 3
@@ -56,7 +57,8 @@ def _world4(rank: int, world: int, plan_path: str, ckpt: str) -> dict:
     (the cases' outcome is saved first, since the last rank is killed once the others report)."""
     try:
         res: dict = {"inter": _world4_cases(rank, world, plan_path, ckpt), "pooled": _pooled_cases(rank, world),
-                     "weight_grads": weight_grad_cases(rank, world, [("hierarchical", NODES, PER_NODE)], plan_path)}
+                     "weight_grads": weight_grad_cases(rank, world, [("hierarchical", NODES, PER_NODE)], plan_path),
+                     "odd": hierarchical_cases(rank, world)}
     except BaseException as exc:
         res = {"error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
     torch.save(res, os.path.join(os.environ["RECGO_TEST_OUT"], f"cases-{rank}.pt"))
@@ -363,6 +365,17 @@ def test_trained_per_id_weights_match_single_process(world4: tuple[list[dict], P
     if world == 2:
         plain, trained = res["partials"]
         assert plain > 0 and trained == 0, res["partials"]
+
+
+def test_hierarchical_steps_with_ranks_or_a_node_without_samples(world4: tuple[list[dict], Path]) -> None:
+    """2 nodes × 2 ranks with some ranks, or a whole node, holding no samples (every kind of owner
+    return), and IDs all owned by rank 0: outputs, rows and state equal the single-process
+    collection's (test_distributed_odd_batches.hierarchical_cases)."""
+    for r, res in enumerate(world4[0]):
+        assert "error" not in res, res.get("error")
+        assert len(res["odd"]) == 10, res["odd"]
+        for name, got in res["odd"].items():
+            assert got == "ok", f"rank {r}, {name}: {got}"
 
 
 def test_eq3_holds_exactly_on_the_counters(world4: tuple[list[dict], Path]) -> None:

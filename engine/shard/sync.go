@@ -25,7 +25,10 @@ import (
 // identity (its tables, features and kind): collections share their groups, so a rank that calls
 // two collections in another order than its peers (or skips one) would otherwise exchange one
 // collection's IDs with another's at the same step number and get wrong rows back, silently when
-// the first ops' sizes happen to agree.
+// the first ops' sizes happen to agree. Last, it carries the step's mode (training or evaluation):
+// an evaluation step's dynamic shards admit no ID and keep their clocks, so a rank in eval() mode
+// beside training peers left its shards unadmitted while the peers' owners admitted its IDs, and the
+// clocks parted, silently.
 
 // Header fields, before each peer's block.
 const (
@@ -33,8 +36,33 @@ const (
 	hdrStep
 	hdrOptim
 	hdrIdent
+	hdrMode
 	hdrFields
 )
+
+// The step modes a header carries (tagged as the phases are).
+const (
+	modeTrain int64 = 0x5ec0_0010
+	modeEval  int64 = 0x5ec0_0011
+)
+
+// modeWord is the header's word for a step that trains (or evaluates).
+func modeWord(train bool) int64 {
+	if train {
+		return modeTrain
+	}
+	return modeEval
+}
+
+func modeName(m int64) string {
+	switch m {
+	case modeTrain:
+		return "a training"
+	case modeEval:
+		return "an evaluation (eval())"
+	}
+	return fmt.Sprintf("unknown mode %#x", m)
+}
 
 // fnv is FNV-1a over the bytes of words, little-endian.
 func fnv(words ...uint64) int64 {
@@ -173,7 +201,7 @@ func (x *Exchange) withHeaders(phase int64, blocks []int64, size, per, width int
 	out := make([]int64, size*(hdrFields+width))
 	for d := range size {
 		b := out[d*(hdrFields+width):]
-		b[hdrPhase], b[hdrStep], b[hdrOptim], b[hdrIdent] = phase, x.seq, x.optim, x.ident
+		b[hdrPhase], b[hdrStep], b[hdrOptim], b[hdrIdent], b[hdrMode] = phase, x.seq, x.optim, x.ident, modeWord(x.train)
 		copy(b[hdrFields:hdrFields+per], blocks[d*per:(d+1)*per])
 	}
 	return out
@@ -222,6 +250,12 @@ func (x *Exchange) stripHeaders(phase int64, recv []int64, size, per, width int,
 			return nil, errs.Invalidf("exchange: rank %d's fused optimizer hyper-parameters differ from rank %d's at "+
 				"step %d: every rank must make the same set_fused_optimizer change (a learning-rate schedule) between "+
 				"the same steps, or their rows and replicas train at different rates", rank(d), x.self, x.seq)
+		}
+		if b[hdrMode] != modeWord(x.train) {
+			return nil, errs.Invalidf("exchange: rank %d runs step %d as %s step while rank %d runs it as %s "+
+				"step: put the collection in train() or eval() mode on every rank alike (an evaluation step's "+
+				"dynamic-ID tables admit no ID and keep their clocks, so ranks in different modes would part)",
+				rank(d), x.seq, modeName(b[hdrMode]), x.self, modeName(modeWord(x.train)))
 		}
 		copy(out[d*per:(d+1)*per], b[hdrFields:hdrFields+per])
 	}

@@ -102,6 +102,45 @@ func TestRanksWithDifferentOptimizersRaiseOnBothSides(t *testing.T) {
 	runLockstep(t, w.topo, []*Exchange{steps[0], steps[1]})
 }
 
+// A rank in eval() mode beside a training peer: both raise at the step's first op, naming the modes
+// (the evaluating rank's dynamic shards admitted none of the IDs the training one's admitted, and
+// their clocks parted, silently), and steps in one mode pair up again, in either mode.
+func TestRanksInDifferentModesRaiseOnBothSides(t *testing.T) {
+	kinds, rows, dims := []Kind{Hash, RowWise}, []int64{50, 30}, []int{4, 8}
+	opt := embedding.OptimizerConfig{Kind: embedding.OptSGD, LR: 0.1}
+	for _, tc := range []struct {
+		name       string
+		nodes, per int
+		mode       Mode
+	}{{"flat", 1, 2, Flat}, {"hierarchical/two nodes", 2, 1, Hierarchical}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newTestWorld(t, tc.nodes, tc.per, tc.mode, kinds, rows, dims, opt)
+			rng := rand.New(rand.NewPCG(7, 8))
+			_, lens, vals := randBatch(rng, len(kinds), 4, rows)
+			begin := func() [2]*Exchange {
+				var xs [2]*Exchange
+				for r := range xs {
+					s, err := w.ranks[r].Begin(sliceBatch(lens, vals, r*2, (r+1)*2))
+					require.NoError(t, err)
+					xs[r] = s.X
+				}
+				return xs
+			}
+			w.ranks[1].SetTraining(false)
+			errs := pairOnce(t, begin())
+			require.ErrorContains(t, errs[0], "rank 1 runs step 1 as an evaluation (eval()) step while rank 0 runs it as a training step")
+			require.ErrorContains(t, errs[1], "rank 0 runs step 1 as a training step while rank 1 runs it as an evaluation (eval()) step")
+			w.ranks[0].SetTraining(false)
+			xs := begin()
+			runLockstep(t, w.topo, xs[:])
+			w.ranks[0].SetTraining(true)
+			w.ranks[1].SetTraining(true)
+			xs = begin()
+			runLockstep(t, w.topo, xs[:])
+		})
+	}
+}
+
 // A rank whose per-ID weights require grad runs a sequence step where its peer runs a pooled one
 // (the Python side's rows step): both raise, naming the cause, and the next steps pair up.
 func TestPooledAndSequenceStepsOfOneCollectionRaiseOnBothSides(t *testing.T) {
