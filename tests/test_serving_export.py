@@ -69,14 +69,38 @@ def test_sequence_export_takes_a_batch_of_one_and_of_zero() -> None:
         _same(ep.module()(_kjt([1, 2], [1, 1], torch.int32)), model(_kjt([1, 2], [1, 1])))
 
 
-@pytest.mark.parametrize("kind", ["pooled", "dynamic", "sequence"])
+class _PositionWeighted(torch.nn.Module):
+    """TorchRec's FeatureProcessedEmbeddingBagCollection (position weights) converted to recgo's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torchrec = pytest.importorskip("torchrec")
+        from torchrec.modules.feature_processor_ import PositionWeightedModuleCollection
+        from torchrec.modules.fp_embedding_modules import FeatureProcessedEmbeddingBagCollection
+
+        cfg = [torchrec.EmbeddingBagConfig(num_embeddings=100, embedding_dim=4, name=n, feature_names=[f])
+               for n, f in (("t", "f"), ("u", "g"))]
+        fp = FeatureProcessedEmbeddingBagCollection(torchrec.EmbeddingBagCollection(tables=cfg, is_weighted=True),
+                                                    PositionWeightedModuleCollection({"f": 5, "g": 5}))
+        self.fp = recgo.from_torchrec(fp)
+
+    def forward(self, k: KeyedJaggedTensor) -> torch.Tensor:
+        return self.fp(k).values() * 1
+
+
+@pytest.mark.parametrize("kind", ["pooled", "dynamic", "sequence", "position_weighted"])
 def test_export_with_size_oblivious_shapes_takes_any_batch(kind: str) -> None:
     """A pooled output's batch is the lengths' size over the key count, and torch guards that
     quotient against one in every op that follows (TorchRec's collection gives the same program):
     exported under ``backed_size_oblivious``, as docs/embedding.md says, the program takes batches
     of one, zero and of many, and int32 inputs; a dynamic-ID table in eval admits nothing."""
     dynamic = kind == "dynamic"
-    model: torch.nn.Module = _Sequence(offsets=True) if kind == "sequence" else _Pooled(dynamic)
+    if kind == "sequence":
+        model: torch.nn.Module = _Sequence(offsets=True)
+    elif kind == "position_weighted":
+        model = _PositionWeighted()
+    else:
+        model = _Pooled(dynamic)
     if dynamic:
         model(_kjt([1, 2, 10**12, 3, 4], [2, 1, 1, 1]))  # admits 1, 2 and 10**12
     model.eval()
@@ -150,3 +174,34 @@ def test_state_dict_serves_through_plain_embedding_bags() -> None:
     with torch.no_grad():
         want = model.ebc(KeyedJaggedTensor(["f", "g"], values, lengths=lengths)).values()
     torch.testing.assert_close(plain, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_an_eval_program_admits_nothing_after_the_module_trains_again(sequence: bool) -> None:
+    """The program keeps the mode it was exported in, as torch's programs do (dropout, batch norm):
+    the op read the module's ``training`` flag when it ran, so an eval program served beside a model
+    that went on training admitted every new ID into its dynamic table and advanced its clocks."""
+    dynamic = recgo.DynamicConfig()
+    if sequence:
+        coll: torch.nn.Module = recgo.EmbeddingCollection([recgo.EmbeddingConfig(100, 4, "t", ["f"], dynamic=dynamic)], seed=0)
+    else:
+        coll = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "t", ["f"], dynamic=dynamic)], seed=0)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.coll = coll
+
+        def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+            out = self.coll(KeyedJaggedTensor(["f"], values, lengths=lengths))
+            return out["f"].values() * 1 if sequence else out.values() * 1
+
+    model = Model()
+    model(L([1, 2]), L([1, 1]))  # admits 1 and 2
+    with torch.no_grad():
+        ep = torch.export.export(model.eval(), (L([1, 2]), L([1, 1])), strict=False)
+        want = model(L([77, 1]), L([1, 1]))  # 77 has no row: the eval default
+        model.train()
+        got = ep.module()(L([77, 1]), L([1, 1]))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert coll.state_dict()["embedding_bags.t.dynamic_ids" if not sequence else "embeddings.t.dynamic_ids"].tolist() == [1, 2]
