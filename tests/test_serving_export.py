@@ -205,3 +205,38 @@ def test_an_eval_program_admits_nothing_after_the_module_trains_again(sequence: 
         got = ep.module()(L([77, 1]), L([1, 1]))
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert coll.state_dict()["embedding_bags.t.dynamic_ids" if not sequence else "embeddings.t.dynamic_ids"].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("sequence", [False, True])
+def test_a_managed_collision_collection_exports_with_its_remapped_features(sequence: bool) -> None:
+    """``from_torchrec``'s managed-collision module (dynamic-ID tables) returning its remapped
+    features: the row lookup called the engine on the export's fake IDs and failed with torch's
+    ``GuardOnDataDependentSymNode``; the program now gives eager's rows and outputs, and an ID
+    without a row is -1 in eval."""
+    from recgo.modules.managed import ManagedCollisionEmbeddingBagCollection, ManagedCollisionEmbeddingCollection
+
+    if sequence:
+        cfg = recgo.EmbeddingConfig(100, 4, "t", ["f"], dynamic=recgo.DynamicConfig())
+        mc: torch.nn.Module = ManagedCollisionEmbeddingCollection(recgo.EmbeddingCollection([cfg], seed=1), {}, True)
+    else:
+        bag = recgo.EmbeddingBagConfig(100, 4, "t", ["f"], dynamic=recgo.DynamicConfig())
+        mc = ManagedCollisionEmbeddingBagCollection(recgo.EmbeddingBagCollection([bag], seed=1), {}, True)
+
+    class Model(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mc = mc
+
+        def forward(self, k: KeyedJaggedTensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out, remapped = self.mc(k)
+            return (out["f"].values() if sequence else out.values()) * 1, remapped.values()
+
+    model = Model()
+    model(KeyedJaggedTensor(["f"], L([5, 6, 7]), lengths=L([2, 1])))  # admits 5, 6, 7
+    model.eval()
+    k = KeyedJaggedTensor(["f"], L([7, 99, 5]), lengths=L([1, 2]))
+    with torch.no_grad():
+        ep = torch.export.export(model, (k,), strict=False)
+        got, want = ep.module()(k), model(k)
+    _same(got, want)
+    assert want[1].tolist()[1] == -1
