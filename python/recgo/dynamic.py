@@ -222,8 +222,20 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
     has a ``default`` vector); of a sharded collection, in this rank's shard, which knows only the IDs
     it owns. With ``train=True`` this is a training step: IDs are counted and admitted, like a forward
     pass does (an ID repeated in ``ids`` counts once, as in a batch)."""
+    from .modules import _export_sizes
+
     ebc = _pooled(ebc)
     ids = check_tensor(ids, "ids", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
+    i = _index(ebc, table)
+    if _export_sizes.exporting():  # fake IDs: the exported program makes the call (an op) when it runs
+        from .modules import _dynamic_ops
+
+        return _dynamic_ops.dynamic_rows(ebc._handle.value, i, ids, bool(train), ebc._params())
+    return _resolve(ebc, i, ids, train)
+
+
+def _resolve(ebc: Any, table: int, ids: torch.Tensor, train: bool) -> torch.Tensor:
+    """:func:`lookup`'s engine call: ``table`` an index of ``ebc``'s tables, ``ids`` int64."""
     # deduplicated in order of first appearance, as a forward deduplicates (admissions in that order)
     uniq, inverse = torch.unique(ids, return_inverse=True)
     first = torch.full((uniq.numel(),), ids.numel()).scatter_reduce_(0, inverse, torch.arange(ids.numel()), "amin")
@@ -231,8 +243,8 @@ def lookup(ebc: Any, table: str | int, ids: torch.Tensor, train: bool = False) -
     uniq = uniq[order]
     inverse = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel()))[inverse]
     rows = torch.empty_like(uniq)
-    _lib.call(_lib.fn("recgo_dynamic_resolve"), ebc._handle.value, _index(ebc, table),
-              ptr(uniq), ptr(rows), uniq.numel(), int(train))
+    _lib.call(_lib.fn("recgo_dynamic_resolve"), ebc._handle.value, table, ptr(uniq), ptr(rows), uniq.numel(),
+              int(train))
     return rows[inverse]
 
 

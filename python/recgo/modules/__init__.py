@@ -10,6 +10,7 @@ from .convert import from_torchrec, to_torchrec
 from ._stages import stage_times
 from .embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from .sequence import EmbeddingCollection, EmbeddingConfig
+from . import _dynamic_ops  # noqa: F401  # registers recgo::dynamic_rows: a saved program naming it loads
 from .optim import SGD, Adagrad, Adam, AdamW, FusedOptimizer, RowWiseAdagrad
 
 __all__ = [

@@ -67,19 +67,21 @@ def module_for(key: int, params: list[torch.Tensor]) -> Any:
 @torch.library.custom_op("recgo::ebc_forward", mutates_args=())
 def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                 weights: Optional[torch.Tensor], params: list[torch.Tensor],
-                frozen: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+                frozen: list[bool], train: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Pooled ``[B, width]`` output and the ticket owning the saved context (id 0 when ``keep`` is false).
     ``frozen`` marks, per table, those a fused backward leaves out (a list of one flag per table: torch's
-    custom ops take an empty list for a list of tensors)."""
+    custom ops take an empty list for a list of tensors). ``train``: the module's mode when the call was
+    traced, so an exported eval program admits no ID to a dynamic table even if the module is put back
+    in training."""
     m = module_for(key, params)
-    out, raw = m._lookup(key_feature, values, lengths, weights, keep)
+    out, raw = m._lookup(key_feature, values, lengths, weights, keep, train)
     return out, m._contexts.ticket(raw)
 
 
 @ebc_forward.register_fake
 def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
       weights: Optional[torch.Tensor], params: list[torch.Tensor],
-      frozen: list[bool]) -> tuple[torch.Tensor, torch.Tensor]:
+      frozen: list[bool], train: bool) -> tuple[torch.Tensor, torch.Tensor]:
     m = module(key)
     batch = lengths.shape[0] // max(1, key_feature.shape[0])
     return (lengths.new_empty((batch, m._width), dtype=torch.float32),
@@ -134,7 +136,7 @@ def _backward(ctx: Any, grad: torch.Tensor, _grad_ctx: Any) -> tuple[Any, ...]:
         raw = torch.ops.recgo.ebc_backward(ctx.key, ctx_id, grad, ctx.frozen)
         return raw if dense_in_op(m) else m._grads_from(raw)
 
-    return None, None, None, None, None, None, first_order([grad], run), None
+    return None, None, None, None, None, None, first_order([grad], run), None, None
 
 
 ebc_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -34,18 +34,21 @@ def module(key: int) -> "EmbeddingCollection":
 
 @torch.library.custom_op("recgo::ec_forward", mutates_args=())
 def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-               dims: list[int], params: list[torch.Tensor], frozen: list[bool]) -> tuple[list[torch.Tensor], torch.Tensor]:
+               dims: list[int], params: list[torch.Tensor], frozen: list[bool],
+               train: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Per key (KJT order, ``dims[k]`` its embedding dim) its ``[n_k, D_k]`` rows, and the ticket owning
     the saved context (id 0 without ``keep``; see ``_contexts.py``). ``frozen`` marks, per used table,
-    those a fused backward leaves out."""
+    those a fused backward leaves out; ``train`` is the module's mode when the call was traced (as
+    ``recgo::ebc_forward``'s)."""
     m = module_for(key, params)
-    outs, raw = m._run_forward(key_feature, values, lengths, dims, keep)
+    outs, raw = m._run_forward(key_feature, values, lengths, dims, keep, train)
     return outs, m._contexts.ticket(raw)
 
 
 @ec_forward.register_fake
 def _(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-      dims: list[int], params: list[torch.Tensor], frozen: list[bool]) -> tuple[list[torch.Tensor], torch.Tensor]:
+      dims: list[int], params: list[torch.Tensor], frozen: list[bool],
+      train: bool) -> tuple[list[torch.Tensor], torch.Tensor]:
     if len(dims) == 1:
         sizes: list[Any] = [values.shape[0]]
     else:
@@ -104,7 +107,7 @@ def _backward(ctx: Any, grads: list[torch.Tensor | None], _grad_ctx: Any) -> tup
         raw = torch.ops.recgo.ec_backward(ctx.key, ctx_id, filled, skip or [])
         return m._without(raw if dense_in_op(m) else m._grads_from(raw), skip)
 
-    return None, None, None, None, None, None, first_order(grads, run), None
+    return None, None, None, None, None, None, first_order(grads, run), None, None
 
 
 ec_forward.register_autograd(_backward, setup_context=_setup_context)

@@ -15,6 +15,7 @@ import torch.fx
 
 from ..errors import InvalidInputError
 from ..keyed import KeyedTensor
+from ._export_sizes import call_size_oblivious, exporting
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -66,6 +67,8 @@ def traced_as_leaf(forward: F) -> F:
     def wrapper(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         proxy = _proxy_in(args, kwargs)
         if proxy is None:
+            if exporting():  # a dynamic batch that may be one in the exported program
+                return call_size_oblivious(forward, self, *args, **kwargs)
             return forward(self, *args, **kwargs)
         tracer = proxy.tracer
         path = tracer.path_of_module(self)

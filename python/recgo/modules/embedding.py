@@ -482,7 +482,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             # anchor, or autograd would run a backward that has no saved forward.
             params = params if keep else [p.detach() for p in params]
             out, _ = _ops.ebc_forward(self._handle.value, keep, key_feature, values, lengths, weights, params,
-                                      frozen or [False] * len(self._configs))
+                                      frozen or [False] * len(self._configs), self.training)
             return out
         if not keep:
             return self._lookup(key_feature, values, lengths, weights, False)[0]
@@ -495,11 +495,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                              once=self._optimizer is not None)[0]
 
     def _lookup(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                weights: torch.Tensor | None, keep: bool) -> tuple[torch.Tensor, int]:
+                weights: torch.Tensor | None, keep: bool, train: bool | None = None) -> tuple[torch.Tensor, int]:
         """The pooled output and its kept context's raw handle (``recgo::ebc_forward``'s body and the
-        eager path's)."""
+        eager path's); ``train`` as ``_forward``'s."""
         out = self._outputs.take([(lengths.numel() // max(1, key_feature.numel()), self._width)])[0]
-        return out, self._forward(key_feature, values, lengths, weights, out, keep)
+        return out, self._forward(key_feature, values, lengths, weights, out, keep, train)
 
     def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor],
                         frozen: list[bool] | None = None) -> list[torch.Tensor | None]:

@@ -402,7 +402,7 @@ class EmbeddingCollection(nn.Module):
         if not _eager.allowed(key_feature, values, lengths, *params):
             params = params if keep else [p.detach() for p in params]  # as the pooled collection's
             outs, _ = _sequence_ops.ec_forward(self._handle.value, keep, key_feature, values, lengths, dims, params,
-                                               frozen or [False] * len(self._tables))
+                                               frozen or [False] * len(self._tables), self.training)
         elif keep:
             keys = key_feature.tolist()
             outs = _eager.lookup(lambda: self._eager_forward(key_feature, values, lengths, dims),
