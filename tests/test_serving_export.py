@@ -10,6 +10,7 @@ from torch.fx.experimental import _config as fx_config
 
 import recgo
 from recgo import KeyedJaggedTensor
+from raw_inputs import FromRawTensors
 
 L = torch.tensor
 _DYN = ([{0: torch.export.Dim.DYNAMIC}, None, {0: torch.export.Dim.DYNAMIC}, None],)  # values, weights, lengths, offsets
@@ -187,16 +188,7 @@ def test_an_eval_program_admits_nothing_after_the_module_trains_again(sequence: 
     else:
         coll = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(100, 4, "t", ["f"], dynamic=dynamic)], seed=0)
 
-    class Model(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.coll = coll
-
-        def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-            out = self.coll(KeyedJaggedTensor(["f"], values, lengths=lengths))
-            return out["f"].values() * 1 if sequence else out.values() * 1
-
-    model = Model()
+    model = FromRawTensors(coll)
     model(L([1, 2]), L([1, 1]))  # admits 1 and 2
     with torch.no_grad():
         ep = torch.export.export(model.eval(), (L([1, 2]), L([1, 1])), strict=False)

@@ -9,7 +9,7 @@ import pickle
 import random
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -130,13 +130,44 @@ def test_a_collection_and_its_shared_sequence_collection_train_from_two_threads(
     assert int(got.optimizer_step) == int(want.optimizer_step) == 50
 
 
+def _trains_as_alone_while(flip: Callable[[int], None], rows: int, dim: int, seed: int,
+                           batches: list[recgo.KeyedJaggedTensor], in_thread: bool = False) -> None:
+    """Train one collection on ``batches`` while another thread calls ``flip(n)`` for n = 0, 1, … and
+    assert it ends as the same collection trained alone (up to the summation order of other worker
+    counts); ``in_thread``: the training runs on a thread of its own (Go's threads) instead of here."""
+    def make() -> recgo.EmbeddingBagCollection:
+        return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(rows, dim, "t", ["a"])], seed=seed,
+                                            optimizer=recgo.modules.optim.Adagrad(lr=0.1))
+
+    ref, m = make(), make()
+    for b in batches:
+        ref(b).values().square().sum().backward()
+    stop = threading.Event()
+
+    def flipping() -> None:
+        n = 0
+        while not stop.is_set():
+            flip(n)
+            n += 1
+
+    def train(_: int = 0) -> None:
+        for b in batches:
+            m(b).values().square().sum().backward()
+
+    flipper = threading.Thread(target=flipping)
+    flipper.start()
+    try:
+        run_threads(1, train) if in_thread else train()
+    finally:
+        stop.set()
+        flipper.join()
+    for k, v in ref.state_dict().items():
+        torch.testing.assert_close(m.state_dict()[k], v, rtol=1e-5, atol=1e-6)
+
+
 def test_set_num_threads_from_another_thread_while_one_trains() -> None:
     """recgo.set_num_threads may be called at any time from any thread (docs/threads.md): training
     meanwhile ends as a serial run does, up to the summation order of other worker counts."""
-    def make() -> recgo.EmbeddingBagCollection:
-        return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(2000, 16, "t", ["a"])], seed=1,
-                                            optimizer=recgo.modules.optim.Adagrad(lr=0.1))
-
     g = torch.Generator().manual_seed(1)
     batches = []
     for _ in range(20):
@@ -144,27 +175,10 @@ def test_set_num_threads_from_another_thread_while_one_trains() -> None:
         batches.append(recgo.KeyedJaggedTensor(["a"], torch.randint(0, 2000, (int(lengths.sum()),), generator=g),
                                                lengths=lengths))
     before = recgo.num_threads()
-    ref, m = make(), make()
-    for b in batches:
-        ref(b).values().square().sum().backward()
-    stop = threading.Event()
-
-    def flip() -> None:
-        n = 0
-        while not stop.is_set():
-            recgo.set_num_threads(1 + n % 3)
-            n += 1
-
-    flipper = threading.Thread(target=flip)
-    flipper.start()
     try:
-        run_threads(1, lambda _: [m(b).values().square().sum().backward() for b in batches])
+        _trains_as_alone_while(lambda n: recgo.set_num_threads(1 + n % 3), 2000, 16, 1, batches, in_thread=True)
     finally:
-        stop.set()
-        flipper.join()
         recgo.set_num_threads(before)
-    for k, v in ref.state_dict().items():
-        torch.testing.assert_close(m.state_dict()[k], v, rtol=1e-5, atol=1e-6)
 
 
 _SOURCE = SyntheticSource(6000, [SyntheticField("u", 300, 1.1), SyntheticField("i", 500, 1.0, 0.9)], dense=2, seed=5)
@@ -385,30 +399,8 @@ def test_switching_the_team_while_the_main_thread_trains() -> None:
     if _threads.openmp_runtime() is None:
         pytest.skip("no OpenMP runtime in this process")
 
-    def make() -> recgo.EmbeddingBagCollection:
-        return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(3000, 32, "t", ["a"])], seed=4,
-                                            optimizer=recgo.modules.optim.Adagrad(lr=0.1))
-
     batches = [_kjt(["a"], s, span=3000, n=512) for s in range(12)]
-    ref, m = make(), make()
-    for b in batches:
-        ref(b).values().square().sum().backward()
-    stop = threading.Event()
-
-    def flip() -> None:
-        n = 0
-        while not stop.is_set():
-            _threads.use_openmp(n % 2 == 0)
-            n += 1
-
-    flipper = threading.Thread(target=flip)
-    flipper.start()
     try:
-        for b in batches:
-            m(b).values().square().sum().backward()
+        _trains_as_alone_while(lambda n: _threads.use_openmp(n % 2 == 0), 3000, 32, 4, batches)
     finally:
-        stop.set()
-        flipper.join()
         _threads.configure_default()  # the process's setting back (RECGO_OPENMP)
-    for k, v in ref.state_dict().items():
-        torch.testing.assert_close(m.state_dict()[k], v, rtol=1e-5, atol=1e-6)

@@ -16,6 +16,7 @@ from hypothesis import given, settings, strategies as st
 
 import recgo
 from recgo import InvalidInputError, JaggedTensor, KeyedJaggedTensor, KeyedTensor, NotFoundError
+from raw_inputs import FromRawTensors
 
 VALUES = torch.tensor([1, 2, 3, 4, 5, 6, 7, 8])
 WEIGHTS = torch.tensor([1.0, 0.5, 1.5, 1.0, 0.5, 1.0, 1.0, 1.5])
@@ -470,16 +471,7 @@ def test_a_saved_export_refuses_to_run_on_another_collections_tables(tmp_path, k
         coll = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])], seed=0,
                                             optimizer=optim.SGD(lr=0.1) if kind == "fused" else None)
 
-    class Model(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.coll = coll
-
-        def forward(self, values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-            out = self.coll(KeyedJaggedTensor(["f"], values, lengths=lengths))
-            return out["f"].values() if kind == "ec" else out.values()
-
-    model = Model().eval()
+    model = FromRawTensors(coll).eval()
     args = (torch.tensor([1, 2, 3]), torch.tensor([2, 1]))
     with torch.no_grad():
         want = model(*args)
