@@ -73,7 +73,8 @@ def snapshot(module: Any) -> dict[str, Any]:
     sizes = (ctypes.c_int64 * n)(*[b.numel() * b.element_size() for _, b in pairs])
     tables = (ctypes.c_int64 * len(dyn))(*dyn)
     raw = (ctypes.c_size_t * len(dyn))()
-    cells = [_Cell(raw, k) for k in range(len(dyn))]
+    # each element as a cell of its own (same memory), as freed_if_interrupted takes them
+    cells = [ctypes.c_size_t.from_buffer(raw, k * ctypes.sizeof(ctypes.c_size_t)) for k in range(len(dyn))]
     with _lib.freed_if_interrupted(cells):  # until the Handles own the snapshots
         _lib.call(_lib.fn("recgo_ebc_snapshot_exclusive"), module._handle.value, n, srcs, dsts, sizes,
                   len(dyn), tables, raw)
@@ -101,24 +102,6 @@ def state_copy(module: Any, owned: bool) -> dict[str, Any]:
         state = {k: v.detach().clone() if isinstance(v, torch.Tensor) and v.numel() and v.data_ptr() in mine else v
                  for k, v in state.items()}
     return state
-
-
-class _Cell:
-    """One element of a ctypes array as the ``.value`` cell :func:`recgo._lib.freed_if_interrupted`
-    frees when an interrupt lands before the handles are taken over."""
-
-    __slots__ = ("array", "index")
-
-    def __init__(self, array: Any, index: int) -> None:
-        self.array, self.index = array, index
-
-    @property
-    def value(self) -> int:
-        return int(self.array[self.index] or 0)
-
-    @value.setter
-    def value(self, v: int) -> None:
-        self.array[self.index] = v
 
 
 def save_checkpoint(state: dict[str, torch.Tensor], path: str | os.PathLike[str]) -> None:
