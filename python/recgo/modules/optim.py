@@ -286,7 +286,7 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
             ones, or one has several (recgo's collection updates every table with one optimizer).
     """
     found: dict[str, FusedOptimizer | None] = {}
-    torch_classes: set[type] = set()
+    torch_adam = ""  # torch's Adam or AdamW ran on TorchRec's unsharded tables (torchrec.optim's stand-ins never did)
     for n, p in module.named_parameters():
         classes, params = getattr(p, "_optimizer_classes", None), getattr(p, "_optimizer_kwargs", None)
         if not classes:
@@ -301,7 +301,8 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
         if class_defaults:  # the module ran torch's optimizer itself: its scheduler may have moved it
             kwargs = _live_kwargs(kwargs, getattr(p, "_in_backward_optimizers", None))
         found[n] = from_torch(classes[0], kwargs, class_defaults)
-        torch_classes.add(classes[0])
+        if classes[0] in (torch.optim.Adam, torch.optim.AdamW):
+            torch_adam = classes[0].__name__
     decays = sorted({o.weight_decay for o in found.values() if o is not None and o.weight_decay})
     if not class_defaults and decays and all(type(o) in _FBGEMM_CPU for o in found.values()):
         # DMP runs these with FBGEMM's CPU kernels, which apply no weight decay (weight_decay_mode NONE)
@@ -314,11 +315,8 @@ def in_backward(module: Any, class_defaults: bool = False, warn: bool = False) -
                       "on TorchRec's unsharded tables (dense gradients) decays every row at every step; recgo's fused "
                       "one decays only the rows a batch touches, so rows absent from a batch keep their value and the "
                       "two drift apart", UserWarning, stacklevel=3)
-    # torch's Adam stepped TorchRec's unsharded tables (torchrec.optim's placeholders never ran there)
-    adam = next((c for c in torch_classes if c.__module__.startswith("torch.optim") and c.__name__ in ("Adam", "AdamW")),
-                None)
-    if class_defaults and adam is not None and warn:
-        warnings.warn(f"from_torchrec: the in-backward optimizer is {adam.__name__}. torch's on TorchRec's "
+    if class_defaults and torch_adam and warn:
+        warnings.warn(f"from_torchrec: the in-backward optimizer is {torch_adam}. torch's on TorchRec's "
                       "unsharded tables (dense gradients) also steps the rows a batch leaves out (their moments go "
                       "on moving them); recgo's fused one updates only the rows a batch touches, as SparseAdam and "
                       "DMP's kernels do, so the two drift apart unless every row is in every batch",
