@@ -42,8 +42,8 @@ func InLoopAhead(dim int) int { return max(4, prefetchAheadBytes/(4*min(dim, 128
 
 // segmentReduceInLoop is segmentReduce for bags of a mean length of at least inLoopMinBag when
 // InLoop takes dim, on the assembly kernels (groups of 128 columns, then 64, then the rest, below
-// 64, masked when not a multiple of 16); it reports false, having written nothing, when the arguments are not ones it can trust
-// blindly (the Go kernels then run and check them).
+// 64, masked when not a multiple of 16); it reports false, having written nothing, when the
+// arguments are not ones it can trust blindly (the Go kernels then run and check them).
 func segmentReduceInLoop(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) bool {
 	nseg := len(bounds) - 1

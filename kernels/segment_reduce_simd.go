@@ -82,8 +82,9 @@ func maskedTail(dim int) bool {
 
 // segmentReduce64Groups is the AVX-512 path for dims that are a multiple of 16 (or that maskedTail
 // takes, on arguments trustedArgs accepted): row-major in column groups of 128, 64, then the rest
-// (below 64, ending in a masked block when not a multiple of 16), so that each row's bytes are read in one pass, not one cache line
-// per pass over the bag (which missed the TLB once per line on large tables).
+// (below 64, ending in a masked block when not a multiple of 16), so that each row's bytes are read
+// in one pass, not one cache line per pass over the bag (which missed the TLB once per line on large
+// tables).
 func segmentReduce64Groups(dst []float32, dstBase, dstStride, dim int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
 	for c := 0; c < dim; {

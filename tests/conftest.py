@@ -8,9 +8,10 @@ import os
 import sys
 from collections.abc import Iterator
 
-# Before torch loads its OpenMP runtime (it reads this once; nothing imports torch before conftest): a team that sleeps at a barrier instead of
-# spinning. The suite's processes, spawned ranks included, share two cores, and spinning teams that
-# outnumber the cores slowed single-process training tests several times over.
+# Before torch loads its OpenMP runtime (it reads this once; nothing imports torch before conftest):
+# a team that sleeps at a barrier instead of spinning. The suite's processes, spawned ranks included,
+# share two cores, and spinning teams that outnumber the cores slowed single-process training tests
+# several times over.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest

@@ -22,8 +22,9 @@ up to the bound and committed as rows are first used, so memory grows to the bou
 
 The collection's ``state_dict()`` carries, for each dynamic table, only the rows in use: its
 ``weight`` and ``optimizer_state`` entries hold the first high-water-mark rows (copies, taken in one
-snapshot between two passes: no fused update is half in it, also while other threads train), beside its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``,
-``dynamic_free``, the admission sketch and ``dynamic_meta``), so a checkpoint's size follows the
+snapshot between two passes: no fused update is half in it, also while other threads train),
+beside its ID map (``dynamic_ids``, ``dynamic_counts``, ``dynamic_last_seen``, ``dynamic_free``,
+the admission sketch and ``dynamic_meta``), so a checkpoint's size follows the
 rows used, not the bound; ``load_state_dict()`` restores it bit-exactly, so training resumes
 identically. A checkpoint with none of a table's entries leaves it unchanged and torch reports its
 missing keys (``strict=False`` lists them, ``strict=True`` raises); one with some but not all of them
@@ -36,8 +37,8 @@ state is not, so a reused row would inherit the previous ID's moments; the colle
 
 from __future__ import annotations
 
-import math
 import contextlib
+import math
 import os
 import threading
 import warnings

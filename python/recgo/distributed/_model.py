@@ -425,7 +425,8 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         raise InvalidInputError(f"shard_model: expected an nn.Module, got {type(model).__name__}")
     _check_dmp_arguments(kwargs)
     by_sharder = _sharder_optimizers(sharders)
-    model = convert_managed(model, kwargs.get("optimizer"), sharding=True)  # their MCH state into dynamic-ID tables first
+    # TorchRec's managed-collision collections: their MCH state into dynamic-ID tables first
+    model = convert_managed(model, kwargs.get("optimizer"), sharding=True)
     found = _collections(model)
     for name, m, _ in found:
         _check_shareable(model, name, m)

@@ -140,16 +140,17 @@ def to_torchrec(model: nn.Module) -> nn.Module:
 
     The weights are copied (TorchRec's module is built with torch's random state left as it was, so the
     caller's next draws are unchanged; a collection on the meta device gives TorchRec's on the meta
-    device, to materialise as TorchRec's modules are); ``is_weighted``, ``need_indices``, each table's ``requires_grad``,
-    the ``training`` flag and user hooks carry over. The fused optimizer and its state do not: TorchRec's
+    device, to materialise as TorchRec's modules are); ``is_weighted``, ``need_indices``, each table's
+    ``requires_grad``, the ``training`` flag and user hooks carry over. The fused optimizer and its state do not: TorchRec's
     unsharded modules hold none (give the new tables ``apply_optimizer_in_backward`` to train on).
 
     Returns ``model`` with the modules replaced (or the new module when ``model`` was a collection).
 
     Raises:
         InvalidInputError: ``model`` holds no recgo collection, a sequence collection has tables of
-            several widths (TorchRec's requires one), a collection has dynamic-ID tables (TorchRec's counterpart is a managed-collision module), or is sharded or
-            planned (``recgo.distributed.gather_state_dict`` gives the unsharded weights).
+            several widths (TorchRec's requires one), a collection has dynamic-ID tables (TorchRec's
+            counterpart is a managed-collision module), or is sharded or planned
+            (``recgo.distributed.gather_state_dict`` gives the unsharded weights).
     """
     import torchrec
 
