@@ -221,10 +221,11 @@ def test_closing_a_pipeline_while_another_thread_reads_it() -> None:
         pipe.close()
         reader.join()
         assert len(ended) == 1
+        closed = isinstance(ended[0], recgo.errors.InvalidInputError) and "closed" in str(ended[0])
         if len(got) < len(want):
-            assert isinstance(ended[0], recgo.errors.InvalidInputError) and "closed" in str(ended[0])
-        else:
-            assert isinstance(ended[0], StopIteration)
+            assert closed
+        else:  # every batch read: the pass's end came first, or the close landed before the last next()
+            assert closed or isinstance(ended[0], StopIteration)
         assert all(torch.equal(b.dense, w) for b, w in zip(got, want))
 
 
