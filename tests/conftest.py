@@ -13,6 +13,9 @@ from collections.abc import Iterator
 # share two cores, and spinning teams that outnumber the cores slowed single-process training tests
 # several times over.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Spawned ranks (and every other child) print each thread's Python stack when a fatal signal stops
+# them: a crash in native code then says in the test's captured stderr where it happened.
+os.environ.setdefault("PYTHONFAULTHANDLER", "1")
 
 import pytest
 

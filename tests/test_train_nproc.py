@@ -125,6 +125,15 @@ def test_a_failing_rank_stops_the_job_with_its_error() -> None:
     assert time.monotonic() - t0 < 60  # the peer waiting in a collective is stopped, not left to hang
 
 
+def test_a_crashing_rank_names_its_signal_and_python_stack() -> None:
+    """A rank stopped by a fatal signal leaves no Python error: the launcher's error names the signal
+    and carries the Python stack faulthandler wrote as the rank died."""
+    with pytest.raises(TrainingProcessError, match=r"(?s)rank 1 exited .*SIGABRT.*its Python threads when it "
+                                                   r"stopped:.*in failing.*train_ranks"):
+        launch(_cfg(nproc=2, sharding="table_wise", dist_timeout=30.0), ["recgo"], 2, progress=False,
+               fail_at=(1, 2, "abort"), threads=1)
+
+
 def _children(pid: int) -> list[int]:
     """The live processes whose parent is ``pid`` (from /proc)."""
     out = []

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, Sequence
 import torch
 
 from . import _lib
+from ._memory import wrap
 from ._pass_end import check_pass_end
 from .data import Source
 from .data import _prepared
@@ -96,14 +97,6 @@ def _world(rank: int | None, world_size: int | None) -> tuple[int, int]:
         raise InvalidInputError(f"rank {rank} of world_size {world_size}: world_size must be ≥ 1 and rank in "
                                 f"[0, world_size)")
     return rank, world_size
-
-
-def _wrap(address: int, n: int, ctype: Any, dtype: torch.dtype, owner: _lib.Handle) -> torch.Tensor:
-    if n == 0:
-        return torch.empty(0, dtype=dtype)
-    arr = (ctype * n).from_address(address)
-    arr._recgo_owner = owner  # type: ignore[attr-defined]
-    return torch.frombuffer(arr, dtype=dtype)
 
 
 def _first_collection(model: torch.nn.Module) -> Any:
@@ -315,10 +308,10 @@ class DataPipeline:
                     self._ended = True
                     raise StopIteration
                 owner = _lib.Handle(h)
-                values = _wrap(vp, nv, ctypes.c_int64, torch.int64, owner)
-                lengths = _wrap(lp, nl, ctypes.c_int64, torch.int64, owner)
-                labels = _wrap(labp, size, ctypes.c_float, torch.float32, owner)
-                dense = _wrap(dp, size * width, ctypes.c_float, torch.float32, owner).view(size, width)
+                values = wrap(vp, nv, torch.int64, owner)
+                lengths = wrap(lp, nl, torch.int64, owner)
+                labels = wrap(labp, size, torch.float32, owner)
+                dense = wrap(dp, size * width, torch.float32, owner).view(size, width)
                 if self.tables:
                     _prepared.register(vp, nv, lp, owner)
                 return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)

@@ -36,6 +36,7 @@ others are stopped, and every collective waits at most
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import socket
@@ -337,8 +338,16 @@ def _worker(rank: int, size: int, port: int | None, cfg: Any, backends: Sequence
 
 def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str], progress: bool,
              result: str, options: dict[str, Any]) -> None:
+    from .. import _lib
     from .._cli_warnings import one_line_warnings
 
+    # A fatal signal (a crash in native code, an abort) leaves no Python error: faulthandler writes
+    # every thread's Python stack to this file then, and the launcher shows it with the exit status.
+    # Installed before the engine loads, so that the Go runtime's handlers come first (a fault in Go
+    # code stays a Go panic, which the engine returns as an error) and pass other faults on to it.
+    if _lib._lib is None:
+        crash = open(_crash_file(result, rank), "w")  # noqa: SIM115 - open until the process ends
+        faulthandler.enable(file=crash, all_threads=True)
     try:
         with one_line_warnings():  # as the launcher shows them (a spawned rank starts with Python's format)
             _worker(rank, size, port, cfg, backends, progress, result, options)
@@ -382,6 +391,19 @@ def _reraise_user_error(text: str, prefix: str) -> None:
 
 def _error_file(result: str, rank: int) -> str:
     return os.path.join(os.path.dirname(result), f"error-{rank}.txt")
+
+
+def _crash_file(result: str, rank: int) -> str:
+    return os.path.join(os.path.dirname(result), f"crash-{rank}.txt")
+
+
+def _crash_stack(result: str, rank: int) -> str:
+    """What faulthandler wrote for ``rank`` when a fatal signal stopped it ("" when nothing)."""
+    try:
+        with open(_crash_file(result, rank), errors="replace") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
 
 
 def _first_error(result: str, nproc: int) -> tuple[int, str] | None:
@@ -435,7 +457,7 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
     ``threads`` (torch threads per rank; default cores ÷ nproc), ``one_world`` (spawn: all backends
     in one world, which starts faster), ``resume`` (each backend continues from its checkpoint folder
     ``<cfg.checkpoint>.<backend>`` when it holds one; see :mod:`recgo.train.nproc_checkpoint`) and, for tests, ``weights_dir`` (each
-    backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises)."""
+    backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises; (rank, step, "abort"): it aborts)."""
     from .run import nproc_report
 
     env = env_world()
@@ -463,6 +485,9 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
                     _reraise_user_error(msg, f"--nproc {nproc}, backend {backend}, rank {rank}: ")
                 else:
                     msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
+                    stack = _crash_stack(result, exc.error_index)
+                    if stack:
+                        msg += f"; its Python threads when it stopped:\n{stack}"
                 raise TrainingProcessError(f"--nproc {nproc}, backend {backend}: the job stopped because "
                                            f"{msg}") from None
             got_runs, got_placement = torch.load(result, weights_only=False)

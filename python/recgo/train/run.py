@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -164,12 +165,15 @@ def _merge(parts: list[dict[str, Any]]) -> History:
                    samples=sum(h["samples"] for h in parts))
 
 
-def _fail_at(trainer: Trainer, step: int) -> None:
-    """Make ``trainer`` raise when it reaches ``step`` (the failure tests' injected fault)."""
+def _fail_at(trainer: Trainer, step: int, how: str = "raise") -> None:
+    """Make ``trainer`` raise when it reaches ``step`` (the failure tests' injected fault); ``how``
+    "abort": the process aborts there instead (a crash in native code, leaving no Python error)."""
     inner = trainer.train_step
 
     def failing(batch: Any, timed: bool = True) -> float:
         if trainer.step == step:
+            if how == "abort":
+                os.abort()
             raise RuntimeError(f"injected failure on rank {trainer.world.rank} at step {step}")
         return inner(batch, timed)
 
@@ -187,15 +191,15 @@ def nproc_report(cfg: TrainConfig, runs: dict[str, History], placement: dict[str
 
 
 def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress: bool = False,
-                weights_dir: str | None = None, fail_at: tuple[int, int] | None = None,
+                weights_dir: str | None = None, fail_at: tuple[Any, ...] | None = None,
                 resume: bool = False) -> tuple[dict[str, History], dict[str, dict[str, str]]]:
     """One rank's part of a ``--nproc`` run (every rank calls it, inside an initialised process group):
     train each backend on this rank's data shard and return the histories merged over the ranks and
     each backend's table placement. With ``cfg.checkpoint`` each backend saves to the folder
     ``<checkpoint>.<backend>`` (every ``checkpoint_every`` steps and at the end) and, with ``resume``,
     continues from it when it holds a complete checkpoint. ``weights_dir``: write each backend's final
-    global tables and dense weights there (rank 0); ``fail_at`` ``(rank, step)``: that rank raises at
-    that step (failure tests)."""
+    global tables and dense weights there (rank 0); ``fail_at`` ``(rank, step)`` or ``(rank, step,
+    "abort")``: that rank raises (aborts) at that step (failure tests)."""
     from dataclasses import asdict
 
     import torch
@@ -219,7 +223,7 @@ def train_ranks(cfg: TrainConfig, backends: Sequence[str], world: Any, progress:
         if bar is not None:
             bar.update(trainer.step)
         if fail_at is not None and world.rank == fail_at[0]:
-            _fail_at(trainer, fail_at[1])
+            _fail_at(trainer, *fail_at[1:])
         try:
             history = trainer.run(progress=bar)
         except BaseException:
