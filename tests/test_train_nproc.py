@@ -16,6 +16,7 @@ from recgo.errors import InvalidInputError
 from recgo.sparse import KeyedJaggedTensor
 from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source
 from recgo.train.distributed import TrainingProcessError, env_world, eval_slice, launch, take
+from spawned import ok, spawn
 
 # B_RANK: every evaluation scores the whole held-out split in batches of it, on every backend
 STEPS, B_RANK = 4, 256
@@ -132,6 +133,31 @@ def test_a_crashing_rank_names_its_signal_and_python_stack() -> None:
                                                    r"stopped:.*in failing.*train_ranks"):
         launch(_cfg(nproc=2, sharding="table_wise", dist_timeout=30.0), ["recgo"], 2, progress=False,
                fail_at=(1, 2, "abort"), threads=1)
+
+
+def _sparse_group_rank(rank: int, world: int) -> dict:
+    import torch.distributed as dist
+
+    from recgo.train.distributed import sparse_ddp_group
+
+    groups = [sparse_ddp_group(30.0), sparse_ddp_group(30.0)]  # a second one beside it: keys of its own
+    out = {"threads": [g._get_backend(torch.device("cpu")).options._threads for g in groups]}
+    for k, g in enumerate(groups):
+        t = torch.sparse_coo_tensor([[rank, 2]], [1.0, float(rank + k + 1)], (4,))
+        dist.all_reduce(t, group=g)
+        out[f"sum{k}"] = t.to_dense().tolist()
+    return out
+
+
+def test_the_torch_backends_ddp_group_sums_sparse_gradients_on_one_gloo_thread(tmp_path: Path) -> None:
+    """The torch backend's DDP group (``sparse_ddp_group``): one gloo worker thread (two sparse
+    all-reduces at once corrupt the heap in torch 2.14: benchmarks/sparse_ddp_crash.py), and it sums
+    sparse tensors over the ranks as the default group does."""
+    results = spawn(_sparse_group_rank, 2, tmp_path)
+    ok(results)
+    for res in results:
+        assert res["threads"] == [1, 1]
+        assert res["sum0"] == [1.0, 1.0, 3.0, 0.0] and res["sum1"] == [1.0, 1.0, 5.0, 0.0]
 
 
 def _children(pid: int) -> list[int]:

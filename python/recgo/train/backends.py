@@ -125,7 +125,7 @@ class SparseArch(nn.Module):
             self.module, self.plan = D.build_torchrec(tables, self.dim, optim, weights, w, pooled=pooled)
         else:
             self.module, self._opt = D.build_torch(tables, self.dim, optim, weights, self.keys, self._table_of,
-                                                   pooled=pooled)
+                                                   pooled=pooled, timeout=w.timeout)
 
     # -- construction ----------------------------------------------------------------------------
 
