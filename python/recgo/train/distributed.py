@@ -272,7 +272,9 @@ def sparse_ddp_group(timeout: float) -> Any:
     gloo = dist.ProcessGroupGloo
     options = gloo._Options()
     options._threads = 1
-    options._devices = [gloo.create_default_device()]
+    # the devices the default group takes: GLOO_SOCKET_IFNAME's interfaces where it is set
+    names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
+    options._devices = [gloo.create_device(interface=n) for n in names] or [gloo.create_default_device()]
     options._timeout = timedelta(seconds=timeout)
     rank, size = dist.get_rank(), dist.get_world_size()
     global _SPARSE_GROUPS
