@@ -1,6 +1,6 @@
 """How often plain torch's ``DistributedDataParallel`` over sparse gradients crashes a gloo rank on the
 CPU, with gloo's default group (two worker threads) and with the one-thread group the training job's
-``torch`` backend uses (:func:`recgo.train.distributed.sparse_ddp_group`).
+``torch`` backend uses (:func:`recgo.distributed.sparse_ddp_group`).
 
 No recgo engine is loaded: the ranks train 26 ``nn.EmbeddingBag(sparse=True)`` tables (200 or 7 rows,
 dim 4, bags of 0-3 IDs, batch 128 per rank) and a linear layer under DDP with torch's Adagrad, the
@@ -39,7 +39,7 @@ def _rank(rank: int, world: int, port: int, steps: int, one_thread: bool) -> Non
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     group = None
     if one_thread:
-        from recgo.train.distributed import sparse_ddp_group
+        from recgo.distributed import sparse_ddp_group
 
         group = sparse_ddp_group(120.0)
     gen = torch.Generator().manual_seed(rank)
@@ -64,7 +64,8 @@ def _rank(rank: int, world: int, port: int, steps: int, one_thread: bool) -> Non
             offsets.append(torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]]))
             ids.append(torch.randint(0, n, (int(lengths.sum()),), generator=gen))
         y = torch.rand(BATCH, generator=gen).round()
-        loss = nn.functional.binary_cross_entropy_with_logits(model(ids, offsets, torch.randn(BATCH, DENSE, generator=gen)), y)
+        logits = model(ids, offsets, torch.randn(BATCH, DENSE, generator=gen))
+        loss = nn.functional.binary_cross_entropy_with_logits(logits, y)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -81,7 +81,7 @@ def test_an_interrupted_next_loses_no_batch(monkeypatch: pytest.MonkeyPatch, dep
 
 
 
-@pytest.mark.parametrize("where", ["_wrap", "KeyedJaggedTensor"])
+@pytest.mark.parametrize("where", ["wrap", "KeyedJaggedTensor"])
 def test_an_interrupt_while_the_batch_is_built_loses_nothing(monkeypatch: pytest.MonkeyPatch, where: str) -> None:
     """Ctrl-C after the engine call returned, while Python wraps the batch (the batch's handle made
     or not yet), gives the batch back too: a real SIGINT storm lost one batch in seven this way."""
@@ -91,7 +91,7 @@ def test_an_interrupt_while_the_batch_is_built_loses_nothing(monkeypatch: pytest
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:
         calls[0] += 1
-        if calls[0] in (2, 7, 8):  # _wrap: the second tensor of a batch (its handle exists), then the
+        if calls[0] in (2, 7, 8):  # wrap: the second tensor of a batch (its handle exists), then the
             raise KeyboardInterrupt  # third, twice in a row; the KJT: the 2nd, 7th and 8th
         return real(*args, **kwargs)
     monkeypatch.setattr(recgo.pipeline, where, interrupted)

@@ -16,7 +16,7 @@ from recgo.errors import InvalidInputError
 from recgo.sparse import KeyedJaggedTensor
 from recgo.train import TrainConfig, Trainer, auc, log_loss, make_source
 from recgo.train.distributed import TrainingProcessError, env_world, eval_slice, launch, take
-from spawned import ok, spawn
+from spawned import ok, one_rank, spawn
 
 # B_RANK: every evaluation scores the whole held-out split in batches of it, on every backend
 STEPS, B_RANK = 4, 256
@@ -138,9 +138,11 @@ def test_a_crashing_rank_names_its_signal_and_python_stack() -> None:
 def _sparse_group_rank(rank: int, world: int) -> dict:
     import torch.distributed as dist
 
-    from recgo.train.distributed import sparse_ddp_group
+    from datetime import timedelta
 
-    groups = [sparse_ddp_group(30.0), sparse_ddp_group(30.0)]  # a second one beside it: keys of its own
+    from recgo.distributed import sparse_ddp_group
+
+    groups = [sparse_ddp_group(30.0), sparse_ddp_group(timedelta(seconds=30))]  # a second one: keys of its own
     out = {"threads": [g._get_backend(torch.device("cpu")).options._threads for g in groups]}
     for k, g in enumerate(groups):
         t = torch.sparse_coo_tensor([[rank, 2]], [1.0, float(rank + k + 1)], (4,))
@@ -150,7 +152,7 @@ def _sparse_group_rank(rank: int, world: int) -> dict:
 
 
 def test_the_torch_backends_ddp_group_sums_sparse_gradients_on_one_gloo_thread(tmp_path: Path) -> None:
-    """The torch backend's DDP group (``sparse_ddp_group``): one gloo worker thread (two sparse
+    """The torch backend's DDP group (``recgo.distributed.sparse_ddp_group``): one gloo worker thread (two sparse
     all-reduces at once corrupt the heap in torch 2.14: benchmarks/sparse_ddp_crash.py), and it sums
     sparse tensors over the ranks as the default group does."""
     results = spawn(_sparse_group_rank, 2, tmp_path)
@@ -158,6 +160,17 @@ def test_the_torch_backends_ddp_group_sums_sparse_gradients_on_one_gloo_thread(t
     for res in results:
         assert res["threads"] == [1, 1]
         assert res["sum0"] == [1.0, 1.0, 3.0, 0.0] and res["sum1"] == [1.0, 1.0, 5.0, 0.0]
+
+
+def test_sparse_ddp_group_refuses_bad_calls(tmp_path: Path) -> None:
+    from recgo.distributed import sparse_ddp_group
+
+    with pytest.raises(InvalidInputError, match="init_process_group first"):
+        sparse_ddp_group()
+    with one_rank(tmp_path):
+        for bad in (0, -1.0, float("nan"), float("inf"), True, "5"):
+            with pytest.raises(InvalidInputError, match="timeout must be a positive number of seconds"):
+                sparse_ddp_group(bad)
 
 
 def _children(pid: int) -> list[int]:

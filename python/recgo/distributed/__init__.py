@@ -8,6 +8,7 @@ or rail group (gloo on CPU). See :class:`ShardedEmbeddingBagCollection` (pooled)
 :class:`ShardedEmbeddingCollection` (sequences: one row per ID), and :func:`shard_model` (TorchRec's
 ``DistributedModelParallel``: every collection of a model sharded, the rest under DDP).
 :class:`DCPLoadPlanner` loads a ``torch.distributed.checkpoint`` onto another world size or sharding.
+:func:`sparse_ddp_group` is a gloo group for DDP over torch's own sparse embeddings (see there why).
 """
 
 from typing import Any
@@ -20,11 +21,13 @@ from ._gather import gather_state_dict
 from ._model import shard_model
 from ._sequence import ShardedEmbeddingCollection
 from ._simulate import eq3_reduction, hash_owners, simulate_traffic
+from ._sparse_ddp import sparse_ddp_group
 from ._traffic import COUNTERS
 
 __all__ = ["COUNTERS", "DCPLoadPlanner", "MODES", "RETURNS", "SHARDING_TYPES", "Groups", "PartialStepError", "PeerFailureError", "ShardedEmbeddingBagCollection",
            "ShardedEmbeddingCollection",
-           "eq3_reduction", "gather_state_dict", "hash_owners", "make_groups", "shard_model", "simulate_traffic"]
+           "eq3_reduction", "gather_state_dict", "hash_owners", "make_groups", "shard_model", "simulate_traffic",
+           "sparse_ddp_group"]
 
 
 def __getattr__(name: str) -> Any:

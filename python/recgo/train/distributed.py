@@ -11,7 +11,7 @@ size. The sparse half is sharded the way each library does it:
 * ``torchrec``: TorchRec's ``DistributedModelParallel`` over an ``EmbeddingBagCollection`` with the plan
   its ``EmbeddingShardingPlanner`` makes, the optimizer fused through the sharder's fused params;
 * ``torch``: ``nn.EmbeddingBag(sparse=True)`` replicated on every rank under ``DistributedDataParallel``,
-  over a gloo group of one worker thread (:func:`sparse_ddp_group`).
+  over a gloo group of one worker thread (:func:`recgo.distributed.sparse_ddp_group`).
 
 The sequence model (bst) has the same three with unpooled lookups: recgo's
 :class:`recgo.distributed.ShardedEmbeddingCollection`, DMP over TorchRec's ``EmbeddingCollection``
@@ -241,8 +241,10 @@ def build_torch(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, 
                 table_of: dict[str, str], pooled: bool = True,
                 timeout: float = 120.0) -> tuple[nn.Module, torch.optim.Optimizer]:
     """``nn.EmbeddingBag(sparse=True)`` (pooled) or ``nn.Embedding(sparse=True)`` (sequences) tables
-    replicated under DDP (sparse gradients averaged over gloo: :func:`sparse_ddp_group`, whose
-    collectives wait at most ``timeout`` seconds)."""
+    replicated under DDP (sparse gradients averaged over gloo on
+    :func:`recgo.distributed.sparse_ddp_group`, whose collectives wait at most ``timeout`` seconds)."""
+    from ..distributed import sparse_ddp_group
+
     make = (lambda t: nn.EmbeddingBag(t.rows, dim, mode="sum", sparse=True)) if pooled else (
         lambda t: nn.Embedding(t.rows, dim, sparse=True))
     bags = nn.ModuleDict({t.name: make(t) for t in tables})
@@ -252,41 +254,6 @@ def build_torch(tables: Sequence[Any], dim: int, optim: Any, weights: dict[str, 
     module = nn.parallel.DistributedDataParallel((_Bags if pooled else _Seqs)(bags, keys, table_of),
                                                  process_group=sparse_ddp_group(timeout))
     return module, optim.torch_class()(module.parameters(), **optim.torch_kwargs())
-
-
-def sparse_ddp_group(timeout: float) -> Any:
-    """A gloo group of every rank, over the default group's store, that runs its collectives on one
-    worker thread, for ``DistributedDataParallel`` over sparse gradients (every rank calls it, in the
-    same order). ``timeout``: seconds a collective waits.
-
-    Why: gloo runs a group's asynchronous collectives on two worker threads, and DDP starts one sparse
-    all-reduce per sparse parameter as its gradient is ready. In torch 2.14 on the CPU two of them
-    running at once corrupt the heap now and then: the rank aborts ("malloc(): unaligned tcache chunk
-    detected") or segfaults, both gloo threads inside ``AsyncSparseAllreduceWork``'s coalesce. Plain
-    torch does it with no recgo loaded (``benchmarks/sparse_ddp_crash.py``), and it stopped a CI run of
-    this job. torch's ``new_group`` ignores gloo's options, hence the group is put together here."""
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    gloo = dist.ProcessGroupGloo
-    options = gloo._Options()
-    options._threads = 1
-    # the devices the default group takes: GLOO_SOCKET_IFNAME's interfaces where it is set
-    names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
-    options._devices = [gloo.create_device(interface=n) for n in names] or [gloo.create_default_device()]
-    options._timeout = timedelta(seconds=timeout)
-    rank, size = dist.get_rank(), dist.get_world_size()
-    global _SPARSE_GROUPS
-    _SPARSE_GROUPS += 1  # each group its own keys in the store
-    store = dist.PrefixStore(f"recgo-sparse-ddp-{_SPARSE_GROUPS}/", dist.distributed_c10d._get_default_store())
-    group = dist.ProcessGroup(store, rank, size)
-    group._set_default_backend(dist.ProcessGroup.BackendType.GLOO)
-    group._register_backend(torch.device("cpu"), dist.ProcessGroup.BackendType.GLOO, gloo(store, rank, size, options))
-    return group
-
-
-_SPARSE_GROUPS = 0
 
 
 def global_weights(arch: Any, world: World) -> dict[str, torch.Tensor]:
@@ -495,8 +462,9 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
     process waits for them and writes the report. ``options``:
     ``threads`` (torch threads per rank; default cores ÷ nproc), ``one_world`` (spawn: all backends
     in one world, which starts faster), ``resume`` (each backend continues from its checkpoint folder
-    ``<cfg.checkpoint>.<backend>`` when it holds one; see :mod:`recgo.train.nproc_checkpoint`) and, for tests, ``weights_dir`` (each
-    backend's final global tables are written there) and ``fail_at`` ((rank, step): that rank raises; (rank, step, "abort"): it aborts)."""
+    ``<cfg.checkpoint>.<backend>`` when it holds one; see :mod:`recgo.train.nproc_checkpoint`) and, for
+    tests, ``weights_dir`` (each backend's final global tables are written there) and ``fail_at``
+    ((rank, step): that rank raises; (rank, step, "abort"): it aborts)."""
     from .run import nproc_report
 
     env = env_world()
