@@ -169,7 +169,7 @@ def test_sparse_ddp_group_refuses_bad_calls(tmp_path: Path) -> None:
         sparse_ddp_group()
     with one_rank(tmp_path):
         for bad in (0, -1.0, float("nan"), float("inf"), True, "5"):
-            with pytest.raises(InvalidInputError, match="timeout must be a positive number of seconds"):
+            with pytest.raises(InvalidInputError, match="timeout must be"):
                 sparse_ddp_group(bad)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import math
 import numbers
 import threading
 from collections.abc import Iterator
@@ -146,14 +147,7 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
     if nodes <= 0 or ranks_per_node <= 0 or nodes * ranks_per_node != world:
         raise InvalidInputError(f"topology: {nodes} nodes × {ranks_per_node} ranks per node does not match the "
                                 f"world of {world} ranks")
-    if timeout is None:
-        timeout = timedelta(seconds=60)
-    elif not isinstance(timeout, timedelta):
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-            raise InvalidInputError(f"timeout must be seconds (a number) or a timedelta, got {timeout!r}")
-        timeout = timedelta(seconds=float(timeout))
-    if not timeout.total_seconds() > 0:
-        raise InvalidInputError(f"timeout must be > 0 seconds, got {timeout.total_seconds():g}")
+    timeout = timedelta(seconds=60) if timeout is None else as_timeout(timeout)
     _forget_stale_groups()
     made: list[tuple[Any, ...]] = []  # the keys of the groups this call created
 
@@ -186,6 +180,23 @@ def make_groups(nodes: int | None, ranks_per_node: int | None, timeout: float | 
             if l == rank % ranks_per_node:
                 groups.rail = g
     return groups
+
+
+def as_timeout(value: Any) -> timedelta:
+    """A collective's timeout given as seconds (a number) or a timedelta, checked: positive and finite.
+
+    Raises:
+        InvalidInputError: ``value`` is neither, or not a positive finite time.
+    """
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputError(f"timeout must be seconds (a number) or a timedelta, got {value!r}")
+    else:
+        seconds = float(value)
+    if not 0 < seconds < math.inf:
+        raise InvalidInputError(f"timeout must be > 0 seconds and finite, got {seconds:g}")
+    return timedelta(seconds=seconds)
 
 
 def dense_group(timeout: timedelta) -> Any:

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ..errors import InvalidInputError
+from ._exchange import as_timeout
 
 _groups = itertools.count(1)  # each group's keys in the store apart from the others'
 
@@ -32,19 +33,18 @@ def sparse_ddp_group(timeout: float | timedelta = 120.0) -> Any:
     takes (``GLOO_SOCKET_IFNAME``'s interfaces where that is set).
 
     Raises:
-        InvalidInputError: the default process group is not initialised, or ``timeout`` is not positive.
+        InvalidInputError: the default process group is not initialised, or ``timeout`` is not a positive,
+            finite time.
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise InvalidInputError("sparse_ddp_group: call torch.distributed.init_process_group first")
-    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < float("inf"):
-        raise InvalidInputError(f"sparse_ddp_group: timeout must be a positive number of seconds, got {timeout!r}")
+    wait = as_timeout(timeout)
     gloo = dist.ProcessGroupGloo
     options = gloo._Options()
     options._threads = 1
     names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
     options._devices = [gloo.create_device(interface=n) for n in names] or [gloo.create_default_device()]
-    options._timeout = timedelta(seconds=seconds)
+    options._timeout = wait
     rank, size = dist.get_rank(), dist.get_world_size()
     store = dist.PrefixStore(f"recgo-sparse-ddp-{next(_groups)}/", dist.distributed_c10d._get_default_store())
     group = dist.ProcessGroup(store, rank, size)

@@ -352,7 +352,7 @@ def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str],
     # Installed before the engine loads, so that the Go runtime's handlers come first (a fault in Go
     # code stays a Go panic, which the engine returns as an error) and pass other faults on to it.
     if _lib._lib is None:
-        crash = open(_crash_file(result, rank), "w")  # noqa: SIM115 - open until the process ends
+        crash = open(_rank_file(result, "crash", rank), "w")  # noqa: SIM115 - open until the process ends
         faulthandler.enable(file=crash, all_threads=True)
     try:
         with one_line_warnings():  # as the launcher shows them (a spawned rank starts with Python's format)
@@ -364,7 +364,7 @@ def _spawned(rank: int, size: int, port: int, cfg: Any, backends: Sequence[str],
             text = f"{_USER_ERROR}{type(exc).__name__}\n{exc}"
         else:
             text = f"rank {rank} failed: {type(exc).__name__}: {exc}\n{traceback.format_exc()}"
-        with open(_error_file(result, rank), "w") as fh:
+        with open(_rank_file(result, "error", rank), "w") as fh:
             fh.write(text)
         os._exit(1)
 
@@ -395,18 +395,16 @@ def _reraise_user_error(text: str, prefix: str) -> None:
         raise cls(f"{prefix}{msg}") from None
 
 
-def _error_file(result: str, rank: int) -> str:
-    return os.path.join(os.path.dirname(result), f"error-{rank}.txt")
-
-
-def _crash_file(result: str, rank: int) -> str:
-    return os.path.join(os.path.dirname(result), f"crash-{rank}.txt")
+def _rank_file(result: str, kind: str, rank: int) -> str:
+    """The file beside ``result`` where ``rank`` leaves its ``kind`` ("error": its Python error,
+    "crash": faulthandler's stacks)."""
+    return os.path.join(os.path.dirname(result), f"{kind}-{rank}.txt")
 
 
 def _crash_stack(result: str, rank: int) -> str:
     """What faulthandler wrote for ``rank`` when a fatal signal stopped it ("" when nothing)."""
     try:
-        with open(_crash_file(result, rank), errors="replace") as fh:
+        with open(_rank_file(result, "crash", rank), errors="replace") as fh:
             return fh.read().strip()
     except OSError:
         return ""
@@ -414,11 +412,11 @@ def _crash_stack(result: str, rank: int) -> str:
 
 def _first_error(result: str, nproc: int) -> tuple[int, str] | None:
     """The first failing rank (the earliest error file) and what it wrote, if any rank wrote one."""
-    found = [r for r in range(nproc) if os.path.exists(_error_file(result, r))]
+    found = [r for r in range(nproc) if os.path.exists(_rank_file(result, "error", r))]
     if not found:
         return None
-    rank = min(found, key=lambda r: os.path.getmtime(_error_file(result, r)))
-    with open(_error_file(result, rank)) as fh:
+    rank = min(found, key=lambda r: os.path.getmtime(_rank_file(result, "error", r)))
+    with open(_rank_file(result, "error", rank)) as fh:
         return rank, fh.read().strip()
 
 
