@@ -130,14 +130,16 @@ def _cases(rank: int, ckpt: str) -> dict[str, Any]:
 
 
 class _Model(nn.Module):
-    """A small BST-shaped model: the sequences summed per sample, the pooled user row, an MLP."""
+    """A small BST-shaped model: the sequences summed per sample, the pooled user row, the user's row of
+    a torch ``nn.EmbeddingBag`` with sparse gradients (a dense-part parameter under DDP), an MLP."""
 
     def __init__(self, opt: Any) -> None:
         super().__init__()
         self.user = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(9, 3, "user", ["user_id"])], optimizer=opt,
                                                  seed=5)
         self.seq = recgo.EmbeddingCollection([c for c in configs() if c.name != "user"], optimizer=opt, seed=6)
-        self.mlp = nn.Sequential(nn.Linear(4 + 4 + 8 + 3, 8), nn.ReLU(), nn.Linear(8, 1))
+        self.torch_user = nn.EmbeddingBag(9, 2, mode="sum", sparse=True)
+        self.mlp = nn.Sequential(nn.Linear(4 + 4 + 8 + 3 + 2, 8), nn.ReLU(), nn.Linear(8, 1))
 
     def forward(self, seq: recgo.KeyedJaggedTensor, user: recgo.KeyedJaggedTensor) -> torch.Tensor:
         B = user.lengths().numel()
@@ -145,7 +147,8 @@ class _Model(nn.Module):
         for k, jt in self.seq(seq).items():
             rows = torch.repeat_interleave(torch.arange(B), jt.lengths())
             parts.append(torch.zeros(B, jt.values().shape[1]).index_add(0, rows, jt.values()))
-        return self.mlp(torch.cat([*parts, self.user(user).values()], 1)).squeeze(1)
+        mine = self.torch_user(user.values(), user.offsets()[:-1])
+        return self.mlp(torch.cat([*parts, self.user(user).values(), mine], 1)).squeeze(1)
 
 
 def _split(kjt: recgo.KeyedJaggedTensor) -> tuple[recgo.KeyedJaggedTensor, recgo.KeyedJaggedTensor]:
@@ -158,7 +161,8 @@ def _split(kjt: recgo.KeyedJaggedTensor) -> tuple[recgo.KeyedJaggedTensor, recgo
 def _shard_model_case(rank: int) -> dict[str, Any]:
     """shard_model on a model built on the meta device: its collections' shards hold the seeded rows,
     its MLP is materialised and the same on both ranks; with the reference's dense weights, two steps
-    on each rank's half of the global batch (per-rank mean loss) equal one process on the global batch."""
+    on each rank's half of the global batch (per-rank mean loss) equal one process on the global batch,
+    the sparse gradients of its torch embedding too, all-reduced on one gloo thread."""
     from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
 
     opt = optim.SGD(lr=0.5)
@@ -175,14 +179,16 @@ def _shard_model_case(rank: int) -> dict[str, Any]:
                             ("item", inner.seq.embeddings, ref.seq.embeddings), ("cat", inner.seq.embeddings, ref.seq.embeddings)):
         ids = (inner.user if name == "user" else inner.seq).local_ids(name)
         start[name] = torch.equal(sh[name].weight.detach(), table[name].weight.detach()[ids])
+    threads = model.process_group._get_backend(torch.device("cpu")).options._threads
+    dense_of = lambda m: [*m.mlp.parameters(), *m.torch_user.parameters()]  # noqa: E731
     first = [p.detach().clone() for p in inner.mlp.parameters()]
     gathered: list[Any] = [None] * WORLD
     dist.all_gather_object(gathered, first)
     same_dense = all(torch.equal(a, b) for a, b in zip(gathered[0], gathered[1]))
     with torch.no_grad():
-        for a, b in zip(inner.mlp.parameters(), ref.mlp.parameters()):
+        for a, b in zip(dense_of(inner), dense_of(ref)):
             a.copy_(b)
-    dense = [torch.optim.SGD(m.mlp.parameters(), lr=0.5) for m in (inner, ref)]
+    dense = [torch.optim.SGD(dense_of(m), lr=0.5) for m in (inner, ref)]
     for step in range(2):
         kjt = global_batch(step)
         y = torch.rand(WORLD * B_LOCAL, generator=torch.Generator().manual_seed(step)).round()
@@ -191,6 +197,7 @@ def _shard_model_case(rank: int) -> dict[str, Any]:
         mine, _ = rank_slice(kjt, rank)
         lo = rank * B_LOCAL
         nn.functional.binary_cross_entropy_with_logits(model(*_split(mine)), y[lo:lo + B_LOCAL]).backward()
+        sparse = inner.torch_user.weight.grad.is_sparse
         for o in dense:
             o.step()
             o.zero_grad()
@@ -201,9 +208,10 @@ def _shard_model_case(rank: int) -> dict[str, Any]:
         table = (ref.user.embedding_bags if name == "user" else ref.seq.embeddings)[name].weight.detach()
         close(mods[name].weight.detach(), table[col.local_ids(name)], f"shard_model {name} after 2 steps")
         after[name] = True
-    for a, b in zip(inner.mlp.parameters(), ref.mlp.parameters()):
+    for a, b in zip(dense_of(inner), dense_of(ref)):
         close(a.detach(), b.detach(), "shard_model dense after 2 steps")
-    return {"start": start, "same_dense": same_dense, "moved": not torch.equal(first[0], ref.mlp[0].weight), "after": after}
+    return {"start": start, "same_dense": same_dense, "moved": not torch.equal(first[0], ref.mlp[0].weight), "after": after,
+            "threads": threads, "sparse": sparse}
 
 
 def _state_dict_case(rank: int, folder: str) -> dict[str, Any]:
@@ -399,6 +407,7 @@ def test_sharded_sequence_equals_one_process(world: tuple[list[dict[str, Any]], 
         assert "pooled lookups only" in errs["owner_pooling"] and "pooled lookups only" in errs["wire_dtype"]
         got = res["shard_model"]
         assert all(got["start"].values()) and got["same_dense"] and got["moved"], got
+        assert got["threads"] == 1 and got["sparse"], got  # the dense part's sparse gradients on one gloo thread
         sd = res["state_dict"]
         assert sd[f"own_{r}"] is True and sd["dcp"] is True, sd  # its own state dict; DCP saved every rank's
         assert "holds table 't''s shard of rank" in sd[f"own_{1 - r}"], sd

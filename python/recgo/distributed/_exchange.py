@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -107,23 +107,25 @@ def _forget_stale_groups() -> None:
 
 
 def _cached_group(ranks: list[int], key: tuple[Any, ...], timeout: timedelta,
-                  made: list[tuple[Any, ...]] | None = None) -> Any:
+                  made: list[tuple[Any, ...]] | None = None, make: Callable[[], Any] | None = None) -> Any:
     """The process group of ``ranks`` with ``timeout`` cached under ``key`` (with the timeout),
-    created (a collective: every rank asks in the same order) if it is not; ``made`` collects the
-    keys this created, so a refused build can forget them."""
+    created (a collective: every rank asks in the same order) by ``make`` (default: torch's
+    ``new_group``) if it is not; ``made`` collects the keys this created, so a refused build can
+    forget them."""
     key = (*key, timeout.total_seconds())
     if key in _cache:
         return _cache[key]
     if made is not None:
         made.append(key)
     try:
-        g = dist.new_group(ranks, timeout=timeout)
+        g = make() if make is not None else dist.new_group(ranks, timeout=timeout)
     except Exception as exc:  # gloo's store barrier: 'Wait timeout' when a peer never comes
         raise PeerFailureError(
             f"rank {dist.get_rank()}: creating the process group of ranks {ranks}: a peer did not join within the "
             f"{timeout.total_seconds():g} s timeout (it died, raised before building the collection, or "
             f"was given another topology or mode): {exc}") from exc
-    _created.append(g)
+    if make is None:  # torch's registry knows it (a group assembled by ``make`` is not, and goes with its last reference)
+        _created.append(g)
     _cache[key] = g
     return g
 
@@ -199,14 +201,21 @@ def as_timeout(value: Any) -> timedelta:
     return timedelta(seconds=seconds)
 
 
-def dense_group(timeout: timedelta) -> Any:
+def dense_group(timeout: timedelta, sparse: bool = False) -> Any:
     """A process group of the whole world with ``timeout``, for the dense part's
     ``DistributedDataParallel`` (:func:`recgo.distributed.shard_model`): on the default group its
     collectives waited for a dead or stalled peer as long as that group's timeout (30 minutes by
     default), not the collections'. Its own group, not the collections' world group, so its
-    all-reduces never share an order of issue with their all-to-alls. Cached as they are."""
+    all-reduces never share an order of issue with their all-to-alls. Cached as they are.
+    ``sparse``: the part has parameters with sparse gradients, and the group runs its collectives on
+    one gloo thread (:func:`recgo.distributed.sparse_ddp_group` says why)."""
     _forget_stale_groups()
-    return _cached_group(list(range(dist.get_world_size())), ("dense",), timeout)
+    if not sparse:
+        return _cached_group(list(range(dist.get_world_size())), ("dense",), timeout)
+    from ._sparse_ddp import one_thread_group  # it imports this module
+
+    return _cached_group(list(range(dist.get_world_size())), ("dense", "one thread"), timeout,
+                         make=lambda: one_thread_group(timeout))
 
 
 _DTYPES = (torch.int64, torch.float32, torch.uint8)

@@ -350,6 +350,12 @@ def _is_torchrec_plan(plan: Any) -> bool:
     return type(plan).__name__ == "ShardingPlan" and isinstance(getattr(plan, "plan", None), Mapping)
 
 
+def _sparse_gradients(model: nn.Module, ignored: set[str]) -> bool:
+    """Whether a module of the dense part (outside ``ignored``) is torch's embedding with sparse gradients."""
+    return any(isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse and m.weight.requires_grad
+               and (f"{n}.weight" if n else "weight") not in ignored for n, m in model.named_modules())
+
+
 def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str] | None = None, *, ddp: bool = True,
                 gradient_division: bool = True, module: nn.Module | None = None, sharders: Any = None,
                 ddp_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> nn.Module:
@@ -389,6 +395,10 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
       or stalled peer fails its collectives within that timeout too, not the default group's 30
       minutes, with :class:`PeerFailureError` (before the forward, and in the backward's all-reduce,
       whose comm hook is recgo's: ``register_comm_hook`` replaces what it runs for each bucket).
+      Where the dense part keeps torch's ``nn.Embedding``/``nn.EmbeddingBag`` with ``sparse=True``,
+      that group runs its collectives on one gloo thread (:func:`sparse_ddp_group` says why); an
+      embedding with sparse gradients written otherwise (``F.embedding(..., sparse=True)``) is not
+      seen: pass ``ddp_kwargs={"process_group": sparse_ddp_group(timeout)}`` for it.
 
     DMP's spellings work too: ``module=`` for ``model``, ``device=`` (the CPU), ``sharders=``
     (TorchRec sharders whose ``fused_params`` name the tables' fused optimizer, as bert4rec's script
@@ -474,7 +484,7 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     group = None
     timeout = next((model.get_submodule(n)._groups.timeout for n in _sharded_names(model)), None)
     if timeout is not None and "process_group" not in (ddp_kwargs or {}):  # DDP under the collections' timeout
-        group = dense_group(timeout)
+        group = dense_group(timeout, sparse=_sparse_gradients(model, set(ignore)))
     wrapped = ShardedModel.wrap(model, ddp_kwargs, group)
     if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
         wrapped.fused_optimizer = optim.CollectionOptimizer(model)

@@ -38,13 +38,17 @@ def sparse_ddp_group(timeout: float | timedelta = 120.0) -> Any:
     """
     if not (dist.is_available() and dist.is_initialized()):
         raise InvalidInputError("sparse_ddp_group: call torch.distributed.init_process_group first")
-    wait = as_timeout(timeout)
+    return one_thread_group(as_timeout(timeout))
+
+
+def one_thread_group(timeout: timedelta) -> Any:
+    """The group :func:`sparse_ddp_group` returns, for a checked ``timeout`` (a collective)."""
     gloo = dist.ProcessGroupGloo
     options = gloo._Options()
     options._threads = 1
     names = [n for n in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if n]
     options._devices = [gloo.create_device(interface=n) for n in names] or [gloo.create_default_device()]
-    options._timeout = wait
+    options._timeout = timeout
     rank, size = dist.get_rank(), dist.get_world_size()
     store = dist.PrefixStore(f"recgo-sparse-ddp-{next(_groups)}/", dist.distributed_c10d._get_default_store())
     group = dist.ProcessGroup(store, rank, size)
