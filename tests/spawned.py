@@ -1,7 +1,11 @@
 """Spawned gloo worlds for the multi-process tests: :func:`spawn` runs a test module's function on
 every rank of a fresh world and brings each rank's result (or its error and traceback) back. Ranks
-are started with the spawn method (never fork after loading recgo) and killed at a deadline, so a
-test whose ranks hang fails instead of hanging the suite."""
+are killed at a deadline, so a test whose ranks hang fails instead of hanging the suite.
+
+Ranks start from torch's forkserver with torch imported there (never a fork of a process that loaded
+recgo: the server imports torch only): a spawned rank spent ~3 s of CPU importing torch, and the
+suite starts about a hundred. Each rank takes the parent's environment as it is at the call, as a
+spawned one would (the server's was fixed when it started)."""
 
 from __future__ import annotations
 
@@ -18,9 +22,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+mp.set_forkserver_preload(["torch", "torch.distributed"])
 
-def _entry(rank: int, target: str, world: int, store: str, out: str, args: tuple) -> None:
-    os.environ["RECGO_TEST_OUT"] = out
+
+def _entry(rank: int, target: str, world: int, store: str, out: str, env: dict[str, str], args: tuple) -> None:
+    os.environ.clear()
+    os.environ.update(env, RECGO_TEST_OUT=out)
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     try:
         mod, _, name = target.rpartition(":")
@@ -37,14 +44,15 @@ def _entry(rank: int, target: str, world: int, store: str, out: str, args: tuple
 def spawn(fn: Callable, world: int, tmp: Path, *args: Any, wait: float = 240.0,
           expect: list[int] | None = None) -> list[dict]:
     """Run fn(rank, world, *args) (a module-level function of an importable module) on a fresh gloo
-    world of spawned processes; return each rank's result (once the ranks in ``expect``, default all,
+    world of new processes; return each rank's result (once the ranks in ``expect``, default all,
     have reported, or ``wait`` seconds passed, the others are killed; a rank without a result gives
     ``{"error": "no result"}``). ``RECGO_TEST_OUT`` in the ranks names their output folder."""
     out = tmp / f"out-{fn.__name__}-{world}"
     out.mkdir()
     target = f"{fn.__module__}:{fn.__name__}"
-    ctx = mp.start_processes(_entry, args=(target, world, str(tmp / f"store-{fn.__name__}-{world}"), str(out), args),
-                             nprocs=world, start_method="spawn", join=False)
+    store = str(tmp / f"store-{fn.__name__}-{world}")
+    ctx = mp.start_processes(_entry, args=(target, world, store, str(out), dict(os.environ), args),
+                             nprocs=world, start_method="forkserver", join=False)
     deadline = time.monotonic() + wait
     want = list(range(world)) if expect is None else expect
     while time.monotonic() < deadline and not all((out / f"{r}.pt").exists() for r in want):
