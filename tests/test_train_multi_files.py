@@ -16,6 +16,7 @@ from recgo.train.criteo_files import CriteoFiles, count_rows, data_files
 from recgo.train.data import CriteoFile
 from train_resume import assert_resume_equals_whole
 from test_train import _criteo_lines
+from test_train_nproc import _close_tables
 
 SIZES = (70, 50, 90)  # rows of day_0, day_1, day_10 (natural order; day_10 sorts before day_2 as text)
 
@@ -121,3 +122,24 @@ def test_the_cli_takes_several_paths_and_keeps_one_as_a_path(tmp_path: Path) -> 
     assert _config(args)[0].data == [str(files[0]), str(files[1])]
     args = parser.parse_args(["train", "--data", str(files[0]), "--steps", "2"])
     assert _config(args)[0].data == str(files[0])
+
+
+def test_two_ranks_over_several_files_train_as_one_process_on_the_global_batch(tmp_path: Path) -> None:
+    """``recgo train --nproc 2 --data day_*``: the ranks' halves of each global batch cross the files'
+    boundaries (a gzip file among them) as one process's batches do: the same losses, AUC and tables."""
+    from recgo.train.distributed import launch
+
+    files = [str(f) for f in _days(tmp_path)]
+    cfg = _cfg(files, batch_size=8, nproc=2)
+    report = launch(cfg, ["recgo"], 2, progress=False, weights_dir=str(tmp_path / "w"), threads=1)
+    single = _cfg(files, batch_size=16)
+    ref = Trainer(single, make_source(single), "recgo")
+    ref.run()
+    got = report["backends"]["recgo"]
+    assert report["summary"]["global_batch"] == 16
+    assert got["train_loss"] == pytest.approx(ref.history.train_loss, rel=2e-5)
+    assert got["final_auc"] == pytest.approx(ref.history.evals[-1]["auc"], abs=1e-6)
+    saved = torch.load(tmp_path / "w" / "recgo.pt", weights_only=False)
+    want = {k.split(".")[1]: v for k, v in ref.model.sparse.module.state_dict().items() if k.endswith("weight")}
+    assert sorted(saved["tables"]) == sorted(want)
+    _close_tables(saved["tables"], want, cfg.sparse_lr)  # Adagrad's first step near g = 0: see there
