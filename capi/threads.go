@@ -9,6 +9,7 @@ import "C"
 import (
 	"os"
 	"runtime"
+	"sync"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/gcpace"
@@ -31,12 +32,17 @@ func init() {
 	go sysmon.Quiet() // a few ms of /proc reads: off the load's path
 }
 
+// openmpSwitch makes each recgo_use_openmp call one step.
+var openmpSwitch sync.Mutex
+
 // recgo_use_openmp runs the engine's parallel loops on the OpenMP team of the already-loaded runtime
 // at path (enable != 0), or back on Go's threads (enable == 0).
 //
 //export recgo_use_openmp
 func recgo_use_openmp(path *C.char, enable C.int32_t, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
+		openmpSwitch.Lock() // two steps each way: opposite calls at once could leave the team of one, the flag of the other
+		defer openmpSwitch.Unlock()
 		if enable == 0 {
 			omp.Disable()
 			parallel.SetTeam(nil)
