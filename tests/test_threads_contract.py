@@ -3,6 +3,7 @@ docstrings): each runs the work from several threads and compares with the same 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import pickle
@@ -335,36 +336,49 @@ def test_copies_while_another_thread_trains_hold_one_step() -> None:
     assert all(c0 == c1 and s0 == s1 and c0 - s0 in (0, 1) for c0, c1, s0, s1 in seen), seen
 
 
-def test_dynamic_rows_read_while_another_thread_trains_are_whole_updates() -> None:
+@pytest.mark.parametrize("sharded", [False, True])
+def test_dynamic_rows_read_while_another_thread_trains_are_whole_updates(sharded: bool, tmp_path) -> None:
     """A dynamic table's state_dict() entries come from a snapshot, which copied the rows under the
     table's own locks only, while a fused update (under the collection's lock) wrote them: a row
     could be half updated (2 to 20 such rows in 150 reads). The snapshot now holds the collection's
-    lock shared. With zero initial rows and a loss whose gradient is one per lookup, every element
-    of a row moves by the same SGD steps, so a whole row is constant."""
+    lock shared; a sharded collection's (a world of one rank here) waits for the rank's exchange
+    under way, inside which its owners update rows (before, it took no lock). With zero initial rows
+    and a loss whose gradient is one per lookup, every element of a row moves by the same SGD steps,
+    so a whole row is constant."""
+    from spawned import one_rank
+
     dyn = recgo.DynamicConfig(seed=7, evict_fraction=0.25, init_min=0.0, init_max=0.0)
-    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(508, 512, "t", ["a"], dynamic=dyn)], seed=1,
-                                       optimizer=recgo.modules.optim.SGD(lr=1.0))
+    cfgs = [recgo.EmbeddingBagConfig(508, 512, "t", ["a"], dynamic=dyn)]
     batches = [recgo.KeyedJaggedTensor(["a"], torch.randint(0, 500, (2048,), generator=torch.Generator().manual_seed(s)),
                                        lengths=torch.ones(2048, dtype=torch.int64)) for s in range(8)]
-    stop = threading.Event()
+    with one_rank(tmp_path) if sharded else contextlib.nullcontext():
+        if sharded:
+            from recgo.distributed import ShardedEmbeddingBagCollection
 
-    def train() -> None:
-        s = 0
-        while not stop.is_set():
-            ebc(batches[s % len(batches)]).values().sum().backward()
-            s += 1
+            ebc = ShardedEmbeddingBagCollection(cfgs, "hash", optimizer=recgo.modules.optim.SGD(lr=1.0), seed=1, timeout=30)
+        else:
+            ebc = recgo.EmbeddingBagCollection(cfgs, seed=1, optimizer=recgo.modules.optim.SGD(lr=1.0))
+        stop = threading.Event()
+        steps = [0]
 
-    worker = threading.Thread(target=train)
-    worker.start()
-    torn = 0
-    try:
-        for _ in range(300):
-            w = ebc.state_dict()["embedding_bags.t.weight"]
-            torn += int((w != w[:, :1]).any(dim=1).sum())
-    finally:
-        stop.set()
-        worker.join()
-    assert torn == 0
+        def train() -> None:
+            while not stop.is_set():
+                ebc(batches[steps[0] % len(batches)]).values().sum().backward()
+                steps[0] += 1
+
+        worker = threading.Thread(target=train)
+        worker.start()
+        torn = 0
+        try:
+            for _ in range(300):
+                sd = ebc.state_dict()
+                (key,) = [k for k in sd if k.endswith(".weight")]
+                w = sd[key]
+                torn += int((w != w[:, :1]).any(dim=1).sum())
+        finally:
+            stop.set()
+            worker.join()
+        assert steps[0] > 10 and torn == 0
 
 
 def _multi_knapsack(seed: int, threads: int) -> Any:

@@ -314,7 +314,11 @@ def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
     snap = held.get((id(ebc), i)) if held else None
     own = snap is None
     if own:
-        snap = _lib.new_handle("recgo_dynamic_snapshot", ebc._handle.value, i)
+        # A sharded collection's owners admit IDs and update rows inside its rank's exchanges, under no
+        # engine lock: its snapshot waits for the exchange under way (the lock it names). The engine
+        # takes an unsharded collection's lock itself.
+        with getattr(ebc, "_snapshot_lock", None) or contextlib.nullcontext():
+            snap = _lib.new_handle("recgo_dynamic_snapshot", ebc._handle.value, i)
     try:
         meta = torch.zeros(_META_LEN, dtype=torch.int64)
         _lib.call(_lib.fn("recgo_dynamic_snapshot_meta"), snap.value, ptr(meta), _META_LEN)

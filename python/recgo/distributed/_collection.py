@@ -103,6 +103,9 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
     """
 
     __prepare_scriptable__ = refuse_script
+    # what a dynamic table's snapshot (state_dict, save) holds: owners admit IDs and update rows inside
+    # this rank's exchanges, so a snapshot from another thread waits for the one under way
+    _snapshot_lock = COLLECTIVES
 
     def __init__(self, tables: Sequence[Any], sharding: str | Mapping[str, str] = "hash", *, mode: str = "flat",
                  nodes: int | None = None, ranks_per_node: int | None = None,
