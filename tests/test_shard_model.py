@@ -478,3 +478,31 @@ def test_a_weighted_collection_stays_weighted_when_sharded(tmp_path: Path) -> No
             meta = torchrec.EmbeddingBagCollection(tables=[bag], is_weighted=True)
         assert shard_model(meta, "hash", optimizer=optim.SGD(lr=0.1), timeout=30).is_weighted()
 
+
+
+def test_shard_model_runs_torchs_sparse_embeddings_on_one_gloo_thread(tmp_path: Path) -> None:
+    """A dense part with ``nn.EmbeddingBag(sparse=True)``: DDP's own group runs gloo on one thread
+    (torch 2.14's concurrent sparse all-reduces corrupt the heap), and a ``process_group`` of the
+    user's that runs more threads gets a warning naming ``sparse_ddp_group``."""
+    import warnings
+
+    import torch.distributed as dist
+
+    from recgo.distributed import shard_model, sparse_ddp_group
+
+    def model(sparse: bool = True) -> torch.nn.Module:
+        return torch.nn.ModuleDict({"ebc": recgo.EmbeddingBagCollection(configs(), optimizer=optim.SGD(lr=0.1)),
+                                    "bag": torch.nn.EmbeddingBag(10, 4, sparse=sparse), "mlp": torch.nn.Linear(4, 1)})
+
+    def threads(wrapped: Any) -> int:
+        return wrapped.process_group._get_backend(torch.device("cpu")).options._threads
+
+    with one_rank(tmp_path):
+        assert threads(shard_model(model(), "hash", timeout=30)) == 1
+        assert threads(shard_model(model(sparse=False), "hash", timeout=30)) == 2  # gloo's default: dense only
+        with pytest.warns(UserWarning, match=r"process_group runs gloo on 2 threads.*sparse_ddp_group"):
+            shard_model(model(), "hash", timeout=30, ddp_kwargs={"process_group": dist.new_group([0])})
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert threads(shard_model(model(), "hash", timeout=30,
+                                       ddp_kwargs={"process_group": sparse_ddp_group(30)})) == 1

@@ -356,6 +356,14 @@ def _sparse_gradients(model: nn.Module, ignored: set[str]) -> bool:
                and (f"{n}.weight" if n else "weight") not in ignored for n, m in model.named_modules())
 
 
+def _gloo_threads(group: Any) -> int | None:
+    """How many worker threads ``group``'s gloo backend runs (None: not gloo, or torch hides it)."""
+    try:
+        return int(group._get_backend(torch.device("cpu")).options._threads)
+    except Exception:  # another backend, or a torch without these private names: nothing to say
+        return None
+
+
 def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str] | None = None, *, ddp: bool = True,
                 gradient_division: bool = True, module: nn.Module | None = None, sharders: Any = None,
                 ddp_kwargs: Mapping[str, Any] | None = None, **kwargs: Any) -> nn.Module:
@@ -483,8 +491,15 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
     group = None
     timeout = next((model.get_submodule(n)._groups.timeout for n in _sharded_names(model)), None)
+    sparse = _sparse_gradients(model, set(ignore))
+    given = (ddp_kwargs or {}).get("process_group")
     if timeout is not None and "process_group" not in (ddp_kwargs or {}):  # DDP under the collections' timeout
-        group = dense_group(timeout, sparse=_sparse_gradients(model, set(ignore)))
+        group = dense_group(timeout, sparse=sparse)
+    elif sparse and given is not None and (_gloo_threads(given) or 1) > 1:
+        warnings.warn("shard_model: the dense part has torch embeddings with sparse gradients and ddp_kwargs' "
+                      f"process_group runs gloo on {_gloo_threads(given)} threads: in torch 2.14 two sparse "
+                      "all-reduces at once can corrupt the heap; pass recgo.distributed.sparse_ddp_group() "
+                      "or leave process_group out", stacklevel=2)
     wrapped = ShardedModel.wrap(model, ddp_kwargs, group)
     if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
         wrapped.fused_optimizer = optim.CollectionOptimizer(model)
