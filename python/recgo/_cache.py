@@ -17,13 +17,21 @@ class KeyCache(dict):  # type: ignore[type-arg]
 
     def __setitem__(self, key: Any, value: Any) -> None:
         # No lock (torch.compile traces through here, and cannot trace one): concurrent forwards may
-        # race to evict, so the oldest key may be gone or the dict changing, and the cache may pass
-        # its limit by a key per thread for a moment.
-        if key not in self and len(self) >= self.limit:
-            try:
-                self.pop(next(iter(self)), None)
-            except (StopIteration, RuntimeError):  # emptied, or changed size, by another thread
-                pass
+        # race to evict, so the oldest key may be gone or the dict changing under the iteration, and
+        # the cache may pass its limit by a key per thread for a moment. An insert evicts until the
+        # cache is below its limit again (a few tries): one eviction per insert, skipped whenever a
+        # race raised, kept every such excess for good (9 entries of a 4-entry cache after 4
+        # threads' inserts).
+        if key not in self:
+            for _ in range(8):
+                if len(self) < self.limit:
+                    break
+                try:
+                    self.pop(next(iter(self)), None)
+                except StopIteration:  # emptied by another thread
+                    break
+                except RuntimeError:  # changed size under the iteration: try again
+                    pass
         super().__setitem__(key, value)
 
     def __reduce__(self) -> Any:  # copies and pickles keep the limit (and start empty: it is a cache)
