@@ -210,12 +210,13 @@ def dense_group(timeout: timedelta, sparse: bool = False) -> Any:
     ``sparse``: the part has parameters with sparse gradients, and the group runs its collectives on
     one gloo thread (:func:`recgo.distributed.sparse_ddp_group` says why)."""
     _forget_stale_groups()
-    if not sparse:
-        return _cached_group(list(range(dist.get_world_size())), ("dense",), timeout)
-    from ._sparse_ddp import one_thread_group  # it imports this module
+    make = None
+    if sparse:
+        from ._sparse_ddp import one_thread_group  # it imports this module
 
-    return _cached_group(list(range(dist.get_world_size())), ("dense", "one thread"), timeout,
-                         make=lambda: one_thread_group(timeout))
+        make = lambda: one_thread_group(timeout)  # noqa: E731
+    return _cached_group(list(range(dist.get_world_size())), ("dense", "one thread") if sparse else ("dense",),
+                         timeout, make=make)
 
 
 _DTYPES = (torch.int64, torch.float32, torch.uint8)

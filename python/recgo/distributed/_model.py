@@ -495,9 +495,9 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     given = (ddp_kwargs or {}).get("process_group")
     if timeout is not None and "process_group" not in (ddp_kwargs or {}):  # DDP under the collections' timeout
         group = dense_group(timeout, sparse=sparse)
-    elif sparse and given is not None and (_gloo_threads(given) or 1) > 1:
+    elif sparse and given is not None and (threads := _gloo_threads(given) or 1) > 1:
         warnings.warn("shard_model: the dense part has torch embeddings with sparse gradients and ddp_kwargs' "
-                      f"process_group runs gloo on {_gloo_threads(given)} threads: in torch 2.14 two sparse "
+                      f"process_group runs gloo on {threads} threads: in torch 2.14 two sparse "
                       "all-reduces at once can corrupt the heap; pass recgo.distributed.sparse_ddp_group() "
                       "or leave process_group out", stacklevel=2)
     wrapped = ShardedModel.wrap(model, ddp_kwargs, group)
