@@ -281,13 +281,14 @@ func fillUnlessNull[T any](ptr unsafe.Pointer, src []T, name string) error {
 // recgo_dynamic_import replaces a dynamic table's state with a checkpoint's: meta as in
 // recgo_dynamic_snapshot_meta (or its first metaSeed values: an older checkpoint's, seed unknown),
 // then the arrays with their lengths. The engine checks every value
-// (shapes, ranges, a consistent free list and ID map); on error the table is unchanged.
+// (shapes, ranges, a consistent free list and ID map); on error the table is unchanged. With
+// checkOnly != 0 it only checks (a load that checks every table before it changes any).
 //
 //export recgo_dynamic_import
 func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nmeta C.int64_t,
 	idsPtr, countsPtr, lastPtr unsafe.Pointer, nrows C.int64_t, freePtr unsafe.Pointer, nfree C.int64_t,
 	weightsPtr unsafe.Pointer, nweights C.int64_t, statePtr unsafe.Pointer, nstate C.int64_t,
-	sketchPtr unsafe.Pointer, nsketch C.int64_t, addsPtr unsafe.Pointer, nadds C.int64_t,
+	sketchPtr unsafe.Pointer, nsketch C.int64_t, addsPtr unsafe.Pointer, nadds C.int64_t, checkOnly C.int,
 	errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
 		d, err := dynamicTable(h, t)
@@ -342,6 +343,9 @@ func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nm
 		}
 		if s.IDs == nil { // an empty table: keep lengths consistent
 			s.IDs, s.Counts, s.LastSeen = []int64{}, []int64{}, []int64{}
+		}
+		if checkOnly != 0 {
+			return d.Check(s)
 		}
 		return d.Import(s) // copies out of the caller's memory before returning
 	})

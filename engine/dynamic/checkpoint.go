@@ -135,6 +135,18 @@ func (s *Snapshot) validate(c *Config) error {
 	return nil
 }
 
+// Check returns the error Import would return for s without changing the table: a load that checks
+// every table first changes none when one is refused (Import after a nil Check does not fail, unless
+// the table is closed in between).
+func (t *Table) Check(s *Snapshot) error {
+	t.closeMu.RLock()
+	defer t.closeMu.RUnlock()
+	if t.closed {
+		return t.closedErr()
+	}
+	return s.validate(&t.cfg)
+}
+
 // Import replaces the table's state with s after checking it; on error the table is unchanged.
 // Concurrent Resolve calls wait until it is done (none runs half before and half after it).
 func (t *Table) Import(s *Snapshot) error {

@@ -159,15 +159,21 @@ func TestImportRejectsBadSnapshots(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := clone()
 			tc.edit(s)
+			checked := dst.Check(s)
 			err := dst.Import(s)
 			require.Error(t, err)
 			assert.ErrorIs(t, err, errs.ErrInvalid)
 			assert.Contains(t, err.Error(), tc.msg)
+			assert.Equal(t, err, checked, "Check refuses what Import refuses, with its error")
 			after, err := dst.Export()
 			require.NoError(t, err)
 			assert.Equal(t, before, after, "a rejected import leaves the table unchanged")
 		})
 	}
+	require.NoError(t, dst.Check(clone()), "the unedited snapshot passes the check")
+	after, err := dst.Export()
+	require.NoError(t, err)
+	assert.Equal(t, before, after, "a check changes nothing")
 	require.NoError(t, dst.Import(clone()), "the unedited snapshot loads")
 
 	noSketch := newTable(t, Config{Name: "t", Dim: 2, StateWidth: 2, MaxRows: 64, MaxAge: 3})

@@ -70,6 +70,7 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('nsketch', 'int64_t'),
         ('addsPtr', 'void*'),
         ('nadds', 'int64_t'),
+        ('checkOnly', 'int'),
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),

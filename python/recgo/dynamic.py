@@ -346,10 +346,11 @@ def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
 
 
 def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], weight: torch.Tensor,
-                 optimizer_state: torch.Tensor | None) -> None:
+                 optimizer_state: torch.Tensor | None, *, check_only: bool = False) -> None:
     """Restore a table from :func:`export_state` entries plus its weight rows (``[rows, dim]``, at least
     the high water mark of them) and optimizer state (``[rows, width]`` or None). The engine checks
-    everything (shape, ranges, a consistent ID map) and leaves the table unchanged on error."""
+    everything (shape, ranges, a consistent ID map) and leaves the table unchanged on error.
+    ``check_only``: raise what the import would raise, and change nothing."""
     ebc = _pooled(ebc)
     i = _index(ebc, table)
     name = ebc.embedding_bag_configs()[i].name
@@ -391,7 +392,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
     _lib.call(_lib.fn("recgo_dynamic_import"),
               ebc._handle.value, i, ptr(meta), meta.numel(), ptr(ids), ptr(counts), ptr(last), hw,
               ptr(free), nfree, ptr(w), w.numel(), ptr(s), s.numel(), ptr(sketch), sketch.numel(),
-              ptr(adds), adds.numel())
+              ptr(adds), adds.numel(), int(check_only))
 
 
 def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Tensor,
@@ -426,6 +427,31 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, int(m[_M_DIM])), optimizer_state)
 
 
+def _checkpoint_args(name: str, state_dict: Any, prefix: str
+                     ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor | None] | None:
+    """Dynamic-ID table ``name``'s entries (keys under ``prefix``) in a state dict being loaded, as
+    :func:`import_state` takes them: (the ID-map entries, the weight rows, the optimizer state or None);
+    None when the state dict holds none of them. The ID map without the weight raises."""
+    entries = {k: state_dict[prefix + k] for k in _KEYS if prefix + k in state_dict}
+    weight = state_dict.get(prefix + "weight")
+    if weight is None and not entries:
+        return None
+    if weight is None:
+        raise InvalidInputError(f"table {name!r}: the checkpoint has the dynamic-table entries "
+                                f"{sorted(entries)} but lacks {prefix}weight (a damaged or partial checkpoint?)")
+    state = state_dict.get(prefix + "optimizer_state")
+    return entries, weight.detach(), None if state is None else state.detach()
+
+
+def check_checkpoint(ebc: Any, state_dict: Any, prefix: str) -> None:
+    """Raise what loading ``state_dict`` would raise for any of the collection's dynamic-ID tables (their
+    entries under ``prefix`` + the table's name), changing none: a load checks every table before it
+    changes the first, so a refused one leaves them all as they were."""
+    for cfg in ebc.embedding_bag_configs():
+        if cfg.dynamic is not None and (args := _checkpoint_args(cfg.name, state_dict, f"{prefix}{cfg.name}.")):
+            import_state(ebc, cfg.name, *args, check_only=True)
+
+
 def _attach_table(ebc: Any, index: int) -> None:
     cfg = ebc.embedding_bag_configs()[index]
     holder = ebc.embedding_bags[cfg.name]
@@ -448,20 +474,17 @@ def _attach_table(ebc: Any, index: int) -> None:
 
     def load_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any,
                   strict: bool, missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
-        entries = {k: state_dict.pop(prefix + k) for k in _KEYS if prefix + k in state_dict}
-        weight = state_dict.get(prefix + "weight")
-        if weight is None and not entries:
+        args = _checkpoint_args(name, state_dict, prefix)
+        for k in _KEYS:
+            state_dict.pop(prefix + k, None)  # not the module's parameters: torch would call them unexpected
+        if args is None:
             return  # none of the table's entries: torch reports its missing keys (strict) or skips it
-        if weight is None:
-            raise InvalidInputError(f"table {name!r}: the checkpoint has the dynamic-table entries "
-                                    f"{sorted(entries)} but lacks {prefix}weight (a damaged or partial checkpoint?)")
-        state = state_dict.get(prefix + "optimizer_state")
         with torch.no_grad():
-            import_state(ebc, name, entries, weight.detach(), None if state is None else state.detach())
+            import_state(ebc, name, *args)
         # The engine now holds the checkpoint's rows: make the module's own copy a no-op (copying the
         # whole bound would commit every reserved page).
         state_dict[prefix + "weight"] = module.weight
-        if state is not None and hasattr(module, "optimizer_state"):
+        if args[2] is not None and hasattr(module, "optimizer_state"):
             state_dict[prefix + "optimizer_state"] = module.optimizer_state
 
     from .modules._copies import own_hook

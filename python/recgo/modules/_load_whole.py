@@ -1,12 +1,15 @@
 """``load_state_dict`` of recgo's collections, all or nothing.
 
-Each table loads all or nothing on its own (the entries are checked first, the engine refuses a
-dynamic-ID table's ID map as a whole, a sharded table's rows are staged), but a call loads the tables
-one after another: a later table refused left the earlier ones loaded, the collection half old and
-half new. :func:`whole_load` takes a copy of every table the state dict names before the call (its
-rows, optimizer state and step; a dynamic-ID table's rows in use with its ID map, not the whole
-reserved bound) and puts every one back, the very tensors the engine holds included, if the call
-raises.
+A call loads the tables one after another: a later table refused would leave the earlier ones loaded,
+the collection half old and half new. An unsharded collection checks every entry of every table
+before it changes the first (``_storage.check_checkpoint``, in its load pre-hook: shapes, steps,
+optimizer state, and the dynamic-ID tables' ID maps, which the engine checks without loading), so a
+load of it alone keeps no copy. A sharded collection's tables re-distribute their rows table by table
+over collectives that may fail on a peer, so for it (and for a model holding several collections,
+whose later collection's refusal comes after an earlier one loaded) :func:`whole_load` takes a copy
+of every table the state dict names before the call (its rows, optimizer state and step; a dynamic-ID
+table's rows in use with its ID map, not the whole reserved bound) and puts every one back, the very
+tensors the engine holds included, if the call raises.
 """
 
 from __future__ import annotations
@@ -94,8 +97,15 @@ def whole_load(module: nn.Module, state_dict: Mapping[str, Any]) -> Iterator[Non
     """Run a ``load_state_dict`` of ``module`` (a collection, or a model holding some) from
     ``state_dict``: if it raises, every table of every collection in ``module`` that the state dict
     names is put back as it was (weights, optimizer state and step, a dynamic-ID table's ID map and
-    admission state), and the exception propagates."""
-    saved = [(c, _save(c, state_dict, p)) for p, c in collections(module)]
+    admission state), and the exception propagates. A lone unsharded collection refuses before its
+    first table changes (see the module's docstring): nothing is copied for it."""
+    from ..distributed._collection import ShardedEmbeddingBagCollection
+
+    found = collections(module)
+    if len(found) == 1 and not isinstance(found[0][1], ShardedEmbeddingBagCollection):
+        yield
+        return
+    saved = [(c, _save(c, state_dict, p)) for p, c in found]
     try:
         yield
     except BaseException:

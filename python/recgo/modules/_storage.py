@@ -181,7 +181,7 @@ def allow_weights_only(attr: str, tables: Any, incompatible_keys: Any) -> None:
 
 
 @own_hook
-def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, *_: Any) -> None:
+def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, local_metadata: Any, *_: Any) -> None:
     """``load_state_dict`` pre-hook of both collections, which runs also when the collection is nested
     in the model being loaded: a collection still on the meta device whose entries the state dict
     holds is materialised first, so torch copies them into engine memory (it copied into the meta
@@ -193,7 +193,8 @@ def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, *_
         return
     if getattr(module, "_handle", 0) is None:
         module._materialise()
-    check_checkpoint(mine, module, "embeddings." if hasattr(module, "embeddings") else "embedding_bags.", prefix)
+    check_checkpoint(mine, module, "embeddings." if hasattr(module, "embeddings") else "embedding_bags.", prefix,
+                     assign=bool((local_metadata or {}).get("assign_to_params_buffers", False)))
 
 
 @own_hook
@@ -229,12 +230,16 @@ def synced_after_load(module: nn.Module, incompatible_keys: Any) -> None:
             mine.copy_(t.detach())
 
 
-def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str = "") -> None:
-    """Refuse, before anything is loaded, a checkpoint entry of an engine-held tensor with another
-    shape (another configuration), and an optimizer step counter outside ``[0, 2^53)``. ``prefix`` is
-    the collection's key prefix for its tables (``embedding_bags.`` or ``embeddings.``), ``shown`` the
-    collection's own in the model being loaded (for messages); dynamic-ID tables' rows are checked by
-    the engine."""
+def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str = "", assign: bool = False) -> None:
+    """Refuse, before anything is loaded, whatever would refuse the load once a table has changed: an
+    entry of an engine-held tensor with another shape (another configuration), or that torch cannot copy
+    (not a dense tensor; assigned from another device with ``assign``), an optimizer step counter
+    outside ``[0, 2^53)``, an impossible optimizer state, a dynamic-ID table's entries the engine would
+    refuse (checked by the engine, changing nothing). ``prefix`` is the collection's key prefix for its
+    tables (``embedding_bags.`` or ``embeddings.``), ``shown`` the collection's own in the model being
+    loaded (for messages). So a load refused changes no table, and keeps no copy of them."""
+    from .. import dynamic as _dynamic
+
     owner = getattr(module, "ebc", module)
     dynamic = {f"{prefix}{c.name}." for c in owner.embedding_bag_configs() if c.dynamic is not None}
     own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
@@ -246,6 +251,13 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
             raise InvalidInputError(f"checkpoint entry {shown + k!r} is a "
                                     f"{'meta tensor (no values)' if isinstance(v, torch.Tensor) else type(v).__name__}"
                                     ", not a tensor of values: nothing was loaded")
+        if v.layout != torch.strided or v.is_complex() or v.is_quantized:
+            raise InvalidInputError(f"checkpoint entry {shown + k!r} is a {v.layout} {v.dtype} tensor, not a dense "
+                                    "real one: nothing was loaded")
+        if assign and v.device.type != "cpu":
+            raise InvalidInputError(f"checkpoint entry {shown + k!r} is on {v.device}: load_state_dict(assign=True) "
+                                    "takes CPU tensors (recgo's engine holds its tables in CPU memory); nothing was "
+                                    "loaded")
         if k.endswith(".optimizer_step"):
             step = v.reshape(-1)
             if step.numel() != 1 or step.dtype != torch.int64 or not 0 <= int(step[0]) < _MAX_STEP:
@@ -258,6 +270,8 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
                 " (a checkpoint of another configuration?)")
         if k.endswith(".optimizer_state") and owner.fused_optimizer is not None:
             check_optimizer_state(shown + k, v, owner.fused_optimizer, dims[k[len(prefix):].rpartition(".")[0]])
+    if dynamic:
+        _dynamic.check_checkpoint(owner, state_dict, prefix)
 
 
 def check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: int) -> None:
@@ -268,11 +282,13 @@ def check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: in
     if not state.is_floating_point() or state.numel() == 0 or width == 0 or state.numel() % width:
         return  # a shape check names another layout
     rows = state.detach().reshape(-1, width)
-    if not bool(torch.isfinite(rows).all()):
-        raise InvalidInputError(f"checkpoint entry {key!r} holds values that are not finite (NaN or ±inf): a "
-                                "corrupted checkpoint, or one of a run that diverged")
-    sq = rows[:, optimizer.squares(dim)]
-    if sq.numel() and bool((sq < 0).any()):
-        raise InvalidInputError(f"checkpoint entry {key!r} holds negative running sums of squared gradients "
-                                f"({type(optimizer).__name__}'s): a corrupted or foreign checkpoint")
+    step = max(1, (1 << 20) // width)  # a block at a time: isfinite's temporaries of a whole big state
+    for block in rows.split(step):      # were several times its size
+        if not bool(torch.isfinite(block).all()):
+            raise InvalidInputError(f"checkpoint entry {key!r} holds values that are not finite (NaN or ±inf): a "
+                                    "corrupted checkpoint, or one of a run that diverged")
+        sq = block[:, optimizer.squares(dim)]
+        if sq.numel() and bool((sq < 0).any()):
+            raise InvalidInputError(f"checkpoint entry {key!r} holds negative running sums of squared gradients "
+                                    f"({type(optimizer).__name__}'s): a corrupted or foreign checkpoint")
 

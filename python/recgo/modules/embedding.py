@@ -561,8 +561,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         engine memory (``assign=True`` is honoured by copying the assigned tensors back into it). On the meta
         device it materialises the tables first. Optimizer step counters outside ``[0, 2^53)`` are
         refused. Dynamic-ID tables' entries (their rows in use and ID map) are checked by the engine,
-        which leaves the table unchanged on error. All or nothing across the tables: if the call raises
-        (a later table refused), every table is as it was (:func:`._load_whole.whole_load`)."""
+        which leaves the table unchanged on error. All or nothing across the tables, with no copy of
+        them: every table's entries are checked before the first changes (:mod:`._load_whole`)."""
         if self._handle is None:  # meta: materialise, then copy the checkpoint in
             self._materialise()
         with collection_load(self, state_dict, strict, fused=self._optimizer is not None):
