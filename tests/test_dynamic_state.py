@@ -296,6 +296,30 @@ def test_checkpoint_round_trip_is_bit_exact_and_training_resumes_identically(tmp
     assert_state_dicts_equal(a.state_dict(), b.state_dict())
 
 
+@pytest.mark.parametrize("eviction", ["lru", "lfu"])
+def test_a_tables_clock_passes_two_to_the_32(tmp_path: Path, eviction: str) -> None:
+    """A table whose clock starts 10 steps short of 2^32 trains as one starting at 0 (the same rows,
+    evictions and outputs; last-seen steps 2^32 − 10 later), and its checkpoint then loads. The
+    clock was 32 bits: it wrapped to 0, evicted by wrapped ages and its checkpoints (rows last seen
+    "after" the step) were refused."""
+    start = 2**32 - 10
+    kw = dict(dim=3, bound=16, optimizer=Adam(lr=0.05), evict_fraction=0.25, seed=2, eviction=eviction, max_age=8)
+    zero, late = make(**kw), make(**kw)
+    dynamic.import_rows(late, "t", torch.zeros(0, dtype=torch.int64), torch.zeros(0, 3), step=start)
+    for x, y in zip(train_batches(zero, 30, seed=4), train_batches(late, 30, seed=4)):
+        assert torch.equal(x, y)
+    a, b = zero.state_dict(), late.state_dict()
+    assert int(b["embedding_bags.t.dynamic_meta"][dynamic._M_STEP]) == start + 30 and dynamic.stats(late, "t").evicted > 0
+    used = a["embedding_bags.t.dynamic_counts"] > 0
+    assert torch.equal(b["embedding_bags.t.dynamic_last_seen"][used], a["embedding_bags.t.dynamic_last_seen"][used] + start)
+    for k in ("weight", "optimizer_state", "dynamic_ids", "dynamic_counts", "dynamic_free"):
+        assert torch.equal(a[f"embedding_bags.t.{k}"], b[f"embedding_bags.t.{k}"]), k
+    late.save(tmp_path / "late.pt")
+    again = make(**kw)
+    again.load(tmp_path / "late.pt")
+    assert_state_dicts_equal(late.state_dict(), again.state_dict())
+
+
 def test_loading_another_shape_or_a_bad_id_map_raises_and_keeps_the_table() -> None:
     a = make(dim=3, bound=16, optimizer=Adagrad(lr=0.1), min_count=2)
     train_batches(a, 10, seed=1)

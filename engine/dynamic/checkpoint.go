@@ -38,16 +38,18 @@ func (t *Table) Export() (*Snapshot, error) {
 	}
 	defer t.freeze()()
 	c := &t.cfg
-	hw := t.highWater
+	hw, now := t.highWater, t.step.Load()
 	s := &Snapshot{
 		Dim: c.Dim, StateWidth: c.StateWidth, MaxRows: c.MaxRows, SketchWidth: c.SketchWidth,
-		Step: int64(t.step.Load()), IDs: append([]int64(nil), t.ids[:hw]...),
+		Step: int64(now), IDs: append([]int64(nil), t.ids[:hw]...),
 		Counts: make([]int64, hw), LastSeen: make([]int64, hw), Free: make([]int64, t.nfree),
 		Weights: make([]float32, hw*c.Dim), State: append([]float32(nil), t.state[:hw*c.StateWidth]...),
 		Admitted: t.admitted.Load(), Evicted: t.evicted.Load(), Seed: c.Seed, SeedKnown: true,
 	}
 	for r := range hw {
-		s.Counts[r], s.LastSeen[r] = int64(t.counts[r]), int64(t.last[r])
+		if t.counts[r] != 0 {
+			s.Counts[r], s.LastSeen[r] = int64(t.counts[r]), int64(t.seenAt(r, now))
+		}
 		copy(s.Weights[r*c.Dim:(r+1)*c.Dim], t.weights[r*c.Stride:])
 	}
 	for i := range s.Free {
@@ -81,7 +83,7 @@ func (s *Snapshot) validate(c *Config) error {
 	case len(s.Weights) != hw*c.Dim || len(s.State) != hw*c.StateWidth:
 		return bad("%d weights and %d state values for %d rows of dim %d and state width %d",
 			len(s.Weights), len(s.State), hw, c.Dim, c.StateWidth)
-	case s.Step < 0 || s.Step > math.MaxUint32:
+	case s.Step < 0:
 		return bad("step %d out of range", s.Step)
 	case len(s.Free) > hw:
 		return bad("free list of %d rows is longer than the %d rows", len(s.Free), hw)
@@ -179,8 +181,10 @@ func (t *Table) Import(s *Snapshot) error {
 	}
 	for r := range hw {
 		copy(t.weights[r*c.Stride:r*c.Stride+c.Dim], s.Weights[r*c.Dim:(r+1)*c.Dim])
-		t.ids[r], t.counts[r], t.last[r] = s.IDs[r], uint32(s.Counts[r]), uint32(s.LastSeen[r])
+		t.ids[r], t.counts[r] = s.IDs[r], uint32(s.Counts[r])
 		if s.Counts[r] != 0 {
+			// a row last seen more than 2^32 steps before (set by hand) ranks as 2^32 - 1 steps old
+			t.last[r] = stamp(uint64(max(s.LastSeen[r], s.Step-math.MaxUint32)))
 			h := hashID(s.IDs[r], c.Seed)
 			t.shards[shardOf(h)].put(h, s.IDs[r], int32(r))
 		}
@@ -197,13 +201,13 @@ func (t *Table) Import(s *Snapshot) error {
 			t.shards[i].sketch.adds = int(s.SketchAdds[i])
 		}
 	}
-	t.step.Store(uint32(s.Step))
+	t.step.Store(uint64(s.Step))
 	// The rows the snapshot's step already stamped stand for the IDs of the step so far (a manual-step
 	// table saved between micro-batches): checkRoom's fast path then counts them, as it counted the
 	// IDs before the save (with 0, a batch past the bound admitted part of itself before it raised).
 	stamped := int64(0)
 	for r := range t.highWater {
-		if t.counts[r] != 0 && t.last[r] == uint32(s.Step) {
+		if t.counts[r] != 0 && t.last[r] == stamp(uint64(s.Step)) {
 			stamped++
 		}
 	}

@@ -2,6 +2,7 @@ package dynamic
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -15,12 +16,13 @@ type candidate struct {
 
 func less(a, b candidate) bool { return a.key < b.key || (a.key == b.key && a.row < b.row) }
 
-// evictionKey orders rows for the table's policy: LRU by last step seen; LFU by count, then staleness.
-func (t *Table) evictionKey(r int) uint64 {
+// evictionKey orders rows for the table's policy at clock step now: LRU by the step last seen; LFU by
+// count, then staleness.
+func (t *Table) evictionKey(r int, now uint64) uint64 {
 	if t.cfg.Policy == LFU {
-		return uint64(t.counts[r])<<32 | uint64(t.last[r])
+		return uint64(t.counts[r])<<32 | uint64(math.MaxUint32-(stamp(now)-t.last[r]))
 	}
-	return uint64(t.last[r])
+	return t.seenAt(r, now)
 }
 
 // hasRoom reports whether a row can be taken without evicting.
@@ -99,9 +101,9 @@ const reserveBatches = 4
 // kept candidate whose last step is unchanged still ranks below every row outside the reserve, and a
 // row touched or admitted since has the current step or a later one, above every kept key.
 func (t *Table) takeReserve(k int) bool {
-	live := t.reserve[:0]
+	live, now := t.reserve[:0], t.step.Load()
 	for _, c := range t.reserve {
-		if t.counts[c.row] != 0 && uint64(t.last[c.row]) == c.key {
+		if t.counts[c.row] != 0 && t.seenAt(int(c.row), now) == c.key {
 			live = append(live, c)
 		}
 	}
@@ -135,9 +137,10 @@ func (t *Table) collect(keep func(r int) bool) []candidate {
 		t.scratch = make([]candidate, 0, t.cfg.MaxRows)
 	}
 	cands := t.scratch[:0]
+	now := t.step.Load() // under every shard lock: no row is stamped with a later step
 	for r := range hw {
 		if t.counts[r] != 0 && keep(r) {
-			cands = append(cands, candidate{key: t.evictionKey(r), row: int32(r)})
+			cands = append(cands, candidate{key: t.evictionKey(r, now), row: int32(r)})
 		}
 	}
 	return cands

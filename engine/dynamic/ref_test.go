@@ -1,6 +1,7 @@
 package dynamic
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -13,11 +14,11 @@ type refTable struct {
 	rowOf     map[int64]int
 	ids       []int64
 	counts    []uint32
-	last      []uint32
+	last      []int64       // the step last seen, never wrapping
 	pending   map[int64]int // sightings of IDs without a row (the sketch, exactly)
 	free      []int32
 	highWater int
-	step      uint32
+	step      int64
 }
 
 func newRef(c Config) *refTable {
@@ -26,7 +27,7 @@ func newRef(c Config) *refTable {
 		panic(err)
 	}
 	return &refTable{cfg: c, rowOf: map[int64]int{}, pending: map[int64]int{},
-		ids: make([]int64, c.MaxRows), counts: make([]uint32, c.MaxRows), last: make([]uint32, c.MaxRows)}
+		ids: make([]int64, c.MaxRows), counts: make([]uint32, c.MaxRows), last: make([]int64, c.MaxRows)}
 }
 
 func (m *refTable) release(rows []int) {
@@ -54,8 +55,8 @@ func (m *refTable) resolve(ids []int64, train bool) ([]int64, error) {
 	c := &m.cfg
 	if train && !c.ManualStep {
 		m.step++
-		if c.MaxAge > 0 && m.step%uint32(max(1, c.MaxAge/4)) == 0 {
-			m.release(m.used(func(r int) bool { return m.step-m.last[r] > uint32(c.MaxAge) }))
+		if c.MaxAge > 0 && m.step%int64(max(1, c.MaxAge/4)) == 0 {
+			m.release(m.used(func(r int) bool { return m.step-m.last[r] > int64(c.MaxAge) }))
 		}
 	}
 	rows := make([]int64, len(ids))
@@ -65,7 +66,7 @@ func (m *refTable) resolve(ids []int64, train bool) ([]int64, error) {
 	}
 	var stale []int // rows past MaxAge the sweep left: their IDs come back as new ones
 	for i, id := range ids {
-		if r, ok := m.rowOf[id]; ok && c.MaxAge > 0 && m.step-m.last[r] > uint32(c.MaxAge) {
+		if r, ok := m.rowOf[id]; ok && c.MaxAge > 0 && m.step-m.last[r] > int64(c.MaxAge) {
 			if !train {
 				rows[i] = def
 				continue
@@ -115,20 +116,11 @@ func (m *refTable) resolve(ids []int64, train bool) ([]int64, error) {
 			if len(cands) == 0 {
 				return nil, errs.Capacityf("full")
 			}
-			key := func(r int) uint64 {
-				if c.Policy == LFU {
-					return uint64(m.counts[r])<<32 | uint64(m.last[r])
+			slices.SortStableFunc(cands, func(a, b int) int { // LRU: stalest first; LFU: rarest, then stalest
+				if c.Policy == LFU && m.counts[a] != m.counts[b] {
+					return cmp.Compare(m.counts[a], m.counts[b])
 				}
-				return uint64(m.last[r])
-			}
-			slices.SortStableFunc(cands, func(a, b int) int {
-				if ka, kb := key(a), key(b); ka != kb {
-					if ka < kb {
-						return -1
-					}
-					return 1
-				}
-				return a - b
+				return cmp.Or(cmp.Compare(m.last[a], m.last[b]), a-b)
 			})
 			m.release(cands[:min(c.evictBatch(), len(cands))])
 		}

@@ -28,7 +28,7 @@ type Table struct {
 	weights []float32 // storageRows × Stride
 	state   []float32 // storageRows × StateWidth
 	ids     []int64   // owner ID of each row
-	last    []uint32  // step each row was last seen in training
+	last    []uint32  // low 32 bits of the step each row was last seen in training (see seenAt)
 	counts  []uint32  // batches each row's ID was seen in; 0 marks a free row
 	// freed is, per row, the eviction count (Evictions) that freeing it last brought the table to, 0 if
 	// never freed since New or Import. Recheck drops a row freed after the forward that resolved it
@@ -48,8 +48,8 @@ type Table struct {
 	scratch []candidate
 	reserve []candidate // LRU candidates kept from the last full pass (see takeReserve)
 
-	step              atomic.Uint32
-	stepIDs           atomic.Int64 // IDs resolved in training since the clock last moved (see checkRoom)
+	step              atomic.Uint64 // the clock: training steps so far (never wraps)
+	stepIDs           atomic.Int64  // IDs resolved in training since the clock last moved (see checkRoom)
 	admitted, evicted atomic.Int64
 	closeMu           sync.RWMutex
 	closed            bool
@@ -131,11 +131,21 @@ func (t *Table) Advance() error {
 func (t *Table) tick() error {
 	step := t.step.Add(1)
 	t.stepIDs.Store(0)
-	if t.cfg.MaxAge > 0 && step%uint32(max(1, t.cfg.MaxAge/4)) == 0 {
-		return t.evictStale(step)
+	if t.cfg.MaxAge > 0 && step%uint64(max(1, t.cfg.MaxAge/4)) == 0 {
+		return t.evictStale(stamp(step))
 	}
 	return nil
 }
+
+// stamp is what a row keeps of the clock's step: its low 32 bits (4 bytes a row of the bound, not 8).
+// Ages are differences of stamps, exact modulo 2^32, so the clock may pass 2^32 steps (a table
+// trained for billions of steps: the 32-bit clock wrapped to 0 there, and its checkpoints, rows last
+// seen "after" the step, were refused on load).
+func stamp(step uint64) uint32 { return uint32(step) }
+
+// seenAt returns the step row r was last seen at in training, from its stamp and the clock's step now
+// (not before it): exact for a row seen in the last 2^32 steps.
+func (t *Table) seenAt(r int, now uint64) uint64 { return now - uint64(stamp(now)-t.last[r]) }
 
 func (t *Table) closedErr() error { return errs.Invalidf("dynamic table %q is closed", t.cfg.Name) }
 
@@ -163,7 +173,7 @@ func (t *Table) Resolve(ids []int64, rows []int64, train bool) error {
 			return err
 		}
 	}
-	step := t.step.Load()
+	step := stamp(t.step.Load())
 	t.lookup(ids, rows, train, step)
 	if !train {
 		return nil
@@ -196,7 +206,7 @@ func (t *Table) checkRoom(ids []int64) error {
 	}
 	thaw := t.freeze()
 	defer thaw()
-	step := t.step.Load()
+	step := stamp(t.step.Load())
 	stamped := 0 // rows earlier calls of this step touched (none once the clock moves)
 	if t.cfg.ManualStep {
 		for r := range t.highWater {

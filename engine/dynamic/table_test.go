@@ -333,16 +333,25 @@ func TestMatchesReference(t *testing.T) {
 		{Name: "age12admit", Dim: 2, MaxRows: 64, MaxAge: 12, MinCount: 2, SketchWidth: 1 << 20},
 		{Name: "default", Dim: 2, MaxRows: 8, Default: []float32{1, 2}, EvictFrac: 1},
 	}
-	for _, c := range cases {
-		t.Run(c.Name, func(t *testing.T) {
-			checkAgainstReference(t, c, rand.New(rand.NewPCG(1, uint64(c.MaxRows))), 300)
-		})
+	// from step 0, and from 150 steps before the clock passes 2^32 (rows keep its low 32 bits)
+	for _, start := range []int64{0, 1<<32 - 150} {
+		for _, c := range cases {
+			t.Run(fmt.Sprintf("%s/from%d", c.Name, start), func(t *testing.T) {
+				checkAgainstReference(t, c, rand.New(rand.NewPCG(1, uint64(c.MaxRows))), 300, start)
+			})
+		}
 	}
 }
 
-func checkAgainstReference(t *testing.T, c Config, rng *rand.Rand, steps int) {
+// checkAgainstReference runs steps random batches through a table and the reference, both at clock
+// step start first, and compares every row and the final state.
+func checkAgainstReference(t *testing.T, c Config, rng *rand.Rand, steps int, start int64) {
 	tab := newTable(t, c)
 	ref := newRef(c)
+	empty, err := tab.Export()
+	require.NoError(t, err)
+	empty.Step, ref.step = start, start
+	require.NoError(t, tab.Import(empty))
 	for step := range steps {
 		n := 1 + rng.IntN(c.MaxRows)
 		seen := map[int64]bool{}
@@ -371,13 +380,14 @@ func checkAgainstReference(t *testing.T, c Config, rng *rand.Rand, steps int) {
 	for r := range ref.highWater {
 		assert.Equal(t, ref.ids[r], snap.IDs[r])
 		assert.Equal(t, int64(ref.counts[r]), snap.Counts[r])
-		assert.Equal(t, int64(ref.last[r]), snap.LastSeen[r])
+		assert.Equal(t, ref.last[r], snap.LastSeen[r])
 	}
 	require.Len(t, snap.Free, len(ref.free))
 	for i := range ref.free {
 		assert.Equal(t, int64(ref.free[i]), snap.Free[i])
 	}
 	require.NoError(t, snap.validate(&tab.cfg))
+	assert.Equal(t, ref.step, snap.Step)
 }
 
 func TestConcurrentResolve(t *testing.T) {
