@@ -129,6 +129,9 @@ func (s *Snapshot) validate(c *Config) error {
 		if n <= 0 || n > math.MaxUint32 || last < 0 || last > s.Step {
 			return bad("row %d has count %d and last step %d (step is %d)", r, n, last, s.Step)
 		}
+		if s.Step-last > math.MaxUint32 { // a row keeps the step's low 32 bits: its age must fit them
+			return bad("row %d was last seen at step %d, more than 2^32 - 1 steps before the step %d", r, last, s.Step)
+		}
 		if _, dup := seen[s.IDs[r]]; dup {
 			return bad("id %d owns more than one row", s.IDs[r])
 		}
@@ -181,10 +184,8 @@ func (t *Table) Import(s *Snapshot) error {
 	}
 	for r := range hw {
 		copy(t.weights[r*c.Stride:r*c.Stride+c.Dim], s.Weights[r*c.Dim:(r+1)*c.Dim])
-		t.ids[r], t.counts[r] = s.IDs[r], uint32(s.Counts[r])
+		t.ids[r], t.counts[r], t.last[r] = s.IDs[r], uint32(s.Counts[r]), stamp(uint64(s.LastSeen[r]))
 		if s.Counts[r] != 0 {
-			// a row last seen more than 2^32 steps before (set by hand) ranks as 2^32 - 1 steps old
-			t.last[r] = stamp(uint64(max(s.LastSeen[r], s.Step-math.MaxUint32)))
 			h := hashID(s.IDs[r], c.Seed)
 			t.shards[shardOf(h)].put(h, s.IDs[r], int32(r))
 		}

@@ -139,6 +139,8 @@ func TestImportRejectsBadSnapshots(t *testing.T) {
 		{"free row with id", func(s *Snapshot) { s.IDs[s.Free[0]] = 5 }, "free row"},
 		{"zero count in use", func(s *Snapshot) { s.Counts[usedRow] = 0 }, "row"},
 		{"last after step", func(s *Snapshot) { s.LastSeen[usedRow] = s.Step + 1 }, "last step"},
+		{"last 2^32 steps before", func(s *Snapshot) { s.Step += 1 << 32 }, "more than 2^32 - 1 steps before"},
+		{"last 2^32 steps before", func(s *Snapshot) { s.Step += 1 << 32 }, "more than 2^32 - 1 steps before"},
 		{"duplicate id", func(s *Snapshot) {
 			for r := range s.IDs {
 				if r != usedRow && s.Counts[r] > 0 {
