@@ -291,6 +291,27 @@ def test_a_models_load_state_dict_materialises_nested_meta_collections(assign: b
     assert torch.equal(model["s"](kjt)["g"].values(), src["s"](kjt)["g"].values())
 
 
+@pytest.mark.parametrize("nested", [False, True], ids=["own", "nested"])
+@pytest.mark.parametrize("sequence", [False, True], ids=["pooled", "sequence"])
+def test_a_refused_load_leaves_a_meta_collection_on_meta(nested: bool, sequence: bool) -> None:
+    """A load refused for a bad entry (an optimizer step of -1) left the collection materialised, its
+    tables all zeros, and forwards then ran on them; it stays on meta, and the good load then loads."""
+    def build(device: str | None = None) -> torch.nn.Module:
+        kind, cfg = (EmbeddingCollection, EmbeddingConfig) if sequence else (EmbeddingBagCollection, EmbeddingBagConfig)
+        c = kind([cfg(10, 4, "t", ["f"])], optimizer=optim.Adagrad(lr=0.1), seed=1, device=device)
+        return torch.nn.ModuleDict({"c": c}) if nested else c
+
+    src, model = build(), build("meta")
+    good = src.state_dict()
+    bad = {k: torch.tensor([-1]) if k.endswith("optimizer_step") else v for k, v in good.items()}
+    with pytest.raises(InvalidInputError, match="is not an optimizer step"):
+        model.load_state_dict(bad)
+    coll = model["c"] if nested else model
+    assert coll.device == torch.device("meta") and all(t.is_meta for t in model.state_dict().values())
+    model.load_state_dict(good)
+    assert coll.device == torch.device("cpu") and states_equal(model, src)
+
+
 @pytest.mark.parametrize("how", ["to_empty", "load_state_dict", "load_state_dict_assign", "model_load_state_dict"])
 @pytest.mark.parametrize("sequence", [False, True])
 def test_a_table_frozen_on_meta_stays_frozen_when_materialised(how: str, sequence: bool) -> None:

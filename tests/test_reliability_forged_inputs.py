@@ -151,6 +151,24 @@ def test_an_optimizer_state_no_training_leaves_is_refused(opt: Any, column: int,
         assert float(model.state_dict()[key].view(10, -1)[3, 0]) == -2.5
 
 
+@pytest.mark.parametrize("opt, dtype, value, match", [
+    (optim.Adagrad(lr=0.1), torch.int64, -5, "negative running sums"),
+    (optim.Adam(lr=0.1), torch.float64, 1e39, "not finite"),  # finite in float64, inf as float32
+], ids=["adagrad_int64", "adam_float64"])
+def test_an_optimizer_state_is_checked_as_the_engine_holds_it(opt: Any, dtype: torch.dtype, value: float,
+                                                              match: str) -> None:
+    """An int64 state of -5 Adagrad sums, and a float64 one of 1e39, loaded (the check skipped integer
+    states and ran in float64) and the next step took the row to NaN."""
+    ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t", ["f"])], optimizer=opt)
+    sd = {k: v.clone() for k, v in ebc.state_dict().items()}
+    key = "embedding_bags.t.optimizer_state"
+    sd[key] = torch.full(sd[key].shape, value, dtype=dtype)
+    before = ebc.embedding_bags["t"].optimizer_state.clone()
+    with pytest.raises(InvalidInputError, match=f"checkpoint entry '{key}' holds .*{match}"):
+        ebc.load_state_dict(sd)
+    assert torch.equal(ebc.embedding_bags["t"].optimizer_state, before)
+
+
 @pytest.mark.parametrize("sep", ["", None, 3])
 def test_an_empty_sequence_separator_is_refused(sep: object) -> None:
     """``Column(sep="")`` was read as the default ``"|"`` with no word."""

@@ -191,10 +191,14 @@ def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, lo
     mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
     if not mine:
         return
+    tables = "embeddings." if hasattr(module, "embeddings") else "embedding_bags."
+    # on the meta device against the stand-ins' shapes first: a refused load leaves it there
+    check_checkpoint(mine, module, tables, prefix, assign=bool((local_metadata or {}).get("assign_to_params_buffers")))
     if getattr(module, "_handle", 0) is None:
         module._materialise()
-    check_checkpoint(mine, module, "embeddings." if hasattr(module, "embeddings") else "embedding_bags.", prefix,
-                     assign=bool((local_metadata or {}).get("assign_to_params_buffers", False)))
+        from .. import dynamic
+
+        dynamic.check_checkpoint(getattr(module, "ebc", module), mine, tables)  # needs the engine's tables
 
 
 @own_hook
@@ -242,7 +246,7 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
 
     owner = getattr(module, "ebc", module)
     dynamic = {f"{prefix}{c.name}." for c in owner.embedding_bag_configs() if c.dynamic is not None}
-    own = {f"{prefix}{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
+    own = {f"{prefix}{k}": v for k, v in _held(owner).items()}
     dims = {c.name: c.embedding_dim for c in owner.embedding_bag_configs()}
     for k, v in state_dict.items():
         if k not in own:
@@ -270,8 +274,18 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
                 " (a checkpoint of another configuration?)")
         if k.endswith(".optimizer_state") and owner.fused_optimizer is not None:
             check_optimizer_state(shown + k, v, owner.fused_optimizer, dims[k[len(prefix):].rpartition(".")[0]])
-    if dynamic:
+    if dynamic and owner._handle is not None:  # (on the meta device: once materialised)
         _dynamic.check_checkpoint(owner, state_dict, prefix)
+
+
+def _held(owner: nn.Module) -> dict[str, torch.Tensor]:
+    """The tensors the engine holds, by key under the tables' prefix (``<table>.<name>``): its memory, or
+    on the meta device the stand-ins of their shapes."""
+    if owner._handle is not None:
+        return {f"{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
+    return {f"{table}.{name}": v for table, m in owner.embedding_bags.items()
+            for name in ("weight", "optimizer_state", "optimizer_step")
+            if (v := getattr(m, name, None)) is not None and v.numel()}
 
 
 def check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: int) -> None:
@@ -279,11 +293,14 @@ def check_optimizer_state(key: str, state: torch.Tensor, optimizer: Any, dim: in
     or a negative running sum of squares (Adagrad's, Adam's second moment). Either would turn the next
     update's rows into NaN or huge values, silently (a negative Adagrad sum took a row to −1e9)."""
     width = optimizer.state_width(dim)
-    if not state.is_floating_point() or state.numel() == 0 or width == 0 or state.numel() % width:
+    if state.numel() == 0 or width == 0 or state.numel() % width:
         return  # a shape check names another layout
     rows = state.detach().reshape(-1, width)
     step = max(1, (1 << 20) // width)  # a block at a time: isfinite's temporaries of a whole big state
     for block in rows.split(step):      # were several times its size
+        # as the engine will hold them: float64's 1e39 is finite, its float32 inf; an integer -5 is a
+        # negative sum as much as -5.0 is
+        block = block.to(torch.float32)
         if not bool(torch.isfinite(block).all()):
             raise InvalidInputError(f"checkpoint entry {key!r} holds values that are not finite (NaN or ±inf): a "
                                     "corrupted checkpoint, or one of a run that diverged")

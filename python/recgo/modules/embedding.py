@@ -559,12 +559,11 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` with shape checks that raise ``InvalidInputError``, copying into
         engine memory (``assign=True`` is honoured by copying the assigned tensors back into it). On the meta
-        device it materialises the tables first. Optimizer step counters outside ``[0, 2^53)`` are
+        device it materialises the tables once the entries pass the checks (a refused load leaves the
+        collection on meta). Optimizer step counters outside ``[0, 2^53)`` are
         refused. Dynamic-ID tables' entries (their rows in use and ID map) are checked by the engine,
         which leaves the table unchanged on error. All or nothing across the tables, with no copy of
         them: every table's entries are checked before the first changes (:mod:`._load_whole`)."""
-        if self._handle is None:  # meta: materialise, then copy the checkpoint in
-            self._materialise()
         with collection_load(self, state_dict, strict, fused=self._optimizer is not None):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 

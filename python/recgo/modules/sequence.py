@@ -533,10 +533,8 @@ class EmbeddingCollection(nn.Module):
     def load_state_dict(self, state_dict: Any, strict: bool = True, assign: bool = False) -> Any:
         """``nn.Module.load_state_dict`` into the owning collection's engine memory, with its checks
         (shapes, optimizer step counters; see :meth:`EmbeddingBagCollection.load_state_dict`). On the meta
-        device it materialises the tables first. All or nothing: every entry is checked before the first
-        table changes, so if it raises every table is as it was (:mod:`._load_whole`)."""
-        if self._handle is None:
-            self._materialise()
+        device it materialises the tables once the entries pass the checks. All or nothing: every entry is
+        checked before the first table changes, so if it raises every table is as it was (:mod:`._load_whole`)."""
         with collection_load(self, state_dict, strict, fused=self._owner.fused_optimizer is not None):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
