@@ -33,6 +33,16 @@ func optConfig(kind C.int32_t, lr, eps, beta1, beta2, wd C.double) embedding.Opt
 		Beta1: float64(beta1), Beta2: float64(beta2), WeightDecay: float64(wd)}
 }
 
+// recgo_optimizer_check returns the error a collection gives for these fused-optimizer settings (a
+// negative learning rate, a beta outside [0, 1), a hyper-parameter the kind does not take), without a
+// collection: an optimizer refuses them when it is made, so a change spread over several collections
+// is refused before the first takes it.
+//
+//export recgo_optimizer_check
+func recgo_optimizer_check(kind C.int32_t, lr, eps, beta1, beta2, wd C.double, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error { return optConfig(kind, lr, eps, beta1, beta2, wd).Validate() })
+}
+
 // featureArgs reads nfeat features: names (lines of featureNames), table indices and pooling codes
 // (int64 arrays); the engine validates them against its tables.
 func featureArgs(nfeat C.int64_t, featureNames *C.char, featTablePtr, featPoolPtr unsafe.Pointer) ([]embedding.Feature, error) {

@@ -263,3 +263,19 @@ def test_a_refused_state_dict_leaves_the_groups_and_the_collections_as_they_were
     assert [g["lr"] for g in opt.param_groups] == [0.1, 0.1]
     assert [model[n].fused_optimizer.lr for n in ("e", "g")] == [0.1, 0.1]
     opt.step()  # the groups still push
+
+
+@pytest.mark.parametrize("call", ["step", "zero_grad"])
+def test_a_refused_group_changes_no_collection(call: str) -> None:
+    """Group 0 at lr 0.5 and group 1 at lr −1: the step raised after collection a had taken 0.5 (the
+    ranges were the engine's, checked as each collection took its change)."""
+    m = nn.ModuleDict({"a": EmbeddingBagCollection([EmbeddingBagConfig(4, 2, "t", ["f"])], optimizer=optim.SGD(lr=0.1)),
+                       "b": EmbeddingBagCollection([EmbeddingBagConfig(4, 2, "u", ["g"])], optimizer=optim.SGD(lr=0.1))})
+    co = optim.CollectionOptimizer(m)
+    co.param_groups[0]["lr"], co.param_groups[1]["lr"] = 0.5, -1.0
+    with pytest.raises(InvalidInputError, match="learning rate -1"):
+        getattr(co, call)()
+    assert m["a"].fused_optimizer.lr == 0.1 and m["b"].fused_optimizer.lr == 0.1
+    co.param_groups[1]["lr"] = 0.25
+    getattr(co, call)()
+    assert m["a"].fused_optimizer.lr == 0.5 and m["b"].fused_optimizer.lr == 0.25

@@ -25,6 +25,8 @@ def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_
     for bad in (torch.arange(10.0).reshape(2, 5), torch.zeros(4, 1), torch.zeros(1, 2)):
         with pytest.raises(recgo.InvalidInputError, match=r"optimizer_state of shape .* \(expected \[2, 2\]\)"):
             dynamic.import_rows(e, "t", ids, w, bad)
+    with pytest.raises(recgo.InvalidInputError, match=r"weight of shape \(2, 3\) for 2 IDs of dim 2 \(expected \[2, 2\]\)"):
+        dynamic.import_rows(e, "t", ids, torch.ones(2, 3))  # torch's bare reshape RuntimeError before
     dynamic.import_rows(e, "t", ids, w, torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
     assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[1.0, 2.0], [3.0, 4.0]]
     dynamic.import_rows(e, "t", ids, w)

@@ -394,6 +394,16 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errlen', 'size_t'),
     )),
     'recgo_num_threads': ('int', ()),
+    'recgo_optimizer_check': ('int', (
+        ('kind', 'int32_t'),
+        ('lr', 'double'),
+        ('eps', 'double'),
+        ('beta1', 'double'),
+        ('beta2', 'double'),
+        ('wd', 'double'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_pipeline_goroutines': ('int', (
         ('out', 'void*'),
         ('errbuf', 'char*'),

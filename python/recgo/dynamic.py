@@ -424,7 +424,12 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
         optimizer_state = torch.zeros(n, int(m[_M_STATE]), dtype=torch.float32)
     elif isinstance(optimizer_state, torch.Tensor) and optimizer_state.is_floating_point():
         optimizer_state = optimizer_state.to(torch.float32)  # as the weights are
-    import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, int(m[_M_DIM])), optimizer_state)
+    dim = int(m[_M_DIM])
+    if not isinstance(weight, torch.Tensor) or weight.numel() != n * dim:
+        shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
+        raise InvalidInputError(f"table {name!r}: weight of shape {shape} for {n} IDs of dim {dim} "
+                                f"(expected [{n}, {dim}])")
+    import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, dim), optimizer_state)
 
 
 def _checkpoint_args(name: str, state_dict: Any, prefix: str

@@ -41,6 +41,8 @@ class FusedOptimizer:
 
     def __post_init__(self) -> None:
         _check_numbers(f"optimizer {type(self).__name__}", {k: getattr(self, k) for k in _HYPER})
+        if self.kind:  # the engine's ranges, when made (a CollectionOptimizer's change to several
+            _lib.call(_lib.fn("recgo_optimizer_check"), *self.params())  # collections took some, then raised)
 
     def state_width(self, dim: int) -> int:
         """Number of float32 state values each row keeps."""
