@@ -65,7 +65,7 @@ type thriftWalk struct {
 	// elemSize is the memory one element of a list (or set) of structs at path takes once decoded;
 	// nil or 0 is 1 KiB, more than any Parquet struct.
 	elemSize func(path thriftPath) int64
-	// onInt, when set, sees every integer field (not container elements) with its path.
+	// onInt, when set, sees every integer and bool (1 or 0) field (not container elements) with its path.
 	onInt func(path thriftPath, v int64)
 }
 
@@ -136,6 +136,9 @@ func (w *thriftWalk) structure(path thriftPath, depth int) error {
 			id = int16(v)
 		}
 		if t == tcTrue || t == tcFalse { // a bool field's value is its type
+			if w.onInt != nil {
+				w.onInt(path.child(id), int64(2-t)) // true 1, false 0
+			}
 			continue
 		}
 		if err := w.value(t, path.child(id), depth+1, true); err != nil {
