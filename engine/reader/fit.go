@@ -44,8 +44,8 @@ func PowerLawExponent(counts []int64, maxRank int) (alpha float64, ok bool) {
 }
 
 // FitSynthetic measures, on up to maxRows samples of src, each sparse field's distinct IDs (its
-// Rows), coverage, mean bag length when present and power-law exponent (1 when too few repeats to
-// fit), and the number of dense columns; the result generates samples with those statistics
+// Rows), coverage, mean bag length when present (at most the generator's 512) and power-law
+// exponent (1 when too few repeats to fit), and the number of dense columns; the result generates samples with those statistics
 // (labels from a planted model with unit scales). Byte-string fields are counted by their XXH64.
 func FitSynthetic(src Source, maxRows int) (SyntheticConfig, error) {
 	schema := src.Schema()
@@ -84,12 +84,12 @@ func FitSynthetic(src Source, maxRows int) (SyntheticConfig, error) {
 		return SyntheticConfig{}, errs.Invalidf("synthetic fit: the source has no samples")
 	}
 	cfg := SyntheticConfig{Samples: int64(rows), Dense: len(schema.Dense), Seed: 1,
-		Label: &PlantedLabel{IDScale: 1, DenseScale: 0.25, Bias: -1}}
+		Label: &PlantedLabel{IDScale: 1, DenseScale: 0.25, Bias: -1}, Fields: []SyntheticField{}}
 	for f, fld := range schema.Fields {
 		sf := SyntheticField{Name: fld.Name, Rows: max(int64(len(counts[f])), 1), Alpha: 1,
 			Coverage: float64(present[f]) / float64(rows), Pooling: 1}
-		if present[f] > 0 {
-			sf.Pooling = max(1, float64(values[f])/float64(present[f]))
+		if present[f] > 0 { // (longer bags than the generator draws are drawn at its longest)
+			sf.Pooling = min(max(1, float64(values[f])/float64(present[f])), maxSyntheticBag/8)
 		}
 		cs := make([]int64, 0, len(counts[f]))
 		for _, c := range counts[f] {

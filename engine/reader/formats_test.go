@@ -1,11 +1,15 @@
 package reader
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
@@ -394,5 +398,56 @@ func TestFitAndWriteCriteo(t *testing.T) {
 			assert.Equal(t, len(want[i].Inputs[f].Ints), len(got[i].Inputs[f].Ints))
 		}
 		assert.Equal(t, want[i].Inputs[20].Ints, got[i].Inputs[20].Ints)
+	}
+}
+
+// A fit gives a config NewSynthetic takes: bags longer on average than the generator's longest are
+// fitted at its longest (a mean of 600 made a config it refused), and a source of dense columns
+// alone has an empty field list (JSON [], not null: Python's fit failed iterating it).
+func TestFitGivesAConfigTheGeneratorTakes(t *testing.T) {
+	dir := t.TempDir()
+	var long, dense strings.Builder
+	long.WriteString("label,h\n")
+	dense.WriteString("label,d\n")
+	for i := range 20 {
+		ids := make([]string, 600)
+		for j := range ids {
+			ids[j] = strconv.Itoa(j)
+		}
+		fmt.Fprintf(&long, "%d,%s\n", i%2, strings.Join(ids, "|"))
+		fmt.Fprintf(&dense, "%d,%d.5\n", i%2, i)
+	}
+	cases := []struct {
+		name, text string
+		cols       []Column
+		check      func(t *testing.T, cfg SyntheticConfig)
+	}{
+		{"long bags", long.String(), []Column{{Name: "label", Role: RoleLabel}, {Name: "h", Role: RoleSequence}},
+			func(t *testing.T, cfg SyntheticConfig) {
+				require.Len(t, cfg.Fields, 1)
+				assert.Equal(t, float64(maxSyntheticBag/8), cfg.Fields[0].Pooling)
+			}},
+		{"dense only", dense.String(), []Column{{Name: "label", Role: RoleLabel}, {Name: "d", Role: RoleDense}},
+			func(t *testing.T, cfg SyntheticConfig) {
+				assert.Equal(t, 1, cfg.Dense)
+				js, err := json.Marshal(cfg)
+				require.NoError(t, err)
+				assert.Contains(t, string(js), `"fields":[]`)
+			}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, tc.name+".csv")
+			require.NoError(t, os.WriteFile(p, []byte(tc.text), 0o644))
+			src, err := NewCSV([]string{p}, CSVOptions{Columns: tc.cols, Header: true})
+			require.NoError(t, err)
+			defer src.Close()
+			cfg, err := FitSynthetic(src, 100)
+			require.NoError(t, err)
+			tc.check(t, cfg)
+			syn, err := NewSynthetic(cfg, Options{})
+			require.NoError(t, err)
+			assert.NotEmpty(t, readAll(t, syn, 5))
+		})
 	}
 }

@@ -79,7 +79,7 @@ class Source:
 
     def fit(self, max_rows: int = 100_000, samples: int | None = None, seed: int = 1) -> "SyntheticSource":
         """A :class:`SyntheticSource` with this source's statistics (per field: distinct IDs, coverage,
-        mean bag length, power-law exponent), measured on its first ``max_rows`` samples, and a
+        mean bag length (at most the generator's 512), power-law exponent), measured on its first ``max_rows`` samples, and a
         planted label model; ``samples`` sets its length (default: the rows measured)."""
         buf, n = self._spec_buf()
         cfg = _lib.call_json("recgo_source_fit", ctypes.addressof(buf), n, int(max_rows))
