@@ -37,7 +37,7 @@ func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &parquetSource{paths: paths, opt: opt.Options, plan: plan}
+	s := &parquetSource{paths: paths, names: fileNames(paths), opt: opt.Options, plan: plan}
 	// Every file must open with the declared columns before any is read (a bad path or schema
 	// fails here, not mid-run); then the first stays open.
 	for i := range paths {
@@ -57,6 +57,7 @@ func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
 
 type parquetSource struct {
 	paths  []string
+	names  []string // the names positions carry (fileNames)
 	opt    Options
 	plan   *columnPlan
 	f      *os.File
@@ -477,7 +478,7 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 	return nil
 }
 
-func (s *parquetSource) Position() Position { return named(s.pos, s.paths) }
+func (s *parquetSource) Position() Position { return named(s.pos, s.names) }
 
 func (s *parquetSource) Seek(p Position) (err error) {
 	if s.closed {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"path/filepath"
+	"strings"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -59,22 +60,61 @@ func (p Position) Check() error {
 	return nil
 }
 
-// named is p with the base name of the file it stands in (p.File of paths), for checkName.
-func named(p Position, paths []string) Position {
-	if p.File >= 0 && p.File < len(paths) {
-		p.Name = filepath.Base(paths[p.File])
+// fileNames gives each of paths the name positions carry (Position.Name): its base name, or, where
+// other paths share it (day1/part-0.csv, day2/part-0.csv), the fewest trailing path elements that
+// tell it from them, so that the same files listed in another order are refused on resume.
+func fileNames(paths []string) []string {
+	names := make([]string, len(paths))
+	pending := make([]int, len(paths)) // paths whose name still clashes, tried one element longer
+	for i := range pending {
+		pending[i] = i
+	}
+	for n := 1; len(pending) > 0; n++ {
+		owners := map[string]map[string]bool{} // a name → the files it would name
+		for _, i := range pending {
+			t := tail(paths[i], n)
+			if owners[t] == nil {
+				owners[t] = map[string]bool{}
+			}
+			owners[t][filepath.Clean(paths[i])] = true
+		}
+		next := pending[:0]
+		for _, i := range pending {
+			if t := tail(paths[i], n); len(owners[t]) == 1 || t == filepath.Clean(paths[i]) {
+				names[i] = t
+			} else {
+				next = append(next, i)
+			}
+		}
+		pending = next
+	}
+	return names
+}
+
+// tail is the last n elements of path (all of it when it has fewer), joined by the separator.
+func tail(path string, n int) string {
+	parts := strings.Split(filepath.ToSlash(filepath.Clean(path)), "/")
+	return filepath.FromSlash(strings.Join(parts[max(0, len(parts)-n):], "/"))
+}
+
+// named is p with the name of the file it stands in (p.File of names, fileNames), for checkName.
+func named(p Position, names []string) Position {
+	if p.File >= 0 && p.File < len(names) {
+		p.Name = names[p.File]
 	}
 	return p
 }
 
 // checkName refuses a position (its File within paths) whose file is not the one it was taken in:
-// other files, or the same ones listed in another order, would resume at other rows. Base names
-// are compared, so that data moved to another folder resumes.
+// other files, or the same ones listed in another order, would resume at other rows. Names are the
+// files' trailing path elements (fileNames; a position taken before session 40 holds base names), so
+// that data moved to another folder resumes.
 func checkName(p Position, paths []string) error {
 	if p.Name == "" {
 		return nil
 	}
-	if have := filepath.Base(paths[p.File]); have != p.Name {
+	depth := strings.Count(filepath.ToSlash(p.Name), "/") + 1
+	if have := tail(paths[p.File], depth); have != p.Name {
 		return errs.Invalidf("reader: the position was taken in file %q (number %d of the files), but file %d of "+
 			"this source is %q (%s): resume with the files it was taken with, in the same order", p.Name, p.File+1,
 			p.File+1, have, paths[p.File])

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -158,4 +159,53 @@ func TestPositionNamesItsFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Files that share a base name (day1/part-0.csv, day2/part-0.csv) are named by as many trailing path
+// elements as tell them apart: listed in another order their positions are refused (they resumed in
+// the other file, losing and repeating rows), and moved to another folder they resume. A position of
+// a base name alone (taken before session 40) is compared by base name, as it was.
+func TestPositionNamesFilesThatShareABaseName(t *testing.T) {
+	assert.Equal(t, []string{"a.csv", filepath.FromSlash("day1/part-0.csv"), filepath.FromSlash("day2/part-0.csv"),
+		filepath.FromSlash("x/y/p.csv"), filepath.FromSlash("z/y/p.csv"), "q.csv"},
+		fileNames([]string{"/d/a.csv", "/d/day1/part-0.csv", "/d/day2/part-0.csv", "/x/y/p.csv", "/z/y/p.csv", "q.csv"}))
+	assert.Equal(t, []string{"f.csv", "f.csv"}, fileNames([]string{"/d/f.csv", "/d/./f.csv"}), "one file listed twice")
+
+	dir, moved := t.TempDir(), t.TempDir()
+	for _, root := range []string{dir, moved} {
+		for k, day := range []string{"day1", "day2"} {
+			require.NoError(t, os.MkdirAll(filepath.Join(root, day), 0o755))
+			var b bytes.Buffer
+			b.WriteString("a\n")
+			for i := range 6 {
+				fmt.Fprintf(&b, "%d\n", 10*(k+1)+i)
+			}
+			require.NoError(t, os.WriteFile(filepath.Join(root, day, "part-0.csv"), b.Bytes(), 0o644))
+		}
+	}
+	open := func(root string, days ...string) Source {
+		var paths []string
+		for _, d := range days {
+			paths = append(paths, filepath.Join(root, d, "part-0.csv"))
+		}
+		src, err := NewCSV(paths, CSVOptions{Columns: []Column{{Name: "a", Role: RoleSparse}}, Header: true})
+		require.NoError(t, err)
+		t.Cleanup(func() { src.Close() })
+		return src
+	}
+	src := open(dir, "day1", "day2")
+	var b Batch
+	_, err := src.Read(&b, 2)
+	require.NoError(t, err)
+	pos := src.Position()
+	assert.Equal(t, filepath.FromSlash("day1/part-0.csv"), pos.Name)
+	assert.ErrorContains(t, open(dir, "day2", "day1").Seek(pos), `taken in file "day1`)
+	again := open(moved, "day1", "day2")
+	require.NoError(t, again.Seek(pos))
+	_, err = again.Read(&b, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{12}, b.Inputs[0].Ints)
+	old := pos
+	old.Name = "part-0.csv"
+	assert.NoError(t, open(dir, "day2", "day1").Seek(old), "a base name alone: compared as before")
 }

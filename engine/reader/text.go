@@ -27,6 +27,7 @@ const maxLine = 4 << 20
 // by its magic bytes), tracking the position and this rank's share of the rows.
 type lines struct {
 	paths  []string
+	names  []string // the names positions carry (fileNames)
 	opt    Options
 	header bool                                   // the first line of each file is a header
 	onOpen func(file string, header []byte) error // called with each file's header (nil: none)
@@ -75,7 +76,7 @@ func newLines(paths []string, opt Options, header bool, onOpen func(string, []by
 		}
 	}
 	probe.closeFile()
-	l := &lines{paths: paths, opt: opt, header: header, onOpen: onOpen, quotes: delim != 0, delim: delim}
+	l := &lines{paths: paths, names: fileNames(paths), opt: opt, header: header, onOpen: onOpen, quotes: delim != 0, delim: delim}
 	if err := l.openFile(0); err != nil {
 		l.closeFile()
 		return nil, err
@@ -463,7 +464,7 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 	return b.Size, nil
 }
 
-func (s *textSource) Position() Position    { return named(s.l.pos, s.l.paths) }
+func (s *textSource) Position() Position    { return named(s.l.pos, s.l.names) }
 func (s *textSource) Seek(p Position) error { return s.l.seek(p) }
 func (s *textSource) Close() error          { return s.l.close() }
 
