@@ -62,6 +62,16 @@ def test_max_values_is_configurable(tmp_path) -> None:
             FeatureEngine(feats, max_values=bad)
 
 
+def test_a_weighted_output_past_max_values_names_its_weights() -> None:
+    """The limit counts the output buffer's 8-byte words (values, lengths, weights two to a word): 300
+    weighted values past a limit of 400 were said to be "300 values and 1 lengths" past it."""
+    eng = FeatureEngine([Feature("a")], max_values=400)
+    assert eng({"a": (torch.arange(300), torch.tensor([300]))}).values().numel() == 300
+    with pytest.raises(recgo.CapacityError, match=r"300 values, 1 lengths and 300 weights \(two to a word\) take 451 "
+                                                  r"8-byte words, past the limit of 400 per buffer \(max_values\)"):
+        eng({"a": (torch.arange(300), torch.tensor([300]), torch.ones(300))})
+
+
 # --- config validation (issue 9) -------------------------------------------------------------------
 
 @pytest.mark.parametrize("entry,msg", [

@@ -194,3 +194,13 @@ def test_from_ebc_keeps_a_weighted_collection_weighted() -> None:
     assert pe.ebc.is_weighted()
     torch.testing.assert_close(pe(batch).values(), src(batch).values())
     assert not P.PlannedEmbeddingBagCollection.from_ebc(src, pl, is_weighted=False).ebc.is_weighted()
+
+
+@pytest.mark.parametrize("values, lengths", [([], [0, 0, 0]), ([5], [1, 0, 0])], ids=["no_ids", "one_id"])
+def test_a_profile_counted_from_batches_without_ids_warns_it_is_thin(values: list[int], lengths: list[int]) -> None:
+    """Batches holding no ID gave no ThinProfileWarning (a profile of zero lookups everywhere was taken
+    for a synthetic one), and planning went on as if every table were unused; one ID warned."""
+    batch = recgo.KeyedJaggedTensor(["a"], torch.tensor(values, dtype=torch.int64), lengths=torch.tensor(lengths))
+    with pytest.warns(P.ThinProfileWarning, match="1 of 1 tables rest on fewer than"):
+        prof = P.profile([batch], [P.TableSpec("a", 100, 4)], sample_rate=1.0)
+    assert prof.thin_tables() == {"a": len(values)}

@@ -1,6 +1,7 @@
 package feature
 
 import (
+	"fmt"
 	"math/bits"
 	"sync"
 
@@ -37,7 +38,11 @@ func (r *Result) Assemble() (*Output, error) {
 		words += (nv + 1) / 2
 	}
 	if r.limit > 0 && int64(words) > r.limit {
-		return nil, errs.Capacityf("feature output: %d values and %d lengths exceed the limit of %d values per buffer; raise max_values or split the batch", nv, nl, r.limit)
+		what := fmt.Sprintf("%d values and %d lengths", nv, nl)
+		if weighted {
+			what = fmt.Sprintf("%d values, %d lengths and %d weights (two to a word)", nv, nl, nv)
+		}
+		return nil, errs.Capacityf("feature output: %s take %d 8-byte words, past the limit of %d per buffer (max_values); raise max_values or split the batch", what, words, r.limit)
 	}
 	k := bits.Len(uint(max(words, 1) - 1))
 	outputPool.Lock()

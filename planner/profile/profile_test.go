@@ -284,3 +284,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A row read 2^32 times stays the hottest: counts were 32-bit and wrapped (the row ranked below one
+// read 10 times, or, at exactly 2^32, dropped from the touched rows). The counts stand where 2^32
+// reads would leave them (adding them one by one takes seconds), for a dense and a sparse table.
+func TestCountsPastTwoToThe32(t *testing.T) {
+	p, err := NewProfiler([]Spec{{Name: "dense", Rows: 100, Dim: 4, ElemBytes: 4},
+		{Name: "sparse", Rows: denseLimit + 1, Dim: 4, ElemBytes: 4}}, 1, 0, 10)
+	require.NoError(t, err)
+	p.counts[0].dense[0] = math.MaxUint32
+	p.counts[1].sparse[0] = math.MaxUint32
+	ids := []int64{0}
+	for range 10 {
+		ids = append(ids, 1)
+	}
+	// one sample: key 0 (dense) and key 1 (sparse) each read row 0 once and row 1 ten times
+	require.NoError(t, p.Add([]int{0, 1}, 1, []int64{11, 11}, append(append([]int64{}, ids...), ids...)))
+	prof, err := p.Profile()
+	require.NoError(t, err)
+	for _, tab := range prof.Tables {
+		assert.Equal(t, []int64{0, 1}, tab.Ranked, tab.Name)
+		assert.Equal(t, int64(2), tab.Touched, tab.Name)
+		found := false
+		for _, pt := range tab.CDF {
+			if pt.Rows == 1 { // the hottest row takes nearly every read
+				found = true
+				assert.Greater(t, pt.Frac, 0.99, tab.Name)
+			}
+		}
+		assert.True(t, found, "%s: %v", tab.Name, tab.CDF)
+	}
+}

@@ -18,13 +18,14 @@ type Spec struct {
 	ElemBytes int
 }
 
-// denseLimit is the largest table counted in a dense array (4 bytes per row, 1 MB at most); larger
-// ones use a map, whose memory follows the rows actually touched.
+// denseLimit is the largest table counted in a dense array (8 bytes per row, 2 MB at most); larger
+// ones use a map, whose memory follows the rows actually touched. Counts are 64-bit: a row read
+// 2^32 times wrapped a 32-bit count to 0 (ranked cold, or dropped from the touched rows).
 const denseLimit = 1 << 18
 
 type counter struct {
-	dense   []uint32
-	sparse  map[int64]uint32
+	dense   []uint64
+	sparse  map[int64]uint64
 	covered int64
 	lookups int64
 }
@@ -75,9 +76,9 @@ func NewProfiler(specs []Spec, rate float64, seed uint64, steps int) (*Profiler,
 		}
 		seen[s.Name] = true
 		if s.Rows <= denseLimit {
-			p.counts[i].dense = make([]uint32, s.Rows)
+			p.counts[i].dense = make([]uint64, s.Rows)
 		} else {
-			p.counts[i].sparse = make(map[int64]uint32)
+			p.counts[i].sparse = make(map[int64]uint64)
 		}
 	}
 	return p, nil
@@ -201,7 +202,7 @@ func (p *Profiler) Profile() (*Profile, error) {
 
 type idCount struct {
 	id int64
-	n  uint32
+	n  uint64
 }
 
 func (p *Profiler) table(i int) Table {
@@ -228,7 +229,7 @@ func (p *Profiler) table(i int) Table {
 	ranked := make([]int64, len(rows))
 	sorted := make([]uint64, len(rows))
 	for k, r := range rows {
-		ranked[k], sorted[k] = r.id, uint64(r.n)
+		ranked[k], sorted[k] = r.id, r.n
 	}
 	t := Table{Name: s.Name, Rows: s.Rows, Dim: s.Dim, ElemBytes: s.ElemBytes, Samples: p.samples,
 		Lookups: c.lookups, Coverage: float64(c.covered) / float64(p.samples), Touched: int64(len(rows)),

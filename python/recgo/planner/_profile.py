@@ -72,9 +72,10 @@ class Profile:
     def thin_tables(self, min_lookups: int = MIN_LOOKUPS) -> dict[str, int]:
         """Tables whose profile rests on fewer than ``min_lookups`` sampled lookups: ``{name: lookups}``.
 
-        A synthetic profile (built analytically, ``lookups`` 0 everywhere) has none."""
+        A synthetic profile (built analytically, ``lookups`` 0 everywhere) has none; one counted here
+        (:attr:`sampled`) from batches with no IDs has every table thin (it had none either)."""
         tabs = self.tables
-        if all(t.get("lookups", 0) == 0 for t in tabs):
+        if self._sampled is None and all(t.get("lookups", 0) == 0 for t in tabs):
             return {}
         return {t["name"]: int(t["lookups"]) for t in tabs if t["lookups"] < min_lookups}
 
