@@ -207,6 +207,38 @@ def _moved(rank: int, world: int, ck: str) -> dict[str, Any]:
     return {"held": check_rows(sh, _replay(SAVE_AT, 2), rank, "moved"), "item": len(sh.local_ids("item"))}
 
 
+def _pending_moved(rank: int, world: int, ck: str) -> dict[str, Any]:
+    """A min_count=2 table-wise table on rank 1 sees ID 5 (from rank 0) and 7 (rank 1) once, no ID
+    admitted; loaded onto a layout that holds it on rank 0 (save/load, and every rank's state-dict
+    entries), the second sighting admits both, as in one process. The move went unseen (no row in
+    use showed it) and rank 0 kept its own empty sketch: neither was admitted."""
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    C = [recgo.EmbeddingBagConfig(100, 2, "t", ["f"], dynamic=recgo.DynamicConfig(min_count=2))]
+
+    def on(r: int) -> Any:
+        return ShardedEmbeddingBagCollection(C, "table_wise", table_ranks={"t": r}, optimizer=optim.SGD(lr=0.1),
+                                             timeout=60)
+
+    ids = torch.tensor([5, 7])
+    mine = recgo.KeyedJaggedTensor(["f"], ids[rank:rank + 1], lengths=torch.tensor([1]))
+    out: dict[str, Any] = {}
+    for how in ("load", "load_state_dict"):
+        sh = on(1)
+        sh(mine).values().sum().backward()
+        moved = on(0)
+        if how == "load":
+            sh.save(f"{ck}-pending")
+            moved.load(f"{ck}-pending")
+        else:
+            parts: list[Any] = [None] * world
+            dist.all_gather_object(parts, {k: v.clone() for k, v in sh.state_dict().items()})
+            moved.load_state_dict({k: v for p in parts for k, v in p.items()})
+        moved(mine).values().sum().backward()
+        out[how] = moved.locate("t", ids).tolist()
+    return out
+
+
 def _overfull(rank: int, world: int, ck: str) -> dict[str, Any]:
     """Load shards that together hold more IDs than this rank's shard may: a named CapacityError."""
     from recgo.distributed import ShardedEmbeddingBagCollection
@@ -339,6 +371,10 @@ def test_sharded_dynamic_tables_equal_one_process(tmp_path: Path) -> None:
     moved = spawn(_moved, 2, tmp_path, ck)
     ok(moved)
     assert moved[0]["item"] > 0 and moved[1]["item"] == 0, moved  # the item table moved to rank 0, whole
+    pending = spawn(_pending_moved, 2, tmp_path, ck)
+    ok(pending)
+    for how in ("load", "load_state_dict"):  # rank 0 now holds both, as the one table admitted them
+        assert sorted(pending[0][how]) == [0, 1] and pending[1][how] == [-1, -1], pending
     # 6 IDs saved by 2 ranks do not fit one rank's 4-row shard: refused by name, nothing half-loaded
     over = spawn(_overfull, 1, tmp_path, ck + "-small")
     assert "6 saved IDs belong to rank 0" in over[0].get("error_message", ""), over

@@ -235,3 +235,22 @@ def test_a_load_keeps_no_second_copy_of_the_tables() -> None:
     assert grown < 500_000 * 64 * 4 // 8, f"the load's resident set peaked {grown / 2**20:.0f} MB above its start"
     assert torch.equal(ebc.embedding_bags["a"].weight, loads[1]["embedding_bags.a.weight"])
     assert torch.equal(ebc.embedding_bags["a"].optimizer_state, loads[1]["embedding_bags.a.optimizer_state"])
+
+
+def test_an_unfused_sharded_collection_takes_an_unsharded_state_dict_strictly(tmp_path: Path) -> None:
+    """An unfused shard keeps an optimizer_step counter that an unfused collection's state dict (recgo's
+    or TorchRec's) has not: a strict load of it raised "Missing key(s) ... optimizer_step"."""
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig as TorchRecConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection as TorchRecEBC
+
+    from recgo.distributed import ShardedEmbeddingBagCollection
+
+    C = [recgo.EmbeddingBagConfig(10, 4, "a", ["fa"])]
+    with one_rank(tmp_path):
+        sh = ShardedEmbeddingBagCollection(C, "hash", seed=1, timeout=20)
+        for src in (recgo.EmbeddingBagCollection(C, seed=7),
+                    TorchRecEBC([TorchRecConfig(num_embeddings=10, embedding_dim=4, name="a", feature_names=["fa"])])):
+            result = sh.load_state_dict(src.state_dict())
+            assert result.missing_keys == [] and result.unexpected_keys == []
+            want = src.embedding_bags["a"].weight.detach()[sh.local_ids("a")]
+            assert torch.equal(sh.embedding_bags["a"].weight.detach(), want)

@@ -84,7 +84,8 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     collection's state for the table) against this rank's shard and return the import that loads them
     (nothing changes until it is called; the engine checks the rest and leaves the shard as it was on
     error). ``own`` is the index of this rank's own part when the world is the one that saved them:
-    when the layout has not moved an ID either (the same sharding), it loads as it was (bit-exact, its
+    when the layout has not moved an ID either (the same sharding, as the rows in use show; with no row
+    in use anywhere, only when no other part has pending sightings), it loads as it was (bit-exact, its
     free list and admission sketch included). Otherwise each part gives the rows whose IDs this rank
     now owns, in part order, and the admission sketches merge by their largest counters (a pending
     ID's sightings are counted at least as often as before, so it is admitted no later)."""
@@ -93,8 +94,14 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
         hw = int(p["dynamic_meta"][_META["HighWater"]])
         used = p["dynamic_counts"][:hw] > 0
         keeps.append((hw, used, used & (coll.owners(table, p["dynamic_ids"][:hw]) == coll.groups.rank)))
-    if own is not None and all(bool(torch.equal(k, u)) if i == own else not bool(k.any())
-                               for i, (_, u, k) in enumerate(keeps)):
+    # The layout is the saving one as far as the rows in use tell. With none in use anywhere they tell
+    # nothing (a table moved to another rank before any ID reached min_count): another part's pending
+    # sightings may be of IDs this rank now owns, so the sketches merge below.
+    same = own is not None and all(bool(torch.equal(k, u)) if i == own else not bool(k.any())
+                                   for i, (_, u, k) in enumerate(keeps))
+    if same and not any(bool(u.any()) for _, u, _ in keeps):
+        same = not any(bool(p["dynamic_sketch"].any()) for i, p in enumerate(parts) if i != own)
+    if same:
         return lambda: load_exact(coll, table, parts[own])
     ids, counts, last, weights, states = [], [], [], [], []
     for p, (hw, _, keep) in zip(parts, keeps):

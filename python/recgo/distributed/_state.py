@@ -209,5 +209,6 @@ def reloaded_keys(module: Any, incompatible: Any) -> None:
     if loading is not None and len(loading[1]) == loading[2] and \
             not any(k.startswith(loading[0]) for k in incompatible.missing_keys):
         _failed.clear(module)  # every table's rows, optimizer state and step came from the state dict
-    if module.fused_optimizer is not None:
-        allow_weights_only(tables_attr(module), module.embedding_bags, incompatible)
+    # weights alone load (TorchRec's state dict, an unsharded one); an unfused shard's step counter
+    # too has nothing to take from an unfused collection's state dict, which has none
+    allow_weights_only(tables_attr(module), module.embedding_bags, incompatible)
