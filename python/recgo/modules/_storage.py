@@ -284,7 +284,7 @@ def _held(owner: nn.Module) -> dict[str, torch.Tensor]:
     if owner._handle is not None:
         return {f"{table}.{name}": mine for table, _, name, mine, _, _ in owner._engine_views}
     return {f"{table}.{name}": v for table, m in owner.embedding_bags.items()
-            for name in ("weight", "optimizer_state", "optimizer_step")
+            for name in ("weight", *_OPTIMIZER_ENTRIES)
             if (v := getattr(m, name, None)) is not None and v.numel()}
 
 
