@@ -1,6 +1,7 @@
 package reader
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -321,7 +322,11 @@ func (s *parquetSource) fill() (err error) {
 		return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Truncated: true, Msg: fmt.Sprintf(
 			"row group %d declares %d rows but holds %d", g, declared, s.pos.Row-(end-declared))}
 	}
-	return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: "cannot read rows (truncated?): " + err.Error(), Truncated: true}
+	msg := "cannot read rows (truncated?): "
+	if pe := (*PageError)(nil); errors.As(err, &pe) {
+		msg = "cannot read rows: "
+	}
+	return &ParseError{File: s.name(), Line: -1, Row: s.pos.Row, Msg: msg + err.Error(), Truncated: true}
 }
 
 func (s *parquetSource) Read(b *Batch, n int) (int, error) {

@@ -19,8 +19,8 @@ type pqBench struct {
 	S     []int64 `parquet:"s,list"`
 }
 
-// BenchmarkParquetRead reads 100,000 rows written by parquet-go under each codec (its pages' data
-// checked before they are decoded: parquet_pages.go).
+// BenchmarkParquetRead reads 100,000 rows written by parquet-go under each codec (its pages decoded
+// by the bounded codecs of parquet_codecs.go).
 func BenchmarkParquetRead(b *testing.B) {
 	rows := make([]pqBench, 100_000)
 	for i := range rows {
