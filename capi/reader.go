@@ -7,11 +7,12 @@ package main
 import "C"
 
 import (
-	"os"
+	"io"
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/reader"
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/files"
 )
 
 func openSourceSpec(spec unsafe.Pointer, specLen C.int64_t) (reader.Source, error) {
@@ -79,15 +80,10 @@ func recgo_source_write_criteo(spec unsafe.Pointer, specLen C.int64_t, path *C.c
 			return err
 		}
 		defer src.Close()
-		f, err := os.Create(goString(path))
-		if err != nil {
-			return errs.IOf("write criteo: %v", err)
-		}
-		w, err := reader.WriteCriteo(f, src, int64(n))
-		*written = C.int64_t(w)
-		if cerr := f.Close(); err == nil && cerr != nil {
-			err = errs.IOf("write criteo: %v", cerr)
-		}
-		return err
+		return files.WriteAtomic(goString(path), "write criteo", func(f io.Writer) error {
+			w, err := reader.WriteCriteo(f, src, int64(n))
+			*written = C.int64_t(w)
+			return err
+		})
 	})
 }

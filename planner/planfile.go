@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -59,11 +60,13 @@ func (p *Plan) Save(dir string, prof *profile.Profile) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "plan.json"), data, 0o644); err != nil {
-		return errs.IOf("plan: %v", err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(p.Report()), 0o644); err != nil {
-		return errs.IOf("plan: %v", err)
+	for name, b := range map[string][]byte{"plan.json": data, "report.md": []byte(p.Report())} {
+		if err := files.WriteAtomic(filepath.Join(dir, name), "plan", func(w io.Writer) error {
+			_, err := w.Write(b)
+			return err
+		}); err != nil {
+			return err
+		}
 	}
 	if prof != nil {
 		r, err := NewRemap(p, prof)

@@ -11,6 +11,7 @@ import (
 	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
+	"github.com/recgo/recgo/internal/files"
 	"github.com/recgo/recgo/internal/parallel"
 	"github.com/recgo/recgo/planner/profile"
 )
@@ -131,34 +132,28 @@ const remapMagic = "RGREMAP2"
 // table count; then per table its header (name length, name, rows, hot rows, ranked count) and its
 // ranked rows.
 func (r *Remap) Save(path string) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return errs.IOf("remap: %v", err)
-	}
-	w := bufio.NewWriter(f)
-	crc := crc32.New(castagnoli)
-	mw := io.MultiWriter(w, crc)
-	put := func(v any) { _ = binary.Write(mw, binary.LittleEndian, v) }
-	seal := func() { _ = binary.Write(w, binary.LittleEndian, crc.Sum32()); crc.Reset() }
-	_, _ = io.WriteString(mw, remapMagic)
-	put(uint32(len(r.Tables)))
-	seal()
-	for _, t := range r.Tables {
-		put(uint32(len(t.Name)))
-		_, _ = io.WriteString(mw, t.Name)
-		put([]int64{t.Rows, t.Hot, int64(len(t.Ranked))})
+	return files.WriteAtomic(path, "remap", func(f io.Writer) error {
+		w := bufio.NewWriter(f)
+		crc := crc32.New(castagnoli)
+		mw := io.MultiWriter(w, crc)
+		put := func(v any) { _ = binary.Write(mw, binary.LittleEndian, v) }
+		seal := func() { _ = binary.Write(w, binary.LittleEndian, crc.Sum32()); crc.Reset() }
+		_, _ = io.WriteString(mw, remapMagic)
+		put(uint32(len(r.Tables)))
 		seal()
-		put(t.Ranked)
-		seal()
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return errs.IOf("remap: %v", err)
-	}
-	if err := f.Close(); err != nil {
-		return errs.IOf("remap: %v", err)
-	}
-	return nil
+		for _, t := range r.Tables {
+			put(uint32(len(t.Name)))
+			_, _ = io.WriteString(mw, t.Name)
+			put([]int64{t.Rows, t.Hot, int64(len(t.Ranked))})
+			seal()
+			put(t.Ranked)
+			seal()
+		}
+		if err := w.Flush(); err != nil {
+			return errs.IOf("remap: %v", err)
+		}
+		return nil
+	})
 }
 
 // remapReader reads the parts of a remap file, checking each part's CRC-32C.

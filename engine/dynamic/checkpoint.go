@@ -83,8 +83,8 @@ func (s *Snapshot) validate(c *Config) error {
 	case len(s.Weights) != hw*c.Dim || len(s.State) != hw*c.StateWidth:
 		return bad("%d weights and %d state values for %d rows of dim %d and state width %d",
 			len(s.Weights), len(s.State), hw, c.Dim, c.StateWidth)
-	case s.Step < 0:
-		return bad("step %d out of range", s.Step)
+	case s.Step < 0 || s.Step > maxStep:
+		return bad("step %d out of range [0, %d]", s.Step, int64(maxStep))
 	case len(s.Free) > hw:
 		return bad("free list of %d rows is longer than the %d rows", len(s.Free), hw)
 	case len(s.SketchAdds) != numShards && !(len(s.SketchAdds) == 0 && s.Sketch == nil):

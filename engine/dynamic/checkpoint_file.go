@@ -4,9 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/files"
@@ -205,29 +204,10 @@ func (t *Table) Save(path string, optimizerStep int64) error {
 		return err
 	}
 	data := (&Checkpoint{Snapshot: s, OptimizerStep: optimizerStep}).Encode()
-	// named as recgo's Python checkpoints name theirs (.name.host-pid.*.tmp), so that the next save
-	// can tell a killed writer's file from a live one's and remove it
-	host, _ := os.Hostname()
-	f, err := os.CreateTemp(filepath.Dir(path), fmt.Sprintf(".%s.%s-%d.*.tmp", filepath.Base(path), host, os.Getpid()))
-	if err != nil {
-		return errs.IOf("dynamic table %q: save %s: %v", t.cfg.Name, path, err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, path)
-	}
-	if werr != nil {
-		_ = os.Remove(tmp)
-		return errs.IOf("dynamic table %q: save %s: %v", t.cfg.Name, path, werr)
-	}
-	return nil
+	return files.WriteAtomic(path, fmt.Sprintf("dynamic table %q: save %s", t.cfg.Name, path), func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 }
 
 // Load reads a checkpoint file written by [Table.Save], verifies it and imports it; it returns the

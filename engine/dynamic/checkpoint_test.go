@@ -140,7 +140,7 @@ func TestImportRejectsBadSnapshots(t *testing.T) {
 		{"zero count in use", func(s *Snapshot) { s.Counts[usedRow] = 0 }, "row"},
 		{"last after step", func(s *Snapshot) { s.LastSeen[usedRow] = s.Step + 1 }, "last step"},
 		{"last 2^32 steps before", func(s *Snapshot) { s.Step += 1 << 32 }, "more than 2^32 - 1 steps before"},
-		{"last 2^32 steps before", func(s *Snapshot) { s.Step += 1 << 32 }, "more than 2^32 - 1 steps before"},
+		{"step past the clock's range", func(s *Snapshot) { s.Step = maxStep + 1 }, "out of range [0, 4611686018427387904]"},
 		{"duplicate id", func(s *Snapshot) {
 			for r := range s.IDs {
 				if r != usedRow && s.Counts[r] > 0 {
@@ -188,6 +188,22 @@ func TestImportRejectsBadSnapshots(t *testing.T) {
 // into any, and its counts then counted for other IDs: a pending ID seen twice of min_count 3 was not
 // admitted at its third sighting). Without a sketch nothing depends on the seed; a checkpoint from
 // before the seed was saved (SeedKnown false, a version-1 file) loads as before.
+// A table imported at the clock's last step refuses to step on (a step near 2^63 imported, the
+// clock wrapped to negative steps and the table's own checkpoint was refused).
+func TestClockStopsAtItsLastStep(t *testing.T) {
+	tab := newTable(t, Config{Name: "t", Dim: 2, StateWidth: 0, MaxRows: 8, MinCount: 1})
+	s, err := tab.Export()
+	require.NoError(t, err)
+	s.Step = maxStep - 1
+	require.NoError(t, tab.Import(s))
+	require.NoError(t, tab.Advance())
+	assert.ErrorContains(t, tab.Advance(), "its clock is at 4611686018427387904 steps, the most it counts")
+	back, err := tab.Export()
+	require.NoError(t, err)
+	assert.Equal(t, int64(maxStep), back.Step)
+	require.NoError(t, tab.Import(back))
+}
+
 func TestImportOfAnotherSeed(t *testing.T) {
 	cases := []struct {
 		name         string

@@ -128,8 +128,16 @@ func (t *Table) Advance() error {
 	return t.tick()
 }
 
+// maxStep is the most steps a table's clock counts (a checkpoint's step past it is refused; a
+// billion steps a second would take 146 years to reach it), so that it never wraps.
+const maxStep = 1 << 62
+
 func (t *Table) tick() error {
 	step := t.step.Add(1)
+	if step > maxStep {
+		t.step.Add(^uint64(0)) // back
+		return errs.Invalidf("dynamic table %q: its clock is at %d steps, the most it counts", t.cfg.Name, maxStep)
+	}
 	t.stepIDs.Store(0)
 	if t.cfg.MaxAge > 0 && step%uint64(max(1, t.cfg.MaxAge/4)) == 0 {
 		return t.evictStale(stamp(step))

@@ -1,11 +1,14 @@
 package files
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -42,4 +45,41 @@ func TestReadRegular(t *testing.T) {
 			require.ErrorIs(t, err, errs.ErrIO)
 		})
 	}
+}
+
+// WriteAtomic replaces a file only when the write succeeds: a failed write (here: the source had
+// nothing to write) leaves the old bytes and no temporary file; the write's own error comes back.
+func TestWriteAtomic(t *testing.T) {
+	boom := errors.New("boom")
+	cases := []struct {
+		name  string
+		write func(w io.Writer) error
+		want  string
+		err   error
+	}{
+		{"written", func(w io.Writer) error { _, err := io.WriteString(w, "new"); return err }, "new", nil},
+		{"failed half-way", func(w io.Writer) error { _, _ = io.WriteString(w, "ne"); return boom }, "old", boom},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "f.tsv")
+			require.NoError(t, os.WriteFile(path, []byte("old"), 0o644))
+			err := WriteAtomic(path, "test", tc.write)
+			if tc.err != nil {
+				assert.ErrorIs(t, err, tc.err)
+			} else {
+				assert.NoError(t, err)
+			}
+			got, err := os.ReadFile(path)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, string(got))
+			left, err := os.ReadDir(dir)
+			require.NoError(t, err)
+			assert.Len(t, left, 1, "only the file itself")
+		})
+	}
+	err := WriteAtomic(filepath.Join(t.TempDir(), "no", "such", "folder"), "test", func(io.Writer) error { return nil })
+	assert.ErrorIs(t, err, errs.ErrIO)
+	assert.ErrorContains(t, err, "test: ")
 }

@@ -12,8 +12,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
-	"os"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/internal/files"
@@ -251,8 +251,8 @@ func (p *Profile) Save(path string) error {
 	if err != nil {
 		return errs.Invalidf("profile: %v", err)
 	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		return errs.IOf("profile: %v", err)
-	}
-	return nil
+	return files.WriteAtomic(path, "profile", func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 }

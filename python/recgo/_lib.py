@@ -252,6 +252,15 @@ def fn(name: str, argtypes: Sequence[Any] | None = None) -> Any:
     return f
 
 
+def c_path(path: str | os.PathLike[str] | bytes) -> bytes:
+    """``path`` encoded for the engine (a C string): a NUL byte in it would end the string there, and
+    another file would be read or written, so it is refused as ``open()`` refuses it."""
+    b = os.fsencode(path)
+    if b"\0" in b:
+        raise InvalidInputError(f"the path {os.fsdecode(b)!r} holds a NUL byte")
+    return b
+
+
 def call(f: Any, *args: Any) -> None:
     """Call export ``f`` (from :func:`fn`) and raise the mapped RecgoError on a non-zero status."""
     if _forked:

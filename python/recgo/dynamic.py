@@ -264,9 +264,9 @@ def save(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     from .modules._checkpoint import remove_orphans
 
     ebc = _unsharded(_pooled(ebc), "save")
+    cpath = _lib.c_path(path)
     remove_orphans(Path(path))
-    _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table),
-              os.fsencode(path))
+    _lib.call(_lib.fn("recgo_dynamic_save"), ebc._handle.value, _index(ebc, table), cpath)
 
 
 def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
@@ -277,7 +277,7 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     is then unchanged."""
     ebc = _unsharded(_pooled(ebc), "load")
     _lib.call(_lib.fn("recgo_dynamic_load"), ebc._handle.value, _index(ebc, table),
-              os.fsencode(path))
+              _lib.c_path(path))
 
 
 def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:

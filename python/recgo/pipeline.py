@@ -384,6 +384,13 @@ class DataPipeline:
                 self._h.free()
                 self._h = None
 
+    def __reduce__(self) -> Any:
+        # A copy would share the running stream (both drawing interleaved batches from it, and
+        # closing one would close the other); there is no stream to pickle.
+        raise TypeError("a DataPipeline cannot be copied or pickled (it is a stream running on the engine's "
+                        "goroutines): build another from the same source and features, and "
+                        "load_state_dict(pipeline.state_dict()) to go on from where this one stands")
+
     def __enter__(self) -> "DataPipeline":
         return self
 

@@ -94,7 +94,7 @@ class Source:
         buf, n = self._spec_buf()
         written = I64(0)
         _lib.call(_lib.fn("recgo_source_write_criteo"),
-                  ctypes.addressof(buf), n, os.fspath(path).encode(), int(samples), ctypes.byref(written))
+                  ctypes.addressof(buf), n, _lib.c_path(path), int(samples), ctypes.byref(written))
         return written.value
 
     def __repr__(self) -> str:

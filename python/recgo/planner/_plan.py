@@ -107,7 +107,7 @@ class Plan:
             require_matplotlib()
         d = Path(directory)
         f = _lib.fn("recgo_plan_save")
-        _lib.call(f, self._h.value, self._profile.handle.value if self._profile else 0, str(d).encode())
+        _lib.call(f, self._h.value, self._profile.handle.value if self._profile else 0, _lib.c_path(d))
         if plots:
             plot_gpu_costs({self.strategy: self}, d / "gpu_costs.png")
             if self._profile is not None:
@@ -118,7 +118,7 @@ class Plan:
     def load(path: str | os.PathLike[str]) -> "Plan":
         """Read and verify a plan.json (or a directory holding one); a corrupted or truncated file
         raises RecgoIOError naming the file and the part that does not match."""
-        return Plan(_lib.new_handle("recgo_plan_load", os.fsencode(path)))
+        return Plan(_lib.new_handle("recgo_plan_load", _lib.c_path(path)))
 
     def remap(self, profile: Profile | None = None) -> Remap:
         """The hot-rows-first remap (needs a profile counted from data, not a synthetic one)."""

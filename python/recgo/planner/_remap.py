@@ -27,7 +27,7 @@ class Remap:
         """Read and verify a remap.bin written with a plan: a corrupted or truncated file raises
         RecgoIOError naming the file and the part; one whose rows would take more than
         ``memory_limit`` bytes (default 8 GiB) raises CapacityError before they are read."""
-        return Remap(_lib.new_handle("recgo_remap_load", os.fsencode(path),
+        return Remap(_lib.new_handle("recgo_remap_load", _lib.c_path(path),
                                      int(memory_limit or 0)))
 
     @property
