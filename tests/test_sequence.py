@@ -360,8 +360,13 @@ def test_bad_input_is_named() -> None:
     # lengths that size the per-key outputs are checked before anything is allocated by them
     with pytest.raises(InvalidInputError, match=r"lengths\[1\] is -1, a negative length"):
         ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2]), lengths=torch.tensor([3, -1, 0])))
-    with pytest.raises(InvalidInputError, match="add up to 4000000000000, the batch has 2 values"):
+    with pytest.raises(InvalidInputError, match=r"lengths\[2\] is 3999999999998, more than the batch's 2 values"):
         ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1, 4 * 10**12 - 2])))
+    # lengths whose sum wraps int64 were named by the wrapped sum ("add up to -18446744073709551613")
+    with pytest.raises(InvalidInputError, match=rf"lengths\[0\] is {2**62}, more than the batch's 2 values"):
+        ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2]), lengths=torch.tensor([2**62] * 3)))
+    with pytest.raises(InvalidInputError, match="add up to 3, the batch has 2 values"):
+        ec(KeyedJaggedTensor(["a", "b", "c"], torch.tensor([1, 2]), lengths=torch.tensor([1, 1, 1])))
     extra = ec(KeyedJaggedTensor(["z", "a", "b", "c"], torch.tensor([7, 1]), lengths=torch.tensor([1, 1, 0, 0])))
     assert list(extra) == ["a", "b", "c"]  # a key no table uses is ignored (as TorchRec and the EBC do)
     torch.testing.assert_close(extra["a"].values(), ec.embeddings.t0.weight[1:2].detach(), rtol=0, atol=0)

@@ -25,12 +25,17 @@ def key_counts(lengths: torch.Tensor, keys: int, values: int | None) -> list[int
         return []
     if lengths.numel() % keys:
         raise InvalidInputError(f"batch: {lengths.numel()} lengths for {keys} keys (not the same number per key)")
+    if lengths.numel() and int(lengths.min()) < 0:
+        at = int(lengths.argmin())
+        raise InvalidInputError(f"batch: lengths[{at}] is {int(lengths[at])}, a negative length")
+    if values is not None and lengths.numel() and int(lengths.max()) > values:  # (before sums that could wrap)
+        at = int(lengths.argmax())
+        raise InvalidInputError(f"batch: lengths[{at}] is {int(lengths[at])}, more than the batch's {values} values")
     counts = lengths.view(keys, -1).sum(1).tolist()
-    if min(counts) < 0 or (values is not None and sum(counts) != values):
-        neg = (lengths < 0).nonzero()
-        raise InvalidInputError(f"batch: lengths[{int(neg[0])}] is {int(lengths[neg[0]])}, a negative length"
-                                if neg.numel() else f"batch: the lengths add up to {sum(counts)}, the batch has "
-                                f"{values} values")
+    if min(counts) < 0:  # a key's lengths wrapped int64
+        raise InvalidInputError(f"batch: key {counts.index(min(counts))}'s lengths add up past 2^63 - 1")
+    if values is not None and sum(counts) != values:
+        raise InvalidInputError(f"batch: the lengths add up to {sum(counts)}, the batch has {values} values")
     return counts
 
 
