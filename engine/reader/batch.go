@@ -162,8 +162,10 @@ type ParseError struct {
 	// Truncated marks a file that ends inside a record or a compressed stream (an errs.ErrIO).
 	Truncated bool
 	// Consumed marks an error after which the reader can go on: it read past the bad line (or, when
-	// Truncated, gives up the rest of the file), so skip_bad skips it as one malformed row.
+	// Truncated, gives up the rest of the file), so skip_bad skips it as one malformed row, or as
+	// Rows of them.
 	Consumed bool
+	Rows     int64 // the malformed rows a Consumed error covers (0: one)
 }
 
 func (e *ParseError) Error() string {

@@ -396,7 +396,19 @@ func (s *parquetSource) skipGroup(err error) {
 	s.closeGroup()
 	_, end := s.group(s.pos.Row)
 	// Counted, not stepped through: a damaged footer may declare 2^62 rows.
-	w, r, k := int64(s.opt.WorldSize), int64(s.opt.Rank), end-s.pos.Row
+	k := end - s.pos.Row
+	mine := rowsOfRank(s.pos.Global, k, s.opt.WorldSize, s.opt.Rank)
+	s.pos.Skipped += mine
+	s.skips.dropped(mine, err)
+	s.pos.Global += k
+	s.pos.Row = end
+	s.at, s.n = 0, 0
+}
+
+// rowsOfRank is how many of the k global rows from global on fall to rank (row g falls to rank
+// g mod world).
+func rowsOfRank(global, k int64, world, rank int) int64 {
+	w, r := int64(world), int64(rank)
 	upTo := func(x int64) int64 { // rows of this rank among global rows [0, x)
 		n := x / w
 		if x%w > r {
@@ -404,12 +416,7 @@ func (s *parquetSource) skipGroup(err error) {
 		}
 		return n
 	}
-	mine := upTo(s.pos.Global+k) - upTo(s.pos.Global)
-	s.pos.Skipped += mine
-	s.skips.dropped(mine, err)
-	s.pos.Global += k
-	s.pos.Row = end
-	s.at, s.n = 0, 0
+	return upTo(global+k) - upTo(global)
 }
 
 func (s *parquetSource) fail(row int64, ci int, format string, args ...any) error {

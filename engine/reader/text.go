@@ -44,7 +44,8 @@ type lines struct {
 	closed     bool
 	skips      skipLog // what SkipBad dropped (see skipLog)
 
-	ending []byte // the line ending raw took off the last line (into br's buffer)
+	ending    []byte // the line ending raw took off the last line (into br's buffer)
+	longBlank bool   // raw's last line is blank, and more than br's buffer of line endings follows it
 	quotes bool   // CSV: a quoted field may span lines (record)
 	delim  byte   // CSV: the field delimiter
 	rec    []byte // a record of several lines, assembled here (reused)
@@ -248,26 +249,61 @@ func (l *lines) raw() ([]byte, error) {
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	l.ending = full[len(line):]
-	if len(line) == 0 && l.blankToEnd() { // blank lines that end the file are no rows (as for csv and pandas)
-		return nil, io.EOF
+	l.longBlank = false
+	if len(line) == 0 {
+		end, known := l.blankToEnd()
+		if end { // blank lines that end the file are no rows (as for csv and pandas)
+			return nil, io.EOF
+		}
+		l.longBlank = !known
 	}
 	return line, nil
 }
 
-// blankToEnd reports whether the rest of the open file is line endings only (looking ahead at most
-// the reader's buffer; a longer run of blank lines is read as lines, and the parser names the first).
-func (l *lines) blankToEnd() bool {
+// blankToEnd reports whether the rest of the open file is line endings only, looking ahead at most
+// the reader's buffer: known is false when all of that is line endings (see blankRun).
+func (l *lines) blankToEnd() (end, known bool) {
 	for n := 1; ; n *= 2 {
 		n = min(n, l.br.Size())
 		ahead, err := l.br.Peek(n)
 		if bytes.IndexFunc(ahead, func(r rune) bool { return r != '\n' && r != '\r' }) >= 0 {
-			return false
+			return false, true
 		}
 		if err != nil { // io.EOF: nothing but line endings is left (another error: the next read reports it)
-			return errors.Is(err, io.EOF)
+			return errors.Is(err, io.EOF), true
 		}
 		if n == l.br.Size() {
-			return false
+			return false, false
+		}
+	}
+}
+
+// blankRun reads on from a blank line (line first) that more than the reader's buffer of line
+// endings follows, through the blank lines after it: io.EOF when they end the file (no rows, as
+// for a short run), else one error covering the run's lines (Consumed: skip_bad skips them, each a
+// malformed row, as it skips the lines of a short run one by one). Before, each line of such a run
+// looked a buffer ahead again, and a run that ended the file was named as rows following it.
+func (l *lines) blankRun(first int64) ([]byte, int64, error) {
+	for {
+		next, err := l.br.Peek(2)
+		switch {
+		case len(next) > 0 && next[0] == '\n', len(next) == 2 && next[0] == '\r' && next[1] == '\n',
+			len(next) == 1 && next[0] == '\r':
+		case len(next) == 0 && errors.Is(err, io.EOF):
+			return nil, first, io.EOF
+		case len(next) == 0:
+			return nil, first, errs.IOf("reader: %s line %d: %v", l.name(), l.lineNo+1, err)
+		default: // a line with content follows
+			return nil, first, &ParseError{File: l.name(), Line: first, Row: -1, Consumed: true, Rows: l.lineNo - first + 1,
+				Msg: fmt.Sprintf("blank lines %d to %d (rows follow them)", first, l.lineNo)}
+		}
+		line, err := l.br.ReadSlice('\n') // the blank line peeked
+		if err != nil && err != io.EOF {
+			return nil, first, errs.IOf("reader: %s line %d: %v", l.name(), l.lineNo+1, err)
+		}
+		l.lineNo++
+		if l.pos.Offset >= 0 {
+			l.pos.Offset += int64(len(line))
 		}
 	}
 }
@@ -295,14 +331,15 @@ func (l *lines) next() (line []byte, lineNo int64, mine bool, err error) {
 			}
 			continue
 		}
-		if pe, ok := l.skippable(err); ok { // one malformed row, of the rank it falls to
+		if pe, ok := l.skippable(err); ok { // malformed rows, each of the rank it falls to
 			_ = l.exactLine(pe)
-			if l.pos.Global%int64(l.opt.WorldSize) == int64(l.opt.Rank) {
-				l.pos.Skipped++
-				l.skips.dropped(1, pe)
+			k := max(pe.Rows, 1)
+			if mine := rowsOfRank(l.pos.Global, k, l.opt.WorldSize, l.opt.Rank); mine > 0 {
+				l.pos.Skipped += mine
+				l.skips.dropped(mine, pe)
 			}
-			l.pos.Row++
-			l.pos.Global++
+			l.pos.Row += k
+			l.pos.Global += k
 			if pe.Truncated {
 				l.closeFile() // nothing after the damage can be read
 				if err := l.endFile(); err != nil {
@@ -361,8 +398,8 @@ func (l *lines) seek(p Position) error {
 	}
 	for l.pos.Row < p.Row {
 		if _, _, err := l.record(); err != nil {
-			if pe, ok := l.skippable(err); ok { // a row too, as next counted it
-				l.pos.Row++
+			if pe, ok := l.skippable(err); ok { // rows too, as next counted them
+				l.pos.Row += max(pe.Rows, 1)
 				if pe.Truncated { // next gave up the rest of the file there: the position is its end
 					l.closeFile()
 					break

@@ -61,6 +61,9 @@ func scanQuotes(st quoteState, b []byte, delim byte) quoteState {
 func (l *lines) record() ([]byte, int64, error) {
 	line, err := l.raw()
 	first := l.lineNo
+	if err == nil && l.longBlank {
+		return l.blankRun(first)
+	}
 	if err != nil || !l.quotes || bytes.IndexByte(line, '"') < 0 {
 		return line, first, err
 	}
