@@ -46,9 +46,9 @@ type lines struct {
 
 	ending    []byte // the line ending raw took off the last line (into br's buffer)
 	longBlank bool   // raw's last line is blank, and more than br's buffer of line endings follows it
-	quotes bool   // CSV: a quoted field may span lines (record)
-	delim  byte   // CSV: the field delimiter
-	rec    []byte // a record of several lines, assembled here (reused)
+	quotes    bool   // CSV: a quoted field may span lines (record)
+	delim     byte   // CSV: the field delimiter
+	rec       []byte // a record of several lines, assembled here (reused)
 	// After a resume by byte offset in CSV, the lines before uncounted (from dataStart, the first
 	// data line) are not counted yet, and seekRow rows stood before it (exactLine).
 	uncounted, dataStart, seekRow int64
