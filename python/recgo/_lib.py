@@ -15,7 +15,7 @@ the same signature).
 
 Fork safety: a process that forks after it loaded the library leaves the child a Go runtime without
 its threads. Every call in such a child raises :class:`recgo.errors.ForkError`, also where the call
-would first take a lock a parent's thread held at the fork (:class:`ForkSafeLock`); a child of a
+would first take a lock a parent's thread held at the fork (:func:`fork_safe_lock`); a child of a
 process that never loaded the library loads its own and works.
 """
 
@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import threading
+import weakref
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -131,32 +132,28 @@ def _after_fork_in_child() -> None:
     global _forked
     if _lib is not None:
         _forked = True
+    for lock in list(_fork_locks):
+        lock._at_fork_reinit()  # (what threading does for its own locks at a fork)
 
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-class ForkSafeLock:
-    """A ``threading.Lock`` for recgo objects that a child forked after the library loaded refuses with
-    :class:`ForkError` instead of waiting on. A thread of the parent that held it at the fork (inside
-    ``next()`` or a forward) does not exist in the child, so the lock never came free there: the
-    child's call, and its exit through ``__del__`` / ``close()``, hung instead of raising.
-    ``reentrant=True`` makes it a ``threading.RLock`` (its holder may take it again)."""
+_fork_locks: "weakref.WeakSet[Any]" = weakref.WeakSet()  # the locks fork_safe_lock made
 
-    __slots__ = ("_lock",)
 
-    def __init__(self, reentrant: bool = False) -> None:
-        self._lock = threading.RLock() if reentrant else threading.Lock()
-
-    def __enter__(self) -> "ForkSafeLock":
-        if _forked:
-            raise _fork_error()
-        self._lock.acquire()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._lock.release()
+def fork_safe_lock(reentrant: bool = False) -> Any:
+    """A ``threading.Lock`` (``reentrant=True``: an ``RLock``) for recgo objects, made free again in a
+    child forked after the library loaded: a thread of the parent that held it at the fork (inside
+    ``next()`` or a forward) does not exist in the child, so the lock never came free there and the
+    child's call, and its exit through ``__del__`` / ``close()``, hung; now the call goes on to the
+    library and raises :class:`ForkError`. It is the C lock itself, not a wrapper: a Ctrl-C landing in
+    a wrapper's Python ``__exit__`` (or between its acquire and return) left it held, and the object
+    hung for good."""
+    lock = threading.RLock() if reentrant else threading.Lock()
+    _fork_locks.add(lock)
+    return lock
 
 
 def lib() -> ctypes.CDLL:
@@ -426,12 +423,19 @@ class Handle:
 
     __slots__ = ("_h", "_owner", "__weakref__")
 
-    def __init__(self, h: int) -> None:
+    def __init__(self, h: int, armed: bool = True) -> None:
+        """``armed=False`` holds the handle without freeing it when collected until :meth:`arm`: a
+        Ctrl-C raised before the new Handle is stored drops it without freeing what it names."""
         if not h:
             raise InternalError("the engine returned a null handle")
         new, _, destructor = _capsules()
         self._h = int(h)
-        self._owner = new(self._h, None, destructor)
+        self._owner = new(self._h, None, destructor if armed else None)
+
+    def arm(self) -> None:
+        """Free the handle when collected from now on (see ``armed``)."""
+        new, set_destructor, destructor = _capsules()
+        set_destructor(self._owner, destructor)
 
     @property
     def value(self) -> int:

@@ -114,7 +114,7 @@ class TrainPipeline:
         self.model, self._optimizer, self.loss_fn = model, optimizer, loss_fn
         self._pending: tuple[Batch, dict[str, Any]] | None = None  # a failed step's batch, its position before
         # A step, a checkpoint (state_dict, save, load) and a restore run one at a time, whichever threads call them.
-        self._step_lock = _lib.ForkSafeLock(reentrant=True)
+        self._step_lock = _lib.fork_safe_lock(reentrant=True)
         self._forward = forward if forward is not None else _model_call(model)
         if tables is None and "shard" not in kwargs:
             kwargs["shard"] = sharded_of(model)

@@ -230,7 +230,7 @@ class DataPipeline:
                                     "recgo.pipeline.tables_of(model)); without tables it would renumber none")
         self._remap = remap
         self._h: _lib.Handle | None = None
-        self._lock = _lib.ForkSafeLock()  # serializes next() and the info calls with close()
+        self._lock = _lib.fork_safe_lock()  # serializes next() and the info calls with close()
         self._next = _lib.fn("recgo_pipeline_next")
         self._info_buf = (ctypes.c_int64 * _INFO_WORDS)()
         self._ended = False  # next() reached the end of the data
@@ -298,35 +298,45 @@ class DataPipeline:
 
     def _next_batch(self) -> Batch:
         info = self._info_buf
-        with self._lock:
-            info[0] = 0
-            owner: _lib.Handle | None = None
-            try:
-                _lib.call(self._next, self._handle(), ctypes.addressof(info))
+        handed = 0  # the batch the engine handed out, once it has
+        owner: _lib.Handle | None = None
+        try:
+            with self._lock:
+                info[0] = 0
+                try:
+                    _lib.call(self._next, self._handle(), ctypes.addressof(info))
+                finally:  # (no call here: also run when Ctrl-C is raised as the call returns)
+                    handed = info[0]
                 h, vp, nv, lp, nl, labp, dp, size, width, _step = info[:_INFO_WORDS]
                 if h == 0:
                     self._ended = True
                     raise StopIteration
-                owner = _lib.Handle(h)
+                owner = _lib.Handle(h, armed=False)  # (armed once the batch is made: see below)
                 values = wrap(vp, nv, torch.int64, owner)
                 lengths = wrap(lp, nl, torch.int64, owner)
                 labels = wrap(labp, size, torch.float32, owner)
                 dense = wrap(dp, size * width, torch.float32, owner).view(size, width)
                 if self.tables:
                     _prepared.register(vp, nv, lp, owner)
-                return Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
-            except (RecgoError, StopIteration):
-                raise
-            except BaseException:
-                # Ctrl-C can land anywhere from the call's return to the Batch's hand-over, with the batch
-                # handed out: give it back (position and step too), so the next call delivers it and
-                # nothing is lost. The engine frees its handle; the tensors made of it are dropped.
-                if info[0]:
-                    if owner is not None:
-                        owner.disown()
-                    with contextlib.suppress(Exception):
-                        _lib.call(_lib.fn("recgo_pipeline_unnext"), self._handle(), info[0])
-                raise
+                batch = Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
+                owner.arm()
+            # Nothing is called from here to the caller's frame: no Ctrl-C can land in between.
+            return batch
+        except (RecgoError, StopIteration):
+            raise
+        except BaseException:
+            # Ctrl-C can land anywhere from the call's return to the lock's release after the Batch is
+            # made (the release is a call, and Python raises a pending KeyboardInterrupt after it), with
+            # the batch handed out: give it back (position and step too), so the next call delivers it
+            # and nothing is lost. The engine frees its handle; the tensors made of it are dropped. Its
+            # Handle frees nothing when collected before it is armed (a Ctrl-C inside its construction
+            # dropped an armed one, which freed the batch, and the give-back failed).
+            if handed:
+                if owner is not None:
+                    owner.disown()
+                with contextlib.suppress(Exception), self._lock:
+                    _lib.call(_lib.fn("recgo_pipeline_unnext"), self._handle(), handed)
+            raise
 
     def position(self) -> dict[str, Any]:
         """The source position after the last batch handed out (resume from it with ``position=``), with

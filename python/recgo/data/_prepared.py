@@ -14,11 +14,11 @@ from __future__ import annotations
 import weakref
 from typing import Any
 
-from .._lib import ForkSafeLock
+from .._lib import fork_safe_lock
 
 _BATCHES: dict[int, tuple["weakref.ref[Any]", int, int, int]] = {}
 _MAX = 256
-_LOCK = ForkSafeLock()
+_LOCK = fork_safe_lock()
 
 
 def register(values_ptr: int, numel: int, lengths_ptr: int, owner: Any) -> None:

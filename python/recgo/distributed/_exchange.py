@@ -227,7 +227,7 @@ _scratch = threading.local()
 # interleaved met other ops of other sizes on the peer (gloo aborted the process: EnforceNotMet) or
 # read data as a step's header. Whole drives meet whole drives, whose headers say whether the ranks
 # run the same step of the same collection (InvalidInputError when they do not).
-COLLECTIVES = _lib.ForkSafeLock(reentrant=True)
+COLLECTIVES = _lib.fork_safe_lock(reentrant=True)
 
 
 def _buffer(role: str, dtype: torch.dtype, n: int) -> torch.Tensor:

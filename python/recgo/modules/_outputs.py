@@ -19,7 +19,7 @@ import sys
 
 import torch
 
-from .._lib import ForkSafeLock
+from .._lib import fork_safe_lock
 
 
 def _no_use_count(t: torch.Tensor) -> int:
@@ -86,7 +86,7 @@ class OutputPool:
     def __init__(self) -> None:
         self._bases: list[torch.Tensor] = []
         self._free_flat: list[torch.Tensor] = []  # buffers of take_flat given back
-        self._lock = ForkSafeLock()  # a forked child raises instead of waiting
+        self._lock = fork_safe_lock()  # a forked child raises instead of waiting
 
     def take(self, shapes: list[tuple[int, int]]) -> list[torch.Tensor]:
         """One float32 ``[n, d]`` output per shape, on memory nothing else references (contents
