@@ -260,6 +260,31 @@ def test_cli_epochs_counts_the_file_once_and_trains_that_many_steps(tmp_path: Pa
     assert report["config"]["steps"] == max(1, int(0.5 * per_epoch)) and per_epoch == 9100 // 1024
 
 
+@pytest.mark.parametrize("epochs, steps", [("0.29", 29), ("1.13", 113), ("2.01", 201), ("0.001", 1)])
+def test_cli_epochs_count_steps_exactly(epochs: str, steps: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--epochs × batches per epoch from the number as written: 0.29 × 100 was 28 steps (the float
+    product 28.999999999999996 truncated)."""
+    from recgo.__main__ import build_parser
+    from recgo.train import cli
+
+    class Hundred:
+        def batches_per_epoch(self, nproc: int) -> int:
+            return 100
+
+    monkeypatch.setattr("recgo.train.loop.make_source", lambda cfg, **kw: Hundred())
+    args = build_parser().parse_args(["train", "--epochs", epochs, "--no-progress"])
+    cfg, _ = cli._config(args)
+    assert cfg.steps == steps
+
+
+def test_cli_refuses_epochs_past_the_step_counter(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from recgo.__main__ import main
+
+    assert main(["train", "--model", "dlrm", "--data", str(CRITEO), "--epochs", "1e308", "--no-progress",
+                 "--out", str(tmp_path / "r")]) == 2
+    assert "--epochs 1e+308 of 8 steps each is more than 2^63 - 1 steps" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("epochs", ["0", "-1", "nan", "inf"])  # (inf: an OverflowError traceback before)
 def test_cli_refuses_epochs_that_are_not_positive(epochs: str, tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:

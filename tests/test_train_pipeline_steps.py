@@ -44,6 +44,22 @@ def test_a_step_that_raises_before_backward_keeps_its_batch() -> None:
         trainer(0).progress()
 
 
+def test_a_closed_trainer_runs_no_kept_batch() -> None:
+    """After close(), a batch a failed step kept was still trained by progress() and resumed from by
+    state_dict(), though both are documented to raise."""
+    tp = trainer(2)
+    loss_fn = tp.loss_fn
+    tp.loss_fn = lambda out, labels: (_ for _ in ()).throw(KeyboardInterrupt)
+    with pytest.raises(KeyboardInterrupt):
+        tp.progress()
+    tp.loss_fn = loss_fn
+    tp.close()
+    for call in (tp.progress, tp.state_dict):
+        with pytest.raises(recgo.InvalidInputError, match="this TrainPipeline was closed"):
+            call()
+    assert tp.steps == 0
+
+
 def test_eval_mode_runs_the_forward_only_as_torchrecs_pipelines() -> None:
     tp = trainer(1)
     tp.model.eval()

@@ -113,6 +113,7 @@ class TrainPipeline:
                  forward: Callable[[torch.nn.Module, Batch], torch.Tensor] | None = None, **kwargs: Any) -> None:
         self.model, self._optimizer, self.loss_fn = model, optimizer, loss_fn
         self._pending: tuple[Batch, dict[str, Any]] | None = None  # a failed step's batch, its position before
+        self._closed = False
         # A step, a checkpoint (state_dict, save, load) and a restore run one at a time, whichever threads call them.
         self._step_lock = _lib.fork_safe_lock(reentrant=True)
         self._forward = forward if forward is not None else _model_call(model)
@@ -148,6 +149,7 @@ class TrainPipeline:
 
     def _progress(self, iterator: Iterator[Batch] | None) -> torch.Tensor:
         """:meth:`progress` with the step lock held."""
+        self._check_open()
         own = iterator is None
         if own and self._pending is not None:
             (batch, before), self._pending = self._pending, None
@@ -258,6 +260,7 @@ class TrainPipeline:
 
     def _state(self) -> dict[str, Any]:
         """:meth:`state_dict` with the step lock held."""
+        self._check_open()
         return {"model": self.model.state_dict(),
                 "optimizer": self._optimizer.state_dict() if self._optimizer is not None else None,
                 "pipeline": self._pending[1] if self._pending is not None else self.data.state_dict(),
@@ -310,8 +313,15 @@ class TrainPipeline:
         self.load_state_dict(state)
 
     def close(self) -> None:
-        """Stop the input pipeline."""
+        """Stop the input pipeline. Steps and ``state_dict`` then raise ``InvalidInputError`` (a failed
+        step's batch, kept for the next step, is no longer run or resumed from)."""
+        self._closed = True
         self.data.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidInputError("this TrainPipeline was closed (close() stopped its input pipeline): build a "
+                                    "new one, and load_state_dict a state saved before the close to go on")
 
 
 _STATE_KEYS = ("model", "optimizer", "pipeline", "steps")

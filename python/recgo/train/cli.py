@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import sys
 import warnings
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -127,7 +128,12 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
             raise InvalidInputError("give --steps or --epochs, not both")
 
         source = make_source(cfg, progress=not args.no_progress)
-        cfg.steps = max(1, int(args.epochs * source.batches_per_epoch(cfg.nproc)))  # steps of nproc × batch_size
+        # exactly, from the number as written (0.29 × 100 batches is 29 steps; the float product was 28.99...)
+        per_pass = source.batches_per_epoch(cfg.nproc)
+        steps = max(1, int(Fraction(repr(args.epochs)) * per_pass))
+        if steps >= 2**63:  # (1e308 overflowed the float product with a traceback)
+            raise InvalidInputError(f"--epochs {args.epochs} of {per_pass} steps each is more than 2^63 - 1 steps")
+        cfg.steps = steps  # steps of nproc × batch_size
     # eval_every stays as set, even above steps (the run evaluates its last step anyway): a checkpoint
     # then keeps the user's grid, and a resumed run with more steps evaluates where the uninterrupted one does.
     return cfg, source
