@@ -50,6 +50,28 @@ def test_shard_model_materialises_the_dense_part_and_wraps_it_in_ddp(tmp_path: P
         assert model["ebc"]._grad_scale == 1.0  # world 1: division by 1
 
 
+def test_a_model_left_unwrapped_has_the_fused_optimizer_too(tmp_path: Path) -> None:
+    """Without dense parameters (or with ddp=False) shard_model returns the model itself, as DDP refuses
+    one without them; it had no fused_optimizer, so StepLR(model.fused_optimizer) failed where DMP's
+    wrapper has one."""
+    from recgo.distributed import shard_model
+
+    for ddp, dense in ((True, False), (False, True)):
+        with torch.device("meta"):
+            model = torch.nn.ModuleDict({"ebc": recgo.EmbeddingBagCollection(configs(), optimizer=optim.Adagrad(lr=0.1))})
+            if dense:
+                model["mlp"] = torch.nn.Linear(4, 2)
+        with one_rank(tmp_path):
+            sharded = shard_model(model, {**SHARDING, "tp": "hash"}, ddp=ddp, timeout=30)
+            assert sharded is model
+            sched = torch.optim.lr_scheduler.StepLR(sharded.fused_optimizer, step_size=1, gamma=0.5)
+            sched.step()
+            sharded.fused_optimizer.step()  # (applies the groups' rates, as in the test above)
+            assert model["ebc"].fused_optimizer == optim.Adagrad(lr=0.05)
+            bare = torch.nn.ModuleDict({"mlp": torch.nn.Linear(2, 2)})
+            assert shard_model(bare, ddp=False).fused_optimizer is None  # no table: none, as DMP's
+
+
 def test_shard_model_refuses_shared_tables_and_non_modules(tmp_path: Path) -> None:
     from recgo.distributed import ShardedEmbeddingBagCollection, shard_model
     from recgo.errors import InvalidInputError, NotFoundError

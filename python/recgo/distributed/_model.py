@@ -433,7 +433,8 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
     ``share=`` another collection raises ``InvalidInputError`` (sharded collections own their tables).
     Returns the DDP wrapper (its ``.module`` is ``model``; its ``fused_optimizer``, as DMP's, a
     :class:`~recgo.modules.optim.CollectionOptimizer` over the tables' fused optimizers for torch's
-    learning-rate schedulers), or ``model`` itself with ``ddp=False`` or no dense parameters.
+    learning-rate schedulers), or ``model`` itself with ``ddp=False`` or no dense parameters (DDP
+    refuses a model without them), its ``fused_optimizer`` set alike (no ``.module`` then).
     """
     if module is not None:
         if model is not None:
@@ -482,12 +483,12 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         model = replace(model, name, new)
     _materialise_dense(model)
     if not ddp:
-        return model
+        return _with_fused_optimizer(model)
     ignore = [f"{n}.{p}" if n else p for n in _sharded_names(model)
               for p, _ in (*model.get_submodule(n).named_parameters(), *model.get_submodule(n).named_buffers())]
     dense = [p for n, p in model.named_parameters() if n not in set(ignore) and p.requires_grad]
     if not dense:
-        return model
+        return _with_fused_optimizer(model)
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
     group = None
     timeout = next((model.get_submodule(n)._groups.timeout for n in _sharded_names(model)), None)
@@ -500,7 +501,17 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
                       f"process_group runs gloo on {threads} threads: in torch 2.14 two sparse "
                       "all-reduces at once can corrupt the heap; pass recgo.distributed.sparse_ddp_group() "
                       "or leave process_group out", stacklevel=2)
-    wrapped = ShardedModel.wrap(model, ddp_kwargs, group)
-    if optim.fused_collections(model):  # DMP's handle on the tables' optimizers, for LR schedulers
-        wrapped.fused_optimizer = optim.CollectionOptimizer(model)
+    return _with_fused_optimizer(ShardedModel.wrap(model, ddp_kwargs, group), model)
+
+
+def _with_fused_optimizer(wrapped: nn.Module, model: nn.Module | None = None) -> nn.Module:
+    """``wrapped`` with DMP's handle on the tables' fused optimizers (for LR schedulers), a
+    :class:`~recgo.modules.optim.CollectionOptimizer` over ``model``'s collections, as its
+    ``fused_optimizer`` (None when no table has one). Also the bare model that ``ddp=False`` or a model
+    without dense parameters returns has it (it had none: ``StepLR(model.fused_optimizer)`` failed)."""
+    model = wrapped if model is None else model
+    if hasattr(type(wrapped), "fused_optimizer"):  # a sharded collection given alone: its own property
+        return wrapped
+    fused = optim.CollectionOptimizer(model) if optim.fused_collections(model) else None
+    object.__setattr__(wrapped, "fused_optimizer", fused)  # (an attribute, not a registered module)
     return wrapped

@@ -44,6 +44,7 @@ step, and dynamic-ID maps; unpickling (in any process) rebuilds the engine state
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import os
@@ -69,6 +70,7 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
+from ._merged import merged_update
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
 from ._load_whole import collection_load
@@ -529,6 +531,12 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     def fused_optimizer(self) -> FusedOptimizer | None:
         """The fused optimizer, or None when gradients go to a torch optimizer."""
         return self._optimizer
+
+    def merged_update(self) -> contextlib.AbstractContextManager[None]:
+        """One fused optimizer step per table for all the backwards inside the scope
+        (:func:`recgo.modules._merged.merged_update`): a collection called twice before one backward
+        (two towers) steps once on the summed gradient, as TorchRec's unfused one does."""
+        return merged_update(self)
 
     def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:
         """Change the fused optimizer's hyper-parameters (learning-rate schedules); the kind must stay."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -35,6 +35,7 @@ from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
+from ._merged import merged_update
 from ._sequence_batch import (KeyPlan, as_torchrec, either, key_counts, meta_results, results, torchrec_dtypes,
                               unused_tables, with_indices)
 from ._load_whole import collection_load
@@ -485,8 +486,7 @@ class EmbeddingCollection(nn.Module):
         """Change the fused optimizer's hyper-parameters (those of the owning collection's tables)."""
         self._owner.set_fused_optimizer(optimizer)
 
-    @contextlib.contextmanager
-    def merged_update(self) -> Iterator[None]:
+    def merged_update(self) -> contextlib.AbstractContextManager[None]:
         """A scope in which the fused backwards over the owning collection's tables — pooled (its
         ``EmbeddingBagCollection``) and sequence alike — sum their gradients per row instead of updating;
         leaving it applies one optimizer step per used table over the sums (its step counter advances
@@ -504,12 +504,7 @@ class EmbeddingCollection(nn.Module):
         time per owning collection (a second raises); close it before saving a checkpoint.
         """
         self._materialised("merged_update")
-        f = _lib.fn("recgo_ebc_merged_update")
-        _lib.call(f, self._owner._handle.value, 1)
-        try:
-            yield
-        finally:
-            _lib.call(f, self._owner._handle.value, 0)
+        return merged_update(self._owner)
 
     def lookup_stats(self, features: Any) -> dict[str, tuple[int, int]]:
         """Per used table, (distinct IDs, lookups) of a batch. It only looks: a dynamic table admits no
