@@ -302,6 +302,25 @@ def test_virtual_table_is_refused_with_the_alternative() -> None:
         EmbeddingBagCollection([cfg])
 
 
+def test_settings_only_torchrecs_sharded_and_inference_modules_read_warn_that_they_are_not_kept() -> None:
+    """need_pos and num_embeddings_post_pruning were dropped without a word (to_torchrec gave them back
+    unset)."""
+    cfg = tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=10, feature_names=["a"], need_pos=True,
+                                num_embeddings_post_pruning=5)
+    with pytest.warns(UserWarning, match=r"table 't': \['need_pos', 'num_embeddings_post_pruning'\] not kept"):
+        recgo.from_torchrec(tr.EmbeddingBagCollection(tables=[cfg]))
+
+
+def test_a_quantized_collection_is_refused_as_such() -> None:
+    """A quantized inference collection matched TorchRec's class name and failed on its weights' shape."""
+    from torchrec.quant.embedding_modules import EmbeddingBagCollection as QuantEBC
+
+    cfg = tr.EmbeddingBagConfig(name="t", embedding_dim=8, num_embeddings=10, feature_names=["a"])
+    quant = QuantEBC([cfg], is_weighted=False, device=torch.device("cpu"))
+    with pytest.raises(InvalidInputError, match="is a quantized inference module: recgo converts TorchRec's training"):
+        recgo.from_torchrec(torch.nn.ModuleDict({"q": quant}))
+
+
 def test_num_embeddings_past_int64_is_a_clear_error() -> None:
     cfg = tr.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=2**63, feature_names=["a"])
     with pytest.raises(InvalidInputError, match=r"num_embeddings=9223372036854775808 does not fit in int64"):

@@ -7,6 +7,8 @@ from typing import Callable, TypeVar
 
 from torch import nn
 
+from ..errors import InvalidInputError
+
 K = TypeVar("K")
 
 # TorchRec's CPU embedding modules by class name: "pooled" or "sequence".
@@ -24,6 +26,9 @@ def torchrec_kind(m: nn.Module) -> str | None:
     ``FusedEmbeddingBagCollection``, ``EmbeddingCollection`` and ``FusedEmbeddingCollection`` (which
     TorchRec builds on meta or CUDA only); None for any other module."""
     name = torchrec_class(m)
+    if name in _TORCHREC_KINDS and type(m).__module__.startswith("torchrec.quant"):
+        raise InvalidInputError(f"{type(m).__module__}.{name} is a quantized inference module: recgo converts "
+                                "TorchRec's training collections (convert the model before quantizing it)")
     return None if name is None else _TORCHREC_KINDS.get(name)
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import math
 import numbers
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
@@ -176,9 +177,9 @@ class EmbeddingConfig(TableAccessors):
         """Convert a ``torchrec.EmbeddingConfig``: ``init_fn`` is kept unless it is TorchRec's default
         (uniform over the same bounds, which recgo draws itself, honouring ``seed``); ``need_pos`` and a
         virtual table (``use_virtual_table``) raise."""
-        _refuse_virtual_table(cfg, "EmbeddingConfig")
         if getattr(cfg, "need_pos", False):
             raise InvalidInputError(f"table {getattr(cfg, 'name', '')!r}: need_pos is not supported")
+        _refuse_virtual_table(cfg, "EmbeddingConfig")
         return EmbeddingConfig(
             num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
             feature_names=list(cfg.feature_names), weight_init_max=cfg.weight_init_max,
@@ -218,11 +219,18 @@ def _check_device(device: Any) -> torch.device:
 
 
 def _refuse_virtual_table(cfg: Any, kind: str) -> None:
-    """A TorchRec config asking for a virtual table raises: recgo's dynamic-ID tables are the equivalent."""
+    """A TorchRec config asking for a virtual table raises: recgo's dynamic-ID tables are the equivalent.
+    Settings only TorchRec's sharded or inference modules read (``need_pos``,
+    ``num_embeddings_post_pruning``) are not kept, and say so: ``to_torchrec`` gives them back unset."""
     if getattr(cfg, "use_virtual_table", False):
         raise InvalidInputError(
             f"table {cfg.name!r}: use_virtual_table is not supported; use recgo's dynamic-ID tables "
             f"({kind}(dynamic=recgo.DynamicConfig(...)))")
+    dropped = [k for k in ("need_pos", "num_embeddings_post_pruning") if getattr(cfg, k, None) not in (None, False)]
+    if dropped:
+        warnings.warn(f"table {cfg.name!r}: {dropped} not kept (TorchRec's sharded and inference modules read "
+                      "them; recgo's collections have no such settings, and to_torchrec gives them back unset)",
+                      stacklevel=4)
 
 
 def _torchrec_init_fn(cfg: Any) -> Callable[[torch.Tensor], Any] | None:
