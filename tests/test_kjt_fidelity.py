@@ -112,6 +112,14 @@ def test_repr_is_short_for_a_wide_batch() -> None:
     assert str(meta) == repr(meta).replace("weighted)", "weighted, device=meta)")  # TorchRec's str raises
 
 
+def test_str_of_a_batch_whose_lengths_do_not_add_up_says_so() -> None:
+    """The constructor checks no sums (as TorchRec's); str() printed the bags cut short, [[1, 2], [3]]."""
+    kjt = KeyedJaggedTensor(["f"], torch.tensor([1, 2, 3]), lengths=torch.tensor([2, 2]))
+    assert str(kjt) == "KeyedJaggedTensor(keys=['f'], batch=2, values=3; its lengths add up to 4: not a batch of these values)"
+    with pytest.raises(recgo.InvalidInputError, match="lengths sum to 4 but there are 3 values"):
+        kjt.to_dict()
+
+
 def test_keyed_tensor_in_another_key_order_flattens_to_the_exported_spec_as_torchrec() -> None:
     """TorchRec's test_pytree: a KeyedTensor whose keys came back reordered is regrouped into the spec's
     order (recgo raised torch's "Real spec ... is different" RuntimeError)."""

@@ -3,7 +3,7 @@
     python -m recgo train [--model dlrm|dcnv2|bst] [--data FILE] [--backend recgo|torchrec|torch|all]
         [--steps N | --epochs E] [--batch-size B] [--config train.yaml] [--out train-report/]
 
-    python -m recgo profile --criteo train.txt --rows 100000 --sample-rate 0.01 --out profile.json
+    python -m recgo profile --criteo train.txt --sample-rate 0.01 --out profile.json [--rows BUCKETS]
     python -m recgo profile --synthetic rm3 [--fit-data DIR] --out rm3.json
     python -m recgo plan --profile profile.json --out plan/ [--strategy milp] [--nodes 2 --gpus-per-node 8
         --hbm-gb 24 --host-gb 1500 --hbm-bw-gbs 850 --uvm-bw-gbs 22 --batch-size 16384] [--time-limit 60]

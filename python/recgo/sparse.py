@@ -544,7 +544,10 @@ class KeyedJaggedTensor(KJTMemory):
         """TorchRec's text of the batch: every key's samples, value by value (see :mod:`recgo._strings`)."""
         if not readable(self._values, self._weights, self._lengths):
             return repr(self)
-        return keyed_jagged_str(self._keys, self._values, self._weights, self.offsets(), self._stride)
+        offsets = self.offsets()
+        if offsets.numel() and int(offsets[-1]) != self._values.numel():  # (its bags were cut short in silence)
+            return f"{repr(self)[:-1]}; its lengths add up to {int(offsets[-1])}: not a batch of these values)"
+        return keyed_jagged_str(self._keys, self._values, self._weights, offsets, self._stride)
 
     def __repr__(self) -> str:
         weighted = ", weighted" if self._weights is not None else ""

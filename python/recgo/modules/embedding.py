@@ -111,7 +111,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     (``.half()``, ``.to("meta")``, ...) raise, and so does a forward with a swapped weight
     (``torch.func.functional_call``). Every weight has ``requires_grad=True``, fused or not;
     ``requires_grad_(False)`` freezes the collection (a fused one then keeps no context, updates no row
-    and does not advance ``optimizer_step``; freezing only some tables of a fused one raises).
+    and does not advance ``optimizer_step``; ``requires_grad_(False)`` on one table leaves it out of the
+    fused update).
 
     ``forward(features)`` takes a recgo or TorchRec ``KeyedJaggedTensor`` (keys no table uses are
     ignored) and returns the pooled ``[B, ΣD]`` embeddings, one column block per feature in table
