@@ -25,6 +25,11 @@ func (p *Position) UnmarshalJSON(data []byte) error {
 			return errs.Invalidf("position: %q is missing or null (a position from DataPipeline.position() has it)", k)
 		}
 	}
+	for k, v := range raw { // a shuffle window's fields too: a null "taken" read as 0 and re-read the window
+		if string(bytes.TrimSpace(v)) == "null" {
+			return errs.Invalidf("position: %q is null (a position from DataPipeline.position() gives a value or leaves it out)", k)
+		}
+	}
 	type plain Position // without this method
 	var q plain
 	dec := json.NewDecoder(bytes.NewReader(data))

@@ -37,6 +37,8 @@ func TestPositionDecoding(t *testing.T) {
 		{"offset below -1", `{"file":1,"row":5,"offset":-2,"global":12,"skipped":2}`, "byte offset -2"},
 		{"row past global", `{"file":1,"row":50,"offset":80,"global":12,"skipped":2}`, "50 rows read in the file but 12"},
 		{"skipped past global", `{"file":1,"row":5,"offset":80,"global":12,"skipped":13}`, "13 rows skipped of 12"},
+		{"null taken", `{"file":0,"row":3,"offset":-1,"global":3,"skipped":0,"shuffle":8,"window":2,"taken":null}`, `"taken" is null`},
+		{"null window", `{"file":0,"row":3,"offset":-1,"global":3,"skipped":0,"shuffle":8,"window":null,"taken":8}`, `"window" is null`},
 		{"taken past window", `{"file":0,"row":0,"offset":-1,"global":0,"skipped":0,"shuffle":4,"taken":5}`, "5 rows taken"},
 		{"not an object", `[1,2]`, "position:"},
 		{"fraction", `{"file":1.5,"row":5,"offset":80,"global":12,"skipped":2}`, "position:"},
