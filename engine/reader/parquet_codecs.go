@@ -136,7 +136,9 @@ func snappyDecode(dst, src []byte) (int, error) {
 }
 
 // gzipReaders and brotliReaders hold decoders between pages (the column readers of several
-// sources may decode at once).
+// sources may decode at once). A decoder goes back only after a page it decoded to its end: brotli's
+// Reset leaves state behind from a stream stopped part-way (a page refused as too long), and the next
+// page, not valid brotli data, was then decoded without an error (found by FuzzBoundedCodecs).
 var gzipReaders, brotliReaders sync.Pool
 
 func gzipDecode(dst, src []byte) (int, error) {
@@ -144,11 +146,14 @@ func gzipDecode(dst, src []byte) (int, error) {
 	if r == nil {
 		r = new(gzip.Reader)
 	}
-	defer gzipReaders.Put(r)
 	if err := r.Reset(bytes.NewReader(src)); err != nil {
 		return 0, err
 	}
-	return readBounded(r, dst)
+	n, err := readBounded(r, dst)
+	if err == nil {
+		gzipReaders.Put(r)
+	}
+	return n, err
 }
 
 func brotliDecode(dst, src []byte) (int, error) {
@@ -156,11 +161,14 @@ func brotliDecode(dst, src []byte) (int, error) {
 	if r == nil {
 		r = brotli.NewReader(nil)
 	}
-	defer brotliReaders.Put(r)
 	if err := r.Reset(bytes.NewReader(src)); err != nil {
 		return 0, err
 	}
-	return readBounded(r, dst)
+	n, err := readBounded(r, dst)
+	if err == nil {
+		brotliReaders.Put(r)
+	}
+	return n, err
 }
 
 // zstdDecoders hold decoders between pages. One decoding at a time each, they start no goroutines.

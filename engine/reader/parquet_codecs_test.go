@@ -6,7 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -235,6 +239,27 @@ func TestZstdDecoderReusedAfterRefusedStream(t *testing.T) {
 		require.NoError(t, err)
 	case <-time.After(20 * time.Second):
 		t.Fatal("decoding hung")
+	}
+}
+
+// A brotli decoder that refused a page went back to the pool with state its Reset does not clear, and
+// the next page, not valid brotli data, then decoded without an error. The file holds four pages a
+// FuzzBoundedCodecs run met in a row (the declared size, then the data in hex): the last was taken.
+func TestBrotliDecoderNotReusedAfterARefusedPage(t *testing.T) {
+	text, err := os.ReadFile("testdata/brotli_pages_after_refused.txt")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(text)), "\n")
+	require.Len(t, lines, 4)
+	for i, line := range lines {
+		f := strings.Fields(line)
+		want, err := strconv.Atoi(f[0])
+		require.NoError(t, err)
+		data, err := hex.DecodeString(f[1])
+		require.NoError(t, err)
+		_, _, err = decode(format.Brotli, data, want)
+		_, fresh := io.ReadAll(brotli.NewReader(bytes.NewReader(data)))
+		require.Error(t, fresh, "page %d is not brotli data", i)
+		require.Error(t, err, "page %d", i)
 	}
 }
 
