@@ -51,3 +51,31 @@ def test_merged_update_on_meta_is_refused() -> None:
         ebc = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(10, 4, "t1", ["f1"])], optimizer=optim.SGD(lr=0.1))
     with pytest.raises(recgo.InvalidInputError, match="meta device"), ebc.merged_update():
         pass
+
+
+def _one_row(fused: optim.FusedOptimizer) -> recgo.EmbeddingBagCollection:
+    return recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(
+        1, 2, "t", ["f"], dynamic=recgo.DynamicConfig(init_min=-0.5, init_max=0.5, seed=0))], optimizer=fused)
+
+
+def _bag(ids: list[int]) -> recgo.KeyedJaggedTensor:
+    return recgo.KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.tensor([len(ids)]))
+
+
+@pytest.mark.parametrize("fused", [optim.SGD(lr=1.0), optim.Adagrad(lr=1.0, eps=1e-8)])
+def test_a_row_evicted_inside_the_scope_takes_only_its_new_ids_gradient(fused: optim.FusedOptimizer) -> None:
+    """A dynamic table evicts inside the scope: an evicted ID's summed gradient went to the row's new ID
+    at the scope's end (SGD: -101 instead of -1; Adagrad's state 10201 instead of 1). Found by an
+    adversarial pass."""
+    from test_dynamic import init_vector
+
+    for ids, grads, last in (([1, 2], [100.0, 1.0], 2), ([1, 2, 1], [100.0, 10.0, 1.0], 1)):
+        ebc = _one_row(fused)
+        with ebc.merged_update():
+            for i, g in zip(ids, grads):  # each forward evicts the row's ID before (one row)
+                (ebc(_bag([i])).values() * g).sum().backward()
+        assert recgo.dynamic.lookup(ebc, "t", torch.tensor([last])).tolist() == [0]
+        want = init_vector(last, 0, -0.5, 0.5, 2) - 1.0 / (1.0 + (1e-8 if isinstance(fused, optim.Adagrad) else 0.0))
+        torch.testing.assert_close(ebc.embedding_bags["t"].weight.detach()[0], want, rtol=0, atol=1e-6)
+        if isinstance(fused, optim.Adagrad):
+            assert ebc.embedding_bags["t"].optimizer_state[0].tolist() == [1.0, 1.0]

@@ -98,7 +98,8 @@ func (c *Collection) BackwardSome(ctx *Context, gradOut []float32, gradRows [][]
 	// open merged-update scope) or the caller.
 	finish := func(t, lo, hi int, g []float32) {
 		if p := c.Tables[t].pending; fused && p != nil {
-			p.add(ctx.tables[t].rows[lo:hi], g, c.Tables[t].Dim)
+			tc := &ctx.tables[t]
+			p.add(tc.uniq[lo:hi], tc.rows[lo:hi], g, c.Tables[t].Dim, tc.evictions)
 		} else if fused {
 			updaters[t].applyRows(c.Tables[t], ctx.tables[t].rows[lo:hi], g)
 		} else {

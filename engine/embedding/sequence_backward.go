@@ -164,7 +164,8 @@ func (s *SequenceCollection) BackwardSome(ctx *Context, grad []float32, gradRows
 			it := items[j]
 			d := c.Tables[it.t].Dim
 			if p := c.Tables[it.t].pending; p != nil {
-				p.add(ctx.tables[it.t].rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d], d)
+				tc := &ctx.tables[it.t]
+				p.add(tc.uniq[it.lo:it.hi], tc.rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d], d, tc.evictions)
 				return
 			}
 			updaters[it.t].applyRows(c.Tables[it.t], ctx.tables[it.t].rows[it.lo:it.hi], merged(it.t)[it.lo*d:it.hi*d])

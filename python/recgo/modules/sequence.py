@@ -500,8 +500,10 @@ class EmbeddingCollection(nn.Module):
             # one update per table here
 
         The step is applied on exit even when the block raises (gradients that reached the engine are
-        not lost). Forwards inside the scope see the rows as they were when it opened. One scope at a
-        time per owning collection (a second raises); close it before saving a checkpoint.
+        not lost). Forwards inside the scope see the weights as they were when it opened (a dynamic
+        table still admits and evicts IDs: a row evicted inside the scope takes only its new ID's
+        gradient). One scope at a time per owning collection (a second raises); close it before
+        saving a checkpoint.
         """
         self._materialised("merged_update")
         return merged_update(self._owner)
