@@ -388,3 +388,30 @@ def test_failed_save_keeps_the_previous_checkpoint(tmp_path: Path, monkeypatch: 
         ebc.save(path)
     assert path.read_bytes() == good
     assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_recomputation_after_another_forward_moved_the_rows_is_refused(reentrant: bool) -> None:
+    """Gradient accumulation over a checkpointed forward: a second training forward evicted the first's ID
+    (its row given to another) before the first's backward recomputed it, and the recomputation read the
+    new ID's row: the dense gradient was [0, 0] for the pooled [0.25, -0.13], and (reentrant) the new ID's
+    row took the old ID's gradient. It is refused by name; with no admission or eviction in between the
+    recomputation runs (the forward's rows are the table's). Found by an adversarial pass."""
+    from torch.utils.checkpoint import checkpoint
+
+    def kj(ids: list[int]) -> KeyedJaggedTensor:
+        return KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.tensor([len(ids)]))
+
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(1, 2, "t", ["f"], dynamic=DynamicConfig())],
+                                 optimizer=recgo.modules.optim.SGD(lr=1.0))
+    x = torch.ones(1, 2, requires_grad=True)
+    first = checkpoint(lambda x: ebc(kj([1])).values() * x, x, use_reentrant=reentrant)
+    ebc(kj([1]))  # a training forward of the same ID: rows unchanged, the recomputation may run
+    first.sum().backward()
+    torch.testing.assert_close(x.grad, first.detach() / x.detach())
+    x.grad = None
+    first = checkpoint(lambda x: ebc(kj([1])).values() * x, x, use_reentrant=reentrant)
+    ebc(kj([2])).values().sum()  # evicts ID 1: row 0 is ID 2's now
+    with pytest.raises(InvalidInputError, match=r"activation checkpointing: dynamic table\(s\) \['t'\] admitted or "
+                                                "evicted IDs between this forward and its recomputation"):
+        first.sum().backward()

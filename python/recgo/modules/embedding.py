@@ -61,7 +61,7 @@ from ..data import _prepared
 from ..errors import InvalidInputError
 from ..sparse import KeyedJaggedTensor, KeyedTensor, _is_torchrec_kjt, as_kjt
 from ..tensors import check_tensor, ptr
-from . import _eager, _ops, _vbe, _weight_grads, optim
+from . import _eager, _ops, _recompute, _vbe, _weight_grads, optim
 from ._weight_grads import batch_weights
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
@@ -348,12 +348,15 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         mode) admits new IDs to dynamic tables and advances their clocks."""
         ctx = H(0)
         mode = _eager.forward_mode(self.training, train)
+        ran = _recompute.check(self, mode, values, lengths)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
             _lib.call_making(f, [ctx], self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values),
                              values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(), mode,
                              int(keep), ctypes.byref(ctx))
+            if ran:
+                ran()
             return ctx.value if keep else 0
         f = _lib.fn("recgo_ebc_forward")
         _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values),
@@ -361,6 +364,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                          None if weights is None else (weights.data_ptr() or None),
                          0 if weights is None else weights.numel(), ptr(out), out.numel(), mode, int(keep),
                          ctypes.byref(ctx))
+        if ran:
+            ran()
         return ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> torch.Tensor:

@@ -30,7 +30,7 @@ from .._lib import H
 from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
-from . import _eager, _ops, _sequence_ops, _vbe
+from . import _eager, _ops, _recompute, _sequence_ops, _vbe
 from ._contexts import ContextStore
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
@@ -258,9 +258,13 @@ class EmbeddingCollection(nn.Module):
         ptrs = (ctypes.c_void_p * F)(*[ptr(t) for t in outs])
         lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
         ctx = H(0)
+        mode = _eager.forward_mode(self.training, train)
+        ran = _recompute.check(self._owner, mode, values, lengths)
         _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
                          lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
-                         _eager.forward_mode(self.training, train), int(keep), ctypes.byref(ctx))
+                         mode, int(keep), ctypes.byref(ctx))
+        if ran:
+            ran()
         return outs, ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> list[int]:

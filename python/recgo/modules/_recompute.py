@@ -1,0 +1,58 @@
+"""Activation checkpointing over dynamic-ID tables: ``torch.utils.checkpoint`` recomputes a forward in
+backward, and the recomputation reads the table as it is then. When another training forward of the
+collection admitted or evicted IDs in between (gradient accumulation over checkpointed forwards), the
+recomputation reads rows the forward did not: values it never produced (dense gradients) and, under
+``use_reentrant=True``, the gradient of an ID's pending zeros sent to the row it was given since. Such
+a recomputation is refused by name (it gave those wrong gradients in silence); one whose tables' rows
+are as the forward left them is exact for the rows (a fused update in between moves their weights, as
+under FBGEMM's fused kernels)."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+
+import torch
+
+from ..errors import InvalidInputError
+from ._eager import RECOMPUTE, TRAIN
+
+_KEEP = 64  # training forwards remembered per collection (a checkpointed region's forwards, and more)
+
+
+def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None] | None:
+    """Before a forward of ``owner``'s tables over the batch (``values``, ``lengths``): refuse a
+    recomputation whose training forward's rows of ``owner``'s dynamic tables changed since
+    (``InvalidInputError``). For a training forward, returns what to call once it has run (it
+    remembers the rows' state it left, by the batch), else None."""
+    if mode not in (TRAIN, RECOMPUTE):
+        return None
+    tables = [i for i, c in enumerate(owner.embedding_bag_configs()) if c.dynamic is not None]
+    if not tables:
+        return None
+    from .. import dynamic
+
+    key = (values.numel(), lengths.numel(), int(values.sum()) if values.numel() else 0,
+           int(lengths.sum()) if lengths.numel() else 0)
+    seen: OrderedDict[tuple[int, ...], tuple[Any, ...]] = owner.__dict__.setdefault("_recompute_rows", OrderedDict())
+
+    def state() -> tuple[tuple[int, int], ...]:
+        return tuple((s.admitted, s.evicted) for s in (dynamic.stats(owner, i) for i in tables))
+
+    if mode == TRAIN:
+        def remember() -> None:
+            seen[key] = state()
+            seen.move_to_end(key)
+            if len(seen) > _KEEP:
+                seen.popitem(last=False)
+        return remember
+    before, now = seen.get(key), state()
+    if before is not None and before != now:
+        names = [owner.embedding_bag_configs()[i].name for i, a, b in zip(tables, before, now) if a != b]
+        raise InvalidInputError(
+            f"activation checkpointing: dynamic table(s) {names} admitted or evicted IDs between this forward and "
+            "its recomputation in backward (another training forward of the collection ran in between): the "
+            "recomputation would read rows the forward did not, and the gradients would be wrong. Run each "
+            "checkpointed forward's backward before the collection's next training forward, or keep the "
+            "collection's forward outside the checkpointed region")
+    return None
