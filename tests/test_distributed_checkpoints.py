@@ -89,5 +89,10 @@ def test_load_refuses_a_set_whose_save_did_not_finish_everywhere(tmp_path: Path)
         again.load(tmp_path / "whole")
         for c in configs():
             assert torch.equal(again.embedding_bags[c.name].weight, sh.embedding_bags[c.name].weight)
+        # a truncated file of a whole set is named as such (it was reported as a set of two saves)
+        cut = tmp_path / "whole" / "shard-1-of-2.pt"
+        cut.write_bytes(cut.read_bytes()[: cut.stat().st_size // 2])
+        with pytest.raises(RecgoIOError, match=r"shard-1-of-2.pt: cannot read the checkpoint"):
+            again.load(tmp_path / "whole")
     finally:
         dist.destroy_process_group()

@@ -33,6 +33,19 @@ def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_
     assert e.state_dict()["embedding_bags.t.optimizer_state"].tolist() == [[0.0, 0.0], [0.0, 0.0]]
 
 
+def test_import_rows_keeps_the_admitted_count_and_refuses_per_id_arrays_of_another_length() -> None:
+    """import_rows set the admitted count to the IDs imported (20 became 2), though documented to keep
+    the table's, and took counts/last_seen longer than the IDs, cutting them. Found by an adversarial pass."""
+    e = make(dim=2, bound=4, optimizer=Adagrad(lr=0.1))
+    dynamic.import_rows(e, "t", torch.tensor([1, 2]), torch.ones(2, 2), admitted=20)
+    dynamic.import_rows(e, "t", torch.tensor([3, 4]), torch.ones(2, 2))
+    assert dynamic.stats(e, "t").admitted == 20
+    for what in ("counts", "last_seen"):
+        with pytest.raises(recgo.InvalidInputError, match=rf"{what} of shape \(5,\) for 2 IDs \(one per ID\)"):
+            dynamic.import_rows(e, "t", torch.tensor([5, 6]), torch.ones(2, 2), **{what: torch.arange(5)})
+    assert dynamic.lookup(e, "t", torch.tensor([3, 4, 5])).tolist() == [0, 1, -1]  # unchanged
+
+
 def test_dcp_loads_dynamic_tables_with_the_planner(tmp_path: Path) -> None:
     """torch.distributed.checkpoint loads into the state dict's current shapes, which a dynamic table's
     entries outgrow as it trains (DCP raised a size mismatch); DCPLoadPlanner resizes them to the

@@ -402,7 +402,7 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     ``weight[i]`` (and ``optimizer_state[i]``, ``[n, width]``; default zeros, a fresh optimizer's),
     seen ``counts[i]`` times (default 1), last at step ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
     table's unless ``meta`` overrides them (``sketch``, ``sketch_adds``, ``step``, ``admitted``,
-    ``evicted``). More IDs than the row bound raise ``CapacityError``; the engine checks the rest
+    ``evicted``; ``admitted`` is at least the IDs imported). More IDs than the row bound raise ``CapacityError``; the engine checks the rest
     (distinct IDs, shapes) and leaves the table unchanged on error."""
     cur = export_state(ebc, table)
     m = cur["dynamic_meta"].clone()
@@ -413,7 +413,13 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     sketch = meta.get("sketch", cur["dynamic_sketch"])
     step = int(meta.get("step", m[_M_STEP]))
     m[_M_STEP], m[_M_HW], m[_M_FREE], m[_M_SKETCH] = step, n, 0, sketch.numel()
-    m[_M_ADMIT], m[_M_EVICT] = int(meta.get("admitted", n)), int(meta.get("evicted", m[_M_EVICT]))
+    # (the table's count was replaced by n: a table that had admitted 20 IDs reported 2)
+    m[_M_ADMIT] = int(meta.get("admitted", max(int(m[_M_ADMIT]), n)))
+    m[_M_EVICT] = int(meta.get("evicted", m[_M_EVICT]))
+    for what, per_id in (("counts", counts), ("last_seen", last_seen)):  # (longer ones were cut in silence)
+        if per_id is not None and (not isinstance(per_id, torch.Tensor) or per_id.numel() != n):
+            got = tuple(per_id.shape) if isinstance(per_id, torch.Tensor) else type(per_id).__name__
+            raise InvalidInputError(f"table {name!r}: {what} of shape {got} for {n} IDs (one per ID)")
     entries = {"dynamic_meta": m, "dynamic_ids": ids.to(torch.int64).contiguous(),
                "dynamic_counts": torch.ones(n, dtype=torch.int64) if counts is None else counts.to(torch.int64),
                "dynamic_last_seen": torch.full((n,), step, dtype=torch.int64) if last_seen is None

@@ -100,14 +100,18 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
     return path
 
 
-def _save_id(path: Path) -> int | None:
+_UNREADABLE = "unreadable"
+
+
+def _save_id(path: Path) -> int | str | None:
     """The id of the save that wrote ``path`` (memory-mapped: nothing else is read), None for a file
-    without one (written before the id was added) or one the full load will refuse anyway."""
+    without one (written before the id was added), ``_UNREADABLE`` for one the full load will refuse
+    anyway (naming the problem)."""
     try:
         entry = torch.load(path, weights_only=True, mmap=True, map_location="cpu")["state_dict"].get("save_id")
         return None if entry is None else int(entry)
     except Exception:  # unreadable: load_checkpoint names the problem
-        return None
+        return _UNREADABLE
 
 
 _NAME = re.compile(r"shard-(\d+)-of-(\d+)\.pt")
@@ -192,7 +196,9 @@ def _stage(coll: Any, d: Path, strict: bool,
     (``before`` gets each one's shard as it was, first). Returns the staged tables and the dynamic
     tables' steps (the last file's, as a fixed table's)."""
     files = _set_of(d)
-    ids = {f.name: _save_id(f) for f in files}
+    # (an unreadable file is named by its own load, not taken for another save's: a truncated shard was
+    # reported as "the shard files come from different saves")
+    ids = {f.name: i for f in files if (i := _save_id(f)) != _UNREADABLE}
     if len(set(ids.values())) > 1:
         raise RecgoIOError(f"{d}: the shard files come from different saves ({ids}): a save did not finish on "
                            "every rank, so the folder mixes it with the save before; load an earlier checkpoint")
