@@ -192,3 +192,29 @@ def test_a_refused_load_changes_no_rank_of_a_world(tmp_path: Path) -> None:
     assert "rank 0: loading" in got[0]["rank1_rows"]["message"] and \
         "rank 1 refused the checkpoint, so no rank loaded it" in got[0]["rank1_rows"]["message"], got[0]
     assert "20 of rank 1's rows are in no saved shard" in got[0]["rank1_rows"]["message"]
+
+
+def test_a_refused_load_of_a_model_holding_the_collection_leaves_it_as_it_was(tmp_path: Path) -> None:
+    """Torch loads a model's collection through its load pre-hook, not its load_state_dict (whose copy
+    puts refused loads back): an entry of another shape loaded every other table before torch raised its
+    size mismatch (and a table refused in the hook left the ones re-distributed before it loaded, as
+    dcp.load({"model": model}) does). It is refused with the collection as it was, the hook's tables put
+    back; a good state dict still loads. Found by an adversarial pass."""
+    from recgo.errors import InvalidInputError
+
+    with one_rank(tmp_path):
+        src = recgo.EmbeddingBagCollection([recgo.EmbeddingBagConfig(50, 4, "a", ["fa"]),
+                                            recgo.EmbeddingBagConfig(40, 3, "b", ["fb"])], optimizer=optim.Adam(lr=0.1),
+                                           seed=4)
+        dst = build(5)
+        model = torch.nn.ModuleDict({"ebc": dst})
+        train(dst, 7)
+        before = state(dst)
+        good = {f"ebc.{k}": v for k, v in src.state_dict().items()}
+        narrow = {**good, "ebc.embedding_bags.b.optimizer_state": good["ebc.embedding_bags.b.optimizer_state"][:, :1]}
+        with pytest.raises(InvalidInputError, match=r"embedding_bags.b.optimizer_state has shape \(40, 1\)"):
+            model.load_state_dict(narrow, strict=False)
+        assert same(state(dst), before) == []
+        model.load_state_dict(good, strict=False)
+        for t in ("a", "b"):
+            assert torch.equal(dst.embedding_bags[t].weight.detach(), src.embedding_bags[t].weight.detach())

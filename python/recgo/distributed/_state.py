@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidInputError
+from ..modules._load_whole import put_back, save_tables
 from ..modules._storage import allow_weights_only
 from .._rank_tags import RANK_TAG, SHARD_IDS, rank_tag
 from . import _failed
@@ -99,6 +100,20 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
     optimizer steps (a torn save, :func:`_check_set_steps`), or a plain ``weight`` of another shape
     than the whole table's, raises ``InvalidInputError``, since rows would be lost, misplaced or mixed
     from two steps."""
+    # Loaded as a part of a model (torch calls this hook, not the collection's load_state_dict, whose
+    # whole_load keeps a copy): the tables this hook re-distributes are put back if a later one is
+    # refused (a refused dynamic table left the fixed ones before it loaded, the collection half new).
+    saved = None if getattr(module, "_whole_load", False) else save_tables(module, state_dict, prefix)
+    try:
+        _own_keys(module, state_dict, prefix, unexpected, _errors)
+    except BaseException:
+        if saved is not None:
+            put_back(module, saved)
+        raise
+
+
+def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _errors: list) -> None:
+    """:func:`own_keys`' work."""
     p, tag = _tables_prefix(module, prefix), _rank_tag(module)
     g = module._groups
     module._reloaded = [k for k in getattr(module, "_reloaded", []) if not k.startswith(p)]
@@ -116,6 +131,8 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
                 raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a fixed table; "
                                         "this collection's is a dynamic-ID table")
         if set(tagged) == {tag} and _own_rows(module, cfg, state_dict, tagged[tag]):
+            if cfg.dynamic is None:  # torch would copy them after this hook, refusing a shape only at the end
+                _check_shapes(module, cfg, state_dict, tagged[tag], g.rank)
             for entry, k in tagged[tag].items():
                 v = state_dict.pop(k)
                 if entry != SHARD_IDS:
@@ -125,8 +142,10 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
             loaded = {e for entries in tagged.values() for e in entries}
             parts, own = _complete_set(module, cfg, state_dict, tagged, tag)
         elif cfg.dynamic is None and isinstance(state_dict.get(f"{head}weight"), torch.Tensor):
-            if not _unsharded(module, t, state_dict, head):
-                continue  # the whole table, laid out as this shard holds it: loads as it is
+            if not _unsharded(module, t, state_dict, head):  # the whole table, laid out as this shard holds it:
+                plain = {e: f"{head}{e}" for e in _FIXED if f"{head}{e}" in state_dict}
+                _check_shapes(module, cfg, state_dict, plain, g.rank)  # it loads as it is
+                continue
             raw = {e: state_dict.pop(f"{head}{e}") for e in _FIXED if f"{head}{e}" in state_dict}
             loaded, own = set(raw), None
             parts = [{_FIXED[e]: v for e, v in raw.items()} | {"ids": torch.arange(cfg.num_embeddings)}]
@@ -144,6 +163,18 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
             loaded.discard("optimizer_state")
         redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
         module._reloaded += [f"{head}{e}" for e in loaded]
+
+
+def _check_shapes(module: Any, cfg: Any, state_dict: dict, entries: dict[str, str], rank: int) -> None:
+    """Refuse this rank's own entries of fixed table ``cfg`` whose shapes are not its shard's, before
+    any table changes (torch copies the entries after the hooks and raises its size mismatch only once
+    every other entry is copied)."""
+    table = module.embedding_bags[cfg.name]
+    for entry, k in entries.items():
+        v, mine = state_dict.get(k), getattr(table, entry, None)
+        if isinstance(v, torch.Tensor) and isinstance(mine, torch.Tensor) and v.shape != mine.shape:
+            raise InvalidInputError(f"rank {rank}: loading the state dict: {k} has shape {tuple(v.shape)}, this "
+                                    f"rank's shard of table {cfg.name!r} {tuple(mine.shape)}")
 
 
 def _check_set_steps(module: Any, cfg: Any, state_dict: dict, tagged: dict[str, dict[str, str]]) -> None:

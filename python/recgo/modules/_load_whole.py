@@ -46,7 +46,7 @@ def _tables(coll: nn.Module) -> tuple[str, nn.ModuleDict, dict[str, bool]]:
     return attr, mods, dyn
 
 
-def _save(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str) -> list[_Saved]:
+def save_tables(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str) -> list[_Saved]:
     """Copies of the collection's tables that ``state_dict`` has entries for (keys under ``prefix``)."""
     from .. import dynamic
 
@@ -65,7 +65,7 @@ def _save(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str) -> list[_
     return out
 
 
-def _put_back(coll: nn.Module, saved: list[_Saved]) -> None:
+def put_back(coll: nn.Module, saved: list[_Saved]) -> None:
     """Every saved table as it was."""
     from .. import dynamic
 
@@ -105,13 +105,18 @@ def whole_load(module: nn.Module, state_dict: Mapping[str, Any]) -> Iterator[Non
     if len(found) == 1 and not isinstance(found[0][1], ShardedEmbeddingBagCollection):
         yield
         return
-    saved = [(c, _save(c, state_dict, p)) for p, c in found]
+    saved = [(c, save_tables(c, state_dict, p)) for p, c in found]
+    for _, c in found:  # (their load pre-hooks keep no copy of their own then)
+        c.__dict__["_whole_load"] = True
     try:
         yield
     except BaseException:
         for c, s in saved:
-            _put_back(c, s)
+            put_back(c, s)
         raise
+    finally:
+        for _, c in found:
+            c.__dict__.pop("_whole_load", None)
 
 
 @contextmanager
