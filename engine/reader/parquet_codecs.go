@@ -142,31 +142,29 @@ func snappyDecode(dst, src []byte) (int, error) {
 var gzipReaders, brotliReaders sync.Pool
 
 func gzipDecode(dst, src []byte) (int, error) {
-	r, _ := gzipReaders.Get().(*gzip.Reader)
-	if r == nil {
-		r = new(gzip.Reader)
-	}
-	if err := r.Reset(bytes.NewReader(src)); err != nil {
-		return 0, err
-	}
-	n, err := readBounded(r, dst)
-	if err == nil {
-		gzipReaders.Put(r)
-	}
-	return n, err
+	return streamDecode(&gzipReaders, func() *gzip.Reader { return new(gzip.Reader) }, dst, src)
 }
 
 func brotliDecode(dst, src []byte) (int, error) {
-	r, _ := brotliReaders.Get().(*brotli.Reader)
-	if r == nil {
-		r = brotli.NewReader(nil)
+	return streamDecode(&brotliReaders, func() *brotli.Reader { return brotli.NewReader(nil) }, dst, src)
+}
+
+// streamDecode decodes src into dst with a stream decoder from pool (fresh makes one), which goes back
+// to the pool only after a page it decoded to its end.
+func streamDecode[R interface {
+	io.Reader
+	Reset(io.Reader) error
+}](pool *sync.Pool, fresh func() R, dst, src []byte) (int, error) {
+	r, ok := pool.Get().(R)
+	if !ok {
+		r = fresh()
 	}
 	if err := r.Reset(bytes.NewReader(src)); err != nil {
 		return 0, err
 	}
 	n, err := readBounded(r, dst)
 	if err == nil {
-		brotliReaders.Put(r)
+		pool.Put(r)
 	}
 	return n, err
 }
