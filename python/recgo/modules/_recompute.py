@@ -20,16 +20,20 @@ from ._eager import RECOMPUTE, TRAIN
 _KEEP = 64  # training forwards remembered per collection (a checkpointed region's forwards, and more)
 
 
-def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None] | None:
+def _nothing() -> None:
+    pass
+
+
+def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None]:
     """Before a forward of ``owner``'s tables over the batch (``values``, ``lengths``): refuse a
     recomputation whose training forward's rows of ``owner``'s dynamic tables changed since
-    (``InvalidInputError``). For a training forward, returns what to call once it has run (it
-    remembers the rows' state it left, by the batch), else None."""
+    (``InvalidInputError``). Returns what to call once the forward has run (a training forward's
+    remembers the rows' state it left, by the batch)."""
     if mode not in (TRAIN, RECOMPUTE):
-        return None
+        return _nothing
     tables = [i for i, c in enumerate(owner.embedding_bag_configs()) if c.dynamic is not None]
     if not tables:
-        return None
+        return _nothing
     from .. import dynamic
 
     key = (values.numel(), lengths.numel(), int(values.sum()) if values.numel() else 0,
@@ -55,4 +59,4 @@ def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) ->
             "recomputation would read rows the forward did not, and the gradients would be wrong. Run each "
             "checkpointed forward's backward before the collection's next training forward, or keep the "
             "collection's forward outside the checkpointed region")
-    return None
+    return _nothing

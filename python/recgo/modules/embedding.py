@@ -355,8 +355,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             _lib.call_making(f, [ctx], self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values),
                              values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(), mode,
                              int(keep), ctypes.byref(ctx))
-            if ran:
-                ran()
+            ran()
             return ctx.value if keep else 0
         f = _lib.fn("recgo_ebc_forward")
         _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values),
@@ -364,8 +363,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                          None if weights is None else (weights.data_ptr() or None),
                          0 if weights is None else weights.numel(), ptr(out), out.numel(), mode, int(keep),
                          ctypes.byref(ctx))
-        if ran:
-            ran()
+        ran()
         return ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> torch.Tensor:
@@ -539,9 +537,8 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return self._optimizer
 
     def merged_update(self) -> contextlib.AbstractContextManager[None]:
-        """One fused optimizer step per table for all the backwards inside the scope
-        (:func:`recgo.modules._merged.merged_update`): a collection called twice before one backward
-        (two towers) steps once on the summed gradient, as TorchRec's unfused one does."""
+        """One fused step per table for the backwards in the scope (:func:`._merged.merged_update`): two
+        calls before one backward (two towers) step once on the summed gradient, as TorchRec's unfused one."""
         return merged_update(self)
 
     def set_fused_optimizer(self, optimizer: FusedOptimizer) -> None:

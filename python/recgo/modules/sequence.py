@@ -263,8 +263,7 @@ class EmbeddingCollection(nn.Module):
         _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
                          lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
                          mode, int(keep), ctypes.byref(ctx))
-        if ran:
-            ran()
+        ran()
         return outs, ctx.value if keep else 0
 
     def _counts(self, handle: _lib.Handle) -> list[int]:
