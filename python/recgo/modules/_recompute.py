@@ -18,6 +18,7 @@ from ..errors import InvalidInputError
 from ._eager import RECOMPUTE, TRAIN
 
 _KEEP = 64  # training forwards remembered per collection (a checkpointed region's forwards, and more)
+_ADMITTED = 4  # DynamicStats' admitted (then evicted) among the stats export's values
 
 
 def _nothing() -> None:
@@ -34,14 +35,18 @@ def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) ->
     tables = [i for i, c in enumerate(owner.embedding_bag_configs()) if c.dynamic is not None]
     if not tables:
         return _nothing
-    from .. import dynamic
+    from .. import _lib
 
+    stats, width = _lib.fn("recgo_dynamic_stats"), _lib.const("DynamicStatsLen")
     key = (values.numel(), lengths.numel(), int(values.sum()) if values.numel() else 0,
            int(lengths.sum()) if lengths.numel() else 0)
-    seen: OrderedDict[tuple[int, ...], tuple[Any, ...]] = owner.__dict__.setdefault("_recompute_rows", OrderedDict())
+    seen: OrderedDict[tuple[int, ...], list[int]] = owner.__dict__.setdefault("_recompute_rows", OrderedDict())
 
-    def state() -> tuple[tuple[int, int], ...]:
-        return tuple((s.admitted, s.evicted) for s in (dynamic.stats(owner, i) for i in tables))
+    def state() -> list[int]:  # each table's admitted and evicted counts (dynamic.stats, in one buffer)
+        out = torch.empty(len(tables) * width, dtype=torch.int64)
+        for j, i in enumerate(tables):
+            _lib.call(stats, owner._handle.value, i, out.data_ptr() + 8 * j * width, width)
+        return out.view(len(tables), width)[:, _ADMITTED:_ADMITTED + 2].reshape(-1).tolist()
 
     if mode == TRAIN:
         def remember() -> None:
@@ -52,7 +57,8 @@ def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) ->
         return remember
     before, now = seen.get(key), state()
     if before is not None and before != now:
-        names = [owner.embedding_bag_configs()[i].name for i, a, b in zip(tables, before, now) if a != b]
+        pairs = zip(tables, zip(before[::2], before[1::2]), zip(now[::2], now[1::2]))
+        names = [owner.embedding_bag_configs()[i].name for i, a, b in pairs if a != b]
         raise InvalidInputError(
             f"activation checkpointing: dynamic table(s) {names} admitted or evicted IDs between this forward and "
             "its recomputation in backward (another training forward of the collection ran in between): the "
