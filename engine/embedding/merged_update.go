@@ -100,7 +100,8 @@ func (p *pendingUpdate) live() ([]int64, []float32) {
 // step that uses a table both pooled and as a sequence takes one optimizer step over the summed
 // gradient (what a torch optimizer does with the two gradients accumulated into one parameter),
 // rather than one update per backward. Forwards inside the scope read the weights as they were when
-// it opened (a dynamic table still admits and evicts IDs). It waits for running passes and fails when a scope is already open.
+// it opened (a dynamic table still admits and evicts IDs). It waits for running passes and fails
+// when a scope is already open.
 func (c *Collection) BeginMergedUpdate() error {
 	unlock, err := c.lock(true)
 	if err != nil {

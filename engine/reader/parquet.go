@@ -405,20 +405,6 @@ func (s *parquetSource) skipGroup(err error) {
 	s.at, s.n = 0, 0
 }
 
-// rowsOfRank is how many of the k global rows from global on fall to rank (row g falls to rank
-// g mod world).
-func rowsOfRank(global, k int64, world, rank int) int64 {
-	w, r := int64(world), int64(rank)
-	upTo := func(x int64) int64 { // rows of this rank among global rows [0, x)
-		n := x / w
-		if x%w > r {
-			n++
-		}
-		return n
-	}
-	return upTo(global+k) - upTo(global)
-}
-
 func (s *parquetSource) fail(row int64, ci int, format string, args ...any) error {
 	return &ParseError{File: s.name(), Line: -1, Row: row, Column: ci + 1, Name: s.plan.cols[ci].Name, Msg: fmt.Sprintf(format, args...)}
 }

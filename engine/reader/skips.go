@@ -101,3 +101,17 @@ type SkipReporter interface {
 	// FirstSkipped is the error of the first row dropped since the source opened, or nil.
 	FirstSkipped() error
 }
+
+// rowsOfRank is how many of the k global rows from global on fall to rank (row g falls to rank
+// g mod world).
+func rowsOfRank(global, k int64, world, rank int) int64 {
+	w, r := int64(world), int64(rank)
+	upTo := func(x int64) int64 { // rows of this rank among global rows [0, x)
+		n := x / w
+		if x%w > r {
+			n++
+		}
+		return n
+	}
+	return upTo(global+k) - upTo(global)
+}

@@ -434,7 +434,7 @@ class Handle:
 
     def arm(self) -> None:
         """Free the handle when collected from now on (see ``armed``)."""
-        new, set_destructor, destructor = _capsules()
+        _, set_destructor, destructor = _capsules()
         set_destructor(self._owner, destructor)
 
     @property

@@ -402,7 +402,8 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     ``weight[i]`` (and ``optimizer_state[i]``, ``[n, width]``; default zeros, a fresh optimizer's),
     seen ``counts[i]`` times (default 1), last at step ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
     table's unless ``meta`` overrides them (``sketch``, ``sketch_adds``, ``step``, ``admitted``,
-    ``evicted``; ``admitted`` is at least the IDs imported). More IDs than the row bound raise ``CapacityError``; the engine checks the rest
+    ``evicted``; ``admitted`` is at least the IDs imported). More IDs than the row bound raise
+    ``CapacityError``; the engine checks the rest
     (distinct IDs, shapes) and leaves the table unchanged on error."""
     cur = export_state(ebc, table)
     m = cur["dynamic_meta"].clone()

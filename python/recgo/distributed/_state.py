@@ -9,7 +9,7 @@ sharding is refused by name.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -101,19 +101,22 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
     than the whole table's, raises ``InvalidInputError``, since rows would be lost, misplaced or mixed
     from two steps."""
     # Loaded as a part of a model (torch calls this hook, not the collection's load_state_dict, whose
-    # whole_load keeps a copy): the tables this hook re-distributes are put back if a later one is
-    # refused (a refused dynamic table left the fixed ones before it loaded, the collection half new).
-    saved = None if getattr(module, "_whole_load", False) else save_tables(module, state_dict, prefix)
+    # whole_load keeps a copy): each table this hook re-distributes is copied just before, and put back
+    # if a later one is refused (a refused dynamic table left the fixed ones before it loaded, the
+    # collection half new). A table that loads as it is changes only after the hook, in torch's copy.
+    saved: list[Any] | None = None if getattr(module, "_whole_load", False) else []
     try:
-        _own_keys(module, state_dict, prefix, unexpected, _errors)
+        _own_keys(module, state_dict, prefix, unexpected, _errors,
+                  None if saved is None else lambda name: saved.extend(save_tables(module, {}, prefix, [name])))
     except BaseException:
-        if saved is not None:
+        if saved:
             put_back(module, saved)
         raise
 
 
-def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _errors: list) -> None:
-    """:func:`own_keys`' work."""
+def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _errors: list,
+              before_change: Callable[[str], None] | None) -> None:
+    """:func:`own_keys`' work; ``before_change(name)`` runs before table ``name`` is re-distributed."""
     p, tag = _tables_prefix(module, prefix), _rank_tag(module)
     g = module._groups
     module._reloaded = [k for k in getattr(module, "_reloaded", []) if not k.startswith(p)]
@@ -161,6 +164,8 @@ def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _err
                                                                                  "optimizer_state"):
             unexpected.append(f"{head}optimizer_state")  # as torch reports it for a collection without one
             loaded.discard("optimizer_state")
+        if before_change is not None:
+            before_change(cfg.name)
         redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
         module._reloaded += [f"{head}{e}" for e in loaded]
 

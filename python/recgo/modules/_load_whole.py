@@ -14,7 +14,7 @@ tensors the engine holds included, if the call raises.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -46,15 +46,18 @@ def _tables(coll: nn.Module) -> tuple[str, nn.ModuleDict, dict[str, bool]]:
     return attr, mods, dyn
 
 
-def save_tables(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str) -> list[_Saved]:
-    """Copies of the collection's tables that ``state_dict`` has entries for (keys under ``prefix``)."""
+def save_tables(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str,
+                names: Collection[str] | None = None) -> list[_Saved]:
+    """Copies of the collection's tables that ``state_dict`` has entries for (keys under ``prefix``), or
+    of the tables ``names`` names."""
     from .. import dynamic
 
     attr, mods, dyn = _tables(coll)
     out = []
     for name, m in mods.items():
         head = f"{prefix}{attr}.{name}."
-        if not any(isinstance(k, str) and k.startswith(head) for k in state_dict):
+        if names is not None and name not in names or names is None and not any(
+                isinstance(k, str) and k.startswith(head) for k in state_dict):
             continue  # the call leaves this table as it is
         is_dyn = dyn.get(name, False) and getattr(getattr(coll, "_owner", coll), "_handle", 0) is not None
         # a dynamic-ID table's weight is its whole reserved bound: its export holds the rows in use

@@ -17,8 +17,8 @@ def merged_update(ebc: Any) -> Iterator[None]:
     leaving it applies one optimizer step per used table over the sums (its step counter advances
     once), also when the block raises (gradients that reached the engine are not lost). Forwards
     inside the scope see the weights as they were when it opened (a dynamic table still admits and
-    evicts IDs: a row evicted inside the scope takes only its new ID's gradient). One scope at a time per collection (a
-    second raises); close it before saving a checkpoint."""
+    evicts IDs: a row evicted inside the scope takes only its new ID's gradient). One scope at a time
+    per collection (a second raises); close it before saving a checkpoint."""
     if ebc._handle is None:
         raise InvalidInputError("merged_update: the collection is on the meta device; materialise it first")
     f = _lib.fn("recgo_ebc_merged_update")

@@ -37,7 +37,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                         "rank of torchrun's world; --batch-size is per rank")
     p.add_argument("--sharding", default=None, help="recgo's table sharding with --nproc > 1: hash (default), "
                                                     "table_wise or row_wise")
-    p.add_argument("--config", default=None, help="YAML file with any TrainConfig field (flags win; --epochs, --backend, --out and the "
+    p.add_argument("--config", default=None,
+                   help="YAML file with any TrainConfig field (flags win; --epochs, --backend, --out and the "
                         "run-control flags are flags only)")
     p.add_argument("--out", default="train-report", help="folder for report.json, report.md and plots")
     p.add_argument("--checkpoint", default=None, help="checkpoint path prefix (one file per backend)")
