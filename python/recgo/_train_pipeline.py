@@ -148,32 +148,44 @@ class TrainPipeline:
             return self._progress(iterator)
 
     def _progress(self, iterator: Iterator[Batch] | None) -> torch.Tensor:
-        """:meth:`progress` with the step lock held."""
+        """:meth:`progress` with the step lock held. From the moment this rank's pipeline hands a batch
+        over (into ``slot``, before anything a Ctrl-C can interrupt) to the start of its backward, an
+        exception keeps it for the next step, with the position before it: nothing updated yet."""
         self._check_open()
         own = iterator is None
-        if own and self._pending is not None:
-            (batch, before), self._pending = self._pending, None
-        else:
-            before = self.data.state_dict() if own else {}
-            try:
-                item = next(self.data if own else iterator, _END)  # a sentinel: an iterator may yield None
-                batch = None if item is _END else _as_batch(item)
-            except Exception as exc:  # tell the peers, waiting in this step's agreement, before raising
-                if self._world is not None and not self._told:  # once: a later call meets no peer
-                    self._told = True
-                    _tell_failure(exc, self._world)
-                raise
-        if self._world is not None and not self._agree(batch, before if own else None):
-            if batch is not None:
-                self._count_unused(batch, own)
-            raise StopIteration
-        if batch is None:
-            raise StopIteration
-        self.last_batch_size = int(batch.labels.shape[0])
-        trains = self.model.training  # as TorchRec's pipelines: eval mode runs the forward only
-        optimizer = self._optimizer
+        batch: Batch | None = None
+        before: dict[str, Any] = {}
+        slot: list[Batch | None] = [None]
         backward = False
         try:
+            if own and self._pending is not None:
+                (batch, before), self._pending = self._pending, None
+            else:
+                if own:
+                    before = self.data.state_dict()
+                try:
+                    if own:
+                        item: Any = self.data._deliver(slot)
+                    else:
+                        item = next(iterator, _END)  # a sentinel: an iterator may yield None
+                except StopIteration:
+                    item = _END
+                except Exception as exc:  # tell the peers, waiting in this step's agreement, before raising
+                    if self._world is not None and not self._told:  # once: a later call meets no peer
+                        self._told = True
+                        _tell_failure(exc, self._world)
+                    raise
+                batch = None if item is _END else _as_batch(item)
+            if self._world is not None and not _all_have(batch is not None, self._world):
+                if batch is not None:
+                    spare, batch = batch, None  # (counted unused, not kept)
+                    self._count_unused(spare, own)
+                raise StopIteration
+            if batch is None:
+                raise StopIteration
+            self.last_batch_size = int(batch.labels.shape[0])
+            trains = self.model.training  # as TorchRec's pipelines: eval mode runs the forward only
+            optimizer = self._optimizer
             if trains and optimizer is not None:
                 optimizer.zero_grad(set_to_none=True)
             with contextlib.ExitStack() as scopes:  # tables used pooled and as sequences: one merged update
@@ -186,25 +198,15 @@ class TrainPipeline:
                 backward = True
                 loss.backward()
         except BaseException:
-            if own and not backward:  # nothing updated: the next step runs this batch
+            if batch is None:
+                batch = slot[0]  # handed over, and the interrupt landed before it was taken
+            if own and not backward and batch is not None:  # nothing updated: the next step runs this batch
                 self._pending = (batch, before)
             raise
         if optimizer is not None:
             optimizer.step()
         self.steps += 1
         return loss.detach()
-
-    def _agree(self, batch: Batch | None, before: dict[str, Any] | None) -> bool:
-        """Whether every rank has a batch for the next step (:func:`_all_have`). When the agreement
-        raises (a peer died or raised: ``PeerFailureError``; Ctrl-C), this rank's batch is kept as a
-        failed step's is, if it came from the pipeline (``before``: the position before it), so a
-        checkpoint taken then resumes before it (it resumed past it, losing the batch on this rank)."""
-        try:
-            return _all_have(batch is not None, self._world)
-        except BaseException:
-            if batch is not None and before is not None:
-                self._pending = (batch, before)
-            raise
 
     def _count_unused(self, batch: Batch, own_data: bool) -> None:
         """Count and warn about the batches this rank holds when another rank ran out: the one in hand

@@ -287,8 +287,14 @@ class DataPipeline:
         :func:`recgo._pass_end.check_pass_end` (once): a pass from the start of the data that handed out
         no batch raises InvalidInputError naming why, and one that skipped more than half its rows under
         ``skip_bad`` warns."""
+        return self._deliver(None)
+
+    def _deliver(self, slot: list[Batch | None] | None) -> Batch:
+        """:meth:`__next__`, also storing the batch in ``slot[0]`` (when given) before anything that a
+        Ctrl-C can interrupt: a caller of recgo's own (``TrainPipeline``) finds it there when the
+        interrupt lands on the way back, and keeps it rather than losing it."""
         try:
-            return self._next_batch()
+            return self._next_batch(slot)
         except StopIteration:
             if not self._end_checked:
                 self._end_checked = True
@@ -296,10 +302,11 @@ class DataPipeline:
                                world_size=self.world_size, batch_size=self.batch_size, drop_last=self.drop_last)
             raise
 
-    def _next_batch(self) -> Batch:
+    def _next_batch(self, slot: list[Batch | None] | None = None) -> Batch:
         info = self._info_buf
         handed = 0  # the batch the engine handed out, once it has
         owner: _lib.Handle | None = None
+        batch: Batch | None = None
         try:
             with self._lock:
                 info[0] = 0
@@ -320,6 +327,8 @@ class DataPipeline:
                     _prepared.register(vp, nv, lp, owner)
                 batch = Batch(KeyedJaggedTensor(self.keys, values, lengths=lengths), dense, labels)
                 owner.arm()
+                if slot is not None:
+                    slot[0] = batch  # (a store, no call: nothing can interrupt it)
             # Nothing is called from here to the caller's frame: no Ctrl-C can land in between.
             return batch
         except (RecgoError, StopIteration):
@@ -331,7 +340,7 @@ class DataPipeline:
             # and nothing is lost. The engine frees its handle; the tensors made of it are dropped. Its
             # Handle frees nothing when collected before it is armed (a Ctrl-C inside its construction
             # dropped an armed one, which freed the batch, and the give-back failed).
-            if handed:
+            if handed and not (slot is not None and batch is not None and slot[0] is batch):  # (handed over)
                 if owner is not None:
                     owner.disown()
                 with contextlib.suppress(Exception), self._lock:
