@@ -242,7 +242,7 @@ def test_a_bool_hyper_parameter_in_a_param_group_is_refused() -> None:
 
 @pytest.mark.parametrize("group, key, value, match", [
     (0, "lr", "abc", "hyper-parameters must be numbers"), (0, "lr", float("nan"), "learning rate NaN"),
-    (1, "lr", -1.0, "learning rate -1"), (1, "lr", None, r"the group of 'g' lacks \['lr'\]"),
+    (1, "lr", -1.0, "learning rate -1"), (1, "lr", None, r"the saved group for 'g' lacks \['lr'\]"),
 ])
 def test_a_refused_state_dict_leaves_the_groups_and_the_collections_as_they_were(group: int, key: str, value: Any,
                                                                                   match: str) -> None:
@@ -279,3 +279,42 @@ def test_a_refused_group_changes_no_collection(call: str) -> None:
     co.param_groups[1]["lr"] = 0.25
     getattr(co, call)()
     assert m["a"].fused_optimizer.lr == 0.5 and m["b"].fused_optimizer.lr == 0.25
+
+
+def test_a_state_dict_of_another_optimizer_kind_or_model_is_refused() -> None:
+    """An Adagrad collection's saved groups loaded into an Adam one: it ran on with beta1 = beta2 = 0 (the
+    Adagrad group's unused fields); a state dict of two collections into one raised torch's bare
+    ValueError, a list of non-dicts a TypeError."""
+    cfg = [EmbeddingBagConfig(10, 4, "t", ["f"])]
+    adam = EmbeddingBagCollection(cfg, optimizer=optim.Adam(lr=0.1))
+    co = optim.CollectionOptimizer(adam)
+    adagrad = optim.CollectionOptimizer(EmbeddingBagCollection(cfg, optimizer=optim.Adagrad(lr=0.3)))
+    with pytest.raises(InvalidInputError, match="is Adagrad's, the collection runs Adam"):
+        co.load_state_dict(adagrad.state_dict())
+    two = nn.ModuleDict({n: EmbeddingBagCollection(cfg, optimizer=optim.Adam(lr=0.2)) for n in ("x", "y")})
+    with pytest.raises(InvalidInputError, match=r"has 2 group\(s\), one per collection, this optimizer 1"):
+        co.load_state_dict(optim.CollectionOptimizer(two).state_dict())
+    with pytest.raises(InvalidInputError, match="'param_groups' must be a list of dicts"):
+        co.load_state_dict({"state": {}, "param_groups": [0.1]})
+    assert adam.fused_optimizer == optim.Adam(lr=0.1)
+    saved = optim.CollectionOptimizer(EmbeddingBagCollection(cfg, optimizer=optim.Adam(lr=0.4))).state_dict()
+    del saved["param_groups"][0]["fused_optimizer"]  # saved before groups named their kind: loads
+    co.load_state_dict(saved)
+    assert adam.fused_optimizer == optim.Adam(lr=0.4)
+
+
+def test_set_fused_optimizer_is_kept_by_the_collection_optimizer() -> None:
+    """A rate set on the collection itself was put back to the group's stale one by the next
+    zero_grad() (and saved stale): the collection's change is kept and shown in the group, and a change
+    of the group later still reaches the collection."""
+    ebc = EmbeddingBagCollection([EmbeddingBagConfig(10, 4, "t", ["f"])], optimizer=optim.Adagrad(lr=0.1))
+    co = optim.CollectionOptimizer(ebc)
+    ebc.set_fused_optimizer(optim.Adagrad(lr=0.5, weight_decay=0.01))
+    assert co.state_dict()["param_groups"][0]["lr"] == 0.5
+    co.zero_grad()
+    co.step()
+    assert ebc.fused_optimizer == optim.Adagrad(lr=0.5, weight_decay=0.01)
+    assert (co.param_groups[0]["lr"], co.param_groups[0]["weight_decay"]) == (0.5, 0.01)
+    co.param_groups[0]["lr"] = 0.05
+    co.step()
+    assert ebc.fused_optimizer == optim.Adagrad(lr=0.05, weight_decay=0.01)

@@ -47,6 +47,9 @@ class CollectionOptimizer(torch.optim.Optimizer):
     and ``step()`` hand changed values to the collections (``set_fused_optimizer``), as TorchRec's
     fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
     ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
+    A value set on a collection itself (``set_fused_optimizer``) is kept, and shown in its group from
+    the next hand-over on. Each group also names its optimizer kind (``"fused_optimizer"``), and
+    ``load_state_dict`` refuses groups of another kind or another number of collections.
     ``state_dict()`` holds the hyper-parameters; the tables' optimizer state is in the model's.
     It can be an entry of TorchRec's ``CombinedOptimizer([it, dense])`` (or a named entry,
     ``("fused", it)``), whose schedulers then drive both: built while ``torchrec`` is imported, it is
@@ -70,8 +73,8 @@ class CollectionOptimizer(torch.optim.Optimizer):
         self._collections = fused_collections(model)
         if not self._collections:
             raise InvalidInputError("CollectionOptimizer: the model has no recgo collection with a fused optimizer")
-        groups = [{"params": [], "name": n, **{k: getattr(m.fused_optimizer, k) for k in _HYPER}}
-                  for n, m in self._collections]
+        groups = [{"params": [], "name": n, "fused_optimizer": type(m.fused_optimizer).__name__,
+                   **{k: getattr(m.fused_optimizer, k) for k in _HYPER}} for n, m in self._collections]
         defaults: dict[str, Any] = {"_save_param_groups": False}  # what TorchRec's CombinedOptimizer reads
         if all(isinstance(m.fused_optimizer, Adam) for _, m in self._collections):
             for g in groups:
@@ -79,6 +82,7 @@ class CollectionOptimizer(torch.optim.Optimizer):
             defaults["betas"] = groups[0]["betas"]  # torch's schedulers look for the key here
         torch.optim.Optimizer.__init__(self, groups, defaults)  # not KeyedOptimizer's, in the keyed subclass
         self._betas = [(g["beta1"], g["beta2"]) for g in self.param_groups]  # as last handed over
+        self._synced = [m.fused_optimizer for _, m in self._collections]  # each collection's, as last handed over
         self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
         self._built = True  # add_param_group refuses from here
 
@@ -111,19 +115,33 @@ class CollectionOptimizer(torch.optim.Optimizer):
             group["betas"] = (group["beta1"], group["beta2"])
             self._betas[i] = group["betas"]
 
-    def _push(self) -> None:
+    def _push(self, force: bool = False) -> None:
+        """Hand the hyper-parameters each group changed since the last hand-over (every one, when
+        ``force``) to its collection, keeping the ones changed on the collection itself meanwhile
+        (``set_fused_optimizer``: they were put back to the group's stale values), and make the groups
+        show what the collections now run."""
         self._sync_betas()
         changes = []
-        for group, (name, m) in zip(self.param_groups, self._collections):
+        for i, (group, (name, m)) in enumerate(zip(self.param_groups, self._collections)):
             lacks = [k for k in _HYPER if k not in group]
             if lacks:
                 raise InvalidInputError(f"CollectionOptimizer: the group of {name or 'the model'!r} lacks {lacks}")
-            cur = m.fused_optimizer
-            new = replace(cur, **{k: _number(group[k]) for k in _HYPER})  # bools, strings: refused
-            if new != cur:
-                changes.append((m, new))
-        for m, new in changes:  # every group built first: a refused one left the groups before it changed
-            m.set_fused_optimizer(new)
+            mine = {k: _number(group[k]) for k in _HYPER}
+            cur, last = m.fused_optimizer, self._synced[i]
+            new = replace(cur, **{k: v for k, v in mine.items() if force or v != getattr(last, k)})  # bools, strings: refused
+            changes.append((i, m, new))
+        for i, m, new in changes:  # every group built first: a refused one left the groups before it changed
+            if new != m.fused_optimizer:
+                m.set_fused_optimizer(new)
+            self._adopt(i, new)
+
+    def _adopt(self, i: int, fused: Any) -> None:
+        """Make group ``i`` show ``fused``, its collection's optimizer as last handed over."""
+        group = self.param_groups[i]
+        group.update({k: getattr(fused, k) for k in _HYPER}, fused_optimizer=type(fused).__name__)
+        if "betas" in group:
+            group["betas"] = self._betas[i] = (group["beta1"], group["beta2"])
+        self._synced[i] = fused
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Hand changed hyper-parameters to the collections (there are no gradients to clear)."""
@@ -150,18 +168,20 @@ class CollectionOptimizer(torch.optim.Optimizer):
                 "optimizer state, which recgo keeps in the model's state dict (the tables' optimizer_state "
                 "entries): load the TorchRec checkpoint into the TorchRec model and its optimizer, then "
                 "convert it with recgo.from_torchrec, which carries that state over")
+        self._check_groups(state_dict["param_groups"])
         keyed = state_dict.get("state") or {}
-        before = [dict(g) for g in self.param_groups], list(self._betas), [m.fused_optimizer for _, m in self._collections]
+        before = ([dict(g) for g in self.param_groups], list(self._betas), list(self._synced),
+                  [m.fused_optimizer for _, m in self._collections])
         # torch's (not KeyedOptimizer's, in the keyed subclass) for the hyper-parameters
         torch.optim.Optimizer.load_state_dict(self, {**state_dict, "state": {}})
         try:
-            self._push()
+            self._push(force=True)
         except Exception:  # a refused value (NaN, a string, a missing key) stayed in the groups, failing every step
             for g, old in zip(self.param_groups, before[0]):
                 g.clear()
                 g.update(old)
-            self._betas = before[1]
-            for (_, m), fused in zip(self._collections, before[2]):
+            self._betas, self._synced = before[1], before[2]
+            for (_, m), fused in zip(self._collections, before[3]):
                 if m.fused_optimizer != fused:
                     m.set_fused_optimizer(fused)
             raise
@@ -169,11 +189,40 @@ class CollectionOptimizer(torch.optim.Optimizer):
             if name in self.params:
                 self.state[self.params[name]] = copy.deepcopy(st)
 
+    def _check_groups(self, groups: Any) -> None:
+        """Refuse saved groups that are not one per collection, each with the hyper-parameters of the same
+        kind of fused optimizer (an Adagrad group's unused ``beta1``/``beta2`` of 0 loaded into an Adam
+        collection ran it on with both betas 0; torch's own checks raised a bare ValueError or KeyError)."""
+        if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+            raise InvalidInputError(f"CollectionOptimizer.load_state_dict: 'param_groups' must be a list of dicts "
+                                    f"(one per collection), got {type(groups).__name__}")
+        names = [n or "the model" for n, _ in self._collections]
+        if len(groups) != len(names):
+            raise InvalidInputError(f"CollectionOptimizer.load_state_dict: the state dict has {len(groups)} group(s), "
+                                    f"one per collection, this optimizer {len(names)} ({names}): it was saved for "
+                                    "another model")
+        for g, name, (_, m) in zip(groups, names, self._collections):
+            lacks = [k for k in ("params", *_HYPER) if k not in g]
+            if lacks:
+                raise InvalidInputError(f"CollectionOptimizer.load_state_dict: the saved group for {name!r} lacks "
+                                        f"{lacks}")
+            kind, mine = g.get("fused_optimizer"), type(m.fused_optimizer).__name__
+            if kind is not None and kind != mine:
+                raise InvalidInputError(f"CollectionOptimizer.load_state_dict: the saved group for {name!r} is "
+                                        f"{kind}'s, the collection runs {mine}: its hyper-parameters do not apply "
+                                        "(set the collection's optimizer to match first, or leave the checkpoint's "
+                                        "optimizer state out)")
+
     def state_dict(self) -> dict[str, Any]:
         """The hyper-parameters, one group per collection, under ``param_groups`` (torch's layout),
         and under ``state``, by name, the state a TorchRec wrapper keeps in this optimizer for
         parameters it added to ``params`` (``WarmupOptimizer``'s progress): torch's state_dict found
         no group holding them and raised a bare ``KeyError``."""
+        for i, (group, (_, m)) in enumerate(zip(self.param_groups, self._collections)):
+            cur, last = m.fused_optimizer, self._synced[i]  # changed on the collection itself: saved as it runs
+            for k in _HYPER:
+                if getattr(cur, k) != getattr(last, k) and group.get(k) == getattr(last, k):
+                    group[k] = getattr(cur, k)
         names = {id(p): k for k, p in self.params.items()}
         state = {names[id(p)]: copy.deepcopy(v) for p, v in self.state.items() if id(p) in names}
         groups = [{**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": []}
@@ -194,5 +243,5 @@ class CollectionOptimizer(torch.optim.Optimizer):
 
     def post_load_state_dict(self) -> None:
         """Hand the hyper-parameters to the collections after TorchRec's ``CombinedOptimizer`` loaded
-        a state dict (the KeyedOptimizer hook)."""
-        self._push()
+        a state dict (the KeyedOptimizer hook): the loaded values, all of them."""
+        self._push(force=True)

@@ -110,9 +110,9 @@ class EmbeddingCollection(nn.Module):
 
     With ``share`` and a fused optimizer, a step that uses a table both pooled and as a sequence
     updates it twice, once per collection's backward (each update merges that collection's duplicate
-    rows first), and steps its counter twice; for SGD that equals one merged update. Inside
-    :meth:`merged_update` the two backwards' gradients are summed per row instead and the table takes
-    one optimizer step when the scope ends. With ``optimizer=None`` both collections' gradients
+    rows first), and steps its counter twice; for SGD without weight decay that equals one merged
+    update (decay would apply twice). Inside :meth:`merged_update` the two backwards' gradients are
+    summed per row instead and the table takes one optimizer step when the scope ends. With ``optimizer=None`` both collections' gradients
     accumulate into the one ``weight`` parameter, so a torch optimizer takes one merged step.
     """
 

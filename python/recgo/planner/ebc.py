@@ -16,6 +16,7 @@ without such a feature feeds the batch on as it is (no copy).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections import Counter
 from typing import Any, Sequence
 
@@ -26,7 +27,7 @@ from ..errors import InvalidInputError
 from ..modules._trace import traced_as_leaf
 from ..modules import _vbe, optim
 from ..modules._walk import torchrec_kind
-from ..modules.convert import torchrec_optimizer_state
+from ..modules.convert import _keep_frozen, torchrec_optimizer_state
 from ..modules.config import _check_configs, _embedding_names, check_keys, key_readers
 from ..modules.embedding import EmbeddingBagCollection, EmbeddingBagConfig
 from ..sparse import KeyedTensor, _is_torchrec_kjt, as_kjt
@@ -79,6 +80,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
         self._readers = key_readers(self._keys)
         self._planned = planned
         self.plan = plan
+        self._digests: dict[str, str] | None = None  # get_extra_state's, once asked
 
     @classmethod
     def from_ebc(cls, ebc: nn.Module, plan: Plan, remap: Remap | None = None,
@@ -87,7 +89,8 @@ class PlannedEmbeddingBagCollection(nn.Module):
         its fused optimizer (unless ``optimizer=`` is given: recgo's own, a TorchRec fused collection's
         or what ``apply_optimizer_in_backward`` gave it, as ``recgo.from_torchrec`` takes it) and, where
         the update is the same, the optimizer state of each row and the step (both were dropped, so a
-        fused collection converted this way stopped training), and whether it is weighted (unless
+        fused collection converted this way stopped training), which tables are frozen
+        (``weight.requires_grad_(False)``), and whether it is weighted (unless
         ``is_weighted=`` is given; it was dropped, so the batch's weights were ignored), and a recgo
         source's ``sparse_grad`` and ``dedup`` (unless given)."""
         if isinstance(ebc, PlannedEmbeddingBagCollection):  # its rows are in its own plan's order
@@ -120,6 +123,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
                 step, my_step = state.get(head + "optimizer_step"), getattr(table, "optimizer_step", None)
                 if step is not None and my_step is not None and step.numel() == my_step.numel() > 0:
                     my_step.copy_(step)
+        _keep_frozen(ebc, out.ebc, "embedding_bags")  # a frozen (e.g. pretrained) table was trained
         return out
 
     def __deepcopy__(self, memo: dict[int, Any]) -> Any:
@@ -130,6 +134,30 @@ class PlannedEmbeddingBagCollection(nn.Module):
 
     def __reduce_ex__(self, protocol: Any) -> Any:
         self.__deepcopy__({})  # the same refusal for pickle and torch.save(module)
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """A digest of each planned table's row order, stored beside the rows (which are in that order)
+        and checked by :meth:`set_extra_state` on load."""
+        if self._digests is None:
+            self._digests = {t["name"]: hashlib.sha256(self._new_ids(t["name"], t["rows"]).numpy().tobytes())
+                             .hexdigest() for t in self.remap.tables}
+        return {"remap": dict(self._digests)}
+
+    def set_extra_state(self, state: Any) -> None:
+        """Refuse a state dict whose rows are in another remap's order (saved by a collection built with
+        another plan, profile or remap): loaded, every row would land under another ID. Called by
+        ``load_state_dict`` before the tables' rows are copied (a module's own state loads before its
+        children's)."""
+        saved = state.get("remap") if isinstance(state, dict) else None
+        if not isinstance(saved, dict):
+            raise InvalidInputError(f"this state dict's extra state is {state!r}, not a PlannedEmbeddingBagCollection's")
+        mine = self.get_extra_state()["remap"]
+        differ = sorted(t for t in set(saved) | set(mine) if saved.get(t) != mine.get(t))
+        if differ:
+            raise InvalidInputError(
+                f"the state dict was saved by a PlannedEmbeddingBagCollection with another row order for tables "
+                f"{differ} (another plan, profile or remap): its rows would land under other IDs. Build this one "
+                "with the remap it was saved with (Remap.load), or move the rows by original_weight()")
 
     def _new_ids(self, table: str, rows: int) -> torch.Tensor:
         ids = torch.arange(rows, dtype=torch.int64)
