@@ -141,12 +141,13 @@ class FeatureEngine:
                 max_values = options.get("max_values")
         if not isinstance(features, Iterable):
             raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(features).__name__}")
+        features = list(features)  # once: a generator's features were used up by the check below
         for f in features:
             if not isinstance(f, Feature):
                 raise InvalidInputError(f"FeatureEngine: expected Feature objects or a config, got {type(f).__name__}")
         # its own copies: a caller chaining more ops onto a Feature later changes neither this engine
         # nor what it shows (features, repr) or what its copies and pickles rebuild
-        self.features = copy.deepcopy(list(features))
+        self.features = copy.deepcopy(features)
         self._fuse = bool(fuse)
         spec = spec_json(self.features, fuse, max_values).encode()
         buf = ctypes.create_string_buffer(spec, len(spec))

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import copy
 import decimal
-import json
 import math
 import operator
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from .._config_text import load_json, load_yaml
 from .._json import strict_json
 from .._textfiles import read_regular
 from ..errors import InvalidInputError
@@ -246,13 +246,6 @@ def _canonical_op(feature: str, index: int, op: Any) -> dict[str, Any]:
     raise InvalidInputError(f"{where}: cannot read op {op!r} (write a name, {{name: parameter}} or {{op: name, ...}})")
 
 
-def _first_line(exc: BaseException) -> str:
-    """A parser's reason on one line (a RecursionError's says the nesting is too deep)."""
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    return " ".join(str(exc).split())
-
-
 def load_features(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, Any]]) -> list[Feature]:
     """Read features from a JSON or YAML file (by suffix), a parsed ``{"features": [...]}`` mapping,
     or a list of entries."""
@@ -268,19 +261,11 @@ def load_config(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, A
             text = raw.decode()
         except UnicodeDecodeError as exc:
             raise InvalidInputError(f"feature config {path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        # numbers exactly (9007199254740993.0 is 2^53 + 1, not the float 2^53), a repeated key refused
         if path.suffix.lower() in (".yaml", ".yml"):
-            from ..errors import require_extra
-
-            yaml: Any = require_extra("yaml", "yaml", f"reading the YAML feature config {path}")
-            try:  # (a parse error raised yaml's own exception, deep nesting RecursionError)
-                source = yaml.safe_load(text)
-            except (yaml.YAMLError, RecursionError) as exc:
-                raise InvalidInputError(f"{path}: not valid YAML: {_first_line(exc)}") from exc
+            source = load_yaml(text, str(path), exact=True)
         else:
-            try:  # literals exactly (9007199254740993.0 is 2^53 + 1, not the float 2^53)
-                source = json.loads(text, parse_float=decimal.Decimal)
-            except (json.JSONDecodeError, RecursionError) as exc:
-                raise InvalidInputError(f"{path}: invalid JSON: {_first_line(exc)}") from exc
+            source = load_json(text, str(path))
     options: dict[str, Any] = {}
     if isinstance(source, Mapping):
         if "features" not in source:
@@ -289,7 +274,7 @@ def load_config(source: str | Path | Mapping[str, Any] | Sequence[Mapping[str, A
         if unknown:
             raise InvalidInputError(f"feature config: unknown top-level keys {sorted(unknown)} (known: {sorted(_TOP_KEYS)})")
         if "max_values" in source:
-            options["max_values"] = source["max_values"]
+            options["max_values"] = _exact(source["max_values"])  # a JSON 1e6 is Decimal('1E+6')
         source = source["features"]
     if isinstance(source, (str, bytes)) or not isinstance(source, Sequence):
         raise InvalidInputError(f"feature config: expected a list of features, got {type(source).__name__}")

@@ -70,19 +70,14 @@ _CRITEO_ONLY = ("max_rows",)  # the Criteo models' (a cap on the rows read)
 def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     """The run's config from --config and the flags, and the data source when --epochs needed one to
     count its batches (so a single-process run reads the file once, not twice)."""
-    from ..errors import InvalidInputError, require_extra
+    from ..errors import InvalidInputError
 
     fields: dict[str, Any] = {}
     if args.config:
-        yaml: Any = require_extra("yaml", "yaml", f"--config {args.config}")
+        from .._config_text import load_yaml
         from .._textfiles import read_regular
 
-        text = read_regular(args.config, "config")
-        try:
-            loaded = yaml.safe_load(text) or {}
-        except (yaml.YAMLError, RecursionError) as exc:  # RecursionError: nesting too deep for the parser
-            why = "nested too deeply" if isinstance(exc, RecursionError) else exc
-            raise InvalidInputError(f"{args.config}: not valid YAML: {why}".replace("\n", " ")) from exc
+        loaded = load_yaml(read_regular(args.config, "config"), str(args.config)) or {}  # a repeated key refused
         if not isinstance(loaded, dict):
             raise InvalidInputError(f"{args.config}: expected a mapping of TrainConfig fields")
         known = {f.name for f in dataclasses.fields(TrainConfig)}
