@@ -3,7 +3,8 @@ for other nodes / GPUs per node than the collection is given), and a TorchRec Sh
 4 whose row-wise and data-parallel tables span ranks 0..3. Before, both were applied: every table
 went to rank 0, or row-wise rows were split as if for 2 ranks. A world-2 TorchRec plan's uneven
 row-wise split (15 rows and 5) is honoured (it was applied evenly, with a warning), and trains as the
-single-process collection does; row-wise shards recgo cannot hold are refused naming the table."""
+single-process collection does; row-wise shards recgo cannot hold are refused naming the table, and
+so is a planner Plan made for other table sizes (it was applied)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,9 @@ def _refusals(rank: int, world: int) -> dict[str, Any]:
                                                                              timeout=30))
     refused("plan 2x1 given 1 node", lambda: ShardedEmbeddingBagCollection(
         _tables(), "plan", plan=_plan(2, 1), nodes=1, ranks_per_node=2, timeout=30))
+    refused("plan of other sizes", lambda: ShardedEmbeddingBagCollection(
+        [recgo.EmbeddingBagConfig(40, 4, f"t{i}", [f"f{i}"]) for i in range(3)], "plan", plan=_plan(1, 2), nodes=1,
+        timeout=30))
     good = ShardedEmbeddingBagCollection(_tables(), "plan", plan=_plan(1, 2), nodes=1, timeout=30)
     out["good plan ranks"] = [r for _, r in good._kinds]
     out["plan ranks"] = [_plan(1, 2).table(t.name)["rank"] for t in _tables()]
@@ -109,6 +113,8 @@ def test_plans_for_another_world_are_refused(tmp_path: Path) -> None:
         assert "2 node(s) × 4 GPU(s) = 8 GPUs, but the world has 2 ranks" in r["plan 2x4"]
         assert r["plan 2x1 given 1 node"].startswith("plan: the plan was made for 2 node(s) × 1 GPU(s), but the "
                                                      "collection is given nodes=1")
+        assert r["plan of other sizes"] == ("table 't0' has 40 rows of dim 4, but the plan was made for 20 rows of "
+                                            "dim 4: plan these tables")
         assert r["good plan ranks"] == r["plan ranks"]
         assert ("the TorchRec plan shards table 't0' row_wise over ranks [0, 1, 2, 3], but recgo's row_wise tables "
                 "span ranks [0, 1]") in r["torchrec row-wise world 4"]

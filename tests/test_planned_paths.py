@@ -91,3 +91,17 @@ def test_a_state_dict_in_another_remaps_order_is_refused(prof: P.Profile) -> Non
     same.load_state_dict(planned.state_dict())
     for c in CFGS:
         assert torch.equal(same.original_weight(c.name), planned.original_weight(c.name))
+
+
+def test_a_remap_of_another_plan_is_refused(prof: P.Profile) -> None:
+    """A stale ``remap.bin`` beside a re-planned ``plan.json`` (here: the remap of a plan with more HBM)
+    was taken as it was: the collection's hot region was not the one the plan placed."""
+    topo = P.Topology(nodes=1, gpus_per_node=2, hbm_bytes=300, host_bytes=10**6)
+    roomy = P.plan(prof, P.Topology(nodes=1, gpus_per_node=2, hbm_bytes=10**5, host_bytes=10**6), tables=["ta"])
+    tight = P.plan(prof, topo, tables=["ta"])
+    assert roomy.table("ta")["hot_rows"] != tight.table("ta")["hot_rows"]
+    with pytest.raises(InvalidInputError, match=r"the remap was not made for this plan: tables 'ta' \(remap: 60 rows"):
+        P.PlannedEmbeddingBagCollection(CFGS, tight, remap=roomy.remap(prof))
+    with pytest.raises(InvalidInputError, match="'ta' .*plan: absent"):
+        P.PlannedEmbeddingBagCollection(CFGS, P.plan(prof, topo, tables=["tb"]), remap=roomy.remap(prof))
+    P.PlannedEmbeddingBagCollection(CFGS, tight, remap=tight.remap(prof))

@@ -126,8 +126,9 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
         self._is_weighted = bool(is_weighted)
         self._groups: Groups = make_groups(nodes, ranks_per_node, timeout, mode == "hierarchical")
         names = [c.name for c in self._configs]
-        self._sharding_names, self._kinds = resolve_sharding(names, sharding, plan, table_ranks, self._groups.world_size,
-                                                             nodes, ranks_per_node)
+        shapes = [(c.num_embeddings, c.embedding_dim) for c in self._configs]
+        self._sharding_names, self._kinds = resolve_sharding(names, shapes, sharding, plan, table_ranks,
+                                                             self._groups.world_size, nodes, ranks_per_node)
         _dynamic.check(self._configs, self._sharding_names, optimizer)
         self._row_splits = resolve_row_splits(names, [c.num_embeddings for c in self._configs], self._sharding_names,
                                               row_splits, self._groups.world_size)

@@ -23,12 +23,13 @@ def _per_table(what: str, value: Any, names: Sequence[str]) -> dict[str, Any]:
     return per
 
 
-def resolve_sharding(names: Sequence[str], sharding: Any, plan: Any, table_ranks: Mapping[str, int] | None,
-                     world: int, nodes: int | None = None,
+def resolve_sharding(names: Sequence[str], shapes: Sequence[tuple[int, int]], sharding: Any, plan: Any,
+                     table_ranks: Mapping[str, int] | None, world: int, nodes: int | None = None,
                      ranks_per_node: int | None = None) -> tuple[list[str], list[tuple[int, int]]]:
     """Each table's sharding name (``"hash"`` where ``sharding`` leaves it out) and its engine
     ``(kind, rank)``: table-wise tables go to ``table_ranks``' rank or round robin, planned ones to the
-    plan's rank."""
+    plan's rank, when the plan was made for their ``shapes`` (rows, dim; a plan for other sizes placed
+    them by another table's memory and cost)."""
     per = _per_table("sharding", sharding, names)
     for n in _per_table("table_ranks", table_ranks or {}, names):
         if per.get(n, "hash") != "table_wise":
@@ -51,7 +52,11 @@ def resolve_sharding(names: Sequence[str], sharding: Any, plan: Any, table_ranks
         if kind == "plan":
             if plan is None:
                 raise InvalidInputError(f"table {n!r}: sharding 'plan' needs plan=")
-            rank = int(plan.table(n)["rank"])
+            placed = plan.table(n)
+            if (int(placed["rows"]), int(placed["dim"])) != tuple(shapes[i]):
+                raise InvalidInputError(f"table {n!r} has {shapes[i][0]} rows of dim {shapes[i][1]}, but the plan was "
+                                        f"made for {placed['rows']} rows of dim {placed['dim']}: plan these tables")
+            rank = int(placed["rank"])
             if not 0 <= rank < world:
                 raise InvalidInputError(f"table {n!r}: the plan puts it on rank {rank}, the world has {world} ranks")
         elif table_ranks and n in table_ranks:

@@ -53,6 +53,7 @@ class PlannedEmbeddingBagCollection(nn.Module):
                  profile: Profile | None = None, **ebc_kwargs: Any) -> None:
         super().__init__()
         self.remap = remap if remap is not None else plan.remap(profile)
+        _check_remap(plan, self.remap)
         self._configs = _check_configs(tables)
         planned = {t["name"] for t in self.remap.tables}
         names = {c.name for c in self._configs}
@@ -218,6 +219,22 @@ class PlannedEmbeddingBagCollection(nn.Module):
     def _traced_output(self, node: Any) -> KeyedTensor:
         """Under ``torch.fx`` tracing: the output as a KeyedTensor over the node's values (``_trace``)."""
         return KeyedTensor._over(self._names, self.ebc._traced_output(node).length_per_key(), node.values())
+
+
+def _check_remap(plan: Plan, remap: Remap) -> None:
+    """Refuse a remap made for another plan (a stale ``remap.bin`` beside a re-planned ``plan.json``):
+    each of its tables must be in the plan with the same rows and hot rows, or the hot region this
+    collection shows is not the one the plan placed."""
+    placed = {t["name"]: t for t in plan.tables}
+    differ = [f"{t['name']!r} (remap: {t['rows']} rows, {t['hot']} hot; plan: "
+              + (f"{placed[t['name']]['rows']} rows, {placed[t['name']]['hot_rows']} hot)" if t["name"] in placed
+                 else "absent)")
+              for t in remap.tables
+              if t["name"] not in placed or (t["rows"], t["hot"]) != (placed[t["name"]]["rows"],
+                                                                      placed[t["name"]]["hot_rows"])]
+    if differ:
+        raise InvalidInputError(f"the remap was not made for this plan: tables {', '.join(differ)}; use the remap "
+                                "saved with this plan, or plan.remap(profile)")
 
 
 def _own_keys(cfgs: list[EmbeddingBagConfig], planned: set[str]
