@@ -114,14 +114,27 @@ func (r *run) apply(b Batch) (*Result, error) {
 		}
 		gi = end
 	}
-	return r.result(), nil
+	return r.result()
 }
 
 func (m member) kind(e *Engine) OpKind { return e.feats[m.feat].ops[m.op].kind }
 
-// result copies whatever still aliases the caller's batch and collects the output features.
-func (r *run) result() *Result {
+// result copies whatever still aliases the caller's batch and collects the output features. Each
+// copy is checked against MaxValues before any is made.
+func (r *run) result() (*Result, error) {
 	nout := len(r.e.outputs)
+	for _, f := range r.e.outputs {
+		s := &r.st[f]
+		for _, c := range []struct {
+			what  string
+			n     int
+			owned bool
+		}{{"values", len(s.ints), s.owned}, {"lengths", len(s.lens), s.lensOwned}, {"weights", len(s.w), s.wOwned || s.w == nil}} {
+			if !c.owned && int64(c.n) > r.e.maxValues {
+				return nil, r.overLimit(fmt.Sprintf("feature %q: a copy of its %d %s", r.e.feats[f].name, c.n, c.what))
+			}
+		}
+	}
 	res := &Result{size: r.size, keys: r.e.OutputKeys(), vals: make([][]int64, nout), lens: make([][]int64, nout),
 		wts: make([][]float32, nout), limit: r.e.maxValues, workers: r.workers}
 	parallel.ForEachN(r.workers, nout, 16, func(i int) {
@@ -141,7 +154,7 @@ func (r *run) result() *Result {
 		}
 	})
 	res.bufs = r.bufs
-	return res
+	return res, nil
 }
 
 // elementwise runs consecutive groups of hash, mod or bucketize ops (a run of element-wise groups
@@ -149,14 +162,16 @@ func (r *run) result() *Result {
 // across goroutines; each tile goes through every group of the run in order while it is in cache
 // (the groups' calls stay separate kernel invocations per tile, in group order).
 func (r *run) elementwise(groups []Group) error {
-	// segs lists each feature of the run once, with its ops in group order.
+	// segs lists each feature of the run once, with its ops in group order; the features that
+	// first appear in groups[k] are segs[first[k]:first[k+1]].
 	type seg struct {
 		feat int
 		ops  []int
 	}
 	var segs []seg
 	pos := map[int]int{}
-	for _, g := range groups {
+	first := make([]int, len(groups)+1)
+	for k, g := range groups {
 		for _, m := range g.members {
 			i, ok := pos[m.feat]
 			if !ok {
@@ -166,9 +181,26 @@ func (r *run) elementwise(groups []Group) error {
 			}
 			segs[i].ops = append(segs[i].ops, m.op)
 		}
+		first[k+1] = len(segs)
+	}
+	// Every group is checked before any is allocated: element-wise ops keep each feature's count,
+	// so a group produces the values of all its members, whether written in place or not.
+	for k := range groups {
+		g := &groups[k]
+		var total, most int64
+		largest := g.members[0]
+		for _, m := range g.members {
+			n := int64(r.st[m.feat].count())
+			total += n
+			if n > most {
+				largest, most = m, n
+			}
+		}
+		if err := r.checkGroup(g, total, largest, most); err != nil {
+			return err
+		}
 	}
 	prefix := make([]int, len(segs)+1)
-	fresh := 0
 	for i, sg := range segs {
 		s := &r.st[sg.feat]
 		for _, o := range sg.ops {
@@ -177,19 +209,25 @@ func (r *run) elementwise(groups []Group) error {
 			}
 		}
 		prefix[i+1] = prefix[i] + s.count()
-		if !s.owned {
-			fresh += s.count()
-		}
 	}
-	slab := r.alloc(fresh)
+	// One buffer per group, for the features it is the first to write, so none passes the limit.
 	dsts := make([][]int64, len(segs))
-	for i, sg := range segs {
-		s := &r.st[sg.feat]
-		if s.owned {
-			dsts[i] = s.ints
-		} else {
-			n := s.count()
-			dsts[i], slab = slab[:n:n], slab[n:]
+	for k := range groups {
+		fresh := 0
+		for _, sg := range segs[first[k]:first[k+1]] {
+			if s := &r.st[sg.feat]; !s.owned {
+				fresh += s.count()
+			}
+		}
+		slab := r.alloc(fresh)
+		for i := first[k]; i < first[k+1]; i++ {
+			s := &r.st[segs[i].feat]
+			if s.owned {
+				dsts[i] = s.ints
+			} else {
+				n := s.count()
+				dsts[i], slab = slab[:n:n], slab[n:]
+			}
 		}
 	}
 	parallel.ForN(r.workers, prefix[len(segs)], minChunk, func(lo, hi int) {

@@ -88,6 +88,66 @@ func TestFusedGroupOverLimit(t *testing.T) {
 	assert.Contains(t, err.Error(), "fused fill_missing group of 2 features: 12 values in all")
 }
 
+// TestElementwiseGroupOverLimit: element-wise groups (hash, bucketize, position, ...) and the copies
+// a result makes of its batch were never checked against MaxValues; eight hashes of one input
+// allocated eight times its size past the limit and Apply succeeded.
+func TestElementwiseGroupOverLimit(t *testing.T) {
+	fanOut := func(op OpSpec) *Spec {
+		spec := &Spec{MaxValues: 1000}
+		for i := range 8 {
+			spec.Features = append(spec.Features, FeatureSpec{Name: fmt.Sprintf("f%d", i), Input: "a", Ops: []OpSpec{op}})
+		}
+		return spec
+	}
+	ints := func(n int) Input { return Input{Kind: KindInt64, Ints: make([]int64, n)} }
+	cases := []struct {
+		name  string
+		spec  *Spec
+		batch Batch
+		want  string // "" means Apply succeeds
+	}{
+		{"hash fan-out", fanOut(OpSpec{Op: "hash"}), Batch{Size: 1000, Inputs: []Input{ints(1000)}},
+			`fused hash group of 8 features: 8000 values in all by feature "f0" (the largest, 1000 values) would exceed the limit of 1000 values per buffer; raise max_values`},
+		{"hash fan-out at the limit", fanOut(OpSpec{Op: "hash"}), Batch{Size: 125, Inputs: []Input{ints(125)}}, ""},
+		{"position fan-out", fanOut(OpSpec{Op: "position"}),
+			Batch{Size: 2, Inputs: []Input{{Kind: KindInt64, Ints: make([]int64, 200), Lengths: []int64{150, 50}}}},
+			"fused position group of 8 features: 1600 values in all"},
+		{"bucketize names the largest", &Spec{MaxValues: 1000, Features: []FeatureSpec{
+			{Name: "small", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: FloatNumbers(0)}}},
+			{Name: "big", DType: Float, Ops: []OpSpec{{Op: "bucketize", Boundaries: FloatNumbers(0)}}},
+		}}, Batch{Size: 1, Inputs: []Input{
+			{Kind: KindFloat32, F32: make([]float32, 300), Lengths: []int64{300}},
+			{Kind: KindFloat64, F64: make([]float64, 800), Lengths: []int64{800}},
+		}}, `fused bucketize group of 2 features: 1100 values in all by feature "big" (the largest, 800 values)`},
+		{"values written in place count", &Spec{MaxValues: 1000, Features: []FeatureSpec{
+			{Name: "a", Ops: []OpSpec{{Op: "truncate", N: ptr(int64(1000))}, {Op: "hash"}}},
+			{Name: "b", Ops: []OpSpec{{Op: "hash"}}},
+		}}, Batch{Size: 600, Inputs: []Input{ints(600), ints(600)}}, "fused hash group of 2 features: 1200 values in all"},
+		{"copied values", &Spec{MaxValues: 1000, Features: []FeatureSpec{{Name: "a"}}},
+			Batch{Size: 1, Inputs: []Input{{Kind: KindInt64, Ints: make([]int64, 1500), Lengths: []int64{1500}}}},
+			`feature "a": a copy of its 1500 values would exceed the limit of 1000 values per buffer`},
+		{"copied lengths", &Spec{MaxValues: 1000, Features: []FeatureSpec{{Name: "a"}}},
+			Batch{Size: 1500, Inputs: []Input{{Kind: KindInt64, Ints: []int64{}, Lengths: make([]int64, 1500)}}},
+			`feature "a": a copy of its 1500 lengths would exceed`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			eng, err := Compile(c.spec)
+			require.NoError(t, err)
+			res, err := eng.ApplyN(c.batch, 2)
+			if c.want == "" {
+				require.NoError(t, err)
+				assert.Equal(t, 1000, res.NumValues())
+				res.Release()
+				return
+			}
+			require.ErrorIs(t, err, errs.ErrCapacity)
+			assert.Contains(t, err.Error(), c.want)
+			assert.Nil(t, res)
+		})
+	}
+}
+
 func chainSpec(n int) *Spec {
 	kinds := []OpSpec{{Op: "hash"}, {Op: "mod", N: ptr(int64(1 << 40))}, {Op: "truncate", N: ptr(int64(3))}, {Op: "fill_missing"}}
 	fs := FeatureSpec{Name: "a"}

@@ -294,15 +294,21 @@ func describeType(t reflect.Type) string {
 	return t.String()
 }
 
-// checkName rejects names that cannot travel as KeyedJaggedTensor keys: empty, invalid UTF-8, or
-// holding a control character (NUL, newline, ...).
+// checkName rejects names that cannot travel as KeyedJaggedTensor keys: invalid UTF-8, or holding a
+// rune that is not printable (a control character such as NUL or newline, a line separator, a
+// zero-width or bidirectional format character). unicode.IsPrint agrees with Python's
+// str.isprintable: the ASCII space is the one separator allowed.
 func checkName(what, name string) error {
 	if !utf8.ValidString(name) {
 		return errs.Invalidf("%s %q is not valid UTF-8", what, name)
 	}
 	for _, r := range name {
-		if unicode.IsControl(r) {
-			return errs.Invalidf("%s %q contains the control character %U; names must be printable", what, name, r)
+		if !unicode.IsPrint(r) {
+			kind := "non-printable"
+			if unicode.IsControl(r) {
+				kind = "control"
+			}
+			return errs.Invalidf("%s %q contains the %s character %U; names must be printable", what, name, kind, r)
 		}
 	}
 	return nil

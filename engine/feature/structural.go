@@ -1,6 +1,7 @@
 package feature
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -62,9 +63,8 @@ func (r *run) structural(g *Group) error {
 		if n > newOffs[largest*(B+1)+B] {
 			largest = i
 		}
-		if starts[i+1] > limit || wstarts[i+1] > limit {
-			return errs.Capacityf("fused %s group of %d features: %d values in all by feature %q (the largest, %d values) would exceed the limit of %d values per buffer; raise max_values or split the batch",
-				g.Op, M, max(starts[i+1], wstarts[i+1]), r.e.feats[g.members[largest].feat].name, newOffs[largest*(B+1)+B], limit)
+		if err := r.checkGroup(g, max(starts[i+1], wstarts[i+1]), g.members[largest], newOffs[largest*(B+1)+B]); err != nil {
+			return err
 		}
 	}
 	slab := r.alloc(int(starts[M]))
@@ -100,6 +100,22 @@ func (r *run) structural(g *Group) error {
 		}
 	}
 	return nil
+}
+
+// checkGroup refuses a fused group whose values, total in all (largest the biggest member so far,
+// with n values), would not fit one buffer of MaxValues. Structural and element-wise groups share
+// it, so both fail before their buffer is allocated and with the same words.
+func (r *run) checkGroup(g *Group, total int64, largest member, n int64) error {
+	if total <= r.e.maxValues {
+		return nil
+	}
+	return r.overLimit(fmt.Sprintf("fused %s group of %d features: %d values in all by feature %q (the largest, %d values)",
+		g.Op, len(g.members), total, r.e.feats[largest.feat].name, n))
+}
+
+// overLimit is the capacity error for a buffer past MaxValues; what says whose it is and its size.
+func (r *run) overLimit(what string) error {
+	return errs.Capacityf("%s would exceed the limit of %d values per buffer; raise max_values or split the batch", what, r.e.maxValues)
 }
 
 // capacityError reports that member m's op would give its feature n values (counting samples
