@@ -15,6 +15,7 @@ import torch
 
 from ..errors import InvalidInputError
 from ..modules._load_whole import put_back, save_tables
+from ..modules._distributed_values import make_whole
 from ..modules._storage import allow_weights_only
 from .._rank_tags import RANK_TAG, SHARD_IDS, rank_tag
 from . import _failed
@@ -104,6 +105,7 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
     # whole_load keeps a copy): each table this hook re-distributes is copied just before, and put back
     # if a later one is refused (a refused dynamic table left the fixed ones before it loaded, the
     # collection half new). A table that loads as it is changes only after the hook, in torch's copy.
+    make_whole(state_dict, prefix)  # a TorchRec DMP's ShardedTensor held whole here: the plain table
     saved: list[Any] | None = None if getattr(module, "_whole_load", False) else []
     try:
         _own_keys(module, state_dict, prefix, unexpected, _errors,

@@ -24,6 +24,7 @@ from torch import nn
 
 from ..errors import CapacityError, InvalidInputError
 from ._copies import own_hook
+from ._distributed_values import make_whole
 
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
 _MAX_STEP = 1 << 53
@@ -187,7 +188,9 @@ def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, lo
     holds is materialised first, so torch copies them into engine memory (it copied into the meta
     tensors, a no-op, and the model stayed on meta; the collection's own ``load_state_dict`` did).
     Its entries are checked before torch copies any (:func:`check_checkpoint`; a nested load skipped
-    the check, and a step counter of −5 or NaN loaded, to be refused only at the next backward)."""
+    the check, and a step counter of −5 or NaN loaded, to be refused only at the next backward). A
+    TorchRec DMP's ShardedTensor table (or a DTensor) held whole here loads as the plain tensor."""
+    make_whole(state_dict, prefix)
     mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
     if not mine:
         return

@@ -65,8 +65,12 @@ def from_torchrec(model: nn.Module, *, optimizer: FusedOptimizer | None = None, 
     if not isinstance(model, nn.Module):
         raise InvalidInputError(f"from_torchrec: expected an nn.Module, got {type(model).__name__}")
     if not outermost(model, _kind):
+        sharded = any(type(m).__module__.startswith("torchrec.distributed") for m in model.modules())
         raise InvalidInputError("from_torchrec: the model holds no TorchRec EmbeddingBagCollection, "
-                                "FusedEmbeddingBagCollection or EmbeddingCollection")
+                                "FusedEmbeddingBagCollection or EmbeddingCollection"
+                                + (" (its TorchRec modules are sharded by DistributedModelParallel: convert the "
+                                   "unsharded model, then shard it with recgo.distributed.shard_model, and load the "
+                                   "DMP checkpoint through torch.distributed.checkpoint)" if sharded else ""))
     # Unsharded, TorchRec's modules ran apply_optimizer_in_backward's torch optimizer itself: options
     # left out take that class's defaults (shard_model, like DMP, takes FBGEMM's).
     model = convert_managed(model, optimizer, seed, class_defaults=True)  # inner collections convert with them
