@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import json
 import sys
 from pathlib import Path
 
@@ -205,8 +206,6 @@ def taobao_auc(bench: Bench) -> dict[str, float]:
 def _merge_into_previous(bench: Bench, summary: dict[str, float]) -> None:
     """``--only taobao-auc``: fold this run's Taobao AUC figures into the previous full run's results (every
     other summary key, case and note kept) instead of replacing them."""
-    import json
-
     from harness import machine_info
 
     jpath, mpath = bench.args.out / "end_to_end.json", bench.args.out / "end_to_end.md"
@@ -244,6 +243,9 @@ def main() -> None:
         previous = bench.args.out / "end_to_end.json"
         if not TAOBAO.exists() or not previous.exists():  # checked before any training
             raise SystemExit(f"--only {bench.args.only}: needs {TAOBAO} and a full run's {previous} to merge into")
+        if bool(json.loads(previous.read_text()).get("quick")) != q:  # quick figures under a full run's keys
+            raise SystemExit(f"--only {bench.args.only}: {previous} is a {'full' if q else '--quick'} run's; merge "
+                             f"a {'full' if q else '--quick'} run into it (or give --out another run's folder)")
         _merge_into_previous(bench, taobao_auc(bench))
         return
     names = backends()

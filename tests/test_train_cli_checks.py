@@ -161,26 +161,33 @@ def test_the_ablation_trains_the_main_runs_source(monkeypatch) -> None:
 # -- 5. the ablation's progress ---------------------------------------------------------------------
 
 
+class _FakeTrainer:
+    """A Trainer whose run takes no time: 10 samples in 1 s, one progress tick per step."""
+
+    backends: list[str] = []
+
+    def __init__(self, cfg: TrainConfig, source: Any, backend: str, world: Any = None) -> None:
+        self.cfg, self.backend = cfg, backend
+        _FakeTrainer.backends.append(backend)
+
+    def run(self, warmup: int = 3, progress: Any = None) -> Any:
+        from recgo.train.loop import History
+
+        h = History(self.backend, stage_seconds={"prep": 0.0, "sparse": 1.0, "dense": 0.0, "update": 0.0},
+                    timed_steps=1, samples=10)
+        for _ in range(self.cfg.steps):
+            if progress is not None:
+                progress.update(1)
+        return h
+
+    def close(self) -> None:
+        pass
+
+
 def test_the_ablation_shows_one_progress_bar(monkeypatch, capsys) -> None:
     import recgo.train.ablation as A
-    from recgo.train.loop import History
 
-    class Fake:
-        def __init__(self, cfg: TrainConfig, source: Any, backend: str, world: Any = None) -> None:
-            self.cfg, self.backend = cfg, backend
-
-        def run(self, warmup: int = 3, progress: Any = None) -> History:
-            h = History(self.backend, stage_seconds={"prep": 0.0, "sparse": 1.0, "dense": 0.0, "update": 0.0},
-                        timed_steps=1, samples=10)
-            for _ in range(self.cfg.steps):
-                if progress is not None:
-                    progress.update(1)
-            return h
-
-        def close(self) -> None:
-            pass
-
-    monkeypatch.setattr(A, "Trainer", Fake)
+    monkeypatch.setattr(A, "Trainer", _FakeTrainer)
     cfg = TrainConfig(model="bst", batch_size=64, steps=2)
     variants = A.VARIANTS[:2]
     rows = A.run_ablation(cfg, steps=4, warmup=1, repeats=2, variants=variants, progress=True)
@@ -319,3 +326,46 @@ def test_splitting_and_writing_samples_show_progress(tmp_path: Path, monkeypatch
     source.samples_csv()
     samples = bars.made[-1]
     assert samples["n"] == samples["total"] == source._train_rows() and samples["closed"]
+
+
+def test_the_ablation_without_torchrec_notes_its_row(monkeypatch) -> None:
+    """Without a usable TorchRec the reference row raised ModuleNotFoundError after the main run, whose
+    report was lost (--out already cleared); ``--backend all`` leaves TorchRec out with a note."""
+    import recgo._extras as extras
+    import recgo.train.ablation as A
+
+    real = extras.why_not
+    monkeypatch.setattr(extras, "why_not", lambda m: "torchrec is not installed" if m == "torchrec" else real(m))
+    monkeypatch.setattr(A, "Trainer", _FakeTrainer)
+    _FakeTrainer.backends = []
+    rows = A.run_ablation(TrainConfig(model="bst", batch_size=64, steps=2), steps=1, warmup=0, repeats=1,
+                          variants=(A.VARIANTS[0], A.VARIANTS[-1]))
+    assert _FakeTrainer.backends == ["recgo"]
+    assert rows[1]["samples_per_second"] is None
+    assert rows[1]["note"] == "torchrec is not installed: the TorchRec row did not run"
+
+
+def test_the_ablation_with_several_processes_is_refused_before_training(tmp_path: Path, monkeypatch, capsys) -> None:
+    """It ran one unsharded process under the main run's "per rank on 2 gloo ranks" heading."""
+    import recgo.train.run as run
+
+    monkeypatch.setattr(run, "train", _not_trained)
+    rc = main(["train", "--no-progress", "--model", "bst", "--ablation", "--nproc", "2", "--steps", "3",
+               "--out", str(tmp_path / "o")])
+    assert rc == 2
+    assert "--ablation times one process (unsharded); run it without --nproc" in capsys.readouterr().err
+
+
+def test_multi_process_settings_from_the_yaml_warn_with_one_process(tmp_path: Path, monkeypatch, capsys) -> None:
+    """``sharding:``/``exchange:`` in the YAML with one process were ignored in silence (the flag warned)."""
+    import recgo.train.run as run
+
+    monkeypatch.setattr(run, "train", lambda *a, **kw: None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        rc = main(["train", "--no-progress", "--config", str(_dlrm_yaml(tmp_path, sharding="row_wise",
+                                                                         exchange="hierarchical")),
+                   "--out", str(tmp_path / "o")])
+    assert rc == 0
+    assert ("warning: sharding, exchange apply with --nproc > 1; one process holds every table whole and exchanges "
+            "nothing") in capsys.readouterr().err

@@ -99,6 +99,18 @@ def _one_round(cfg: TrainConfig, sources: dict[bool, TaobaoSequences], v: Varian
     return sps, prep_ms
 
 
+def _why_not(v: Variant, extras: Any) -> str:
+    """Why this installation cannot run variant ``v`` ("" when it can): TorchRec missing or unusable (the
+    main run's ``--backend all`` leaves it out; its ablation row raised after the main run, whose
+    report was lost), or no dedup switch."""
+    if v.backend == "torchrec":
+        why = extras.why_not("torchrec")
+        return f"{why}: the TorchRec row did not run" if why else ""
+    if not v.dedup and not dedup_switch_available():
+        return "This recgo.EmbeddingCollection has no dedup switch"
+    return ""
+
+
 def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: int = 3,
                  variants: tuple[Variant, ...] = VARIANTS, progress: bool = False) -> list[dict[str, Any]]:
     """Samples/s of each variant (see the module docstring) on ``cfg``'s BST model and Taobao data:
@@ -114,7 +126,10 @@ def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: in
     fused = make_source(cfg)
     assert isinstance(fused, TaobaoSequences)
     sources = {True: fused, False: fused.with_fusion(False)}
-    runnable = [v for v in variants if v.dedup or dedup_switch_available()]
+    from .. import _extras
+
+    why_not = {v.name: _why_not(v, _extras) for v in variants}
+    runnable = [v for v in variants if not why_not[v.name]]
     runs: dict[str, list[float]] = {v.name: [] for v in runnable}
     preps: dict[str, list[float]] = {v.name: [] for v in runnable}
     bar = progress_bar(repeats * len(runnable) * (warmup + steps), "ablation", progress)
@@ -140,7 +155,7 @@ def run_ablation(cfg: TrainConfig, steps: int = 20, warmup: int = 3, repeats: in
                     "prep_ms": statistics.median(preps[v.name])}
         else:
             row |= {"samples_per_second": None, "runs": [], "vs_all_on": None, "prep_ms": None,
-                    "note": "This recgo.EmbeddingCollection has no dedup switch"}
+                    "note": why_not[v.name]}
         rows.append(row)
     return rows
 

@@ -107,8 +107,10 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
             fields["nproc"] = started[1]
     cfg = TrainConfig(**fields)
     cfg.validate()  # before the arithmetic below uses its numbers
-    if args.sharding is not None and cfg.nproc == 1:
-        warnings.warn("--sharding applies with --nproc > 1; one process holds every table whole", stacklevel=2)
+    multi = [k for k in ("sharding", "exchange", "nodes") if k in fields and fields[k] is not None]
+    if multi and cfg.nproc == 1:  # from a flag or the YAML (the YAML's were ignored in silence)
+        warnings.warn(f"{', '.join(multi)} apply with --nproc > 1; one process holds every table whole and "
+                      "exchanges nothing", stacklevel=2)
     if cfg.checkpoint_every and not cfg.checkpoint:  # from a flag or the YAML: it did nothing in silence
         warnings.warn("--checkpoint-every applies with --checkpoint; no checkpoint is written", stacklevel=2)
     _check_ablation(args, cfg)
@@ -149,6 +151,8 @@ def _check_ablation(args: argparse.Namespace, cfg: TrainConfig) -> None:
         return
     if cfg.model != "bst":
         raise InvalidInputError("--ablation runs on the sequence model: add --model bst")
+    if cfg.nproc > 1:  # it ran unsharded in one process, under the main run's "per rank" heading
+        raise InvalidInputError("--ablation times one process (unsharded); run it without --nproc (or torchrun)")
     from .ablation import check
 
     check(_ablation_steps(args), _ablation_repeats(args))

@@ -250,7 +250,8 @@ class SyntheticCriteo(_PipelineSource):
         from ..feature import Feature
 
         if batch_size <= 0 or max_rows <= 0 or samples < batch_size:
-            raise InvalidInputError("SyntheticCriteo: batch_size and max_rows must be positive, samples ≥ batch_size")
+            raise InvalidInputError(f"SyntheticCriteo: batch_size ({batch_size}) must be positive and at most the "
+                                    f"{samples} synthetic training samples, max_rows ({max_rows}) positive")
         if isinstance(validation_samples, bool) or not isinstance(validation_samples, int) or validation_samples < 1:
             raise InvalidInputError(f"SyntheticCriteo: validation_samples must be a positive integer (the run "
                                     f"evaluates on them), got {validation_samples!r}")

@@ -50,7 +50,7 @@ def one_class_note(labels: torch.Tensor) -> str:
     if n == 0:
         return "the validation split is empty"
     return (f"the validation split's {n} samples are all labelled {1 if pos else 0} (AUC needs both classes): "
-            "give more data, or a larger validation fraction")
+            "give more (or more varied) data, so that the held-out samples hold both classes")
 
 
 def log_loss(logits: torch.Tensor, labels: torch.Tensor) -> float:

@@ -34,7 +34,7 @@ def summarize(cfg: TrainConfig, runs: dict[str, History], extra: dict[str, Any] 
         per[name] = {
             "samples_per_second": h.samples_per_second(),
             "step_ms": {s: 1e3 * h.stage_seconds[s] / steps for s in STAGES},
-            "final_auc": _finite(last.get("auc")), "final_log_loss": last.get("log_loss"),
+            "final_auc": _finite(last.get("auc")), "final_log_loss": _finite(last.get("log_loss")),
             "evals": h.evals, "train_loss": h.train_loss,
         }
     summary: dict[str, Any] = {}
