@@ -21,8 +21,9 @@ type Config struct {
 	// zero or a negative value is refused.
 	TimeLimit *float64 `json:"time_limit"`
 	MipRelGap float64  `json:"mip_rel_gap"`
-	Threads   int      `json:"threads"`
-	Symmetry  *bool    `json:"symmetry"`
+	// Threads for HiGHS: 0 for the engine's worker count, at most highs.MaxThreads.
+	Threads  int   `json:"threads"`
+	Symmetry *bool `json:"symmetry"`
 	// WarmStart false solves the MILP cold (default true: warm-started from the row-level greedy).
 	WarmStart *bool `json:"warm_start"`
 	// MemoryLimit caps the bytes one plan may allocate for its model (0 or absent: DefaultMemoryLimit).
@@ -53,6 +54,9 @@ func ParseConfig(data []byte) (cost.Topology, Options, error) {
 	if c.Threads < 0 || c.MemoryLimit < 0 {
 		return cost.Topology{}, Options{}, errs.Invalidf("planner config: negative threads (%d) or memory_limit (%d)",
 			c.Threads, c.MemoryLimit)
+	}
+	if err := checkThreads(c.Threads); err != nil {
+		return cost.Topology{}, Options{}, err
 	}
 	var tables []string
 	if c.Tables != nil {

@@ -36,7 +36,7 @@ type MILPOptions struct {
 	MaxNodes int
 	// MemoryLimit caps the MILP's estimated memory (0: DefaultMemoryLimit).
 	MemoryLimit int64
-	// Threads for HiGHS (0: the engine's worker count, parallel.Workers).
+	// Threads for HiGHS (0: the engine's worker count, parallel.Workers; at most highs.MaxThreads).
 	Threads int
 	// Symmetry orders the GPUs of each node by load (GPUs of a node are interchangeable).
 	Symmetry bool
@@ -240,6 +240,16 @@ func optionOf(t cost.Table, h int64) int {
 	return -1
 }
 
+// checkThreads refuses a HiGHS thread count outside [0, highs.MaxThreads] (0: the engine's worker
+// count), naming it.
+func checkThreads(n int) error {
+	if n < 0 || n > highs.MaxThreads {
+		return errs.Invalidf("planner: threads %d outside [0, %d] (HiGHS starts an OS thread for each; 0 uses "+
+			"recgo's worker count)", n, highs.MaxThreads)
+	}
+	return nil
+}
+
 // SolveMILP is [SolveMILPContext] without a context.
 func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 	return SolveMILPContext(context.Background(), m, opts)
@@ -256,11 +266,11 @@ func SolveMILP(m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 // an ErrSolver error; when HiGHS proves that no placement fits, an ErrCapacity error saying so.
 func SolveMILPContext(ctx context.Context, m *cost.Model, opts MILPOptions) (*MILPResult, error) {
 	t0 := time.Now()
-	if opts.TimeLimit > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.TimeLimit*float64(time.Second)))
-		defer cancel()
+	if err := checkThreads(opts.Threads); err != nil {
+		return nil, err
 	}
+	ctx, cancel := withTimeLimit(ctx, opts.TimeLimit)
+	defer cancel()
 	gap := opts.MipRelGap
 	if gap <= 0 {
 		gap = defaultGap

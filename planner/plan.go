@@ -106,6 +106,17 @@ func Make(prof *profile.Profile, topo cost.Topology, opts Options) (*Plan, error
 	return MakeContext(context.Background(), prof, topo, opts)
 }
 
+// withTimeLimit bounds ctx by seconds. No limit (zero), or one past what a time.Duration holds
+// (centuries), is none: converted, such a limit would wrap to a negative duration and end the call
+// at once.
+func withTimeLimit(ctx context.Context, seconds float64) (context.Context, context.CancelFunc) {
+	ns := seconds * float64(time.Second)
+	if !(seconds > 0) || ns >= math.MaxInt64 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, time.Duration(ns))
+}
+
 // MakeContext plans the profiled tables on topo with the chosen strategy. opts.TimeLimit and ctx
 // bound the whole call; cancelling ctx interrupts the MILP, which then returns its incumbent
 // (status "interrupted"). The MILP falls back to the row-level greedy, with a warning in the
@@ -117,11 +128,11 @@ func MakeContext(ctx context.Context, prof *profile.Profile, topo cost.Topology,
 	if opts.TimeLimit < 0 || math.IsNaN(opts.TimeLimit) {
 		return nil, errs.Invalidf("planner: time limit %g is negative", opts.TimeLimit)
 	}
-	if opts.TimeLimit > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(opts.TimeLimit*float64(time.Second)))
-		defer cancel()
+	if err := checkThreads(opts.MILP.Threads); err != nil { // refused here, not taken as a solver failure
+		return nil, err
 	}
+	ctx, cancel := withTimeLimit(ctx, opts.TimeLimit)
+	defer cancel()
 	if err := topo.Validate(); err != nil {
 		return nil, err
 	}

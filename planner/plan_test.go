@@ -2,16 +2,21 @@ package planner
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
+	"github.com/recgo/recgo/planner/highs"
 	"github.com/recgo/recgo/planner/profile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -351,6 +356,74 @@ func TestNoRoomSaysWhetherASplitBetweenStepsMightFit(t *testing.T) {
 			_, err = WholeTableGreedy(m, BySize)
 			assert.ErrorIs(t, err, errs.ErrCapacity)
 			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// A time limit past what a time.Duration holds means no limit: converted as it was, it wrapped to a
+// negative duration and the MILP stopped at once ("time limit", with only the warm start).
+func TestHugeTimeLimitIsNoLimit(t *testing.T) {
+	tests := []struct {
+		name     string
+		seconds  float64
+		deadline bool
+	}{
+		{"none", 0, false},
+		{"an hour", 3600, true},
+		{"just within a Duration", 9e9, true},
+		{"past a Duration", 1e10, false},
+		{"far past a Duration", 1e300, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := tinyModel(t, 2, 4, 1, 2, 2)
+			p, err := Make(profileOf(m), m.Topo, Options{Strategy: StrategyMILP, TimeLimit: tc.seconds,
+				MILP: MILPOptions{MipRelGap: 1e-9, Symmetry: true, Threads: 1}})
+			require.NoError(t, err)
+			assert.Equal(t, "optimal", p.Solver.Status)
+			assert.Empty(t, p.Warning)
+			res, err := SolveMILP(m, MILPOptions{TimeLimit: tc.seconds, MipRelGap: 1e-9, Symmetry: true, Threads: 1})
+			require.NoError(t, err)
+			assert.Equal(t, "optimal", res.Status)
+			ctx, cancel := withTimeLimit(context.Background(), tc.seconds)
+			defer cancel()
+			dl, ok := ctx.Deadline()
+			require.Equal(t, tc.deadline, ok)
+			if ok {
+				assert.InDelta(t, tc.seconds, time.Until(dl).Seconds(), 1)
+			}
+		})
+	}
+}
+
+// A thread count HiGHS cannot take is refused by name: before, any count went through and HiGHS's
+// narrower integer option cut a huge one down to a small or negative one.
+func TestThreadsAreBounded(t *testing.T) {
+	m := tinyModel(t, 2, 4, 1, 2, 2)
+	tests := []struct {
+		threads int
+		ok      bool
+	}{
+		{0, true}, {1, true},
+		{highs.MaxThreads + 1, false}, {1 << 31, false}, {1<<32 + 2, false}, {-1, false},
+	}
+	for _, tc := range tests {
+		t.Run(strconv.Itoa(tc.threads), func(t *testing.T) {
+			_, _, err := ParseConfig([]byte(fmt.Sprintf(`{"threads": %d}`, tc.threads)))
+			_, merr := Make(profileOf(m), m.Topo, Options{Strategy: StrategyMILP,
+				MILP: MILPOptions{Threads: tc.threads, Symmetry: true}})
+			_, serr := SolveMILP(m, MILPOptions{Threads: tc.threads, Symmetry: true})
+			for _, e := range []error{err, merr, serr} {
+				if tc.ok {
+					assert.NoError(t, e)
+					continue
+				}
+				assert.ErrorIs(t, e, errs.ErrInvalid)
+				assert.ErrorContains(t, e, strconv.Itoa(tc.threads))
+			}
+			if !tc.ok && tc.threads > 0 {
+				assert.ErrorContains(t, merr, fmt.Sprintf("threads %d outside [0, %d]", tc.threads, highs.MaxThreads))
+			}
 		})
 	}
 }

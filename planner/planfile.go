@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -50,17 +51,41 @@ func (p *Plan) MarshalFile() ([]byte, error) {
 	return append(body, trailer(body)...), nil
 }
 
+// remapFile is the name of the remap [Plan.Save] writes beside plan.json.
+const remapFile = "remap.bin"
+
 // Save writes dir/plan.json and dir/report.md, and dir/remap.bin when prof has ranked rows for
-// every table (profiles counted from data; synthetic ones have none).
+// every table (profiles counted from data; synthetic ones have none). A remap.bin already in dir is
+// removed first, unless prof is nil and it is this plan's (the same tables, rows and hot rows: a plan
+// loaded and saved again): beside the new plan.json another plan's would read as this plan's remap,
+// and a failed write leaves no remap rather than another plan's.
 func (p *Plan) Save(dir string, prof *profile.Profile) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return errs.IOf("plan: %v", err)
+	var r *Remap
+	if prof != nil {
+		var err error
+		if r, err = NewRemap(p, prof); err != nil && !errors.Is(err, errNoRanks) {
+			return err
+		}
 	}
 	data, err := p.MarshalFile()
 	if err != nil {
 		return err
 	}
-	for name, b := range map[string][]byte{"plan.json": data, "report.md": []byte(p.Report())} {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return errs.IOf("plan: %v", err)
+	}
+	remapPath := filepath.Join(dir, remapFile)
+	kept := false
+	if prof == nil { // a plan saved without its profile (loaded, then saved): its own remap stays
+		old, err := LoadRemap(remapPath, 0)
+		kept = err == nil && old.fits(p)
+	}
+	if !kept {
+		if err := os.Remove(remapPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return errs.IOf("plan: removing the previous plan's remap: %v", err)
+		}
+	}
+	for name, b := range map[string][]byte{"plan.json": data, "report.md": []byte(p.Report(r != nil || kept))} {
 		if err := files.WriteAtomic(filepath.Join(dir, name), "plan", func(w io.Writer) error {
 			_, err := w.Write(b)
 			return err
@@ -68,14 +93,8 @@ func (p *Plan) Save(dir string, prof *profile.Profile) error {
 			return err
 		}
 	}
-	if prof != nil {
-		r, err := NewRemap(p, prof)
-		if err == nil {
-			return r.Save(filepath.Join(dir, "remap.bin"))
-		}
-		if !errors.Is(err, errNoRanks) {
-			return err
-		}
+	if r != nil {
+		return r.Save(remapPath)
 	}
 	return nil
 }

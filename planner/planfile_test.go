@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
@@ -182,4 +184,88 @@ func TestJSONContractsAreSnakeCase(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(data, &spec))
 	assert.Contains(t, spec, "elem_bytes")
+}
+
+// unranked is prof without ranked rows (as a synthetic profile, or one saved without them).
+func unranked(prof *profile.Profile) *profile.Profile {
+	p := *prof
+	p.Tables = append([]profile.Table(nil), prof.Tables...)
+	for i := range p.Tables {
+		p.Tables[i].Ranked = nil
+	}
+	return &p
+}
+
+// A save into the folder of an earlier plan leaves no remap.bin of that plan: one was kept beside
+// the new plan.json when the new save wrote none, and report.md told the user to load it.
+func TestSaveLeavesNoRemapOfAnotherPlan(t *testing.T) {
+	prof := countedProfile(t)
+	p, err := Make(prof, smallTopo(), Options{Strategy: StrategyRowGreedy})
+	require.NoError(t, err)
+	tight := smallTopo()
+	tight.HBMBytes /= 4
+	other, err := Make(prof, tight, Options{Strategy: StrategyRowGreedy})
+	require.NoError(t, err)
+	require.NotEqual(t, p.Tables, other.Tables) // other hot rows: another remap
+	tests := []struct {
+		name    string
+		earlier *Plan
+		prof    *profile.Profile
+		remap   bool
+	}{
+		{"no profile", other, nil, false},
+		{"a profile without ranked rows", other, unranked(prof), false},
+		{"a counted profile", other, prof, true},
+		{"the same plan saved again without a profile", p, nil, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, tc.earlier.Save(dir, prof)) // the earlier plan, with its remap
+			require.FileExists(t, filepath.Join(dir, "remap.bin"))
+			require.NoError(t, p.Save(dir, tc.prof))
+			_, err := os.Stat(filepath.Join(dir, "remap.bin"))
+			assert.Equal(t, tc.remap, err == nil, "remap.bin present: %v", err)
+			report, err := os.ReadFile(filepath.Join(dir, "report.md"))
+			require.NoError(t, err)
+			assert.Equal(t, tc.remap, bytes.Contains(report, []byte("Remap.load(dir + \"/remap.bin\")")))
+			assert.Equal(t, !tc.remap, bytes.Contains(report, []byte("No remap.bin was written")))
+			if tc.remap {
+				_, err := LoadRemap(filepath.Join(dir, "remap.bin"), 0)
+				assert.NoError(t, err)
+			}
+		})
+	}
+}
+
+// LoadRemap refuses what is not a regular file by name, as LoadPlan does: it opened a FIFO and
+// blocked until a writer came (forever), and read a directory as a corrupted file.
+func TestLoadRemapRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "remap.fifo")
+	require.NoError(t, syscall.Mkfifo(fifo, 0o644))
+	tests := []struct {
+		name, path, match string
+	}{
+		{"fifo", fifo, "is not a regular file (a pipe, socket or device): give the remap.bin file itself"},
+		{"directory", dir, "is a directory, not a file"},
+		{"missing", filepath.Join(dir, "nope.bin"), "no such file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() {
+				_, err := LoadRemap(tc.path, 0)
+				done <- err
+			}()
+			select {
+			case err := <-done:
+				assert.ErrorIs(t, err, errs.ErrIO)
+				assert.ErrorContains(t, err, "remap: ")
+				assert.ErrorContains(t, err, tc.match)
+			case <-time.After(10 * time.Second):
+				t.Fatal("LoadRemap blocked") // the FIFO's open waits for a writer
+			}
+		})
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
-	"os"
 	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -280,18 +279,31 @@ func ReadRemap(rd io.Reader, size, memoryLimit int64) (*Remap, error) {
 	return r, nil
 }
 
-// LoadRemap reads and verifies a remap file; memoryLimit as for [ReadRemap].
+// fits reports whether r is a remap of p: the same tables in the same order, each with p's rows and
+// hot rows (what NewRemap would have made of them).
+func (r *Remap) fits(p *Plan) bool {
+	if len(r.Tables) != len(p.Tables) {
+		return false
+	}
+	for i, tp := range p.Tables {
+		t := &r.Tables[i]
+		if t.Name != tp.Name || t.Rows != tp.Rows || t.Hot != tp.HotRows {
+			return false
+		}
+	}
+	return true
+}
+
+// LoadRemap reads and verifies a remap file; memoryLimit as for [ReadRemap]. A directory, pipe,
+// socket or device is refused by name before it is opened (a FIFO's open would block until a writer
+// came).
 func LoadRemap(path string, memoryLimit int64) (*Remap, error) {
-	f, err := os.Open(path)
+	f, st, err := files.OpenRegular(path, "remap", "give the remap.bin file itself")
 	if err != nil {
-		return nil, errs.IOf("remap: %v", err)
+		return nil, err
 	}
 	defer f.Close()
-	size := int64(-1)
-	if st, err := f.Stat(); err == nil {
-		size = st.Size()
-	}
-	r, err := ReadRemap(f, size, memoryLimit)
+	r, err := ReadRemap(f, st.Size(), memoryLimit)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}

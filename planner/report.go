@@ -9,7 +9,8 @@ import (
 )
 
 // Report renders the plan as markdown: topology, predicted figures, per-GPU load and the tables.
-func (p *Plan) Report() string {
+// withRemap says whether a remap.bin is saved beside the plan: the next steps load it only then.
+func (p *Plan) Report(withRemap bool) string {
 	var b strings.Builder
 	t := p.Topology
 	e := p.Eval
@@ -59,13 +60,14 @@ func (p *Plan) Report() string {
 		fmt.Fprintf(&b, "| %s | %d | %d | %d | %.4f | %.2f | %.3f | %.4f |\n", tp.Name, tp.GPU, tp.Rows, tp.HotRows,
 			tp.HBMAccessShare, tp.Pooling, tp.Coverage, tp.PredictedSeconds*1e3)
 	}
-	b.WriteString(p.nextSteps())
+	b.WriteString(p.nextSteps(withRemap))
 	return b.String()
 }
 
 // nextSteps is the report's closing section: what to do with the plan, and what to try when its
-// evidence is weak (a solver gap, a fallback, a breach).
-func (p *Plan) nextSteps() string {
+// evidence is weak (a solver gap, a fallback, a breach), and how to train with it (with the saved
+// remap, or how to get one).
+func (p *Plan) nextSteps(withRemap bool) string {
 	var b strings.Builder
 	b.WriteString("\n## Next steps\n\n")
 	if p.Eval.Violation != "" {
@@ -79,7 +81,12 @@ func (p *Plan) nextSteps() string {
 			100*s.Gap, s.Status)
 	}
 	b.WriteString("- Check the topology above against your cluster; the plan is only as good as these budgets and bandwidths.\n")
-	b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir), remap=recgo.planner.Remap.load(dir + \"/remap.bin\"))` puts each table's hot rows first and renumbers the IDs of raw batches itself; or renumber them in the data loader (`recgo.DataPipeline(..., remap=remap, tables=...)` or `remap.apply_kjt(batch, feature_to_table={key: table})`, the mapping needed when the batch's keys are not the table names) and feed its `.ebc`, so no ID is renumbered twice.\n")
+	if withRemap {
+		b.WriteString("- Train with the plan: `recgo.planner.PlannedEmbeddingBagCollection(tables, recgo.planner.Plan.load(dir), remap=recgo.planner.Remap.load(dir + \"/remap.bin\"))` puts each table's hot rows first and renumbers the IDs of raw batches itself; or renumber them in the data loader (`recgo.DataPipeline(..., remap=remap, tables=...)` or `remap.apply_kjt(batch, feature_to_table={key: table})`, the mapping needed when the batch's keys are not the table names) and feed its `.ebc`, so no ID is renumbered twice.\n")
+	} else {
+		// without ranked rows there is no hot-rows-first order to train with
+		b.WriteString("- No remap.bin was written: the profile has no ranked rows (a synthetic profile, or one saved without them), so this plan gives each table's GPU and hot-row count but not which rows are hot. To train with a hot-rows-first layout, profile a sample of the data (`python -m recgo profile --criteo ...` or `recgo.planner.profile(...)`), re-plan and save with that profile; `recgo.planner.PlannedEmbeddingBagCollection` then takes the plan with its remap.\n")
+	}
 	b.WriteString("- Keep TorchRec's sharding: `recgo.planner.torchrec_sharding_plan(plan, module)` gives TorchRec this placement (ranks, kernels and cache sizes from the hot-row splits); `torchrec_constraints(plan)` carries the sharding types, kernels and cache sizes but not the ranks (TorchRec's ParameterConstraints has no rank field), so TorchRec's planner fed them places the tables itself.\n")
 	b.WriteString("- Re-profile when the data drifts (`python -m recgo profile`), then re-plan.\n")
 	return b.String()

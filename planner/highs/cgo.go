@@ -98,6 +98,9 @@ func (h instance) setBool(name string, v bool) error {
 }
 
 func (h instance) setInt(name string, v int) error {
+	if int(C.HighsInt(v)) != v { // HiGHS's integers are narrower than Go's: refuse, not truncate
+		return errs.Invalidf("highs: option %s=%d is past HiGHS's integer range", name, v)
+	}
 	cs := C.CString(name)
 	defer C.free(unsafe.Pointer(cs))
 	if C.Highs_setIntOptionValue(h.p, cs, C.HighsInt(v)) == cStatusError {

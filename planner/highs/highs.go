@@ -212,13 +212,18 @@ func (m *Model) Feasible(x []float64, tol float64) (bool, string) {
 // caller with a deadline closes Done this much before it to return on time.
 const InterruptGrace = 250 * time.Millisecond
 
+// MaxThreads is the most threads a solve may ask HiGHS for. HiGHS's scheduler starts an OS thread
+// for each, so a count past any machine's cores (a typo, an overflowing computation) would start
+// thousands of threads, or be cut to HiGHS's narrower integer into another number altogether.
+const MaxThreads = 1024
+
 // Options control one solve. Zero values mean HiGHS's defaults.
 type Options struct {
 	// TimeLimit in seconds (0: none).
 	TimeLimit float64
 	// MipRelGap stops when (primal - dual)/|primal| falls below it (0: HiGHS default 1e-4).
 	MipRelGap float64
-	// Threads for HiGHS's scheduler (0: HiGHS default).
+	// Threads for HiGHS's scheduler (0: HiGHS default; at most MaxThreads).
 	Threads int
 	// Output turns HiGHS's console log on.
 	Output bool
@@ -279,6 +284,9 @@ func Solve(m *Model, opts Options, start []float64) (*Result, error) {
 		math.IsNaN(opts.TimeLimit) || opts.MipRelGap < 0 || math.IsNaN(opts.MipRelGap) {
 		return nil, errs.Invalidf("highs: negative or NaN limit (time %g, gap %g, stop gap %g)", opts.TimeLimit,
 			opts.MipRelGap, opts.StopGap)
+	}
+	if opts.Threads < 0 || opts.Threads > MaxThreads {
+		return nil, errs.Invalidf("highs: threads %d outside [0, %d]", opts.Threads, MaxThreads)
 	}
 	startObj := math.NaN()
 	if start != nil {

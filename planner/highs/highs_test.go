@@ -267,3 +267,30 @@ func FuzzValidate(f *testing.F) {
 		}
 	})
 }
+
+// Integer options past HiGHS's integer range are refused by name: they were cut to its width (a
+// huge node limit became none at all, a huge thread count a small one).
+func TestIntegerOptionsOutOfRange(t *testing.T) {
+	tests := []struct {
+		name  string
+		opts  Options
+		match string
+	}{
+		{"threads past MaxThreads", Options{Threads: MaxThreads + 1}, "threads 1025 outside [0, 1024]"},
+		{"threads past int32", Options{Threads: 1<<32 + 2}, "threads 4294967298 outside"},
+		{"negative threads", Options{Threads: -3}, "threads -3 outside"},
+		{"nodes past int32", Options{MaxNodes: 1 << 40}, "mip_max_nodes=1099511627776 is past HiGHS's integer range"},
+		{"iterations past int32", Options{MaxIterations: 1 << 33}, "simplex_iteration_limit=8589934592"},
+		{"seed past int32", Options{Seed: -1 << 35}, "random_seed=-34359738368"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Solve(knapsack(), tc.opts, nil)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+			assert.ErrorContains(t, err, tc.match)
+		})
+	}
+	res, err := Solve(knapsack(), Options{Threads: 1, MaxNodes: math.MaxInt32}, nil)
+	require.NoError(t, err)
+	assert.InDelta(t, 21, res.Objective, 1e-9)
+}

@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import InvalidInputError, RecgoError, RecgoIOError
+from .errors import CapacityError, InvalidInputError, RecgoError, RecgoIOError
 
 #: Defaults of the plan topology flags (RecShard's cluster: 2 nodes × 8 GPUs × 24 GB).
 TOPOLOGY_FLAGS: dict[str, tuple[str, float, str]] = {
@@ -38,20 +38,28 @@ TOPOLOGY_FLAGS: dict[str, tuple[str, float, str]] = {
 
 
 def _writable_dir(path: str) -> Path:
-    """Create ``path`` (a folder) and check it can be written, before any long work."""
+    """Check that folder ``path`` can be written, or created, before any long work. Nothing is
+    created here (the save does that), so a run refused later leaves no empty folder behind."""
     d = Path(path)
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RecgoIOError(f"--out {path}: cannot create the folder: {exc.strerror or exc}") from exc
-    if not os.access(d, os.W_OK | os.X_OK):
-        raise RecgoIOError(f"--out {path}: the folder is not writable")
+    if os.path.lexists(d):
+        if not d.is_dir():  # a file, or a link to nothing
+            raise RecgoIOError(f"--out {path}: not a folder")
+        if not os.access(d, os.W_OK | os.X_OK):
+            raise RecgoIOError(f"--out {path}: the folder is not writable")
+        return d
+    base = d.absolute().parent
+    while not os.path.lexists(base) and base != base.parent:  # the nearest ancestor that exists
+        base = base.parent
+    if not base.is_dir() or not os.access(base, os.W_OK | os.X_OK):
+        raise RecgoIOError(f"--out {path}: cannot create the folder ({base} is not a writable folder)")
     return d
 
 
 def _writable_file(path: str) -> Path:
     """Check that file ``path`` can be created, before any long work."""
     p = Path(path)
+    if p.is_dir():  # the save would fail only after the whole profiling run
+        raise RecgoIOError(f"--out {path}: is a folder; name the file to write (e.g. {p / 'profile.json'})")
     parent = p.parent if str(p.parent) else Path(".")
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
         raise RecgoIOError(f"--out {path}: cannot write there (missing or read-only folder, or read-only file)")
@@ -123,15 +131,18 @@ def _add_plan(sub: Any) -> None:
     pl.add_argument("--strategy", default="milp",
                     choices=["all", "greedy_size", "greedy_lookups", "greedy_size_lookups", "row_greedy", "milp"],
                     help="placement strategy (default milp); all runs every one, compares them in gpu_costs.png "
-                         "and writes the last (milp)")
+                         "and writes the last (milp); a baseline that cannot place the tables is reported and left "
+                         "out of the comparison")
     pl.add_argument("--cost-model", default="full", choices=["cdf", "cdf+coverage", "cdf+coverage+pooling", "full"],
                     help="what the cost model prices (default full)")
     for flag, (_, default, text) in TOPOLOGY_FLAGS.items():
         pl.add_argument("--" + flag.replace("_", "-"), type=type(default), default=None,
                         help=f"{text} (default {default:g})")
-    pl.add_argument("--time-limit", type=float, default=60.0, help="bound on each planning call (s, > 0; default 60)")
+    pl.add_argument("--time-limit", type=float, default=60.0,
+                    help="bound on each planning call (s, > 0; default 60; past about 292 years: none)")
     pl.add_argument("--gap", type=float, default=0.01, help="MILP target relative gap (default 0.01)")
-    pl.add_argument("--threads", type=int, default=0, help="HiGHS threads (default 0: recgo's worker count)")
+    pl.add_argument("--threads", type=int, default=0,
+                    help="HiGHS threads (default 0: recgo's worker count; at most 1024)")
     pl.add_argument("--memory-limit-gb", type=float, default=None, help="cap on the planner's model (GB; default 8 GiB)")
     pl.add_argument("--no-plots", action="store_true", help="write no PNG plots (they need recgo[plots])")
     pl.add_argument("--no-progress", action="store_true", help="no progress line on stderr while a plan is solved")
@@ -159,6 +170,7 @@ def _topology(args: argparse.Namespace) -> tuple[Any, list[str]]:
 
 def _plan(args: argparse.Namespace) -> int:
     from . import planner as P
+    from .planner._plan import PLOT_FILES
     from .planner._plots import require_matplotlib
 
     if not args.no_plots:
@@ -176,20 +188,34 @@ def _plan(args: argparse.Namespace) -> int:
             raise InvalidInputError(f"--memory-limit-gb must be a positive size, got {args.memory_limit_gb}")
         limit = int(args.memory_limit_gb * 1e9)
     strategies = P.STRATEGIES if args.strategy == "all" else (args.strategy,)
-    plans = {}
+    plans, unplaced = {}, []
     for s in strategies:
-        plans[s] = P.plan(prof, topo, s, cost_model=args.cost_model, time_limit=args.time_limit,
-                          mip_rel_gap=args.gap, threads=args.threads, memory_limit=limit,
-                          progress=not args.no_progress and sys.stderr.isatty())
+        try:
+            plans[s] = P.plan(prof, topo, s, cost_model=args.cost_model, time_limit=args.time_limit,
+                              mip_rel_gap=args.gap, threads=args.threads, memory_limit=limit,
+                              progress=not args.no_progress and sys.stderr.isatty())
+        except CapacityError as exc:
+            if s == strategies[-1]:  # the plan to write: its failure is the run's
+                raise
+            # a baseline that cannot pack the tables is a result of the comparison, not the run's end
+            unplaced.append(s)
+            print(f"{s}: no placement (CapacityError)")
+            print(f"warning: {s} could not place the tables and is left out of the comparison: {exc}",
+                  file=sys.stderr)
+            continue
         print(plans[s])
         if plans[s].warning:
             print(f"warning: {plans[s].warning}", file=sys.stderr)
     main = plans[strategies[-1]]
     main.save(out, plots=not args.no_plots)
-    if len(plans) > 1 and not args.no_plots:
-        P.plot_gpu_costs(plans, out / "gpu_costs.png")
+    if len(strategies) > 1 and not args.no_plots:
+        missing = f" ({', '.join(unplaced)}: no placement)" if unplaced else ""
+        P.plot_gpu_costs(plans, out / "gpu_costs.png", title=f"Per-GPU modeled cost by strategy{missing}")
     print(json.dumps(main.summary(), indent=1))
-    written = [f for f in ("plan.json", "report.md", "remap.bin", "gpu_costs.png", "cdfs.png") if (out / f).exists()]
+    if unplaced:
+        print(f"compared {', '.join(plans)}; {', '.join(unplaced)} could not place the tables")
+    # Plan.save removes an earlier plan's remap.bin and plots it does not rewrite: what is there is this run's
+    written = [f for f in ("plan.json", "report.md", "remap.bin", *PLOT_FILES) if (out / f).exists()]
     print(f"wrote {out}/{', '.join(written)}")
     return 0
 

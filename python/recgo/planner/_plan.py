@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from .. import _lib
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import InvalidInputError, NotFoundError, RecgoIOError
 from ._json import bytes_arg
 from ._profile import Profile
 from ._remap import Remap
@@ -21,6 +21,8 @@ from ._topology import Topology
 
 #: Strategies :func:`plan` accepts, the paper's whole-table baselines first.
 STRATEGIES = ("greedy_size", "greedy_lookups", "greedy_size_lookups", "row_greedy", "milp")
+#: The plots :meth:`Plan.save` writes (and removes when it does not rewrite them).
+PLOT_FILES = ("gpu_costs.png", "cdfs.png")
 #: Cost models, from the CDF alone to the full model (the paper's ablation).
 COST_MODELS = ("cdf", "cdf+coverage", "cdf+coverage+pooling", "full")
 
@@ -100,7 +102,9 @@ class Plan:
 
     def save(self, directory: str | os.PathLike[str], plots: bool = True) -> Path:
         """Write plan.json (with its checksum), report.md, remap.bin (when the profile has ranked rows)
-        and PNG plots. With ``plots`` a missing matplotlib fails before anything is written."""
+        and PNG plots (gpu_costs.png; cdfs.png when the plan has its profile). With ``plots`` a missing
+        matplotlib fails before anything is written. A remap.bin or plot of an earlier plan that this
+        save does not rewrite is removed, so the folder never shows another plan's files as this one's."""
         from ._plots import plot_cdfs, plot_gpu_costs, require_matplotlib
 
         if plots:
@@ -108,10 +112,19 @@ class Plan:
         d = Path(directory)
         f = _lib.fn("recgo_plan_save")
         _lib.call(f, self._h.value, self._profile.handle.value if self._profile else 0, _lib.c_path(d))
+        written = set()
         if plots:
             plot_gpu_costs({self.strategy: self}, d / "gpu_costs.png")
+            written.add("gpu_costs.png")
             if self._profile is not None:
                 plot_cdfs(self._profile, d / "cdfs.png")
+                written.add("cdfs.png")
+        for name in set(PLOT_FILES) - written:  # the Go save removes a stale remap.bin itself
+            try:
+                (d / name).unlink(missing_ok=True)
+            except OSError as exc:
+                raise RecgoIOError(f"plan: cannot remove the earlier plan's {d / name}: "
+                                   f"{exc.strerror or exc}") from exc
         return d
 
     @staticmethod
@@ -225,13 +238,15 @@ def plan(profile: Profile, topology: Topology | None = None, strategy: str = "mi
     """Place the profiled tables on ``topology`` (default: RecShard's 2 × 8 GPUs with 24 GB each)
     with ``strategy`` (default: the MILP).
 
-    ``time_limit`` (seconds, > 0; ``None`` for no limit) bounds the whole call, model building and
-    HiGHS's presolve included. The MILP is warm-started from the row-level greedy and stops at the
-    time limit (``plan.solver["status"] == "time limit"``, with a RuntimeWarning that the plan is not
-    proven optimal), or when its incumbent is within ``mip_rel_gap`` of the best bound (HiGHS's, or
-    the planner's own, which settles the case where everything fits in HBM without a MILP),
-    returning its incumbent with gap and bound. When the time left cannot cover building and
-    presolving a large MILP, the warm start is returned without it (:attr:`Plan.warning` says so).
+    ``time_limit`` (seconds, > 0; ``None`` for no limit, as is one past what Go's time.Duration holds,
+    about 292 years) bounds the whole call, model building and HiGHS's presolve included. ``threads``
+    is HiGHS's thread count (0: recgo's worker count; at most 1024). The MILP is warm-started from the
+    row-level greedy and stops at the time limit (``plan.solver["status"] == "time limit"``, with a
+    RuntimeWarning that the plan is not proven optimal), or when its incumbent is within
+    ``mip_rel_gap`` of the best bound (HiGHS's, or the planner's own, which settles the case where
+    everything fits in HBM without a MILP), returning its incumbent with gap and bound. When the time
+    left cannot cover building and presolving a large MILP, the warm start is returned without it
+    (:attr:`Plan.warning` says so).
     Ctrl-C interrupts the solve within a fraction of a second, presolve included, and returns the
     incumbent (``plan.solver["status"] == "interrupted"``, with a RuntimeWarning). If HiGHS fails
     the plan falls back to the row-level greedy and says so in :attr:`Plan.warning`
@@ -244,7 +259,7 @@ def plan(profile: Profile, topology: Topology | None = None, strategy: str = "mi
     MILP found no placement before the time limit or Ctrl-C and the row-level greedy could not
     place the tables either (no proof that none fits: raise ``time_limit``); NotFoundError for
     tables missing from the profile, InvalidInputError for an empty or repeated table list, a
-    non-positive time limit or a NaN/infinite argument.
+    non-positive time limit, ``threads`` outside [0, 1024] or a NaN/infinite argument.
     """
     _check_profile(profile)
     buf, n = _config(Topology() if topology is None else topology, strategy, cost_model, tables, time_limit,

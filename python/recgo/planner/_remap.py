@@ -25,8 +25,10 @@ class Remap:
     @staticmethod
     def load(path: str | os.PathLike[str], memory_limit: int | None = None) -> "Remap":
         """Read and verify a remap.bin written with a plan: a corrupted or truncated file raises
-        RecgoIOError naming the file and the part; one whose rows would take more than
-        ``memory_limit`` bytes (default 8 GiB) raises CapacityError before they are read."""
+        RecgoIOError naming the file and the part, as does a path that is not a regular file (a
+        directory, FIFO or device, refused before it is opened, as :meth:`Plan.load` does); one whose
+        rows would take more than ``memory_limit`` bytes (default 8 GiB) raises CapacityError before
+        they are read."""
         return Remap(_lib.new_handle("recgo_remap_load", _lib.c_path(path),
                                      int(memory_limit or 0)))
 
