@@ -134,7 +134,7 @@ func recgo_plan_load(path *C.char, out *C.uintptr_t, errbuf *C.char, errlen C.si
 }
 
 // recgo_plan_save writes plan.json and report.md into dir, and remap.bin when profH (optional, 0
-// for none) has ranked rows.
+// for none) has ranked rows; an earlier plan's remap.bin there is removed (planner.Plan.Save).
 //
 //export recgo_plan_save
 func recgo_plan_save(h, profH C.uintptr_t, dir *C.char, errbuf *C.char, errlen C.size_t) C.int {
