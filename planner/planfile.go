@@ -146,6 +146,11 @@ func ParsePlan(data []byte) (*Plan, error) {
 			return nil, errs.Invalidf("plan: table %q: rank %d of %d, hot rows %d of %d", t.Name, t.GPU,
 				p.Topology.NumGPUs(), t.HotRows, t.Rows)
 		}
+		if t.Name == "" || t.Dim <= 0 || t.Node != p.Topology.Node(t.GPU) || t.HotBytes < 0 || t.ColdBytes < 0 {
+			return nil, errs.Invalidf("plan: table %q: dim %d, node %d for rank %d (node %d), hot bytes %d, cold "+
+				"bytes %d: a name, a positive dim, the rank's node and byte counts of zero or more are needed",
+				t.Name, t.Dim, t.Node, t.GPU, p.Topology.Node(t.GPU), t.HotBytes, t.ColdBytes)
+		}
 		if seen[t.Name] {
 			return nil, errs.Invalidf("plan: table %q appears twice", t.Name)
 		}

@@ -269,3 +269,31 @@ func TestLoadRemapRefusesWhatIsNotARegularFile(t *testing.T) {
 		})
 	}
 }
+
+// A plan document with a table that no planner writes (edited by hand, checksum recomputed) is
+// refused by ParsePlan: an empty name or a dim of 0 loaded, and torchrec_sharding_plan then raised
+// a bare KeyError.
+func TestParsePlanRefusesImpossibleTables(t *testing.T) {
+	p, _ := smallPlanFile(t)
+	tests := []struct {
+		name string
+		edit func(tp *TablePlan)
+	}{
+		{"empty name", func(tp *TablePlan) { tp.Name = "" }},
+		{"zero dim", func(tp *TablePlan) { tp.Dim = 0 }},
+		{"another node than its rank's", func(tp *TablePlan) { tp.Node = 3 }},
+		{"negative hot bytes", func(tp *TablePlan) { tp.HotBytes = -1 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := *p
+			bad.Tables = append([]TablePlan(nil), p.Tables...)
+			tc.edit(&bad.Tables[0])
+			data, err := bad.MarshalFile()
+			require.NoError(t, err)
+			_, err = ParsePlanFile(data)
+			assert.ErrorIs(t, err, errs.ErrInvalid)
+			assert.ErrorContains(t, err, "a name, a positive dim, the rank's node")
+		})
+	}
+}

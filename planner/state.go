@@ -36,6 +36,11 @@ func (s *state) fits(i, k, g int) bool {
 	return s.hbm[g]+o.HotBytes <= s.m.Topo.HBMBytes && s.host[s.m.Topo.Node(g)]+o.ColdBytes <= s.m.Topo.HostBytes
 }
 
+// packingHint ends a greedy strategy's capacity error: the tables placed before this one took the
+// room in the order the strategy packs them, and another order (the MILP searches them) may fit.
+const packingHint = "; the tables placed before it took that room in this strategy's order, and the milp " +
+	"strategy, which searches the placements, may still fit them all"
+
 // noRoom is the ErrCapacity error for table i, which fits no GPU at any of its options (what names
 // the strategy). It says whether the GPU with the most room left could hold the table's bytes split
 // another way: the options are the profile's CDF steps only, so a split between two steps may fit.
@@ -52,12 +57,12 @@ func (s *state) noRoom(what string, i int) error {
 	if best >= need {
 		return errs.Capacityf("%s: table %q (%s) fits no GPU at any of its %d splits, the profile's CDF steps; GPU %d "+
 			"has %s of HBM and %s of its node's host memory left, so a split between two steps may fit (profile with "+
-			"more CDF steps, or give the GPUs more memory)", what, t.Name, cost.FormatBytes(need), len(t.Options), bestG,
-			cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost))
+			"more CDF steps, or give the GPUs more memory)%s", what, t.Name, cost.FormatBytes(need), len(t.Options), bestG,
+			cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost), packingHint)
 	}
 	return errs.Capacityf("%s: table %q needs %s of HBM and host memory together, more than any GPU has left (the "+
-		"most: GPU %d, %s of HBM and %s of its node's host memory)", what, t.Name, cost.FormatBytes(need), bestG,
-		cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost))
+		"most: GPU %d, %s of HBM and %s of its node's host memory)%s", what, t.Name, cost.FormatBytes(need), bestG,
+		cost.FormatBytes(bestHBM), cost.FormatBytes(bestHost), packingHint)
 }
 
 // overCapacity reports whether some GPU's HBM or some node's host memory holds more than its budget.

@@ -75,6 +75,11 @@ def test_bad_input_is_named(kwargs, match) -> None:
         _knapsack(**kwargs)
 
 
-def test_bad_column_index() -> None:
-    with pytest.raises(InvalidInputError, match="names column 7"):
-        solve_mip([1], [0], [1], [True], [(0, 1, [7], [1.0])])
+@pytest.mark.parametrize("index, match", [
+    ([7], r"row 0: column index 7 is outside \[0, 1\)"),
+    ([2**31], r"column index 2147483648 is outside"),  # torch's int32 overflow, raw
+    ([0, 0], "row 0: column 0 is listed twice"),  # HiGHS's "passMip rejected the model" (a SolverError)
+])
+def test_bad_column_index(index: list[int], match: str) -> None:
+    with pytest.raises(InvalidInputError, match=match):
+        solve_mip([1], [0], [1], [True], [(0, 1, index, [1.0] * len(index))])

@@ -75,7 +75,16 @@ def solve_mip(
         lower, upper, idx, val = row
         if len(idx) != len(val):
             raise InvalidInputError(f"row {i}: {len(idx)} indices but {len(val)} coefficients")
-        index.extend(int(j) for j in idx)
+        cols = [int(j) for j in idx]
+        bad = next((j for j in cols if not 0 <= j < n), None)
+        if bad is not None:  # (one past 2^31 raised torch's overflow; HiGHS refused others as "rejected")
+            raise InvalidInputError(f"row {i}: column index {bad} is outside [0, {n})")
+        if len(set(cols)) != len(cols):
+            raise InvalidInputError(f"row {i}: column {next(j for j in cols if cols.count(j) > 1)} is listed twice "
+                                    "(give each column once, its coefficients summed)")
+        if len(index) + len(cols) >= 2**31:
+            raise InvalidInputError("the model has 2^31 or more coefficients, more than HiGHS's 32-bit indices hold")
+        index.extend(cols)
         value.extend(float(v) for v in val)
         starts.append(len(index))
         rlo.append(float(lower))

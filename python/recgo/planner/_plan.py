@@ -255,7 +255,9 @@ def plan(profile: Profile, topology: Topology | None = None, strategy: str = "mi
 
     ``memory_limit`` (bytes; default 8 GiB) caps the model the planner may build. Raises
     CapacityError (naming the size) when the tables cannot fit (proven: by a size check, or by
-    HiGHS, whose proof the message names) or the model would pass the limit; SolverError when the
+    HiGHS, whose proof the message names), when a greedy baseline strategy finds no placement in
+    its packing order (no proof: the message says so, and ``"milp"`` may place them), or when the
+    model would pass the limit; SolverError when the
     MILP found no placement before the time limit or Ctrl-C and the row-level greedy could not
     place the tables either (no proof that none fits: raise ``time_limit``); NotFoundError for
     tables missing from the profile, InvalidInputError for an empty or repeated table list, a
