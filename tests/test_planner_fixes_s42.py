@@ -212,3 +212,13 @@ def test_plan_still_refuses_an_out_it_cannot_create(tmp_path: Path) -> None:
         rc, stdout, err = _main("plan", "--profile", "missing.json", "--out", str(out), "--no-plots")
         assert rc == 2 and f"RecgoIOError: --out {out}: " in err and why in err, err
         assert "topology:" not in stdout
+
+
+def test_a_topology_past_int64_and_an_empty_torchrec_table_list_are_refused(counted: P.Profile) -> None:
+    """``hbm_bytes=10**40`` (``--hbm-gb 1e30``) gave Go's "cannot unmarshal number ..." text; an empty
+    table list planned every table in torchrec_placement, while plan() refuses it."""
+    with pytest.raises(InvalidInputError, match=r"topology: hbm_bytes must be an integer within int64"):
+        P.plan(counted, P.Topology(nodes=1, gpus_per_node=1, hbm_bytes=10**40))
+    pytest.importorskip("torchrec")
+    with pytest.raises(InvalidInputError, match=r"tables=\[\] names no table"):
+        P.torchrec_placement(counted, TOPO, tables=[])

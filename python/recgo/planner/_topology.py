@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 from .. import _lib
-from ..errors import NotFoundError
+from ..errors import InvalidInputError, NotFoundError
 
 GB = 1e9
 
@@ -37,7 +37,16 @@ class Topology:
         return self.nodes * self.gpus_per_node
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON form the Go planner reads."""
+        """The JSON form the Go planner reads.
+
+        Raises:
+            InvalidInputError: an integer field is not an integer in int64's range (Go's JSON reader
+                refused ``hbm_bytes=10**40`` with its own wording).
+        """
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63):
+                raise InvalidInputError(f"topology: {f.name} must be an integer within int64 (below 2^63), got {v!r}")
         return asdict(self)
 
     def is_default(self) -> bool:

@@ -66,7 +66,9 @@ def torchrec_placement(profile: Profile, topology: Topology,
     from torchrec.distributed.planner.types import ParameterConstraints
     from torchrec.distributed.types import ShardingType
 
-    names = tables or [t["name"] for t in profile.tables]
+    if tables is not None and not tables:  # (it planned every table, where plan() refuses an empty list)
+        raise InvalidInputError("torchrec_placement: tables=[] names no table; leave it out to place them all")
+    names = list(tables) if tables is not None else [t["name"] for t in profile.tables]
     kernels = [EmbeddingComputeKernel.FUSED.value, EmbeddingComputeKernel.FUSED_UVM.value,
                EmbeddingComputeKernel.FUSED_UVM_CACHING.value]
     constraints = {}
