@@ -55,7 +55,7 @@ def test_a_dmp_state_dict_loads_where_whole_and_names_the_shards_where_not(tmp_p
     pytest.importorskip("torchrec")
     res = spawn(_load_dmp_state, 2, tmp_path)
     ok(res)
-    for rank, r in enumerate(res):
+    for r in res:  # every rank: b's rows are split over both
         assert r["kinds"] == ["ShardedTensor"]
         assert isinstance(r["b"], tuple) and "'ebc.embedding_bags.b.weight' is a ShardedTensor" in r["b"][0]
         assert "1 of its shards on other ranks" in r["b"][0] and r["b"][1]  # nothing loaded
