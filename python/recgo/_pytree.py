@@ -2,10 +2,12 @@
 ``torch.export`` (and other pytree users) can take a :class:`KeyedJaggedTensor` input and give a
 :class:`KeyedTensor` or :class:`JaggedTensor` output. The tensors are the children; keys and layout
 the context: a batch's keys (its batch size only when it has none, so an export with a dynamic batch
-takes any), a pooled output's keys and widths. Unflattening goes through the constructors' dtype,
-device and shape checks (a ``tree_map`` that casts the leaves to bfloat16 or moves them to another
-device gets the same conversion or error as the constructor gives, never misread memory); those checks
-read no values, so tracers' stand-ins pass them.
+takes any), a pooled output's keys and widths (ints: a width that is a dynamic dim of ``torch.export``
+is refused, see :func:`_width`). Unflattening goes through the constructors' dtype, device and shape
+checks (a ``tree_map`` that casts the leaves to bfloat16 or moves them to another device gets the same
+conversion or error as the constructor gives, never misread memory); those checks read no values, so
+tracers' stand-ins pass them (a KeyedTensor's are made only outside ``torch.export`` and
+``torch.compile``, whose symbolic shapes they would guard on).
 
 The contexts are tuples (hashable, as guards and caches want them); ``torch.export.save`` writes them
 as JSON, where a tuple becomes a list, so each type registers the pair of functions that write its
@@ -29,16 +31,20 @@ from .sparse import KeyedJaggedTensor, as_kjt
 _FIELDS = ("_values", "_weights", "_lengths", "_offsets")  # the children of both jagged types
 
 
+# A field not set yet reads as None: torch.export, on a data-dependent error inside a constructor,
+# flattens the caller's locals (the half-built object among them) to suggest a fix, and an
+# AttributeError there replaced the error it was explaining.
 def _fields(obj: Any, names: tuple[str, ...]) -> list[Any]:
-    return [getattr(obj, n) for n in names]
+    return [getattr(obj, n, None) for n in names]
 
 
 def _keyed(obj: Any, names: tuple[str, ...]) -> list[tuple[Any, Any]]:
-    return [(pytree.GetAttrKey(n), getattr(obj, n)) for n in names]
+    return [(pytree.GetAttrKey(n), getattr(obj, n, None)) for n in names]
 
 
 def _kjt_context(k: KeyedJaggedTensor) -> tuple[tuple[str, ...], int | None]:
-    return tuple(k._keys), None if k._keys else k._stride
+    keys = tuple(getattr(k, "_keys", ()))
+    return keys, None if keys else getattr(k, "_stride", None)
 
 
 def _kjt_context_from_json(text: str) -> tuple[tuple[str, ...], int | None]:
@@ -46,11 +52,29 @@ def _kjt_context_from_json(text: str) -> tuple[tuple[str, ...], int | None]:
     return tuple(str(k) for k in keys), None if stride is None else int(stride)
 
 
+def _width(key: str, w: Any) -> Any:
+    """A key's width as the context keeps it: an int. A traced width that is not a constant (a dynamic
+    dim of ``torch.export``) is refused: the spec is fixed when the program is made, so a width kept
+    there stays the example's (the program read later outputs under it, and ``torch.export.save``
+    cannot write it)."""
+    if isinstance(w, torch.SymInt):
+        fixed = w.node.maybe_as_int()
+        if fixed is None:
+            raise InvalidInputError(
+                f"KeyedTensor key {key!r} has a dynamic width ({w}): a KeyedTensor's widths are part of its "
+                "tree spec, fixed when the program is made; keep that width static (no torch.export.Dim on "
+                "it), or give the values and widths as tensors instead of a KeyedTensor")
+        return fixed
+    return w
+
+
 def _kt_context(t: KeyedTensor) -> tuple[Any, ...]:
     # (keys, lengths), and the key dim only where it is not the pooled layout's 1, so programs
     # exported before key_dim=0 existed keep their context
-    base = (tuple(t._keys), tuple(t._length_per_key))
-    return base if t._key_dim == 1 else (*base, t._key_dim)
+    keys, widths = tuple(getattr(t, "_keys", ())), getattr(t, "_length_per_key", ())
+    base = (keys, tuple(_width(k, w) for k, w in zip(keys, widths)))
+    key_dim = getattr(t, "_key_dim", 1)
+    return base if key_dim == 1 else (*base, key_dim)
 
 
 def _kt_context_from_json(text: str) -> tuple[Any, ...]:
@@ -84,7 +108,13 @@ def _jt_unflatten(children: Any, context: Any) -> JaggedTensor:
 
 
 def _kt_unflatten(children: Any, context: Any) -> KeyedTensor:
-    return KeyedTensor._over(context[0], context[1], children[0], *context[2:])
+    values = children[0]
+    # checked as the constructor checks a tensor (a tree_map that changes the values' shape raises here,
+    # not at a later read); traced (torch.export, torch.compile) the shapes may be symbolic, which the
+    # checks would guard on, and other leaves (fx proxies, the specs torch maps leaves to) are kept
+    if isinstance(values, torch.Tensor) and not torch.compiler.is_compiling():
+        return KeyedTensor(context[0], context[1], values, *context[2:])
+    return KeyedTensor._over(context[0], context[1], values, *context[2:])
 
 
 def _kjt_flatten_spec(k: Any, spec: Any) -> list[Any]:
@@ -107,12 +137,17 @@ def _kt_flatten_spec(t: Any, spec: Any) -> list[Any]:
     spec's order, as TorchRec's ``_kt_flatten_spec`` does (``torch.export`` may reorder a KeyedTensor's
     keys); keys or widths that differ raise."""
     keys, widths = list(spec.context[0]), list(spec.context[1])
+    key_dim = spec.context[2] if len(spec.context) > 2 else 1
     mine = dict(zip(t.keys(), t.length_per_key()))
-    if list(t.keys()) == keys:
-        return [t.values()]
-    if sorted(mine) != sorted(keys) or any(mine[k] != w for k, w in zip(keys, widths)):
+    same_order = list(t.keys()) == keys
+    # the widths are checked in the spec's key order too: its values are read back by the spec's widths
+    if (t.key_dim() != key_dim or (list(t.length_per_key()) != widths if same_order else
+                                   sorted(mine) != sorted(keys) or any(mine[k] != w for k, w in zip(keys, widths)))):
+        dims = "" if t.key_dim() == key_dim else f" laid along dim {t.key_dim()} (expected {key_dim})"
         raise InvalidInputError(f"expected a KeyedTensor with keys {keys} of widths {widths}, got keys "
-                                f"{t.keys()} of widths {t.length_per_key()}")
+                                f"{t.keys()} of widths {t.length_per_key()}{dims}")
+    if same_order:
+        return [t.values()]
     return [KeyedTensor.regroup([t], [keys])[0]]
 
 

@@ -27,6 +27,43 @@ def _int_tensor(t: Any, what: str) -> torch.Tensor:
     return t.to(torch.int64)
 
 
+def traced() -> bool:
+    """Whether ``torch.export`` or ``torch.compile`` is tracing the caller (its tensors then have no
+    values to read; the checks on them are asserted by the traced program at run time)."""
+    return torch.compiler.is_compiling()
+
+
+def require(cond: Any, message: str) -> None:
+    """Traced: ``cond``, a comparison of counts read from data, asserted by the program at run time. Such
+    a count is an unbacked int, which Python cannot branch on but ``torch._check`` declares (no message:
+    a message callable breaks strict ``torch.export``). Where ``torch.compile`` broke the graph to read
+    the count, it is known: then ``message`` is raised as eagerly."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_true  # imported only when tracing
+
+    if not guard_or_true(cond):  # (an unknown one is taken as true here, and checked by the program)
+        raise InvalidInputError(message)
+    torch._check(cond)
+
+
+def assert_none(bad: torch.Tensor, message: str) -> None:
+    """Traced: no entry of ``bad`` is set (see :func:`require`)."""
+    require(bad.sum().item() == 0, message)
+
+
+def assert_lengths(lengths: torch.Tensor, n: Any) -> None:
+    """Traced :func:`recgo.tensors.check_lengths` and sum check: entries within ``0..n`` adding up to
+    ``n`` rows (see :func:`require`)."""
+    assert_none((lengths < 0) | (lengths > n), f"lengths: an entry is negative or more than the {n} rows of values")
+    require(lengths.sum().item() == n, f"lengths do not sum to the {n} rows of values")
+
+
+def assert_offsets(o: torch.Tensor, n: Any, message: str) -> None:
+    """Traced check of non-empty offsets: from 0, never falling, to ``n`` (see :func:`require`)."""
+    require(o[0].item() == 0, message)
+    require(o[-1].item() == n, message)
+    assert_none(o[1:] < o[:-1], message)
+
+
 def tensors_bytes(*tensors: torch.Tensor | None) -> int:
     """The bytes of the given tensors' elements (None counts nothing)."""
     return sum(t.element_size() * t.numel() for t in tensors if t is not None)
@@ -88,19 +125,34 @@ class JaggedTensor:
         self._lengths = None if lengths is None else _int_tensor(lengths, "lengths")
         self._offsets = None if offsets is None else _int_tensor(offsets, "offsets")
         n = values.shape[0]
-        # a tensor on the meta device (TorchRec's JaggedTensor takes them) has a shape but no values to check
+        # a tensor on the meta device (TorchRec's JaggedTensor takes them) has a shape but no values to
+        # check; traced (torch.export, torch.compile) the checks that read values become run-time asserts,
+        # as TorchRec's traced JaggedTensor builds (Python cannot branch on the values there)
+        tracing = traced()
         if self._lengths is not None and not self._lengths.is_meta:
-            check_lengths(self._lengths, n)
-            if int(self._lengths.sum()) != n:
-                raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
+            if tracing:
+                assert_lengths(self._lengths, n)
+            else:
+                check_lengths(self._lengths, n)
+                if int(self._lengths.sum()) != n:
+                    raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
         if self._offsets is not None and not self._offsets.is_meta:
             o = self._offsets
-            if o.numel() == 0 or int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
+            if o.numel() == 0:
                 raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} rows of values")
+            rise = f"offsets must rise monotonically from 0 to the {n} rows of values"
+            if tracing:
+                assert_offsets(o, n, rise)
+            elif int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
+                raise InvalidInputError(rise)
         if self._lengths is not None and self._offsets is not None:
             o, lens = self._offsets, self._lengths
             known = not (o.is_meta or lens.is_meta)
-            if o.numel() != lens.numel() + 1 or (known and not torch.equal(o[1:] - o[:-1], lens)):
+            if o.numel() != lens.numel() + 1:
+                raise InvalidInputError("lengths and offsets disagree")
+            if known and tracing:
+                assert_none(o[1:] - o[:-1] != lens, "lengths and offsets disagree")
+            elif known and not torch.equal(o[1:] - o[:-1], lens):
                 raise InvalidInputError("lengths and offsets disagree")
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[:1] != values.shape[:1]):
             raise InvalidInputError("weights: need one weight per row of values")

@@ -15,8 +15,9 @@ from ._strings import keyed_str, readable, short_keys, where
 
 def _sizes(length_per_key: Sequence[Any]) -> list[Any]:
     """The keys' widths as ints; a traced size (``torch.export`` with a dynamic dim) stays symbolic, as
-    ``int()`` would fix it to the example's."""
-    return [x if isinstance(x, torch.SymInt) else int(x) for x in length_per_key]
+    ``int()`` would fix it to the example's, and a ``torch.fx`` proxy's (whose shape is not known) stays
+    a proxy, as in TorchRec's."""
+    return [x if isinstance(x, (torch.SymInt, torch.fx.Proxy)) else int(x) for x in length_per_key]
 
 
 def _block(values: torch.Tensor, key_dim: int, offs: Sequence[int], i: int) -> torch.Tensor:
@@ -75,7 +76,13 @@ class KeyedTensor:
             raise InvalidInputError(f"from_tensor_list(key_dim={key_dim}, cat_dim={cat_dim}): recgo's KeyedTensor "
                                     "takes key_dim=cat_dim=1 (the default) or key_dim=cat_dim=0 (a key's block must "
                                     "lie along the dimension the tensors are concatenated on)")
-        return KeyedTensor(keys, [t.shape[key_dim] for t in tensors], torch.cat(list(tensors), cat_dim), key_dim)
+        widths, values = [t.shape[key_dim] for t in tensors], torch.cat(list(tensors), cat_dim)
+        if isinstance(values, torch.fx.Proxy):
+            # torch.fx.symbolic_trace: the widths are proxies too, which the checks cannot compare
+            if len(keys) != len(widths):
+                raise InvalidInputError(f"from_tensor_list: {len(keys)} keys but {len(widths)} tensors")
+            return KeyedTensor._over(keys, widths, values, key_dim)
+        return KeyedTensor(keys, widths, values, key_dim)
 
     def keys(self) -> list[str]:
         """Feature names, in column order."""
@@ -96,8 +103,18 @@ class KeyedTensor:
     def to(self, device: Any, non_blocking: bool = False) -> "KeyedTensor":
         """The same keys with the values on ``device`` (TorchRec's ``KeyedTensor.to``; autograd follows
         the copy, as for ``Tensor.to``): e.g. pooled embeddings for a dense part on a GPU."""
-        return KeyedTensor(self._keys, self._length_per_key, self._values.to(device, non_blocking=non_blocking),
-                           self._key_dim)
+        if isinstance(self, torch.fx.Proxy):
+            # a collection's output traced by torch.fx: the move is one graph call on it, and its result
+            # is traced the same way, so TorchRec's regroup helpers still find a Proxy among their arguments
+            from .modules._trace import _TracedKeyedTensor
+
+            moved = self.tracer.create_proxy("call_method", "to", (self, device), {"non_blocking": non_blocking})
+            kt = KeyedTensor._over(self._keys, self._length_per_key, moved.values(), self._key_dim)
+            return _TracedKeyedTensor(moved.node, moved.tracer, kt)
+        values = self._values.to(device, non_blocking=non_blocking)
+        if isinstance(values, torch.fx.Proxy):  # torch.fx.symbolic_trace: nothing to check (see _over)
+            return KeyedTensor._over(self._keys, self._length_per_key, values, self._key_dim)
+        return KeyedTensor(self._keys, self._length_per_key, values, self._key_dim)
 
     def size_in_bytes(self) -> int:
         """Bytes held by the values (TorchRec's ``size_in_bytes``)."""

@@ -24,7 +24,7 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
-from .jagged import JaggedTensor
+from .jagged import JaggedTensor, assert_none, assert_offsets, traced
 from ._kjt_memory import KJTMemory
 from .tensors import check_tensor, check_lengths, got
 from ._strings import keyed_jagged_str, readable, short_keys, where
@@ -103,14 +103,22 @@ class KeyedJaggedTensor(KJTMemory):
             if o.numel() == 0 and n == 0 and lengths is None:
                 self._offsets = torch.zeros(1, dtype=torch.int64, device=o.device)
                 o = self._offsets
-            if o.numel() == 0 or (not o.is_meta and (int(o[0]) != 0 or int(o[-1]) != n
-                                                     or bool((o[1:] < o[:-1]).any()))):
-                raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} values")
+            # traced (torch.export, torch.compile) the offsets' values cannot be read: the checks become
+            # run-time asserts of the traced program, as length_per_key's are
+            tracing, rise = traced(), f"offsets must rise monotonically from 0 to the {n} values"
+            if o.numel() == 0 or (not o.is_meta and not tracing and (int(o[0]) != 0 or int(o[-1]) != n
+                                                                     or bool((o[1:] < o[:-1]).any()))):
+                raise InvalidInputError(rise)
+            if tracing and not o.is_meta:
+                assert_offsets(o, n, rise)
             from_offsets = o[1:] - o[:-1]
             given = None if lengths is None else lengths_of(lengths, len(self._keys))
+            known = given is not None and not (o.is_meta or given.is_meta)
             if given is not None and (given.shape != from_offsets.shape or (
-                    not (o.is_meta or given.is_meta) and not torch.equal(given, from_offsets))):
+                    known and not tracing and not torch.equal(given, from_offsets))):
                 raise InvalidInputError("lengths and offsets disagree")
+            if known and tracing:
+                assert_none(given != from_offsets, "lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
             if self._keys or self._values.numel():
@@ -412,11 +420,11 @@ class KeyedJaggedTensor(KJTMemory):
                 # torch.export / torch.compile: the per-key counts are unbacked ints (read from the
                 # lengths' data), which cannot be compared in Python; they are declared sizes and
                 # checked at run time by the traced program (TorchRec's pt2_checks_all_is_size).
+                # (no message callables: strict torch.export lifts one as a graph input and fails)
                 per = self._lengths.view(len(self._keys), self._stride).sum(1).tolist()
                 for n in per:
-                    torch._check(n >= 0, lambda: "lengths: a key's lengths sum to a negative count")
-                torch._check(sum(per) == self._values.numel(),
-                             lambda: "lengths do not sum to the number of values")
+                    torch._check(n >= 0)
+                torch._check(sum(per) == self._values.numel())
                 self._length_per_key = per
             else:
                 check_lengths(self._lengths, self._values.numel())
