@@ -16,14 +16,16 @@ the reads; the model's ``load_state_dict`` then keeps the rows the rank holds no
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
 import torch
 from torch.distributed.checkpoint import DefaultLoadPlanner
 
+from ._memory import physical_memory
 from ._rank_tags import RANK_TAG, SHARD_IDS
-from .errors import InvalidInputError
+from .errors import CapacityError, InvalidInputError
 
 # The entry a dynamic table's state dict always has: its siblings are the table's resizable entries.
 _MARK = "dynamic_meta"
@@ -79,7 +81,7 @@ class DCPLoadPlanner(DefaultLoadPlanner):
             size = getattr(md, "size", None)
             if size is None or tuple(size) == tuple(cur.shape):
                 continue
-            self._put(fqn, torch.empty(tuple(size), dtype=md.properties.dtype), self._parent(fqn))
+            self._put(fqn, _empty(fqn, md), self._parent(fqn))
         return super().create_local_plan()
 
     def _ask_for_saved_shards(self, saved: dict[str, Any]) -> None:
@@ -112,7 +114,7 @@ class DCPLoadPlanner(DefaultLoadPlanner):
                 self._drop(k)
             for k in tagged:
                 md = saved[k]
-                self._put(k, torch.empty(tuple(md.size), dtype=md.properties.dtype), parent)
+                self._put(k, _empty(k, md), parent)
 
     def _parent(self, fqn: str) -> tuple:
         """Where entry ``fqn`` sits in the nested state dict the caller passed in: the path of its dict."""
@@ -140,3 +142,16 @@ class DCPLoadPlanner(DefaultLoadPlanner):
             for p in path[:-1]:
                 node = node[p]
             node.pop(path[-1])
+
+
+def _empty(fqn: str, md: Any) -> torch.Tensor:
+    """An empty tensor of the size and dtype the checkpoint's metadata gives entry ``fqn``, refused when
+    it is more than this machine's memory (the metadata's sizes are read from the checkpoint: a
+    corrupted one asked torch's allocator for terabytes, which failed in its own wording)."""
+    size, dtype = tuple(md.size), md.properties.dtype
+    need = math.prod(size) * torch.empty((), dtype=dtype).element_size()
+    have = physical_memory()
+    if have is not None and need > have:
+        raise CapacityError(f"checkpoint entry {fqn!r}: its metadata declares {size} ({need:,} bytes), more than "
+                            f"this machine's {have:,} bytes of memory: a corrupted checkpoint?")
+    return torch.empty(size, dtype=dtype)

@@ -8,6 +8,7 @@ it exists, and is released when the last one is collected.
 from __future__ import annotations
 
 import ctypes
+import os
 from typing import Any
 
 import torch
@@ -40,3 +41,19 @@ def wrap(address: int, count: int, dtype: torch.dtype, owner: object) -> torch.T
     arr = (ctype * count).from_address(address)
     arr._recgo_owner = owner  # type: ignore[attr-defined]  # tensor -> buffer -> owner keeps the memory
     return torch.frombuffer(arr, dtype=dtype, count=count)
+
+
+def _read_physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+_PHYSICAL = _read_physical_memory()  # once: torch.compile cannot trace os.sysconf
+
+
+def physical_memory() -> int | None:
+    """Bytes of memory this machine has, None where the OS does not say (a bound for buffers whose size
+    comes from input, refused before torch's allocator fails with its own wording)."""
+    return _PHYSICAL

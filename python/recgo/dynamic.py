@@ -345,6 +345,12 @@ def _export(ebc: Any, table: str | int, rows: bool) -> dict[str, torch.Tensor]:
     return out
 
 
+def _head(t: Any, n: int) -> Any:
+    """The first ``n`` rows of tensor ``t`` (a view: nothing is copied), or ``t`` itself if it is not a
+    tensor with rows (its check names it)."""
+    return t[:n] if isinstance(t, torch.Tensor) and t.dim() >= 1 else t
+
+
 def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], weight: torch.Tensor,
                  optimizer_state: torch.Tensor | None, *, check_only: bool = False) -> None:
     """Restore a table from :func:`export_state` entries plus its weight rows (``[rows, dim]``, at least
@@ -358,19 +364,29 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
     if missing:
         raise InvalidInputError(f"table {name!r}: the checkpoint lacks the dynamic-table entries {missing} "
                                 "(a checkpoint of a fixed table?)")
-    t = {k: check_tensor(entries[k], f"{name}.{k}", (torch.uint8,) if k == "dynamic_sketch" else (torch.int64,),
-                         ndim=1) for k in _KEYS}
-    meta = t["dynamic_meta"]
-    if meta.numel() not in (_META_LEN, _M_SEED):  # _M_SEED: an older checkpoint's, without the seed
-        raise InvalidInputError(f"table {name!r}: dynamic_meta has {meta.numel()} values, expected {_META_LEN}")
+    meta = check_tensor(_head(entries["dynamic_meta"], _META_LEN + 1), f"{name}.dynamic_meta", (torch.int64,), ndim=1)
+    if entries["dynamic_meta"].numel() not in (_META_LEN, _M_SEED):  # _M_SEED: an older checkpoint's, no seed
+        raise InvalidInputError(f"table {name!r}: dynamic_meta has {entries['dynamic_meta'].numel()} values, "
+                                f"expected {_META_LEN}")
     m = meta.tolist()
     hw, nfree, dim, width = m[_M_HW], m[_M_FREE], m[_M_DIM], m[_M_STATE]
+    # Each entry cut to what the meta says is read before it is made contiguous (a forged entry of 2^40
+    # values over one stored value, a stride-0 view, was materialised first): the engine checks the rest.
+    sketch_n = entries["dynamic_sketch"].numel() if isinstance(entries["dynamic_sketch"], torch.Tensor) else 0
+    if sketch_n != m[_M_SKETCH]:
+        raise InvalidInputError(f"table {name!r}: dynamic_sketch has {sketch_n} counters, its meta declares "
+                                f"{m[_M_SKETCH]}")
+    used = {"dynamic_ids": hw, "dynamic_counts": hw, "dynamic_last_seen": hw, "dynamic_free": nfree,
+            "dynamic_sketch": m[_M_SKETCH] + 1, "dynamic_sketch_adds": _SHARDS + 1}
+    t = {"dynamic_meta": meta, **{
+        k: check_tensor(_head(entries[k], max(used[k], 0)), f"{name}.{k}",
+                        (torch.uint8,) if k == "dynamic_sketch" else (torch.int64,), ndim=1) for k in used}}
     for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free"):
         need = nfree if k == "dynamic_free" else hw
         if not 0 <= need <= t[k].numel():
             raise InvalidInputError(f"table {name!r}: {k} has {t[k].numel()} entries, fewer than the "
                                     f"{need} its meta declares")
-    weight = check_tensor(weight, f"{name}.weight", (torch.float32,), ndim=2)
+    weight = check_tensor(_head(weight, max(hw, 0)), f"{name}.weight", (torch.float32,), ndim=2)
     if weight.shape[1] != dim or weight.shape[0] < hw:
         raise InvalidInputError(f"table {name!r}: weight of shape {tuple(weight.shape)} cannot hold "
                                 f"{hw} rows of dim {dim}")
@@ -378,7 +394,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
     if width:
         if optimizer_state is None:
             raise InvalidInputError(f"table {name!r}: the checkpoint lacks optimizer_state")
-        optimizer_state = check_tensor(optimizer_state, f"{name}.optimizer_state", (torch.float32,))
+        optimizer_state = check_tensor(_head(optimizer_state, max(hw, 0)), f"{name}.optimizer_state", (torch.float32,))
         shape = tuple(optimizer_state.shape)
         if (len(shape) != 2 or shape[1] != width or shape[0] < hw) and not (width == 1 and len(shape) == 1
                                                                            and shape[0] >= hw):

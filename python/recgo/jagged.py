@@ -12,7 +12,8 @@ from typing import Any, Literal, Sequence
 
 import torch
 
-from .errors import InvalidInputError
+from ._memory import physical_memory
+from .errors import CapacityError, InvalidInputError
 from .tensors import integer, check_lengths, got
 from ._strings import jagged_str, readable, where
 
@@ -313,6 +314,14 @@ class JaggedTensor:
         length = integer("length", length)
         if length < 0:
             raise InvalidInputError(f"length must be a non-negative int, got {length!r}")
+        b, row = self.lengths().numel(), self._values[:1].numel() or 1
+        need = (b * length + 1) * row * self._values.element_size() + b * length  # the values' slots and the mask
+        have = physical_memory() if self._values.device.type == "cpu" else None
+        # (int64 overflow, torch's allocator; traced, the sizes may be symbolic and the program allocates)
+        if not traced() and (b * length >= 2**62 or (have is not None and need > have)):
+            room = f"this machine's {have:,}" if have is not None else "int64 indices hold"
+            raise CapacityError(f"to_padded: {b} samples × length {length} take {need:,} bytes, more than {room}; "
+                                "pad to a shorter length")
         # Built where the values are (lengths may be elsewhere: a meta collection's output keeps the
         # batch's CPU lengths), so the scatter's indices and the mask live beside what they index.
         dev = self._values.device

@@ -34,7 +34,7 @@ from .data.sources import spec_json
 from .errors import InvalidInputError, RecgoError
 from .feature import Feature, FeatureEngine
 from .sparse import KeyedJaggedTensor
-from .tensors import integer
+from .tensors import int64, integer
 
 _INFO_WORDS = 10
 
@@ -91,8 +91,8 @@ def _world(rank: int | None, world_size: int | None) -> tuple[int, int]:
         if dist.is_available() and dist.is_initialized():
             rank = dist.get_rank() if rank is None else rank
             world_size = dist.get_world_size() if world_size is None else world_size
-    world_size = 1 if world_size is None else integer("world_size", world_size)
-    rank = 0 if rank is None else integer("rank", rank)
+    world_size = 1 if world_size is None else int64("world_size", world_size)
+    rank = 0 if rank is None else int64("rank", rank)
     if world_size < 1 or not 0 <= rank < world_size:
         raise InvalidInputError(f"rank {rank} of world_size {world_size}: world_size must be ≥ 1 and rank in "
                                 f"[0, world_size)")
@@ -214,8 +214,8 @@ class DataPipeline:
         self._shard = shard
         self.engine = features if isinstance(features, FeatureEngine) else FeatureEngine(features)
         self.source = source
-        self.batch_size, self.depth = integer("batch_size", batch_size), integer("depth", depth)
-        self.threads = integer("threads", threads)
+        self.batch_size, self.depth = int64("batch_size", batch_size), int64("depth", depth)
+        self.threads = int64("threads", threads)
         if self.threads < 1:  # Go takes 0 as its default of 1
             raise InvalidInputError(f"threads must be at least 1, got {self.threads}")
         self.drop_last = bool(drop_last)

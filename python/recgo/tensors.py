@@ -24,6 +24,15 @@ def integer(name: str, value: Any) -> int:
         raise InvalidInputError(f"{name} must be an integer, got {value!r} ({type(value).__name__})") from None
 
 
+def int64(name: str, value: Any) -> int:
+    """:func:`integer`, also refusing one outside int64, the engine's integers (Go's JSON reader refused
+    ``2**63`` in its own wording)."""
+    v = integer(name, value)
+    if not -(2**63) <= v < 2**63:
+        raise InvalidInputError(f"{name} must be an integer within int64 (below 2^63 in magnitude), got {v}")
+    return v
+
+
 def got(value: Any) -> str:
     """The type name an "expected ..., got" error gives; for a ``torch.fx`` Proxy (a batch type built from
     a traced module's inputs, which TorchRec's types take as they trace and recgo's, which check their

@@ -275,6 +275,12 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
             raise InvalidInputError(
                 f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
                 " (a checkpoint of another configuration?)")
+        if k.rpartition(".")[0] + "." in dynamic and (v.dim() != own[k].dim() or v.shape[1:] != own[k].shape[1:]
+                                                      or v.shape[0] > own[k].shape[0]):
+            # rows in use, at most the table's row bound (a forged 2^40 rows were checked value by value)
+            raise InvalidInputError(
+                f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}; this dynamic table holds at most "
+                f"{tuple(own[k].shape)} (a checkpoint of another configuration, or a corrupted one)")
         if k.endswith(".optimizer_state") and owner.fused_optimizer is not None:
             check_optimizer_state(shown + k, v, owner.fused_optimizer, dims[k[len(prefix):].rpartition(".")[0]])
     if dynamic and owner._handle is not None:  # (on the meta device: once materialised)

@@ -14,13 +14,13 @@ Every backend starts from the same weights (:func:`initial_weights`) and applies
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
+from .._memory import physical_memory
 from ..errors import CapacityError, InvalidInputError
 from ..jagged import JaggedTensor
 from ..sparse import KeyedJaggedTensor
@@ -65,18 +65,10 @@ class SparseOptim:
         return optim.SGD(lr=self.lr) if self.kind == "sgd" else optim.Adagrad(lr=self.lr, eps=self.eps)
 
 
-def _physical_memory() -> int | None:
-    """Bytes of memory this machine has, None where the OS does not say."""
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
 def initial_weights(tables: list[TableSpec], dim: int, seed: int) -> dict[str, torch.Tensor]:
     """Uniform ±√(1/rows) weights per table (TorchRec's default range), from ``seed``."""
     need = sum(t.rows for t in tables) * dim * 4  # float32
-    have = _physical_memory()
+    have = physical_memory()
     if have is not None and need > have:  # refused before torch tries (a dim of 10^8 asked for 40 GB per table)
         raise CapacityError(f"the embedding tables' initial weights take {need / 2**30:.1f} GiB ({sum(t.rows for t in tables)} "
                             f"rows of dim {dim}), more than this machine's {have / 2**30:.1f} GiB of memory: lower "
