@@ -141,7 +141,8 @@ def test_the_cli_prints_recgo_warnings_as_one_line(tmp_path: Path, capsys: pytes
                      "--no-progress", "--out", str(tmp_path / "r")])
         assert code == 0
         err = capsys.readouterr().err
-        assert "warning: --sharding applies with --nproc > 1; one process holds every table whole\n" in err
+        assert ("warning: sharding applies with --nproc > 1; one process holds every table whole and exchanges "
+                "nothing\n") in err
         assert "UserWarning" not in err and "warnings.warn" not in err
         import recgo._cli_warnings as shown
 

@@ -109,8 +109,8 @@ def _config(args: argparse.Namespace) -> tuple[TrainConfig, Source | None]:
     cfg.validate()  # before the arithmetic below uses its numbers
     multi = [k for k in ("sharding", "exchange", "nodes") if k in fields and fields[k] is not None]
     if multi and cfg.nproc == 1:  # from a flag or the YAML (the YAML's were ignored in silence)
-        warnings.warn(f"{', '.join(multi)} apply with --nproc > 1; one process holds every table whole and "
-                      "exchanges nothing", stacklevel=2)
+        warnings.warn(f"{', '.join(multi)} appl{'ies' if len(multi) == 1 else 'y'} with --nproc > 1; one process "
+                      "holds every table whole and exchanges nothing", stacklevel=2)
     if cfg.checkpoint_every and not cfg.checkpoint:  # from a flag or the YAML: it did nothing in silence
         warnings.warn("--checkpoint-every applies with --checkpoint; no checkpoint is written", stacklevel=2)
     _check_ablation(args, cfg)
