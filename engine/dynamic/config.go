@@ -49,6 +49,16 @@ const MaxCount = 255
 // MaxRowBound is the largest row bound a table accepts (rows are int32 inside the map).
 const MaxRowBound = math.MaxInt32 - 1
 
+// MaxSketchBytes bounds the admission sketch of a table whose SketchWidth is set: its counters may
+// take at most MaxSketchBytes, or the default sketch of its row bound when that is larger (the
+// default grows with the bound, as the table's own memory does). The sketch is allocated when the
+// table is built: a SketchWidth past the bound fails with an errs.ErrCapacity error first.
+const MaxSketchBytes = 1 << 30
+
+// maxSketchWidth is the largest SketchWidth any table accepts: the default width of the largest
+// row bound (widths are rounded up to powers of two, which must not overflow).
+const maxSketchWidth = 1 << 31
+
 // Config describes a dynamic table. The zero values of the optional fields pick the defaults noted.
 type Config struct {
 	Name       string // table name, used in error messages
@@ -107,8 +117,8 @@ func (c Config) checkFields() error {
 		return c.invalid("max_age must be non-negative, got %d", c.MaxAge)
 	case math.IsNaN(c.EvictFrac) || c.EvictFrac < 0 || c.EvictFrac > 1:
 		return c.invalid("evict_fraction must be in (0, 1] (0: the default 1/32), got %v", c.EvictFrac)
-	case c.SketchWidth < 0:
-		return c.invalid("sketch width must be non-negative, got %d", c.SketchWidth)
+	case c.SketchWidth < 0 || c.SketchWidth > maxSketchWidth:
+		return c.invalid("sketch width must be in [0, %d], got %d", maxSketchWidth, c.SketchWidth)
 	case isBad(c.InitLow) || isBad(c.InitHigh) || c.InitLow > c.InitHigh:
 		return c.invalid("init range [%v, %v) is not a finite, ordered interval", c.InitLow, c.InitHigh)
 	case c.Default != nil && len(c.Default) != c.Dim:
@@ -150,14 +160,43 @@ func (c Config) withDefaults() (Config, error) {
 	if c.EvictFrac == 0 {
 		c.EvictFrac = 1.0 / 32
 	}
+	asked := c.SketchWidth
 	if c.SketchWidth == 0 {
-		c.SketchWidth = max(4096, nextPow2(c.MaxRows))
+		c.SketchWidth = defaultSketchWidth(c.MaxRows)
 	}
 	c.SketchWidth = max(numShards*minSketchShardWidth, nextPow2(c.SketchWidth))
+	if err := c.checkSketch(asked); err != nil {
+		return c, err
+	}
 	if c.Default != nil {
 		c.Default = append([]float32(nil), c.Default...)
 	}
 	return c, nil
+}
+
+// defaultSketchWidth is the sketch width of a table of row bound rows that sets none.
+func defaultSketchWidth(rows int) int { return max(4096, nextPow2(rows)) }
+
+// checkSketch refuses, before it is allocated, an admission sketch (a MinCount past one) whose counters
+// would take more than MaxSketchBytes and more than the default sketch of the row bound; asked is
+// the SketchWidth given, c's the width it was rounded to.
+func (c Config) checkSketch(asked int) error {
+	if c.MinCount <= 1 {
+		return nil
+	}
+	bytes := sketchDepth * c.SketchWidth
+	limit := max(MaxSketchBytes, sketchDepth*defaultSketchWidth(c.MaxRows))
+	if bytes <= limit {
+		return nil
+	}
+	format := "sketch_width %d (%d counters a row once rounded up to a power of two) makes an admission sketch " +
+		"of %d bytes (%d rows of one-byte counters), past the limit of %d bytes (the larger of %d bytes and the " +
+		"default sketch of the row bound %d); lower sketch_width"
+	args := []any{asked, c.SketchWidth, bytes, sketchDepth, limit, MaxSketchBytes, c.MaxRows}
+	if c.Name == "" {
+		return errs.Capacityf("dynamic table: "+format, args...)
+	}
+	return errs.Capacityf("dynamic table %q: "+format, append([]any{c.Name}, args...)...)
 }
 
 func isBad(v float32) bool { return math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) }
@@ -225,7 +264,7 @@ func (c *Config) footprint(rows int) int {
 	if c.MinCount > 1 {
 		w := c.SketchWidth
 		if w == 0 {
-			w = max(4096, nextPow2(rows))
+			w = defaultSketchWidth(rows)
 		}
 		n += sketchDepth * max(numShards*minSketchShardWidth, nextPow2(w))
 	}

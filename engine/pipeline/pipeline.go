@@ -269,6 +269,7 @@ func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 	}
 	defer p.release()
 	t0 := time.Now()
+	raw.MaxValues = p.eng.MaxValues() // the engine refuses more per buffer: the reader stops there too
 	n, err := p.src.Read(raw, p.cfg.BatchSize)
 	p.stats.read.Add(int64(time.Since(t0)))
 	p.noteSkip()

@@ -2,6 +2,7 @@ package reader
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/recgo/recgo/engine/feature"
 	"github.com/recgo/recgo/internal/errs"
@@ -32,6 +33,10 @@ func (s Schema) FieldIndex(name string) int {
 	return -1
 }
 
+// DefaultMaxValues is the default of [Batch.MaxValues]: the feature engine's default max_values, so
+// that a field the engine's default limit takes is never refused by a source.
+const DefaultMaxValues = feature.DefaultMaxValues
+
 // Batch is a batch of raw samples: Size labels, a Size × len(Schema.Dense) row-major dense matrix
 // and one jagged [feature.Input] per sparse field (Lengths always set). A source reuses the memory
 // of the batch it is given.
@@ -40,6 +45,79 @@ type Batch struct {
 	Labels []float32
 	Dense  []float32
 	Inputs []feature.Input
+	// MaxValues bounds each sparse field of the batch: at most MaxValues values, and a byte-string
+	// field at most the bytes of strings that MaxValues int64s take. A source checks
+	// the bound before it grows a field's buffers, so a row whose values would pass it fails the
+	// Read with an errs.ErrCapacity error naming the field (never skipped as a malformed row: the row
+	// is well formed, the batch too large). Zero means DefaultMaxValues; a caller that feeds the batch
+	// to a feature engine of another max_values (the bound on the buffers the engine makes from a
+	// batch) sets that engine's.
+	MaxValues int64
+	// rows is the number of rows the Read filling the batch asked for (for errors).
+	rows int
+}
+
+// limits returns the values and the bytes of strings one sparse field of b may hold.
+func (b *Batch) limits() (values, bytes int64) {
+	values = b.MaxValues
+	if values <= 0 {
+		values = DefaultMaxValues
+	}
+	return values, min(values, math.MaxInt64/8) * 8
+}
+
+// fieldValues is the number of values in.
+func fieldValues(in *feature.Input) int64 {
+	return int64(len(in.Ints) + len(in.F32) + len(in.F64) + len(in.ByteLens))
+}
+
+// fits reports whether sparse field in of b can take values more values holding nbytes more bytes
+// of strings, and when it can, grows the field's buffers to hold them. It is called before the values
+// are appended.
+func (b *Batch) fits(in *feature.Input, values, nbytes int64) bool {
+	lv, lb := b.limits()
+	if fieldValues(in) > lv-values || int64(len(in.Bytes)) > lb-nbytes {
+		return false
+	}
+	switch in.Kind {
+	case feature.KindInt64:
+		in.Ints = grow(in.Ints, values, lv)
+	case feature.KindFloat64:
+		in.F64 = grow(in.F64, values, lv)
+	case feature.KindFloat32:
+		in.F32 = grow(in.F32, values, lv)
+	case feature.KindBytes:
+		in.ByteLens = grow(in.ByteLens, values, lv)
+		in.Bytes = grow(in.Bytes, nbytes, lb)
+	}
+	return true
+}
+
+// grow returns s with room for k more elements, never past limit (which len(s)+k is within): its
+// capacity doubles, so that a field grown to the limit leaves less garbage behind than append's
+// smaller steps for large slices, which took several times the field's memory before a collection.
+func grow[T any](s []T, k, limit int64) []T {
+	n := int64(len(s)) + k
+	if n <= int64(cap(s)) {
+		return s
+	}
+	g := make([]T, len(s), min(max(n, 2*int64(cap(s))), limit))
+	copy(g, s)
+	return g
+}
+
+// overLimit is the error for sparse field in of b, named name, that cannot take values more values
+// holding nbytes more bytes of strings (see fits); where names the source (its file).
+func (b *Batch) overLimit(where, name string, in *feature.Input, values, nbytes int64) error {
+	lv, lb := b.limits()
+	batch := fmt.Sprintf("by row %d of a batch of %d rows", b.Size+1, max(b.rows, b.Size+1))
+	if n := fieldValues(in) + values; n > lv {
+		return errs.Capacityf("reader: %s: field %q would hold %d values %s, past the limit of %d values a field "+
+			"of a raw batch may hold (the feature engine's max_values); read smaller batches or raise max_values", where, name, n, batch, lv)
+	}
+	return errs.Capacityf("reader: %s: field %q would hold %d bytes of strings %s, past the limit of %d bytes a "+
+		"field of a raw batch may hold (8 for each of the %d values of the feature engine's max_values); read "+
+		"smaller batches", where, name, int64(len(in.Bytes))+nbytes, batch, lb, lv)
 }
 
 // Reset empties b for a source with schema s, keeping its memory.

@@ -139,6 +139,9 @@ func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 	if len(line) == 0 {
 		return p.fail(lineNo, 0, "empty line")
 	}
+	// A field holds a value a row at most: only a batch of as many rows as its bound is checked.
+	lv, _ := b.limits()
+	full := int64(b.Size) >= lv
 	label := float32(0)
 	if p.hasLabel {
 		f, _ := nextField()
@@ -161,6 +164,9 @@ func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 			v, ok := parseInt(f)
 			if !ok {
 				return p.fail(lineNo, col, "%q is not an integer", f)
+			}
+			if full && !b.fits(in, 1, 0) {
+				return b.overLimit(p.file(), CriteoColumnName(i+1, false), in, 1, 0)
 			}
 			in.Ints = append(in.Ints, v)
 			in.Lengths = append(in.Lengths, 1)
@@ -187,6 +193,9 @@ func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 		v, ok := parseHex(f)
 		if !ok {
 			return p.fail(lineNo, col, "%q is not a hex categorical value", f)
+		}
+		if full && !b.fits(in, 1, 0) {
+			return b.overLimit(p.file(), CriteoColumnName(criteoInts+i+1, false), in, 1, 0)
 		}
 		in.Ints = append(in.Ints, v)
 		in.Lengths = append(in.Lengths, 1)

@@ -124,6 +124,15 @@ func appendValue(c *Column, in *feature.Input, v []byte) bool {
 	return true
 }
 
+// stringBytes is the bytes of strings that values of n bytes of text add to in: n for a byte-string
+// field, none for a numeric one.
+func stringBytes(in *feature.Input, n int) int64 {
+	if in.Kind == feature.KindBytes {
+		return int64(n)
+	}
+	return 0
+}
+
 // CSVOptions configure [NewCSV].
 type CSVOptions struct {
 	Options
@@ -375,6 +384,9 @@ func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
 				in.Lengths = append(in.Lengths, 0)
 				continue
 			}
+			if nb := stringBytes(in, len(v)); !b.fits(in, 1, nb) {
+				return b.overLimit(p.file(), c.Name, in, 1, nb)
+			}
 			if !appendValue(c, in, v) {
 				return p.fail(lineNo, j, "%q is not a valid %s value", v, typeName(c))
 			}
@@ -383,7 +395,14 @@ func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
 			in := &b.Inputs[p.plan.slot[i]]
 			n := int64(0)
 			if len(v) > 0 {
-				for _, e := range bytes.Split(v, []byte(c.Sep)) {
+				sep := []byte(c.Sep)
+				k := int64(bytes.Count(v, sep)) + 1 // counted first: the row's values are checked before any is appended
+				if nb := stringBytes(in, len(v)-int(k-1)*len(sep)); !b.fits(in, k, nb) {
+					return b.overLimit(p.file(), c.Name, in, k, nb)
+				}
+				for rest, more := v, true; more; {
+					var e []byte
+					e, rest, more = bytes.Cut(rest, sep)
 					if !appendValue(c, in, e) {
 						return p.fail(lineNo, j, "sequence element %d %q is not a valid %s value", n+1, e, typeName(c))
 					}

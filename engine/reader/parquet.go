@@ -334,6 +334,7 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 		return 0, errs.Invalidf("reader: source is closed")
 	}
 	b.Reset(s.plan.schema)
+	b.rows = n
 	for b.Size < n {
 		if s.at == s.n {
 			if !s.open {
@@ -373,7 +374,7 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 			b.mark(&s.m)
 		}
 		if err := s.parse(row, r, b); err != nil {
-			if s.opt.SkipBad {
+			if s.opt.SkipBad && !errors.Is(err, errs.ErrCapacity) { // a batch past its bound is no bad row
 				b.rollback(&s.m)
 				s.pos.Skipped++
 				s.skips.dropped(1, err)
@@ -451,6 +452,9 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 			}
 		default:
 			in := &b.Inputs[s.plan.slot[ci]]
+			if nb := stringBytes(in, len(byteArray(v))); !b.fits(in, 1, nb) {
+				return b.overLimit(s.name(), c.Name, in, 1, nb)
+			}
 			if err := parquetAppend(c, in, v, s.types[ci]); err != nil {
 				return s.fail(r, ci, "%v", err)
 			}

@@ -27,6 +27,11 @@ const (
 	maxPageValues = 1 << 26
 	// maxPageHeader bounds one page header's decoded size (its statistics' min and max values).
 	maxPageHeader = 16 << 20
+	// maxGroupPageBytes bounds the page bytes a row group's reader holds at once: the largest page
+	// of each column with its dictionary page (parquet-go reads the columns of a row side by side,
+	// a page of each). Real pages are far smaller (see maxPageBytes); forged headers declaring
+	// maxPageBytes in every column reserved that many times over.
+	maxGroupPageBytes = 4 << 30
 )
 
 // footerElemSize is the memory one decoded (and, for parquet-go, opened) element of a list of
@@ -171,12 +176,14 @@ var (
 // refuses the group before its rows are decoded when a header is malformed, a page runs past its
 // chunk, a page declares more than maxPageValues values or more than its chunk holds, a compressed
 // page declares more than maxPageBytes (the codecs then decode each within the size it declares: see
-// parquet_codecs.go), or a column
+// parquet_codecs.go), the pages held at once (pageBytes of the largest page of each column and of
+// its dictionary page, all columns together) would pass maxGroupPageBytes, or a column
 // that is not repeated holds a number of rows other than the group declares (a group read short
 // ended the file, losing the groups after it). repeated[i] says leaf column i is repeated.
 func checkRowGroup(r io.ReaderAt, size int64, md *format.FileMetaData, g int, repeated []bool) error {
 	rg := &md.RowGroups[g]
 	buf := make([]byte, 0, 4096)
+	held := int64(0) // the page bytes of the columns before this one held at once
 	for i := range rg.Columns {
 		m := &rg.Columns[i].MetaData
 		name := strings.Join(m.PathInSchema, ".")
@@ -194,7 +201,7 @@ func checkRowGroup(r io.ReaderAt, size int64, md *format.FileMetaData, g int, re
 			return fail("it declares %d values", m.NumValues)
 		}
 		src := &pageSource{r: r, pos: start, end: start + m.TotalCompressedSize, buf: buf}
-		rows := int64(0)
+		rows, dataPage, dictPage := int64(0), int64(0), int64(0)
 		for page := 0; src.Remaining() > 0; page++ {
 			at := src.offset()
 			h := pageHeader{values: -1, v2Rows: -1, dictValues: -1}
@@ -236,6 +243,9 @@ func checkRowGroup(r io.ReaderAt, size int64, md *format.FileMetaData, g int, re
 			}
 			if h.typ == int64(format.DataPage) || h.typ == int64(format.DataPageV2) {
 				rows += max(h.values, 0)
+				dataPage = max(dataPage, pageBytes(m.Codec, h))
+			} else if h.typ == int64(format.DictionaryPage) {
+				dictPage = max(dictPage, pageBytes(m.Codec, h))
 			}
 			if err := src.Skip(h.compressed); err != nil {
 				return fail("page %d at byte %d: %v", page, at, err)
@@ -245,6 +255,20 @@ func checkRowGroup(r io.ReaderAt, size int64, md *format.FileMetaData, g int, re
 		if i < len(repeated) && !repeated[i] && rows != rg.NumRows {
 			return fail("the row group declares %d rows, its pages hold %d", rg.NumRows, rows)
 		}
+		if held += dataPage + dictPage; held > maxGroupPageBytes {
+			return fail("its largest page declares %d bytes and its dictionary page %d: with those of the %d columns "+
+				"before it, %d bytes of pages held at once, past the %d a row group's reader may hold",
+				dataPage, dictPage, i, held, maxGroupPageBytes)
+		}
 	}
 	return nil
+}
+
+// pageBytes is the memory the reader takes for a page of header h in a chunk of codec: the size it
+// declares decoded (what the codec allocates), or its bytes in the file when not compressed.
+func pageBytes(codec format.CompressionCodec, h pageHeader) int64 {
+	if codec == format.Uncompressed {
+		return h.compressed
+	}
+	return h.uncompressed
 }

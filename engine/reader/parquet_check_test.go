@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/parquet-go/parquet-go"
+	"github.com/parquet-go/parquet-go/compress/snappy"
 	"github.com/parquet-go/parquet-go/compress/zstd"
 	"github.com/parquet-go/parquet-go/encoding/thrift"
 	"github.com/parquet-go/parquet-go/format"
@@ -445,4 +447,59 @@ func FuzzParquetFooter(f *testing.F) {
 			}
 		}
 	})
+}
+
+type pqWide struct {
+	A int64 `parquet:"a"`
+	B int64 `parquet:"b"`
+	C int64 `parquet:"c"`
+	D int64 `parquet:"d"`
+	E int64 `parquet:"e"`
+}
+
+// TestParquetRowGroupPagesAreBoundedTogether: every column's page declaring the most a page may
+// hold passed the page check one column at a time, and the reader reserved that much for each
+// column of the row group at once (a file of under a kilobyte reserved gigabytes).
+func TestParquetRowGroupPagesAreBoundedTogether(t *testing.T) {
+	data := writeGroups(t, [][]pqWide{{{1, 2, 3, 4, 5}}, {{6, 7, 8, 9, 10}}}, parquet.Compression(&snappy.Codec{}))
+	cases := []struct {
+		name     string
+		declared int32 // what the page of each column of the first row group declares it decodes to (zero: as written)
+		want     string
+	}{
+		{"as written", 0, ""},
+		{"at the bound", maxGroupPageBytes / 5, ""},
+		{"past the bound", maxPageBytes, fmt.Sprintf("row group 0, column \"e\": its largest page declares %d bytes and its "+
+			"dictionary page 0: with those of the 4 columns before it, %d bytes of pages held at once, past the %d "+
+			"a row group's reader may hold", maxPageBytes, 5*maxPageBytes, maxGroupPageBytes)},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			forged := data
+			for col := range 5 {
+				if c.declared > 0 {
+					forged = forgePage(t, forged, 0, col, func(h *format.PageHeader) { h.UncompressedPageSize = c.declared }, nil)
+				}
+			}
+			// The check alone, which reads the page headers and allocates nothing they declare.
+			_, md := pqFooter(t, forged)
+			err := checkRowGroup(bytes.NewReader(forged), int64(len(forged)), md, 0, make([]bool, 5))
+			if c.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, c.want)
+			// And as a source reads it: refused, and skipped under skip_bad.
+			path := saveFile(t, "w.parquet", forged)
+			cols := []Column{{Name: "a", Role: RoleSparse}, {Name: "e", Role: RoleSparse}}
+			ids, _, err := readInts(t, path, cols, false)
+			assert.Empty(t, ids)
+			assert.ErrorContains(t, err, path+" row 0: cannot read the row group: "+c.want)
+			assert.ErrorIs(t, err, errs.ErrIO)
+			ids, skipped, err := readInts(t, path, cols, true)
+			require.NoError(t, err)
+			assert.Equal(t, []int64{6}, ids)
+			assert.Equal(t, int64(1), skipped)
+		})
+	}
 }

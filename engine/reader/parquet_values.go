@@ -38,6 +38,16 @@ func parquetUint(v parquet.Value) uint64 {
 	return uint64(v.Int64())
 }
 
+// byteArray is the bytes of a BYTE_ARRAY or FIXED_LEN_BYTE_ARRAY value, nil for other kinds: what a
+// value adds to a byte-string field when it is appended as it is (a number's text is short).
+func byteArray(v parquet.Value) []byte {
+	switch v.Kind() {
+	case parquet.ByteArray, parquet.FixedLenByteArray:
+		return v.ByteArray()
+	}
+	return nil
+}
+
 // parquetInt is an integer value of a signed column.
 func parquetInt(v parquet.Value) int64 {
 	if v.Kind() == parquet.Int32 {

@@ -1,7 +1,10 @@
 package reader
 
 import (
+	"errors"
+	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 
 	"github.com/recgo/recgo/engine/feature"
@@ -43,12 +46,18 @@ type shuffled struct {
 	// skipAdj is what Position adds to src's count of skipped rows: a resumed source re-reads the
 	// window it stood in, which counts that window's skipped rows again.
 	skipAdj int64
+	// limit and batch are the bound on a batch's fields (Batch.MaxValues) and its rows that the last
+	// Read asked for: the window's fields are bounded at limit for each batch of its rows (see fill).
+	limit int64
+	batch int
 }
 
 func (s *shuffled) Schema() Schema { return s.src.Schema() }
 
 func (s *shuffled) Read(b *Batch, n int) (int, error) {
 	b.Reset(s.Schema())
+	b.rows = n
+	s.limit, s.batch = b.MaxValues, n
 	for b.Size < n {
 		if s.taken == s.buf.Size {
 			if s.eof {
@@ -63,9 +72,11 @@ func (s *shuffled) Read(b *Batch, n int) (int, error) {
 		}
 		k := min(n-b.Size, s.buf.Size-s.taken)
 		for _, r := range s.order[s.taken : s.taken+k] {
-			s.appendRow(b, r)
+			s.taken++ // after an error too: the source stands after the failing row
+			if err := s.appendRow(b, r); err != nil {
+				return 0, err
+			}
 		}
-		s.taken += k
 	}
 	if b.Size == 0 {
 		return 0, io.EOF
@@ -73,13 +84,27 @@ func (s *shuffled) Read(b *Batch, n int) (int, error) {
 	return b.Size, nil
 }
 
-// fill reads the next window and draws its order.
+// fill reads the next window and draws its order. The window's fields may hold the bound of a
+// batch's (Batch.MaxValues) for each batch of the last Read's rows the window holds, so that a window
+// whose batches the bound takes is never refused; a window read by Seek before any Read is bounded
+// as if for batches of one row.
 func (s *shuffled) fill() error {
 	s.start = s.src.Position()
 	s.taken = 0
+	lv, _ := (&Batch{MaxValues: s.limit}).limits()
+	per := max(s.batch, 1)
+	batches := int64((s.window + per - 1) / per)
+	s.buf.MaxValues = lv * batches
+	if lv > math.MaxInt64/batches {
+		s.buf.MaxValues = math.MaxInt64
+	}
 	n, err := s.src.Read(&s.buf, s.window)
 	if err != nil {
 		s.buf.Size = 0
+		if errors.Is(err, errs.ErrCapacity) {
+			err = fmt.Errorf("reader: shuffle window of %d rows (its fields bounded at %d values for each batch of "+
+				"%d rows it holds): %w", s.window, lv, per, err)
+		}
 		return err
 	}
 	s.index++
@@ -117,8 +142,18 @@ func (s *shuffled) fill() error {
 	return nil
 }
 
-// appendRow appends row r of the window to b.
-func (s *shuffled) appendRow(b *Batch, r int) {
+// appendRow appends row r of the window to b, unless a field of b cannot take its values.
+func (s *shuffled) appendRow(b *Batch, r int) error {
+	for i := range s.buf.Inputs {
+		in, out := &s.buf.Inputs[i], &b.Inputs[i]
+		k, nb := s.offs[i][r+1]-s.offs[i][r], int64(0)
+		if in.Kind == feature.KindBytes {
+			nb = s.boffs[i][r+1] - s.boffs[i][r]
+		}
+		if !b.fits(out, k, nb) {
+			return b.overLimit("shuffled source", s.Schema().Fields[i].Name, out, k, nb)
+		}
+	}
 	w := len(s.Schema().Dense)
 	b.Labels = append(b.Labels, s.buf.Labels[r])
 	b.Dense = append(b.Dense, s.buf.Dense[r*w:(r+1)*w]...)
@@ -139,6 +174,7 @@ func (s *shuffled) appendRow(b *Batch, r int) {
 		}
 	}
 	b.Size++
+	return nil
 }
 
 func (s *shuffled) Position() Position {

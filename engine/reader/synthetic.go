@@ -226,6 +226,7 @@ func (s *Synthetic) Read(b *Batch, n int) (int, error) {
 		return 0, errs.Invalidf("reader: source is closed")
 	}
 	b.Reset(s.schema)
+	b.rows = n
 	F := len(s.cfg.Fields)
 	lens := make([]int64, F)
 	dense := make([]float64, s.cfg.Dense)
@@ -244,6 +245,9 @@ func (s *Synthetic) Read(b *Batch, n int) (int, error) {
 		at := 0
 		for f := 0; f < F; f++ {
 			in := &b.Inputs[f]
+			if !b.fits(in, lens[f], 0) {
+				return 0, b.overLimit("synthetic source", s.cfg.Fields[f].Name, in, lens[f], 0)
+			}
 			in.Ints = append(in.Ints, s.ids[at:at+int(lens[f])]...)
 			in.Lengths = append(in.Lengths, lens[f])
 			at += int(lens[f])

@@ -466,6 +466,7 @@ func (s *textSource) Schema() Schema { return s.schema }
 
 func (s *textSource) Read(b *Batch, n int) (int, error) {
 	b.Reset(s.schema)
+	b.rows = n
 	for b.Size < n {
 		line, no, mine, err := s.l.next()
 		if err == io.EOF {
@@ -485,7 +486,7 @@ func (s *textSource) Read(b *Batch, n int) (int, error) {
 		}
 		if err := s.parse(line, no, b); err != nil {
 			err = s.l.exactLine(err)
-			if s.l.opt.SkipBad {
+			if s.l.opt.SkipBad && !errors.Is(err, errs.ErrCapacity) { // a batch past its bound is no bad row
 				b.rollback(&s.m)
 				s.l.pos.Skipped++
 				s.l.skips.dropped(1, err)

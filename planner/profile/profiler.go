@@ -23,6 +23,18 @@ type Spec struct {
 // 2^32 times wrapped a 32-bit count to 0 (ranked cold, or dropped from the touched rows).
 const denseLimit = 1 << 18
 
+// MemoryLimit bounds the memory a profiler's dense counts may take with the ranking a profile makes
+// of them (bytesPerDenseRow a row), checked before they are allocated. It is the planner's default
+// memory limit (planner.DefaultMemoryLimit, which this package cannot import): the profiler has no
+// limit of its own to set, and tables past denseLimit, counted in maps, take memory only as their
+// rows are touched.
+const MemoryLimit int64 = 8 << 30
+
+// bytesPerDenseRow is the memory a row of a densely counted table may take: its count, and the
+// entry, ranked ID and sorted count of a profile's ranking of the table (Profile ranks every
+// touched row).
+const bytesPerDenseRow = 8 + 32
+
 type counter struct {
 	dense   []uint64
 	sparse  map[int64]uint64
@@ -63,10 +75,8 @@ func NewProfiler(specs []Spec, rate float64, seed uint64, steps int) (*Profiler,
 	if steps <= 0 || steps > 60 {
 		return nil, errs.Invalidf("profile: steps %d outside [1, 60]", steps)
 	}
-	p := &Profiler{specs: slices.Clone(specs), rate: rate, seed: seed, levels: Levels(steps),
-		counts: make([]counter, len(specs))}
 	seen := map[string]bool{}
-	for i, s := range specs {
+	for _, s := range specs {
 		t := Table{Name: s.Name, Rows: s.Rows, Dim: s.Dim, ElemBytes: s.ElemBytes}
 		if err := t.Validate(); err != nil {
 			return nil, err
@@ -75,6 +85,13 @@ func NewProfiler(specs []Spec, rate float64, seed uint64, steps int) (*Profiler,
 			return nil, errs.Invalidf("profile: table %q appears twice", s.Name)
 		}
 		seen[s.Name] = true
+	}
+	if err := checkDense(specs, MemoryLimit); err != nil {
+		return nil, err
+	}
+	p := &Profiler{specs: slices.Clone(specs), rate: rate, seed: seed, levels: Levels(steps),
+		counts: make([]counter, len(specs))}
+	for i, s := range specs {
 		if s.Rows <= denseLimit {
 			p.counts[i].dense = make([]uint64, s.Rows)
 		} else {
@@ -82,6 +99,26 @@ func NewProfiler(specs []Spec, rate float64, seed uint64, steps int) (*Profiler,
 		}
 	}
 	return p, nil
+}
+
+// checkDense refuses specs whose densely counted tables (rows up to denseLimit) would take more than
+// limit bytes, at bytesPerDenseRow a row, before their counts are allocated.
+func checkDense(specs []Spec, limit int64) error {
+	tables, rows, largest := 0, int64(0), int64(0)
+	for _, s := range specs {
+		if s.Rows <= denseLimit {
+			tables++
+			rows += s.Rows
+			largest = max(largest, s.Rows)
+		}
+	}
+	if need := rows * bytesPerDenseRow; need > limit {
+		return errs.Capacityf("profile: %d tables counted densely (%d rows in all, the largest %d) would need %d bytes "+
+			"(%.1f GiB: %d bytes a row for its count and its ranking), over the planner's memory limit of %d bytes "+
+			"(%.1f GiB); profile fewer tables at once", tables, rows, largest, need, float64(need)/(1<<30),
+			bytesPerDenseRow, limit, float64(limit)/(1<<30))
+	}
+	return nil
 }
 
 // splitmix64 is a fast, well-mixed hash for per-sample keep decisions.
