@@ -44,7 +44,7 @@ type lines struct {
 	closed     bool
 	skips      skipLog // what SkipBad dropped (see skipLog)
 
-	ending    []byte // the line ending raw took off the last line (into br's buffer)
+	ending    []byte // the line ending raw took off the last line (a constant: see lineEnding)
 	longBlank bool   // raw's last line is blank, and more than br's buffer of line endings follows it
 	quotes    bool   // CSV: a quoted field may span lines (record)
 	delim     byte   // CSV: the field delimiter
@@ -248,7 +248,9 @@ func (l *lines) raw() ([]byte, error) {
 	full := line
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
-	l.ending = full[len(line):]
+	// The ending, a constant and not a view of the read buffer: a blank line's look-ahead below may
+	// move the buffer, and a quoted field's lines keep their endings (they were read back corrupted).
+	l.ending = lineEnding(full[len(line):])
 	l.longBlank = false
 	if len(line) == 0 {
 		end, known := l.blankToEnd()
@@ -258,6 +260,21 @@ func (l *lines) raw() ([]byte, error) {
 		l.longBlank = !known
 	}
 	return line, nil
+}
+
+var lf, cr, crlf = []byte("\n"), []byte("\r"), []byte("\r\n")
+
+// lineEnding is a constant copy of e, a line ending raw took off ("", "\n", "\r\n" or a last "\r").
+func lineEnding(e []byte) []byte {
+	switch {
+	case len(e) == 2:
+		return crlf
+	case len(e) == 1 && e[0] == '\n':
+		return lf
+	case len(e) == 1:
+		return cr
+	}
+	return nil
 }
 
 // blankToEnd reports whether the rest of the open file is line endings only, looking ahead at most
