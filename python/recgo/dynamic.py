@@ -377,7 +377,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
         raise InvalidInputError(f"table {name!r}: dynamic_sketch has {sketch_n} counters, its meta declares "
                                 f"{m[_M_SKETCH]}")
     used = {"dynamic_ids": hw, "dynamic_counts": hw, "dynamic_last_seen": hw, "dynamic_free": nfree,
-            "dynamic_sketch": m[_M_SKETCH] + 1, "dynamic_sketch_adds": _SHARDS + 1}
+            "dynamic_sketch": m[_M_SKETCH], "dynamic_sketch_adds": _SHARDS + 1}
     t = {"dynamic_meta": meta, **{
         k: check_tensor(_head(entries[k], max(used[k], 0)), f"{name}.{k}",
                         (torch.uint8,) if k == "dynamic_sketch" else (torch.int64,), ndim=1) for k in used}}

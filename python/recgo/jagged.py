@@ -58,11 +58,23 @@ def assert_lengths(lengths: torch.Tensor, n: Any) -> None:
     require(lengths.sum().item() == n, f"lengths do not sum to the {n} rows of values")
 
 
-def assert_offsets(o: torch.Tensor, n: Any, message: str) -> None:
-    """Traced check of non-empty offsets: from 0, never falling, to ``n`` (see :func:`require`)."""
-    require(o[0].item() == 0, message)
-    require(o[-1].item() == n, message)
-    assert_none(o[1:] < o[:-1], message)
+def check_offsets(o: torch.Tensor, n: Any, message: str) -> None:
+    """Non-empty offsets (not on the meta device) rise from 0 to ``n``, never falling: checked eagerly,
+    asserted by the program when traced (see :func:`require`); ``message`` if not."""
+    if traced():
+        require(o[0].item() == 0, message)
+        require(o[-1].item() == n, message)
+        assert_none(o[1:] < o[:-1], message)
+    elif int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
+        raise InvalidInputError(message)
+
+
+def check_same(a: torch.Tensor, b: torch.Tensor, message: str) -> None:
+    """Tensors of one shape hold the same values: checked eagerly, asserted by the program when traced."""
+    if traced():
+        assert_none(a != b, message)
+    elif not torch.equal(a, b):
+        raise InvalidInputError(message)
 
 
 def tensors_bytes(*tensors: torch.Tensor | None) -> int:
@@ -129,32 +141,24 @@ class JaggedTensor:
         # a tensor on the meta device (TorchRec's JaggedTensor takes them) has a shape but no values to
         # check; traced (torch.export, torch.compile) the checks that read values become run-time asserts,
         # as TorchRec's traced JaggedTensor builds (Python cannot branch on the values there)
-        tracing = traced()
         if self._lengths is not None and not self._lengths.is_meta:
-            if tracing:
+            if traced():
                 assert_lengths(self._lengths, n)
             else:
                 check_lengths(self._lengths, n)
                 if int(self._lengths.sum()) != n:
                     raise InvalidInputError(f"lengths sum to {int(self._lengths.sum())} but values has {n} rows")
         if self._offsets is not None and not self._offsets.is_meta:
-            o = self._offsets
-            if o.numel() == 0:
-                raise InvalidInputError(f"offsets must rise monotonically from 0 to the {n} rows of values")
             rise = f"offsets must rise monotonically from 0 to the {n} rows of values"
-            if tracing:
-                assert_offsets(o, n, rise)
-            elif int(o[0]) != 0 or int(o[-1]) != n or (o.numel() > 1 and bool((o[1:] < o[:-1]).any())):
+            if self._offsets.numel() == 0:
                 raise InvalidInputError(rise)
+            check_offsets(self._offsets, n, rise)
         if self._lengths is not None and self._offsets is not None:
             o, lens = self._offsets, self._lengths
-            known = not (o.is_meta or lens.is_meta)
             if o.numel() != lens.numel() + 1:
                 raise InvalidInputError("lengths and offsets disagree")
-            if known and tracing:
-                assert_none(o[1:] - o[:-1] != lens, "lengths and offsets disagree")
-            elif known and not torch.equal(o[1:] - o[:-1], lens):
-                raise InvalidInputError("lengths and offsets disagree")
+            if not (o.is_meta or lens.is_meta):
+                check_same(o[1:] - o[:-1], lens, "lengths and offsets disagree")
         if weights is not None and (not isinstance(weights, torch.Tensor) or weights.shape[:1] != values.shape[:1]):
             raise InvalidInputError("weights: need one weight per row of values")
         self._weights = weights

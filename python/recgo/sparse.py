@@ -24,7 +24,7 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
-from .jagged import JaggedTensor, assert_none, assert_offsets, traced
+from .jagged import JaggedTensor, check_offsets, check_same
 from ._kjt_memory import KJTMemory
 from .tensors import check_tensor, check_lengths, got
 from ._strings import keyed_jagged_str, readable, short_keys, where
@@ -105,20 +105,18 @@ class KeyedJaggedTensor(KJTMemory):
                 o = self._offsets
             # traced (torch.export, torch.compile) the offsets' values cannot be read: the checks become
             # run-time asserts of the traced program, as length_per_key's are
-            tracing, rise = traced(), f"offsets must rise monotonically from 0 to the {n} values"
-            if o.numel() == 0 or (not o.is_meta and not tracing and (int(o[0]) != 0 or int(o[-1]) != n
-                                                                     or bool((o[1:] < o[:-1]).any()))):
+            rise = f"offsets must rise monotonically from 0 to the {n} values"
+            if o.numel() == 0:
                 raise InvalidInputError(rise)
-            if tracing and not o.is_meta:
-                assert_offsets(o, n, rise)
+            if not o.is_meta:
+                check_offsets(o, n, rise)
             from_offsets = o[1:] - o[:-1]
             given = None if lengths is None else lengths_of(lengths, len(self._keys))
-            known = given is not None and not (o.is_meta or given.is_meta)
-            if given is not None and (given.shape != from_offsets.shape or (
-                    known and not tracing and not torch.equal(given, from_offsets))):
-                raise InvalidInputError("lengths and offsets disagree")
-            if known and tracing:
-                assert_none(given != from_offsets, "lengths and offsets disagree")
+            if given is not None:
+                if given.shape != from_offsets.shape:
+                    raise InvalidInputError("lengths and offsets disagree")
+                if not (o.is_meta or given.is_meta):
+                    check_same(given, from_offsets, "lengths and offsets disagree")
             lengths = from_offsets
         elif lengths is None:
             if self._keys or self._values.numel():

@@ -271,12 +271,12 @@ def check_checkpoint(state_dict: Any, module: nn.Module, prefix: str, shown: str
                 raise InvalidInputError(
                     f"checkpoint entry {shown + k!r} = {step.tolist()} ({step.dtype}) is not an optimizer step in "
                     "[0, 2^53): a corrupted or foreign checkpoint")
-        if k.rpartition(".")[0] + "." not in dynamic and tuple(v.shape) != tuple(own[k].shape):
-            raise InvalidInputError(
-                f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}, this collection's is {tuple(own[k].shape)}"
-                " (a checkpoint of another configuration?)")
-        if k.rpartition(".")[0] + "." in dynamic and (v.dim() != own[k].dim() or v.shape[1:] != own[k].shape[1:]
-                                                      or v.shape[0] > own[k].shape[0]):
+        if k.rpartition(".")[0] + "." not in dynamic:
+            if tuple(v.shape) != tuple(own[k].shape):
+                raise InvalidInputError(
+                    f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}, this collection's is "
+                    f"{tuple(own[k].shape)} (a checkpoint of another configuration?)")
+        elif v.dim() != own[k].dim() or v.shape[1:] != own[k].shape[1:] or v.shape[0] > own[k].shape[0]:
             # rows in use, at most the table's row bound (a forged 2^40 rows were checked value by value)
             raise InvalidInputError(
                 f"checkpoint entry {shown + k!r} has shape {tuple(v.shape)}; this dynamic table holds at most "

@@ -8,7 +8,8 @@ from typing import Any
 import torch
 
 from .. import _lib
-from ..errors import InvalidInputError, NotFoundError
+from ..errors import NotFoundError
+from ..tensors import int64
 
 GB = 1e9
 
@@ -44,9 +45,8 @@ class Topology:
                 refused ``hbm_bytes=10**40`` with its own wording).
         """
         for f in fields(self):
-            v = getattr(self, f.name)
-            if f.type == "int" and (isinstance(v, bool) or not isinstance(v, int) or not -(2**63) <= v < 2**63):
-                raise InvalidInputError(f"topology: {f.name} must be an integer within int64 (below 2^63), got {v!r}")
+            if f.type == "int":
+                int64(f"topology: {f.name}", getattr(self, f.name))
         return asdict(self)
 
     def is_default(self) -> bool:

@@ -226,12 +226,12 @@ def _check_remap(plan: Plan, remap: Remap) -> None:
     each of its tables must be in the plan with the same rows and hot rows, or the hot region this
     collection shows is not the one the plan placed."""
     placed = {t["name"]: t for t in plan.tables}
-    differ = [f"{t['name']!r} (remap: {t['rows']} rows, {t['hot']} hot; plan: "
-              + (f"{placed[t['name']]['rows']} rows, {placed[t['name']]['hot_rows']} hot)" if t["name"] in placed
-                 else "absent)")
-              for t in remap.tables
-              if t["name"] not in placed or (t["rows"], t["hot"]) != (placed[t["name"]]["rows"],
-                                                                      placed[t["name"]]["hot_rows"])]
+    differ = []
+    for t in remap.tables:
+        p = placed.get(t["name"])
+        if p is None or (t["rows"], t["hot"]) != (p["rows"], p["hot_rows"]):
+            there = "absent" if p is None else f"{p['rows']} rows, {p['hot_rows']} hot"
+            differ.append(f"{t['name']!r} (remap: {t['rows']} rows, {t['hot']} hot; plan: {there})")
     if differ:
         raise InvalidInputError(f"the remap was not made for this plan: tables {', '.join(differ)}; use the remap "
                                 "saved with this plan, or plan.remap(profile)")
