@@ -127,13 +127,20 @@ class CollectionOptimizer(torch.optim.Optimizer):
             if lacks:
                 raise InvalidInputError(f"CollectionOptimizer: the group of {name or 'the model'!r} lacks {lacks}")
             mine = {k: _number(group[k]) for k in _HYPER}
-            cur, last = m.fused_optimizer, self._synced[i]
-            new = replace(cur, **{k: v for k, v in mine.items() if force or v != getattr(last, k)})  # bools, strings: refused
-            changes.append((i, m, new))
+            changes.append((i, m, replace(m.fused_optimizer, **self._merged(i, mine, force))))  # bools, strings: refused
         for i, m, new in changes:  # every group built first: a refused one left the groups before it changed
             if new != m.fused_optimizer:
                 m.set_fused_optimizer(new)
             self._adopt(i, new)
+
+    def _merged(self, i: int, group: dict[str, Any], force: bool = False) -> dict[str, Any]:
+        """What collection ``i`` runs after a hand-over of ``group``: the group's value of each
+        hyper-parameter changed in it since the last hand-over (every one, when ``force``), the
+        collection's own value of the rest (a ``set_fused_optimizer`` change since then is kept).
+        Checks nothing: ``state_dict`` must not raise, ``_push`` validates what it hands over."""
+        cur, last = self._collections[i][1].fused_optimizer, self._synced[i]
+        return {k: group[k] if k in group and (force or group[k] != getattr(last, k)) else getattr(cur, k)
+                for k in _HYPER}
 
     def _adopt(self, i: int, fused: Any) -> None:
         """Make group ``i`` show ``fused``, its collection's optimizer as last handed over."""
@@ -218,11 +225,8 @@ class CollectionOptimizer(torch.optim.Optimizer):
         and under ``state``, by name, the state a TorchRec wrapper keeps in this optimizer for
         parameters it added to ``params`` (``WarmupOptimizer``'s progress): torch's state_dict found
         no group holding them and raised a bare ``KeyError``."""
-        for i, (group, (_, m)) in enumerate(zip(self.param_groups, self._collections)):
-            cur, last = m.fused_optimizer, self._synced[i]  # changed on the collection itself: saved as it runs
-            for k in _HYPER:
-                if getattr(cur, k) != getattr(last, k) and group.get(k) == getattr(last, k):
-                    group[k] = getattr(cur, k)
+        for i, group in enumerate(self.param_groups):  # changed on the collection itself: saved as it runs
+            group.update(self._merged(i, group))
         names = {id(p): k for k, p in self.params.items()}
         state = {names[id(p)]: copy.deepcopy(v) for p, v in self.state.items() if id(p) in names}
         groups = [{**{k: copy.deepcopy(v) for k, v in g.items() if k != "params"}, "params": []}
