@@ -87,6 +87,9 @@ func (r *run) apply(b Batch) (*Result, error) {
 		s := state{kind: in.Kind, ints: in.Ints, f32: in.F32, f64: in.F64, data: in.Bytes, boffs: boffs[c.input], lens: in.Lengths, w: in.Weights}
 		if s.lens == nil {
 			if ones == nil {
+				if int64(b.Size) > e.maxValues {
+					return nil, r.overLimit(fmt.Sprintf("feature %q: the %d lengths (all ones) of its dense input %q", c.name, b.Size, e.inputs[c.input].Name))
+				}
 				ones = r.alloc(b.Size)
 				for i := range ones {
 					ones[i] = 1
@@ -200,15 +203,22 @@ func (r *run) elementwise(groups []Group) error {
 			return err
 		}
 	}
+	for k := range groups {
+		g := &groups[k]
+		if op := g.members[0].kind(r.e); op != OpPosition && op != OpRecency {
+			continue
+		}
+		feats := make([]int, len(g.members)) // these read which bag each element is in
+		for i, m := range g.members {
+			feats[i] = m.feat
+		}
+		if err := r.ensureOffsets(fmt.Sprintf("fused %s group of %d features", g.Op, len(g.members)), feats); err != nil {
+			return err
+		}
+	}
 	prefix := make([]int, len(segs)+1)
 	for i, sg := range segs {
-		s := &r.st[sg.feat]
-		for _, o := range sg.ops {
-			if k := r.e.feats[sg.feat].ops[o].kind; k == OpPosition || k == OpRecency {
-				s.ensureOffs(r.alloc) // these read which bag each element is in
-			}
-		}
-		prefix[i+1] = prefix[i] + s.count()
+		prefix[i+1] = prefix[i] + r.st[sg.feat].count()
 	}
 	// One buffer per group, for the features it is the first to write, so none passes the limit.
 	dsts := make([][]int64, len(segs))

@@ -74,7 +74,8 @@ func TestMaxValuesIsConfigurable(t *testing.T) {
 	assert.Equal(t, int64(99), spec.MaxValues)
 }
 
-// TestFillMissingGroupOverLimit: the limit counts a whole fused group, not only one feature.
+// TestFusedGroupOverLimit: the limit counts a whole fused group, not only one feature. (Bags of two,
+// so that the group's lengths and offsets, 6 and 8 words, fit and its 12 values do not.)
 func TestFusedGroupOverLimit(t *testing.T) {
 	spec := &Spec{MaxValues: 10, Features: []FeatureSpec{
 		{Name: "a", Ops: []OpSpec{{Op: "fill_missing"}}},
@@ -82,8 +83,8 @@ func TestFusedGroupOverLimit(t *testing.T) {
 	}}
 	eng, err := Compile(spec)
 	require.NoError(t, err)
-	empty := Input{Kind: KindInt64, Ints: []int64{}, Lengths: make([]int64, 6)}
-	_, err = eng.Apply(Batch{Size: 6, Inputs: []Input{empty, empty}})
+	pairs := Input{Kind: KindInt64, Ints: make([]int64, 6), Lengths: []int64{2, 2, 2}}
+	_, err = eng.Apply(Batch{Size: 3, Inputs: []Input{pairs, pairs}})
 	require.ErrorIs(t, err, errs.ErrCapacity)
 	assert.Contains(t, err.Error(), "fused fill_missing group of 2 features: 12 values in all")
 }

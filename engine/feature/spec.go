@@ -36,9 +36,11 @@ type Spec struct {
 	// baseline that fusion is measured against. Results are identical either way.
 	Unfused bool `json:"unfused,omitempty"`
 	// MaxValues bounds every buffer whose size comes from a batch: the values one fused group of
-	// transforms produces (all its features together) and the assembled output. A batch that would
-	// need more fails with a capacity error naming the feature and the size, before anything is
-	// allocated. Zero means DefaultMaxValues.
+	// transforms produces (all its features together), the lengths and offsets sized by the batch
+	// size alone (a structural group's, the offsets a group reads, a dense input's all-ones
+	// lengths) and the assembled output. A batch that would need more fails with a capacity error
+	// naming the feature or group, the size and the limit, before anything is allocated. Zero means
+	// DefaultMaxValues.
 	MaxValues int64 `json:"max_values,omitempty"`
 }
 

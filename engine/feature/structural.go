@@ -2,6 +2,8 @@ package feature
 
 import (
 	"fmt"
+	"math/big"
+	"math/bits"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -13,7 +15,8 @@ import (
 // lengths. The bags of all member features form one index space (member-major) cut into equal
 // tiles: first every new bag length, then per-feature offsets (checked against the engine's
 // MaxValues before anything is allocated for the values), then the values and, for weighted
-// features, their weights alongside.
+// features, their weights alongside. The lengths and offsets, whose size the batch size alone
+// sets, are checked against MaxValues before any is allocated.
 func (r *run) structural(g *Group) error {
 	B, M := r.size, len(g.members)
 	var need []int // features whose offsets the group reads, each once
@@ -26,8 +29,14 @@ func (r *run) structural(g *Group) error {
 			}
 		}
 	}
-	for _, f := range need {
-		r.st[f].ensureOffs(r.alloc)
+	// The group's new lengths (M·B words) and offsets (M·(B+1)) and the offsets it reads are sized by
+	// the batch alone, whatever the values: checked before any is allocated.
+	whose := fmt.Sprintf("fused %s group of %d features", g.Op, M)
+	if err := r.checkOffsets(whose, M); err != nil {
+		return err
+	}
+	if err := r.ensureOffsets(whose, need); err != nil {
+		return err
 	}
 	limit := r.e.maxValues
 	newLens := r.alloc(M * B)
@@ -46,7 +55,7 @@ func (r *run) structural(g *Group) error {
 		for b, l := range newLens[i*B : (i+1)*B] {
 			offs[b+1] = offs[b] + l // each l <= limit+1 and offs[b] <= limit: no overflow
 			if offs[b+1] > limit {
-				return r.capacityError(m, g.Op, offs[b+1], b+1)
+				return r.capacityError(m, g.Op, offs[b+1], b+1, newLens[i*B:(i+1)*B])
 			}
 		}
 		n := offs[B]
@@ -118,15 +127,88 @@ func (r *run) overLimit(what string) error {
 	return errs.Capacityf("%s would exceed the limit of %d values per buffer; raise max_values or split the batch", what, r.e.maxValues)
 }
 
+// checkOffsets refuses n offset buffers of B+1 words each (a group's per-sample buffers: lengths
+// take one word less) past MaxValues in all, before any is allocated; whose names their group.
+func (r *run) checkOffsets(whose string, n int) error {
+	per := int64(r.size) + 1
+	if n == 0 || per <= r.e.maxValues/int64(n) {
+		return nil
+	}
+	total := new(big.Int).Mul(big.NewInt(int64(n)), big.NewInt(per))
+	return r.overLimit(fmt.Sprintf("%s: %s offsets in all (%d per feature for the batch of %d)", whose, total, per, r.size))
+}
+
+// ensureOffsets gives each of feats its offsets (see state.ensureOffs), checking those it must
+// allocate against MaxValues in all first; whose names the group that reads them.
+func (r *run) ensureOffsets(whose string, feats []int) error {
+	missing := 0
+	for _, f := range feats {
+		if r.st[f].offs == nil {
+			missing++
+		}
+	}
+	if err := r.checkOffsets(whose, missing); err != nil {
+		return err
+	}
+	for _, f := range feats {
+		r.st[f].ensureOffs(r.alloc)
+	}
+	return nil
+}
+
 // capacityError reports that member m's op would give its feature n values (counting samples
-// [0, upTo) so far) in one batch.
-func (r *run) capacityError(m member, op string, n int64, upTo int) error {
+// [0, upTo) so far) in one batch; lens are its new bag lengths, all B of them, from which it also
+// names the values the whole batch needs.
+func (r *run) capacityError(m member, op string, n int64, upTo int, lens []int64) error {
 	what := "values"
 	if upTo < r.size {
 		what = "values by sample " + itoa(upTo-1)
 	}
-	return errs.Capacityf("feature %q: %s would produce more than %d %s of the batch of %d (limit %d values per buffer); raise max_values or split the batch",
-		r.e.feats[m.feat].name, op, n-1, what, r.size, r.e.maxValues)
+	return errs.Capacityf("feature %q: %s would produce more than %d %s of the batch of %d (limit %d values per buffer; the batch needs %s in all); raise max_values or split the batch",
+		r.e.feats[m.feat].name, op, n-1, what, r.size, r.e.maxValues, r.needed(m, lens))
+}
+
+// needed is the exact number of values member m's op makes for the whole batch, given its new bag
+// lengths. A cross's lengths saturate (see bagLengths), so its count is the sum over the samples of
+// the product of its fields' lengths, which may pass int64: computed in 128 bits, and with big
+// integers for a sample whose product passes 64 bits. The others' lengths are exact and sum within
+// int64 (each is at most its input's values, or one for an empty bag).
+func (r *run) needed(m member, lens []int64) *big.Int {
+	o := &r.e.feats[m.feat].ops[m.op]
+	total := new(big.Int)
+	if o.kind != OpCross {
+		var sum int64
+		for _, l := range lens {
+			sum += l
+		}
+		return total.SetInt64(sum)
+	}
+	var hi, lo uint64 // the 128-bit sum of the products that fit 64 bits
+	for b := range r.size {
+		p, fits := uint64(1), true
+		for _, src := range o.srcs {
+			l := uint64(r.st[src].lens[b])
+			if l == 0 { // an empty bag: no tuples, whatever the others hold
+				p, fits = 0, true
+				break
+			}
+			h, low := bits.Mul64(p, l)
+			p, fits = low, fits && h == 0
+		}
+		if fits {
+			var c uint64
+			lo, c = bits.Add64(lo, p, 0)
+			hi += c
+			continue
+		}
+		prod := big.NewInt(1)
+		for _, src := range o.srcs {
+			prod.Mul(prod, big.NewInt(r.st[src].lens[b]))
+		}
+		total.Add(total, prod)
+	}
+	sum := new(big.Int).Lsh(new(big.Int).SetUint64(hi), 64)
+	return total.Add(total, sum.Add(sum, new(big.Int).SetUint64(lo)))
 }
 
 func itoa(v int) string {
