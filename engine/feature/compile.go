@@ -254,10 +254,11 @@ func (c *compiler) op(s *OpSpec, pos int, in DType, feature string) (op, error) 
 		if err := needInt(); err != nil {
 			return o, err
 		}
-		if s.N == nil || *s.N <= 0 {
-			return o, errs.Invalidf("mod needs a bucket count n > 0")
+		n, err := s.positiveN("a bucket count n > 0")
+		if err != nil {
+			return o, err
 		}
-		o.n = *s.N
+		o.n = n
 		o.mod = kernels.NewModulus(o.n)
 	case "bucketize":
 		o.kind = OpBucketize
@@ -278,10 +279,11 @@ func (c *compiler) op(s *OpSpec, pos int, in DType, feature string) (op, error) 
 		if err := notBytes(); err != nil {
 			return o, err
 		}
-		if s.N == nil || *s.N <= 0 {
-			return o, errs.Invalidf("truncate needs a length n >= 1")
+		n, err := s.positiveN("a length n >= 1")
+		if err != nil {
+			return o, err
 		}
-		o.n = *s.N
+		o.n = n
 		if s.Keep != nil {
 			switch *s.Keep {
 			case "first":
@@ -373,6 +375,18 @@ func (c *compiler) op(s *OpSpec, pos int, in DType, feature string) (op, error) 
 		return o, errs.Invalidf("unknown op %q (known: hash, mod, bucketize, truncate, filter, mask, cross, fill_missing, position, recency)", s.Op)
 	}
 	return o, nil
+}
+
+// positiveN is the op's parameter n, which must be given and at least 1 (mod's bucket count,
+// truncate's length); need says so in the op's words, and the error adds the value given.
+func (o *OpSpec) positiveN(need string) (int64, error) {
+	if o.N == nil {
+		return 0, errs.Invalidf("%s needs %s", o.Op, need)
+	}
+	if *o.N < 1 {
+		return 0, errs.Invalidf("%s needs %s, got %d", o.Op, need, *o.N)
+	}
+	return *o.N, nil
 }
 
 // compileFilter reads a filter's values or range in the field's type: int64 for IDs, float64 for

@@ -40,6 +40,13 @@ DTYPES = ("int64", "float", "bytes")
 _TOP_KEYS = {"features", "max_values"}
 
 
+def _seed_bits(v: int) -> int:
+    """A 64-bit seed's bits: a negative int64 one (``-1``) as its two's complement, as the reference
+    hashes with it (the engine's spec takes seeds as unsigned 64-bit numbers); others as they are,
+    for the engine to check."""
+    return v + 2**64 if -2**63 <= v < 0 else v
+
+
 def _number(v: Any) -> int | float:
     """An integer stays an exact int (IDs and int64 boundaries need all 64 bits); another real number
     becomes a float. Strings (even numeric ones) and bools are refused: a typo, not a number."""
@@ -115,17 +122,17 @@ class Feature:
         return integer(f"feature {self.name!r}: {op} {param}", v)
 
     def _seed(self, op: str, seed: Any) -> int:
-        """A 64-bit seed; a negative int64 one (``-1``) as its two's-complement bits, as the reference
-        hashes with it (the engine's spec takes seeds as unsigned 64-bit numbers)."""
-        v = self._integer(op, "seed", seed)
-        return v + 2**64 if -2**63 <= v < 0 else v
+        """A 64-bit seed (see :func:`_seed_bits`)."""
+        return _seed_bits(self._integer(op, "seed", seed))
 
     def _add(self, op: str, **params: Any) -> "Feature":
         self.ops.append({"op": op, **{k: _exact(v) for k, v in params.items() if v is not None}})
         return self
 
     def hash(self, seed: int = 0) -> "Feature":
-        """XXH64 of each int64 ID (8 little-endian bytes) or byte string, with a 64-bit ``seed``."""
+        """XXH64 of each int64 ID (8 little-endian bytes) or byte string, with a 64-bit ``seed`` (a
+        negative one as its two's complement: ``hash(-1)`` is ``hash(2**64 - 1)``). The seed is not a
+        bucket count: follow with ``mod(n)`` for ``n`` buckets."""
         return self._add("hash", seed=self._seed("hash", seed))
 
     def mod(self, n: int) -> "Feature":
@@ -216,7 +223,11 @@ class Feature:
             raise InvalidInputError(f"feature {d['name']!r}: field 'ops' must be a list of ops, got a "
                                     f"{type(ops).__name__} {ops!r} (for one op write ops: {hint})")
         for i, op in enumerate(ops):
-            f.ops.append(_canonical_op(d["name"], i, op))
+            op = _canonical_op(d["name"], i, op)
+            seed = op.get("seed")
+            if op["op"] in ("hash", "cross") and isinstance(seed, int) and not isinstance(seed, bool):
+                op["seed"] = _seed_bits(seed)  # -1 as the builder's hash(-1); anything else the engine checks
+            f.ops.append(op)
         return f
 
     def __repr__(self) -> str:
