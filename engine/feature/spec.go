@@ -299,7 +299,8 @@ func describeType(t reflect.Type) string {
 // checkName rejects names that cannot travel as KeyedJaggedTensor keys: invalid UTF-8, or holding a
 // rune that is not printable (a control character such as NUL or newline, a line separator, a
 // zero-width or bidirectional format character). unicode.IsPrint agrees with Python's
-// str.isprintable: the ASCII space is the one separator allowed.
+// str.isprintable: the ASCII space is the one separator allowed. Python's recgo.feature.spec.check_name
+// is the same rule, in the same words, for the names the embedding configs check in Python.
 func checkName(what, name string) error {
 	if !utf8.ValidString(name) {
 		return errs.Invalidf("%s %q is not valid UTF-8", what, name)
@@ -310,7 +311,7 @@ func checkName(what, name string) error {
 			if unicode.IsControl(r) {
 				kind = "control"
 			}
-			return errs.Invalidf("%s %q contains the %s character %U; names must be printable", what, name, kind, r)
+			return errs.Invalidf("%s %q contains the %s character %U; names must be printable (no control characters, format characters, or separators other than the space)", what, name, kind, r)
 		}
 	}
 	return nil

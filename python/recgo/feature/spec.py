@@ -20,6 +20,7 @@ import copy
 import decimal
 import math
 import operator
+import unicodedata
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -38,6 +39,26 @@ _MAIN_PARAM = {
 }
 DTYPES = ("int64", "float", "bytes")
 _TOP_KEYS = {"features", "max_values"}
+
+
+def check_name(what: str, name: str) -> None:
+    """Refuse a name holding a character that is not printable (``str.isprintable``): a control
+    character (NUL, tab, newline), a format character (zero-width space, byte order mark,
+    bidirectional override), a line or paragraph separator, or a space other than the ASCII one.
+    Names cross the C ABI as newline-joined C strings and end up as KeyedJaggedTensor keys. This is
+    the feature engine's rule (``checkName`` in ``engine/feature``, ``unicode.IsPrint``), in its words;
+    the embedding configs check their table and feature names with it. (Where this Python's Unicode
+    tables are older than Go's, a character assigned in between is refused here and taken there.)
+
+    Raises:
+        InvalidInputError: naming ``what``, the name, and the first such character's code point.
+    """
+    for c in name:
+        if not c.isprintable():
+            kind = "control" if unicodedata.category(c) == "Cc" else "non-printable"
+            raise InvalidInputError(f"{what} {name!r} contains the {kind} character U+{ord(c):04X}; names must be "
+                                    "printable (no control characters, format characters, or separators other than "
+                                    "the space)")
 
 
 def _seed_bits(v: int) -> int:

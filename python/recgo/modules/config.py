@@ -21,6 +21,7 @@ from torch import nn
 
 from .. import _lib
 from ..errors import InvalidInputError
+from ..feature.spec import check_name
 from . import optim as _optim
 from .optim import FusedOptimizer
 
@@ -205,7 +206,9 @@ def _as_sequence_config(t: Any) -> EmbeddingConfig:
             raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
         t = EmbeddingConfig.from_torchrec(t)
     _check_data_type(t)
-    return dataclasses.replace(t, feature_names=list(t.feature_names) or [t.name])
+    feats = list(t.feature_names) or [t.name]
+    _check_names(t.name, feats)  # also when the collection shares another's tables and builds none
+    return dataclasses.replace(t, feature_names=feats)
 
 
 def _check_device(device: Any) -> torch.device:
@@ -259,10 +262,17 @@ def _check_data_type(t: EmbeddingBagConfig | EmbeddingConfig) -> None:
             "(use DataType.FP32; the pooled output is float32 either way)")
 
 
-def _has_control(name: str) -> bool:
-    """Whether ``name`` holds a control character: names cross the C ABI as newline-joined C strings,
-    where a NUL would cut the list short and a newline would split a name."""
-    return any(ord(c) < 32 or ord(c) == 127 for c in name)
+def _check_names(table: Any, features: Sequence[Any]) -> None:
+    """Refuse a table name or feature name that cannot cross the C ABI (newline-joined C strings) or
+    key a batch: not a non-empty string, not printable (:func:`recgo.feature.spec.check_name`, the
+    feature engine's rule), or a feature name holding ``@`` (output names use ``feature@table``)."""
+    if not isinstance(table, str) or not table:
+        raise InvalidInputError(f"table name {table!r} must be non-empty, a str")
+    check_name("table name", table)
+    for f in features:
+        if not isinstance(f, str) or not f or "@" in f:
+            raise InvalidInputError(f"table {table!r}: bad feature name {f!r} (a non-empty str, no '@')")
+        check_name(f"table {table!r}: feature name", f)
 
 
 def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
@@ -280,9 +290,8 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
                 t = EmbeddingBagConfig.from_torchrec(t)
             else:
                 raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
-        if not isinstance(t.name, str) or not t.name or _has_control(t.name):
-            raise InvalidInputError(f"table name {t.name!r} must be non-empty, on one line, without control "
-                                    "characters (NUL, tab, newline)")
+        feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
+        _check_names(t.name, feats)
         if hasattr(nn.ModuleDict, t.name) or "." in t.name:
             raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")
         if t.name in names:
@@ -299,11 +308,6 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
         _check_init_bounds(t)
         if t.init_fn is not None and not callable(t.init_fn):
             raise InvalidInputError(f"table {t.name!r}: init_fn must be callable, got {type(t.init_fn).__name__}")
-        feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
-        for f in feats:
-            if not isinstance(f, str) or not f or _has_control(f) or "@" in f:
-                raise InvalidInputError(f"table {t.name!r}: bad feature name {f!r} (non-empty, no '@', no control "
-                                        "characters such as NUL or newline)")
         if len(set(feats)) != len(feats):
             raise InvalidInputError(f"table {t.name!r}: feature_names {feats} lists a feature twice")
         t = dataclasses.replace(t, feature_names=feats)
