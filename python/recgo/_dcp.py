@@ -51,11 +51,14 @@ class DCPLoadPlanner(DefaultLoadPlanner):
       shapes.
 
     The planner sees shapes, not IDs: it tells a changed layout by the missing tag of this rank (another
-    world size) or a fixed shard's changed size. A fixed table re-sharded into shards of the same sizes,
-    or a dynamic table re-sharded on the same world (its entries' sizes are its rows in use), reads
-    this rank's own entries, which ``load_state_dict`` then refuses by name on some rank (an ID that
-    changed rank is not this rank's, or its row is missing here); ``all_shards=True`` reads every saved
-    rank's entries of every sharded table for such a load. Other keyword arguments are
+    world size) or a fixed shard's changed size. A fixed table re-sharded into shards of the same sizes
+    reads this rank's own entries, which ``load_state_dict`` then refuses by name on some rank (an ID
+    that changed rank is not this rank's, or its row is missing here). A dynamic table saved by this
+    world size reads this rank's own entries and every other rank's admission state (layout record,
+    meta, sketch, step; not their rows): ``load_state_dict`` tells a changed layout by the records,
+    moves pending sightings to their new owner, and refuses on every rank a change that would move rows
+    in use. ``all_shards=True`` reads every saved rank's entries of every sharded table for such a
+    load. Other keyword arguments are
     the default planner's. Other entries load as with the default planner::
 
         sd = {"model": model.state_dict()}
@@ -100,7 +103,10 @@ class DCPLoadPlanner(DefaultLoadPlanner):
                 tagged = {k: (None, k[len(head):]) for k in saved if k.startswith(head) and "." not in k[len(head):]}
             elif not self.all_shards and tag in {t for t, _ in tagged.values()}:
                 own, cur = saved.get(fqn), self.state_dict[fqn]
-                if f"{head}{tag}.{_MARK}" in self.state_dict or tuple(getattr(own, "size", ())) == tuple(cur.shape):
+                if f"{head}{tag}.{_MARK}" in self.state_dict:
+                    self._ask_for_admission_state(head, tag, tagged, saved, self._parent(fqn))
+                    continue  # this rank's own entries (the hook checks their IDs and layout)
+                if tuple(getattr(own, "size", ())) == tuple(cur.shape):
                     continue  # this rank's own entries (the hook checks their IDs)
             parent = self._parent(fqn)
             if not parent:
@@ -115,6 +121,30 @@ class DCPLoadPlanner(DefaultLoadPlanner):
             for k in tagged:
                 md = saved[k]
                 self._put(k, _empty(k, md), parent)
+
+    def _ask_for_admission_state(self, head: str, tag: str, tagged: dict[str, tuple[str | None, str]],
+                                 saved: dict[str, Any], parent: tuple) -> None:
+        """For a dynamic table saved by this world size: besides this rank's own entries, the other
+        ranks' admission state (their layout record, meta, sketch; not their rows), so that
+        ``load_state_dict`` tells from the layout records whether any ID changed rank and, where
+        none in use did, brings the pending IDs' sightings to their new owner (with this rank's
+        entries alone they stayed with the old one, lost). A flat state dict (``parent`` empty)
+        cannot take them in: the hook then refuses a changed layout by name. A checkpoint written
+        before the layout records has none to tell by: it loads as before, its own entries alone
+        (the record is not asked for: DCP would refuse the checkpoint for lacking it)."""
+        # (a sharded collection is loading: recgo.distributed is imported already)
+        from .distributed._dynamic import LAYOUT, LIGHT
+
+        mine = f"{head}{tag}.{LAYOUT}"
+        if mine not in saved:
+            if mine in self.state_dict:
+                self._drop(mine)
+            return
+        if not parent:
+            return
+        for k, (t, entry) in tagged.items():  # with its step, which the load checks against the others'
+            if t != tag and (entry in LIGHT or entry == "optimizer_step") and k not in self.state_dict:
+                self._put(k, _empty(k, saved[k]), parent)
 
     def _parent(self, fqn: str) -> tuple:
         """Where entry ``fqn`` sits in the nested state dict the caller passed in: the path of its dict."""

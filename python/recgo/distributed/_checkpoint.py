@@ -79,6 +79,7 @@ def save_shards(coll: Any, directory: str | os.PathLike[str]) -> Path:
         p = f"tables.{cfg.name}."
         if cfg.dynamic is not None:  # the rows in use with the ID map (dynamic_*), from one snapshot
             doc |= {p + k: v for k, v in _dynamic.export(coll, cfg.name).items()}
+            doc[p + _dynamic.LAYOUT] = _dynamic.layout(coll, cfg.name)  # a move of pending IDs, told on load
             doc |= {p + "step": shard.optimizer_step.clone(), p + "rows": torch.tensor(cfg.num_embeddings),
                     p + "dim": torch.tensor(cfg.embedding_dim)}
             continue

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 from datetime import timedelta
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -17,7 +17,7 @@ from ..data import _prepared
 from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast, fused_keep
 from ..modules._trace import refuse_script, traced_as_leaf
-from ..modules import _eager, _vbe, optim
+from ..modules import _eager, _recompute, _vbe, optim
 from ..modules.config import _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
@@ -449,8 +449,8 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
             vb = _vbe.variable_batch(features)
             index, size = (None, 0) if vb is None else _vbe.pooled_index(vb, self._features)
             kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
-            self._sync_training()
             values, lengths = kjt.values(), kjt.lengths()
+            ran = self._begin_forward(values, lengths)
             weights = kjt.weights_or_none() if self._is_weighted else None
             if self._is_weighted and weights is None:
                 raise InvalidInputError("this collection is weighted (is_weighted=True) but the batch has no weights")
@@ -461,9 +461,11 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
                 rows, step = None, self._begin_pooled(key_feature, values, lengths, weights)
         if rows is not None:
             drive_rows(self, rows)
+            ran()
             out = _weighted.pool(self, rows, key_feature, values, lengths, weights)
         else:
             drive(step.handle, self._groups, step.traffic, self._wire)
+            ran()
             out = self._lookup(step, lengths.numel() // max(1, len(kjt.keys())))
         if vb is not None:
             out = _vbe.expand_pooled(out, index, self._dims, size)
@@ -486,6 +488,16 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
                              ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
                              0 if weights is None else weights.numel(), ctypes.byref(step))
         return _Step(_lib.Handle(step.value))
+
+    def _begin_forward(self, values: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None]:
+        """A forward's first local step, inside its ``refused_together``: the module's mode to the
+        engine (:meth:`_sync_training`), and the activation-checkpointing guard the unsharded
+        collections have (``modules._recompute``): a recomputation in backward whose dynamic tables
+        admitted or evicted IDs on this rank's shard since the forward it recomputes is refused, so on
+        every rank (it read rows that forward did not). Returns what to call once the forward exchange
+        has run (a training forward remembers the shard's state it left, by this rank's batch)."""
+        self._sync_training()
+        return _recompute.check(self, self._engine_training, values, lengths)
 
     def _sync_training(self) -> None:
         """Give the engine the module's mode before a step begins: in eval mode (``.eval()``) dynamic

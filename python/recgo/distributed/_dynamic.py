@@ -16,11 +16,11 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import _lib, dynamic
-from ..errors import CapacityError, InvalidInputError, RecgoIOError
+from ..errors import CapacityError, InvalidInputError
 
 SHARDINGS = ("hash", "table_wise", "plan")
-_META = {n: _lib.const(f"DynamicMeta{n}") for n in ("Dim", "MaxRows", "Step", "Admitted", "Evicted", "HighWater",
-                                                     "Seed")}
+_META = {n: _lib.const(f"DynamicMeta{n}") for n in ("Dim", "MaxRows", "SketchWidth", "Step", "Admitted", "Evicted",
+                                                     "HighWater", "Free", "Seed")}
 
 
 def check(configs: Sequence[Any], shardings: Sequence[str], optimizer: Any) -> None:
@@ -73,6 +73,23 @@ def _check_seeds(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]]
                 f"seed {int(m[seed]) % 2**64}")
 
 
+# A layout record (``dynamic_layout``, saved beside a shard's entries): the world size and the rank
+# holding every ID of the table, or −1 where IDs go to their virtual bucket's rank (``"hash"``). On
+# one world size it tells whether any ID changed its rank since the save, which the rows in use
+# cannot tell when there are none (IDs only seen, not yet admitted).
+LAYOUT = "dynamic_layout"
+# What a part needs to take part in a load that moves no row: the bound, the step, the counters and
+# the admission sketch (``DCPLoadPlanner`` reads only these of other ranks' parts on the saving world)
+LIGHT = frozenset({"dynamic_meta", "dynamic_sketch", "dynamic_sketch_adds", LAYOUT})
+_HASH = 0  # the engine's code of hash sharding (``_sharding.SHARDING_TYPES``)
+
+
+def layout(coll: Any, table: str) -> torch.Tensor:
+    """Table ``table``'s layout record in ``coll`` (see :data:`LAYOUT`)."""
+    kind, rank = coll._kinds[coll._table(table)]
+    return torch.tensor([coll.groups.world_size, rank if kind != _HASH else -1], dtype=torch.int64)
+
+
 def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None, where: str) -> None:
     """Load table ``table``'s shard from the saved shards ``parts`` (:func:`prepare`, then its import)."""
     prepare(coll, table, parts, own, where)()
@@ -83,54 +100,172 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     """Check the saved shards ``parts`` of table ``table`` (:func:`export` entries, or an unsharded
     collection's state for the table) against this rank's shard and return the import that loads them
     (nothing changes until it is called; the engine checks the rest and leaves the shard as it was on
-    error). ``own`` is the index of this rank's own part when the world is the one that saved them:
-    when the layout has not moved an ID either (the same sharding, as the rows in use show; with no row
-    in use anywhere, only when no other part has pending sightings), it loads as it was (bit-exact, its
-    free list and admission sketch included). Otherwise each part gives the rows whose IDs this rank
-    now owns, in part order, and the admission sketches merge by their largest counters (a pending
-    ID's sightings are counted at least as often as before, so it is admitted no later)."""
-    keeps = []
+    error). ``own`` is the index of this rank's own part when the world is the one that saved them.
+
+    When no ID changed its rank (:func:`_unmoved`), the own part loads as it was (bit-exact, its free
+    list and admission sketch included). Otherwise each part gives the rows whose IDs this rank now
+    owns, in part order, and the admission sketches merge by their largest counters (a pending ID's
+    sightings are counted at least as often as before: the sketch of a table moved whole to another
+    rank arrives as it was). A part may be *light* (:data:`LIGHT` alone, no ID map or rows) when it is
+    not this rank's own: it serves a load that moves no row and refuses, naming ``all_shards``, one
+    that would. The table's admitted and evicted counts are split over the ranks
+    (:func:`_split_counts`), so that the shards' stats add up to the saved table's."""
+    me = dynamic.export_state(coll, table)
     for p in parts:
+        _check_shape(table, p, me, where)
+    _check_seeds(coll, table, parts, where)
+    rank, owners = coll.groups.rank, _owners_of(coll, table, parts)
+    if _unmoved(coll, table, parts, own, owners):
+        if "dynamic_ids" not in parts[own]:  # type: ignore[index]
+            raise InvalidInputError(f"{where}: table {table!r}: this rank's own saved part holds no ID map")
+        return lambda: load_exact(coll, table, parts[own])  # type: ignore[index]
+    light = [i for i, p in enumerate(parts) if "dynamic_ids" not in p]
+    in_use = sum(_in_use(p) for p in parts)
+    if light and in_use:
+        raise InvalidInputError(
+            f"{where}: table {table!r} was saved sharded otherwise (its layout record "
+            f"{_shown(parts)}, now {layout(coll, table).tolist()}: [world, rank holding every ID, or -1 for "
+            f"hash]), so its {in_use} rows in use change rank, but saved parts {light} came without their rows "
+            "(on the saving world size DCPLoadPlanner reads only the admission state of other ranks' parts): "
+            "load with dcp.load(..., planner=recgo.distributed.DCPLoadPlanner(all_shards=True)), or save()/load()")
+    keep = [(owners[i] == rank) if owners[i] is not None else None for i in range(len(parts))]
+    ids, counts, last, weights, states = [], [], [], [], []
+    for p, k in zip(parts, keep):
+        if k is None:
+            continue
         hw = int(p["dynamic_meta"][_META["HighWater"]])
         used = p["dynamic_counts"][:hw] > 0
-        keeps.append((hw, used, used & (coll.owners(table, p["dynamic_ids"][:hw]) == coll.groups.rank)))
-    # The layout is the saving one as far as the rows in use tell. With none in use anywhere they tell
-    # nothing (a table moved to another rank before any ID reached min_count): another part's pending
-    # sightings may be of IDs this rank now owns, so the sketches merge below.
-    same = own is not None and all(bool(torch.equal(k, u)) if i == own else not bool(k.any())
-                                   for i, (_, u, k) in enumerate(keeps))
-    if same and not any(bool(u.any()) for _, u, _ in keeps):
-        same = not any(bool(p["dynamic_sketch"].any()) for i, p in enumerate(parts) if i != own)
-    if same:
-        return lambda: load_exact(coll, table, parts[own])
-    ids, counts, last, weights, states = [], [], [], [], []
-    for p, (hw, _, keep) in zip(parts, keeps):
-        ids.append(p["dynamic_ids"][:hw][keep])
-        counts.append(p["dynamic_counts"][:hw][keep])
-        last.append(p["dynamic_last_seen"][:hw][keep])
-        weights.append(p["weight"][:hw][keep])
+        ids.append(p["dynamic_ids"][:hw][used][k])
+        counts.append(p["dynamic_counts"][:hw][used][k])
+        last.append(p["dynamic_last_seen"][:hw][used][k])
+        weights.append(p["weight"][:hw][used][k])
         if "optimizer_state" in p:
-            states.append(p["optimizer_state"][:hw][keep])
-    meta = parts[0]["dynamic_meta"]
+            states.append(p["optimizer_state"][:hw][used][k])
+    bound = int(me["dynamic_meta"][_META["MaxRows"]])
     n = sum(len(x) for x in ids)
-    if n > int(meta[_META["MaxRows"]]):
-        raise CapacityError(f"{where}: table {table!r}: {n} saved IDs belong to rank {coll.groups.rank}, more than "
-                            f"its shard's bound of {int(meta[_META['MaxRows']])} rows (num_embeddings bounds each "
-                            "rank's shard): raise it, or load onto more ranks")
+    if n > bound:
+        raise CapacityError(f"{where}: table {table!r}: {n} saved IDs belong to rank {rank}, more than "
+                            f"its shard's bound of {bound} rows (num_embeddings bounds each "
+                            "rank's shard, and a dynamic-ID table loads a checkpoint of its own bound): load onto "
+                            "more ranks")
     sketches = [p["dynamic_sketch"] for p in parts]
-    if any(s.shape != sketches[0].shape for s in sketches):
-        raise RecgoIOError(f"{where}: table {table!r}: the shards' admission sketches differ in size")
-    _check_seeds(coll, table, parts, where)
     sketch = torch.stack(sketches).amax(0) if sketches[0].numel() else sketches[0]
     adds = torch.stack([p["dynamic_sketch_adds"] for p in parts]).amax(0) if sketch.numel() else \
         parts[0]["dynamic_sketch_adds"][:0]
-    totals = {k.lower(): agg(int(p["dynamic_meta"][_META[k]]) for p in parts)
-              for k, agg in (("Step", max), ("Admitted", sum), ("Evicted", sum))}
-    dim = int(meta[_META["Dim"]])
+    totals = _split_counts(coll, table, parts, owners)
+    dim = int(me["dynamic_meta"][_META["Dim"]])
     rows = torch.cat(weights) if weights else torch.zeros(0, dim, dtype=torch.float32)
     state = torch.cat(states) if states else None
-    return lambda: dynamic.import_rows(coll, table, torch.cat(ids), rows, state, counts=torch.cat(counts),
-                                       last_seen=torch.cat(last), sketch=sketch, sketch_adds=adds, **totals)
+    no_ids = torch.zeros(0, dtype=torch.int64)
+    return lambda: dynamic.import_rows(coll, table, torch.cat(ids) if ids else no_ids, rows, state,
+                                       counts=torch.cat(counts) if counts else no_ids,
+                                       last_seen=torch.cat(last) if last else no_ids, sketch=sketch,
+                                       sketch_adds=adds, **totals)
+
+
+def _shown(parts: Sequence[dict[str, torch.Tensor]]) -> Any:
+    """The parts' layout records, for a message (one where they agree)."""
+    recs = [p[LAYOUT].tolist() if LAYOUT in p else None for p in parts]
+    return recs[0] if all(r == recs[0] for r in recs) else recs
+
+
+def _in_use(part: dict[str, torch.Tensor]) -> int:
+    """A saved part's rows in use: those handed out less those freed again (its meta tells)."""
+    m = part["dynamic_meta"]
+    return int(m[_META["HighWater"]]) - int(m[_META["Free"]])
+
+
+def _owners_of(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]]) -> list[torch.Tensor | None]:
+    """For each part, the rank now owning each of its rows in use (None for a light part)."""
+    out: list[torch.Tensor | None] = []
+    for p in parts:
+        if "dynamic_ids" not in p:
+            out.append(None)
+            continue
+        hw = int(p["dynamic_meta"][_META["HighWater"]])
+        ids = p["dynamic_ids"][:hw][p["dynamic_counts"][:hw] > 0]
+        out.append(coll.owners(table, ids))
+    return out
+
+
+def _unmoved(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None,
+             owners: Sequence[torch.Tensor | None]) -> bool:
+    """Whether no ID of table ``table`` changed its rank since the save, so that this rank's own part
+    (``own``) is its shard as it is now. The parts' layout records tell where every part has one.
+    Without them (a checkpoint written before they were saved) the rows in use tell, as far as they
+    can: this rank's own rows all still its own and no other part's rows its own; with no row in use
+    anywhere they tell nothing (a table moved to another rank before any ID reached ``min_count``), and
+    another part's pending sightings may be of IDs this rank now owns, so the sketches merge."""
+    if own is None:
+        return False
+    if all(LAYOUT in p for p in parts):
+        now = layout(coll, table)
+        return all(torch.equal(p[LAYOUT].reshape(-1), now) for p in parts)
+    rank = coll.groups.rank
+    if any(o is None for o in owners):
+        return False
+    if not all(bool((o == rank).all()) if i == own else not bool((o == rank).any()) for i, o in enumerate(owners)):
+        return False
+    if any(len(o) for o in owners):  # type: ignore[arg-type]
+        return True
+    return not any(bool(p["dynamic_sketch"].any()) for i, p in enumerate(parts) if i != own)
+
+
+def _split_counts(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]],
+                  owners: Sequence[torch.Tensor | None]) -> dict[str, int]:
+    """This rank's step, admitted and evicted counts for a re-distributed load: the step is the
+    table's (every shard's is the same), and the saved table's admitted and evicted totals are split
+    over the ranks so that the shards' counts add up to them, as one table's stats report them (each
+    rank took the parts' sum, and the world reported it once per rank). Each rank's admitted count
+    is the rows it now holds plus its share of the admissions whose rows were freed; those and the
+    evictions are history no ID tells the rank of, shared by the rows each rank holds (by the ranks
+    that own the table's IDs where none holds any)."""
+    step = max(int(p["dynamic_meta"][_META["Step"]]) for p in parts)
+    admitted = sum(int(p["dynamic_meta"][_META["Admitted"]]) for p in parts)
+    evicted = sum(int(p["dynamic_meta"][_META["Evicted"]]) for p in parts)
+    world, rank = coll.groups.world_size, coll.groups.rank
+    held = torch.zeros(world, dtype=torch.int64)
+    for o in owners:
+        if o is not None:
+            held += torch.bincount(o, minlength=world)
+    weights = held.tolist()
+    if not any(weights):
+        owner = int(layout(coll, table)[1])
+        weights = [int(owner in (-1, r)) for r in range(world)]
+    freed = max(admitted - sum(held.tolist()), 0)
+    return {"step": step, "admitted": int(held[rank]) + _share(freed, weights, rank),
+            "evicted": _share(evicted, weights, rank)}
+
+
+def _share(total: int, weights: Sequence[int], rank: int) -> int:
+    """Rank ``rank``'s part of ``total`` split in proportion to ``weights`` (whole numbers that add up
+    to ``total`` over the ranks, the same on every rank)."""
+    whole, before = sum(weights), sum(weights[:rank])
+    return total * (before + weights[rank]) // whole - total * before // whole
+
+
+def _check_shape(table: str, part: dict[str, torch.Tensor], me: dict[str, torch.Tensor], where: str) -> None:
+    """Refuse a saved part of another row bound, width or admission sketch than this rank's shard of
+    ``table`` (``me``: its :func:`recgo.dynamic.export_state`), naming both, before the engine sees
+    it. The unsharded table refuses such a checkpoint too; a re-distributed load took one of another
+    bound (its rows under this shard's), and named a sketch of another width by the table's own."""
+    m, mine, sketch = part["dynamic_meta"], me["dynamic_meta"], me["dynamic_sketch"].numel()
+    for what, key in (("row bound (num_embeddings)", "MaxRows"), ("width (embedding_dim)", "Dim")):
+        saved, own = int(m[_META[key]]), int(mine[_META[key]])
+        if saved != own:
+            raise InvalidInputError(f"{where}: table {table!r}: the saved table's {what} is {saved}, this "
+                                    f"collection's {own}: a dynamic-ID table loads a checkpoint of its own shape")
+    got = part["dynamic_sketch"].numel()
+    if got != sketch:
+        def shown(meta: torch.Tensor, n: int) -> str:
+            return f"of width {int(meta[_META['SketchWidth']])} ({n} counters)" if n else "none (min_count <= 1)"
+        raise InvalidInputError(
+            f"{where}: table {table!r}: the saved admission sketch is {shown(m, got)}, this table's "
+            f"{shown(mine, sketch)}: load it into a table of the saving table's sketch_width and min_count")
+    adds, want = part["dynamic_sketch_adds"].numel(), me["dynamic_sketch_adds"].numel()
+    if adds != want:
+        raise InvalidInputError(f"{where}: table {table!r}: dynamic_sketch_adds holds {adds} values, expected "
+                                f"{want} (a damaged checkpoint?)")
 
 
 def load_exact(coll: Any, table: str, entries: dict[str, torch.Tensor]) -> None:

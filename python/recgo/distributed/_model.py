@@ -138,6 +138,12 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
             return
         self.register_comm_hook(self.process_group, _reduce_hook.builtin(comm_hook_type))
 
+    @property
+    def plan(self) -> dict[str, dict[str, str]]:
+        """Each sharded collection's path → table → sharding kind (:func:`sharding_plan`; DMP's
+        ``.plan`` counterpart)."""
+        return sharding_plan(self.module)
+
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
         """The model's state dict (its keys as the unwrapped model's, as DMP's)."""
         return self.module.state_dict(*args, **kwargs)
@@ -431,10 +437,15 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
 
     Every rank must call it with the same model and arguments. A sequence collection built with
     ``share=`` another collection raises ``InvalidInputError`` (sharded collections own their tables).
-    Returns the DDP wrapper (its ``.module`` is ``model``; its ``fused_optimizer``, as DMP's, a
+    Returns the DDP wrapper, or ``model`` itself with ``ddp=False`` or no dense parameters (DDP
+    refuses a model without them; a collection given alone is returned as its sharded counterpart).
+    Every return carries, as DMP's wrapper does: ``.module``, the model with its collections sharded
+    (the wrapped model; ``model`` itself where it is returned), ``.plan``, each sharded collection's
+    path → table → sharding kind (:func:`sharding_plan`), and ``.fused_optimizer``, a
     :class:`~recgo.modules.optim.CollectionOptimizer` over the tables' fused optimizers for torch's
-    learning-rate schedulers), or ``model`` itself with ``ddp=False`` or no dense parameters (DDP
-    refuses a model without them), its ``fused_optimizer`` set alike (no ``.module`` then).
+    learning-rate schedulers (None when no table has one). A returned model that has an attribute
+    ``module`` or ``plan`` of its own keeps it. (Before session 43 only the wrapper had ``.module``,
+    and no return had ``.plan``.)
     """
     if module is not None:
         if model is not None:
@@ -483,12 +494,12 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
         model = replace(model, name, new)
     _materialise_dense(model)
     if not ddp:
-        return _with_fused_optimizer(model)
+        return _finish(model, model)
     ignore = [f"{n}.{p}" if n else p for n in _sharded_names(model)
               for p, _ in (*model.get_submodule(n).named_parameters(), *model.get_submodule(n).named_buffers())]
     dense = [p for n, p in model.named_parameters() if n not in set(ignore) and p.requires_grad]
     if not dense:
-        return _with_fused_optimizer(model)
+        return _finish(model, model)
     nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, ignore)
     group = None
     timeout = next((model.get_submodule(n)._groups.timeout for n in _sharded_names(model)), None)
@@ -501,17 +512,42 @@ def shard_model(model: nn.Module | None = None, sharding: str | Mapping[str, str
                       f"process_group runs gloo on {threads} threads: in torch 2.14 two sparse "
                       "all-reduces at once can corrupt the heap; pass recgo.distributed.sparse_ddp_group() "
                       "or leave process_group out", stacklevel=2)
-    return _with_fused_optimizer(ShardedModel.wrap(model, ddp_kwargs, group), model)
+    return _finish(ShardedModel.wrap(model, ddp_kwargs, group), model)
 
 
-def _with_fused_optimizer(wrapped: nn.Module, model: nn.Module | None = None) -> nn.Module:
-    """``wrapped`` with DMP's handle on the tables' fused optimizers (for LR schedulers), a
-    :class:`~recgo.modules.optim.CollectionOptimizer` over ``model``'s collections, as its
-    ``fused_optimizer`` (None when no table has one). Also the bare model that ``ddp=False`` or a model
-    without dense parameters returns has it (it had none: ``StepLR(model.fused_optimizer)`` failed)."""
-    model = wrapped if model is None else model
-    if hasattr(type(wrapped), "fused_optimizer"):  # a sharded collection given alone: its own property
-        return wrapped
-    fused = optim.CollectionOptimizer(model) if optim.fused_collections(model) else None
-    object.__setattr__(wrapped, "fused_optimizer", fused)  # (an attribute, not a registered module)
-    return wrapped
+def sharding_plan(model: nn.Module) -> dict[str, dict[str, str]]:
+    """Each sharded collection of ``model`` (its path, ``""`` for the model itself) → table → sharding
+    kind: what :func:`shard_model` made of it, as ``.plan`` gives it (recgo's counterpart of DMP's
+    ``ShardingPlan``; the collection's ``owners``/``local_ids`` place the rows)."""
+    return {n: m.sharding_types() for n, m in model.named_modules() if isinstance(m, _SHARDED)}
+
+
+def _finish(out: nn.Module, model: nn.Module) -> nn.Module:
+    """``out`` (the DDP wrapper around ``model``, or ``model`` itself) with what every return of
+    :func:`shard_model` carries, as DMP's wrapper does: ``module`` (``model``, its collections sharded),
+    ``plan`` (:func:`sharding_plan`) and ``fused_optimizer`` (a
+    :class:`~recgo.modules.optim.CollectionOptimizer` over the tables' fused optimizers, for LR
+    schedulers; None when no table has one). The wrapper has the first two already (DDP's ``module``,
+    :attr:`ShardedModel.plan`); on the model itself they are plain attributes (not a registered
+    submodule: ``model.module`` is ``model``), except where the model has an attribute of that name of
+    its own, which it keeps (its forward may use it). A sharded collection given alone keeps its own
+    ``fused_optimizer`` property."""
+    own = {"module": model, "plan": sharding_plan(model)}
+    if out is model:
+        for name, value in own.items():
+            if not _has_attribute(model, name):
+                object.__setattr__(model, name, value)  # (setattr would register model under itself)
+    if not hasattr(type(out), "fused_optimizer"):
+        fused = optim.CollectionOptimizer(model) if optim.fused_collections(model) else None
+        object.__setattr__(out, "fused_optimizer", fused)  # (an attribute, not a registered module)
+    return out
+
+
+def _has_attribute(m: nn.Module, name: str) -> bool:
+    """Whether ``m`` has an attribute ``name`` of its own (its class's, its instance's, a submodule,
+    parameter or buffer of that name)."""
+    try:
+        getattr(m, name)
+    except AttributeError:
+        return False
+    return True

@@ -104,8 +104,8 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
     cfg = coll._configs[t]
     with torch.no_grad():
         if cfg.dynamic is not None:
-            for p in parts:
-                check_dynamic_part(cfg, p, where, InvalidInputError)
+            for i, p in enumerate(parts):  # another rank's part may be light (_dynamic.LIGHT)
+                check_dynamic_part(cfg, p, where, InvalidInputError, light=i != own)
             _dynamic.restore(coll, cfg.name, parts, own, where)
             steps = [p["optimizer_step"] for p in parts if isinstance(p.get("optimizer_step"), torch.Tensor)]
             if steps:  # (as load() and put_rows take it: the last part's)
@@ -119,30 +119,46 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
         staged.commit(shard)
 
 
-def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[Exception]) -> None:
+def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[Exception],
+                       light: bool = False) -> None:
     """Raise ``err`` unless ``part`` holds what a saved dynamic-ID table's part needs, with rows of the
-    width of table ``cfg``."""
-    lacks = sorted(_DYNAMIC_ENTRIES - set(part))
+    width of table ``cfg``. With ``light``, a part of the layout record and counters alone
+    (``_dynamic.LIGHT``: what ``DCPLoadPlanner`` reads of another rank's part on the saving world)
+    passes too."""
+    is_light = light and _dynamic.LAYOUT in part and "dynamic_ids" not in part
+    lacks = sorted((_dynamic.LIGHT if is_light else _DYNAMIC_ENTRIES) - set(part))
     if lacks:
         raise err(f"{where}: table {cfg.name!r}: the saved dynamic-ID table lacks {lacks} (a damaged or partial "
                   "checkpoint?)")
-    w = part["weight"]
-    if not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim:
+    rec = part.get(_dynamic.LAYOUT)
+    if rec is not None and (not isinstance(rec, torch.Tensor) or rec.dtype != torch.int64 or rec.numel() != 2):
+        raise err(f"{where}: table {cfg.name!r}: {_dynamic.LAYOUT} is not 2 int64 values (a damaged checkpoint?)")
+    w = part.get("weight")
+    if not is_light and (not isinstance(w, torch.Tensor) or w.dim() != 2 or w.shape[1] != cfg.embedding_dim):
         raise err(f"{where}: table {cfg.name!r}: the saved rows are {tuple(getattr(w, 'shape', ()))}, not of the "
                   f"table's width {cfg.embedding_dim}")
     # the ID map's form, which the re-distribution indexes before the engine checks the rest (a short
     # meta raised IndexError, a high water mark past the arrays sliced short)
-    from ..dynamic import _M_HW, _M_SEED, _META_LEN
+    from ..dynamic import _M_FREE, _M_HW, _M_SEED, _META_LEN
 
     meta = part["dynamic_meta"]
     if not isinstance(meta, torch.Tensor) or meta.dtype != torch.int64 or meta.dim() != 1 \
             or meta.numel() not in (_META_LEN, _M_SEED):
         raise err(f"{where}: table {cfg.name!r}: dynamic_meta is not {_META_LEN} int64 values (a damaged checkpoint?)")
     hw = int(meta[_M_HW])
-    for k in ("dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_sketch_adds"):
+    arrays = ("dynamic_sketch_adds",) if is_light else ("dynamic_ids", "dynamic_counts", "dynamic_last_seen",
+                                                         "dynamic_sketch_adds")
+    for k in arrays:
         v = part[k]
         if not isinstance(v, torch.Tensor) or v.dtype != torch.int64 or v.dim() != 1:
             raise err(f"{where}: table {cfg.name!r}: {k} is not a 1-D int64 tensor (a damaged checkpoint?)")
+    if not isinstance(part["dynamic_sketch"], torch.Tensor):
+        raise err(f"{where}: table {cfg.name!r}: dynamic_sketch is not a tensor (a damaged checkpoint?)")
+    if is_light:
+        if not 0 <= int(meta[_M_FREE]) <= hw:
+            raise err(f"{where}: table {cfg.name!r}: dynamic_meta declares {int(meta[_M_FREE])} free rows of {hw} "
+                      "(a damaged checkpoint?)")
+        return
     if not 0 <= hw <= min(part["dynamic_ids"].numel(), part["dynamic_counts"].numel(),
                           part["dynamic_last_seen"].numel(), w.shape[0]):
         raise err(f"{where}: table {cfg.name!r}: dynamic_meta declares {hw} rows in use, more than the saved "

@@ -120,12 +120,13 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
             vb = _vbe.variable_batch(features, pooled=False)  # outputs: each key's own batch
             kjt, key_feature = self._engine_batch(as_kjt(features) if vb is None else vb.kjt)
             feats = key_feature.tolist()
-            self._sync_training()
             values = check_tensor(kjt.values(), "values", (torch.int64, torch.int32), ndim=1, convert_to=torch.int64)
             lengths = check_tensor(kjt.lengths(), "lengths", (torch.int64, torch.int32), ndim=1,
                                    convert_to=torch.int64)
+            ran = self._begin_forward(values, lengths)
             handle = begin_rows(self, key_feature, values, lengths)
         drive_rows(self, handle)
+        ran()
         K = len(feats)
         B = lengths.numel() // max(1, K)
         counts = key_counts(lengths, K, values.numel())

@@ -18,7 +18,7 @@ from ..modules._load_whole import put_back, save_tables
 from ..modules._distributed_values import make_whole
 from ..modules._storage import allow_weights_only
 from .._rank_tags import RANK_TAG, SHARD_IDS, rank_tag
-from . import _failed
+from . import _dynamic, _failed
 from ._reshard import check_steps, redistribute
 
 
@@ -55,6 +55,8 @@ def rank_keys(module: Any, state_dict: dict, prefix: str, _meta: Any) -> None:
         for k in [k for k in state_dict if k.startswith(head) and "." not in k[len(head):]]:
             state_dict[f"{head}{tag}.{k[len(head):]}"] = state_dict.pop(k)
         state_dict[f"{head}{tag}.{SHARD_IDS}"] = shard_ids
+        if cfg.dynamic is not None:  # whether an ID changed rank by the load, pending ones included
+            state_dict[f"{head}{tag}.{_dynamic.LAYOUT}"] = _dynamic.layout(module, cfg.name)
 
 
 # a fixed shard's state_dict entries → the names of a saved part (put_rows)
@@ -128,11 +130,11 @@ def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _err
     for t, cfg in enumerate(module._configs):
         head = f"{p}{cfg.name}."
         tagged = _tagged(state_dict, head)
-        for entries in tagged.values():
-            if cfg.dynamic is None and "dynamic_ids" in entries:
+        for entries in tagged.values():  # (a dynamic part has a meta: another rank's may be light)
+            if cfg.dynamic is None and "dynamic_meta" in entries:
                 raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a dynamic-ID table "
                                         "(an ID map and the rows in use); this collection's is a fixed table")
-            if cfg.dynamic is not None and "dynamic_ids" not in entries:
+            if cfg.dynamic is not None and "dynamic_meta" not in entries:
                 raise InvalidInputError(f"rank {g.rank}: the state dict holds table {cfg.name!r} as a fixed table; "
                                         "this collection's is a dynamic-ID table")
         if set(tagged) == {tag} and _own_rows(module, cfg, state_dict, tagged[tag]):
@@ -140,7 +142,7 @@ def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _err
                 _check_shapes(module, cfg, state_dict, tagged[tag], g.rank)
             for entry, k in tagged[tag].items():
                 v = state_dict.pop(k)
-                if entry != SHARD_IDS:
+                if entry not in (SHARD_IDS, _dynamic.LAYOUT):  # (made at save time: no place in the table)
                     state_dict[f"{head}{entry}"] = v
             continue
         if tagged:
@@ -197,12 +199,17 @@ def _check_set_steps(module: Any, cfg: Any, state_dict: dict, tagged: dict[str, 
 
 def _own_rows(module: Any, cfg: Any, state_dict: dict, entries: dict[str, str]) -> bool:
     """Whether this rank's own tagged entries hold its rows as its shard now lays them out (the
-    sharding unchanged): a fixed shard's IDs in row order, a dynamic shard's IDs all owned here."""
+    sharding unchanged): a fixed shard's IDs in row order, a dynamic shard's IDs all owned here and
+    its layout record, where it has one, this collection's (``_dynamic.LAYOUT``)."""
     ids = state_dict.get(entries.get(SHARD_IDS, ""))
     if not isinstance(ids, torch.Tensor):
         return SHARD_IDS not in entries  # no IDs to check (written by hand): load as given
     g = module._groups
     if cfg.dynamic is not None:  # a dynamic shard's IDs change as it trains
+        # its layout record tells a move its rows cannot: pending IDs' sightings move too
+        rec = state_dict.get(entries.get(_dynamic.LAYOUT, ""))
+        if isinstance(rec, torch.Tensor) and not torch.equal(rec.reshape(-1), _dynamic.layout(module, cfg.name)):
+            return False
         return bool((module.owners(cfg.name, ids.to(torch.int64)) == g.rank).all())
     mine = module.local_ids(cfg.name)
     return ids.shape == mine.shape and torch.equal(ids.to(mine.dtype), mine)
