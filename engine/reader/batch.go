@@ -53,7 +53,7 @@ type Batch struct {
 	// to a feature engine of another max_values (the bound on the buffers the engine makes from a
 	// batch) sets that engine's.
 	MaxValues int64
-	// rows is the number of rows the Read filling the batch asked for (for errors).
+	// rows is the number of rows the Read filling the batch asked for (for errors; see Reset).
 	rows int
 }
 
@@ -120,9 +120,9 @@ func (b *Batch) overLimit(where, name string, in *feature.Input, values, nbytes 
 		"smaller batches", where, name, int64(len(in.Bytes))+nbytes, batch, lb, lv)
 }
 
-// Reset empties b for a source with schema s, keeping its memory.
-func (b *Batch) Reset(s Schema) {
-	b.Size = 0
+// Reset empties b for a Read of up to rows rows from a source with schema s, keeping its memory.
+func (b *Batch) Reset(s Schema, rows int) {
+	b.Size, b.rows = 0, rows
 	b.Labels = b.Labels[:0]
 	b.Dense = b.Dense[:0]
 	if len(b.Inputs) != len(s.Fields) {

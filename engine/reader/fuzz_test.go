@@ -50,7 +50,7 @@ func FuzzCriteoLine(f *testing.F) {
 	var b Batch
 	f.Fuzz(func(t *testing.T, line []byte, needsLabels bool) {
 		p := &criteoParser{hasLabel: true, needsLabels: needsLabels, file: func() string { return "fuzz" }}
-		b.Reset(schema)
+		b.Reset(schema, 1)
 		err := p.parse(line, 1, &b)
 		if err != nil {
 			var pe *ParseError
@@ -81,7 +81,7 @@ func FuzzCSVLine(f *testing.F) {
 	}
 	var b Batch
 	f.Fuzz(func(t *testing.T, line []byte) {
-		b.Reset(plan.schema)
+		b.Reset(plan.schema, 1)
 		if err := p.parse(line, 2, &b); err != nil {
 			var pe *ParseError
 			if !errors.As(err, &pe) || pe.Line != 2 {

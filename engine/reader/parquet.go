@@ -333,8 +333,7 @@ func (s *parquetSource) Read(b *Batch, n int) (int, error) {
 	if s.closed {
 		return 0, errs.Invalidf("reader: source is closed")
 	}
-	b.Reset(s.plan.schema)
-	b.rows = n
+	b.Reset(s.plan.schema, n)
 	for b.Size < n {
 		if s.at == s.n {
 			if !s.open {

@@ -55,8 +55,7 @@ type shuffled struct {
 func (s *shuffled) Schema() Schema { return s.src.Schema() }
 
 func (s *shuffled) Read(b *Batch, n int) (int, error) {
-	b.Reset(s.Schema())
-	b.rows = n
+	b.Reset(s.Schema(), n)
 	s.limit, s.batch = b.MaxValues, n
 	for b.Size < n {
 		if s.taken == s.buf.Size {

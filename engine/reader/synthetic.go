@@ -225,8 +225,7 @@ func (s *Synthetic) Read(b *Batch, n int) (int, error) {
 	if s.closed {
 		return 0, errs.Invalidf("reader: source is closed")
 	}
-	b.Reset(s.schema)
-	b.rows = n
+	b.Reset(s.schema, n)
 	F := len(s.cfg.Fields)
 	lens := make([]int64, F)
 	dense := make([]float64, s.cfg.Dense)

@@ -482,8 +482,7 @@ type textSource struct {
 func (s *textSource) Schema() Schema { return s.schema }
 
 func (s *textSource) Read(b *Batch, n int) (int, error) {
-	b.Reset(s.schema)
-	b.rows = n
+	b.Reset(s.schema, n)
 	for b.Size < n {
 		line, no, mine, err := s.l.next()
 		if err == io.EOF {
