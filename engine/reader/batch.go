@@ -120,6 +120,23 @@ func (b *Batch) overLimit(where, name string, in *feature.Input, values, nbytes 
 		"smaller batches", where, name, int64(len(in.Bytes))+nbytes, batch, lb, lv)
 }
 
+// atBound reports whether b holds as many rows as its fields' bound: only then can a field that
+// takes at most one value a row pass the bound with the next row's. A parser asks once a row and
+// passes the answer to fitsOne.
+func (b *Batch) atBound() bool {
+	lv, _ := b.limits()
+	return int64(b.Size) >= lv
+}
+
+// fitsOne is fits for one value holding nbytes bytes of strings in sparse field in of b, a field
+// that takes at most one value a row; full is atBound's answer for the row. A numeric value is
+// checked only when full (before, the field holds at most a value for each of the batch's rows,
+// fewer than the bound), which spares a check per value of every row; a byte string always (its
+// bytes are not bounded by the rows). Buffers a value is not checked for grow as append grows them.
+func (b *Batch) fitsOne(in *feature.Input, nbytes int64, full bool) bool {
+	return !full && in.Kind != feature.KindBytes || b.fits(in, 1, nbytes)
+}
+
 // Reset empties b for a Read of up to rows rows from a source with schema s, keeping its memory.
 func (b *Batch) Reset(s Schema, rows int) {
 	b.Size, b.rows = 0, rows

@@ -139,9 +139,7 @@ func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 	if len(line) == 0 {
 		return p.fail(lineNo, 0, "empty line")
 	}
-	// A field holds a value a row at most: only a batch of as many rows as its bound is checked.
-	lv, _ := b.limits()
-	full := int64(b.Size) >= lv
+	full := b.atBound() // every field takes a value a row at most (see fitsOne)
 	label := float32(0)
 	if p.hasLabel {
 		f, _ := nextField()
@@ -165,7 +163,7 @@ func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 			if !ok {
 				return p.fail(lineNo, col, "%q is not an integer", f)
 			}
-			if full && !b.fits(in, 1, 0) {
+			if !b.fitsOne(in, 0, full) {
 				return b.overLimit(p.file(), CriteoColumnName(i+1, false), in, 1, 0)
 			}
 			in.Ints = append(in.Ints, v)
@@ -194,7 +192,7 @@ func (p *criteoParser) parseLine(line []byte, lineNo int64, b *Batch) error {
 		if !ok {
 			return p.fail(lineNo, col, "%q is not a hex categorical value", f)
 		}
-		if full && !b.fits(in, 1, 0) {
+		if !b.fitsOne(in, 0, full) {
 			return b.overLimit(p.file(), CriteoColumnName(criteoInts+i+1, false), in, 1, 0)
 		}
 		in.Ints = append(in.Ints, v)

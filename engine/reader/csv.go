@@ -350,6 +350,7 @@ func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
 		return p.fail(lineNo, -1, "%s line: %d fields, expected %d", kind, len(p.fields), p.width)
 	}
 	label := float32(0)
+	full := b.atBound() // a sparse column takes a value a row at most (see fitsOne)
 	for i := range p.plan.cols {
 		c := &p.plan.cols[i]
 		j := p.index[i]
@@ -384,7 +385,7 @@ func (p *csvParser) parse(line []byte, lineNo int64, b *Batch) error {
 				in.Lengths = append(in.Lengths, 0)
 				continue
 			}
-			if nb := stringBytes(in, len(v)); !b.fits(in, 1, nb) {
+			if nb := stringBytes(in, len(v)); !b.fitsOne(in, nb, full) {
 				return b.overLimit(p.file(), c.Name, in, 1, nb)
 			}
 			if !appendValue(c, in, v) {
