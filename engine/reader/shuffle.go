@@ -18,7 +18,8 @@ const MaxShuffleWindow = 1 << 24
 // order drawn from seed, the window's number and rank (src's rank: ranks draw independent orders,
 // so a data-parallel step does not pair neighbouring rows of the file): a shuffle buffer (as tf.data's and torchdata's),
 // windowed so that a position stays small and exact. [Source.Position] names where the window
-// began and how many of its rows were handed out; Seek reads that window again, draws the same
+// began and how many of its rows were handed out; after Seek to it, the next Read reads that
+// window again, as any window is read (bounded for that Read's batches, see fill), draws the same
 // order and skips those rows. Rows never cross windows, so every row is delivered exactly once;
 // shuffled ranks (src sharded by Options) keep their disjoint shares. The shuffle is within a
 // window: give the window at least a few batches (a window of the whole data set is a full
@@ -50,6 +51,9 @@ type shuffled struct {
 	// Read asked for: the window's fields are bounded at limit for each batch of its rows (see fill).
 	limit int64
 	batch int
+	// resume, when not nil, is the position a Seek was given inside a window (Taken > 0): the next
+	// fill reads that window again and skips the rows it had handed out (see resumeWindow).
+	resume *Position
 }
 
 func (s *shuffled) Schema() Schema { return s.src.Schema() }
@@ -85,8 +89,9 @@ func (s *shuffled) Read(b *Batch, n int) (int, error) {
 
 // fill reads the next window and draws its order. The window's fields may hold the bound of a
 // batch's (Batch.MaxValues) for each batch of the last Read's rows the window holds, so that a window
-// whose batches the bound takes is never refused; a window read by Seek before any Read is bounded
-// as if for batches of one row.
+// whose batches the bound takes is never refused. Only Read calls it: a window that Seek resumes
+// inside is read again by the next Read, with that Read's bound (until session 43 Seek read it
+// before any Read had given one, bounding it as if for batches of one row of the default bound).
 func (s *shuffled) fill() error {
 	s.start = s.src.Position()
 	s.taken = 0
@@ -100,7 +105,9 @@ func (s *shuffled) fill() error {
 	n, err := s.src.Read(&s.buf, s.window)
 	if err != nil {
 		s.buf.Size = 0
-		if errors.Is(err, errs.ErrCapacity) {
+		if err == io.EOF && s.resume != nil {
+			err = errs.Invalidf("reader: shuffled position %+v: the window it names is past the end of the data", *s.resume)
+		} else if errors.Is(err, errs.ErrCapacity) {
 			err = fmt.Errorf("reader: shuffle window of %d rows (its fields bounded at %d values for each batch of "+
 				"%d rows it holds): %w", s.window, lv, per, err)
 		}
@@ -138,6 +145,36 @@ func (s *shuffled) fill() error {
 			s.boffs[i] = bo
 		}
 	}
+	return s.resumeWindow()
+}
+
+// resumeWindow skips the rows of the window just read that a position Seek was given had handed
+// out (none without one), after checking that the window still holds them and that the position's
+// skipped count fits it. A window that fails the checks is dropped; a window past the end of the
+// data fails every Read (fill).
+func (s *shuffled) resumeWindow() error {
+	p := s.resume
+	if p == nil {
+		return nil
+	}
+	s.resume = nil
+	// p.Skipped counts the window's skipped rows, which reading it again counted too: the rest were
+	// skipped before the window, at most the rows read before it (Check could not bound them).
+	before := p.Skipped - s.src.Position().Skipped
+	var err error
+	switch {
+	case p.Taken > int64(s.buf.Size):
+		err = errs.Invalidf("reader: shuffled position %+v: its window has only %d rows", *p, s.buf.Size)
+	case before < 0 || before > p.Global:
+		err = errs.Invalidf("reader: shuffled position %+v: %d rows skipped, but its window skipped %d of its "+
+			"rows and %d were read before it", *p, p.Skipped, s.src.Position().Skipped, p.Global)
+	}
+	if err != nil {
+		s.buf.Size = 0 // none of its rows is handed out: the source stands after the window
+		return err
+	}
+	s.taken = int(p.Taken)
+	s.skipAdj = before // the window's own were counted in p.Skipped
 	return nil
 }
 
@@ -179,10 +216,13 @@ func (s *shuffled) appendRow(b *Batch, r int) error {
 func (s *shuffled) Position() Position {
 	p := s.src.Position()
 	skipped := p.Skipped + s.skipAdj // the rows dropped reading so far (the window's included)
-	if s.taken < s.buf.Size {        // inside a window: where it began, and how much of it is out
+	switch {
+	case s.resume != nil: // sought inside a window that no Read has read again: as sought
+		p.Window, p.Taken = s.index, s.resume.Taken
+	case s.taken < s.buf.Size: // inside a window: where it began, and how much of it is out
 		p = s.start
 		p.Window, p.Taken = s.index-1, int64(s.taken)
-	} else {
+	default:
 		p.Window = s.index
 	}
 	p.Shuffle, p.Seed, p.Skipped = s.window, s.seed, skipped
@@ -197,6 +237,9 @@ func (s *shuffled) FirstSkipped() error {
 	return nil
 }
 
+// Seek continues from p: src is sought to where p's window began, and a window p stood inside
+// is read again by the next Read (by fill, with that Read's bound, as every window is), which
+// skips the rows p had handed out, and refuses p if the window no longer holds them.
 func (s *shuffled) Seek(p Position) error {
 	if p.Shuffle != s.window || p.Seed != s.seed {
 		return errs.Invalidf("reader: the position was taken with shuffle window %d and seed %d, this source "+
@@ -211,28 +254,10 @@ func (s *shuffled) Seek(p Position) error {
 	if err := s.src.Seek(at); err != nil {
 		return err
 	}
-	s.index, s.taken, s.buf.Size, s.eof, s.skipAdj = p.Window, 0, 0, false, p.Skipped
-	if p.Taken == 0 {
-		return nil
+	s.index, s.taken, s.buf.Size, s.eof, s.skipAdj, s.resume = p.Window, 0, 0, false, p.Skipped, nil
+	if p.Taken > 0 {
+		s.resume = &p
 	}
-	if err := s.fill(); err != nil {
-		if err == io.EOF {
-			err = errs.Invalidf("reader: shuffled position %+v: the window it names is past the end of the data", p)
-		}
-		return err
-	}
-	if p.Taken > int64(s.buf.Size) {
-		return errs.Invalidf("reader: shuffled position %+v: its window has only %d rows", p, s.buf.Size)
-	}
-	// p.Skipped counts the window's skipped rows, which reading it again counted too: the rest were
-	// skipped before the window, at most the rows read before it (Check could not bound them).
-	before := p.Skipped - s.src.Position().Skipped
-	if before < 0 || before > p.Global {
-		return errs.Invalidf("reader: shuffled position %+v: %d rows skipped, but its window skipped %d of its "+
-			"rows and %d were read before it", p, p.Skipped, s.src.Position().Skipped, p.Global)
-	}
-	s.taken = int(p.Taken)
-	s.skipAdj = before // the window's own were counted in p.Skipped
 	return nil
 }
 

@@ -390,7 +390,9 @@ class DataPipeline:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restart from a :meth:`state_dict` (batches prepared ahead are dropped), also after the pass
         ended or the pipeline was closed. A position this pipeline cannot take (another rank's, past
-        the data) raises and leaves the pipeline as it was."""
+        the data) raises and leaves the pipeline as it was; one inside a shuffle window is checked
+        against that window when the next batch reads it again, and raises there if the data no
+        longer holds the window's rows."""
         if not isinstance(state, dict) or "position" not in state:
             raise InvalidInputError(f"load_state_dict: expected {{'position': ...}} from state_dict(), got {state!r}")
         self._start(state["position"])
