@@ -112,6 +112,7 @@ type Pipeline struct {
 	eng      *feature.Engine
 	keys     []string
 	inputMap []int   // engine input i -> source field
+	rawMax   int64   // the bound on a raw batch's sparse fields (rawBound)
 	tables   [][]int // per Table: its key indices
 	remapIdx []int   // per Table: index in cfg.Remap, or -1
 	partIdx  []int   // per Table: its table index in cfg.Partitioner, or -1
@@ -159,7 +160,7 @@ func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config
 	if cfg.Workers < 0 || cfg.Workers > maxDepth { // Python's threads argument
 		return nil, errs.Invalidf("pipeline: threads %d outside [1, %d] (the thread budget)", cfg.Workers, maxDepth)
 	}
-	p := &Pipeline{cfg: cfg, src: src, eng: eng, keys: eng.OutputKeys(), pos: src.Position()}
+	p := &Pipeline{cfg: cfg, src: src, eng: eng, keys: eng.OutputKeys(), pos: src.Position(), rawMax: rawBound(eng)}
 	schema := src.Schema()
 	for _, in := range eng.Inputs() {
 		i := schema.FieldIndex(in.Name)
@@ -224,6 +225,18 @@ func New(ctx context.Context, src reader.Source, eng *feature.Engine, cfg Config
 	return p, nil
 }
 
+// rawBound is the bound on each sparse field of the raw batches a pipeline over eng reads
+// ([reader.Batch.MaxValues]): a bound on the reader's memory, the larger of the reader's default
+// and eng's max_values. Not max_values alone (until session 43): it bounds the buffers the engine
+// makes, and a field that a transform shrinks first (truncate, filter) may hold more raw values than
+// the engine's outputs of it, as may a field no feature reads, so the reader refused batches the
+// engine takes. Never less than max_values: a field a feature copies or maps value by value needs
+// as many values in the engine's buffers, which take up to max_values, and the engine refuses more
+// itself, naming the feature.
+func rawBound(eng *feature.Engine) int64 {
+	return max(eng.MaxValues(), reader.DefaultMaxValues)
+}
+
 func kindFits(d feature.DType, k feature.Kind) bool {
 	switch d {
 	case feature.Int64:
@@ -269,7 +282,7 @@ func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 	}
 	defer p.release()
 	t0 := time.Now()
-	raw.MaxValues = p.eng.MaxValues() // the engine refuses more per buffer: the reader stops there too
+	raw.MaxValues = p.rawMax
 	n, err := p.src.Read(raw, p.cfg.BatchSize)
 	p.stats.read.Add(int64(time.Since(t0)))
 	p.noteSkip()

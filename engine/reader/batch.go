@@ -33,8 +33,9 @@ func (s Schema) FieldIndex(name string) int {
 	return -1
 }
 
-// DefaultMaxValues is the default of [Batch.MaxValues]: the feature engine's default max_values, so
-// that a field the engine's default limit takes is never refused by a source.
+// DefaultMaxValues is the default of [Batch.MaxValues]: 2^28 values (2 GiB of int64) in a field, the
+// feature engine's default max_values. A pipeline bounds its raw batches at the larger of this and
+// its engine's max_values (see [Batch.MaxValues]).
 const DefaultMaxValues = feature.DefaultMaxValues
 
 // Batch is a batch of raw samples: Size labels, a Size × len(Schema.Dense) row-major dense matrix
@@ -46,12 +47,14 @@ type Batch struct {
 	Dense  []float32
 	Inputs []feature.Input
 	// MaxValues bounds each sparse field of the batch: at most MaxValues values, and a byte-string
-	// field at most the bytes of strings that MaxValues int64s take. A source checks
-	// the bound before it grows a field's buffers, so a row whose values would pass it fails the
-	// Read with an errs.ErrCapacity error naming the field (never skipped as a malformed row: the row
-	// is well formed, the batch too large). Zero means DefaultMaxValues; a caller that feeds the batch
-	// to a feature engine of another max_values (the bound on the buffers the engine makes from a
-	// batch) sets that engine's.
+	// field at most the bytes of strings that MaxValues int64s take. It bounds the reader's memory
+	// (the values a compact or compressed file may declare), not what a feature engine takes: a
+	// source checks the bound before it grows a field's buffers, so a row whose values would pass it
+	// fails the Read with an errs.ErrCapacity error naming the field (never skipped as a malformed
+	// row: the row is well formed, the batch too large). Zero means DefaultMaxValues. A pipeline sets
+	// the larger of DefaultMaxValues and its engine's max_values, not the engine's alone: a transform
+	// that shrinks a field before the engine checks its buffers (truncate, filter) takes a raw field
+	// of more values than max_values, and a field no feature reads is not the engine's to bound.
 	MaxValues int64
 	// rows is the number of rows the Read filling the batch asked for (for errors; see Reset).
 	rows int
@@ -111,13 +114,14 @@ func grow[T any](s []T, k, limit int64) []T {
 func (b *Batch) overLimit(where, name string, in *feature.Input, values, nbytes int64) error {
 	lv, lb := b.limits()
 	batch := fmt.Sprintf("by row %d of a batch of %d rows", b.Size+1, max(b.rows, b.Size+1))
+	const bound = "a field of a raw batch may hold (the reader's memory bound: in a pipeline, the larger of 2^28 " +
+		"values and the feature engine's max_values); read smaller batches or raise max_values"
 	if n := fieldValues(in) + values; n > lv {
-		return errs.Capacityf("reader: %s: field %q would hold %d values %s, past the limit of %d values a field "+
-			"of a raw batch may hold (the feature engine's max_values); read smaller batches or raise max_values", where, name, n, batch, lv)
+		return errs.Capacityf("reader: %s: field %q would hold %d values %s, past the limit of %d values "+bound,
+			where, name, n, batch, lv)
 	}
-	return errs.Capacityf("reader: %s: field %q would hold %d bytes of strings %s, past the limit of %d bytes a "+
-		"field of a raw batch may hold (8 for each of the %d values of the feature engine's max_values); read "+
-		"smaller batches", where, name, int64(len(in.Bytes))+nbytes, batch, lb, lv)
+	return errs.Capacityf("reader: %s: field %q would hold %d bytes of strings %s, past the limit of %d bytes (8 "+
+		"for each of %d values) "+bound, where, name, int64(len(in.Bytes))+nbytes, batch, lb, lv)
 }
 
 // atBound reports whether b holds as many rows as its fields' bound: only then can a field that
