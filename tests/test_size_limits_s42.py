@@ -154,20 +154,3 @@ def test_profiler_dense_counts_past_the_limit_are_refused() -> None:
     assert "20971520000 bytes" in msg and "memory limit of 8589934592 bytes" in msg
     # tables past the dense size are counted in maps, which take memory only as rows are touched
     P.Profiler([P.TableSpec(f"t{i}", 2**18 + 1, 8) for i in range(2000)])
-
-
-def test_a_raw_batch_past_the_engines_max_values_is_refused_by_the_reader(tmp_path: Path) -> None:
-    """The reader grew a batch without bound (a small gzip CSV of long sequences killed the process
-    with Go's out-of-memory error): it now stops at the feature engine's ``max_values``, before the
-    buffer grows, naming the field and the batch; a batch within it reads."""
-    from recgo.data import CSVSource
-    from recgo.feature import Feature, FeatureEngine
-
-    path = tmp_path / "seq.csv"
-    path.write_text("seq,n\n" + "".join("|".join(str(i) for i in range(40)) + f",{r}\n" for r in range(10)))
-    src = CSVSource(path, [Column("seq", "sequence"), Column("n")])
-    engine = FeatureEngine([Feature("seq").mod(7), Feature("n")], max_values=100)
-    with pytest.raises(CapacityError, match=r"reader: .*field \"seq\" would hold 120 values .*past the limit of 100"):
-        next(recgo.DataPipeline(src, engine, 10, depth=0))
-    batch = next(recgo.DataPipeline(src, engine, 2, depth=0))
-    assert batch.sparse.to_dict()["seq"].lengths().tolist() == [40, 40]
