@@ -125,14 +125,7 @@ func TestPipelineHandsTheReaderItsMemoryBound(t *testing.T) {
 			p, err := New(context.Background(), src, eng, Config{BatchSize: 2})
 			require.NoError(t, err)
 			defer p.Close()
-			for {
-				b, err := p.Next()
-				if err == io.EOF {
-					break
-				}
-				require.NoError(t, err)
-				require.NoError(t, b.Close())
-			}
+			drain(t, p, nil)
 			require.NotEmpty(t, src.bounds)
 			for _, got := range src.bounds {
 				assert.Equal(t, c.want, got)

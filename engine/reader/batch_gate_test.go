@@ -66,11 +66,6 @@ func TestSingleValueFieldsRefusedAtTheBound(t *testing.T) {
 			return src
 		}
 	}
-	criteo := func(t *testing.T) Source {
-		src, err := NewCriteo([]string{writeFile(t, "c.txt", criteoLines(3, true))}, CriteoOptions{})
-		require.NoError(t, err)
-		return src
-	}
 	for _, c := range []struct {
 		name  string
 		open  func(t *testing.T) Source
@@ -87,8 +82,8 @@ func TestSingleValueFieldsRefusedAtTheBound(t *testing.T) {
 			`field "x" would hold 3 values by row 3 of a batch of 3 rows`},
 		{"csv string past the bytes bound at row 1", csvOf(Column{Name: "s", Role: RoleSparse, Type: "string"}), 1, 3,
 			`field "s" would hold 10 bytes of strings by row 1 of a batch of 3 rows, past the limit of 8 bytes`},
-		{"criteo at the bound", criteo, 3, 3, ""},
-		{"criteo past the bound", criteo, 2, 3, `field "I1" would hold 3 values by row 3 of a batch of 3 rows`},
+		{"criteo at the bound", criteoOfThree, 3, 3, ""},
+		{"criteo past the bound", criteoOfThree, 2, 3, `field "I1" would hold 3 values by row 3 of a batch of 3 rows`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			src := c.open(t)

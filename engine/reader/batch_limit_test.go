@@ -37,11 +37,6 @@ func TestBatchFieldLimit(t *testing.T) {
 			return src
 		}
 	}
-	criteo := func(t *testing.T) Source {
-		src, err := NewCriteo([]string{writeFile(t, "c.txt", criteoLines(3, true))}, CriteoOptions{})
-		require.NoError(t, err)
-		return src
-	}
 	synthetic := func(t *testing.T) Source {
 		src, err := NewSynthetic(SyntheticConfig{Samples: 10, Seed: 1,
 			Fields: []SyntheticField{{Name: "a", Rows: 100, Alpha: 1, Coverage: 1, Pooling: 1}}}, Options{})
@@ -78,7 +73,7 @@ func TestBatchFieldLimit(t *testing.T) {
 		{"parquet sequence past the bound", pq(false), 10, 7,
 			[]string{`a.parquet: field "hist" would hold 11 values by row 7 of a batch of 7 rows`, "limit of 10 values"}},
 		{"parquet sequence past the bound, skip_bad", pq(true), 10, 7, []string{`field "hist" would hold 11 values`}},
-		{"criteo", criteo, 1, 2, []string{`field "I1" would hold 2 values by row 2 of a batch of 2 rows`}},
+		{"criteo", criteoOfThree, 1, 2, []string{`field "I1" would hold 2 values by row 2 of a batch of 2 rows`}},
 		{"synthetic", synthetic, 2, 5, []string{`synthetic source: field "a" would hold`, "limit of 2 values"}},
 		{"shuffled window within its batches' bounds", shuffled(4), 6, 2, nil},
 		{"shuffled batch past the bound", shuffled(4), 4, 2,

@@ -14,6 +14,13 @@ import (
 )
 
 // criteoLines is n Criteo lines: with a label (40 fields), or as a test file's (39, no label).
+// criteoOfThree opens a Criteo source of three labelled lines (criteoLines).
+func criteoOfThree(t *testing.T) Source {
+	src, err := NewCriteo([]string{writeFile(t, "c.txt", criteoLines(3, true))}, CriteoOptions{})
+	require.NoError(t, err)
+	return src
+}
+
 func criteoLines(n int, labelled bool) string {
 	var sb strings.Builder
 	for i := range n {
