@@ -14,7 +14,8 @@ batch into a uniform one padded with empty bags to the largest per-feature batch
 values and cost the engine nothing); the collection runs on it as on any batch, then
 :func:`expand_pooled` index-selects each feature's pooled rows (autograd scatter-adds the gradients
 back onto the padded output, whose padding rows get none, so torch and fused optimizers see exactly
-the gradients of the explicitly expanded batch) and :func:`trim_sequence` drops the padding of the
+the gradients of the explicitly expanded batch; a bag no inverse index points to is still looked
+up, so its rows count as touched, as in FBGEMM's kernels: decay and optimizer state move them) and :func:`trim_sequence` drops the padding of the
 sequence outputs. A batch without variable strides or inverse indices never comes here.
 
 recgo's own KeyedJaggedTensor keeps refusing variable batches: the planner, pipelines, feature
