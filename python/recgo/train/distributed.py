@@ -40,6 +40,7 @@ import contextlib
 import faulthandler
 import logging
 import os
+import signal
 import socket
 import tempfile
 import traceback
@@ -410,6 +411,29 @@ def _crash_stack(result: str, rank: int) -> str:
         return ""
 
 
+def _failure(result: str, nproc: int, exc: Any, exitcodes: Sequence[int | None]) -> tuple[int, str]:
+    """The failing rank to report and what to say: the earliest error file's (:func:`_first_error`),
+    except where it says only that a peer failed and a rank was stopped by a fatal signal (faulthandler
+    wrote its stack): that rank, the cause, which the launcher may hear of after its peer's error (it
+    did under load). Without an error file, the rank ``exc`` (torch's join error) names."""
+    first = _first_error(result, nproc)
+    crashed = next((r for r in range(nproc) if _crash_stack(result, r)), None)
+    if first is not None and (crashed is None or not _peer_failure(first[1])):
+        return first
+    rank = exc.error_index if crashed is None else crashed
+    code = exitcodes[rank]
+    how = exc if rank == exc.error_index or code is None or code >= 0 else \
+        f"process {rank} terminated with signal {next((g.name for g in signal.Signals if g == -code), -code)}"
+    msg = f"rank {rank} exited ({how}) without a Python error (killed or crashed)"
+    stack = _crash_stack(result, rank)
+    return rank, f"{msg}; its Python threads when it stopped:\n{stack}" if stack else msg
+
+
+def _peer_failure(text: str) -> bool:
+    """Whether an error file says only that a peer failed (``PeerFailureError``: it died or left)."""
+    return text.split("\n", 1)[0].split(": ", 2)[1:2] == ["PeerFailureError"]
+
+
 def _first_error(result: str, nproc: int) -> tuple[int, str] | None:
     """The first failing rank (the earliest error file) and what it wrote, if any rank wrote one."""
     found = [r for r in range(nproc) if os.path.exists(_rank_file(result, "error", r))]
@@ -481,18 +505,12 @@ def launch(cfg: Any, backends: Sequence[str], nproc: int, out: str | Path | None
         with tempfile.TemporaryDirectory(prefix="recgo-train-") as tmp:
             result = os.path.join(tmp, "runs.pt")
             args = (nproc, free_port(), cfg, group, progress, result, options)
+            ctx = mp.start_processes(_spawned, args=args, nprocs=nproc, join=False, start_method="spawn")
             try:
-                _run_world(mp.start_processes(_spawned, args=args, nprocs=nproc, join=False, start_method="spawn"))
+                _run_world(ctx)
             except (mp.ProcessRaisedException, mp.ProcessExitedException) as exc:
-                first = _first_error(result, nproc)
-                if first is not None:
-                    rank, msg = first
-                    _reraise_user_error(msg, f"--nproc {nproc}, backend {backend}, rank {rank}: ")
-                else:
-                    msg = f"rank {exc.error_index} exited ({exc}) without a Python error (killed or crashed)"
-                    stack = _crash_stack(result, exc.error_index)
-                    if stack:
-                        msg += f"; its Python threads when it stopped:\n{stack}"
+                rank, msg = _failure(result, nproc, exc, [p.exitcode for p in ctx.processes])
+                _reraise_user_error(msg, f"--nproc {nproc}, backend {backend}, rank {rank}: ")
                 raise TrainingProcessError(f"--nproc {nproc}, backend {backend}: the job stopped because "
                                            f"{msg}") from None
             got_runs, got_placement = torch.load(result, weights_only=False)
