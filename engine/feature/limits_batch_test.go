@@ -58,18 +58,7 @@ func TestPerSampleBuffersOverLimit(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			eng, err := Compile(c.spec)
-			require.NoError(t, err)
-			res, err := eng.ApplyN(c.batch, 2)
-			if c.want == "" {
-				require.NoError(t, err)
-				assert.Equal(t, c.batch.Size, res.Size())
-				res.Release()
-				return
-			}
-			require.ErrorIs(t, err, errs.ErrCapacity)
-			assert.Contains(t, err.Error(), c.want)
-			assert.Nil(t, res)
+			applyWithin(t, c.spec, c.batch, c.want, func(r *Result) { assert.Equal(t, c.batch.Size, r.Size()) })
 		})
 	}
 }

@@ -133,18 +133,7 @@ func TestElementwiseGroupOverLimit(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			eng, err := Compile(c.spec)
-			require.NoError(t, err)
-			res, err := eng.ApplyN(c.batch, 2)
-			if c.want == "" {
-				require.NoError(t, err)
-				assert.Equal(t, 1000, res.NumValues())
-				res.Release()
-				return
-			}
-			require.ErrorIs(t, err, errs.ErrCapacity)
-			assert.Contains(t, err.Error(), c.want)
-			assert.Nil(t, res)
+			applyWithin(t, c.spec, c.batch, c.want, func(r *Result) { assert.Equal(t, 1000, r.NumValues()) })
 		})
 	}
 }
@@ -284,4 +273,21 @@ func TestFilterOnFloatFields(t *testing.T) {
 		assert.Equal(t, []int64{0, 2, 1}, v, in.Kind.String())
 		assert.Equal(t, []int64{2, 1}, l, in.Kind.String())
 	}
+}
+
+// applyWithin applies batch to spec's engine on two workers: with want "" it must succeed (ok then
+// checks the result), otherwise fail with a capacity error containing want and no result.
+func applyWithin(t *testing.T, spec *Spec, batch Batch, want string, ok func(*Result)) {
+	eng, err := Compile(spec)
+	require.NoError(t, err)
+	res, err := eng.ApplyN(batch, 2)
+	if want == "" {
+		require.NoError(t, err)
+		ok(res)
+		res.Release()
+		return
+	}
+	require.ErrorIs(t, err, errs.ErrCapacity)
+	assert.Contains(t, err.Error(), want)
+	assert.Nil(t, res)
 }
