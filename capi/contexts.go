@@ -57,7 +57,7 @@ func gradBuffers(ctx dedupCounts, dims []int, rowsPtrs, valsPtrs unsafe.Pointer,
 		if rows[t], err = viewSlice[int64](rp[t], u, "grad_rows"); err != nil {
 			return nil, nil, err
 		}
-		if vals[t], err = viewSlice[float32](vp[t], u*int64(dim), "grad_values"); err != nil {
+		if vals[t], err = viewGrid[float32](vp[t], u, int64(dim), "grad_values"); err != nil {
 			return nil, nil, err
 		}
 		if rows[t] == nil {
@@ -110,10 +110,22 @@ func checkForwardMode(train C.int32_t) error {
 	return nil
 }
 
+// checkForward checks a forward's mode, and that it has somewhere to put the context it keeps:
+// before the forward runs, since a training one changes the tables.
+func checkForward(train, keep C.int32_t, ctxOut *C.uintptr_t) error {
+	if err := checkForwardMode(train); err != nil {
+		return err
+	}
+	if keep != 0 && ctxOut == nil {
+		return errs.Invalidf("forward: null context pointer")
+	}
+	return nil
+}
+
 // forwardInto runs the pooled forward of b into the caller's out buffer (nout floats) and, with
 // keep, hands back the context backward needs as a handle in *ctxOut.
 func forwardInto(c *embedding.Collection, b embedding.Batch, outPtr unsafe.Pointer, nout C.int64_t, train, keep C.int32_t, ctxOut *C.uintptr_t) error {
-	if err := checkForwardMode(train); err != nil {
+	if err := checkForward(train, keep, ctxOut); err != nil {
 		return err
 	}
 	out, err := viewSlice[float32](outPtr, int64(nout), "out")

@@ -59,8 +59,7 @@ func recgo_dynamic_builder_new(maxRows, maxBytes, minCount C.int64_t, policy C.i
 		if err != nil {
 			return err
 		}
-		*out = newHandle(b)
-		return nil
+		return putHandle(out, b)
 	})
 }
 
@@ -210,8 +209,7 @@ func recgo_dynamic_snapshot(h C.uintptr_t, t C.int64_t, out *C.uintptr_t, errbuf
 		if err != nil {
 			return err
 		}
-		*out = newHandle(s)
-		return nil
+		return putHandle(out, s)
 	})
 }
 

@@ -129,8 +129,7 @@ func recgo_ebc_new(ntables C.int64_t, tableNames *C.char, rowsPtr, dimsPtr, buil
 			closeAll()
 			return err
 		}
-		*out = newHandle(c)
-		return nil
+		return putHandle(out, c)
 	})
 }
 

@@ -49,8 +49,7 @@ func recgo_feature_new(spec unsafe.Pointer, specLen C.int64_t, out *C.uintptr_t,
 		if err != nil {
 			return err
 		}
-		*out = newHandle(eng)
-		return nil
+		return putHandle(out, eng)
 	})
 }
 
@@ -94,6 +93,9 @@ func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int
 		if len(rows) != len(names) {
 			return errs.Invalidf("feature batch: %d inputs given, the engine reads %d", len(rows), len(names))
 		}
+		if outValues == nil || outLengths == nil || outResult == nil {
+			return errs.Invalidf("feature apply: null output pointer")
+		}
 		if batch < 0 || nkeys < 0 || (nkeys > 0 && int64(batch) > (1<<62)/int64(nkeys)) {
 			return errs.Invalidf("feature batch: bad size %d with %d keys", int64(batch), int64(nkeys))
 		}
@@ -124,8 +126,7 @@ func recgo_feature_run(h C.uintptr_t, descs unsafe.Pointer, ninputs, batch C.int
 		}
 		*outValues = C.int64_t(res.NumValues())
 		*outLengths = C.int64_t(len(res.Keys()) * res.Size())
-		*outResult = newHandle(res)
-		return nil
+		return putHandle(outResult, res)
 	})
 }
 
@@ -145,7 +146,7 @@ func kjtInputs(b *feature.Batch, filled []bool, valuesPtr unsafe.Pointer, nvalue
 			weights = []float32{} // weighted, but no values
 		}
 	}
-	lengths, err := viewSlice[int64](lengthsPtr, nkeys*int64(b.Size), "kjt lengths")
+	lengths, err := viewGrid[int64](lengthsPtr, nkeys, int64(b.Size), "kjt lengths")
 	if err != nil {
 		return err
 	}
@@ -269,7 +270,6 @@ func recgo_feature_output(rh C.uintptr_t, outValues, outLengths, outWeights *C.u
 		if len(out.Lengths) > 0 {
 			*outLengths = C.uintptr_t(uintptr(unsafe.Pointer(&out.Lengths[0])))
 		}
-		*outHandle = newHandle(out)
-		return nil
+		return putHandle(outHandle, out)
 	})
 }

@@ -12,8 +12,6 @@ package main
 import "C"
 
 import (
-	"fmt"
-	"runtime/debug"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -23,29 +21,24 @@ func main() {}
 
 // guard runs body, turns its error or panic into a status code, and writes the message into
 // errbuf (capacity errlen bytes, NUL-terminated, truncated to fit).
-func guard(errbuf *C.char, errlen C.size_t, body func() error) (code C.int) {
-	defer func() {
-		if r := recover(); r != nil {
-			msg := fmt.Sprintf("internal error (a bug in recgo, please report it): %v\n%s", r, debug.Stack())
-			writeMessage(errbuf, errlen, msg)
-			code = C.int(errs.CodeInternal)
-		}
-	}()
-	err := body()
+func guard(errbuf *C.char, errlen C.size_t, body func() error) C.int {
+	err := errs.Run(body)
 	if err != nil {
 		writeMessage(errbuf, errlen, err.Error())
 	}
 	return C.int(errs.Code(err))
 }
 
-// writeMessage copies msg into the C buffer, truncating on a UTF-8-agnostic byte boundary.
+// writeMessage copies msg into the C buffer, truncating on a UTF-8-agnostic byte boundary. It views
+// no more of the buffer than the message needs: errlen comes from the caller, and a huge one (past
+// the int range) must not make the view panic here, after the export's own recovery.
 func writeMessage(errbuf *C.char, errlen C.size_t, msg string) {
 	if errbuf == nil || errlen == 0 {
 		return
 	}
-	buf := unsafe.Slice((*byte)(unsafe.Pointer(errbuf)), int(errlen))
-	n := copy(buf[:len(buf)-1], msg)
-	buf[n] = 0
+	n := min(uint64(errlen), uint64(len(msg))+1)
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(errbuf)), int(n))
+	buf[copy(buf[:n-1], msg)] = 0
 }
 
 // goString copies a NUL-terminated C string (the empty string for NULL).

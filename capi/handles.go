@@ -104,7 +104,16 @@ func storeHandle[T any](out *C.uintptr_t, v T, err error) error {
 	if err != nil {
 		return err
 	}
+	return putHandle(out, v)
+}
+
+// putHandle stores v as a new handle in *out. A NULL out is refused, and v closed when it owns
+// memory or goroutines ([closer]): a handle nobody holds could never be freed.
+func putHandle(out *C.uintptr_t, v any) error {
 	if out == nil {
+		if c, ok := v.(closer); ok {
+			_ = c.Close() // the refusal is what the caller needs to hear
+		}
 		return errs.Invalidf("out: null pointer")
 	}
 	*out = newHandle(v)

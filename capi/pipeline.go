@@ -56,8 +56,7 @@ func recgo_pipeline_new(feat, remap, sharded C.uintptr_t, spec unsafe.Pointer, s
 		if err != nil {
 			return err
 		}
-		*out = newHandle(p)
-		return nil
+		return putHandle(out, p)
 	})
 }
 
@@ -227,7 +226,6 @@ func recgo_shard_begin_prepared(h, prepared C.uintptr_t, keyFeaturePtr unsafe.Po
 		if err != nil {
 			return err
 		}
-		*stepOut = newHandle(s)
-		return nil
+		return putHandle(stepOut, s)
 	})
 }

@@ -41,8 +41,7 @@ func recgo_plan_start(profH C.uintptr_t, cfg unsafe.Pointer, n C.int64_t, out *C
 		if err != nil {
 			return err
 		}
-		*out = newHandle(planner.Start(prof, topo, opts))
-		return nil
+		return putHandle(out, planner.Start(prof, topo, opts))
 	})
 }
 

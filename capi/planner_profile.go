@@ -43,8 +43,7 @@ func recgo_profiler_new(spec unsafe.Pointer, specLen C.int64_t, rate C.double, s
 		if err != nil {
 			return err
 		}
-		*out = newHandle(p)
-		return nil
+		return putHandle(out, p)
 	})
 }
 

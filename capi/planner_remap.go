@@ -9,7 +9,6 @@ import "C"
 import (
 	"unsafe"
 
-	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner"
 	"github.com/recgo/recgo/planner/profile"
 )
@@ -103,10 +102,7 @@ func recgo_remap_apply_kjt(h C.uintptr_t, tablesPtr unsafe.Pointer, nkeys, batch
 		if err != nil {
 			return err
 		}
-		if batch < 0 {
-			return errs.Invalidf("batch %d is negative", batch)
-		}
-		lengths, err := viewSlice[int64](lengthsPtr, int64(nkeys*batch), "lengths")
+		lengths, err := viewGrid[int64](lengthsPtr, int64(nkeys), int64(batch), "lengths")
 		if err != nil {
 			return err
 		}

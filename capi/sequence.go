@@ -55,8 +55,7 @@ func recgo_ec_new(ebc C.uintptr_t, nfeat C.int64_t, featureNames *C.char, featTa
 		if err != nil {
 			return err
 		}
-		*out = newHandle(s)
-		return nil
+		return putHandle(out, s)
 	})
 }
 
@@ -119,7 +118,7 @@ func recgo_ec_forward(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int64
 				return err
 			}
 		}
-		if err := checkForwardMode(train); err != nil {
+		if err := checkForward(train, keep, ctxOut); err != nil {
 			return err
 		}
 		b.Recompute = train == forwardRecompute

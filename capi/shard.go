@@ -57,10 +57,11 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 			return errs.Invalidf("topology: %d nodes × %d ranks per node", nodes, perNode)
 		}
 		world := int(nodes * perNode)
-		if int64(ntables) > math.MaxInt64/int64(world) { // the splits' length must not overflow
-			return errs.Invalidf("splits: %d tables × %d ranks", ntables, world)
+		nsplits, err := gridSize(int64(ntables), int64(world), "splits")
+		if err != nil {
+			return err
 		}
-		splits, err := optionalSlice[int64](splitsPtr, int64(ntables)*int64(world), "splits")
+		splits, err := optionalSlice[int64](splitsPtr, nsplits, "splits")
 		if err != nil {
 			return err
 		}
@@ -86,8 +87,7 @@ func recgo_shard_new(nodes, perNode, rank, mode C.int64_t, ntables C.int64_t, ta
 			_ = c.Close()
 			return err
 		}
-		*out = newHandle(c)
-		return nil
+		return putHandle(out, c)
 	})
 }
 
@@ -289,8 +289,7 @@ func recgo_shard_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.int6
 		if err != nil {
 			return err
 		}
-		*stepOut = newHandle(s)
-		return nil
+		return putHandle(stepOut, s)
 	})
 }
 
@@ -315,8 +314,7 @@ func recgo_shard_abandon(h C.uintptr_t, sequence C.int64_t, reasonPtr unsafe.Poi
 		if err != nil {
 			return err
 		}
-		*stepOut = newHandle(s)
-		return nil
+		return putHandle(stepOut, s)
 	})
 }
 
@@ -425,7 +423,7 @@ func recgo_shard_counters(sh C.uintptr_t, outPtr unsafe.Pointer, n C.int64_t, er
 func recgo_shard_simulate(nodes, perNode, ntables C.int64_t, countsPtr unsafe.Pointer, valuesPtr unsafe.Pointer, nvalues C.int64_t,
 	outPtr unsafe.Pointer, errbuf *C.char, errlen C.size_t) C.int {
 	return guard(errbuf, errlen, func() error {
-		if nodes <= 0 || perNode <= 0 || nodes*perNode > 1<<20 || ntables <= 0 || ntables > 1<<16 {
+		if nodes <= 0 || perNode <= 0 || nodes > 1<<20 || perNode > 1<<20 || nodes*perNode > 1<<20 || ntables <= 0 || ntables > 1<<16 {
 			return errs.Invalidf("simulate: %d nodes × %d ranks, %d tables", nodes, perNode, ntables)
 		}
 		topo, err := shard.NewTopology(int(nodes), int(perNode), int(nodes*perNode))
@@ -433,7 +431,7 @@ func recgo_shard_simulate(nodes, perNode, ntables C.int64_t, countsPtr unsafe.Po
 			return err
 		}
 		W, T := topo.World(), int(ntables)
-		counts, err := viewSlice[int64](countsPtr, int64(W*T), "counts")
+		counts, err := viewGrid[int64](countsPtr, int64(W), int64(T), "counts")
 		if err != nil {
 			return err
 		}

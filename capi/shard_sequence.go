@@ -31,6 +31,9 @@ func recgo_shard_seq_begin(h C.uintptr_t, keyFeaturePtr unsafe.Pointer, nkeys C.
 		if err != nil {
 			return err
 		}
+		if stepOut == nil || seqOut == nil { // before the step begins: nothing to undo
+			return errs.Invalidf("sequence step: null output pointer")
+		}
 		q, err := c.BeginSequence(b)
 		if err != nil {
 			return err

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"math"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/errs"
@@ -24,6 +25,27 @@ func viewSlice[T any](ptr unsafe.Pointer, n int64, name string) ([]T, error) {
 		return nil, errs.Invalidf("%s: null pointer with length %d", name, n)
 	}
 	return unsafe.Slice((*T)(ptr), n), nil
+}
+
+// viewGrid is viewSlice of rows × cols elements (lengths key-major, one row per key), refusing
+// negative counts and a product past int64, which would wrap to a view of the wrong length.
+func viewGrid[T any](ptr unsafe.Pointer, rows, cols int64, name string) ([]T, error) {
+	n, err := gridSize(rows, cols, name)
+	if err != nil {
+		return nil, err
+	}
+	return viewSlice[T](ptr, n, name)
+}
+
+// gridSize is rows × cols, refused by name when either is negative or the product overflows int64.
+func gridSize(rows, cols int64, name string) (int64, error) {
+	if rows < 0 || cols < 0 {
+		return 0, errs.Invalidf("%s: negative size %d × %d", name, rows, cols)
+	}
+	if rows != 0 && cols > math.MaxInt64/rows {
+		return 0, errs.Invalidf("%s: size %d × %d overflows int64", name, rows, cols)
+	}
+	return rows * cols, nil
 }
 
 // optionalSlice is viewSlice for an optional argument: a nil pointer means absent (nil slice).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/recgo/recgo/internal/errs"
 	"github.com/recgo/recgo/planner/cost"
 	"github.com/recgo/recgo/planner/profile"
 )
@@ -24,7 +25,8 @@ func Start(prof *profile.Profile, topo cost.Topology, opts Options) *Job {
 	j := &Job{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(j.done)
-		j.plan, j.err = MakeContext(ctx, prof, topo, opts)
+		// errs.Run: a panic in this goroutine would end the process; it becomes the job's error.
+		j.err = errs.Run(func() (err error) { j.plan, err = MakeContext(ctx, prof, topo, opts); return err })
 	}()
 	return j
 }

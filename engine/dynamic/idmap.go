@@ -32,6 +32,14 @@ type shard struct {
 	_      [64]byte // keep neighbouring shards' locks off one cache line
 }
 
+// locked runs f holding s's lock, released however f ends: a panic (a bug) recovered at the C ABI
+// must not leave the shard locked, or the next call on the table would hang.
+func (s *shard) locked(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
+}
+
 // slot is one entry of a shard's table.
 type slot struct {
 	key int64

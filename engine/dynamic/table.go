@@ -281,34 +281,34 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 	var stale []int32 // rows past MaxAge the sweep has not freed yet, freed after the pass
 	visit := func(lo, hi int) {
 		for s, idx := range g.groups(t, lo, hi) {
-			s.mu.Lock()
-			for _, i := range idx {
-				h, id := g.hash[i], ids[i]
-				r := s.get(h, id)
-				if r >= 0 && t.stale(r, step) { // its ID comes back as a new one
-					if train {
-						t.clearRow(s, h, r)
-						staleMu.Lock()
-						stale = append(stale, r)
-						staleMu.Unlock()
+			s.locked(func() {
+				for _, i := range idx {
+					h, id := g.hash[i], ids[i]
+					r := s.get(h, id)
+					if r >= 0 && t.stale(r, step) { // its ID comes back as a new one
+						if train {
+							t.clearRow(s, h, r)
+							staleMu.Lock()
+							stale = append(stale, r)
+							staleMu.Unlock()
+						}
+						r = noRow
 					}
-					r = noRow
-				}
-				switch {
-				case r >= 0:
-					if train {
-						t.touch(r, step)
+					switch {
+					case r >= 0:
+						if train {
+							t.touch(r, step)
+						}
+						rows[i] = int64(r)
+					case !train:
+						rows[i] = def
+					case t.cfg.MinCount <= 1 || s.sketch.add(h) >= t.cfg.MinCount:
+						rows[i] = toAdmit
+					default:
+						rows[i] = noRow
 					}
-					rows[i] = int64(r)
-				case !train:
-					rows[i] = def
-				case t.cfg.MinCount <= 1 || s.sketch.add(h) >= t.cfg.MinCount:
-					rows[i] = toAdmit
-				default:
-					rows[i] = noRow
 				}
-			}
-			s.mu.Unlock()
+			})
 		}
 	}
 	if len(ids) >= parallelMin {
@@ -336,13 +336,13 @@ func (t *Table) Recheck(ids, rows []int64, since int64) {
 	g := groupByShard(ids, t.cfg.Seed)
 	defer groupPool.Put(g)
 	for s, idx := range g.groups(t, 0, numShards) {
-		s.mu.Lock()
-		for _, i := range idx {
-			if r := rows[i]; r >= 0 && r < int64(t.cfg.MaxRows) && (int64(s.get(g.hash[i], ids[i])) != r || t.freed[r] > since) {
-				rows[i] = noRow
+		s.locked(func() {
+			for _, i := range idx {
+				if r := rows[i]; r >= 0 && r < int64(t.cfg.MaxRows) && (int64(s.get(g.hash[i], ids[i])) != r || t.freed[r] > since) {
+					rows[i] = noRow
+				}
 			}
-		}
-		s.mu.Unlock()
+		})
 	}
 }
 
@@ -408,24 +408,31 @@ func (t *Table) admit(id int64, step uint32) (int32, error) {
 	h := hashID(id, t.cfg.Seed)
 	s := &t.shards[shardOf(h)]
 	for {
-		s.mu.Lock()
-		if r := s.get(h, id); r >= 0 {
-			t.touch(r, step)
-			s.mu.Unlock()
-			return r, nil
-		}
-		if r, ok := t.takeRow(); ok {
-			s.put(h, id, r)
-			t.ids[r], t.last[r], t.counts[r] = id, step, 1
-			if t.cfg.MinCount > 1 { // carry the sightings before admission (a halving may have cut them)
-				t.counts[r] = uint32(max(1, s.sketch.estimate(h)))
+		r, added := int32(noRow), false
+		s.locked(func() {
+			if r = s.get(h, id); r >= 0 {
+				t.touch(r, step)
+				return
 			}
-			t.initRow(r, id)
-			s.mu.Unlock()
+			var ok bool
+			if r, ok = t.takeRow(); ok {
+				s.put(h, id, r)
+				t.ids[r], t.last[r], t.counts[r] = id, step, 1
+				if t.cfg.MinCount > 1 { // carry the sightings before admission (a halving may have cut them)
+					t.counts[r] = uint32(max(1, s.sketch.estimate(h)))
+				}
+				t.initRow(r, id)
+				added = true
+			} else {
+				r = noRow
+			}
+		})
+		if added {
 			t.admitted.Add(1)
+		}
+		if r >= 0 {
 			return r, nil
 		}
-		s.mu.Unlock()
 		if err := t.evictFull(step); err != nil {
 			return noRow, err
 		}

@@ -276,6 +276,10 @@ func (p *Pipeline) release() {
 }
 
 // read runs the READ stage for one step into raw; eof reports the end of the stream.
+//
+// read and prepare run each stage under [errs.Run]: in a worker goroutine a panic (a bug) would end
+// the process, and in any schedule it would skip the stage's bookkeeping; it becomes the step's
+// error instead, naming the stage.
 func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 	if !p.acquire() {
 		return false, context.Cause(p.ctx)
@@ -283,7 +287,8 @@ func (p *Pipeline) read(raw *reader.Batch) (eof bool, err error) {
 	defer p.release()
 	t0 := time.Now()
 	raw.MaxValues = p.rawMax
-	n, err := p.src.Read(raw, p.cfg.BatchSize)
+	var n int
+	err = errs.Run(func() (err error) { n, err = p.src.Read(raw, p.cfg.BatchSize); return err })
 	p.stats.read.Add(int64(time.Since(t0)))
 	p.noteSkip()
 	if err == io.EOF || (err == nil && p.cfg.DropLast && n < p.cfg.BatchSize) {
@@ -309,14 +314,16 @@ func (p *Pipeline) prepare(step int64, raw *reader.Batch, pos reader.Position) (
 		b.Inputs[i] = raw.Inputs[f]
 	}
 	runtime.Gosched() // between stages, let a trainer thread waiting for a P in (see reader's yieldEvery)
-	res, err := p.eng.ApplyN(b, workers)
+	var res *feature.Result
+	err := errs.Run(func() (err error) { res, err = p.eng.ApplyN(b, workers); return err })
 	p.stats.transform.Add(int64(time.Since(t0)))
 	runtime.Gosched()
 	if err != nil {
 		return nil, &StageError{Step: step, Stage: StageTransform, Err: err}
 	}
 	t0 = time.Now()
-	out, err := p.format(step, raw, res, pos)
+	var out *Prepared
+	err = errs.Run(func() (err error) { out, err = p.format(step, raw, res, pos); return err })
 	p.stats.format.Add(int64(time.Since(t0)))
 	if err != nil {
 		return nil, &StageError{Step: step, Stage: StageFormat, Err: err}

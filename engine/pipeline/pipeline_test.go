@@ -202,16 +202,19 @@ func TestCriteoSampleMatchesSerial(t *testing.T) {
 }
 
 // badSource wraps a source and corrupts step failAt's batch (its first input's lengths), or fails
-// its read.
+// its read, or panics in it (a reader's bug).
 type badSource struct {
 	reader.Source
-	step, failAt int
-	readErr      bool
-	reads        atomic.Int64
+	step, failAt    int
+	readErr, panics bool
+	reads           atomic.Int64
 }
 
 func (s *badSource) Read(b *reader.Batch, n int) (int, error) {
 	s.reads.Add(1)
+	if s.panics && s.step == s.failAt {
+		panic("reader bug")
+	}
 	got, err := s.Source.Read(b, n)
 	if s.step == s.failAt && err == nil {
 		if s.readErr {
@@ -253,6 +256,35 @@ func TestStageErrorsAtTheirStep(t *testing.T) {
 			assert.Equal(t, err, again)
 			require.NoError(t, p.Close())
 		}
+	}
+}
+
+// A panic in a stage (a bug) fails its step like an error, in a worker goroutine too, where it
+// would otherwise end the process: an internal error naming the step, the stage and the panic.
+func TestStagePanicsFailTheirStep(t *testing.T) {
+	eng := synthEngine(t)
+	for _, depth := range []int{0, 1, 4} {
+		t.Run(fmt.Sprintf("depth %d", depth), func(t *testing.T) {
+			syn, err := reader.NewSynthetic(synthCfg(3000), reader.Options{})
+			require.NoError(t, err)
+			p, err := New(context.Background(), &badSource{Source: syn, failAt: 2, panics: true}, eng, Config{BatchSize: 100, Depth: depth, Workers: 2})
+			require.NoError(t, err)
+			for step := 0; step < 2; step++ {
+				b, err := p.Next()
+				require.NoError(t, err, "step %d", step)
+				b.Close()
+			}
+			_, err = p.Next()
+			var se *StageError
+			require.ErrorAs(t, err, &se)
+			assert.Equal(t, int64(2), se.Step)
+			assert.Equal(t, StageRead, se.Stage)
+			assert.Equal(t, errs.CodeInternal, errs.Code(err))
+			assert.ErrorContains(t, err, "input pipeline step 2, read stage: internal error (a bug in recgo, please report it): reader bug")
+			_, again := p.Next()
+			assert.Equal(t, err, again)
+			require.NoError(t, p.Close())
+		})
 	}
 }
 

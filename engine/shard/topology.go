@@ -9,9 +9,10 @@ type Topology struct {
 	Nodes, PerNode int
 }
 
-// NewTopology checks the shape against the world size.
+// NewTopology checks the shape against the world size (by division: a product of two huge counts
+// could wrap around to the world's).
 func NewTopology(nodes, perNode, world int) (Topology, error) {
-	if nodes <= 0 || perNode <= 0 || nodes*perNode != world {
+	if nodes <= 0 || perNode <= 0 || world%perNode != 0 || world/perNode != nodes {
 		return Topology{}, errs.Invalidf("topology: %d nodes × %d ranks per node does not match the world of %d ranks", nodes, perNode, world)
 	}
 	return Topology{Nodes: nodes, PerNode: perNode}, nil

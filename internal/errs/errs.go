@@ -9,6 +9,7 @@ package errs
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 )
 
 // The error classes. Their order fixes the status codes the C ABI returns (see [Code]).
@@ -85,3 +86,19 @@ func IOf(format string, args ...any) error { return New(ErrIO, format, args...) 
 
 // Capacityf returns an ErrCapacity error with the formatted message.
 func Capacityf(format string, args ...any) error { return New(ErrCapacity, format, args...) }
+
+// Catch turns a panic of the calling function into an unclassified error (status [CodeInternal])
+// stored in *err, with the panic's value and stack: deferred as `defer errs.Catch(&err)` by the
+// C ABI's exports and by the engine's own goroutines, where a panic would otherwise end the process
+// that loaded the library.
+func Catch(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("internal error (a bug in recgo, please report it): %v\n%s", r, debug.Stack())
+	}
+}
+
+// Run calls body and returns its error, or the error [Catch] makes of its panic.
+func Run(body func() error) (err error) {
+	defer Catch(&err)
+	return body()
+}

@@ -34,3 +34,29 @@ func TestMessageKeepsContext(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalid)
 	assert.NotErrorIs(t, err, ErrIO)
 }
+
+func TestRunTurnsPanicsIntoInternalErrors(t *testing.T) {
+	cases := []struct {
+		name     string
+		body     func() error
+		wantCode int
+		wantMsg  string
+	}{
+		{"returns nil", func() error { return nil }, CodeOK, ""},
+		{"returns an error", func() error { return Invalidf("bad id") }, CodeInvalid, "bad id"},
+		{"panics with a value", func() error { panic("boom") }, CodeInternal, "internal error (a bug in recgo, please report it): boom"},
+		{"index out of range", func() error { var s []int; _ = s[3]; return nil }, CodeInternal, "index out of range"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := Run(c.body)
+			assert.Equal(t, c.wantCode, Code(err))
+			if c.wantMsg != "" {
+				assert.Contains(t, err.Error(), c.wantMsg)
+			}
+			if c.wantCode == CodeInternal {
+				assert.Contains(t, err.Error(), "errs_test.go", "the message carries the panic's stack")
+			}
+		})
+	}
+}
