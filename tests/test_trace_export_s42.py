@@ -73,10 +73,12 @@ class _Build(torch.nn.Module):
         return self.build(v, o)
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["non_strict", "strict"])
 @pytest.mark.parametrize("build", _BUILDS, ids=lambda f: f.__name__)
-def test_batch_built_in_exported_module(build) -> None:  # type: ignore[no-untyped-def]
+def test_batch_built_in_exported_module(build, strict: bool) -> None:  # type: ignore[no-untyped-def]
+    """(strict: its program checked nothing until session 44, see ensure)"""
     m = _Build(build)
-    program = torch.export.export(m, (_V, _O), strict=False).module()
+    program = torch.export.export(m, (_V, _O), strict=strict).module()
     assert torch.equal(program(_V, _O), m(_V, _O))
     other = L([0, 2, 2, 3, 4])
     assert torch.equal(program(_V, other), m(_V, other))
@@ -220,3 +222,27 @@ def test_unflatten_checks_the_keyed_tensor_shape() -> None:
     cast = pytree.tree_map(lambda t: t.to(torch.bfloat16), kt)  # a map that keeps the shape still works
     assert cast["b"].dtype == torch.bfloat16 and cast.length_per_key() == [2, 3]
 
+
+
+class _PerKeyFromLengths(torch.nn.Module):
+    def forward(self, v: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        kjt = KeyedJaggedTensor(["a", "b"], v, lengths=lengths)
+        return kjt["a"].values().sum() * 10 + kjt["b"].lengths().sum()
+
+
+@pytest.mark.parametrize("trace", ["export", "export_strict", "compile_fullgraph"])
+def test_traced_lengths_are_asserted_one_by_one(trace: str) -> None:
+    """Traced, a KJT built from lengths asserted each key's sum, not each length: [2, -1 | 1, 2]
+    (key sums 1 and 3 over 4 values) ran and read key a's values as [1, 2] (13 instead of the eager
+    refusal). Session 44."""
+    m, ones = _PerKeyFromLengths(), L([1, 1, 1, 1])
+    if trace == "compile_fullgraph":
+        program = torch.compile(m, backend="eager", fullgraph=True)
+    else:
+        program = torch.export.export(m, (_V, ones), strict=trace == "export_strict").module()
+    assert torch.equal(program(_V, ones), L(32))
+    assert torch.equal(program(_V, L([0, 2, 2, 0])), m(_V, L([0, 2, 2, 0])))
+    with pytest.raises(RuntimeError):
+        program(_V, L([2, -1, 1, 2]))
+    with pytest.raises(InvalidInputError, match="lengths: negative entry"):
+        m(_V, L([2, -1, 1, 2]))

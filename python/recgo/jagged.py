@@ -46,25 +46,35 @@ def require(cond: Any, message: str) -> None:
     torch._check(cond)
 
 
+def ensure(ok: torch.Tensor, message: str) -> None:
+    """Traced: the 0-dim bool tensor ``ok`` holds, asserted by the program at run time twice: read as a
+    count for :func:`require` (where ``torch.compile`` broke the graph to read it, ``message`` is raised
+    as eagerly), and as a tensor assert in the graph (``torch._assert_async``, with ``message``), since
+    strict ``torch.export`` drops a ``torch._check`` that pins a count to a constant (``u0 == 0``
+    becomes a substitution, and the program checked nothing). On CUDA the latter is a device assert."""
+    require(ok.to(torch.int64).item() == 1, message)
+    torch._assert_async(ok, message)
+
+
 def assert_none(bad: torch.Tensor, message: str) -> None:
-    """Traced: no entry of ``bad`` is set (see :func:`require`)."""
-    require(bad.sum().item() == 0, message)
+    """Traced: no entry of ``bad`` is set (see :func:`ensure`)."""
+    ensure(bad.logical_not().all(), message)
 
 
 def assert_lengths(lengths: torch.Tensor, n: Any) -> None:
     """Traced :func:`recgo.tensors.check_lengths` and sum check: entries within ``0..n`` adding up to
-    ``n`` rows (see :func:`require`)."""
+    ``n`` rows (see :func:`ensure`; the sum is also declared to the shape system by :func:`require`)."""
     assert_none((lengths < 0) | (lengths > n), f"lengths: an entry is negative or more than the {n} rows of values")
-    require(lengths.sum().item() == n, f"lengths do not sum to the {n} rows of values")
+    total = f"lengths do not sum to the {n} rows of values"
+    require(lengths.sum().item() == n, total)
+    torch._assert_async(lengths.sum() == n, total)
 
 
 def check_offsets(o: torch.Tensor, n: Any, message: str) -> None:
     """Non-empty offsets (not on the meta device) rise from 0 to ``n``, never falling: checked eagerly,
-    asserted by the program when traced (see :func:`require`); ``message`` if not."""
+    asserted by the program when traced (see :func:`ensure`); ``message`` if not."""
     if traced():
-        require(o[0].item() == 0, message)
-        require(o[-1].item() == n, message)
-        assert_none(o[1:] < o[:-1], message)
+        ensure((o[0] == 0) & (o[-1] == n) & (o[1:] >= o[:-1]).all(), message)
     elif int(o[0]) != 0 or int(o[-1]) != n or bool((o[1:] < o[:-1]).any()):
         raise InvalidInputError(message)
 

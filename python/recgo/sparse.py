@@ -24,7 +24,7 @@ import torch
 
 from .errors import InvalidInputError, NotFoundError
 from ._tensordict import is_tensordict, tensordict_parts
-from .jagged import JaggedTensor, check_offsets, check_same
+from .jagged import JaggedTensor, assert_none, check_offsets, check_same
 from ._kjt_memory import KJTMemory
 from .tensors import check_tensor, check_lengths, got
 from ._strings import keyed_jagged_str, readable, short_keys, where
@@ -419,6 +419,9 @@ class KeyedJaggedTensor(KJTMemory):
                 # lengths' data), which cannot be compared in Python; they are declared sizes and
                 # checked at run time by the traced program (TorchRec's pt2_checks_all_is_size).
                 # (no message callables: strict torch.export lifts one as a graph input and fails)
+                # Each length is asserted, not only each key's sum: [2, -1] sums to a valid 1 and
+                # read the key's values wrongly (the eager check_lengths refuses it).
+                assert_none(self._lengths < 0, "lengths: negative entry")
                 per = self._lengths.view(len(self._keys), self._stride).sum(1).tolist()
                 for n in per:
                     torch._check(n >= 0)
