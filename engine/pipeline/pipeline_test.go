@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -227,64 +226,49 @@ func (s *badSource) Read(b *reader.Batch, n int) (int, error) {
 	return got, err
 }
 
+// A stage's error, or its panic (a bug; in a worker goroutine it would end the process), fails its
+// step: an error naming the step and the stage, the same again at the next call, earlier batches
+// delivered.
 func TestStageErrorsAtTheirStep(t *testing.T) {
 	eng := synthEngine(t)
-	for _, readErr := range []bool{true, false} {
+	for _, c := range []struct {
+		name            string
+		readErr, panics bool
+		stage           Stage
+		code            int
+		message         string
+	}{
+		{"read error", true, false, StageRead, errs.CodeInvalid,
+			"input pipeline step 3, read stage: disk on fire"},
+		{"bad lengths", false, false, StageTransform, errs.CodeInvalid,
+			"step 3, transform stage: input \"u\": lengths sum"},
+		{"read panic", false, true, StageRead, errs.CodeInternal,
+			"input pipeline step 3, read stage: internal error (a bug in recgo, please report it): reader bug"},
+	} {
 		for _, depth := range []int{0, 1, 4} {
-			syn, err := reader.NewSynthetic(synthCfg(3000), reader.Options{})
-			require.NoError(t, err)
-			p, err := New(context.Background(), &badSource{Source: syn, failAt: 3, readErr: readErr}, eng, Config{BatchSize: 100, Depth: depth, Workers: 2})
-			require.NoError(t, err)
-			for step := 0; step < 3; step++ {
-				b, err := p.Next()
-				require.NoError(t, err, "step %d", step)
-				b.Close()
-			}
-			_, err = p.Next()
-			var se *StageError
-			require.ErrorAs(t, err, &se)
-			assert.Equal(t, int64(3), se.Step)
-			assert.True(t, errors.Is(err, errs.ErrInvalid))
-			if readErr {
-				assert.Equal(t, StageRead, se.Stage)
-				assert.ErrorContains(t, err, "input pipeline step 3, read stage: disk on fire")
-			} else {
-				assert.Equal(t, StageTransform, se.Stage)
-				assert.ErrorContains(t, err, "step 3, transform stage: input \"u\": lengths sum")
-			}
-			_, again := p.Next()
-			assert.Equal(t, err, again)
-			require.NoError(t, p.Close())
+			t.Run(fmt.Sprintf("%s depth %d", c.name, depth), func(t *testing.T) {
+				syn, err := reader.NewSynthetic(synthCfg(3000), reader.Options{})
+				require.NoError(t, err)
+				src := &badSource{Source: syn, failAt: 3, readErr: c.readErr, panics: c.panics}
+				p, err := New(context.Background(), src, eng, Config{BatchSize: 100, Depth: depth, Workers: 2})
+				require.NoError(t, err)
+				for step := 0; step < 3; step++ {
+					b, err := p.Next()
+					require.NoError(t, err, "step %d", step)
+					b.Close()
+				}
+				_, err = p.Next()
+				var se *StageError
+				require.ErrorAs(t, err, &se)
+				assert.Equal(t, int64(3), se.Step)
+				assert.Equal(t, c.stage, se.Stage)
+				assert.Equal(t, c.code, errs.Code(err))
+				assert.ErrorContains(t, err, c.message)
+				_, again := p.Next()
+				assert.Equal(t, err, again)
+				require.NoError(t, p.Close())
+			})
 		}
-	}
-}
-
-// A panic in a stage (a bug) fails its step like an error, in a worker goroutine too, where it
-// would otherwise end the process: an internal error naming the step, the stage and the panic.
-func TestStagePanicsFailTheirStep(t *testing.T) {
-	eng := synthEngine(t)
-	for _, depth := range []int{0, 1, 4} {
-		t.Run(fmt.Sprintf("depth %d", depth), func(t *testing.T) {
-			syn, err := reader.NewSynthetic(synthCfg(3000), reader.Options{})
-			require.NoError(t, err)
-			p, err := New(context.Background(), &badSource{Source: syn, failAt: 2, panics: true}, eng, Config{BatchSize: 100, Depth: depth, Workers: 2})
-			require.NoError(t, err)
-			for step := 0; step < 2; step++ {
-				b, err := p.Next()
-				require.NoError(t, err, "step %d", step)
-				b.Close()
-			}
-			_, err = p.Next()
-			var se *StageError
-			require.ErrorAs(t, err, &se)
-			assert.Equal(t, int64(2), se.Step)
-			assert.Equal(t, StageRead, se.Stage)
-			assert.Equal(t, errs.CodeInternal, errs.Code(err))
-			assert.ErrorContains(t, err, "input pipeline step 2, read stage: internal error (a bug in recgo, please report it): reader bug")
-			_, again := p.Next()
-			assert.Equal(t, err, again)
-			require.NoError(t, p.Close())
-		})
 	}
 }
 
