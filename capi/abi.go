@@ -77,9 +77,12 @@ func abiConstants() []abiConstant {
 	add("DynamicMetaFree", metaFree)
 	add("DynamicMetaSketch", metaSketch)
 	add("DynamicMetaSeed", metaSeed)
+	add("DynamicMetaSketchIndexing", metaSketchIndexing)
 	add("DynamicMetaLen", metaLen)
 	add("DynamicSketchShards", dynamic.SketchShards)
 	add("DynamicSketchDepth", dynamic.SketchDepth)
+	add("DynamicSketchV1", int64(dynamic.SketchV1))
+	add("DynamicSketchV2", int64(dynamic.SketchV2))
 	// The forward exports' train argument (contexts.go).
 	add("ForwardEval", forwardEval)
 	add("ForwardTrain", forwardTrain)

@@ -164,7 +164,9 @@ func recgo_dynamic_advance(h C.uintptr_t, t C.int64_t, errbuf *C.char, errlen C.
 
 // snapshotMeta is the layout of the meta array of recgo_dynamic_snapshot_meta / recgo_dynamic_import.
 // metaSeed is the table's seed (the uint64's bits); a meta of checkpoints before session 34 ends
-// before it (metaSeed values), and imports with the seed unknown.
+// before it (metaSeed values), and imports with the seed unknown. metaSketchIndexing is the sketch's
+// indexing (dynamic.SketchV1 or SketchV2); a meta of checkpoints before session 43 ends before it
+// (metaSketchIndexing values), and imports with the indexing unmarked (read as SketchV1).
 const (
 	metaDim = iota
 	metaStateWidth
@@ -177,6 +179,7 @@ const (
 	metaFree
 	metaSketch
 	metaSeed
+	metaSketchIndexing
 	metaLen
 )
 
@@ -226,7 +229,8 @@ func recgo_dynamic_snapshot_meta(sh C.uintptr_t, metaPtr unsafe.Pointer, n C.int
 			return errs.Invalidf("meta: %d values, need %d", len(meta), metaLen)
 		}
 		copy(meta, []int64{int64(s.Dim), int64(s.StateWidth), int64(s.MaxRows), int64(s.SketchWidth), s.Step,
-			s.Admitted, s.Evicted, int64(s.HighWater()), int64(len(s.Free)), int64(len(s.Sketch)), int64(s.Seed)})
+			s.Admitted, s.Evicted, int64(s.HighWater()), int64(len(s.Free)), int64(len(s.Sketch)), int64(s.Seed),
+			int64(s.SketchIndexing)})
 		return nil
 	})
 }
@@ -277,7 +281,8 @@ func fillUnlessNull[T any](ptr unsafe.Pointer, src []T, name string) error {
 }
 
 // recgo_dynamic_import replaces a dynamic table's state with a checkpoint's: meta as in
-// recgo_dynamic_snapshot_meta (or its first metaSeed values: an older checkpoint's, seed unknown),
+// recgo_dynamic_snapshot_meta (or its first metaSketchIndexing or metaSeed values: an older
+// checkpoint's, indexing unmarked and seed unknown),
 // then the arrays with their lengths. The engine checks every value
 // (shapes, ranges, a consistent free list and ID map); on error the table is unchanged. With
 // checkOnly != 0 it only checks (a load that checks every table before it changes any).
@@ -297,8 +302,9 @@ func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nm
 		if err != nil {
 			return err
 		}
-		if len(meta) != metaLen && len(meta) != metaSeed {
-			return errs.Invalidf("checkpoint meta: %d values, need %d (or %d, without the seed)", len(meta), metaLen, metaSeed)
+		if len(meta) != metaLen && len(meta) != metaSketchIndexing && len(meta) != metaSeed {
+			return errs.Invalidf("checkpoint meta: %d values, need %d (or %d without the sketch indexing, %d without "+
+				"the seed too)", len(meta), metaLen, metaSketchIndexing, metaSeed)
 		}
 		for _, i := range []int{metaDim, metaStateWidth, metaMaxRows, metaSketchWidth} {
 			if meta[i] < 0 || meta[i] > math.MaxInt32 {
@@ -310,6 +316,14 @@ func recgo_dynamic_import(h C.uintptr_t, t C.int64_t, metaPtr unsafe.Pointer, nm
 			Admitted: meta[metaAdmitted], Evicted: meta[metaEvicted]}
 		if len(meta) > metaSeed {
 			s.Seed, s.SeedKnown = uint64(meta[metaSeed]), true
+		}
+		if len(meta) > metaSketchIndexing { // a marked meta names one (unmarked is the shorter meta)
+			v := meta[metaSketchIndexing]
+			if v != int64(dynamic.SketchV1) && v != int64(dynamic.SketchV2) {
+				return errs.Invalidf("checkpoint meta[%d]: sketch indexing %d, expected %d or %d", metaSketchIndexing, v,
+					dynamic.SketchV1, dynamic.SketchV2)
+			}
+			s.SketchIndexing = dynamic.SketchIndexing(v)
 		}
 		if meta[metaHighWater] != int64(nrows) || meta[metaFree] != int64(nfree) || meta[metaSketch] != int64(nsketch) {
 			return errs.Invalidf("checkpoint: meta says %d rows, %d free, %d sketch counters; arrays have %d, %d, %d",

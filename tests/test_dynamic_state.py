@@ -15,6 +15,7 @@ from recgo.dynamic import DynamicConfig
 from recgo.errors import InvalidInputError
 from recgo.modules import Adagrad, Adam
 from test_dynamic import assert_state_dicts_equal, kjt, make, train_batches
+from test_dynamic_sketch_layout import old_sketch
 
 
 def test_import_rows_refuses_optimizer_state_of_the_wrong_shape_and_defaults_it_to_zeros() -> None:
@@ -118,8 +119,11 @@ def test_a_checkpoint_of_another_seed_is_refused(tmp_path: Path, how: str) -> No
                 dynamic.load(dst, "t", path)
                 return
             sd = src.state_dict()
-            if old_meta:
-                sd["embedding_bags.t.dynamic_meta"] = sd["embedding_bags.t.dynamic_meta"][:10].clone()
+            if old_meta:  # as saved then: no seed, and the sketch placed by the indexing of its time
+                meta = sd["embedding_bags.t.dynamic_meta"]
+                sd["embedding_bags.t.dynamic_sketch"], sd["embedding_bags.t.dynamic_sketch_adds"] = old_sketch(
+                    _IDS.tolist(), 2, 1, int(meta[dynamic._M_SKETCHW]))  # saved's sightings and seed
+                sd["embedding_bags.t.dynamic_meta"] = meta[:10].clone()
             dst.load_state_dict(sd)
 
         saved = _seeded(1)

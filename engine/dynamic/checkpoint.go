@@ -2,6 +2,7 @@ package dynamic
 
 import (
 	"math"
+	"slices"
 
 	"github.com/recgo/recgo/internal/errs"
 )
@@ -24,6 +25,11 @@ type Snapshot struct {
 	// hash); SeedKnown is false for a checkpoint written before it was saved (accepted as before).
 	Seed      uint64
 	SeedKnown bool
+	// SketchIndexing is how the sketch's counters were placed (SketchUnmarked, for a checkpoint
+	// written before it was saved, reads as SketchV1). A table takes the indexing of the sketch it
+	// imports, except that a sketch with no count (none, or all zeros) takes SketchV2: nothing in it
+	// depends on the indexing, so the table moves to the current one there and nowhere else.
+	SketchIndexing SketchIndexing
 }
 
 // HighWater returns the number of rows the snapshot holds.
@@ -45,6 +51,7 @@ func (t *Table) Export() (*Snapshot, error) {
 		Counts: make([]int64, hw), LastSeen: make([]int64, hw), Free: make([]int64, t.nfree),
 		Weights: make([]float32, hw*c.Dim), State: append([]float32(nil), t.state[:hw*c.StateWidth]...),
 		Admitted: t.admitted.Load(), Evicted: t.evicted.Load(), Seed: c.Seed, SeedKnown: true,
+		SketchIndexing: t.shards[0].sketch.indexing,
 	}
 	for r := range hw {
 		if t.counts[r] != 0 {
@@ -91,6 +98,8 @@ func (s *Snapshot) validate(c *Config) error {
 		return bad("%d sketch addition counters, expected %d", len(s.SketchAdds), numShards)
 	case s.Admitted < 0 || s.Evicted < 0:
 		return bad("negative admitted/evicted totals")
+	case s.SketchIndexing > SketchV2:
+		return bad("sketch indexing %d is unknown (this recgo knows %d and %d)", s.SketchIndexing, SketchV1, SketchV2)
 	case s.SeedKnown && s.Seed != c.Seed && len(s.Sketch) != 0:
 		// the ID map and the rows are rebuilt under the table's seed, but the sketch's counters sit
 		// where the saved seed hashed the pending IDs: loaded, they would count for other IDs
@@ -195,11 +204,17 @@ func (t *Table) Import(s *Snapshot) error {
 		t.free[i] = int32(r)
 	}
 	t.highWater, t.nfree = hw, len(s.Free)
-	if c.MinCount > 1 {
-		w := sketchDepth * c.SketchWidth / numShards
-		for i := range t.shards {
-			copy(t.shards[i].sketch.cells, s.Sketch[i*w:(i+1)*w])
-			t.shards[i].sketch.adds = int(s.SketchAdds[i])
+	indexing := SketchV2 // for a sketch with no count (see Snapshot.SketchIndexing)
+	if slices.ContainsFunc(s.Sketch, func(c uint8) bool { return c != 0 }) {
+		indexing = s.SketchIndexing.effective()
+	}
+	w := len(s.Sketch) / numShards
+	for i := range t.shards {
+		sk := &t.shards[i].sketch
+		sk.indexing = indexing
+		if c.MinCount > 1 {
+			copy(sk.cells, s.Sketch[i*w:(i+1)*w])
+			sk.adds = int(s.SketchAdds[i])
 		}
 	}
 	t.step.Store(uint64(s.Step))

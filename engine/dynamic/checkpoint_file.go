@@ -16,20 +16,25 @@ import (
 // little-endian:
 //
 //	magic "RGDYNCK1"
-//	header: version (uint32), then 13 int64: dim, state width, row bound, sketch width, step,
+//	header: version (uint32), then 14 int64: dim, state width, row bound, sketch width, step,
 //	        admitted, evicted, high water, free-list length, sketch length, sketch-adds length,
-//	        optimizer step, seed (the uint64's bits; version 1, before session 34, has the first 12
-//	        only: read with the seed unknown, and written back so)
+//	        optimizer step, seed (the uint64's bits), sketch indexing (1 or 2: [SketchIndexing]).
+//	        Version 2 (sessions 34 to 43) has the first 13 only, version 1 (before) the first 12: read
+//	        with the indexing unmarked (and version 1 the seed unknown), and written back so.
 //	CRC-32C of magic and header (uint32)
 //	sections, each followed by its CRC-32C (uint32): ids, counts, last seen, free (int64 each);
 //	        weights, state (float32); sketch (uint8); sketch adds (int64)
 //
 // Reading checks the magic, version, every checksum and every size against the file's length before
 // allocating, then [Snapshot.validate] checks the contents against the table.
+//
+// Nothing in a version-2 file says which indexing placed its sketch's counters: it is read as
+// SketchV1, which wrote every such file but those of the day between session 43's change of the
+// indexing and version 3 (this repository's own runs; see [SketchUnmarked]).
 const (
 	fileMagic      = "RGDYNCK1"
-	fileVersion    = 2
-	headerInts     = 13 // version 1: 12 (no seed)
+	fileVersion    = 3
+	headerInts     = 14 // version 1: 12 (no seed), version 2: 13 (no sketch indexing)
 	sectionCount   = 8
 	maxFileDim     = 1 << 20
 	maxStateFactor = 2 // Adam keeps 2·dim state values per row
@@ -37,13 +42,10 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// headerBytes is the length of a file's magic, version and header of the given version (1 or 2).
+// headerBytes is the length of a file's magic, version and header of the given version (1 to 3):
+// each version added one int64 to the header.
 func headerBytes(version uint32) int {
-	n := headerInts
-	if version == 1 {
-		n--
-	}
-	return len(fileMagic) + 4 + 8*n
+	return len(fileMagic) + 4 + 8*(headerInts-fileVersion+int(version))
 }
 
 // sectionNames name the file's sections in errors.
@@ -61,11 +63,18 @@ func (c *Checkpoint) Encode() []byte {
 	s := c.Snapshot
 	hdr := []int64{int64(s.Dim), int64(s.StateWidth), int64(s.MaxRows), int64(s.SketchWidth), s.Step,
 		s.Admitted, s.Evicted, int64(len(s.IDs)), int64(len(s.Free)), int64(len(s.Sketch)), int64(len(s.SketchAdds)),
-		c.OptimizerStep, int64(s.Seed)}
+		c.OptimizerStep, int64(s.Seed), int64(s.SketchIndexing)}
+	// An older file read back is written as it was (the encoding is canonical): version 2 without
+	// the indexing, version 1 without the seed either. (A marked indexing comes with the seed: Export
+	// and the readers set both.)
 	version := uint32(fileVersion)
-	if !s.SeedKnown { // a version-1 file read back: written as it was (the encoding is canonical)
-		version, hdr = 1, hdr[:headerInts-1]
+	if s.SketchIndexing == SketchUnmarked {
+		version = 2
+		if !s.SeedKnown {
+			version = 1
+		}
 	}
+	hdr = hdr[:headerInts-fileVersion+int(version)]
 	size := headerBytes(version) + 4 + 4*sectionCount + 8*(3*len(s.IDs)+len(s.Free)+len(s.SketchAdds)) +
 		4*(len(s.Weights)+len(s.State)) + len(s.Sketch)
 	b := make([]byte, 0, size)
@@ -118,8 +127,8 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 		return nil, bad("not a recgo dynamic-table checkpoint (bad magic %q)", b[:len(fileMagic)])
 	}
 	version := binary.LittleEndian.Uint32(b[len(fileMagic):])
-	if version != 1 && version != fileVersion {
-		return nil, bad("format version %d, this recgo reads 1 and %d (or the file is corrupted)", version, fileVersion)
+	if version < 1 || version > fileVersion {
+		return nil, bad("format version %d, this recgo reads 1 to %d (or the file is corrupted)", version, fileVersion)
 	}
 	hb := headerBytes(version)
 	if len(b) < hb+4 {
@@ -147,6 +156,9 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 		return nil, bad("header: %d rows and %d free rows for a bound of %d", hw, nfree, maxRows)
 	case nsketch < 0 || nsketch > sketchDepth*sketchWidth || (nadds != 0 && nadds != numShards):
 		return nil, bad("header: %d sketch counters and %d sketch totals", nsketch, nadds)
+	case version >= 3 && h[13] != int64(SketchV1) && h[13] != int64(SketchV2):
+		// (unmarked is what versions 1 and 2 say: in version 3 it would not be written back as read)
+		return nil, bad("header: sketch indexing %d, this recgo knows %d and %d", h[13], SketchV1, SketchV2)
 	}
 	// Every size is now bounded (rows < 2^31, dim ≤ 2^20): the expected length cannot overflow.
 	lens := [sectionCount]int64{hw * 8, hw * 8, hw * 8, nfree * 8, hw * dim * 4, hw * width * 4, nsketch, nadds * 8}
@@ -183,7 +195,7 @@ func DecodeCheckpoint(b []byte) (*Checkpoint, error) {
 	s := &Snapshot{Dim: int(dim), StateWidth: int(width), MaxRows: int(maxRows), SketchWidth: int(sketchWidth),
 		Step: h[4], Admitted: h[5], Evicted: h[6], IDs: ints(sec[0]), Counts: ints(sec[1]), LastSeen: ints(sec[2]),
 		Free: ints(sec[3]), Weights: floats(sec[4]), State: floats(sec[5]), SketchAdds: ints(sec[7]),
-		Seed: uint64(h[12]), SeedKnown: version >= 2}
+		Seed: uint64(h[12]), SeedKnown: version >= 2, SketchIndexing: SketchIndexing(h[13])}
 	if nsketch > 0 {
 		s.Sketch = append([]uint8(nil), sec[6]...)
 	}

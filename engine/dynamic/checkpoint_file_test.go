@@ -120,6 +120,17 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	flipped[20] ^= 1
 	f.Add(flipped)
 	f.Add([]byte(fileMagic))
+	// each version's header: 3 (of either indexing), 2 (indexing unmarked), 1 (seed unknown too); on
+	// the table without a sketch (16 KiB of sketch made each interesting input a minute's minimizing)
+	_, _, s := smallCheckpoint(f, false)
+	for _, v := range []struct {
+		seedKnown bool
+		indexing  SketchIndexing
+	}{{true, SketchV2}, {true, SketchV1}, {true, SketchUnmarked}, {false, SketchUnmarked}} {
+		old := *s
+		old.SeedKnown, old.SketchIndexing = v.seedKnown, v.indexing
+		f.Add((&Checkpoint{Snapshot: &old, OptimizerStep: 3}).Encode())
+	}
 	tab, err := New(c)
 	require.NoError(f, err)
 	f.Cleanup(func() { _ = tab.Close() })

@@ -229,6 +229,9 @@ func TestImportOfAnotherSeed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := Config{Name: "t", Dim: 2, MaxRows: 200, MinCount: tc.minCount, Seed: tc.savedSeed}
 			src := newTable(t, cfg)
+			if tc.unknown { // a version-1 file's sketch was placed by the indexing of its time
+				withIndexing(src, SketchV1)
+			}
 			for range 2 {
 				resolve(t, src, true, ids...)
 			}
@@ -237,7 +240,7 @@ func TestImportOfAnotherSeed(t *testing.T) {
 			require.True(t, snap.SeedKnown)
 			require.Equal(t, tc.savedSeed, snap.Seed)
 			if tc.unknown { // as a version-1 file decodes: the canonical encoding keeps it version 1
-				snap.SeedKnown, snap.Seed = false, 0
+				snap.SeedKnown, snap.Seed, snap.SketchIndexing = false, 0, SketchUnmarked
 				ck, err := DecodeCheckpoint((&Checkpoint{Snapshot: snap}).Encode())
 				require.NoError(t, err)
 				require.False(t, ck.Snapshot.SeedKnown)

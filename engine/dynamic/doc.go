@@ -27,8 +27,9 @@
 //   - Eval mode: unseen IDs resolve to -1 (they pool as zeros) or, with a configured default vector, to a
 //     reserved default row; nothing is inserted or counted.
 //   - Checkpoints: [Table.Export] and [Table.Import] move the whole state (ID map, counts, last steps,
-//     free list, sketch, step and the weight and optimizer rows in use) so a round trip is bit-exact
-//     and training resumes identically.
+//     free list, sketch with its [SketchIndexing], step and the weight and optimizer rows in use) so a
+//     round trip is bit-exact and training resumes identically; a sketch saved before the indexing
+//     was keeps counting by the indexing that wrote it.
 //
 // Each training-mode Resolve is one step of the table's clock (the collection resolves a table once
 // per batch); with ManualStep the owner advances the clock with [Table.Advance] instead, which is

@@ -60,6 +60,11 @@ _M_DIM, _M_STATE, _M_ROWS, _M_SKETCHW, _M_STEP, _M_ADMIT, _M_EVICT, _M_HW, _M_FR
                                              "Evicted", "HighWater", "Free", "Sketch"))
 # the table's seed (the uint64's bits, as an int64): a meta of checkpoints before session 34 ends before it
 _M_SEED = _lib.const("DynamicMetaSeed")
+# how the admission sketch's counters were placed (engine/dynamic's SketchIndexing: _SKETCH_V1 until
+# session 43, _SKETCH_V2 since): a meta of checkpoints before then ends before it, read as _SKETCH_V1
+_M_INDEXING = _lib.const("DynamicMetaSketchIndexing")
+_SKETCH_V1, _SKETCH_V2 = _lib.const("DynamicSketchV1"), _lib.const("DynamicSketchV2")
+_META_LENS = (_META_LEN, _M_INDEXING, _M_SEED)  # the lengths a checkpoint's dynamic_meta may have
 _KEYS = ("dynamic_meta", "dynamic_ids", "dynamic_counts", "dynamic_last_seen", "dynamic_free",
          "dynamic_sketch", "dynamic_sketch_adds")
 _SHARDS = _lib.const("DynamicSketchShards")
@@ -284,7 +289,9 @@ def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:
     """The table's ID map and admission state as tensors (the ``dynamic_*`` state_dict entries):
     per-row arrays have ``dynamic_meta[7]`` entries (the high water mark: the rows handed out so
     far), the free list ``dynamic_meta[8]``; ``dynamic_meta[10]`` is the table's seed (its bits as
-    an int64), which a checkpoint with an admission sketch must share to load."""
+    an int64), which a checkpoint with an admission sketch must share to load; ``dynamic_meta[11]``
+    how the sketch places an ID's counters (2; 1 in a table restored from a checkpoint saved before
+    session 43 with pending counts, whose meta has no such value)."""
     return _export(ebc, table, rows=False)
 
 
@@ -365,7 +372,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
         raise InvalidInputError(f"table {name!r}: the checkpoint lacks the dynamic-table entries {missing} "
                                 "(a checkpoint of a fixed table?)")
     meta = check_tensor(_head(entries["dynamic_meta"], _META_LEN + 1), f"{name}.dynamic_meta", (torch.int64,), ndim=1)
-    if entries["dynamic_meta"].numel() not in (_META_LEN, _M_SEED):  # _M_SEED: an older checkpoint's, no seed
+    if entries["dynamic_meta"].numel() not in _META_LENS:  # the shorter: older checkpoints'
         raise InvalidInputError(f"table {name!r}: dynamic_meta has {entries['dynamic_meta'].numel()} values, "
                                 f"expected {_META_LEN}")
     m = meta.tolist()
@@ -417,9 +424,10 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     """Replace the table's contents by the given rows: ``ids[i]`` gets row ``i`` with weights
     ``weight[i]`` (and ``optimizer_state[i]``, ``[n, width]``; default zeros, a fresh optimizer's),
     seen ``counts[i]`` times (default 1), last at step ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
-    table's unless ``meta`` overrides them (``sketch``, ``sketch_adds``, ``step``, ``admitted``,
-    ``evicted``; ``admitted`` is at least the IDs imported). More IDs than the row bound raise
-    ``CapacityError``; the engine checks the rest
+    table's unless ``meta`` overrides them (``sketch``, ``sketch_adds``, ``sketch_indexing``: how
+    ``sketch`` places its counters, 1 or 2 as in ``dynamic_meta``, by default the table's; ``step``,
+    ``admitted``, ``evicted``; ``admitted`` is at least the IDs imported). More IDs than the row bound
+    raise ``CapacityError``; the engine checks the rest
     (distinct IDs, shapes) and leaves the table unchanged on error."""
     cur = export_state(ebc, table)
     m = cur["dynamic_meta"].clone()
@@ -430,6 +438,7 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     sketch = meta.get("sketch", cur["dynamic_sketch"])
     step = int(meta.get("step", m[_M_STEP]))
     m[_M_STEP], m[_M_HW], m[_M_FREE], m[_M_SKETCH] = step, n, 0, sketch.numel()
+    m[_M_INDEXING] = int(meta.get("sketch_indexing", m[_M_INDEXING]))
     # (the table's count was replaced by n: a table that had admitted 20 IDs reported 2)
     m[_M_ADMIT] = int(meta.get("admitted", max(int(m[_M_ADMIT]), n)))
     m[_M_EVICT] = int(meta.get("evicted", m[_M_EVICT]))

@@ -11,6 +11,7 @@ ID when the world size changes.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 import torch
@@ -20,7 +21,7 @@ from ..errors import CapacityError, InvalidInputError
 
 SHARDINGS = ("hash", "table_wise", "plan")
 _META = {n: _lib.const(f"DynamicMeta{n}") for n in ("Dim", "MaxRows", "SketchWidth", "Step", "Admitted", "Evicted",
-                                                     "HighWater", "Free", "Seed")}
+                                                     "HighWater", "Free", "Seed", "SketchIndexing")}
 
 
 def check(configs: Sequence[Any], shardings: Sequence[str], optimizer: Any) -> None:
@@ -106,10 +107,11 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     list and admission sketch included). Otherwise each part gives the rows whose IDs this rank now
     owns, in part order, and the admission sketches merge by their largest counters (a pending ID's
     sightings are counted at least as often as before: the sketch of a table moved whole to another
-    rank arrives as it was). A part may be *light* (:data:`LIGHT` alone, no ID map or rows) when it is
-    not this rank's own: it serves a load that moves no row and refuses, naming ``all_shards``, one
-    that would. The table's admitted and evicted counts are split over the ranks
-    (:func:`_split_counts`), so that the shards' stats add up to the saved table's."""
+    rank arrives as it was; sketches of two indexings: :func:`_merged_sketch`). A part may be *light*
+    (:data:`LIGHT` alone, no ID map or rows) when it is not this rank's own: it serves a load that
+    moves no row and refuses, naming ``all_shards``, one that would. The table's admitted and evicted
+    counts are split over the ranks (:func:`_split_counts`), so that the shards' stats add up to the
+    saved table's."""
     me = dynamic.export_state(coll, table)
     for p in parts:
         _check_shape(table, p, me, where)
@@ -148,19 +150,54 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
                             f"its shard's bound of {bound} rows (num_embeddings bounds each "
                             "rank's shard, and a dynamic-ID table loads a checkpoint of its own bound): load onto "
                             "more ranks")
-    sketches = [p["dynamic_sketch"] for p in parts]
-    sketch = torch.stack(sketches).amax(0) if sketches[0].numel() else sketches[0]
-    adds = torch.stack([p["dynamic_sketch_adds"] for p in parts]).amax(0) if sketch.numel() else \
-        parts[0]["dynamic_sketch_adds"][:0]
+    sketch, adds, indexing, dropped = _merged_sketch(table, parts, where)
     totals = _split_counts(coll, table, parts, owners)
     dim = int(me["dynamic_meta"][_META["Dim"]])
     rows = torch.cat(weights) if weights else torch.zeros(0, dim, dtype=torch.float32)
     state = torch.cat(states) if states else None
     no_ids = torch.zeros(0, dtype=torch.int64)
-    return lambda: dynamic.import_rows(coll, table, torch.cat(ids) if ids else no_ids, rows, state,
-                                       counts=torch.cat(counts) if counts else no_ids,
-                                       last_seen=torch.cat(last) if last else no_ids, sketch=sketch,
-                                       sketch_adds=adds, **totals)
+
+    def load() -> None:
+        dynamic.import_rows(coll, table, torch.cat(ids) if ids else no_ids, rows, state,
+                            counts=torch.cat(counts) if counts else no_ids,
+                            last_seen=torch.cat(last) if last else no_ids, sketch=sketch, sketch_adds=adds,
+                            sketch_indexing=indexing, **totals)
+        if dropped:  # once the load happened (a refused one drops nothing)
+            warnings.warn(dropped, RuntimeWarning, stacklevel=2)
+    return load
+
+
+def _merged_sketch(table: str, parts: Sequence[dict[str, torch.Tensor]],
+                   where: str) -> tuple[torch.Tensor, torch.Tensor, int, str]:
+    """The admission sketch of a re-distributed load, its addition counters, its indexing (how it
+    places an ID's counters, ``dynamic_meta``'s) and a warning ("" for none): the parts' sketches merged
+    by their largest counters. Sketches of two indexings hold an ID's count on different counters, so
+    they do not merge: where the parts with counts differ, those of the current indexing are kept and
+    the others' pending sightings dropped, which the warning says (their IDs are counted anew: admitted
+    later, never earlier). Such parts come from a checkpoint saved before session 43 whose ranks'
+    sketches, some empty, were loaded and trained on. A sketch without counts places nothing: it merges
+    under either indexing."""
+    sketches = [p["dynamic_sketch"] for p in parts]
+    if not sketches[0].numel():  # min_count <= 1: no sketch
+        return sketches[0], parts[0]["dynamic_sketch_adds"][:0], dynamic._SKETCH_V2, ""
+    counted = {i: _indexing(p) for i, (p, sk) in enumerate(zip(parts, sketches)) if bool(sk.any())}
+    # the latest indexing (a forged one, past it, the engine refuses by name)
+    indexing = max(counted.values(), default=dynamic._SKETCH_V2)
+    dropped = sorted(i for i, x in counted.items() if x != indexing)
+    warning = "" if not dropped else (
+        f"{where}: table {table!r}: saved parts {dropped} hold admission sketches of indexing "
+        f"{sorted({counted[i] for i in dropped})} (before session 43), the others of indexing {indexing}: "
+        f"counters of two indexings cannot merge, so the pending sightings of parts {dropped} were dropped "
+        "(those IDs are counted anew)")
+    keep = [i for i in range(len(parts)) if i not in dropped]
+    return (torch.stack([sketches[i] for i in keep]).amax(0),
+            torch.stack([parts[i]["dynamic_sketch_adds"] for i in keep]).amax(0), indexing, warning)
+
+
+def _indexing(part: dict[str, torch.Tensor]) -> int:
+    """The indexing of a saved part's sketch: its meta's, or 1 for a meta saved before it held one."""
+    m = part["dynamic_meta"]
+    return int(m[_META["SketchIndexing"]]) if m.numel() > _META["SketchIndexing"] else dynamic._SKETCH_V1
 
 
 def _shown(parts: Sequence[dict[str, torch.Tensor]]) -> Any:

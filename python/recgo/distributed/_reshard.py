@@ -139,11 +139,11 @@ def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[
                   f"table's width {cfg.embedding_dim}")
     # the ID map's form, which the re-distribution indexes before the engine checks the rest (a short
     # meta raised IndexError, a high water mark past the arrays sliced short)
-    from ..dynamic import _M_FREE, _M_HW, _M_SEED, _META_LEN
+    from ..dynamic import _M_FREE, _M_HW, _META_LEN, _META_LENS
 
     meta = part["dynamic_meta"]
     if not isinstance(meta, torch.Tensor) or meta.dtype != torch.int64 or meta.dim() != 1 \
-            or meta.numel() not in (_META_LEN, _M_SEED):
+            or meta.numel() not in _META_LENS:
         raise err(f"{where}: table {cfg.name!r}: dynamic_meta is not {_META_LEN} int64 values (a damaged checkpoint?)")
     hw = int(meta[_M_HW])
     arrays = ("dynamic_sketch_adds",) if is_light else ("dynamic_ids", "dynamic_counts", "dynamic_last_seen",
