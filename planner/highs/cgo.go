@@ -303,7 +303,8 @@ func run(m *Model, o Options, start []float64) (*Result, error) {
 	c := convert(m, start)
 	out := make(chan outcome, 1) // buffered: an abandoned solve's send never blocks
 	go func() {
-		res, err := solve(c, o)
+		var res *Result
+		err := errs.Run(func() (err error) { res, err = solve(c, o); return err }) // a panic here would end the process
 		out <- outcome{res, err}
 	}()
 	finish := func(r outcome) (*Result, error) {
