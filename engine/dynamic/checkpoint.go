@@ -183,8 +183,12 @@ func (t *Table) Import(s *Snapshot) error {
 	clear(t.ids[:t.highWater])
 	clear(t.last[:t.highWater])
 	clear(t.counts[:t.highWater])
-	clear(t.freed[:t.highWater]) // the restored count starts anew (0 ≤ any later resolve's count)
-	t.reserve = t.reserve[:0]    // the kept candidates describe rows this import replaces
+	// every row a forward before the import resolved is replaced: its backward drops their gradients
+	replacedAt := t.replaced.Add(1)
+	for r := range t.highWater {
+		t.freed[r] = replacedAt
+	}
+	t.reserve = t.reserve[:0] // the kept candidates describe rows this import replaces
 	for i := range t.shards {
 		sh := &t.shards[i]
 		sh.presize(c.MaxRows)

@@ -6,8 +6,9 @@
 //   - ID map: a concurrent open-addressing hash map (linear probing, backward-shift deletion) cut into
 //     lock-striped shards by the ID's hash, so several goroutines resolve IDs at once.
 //   - Storage: one off-heap region reserved up to the row bound (MAP_NORESERVE), holding the weight
-//     rows, the optimizer-state rows and per-row metadata (owner ID, count, last step seen, the eviction
-//     count that last freed it: backward drops a gradient whose row was freed after its forward). Its address
+//     rows, the optimizer-state rows and per-row metadata (owner ID, count, last step seen, the count of
+//     the eviction or import that last replaced it: backward drops a gradient whose row was freed, or
+//     replaced by a checkpoint import, after its forward). Its address
 //     never moves; memory is committed page by page as rows are first used, so it grows in blocks and
 //     stops growing once the bound is reached. Rows come from a bump pointer ("high water") and a free
 //     list of evicted rows, which is reused first.

@@ -190,7 +190,8 @@ func (t *Table) clearRow(s *shard, h uint64, r int32) {
 	clear(t.weights[int(r)*c.Stride : int(r+1)*c.Stride])
 	clear(t.state[int(r)*c.StateWidth : int(r+1)*c.StateWidth])
 	t.ids[r], t.last[r], t.counts[r] = 0, 0, 0
-	t.freed[r] = t.evicted.Add(1)
+	t.evicted.Add(1)
+	t.freed[r] = t.replaced.Add(1)
 }
 
 // stale reports whether row r was last seen more than MaxAge steps before step. The sweep (every

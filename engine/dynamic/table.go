@@ -30,8 +30,8 @@ type Table struct {
 	ids     []int64   // owner ID of each row
 	last    []uint32  // low 32 bits of the step each row was last seen in training (see seenAt)
 	counts  []uint32  // batches each row's ID was seen in; 0 marks a free row
-	// freed is, per row, the eviction count (Evictions) that freeing it last brought the table to, 0 if
-	// never freed since New or Import. Recheck drops a row freed after the forward that resolved it
+	// freed is, per row, the count (Evictions) that freeing it, or the Import that last replaced it,
+	// brought the table to (0 if neither). Recheck drops a row freed after the forward that resolved it
 	// even when the same ID came back to the same row (a new incarnation, re-initialised): comparing
 	// the row's ID alone wrote the stale gradient into it. 8 bytes per row of the bound (int64: the
 	// count never wraps, so the check is exact), committed with the pages of rows ever freed.
@@ -51,8 +51,12 @@ type Table struct {
 	step              atomic.Uint64 // the clock: training steps so far (never wraps)
 	stepIDs           atomic.Int64  // IDs resolved in training since the clock last moved (see checkRoom)
 	admitted, evicted atomic.Int64
-	closeMu           sync.RWMutex
-	closed            bool
+	// replaced counts the rows freed and the imports since New (Evictions): unlike evicted, an Import
+	// moves it on rather than restoring it, so a forward's context from before an import sees its rows
+	// as replaced (a restored count let its backward write stale gradients into the loaded IDs' rows).
+	replaced atomic.Int64
+	closeMu  sync.RWMutex
+	closed   bool
 }
 
 // New creates a table with its storage reserved (not committed) up to the row bound.
@@ -319,9 +323,9 @@ func (t *Table) lookup(ids, rows []int64, train bool, step uint32) {
 	t.freeRows(stale)
 }
 
-// Evictions implements embedding.EvictingSource: the rows freed by eviction so far (a checkpoint
-// import restores the count it saved).
-func (t *Table) Evictions() int64 { return t.evicted.Load() }
+// Evictions implements embedding.EvictingSource: the rows freed so far, and the imports, which
+// replace every row (the evictions Stats reports are another count, which an import restores).
+func (t *Table) Evictions() int64 { return t.replaced.Load() }
 
 // Recheck implements embedding.EvictingSource: rows[i] becomes −1 where ids[i] no longer holds it,
 // or holds it again after the row was freed since the resolve (Evictions was since then): that

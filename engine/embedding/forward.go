@@ -64,6 +64,7 @@ type tableCtx struct {
 	// planned: the sequence forward planned the linear SGD backward, own (reused); lazy: it did so
 	// instead of deduplicating (uniq, rows and inv are stale until materialize)
 	planned, lazy bool
+	deferred      bool // a training forward resolves it last (admitDeferred): its source admits IDs
 	own           ownedSGD
 	evictions     int64 // an EvictingSource's count when it resolved rows (see recheck)
 }
@@ -172,6 +173,11 @@ func (c *Collection) Forward(b Batch, out []float32, train, keep bool) (*Context
 			firstErr.CompareAndSwap(nil, &err)
 		}
 	})
+	if p := firstErr.Load(); p == nil {
+		if err := c.admitDeferred(ctx, b, B, featKey, offsets, keep, nil, nil); err != nil {
+			firstErr.Store(&err)
+		}
+	}
 	since(StageDedup, t0)
 	if p := firstErr.Load(); p != nil {
 		c.Release(ctx)
@@ -387,21 +393,15 @@ func resize[T any](s []T, n int) []T {
 // dedupTable collects table ti's lookups (its features' IDs, in feature order), deduplicates them
 // and resolves the distinct IDs to rows; for tables other than fixed ones it also fills the source
 // offset of each of its KJT values (a fixed table pools straight from the IDs). Without keep, a
-// fixed table's IDs are only range-checked: there is nothing to deduplicate for.
+// fixed table's IDs are only range-checked: there is nothing to deduplicate for. In a training
+// forward a table whose source admits IDs is left unresolved (deferred): admitDeferred resolves it
+// once every other table passed its checks.
 func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
 	t, tc := c.Tables[ti], &ctx.tables[ti]
-	tc.lazy = false
+	tc.lazy, tc.deferred = false, false
 	fixed, dense := t.fixedRange()
 	if dense && !keep {
-		for _, f := range c.features[ti] {
-			k := featKey[f]
-			for _, id := range b.Values[offsets[k*B]:offsets[(k+1)*B]] {
-				if uint64(id) >= uint64(fixed.Rows) {
-					return fixed.check(id)
-				}
-			}
-		}
-		return nil
+		return c.checkFixed(ti, b, B, featKey, offsets)
 	}
 	var n int64
 	for _, f := range c.features[ti] {
@@ -411,27 +411,43 @@ func (c *Collection) dedupTable(ti int, b Batch, B int, featKey []int, offsets [
 	tc.inv = resize(tc.inv, int(n))
 	tc.uniq = tc.uniq[:0]
 	if c.opts.NoDedup {
-		return c.resolveEach(ti, b, B, featKey, offsets, ctx, train, keep)
+		c.collectEach(ti, b, B, featKey, offsets, tc)
+	} else {
+		prepared := c.usePrepared(ti, b, B, featKey, offsets, tc)
+		if dense && t.rows <= c.opts.denseDedupMaxRows() {
+			// ID i is row i: the pass that deduplicates also range-checks.
+			var err error
+			if prepared {
+				err = fixed.checkAll(tc.uniq)
+			} else {
+				err = t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed)
+			}
+			if err != nil {
+				return err
+			}
+			tc.rows = append(tc.rows[:0], tc.uniq...)
+			return nil
+		}
+		if !prepared {
+			dedupMap(c.features[ti], b, B, featKey, offsets, tc)
+		}
 	}
-	prepared := c.usePrepared(ti, b, B, featKey, offsets, tc)
-	if dense && t.rows <= c.opts.denseDedupMaxRows() {
-		// ID i is row i: the pass that deduplicates also range-checks.
-		var err error
-		if prepared {
-			err = fixed.checkAll(tc.uniq)
-		} else {
-			err = t.dedupDense(c.features[ti], b, B, featKey, offsets, tc, fixed)
-		}
-		if err != nil {
-			return err
-		}
-		tc.rows = append(tc.rows[:0], tc.uniq...)
+	if tc.deferred = train && t.admits(); tc.deferred {
 		return nil
 	}
-	if !prepared {
-		dedupMap(c.features[ti], b, B, featKey, offsets, tc)
+	return c.resolveTable(ti, b, B, featKey, offsets, ctx, train, keep)
+}
+
+// resolveTable is dedupTable's last part: it resolves table ti's collected IDs (resolveRows) and,
+// without deduplication, merges the lookups by storage row for backward (mergeRows).
+func (c *Collection) resolveTable(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
+	if err := c.resolveRows(ti, b, B, featKey, offsets, ctx, train, keep); err != nil {
+		return err
 	}
-	return c.resolveRows(ti, b, B, featKey, offsets, ctx, train, keep)
+	if c.opts.NoDedup && keep {
+		ctx.tables[ti].mergeRows(c.Tables[ti].rows)
+	}
+	return nil
 }
 
 // resolveRows resolves table ti's distinct IDs (tc.uniq) to rows and, for tables other than fixed

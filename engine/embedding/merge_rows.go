@@ -2,13 +2,12 @@ package embedding
 
 import "math/bits"
 
-// resolveEach is dedupTable without deduplication (Options.NoDedup): every lookup of table ti is
-// resolved on its own, duplicates included (uniq holds each lookup's ID, inv is the identity), so
-// a dynamic table's row source sees every occurrence. With keep the lookups are then merged by
-// storage row (mergeRows), so that backward still sums each row's gradients and updates it once:
-// the results equal those of the deduplicating path.
-func (c *Collection) resolveEach(ti int, b Batch, B int, featKey []int, offsets []int64, ctx *Context, train, keep bool) error {
-	tc := &ctx.tables[ti]
+// collectEach is dedupTable's collection without deduplication (Options.NoDedup): every lookup of
+// table ti is resolved on its own, duplicates included (uniq holds each lookup's ID, inv is the
+// identity), so a dynamic table's row source sees every occurrence. With keep the lookups are then
+// merged by storage row (resolveTable's mergeRows), so that backward still sums each row's gradients
+// and updates it once: the results equal those of the deduplicating path.
+func (c *Collection) collectEach(ti int, b Batch, B int, featKey []int, offsets []int64, tc *tableCtx) {
 	for _, f := range c.features[ti] {
 		k := featKey[f]
 		tc.uniq = append(tc.uniq, b.Values[offsets[k*B]:offsets[(k+1)*B]]...)
@@ -16,13 +15,6 @@ func (c *Collection) resolveEach(ti int, b Batch, B int, featKey []int, offsets 
 	for i := range tc.inv {
 		tc.inv[i] = int32(i)
 	}
-	if err := c.resolveRows(ti, b, B, featKey, offsets, ctx, train, keep); err != nil {
-		return err
-	}
-	if keep {
-		tc.mergeRows(c.Tables[ti].rows)
-	}
-	return nil
 }
 
 // rowMerge is mergeRows's scratch (reused across passes).

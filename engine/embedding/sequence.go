@@ -243,7 +243,7 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 			fail(err)
 			return
 		}
-		if keep && linearUpdate(c.Tables[ti].Opt) {
+		if keep && linearUpdate(c.Tables[ti].Opt) && !tc.deferred {
 			// planned here, beside the gather, rather than on backward's critical path
 			s.planOwnedFromDedup(ti, ctx, base, parallel.Workers())
 		}
@@ -261,6 +261,16 @@ func (s *SequenceCollection) Forward(b Batch, outs [][]float32, train, keep bool
 	}
 	if len(early) > 0 {
 		parallel.ForEach(len(early), 1, func(i int) { dedup(early[i]) })
+		if firstErr.Load() == nil { // the fixed tables' IDs are checked before a table admits any
+			err := c.admitDeferred(ctx, b, B, ctx.featKey, offsets, keep, late, func(ti int) {
+				if keep && linearUpdate(c.Tables[ti].Opt) {
+					s.planOwnedFromDedup(ti, ctx, base, parallel.Workers())
+				}
+			})
+			if err != nil {
+				fail(err)
+			}
+		}
 		if p := firstErr.Load(); p != nil {
 			c.Release(ctx)
 			return nil, *p
