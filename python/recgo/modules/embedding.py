@@ -571,10 +571,12 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         """``nn.Module.load_state_dict`` with shape checks that raise ``InvalidInputError``, copying into
         engine memory (``assign=True`` is honoured by copying the assigned tensors back into it). On the meta
         device it materialises the tables once the entries pass the checks (a refused load leaves the
-        collection on meta). Optimizer step counters outside ``[0, 2^53)`` are
-        refused. Dynamic-ID tables' entries (their rows in use and ID map) are checked by the engine,
-        which leaves the table unchanged on error. All or nothing across the tables, with no copy of
-        them: every table's entries are checked before the first changes (:mod:`._load_whole`)."""
+        collection on meta). Optimizer step counters outside ``[0, 2^53)`` are refused. Dynamic-ID
+        tables' entries (their rows in use and ID map) are checked by the engine, which leaves the table
+        unchanged on error. All or nothing across the tables, with no copy of them: every table's entries
+        are checked before the first changes (:mod:`._load_whole`). A backward whose forward ran before
+        the load gives the fixed tables' gradients to the loaded rows and drops the dynamic tables' (their
+        rows now hold the loaded IDs)."""
         with collection_load(self, state_dict, strict, fused=self._optimizer is not None):
             return super().load_state_dict(state_dict, strict=strict, assign=assign)  # synced by _synced_after_load
 
