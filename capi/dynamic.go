@@ -86,6 +86,26 @@ func dynamicTable(h C.uintptr_t, t C.int64_t) (*dynamic.Table, error) {
 	return d, nil
 }
 
+// recgo_dynamic_changes writes to *out how many times a dynamic table's rows changed owner: rows freed
+// (evictions, max-age sweeps) and checkpoint imports, ever. Unlike the stats' evicted count an import
+// moves it on, never back: a forward's rows are as it left them while it stands still (the
+// activation-checkpointing guard compares it).
+//
+//export recgo_dynamic_changes
+func recgo_dynamic_changes(h C.uintptr_t, t C.int64_t, out *C.int64_t, errbuf *C.char, errlen C.size_t) C.int {
+	return guard(errbuf, errlen, func() error {
+		if out == nil {
+			return errs.Invalidf("changes: null output pointer")
+		}
+		d, err := dynamicTable(h, t)
+		if err != nil {
+			return err
+		}
+		*out = C.int64_t(d.Evictions())
+		return nil
+	})
+}
+
 // dynamicStatsLen is the number of int64 values recgo_dynamic_stats writes.
 const dynamicStatsLen = 8
 

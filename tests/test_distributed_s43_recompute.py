@@ -166,7 +166,7 @@ def _refuses(rank: int, world: int, sequence: bool) -> dict[str, Any]:
 def test_recomputation_after_another_forward_admitted_is_refused_on_every_rank(tmp_path: Path, sequence: bool) -> None:
     res = spawn(_refuses, 2, tmp_path, sequence, wait=180)
     ok(res)
-    said = "admitted or evicted IDs between this forward and its recomputation"
+    said = "admitted or evicted IDs, or loaded a checkpoint, between this forward and its recomputation"
     for r, out in enumerate(res):
         assert said in out["ref"] and "['t']" in out["ref"], out["ref"]  # the unsharded collection's refusal
         assert out["stats"].step == out["ref_stats"].step == 2, out  # the refused recomputation stepped nothing

@@ -430,5 +430,30 @@ def test_a_recomputation_after_another_forward_moved_the_rows_is_refused(reentra
     first = checkpoint(lambda x: ebc(kj([1])).values() * x, x, use_reentrant=reentrant)
     ebc(kj([2])).values().sum()  # evicts ID 1: row 0 is ID 2's now
     with pytest.raises(InvalidInputError, match=r"activation checkpointing: dynamic table\(s\) \['t'\] admitted or "
-                                                "evicted IDs between this forward and its recomputation"):
+                                                "evicted IDs, or loaded a checkpoint, between this forward and its "
+                                                "recomputation"):
+        first.sum().backward()
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_recomputation_after_a_load_moved_the_rows_is_refused(reentrant: bool) -> None:
+    """A checkpoint loaded between a checkpointed forward and its recomputation gave the forward's row to
+    another ID and restored the admitted and evicted counts the guard compared, so the recomputation read
+    the loaded ID's row in silence (session 44). It is refused by name."""
+    from torch.utils.checkpoint import checkpoint
+
+    def kj(ids: list[int]) -> KeyedJaggedTensor:
+        return KeyedJaggedTensor(["f"], torch.tensor(ids), lengths=torch.tensor([len(ids)]))
+
+    def table() -> EmbeddingBagCollection:
+        return EmbeddingBagCollection([EmbeddingBagConfig(1, 2, "t", ["f"], dynamic=DynamicConfig())], seed=0,
+                                      optimizer=recgo.modules.optim.SGD(lr=1.0))
+
+    other = table()
+    other(kj([2]))  # its row 0 holds ID 2; admitted 1, evicted 0
+    ebc, x = table(), torch.ones(1, 2, requires_grad=True)
+    first = checkpoint(lambda x: ebc(kj([1])).values() * x, x, use_reentrant=reentrant)  # admitted 1, evicted 0
+    ebc.load_state_dict(other.state_dict())  # row 0 is ID 2's now; the same admitted and evicted counts
+    assert recgo.dynamic.stats(ebc, "t").admitted == 1 and recgo.dynamic.stats(ebc, "t").evicted == 0
+    with pytest.raises(InvalidInputError, match=r"\['t'\] admitted or evicted IDs, or loaded a checkpoint"):
         first.sum().backward()

@@ -51,6 +51,13 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_dynamic_changes': ('int', (
+        ('h', 'uintptr_t'),
+        ('t', 'int64_t'),
+        ('out', 'int64_t*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_dynamic_import': ('int', (
         ('h', 'uintptr_t'),
         ('t', 'int64_t'),

@@ -1,7 +1,7 @@
 """Activation checkpointing over dynamic-ID tables: ``torch.utils.checkpoint`` recomputes a forward in
 backward, and the recomputation reads the table as it is then. When another training forward of the
-collection admitted or evicted IDs in between (gradient accumulation over checkpointed forwards), the
-recomputation reads rows the forward did not: values it never produced (dense gradients) and, under
+collection admitted or evicted IDs in between (gradient accumulation over checkpointed forwards), or a
+checkpoint was loaded into the table, the recomputation reads rows the forward did not: values it never produced (dense gradients) and, under
 ``use_reentrant=True``, the gradient of an ID's pending zeros sent to the row it was given since. Such
 a recomputation is refused by name (it gave those wrong gradients in silence); one whose tables' rows
 are as the forward left them is exact for the rows (a fused update in between moves their weights, as
@@ -18,7 +18,7 @@ from ..errors import InvalidInputError
 from ._eager import RECOMPUTE, TRAIN
 
 _KEEP = 64  # training forwards remembered per collection (a checkpointed region's forwards, and more)
-_ADMITTED = 4  # DynamicStats' admitted (then evicted) among the stats export's values
+_ADMITTED = 4  # DynamicStats' admitted among the stats export's values
 
 
 def _nothing() -> None:
@@ -38,15 +38,19 @@ def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) ->
     from .. import _lib
 
     stats, width = _lib.fn("recgo_dynamic_stats"), _lib.const("DynamicStatsLen")
+    changes = _lib.fn("recgo_dynamic_changes")
     key = (values.numel(), lengths.numel(), int(values.sum()) if values.numel() else 0,
            int(lengths.sum()) if lengths.numel() else 0)
     seen: OrderedDict[tuple[int, ...], list[int]] = owner.__dict__.setdefault("_recompute_rows", OrderedDict())
 
-    def state() -> list[int]:  # each table's admitted and evicted counts (dynamic.stats, in one buffer)
-        out = torch.empty(len(tables) * width, dtype=torch.int64)
+    def state() -> list[int]:
+        # each table's admitted count and its changes (rows freed, checkpoints loaded: unlike the
+        # evicted count, which a load restores, a load moves it on)
+        out = torch.empty(len(tables), width + 1, dtype=torch.int64)
         for j, i in enumerate(tables):
-            _lib.call(stats, owner._handle.value, i, out.data_ptr() + 8 * j * width, width)
-        return out.view(len(tables), width)[:, _ADMITTED:_ADMITTED + 2].reshape(-1).tolist()
+            _lib.call(stats, owner._handle.value, i, out[j].data_ptr(), width)
+            _lib.call(changes, owner._handle.value, i, out[j].data_ptr() + 8 * width)
+        return out[:, [_ADMITTED, width]].reshape(-1).tolist()
 
     if mode == TRAIN:
         def remember() -> None:
@@ -60,8 +64,9 @@ def check(owner: Any, mode: int, values: torch.Tensor, lengths: torch.Tensor) ->
         pairs = zip(tables, zip(before[::2], before[1::2]), zip(now[::2], now[1::2]))
         names = [owner.embedding_bag_configs()[i].name for i, a, b in pairs if a != b]
         raise InvalidInputError(
-            f"activation checkpointing: dynamic table(s) {names} admitted or evicted IDs between this forward and "
-            "its recomputation in backward (another training forward of the collection ran in between): the "
+            f"activation checkpointing: dynamic table(s) {names} admitted or evicted IDs, or loaded a checkpoint, "
+            "between this forward and its recomputation in backward (another training forward of the collection "
+            "ran in between, or a load): the "
             "recomputation would read rows the forward did not, and the gradients would be wrong. Run each "
             "checkpointed forward's backward before the collection's next training forward, or keep the "
             "collection's forward outside the checkpointed region")
