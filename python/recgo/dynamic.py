@@ -420,7 +420,7 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
 
 def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Tensor,
                 optimizer_state: torch.Tensor | None = None, *, counts: torch.Tensor | None = None,
-                last_seen: torch.Tensor | None = None, **meta: Any) -> None:
+                last_seen: torch.Tensor | None = None, check_only: bool = False, **meta: Any) -> None:
     """Replace the table's contents by the given rows: ``ids[i]`` gets row ``i`` with weights
     ``weight[i]`` (and ``optimizer_state[i]``, ``[n, width]``; default zeros, a fresh optimizer's),
     seen ``counts[i]`` times (default 1), last at step ``last_seen[i]`` (default the table's step). The admission sketch, step and counters stay the
@@ -428,7 +428,8 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
     ``sketch`` places its counters, 1 or 2 as in ``dynamic_meta``, by default the table's; ``step``,
     ``admitted``, ``evicted``; ``admitted`` is at least the IDs imported). More IDs than the row bound
     raise ``CapacityError``; the engine checks the rest
-    (distinct IDs, shapes) and leaves the table unchanged on error."""
+    (distinct IDs, shapes) and leaves the table unchanged on error. ``check_only``: raise what the
+    import would raise, and change nothing (as :func:`import_state`'s)."""
     cur = export_state(ebc, table)
     m = cur["dynamic_meta"].clone()
     n = int(ids.numel())
@@ -461,7 +462,8 @@ def import_rows(ebc: Any, table: str | int, ids: torch.Tensor, weight: torch.Ten
         shape = tuple(weight.shape) if isinstance(weight, torch.Tensor) else type(weight).__name__
         raise InvalidInputError(f"table {name!r}: weight of shape {shape} for {n} IDs of dim {dim} "
                                 f"(expected [{n}, {dim}])")
-    import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, dim), optimizer_state)
+    import_state(ebc, table, entries, weight.to(torch.float32).reshape(n, dim), optimizer_state,
+                 check_only=check_only)
 
 
 def _checkpoint_args(name: str, state_dict: Any, prefix: str

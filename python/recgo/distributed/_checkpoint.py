@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from ..modules._load_whole import whole_load
 from ..modules._storage import check_optimizer_state
 from ..modules.embedding import load_checkpoint, save_checkpoint
 from . import _dynamic, _failed
-from ._exchange import COLLECTIVES, PeerFailureError, peer_failure, peer_failures
+from ._exchange import COLLECTIVES, peer_failure, peer_failures
 from ._reshard import Staged, check_covered, check_dynamic_part, check_steps, put_rows
 
 
@@ -154,34 +154,39 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
     collection in the files (``strict=False`` leaves a table no file holds as it is, as torch's
     ``load_state_dict`` leaves a missing key).
 
-    All or nothing, on every rank: each rank reads and checks every file and stages its rows
-    (:class:`._reshard.Staged`) and imports its dynamic-ID shards (keeping what they held), then the
-    ranks tell each other whether that succeeded (:func:`._exchange.peer_failure`). Only if it did on
-    every rank are the staged rows copied in; otherwise every rank puts its dynamic-ID shards back
-    and raises (this rank's error, or one naming the rank that failed and its reason), the shards'
-    rows, optimizer state, steps and ID maps as they were."""
+    All or nothing, on every rank: each rank reads and checks every file, stages its rows
+    (:class:`._reshard.Staged`) and has the engine check its dynamic-ID shards' imports, changing
+    nothing, then the ranks tell each other whether that succeeded (:func:`._exchange.peer_failure`).
+    Only if it did on every rank are the dynamic-ID shards imported and the staged rows copied in;
+    otherwise every rank raises (this rank's error, or one naming the rank that failed and its
+    reason), the shards' rows, optimizer state, steps and ID maps as they were. A refused load imports
+    nothing: an import, even one put back, replaces every row of the shard for a backward whose forward
+    ran before it, which then dropped its gradients (the load was refused, yet that step was lost)."""
     d = Path(directory)
     g = coll._groups
-    before: dict[str, dict[str, torch.Tensor]] = {}  # dynamic shards imported so far, as they were
     staged: dict[int, Staged] = {}
     steps: dict[int, torch.Tensor] = {}
+    imports: dict[str, Callable[..., None]] = {}
     failure: Exception | None = None
     try:
-        staged, steps = _stage(coll, d, strict, before)
+        staged, steps, imports = _stage(coll, d, strict)
     except Exception as exc:  # any: the peers must hear of it before they commit
         failure = exc
-    try:
-        peer = peer_failure(g, f"loading {d}", failure)
-    except PeerFailureError:
-        _put_back(coll, before)
-        raise
-    if failure is not None or peer is not None:
-        _put_back(coll, before)
-        if failure is not None:
-            raise failure
-        r, kind, reason = peer  # type: ignore[misc]
+    peer = peer_failure(g, f"loading {d}", failure)
+    if failure is not None:
+        raise failure
+    if peer is not None:
+        r, kind, reason = peer
         raise _error_class(kind)(f"rank {g.rank}: loading {d}: rank {r} refused the checkpoint, so no rank "
                                  f"loaded it (this rank's tables are as they were): {kind}: {reason}")
+    before: dict[str, dict[str, torch.Tensor]] = {}  # dynamic shards imported so far, as they were
+    try:
+        for name, load in imports.items():  # checked: an import fails only on a shard closed since
+            before[name] = _dynamic.export(coll, name)
+            load()
+    except BaseException:
+        _put_back(coll, before)
+        raise
     with torch.no_grad():
         for t, shard in enumerate(coll.embedding_bags.values()):
             if t in staged:
@@ -190,12 +195,12 @@ def load_shards(coll: Any, directory: str | os.PathLike[str], strict: bool = Tru
                 shard.optimizer_step.copy_(steps[t])
 
 
-def _stage(coll: Any, d: Path, strict: bool,
-           before: dict[str, dict[str, torch.Tensor]]) -> tuple[dict[int, Staged], dict[int, torch.Tensor]]:
-    """:func:`load_shards`' checks: every file read and checked, the fixed tables' rows staged (by
-    table index), their coverage checked, then the dynamic-ID tables' parts checked and imported
-    (``before`` gets each one's shard as it was, first). Returns the staged tables and the dynamic
-    tables' steps (the last file's, as a fixed table's)."""
+def _stage(coll: Any, d: Path, strict: bool
+           ) -> tuple[dict[int, Staged], dict[int, torch.Tensor], dict[str, Callable[..., None]]]:
+    """:func:`load_shards`' checks, changing nothing: every file read and checked, the fixed tables'
+    rows staged (by table index), their coverage checked, then the dynamic-ID tables' parts checked,
+    by the engine too. Returns the staged tables, the dynamic tables' steps (the last file's, as a
+    fixed table's) and their imports (by table name, :func:`._dynamic.prepare`'s)."""
     files = _set_of(d)
     # (an unreadable file is named by its own load, not taken for another save's: a truncated shard was
     # reported as "the shard files come from different saves")
@@ -243,10 +248,9 @@ def _stage(coll: Any, d: Path, strict: bool,
         check_covered(coll, t, s.covered, str(d), RecgoIOError)
     imports = {coll._configs[t].name: _dynamic.prepare(coll, coll._configs[t].name, ps, own, str(d))
                for t, ps in parts.items()}
-    for name, load in imports.items():
-        before[name] = _dynamic.export(coll, name)
-        load()
-    return staged, steps
+    for load in imports.values():
+        load(check_only=True)
+    return staged, steps, imports
 
 
 def _check_steps(d: Path, counted: dict[str, dict[str, int]]) -> None:

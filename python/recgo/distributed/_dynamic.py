@@ -97,11 +97,12 @@ def restore(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
 
 
 def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own: int | None,
-            where: str) -> Callable[[], None]:
+            where: str) -> Callable[..., None]:
     """Check the saved shards ``parts`` of table ``table`` (:func:`export` entries, or an unsharded
     collection's state for the table) against this rank's shard and return the import that loads them
     (nothing changes until it is called; the engine checks the rest and leaves the shard as it was on
-    error). ``own`` is the index of this rank's own part when the world is the one that saved them.
+    error; called with ``check_only=True`` it raises what the import would, changing nothing).
+    ``own`` is the index of this rank's own part when the world is the one that saved them.
 
     When no ID changed its rank (:func:`_unmoved`), the own part loads as it was (bit-exact, its free
     list and admission sketch included). Otherwise each part gives the rows whose IDs this rank now
@@ -120,7 +121,7 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     if _unmoved(coll, table, parts, own, owners):
         if "dynamic_ids" not in parts[own]:  # type: ignore[index]
             raise InvalidInputError(f"{where}: table {table!r}: this rank's own saved part holds no ID map")
-        return lambda: load_exact(coll, table, parts[own])  # type: ignore[index]
+        return lambda check_only=False: load_exact(coll, table, parts[own], check_only)  # type: ignore[index]
     light = [i for i, p in enumerate(parts) if "dynamic_ids" not in p]
     in_use = sum(_in_use(p) for p in parts)
     if light and in_use:
@@ -157,12 +158,12 @@ def prepare(coll: Any, table: str, parts: Sequence[dict[str, torch.Tensor]], own
     state = torch.cat(states) if states else None
     no_ids = torch.zeros(0, dtype=torch.int64)
 
-    def load() -> None:
+    def load(check_only: bool = False) -> None:
         dynamic.import_rows(coll, table, torch.cat(ids) if ids else no_ids, rows, state,
                             counts=torch.cat(counts) if counts else no_ids,
                             last_seen=torch.cat(last) if last else no_ids, sketch=sketch, sketch_adds=adds,
-                            sketch_indexing=indexing, **totals)
-        if dropped:  # once the load happened (a refused one drops nothing)
+                            sketch_indexing=indexing, check_only=check_only, **totals)
+        if dropped and not check_only:  # once the load happened (a refused one drops nothing)
             warnings.warn(dropped, RuntimeWarning, stacklevel=2)
     return load
 
@@ -305,7 +306,9 @@ def _check_shape(table: str, part: dict[str, torch.Tensor], me: dict[str, torch.
                                 f"{want} (a damaged checkpoint?)")
 
 
-def load_exact(coll: Any, table: str, entries: dict[str, torch.Tensor]) -> None:
+def load_exact(coll: Any, table: str, entries: dict[str, torch.Tensor], check_only: bool = False) -> None:
     """Load an :func:`export` of ``table``'s shard as it was (bit-exact, its free list and admission
-    sketch included): a load onto the layout that saved it, or a refused load's undo."""
-    dynamic.import_state(coll, table, entries, entries["weight"], entries.get("optimizer_state"))
+    sketch included): a load onto the layout that saved it, or a refused load's undo (``check_only``:
+    raise what the load would, changing nothing)."""
+    dynamic.import_state(coll, table, entries, entries["weight"], entries.get("optimizer_state"),
+                         check_only=check_only)
