@@ -38,6 +38,7 @@ state is not, so a reused row would inherit the previous ID's moments; the colle
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import math
 import os
 import threading
@@ -283,6 +284,16 @@ def load(ebc: Any, table: str | int, path: str | os.PathLike[str]) -> None:
     ebc = _unsharded(_pooled(ebc), "load")
     _lib.call(_lib.fn("recgo_dynamic_load"), ebc._handle.value, _index(ebc, table),
               _lib.c_path(path))
+
+
+def changes(ebc: Any, table: str | int) -> int:
+    """How many times table ``table``'s rows changed owner: rows freed (evictions, max-age sweeps) and
+    checkpoints loaded, ever. Unlike :func:`stats`' ``evicted``, which a load restores, a load moves it
+    on: while it stands still, a forward's rows are as it left them."""
+    ebc = _pooled(ebc)
+    out = ctypes.c_int64()
+    _lib.call(_lib.fn("recgo_dynamic_changes"), ebc._handle.value, _index(ebc, table), ctypes.byref(out))
+    return out.value
 
 
 def export_state(ebc: Any, table: str | int) -> dict[str, torch.Tensor]:

@@ -104,8 +104,7 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
     cfg = coll._configs[t]
     with torch.no_grad():
         if cfg.dynamic is not None:
-            for i, p in enumerate(parts):  # another rank's part may be light (_dynamic.LIGHT)
-                check_dynamic_part(cfg, p, where, InvalidInputError, light=i != own)
+            _check_dynamic_parts(cfg, parts, own, where)
             _dynamic.restore(coll, cfg.name, parts, own, where)
             steps = [p["optimizer_step"] for p in parts if isinstance(p.get("optimizer_step"), torch.Tensor)]
             if steps:  # (as load() and put_rows take it: the last part's)
@@ -117,6 +116,19 @@ def redistribute(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None
             put_rows(coll, t, p, staged, where, need_state=False)
         check_covered(coll, t, staged.covered, where, InvalidInputError)
         staged.commit(shard)
+
+
+def check_parts(coll: Any, t: int, parts: list[dict[str, Any]], own: int | None, where: str) -> None:
+    """Raise what :func:`redistribute` of dynamic-ID table ``t`` from ``parts`` would (the engine's
+    checks included), changing nothing: a load checks every such table before it changes any, since
+    an import, even one put back, replaces the rows a pending backward's forward looked up."""
+    _check_dynamic_parts(coll._configs[t], parts, own, where)
+    _dynamic.prepare(coll, coll._configs[t].name, parts, own, where)(check_only=True)
+
+
+def _check_dynamic_parts(cfg: Any, parts: list[dict[str, Any]], own: int | None, where: str) -> None:
+    for i, p in enumerate(parts):  # another rank's part may be light (_dynamic.LIGHT)
+        check_dynamic_part(cfg, p, where, InvalidInputError, light=i != own)
 
 
 def check_dynamic_part(cfg: Any, part: Mapping[str, Any], where: str, err: type[Exception],

@@ -18,8 +18,9 @@ from ..modules._load_whole import put_back, save_tables
 from ..modules._distributed_values import make_whole
 from ..modules._storage import allow_weights_only
 from .._rank_tags import RANK_TAG, SHARD_IDS, rank_tag
+from .. import dynamic
 from . import _dynamic, _failed
-from ._reshard import check_steps, redistribute
+from ._reshard import check_parts, check_steps, redistribute
 
 
 def tables_attr(module: Any) -> str:
@@ -112,6 +113,10 @@ def own_keys(module: Any, state_dict: dict, prefix: str, _meta: Any,
     try:
         _own_keys(module, state_dict, prefix, unexpected, _errors,
                   None if saved is None else lambda name: saved.extend(save_tables(module, {}, prefix, [name])))
+        # this rank's own entries load after this hook, table by table: the engine checks every dynamic
+        # table's first, so a refused one leaves the others unimported (an import, even one put back,
+        # replaces the rows a pending backward's forward looked up)
+        dynamic.check_checkpoint(module, state_dict, _tables_prefix(module, prefix))
     except BaseException:
         if saved:
             put_back(module, saved)
@@ -127,6 +132,7 @@ def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _err
     module._loading = (p, _errors, len(_errors))  # for reloaded_keys: did every table load?
     for cfg in module._configs:  # before any table changes: a refused set leaves them all as they were
         _check_set_steps(module, cfg, state_dict, _tagged(state_dict, f"{p}{cfg.name}."))
+    work: list[tuple[int, Any, list[dict[str, Any]], int | None, list[str]]] = []  # tables to re-distribute
     for t, cfg in enumerate(module._configs):
         head = f"{p}{cfg.name}."
         tagged = _tagged(state_dict, head)
@@ -168,10 +174,16 @@ def _own_keys(module: Any, state_dict: dict, prefix: str, unexpected: list, _err
                                                                                  "optimizer_state"):
             unexpected.append(f"{head}optimizer_state")  # as torch reports it for a collection without one
             loaded.discard("optimizer_state")
+        work.append((t, cfg, parts, own, [f"{head}{e}" for e in loaded]))
+    where = f"rank {g.rank}: loading the state dict"
+    for t, cfg, parts, own, _ in work:  # every dynamic table checked by the engine before any table changes
+        if cfg.dynamic is not None:
+            check_parts(module, t, parts, own, where)
+    for t, cfg, parts, own, keys in work:
         if before_change is not None:
             before_change(cfg.name)
-        redistribute(module, t, parts, own, f"rank {g.rank}: loading the state dict")
-        module._reloaded += [f"{head}{e}" for e in loaded]
+        redistribute(module, t, parts, own, where)
+        module._reloaded += keys
 
 
 def _check_shapes(module: Any, cfg: Any, state_dict: dict, entries: dict[str, str], rank: int) -> None:

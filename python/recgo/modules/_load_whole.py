@@ -35,6 +35,7 @@ class _Saved:
     buffers: dict[str, Any]
     values: dict[str, torch.Tensor]
     dynamic: dict[str, torch.Tensor] | None
+    changes: int = 0  # a dynamic-ID table's (recgo.dynamic.changes) when saved
 
 
 def _tables(coll: nn.Module) -> tuple[str, nn.ModuleDict, dict[str, bool]]:
@@ -64,7 +65,8 @@ def save_tables(coll: nn.Module, state_dict: Mapping[str, Any], prefix: str,
         values = {k: v.detach().clone() for k, v in [*m._parameters.items(), *m._buffers.items()]
                   if v is not None and not (is_dyn and k in ("weight", "optimizer_state"))}
         out.append(_Saved(m, dict(m._parameters), dict(m._buffers), values,
-                          dynamic._export(coll, name, rows=True) if is_dyn else None))
+                          dynamic._export(coll, name, rows=True) if is_dyn else None,
+                          dynamic.changes(coll, name) if is_dyn else 0))
     return out
 
 
@@ -80,7 +82,9 @@ def put_back(coll: nn.Module, saved: list[_Saved]) -> None:
             s.module._buffers.update(s.buffers)
             for k, v in s.values.items():
                 (s.params.get(k) if k in s.params else s.buffers[k]).copy_(v)
-            if s.dynamic is not None:
+            # a dynamic-ID table no import reached is as it was: importing it again would replace the rows
+            # a pending backward's forward looked up, and that backward would drop their gradients
+            if s.dynamic is not None and dynamic.changes(coll, names[id(s.module)]) != s.changes:
                 e = s.dynamic
                 dynamic.import_state(coll, names[id(s.module)], e, e["weight"], e.get("optimizer_state"))
 
