@@ -87,18 +87,15 @@ func IOf(format string, args ...any) error { return New(ErrIO, format, args...) 
 // Capacityf returns an ErrCapacity error with the formatted message.
 func Capacityf(format string, args ...any) error { return New(ErrCapacity, format, args...) }
 
-// Catch turns a panic of the calling function into an unclassified error (status [CodeInternal])
-// stored in *err, with the panic's value and stack: deferred as `defer errs.Catch(&err)` by the
-// C ABI's exports and by the engine's own goroutines, where a panic would otherwise end the process
-// that loaded the library.
-func Catch(err *error) {
-	if r := recover(); r != nil {
-		*err = fmt.Errorf("internal error (a bug in recgo, please report it): %v\n%s", r, debug.Stack())
-	}
-}
-
-// Run calls body and returns its error, or the error [Catch] makes of its panic.
+// Run calls body and returns its error, or, when body panics, an unclassified error (status
+// [CodeInternal]) with the panic's value and stack. The C ABI's exports and the engine's own
+// goroutines run their work under it: a panic there would otherwise end the process that loaded
+// the library.
 func Run(body func() error) (err error) {
-	defer Catch(&err)
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("internal error (a bug in recgo, please report it): %v\n%s", r, debug.Stack())
+		}
+	}()
 	return body()
 }
