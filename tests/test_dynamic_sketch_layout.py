@@ -181,3 +181,31 @@ def test_a_sharded_load_merges_sketches_of_one_indexing(tmp_path: Path) -> None:
         assert [_admitted(mixed) for _ in range(MIN_COUNT)] == [0, 0, 0, len(IDS)], "counted anew"
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_an_old_dcp_checkpoint_loads_through_the_planner(tmp_path: Path, sharded: bool) -> None:
+    """A ``torch.distributed.checkpoint`` written before session 43 holds an 11-value meta: the planner
+    resizes the entry to the saved shape, and the unsharded collection (or a sharded one, which
+    re-distributes the unsharded table by ID) keeps indexing 1, so its pending IDs are admitted at
+    min_count as the saving run would have admitted them."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+
+    from recgo.distributed import DCPLoadPlanner, ShardedEmbeddingBagCollection
+
+    dcp.save({"model": old_state_dict(11)}, checkpoint_id=str(tmp_path / "ck"), no_dist=True)
+    if sharded:
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        ebc = ShardedEmbeddingBagCollection.from_ebc(_table()) if sharded else _table()
+        sd = {"model": ebc.state_dict()}
+        assert int(dynamic.export_state(ebc, "t")["dynamic_meta"][_M_INDEXING]) == 2
+        dcp.load(sd, checkpoint_id=str(tmp_path / "ck"), planner=DCPLoadPlanner(), no_dist=not sharded)
+        ebc.load_state_dict(sd["model"])
+        meta = dynamic.export_state(ebc, "t")["dynamic_meta"]
+        assert meta.numel() == _META_LEN and int(meta[_M_INDEXING]) == 1
+        assert [_admitted(ebc), _admitted(ebc)] == [0, len(IDS)], "3rd sighting, then the 4th: min_count"
+    finally:
+        if sharded:
+            dist.destroy_process_group()
