@@ -482,13 +482,7 @@ func (s *parquetSource) parse(row parquet.Row, r int64, b *Batch) error {
 func (s *parquetSource) Position() Position { return named(s.pos, s.names) }
 
 func (s *parquetSource) Seek(p Position) (err error) {
-	if s.closed {
-		return errs.Invalidf("reader: source is closed")
-	}
-	if p.File < 0 || p.File >= len(s.paths) || p.Row < 0 || p.Global < p.Row {
-		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(s.paths))
-	}
-	if err := checkName(p, s.paths); err != nil {
+	if err := checkSeek(s.closed, p, s.paths); err != nil {
 		return err
 	}
 	if err := s.openFile(p.File); err != nil {

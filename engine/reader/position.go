@@ -110,6 +110,18 @@ func named(p Position, names []string) Position {
 	return p
 }
 
+// checkSeek refuses a seek to p in a source over paths: a closed source, a position outside the
+// files, or one taken in other files (checkName). The readers share it so they refuse alike.
+func checkSeek(closed bool, p Position, paths []string) error {
+	if closed {
+		return errs.Invalidf("reader: source is closed")
+	}
+	if p.File < 0 || p.File >= len(paths) || p.Row < 0 || p.Global < p.Row {
+		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(paths))
+	}
+	return checkName(p, paths)
+}
+
 // checkName refuses a position (its File within paths) whose file is not the one it was taken in:
 // other files, or the same ones listed in another order, would resume at other rows. Names are the
 // files' trailing path elements (fileNames; a position taken before session 40 holds base names), so

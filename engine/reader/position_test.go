@@ -211,3 +211,46 @@ func TestPositionNamesFilesThatShareABaseName(t *testing.T) {
 	old.Name = "part-0.csv"
 	assert.NoError(t, open(dir, "day2", "day1").Seek(old), "a base name alone: compared as before")
 }
+
+// Both file readers refuse a seek alike (checkSeek): a position outside the files, with a negative
+// row, with fewer rows before it than its row, or on a closed source.
+func TestSeekRefusals(t *testing.T) {
+	dir := t.TempDir()
+	csvPath, pqPath := filepath.Join(dir, "a.csv"), filepath.Join(dir, "a.parquet")
+	require.NoError(t, os.WriteFile(csvPath, []byte("a\n1\n2\n"), 0o644))
+	writeParquet(t, pqPath, pqRows(3))
+	open := map[string]func() (Source, error){
+		"csv": func() (Source, error) {
+			return NewCSV([]string{csvPath}, CSVOptions{Columns: []Column{{Name: "a", Role: RoleSparse}}, Header: true})
+		},
+		"parquet": func() (Source, error) { return NewParquet([]string{pqPath}, ParquetOptions{Columns: pqCols}) },
+	}
+	cases := []struct {
+		name  string
+		pos   Position
+		close bool
+		want  string
+	}{
+		{"file past the end", Position{File: 1}, false, "does not fit 1 files"},
+		{"negative file", Position{File: -1}, false, "does not fit 1 files"},
+		{"negative row", Position{Row: -1}, false, "does not fit 1 files"},
+		{"global before row", Position{Row: 2, Global: 1}, false, "does not fit 1 files"},
+		{"closed", Position{}, true, "source is closed"},
+	}
+	for kind, mk := range open {
+		for _, tc := range cases {
+			t.Run(kind+"/"+tc.name, func(t *testing.T) {
+				src, err := mk()
+				require.NoError(t, err)
+				if tc.close {
+					require.NoError(t, src.Close())
+				} else {
+					defer src.Close()
+				}
+				err = src.Seek(tc.pos)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), tc.want)
+			})
+		}
+	}
+}

@@ -382,13 +382,7 @@ func (l *lines) endFile() error {
 
 // seek continues from p: by byte offset in a plain file, by re-reading to the row in a gzip file.
 func (l *lines) seek(p Position) error {
-	if l.closed {
-		return errs.Invalidf("reader: source is closed")
-	}
-	if p.File < 0 || p.File >= len(l.paths) || p.Row < 0 || p.Global < p.Row {
-		return errs.Invalidf("reader: position %+v does not fit %d files", p, len(l.paths))
-	}
-	if err := checkName(p, l.paths); err != nil {
+	if err := checkSeek(l.closed, p, l.paths); err != nil {
 		return err
 	}
 	if err := l.openFile(p.File); err != nil {
