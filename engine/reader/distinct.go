@@ -6,6 +6,18 @@ import (
 	"github.com/recgo/recgo/internal/errs"
 )
 
+// checkFiles refuses what no file reader opens: an empty file list, options that do not check, or a
+// file listed twice (checkDistinct).
+func checkFiles(paths []string, opt *Options) error {
+	if len(paths) == 0 {
+		return errs.Invalidf("reader: no files given")
+	}
+	if err := opt.check(); err != nil {
+		return err
+	}
+	return checkDistinct(paths)
+}
+
 // checkDistinct refuses a file list that names one file twice, by any spelling: the same path
 // twice, "a.csv" and "./a.csv", a symbolic or hard link beside its target, or a file that two glob
 // patterns (expanded before the list reaches the reader) both match. Every reader reads each row

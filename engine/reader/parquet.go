@@ -25,13 +25,7 @@ type ParquetOptions struct {
 
 // NewParquet opens Parquet files as one source, with columns mapped like [NewCSV]'s.
 func NewParquet(paths []string, opt ParquetOptions) (Source, error) {
-	if len(paths) == 0 {
-		return nil, errs.Invalidf("reader: no files given")
-	}
-	if err := opt.check(); err != nil {
-		return nil, err
-	}
-	if err := checkDistinct(paths); err != nil {
+	if err := checkFiles(paths, &opt.Options); err != nil {
 		return nil, err
 	}
 	plan, err := planColumns(opt.Columns)

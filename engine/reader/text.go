@@ -57,13 +57,7 @@ type lines struct {
 // newLines opens paths as lines; a CSV reader gives its delimiter (quoted fields may then span lines,
 // see record), others 0.
 func newLines(paths []string, opt Options, header bool, onOpen func(string, []byte) error, delim byte) (*lines, error) {
-	if len(paths) == 0 {
-		return nil, errs.Invalidf("reader: no files given")
-	}
-	if err := opt.check(); err != nil {
-		return nil, err
-	}
-	if err := checkDistinct(paths); err != nil {
+	if err := checkFiles(paths, &opt); err != nil {
 		return nil, err
 	}
 	// Every file must open (and pass its header check) before any is read, so that a bad path or
