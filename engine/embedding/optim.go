@@ -24,6 +24,7 @@ const (
 
 var kindNames = [...]string{"none", "sgd", "adagrad", "rowwise_adagrad", "adam", "adamw"}
 
+// String is the kind's name as Python spells it ("rowwise_adagrad"), or OptimizerKind(n) for others.
 func (k OptimizerKind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]

@@ -19,6 +19,7 @@ const (
 	KindBytes
 )
 
+// String names the kind in error messages.
 func (k Kind) String() string {
 	switch k {
 	case KindInt64:

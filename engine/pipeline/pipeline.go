@@ -27,6 +27,7 @@ const (
 	StageFormat
 )
 
+// String is the stage's name: read, transform or format.
 func (s Stage) String() string {
 	return [...]string{"read", "transform", "format"}[s]
 }
@@ -38,10 +39,12 @@ type StageError struct {
 	Err   error
 }
 
+// Error names the step and stage, then the cause.
 func (e *StageError) Error() string {
 	return fmt.Sprintf("input pipeline step %d, %s stage: %v", e.Step, e.Stage, e.Err)
 }
 
+// Unwrap is the cause, for errors.Is and errors.As (an errs code among them).
 func (e *StageError) Unwrap() error { return e.Err }
 
 // Table groups output features that look up one embedding table: the FORMAT stage deduplicates

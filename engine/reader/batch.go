@@ -267,6 +267,7 @@ type ParseError struct {
 	Rows     int64 // the malformed rows a Consumed error covers (0: one)
 }
 
+// Error names where the malformed input is (file, line, row, column) and what was wrong with it.
 func (e *ParseError) Error() string {
 	where := e.File
 	if e.Line >= 0 {

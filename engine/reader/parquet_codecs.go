@@ -71,6 +71,7 @@ type PageError struct {
 	Err      error // why the data is not valid; nil when it decodes to more than declared
 }
 
+// Error says why the page does not decode as its header declares (its codec, the declared size).
 func (e *PageError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("the page decodes (%s) to more than the %d bytes its header declares", e.Codec, e.Declared)

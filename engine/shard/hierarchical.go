@@ -38,6 +38,7 @@ const (
 	Hierarchical
 )
 
+// String is the mode's name: flat or hierarchical.
 func (m Mode) String() string {
 	if m == Hierarchical {
 		return "hierarchical"

@@ -27,6 +27,7 @@ const (
 
 var kindNames = [...]string{"hash", "table_wise", "row_wise", "data_parallel"}
 
+// String is the sharding kind's name as Python spells it ("table_wise").
 func (k Kind) String() string {
 	if k >= 0 && int(k) < len(kindNames) {
 		return kindNames[k]

@@ -44,6 +44,7 @@ const (
 
 var returnNames = [...]string{"auto", "rows", "pooled"}
 
+// String is the return's name as Python spells it: auto, rows or pooled.
 func (r Return) String() string {
 	if r >= 0 && int(r) < len(returnNames) {
 		return returnNames[r]

@@ -77,6 +77,7 @@ def stride_of_ranks(per_key_per_rank: Any, nkeys: int) -> int:
 
 
 def check_stride(given: int | None, actual: int) -> int:
+    """``actual`` (the batch size the lengths give), after refusing a ``stride`` given that disagrees."""
     # a traced batch size (torch.export with a dynamic batch) is compared as it is: int() would fix it
     if given is not None and (given if isinstance(given, torch.SymInt) else int(given)) != actual:
         raise InvalidInputError(f"stride {given} disagrees with the lengths (batch size {actual})")

@@ -63,6 +63,7 @@ class Stream:
         raise NotImplementedError
 
     def state_dict(self) -> dict[str, Any]:  # pragma: no cover - interface
+        """The stream's position (epoch and reader position), from which :meth:`Source.stream` resumes."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -87,6 +88,7 @@ class Source:
         raise NotImplementedError
 
     def validation(self) -> list[Batch]:  # pragma: no cover - interface
+        """The held-out batches, the same on every call (the evaluation's data)."""
         raise NotImplementedError
 
     def batches_per_epoch(self, world_size: int = 1) -> int:
@@ -146,6 +148,7 @@ class _PipelineStream(Stream):
                                 "1/N of it and --batch-size is per rank): lower --batch-size or give more data")
 
     def state_dict(self) -> dict[str, Any]:
+        """The epoch and the pipeline's position (:meth:`Stream.state_dict`)."""
         return {"epoch": self.epoch, "position": self._pipe.position()}
 
     def close(self) -> None:
