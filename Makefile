@@ -70,7 +70,7 @@ fuzz:
 	done
 
 test-py:
-	@$(PY) -m pytest -q tests
+	@$(PY) -m pytest -q --durations=15 tests  # the slowest tests listed: the warm run is to stay near 15 minutes
 
 wheel: setup
 	$(PY) -m pip wheel --no-deps --no-build-isolation -w dist .  # py3-none-manylinux_*: one wheel for every Python
