@@ -116,6 +116,12 @@ class KeyedTensor:
             return KeyedTensor._over(self._keys, self._length_per_key, values, self._key_dim)
         return KeyedTensor(self._keys, self._length_per_key, values, self._key_dim)
 
+    def wait(self) -> "KeyedTensor":
+        """This KeyedTensor itself. TorchRec's sharded collections (``DistributedModelParallel``) return
+        a ``LazyAwaitable`` that scripts finish with ``.wait()`` (``model(kjt).wait()``); recgo's
+        outputs are ready when returned, so the call is kept for those scripts."""
+        return self
+
     def size_in_bytes(self) -> int:
         """Bytes held by the values (TorchRec's ``size_in_bytes``)."""
         return tensors_bytes(self._values)
@@ -186,6 +192,16 @@ class KeyedTensor:
 
     def __repr__(self) -> str:
         return f"KeyedTensor(keys={short_keys(self._keys)}, shape={tuple(self._values.shape)}{where(self._values)})"
+
+
+class ReadyDict(dict):
+    """A sharded ``EmbeddingCollection``'s output: ``{feature: JaggedTensor}``, a plain ``dict`` that
+    also has :meth:`wait`, since TorchRec's sharded collection returns a ``LazyAwaitable`` of that dict
+    which scripts finish with ``.wait()``."""
+
+    def wait(self) -> "ReadyDict":
+        """This dict itself (the lookups are done when the collection returns)."""
+        return self
 
 
 def _regroup(keyed_tensors: Sequence[Any], groups: Sequence[Sequence[str]]) -> list[torch.Tensor]:

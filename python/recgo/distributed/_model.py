@@ -205,8 +205,11 @@ def _torchrec_plan(plan: Any, path: str, configs: list[Any]) -> tuple[dict[str, 
     ``path`` (whose tables' configs are ``configs``)."""
     module = plan.plan.get(path)
     if module is None:
+        hint = ("; TorchRec's planner plans only TorchRec's modules, and leaves recgo's out: plan the model "
+                "built with TorchRec's collections (shard_model converts them), or pass recgo.planner's plan "
+                "or a sharding kind" if not plan.plan else "")
         raise InvalidInputError(f"shard_model: the TorchRec plan has no entry for the collection at {path!r} "
-                                f"(it plans {sorted(plan.plan)})")
+                                f"(it plans {sorted(plan.plan)}){hint}")
     sharding, ranks, splits = {}, {}, {}
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else None
     for cfg in configs:
@@ -286,8 +289,7 @@ _EMB_OPTIM = {"EXACT_SGD": ("torch.optim", "SGD"), "SGD": ("torch.optim", "SGD")
               "EXACT_ROWWISE_ADAGRAD": ("torchrec.optim", "RowWiseAdagrad"),
               "ROWWISE_ADAGRAD": ("torchrec.optim", "RowWiseAdagrad"), "ADAM": ("torch.optim", "Adam")}
 # DMP's arguments with no recgo counterpart, and why.
-_DMP_ONLY = {"env": "recgo shards over torch.distributed's default group (or group=)",
-             "init_data_parallel": "the dense part is always wrapped (ddp=False leaves it unwrapped)",
+_DMP_ONLY = {"init_data_parallel": "the dense part is always wrapped (ddp=False leaves it unwrapped)",
              "init_parameters": "meta parameters are always initialised",
              "data_parallel_wrapper": "the dense part is wrapped in DistributedDataParallel (ddp=False: not at all)"}
 
@@ -339,6 +341,7 @@ def _check_dmp_arguments(kwargs: dict[str, Any]) -> None:
     device = kwargs.pop("device", None)
     if device is not None and torch.device(device).type != "cpu":
         raise InvalidInputError(f"shard_model: device {device}: recgo's sharded tables live in CPU memory")
+    _check_env(kwargs.pop("env", None))
     dmp_only = sorted(set(kwargs) & set(_DMP_ONLY))
     if dmp_only:
         k = dmp_only[0]
@@ -350,6 +353,23 @@ def _check_dmp_arguments(kwargs: dict[str, Any]) -> None:
     if unknown:
         raise InvalidInputError(f"shard_model: unknown arguments {unknown} (the sharded collections take "
                                 f"{sorted(takes)})")
+
+
+def _check_env(env: Any) -> None:
+    """DMP's ``env=``: a TorchRec ``ShardingEnv`` over torch.distributed's default (world) group, which
+    recgo shards over (``ShardingEnv.from_process_group(dist.group.WORLD)``, as TorchRec's sharding
+    tutorial passes it), is taken; one over another group, or a local one (``from_local``, no group),
+    raises naming it, as recgo has no way to shard over another group."""
+    if env is None:
+        return
+    pg = getattr(env, "process_group", None)
+    if pg is not None and dist.is_available() and dist.is_initialized() and pg is dist.group.WORLD:
+        return
+    what = ("no process group (ShardingEnv.from_local)" if pg is None
+            else "a process group other than torch.distributed's default one")
+    raise InvalidInputError(f"shard_model: DistributedModelParallel's env= has {what}: recgo shards over the "
+                            "default (world) group only; leave env= out, or pass "
+                            "ShardingEnv.from_process_group(dist.group.WORLD)")
 
 
 def _is_torchrec_plan(plan: Any) -> bool:

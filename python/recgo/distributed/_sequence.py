@@ -9,6 +9,7 @@ from torch import nn
 
 from ..errors import InvalidInputError
 from ..jagged import JaggedTensor
+from ..keyed import ReadyDict
 from ..modules import _vbe, optim
 from ..modules._sequence_batch import as_torchrec, jagged, key_counts, torchrec_dtypes, with_indices
 from ..modules._trace import traced_as_leaf
@@ -110,10 +111,10 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
     # -- forward / backward -----------------------------------------------------------------------
 
     @traced_as_leaf
-    def forward(self, features: Any) -> dict[str, Any]:  # type: ignore[override]
+    def forward(self, features: Any) -> ReadyDict:  # type: ignore[override]
         """Look up every ID of this rank's batch (recgo or TorchRec KJT with every feature; keys no
         table reads are ignored) across the world: ``{feature: JaggedTensor}`` with ``[n, D]`` values,
-        in config order."""
+        in config order (a ``dict`` with ``wait()``, which TorchRec scripts call on DMP's output)."""
         torchrec_in = torchrec_dtypes(features)  # a TorchRec batch's dtypes, which the outputs keep
         _failed.refuse(self, "forward")
         with refused_together(self, sequence=True):  # a batch refused here stops the step on every rank
@@ -141,4 +142,4 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         if self._need_indices:
             # the engine batch's keys are the output names (a key several tables read is repeated under each)
             out = with_indices(out, kjt, {k: k for k in self._names})
-        return as_torchrec(out, torchrec_in) if torchrec_in else out
+        return ReadyDict(as_torchrec(out, torchrec_in) if torchrec_in else out)
