@@ -96,6 +96,26 @@ def test_unsharded_keyed_tensor_wait_is_itself() -> None:
     assert torch.equal(kt.wait()["user"], kt.to_dict()["user"])
 
 
+def test_the_ready_dict_is_a_dict_to_pytree() -> None:
+    """The sharded sequence collection's ``ReadyDict`` flattens as a dict (its JaggedTensors' tensors are
+    the leaves) and unflattens to a ReadyDict; as a subclass of dict pytree did not know, it was one
+    leaf, so DDP's output hooks (static_graph's delayed all-reduce) and ``torch.export`` saw no tensor
+    in it. Its spec survives ``treespec_dumps``/``loads`` (``torch.export.save``)."""
+    import torch.utils._pytree as pytree
+
+    from recgo.keyed import ReadyDict
+
+    jt = recgo.JaggedTensor(torch.arange(6.0).reshape(3, 2), lengths=torch.tensor([1, 2]))
+    d = ReadyDict(user=jt, product=recgo.JaggedTensor(torch.ones(1, 2), lengths=torch.tensor([0, 1])))
+    leaves, spec = pytree.tree_flatten(d)
+    assert sum(isinstance(x, torch.Tensor) for x in leaves) == 4  # each JaggedTensor's values and lengths
+    back = pytree.tree_unflatten([x * 2 if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                  for x in leaves], spec)
+    assert type(back) is ReadyDict and list(back) == ["user", "product"] and back.wait() is back
+    assert torch.equal(back["user"].values(), jt.values() * 2) and torch.equal(back["user"].lengths(), jt.lengths())
+    assert pytree.treespec_loads(pytree.treespec_dumps(spec)) == spec
+
+
 def test_env_and_empty_torchrec_plan_are_named(tmp_path: Path) -> None:
     """``env=`` that is not the world group, and a TorchRec plan its planner made for recgo's
     collections (empty: the planner plans TorchRec's modules only), raise saying what to do."""

@@ -25,7 +25,7 @@ import torch.utils._pytree as pytree
 
 from .errors import InvalidInputError
 from .jagged import JaggedTensor, _int_tensor
-from .keyed import KeyedTensor
+from .keyed import KeyedTensor, ReadyDict
 from .sparse import KeyedJaggedTensor, as_kjt
 
 _FIELDS = ("_values", "_weights", "_lengths", "_offsets")  # the children of both jagged types
@@ -151,8 +151,18 @@ def _kt_flatten_spec(t: Any, spec: Any) -> list[Any]:
     return [KeyedTensor.regroup([t], [keys])[0]]
 
 
+def _ready_flatten(d: ReadyDict) -> tuple[list[Any], list[Any]]:
+    return list(d.values()), list(d.keys())
+
+
+def _ready_unflatten(children: Any, context: Any) -> ReadyDict:
+    return ReadyDict(zip(context, children))
+
+
 def register() -> None:
-    """Register the three types (once; a second call changes nothing)."""
+    """Register the four types (once; a second call changes nothing). A :class:`ReadyDict` (a sharded
+    ``EmbeddingCollection``'s output) is a dict to pytree users: unregistered, it was one leaf, so
+    ``DistributedDataParallel``'s output hooks and ``torch.export`` saw none of its tensors."""
     if KeyedJaggedTensor in pytree.SUPPORTED_NODES:
         return
     pytree.register_pytree_node(
@@ -170,6 +180,11 @@ def register() -> None:
         serialized_type_name="recgo.KeyedTensor",
         to_dumpable_context=_to_json, from_dumpable_context=_kt_context_from_json,
         flatten_with_keys_fn=lambda t: ([(pytree.GetAttrKey("_values"), t._values)], _kt_context(t)))
+    pytree.register_pytree_node(
+        ReadyDict, _ready_flatten, _ready_unflatten, serialized_type_name="recgo.ReadyDict",
+        to_dumpable_context=_to_json, from_dumpable_context=json.loads,
+        flatten_with_keys_fn=lambda d: ([(pytree.MappingKey(k), v) for k, v in d.items()], list(d.keys())))
     fx_pytree.register_pytree_flatten_spec(KeyedJaggedTensor, _kjt_flatten_spec)
     fx_pytree.register_pytree_flatten_spec(JaggedTensor, lambda j, spec: _fields(j, _FIELDS))
     fx_pytree.register_pytree_flatten_spec(KeyedTensor, _kt_flatten_spec)
+    fx_pytree.register_pytree_flatten_spec(ReadyDict, lambda d, spec: [d[k] for k in spec.context])
