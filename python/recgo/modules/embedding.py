@@ -71,6 +71,7 @@ from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
 from ._merged import merged_update
+from ._replicated import refuse_in_ddp
 from ._trace import refuse_script, traced_as_leaf
 from ._tables import _MODES, _Table  # _Table: also the name earlier pickles of collections hold
 from ._load_whole import collection_load
@@ -306,7 +307,10 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
     def _fused_keep(self, tables: Sequence[int]) -> tuple[bool, list[bool] | None]:
         """Whether a fused forward over ``tables`` (indices) keeps a context, and which of them its
         update leaves out (``_storage.fused_keep``)."""
-        return fused_keep([self.embedding_bags[self._configs[i].name].weight for i in tables])
+        keep, frozen = fused_keep([self.embedding_bags[self._configs[i].name].weight for i in tables])
+        if keep:  # a backward would update them
+            refuse_in_ddp(self, tables)
+        return keep, frozen
 
     def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
         """(per KJT key: the engine feature it feeds or -1 when no table reads it; and for each further
