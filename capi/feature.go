@@ -8,7 +8,6 @@ import "C"
 
 import (
 	"fmt"
-	"runtime/cgo"
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/feature"
@@ -252,7 +251,7 @@ func recgo_feature_output(rh C.uintptr_t, outValues, outLengths, outWeights *C.u
 		if err != nil {
 			return err
 		}
-		cgo.Handle(rh).Delete()
+		deleteHandle(rh)
 		out, err := res.Assemble()
 		if err != nil {
 			return err

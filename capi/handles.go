@@ -7,6 +7,7 @@ import "C"
 
 import (
 	"runtime/cgo"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/recgo/recgo/internal/capsule"
@@ -16,8 +17,23 @@ import (
 // closer is implemented by handle targets that own memory outside the Go heap.
 type closer interface{ Close() error }
 
+// liveHandles counts the handles newHandle made that deleteHandle has not deleted yet: what Python
+// (or an export that frees its own) still has to free. recgo_live_handles reads it for leak checks.
+var liveHandles atomic.Int64
+
 // newHandle registers v and returns its handle for Python to hold.
-func newHandle(v any) C.uintptr_t { return C.uintptr_t(cgo.NewHandle(v)) }
+func newHandle(v any) C.uintptr_t {
+	h := C.uintptr_t(cgo.NewHandle(v))
+	liveHandles.Add(1)
+	return h
+}
+
+// deleteHandle deletes the live handle h without closing its object; liveHandles counts it gone
+// only once the delete succeeded (cgo.Handle.Delete panics on a handle that is not live).
+func deleteHandle(h C.uintptr_t) {
+	cgo.Handle(h).Delete()
+	liveHandles.Add(-1)
+}
 
 // lookup returns the object behind h as a T, or a named error for a zero, freed or mistyped handle.
 func lookup[T any](h C.uintptr_t, what string) (T, error) {
@@ -69,7 +85,7 @@ func freeHandle(h C.uintptr_t) error {
 	if !ok || h == 0 {
 		return errs.Invalidf("free: handle %d is not live", uint64(h))
 	}
-	cgo.Handle(h).Delete()
+	deleteHandle(h)
 	if c, ok := v.(closer); ok {
 		return c.Close()
 	}

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"io"
 	"runtime"
-	"runtime/cgo"
 	"unsafe"
 
 	"github.com/recgo/recgo/engine/embedding"
@@ -124,7 +123,7 @@ func recgo_pipeline_unnext(h, batch C.uintptr_t, errbuf *C.char, errlen C.size_t
 		if err := p.Unnext(b); err != nil {
 			return err
 		}
-		cgo.Handle(batch).Delete()
+		deleteHandle(batch)
 		return nil
 	})
 }

@@ -9,6 +9,7 @@ package offheap
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -17,6 +18,19 @@ import (
 
 // hugePageThreshold is the size above which a buffer is advised for transparent huge pages.
 const hugePageThreshold = 4 << 20
+
+// mapped counts the bytes of address space mapped by Alloc and Reserve and not yet unmapped by Free.
+var mapped atomic.Int64
+
+// Mapped returns the bytes of address space the package holds mapped now (reserved buffers count
+// whole, touched or not): for leak checks, since the garbage collector never sees this memory.
+func Mapped() int64 { return mapped.Load() }
+
+// newBuffer wraps a mapping of len(mem) bytes and counts it in Mapped.
+func newBuffer(mem []byte) *Buffer {
+	mapped.Add(int64(len(mem)))
+	return &Buffer{mem: mem, size: len(mem)}
+}
 
 // Buffer is a zero-filled region of memory outside the Go heap.
 type Buffer struct {
@@ -41,7 +55,7 @@ func Alloc(n int) (*Buffer, error) {
 		// Advice only: a kernel without THP simply ignores it.
 		_ = syscall.Madvise(mem, 14 /* MADV_HUGEPAGE */)
 	}
-	return &Buffer{mem: mem, size: n}, nil
+	return newBuffer(mem), nil
 }
 
 // Len returns the size in bytes (0 after Free).
@@ -66,6 +80,9 @@ func (b *Buffer) Free() error {
 		return nil
 	}
 	err := syscall.Munmap(b.mem)
+	if err == nil {
+		mapped.Add(-int64(len(b.mem)))
+	}
 	b.mem = nil
 	if err != nil {
 		return fmt.Errorf("offheap: munmap: %w", err)

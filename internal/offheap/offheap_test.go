@@ -38,3 +38,21 @@ func TestNegativeSize(t *testing.T) {
 	_, _, err = Float32s(-3)
 	assert.Error(t, err)
 }
+
+// Mapped counts each mapping from Alloc and Reserve until its (first) Free; empty buffers count nothing.
+func TestMappedCountsLiveMappings(t *testing.T) {
+	base := Mapped()
+	a, err := Alloc(3 * PageSize)
+	require.NoError(t, err)
+	r, err := Reserve(64 << 20)
+	require.NoError(t, err)
+	e, err := Alloc(0)
+	require.NoError(t, err)
+	assert.Equal(t, base+int64(3*PageSize)+64<<20, Mapped())
+	require.NoError(t, r.Free())
+	require.NoError(t, r.Free())
+	assert.Equal(t, base+int64(3*PageSize), Mapped())
+	require.NoError(t, a.Free())
+	require.NoError(t, e.Free())
+	assert.Equal(t, base, Mapped())
+}

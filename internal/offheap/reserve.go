@@ -23,7 +23,7 @@ func Reserve(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, errs.Capacityf("offheap: cannot reserve %d bytes: %v", n, err)
 	}
-	return &Buffer{mem: mem, size: n}, nil
+	return newBuffer(mem), nil
 }
 
 // PageSize is the operating system's page size, the unit in which reserved memory is committed.

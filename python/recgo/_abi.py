@@ -400,6 +400,16 @@ EXPORTS: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         ('errbuf', 'char*'),
         ('errlen', 'size_t'),
     )),
+    'recgo_live_handles': ('int', (
+        ('out', 'int64_t*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
+    'recgo_memory_in_use': ('int', (
+        ('out', 'void*'),
+        ('errbuf', 'char*'),
+        ('errlen', 'size_t'),
+    )),
     'recgo_num_threads': ('int', ()),
     'recgo_optimizer_check': ('int', (
         ('kind', 'int32_t'),
