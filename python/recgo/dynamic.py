@@ -43,6 +43,7 @@ import math
 import os
 import threading
 import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -515,9 +516,22 @@ def _attach_table(ebc: Any, index: int) -> None:
                       "a row is evicted and reused by another ID; pass a fused optimizer (optimizer=) instead",
                       stacklevel=3)
 
+    # The hooks live on the table's module, which the collection holds: a strong reference to the
+    # collection here made a cycle, so a dropped collection (its tables' reserved memory, its engine
+    # handle) was freed only when Python's cyclic collector next ran, which counts Python objects and
+    # not the engine memory they hold.
+    collection = weakref.ref(ebc)
+
+    def owner(what: str) -> Any:
+        ebc = collection()
+        if ebc is None:
+            raise InvalidInputError(f"dynamic table {name!r}: {what} of the table's module alone, after its "
+                                    "collection was collected: the ID map lives with the collection; keep it")
+        return ebc
+
     def save_hook(module: torch.nn.Module, state_dict: dict[str, Any], prefix: str, local_metadata: Any) -> None:
         # Only the rows in use (weight, optimizer_state) travel, with the ID map, from one snapshot.
-        for k, v in _export(ebc, name, rows=True).items():
+        for k, v in _export(owner("state_dict()"), name, rows=True).items():
             if k in ("weight", "optimizer_state") and prefix + k not in state_dict:
                 continue
             state_dict[prefix + k] = v
@@ -530,7 +544,7 @@ def _attach_table(ebc: Any, index: int) -> None:
         if args is None:
             return  # none of the table's entries: torch reports its missing keys (strict) or skips it
         with torch.no_grad():
-            import_state(ebc, name, *args)
+            import_state(owner("load_state_dict()"), name, *args)
         # The engine now holds the checkpoint's rows: make the module's own copy a no-op (copying the
         # whole bound would commit every reserved page).
         state_dict[prefix + "weight"] = module.weight
