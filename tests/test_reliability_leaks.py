@@ -15,10 +15,11 @@ taken for as long as the next full collection took to come.
 from __future__ import annotations
 
 import gc
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 import torch
@@ -391,3 +392,76 @@ def test_long_lived_objects_do_not_grow_the_go_heap() -> None:
     grown = steps(250) - base
     assert grown < 256 << 10, f"the Go heap grew by {grown} bytes over 250 steps"
 
+
+def _interrupted_at_every_call(op: Callable[[], object]) -> int:
+    """Run ``op`` once per Python function call it makes, run k raising KeyboardInterrupt at the first
+    instruction of its k-th call (where a Ctrl-C pending at that point is raised), and assert after
+    each run that every engine handle it made is freed (at the latest when collected). Returns the
+    number of calls swept. A finalizer it interrupts reports to ``sys.unraisablehook``, which is set to
+    drop the report: pytest's keeps it, and with it the object being finalized."""
+    op()
+    base = Counts.now().handles
+    k = 0
+    while True:
+        seen, where = [0], [""]
+
+        def interrupt(frame: Any, event: str, arg: object) -> None:
+            if event == "call":
+                seen[0] += 1
+                if seen[0] > k:
+                    sys.settrace(None)
+                    where[0] = f"{frame.f_code.co_filename}:{frame.f_code.co_name}, called from line {frame.f_back.f_lineno}"
+                    raise KeyboardInterrupt
+
+        hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None
+        sys.settrace(interrupt)
+        try:
+            op()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.settrace(None)
+            sys.unraisablehook = hook
+        if Counts.now(collect=False).handles != base:  # (collecting only then: a collection takes long)
+            assert Counts.now().handles == base, f"a Ctrl-C at {where[0]} left an engine handle behind"
+        if seen[0] <= k:
+            return k
+        k += 1
+
+
+def _interruptible_ops() -> dict[str, Callable[[], object]]:
+    ebc, kjt = _ebc(True), _kjt(_ids(True))
+    ec = recgo.EmbeddingCollection([recgo.EmbeddingConfig(30, 4, "s", ["a"])], optimizer=optim.SGD(lr=0.1), seed=0)
+    seq = _kjt({"a": 30})
+    engine = recgo.FeatureEngine(FEATURES)
+    raw = recgo.KeyedJaggedTensor(["u", "h"], torch.arange(64), lengths=torch.full((16,), 4))
+    from planner_data import TABLES, batches
+
+    prof = P.profile(batches(0, 2, 32), TABLES, sample_rate=1.0, steps=2)
+    topo = P.Topology(nodes=1, gpus_per_node=2, hbm_bytes=30_000, host_bytes=1 << 20, batch_size=512)
+
+    def pipeline() -> None:
+        pipe = recgo.DataPipeline(SOURCE, FEATURES, 300, depth=0)
+        next(pipe)
+        pipe.close()
+    return {
+        "pooled training step": lambda: ebc(kjt).values().sum().backward(),
+        "pooled lookup_stats": lambda: ebc.lookup_stats(kjt),
+        "sequence training forward": lambda: ec(seq),
+        "sequence lookup_stats": lambda: ec.lookup_stats(seq),
+        "feature transform": lambda: engine(raw),
+        "plan": lambda: P.plan(prof, topo, "row_greedy"),
+        "pipeline next and close": pipeline,
+    }
+
+
+@pytest.mark.parametrize("op", ["pooled training step", "pooled lookup_stats", "sequence training forward",
+                                "sequence lookup_stats", "feature transform", "plan", "pipeline next and close"])
+def test_a_ctrl_c_at_any_python_call_leaves_no_handle(op: str) -> None:
+    """A Ctrl-C is raised at the next Python call after it arrives, anywhere. Handles made by a call
+    and carried out of its protected block as raw numbers, to be wrapped by a caller (a forward's
+    context, lookup_stats's, a feature output's buffer, a plan), were lost when it landed in between;
+    and Handle.free, which disarmed its capsule in a ``finally``, lost the handle when it landed
+    before the free itself ran (lookup_stats frees its context so)."""
+    run = _interruptible_ops()[op]
+    assert _interrupted_at_every_call(run) > 10

@@ -29,7 +29,7 @@ import platform
 import threading
 import weakref
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from . import _abi
 from .errors import (AbiError, ForkError, InternalError, InvalidInputError, LibraryNotFoundError, RecgoError,
@@ -290,11 +290,16 @@ def freed_if_interrupted(made: Sequence[Any]) -> Iterator[None]:
         raise
 
 
-def call_making(f: Any, made: Sequence[Any], *args: Any) -> None:
+def call_making(f: Any, made: Sequence[Any], *args: Any, then: Callable[[], Any] | None = None) -> Any:
     """:func:`call` for an export that makes Go objects, writing their handles into the ctypes cells
-    ``made`` (passed by reference among ``args``), within :func:`freed_if_interrupted`."""
+    ``made`` (passed by reference among ``args``), within :func:`freed_if_interrupted`; returns what
+    ``then`` returns, called within it too. ``then`` wraps the handles into their owners (a
+    :class:`Handle`, or an object holding one): a Ctrl-C can land at any Python call after the export
+    returned, so a raw handle carried out of the protected block to be wrapped later was lost when one
+    landed in between (a forward context, a feature output, a plan)."""
     with freed_if_interrupted(made):
         call(f, *args)
+        return then() if then is not None else None
 
 
 def call_json(name: str, *args: Any) -> Any:
@@ -450,10 +455,12 @@ class Handle:
         (the object belongs to the parent's runtime)."""
         h, self._h = self._h, 0
         if h and _lib is not None and not _forked:
-            try:
-                call(fn("recgo_free"), h)
-            finally:  # after the free: an interrupt before this leaves the capsule to free it again,
-                self._disarm()  # which finds the handle not live (handles are never reused)
+            call(fn("recgo_free"), h)
+            # Disarmed only once the free ran: a Ctrl-C raised at any call before it (fn, call, the
+            # error buffer's) or as it returns leaves the capsule armed, to free the handle when
+            # collected or to find it not live (handles are never reused). Disarming in a finally
+            # lost the handle whenever the interrupt came before the free.
+            self._disarm()
 
     def disown(self) -> None:
         """Forget the handle without freeing it (the engine took the object back and frees it itself)."""

@@ -49,9 +49,8 @@ def abandon(coll: Any, exc: BaseException, sequence: bool) -> None:
     reason = (str(exc) or type(exc).__name__).encode()
     buf = ctypes.create_string_buffer(reason, len(reason))
     step = _lib.H(0)
-    _lib.call_making(_lib.fn("recgo_shard_abandon"), [step], coll._handle.value, int(sequence), buf,
-                     len(reason), ctypes.byref(step))
-    handle = _lib.Handle(step.value)
+    handle = _lib.call_making(_lib.fn("recgo_shard_abandon"), [step], coll._handle.value, int(sequence), buf,
+                              len(reason), ctypes.byref(step), then=lambda: _lib.Handle(step.value))
     try:
         drive(handle, coll._groups, {}, coll._wire)
     except InvalidInputError:  # the refusal itself (or a peer's, at the same op): exc says it

@@ -52,10 +52,10 @@ def begin_rows(module: "ShardedEmbeddingBagCollection", key_feature: torch.Tenso
     """Begin a rows step of ``module`` on the engine batch (``values`` and ``lengths`` int64, checked),
     whose forward exchange the caller then drives (:func:`drive_rows`)."""
     step, seq = _lib.H(0), _lib.H(0)
-    _lib.call_making(_lib.fn("recgo_shard_seq_begin"), [step, seq], module._handle.value, ptr(key_feature),
-                     key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(),
-                     ctypes.byref(step), ctypes.byref(seq))
-    return RowsStep(_lib.Handle(step.value), _lib.Handle(seq.value))
+    return _lib.call_making(_lib.fn("recgo_shard_seq_begin"), [step, seq], module._handle.value, ptr(key_feature),
+                            key_feature.numel(), ptr(values), values.numel(), ptr(lengths), lengths.numel(),
+                            ctypes.byref(step), ctypes.byref(seq),
+                            then=lambda: RowsStep(_lib.Handle(step.value), _lib.Handle(seq.value)))
 
 
 def drive_rows(module: "ShardedEmbeddingBagCollection", step: RowsStep) -> None:

@@ -244,13 +244,16 @@ class FeatureEngine:
             desc[i * _DESC_WORDS:(i + 1) * _DESC_WORDS] = row
             keep += tensors
         rh, nv, nl = H(0), I64(0), I64(0)
-        _lib.call_making(self._run, [rh], self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0,
-                         *kjt_args, ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
         vp, lp, wp, weighted, oh = H(0), H(0), H(0), I64(0), H(0)
-        # output frees the result (also when it fails); an interrupt as it returns leaves the buffer's
-        _lib.call_making(self._output, [oh], rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(wp),
-                         ctypes.byref(weighted), ctypes.byref(oh))
-        owner = _lib.Handle(oh.value)  # frees the off-heap buffer once every tensor is gone
+        # Both calls and the owner's making in one protected block (a Ctrl-C can land at any call in
+        # between: the result, or the buffer, was lost then). Output frees the result, also when it
+        # fails; an interrupt after it finds the result not live any more.
+        with _lib.freed_if_interrupted([rh, oh]):
+            _lib.call(self._run, self._h.value, ctypes.addressof(desc), len(self.inputs), size or 0,
+                      *kjt_args, ctypes.byref(rh), ctypes.byref(nv), ctypes.byref(nl))
+            _lib.call(self._output, rh.value, ctypes.byref(vp), ctypes.byref(lp), ctypes.byref(wp),
+                      ctypes.byref(weighted), ctypes.byref(oh))
+            owner = _lib.Handle(oh.value)  # frees the off-heap buffer once every tensor is gone
         del keep
         weights = wrap(wp.value, nv.value, torch.float32, owner) if weighted.value else None
         return KeyedJaggedTensor(self.keys, wrap(vp.value, nv.value, torch.int64, owner),

@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import weakref
+from typing import Any, Callable
 
 import torch
 
@@ -46,6 +47,18 @@ class _Owned(Handle):
         h = self._h
         super().free()
         self._pending.pop(h, None)  # atomic under the GIL, like the store in own()
+
+
+def owning(ctx: ctypes.c_size_t, keep: bool, owner: Callable[[int], Any], ran: Callable[[], None]) -> Callable[[], Any]:
+    """What a forward runs as its engine call's ``then`` (``_lib.call_making``), inside the call's
+    protection against Ctrl-C: ``ran`` (the recomputation check's record, which calls the engine too),
+    then the owner of the context whose raw handle the call wrote into ``ctx``, made by ``owner`` (None
+    without ``keep``). A raw handle returned to be wrapped by the caller was lost to a Ctrl-C landing
+    in between."""
+    def then() -> Any:
+        ran()
+        return owner(ctx.value) if keep else None
+    return then
 
 
 #: The error of a backward that finds no context (a fused graph's backward ran before, or its forward

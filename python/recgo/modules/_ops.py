@@ -74,8 +74,8 @@ def ebc_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.T
     traced, so an exported eval program admits no ID to a dynamic table even if the module is put back
     in training."""
     m = module_for(key, params)
-    out, raw = m._lookup(key_feature, values, lengths, weights, keep, train)
-    return out, m._contexts.ticket(raw)
+    out, ticket = m._lookup(key_feature, values, lengths, weights, keep, train, owner=m._contexts.ticket)
+    return out, m._contexts.ticket(0) if ticket is None else ticket
 
 
 @ebc_forward.register_fake

@@ -41,8 +41,8 @@ def ec_forward(key: int, keep: bool, key_feature: torch.Tensor, values: torch.Te
     those a fused backward leaves out; ``train`` is the module's mode when the call was traced (as
     ``recgo::ebc_forward``'s)."""
     m = module_for(key, params)
-    outs, raw = m._run_forward(key_feature, values, lengths, dims, keep, train)
-    return outs, m._contexts.ticket(raw)
+    outs, ticket = m._run_forward(key_feature, values, lengths, dims, keep, train, owner=m._contexts.ticket)
+    return outs, m._contexts.ticket(0) if ticket is None else ticket
 
 
 @ec_forward.register_fake

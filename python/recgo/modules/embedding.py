@@ -48,7 +48,7 @@ import contextlib
 import copy
 import ctypes
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -66,7 +66,7 @@ from ._weight_grads import batch_weights
 from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot, state_copy
-from ._contexts import ContextStore
+from ._contexts import ContextStore, owning
 from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
@@ -346,29 +346,27 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         return key_feature, values, lengths, weights
 
     def _forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                 weights: torch.Tensor | None, out: torch.Tensor, keep: bool, train: bool | None = None) -> int:
-        """Forward into ``out``; with ``keep``, the raw handle of the context kept for backward (0
-        without; the caller wraps it at once, see ``_contexts.py``). ``train`` (default: the module's
-        mode) admits new IDs to dynamic tables and advances their clocks."""
+                 weights: torch.Tensor | None, out: torch.Tensor, keep: bool, train: bool | None = None,
+                 owner: Callable[[int], Any] = _lib.Handle) -> Any:
+        """Forward into ``out``; with ``keep``, the owner of the context kept for backward, made by
+        ``owner`` from its raw handle before anything can interrupt (see ``_lib.call_making``; None
+        without ``keep``). ``train`` (default: the module's mode) admits new IDs to dynamic tables and
+        advances their clocks."""
         ctx = H(0)
         mode = _eager.forward_mode(self.training, train)
-        ran = _recompute.check(self, mode, values, lengths)
+        kept = owning(ctx, keep, owner, _recompute.check(self, mode, values, lengths))
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
         if prepared is not None:  # a pipeline batch: use the dedup its FORMAT stage computed
             f = _lib.fn("recgo_ebc_forward_prepared")
-            _lib.call_making(f, [ctx], self._handle.value, prepared, ptr(key_feature), key_feature.numel(), ptr(values),
-                             values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(), mode,
-                             int(keep), ctypes.byref(ctx))
-            ran()
-            return ctx.value if keep else 0
+            return _lib.call_making(f, [ctx], self._handle.value, prepared, ptr(key_feature), key_feature.numel(),
+                                    ptr(values), values.numel(), ptr(lengths), lengths.numel(), ptr(out), out.numel(),
+                                    mode, int(keep), ctypes.byref(ctx), then=kept)
         f = _lib.fn("recgo_ebc_forward")
-        _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values),
-                         values.numel(), ptr(lengths), lengths.numel(),
-                         None if weights is None else (weights.data_ptr() or None),
-                         0 if weights is None else weights.numel(), ptr(out), out.numel(), mode, int(keep),
-                         ctypes.byref(ctx))
-        ran()
-        return ctx.value if keep else 0
+        return _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values),
+                                values.numel(), ptr(lengths), lengths.numel(),
+                                None if weights is None else (weights.data_ptr() or None),
+                                0 if weights is None else weights.numel(), ptr(out), out.numel(), mode, int(keep),
+                                ctypes.byref(ctx), then=kept)
 
     def _counts(self, handle: _lib.Handle) -> torch.Tensor:
         n = len(self._configs)
@@ -498,18 +496,19 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
             return self._lookup(key_feature, values, lengths, weights, False)[0]
 
         def forward() -> tuple[list[torch.Tensor], _lib.Handle]:
-            out, raw = self._lookup(key_feature, values, lengths, weights, True)
-            return [out], self._contexts.own(raw)
+            out, ctx = self._lookup(key_feature, values, lengths, weights, True, owner=self._contexts.own)
+            return [out], ctx
 
         return _eager.lookup(forward, lambda h, g: self._eager_backward(h, g, frozen), params,
                              once=self._optimizer is not None)[0]
 
     def _lookup(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                weights: torch.Tensor | None, keep: bool, train: bool | None = None) -> tuple[torch.Tensor, int]:
-        """The pooled output and its kept context's raw handle (``recgo::ebc_forward``'s body and the
-        eager path's); ``train`` as ``_forward``'s."""
+                weights: torch.Tensor | None, keep: bool, train: bool | None = None,
+                owner: Callable[[int], Any] = _lib.Handle) -> tuple[torch.Tensor, Any]:
+        """The pooled output and its kept context's owner (``recgo::ebc_forward``'s body and the eager
+        path's); ``train`` and ``owner`` as ``_forward``'s."""
         out = self._outputs.take([(lengths.numel() // max(1, key_feature.numel()), self._width)])[0]
-        return out, self._forward(key_feature, values, lengths, weights, out, keep, train)
+        return out, self._forward(key_feature, values, lengths, weights, out, keep, train, owner)
 
     def _eager_backward(self, handle: _lib.Handle, grads: list[torch.Tensor],
                         frozen: list[bool] | None = None) -> list[torch.Tensor | None]:
@@ -563,7 +562,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         kjt = as_kjt(features) if vb is None else vb.kjt  # a variable batch: its padding's bags are empty
         out = torch.empty(kjt.stride(), self._width, dtype=torch.float32)
         weights = kjt.weights_or_none() if self._is_weighted else None
-        h = _lib.Handle(self._forward(*self._engine_batch(kjt, weights), out, True, train=False))
+        h = self._forward(*self._engine_batch(kjt, weights), out, True, train=False)
         try:
             counts = self._counts(h).tolist()
         finally:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -31,7 +31,7 @@ from ..errors import InternalError, InvalidInputError, NotFoundError
 from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _recompute, _sequence_ops, _vbe
-from ._contexts import ContextStore
+from ._contexts import ContextStore, owning
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
@@ -246,10 +246,12 @@ class EmbeddingCollection(nn.Module):
         return kjt, plan
 
     def _run_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
-                     dims: list[int], keep: bool, train: bool | None = None) -> tuple[list[torch.Tensor], int]:
-        """Gather into per-key ``[n_k, D_k]`` outputs; with ``keep``, also the raw handle of the context
-        kept for backward (0 without; the caller wraps it at once, see ``_contexts.py``). ``train``
-        (default: the module's mode) admits new IDs to dynamic tables and advances their clocks."""
+                     dims: list[int], keep: bool, train: bool | None = None,
+                     owner: Callable[[int], Any] = _lib.Handle) -> tuple[list[torch.Tensor], Any]:
+        """Gather into per-key ``[n_k, D_k]`` outputs; with ``keep``, also the owner of the context kept
+        for backward, made by ``owner`` from its raw handle before anything can interrupt (see
+        ``_lib.call_making``; None without ``keep``). ``train`` (default: the module's mode) admits new
+        IDs to dynamic tables and advances their clocks."""
         F = key_feature.numel()
         # one key: its rows are the batch's values (the engine checks the lengths add up to them)
         counts = [values.numel()] if F == 1 else key_counts(lengths, F, values.numel())
@@ -259,12 +261,11 @@ class EmbeddingCollection(nn.Module):
         lens = (ctypes.c_int64 * F)(*[n * d for n, d in zip(counts, dims)])
         ctx = H(0)
         mode = _eager.forward_mode(self.training, train)
-        ran = _recompute.check(self._owner, mode, values, lengths)
-        _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), F, ptr(values), values.numel(), ptr(lengths),
-                         lengths.numel(), ctypes.addressof(ptrs), ctypes.addressof(lens) if F else None, F,
-                         mode, int(keep), ctypes.byref(ctx))
-        ran()
-        return outs, ctx.value if keep else 0
+        kept = owning(ctx, keep, owner, _recompute.check(self._owner, mode, values, lengths))
+        return outs, _lib.call_making(f, [ctx], self._handle.value, ptr(key_feature), F, ptr(values), values.numel(),
+                                      ptr(lengths), lengths.numel(), ctypes.addressof(ptrs),
+                                      ctypes.addressof(lens) if F else None, F, mode, int(keep), ctypes.byref(ctx),
+                                      then=kept)
 
     def _counts(self, handle: _lib.Handle) -> list[int]:
         n = len(self._tables)
@@ -345,8 +346,7 @@ class EmbeddingCollection(nn.Module):
     def _eager_forward(self, key_feature: torch.Tensor, values: torch.Tensor, lengths: torch.Tensor,
                        dims: list[int]) -> tuple[list[torch.Tensor], _lib.Handle]:
         """The eager path's forward (``_eager``): the outputs and the kept context's handle."""
-        outs, raw = self._run_forward(key_feature, values, lengths, dims, True)
-        return outs, self._contexts.own(raw)
+        return self._run_forward(key_feature, values, lengths, dims, True, owner=self._contexts.own)
 
     @property
     def _dense_grads(self) -> bool:
@@ -516,8 +516,7 @@ class EmbeddingCollection(nn.Module):
         ID and its clock stays (an evaluation-mode lookup)."""
         self._materialised("lookup_stats")
         kjt, plan = self._batch(features)
-        _, raw = self._run_forward(plan.key_feature, kjt.values(), kjt.lengths(), plan.dims, True, train=False)
-        handle = _lib.Handle(raw)
+        _, handle = self._run_forward(plan.key_feature, kjt.values(), kjt.lengths(), plan.dims, True, train=False)
         try:
             counts = self._counts(handle)
         finally:

@@ -211,9 +211,12 @@ def _wait(job: _lib.Handle, progress: _Progress | None = None) -> _lib.Handle:
     f = _lib.fn("recgo_plan_wait")
     done, out = _lib.I32(0), _lib.H(0)
     while True:
-        _lib.call(f, job.value, _WAIT_SLICE, ctypes.byref(done), ctypes.byref(out))
-        if done.value:
-            return _lib.Handle(out.value)
+        # made and owned in one protected block: plan() catches a Ctrl-C and waits again, which made a
+        # second handle of the plan while the first, interrupted on its way out, was never freed
+        with _lib.freed_if_interrupted([out]):
+            _lib.call(f, job.value, _WAIT_SLICE, ctypes.byref(done), ctypes.byref(out))
+            if done.value:
+                return _lib.Handle(out.value)
         if progress is not None:
             progress.tick()
 
