@@ -246,8 +246,9 @@ def _epoch(depth: int) -> int:
 
 @pytest.mark.parametrize("depth", [0, 2])
 def test_pipelines_leak_nothing(depth: int) -> None:
-    """Full epochs, a loop left mid-epoch without close() (dropping the pipeline stops it), and
-    batches kept after their pipeline is gone."""
+    """Full epochs, a loop left mid-epoch and restarted from its position (load_state_dict replaces
+    the running engine pipeline), then dropped without close(), and batches kept after their
+    pipeline is gone."""
     def body() -> None:
         assert _epoch(depth) == 600
         pipe = recgo.DataPipeline(SOURCE, FEATURES, 64, depth=depth)
@@ -256,6 +257,8 @@ def test_pipelines_leak_nothing(depth: int) -> None:
             kept.append(b)
             if i == 2:
                 break
+        pipe.load_state_dict(pipe.state_dict())
+        next(pipe)
         del pipe
         assert sum(b.labels.numel() for b in kept) == 192
     check_no_leak(body, n=10)
