@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,7 +301,11 @@ class _Model(torch.nn.Module):
 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_train_pipelines_leak_nothing(dynamic: bool) -> None:
-    """A TrainPipeline run to the end of its data, and one dropped after two steps without close()."""
+    """A TrainPipeline run to the end of its data, and one dropped after two steps without close(),
+    the second raising in its loss (its batch is kept for the next step)."""
+    def failing(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        raise ValueError("loss")
+
     def body() -> None:
         model = _Model(dynamic)
         tp = recgo.TrainPipeline(model, torch.optim.SGD(model.top.parameters(), lr=0.1), SOURCE, FEATURES, 64)
@@ -308,7 +313,26 @@ def test_train_pipelines_leak_nothing(dynamic: bool) -> None:
         tp.close()
         tp = recgo.TrainPipeline(model, None, SOURCE, FEATURES, 64)
         tp.progress()
-        tp.progress()
+        tp.loss_fn = failing
+        with pytest.raises(ValueError, match="loss"):
+            tp.progress()
+    check_no_leak(body, n=5)
+
+
+def test_training_from_several_threads_leaks_nothing() -> None:
+    """Four threads training one dynamic collection, each also running forwards it never backs."""
+    def body() -> None:
+        ebc = _ebc(True)
+
+        def work(seed: int) -> None:
+            for i in range(5):
+                ebc(_kjt(_ids(True), seed=10 * seed + i)).values().sum().backward()
+                ebc(_kjt(_ids(True), seed=seed))
+        threads = [threading.Thread(target=work, args=(s,)) for s in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
     check_no_leak(body, n=5)
 
 
