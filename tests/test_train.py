@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -105,8 +106,18 @@ def test_synthetic_stream_is_deterministic_resumable_and_held_out() -> None:
 
 
 @pytest.mark.parametrize("sparse_optimizer", ["sgd", "adagrad"])
-def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
+def test_backends_agree_from_the_same_weights(sparse_optimizer: str, monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("torchrec")
+    # Adagrad with its default eps (1e-8) moves an element by about lr·g/|g| on its first step, whatever
+    # |g|: this model's gradients are 1e-9..1e-4, so an element whose gradient cancels to rounding noise
+    # moves by ±lr on the sign of that noise, and the flip spreads to the rows sharing its samples. The
+    # 12 steps then agreed to within 0.1% of the elements on one CPU and differed in 11% on another
+    # (AVX-512: torch's nn.EmbeddingBag sums in another order than recgo's and FBGEMM's, which agreed).
+    # An eps above the noise makes the update a smooth function of the gradient, so the three backends
+    # can be held to the same weights; the weights still move (46% of elements by more than 1e-4).
+    from recgo.train import backends, loop
+
+    monkeypatch.setattr(loop, "SparseOptim", functools.partial(backends.SparseOptim, eps=1e-5))
     cfg = _small(sparse_optimizer=sparse_optimizer)
     source = _short_validation(cfg)
     results = {}
@@ -121,10 +132,7 @@ def test_backends_agree_from_the_same_weights(sparse_optimizer: str) -> None:
         got_auc, got_loss, got_w = results[backend]
         assert got_auc == pytest.approx(ref_auc, abs=1e-3)
         assert got_loss == pytest.approx(ref_loss, rel=1e-4, abs=1e-5)
-        # Adagrad's first step on a row moves it by lr·g/(|g| + eps): for a gradient near zero that ratio
-        # amplifies float rounding, so a handful of elements may differ by up to lr.
-        diff = (got_w - ref_w).abs()
-        assert float((diff > 1e-5).float().mean()) < 1e-3 and float(diff.max()) <= cfg.sparse_lr
+        assert float((got_w - ref_w).abs().max()) <= 1e-5, backend
 
 
 @pytest.mark.parametrize("backend", ["recgo", "torch", "torchrec"])
