@@ -38,16 +38,26 @@ def _as_batch(item: Any) -> Batch:
 def _model_call(model: torch.nn.Module) -> Callable[[torch.nn.Module, Batch], torch.Tensor]:
     """How :class:`TrainPipeline` calls ``model`` on a batch: ``model(dense, sparse)`` when the forward's
     first parameter is named ``dense...`` (TorchRec's ``DLRM(dense_features, sparse_features)``), else
-    ``model(sparse, dense)``."""
+    ``model(sparse, dense)``; a forward that cannot take two arguments raises InvalidInputError naming
+    ``forward=`` (else torch's TypeError came from inside the first step)."""
     import inspect
 
     from torch.nn.parallel import DistributedDataParallel
 
     inner = model.module if isinstance(model, DistributedDataParallel) else model  # shard_model's wrapper
     try:
-        params = list(inspect.signature(inner.forward).parameters)
+        sig = inspect.signature(inner.forward)
     except (TypeError, ValueError):  # no signature to read: the documented order
-        params = []
+        sig = None
+    params = list(sig.parameters) if sig is not None else []
+    if sig is not None:
+        try:
+            sig.bind(None, None)
+        except TypeError:
+            raise InvalidInputError(
+                f"TrainPipeline: {type(inner).__name__}.forward{sig.replace(return_annotation=sig.empty)} does not take the two arguments a step passes "
+                "(model(sparse, dense), or model(dense, sparse) when forward's first parameter is named dense...): "
+                "pass forward=lambda model, batch: model(...) reading batch.sparse, batch.dense") from None
     if params and params[0].startswith("dense"):
         return lambda m, b: m(b.dense, b.sparse)
     return lambda m, b: m(b.sparse, b.dense)

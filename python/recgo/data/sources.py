@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 from .. import _lib
 from .._lib import I64
@@ -29,9 +29,16 @@ def spec_json(spec: dict[str, Any], what: str) -> bytes:
 
 
 def _paths(paths: PathLike | Sequence[PathLike], what: str) -> list[str]:
-    """``paths`` as a list of strings, glob patterns expanded (:func:`recgo._textfiles.expand_paths`)."""
+    """``paths`` (a path or a list of them) as a list of strings, glob patterns expanded
+    (:func:`recgo._textfiles.expand_paths`); anything else raises InvalidInputError naming ``what``."""
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
+    if isinstance(paths, bytes) or not isinstance(paths, Iterable):
+        raise InvalidInputError(f"{what}: paths must be a file path or a list of them, got {type(paths).__name__}")
+    paths = list(paths)
+    bad = [p for p in paths if not isinstance(p, (str, os.PathLike))]
+    if bad:
+        raise InvalidInputError(f"{what}: paths must be file paths (str or os.PathLike), got {bad[0]!r}")
     out = [os.fspath(p) for p in paths]
     if not out:
         raise InvalidInputError("a source needs at least one file")
@@ -167,14 +174,22 @@ class Column:
 
 
 def _columns(columns: Sequence[Column | tuple | dict]) -> list[Column]:
+    """``columns`` as :class:`Column` s (each given as one, a ``(name, role, type, sep)`` tuple or a dict
+    of those keys), or InvalidInputError naming the entry that is none of these."""
+    if isinstance(columns, (str, bytes)) or not isinstance(columns, Iterable):
+        raise InvalidInputError(f"columns must be a list of Column(name, role, type), got {type(columns).__name__}")
     out = []
-    for c in columns:
+    for i, c in enumerate(columns):
         if isinstance(c, Column):
             out.append(c)
         elif isinstance(c, dict):
             out.append(Column(**c))
-        else:
+        elif isinstance(c, (tuple, list)) and 1 <= len(c) <= 4:
             out.append(Column(*c))
+        else:
+            hint = f" (write Column({c!r}, role) with role one of {_ROLES})" if isinstance(c, str) else ""
+            raise InvalidInputError(f"columns[{i}]: expected a Column, a (name, role, type, sep) tuple or a dict, "
+                                    f"got {c!r}{hint}")
     if not out:
         raise InvalidInputError("a source needs at least one declared column")
     return out
@@ -193,7 +208,7 @@ class CSVSource(Source):
     def __init__(self, paths: PathLike | Sequence[PathLike], columns: Sequence[Column | tuple | dict], *,
                  header: bool = True, delimiter: str = ",", skip_bad: bool = False) -> None:
         super().__init__(skip_bad)
-        if len(delimiter.encode()) != 1:
+        if not isinstance(delimiter, str) or len(delimiter.encode()) != 1:
             raise InvalidInputError(f"the delimiter must be one byte, got {delimiter!r}")
         self.paths = _paths(paths, "CSVSource")
         self.columns = _columns(columns)

@@ -18,7 +18,7 @@ from ..modules._init import draw_uniform_rows
 from ..modules._storage import check_cast, fused_keep
 from ..modules._trace import refuse_script, traced_as_leaf
 from ..modules import _eager, _recompute, _vbe, optim
-from ..modules.config import _embedding_names, check_keys, key_readers
+from ..modules.config import _check_optimizer, _embedding_names, check_keys, key_readers
 from ..modules.embedding import _check_configs
 from ..modules.optim import FusedOptimizer
 from ..sparse import KeyedTensor, as_kjt
@@ -116,8 +116,7 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
                  owner_pooling: str | Mapping[str, str] = "auto", wire_dtype: str = "fp32",
                  gradient_division: bool = False, _init: bool = True) -> None:
         super().__init__()
-        if optimizer is not None and (not isinstance(optimizer, FusedOptimizer) or optimizer.kind == 0):
-            raise InvalidInputError(f"optimizer: expected a recgo fused optimizer, got {type(optimizer).__name__}")
+        _check_optimizer(optimizer)  # a torch optimizer's class or instance: names recgo's counterpart
         if mode not in MODES:
             raise InvalidInputError(f"mode {mode!r}: expected one of {sorted(MODES)}")
         self._configs = _check_configs(tables)

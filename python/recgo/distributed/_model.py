@@ -348,7 +348,8 @@ def _check_dmp_arguments(kwargs: dict[str, Any]) -> None:
         raise InvalidInputError(f"shard_model: DistributedModelParallel's {k}= has no recgo counterpart: {_DMP_ONLY[k]}")
     takes = set()
     for cls in _SHARDED:
-        takes |= set(inspect.signature(cls.__init__).parameters) - {"self", "tables", "sharding"}
+        takes |= {n for n, p in inspect.signature(cls.__init__).parameters.items()  # not the private _init
+                  if n not in ("self", "tables", "sharding") and not n.startswith("_") and p.kind != p.VAR_KEYWORD}
     unknown = sorted(set(kwargs) - takes)
     if unknown:
         raise InvalidInputError(f"shard_model: unknown arguments {unknown} (the sharded collections take "

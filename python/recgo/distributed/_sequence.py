@@ -13,7 +13,7 @@ from ..keyed import ReadyDict
 from ..modules import _vbe, optim
 from ..modules._sequence_batch import as_torchrec, jagged, key_counts, torchrec_dtypes, with_indices
 from ..modules._trace import traced_as_leaf
-from ..modules.config import _as_sequence_config
+from ..modules.config import _as_sequence_config, table_list
 from ..sparse import as_kjt
 from ..tensors import check_tensor
 from ._refuse import refused_together
@@ -56,8 +56,7 @@ class ShardedEmbeddingCollection(ShardedEmbeddingBagCollection):
         for bad in ("owner_pooling", "is_weighted", "wire_dtype"):
             if bad in kwargs:
                 raise InvalidInputError(f"ShardedEmbeddingCollection: {bad} applies to pooled lookups only")
-        if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
-            raise InvalidInputError("ShardedEmbeddingCollection needs at least one table (a list of EmbeddingConfig)")
+        tables = table_list(tables, "ShardedEmbeddingCollection", "EmbeddingConfig")
         self._seq_configs = [_as_sequence_config(t) for t in tables]
         super().__init__([c.bag_config() for c in self._seq_configs], sharding, optimizer=optimizer,
                          owner_pooling="rows", **kwargs)

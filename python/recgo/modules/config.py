@@ -14,7 +14,7 @@ import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -137,7 +137,7 @@ class EmbeddingBagConfig(TableAccessors):
         init_fn = _torchrec_init_fn(cfg)
         return EmbeddingBagConfig(
             num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
-            feature_names=list(cfg.feature_names), pooling=cfg.pooling,
+            feature_names=listed_features(cfg), pooling=cfg.pooling,
             weight_init_max=cfg.weight_init_max, weight_init_min=cfg.weight_init_min,
             data_type=getattr(cfg, "data_type", "fp32"), init_fn=init_fn,
         )
@@ -183,7 +183,7 @@ class EmbeddingConfig(TableAccessors):
         _refuse_virtual_table(cfg, "EmbeddingConfig")
         return EmbeddingConfig(
             num_embeddings=cfg.num_embeddings, embedding_dim=cfg.embedding_dim, name=cfg.name,
-            feature_names=list(cfg.feature_names), weight_init_max=cfg.weight_init_max,
+            feature_names=listed_features(cfg), weight_init_max=cfg.weight_init_max,
             weight_init_min=cfg.weight_init_min, data_type=getattr(cfg, "data_type", "fp32"),
             init_fn=_torchrec_init_fn(cfg),
         )
@@ -206,7 +206,7 @@ def _as_sequence_config(t: Any) -> EmbeddingConfig:
             raise InvalidInputError(f"tables: expected EmbeddingConfig, got {type(t).__name__}")
         t = EmbeddingConfig.from_torchrec(t)
     _check_data_type(t)
-    feats = list(t.feature_names) or [t.name]
+    feats = listed_features(t) or [t.name]
     _check_names(t.name, feats)  # also when the collection shares another's tables and builds none
     return dataclasses.replace(t, feature_names=feats)
 
@@ -275,12 +275,38 @@ def _check_names(table: Any, features: Sequence[Any]) -> None:
         check_name(f"table {table!r}: feature name", f)
 
 
-def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
+def listed_features(cfg: Any) -> list[str]:
+    """A config's ``feature_names`` as a list; a bare string is refused, as ``list("user_id")`` would be
+    seven one-letter features (and the batch's ``user_id`` key would then be "lacking" them)."""
+    feats = cfg.feature_names
+    name = getattr(cfg, "name", "")
+    if isinstance(feats, (str, bytes)):
+        raise InvalidInputError(f"table {name!r}: feature_names must be a list of feature names, got the string "
+                                f"{feats!r} (write feature_names=[{feats!r}])")
+    if not isinstance(feats, Iterable):
+        raise InvalidInputError(f"table {name!r}: feature_names must be a list of feature names, got "
+                                f"{type(feats).__name__}")
+    return list(feats)
+
+
+def table_list(tables: Any, collection: str, config: str) -> list[Any]:
+    """``tables`` as a non-empty list, or InvalidInputError naming the collection and the ``config``
+    type its list holds: one config not in a list, a string or a non-iterable, or an empty list."""
+    if hasattr(tables, "num_embeddings"):
+        raise InvalidInputError(f"{collection}: tables must be a list of {config}, got a single "
+                                f"{type(tables).__name__} {getattr(tables, 'name', '')!r} (pass [config])")
+    if isinstance(tables, (str, bytes)) or not isinstance(tables, Iterable):
+        raise InvalidInputError(f"{collection}: tables must be a list of {config}, got {type(tables).__name__}")
+    tables = list(tables)
+    if not tables:
+        raise InvalidInputError(f"{collection} needs at least one table (a list of {config})")
+    return tables
+
+
+def _check_configs(tables: Sequence[Any], collection: str = "EmbeddingBagCollection") -> list[EmbeddingBagConfig]:
     """Validated copies of ``tables`` (recgo's or TorchRec's configs), empty feature_names filled in."""
-    if isinstance(tables, (str, bytes)) or not isinstance(tables, Sequence) or not tables:
-        raise InvalidInputError("EmbeddingBagCollection needs at least one table (a list of EmbeddingBagConfig)")
     out, names = [], set()
-    for t in tables:
+    for t in table_list(tables, collection, "EmbeddingBagConfig"):
         if not isinstance(t, EmbeddingBagConfig):
             if isinstance(t, EmbeddingConfig) or (hasattr(t, "num_embeddings") and not hasattr(t, "pooling")):
                 raise InvalidInputError(
@@ -290,7 +316,7 @@ def _check_configs(tables: Sequence[Any]) -> list[EmbeddingBagConfig]:
                 t = EmbeddingBagConfig.from_torchrec(t)
             else:
                 raise InvalidInputError(f"tables: expected EmbeddingBagConfig, got {type(t).__name__}")
-        feats = list(t.feature_names) or [t.name]  # TorchRec: a table without features has one, its name
+        feats = listed_features(t) or [t.name]  # TorchRec: a table without features has one, its name
         _check_names(t.name, feats)
         if hasattr(nn.ModuleDict, t.name) or "." in t.name:
             raise InvalidInputError(f"table name {t.name!r} is reserved by nn.ModuleDict or contains '.'; rename the table")

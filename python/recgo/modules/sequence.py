@@ -43,7 +43,7 @@ from ._storage import check_cast, materialised_before_load, synced_after_load
 from ._tables import _SequenceTable
 from ._trace import refuse_script, traced_as_leaf
 from .config import (EmbeddingConfig, _as_sequence_config, _check_device, _embedding_names, check_keys,
-                     key_readers)
+                     key_readers, table_list)
 from .embedding import EmbeddingBagCollection
 from .optim import FusedOptimizer
 
@@ -125,8 +125,7 @@ class EmbeddingCollection(nn.Module):
         if isinstance(need_indices, FusedOptimizer):  # code written when optimizer was third (sessions < 34)
             raise InvalidInputError(f"EmbeddingCollection: {need_indices!r} was passed as need_indices, the third "
                                     "positional parameter as in TorchRec; pass the fused optimizer as optimizer=")
-        if not tables:
-            raise InvalidInputError("EmbeddingCollection needs at least one table")
+        tables = table_list(tables, "EmbeddingCollection", "EmbeddingConfig")
         _check_device(device)
         cfgs = [_as_sequence_config(t) for t in tables]
         self._remap = None

@@ -136,6 +136,7 @@ class Profiler:
         buf, n = bytes_arg([asdict(s) for s in specs], "profiler tables")
         self._h = _lib.new_handle("recgo_profiler_new",
                                   buf, n, float(sample_rate), int(seed), int(steps))
+        self._sample_rate = sample_rate
         self._index = {s.name: i for i, s in enumerate(specs)}
         unknown = {k: v for k, v in dict(feature_to_table or {}).items() if v not in self._index}
         if unknown:  # a typo: the key's lookups would go uncounted and its table planned on none
@@ -209,6 +210,11 @@ class Profiler:
                 f"profile: no batch key feeds a profiled table (keys seen: {shown}; tables: "
                 f"{', '.join(list(self._index)[:8])}{', ...' if len(self._index) > 8 else ''}): list the keys in the "
                 "tables' feature_names or pass feature_to_table={key: table}")
+        offered, kept = self.samples()
+        if offered and not kept:  # the engine's "empty profile" would not name the sample rate
+            raise InvalidInputError(
+                f"profile: sample_rate={self._sample_rate:g} kept none of the {offered} samples offered: profile more "
+                "batches, or raise sample_rate (RecShard's 0.01 is for large data; 1.0 keeps every sample)")
         return Profile(_lib.new_handle("recgo_profiler_profile", self._h.value), self.samples())
 
 
@@ -261,6 +267,11 @@ def _spec(t: Any) -> TableSpec:
     raise InvalidInputError(f"tables: expected TableSpec, EmbeddingBagConfig or dict, got {type(t).__name__}")
 
 
+def _is_kjt(x: Any) -> bool:
+    """Whether ``x`` is one KeyedJaggedTensor (recgo's or TorchRec's), not an iterable of batches."""
+    return all(callable(getattr(x, a, None)) for a in ("keys", "values", "lengths", "stride"))
+
+
 def profile(batches: Iterable[Any], tables: Sequence[TableSpec | Any], sample_rate: float = 0.01, seed: int = 0,
             steps: int = 16, feature_to_table: Mapping[str, str] | None = None,
             progress: bool | float = False, min_lookups: int = MIN_LOOKUPS) -> Profile:
@@ -270,7 +281,10 @@ def profile(batches: Iterable[Any], tables: Sequence[TableSpec | Any], sample_ra
     says how many were kept). Tables whose profile rests on fewer than ``min_lookups`` sampled
     lookups draw one :class:`ThinProfileWarning` naming them. With ``progress`` (or a number of
     seconds between reports) a line per interval reports batches and samples per second on stderr.
+    One KeyedJaggedTensor passed as ``batches`` is profiled as a list of that one batch.
     """
+    if _is_kjt(batches):  # one batch passed as the batches: iterating it would read its keys as batches
+        batches = [batches]
     p = Profiler(tables, sample_rate, seed, steps, feature_to_table)
     every = 5.0 if progress is True else float(progress or 0)
     t0 = last = time.perf_counter()
