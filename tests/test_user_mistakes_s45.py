@@ -240,6 +240,29 @@ def test_a_mistake_gets_an_error_that_names_it(tmp_path: Path, build: Build, err
     assert isinstance(caught.value, recgo.RecgoError)
 
 
+def test_torch_style_betas_just_work() -> None:
+    """Fixed: ``optim.Adam(lr=..., betas=(b1, b2))``, torch.optim.Adam's spelling, raised TypeError
+    (unexpected keyword 'betas'); it is the same optimizer as beta1=/beta2= now (equal, same repr, same
+    updates), for AdamW too; a pair that is not two values, or betas beside beta1/beta2, is named."""
+    from recgo.modules import optim
+
+    a = optim.Adam(lr=0.01, betas=(0.8, 0.99))
+    assert a == optim.Adam(lr=0.01, beta1=0.8, beta2=0.99) and "beta1=0.8, beta2=0.99" in repr(a)
+    assert optim.AdamW(lr=0.01, betas=[0.5, 0.6]).params()[3:5] == (0.5, 0.6)
+    w = torch.randn(6, 3)
+    got, want = (recgo.EmbeddingBagCollection([cfg(n=6, d=3)], optimizer=o, seed=2)
+                 for o in (a, optim.Adam(lr=0.01, beta1=0.8, beta2=0.99)))
+    for m in (got, want):
+        m.load_state_dict({"embedding_bags.t.weight": w}, strict=False)
+        for _ in range(3):
+            m(kjt(v=(1, 2, 5))).values().pow(2).sum().backward()
+    assert torch.equal(got.state_dict()["embedding_bags.t.weight"], want.state_dict()["embedding_bags.t.weight"])
+    with pytest.raises(InvalidInputError, match=r"optimizer Adam: betas must be a pair \(beta1, beta2\), got \(0.9,\)"):
+        optim.Adam(lr=0.1, betas=(0.9,))
+    with pytest.raises(InvalidInputError, match=r"optimizer AdamW: give betas or beta1/beta2, not both"):
+        optim.AdamW(lr=0.1, betas=(0.8, 0.9), beta1=0.5)
+
+
 def test_one_kjt_given_as_the_batches_is_profiled_as_one_batch() -> None:
     """Fixed: ``profile(kjt, tables)`` iterated the KJT, whose ``kjt[0]`` raised
     ``NotFoundError: feature 0 is not in this KeyedJaggedTensor``."""

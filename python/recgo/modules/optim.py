@@ -14,8 +14,8 @@ from __future__ import annotations
 import inspect
 import numbers
 import warnings
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import InitVar, dataclass, replace
+from typing import Any, Sequence
 
 import torch
 
@@ -117,7 +117,19 @@ class Adam(FusedOptimizer):
     eps: float = 1e-8
     beta1: float = 0.9
     beta2: float = 0.999
+    # torch.optim.Adam's spelling, ``betas=(beta1, beta2)``, as a torch user writes it (not a field:
+    # the pair lands in beta1/beta2, so equality, repr and checkpoints see one form)
+    betas: InitVar[Sequence[float] | None] = None
     kind = _lib.const("OptAdam")
+
+    def __post_init__(self, betas: Sequence[float] | None = None) -> None:
+        if betas is not None:
+            if (self.beta1, self.beta2) != (0.9, 0.999):
+                raise InvalidInputError(f"optimizer {type(self).__name__}: give betas or beta1/beta2, not both")
+            b1, b2 = _betas(type(self).__name__, betas)
+            object.__setattr__(self, "beta1", b1)
+            object.__setattr__(self, "beta2", b2)
+        super().__post_init__()
 
     def state_width(self, dim: int) -> int:
         return 2 * dim
@@ -194,6 +206,13 @@ _TORCH_NAMES: dict[str, type[FusedOptimizer]] = {"SGD": SGD, "Adagrad": Adagrad,
                                                  "Adam": Adam, "AdamW": AdamW}
 
 
+def _betas(name: str, betas: Any) -> tuple[Any, Any]:
+    """torch's ``betas`` pair as (beta1, beta2), or InvalidInputError naming optimizer ``name``."""
+    if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+        raise InvalidInputError(f"optimizer {name}: betas must be a pair (beta1, beta2), got {betas!r}")
+    return betas[0], betas[1]
+
+
 def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
                class_defaults: bool = False) -> FusedOptimizer:
     """The fused optimizer for a torch optimizer class and its keyword arguments, as
@@ -220,10 +239,7 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
             raise InvalidInputError(f"optimizer {name}: give lr or learning_rate, not both")
         args["lr"] = args.pop("learning_rate")
     if "betas" in args:
-        betas = args.pop("betas")
-        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise InvalidInputError(f"optimizer {name}: betas must be a pair (beta1, beta2), got {betas!r}")
-        args["beta1"], args["beta2"] = betas
+        args["beta1"], args["beta2"] = _betas(name, args.pop("betas"))
     if "decoupled_weight_decay" in args and issubclass(cls, Adam):  # torch's Adam(decoupled_weight_decay=True) is AdamW
         decoupled = args.pop("decoupled_weight_decay")
         if decoupled not in (True, False):
