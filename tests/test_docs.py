@@ -276,3 +276,32 @@ def test_the_documented_submodules_need_no_import_of_their_own() -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["shard_model", "TrainConfig", "reference", "recgo.planner.synthetic",
                                   "recgo.planner.criteo"]
+
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_config_is_taken_as_its_comment_runs_it(example: Path) -> None:
+    """An example YAML is read by ``recgo train`` with the flags of the command its comment gives (its
+    ``--data`` file aside), with no unknown field and no warning: a field renamed in TrainConfig, or one
+    that does not apply to the comment's model, would otherwise rot in the example."""
+    import argparse
+    import shlex
+
+    from recgo.train import cli
+
+    command = next(line.lstrip("# ").strip() for line in example.read_text().splitlines()
+                   if "python -m recgo train" in line)
+    words = shlex.split(command)
+    words = words[words.index("train"):]
+    argv = []
+    for i, w in enumerate(words):
+        if w == "--data" or words[i - 1] == "--data":
+            continue
+        argv.append(str(example) if words[i - 1] == "--config" else w)
+    assert "--config" in argv, command
+    parser = argparse.ArgumentParser()
+    cli.add_parser(parser.add_subparsers(dest="command"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cfg, _ = cli._config(parser.parse_args(argv))
+    assert f"--model {cfg.model}" in command
