@@ -263,6 +263,39 @@ def test_torch_style_betas_just_work() -> None:
         optim.AdamW(lr=0.1, betas=(0.8, 0.9), beta1=0.5)
 
 
+@pytest.mark.parametrize("build, want", [
+    (lambda o: o.SGD(lr=0.1, momentum=0, nesterov=False, dampening=0.5), ("SGD", 0.1)),
+    (lambda o: o.SGD(learning_rate=0.2), ("SGD", 0.2)),
+    (lambda o: o.Adagrad(lr=0.1, initial_accumulator_value=0.0, lr_decay=0, foreach=None), ("Adagrad", 0.1)),
+    (lambda o: o.Adam(lr=0.01, amsgrad=False, maximize=False), ("Adam", 0.01)),
+])
+def test_torch_only_options_at_their_neutral_value_just_work(build: Any, want: tuple[str, float]) -> None:
+    """Fixed: torch.optim's options recgo's updates do not have (momentum, nesterov, lr_decay,
+    initial_accumulator_value, amsgrad, ...) raised Python's bare "unexpected keyword argument" even at
+    the value that leaves the update as recgo's; FBGEMM's ``learning_rate`` likewise. They are taken now
+    (as ``recgo.modules.optim.from_torch`` takes them), and the optimizer equals the one without them."""
+    from recgo.modules import optim
+
+    o = build(optim)
+    assert (type(o).__name__, o.lr) == want and o == getattr(optim, want[0])(lr=want[1])
+
+
+@pytest.mark.parametrize("build, match", [
+    (lambda o: o.SGD(lr=0.1, momentum=0.9), r"optimizer SGD: momentum=0.9 is not supported by recgo's fused SGD "
+                                            r"\(only momentum=0.0\)"),
+    (lambda o: o.Adagrad(lr=0.1, lr_decay=0.01), r"lr_decay=0.01 is not supported by recgo's fused Adagrad"),
+    (lambda o: o.AdamW(lr=0.1, amsgrad=True), r"optimizer AdamW: amsgrad=True is not supported"),
+    (lambda o: o.SGD(0.1, learning_rate=0.2), r"optimizer SGD: give lr or learning_rate, not both"),
+])
+def test_torch_only_options_that_would_change_the_update_are_named(build: Any, match: str) -> None:
+    """Fixed: ``SGD(lr=0.1, momentum=0.9)`` raised Python's TypeError "unexpected keyword argument
+    'momentum'"; it names the option and the value recgo's update has now."""
+    from recgo.modules import optim
+
+    with pytest.raises(InvalidInputError, match=match):
+        build(optim)
+
+
 def test_one_kjt_given_as_the_batches_is_profiled_as_one_batch() -> None:
     """Fixed: ``profile(kjt, tables)`` iterated the KJT, whose ``kjt[0]`` raised
     ``NotFoundError: feature 0 is not in this KeyedJaggedTensor``."""

@@ -11,6 +11,7 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 
 from __future__ import annotations
 
+import functools
 import inspect
 import numbers
 import warnings
@@ -25,9 +26,47 @@ from ._walk import torchrec_class
 
 # The hyper-parameters of a fused optimizer (its dataclass fields).
 _HYPER = ("lr", "eps", "beta1", "beta2", "weight_decay")
+# torch.optim options recgo's updates do not have, at the value that leaves the update as recgo's.
+_NEUTRAL = {"momentum": 0.0, "dampening": None, "nesterov": False, "lr_decay": 0.0, "initial_accumulator_value": 0.0,
+            "amsgrad": False, "maximize": False, "foreach": None, "fused": None, "capturable": False,
+            "differentiable": False}
 
 
-@dataclass(frozen=True)
+def _drop_torch_only(name: str, cls: type, args: dict[str, Any]) -> None:
+    """Remove from ``args`` the torch-only options (``momentum``, ``amsgrad``, ``lr_decay``, ...) that are
+    at their neutral value; one at another value raises InvalidInputError naming it (recgo's update
+    for ``cls`` has no such term)."""
+    for k in sorted(set(args) & set(_NEUTRAL)):
+        v = args.pop(k)
+        neutral = not v if _NEUTRAL[k] in (None, False) else v == _NEUTRAL[k]  # foreach=False is foreach=None
+        if not neutral and k != "dampening":  # dampening only acts with momentum
+            raise InvalidInputError(f"optimizer {name}: {k}={v!r} is not supported by recgo's fused {cls.__name__} "
+                                    f"(only {k}={_NEUTRAL[k]!r})")
+
+
+def _fused(cls: type) -> type:
+    """``@dataclass(frozen=True)`` for a fused optimizer, whose constructor also takes torch.optim's
+    spellings, as a torch user writes them: ``learning_rate`` for ``lr`` (FBGEMM's), and the torch-only
+    options at their neutral value (``SGD(lr=0.1, momentum=0)``); another value of one raises naming it
+    (it was Python's bare "unexpected keyword argument")."""
+    cls = dataclass(frozen=True)(cls)
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if "learning_rate" in kwargs:
+            if "lr" in kwargs or args:
+                raise InvalidInputError(f"optimizer {cls.__name__}: give lr or learning_rate, not both")
+            kwargs["lr"] = kwargs.pop("learning_rate")
+        if kwargs.keys() & _NEUTRAL.keys():
+            _drop_torch_only(cls.__name__, cls, kwargs)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+@_fused
 class FusedOptimizer:
     """Base of the fused optimizers: the engine's kind code and hyper-parameters."""
 
@@ -68,14 +107,14 @@ class FusedOptimizer:
                 float(self.weight_decay))
 
 
-@dataclass(frozen=True)
+@_fused
 class SGD(FusedOptimizer):
     """Plain SGD (torch.optim.SGD without momentum): w ← w − lr·(g + wd·w)."""
 
     kind = _lib.const("OptSGD")
 
 
-@dataclass(frozen=True)
+@_fused
 class Adagrad(FusedOptimizer):
     """Adagrad (torch.optim.Adagrad, FBGEMM EXACT_ADAGRAD): g ← g + wd·w, s ← s + g²,
     w ← w − lr·g/(√s + eps)."""
@@ -90,7 +129,7 @@ class Adagrad(FusedOptimizer):
         return slice(0, dim)
 
 
-@dataclass(frozen=True)
+@_fused
 class RowWiseAdagrad(FusedOptimizer):
     """Row-wise Adagrad (FBGEMM EXACT_ROWWISE_ADAGRAD): one accumulator per row, g ← g + wd·w,
     s ← s + mean(g²), w ← w − lr·g/(√s + eps)."""
@@ -105,7 +144,7 @@ class RowWiseAdagrad(FusedOptimizer):
         return slice(0, 1)
 
 
-@dataclass(frozen=True)
+@_fused
 class Adam(FusedOptimizer):
     """Adam with L2 weight decay, applied lazily to the rows a batch touches (like SparseAdam).
 
@@ -138,7 +177,7 @@ class Adam(FusedOptimizer):
         return slice(dim, 2 * dim)  # the second moment
 
 
-@dataclass(frozen=True)
+@_fused
 class AdamW(Adam):
     """AdamW: Adam with decoupled weight decay (w ← w·(1 − lr·wd)) on the touched rows."""
 
@@ -195,12 +234,6 @@ def check_replacement(current: FusedOptimizer | None, new: Any) -> None:
 # FBGEMM's defaults, which TorchRec's DistributedModelParallel gives a table whose optimizer kwargs
 # leave a value out (it passes them to FBGEMM as they are): the same model then trains the same.
 _FBGEMM_DEFAULTS = {"lr": 0.01, "eps": 1e-8, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.0}
-# Options of torch's optimizers that change nothing at their default value (and are refused otherwise).
-_NEUTRAL = {"momentum": 0.0, "dampening": None, "nesterov": False, "lr_decay": 0.0, "initial_accumulator_value": 0.0,
-            "amsgrad": False, "maximize": False, "foreach": None, "fused": None, "capturable": False,
-            "differentiable": False}
-
-
 # torch / torchrec optimizer class name → the fused optimizer that computes the same update.
 _TORCH_NAMES: dict[str, type[FusedOptimizer]] = {"SGD": SGD, "Adagrad": Adagrad, "RowWiseAdagrad": RowWiseAdagrad,
                                                  "Adam": Adam, "AdamW": AdamW}
@@ -247,12 +280,7 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
         if cls is AdamW and not decoupled:
             raise InvalidInputError(f"optimizer {name}: AdamW with decoupled_weight_decay=False is Adam: use Adam")
         cls = AdamW if decoupled else cls
-    for k in sorted(set(args) & set(_NEUTRAL)):
-        v = args.pop(k)
-        neutral = not v if _NEUTRAL[k] in (None, False) else v == _NEUTRAL[k]  # foreach=False is foreach=None
-        if not neutral and k != "dampening":  # dampening only acts with momentum
-            raise InvalidInputError(f"optimizer {name}: {k}={v!r} is not supported by recgo's fused {cls.__name__} "
-                                    f"(only {k}={_NEUTRAL[k]!r})")
+    _drop_torch_only(name, cls, args)
     takes = {"lr", "weight_decay"} | ({"eps"} if cls is not SGD else set()) | (
         {"beta1", "beta2"} if issubclass(cls, Adam) else set())
     unknown = sorted(set(args) - takes)
