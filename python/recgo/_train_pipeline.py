@@ -45,19 +45,21 @@ def _model_call(model: torch.nn.Module) -> Callable[[torch.nn.Module, Batch], to
     from torch.nn.parallel import DistributedDataParallel
 
     inner = model.module if isinstance(model, DistributedDataParallel) else model  # shard_model's wrapper
+    params: list[str] = []
     try:
         sig = inspect.signature(inner.forward)
     except (TypeError, ValueError):  # no signature to read: the documented order
-        sig = None
-    params = list(sig.parameters) if sig is not None else []
-    if sig is not None:
+        pass
+    else:
         try:
             sig.bind(None, None)
         except TypeError:
             raise InvalidInputError(
-                f"TrainPipeline: {type(inner).__name__}.forward{sig.replace(return_annotation=sig.empty)} does not take the two arguments a step passes "
-                "(model(sparse, dense), or model(dense, sparse) when forward's first parameter is named dense...): "
-                "pass forward=lambda model, batch: model(...) reading batch.sparse, batch.dense") from None
+                f"TrainPipeline: {type(inner).__name__}.forward{sig.replace(return_annotation=sig.empty)} does not "
+                "take the two arguments a step passes (model(sparse, dense), or model(dense, sparse) when forward's "
+                "first parameter is named dense...): pass forward=lambda model, batch: model(...) reading "
+                "batch.sparse, batch.dense") from None
+        params = list(sig.parameters)
     if params and params[0].startswith("dense"):
         return lambda m, b: m(b.dense, b.sparse)
     return lambda m, b: m(b.sparse, b.dense)

@@ -477,15 +477,17 @@ class ShardedEmbeddingBagCollection(CollectionCheckpoints, nn.Module):
             weights = check_tensor(weights.detach(), "weights", (torch.float32,), ndim=1)
         step = _lib.H(0)
         prepared = _prepared.prepared_handle(values, lengths) if weights is None else None
+        def made() -> _Step:
+            return _Step(_lib.Handle(step.value))
+
         if prepared is not None:  # a pipeline batch: its FORMAT stage deduplicated and partitioned it
             return _lib.call_making(_lib.fn("recgo_shard_begin_prepared"), [step], self._handle.value, prepared,
                                     ptr(key_feature), key_feature.numel(), ptr(values), values.numel(), ptr(lengths),
-                                    lengths.numel(), ctypes.byref(step), then=lambda: _Step(_lib.Handle(step.value)))
+                                    lengths.numel(), ctypes.byref(step), then=made)
         return _lib.call_making(_lib.fn("recgo_shard_begin"), [step],
                                 self._handle.value, ptr(key_feature), key_feature.numel(), ptr(values), values.numel(),
                                 ptr(lengths), lengths.numel(), None if weights is None else (weights.data_ptr() or None),
-                                0 if weights is None else weights.numel(), ctypes.byref(step),
-                                then=lambda: _Step(_lib.Handle(step.value)))
+                                0 if weights is None else weights.numel(), ctypes.byref(step), then=made)
 
     def _begin_forward(self, values: torch.Tensor, lengths: torch.Tensor) -> Callable[[], None]:
         """A forward's first local step, inside its ``refused_together``: the module's mode to the

@@ -34,15 +34,18 @@ def _replicas(ddp: Any) -> int:
 
 def refuse_in_ddp(owner: nn.Module, tables: Sequence[int]) -> None:
     """Before a training forward of the fused tables ``tables`` (indices) of ``owner`` (a pooled
-    collection, or a sequence collection's owner of the engine tables): raise ``InvalidInputError`` when a DDP of more than one rank whose module holds them, not ignored,
-    is running its forward. Checked once per collection and DDP wrapper (the verdict is kept on the
-    wrapper, which lives no longer than the check holds)."""
+    collection, or a sequence collection's owner of the engine tables): raise ``InvalidInputError``
+    when a DDP of more than one rank whose module holds them, not ignored, is running its forward.
+    Checked once per collection and DDP wrapper (the verdict is kept on the wrapper, which lives no
+    longer than the check holds)."""
     ddp = _active_ddp()
     if ddp is None or torch.compiler.is_compiling():
         return
     seen: dict[tuple[int, ...], bool] = ddp.__dict__.setdefault("_recgo_fused_replicas", {})
     key = (id(owner), *tables)
     verdict = seen.get(key)
+    if verdict is False:
+        return
     names = [owner._configs[i].name for i in tables]
     if verdict is None:
         mine = {id(owner.embedding_bags[n].weight) for n in names}

@@ -32,10 +32,16 @@ _NEUTRAL = {"momentum": 0.0, "dampening": None, "nesterov": False, "lr_decay": 0
             "differentiable": False}
 
 
-def _drop_torch_only(name: str, cls: type, args: dict[str, Any]) -> None:
-    """Remove from ``args`` the torch-only options (``momentum``, ``amsgrad``, ``lr_decay``, ...) that are
-    at their neutral value; one at another value raises InvalidInputError naming it (recgo's update
-    for ``cls`` has no such term)."""
+def _torch_spellings(name: str, cls: type, args: dict[str, Any], lr_given: bool = False) -> None:
+    """Turn torch's and FBGEMM's spellings in ``args`` (optimizer ``name``'s keyword arguments, for
+    ``cls``) into recgo's, in place: ``learning_rate`` becomes ``lr`` (refused beside an ``lr``, or a
+    positional one: ``lr_given``), and the torch-only options (``momentum``, ``amsgrad``, ``lr_decay``,
+    ...) at their neutral value are removed; one at another value raises InvalidInputError naming it
+    (recgo's update for ``cls`` has no such term)."""
+    if "learning_rate" in args:
+        if "lr" in args or lr_given:
+            raise InvalidInputError(f"optimizer {name}: give lr or learning_rate, not both")
+        args["lr"] = args.pop("learning_rate")
     for k in sorted(set(args) & set(_NEUTRAL)):
         v = args.pop(k)
         neutral = not v if _NEUTRAL[k] in (None, False) else v == _NEUTRAL[k]  # foreach=False is foreach=None
@@ -54,12 +60,7 @@ def _fused(cls: type) -> type:
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        if "learning_rate" in kwargs:
-            if "lr" in kwargs or args:
-                raise InvalidInputError(f"optimizer {cls.__name__}: give lr or learning_rate, not both")
-            kwargs["lr"] = kwargs.pop("learning_rate")
-        if kwargs.keys() & _NEUTRAL.keys():
-            _drop_torch_only(cls.__name__, cls, kwargs)
+        _torch_spellings(cls.__name__, cls, kwargs, lr_given=bool(args))
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__
@@ -267,10 +268,6 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
         raise InvalidInputError(f"optimizer {module}.{name} has no fused counterpart in recgo; use one of "
                                 f"{sorted(_TORCH_NAMES)} from torch.optim or torchrec.optim")
     args = dict(kwargs or {})
-    if "learning_rate" in args:
-        if "lr" in args:
-            raise InvalidInputError(f"optimizer {name}: give lr or learning_rate, not both")
-        args["lr"] = args.pop("learning_rate")
     if "betas" in args:
         args["beta1"], args["beta2"] = _betas(name, args.pop("betas"))
     if "decoupled_weight_decay" in args and issubclass(cls, Adam):  # torch's Adam(decoupled_weight_decay=True) is AdamW
@@ -280,7 +277,7 @@ def from_torch(optimizer_class: type, kwargs: dict[str, Any] | None = None,
         if cls is AdamW and not decoupled:
             raise InvalidInputError(f"optimizer {name}: AdamW with decoupled_weight_decay=False is Adam: use Adam")
         cls = AdamW if decoupled else cls
-    _drop_torch_only(name, cls, args)
+    _torch_spellings(name, cls, args)
     takes = {"lr", "weight_decay"} | ({"eps"} if cls is not SGD else set()) | (
         {"beta1", "beta2"} if issubclass(cls, Adam) else set())
     unknown = sorted(set(args) - takes)
