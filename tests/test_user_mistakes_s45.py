@@ -286,6 +286,11 @@ def test_torch_only_options_at_their_neutral_value_just_work(build: Any, want: t
     (lambda o: o.Adagrad(lr=0.1, lr_decay=0.01), r"lr_decay=0.01 is not supported by recgo's fused Adagrad"),
     (lambda o: o.AdamW(lr=0.1, amsgrad=True), r"optimizer AdamW: amsgrad=True is not supported"),
     (lambda o: o.SGD(0.1, learning_rate=0.2), r"optimizer SGD: give lr or learning_rate, not both"),
+    # session 46: an argument no optimizer takes named, with the nearest one it does
+    (lambda o: o.SGD(lr=0.1, foo=1), r"optimizer SGD: unknown argument 'foo' \(it takes lr, eps, beta1, beta2, "
+                                     r"weight_decay, and torch.optim's learning_rate"),
+    (lambda o: o.Adam(lr=0.1, bet=(0.9, 0.99)), r"unknown argument 'bet' .*did you mean 'betas' for 'bet'\?"),
+    (lambda o: o.Adagrad(lr=0.1, epsilon=1e-8, x=1), r"unknown arguments 'epsilon', 'x' .*did you mean 'eps'"),
 ])
 def test_torch_only_options_that_would_change_the_update_are_named(build: Any, match: str) -> None:
     """Fixed: ``SGD(lr=0.1, momentum=0.9)`` raised Python's TypeError "unexpected keyword argument

@@ -11,6 +11,7 @@ gradient becomes g + wd·w before the update (applied, like the update, to the r
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 import numbers
@@ -53,14 +54,23 @@ def _torch_spellings(name: str, cls: type, args: dict[str, Any], lr_given: bool 
 def _fused(cls: type) -> type:
     """``@dataclass(frozen=True)`` for a fused optimizer, whose constructor also takes torch.optim's
     spellings, as a torch user writes them: ``learning_rate`` for ``lr`` (FBGEMM's), and the torch-only
-    options at their neutral value (``SGD(lr=0.1, momentum=0)``); another value of one raises naming it
-    (it was Python's bare "unexpected keyword argument")."""
+    options at their neutral value (``SGD(lr=0.1, momentum=0)``); another value of one, or an argument
+    the optimizer does not take, raises ``InvalidInputError`` naming it (and the nearest argument it
+    takes: ``Adam(bet=...)`` suggests ``betas``)."""
     cls = dataclass(frozen=True)(cls)
     init = cls.__init__
+    takes = [n for n in inspect.signature(init).parameters if n != "self"]
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         _torch_spellings(cls.__name__, cls, kwargs, lr_given=bool(args))
+        unknown = [k for k in kwargs if k not in takes]
+        if unknown:  # Python's bare "unexpected keyword argument" named neither the options nor a fix
+            close = {k: m[0] for k in unknown if (m := difflib.get_close_matches(k, takes, n=1))}
+            hint = "".join(f"; did you mean {m!r} for {k!r}?" for k, m in close.items())
+            raise InvalidInputError(f"optimizer {cls.__name__}: unknown argument{'s' * (len(unknown) > 1)} "
+                                    f"{', '.join(map(repr, unknown))} (it takes {', '.join(takes)}, and "
+                                    f"torch.optim's learning_rate and its options at their neutral value){hint}")
         init(self, *args, **kwargs)
 
     cls.__init__ = __init__
