@@ -15,6 +15,7 @@ from .backends import BACKENDS
 from .data import Source
 from .loop import MODELS, TrainConfig
 from .report import prepare
+from .run import TURN_STEPS
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -51,6 +52,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="read the training data in windows of ROWS rows, each in a random order, a new one every "
                         "epoch (default 0: file order; the same order on every backend)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--sequential", action="store_true",
+                   help="train the backends one after another, one model in memory at a time (default: all "
+                        f"built together and trained in interleaved turns of {TURN_STEPS} steps, so that a "
+                        "change in the machine's load slows them alike)")
     p.add_argument("--ablation", action="store_true",
                    help="bst only: also measure samples/s with the pipeline, fused transforms and dedup switched "
                         "off one after the other (RecIS Fig. 7) and add the table and plot to the report")
@@ -183,7 +188,7 @@ def run_cli(args: argparse.Namespace) -> int:
     if args.ablation:  # train() checks its own out; this report is written after the ablation
         prepare(args.out, clear=True)
     report = train(cfg, backends, out=None if args.ablation else args.out, resume=args.resume,
-                   progress=not args.no_progress, source=source)
+                   progress=not args.no_progress, source=source, interleave=not args.sequential)
     if report is None:  # the ranks > 0 of a torchrun world
         return 0
     if why:  # the report says which backend --backend all left out, and why

@@ -381,16 +381,19 @@ class Trainer:
 
     # -- the run ---------------------------------------------------------------------------------
 
-    def run(self, steps: int | None = None, progress: Any = None, warmup: int = 3) -> History:
+    def run(self, steps: int | None = None, progress: Any = None, warmup: int = 3,
+            pause_at: int | None = None) -> History:
         """Train until ``steps`` (default: the config's) steps are done, evaluating every ``eval_every``.
         The first ``warmup`` steps are not timed (at least the last step is, so a short run still has a
-        throughput)."""
+        throughput). ``pause_at``: return at that step instead (a turn of an interleaved run, which a
+        later call continues); the run's last evaluation still comes at its end only."""
         end = self.cfg.steps if steps is None else steps
         warmup = min(warmup, max(0, end - 1))
+        stop = end if pause_at is None else min(end, pause_at)
         if self._stream is None:
             self._stream = self.source.stream(self._stream_state, depth=self.cfg.depth, tables=self._tables(),
                                               shard=self._shard())
-        while self.step < end:
+        while self.step < stop:
             batch_t0 = time.perf_counter()
             batch = next(self._stream)
             prep_extra = time.perf_counter() - batch_t0

@@ -126,7 +126,9 @@ def write(out: str | Path, report: dict[str, Any]) -> list[Path]:
     lines = [f"# recgo train: {cfg['model']} on {_data_name(cfg['data']) or synthetic}", "",
              f"{cfg['steps']} steps of {batch}, embedding dim {cfg['dim']}, sparse optimizer "
              f"{cfg['sparse_optimizer']} (lr {cfg['sparse_lr']}), dense Adam (lr {cfg['dense_lr']}), seed {cfg['seed']}; "
-             "every backend starts from the same weights and sees the same batches.", "",
+             "every backend starts from the same weights and sees the same batches"
+             + (f"; the backends train in turns of {report['turn_steps']} steps (interleaved), so that their "
+                "samples/s come from the same stretch of time." if report.get("turn_steps") else "."), "",
              *(f"Note: {n}." for n in report.get("notes", ())), *([""] if report.get("notes") else []),
              "| backend | samples/s | prep ms | sparse ms | dense+backward ms | update ms | val AUC | val log loss |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]

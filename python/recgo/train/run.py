@@ -18,12 +18,24 @@ from ._progress import progress_bar
 from .report import prepare, summarize, write
 
 
+# Steps each backend trains in its turn of an interleaved run.
+TURN_STEPS = 20
+
+
 def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Path | None = None,
-          resume: bool = False, progress: bool = True, source: Source | None = None) -> dict[str, Any]:
+          resume: bool = False, progress: bool = True, source: Source | None = None,
+          interleave: bool = True) -> dict[str, Any]:
     """Train ``cfg.model`` on every backend in ``backends`` (same data, same initial weights) and return the
     report (also written to ``out`` when given). With ``resume``, each backend continues from its
     checkpoint ``<cfg.checkpoint>.<backend>`` if it exists. ``source``: the data source ``make_source(cfg)``
-    already built (single process only; the ranks of ``cfg.nproc > 1`` build their own)."""
+    already built (single process only; the ranks of ``cfg.nproc > 1`` build their own).
+
+    ``interleave`` (default; single process): the backends' models are built together and train in turns
+    of :data:`TURN_STEPS` steps each, so that their throughputs are measured over the same stretch of
+    time (a machine whose load changes during the run slows them alike; one after another, the backend
+    that ran during a busy minute looked slower); the report's ``turn_steps`` says so. ``False`` trains
+    one backend after the other, holding one model in memory at a time. Each backend's training and
+    results are the same either way (its own model, batches and evaluations)."""
     cfg.validate()
     unknown = [b for b in backends if b not in BACKENDS]
     if unknown or not backends:
@@ -43,31 +55,54 @@ def train(cfg: TrainConfig, backends: Sequence[str] = ("recgo",), out: str | Pat
     if source is None:
         source = make_source(cfg, progress=progress)
     runs: dict[str, History] = {}
-    for backend in backends:
-        per_backend = _per_backend(cfg, backend)
-        trainer = Trainer(per_backend, source, backend)
-        if resumable(resume, per_backend.checkpoint, lambda p: Path(p).exists(), backend):
-            trainer.load(per_backend.checkpoint)
-        bar = progress_bar(cfg.steps, backend, progress)
-        if bar is not None:
-            bar.update(trainer.step)
-        try:
-            runs[backend] = trainer.run(progress=bar)
-        except BaseException:
-            trainer.close()  # its pipeline threads stop here, not at exit
-            raise
-        finally:
-            if bar is not None:
-                bar.close()  # a failure's message then starts on a line of its own
-        if per_backend.checkpoint:
-            trainer.save(per_backend.checkpoint)
-        trainer.close()
-        del trainer
-        gc.collect()
+    # Interleaved (default): every backend's model at once, trained in turns of TURN_STEPS steps, so that
+    # a machine whose load changes during the run slows them alike; sequential: one model at a time.
+    for group in ([list(backends)] if interleave else [[b] for b in backends]):
+        runs.update(_train_group(cfg, group, source, resume, progress))
     report = summarize(cfg, runs)
+    report["turn_steps"] = TURN_STEPS if interleave and len(backends) > 1 else None
     if out is not None:
         write(out, report)
     return report
+
+
+def _train_group(cfg: TrainConfig, backends: Sequence[str], source: Source, resume: bool,
+                 progress: bool) -> dict[str, History]:
+    """Train ``backends`` together (in turns of :data:`TURN_STEPS` steps while more than one is left),
+    each saving its checkpoint when it ends; returns their histories. A failure closes every trainer
+    of the group (their pipeline threads stop here, not at exit) and every bar."""
+    trainers: dict[str, Trainer] = {}
+    bars: dict[str, Any] = {}
+    runs: dict[str, History] = {}
+    try:
+        for i, backend in enumerate(backends):
+            per_backend = _per_backend(cfg, backend)
+            trainers[backend] = trainer = Trainer(per_backend, source, backend)
+            if resumable(resume, per_backend.checkpoint, lambda p: Path(p).exists(), backend):
+                trainer.load(per_backend.checkpoint)
+            bars[backend] = bar = progress_bar(cfg.steps, backend, progress, position=i)
+            if bar is not None:
+                bar.update(trainer.step)
+        while trainers:
+            for backend in list(trainers):
+                trainer = trainers[backend]
+                turn = trainer.step + TURN_STEPS if len(trainers) > 1 else None
+                history = trainer.run(progress=bars[backend], pause_at=turn)
+                if turn is not None and trainer.step < cfg.steps:
+                    continue
+                runs[backend] = history
+                if trainer.cfg.checkpoint:
+                    trainer.save(trainer.cfg.checkpoint)
+                trainers.pop(backend).close()
+                del trainer
+                gc.collect()
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
+        for bar in bars.values():
+            if bar is not None:
+                bar.close()  # a failure's message then starts on a line of its own
+    return {b: runs[b] for b in backends}  # the report's rows in the order asked for
 
 
 def _check_checkpoints(cfg: TrainConfig, backends: Sequence[str], resume: bool = False) -> None:
