@@ -60,7 +60,7 @@ func TestSegmentReduce(t *testing.T) {
 		{176, 5, true, true, false},
 		// not multiples of the vector widths: vector columns, then 4-wide or scalar ones
 		{4, 6, true, true, true}, {12, 7, false, false, true}, {20, 5, true, false, false}, {36, 4, false, true, false},
-		{68, 3, true, true, true}, {100, 5, false, false, false}, {24, 6, true, true, true},
+		{68, 3, true, true, true}, {100, 5, false, false, false}, {24, 6, true, true, true}, {12, 6, true, true, false},
 	}
 	for _, p := range paths {
 		for _, c := range cases {
@@ -141,7 +141,7 @@ func rowsCase(r *rand.Rand, dim int) (w []float32, wStride int, rows []int64, g 
 
 func TestOptimizerRows(t *testing.T) {
 	for _, p := range paths {
-		for _, dim := range []int{64, 16, 48, 40, 5} {
+		for _, dim := range []int{64, 16, 48, 40, 5, 4, 12, 20, 24, 44} {
 			t.Run(fmt.Sprintf("%s/d%d", p.name, dim), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(7, uint64(dim)))
 				w0, ws, rows, g := rowsCase(r, dim)

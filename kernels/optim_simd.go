@@ -6,19 +6,25 @@ import "simd/archsimd"
 
 // See segment_reduce_simd.go for why these walk whole row batches and end with ClearAVXUpperBits.
 // SGD and row-wise Adagrad's row scaling have 512-bit kernels for dims that are a multiple of 16
-// and 256-bit ones for CPUs without AVX-512. Adagrad and Adam have one kernel, 256-bit
-// (optim_avx2.go), for every CPU with AVX2 and dims that are a multiple of 8: the update of a
-// scattered row waits on memory, not on the vector width, and one kernel is one to keep right
-// (on this AVX2-only machine the scalar Adagrad it replaced was a fifth of a DLRM embedding step's
-// CPU time). Other dims take the portable path.
+// on CPUs with AVX-512, and 256-bit ones for the other multiples of 4 (on every CPU with AVX2: an
+// AVX-512 CPU ran D=8, 24, 40, ... on the portable path before session 46). Adagrad and Adam have
+// one kernel, 256-bit (optim_avx2.go), for every CPU with AVX2 and dims that are a multiple of 4:
+// the update of a scattered row waits on memory, not on the vector width, and one kernel is one to
+// keep right (on an AVX2-only machine the scalar Adagrad it replaced was a fifth of a DLRM embedding
+// step's CPU time). Other dims take the portable path.
+
+// wide512 reports whether the 512-bit row kernels take rows of width dim, and avx2Rows whether the
+// 256-bit ones do (the other widths take the portable kernels).
+func wide512(dim int) bool  { return hasAVX512 && dim%16 == 0 }
+func avx2Rows(dim int) bool { return hasAVX2 && dim%4 == 0 }
 
 func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float32) {
-	if hasAVX2 && !hasAVX512 && dim%8 == 0 {
-		scaledRowsAVX2(w, wStride, dim, rows, g, nil, lr)
-		return
-	}
-	if !hasAVX512 || dim%16 != 0 {
-		SGDRowsGeneric(w, wStride, dim, rows, g, lr)
+	if !wide512(dim) {
+		if avx2Rows(dim) {
+			scaledRowsAVX2(w, wStride, dim, rows, g, nil, lr)
+		} else {
+			SGDRowsGeneric(w, wStride, dim, rows, g, lr)
+		}
 		return
 	}
 	neg := archsimd.BroadcastFloat32x16(-lr)
@@ -35,12 +41,12 @@ func sgdRows(w []float32, wStride, dim int, rows []int64, g []float32, lr float3
 }
 
 func scaledRows(w []float32, wStride, dim int, rows []int64, g, mult []float32) {
-	if hasAVX2 && !hasAVX512 && dim%8 == 0 {
-		scaledRowsAVX2(w, wStride, dim, rows, g, mult, 0)
-		return
-	}
-	if !hasAVX512 || dim%16 != 0 {
-		ScaledRowsGeneric(w, wStride, dim, rows, g, mult)
+	if !wide512(dim) {
+		if avx2Rows(dim) {
+			scaledRowsAVX2(w, wStride, dim, rows, g, mult, 0)
+		} else {
+			ScaledRowsGeneric(w, wStride, dim, rows, g, mult)
+		}
 		return
 	}
 	zero := archsimd.BroadcastFloat32x16(0)
@@ -57,11 +63,11 @@ func scaledRows(w []float32, wStride, dim int, rows []int64, g, mult []float32) 
 	archsimd.ClearAVXUpperBits()
 }
 
-// scaledRowsAVX2 is the 256-bit w ← w − m_k·g for CPUs without AVX-512: m_k = mult[k], or lr for
-// every row when mult is nil (SGD).
+// scaledRowsAVX2 is the 256-bit w ← w − m_k·g for rows of a multiple of 4 columns: m_k = mult[k], or lr for every row when mult is nil (SGD).
 func scaledRowsAVX2(w []float32, wStride, dim int, rows []int64, g, mult []float32, lr float32) {
 	zero := archsimd.BroadcastFloat32x8(0)
 	neg := archsimd.BroadcastFloat32x8(-lr)
+	full, low := dim&^7, lanes4()
 	for k, r := range rows {
 		if r < 0 {
 			continue
@@ -70,16 +76,18 @@ func scaledRowsAVX2(w []float32, wStride, dim int, rows []int64, g, mult []float
 			neg = zero.Sub(archsimd.BroadcastFloat32x8(mult[k]))
 		}
 		wr, gr := w[r*int64(wStride):][:dim], g[k*dim:][:dim]
-		for i := 0; i < dim; i += 8 {
-			out := (*[8]float32)(wr[i : i+8])
-			archsimd.LoadFloat32x8((*[8]float32)(gr[i:i+8])).MulAdd(neg, archsimd.LoadFloat32x8(out)).Store(out)
+		for i := 0; i < full; i += 8 {
+			archsimd.LoadFloat32x8(blk8(gr, i)).MulAdd(neg, archsimd.LoadFloat32x8(blk8(wr, i))).Store(blk8(wr, i))
+		}
+		if full < dim { // the last 4 columns, masked (see optim_avx2.go)
+			archsimd.LoadMaskedFloat32x8(tail8(gr), low).MulAdd(neg, archsimd.LoadMaskedFloat32x8(tail8(wr), low)).StoreMasked(tail8(wr), low)
 		}
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
 func adagradRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, lr, eps float32) {
-	if !hasAVX2 || dim%8 != 0 {
+	if !avx2Rows(dim) {
 		AdagradRowsGeneric(w, wStride, s, sStride, dim, rows, g, lr, eps)
 		return
 	}
@@ -87,7 +95,7 @@ func adagradRows(w []float32, wStride int, s []float32, sStride, dim int, rows [
 }
 
 func adamRows(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p AdamParams) {
-	if !hasAVX2 || dim%8 != 0 {
+	if !avx2Rows(dim) {
 		AdamRowsGeneric(w, wStride, s, sStride, dim, rows, g, p)
 		return
 	}

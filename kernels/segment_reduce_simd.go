@@ -269,34 +269,36 @@ func segmentReduce4(dst []float32, dstBase, dstStride, dim int, src []float32, o
 	archsimd.ClearAVXUpperBits()
 }
 
-// segmentReduce12 sums the 12 columns of each row in an 8- and a 4-column register, one pass over
-// the row (split into 8 and 4 columns, D=12 took two passes and 2.5 times as long; a general kernel
-// for widths below 64 that are not a multiple of 16, with full 16-column loads past the row, was
-// slower at every other width: Go's register allocation spilled its loop state).
+// segmentReduce12 sums 12-column rows in two 8-float registers over columns 0-7 and 4-11 (an
+// overlap whose columns 4-7 both sum with the same operations in the same order, so the second store
+// rewrites them with equal values). A 4-float register for the last columns was 45x slower on an
+// AVX-512 Xeon: Go zeroes an XMM value with a legacy-SSE MOVUPS from X15, and each one, between
+// 256-bit instructions, paid an SSE/AVX transition (once per bag).
 func segmentReduce12(dst []float32, dstBase, dstStride int, src []float32, offs []int64, mult int64,
 	bounds []int64, weights, scales []float32) {
 	for i := 0; i+1 < len(bounds); i++ {
-		var lo archsimd.Float32x8
-		var hi archsimd.Float32x4
+		var lo, hi archsimd.Float32x8
 		for j := bounds[i]; j < bounds[i+1]; j++ {
 			o := offs[j] * mult
 			if o < 0 {
 				continue
 			}
 			row := src[o : o+12]
-			l, h := archsimd.LoadFloat32x8((*[8]float32)(row[:8])), archsimd.LoadFloat32x4((*[4]float32)(row[8:]))
+			l, h := archsimd.LoadFloat32x8((*[8]float32)(row[:8])), archsimd.LoadFloat32x8((*[8]float32)(row[4:]))
 			if weights == nil {
 				lo, hi = lo.Add(l), hi.Add(h)
 			} else {
-				lo, hi = l.MulAdd(archsimd.BroadcastFloat32x8(weights[j]), lo), h.MulAdd(archsimd.BroadcastFloat32x4(weights[j]), hi)
+				w := archsimd.BroadcastFloat32x8(weights[j])
+				lo, hi = l.MulAdd(w, lo), h.MulAdd(w, hi)
 			}
 		}
 		if scales != nil {
-			lo, hi = lo.Mul(archsimd.BroadcastFloat32x8(scales[i])), hi.Mul(archsimd.BroadcastFloat32x4(scales[i]))
+			s := archsimd.BroadcastFloat32x8(scales[i])
+			lo, hi = lo.Mul(s), hi.Mul(s)
 		}
 		out := dst[dstBase+i*dstStride:][:12]
 		lo.Store((*[8]float32)(out[:8]))
-		hi.Store((*[4]float32)(out[8:]))
+		hi.Store((*[8]float32)(out[4:]))
 	}
 	archsimd.ClearAVXUpperBits()
 }
