@@ -20,8 +20,12 @@ func blk8(x []float32, i int) *[8]float32 { return (*[8]float32)(x[i : i+8]) }
 // lanes4 selects the low 4 of 8 lanes: a masked load or store of them touches only the 4 floats a
 // row's last block holds (masked-off lanes are neither read nor written, and cannot fault).
 func lanes4() archsimd.Mask32x8 {
-	return archsimd.LoadInt32x8(&[8]int32{0, 1, 2, 3, 4, 5, 6, 7}).Less(archsimd.BroadcastInt32x8(4))
+	return archsimd.LoadInt32x8(&laneIndex).Less(archsimd.BroadcastInt32x8(4))
 }
+
+// laneIndex holds each lane's index (a package variable: a literal built on the stack was zeroed
+// with a legacy-SSE store, a transition after the kernel's first 256-bit instruction).
+var laneIndex = [8]int32{0, 1, 2, 3, 4, 5, 6, 7}
 
 // tail8 is the last 4 floats x holds as the 8-float array a lanes4 masked load or store takes; its
 // upper half lies past x, which the mask never touches (hence no checkptr: the array may straddle
