@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from ..errors import InvalidInputError
+from . import _fused_update
 from .optim import _HYPER, Adam, _number
 
 
@@ -46,7 +47,12 @@ class CollectionOptimizer(torch.optim.Optimizer):
     beta1 as it does for ``torch.optim.Adam``; with SGD or Adagrad it raises, as for torch's. ``zero_grad()``
     and ``step()`` hand changed values to the collections (``set_fused_optimizer``), as TorchRec's
     fused optimizers do with the learning rate, so the usual loop (``zero_grad``, ``backward``,
-    ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set.
+    ``step``, ``scheduler.step()``) runs each backward at the rate the scheduler last set. An unsharded
+    collection also takes its group's changes when its fused backward runs, so a loop that calls
+    ``zero_grad()`` after ``step()``, then ``scheduler.step()``, or one that never calls them, runs each
+    backward at the rate the group holds then too, as a torch optimizer's ``step()`` reads it (such a
+    loop ran one step late before: the first backward of a warm-up at the full rate); sharded
+    collections take it at ``zero_grad()`` and ``step()``, as DMP's fused optimizers do.
     A value set on a collection itself (``set_fused_optimizer``) is kept, and shown in its group from
     the next hand-over on. Each group also names its optimizer kind (``"fused_optimizer"``), and
     ``load_state_dict`` refuses groups of another kind or another number of collections.
@@ -56,11 +62,18 @@ class CollectionOptimizer(torch.optim.Optimizer):
     also a TorchRec ``KeyedOptimizer`` (with no keyed parameters), as DMP's ``fused_optimizer`` is;
     without ``torchrec`` it is a plain ``torch.optim.Optimizer`` and TorchRec is never imported. Copies
     (``copy.deepcopy``, pickle) keep driving the copied model's collections. Call it from the thread
-    that runs the steps (on every rank alike for sharded collections).
+    that runs the steps (on every rank alike for sharded collections). ``scaler.step(it)`` runs its
+    ``step()`` (``torch.amp.GradScaler``; it has no gradients to unscale: see
+    :func:`recgo.modules.optim.set_grad_scaler` for the fused updates').
 
     Raises:
         InvalidInputError: ``model`` has no collection with a fused optimizer.
     """
+
+    #: GradScaler.step calls step() directly: there are no gradients to unscale or check (the fused
+    #: updates ran in the backward; set_grad_scaler unscales theirs). Without it, it raised "No inf
+    #: checks were recorded for this optimizer".
+    _step_supports_amp_scaling = True
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "CollectionOptimizer":
         if cls is CollectionOptimizer and sys.modules.get("torchrec") is not None:  # None: hidden/unusable
@@ -85,6 +98,34 @@ class CollectionOptimizer(torch.optim.Optimizer):
         self._synced = [m.fused_optimizer for _, m in self._collections]  # each collection's, as last handed over
         self.params: dict[str, torch.Tensor] = {}  # KeyedOptimizer's name → parameter map: none here
         self._built = True  # add_param_group refuses from here
+        self._follow()
+
+    def _follow(self, only: list[int] | None = None) -> None:
+        """Have each collection (those ``only`` lists) take this optimizer's pending changes when its
+        fused backward runs (:meth:`_pull`; a sharded collection never calls it), rather than those of
+        another optimizer over it that handed values over before this one."""
+        for i, (_, m) in enumerate(self._collections):
+            if only is None or i in only:
+                _fused_update.follow(getattr(m, "_owner", m), self)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        if "_collections" in state:  # a copy follows the copied collections
+            self._follow()
+
+    def _pull(self, owner: Any) -> None:
+        """Before a fused backward of ``owner``'s tables: hand over what its groups changed since the
+        last hand-over (a scheduler's step after this optimizer's ``step()`` and ``zero_grad()``)."""
+        mine = [i for i, (_, m) in enumerate(self._collections) if getattr(m, "_owner", m) is owner]
+        if any(self._pending(i) for i in mine):
+            self._push(only=mine)
+
+    def _pending(self, i: int) -> bool:
+        """Whether group ``i`` holds a value its collection was not handed."""
+        group, last = self.param_groups[i], self._synced[i]
+        if "betas" in group and tuple(group["betas"]) != self._betas[i]:
+            return True
+        return any(k not in group or bool(group[k] != getattr(last, k)) for k in _HYPER)
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
         """Refused once built (TorchRec's ``KeyedOptimizer`` refuses it too): the groups are the
@@ -115,14 +156,16 @@ class CollectionOptimizer(torch.optim.Optimizer):
             group["betas"] = (group["beta1"], group["beta2"])
             self._betas[i] = group["betas"]
 
-    def _push(self, force: bool = False) -> None:
+    def _push(self, force: bool = False, only: list[int] | None = None) -> None:
         """Hand the hyper-parameters each group changed since the last hand-over (every one, when
         ``force``) to its collection, keeping the ones changed on the collection itself meanwhile
         (``set_fused_optimizer``: they were put back to the group's stale values), and make the groups
-        show what the collections now run."""
+        show what the collections now run. ``only``: the groups to hand over (default: all)."""
         self._sync_betas()
         changes = []
         for i, (group, (name, m)) in enumerate(zip(self.param_groups, self._collections)):
+            if only is not None and i not in only:
+                continue
             lacks = [k for k in _HYPER if k not in group]
             if lacks:
                 raise InvalidInputError(f"CollectionOptimizer: the group of {name or 'the model'!r} lacks {lacks}")
@@ -132,6 +175,7 @@ class CollectionOptimizer(torch.optim.Optimizer):
             if new != m.fused_optimizer:
                 m.set_fused_optimizer(new)
             self._adopt(i, new)
+        self._follow(only)
 
     def _merged(self, i: int, group: dict[str, Any], force: bool = False) -> dict[str, Any]:
         """What collection ``i`` runs after a hand-over of ``group``: the group's value of each

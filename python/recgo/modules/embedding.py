@@ -67,6 +67,7 @@ from ._copies import PortableCopies, rebuild
 from ._untrained import UntrainedCheck
 from ._checkpoint import load_checkpoint, save_checkpoint, snapshot, state_copy
 from ._contexts import ContextStore, owning
+from ._fused_update import fused_gradient, warn_unscaled
 from ._grads import table_gradient
 from ._outputs import OutputPool
 from ._init import init_as_torchrec, init_table
@@ -310,6 +311,7 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
         keep, frozen = fused_keep([self.embedding_bags[self._configs[i].name].weight for i in tables])
         if keep:  # a backward would update them
             refuse_in_ddp(self, tables)
+            warn_unscaled(self)
         return keep, frozen
 
     def _keys(self, keys: list[str]) -> tuple[torch.Tensor, list[tuple[int, int]]]:
@@ -394,6 +396,9 @@ class EmbeddingBagCollection(PortableCopies, nn.Module):
                             ndim=2, convert_to=torch.float32)
         f = _lib.fn("recgo_ebc_backward")
         if self._optimizer is not None:
+            grad = fused_gradient(self, grad)  # the rates set meanwhile; a GradScaler's scale undone
+            if grad is None:  # not finite once unscaled: skipped, as GradScaler.step skips
+                return []
             skip = _lib.ByteFlags(frozen)
             _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0, *skip.args)
             return []

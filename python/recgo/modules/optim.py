@@ -503,3 +503,4 @@ def adopt(module: Any, kwargs: dict[str, Any], class_defaults: bool = False) -> 
 
 
 from ._collection_optimizer import CollectionOptimizer, fused_collections  # noqa: E402  (re-exported here)
+from ._fused_update import set_grad_scaler  # noqa: E402,F401  (the GradScaler of the fused updates)

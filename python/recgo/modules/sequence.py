@@ -32,6 +32,7 @@ from ..sparse import KeyedJaggedTensor, as_kjt
 from ..tensors import check_tensor, ptr
 from . import _eager, _ops, _recompute, _sequence_ops, _vbe
 from ._contexts import ContextStore, owning
+from ._fused_update import fused_gradient
 from ._grads import table_gradient
 from ._copies import apply_portable_state, extra_attributes, user_hooks
 from ._outputs import OutputPool
@@ -306,6 +307,9 @@ class EmbeddingCollection(nn.Module):
                     grad[total:].zero_()
             f = _lib.fn("recgo_ec_backward")
             if self._fused:
+                grad = fused_gradient(self._owner, grad)  # as the pooled collection's (_fused_update)
+                if grad is None:
+                    return []
                 flags = _lib.ByteFlags(skip)
                 _lib.call(f, handle.value, 1, ptr(grad), grad.numel(), None, None, 0, *flags.args)
                 return []
