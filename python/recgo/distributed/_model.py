@@ -104,10 +104,15 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
     the model's own names, without DDP's ``module.`` prefix."""
 
     def forward(self, *inputs: Any, **kwargs: Any) -> Any:
-        """DDP's forward; under ``torch.fx`` symbolic tracing, the wrapped module's."""
+        """DDP's forward; under ``torch.fx`` symbolic tracing, the wrapped module's. A backward that
+        raised part-way (a Ctrl-C in it) left DDP's Reducer mid-iteration: this forward resets it
+        (:class:`._reduce_hook.Backward`), where DDP's next forward failed, and every one after."""
         if torch.fx._symbolic_trace.is_fx_symbolic_tracing():
             return self.module(*inputs, **kwargs)
-        return super().forward(*inputs, **kwargs)
+        backward = _reduce_hook.Backward.due(self)
+        out = super().forward(*inputs, **kwargs)
+        backward.watch(out)
+        return out
 
     def _pre_forward(self, *inputs: Any, **kwargs: Any) -> Any:
         # DDP's collectives before the forward (bucket rebuild, buffer sync): a peer that died or
