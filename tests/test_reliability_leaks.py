@@ -14,13 +14,14 @@ taken for as long as the next full collection took to come.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import torch
@@ -186,11 +187,23 @@ def test_sequence_collections_leak_nothing(dynamic: bool) -> None:
     check_no_leak(body)
 
 
+@contextlib.contextmanager
+def _one_rank_world(tmp_path: Path) -> Iterator[None]:
+    """This pytest process as a one-rank gloo world (a FileStore under ``tmp_path``): the sharded
+    collections' all-to-alls still run through torch.distributed, so their Python paths do."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_sharded_collections_leak_nothing(tmp_path: Path, dynamic: bool) -> None:
     """A ShardedEmbeddingBagCollection on one rank: steps (its exchange steps are handles too), a
     forward without backward, a state_dict round trip, and a pipeline that partitions for it."""
-    import torch.distributed as dist
     from recgo.distributed import ShardedEmbeddingBagCollection
 
     source = SyntheticSource(200, [SyntheticField("a", 50, 1.0), SyntheticField("b", 30, 1.0)])
@@ -204,11 +217,8 @@ def test_sharded_collections_leak_nothing(tmp_path: Path, dynamic: bool) -> None
         with recgo.DataPipeline(source, features, 32, depth=2, shard=sh) as pipe:
             for b in pipe:
                 sh(b.sparse).values().sum().backward()
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
+    with _one_rank_world(tmp_path):
         check_no_leak(body, n=5)
-    finally:
-        dist.destroy_process_group()
 
 
 def test_a_dynamic_tables_module_alone_names_its_missing_collection() -> None:
@@ -420,24 +430,30 @@ def test_long_lived_objects_do_not_grow_the_go_heap() -> None:
     assert grown < 256 << 10, f"the Go heap grew by {grown} bytes over 250 steps"
 
 
-def _interrupted_at_every_call(op: Callable[[], object]) -> int:
+def _interrupted_at_every_call(op: Callable[[], object], after: Callable[[str], object] | None = None,
+                               hit: set[str] | None = None) -> int:
     """Run ``op`` once per Python function call it makes, run k raising KeyboardInterrupt at the first
     instruction of its k-th call (where a Ctrl-C pending at that point is raised), and assert after
     each run that every engine handle it made is freed (at the latest when collected). Returns the
     number of calls swept. A finalizer it interrupts reports to ``sys.unraisablehook``, which is set to
-    drop the report: pytest's keeps it, and with it the object being finalized."""
+    drop the report: pytest's keeps it, and with it the object being finalized. ``after(where)`` runs
+    after each run (the first, uninterrupted one too), before the handle count: it checks that what
+    was interrupted still works; ``hit`` collects the names of the functions interrupted."""
     op()
+    if after is not None:
+        after("no call (the uninterrupted run)")
     base = Counts.now().handles
     k = 0
     while True:
-        seen, where = [0], [""]
+        seen, where, name = [0], [""], [""]
 
         def interrupt(frame: Any, event: str, arg: object) -> None:
             if event == "call":
                 seen[0] += 1
                 if seen[0] > k:
                     sys.settrace(None)
-                    where[0] = f"{frame.f_code.co_filename}:{frame.f_code.co_name}, called from line {frame.f_back.f_lineno}"
+                    name[0] = frame.f_code.co_name
+                    where[0] = f"{frame.f_code.co_filename}:{name[0]}, called from line {frame.f_back.f_lineno}"
                     raise KeyboardInterrupt
 
         hook, sys.unraisablehook = sys.unraisablehook, lambda unraisable: None
@@ -449,6 +465,11 @@ def _interrupted_at_every_call(op: Callable[[], object]) -> int:
         finally:
             sys.settrace(None)
             sys.unraisablehook = hook
+        if seen[0] > k:
+            if hit is not None:
+                hit.add(name[0])
+            if after is not None:
+                after(where[0])
         if Counts.now(collect=False).handles != base:  # (collecting only then: a collection takes long)
             assert Counts.now().handles == base, f"a Ctrl-C at {where[0]} left an engine handle behind"
         if seen[0] <= k:
@@ -492,3 +513,111 @@ def test_a_ctrl_c_at_any_python_call_leaves_no_handle(op: str) -> None:
     before the free itself ran (lookup_stats frees its context so)."""
     run = _interruptible_ops()[op]
     assert _interrupted_at_every_call(run) > 10
+
+
+class _ShardedTop(torch.nn.Module):
+    """A dynamic-ID pooled collection under a linear layer: what ``shard_model`` wraps in DDP."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ebc = _ebc(True)
+        self.top = torch.nn.Linear(12, 1)
+
+    def forward(self, kjt: recgo.KeyedJaggedTensor) -> torch.Tensor:
+        return self.top(self.ebc(kjt).values())
+
+
+SHARDED_STEPS = ["pooled", "pooled, owner pooling", "pooled dynamic", "pooled dynamic, owner pooling", "sequence",
+                 "sequence dynamic", "shard_model"]
+
+
+def _sharded_step_case(case: str) -> tuple[torch.nn.Module, Callable[[Any], torch.Tensor]]:
+    """The sharded module a step of ``case`` trains (fused Adam) and its output as one flat tensor."""
+    from recgo.distributed import ShardedEmbeddingBagCollection, ShardedEmbeddingCollection, shard_model
+
+    if case.startswith("pooled"):
+        pooling = "pooled" if "owner pooling" in case else "rows"
+        return (ShardedEmbeddingBagCollection.from_ebc(_ebc("dynamic" in case), owner_pooling=pooling),
+                lambda out: out.values())
+    if case.startswith("sequence"):
+        dyn = recgo.DynamicConfig(min_count=1) if "dynamic" in case else None
+        ec = ShardedEmbeddingCollection([recgo.EmbeddingConfig(64, 8, "t0", ["a"], dynamic=dyn),
+                                         recgo.EmbeddingConfig(32, 4, "t1", ["b"])],
+                                        optimizer=optim.Adam(lr=0.01), seed=0)
+        return ec, lambda out: torch.cat([out[k].values().reshape(-1) for k in ("a", "b")])
+    torch.manual_seed(0)
+    return shard_model(_ShardedTop()), lambda out: out
+
+
+def _same_state(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
+    if a is None or b is None or a.keys() != b.keys():
+        return False
+    return all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k] for k in a)
+
+
+@pytest.mark.parametrize("case", SHARDED_STEPS)
+def test_a_ctrl_c_at_any_python_call_of_a_sharded_step(tmp_path: Path, case: str) -> None:
+    """A sharded training step (forward, backward, fused update) on a one-rank world, interrupted at
+    each of its Python calls in turn (every one: a step makes some 160-260, and the whole sweep of a
+    case takes a few seconds): no engine handle is left behind, and the collection trains on. The
+    tables are as before the step, as its forward left them (a dynamic table admits the batch's IDs
+    in the forward), or as after the whole step, and the next step gives what it gives from that
+    state uninterrupted; or, when the interrupt landed in the backward exchange, the collection is
+    marked and refuses the next step with PartialStepError until a load restores it
+    (docs/sharding.md, "A backward that fails part-way"), after which the step gives what it gives
+    uninterrupted. ``shard_model``'s DDP wrapper: a backward interrupted in recgo's autograd node or
+    its comm hook left DDP's Reducer mid-iteration, and every later forward raised (a
+    PeerFailureError over DDP's internal assert) before session 46; its forward now resets the
+    Reducer. There the handle count is taken after the next step: torch's autograd engine keeps the
+    nodes a failed backward had queued (the collection's step among them) until the thread's next
+    backward."""
+    from recgo.distributed import PartialStepError
+
+    with _one_rank_world(tmp_path):
+        m, flat = _sharded_step_case(case)
+        b0, b1 = (_kjt(_ids("dynamic" in case or case == "shard_model"), seed=s) for s in (0, 1))
+
+        def step(b: recgo.KeyedJaggedTensor) -> torch.Tensor:
+            out = flat(m(b))
+            out.sum().backward()
+            return out.detach()
+
+        def state() -> dict[str, Any] | None:
+            try:
+                return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in m.state_dict().items()}
+            except PartialStepError:
+                return None
+
+        step(b0)
+        step(b1)  # warm-up: the dynamic tables hold both batches' IDs, DDP has built its buckets
+        before = state()
+        ends: dict[str, tuple[dict[str, Any] | None, torch.Tensor]] = {}  # what step(b0) may leave, and step(b1) then
+        for name, run in (("before", lambda: None), ("forward", lambda: flat(m(b0))), ("step", lambda: step(b0))):
+            run()
+            ends[name] = (state(), step(b1))
+            m.load_state_dict(before)
+        outcomes: dict[str, int] = {}
+
+        def next_step_works(where: str) -> None:
+            now = state()
+            if now is None:
+                with pytest.raises(PartialStepError, match="KeyboardInterrupt"):
+                    step(b1)
+                m.load_state_dict(before)
+                name, expected = "marked", ends["before"][1]
+            else:
+                name = next((n for n, (s, _) in ends.items() if _same_state(s, now)), "")
+                assert name, f"a Ctrl-C at {where} left the tables in a state no step leaves"
+                expected = ends[name][1]
+            assert torch.equal(step(b1), expected), \
+                f"after a Ctrl-C at {where} the next step differs from an uninterrupted one"
+            outcomes[name] = outcomes.get(name, 0) + 1
+            m.load_state_dict(before)
+
+        hit: set[str] = set()
+        _interrupted_at_every_call(lambda: step(b0), after=next_step_works, hit=hit)
+    # the sweep interrupted the step before its engine calls, in its exchanges, and after its update
+    assert {"before", "step", "marked"} | ({"forward"} if "dynamic" in case else set()) <= outcomes.keys(), outcomes
+    assert {"call_making", "_drive", "drive_backward", "begin_backward", "_record"} <= hit
+    if case == "shard_model":
+        assert {"reduce", "_wait"} <= hit
