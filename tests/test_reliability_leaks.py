@@ -527,8 +527,8 @@ class _ShardedTop(torch.nn.Module):
         return self.top(self.ebc(kjt).values())
 
 
-SHARDED_STEPS = ["pooled", "pooled, owner pooling", "pooled dynamic", "pooled dynamic, owner pooling", "sequence",
-                 "sequence dynamic", "shard_model"]
+SHARDED_STEPS = ["pooled", "pooled, owner pooling", "pooled dynamic", "pooled dynamic, owner pooling",
+                 "pooled dynamic, pipeline batches", "sequence", "sequence dynamic", "shard_model"]
 
 
 def _sharded_step_case(case: str) -> tuple[torch.nn.Module, Callable[[Any], torch.Tensor]]:
@@ -576,6 +576,12 @@ def test_a_ctrl_c_at_any_python_call_of_a_sharded_step(tmp_path: Path, case: str
     with _one_rank_world(tmp_path):
         m, flat = _sharded_step_case(case)
         b0, b1 = (_kjt(_ids("dynamic" in case or case == "shard_model"), seed=s) for s in (0, 1))
+        if "pipeline" in case:  # batches the pipeline partitioned for the collection (recgo_shard_begin_prepared)
+            source = SyntheticSource(64, [SyntheticField("a", 1000, 1.0), SyntheticField("b", 32, 1.0)])
+            with recgo.DataPipeline(source, [Feature("a"), Feature("b").mod(32)], 32, depth=0, shard=m) as pipe:
+                b0, b1 = (b.sparse for b in pipe)
+            from recgo.data import _prepared
+            assert all(_prepared.prepared_handle(b.values(), b.lengths()) for b in (b0, b1))
 
         def step(b: recgo.KeyedJaggedTensor) -> torch.Tensor:
             out = flat(m(b))
@@ -619,5 +625,7 @@ def test_a_ctrl_c_at_any_python_call_of_a_sharded_step(tmp_path: Path, case: str
     # the sweep interrupted the step before its engine calls, in its exchanges, and after its update
     assert {"before", "step", "marked"} | ({"forward"} if "dynamic" in case else set()) <= outcomes.keys(), outcomes
     assert {"call_making", "_drive", "drive_backward", "begin_backward", "_record"} <= hit
+    if "pipeline" in case:
+        assert "prepared_handle" in hit
     if case == "shard_model":
         assert {"reduce", "_wait"} <= hit
