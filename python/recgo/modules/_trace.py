@@ -61,10 +61,13 @@ def traced_as_leaf(forward: F) -> F:
     it records one ``call_module`` node for the module instead of running on the proxy. The result is
     the module's ``_traced_output(node)`` when it defines one (an output of the same structure over
     the node: a KeyedTensor over its values, a dict of its entries, so that code iterating the output
-    traces; a KeyedTensor is returned as a :class:`_TracedKeyedTensor`), else the node."""
+    traces; a KeyedTensor is returned as a :class:`_TracedKeyedTensor`), else the node. Under
+    ``torch.jit.trace`` it raises (:func:`refuse_jit_trace`)."""
 
     @functools.wraps(forward)
     def wrapper(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        if torch.jit.is_tracing():
+            refuse_jit_trace(self)
         proxy = _proxy_in(args, kwargs)
         if proxy is None:
             if exporting():  # a dynamic batch that may be one in the exported program
@@ -84,11 +87,24 @@ def traced_as_leaf(forward: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+_ROUTES = ("use torch.compile for training, or torch.export of the eval model for inference, or "
+           "recgo.to_torchrec(model) for TorchRec's own modules with the same weights")
+
+
+def refuse_jit_trace(module: torch.nn.Module) -> None:
+    """A collection's forward under ``torch.jit.trace`` (or ``torch.onnx.export``, which traces so)
+    raises: the tracer records torch ops, and the lookup runs in Go, so the traced graph made the pooled
+    output from nothing: an empty tensor, which failed the tracer's own check in the first layer after
+    it and, with ``check_trace=False``, went on as an empty result for every batch."""
+    raise InvalidInputError(
+        f"torch.jit.trace: a recgo {type(module).__name__} cannot be traced by TorchScript (its lookups run in Go, "
+        f"which the tracer does not record: the traced module would give empty outputs); {_ROUTES}")
+
+
 def refuse_script(module: torch.nn.Module) -> torch.nn.Module:
     """``__prepare_scriptable__`` of recgo's collections: ``torch.jit.script`` of a model holding one
     raises by name, instead of TorchScript's compiler failing inside the Python forward with an error
     pointing at the wrong file and line."""
     raise InvalidInputError(
         f"torch.jit.script: a recgo {type(module).__name__} cannot be TorchScripted (its lookups run in Go "
-        "through Python); use torch.compile for training, or torch.export of the eval model for inference, or "
-        "recgo.to_torchrec(model) for TorchRec's own modules with the same weights")
+        f"through Python); {_ROUTES}")
