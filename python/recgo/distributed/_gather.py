@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..errors import InvalidInputError
+from ..modules._distributed_values import whole_rows
 from ._collection import ShardedEmbeddingBagCollection
 from ._exchange import peer_failures
 from ._state import tables_attr
@@ -68,22 +69,11 @@ def gather_state_dict(model: nn.Module, dst: int = 0, optimizer_state: bool = Fa
             if not is_dst:
                 continue
             key = f"{path + '.' if path else ''}{attr}.{cfg.name}"
-            out[f"{key}.weight"] = _assemble(cfg, [(ids, rows) for ids, rows, _ in parts])
+            out[f"{key}.weight"] = whole_rows(cfg.name, cfg.num_embeddings, [(ids, rows) for ids, rows, _ in parts],
+                                              "gather_state_dict")
             if state is not None:
-                out[f"{key}.optimizer_state"] = _assemble(cfg, [(ids, st) for ids, _, st in parts])
+                out[f"{key}.optimizer_state"] = whole_rows(cfg.name, cfg.num_embeddings,
+                                                           [(ids, st) for ids, _, st in parts], "gather_state_dict")
             if optimizer_state:  # every rank steps a table any rank used: its count is the same everywhere
                 out[f"{key}.optimizer_step"] = shard.optimizer_step.detach().clone()
     return out if is_dst else {}
-
-
-def _assemble(cfg: Any, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
-    """Table ``cfg``'s rows whole from every rank's (ids, rows) (replicas give the same rows twice)."""
-    first = parts[0][1]
-    full = torch.empty(cfg.num_embeddings, *first.shape[1:], dtype=first.dtype)
-    seen = torch.zeros(cfg.num_embeddings, dtype=torch.bool)
-    for ids, rows in parts:
-        full[ids] = rows
-        seen[ids] = True
-    if not bool(seen.all()):  # every row lives on some rank: a gap is a bug, not a state
-        raise InvalidInputError(f"gather_state_dict: table {cfg.name!r}: {int((~seen).sum())} rows on no rank")
-    return full

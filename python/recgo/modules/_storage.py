@@ -24,7 +24,7 @@ from torch import nn
 
 from ..errors import CapacityError, InvalidInputError
 from ._copies import own_hook
-from ._distributed_values import make_whole
+from ._distributed_values import make_whole, tables_from_ranks
 
 # A loaded optimizer step counter must be in [0, _MAX_STEP) (the engine's embedding.MaxStep).
 _MAX_STEP = 1 << 53
@@ -189,12 +189,16 @@ def materialised_before_load(module: nn.Module, state_dict: Any, prefix: str, lo
     tensors, a no-op, and the model stayed on meta; the collection's own ``load_state_dict`` did).
     Its entries are checked before torch copies any (:func:`check_checkpoint`; a nested load skipped
     the check, and a step counter of −5 or NaN loaded, to be refused only at the next backward). A
-    TorchRec DMP's ShardedTensor table (or a DTensor) held whole here loads as the plain tensor."""
+    TorchRec DMP's ShardedTensor table (or a DTensor) held whole here loads as the plain tensor, and so
+    do a recgo sharded collection's entries of every rank of one world (``tables_from_ranks``)."""
     make_whole(state_dict, prefix)
+    tables = "embeddings." if hasattr(module, "embeddings") else "embedding_bags."
+    held = getattr(module, tables[:-1])
+    tables_from_ranks(state_dict, prefix + tables,
+                      [c for c in getattr(module, "ebc", module).embedding_bag_configs() if c.name in held], held)
     mine = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
     if not mine:
         return
-    tables = "embeddings." if hasattr(module, "embeddings") else "embedding_bags."
     # on the meta device against the stand-ins' shapes first: a refused load leaves it there
     check_checkpoint(mine, module, tables, prefix, assign=bool((local_metadata or {}).get("assign_to_params_buffers")))
     if getattr(module, "_handle", 0) is None:
