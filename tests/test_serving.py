@@ -194,6 +194,45 @@ def test_jit_trace_of_a_model_with_a_collection_raises_by_name(sequence: bool) -
         assert model(L([1, 2, 3]), L([2, 1])).shape == ((3, 4) if sequence else (2, 4))
 
 
+@pytest.mark.parametrize("meta", [False, True])
+def test_a_dynamic_tables_weights_load_into_a_serving_model_without_its_optimizer_state(meta: bool) -> None:
+    """A dynamic-ID table trained with Adagrad: its state dict without the optimizer entries (TorchRec's
+    kind, a checkpoint trimmed for serving), or the whole one into a model built without an optimizer,
+    raised ("the checkpoint lacks optimizer_state"; "state_width=4 ... does not match the table's
+    state_width=0"), where a fixed table loads both. Now the rows load, with a fresh optimizer's zeros
+    where the table's optimizer keeps state."""
+    def build(opt: optim.FusedOptimizer | None) -> recgo.EmbeddingBagCollection:
+        return recgo.EmbeddingBagCollection(
+            [C(20, 4, "t", ["f"], dynamic=recgo.DynamicConfig(eviction="lfu")), C(10, 4, "u", ["g"])],
+            optimizer=opt, seed=3, device="meta" if meta else None)
+
+    src = recgo.EmbeddingBagCollection(
+        [C(20, 4, "t", ["f"], dynamic=recgo.DynamicConfig(eviction="lfu")), C(10, 4, "u", ["g"])],
+        optimizer=optim.Adagrad(lr=0.1), seed=3)
+    for i in range(5):
+        src(_kjt([100 + i, 200, 300 * i, 1, 2], [2, 1, 1, 1])).values().square().sum().backward()
+    src.eval()
+    batch = _kjt([100, 200, 0, 104, 9, 3], [2, 2, 1, 1])
+    with torch.no_grad():
+        want = src(batch).values()
+    state = src.state_dict()
+    weights = {k: v for k, v in state.items() if "optimizer" not in k}
+    for opt, given, strict in ((optim.Adagrad(lr=0.1), weights, True), (None, weights, True), (None, state, False)):
+        dst = build(opt).eval()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # (a dynamic table without a fused optimizer warns)
+            res = dst.load_state_dict(given, strict=strict)
+        assert not res.missing_keys
+        with torch.no_grad():
+            assert torch.equal(dst(batch).values(), want)
+        assert torch.equal(recgo.dynamic.lookup(dst, "t", L([100, 200, 104, 7])),
+                           recgo.dynamic.lookup(src, "t", L([100, 200, 104, 7])))
+        if opt is not None:  # the imported rows' Adagrad sums start from zero
+            assert not dst.embedding_bags["t"].optimizer_state.any()
+    with pytest.raises(InvalidInputError):  # another optimizer's state still does not load
+        build(optim.Adam(lr=0.1)).load_state_dict(state)
+
+
 # -- a sharded model's checkpoint in one process ------------------------------------------------------
 
 _TABLES = [C(30, 4, "h", ["fh"]), C(20, 8, "r", ["fr"], pooling="mean"), C(12, 4, "d", ["fd"]), C(9, 4, "w", ["fw"])]

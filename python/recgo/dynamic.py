@@ -374,7 +374,10 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
                  optimizer_state: torch.Tensor | None, *, check_only: bool = False) -> None:
     """Restore a table from :func:`export_state` entries plus its weight rows (``[rows, dim]``, at least
     the high water mark of them) and optimizer state (``[rows, width]`` or None). The engine checks
-    everything (shape, ranges, a consistent ID map) and leaves the table unchanged on error.
+    everything (shape, ranges, a consistent ID map) and leaves the table unchanged on error. Without
+    ``optimizer_state`` the rows of a table whose fused optimizer keeps state get a fresh optimizer's
+    zeros, and a table without a fused optimizer takes the weights of a checkpoint saved with one (its
+    optimizer state left out), as a fixed table takes such checkpoints.
     ``check_only``: raise what the import would raise, and change nothing."""
     ebc = _pooled(ebc)
     i = _index(ebc, table)
@@ -410,6 +413,17 @@ def import_state(ebc: Any, table: str | int, entries: dict[str, torch.Tensor], w
         raise InvalidInputError(f"table {name!r}: weight of shape {tuple(weight.shape)} cannot hold "
                                 f"{hw} rows of dim {dim}")
     w = weight[:hw].contiguous().reshape(-1)
+    opt = getattr(ebc, "_optimizer", None)
+    own = opt.state_width(dim) if opt is not None else 0
+    if optimizer_state is None or not own:
+        # the weights without the optimizer state (TorchRec's state dicts, a checkpoint trimmed for serving:
+        # the imported rows start from a fresh optimizer's zeros), or the state of a fused table loaded into
+        # one without an optimizer (a serving model: the state has no place there, as a fixed table's, which
+        # torch reports unexpected)
+        if width != own:
+            meta = meta.clone()
+            meta[_M_STATE] = width = own
+        optimizer_state = torch.zeros(max(hw, 0), own, dtype=torch.float32) if own else None
     if width:
         if optimizer_state is None:
             raise InvalidInputError(f"table {name!r}: the checkpoint lacks optimizer_state")
