@@ -42,20 +42,25 @@ func gatherRowsStreaming(dst []float32, dim int, src []float32, offs []int64, mu
 }
 
 func addScaledRows(dst []float32, dstStride, dim int, rows []int64, src []float32, srcOffs []int64, alpha float32) {
-	if !hasAVX2 || dim%8 != 0 {
+	if !avx2Rows(dim) {
 		AddScaledRowsGeneric(dst, dstStride, dim, rows, src, srcOffs, alpha)
 		return
 	}
 	a := archsimd.BroadcastFloat32x8(alpha)
+	full, low := dim&^7, lanes4()
 	for k, r := range rows {
 		if r < 0 {
 			continue
 		}
 		out := dst[r*int64(dstStride):][:dim]
 		g := src[srcOffs[k]:][:dim]
-		for c := 0; c < dim; c += 8 {
+		for c := 0; c < full; c += 8 {
 			o := (*[8]float32)(out[c : c+8])
 			archsimd.LoadFloat32x8((*[8]float32)(g[c:c+8])).MulAdd(a, archsimd.LoadFloat32x8(o)).Store(o)
+		}
+		if full < dim { // the last 4 columns, masked (see optim_avx2.go)
+			o := tail8(out)
+			archsimd.LoadMaskedFloat32x8(tail8(g), low).MulAdd(a, archsimd.LoadMaskedFloat32x8(o, low)).StoreMasked(o, low)
 		}
 	}
 	archsimd.ClearAVXUpperBits()

@@ -81,7 +81,7 @@ func aligned32(n, skew int) []float32 {
 // the SIMD path agrees with the portable one (to FMA rounding) and with a float64 reference.
 func TestAddScaledRowsMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
-	for _, dim := range []int{1, 8, 19, 64} {
+	for _, dim := range []int{1, 4, 8, 12, 19, 20, 64} {
 		for _, stride := range []int{dim, dim + 3} {
 			t.Run(fmt.Sprintf("dim%d/stride%d", dim, stride), func(t *testing.T) {
 				nrows, n := 6, 40

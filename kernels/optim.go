@@ -96,12 +96,14 @@ func RowwiseAdagradRows(w []float32, wStride int, s []float32, sStride, dim int,
 		}
 		acc := &s[r*int64(sStride)]
 		*acc += sq / float32(dim)
-		mult[k] = lr / (float32(math.Sqrt(float64(*acc))) + eps)
+		mult[k] = -(lr / (float32(math.Sqrt(float64(*acc))) + eps)) // negated here: see ScaledRowsGeneric
 	}
 	scaledRows(w, wStride, dim, rows, g, mult)
 }
 
-// ScaledRowsGeneric applies w ← w − mult_k·g to each row (row-wise Adagrad's second pass).
+// ScaledRowsGeneric applies w ← w + mult_k·g to each row (row-wise Adagrad's second pass, whose
+// multipliers are its steps negated: w − m·g exactly, the sign flipped in scalar code before any
+// vector code, as the vector kernels need; a float negation inside them is a legacy-SSE instruction).
 func ScaledRowsGeneric(w []float32, wStride, dim int, rows []int64, g, mult []float32) {
 	for k, r := range rows {
 		if r < 0 {
@@ -109,7 +111,7 @@ func ScaledRowsGeneric(w []float32, wStride, dim int, rows []int64, g, mult []fl
 		}
 		wr, gr, m := w[r*int64(wStride):][:dim], g[k*dim:][:dim], mult[k]
 		for i := range wr {
-			wr[i] -= m * gr[i]
+			wr[i] += m * gr[i]
 		}
 	}
 }

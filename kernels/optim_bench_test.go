@@ -38,3 +38,34 @@ func BenchmarkOptimizerRows(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSegmentScatter times the backward's per-row merge of 4,096 bags of 1 to 10 entries into
+// their distinct rows (numbered in first-touch order, as the engine numbers them) over widths around
+// the vector widths.
+func BenchmarkSegmentScatter(b *testing.B) {
+	r := rand.New(rand.NewPCG(4, 4))
+	const bags, tableRows = 4096, 100_000
+	bounds := make([]int64, bags+1)
+	for i := 1; i <= bags; i++ {
+		bounds[i] = bounds[i-1] + 1 + int64(r.IntN(10))
+	}
+	idx := make([]int32, bounds[bags])
+	seen := map[int]int32{}
+	for j := range idx {
+		id := r.IntN(tableRows)
+		u, ok := seen[id]
+		if !ok {
+			u = int32(len(seen))
+			seen[id] = u
+		}
+		idx[j] = u
+	}
+	for _, dim := range []int{8, 12, 16, 20, 24, 32, 64} {
+		src, dst := randVec(r, bags*dim), make([]float32, len(seen)*dim)
+		b.Run(fmt.Sprintf("dim%d", dim), func(b *testing.B) {
+			for b.Loop() {
+				SegmentScatter(dst, dim, idx, 0, src, 0, dim, bounds, nil, nil)
+			}
+		})
+	}
+}

@@ -48,7 +48,7 @@ func TestSegmentScatterAVX2(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("no AVX2+FMA")
 	}
-	for _, dim := range []int{8, 24, 64} {
+	for _, dim := range []int{4, 8, 12, 20, 24, 64} {
 		for _, fresh := range []int32{0, -1} {
 			t.Run(fmt.Sprintf("d%d_fresh%d", dim, fresh), func(t *testing.T) {
 				r := rand.New(rand.NewPCG(uint64(dim), 9))

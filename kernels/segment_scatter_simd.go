@@ -9,7 +9,7 @@ func segmentScatter(dst []float32, dim int, idx []int32, fresh int32, src []floa
 	switch {
 	case hasAVX512 && dim == 64:
 		return segmentScatter64(dst, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
-	case hasAVX2 && dim%8 == 0:
+	case hasAVX2 && dim%4 == 0:
 		return segmentScatterBlocks8(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
 	default:
 		return SegmentScatterGeneric(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
@@ -69,11 +69,13 @@ func segmentScatter64(dst []float32, idx []int32, fresh int32, src []float32, sr
 	return fresh
 }
 
-// segmentScatterBlocks8 handles the other dims that are a multiple of 8, with 256-bit vectors on
-// every CPU (the scatter is bound by memory, not by vector width, once dim is not 64).
+// segmentScatterBlocks8 handles the other dims that are a multiple of 4, with 256-bit vectors on
+// every CPU (the scatter is bound by memory, not by vector width, once dim is not 64); a dim of
+// 8n+4 ends in 4 columns masked as the optimizers' kernels take theirs (optim_avx2.go).
 func segmentScatterBlocks8(dst []float32, dim int, idx []int32, fresh int32, src []float32, srcBase, srcStride int,
 	bounds []int64, weights, scales []float32) int32 {
 	lo := bounds[0]
+	full, low := dim&^7, lanes4()
 	for i := 0; i+1 < len(bounds); i++ {
 		g := src[srcBase+i*srcStride:][:dim]
 		sv := archsimd.BroadcastFloat32x8(1)
@@ -94,13 +96,21 @@ func segmentScatterBlocks8(dst []float32, dim int, idx []int32, fresh int32, src
 			if weights != nil {
 				wv = archsimd.BroadcastFloat32x8(weights[j]).Mul(sv)
 			}
-			for c := 0; c < dim; c += 8 {
+			for c := 0; c < full; c += 8 {
 				gv := archsimd.LoadFloat32x8((*[8]float32)(g[c : c+8]))
 				out := (*[8]float32)(row[c : c+8])
 				if first {
 					gv.Mul(wv).Store(out)
 				} else {
 					gv.MulAdd(wv, archsimd.LoadFloat32x8(out)).Store(out)
+				}
+			}
+			if full < dim {
+				gv, out := archsimd.LoadMaskedFloat32x8(tail8(g), low), tail8(row)
+				if first {
+					gv.Mul(wv).StoreMasked(out, low)
+				} else {
+					gv.MulAdd(wv, archsimd.LoadMaskedFloat32x8(out, low)).StoreMasked(out, low)
 				}
 			}
 		}
