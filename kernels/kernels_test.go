@@ -297,10 +297,7 @@ func TestSegmentReduceOfEmptyBagsNeedsNoSource(t *testing.T) {
 func BenchmarkSegmentReduceNarrow(b *testing.B) {
 	r := rand.New(rand.NewPCG(2, 2))
 	const rows, bags = 100_000, 4096
-	bounds := make([]int64, bags+1)
-	for i := 1; i <= bags; i++ {
-		bounds[i] = bounds[i-1] + 1 + int64(r.IntN(10))
-	}
+	bounds := bagBounds(r, bags, 10)
 	ids := make([]int64, bounds[bags])
 	for i := range ids {
 		ids[i] = int64(r.IntN(rows))
@@ -314,4 +311,13 @@ func BenchmarkSegmentReduceNarrow(b *testing.B) {
 			}
 		})
 	}
+}
+
+// bagBounds is the segment bounds of n bags of 1 to maxLen entries each (the benchmarks' batches).
+func bagBounds(r *rand.Rand, n, maxLen int) []int64 {
+	bounds := make([]int64, n+1)
+	for i := 1; i <= n; i++ {
+		bounds[i] = bounds[i-1] + 1 + int64(r.IntN(maxLen))
+	}
+	return bounds
 }

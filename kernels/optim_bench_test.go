@@ -45,10 +45,7 @@ func BenchmarkOptimizerRows(b *testing.B) {
 func BenchmarkSegmentScatter(b *testing.B) {
 	r := rand.New(rand.NewPCG(4, 4))
 	const bags, tableRows = 4096, 100_000
-	bounds := make([]int64, bags+1)
-	for i := 1; i <= bags; i++ {
-		bounds[i] = bounds[i-1] + 1 + int64(r.IntN(10))
-	}
+	bounds := bagBounds(r, bags, 10)
 	idx := make([]int32, bounds[bags])
 	seen := map[int]int32{}
 	for j := range idx {
