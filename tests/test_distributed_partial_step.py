@@ -165,3 +165,33 @@ def test_load_refuses_a_set_whose_files_hold_a_table_at_different_steps(world: t
         with pytest.raises(recgo.RecgoIOError, match="different optimizer steps"):
             m.load(torn)
         assert all(torch.equal(b, s.weight) for b, s in zip(before, m.embedding_bags.values()))
+
+
+@pytest.mark.parametrize("second_interrupt", [False, True])
+def test_a_backward_drive_that_raises_marks_even_if_interrupted_again(monkeypatch: pytest.MonkeyPatch,
+                                                                      second_interrupt: bool) -> None:
+    """Session 46: the mark is set before the drive and cleared when it returns, so a Ctrl-C inside
+    the handler (while it records the failure) still leaves the collection marked; before, the mark
+    was set only by that handler, and a second interrupt there left a failed step unmarked."""
+    from types import SimpleNamespace
+
+    from recgo.distributed import _failed
+
+    def failing_drive(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    def interrupted_mark(coll: Any, exc: BaseException) -> None:
+        raise KeyboardInterrupt  # the second Ctrl-C, as the handler starts
+
+    coll = SimpleNamespace(_partial_step=None, _groups=SimpleNamespace(rank=0), _wire=None)
+    monkeypatch.setattr(_failed, "drive", failing_drive)
+    if second_interrupt:
+        monkeypatch.setattr(_failed, "mark", interrupted_mark)
+    with pytest.raises(KeyboardInterrupt):
+        _failed.drive_backward(coll, None, {})
+    with pytest.raises(PartialStepError, match="rank 0: forward: this collection's backward exchange failed"):
+        _failed.refuse(coll, "forward")
+    monkeypatch.setattr(_failed, "drive", lambda *args: None)  # a drive that completes leaves no mark
+    coll._partial_step = None
+    _failed.drive_backward(coll, None, {})
+    assert coll._partial_step is None

@@ -39,13 +39,17 @@ class PartialStepError(RecgoError, RuntimeError):
 def drive_backward(coll: Any, handle: Any, traffic: dict[str, int]) -> None:
     """Run a queued backward exchange of ``coll`` (refused if the collection is marked); any
     exception from it (``PeerFailureError``, a ``KeyboardInterrupt`` between its ops, an engine error)
-    marks the collection before it propagates."""
+    marks the collection before it propagates. The collection is marked from before the drive until it
+    returns, so that a second Ctrl-C landing inside the handler still leaves it marked (a Ctrl-C just
+    after the drive returned leaves it marked too: a reload it did not need, never a torn step kept)."""
     refuse(coll, "backward")
+    coll._partial_step = "KeyboardInterrupt: the backward exchange was interrupted"
     try:
         drive(handle, coll._groups, traffic, coll._wire)
     except BaseException as exc:  # peers that finished the exchange applied the step; this rank did not
         mark(coll, exc)
         raise
+    clear(coll)
 
 
 def mark(coll: Any, exc: BaseException) -> None:
