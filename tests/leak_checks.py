@@ -1,15 +1,13 @@
 """The leak checks of the reliability tests (``test_reliability_leaks``, ``test_reliability_ctrl_c``):
 what the engine holds (handles, goroutines, off-heap bytes), a body run N times must give it all back,
-and the small collections, batches and one-rank world those tests build."""
+and the small collections and batches those tests build."""
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 
@@ -91,16 +89,3 @@ def small_ebc(dynamic: bool) -> recgo.EmbeddingBagCollection:
     cfg = [recgo.EmbeddingBagConfig(num_embeddings=64, embedding_dim=8, name="t0", feature_names=["a"], dynamic=dyn),
            recgo.EmbeddingBagConfig(num_embeddings=32, embedding_dim=4, name="t1", feature_names=["b"])]
     return recgo.EmbeddingBagCollection(cfg, optimizer=optim.Adam(lr=0.01), seed=0)
-
-
-@contextlib.contextmanager
-def one_rank_world(tmp_path: Path) -> Iterator[None]:
-    """This pytest process as a one-rank gloo world (a FileStore under ``tmp_path``): the sharded
-    collections' all-to-alls still run through torch.distributed, so their Python paths do."""
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()

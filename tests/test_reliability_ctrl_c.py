@@ -17,7 +17,8 @@ from recgo.data import SyntheticField, SyntheticSource
 from recgo.feature import Feature
 from recgo.modules import optim
 
-from leak_checks import FEATURES, SOURCE, Counts, one_rank_world, small_ebc, small_ids, small_kjt
+from leak_checks import FEATURES, SOURCE, Counts, small_ebc, small_ids, small_kjt
+from spawned import one_rank
 
 
 def _interrupted_at_every_call(op: Callable[[], object], after: Callable[[str], object] | None = None,
@@ -163,7 +164,7 @@ def test_a_ctrl_c_at_any_python_call_of_a_sharded_step(tmp_path: Path, case: str
     backward."""
     from recgo.distributed import PartialStepError
 
-    with one_rank_world(tmp_path):
+    with one_rank(tmp_path):
         m, flat = _sharded_step_case(case)
         b0, b1 = (small_kjt(small_ids("dynamic" in case or case == "shard_model"), seed=s) for s in (0, 1))
         if "pipeline" in case:  # batches the pipeline partitioned for the collection (recgo_shard_begin_prepared)

@@ -27,7 +27,8 @@ from recgo.data import CriteoSource, SyntheticField, SyntheticSource
 from recgo.feature import Feature
 from recgo.modules import optim
 
-from leak_checks import FEATURES, SOURCE, check_no_leak, one_rank_world, small_ebc, small_ids, small_kjt
+from leak_checks import FEATURES, SOURCE, check_no_leak, small_ebc, small_ids, small_kjt
+from spawned import one_rank
 
 
 def test_the_check_sees_a_leak_and_a_cycle() -> None:
@@ -128,7 +129,7 @@ def test_sharded_collections_leak_nothing(tmp_path: Path, dynamic: bool) -> None
         with recgo.DataPipeline(source, features, 32, depth=2, shard=sh) as pipe:
             for b in pipe:
                 sh(b.sparse).values().sum().backward()
-    with one_rank_world(tmp_path):
+    with one_rank(tmp_path):
         check_no_leak(body, n=5)
 
 

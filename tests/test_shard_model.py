@@ -528,3 +528,37 @@ def test_shard_model_runs_torchs_sparse_embeddings_on_one_gloo_thread(tmp_path: 
             warnings.simplefilter("error")
             assert threads(shard_model(model(), "hash", timeout=30,
                                        ddp_kwargs={"process_group": sparse_ddp_group(30)})) == 1
+
+
+class _TwoHeads(torch.nn.Module):
+    """A pooled collection under two heads, of which each forward uses one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        cfg = [recgo.EmbeddingBagConfig(name="t", embedding_dim=4, num_embeddings=10, feature_names=["f"])]
+        self.ebc = recgo.EmbeddingBagCollection(cfg, optimizer=optim.SGD(lr=0.1))
+        self.a, self.b = torch.nn.Linear(4, 1), torch.nn.Linear(4, 1)
+
+    def forward(self, kjt: recgo.KeyedJaggedTensor, use_b: bool) -> torch.Tensor:
+        x = self.ebc(kjt).values()
+        return (self.b(x) if use_b else self.a(x)).sum()
+
+
+def test_ddps_unused_parameters_error_is_not_called_a_dead_peer(tmp_path: Path) -> None:
+    """Session 46: a forward leaving parameters unused under ``static_graph=False`` without
+    ``find_unused_parameters`` makes DDP's next forward raise its own error, which the wrapper
+    reported as a PeerFailureError ("a peer died"); it is DDP's RuntimeError now, with a note naming
+    shard_model's ddp_kwargs, and the model trains with them."""
+    from recgo.distributed import PeerFailureError, shard_model
+
+    kjt = recgo.KeyedJaggedTensor.from_lengths_sync(keys=["f"], values=torch.tensor([1, 2]), lengths=torch.tensor([1, 1]))
+    with one_rank(tmp_path):
+        model = shard_model(_TwoHeads(), ddp_kwargs={"static_graph": False})
+        model(kjt, False).backward()
+        with pytest.raises(RuntimeError, match="Expected to have finished reduction") as caught:
+            model(kjt, True)
+        assert not isinstance(caught.value, PeerFailureError)
+        assert "'find_unused_parameters': True" in "".join(caught.value.__notes__)
+        model = shard_model(_TwoHeads(), ddp_kwargs={"static_graph": False, "find_unused_parameters": True})
+        for step in range(3):
+            model(kjt, step % 2 == 1).backward()

@@ -95,6 +95,11 @@ def _materialise_dense(model: nn.Module) -> None:
 DDP_DEFAULTS: dict[str, Any] = {"static_graph": True}
 
 
+# how DDP's sync before a forward says the last backward left parameters unreduced (parameters the
+# forward did not use, without find_unused_parameters): the model's doing, not a failed peer
+_UNUSED_PARAMETERS = "Expected to have finished reduction in the prior iteration"
+
+
 class ShardedModel(nn.parallel.DistributedDataParallel):
     """The ``DistributedDataParallel`` wrapper :func:`shard_model` returns (its dense parameters data
     parallel, the shards left out). Under ``torch.fx`` tracing it is its module: DDP's own forward,
@@ -120,6 +125,11 @@ class ShardedModel(nn.parallel.DistributedDataParallel):
         try:
             return super()._pre_forward(*inputs, **kwargs)
         except RuntimeError as exc:
+            if _UNUSED_PARAMETERS in str(exc):  # DDP's own verdict on the model, not a peer's failure
+                exc.add_note("recgo: shard_model builds DDP with static_graph=True; for a forward whose used "
+                             "parameters change, pass shard_model(..., ddp_kwargs={'static_graph': False, "
+                             "'find_unused_parameters': True})")
+                raise
             raise PeerFailureError(
                 f"rank {dist.get_rank()}: the dense part's DistributedDataParallel sync before the forward "
                 f"failed: a peer died, stalled past the timeout or is out of step: {exc}") from exc
