@@ -170,9 +170,9 @@ def test_load_refuses_a_set_whose_files_hold_a_table_at_different_steps(world: t
 @pytest.mark.parametrize("second_interrupt", [False, True])
 def test_a_backward_drive_that_raises_marks_even_if_interrupted_again(monkeypatch: pytest.MonkeyPatch,
                                                                       second_interrupt: bool) -> None:
-    """Session 46: the mark is set before the drive and cleared when it returns, so a Ctrl-C inside
-    the handler (while it records the failure) still leaves the collection marked; before, the mark
-    was set only by that handler, and a second interrupt there left a failed step unmarked."""
+    """Session 46: the handler marks the collection before any Python call, so a Ctrl-C inside it
+    (while :func:`mark` records the failure) still leaves the collection marked; before, a second
+    interrupt there left a failed step unmarked."""
     from types import SimpleNamespace
 
     from recgo.distributed import _failed
@@ -195,3 +195,17 @@ def test_a_backward_drive_that_raises_marks_even_if_interrupted_again(monkeypatc
     coll._partial_step = None
     _failed.drive_backward(coll, None, {})
     assert coll._partial_step is None
+
+
+def test_a_state_dict_read_during_a_backward_drive_is_not_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The threads contract: another thread's ``state_dict()`` while the training thread drives its
+    backward sees no mark (a mark set from before the drive did: session 46's first fix)."""
+    from types import SimpleNamespace
+
+    from recgo.distributed import _failed
+
+    coll = SimpleNamespace(_partial_step=None, _groups=SimpleNamespace(rank=0), _wire=None)
+    seen: list[object] = []
+    monkeypatch.setattr(_failed, "drive", lambda *args: seen.append(_failed.refuse(coll, "state_dict()")))
+    _failed.drive_backward(coll, None, {})
+    assert seen == [None] and coll._partial_step is None

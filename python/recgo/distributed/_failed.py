@@ -39,17 +39,18 @@ class PartialStepError(RecgoError, RuntimeError):
 def drive_backward(coll: Any, handle: Any, traffic: dict[str, int]) -> None:
     """Run a queued backward exchange of ``coll`` (refused if the collection is marked); any
     exception from it (``PeerFailureError``, a ``KeyboardInterrupt`` between its ops, an engine error)
-    marks the collection before it propagates. The collection is marked from before the drive until it
-    returns, so that a second Ctrl-C landing inside the handler still leaves it marked (a Ctrl-C just
-    after the drive returned leaves it marked too: a reload it did not need, never a torn step kept)."""
+    marks the collection before it propagates. The handler's first statement marks it with no Python
+    call before the store (``nn.Module.__setattr__`` is one, where a pending Ctrl-C is raised), so a
+    second Ctrl-C landing in the handler still leaves it marked; :func:`mark` then names the failure.
+    (Marking from before the drive instead showed the mark to the threads that read the collection
+    meanwhile, as a ``state_dict()`` while training.)"""
     refuse(coll, "backward")
-    coll._partial_step = "KeyboardInterrupt: the backward exchange was interrupted"
     try:
         drive(handle, coll._groups, traffic, coll._wire)
     except BaseException as exc:  # peers that finished the exchange applied the step; this rank did not
+        coll.__dict__["_partial_step"] = "the backward exchange raised"
         mark(coll, exc)
         raise
-    clear(coll)
 
 
 def mark(coll: Any, exc: BaseException) -> None:
