@@ -291,6 +291,8 @@ def test_torch_only_options_at_their_neutral_value_just_work(build: Any, want: t
                                      r"weight_decay, and torch.optim's learning_rate"),
     (lambda o: o.Adam(lr=0.1, bet=(0.9, 0.99)), r"unknown argument 'bet' .*did you mean 'betas' for 'bet'\?"),
     (lambda o: o.Adagrad(lr=0.1, epsilon=1e-8, x=1), r"unknown arguments 'epsilon', 'x' .*did you mean 'eps'"),
+    # betas beside a beta1 equal to its default was taken, the explicit beta1 ignored
+    (lambda o: o.Adam(lr=0.1, betas=(0.8, 0.99), beta1=0.9), r"optimizer Adam: give betas or beta1/beta2, not both"),
 ])
 def test_torch_only_options_that_would_change_the_update_are_named(build: Any, match: str) -> None:
     """Fixed: ``SGD(lr=0.1, momentum=0.9)`` raised Python's TypeError "unexpected keyword argument

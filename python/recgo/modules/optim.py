@@ -63,6 +63,10 @@ def _fused(cls: type) -> type:
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        # (the fields' check below misses a beta1/beta2 given at its default; dataclasses.replace passes
+        # betas=None beside every field)
+        if kwargs.get("betas") is not None and {"beta1", "beta2"} & set(kwargs):
+            raise InvalidInputError(f"optimizer {cls.__name__}: give betas or beta1/beta2, not both")
         _torch_spellings(cls.__name__, cls, kwargs, lr_given=bool(args))
         unknown = [k for k in kwargs if k not in takes]
         if unknown:  # Python's bare "unexpected keyword argument" named neither the options nor a fix
