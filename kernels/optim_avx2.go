@@ -46,24 +46,31 @@ func adagradRowsAVX2(w []float32, wStride int, s []float32, sStride, dim int, ro
 		}
 		wr, sr, gr := w[r*int64(wStride):][:dim], s[r*int64(sStride):][:dim], g[k*dim:][:dim]
 		for i := 0; i < full; i += 8 {
-			gv := archsimd.LoadFloat32x8(blk8(gr, i))
-			sv := gv.MulAdd(gv, archsimd.LoadFloat32x8(blk8(sr, i)))
+			wv, sv := adagradLanes(archsimd.LoadFloat32x8(blk8(gr, i)), archsimd.LoadFloat32x8(blk8(wr, i)),
+				archsimd.LoadFloat32x8(blk8(sr, i)), lrv, epsv)
 			sv.Store(blk8(sr, i))
-			upd := lrv.Mul(gv).Div(sv.Sqrt().Add(epsv))
-			archsimd.LoadFloat32x8(blk8(wr, i)).Sub(upd).Store(blk8(wr, i))
+			wv.Store(blk8(wr, i))
 		}
 		if full < dim { // the last 4 columns, masked
-			gv := archsimd.LoadMaskedFloat32x8(tail8(gr), low)
-			sv := gv.MulAdd(gv, archsimd.LoadMaskedFloat32x8(tail8(sr), low))
+			wv, sv := adagradLanes(archsimd.LoadMaskedFloat32x8(tail8(gr), low), archsimd.LoadMaskedFloat32x8(tail8(wr), low),
+				archsimd.LoadMaskedFloat32x8(tail8(sr), low), lrv, epsv)
 			sv.StoreMasked(tail8(sr), low)
-			upd := lrv.Mul(gv).Div(sv.Sqrt().Add(epsv))
-			archsimd.LoadMaskedFloat32x8(tail8(wr), low).Sub(upd).StoreMasked(tail8(wr), low)
+			wv.StoreMasked(tail8(wr), low)
 		}
 	}
 	archsimd.ClearAVXUpperBits()
 }
 
-// adamRowsAVX2 applies AdamRowsGeneric's update on 8 lanes: the weight-decay mode (adamNoDecay, adamL2 or adamDecoupled) is chosen by the caller, outside the loop.
+// adagradLanes is one 8-lane block of adagradRowsAVX2's update: the row's new weights and sums.
+func adagradLanes(gv, wv, sv, lrv, epsv archsimd.Float32x8) (archsimd.Float32x8, archsimd.Float32x8) {
+	sv = gv.MulAdd(gv, sv)
+	return wv.Sub(lrv.Mul(gv).Div(sv.Sqrt().Add(epsv))), sv
+}
+
+// adamRowsAVX2 applies AdamRowsGeneric's update on 8 lanes: the weight-decay mode (adamNoDecay,
+// adamL2 or adamDecoupled) is chosen by the caller, outside the loop. Its last 4 columns repeat the
+// block's math on masked loads: a helper taking the nine broadcast constants in a struct made Go copy
+// them with legacy-SSE moves, a transition per call (adagradLanes, with two, copies none).
 //
 //go:noinline
 func adamRowsAVX2(w []float32, wStride int, s []float32, sStride, dim int, rows []int64, g []float32, p *AdamParams, mode int) {

@@ -9,7 +9,7 @@ func segmentScatter(dst []float32, dim int, idx []int32, fresh int32, src []floa
 	switch {
 	case hasAVX512 && dim == 64:
 		return segmentScatter64(dst, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
-	case hasAVX2 && dim%4 == 0:
+	case avx2Rows(dim):
 		return segmentScatterBlocks8(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
 	default:
 		return SegmentScatterGeneric(dst, dim, idx, fresh, src, srcBase, srcStride, bounds, weights, scales)
